@@ -1,0 +1,113 @@
+//! `longread embed`: sentence embeddings for JSON lines.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use longread_model::embedder::SentenceEmbedder;
+use longread_model::sentence_pooling::SentencePooling;
+use serde_json::{Map, Value};
+
+use crate::io::{input_name, open_input, Output};
+
+/// Arguments of `longread embed`.
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    /// Model directory (config.json, model.safetensors, tokenizer.json), or a Hugging Face
+    /// repository id when built with `--features hub`.
+    #[arg(long)]
+    model: String,
+    /// JSON lines, one object per line with a "text" field; `-` reads standard input.
+    /// Every other field (e.g. "id") is copied to the output line.
+    #[arg(long)]
+    input: PathBuf,
+    /// Where to write JSON lines `{"id": ..., "embedding": [...]}` in input order
+    /// (default: standard output). Written atomically: the file appears only when complete.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// How token vectors become one vector: mean over tokens, or the first token's.
+    #[arg(long, value_enum, default_value_t = Pooling::Mean)]
+    pooling: Pooling,
+    /// Scale each embedding to unit L2 norm (as sentence-transformers' Normalize module).
+    #[arg(long)]
+    normalize: bool,
+    /// Texts per forward pass. Batches are padded to their longest text, not to a fixed length.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    batch_size: u64,
+}
+
+/// Pooling choices on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Pooling {
+    /// Mean over the real tokens (special tokens included).
+    Mean,
+    /// The first token ([CLS] or <s>).
+    Cls,
+}
+
+/// Runs `longread embed`.
+pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
+    let name = input_name(&args.input);
+    let records = longread_text::read_records(open_input(&args.input)?, &name)?;
+    let dir = longread_model::resolve_model_dir(&args.model)?;
+    let pooling = match args.pooling {
+        Pooling::Mean => SentencePooling::Mean,
+        Pooling::Cls => SentencePooling::Cls,
+    };
+    let embedder = SentenceEmbedder::load(&dir, pooling, args.normalize, &Device::Cpu)
+        .with_context(|| format!("loading model {}", dir.display()))?;
+
+    let progress = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(records.len() as u64)
+    };
+    progress.set_style(
+        ProgressStyle::with_template(
+            "{spinner} embedding {pos}/{len} texts [{elapsed_precise}, {per_sec}] {wide_bar}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
+    let result = embedder.embed(&texts, args.batch_size as usize, |n| progress.inc(n as u64))?;
+    progress.finish_and_clear();
+
+    let truncated: Vec<usize> = result
+        .truncated
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t)
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(&first) = truncated.first() {
+        tracing::warn!(
+            "{} of {} texts were longer than the model's {} tokens and were truncated (first: {name} line {}); \
+             use `longread predict` with a hierarchical model to read whole documents",
+            truncated.len(),
+            records.len(),
+            embedder.max_length(),
+            records[first].line
+        );
+    }
+
+    let mut out = Output::create(args.output.as_deref())?;
+    for (i, (record, vector)) in records.iter().zip(&result.vectors).enumerate() {
+        let mut line = Map::new();
+        line.insert(
+            "id".into(),
+            record.fields.get("id").cloned().unwrap_or(Value::from(i)),
+        );
+        for (k, v) in &record.fields {
+            if k != "id" {
+                line.insert(k.clone(), v.clone());
+            }
+        }
+        line.insert("embedding".into(), Value::from(vector.clone()));
+        serde_json::to_writer(&mut out, &line).context("writing output")?;
+        out.write_all(b"\n").context("writing output")?;
+    }
+    out.commit()
+}

@@ -1,0 +1,154 @@
+//! `longread inspect`: configuration summary and parameter breakdown.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use longread_model::params::ParameterBreakdown;
+use longread_model::Checkpoint;
+use serde_json::json;
+
+/// Arguments of `longread inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Model directory, or a Hugging Face repository id when built with `--features hub`.
+    #[arg(long)]
+    model: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `longread inspect`.
+pub fn run(args: InspectArgs) -> Result<()> {
+    let dir = longread_model::resolve_model_dir(&args.model)?;
+    let checkpoint =
+        Checkpoint::open(&dir).with_context(|| format!("opening model {}", dir.display()))?;
+    let cfg = &checkpoint.config;
+    let prefix = checkpoint.encoder_prefix().to_owned();
+    let store = &checkpoint.store;
+    let tensors: Vec<(&str, &[usize])> = store
+        .names()
+        .filter_map(|n| store.shape(n).map(|s| (n, s)))
+        .collect();
+    // Default fine-tuning (`longread train`) freezes the embeddings.
+    let params =
+        ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
+            !name
+                .trim_start_matches(&prefix)
+                .trim_start_matches('.')
+                .starts_with("embeddings.")
+        });
+    let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
+    let weight_files: Vec<String> = checkpoint
+        .files
+        .weights
+        .iter()
+        .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .collect();
+
+    if args.json {
+        let summary = json!({
+            "model_dir": dir.display().to_string(),
+            "model_type": cfg.model_type,
+            "architectures": architectures,
+            "num_hidden_layers": cfg.num_hidden_layers,
+            "hidden_size": cfg.hidden_size,
+            "num_attention_heads": cfg.num_attention_heads,
+            "intermediate_size": cfg.intermediate_size(),
+            "hidden_act": cfg.hidden_act,
+            "vocab_size": cfg.vocab_size,
+            "max_position_embeddings": cfg.max_position_embeddings,
+            "max_sequence_length": cfg.max_sequence_length(),
+            "type_vocab_size": cfg.type_vocab_size,
+            "layer_norm_eps": cfg.layer_norm_eps,
+            "hidden_dropout_prob": cfg.hidden_dropout_prob,
+            "attention_probs_dropout_prob": cfg.attention_probs_dropout_prob,
+            "weight_files": weight_files,
+            "weight_prefix": prefix,
+            "tokenizer": checkpoint.files.tokenizer.is_some(),
+            "parameters": params,
+        });
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(());
+    }
+
+    let arch = architectures
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|v| v.as_str())
+        .unwrap_or("-");
+    println!("model            {}", dir.display());
+    println!("type             {} ({arch})", cfg.model_type);
+    println!(
+        "shape            {} layers, hidden {}, {} heads × {}, FFN {}, {}",
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.head_size(),
+        cfg.intermediate_size(),
+        cfg.hidden_act
+    );
+    println!(
+        "vocabulary       {} tokens, {} positions (max sequence {}), {} token types",
+        cfg.vocab_size,
+        cfg.max_position_embeddings,
+        cfg.max_sequence_length(),
+        cfg.type_vocab_size
+    );
+    println!(
+        "normalisation    layer_norm_eps {:e}; dropout hidden {}, attention {}",
+        cfg.layer_norm_eps, cfg.hidden_dropout_prob, cfg.attention_probs_dropout_prob
+    );
+    println!(
+        "weights          {} (prefix: {})",
+        weight_files.join(", "),
+        if prefix.is_empty() { "none" } else { &prefix }
+    );
+    println!(
+        "tokenizer        {}",
+        if checkpoint.files.tokenizer.is_some() {
+            "tokenizer.json"
+        } else {
+            "missing"
+        }
+    );
+    println!();
+    println!("{:<18} {:>14}", "parameters", "count");
+    let per_layer = params.per_layer.first().copied().unwrap_or(0);
+    let rows = [
+        ("embeddings", params.embeddings, String::new()),
+        (
+            "encoder layers",
+            params.encoder_layers,
+            format!("  ({} × {})", params.per_layer.len(), group(per_layer)),
+        ),
+        ("pooler/attention", params.pooler_attention, String::new()),
+        ("classifier", params.classifier, String::new()),
+        ("other", params.other, String::new()),
+        ("total", params.total, String::new()),
+        (
+            "trainable",
+            params.trainable,
+            "  (default fine-tuning: embeddings frozen)".into(),
+        ),
+    ];
+    for (name, count, note) in rows {
+        if name == "other" && count == 0 {
+            continue;
+        }
+        println!("  {name:<16} {:>14}{note}", group(count));
+    }
+    Ok(())
+}
+
+/// 1234567 → "1,234,567".
+fn group(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

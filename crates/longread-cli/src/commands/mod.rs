@@ -1,0 +1,2 @@
+pub mod embed;
+pub mod inspect;

@@ -1,0 +1,95 @@
+//! Reading inputs (`-` is standard input) and writing outputs atomically.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// Opens a file, or standard input for `-`.
+pub fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(BufReader::new(std::io::stdin())));
+    }
+    let file = File::open(path).with_context(|| format!("opening input {}", path.display()))?;
+    Ok(Box::new(BufReader::new(file)))
+}
+
+/// A name for messages.
+pub fn input_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "<stdin>".into()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Output that becomes visible only when complete: a temporary file beside the target,
+/// fsynced and renamed over it by [`Output::commit`]. Dropped without commit, nothing changes.
+pub enum Output {
+    /// Standard output.
+    Stdout(BufWriter<std::io::Stdout>),
+    /// A file in the making.
+    File {
+        /// The temporary file.
+        writer: BufWriter<tempfile::NamedTempFile>,
+        /// Where it goes.
+        target: PathBuf,
+    },
+}
+
+impl Output {
+    /// Standard output when `path` is `None` or `-`, else an atomic file.
+    pub fn create(path: Option<&Path>) -> Result<Self> {
+        match path {
+            None => Ok(Self::Stdout(BufWriter::new(std::io::stdout()))),
+            Some(p) if p.as_os_str() == "-" => Ok(Self::Stdout(BufWriter::new(std::io::stdout()))),
+            Some(p) => {
+                let dir = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                let tmp = tempfile::Builder::new()
+                    .prefix(".longread-")
+                    .tempfile_in(dir)
+                    .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+                Ok(Self::File {
+                    writer: BufWriter::new(tmp),
+                    target: p.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// Flushes and, for a file, syncs it and renames it into place.
+    pub fn commit(self) -> Result<()> {
+        match self {
+            Self::Stdout(mut w) => w.flush().context("writing to standard output"),
+            Self::File { writer, target } => {
+                let tmp = writer
+                    .into_inner()
+                    .map_err(|e| e.into_error())
+                    .context("writing output")?;
+                tmp.as_file().sync_all().context("syncing output")?;
+                tmp.persist(&target)
+                    .with_context(|| format!("moving output into place at {}", target.display()))?;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Stdout(w) => w.write(buf),
+            Self::File { writer, .. } => writer.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Stdout(w) => w.flush(),
+            Self::File { writer, .. } => writer.flush(),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! `longread`: classify long documents with hierarchical transformers.
+
+mod commands;
+mod io;
+
+use clap::{Parser, Subcommand};
+
+/// longread — long-document classification with hierarchical transformers.
+#[derive(Debug, Parser)]
+#[command(name = "longread", version, about, long_about = None)]
+struct Cli {
+    /// Number of CPU threads for tensor work (default: all cores; also RAYON_NUM_THREADS).
+    #[arg(long, global = true, env = "LONGREAD_THREADS")]
+    threads: Option<usize>,
+    /// Only print errors (no progress bars, no warnings).
+    #[arg(long, short, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Sentence embeddings for JSON lines, as sentence-transformers computes them.
+    Embed(commands::embed::EmbedArgs),
+    /// Show a model's configuration and parameter counts.
+    Inspect(commands::inspect::InspectArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.quiet);
+    if let Some(n) = cli.threads {
+        if n == 0 {
+            eprintln!("error: --threads must be at least 1");
+            std::process::exit(2);
+        }
+        // Read by candle's and rayon's thread pools on first use; nothing has started yet.
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+    let result = match cli.command {
+        Command::Embed(args) => commands::embed::run(args, cli.quiet),
+        Command::Inspect(args) => commands::inspect::run(args),
+    };
+    if let Err(err) = result {
+        eprintln!("error: {}", format_error(&err));
+        std::process::exit(1);
+    }
+}
+
+/// One line: the context chain joined with ": ".
+fn format_error(err: &anyhow::Error) -> String {
+    err.chain()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+fn init_logging(quiet: bool) {
+    let default = if quiet { "error" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LONGREAD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

@@ -1,0 +1,156 @@
+//! Hugging Face checkpoint directories: `config.json`, `model.safetensors` (or shards) and
+//! `tokenizer.json`. Pickle files are refused.
+
+mod backend;
+mod files;
+#[cfg(feature = "hub")]
+mod hub;
+mod sentence_transformers;
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{DType, Device};
+use candle_nn::{VarBuilder, VarMap};
+
+pub use files::CheckpointFiles;
+pub use sentence_transformers::sentence_max_seq_length;
+pub use store::TensorStore;
+
+use crate::config::EncoderConfig;
+use crate::encoder::Encoder;
+use crate::error::{ModelError, Result};
+
+/// An opened checkpoint: its files, validated config and lazily-read tensors.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// Where everything is.
+    pub files: CheckpointFiles,
+    /// The parsed `config.json`.
+    pub config: EncoderConfig,
+    /// The tensors.
+    pub store: Arc<TensorStore>,
+}
+
+/// Options for building a model from a checkpoint.
+#[derive(Clone)]
+pub struct LoadOptions {
+    /// Compute dtype.
+    pub dtype: DType,
+    /// Register every tensor as a trainable variable here.
+    pub trainable: Option<VarMap>,
+    /// Initialise tensors missing from the checkpoint from this seed (new heads); when `None`,
+    /// a missing tensor is an error.
+    pub init_seed: Option<u64>,
+}
+
+impl std::fmt::Debug for LoadOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions")
+            .field("dtype", &self.dtype)
+            .field("trainable", &self.trainable.is_some())
+            .field("init_seed", &self.init_seed)
+            .finish()
+    }
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            dtype: DType::F32,
+            trainable: None,
+            init_seed: None,
+        }
+    }
+}
+
+impl Checkpoint {
+    /// Opens a local checkpoint directory.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let files = CheckpointFiles::locate(dir)?;
+        let config = EncoderConfig::from_file(&files.config)?;
+        let store = Arc::new(TensorStore::open(&files.weights)?);
+        Ok(Self {
+            files,
+            config,
+            store,
+        })
+    }
+
+    /// Where the encoder's tensors live: `""` for a bare `BertModel` checkpoint,
+    /// `"bert"`/`"roberta"` for one saved by a `*For...` head model.
+    pub fn encoder_prefix(&self) -> &str {
+        let prefix = self.config.weight_prefix();
+        if self
+            .store
+            .contains(&format!("{prefix}.embeddings.word_embeddings.weight"))
+        {
+            prefix
+        } else {
+            ""
+        }
+    }
+
+    /// A `VarBuilder` at the checkpoint's root.
+    pub fn var_builder(&self, options: &LoadOptions, device: &Device) -> VarBuilder<'static> {
+        let backend = backend::StoreBackend {
+            store: Some(self.store.clone()),
+            vars: options.trainable.clone(),
+            init_rng: options.init_seed.map(backend::init_rng),
+            model_type: self.config.model_type.clone(),
+        };
+        VarBuilder::from_backend(Box::new(backend), options.dtype, device.clone())
+    }
+
+    /// Builds the encoder from the checkpoint's tensors (every tensor must be present).
+    pub fn load_encoder(&self, options: &LoadOptions, device: &Device) -> Result<Encoder> {
+        let vb = self.var_builder(
+            &LoadOptions {
+                init_seed: None,
+                ..options.clone()
+            },
+            device,
+        );
+        let prefix = self.encoder_prefix();
+        let vb = if prefix.is_empty() { vb } else { vb.pp(prefix) };
+        Ok(Encoder::load(vb, &self.config)?)
+    }
+}
+
+/// A `VarBuilder` with no checkpoint behind it: every tensor is initialised from `seed`.
+pub fn fresh_var_builder(
+    model_type: &str,
+    seed: u64,
+    trainable: Option<VarMap>,
+    dtype: DType,
+    device: &Device,
+) -> VarBuilder<'static> {
+    let backend = backend::StoreBackend {
+        store: None,
+        vars: trainable,
+        init_rng: Some(backend::init_rng(seed)),
+        model_type: model_type.to_owned(),
+    };
+    VarBuilder::from_backend(Box::new(backend), dtype, device.clone())
+}
+
+/// Resolves `--model`: a local directory, or (with the `hub` feature) a Hub repository id
+/// such as `sentence-transformers/all-MiniLM-L6-v2`, downloaded to the local cache.
+pub fn resolve_model_dir(spec: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(spec);
+    if path.is_dir() {
+        return Ok(path);
+    }
+    let looks_like_repo = spec.split('/').count() == 2 && !spec.starts_with('.') && !path.exists();
+    #[cfg(feature = "hub")]
+    if looks_like_repo {
+        return hub::download(spec);
+    }
+    let hint = if looks_like_repo && cfg!(not(feature = "hub")) {
+        "; to download it from the Hugging Face Hub, build with `--features hub`".to_string()
+    } else {
+        String::new()
+    };
+    Err(ModelError::NotADirectory { path, hint })
+}

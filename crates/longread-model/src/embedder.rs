@@ -1,0 +1,119 @@
+//! Sentence embeddings for many texts: tokenize, batch by length, encode, pool, normalise.
+//! Same results as sentence-transformers' `encode` with a Transformer + Pooling (+ Normalize).
+
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+use longread_text::{pad_batch, Encoded, TextTokenizer};
+
+use crate::checkpoint::{sentence_max_seq_length, Checkpoint, LoadOptions};
+use crate::encoder::Encoder;
+use crate::error::Result;
+use crate::mode::Mode;
+use crate::sentence_pooling::{l2_normalize, SentencePooling};
+
+/// Embeddings of a list of texts, in input order.
+#[derive(Debug, Clone)]
+pub struct Embeddings {
+    /// One vector per text.
+    pub vectors: Vec<Vec<f32>>,
+    /// Token count of each text after truncation (special tokens included).
+    pub token_counts: Vec<usize>,
+    /// Which texts were cut to the maximum length.
+    pub truncated: Vec<bool>,
+}
+
+/// An encoder with its tokenizer, ready to embed texts.
+#[derive(Debug)]
+pub struct SentenceEmbedder {
+    encoder: Encoder,
+    tokenizer: TextTokenizer,
+    pooling: SentencePooling,
+    normalize: bool,
+    max_length: usize,
+    pad_id: u32,
+    device: Device,
+}
+
+impl SentenceEmbedder {
+    /// Loads a checkpoint directory. The maximum length is, in order of precedence,
+    /// sentence-transformers' `max_seq_length`, the tokenizer's truncation, the model's positions,
+    /// never more than the positions allow.
+    pub fn load(
+        dir: &Path,
+        pooling: SentencePooling,
+        normalize: bool,
+        device: &Device,
+    ) -> Result<Self> {
+        let checkpoint = Checkpoint::open(dir)?;
+        let mut tokenizer = TextTokenizer::from_file(checkpoint.files.require_tokenizer()?)?;
+        let positions = checkpoint.config.max_sequence_length();
+        let max_length = sentence_max_seq_length(dir)?
+            .or(tokenizer.truncation_max_length())
+            .unwrap_or(positions)
+            .min(positions);
+        tokenizer.set_max_length(max_length)?;
+        let encoder = checkpoint.load_encoder(&LoadOptions::default(), device)?;
+        Ok(Self {
+            pad_id: checkpoint.config.pad_token_id,
+            encoder,
+            tokenizer,
+            pooling,
+            normalize,
+            max_length,
+            device: device.clone(),
+        })
+    }
+
+    /// The longest input in tokens; longer texts are truncated.
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    /// Size of the vectors.
+    pub fn dimension(&self) -> usize {
+        self.encoder.config().hidden_size
+    }
+
+    /// Embeds texts in batches of `batch_size`, longest first to limit padding;
+    /// `on_batch(n)` is called after each batch with the number of texts done in it.
+    pub fn embed(
+        &self,
+        texts: &[&str],
+        batch_size: usize,
+        mut on_batch: impl FnMut(usize),
+    ) -> Result<Embeddings> {
+        let encoded: Vec<Encoded> = self.tokenizer.encode_batch(texts)?;
+        let mut order: Vec<usize> = (0..encoded.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].ids.len()));
+        let mut vectors = vec![Vec::new(); encoded.len()];
+        for batch in order.chunks(batch_size.max(1)) {
+            let seqs: Vec<&[u32]> = batch.iter().map(|&i| encoded[i].ids.as_slice()).collect();
+            for (&i, v) in batch.iter().zip(self.embed_ids(&seqs)?) {
+                vectors[i] = v;
+            }
+            on_batch(batch.len());
+        }
+        Ok(Embeddings {
+            vectors,
+            token_counts: encoded.iter().map(|e| e.ids.len()).collect(),
+            truncated: encoded.iter().map(|e| e.truncated).collect(),
+        })
+    }
+
+    /// Embeds one batch of token-id sequences (padded here to the longest).
+    ///
+    /// # Shapes
+    /// `seqs: batch × [len_i]` → `batch × [hidden]`
+    pub fn embed_ids(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let (ids, mask, seq_len) = pad_batch(seqs, self.pad_id);
+        let ids = Tensor::from_vec(ids, (seqs.len(), seq_len), &self.device)?;
+        let mask = Tensor::from_vec(mask, (seqs.len(), seq_len), &self.device)?;
+        let hidden = self.encoder.forward(&ids, &mask, Mode::Eval)?;
+        let mut pooled = self.pooling.forward(&hidden, &mask)?;
+        if self.normalize {
+            pooled = l2_normalize(&pooled)?;
+        }
+        Ok(pooled.to_vec2::<f32>()?)
+    }
+}

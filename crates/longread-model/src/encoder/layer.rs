@@ -1,0 +1,52 @@
+//! One transformer layer: self-attention then the feed-forward block, both post-LN.
+//! Reference: transformers `modeling_bert.py: BertLayer`, `BertIntermediate`, `BertOutput`.
+
+use candle_core::{Result, Tensor};
+use candle_nn::{Linear, Module, VarBuilder};
+
+use crate::activation::Activation;
+use crate::config::EncoderConfig;
+use crate::encoder::attention::SelfAttention;
+use crate::layers::{linear, Dropout, LayerNorm};
+use crate::mode::Mode;
+
+/// `encoder.layer.{i}` of a BERT/RoBERTa checkpoint.
+#[derive(Debug, Clone)]
+pub struct EncoderLayer {
+    attention: SelfAttention,
+    intermediate: Linear,
+    activation: Activation,
+    output: Linear,
+    norm: LayerNorm,
+    dropout: Dropout,
+}
+
+impl EncoderLayer {
+    /// Loads `attention`, `intermediate.dense` and `output.{dense,LayerNorm}` under `vb`.
+    pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        let (h, i, std) = (
+            cfg.hidden_size,
+            cfg.intermediate_size(),
+            cfg.initializer_range,
+        );
+        Ok(Self {
+            attention: SelfAttention::load(vb.pp("attention"), cfg)?,
+            intermediate: linear(vb.pp("intermediate").pp("dense"), h, i, std)?,
+            activation: cfg.activation(),
+            output: linear(vb.pp("output").pp("dense"), i, h, std)?,
+            norm: LayerNorm::load(vb.pp("output").pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+            dropout: Dropout::new(cfg.hidden_dropout_prob),
+        })
+    }
+
+    /// # Shapes
+    /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {
+        let attended = self.attention.forward(xs, mask_bias, mode)?;
+        let inner = self
+            .activation
+            .forward(&self.intermediate.forward(&attended)?)?;
+        let out = self.dropout.forward(&self.output.forward(&inner)?, mode)?;
+        self.norm.forward(&(out + attended)?)
+    }
+}

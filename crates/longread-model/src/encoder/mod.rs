@@ -1,0 +1,180 @@
+//! BERT/RoBERTa encoder written for training: every op has a backward pass and dropout is
+//! real in [`Mode::Train`]. Matches transformers' `BertModel` / `RobertaModel` (without the
+//! pooler) to float precision.
+
+mod attention;
+mod embeddings;
+mod layer;
+
+use candle_core::{DType, Result as CResult, Tensor};
+use candle_nn::VarBuilder;
+
+pub use embeddings::Embeddings;
+pub use layer::EncoderLayer;
+
+use crate::config::{EncoderConfig, PositionScheme};
+use crate::error::{ModelError, Result};
+use crate::mode::Mode;
+
+/// Embeddings followed by `num_hidden_layers` transformer layers.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    embeddings: Embeddings,
+    layers: Vec<EncoderLayer>,
+    config: EncoderConfig,
+}
+
+impl Encoder {
+    /// Loads `embeddings.*` and `encoder.layer.{i}.*` under `vb` (the checkpoint's encoder prefix).
+    pub fn load(vb: VarBuilder, config: &EncoderConfig) -> CResult<Self> {
+        let embeddings = Embeddings::load(vb.pp("embeddings"), config)?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| EncoderLayer::load(vb.pp("encoder").pp("layer").pp(i), config))
+            .collect::<CResult<Vec<_>>>()?;
+        Ok(Self {
+            embeddings,
+            layers,
+            config: config.clone(),
+        })
+    }
+
+    /// The configuration the encoder was built from.
+    pub fn config(&self) -> &EncoderConfig {
+        &self.config
+    }
+
+    /// The embedding block.
+    pub fn embeddings(&self) -> &Embeddings {
+        &self.embeddings
+    }
+
+    /// The transformer layers, bottom first.
+    pub fn layers(&self) -> &[EncoderLayer] {
+        &self.layers
+    }
+
+    /// Last hidden states, all token types 0.
+    ///
+    /// # Shapes
+    /// `input_ids, attention_mask: [batch, seq]` (u32; mask 1 = token, 0 = padding)
+    /// → `[batch, seq, hidden]`
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let token_type_ids = input_ids.zeros_like()?;
+        self.forward_with_types(input_ids, attention_mask, &token_type_ids, mode)
+    }
+
+    /// Last hidden states with explicit token types.
+    ///
+    /// # Shapes
+    /// `input_ids, attention_mask, token_type_ids: [batch, seq]` (u32) → `[batch, seq, hidden]`
+    pub fn forward_with_types(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        token_type_ids: &Tensor,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let position_ids = self.validate_and_position(input_ids, attention_mask, token_type_ids)?;
+        let mask_bias = mask_bias(attention_mask, self.embeddings.word_embeddings().dtype())?;
+        let mut xs = self
+            .embeddings
+            .forward(input_ids, &position_ids, token_type_ids, mode)?;
+        for layer in &self.layers {
+            xs = layer.forward(&xs, &mask_bias, mode)?;
+        }
+        Ok(xs)
+    }
+
+    /// Checks ids against the vocabulary and positions, and returns the position ids.
+    fn validate_and_position(
+        &self,
+        input_ids: &Tensor,
+        mask: &Tensor,
+        types: &Tensor,
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let (batch, seq) = input_ids.dims2()?;
+        if mask.dims() != [batch, seq] || types.dims() != [batch, seq] {
+            return Err(ModelError::InvalidInput(format!(
+                "input_ids {:?}, attention_mask {:?} and token_type_ids {:?} must have one shape",
+                input_ids.dims(),
+                mask.dims(),
+                types.dims()
+            )));
+        }
+        if seq == 0 || batch == 0 {
+            return Err(ModelError::InvalidInput(
+                "empty batch or empty sequence".into(),
+            ));
+        }
+        if seq > cfg.max_sequence_length() {
+            return Err(ModelError::InvalidInput(format!(
+                "sequence of {seq} tokens exceeds the model's {} positions",
+                cfg.max_sequence_length()
+            )));
+        }
+        let ids = input_ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
+        if let Some(bad) = ids
+            .iter()
+            .flatten()
+            .find(|&&id| id as usize >= cfg.vocab_size)
+        {
+            return Err(ModelError::InvalidInput(format!(
+                "token id {bad} is out of range for vocab_size {}",
+                cfg.vocab_size
+            )));
+        }
+        let max_type = types.max_all()?.to_dtype(DType::U32)?.to_scalar::<u32>()?;
+        if max_type as usize >= cfg.type_vocab_size {
+            return Err(ModelError::InvalidInput(format!(
+                "token type {max_type} is out of range for type_vocab_size {}",
+                cfg.type_vocab_size
+            )));
+        }
+        let positions: Vec<u32> = match cfg.position_scheme() {
+            PositionScheme::Absolute => (0..batch).flat_map(|_| 0..seq as u32).collect(),
+            PositionScheme::PaddingOffset { padding_idx } => ids
+                .iter()
+                .flat_map(|row| {
+                    let mut count = 0u32;
+                    row.iter()
+                        .map(move |&id| {
+                            if id == padding_idx {
+                                padding_idx
+                            } else {
+                                count += 1;
+                                padding_idx + count
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+        };
+        Ok(Tensor::from_vec(
+            positions,
+            (batch, seq),
+            input_ids.device(),
+        )?)
+    }
+}
+
+/// Additive attention bias: 0 where `mask` is 1, the dtype's minimum where it is 0
+/// (transformers `get_extended_attention_mask`).
+///
+/// # Shapes
+/// `mask: [batch, seq]` → `[batch, 1, 1, seq]`
+pub fn mask_bias(mask: &Tensor, dtype: DType) -> CResult<Tensor> {
+    let (b, s) = mask.dims2()?;
+    let min = match dtype {
+        DType::F16 => -65504.0,
+        DType::BF16 => -3.3895e38,
+        _ => f32::MIN as f64,
+    };
+    let inverted = (1.0 - mask.to_dtype(DType::F32)?)?;
+    (inverted * min)?.to_dtype(dtype)?.reshape((b, 1, 1, s))
+}

@@ -1,0 +1,11 @@
+//! Building blocks with backward passes (candle-nn's fused LayerNorm has none).
+
+mod dropout;
+mod layer_norm;
+mod linear;
+mod softmax;
+
+pub use dropout::Dropout;
+pub use layer_norm::LayerNorm;
+pub use linear::{linear, linear_no_bias};
+pub use softmax::softmax_last_dim;

@@ -1,0 +1,20 @@
+//! longread's models on candle: a BERT/RoBERTa encoder that trains (every op differentiable,
+//! real dropout), loaded from Hugging Face checkpoints, and the pooling on top of it.
+#![deny(missing_docs)]
+
+pub mod activation;
+pub mod checkpoint;
+pub mod config;
+pub mod embedder;
+pub mod encoder;
+pub mod error;
+pub mod layers;
+pub mod mode;
+pub mod params;
+pub mod sentence_pooling;
+
+pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};
+pub use config::EncoderConfig;
+pub use encoder::Encoder;
+pub use error::{ModelError, Result};
+pub use mode::{DropoutRng, Mode};

@@ -1,0 +1,44 @@
+//! Training versus inference, and the random numbers dropout draws in training.
+
+use std::sync::Mutex;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Seeded random source for dropout masks, so that training runs are reproducible.
+#[derive(Debug)]
+pub struct DropoutRng(Mutex<StdRng>);
+
+impl DropoutRng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(Mutex::new(StdRng::seed_from_u64(seed)))
+    }
+
+    /// `n` keep-masks: each entry is `scale` with probability `1 - p`, else 0.
+    pub fn keep_mask(&self, n: usize, p: f64, scale: f32) -> Vec<f32> {
+        let mut rng = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (0..n)
+            .map(|_| if rng.random::<f64>() < p { 0.0 } else { scale })
+            .collect()
+    }
+}
+
+/// Whether a forward pass trains (dropout active) or infers (dropout off).
+#[derive(Debug, Clone, Copy)]
+pub enum Mode<'a> {
+    /// Inference: dropout is the identity.
+    Eval,
+    /// Training: dropout draws its masks from the given generator.
+    Train(&'a DropoutRng),
+}
+
+impl Mode<'_> {
+    /// True in training mode.
+    pub fn is_train(&self) -> bool {
+        matches!(self, Mode::Train(_))
+    }
+}

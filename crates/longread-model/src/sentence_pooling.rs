@@ -1,0 +1,65 @@
+//! Sentence embeddings from token states, as sentence-transformers' `Pooling` and
+//! `Normalize` modules compute them.
+
+use candle_core::{DType, Result, Tensor, D};
+
+/// How token states become one vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SentencePooling {
+    /// Mean over real (unpadded) tokens, special tokens included.
+    Mean,
+    /// The first token's state (`[CLS]` / `<s>`).
+    Cls,
+}
+
+impl SentencePooling {
+    /// Pools token states.
+    ///
+    /// # Shapes
+    /// `hidden: [batch, seq, hidden]`, `mask: [batch, seq]` (u32) → `[batch, hidden]`
+    pub fn forward(self, hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Cls => hidden.narrow(1, 0, 1)?.squeeze(1),
+            Self::Mean => {
+                let mask = mask.to_dtype(hidden.dtype())?.unsqueeze(D::Minus1)?;
+                let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+                // sentence-transformers clamps the count at 1e-9.
+                let count = mask.sum(1)?.clamp(1e-9, f64::INFINITY)?;
+                summed.broadcast_div(&count)
+            }
+        }
+    }
+}
+
+/// Divides each row by its L2 norm (`torch.nn.functional.normalize`, eps 1e-12).
+///
+/// # Shapes
+/// `xs: [batch, hidden]` → `[batch, hidden]`
+pub fn l2_normalize(xs: &Tensor) -> Result<Tensor> {
+    let norm = xs
+        .to_dtype(DType::F32)?
+        .sqr()?
+        .sum_keepdim(D::Minus1)?
+        .sqrt()?
+        .clamp(1e-12, f64::INFINITY)?;
+    xs.broadcast_div(&norm.to_dtype(xs.dtype())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn mean_ignores_padding_and_normalize_gives_unit_rows() {
+        let dev = Device::Cpu;
+        let hidden = Tensor::new(&[[[1f32, 2.], [3., 4.], [100., 100.]]], &dev).unwrap();
+        let mask = Tensor::new(&[[1u32, 1, 0]], &dev).unwrap();
+        let mean = SentencePooling::Mean.forward(&hidden, &mask).unwrap();
+        assert_eq!(mean.to_vec2::<f32>().unwrap(), vec![vec![2., 3.]]);
+        let cls = SentencePooling::Cls.forward(&hidden, &mask).unwrap();
+        assert_eq!(cls.to_vec2::<f32>().unwrap(), vec![vec![1., 2.]]);
+        let unit = l2_normalize(&Tensor::new(&[[3f32, 4.]], &dev).unwrap()).unwrap();
+        assert_eq!(unit.to_vec2::<f32>().unwrap(), vec![vec![0.6, 0.8]]);
+    }
+}

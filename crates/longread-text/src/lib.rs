@@ -1,0 +1,11 @@
+//! The text side of longread: tokenizers, JSON-lines readers and (later) chunking.
+//! No tensor framework here, so these crates stay light.
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod jsonl;
+pub mod tokenizer;
+
+pub use error::{Result, TextError};
+pub use jsonl::{read_records, Record};
+pub use tokenizer::{pad_batch, Encoded, TextTokenizer};
