@@ -10,7 +10,8 @@ Writes under tests/fixtures/:
 each with expected.safetensors = {input_ids, attention_mask, last_hidden_state} for a padded
 batch of texts (transformers' eager attention, eval mode), and
   minilm/             inputs.jsonl + expected.json: sentence-transformers embeddings of
-                      ../shared/models/all-MiniLM-L6-v2 (mean pooling + L2 normalisation).
+                      ../shared/models/all-MiniLM-L6-v2: "embeddings" from the model's own
+                      pipeline (mean pooling + Normalize), "raw_embeddings" without Normalize.
 
 Usage: python3 scripts/make_encoder_fixtures.py [--shared ../shared]
 Needs: torch, transformers, tokenizers, sentence-transformers, safetensors.
@@ -157,14 +158,19 @@ def minilm(shared):
 
     path = os.path.join(shared, "models", "all-MiniLM-L6-v2")
     st = SentenceTransformer(path, device="cpu")
-    emb = st.encode(MINILM_TEXTS, batch_size=4, convert_to_numpy=True, normalize_embeddings=False)
+    # The model's own pipeline ends with a Normalize module: its output is L2-normalised.
+    emb = st.encode(MINILM_TEXTS, batch_size=4, convert_to_numpy=True)
+    # Transformer + Pooling only: the un-normalised mean embeddings.
+    raw_model = SentenceTransformer(modules=[st[0], st[1]], device="cpu")
+    raw = raw_model.encode(MINILM_TEXTS, batch_size=4, convert_to_numpy=True)
     out = os.path.join(FIXTURES, "minilm")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "inputs.jsonl"), "w") as f:
         for i, t in enumerate(MINILM_TEXTS):
             f.write(json.dumps({"id": f"s{i}", "text": t, "source": "fixture"}, ensure_ascii=False) + "\n")
     with open(os.path.join(out, "expected.json"), "w") as f:
-        json.dump({"max_seq_length": st.max_seq_length, "embeddings": emb.tolist()}, f)
+        json.dump({"max_seq_length": st.max_seq_length, "embeddings": emb.tolist(),
+                   "raw_embeddings": raw.tolist()}, f)
     print(f"minilm: {emb.shape}, max_seq_length {st.max_seq_length}")
 
 

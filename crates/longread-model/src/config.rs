@@ -143,7 +143,7 @@ impl EncoderConfig {
                 return Err(format!("{name} must be positive"));
             }
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
@@ -160,7 +160,7 @@ impl EncoderConfig {
                 return Err(format!("{name} {p} must be in [0, 1)"));
             }
         }
-        if !(self.layer_norm_eps > 0.0) {
+        if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
             return Err(format!(
                 "layer_norm_eps {} must be positive",
                 self.layer_norm_eps

@@ -101,7 +101,17 @@ pub enum ModelError {
     },
     /// An error from the tensor framework.
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for ModelError {
+    /// Drops the backtrace candle attaches when `RUST_BACKTRACE` is set: users get one line.
+    fn from(mut e: candle_core::Error) -> Self {
+        while let candle_core::Error::WithBacktrace { inner, .. } = e {
+            e = *inner;
+        }
+        Self::Candle(e)
+    }
 }
 
 /// Result type of this crate.

@@ -1,0 +1,255 @@
+//! Every bad input named in the foundation issue gives one `error:` line and exit code 1.
+
+mod common;
+
+use common::{assert_clean_failure, fixture, longread, longread_stdin, scratch_copy};
+
+fn embed_with(model: &std::path::Path, input: &std::path::Path) -> std::process::Output {
+    longread(&[
+        "embed",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ])
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn good_input(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    write(
+        dir,
+        "in.jsonl",
+        b"{\"id\": 1, \"text\": \"The committee met.\"}\n",
+    )
+}
+
+#[test]
+fn missing_model_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = embed_with(&tmp.path().join("nope"), &good_input(&tmp));
+    assert_clean_failure(&out, "not a model directory");
+}
+
+#[test]
+fn hub_id_without_the_hub_feature_says_how_to_enable_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = good_input(&tmp);
+    let out = longread(&[
+        "inspect",
+        "--model",
+        "sentence-transformers/all-MiniLM-L6-v2",
+    ]);
+    if cfg!(feature = "hub") {
+        return;
+    }
+    assert_clean_failure(&out, "--features hub");
+    let _ = input;
+}
+
+#[test]
+fn missing_tokenizer() {
+    let model = scratch_copy("tiny-bert");
+    std::fs::remove_file(model.path().join("tokenizer.json")).unwrap();
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(&out, "tokenizer.json: file not found");
+}
+
+#[test]
+fn missing_weights() {
+    let model = scratch_copy("tiny-bert");
+    std::fs::remove_file(model.path().join("model.safetensors")).unwrap();
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(&out, "model.safetensors: file not found");
+}
+
+#[test]
+fn pickle_weights_are_refused() {
+    let model = scratch_copy("tiny-bert");
+    std::fs::rename(
+        model.path().join("model.safetensors"),
+        model.path().join("pytorch_model.bin"),
+    )
+    .unwrap();
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(&out, "refusing to load PyTorch pickle weights");
+}
+
+#[test]
+fn malformed_config() {
+    let model = scratch_copy("tiny-bert");
+    write(&model, "config.json", b"{\"vocab_size\": ");
+    let out = longread(&["inspect", "--model", model.path().to_str().unwrap()]);
+    assert_clean_failure(&out, "config.json: invalid JSON");
+}
+
+#[test]
+fn corrupt_tokenizer() {
+    let model = scratch_copy("tiny-bert");
+    write(&model, "tokenizer.json", b"{\"model\": 3}");
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(&out, "not a valid Hugging Face tokenizer.json");
+}
+
+#[test]
+fn corrupt_weights() {
+    let model = scratch_copy("tiny-bert");
+    write(
+        &model,
+        "model.safetensors",
+        b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage",
+    );
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(&out, "not a valid safetensors file");
+}
+
+#[test]
+fn wrong_tensor_shape() {
+    let model = scratch_copy("tiny-bert");
+    let cfg = std::fs::read_to_string(model.path().join("config.json")).unwrap();
+    write(
+        &model,
+        "config.json",
+        cfg.replace("\"intermediate_size\": 64", "\"intermediate_size\": 96")
+            .as_bytes(),
+    );
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(
+        &out,
+        "intermediate.dense.weight` has shape [64, 32] but config.json implies [96, 32]",
+    );
+}
+
+#[test]
+fn heads_not_dividing_hidden_size() {
+    let model = scratch_copy("tiny-bert");
+    let cfg = std::fs::read_to_string(model.path().join("config.json")).unwrap();
+    write(
+        &model,
+        "config.json",
+        cfg.replace("\"num_attention_heads\": 4", "\"num_attention_heads\": 3")
+            .as_bytes(),
+    );
+    let out = longread(&["inspect", "--model", model.path().to_str().unwrap()]);
+    assert_clean_failure(
+        &out,
+        "hidden_size 32 is not divisible by num_attention_heads 3",
+    );
+}
+
+#[test]
+fn token_ids_beyond_the_vocabulary() {
+    // A tokenizer with a larger vocabulary than the model: its high ids are out of range.
+    let model = scratch_copy("tiny-bert");
+    let small = scratch_copy("tiny-bert");
+    let cfg = std::fs::read_to_string(small.path().join("config.json")).unwrap();
+    let vocab: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+    let n = vocab["vocab_size"].as_u64().unwrap();
+    // Shrink the model's vocabulary: keep only the first 10 embedding rows.
+    let path = model.path().join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
+    let w = tensors["embeddings.word_embeddings.weight"]
+        .narrow(0, 0, 10)
+        .unwrap();
+    tensors.insert("embeddings.word_embeddings.weight".into(), w);
+    candle_core::safetensors::save(&tensors, &path).unwrap();
+    write(
+        &model,
+        "config.json",
+        cfg.replace(&format!("\"vocab_size\": {n}"), "\"vocab_size\": 10")
+            .as_bytes(),
+    );
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(&out, "is out of range for vocab_size 10");
+}
+
+#[test]
+fn input_problems_name_the_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("tiny-bert");
+    let cases: [(&[u8], &str); 5] = [
+        (
+            b"{\"text\": \"fine\"}\n{\"text\": \"caf\xe9\"}\n",
+            "in.jsonl:2: not valid UTF-8",
+        ),
+        (b"", "no input records"),
+        (b"{\"id\": 3}\n", "in.jsonl:1: missing \"text\" field"),
+        (b"{\"text\": \"\"}\n", "in.jsonl:1: \"text\" is empty"),
+        (b"not json\n", "in.jsonl:1: invalid JSON"),
+    ];
+    for (bytes, needle) in cases {
+        let input = write(&tmp, "in.jsonl", bytes);
+        assert_clean_failure(&embed_with(&model, &input), needle);
+    }
+    assert_clean_failure(
+        &embed_with(&model, &tmp.path().join("absent.jsonl")),
+        "opening input",
+    );
+}
+
+#[test]
+fn failed_run_leaves_an_existing_output_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let output = write(&tmp, "out.jsonl", b"precious\n");
+    let input = write(&tmp, "in.jsonl", b"{\"text\": \"ok\"}\n{\"text\": 5}\n");
+    let out = longread(&[
+        "embed",
+        "--model",
+        fixture("tiny-bert").to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&out, "in.jsonl:2");
+    assert_eq!(std::fs::read(&output).unwrap(), b"precious\n");
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".longread-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left behind");
+}
+
+#[test]
+fn stdin_input_and_file_output_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = write(
+        &tmp,
+        "in.jsonl",
+        b"{\"text\": \"The committee met.\"}\n{\"id\": \"b\", \"text\": \"Rain.\"}\n",
+    );
+    let output = tmp.path().join("out.jsonl");
+    let out = longread_stdin(
+        &[
+            "embed",
+            "--model",
+            fixture("tiny-roberta").to_str().unwrap(),
+            "--input",
+            "-",
+            "--output",
+            output.to_str().unwrap(),
+            "--normalize",
+        ],
+        &input,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = common::json_lines(&std::fs::read(&output).unwrap());
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        lines[0]["id"], 0,
+        "a missing id becomes the line's position"
+    );
+    assert_eq!(lines[1]["id"], "b");
+    let v: Vec<f32> = serde_json::from_value(lines[1]["embedding"].clone()).unwrap();
+    assert_eq!(v.len(), 32);
+    assert!((v.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-5);
+}

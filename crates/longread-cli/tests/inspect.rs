@@ -1,0 +1,63 @@
+//! `longread inspect` reports the configuration and a parameter breakdown that adds up.
+
+mod common;
+
+use common::{fixture, longread};
+
+#[test]
+fn json_breakdown_adds_up_and_matches_the_file() {
+    let out = longread(&[
+        "inspect",
+        "--model",
+        fixture("tiny-roberta").to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["model_type"], "roberta");
+    assert_eq!(v["weight_prefix"], "roberta");
+    assert_eq!(v["max_sequence_length"], 64);
+    let p = &v["parameters"];
+    let get = |k: &str| p[k].as_u64().unwrap();
+    // tiny-roberta: vocab 400, 66 positions, 1 type, hidden 32, 2 layers, FFN 64, 3 labels.
+    let h = 32;
+    assert_eq!(get("embeddings"), (400 + 66 + 1) * h + 2 * h);
+    let layer = 4 * (h * h + h) + 2 * h + (h * 64 + 64) + (64 * h + h) + 2 * h;
+    assert_eq!(get("encoder_layers"), 2 * layer);
+    assert_eq!(get("classifier"), (h * h + h) + (3 * h + 3));
+    assert_eq!(
+        get("total"),
+        get("embeddings")
+            + get("encoder_layers")
+            + get("pooler_attention")
+            + get("classifier")
+            + get("other")
+    );
+    assert_eq!(get("trainable"), get("total") - get("embeddings"));
+}
+
+#[test]
+fn table_names_every_part() {
+    let out = longread(&[
+        "inspect",
+        "--model",
+        fixture("tiny-bert-sharded").to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "bert (BertForMaskedLM)",
+        "gelu_pytorch_tanh",
+        "model-00001-of-00004.safetensors",
+        "embeddings",
+        "encoder layers",
+        "total",
+        "trainable",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+    }
+}
