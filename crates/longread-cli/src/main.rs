@@ -7,7 +7,12 @@ use clap::{Parser, Subcommand};
 
 /// longread — long-document classification with hierarchical transformers.
 #[derive(Debug, Parser)]
-#[command(name = "longread", version, about, long_about = None)]
+#[command(
+    name = "longread",
+    version,
+    about = "longread: classify long documents with hierarchical transformers (BERT/RoBERTa family)",
+    long_about = None
+)]
 struct Cli {
     /// Number of CPU threads for tensor work (default: all cores; also RAYON_NUM_THREADS).
     #[arg(long, global = true, env = "LONGREAD_THREADS")]

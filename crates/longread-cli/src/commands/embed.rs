@@ -48,6 +48,15 @@ enum Pooling {
     Cls,
 }
 
+/// One output line: the input's fields (id first, text dropped) and the embedding, written as
+/// f32 so that each value prints in its shortest round-trip form.
+#[derive(serde::Serialize)]
+struct OutputLine<'a> {
+    #[serde(flatten)]
+    fields: &'a Map<String, Value>,
+    embedding: &'a [f32],
+}
+
 /// Runs `longread embed`.
 pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
     let name = input_name(&args.input);
@@ -72,8 +81,19 @@ pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
+    let started = std::time::Instant::now();
     let result = embedder.embed(&texts, args.batch_size as usize, |n| progress.inc(n as u64))?;
+    let seconds = started.elapsed().as_secs_f64();
     progress.finish_and_clear();
+    if !quiet {
+        let tokens: usize = result.token_counts.iter().sum();
+        eprintln!(
+            "embedded {} texts ({tokens} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s",
+            texts.len(),
+            texts.len() as f64 / seconds,
+            tokens as f64 / seconds
+        );
+    }
 
     let truncated: Vec<usize> = result
         .truncated
@@ -105,8 +125,14 @@ pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
                 line.insert(k.clone(), v.clone());
             }
         }
-        line.insert("embedding".into(), Value::from(vector.clone()));
-        serde_json::to_writer(&mut out, &line).context("writing output")?;
+        serde_json::to_writer(
+            &mut out,
+            &OutputLine {
+                fields: &line,
+                embedding: vector,
+            },
+        )
+        .context("writing output")?;
         out.write_all(b"\n").context("writing output")?;
     }
     out.commit()

@@ -29,13 +29,14 @@ pub fn run(args: InspectArgs) -> Result<()> {
         .names()
         .filter_map(|n| store.shape(n).map(|s| (n, s)))
         .collect();
-    // Default fine-tuning (`longread train`) freezes the embeddings.
+    // Default fine-tuning (`longread train`) freezes the embeddings; BERT's own pooler
+    // (`pooler.dense`) is not used by longread models at all.
     let params =
         ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
-            !name
-                .trim_start_matches(&prefix)
-                .trim_start_matches('.')
-                .starts_with("embeddings.")
+            let local = name
+                .strip_prefix(prefix.as_str())
+                .map_or(name, |n| n.trim_start_matches('.'));
+            !(local.starts_with("embeddings.") || local.starts_with("pooler.dense."))
         });
     let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
     let weight_files: Vec<String> = checkpoint
@@ -128,7 +129,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         (
             "trainable",
             params.trainable,
-            "  (default fine-tuning: embeddings frozen)".into(),
+            "  (default fine-tuning: embeddings frozen, BERT pooler unused)".into(),
         ),
     ];
     for (name, count, note) in rows {
