@@ -53,10 +53,7 @@ impl Output {
                     .prefix(".longread-")
                     .tempfile_in(dir)
                     .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
-                Ok(Self::File {
-                    writer: BufWriter::new(tmp),
-                    target: p.to_owned(),
-                })
+                Ok(Self::File { writer: BufWriter::new(tmp), target: p.to_owned() })
             }
         }
     }
@@ -66,13 +63,9 @@ impl Output {
         match self {
             Self::Stdout(mut w) => w.flush().context("writing to standard output"),
             Self::File { writer, target } => {
-                let tmp = writer
-                    .into_inner()
-                    .map_err(|e| e.into_error())
-                    .context("writing output")?;
+                let tmp = writer.into_inner().map_err(|e| e.into_error()).context("writing output")?;
                 tmp.as_file().sync_all().context("syncing output")?;
-                tmp.persist(&target)
-                    .with_context(|| format!("moving output into place at {}", target.display()))?;
+                tmp.persist(&target).with_context(|| format!("moving output into place at {}", target.display()))?;
                 Ok(())
             }
         }

@@ -5,13 +5,7 @@ mod common;
 use common::{assert_clean_failure, fixture, longread, longread_stdin, scratch_copy};
 
 fn embed_with(model: &std::path::Path, input: &std::path::Path) -> std::process::Output {
-    longread(&[
-        "embed",
-        "--model",
-        model.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-    ])
+    longread(&["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()])
 }
 
 fn write(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> std::path::PathBuf {
@@ -21,11 +15,7 @@ fn write(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> std::path::PathBu
 }
 
 fn good_input(dir: &tempfile::TempDir) -> std::path::PathBuf {
-    write(
-        dir,
-        "in.jsonl",
-        b"{\"id\": 1, \"text\": \"The committee met.\"}\n",
-    )
+    write(dir, "in.jsonl", b"{\"id\": 1, \"text\": \"The committee met.\"}\n")
 }
 
 #[test]
@@ -39,11 +29,7 @@ fn missing_model_directory() {
 fn hub_id_without_the_hub_feature_says_how_to_enable_it() {
     let tmp = tempfile::tempdir().unwrap();
     let input = good_input(&tmp);
-    let out = longread(&[
-        "inspect",
-        "--model",
-        "sentence-transformers/all-MiniLM-L6-v2",
-    ]);
+    let out = longread(&["inspect", "--model", "sentence-transformers/all-MiniLM-L6-v2"]);
     if cfg!(feature = "hub") {
         return;
     }
@@ -70,11 +56,7 @@ fn missing_weights() {
 #[test]
 fn pickle_weights_are_refused() {
     let model = scratch_copy("tiny-bert");
-    std::fs::rename(
-        model.path().join("model.safetensors"),
-        model.path().join("pytorch_model.bin"),
-    )
-    .unwrap();
+    std::fs::rename(model.path().join("model.safetensors"), model.path().join("pytorch_model.bin")).unwrap();
     let out = embed_with(model.path(), &good_input(&model));
     assert_clean_failure(&out, "refusing to load PyTorch pickle weights");
 }
@@ -98,11 +80,7 @@ fn corrupt_tokenizer() {
 #[test]
 fn corrupt_weights() {
     let model = scratch_copy("tiny-bert");
-    write(
-        &model,
-        "model.safetensors",
-        b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage",
-    );
+    write(&model, "model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage");
     let out = embed_with(model.path(), &good_input(&model));
     assert_clean_failure(&out, "not a valid safetensors file");
 }
@@ -111,34 +89,18 @@ fn corrupt_weights() {
 fn wrong_tensor_shape() {
     let model = scratch_copy("tiny-bert");
     let cfg = std::fs::read_to_string(model.path().join("config.json")).unwrap();
-    write(
-        &model,
-        "config.json",
-        cfg.replace("\"intermediate_size\": 64", "\"intermediate_size\": 96")
-            .as_bytes(),
-    );
+    write(&model, "config.json", cfg.replace("\"intermediate_size\": 64", "\"intermediate_size\": 96").as_bytes());
     let out = embed_with(model.path(), &good_input(&model));
-    assert_clean_failure(
-        &out,
-        "intermediate.dense.weight` has shape [64, 32] but config.json implies [96, 32]",
-    );
+    assert_clean_failure(&out, "intermediate.dense.weight` has shape [64, 32] but config.json implies [96, 32]");
 }
 
 #[test]
 fn heads_not_dividing_hidden_size() {
     let model = scratch_copy("tiny-bert");
     let cfg = std::fs::read_to_string(model.path().join("config.json")).unwrap();
-    write(
-        &model,
-        "config.json",
-        cfg.replace("\"num_attention_heads\": 4", "\"num_attention_heads\": 3")
-            .as_bytes(),
-    );
+    write(&model, "config.json", cfg.replace("\"num_attention_heads\": 4", "\"num_attention_heads\": 3").as_bytes());
     let out = longread(&["inspect", "--model", model.path().to_str().unwrap()]);
-    assert_clean_failure(
-        &out,
-        "hidden_size 32 is not divisible by num_attention_heads 3",
-    );
+    assert_clean_failure(&out, "hidden_size 32 is not divisible by num_attention_heads 3");
 }
 
 #[test]
@@ -152,17 +114,10 @@ fn token_ids_beyond_the_vocabulary() {
     // Shrink the model's vocabulary: keep only the first 10 embedding rows.
     let path = model.path().join("model.safetensors");
     let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
-    let w = tensors["embeddings.word_embeddings.weight"]
-        .narrow(0, 0, 10)
-        .unwrap();
+    let w = tensors["embeddings.word_embeddings.weight"].narrow(0, 0, 10).unwrap();
     tensors.insert("embeddings.word_embeddings.weight".into(), w);
     candle_core::safetensors::save(&tensors, &path).unwrap();
-    write(
-        &model,
-        "config.json",
-        cfg.replace(&format!("\"vocab_size\": {n}"), "\"vocab_size\": 10")
-            .as_bytes(),
-    );
+    write(&model, "config.json", cfg.replace(&format!("\"vocab_size\": {n}"), "\"vocab_size\": 10").as_bytes());
     let out = embed_with(model.path(), &good_input(&model));
     assert_clean_failure(&out, "is out of range for vocab_size 10");
 }
@@ -172,10 +127,7 @@ fn input_problems_name_the_line() {
     let tmp = tempfile::tempdir().unwrap();
     let model = fixture("tiny-bert");
     let cases: [(&[u8], &str); 5] = [
-        (
-            b"{\"text\": \"fine\"}\n{\"text\": \"caf\xe9\"}\n",
-            "in.jsonl:2: not valid UTF-8",
-        ),
+        (b"{\"text\": \"fine\"}\n{\"text\": \"caf\xe9\"}\n", "in.jsonl:2: not valid UTF-8"),
         (b"", "no input records"),
         (b"{\"id\": 3}\n", "in.jsonl:1: missing \"text\" field"),
         (b"{\"text\": \"\"}\n", "in.jsonl:1: \"text\" is empty"),
@@ -185,10 +137,7 @@ fn input_problems_name_the_line() {
         let input = write(&tmp, "in.jsonl", bytes);
         assert_clean_failure(&embed_with(&model, &input), needle);
     }
-    assert_clean_failure(
-        &embed_with(&model, &tmp.path().join("absent.jsonl")),
-        "opening input",
-    );
+    assert_clean_failure(&embed_with(&model, &tmp.path().join("absent.jsonl")), "opening input");
 }
 
 #[test]
@@ -218,11 +167,7 @@ fn failed_run_leaves_an_existing_output_untouched() {
 #[test]
 fn stdin_input_and_file_output_work() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = write(
-        &tmp,
-        "in.jsonl",
-        b"{\"text\": \"The committee met.\"}\n{\"id\": \"b\", \"text\": \"Rain.\"}\n",
-    );
+    let input = write(&tmp, "in.jsonl", b"{\"text\": \"The committee met.\"}\n{\"id\": \"b\", \"text\": \"Rain.\"}\n");
     let output = tmp.path().join("out.jsonl");
     let out = longread_stdin(
         &[
@@ -237,17 +182,10 @@ fn stdin_input_and_file_output_work() {
         ],
         &input,
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = common::json_lines(&std::fs::read(&output).unwrap());
     assert_eq!(lines.len(), 2);
-    assert_eq!(
-        lines[0]["id"], 0,
-        "a missing id becomes the line's position"
-    );
+    assert_eq!(lines[0]["id"], 0, "a missing id becomes the line's position");
     assert_eq!(lines[1]["id"], "b");
     let v: Vec<f32> = serde_json::from_value(lines[1]["embedding"].clone()).unwrap();
     assert_eq!(v.len(), 32);

@@ -24,19 +24,13 @@ pub fn minilm() -> Option<PathBuf> {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{} is missing: CI must provide ../shared", dir.display());
     }
-    eprintln!(
-        "skipping: {} not found (set CI=true to make this a failure)",
-        dir.display()
-    );
+    eprintln!("skipping: {} not found (set CI=true to make this a failure)", dir.display());
     None
 }
 
 /// Runs `longread ARGS...`.
 pub fn longread(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_longread"))
-        .args(args)
-        .output()
-        .expect("running longread")
+    Command::new(env!("CARGO_BIN_EXE_longread")).args(args).output().expect("running longread")
 }
 
 /// Runs it with standard input from a file.
@@ -55,10 +49,7 @@ pub fn assert_clean_failure(out: &Output, needle: &str) {
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line expected: {stderr}");
-    assert!(
-        lines[0].starts_with("error: ") && lines[0].contains(needle),
-        "{needle:?} not in {stderr:?}"
-    );
+    assert!(lines[0].starts_with("error: ") && lines[0].contains(needle), "{needle:?} not in {stderr:?}");
 }
 
 /// Copies a fixture directory into a fresh temporary directory.
@@ -73,9 +64,5 @@ pub fn scratch_copy(name: &str) -> tempfile::TempDir {
 
 /// Parses JSON lines.
 pub fn json_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8(bytes.to_vec())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    String::from_utf8(bytes.to_vec()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }

@@ -6,17 +6,8 @@ use common::{fixture, longread};
 
 #[test]
 fn json_breakdown_adds_up_and_matches_the_file() {
-    let out = longread(&[
-        "inspect",
-        "--model",
-        fixture("tiny-roberta").to_str().unwrap(),
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = longread(&["inspect", "--model", fixture("tiny-roberta").to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["model_type"], "roberta");
     assert_eq!(v["weight_prefix"], "roberta");
@@ -31,22 +22,14 @@ fn json_breakdown_adds_up_and_matches_the_file() {
     assert_eq!(get("classifier"), (h * h + h) + (3 * h + 3));
     assert_eq!(
         get("total"),
-        get("embeddings")
-            + get("encoder_layers")
-            + get("pooler_attention")
-            + get("classifier")
-            + get("other")
+        get("embeddings") + get("encoder_layers") + get("pooler_attention") + get("classifier") + get("other")
     );
     assert_eq!(get("trainable"), get("total") - get("embeddings"));
 }
 
 #[test]
 fn table_names_every_part() {
-    let out = longread(&[
-        "inspect",
-        "--model",
-        fixture("tiny-bert-sharded").to_str().unwrap(),
-    ]);
+    let out = longread(&["inspect", "--model", fixture("tiny-bert-sharded").to_str().unwrap()]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for needle in [

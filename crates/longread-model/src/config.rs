@@ -103,27 +103,14 @@ impl EncoderConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
-                ModelError::MissingFile {
-                    path: path.to_owned(),
-                    what: "model configuration",
-                }
+                ModelError::MissingFile { path: path.to_owned(), what: "model configuration" }
             } else {
-                ModelError::Io {
-                    path: path.to_owned(),
-                    source,
-                }
+                ModelError::Io { path: path.to_owned(), source }
             }
         })?;
-        let config: Self = serde_json::from_str(&text).map_err(|source| ModelError::Json {
-            path: path.to_owned(),
-            source,
-        })?;
-        config
-            .validate()
-            .map_err(|message| ModelError::InvalidConfig {
-                path: path.to_owned(),
-                message,
-            })?;
+        let config: Self =
+            serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.to_owned(), source })?;
+        config.validate().map_err(|message| ModelError::InvalidConfig { path: path.to_owned(), message })?;
         Ok(config)
     }
 
@@ -151,20 +138,14 @@ impl EncoderConfig {
         }
         for (name, p) in [
             ("hidden_dropout_prob", self.hidden_dropout_prob),
-            (
-                "attention_probs_dropout_prob",
-                self.attention_probs_dropout_prob,
-            ),
+            ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
         ] {
             if !(0.0..1.0).contains(&p) {
                 return Err(format!("{name} {p} must be in [0, 1)"));
             }
         }
         if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
-            return Err(format!(
-                "layer_norm_eps {} must be positive",
-                self.layer_norm_eps
-            ));
+            return Err(format!("layer_norm_eps {} must be positive", self.layer_norm_eps));
         }
         if self.position_embedding_type != "absolute" {
             return Err(format!(
@@ -201,18 +182,13 @@ impl EncoderConfig {
 
     /// True for RoBERTa-style models (XLM-R and CamemBERT included).
     pub fn is_roberta(&self) -> bool {
-        matches!(
-            self.model_type.as_str(),
-            "roberta" | "xlm-roberta" | "camembert"
-        )
+        matches!(self.model_type.as_str(), "roberta" | "xlm-roberta" | "camembert")
     }
 
     /// How position ids are computed.
     pub fn position_scheme(&self) -> PositionScheme {
         if self.is_roberta() {
-            PositionScheme::PaddingOffset {
-                padding_idx: self.pad_token_id,
-            }
+            PositionScheme::PaddingOffset { padding_idx: self.pad_token_id }
         } else {
             PositionScheme::Absolute
         }
@@ -222,9 +198,7 @@ impl EncoderConfig {
     pub fn max_sequence_length(&self) -> usize {
         match self.position_scheme() {
             PositionScheme::Absolute => self.max_position_embeddings,
-            PositionScheme::PaddingOffset { padding_idx } => {
-                self.max_position_embeddings - padding_idx as usize - 1
-            }
+            PositionScheme::PaddingOffset { padding_idx } => self.max_position_embeddings - padding_idx as usize - 1,
         }
     }
 
@@ -266,10 +240,7 @@ mod tests {
         v["num_attention_heads"] = 7.into();
         let c: EncoderConfig = serde_json::from_value(v).unwrap();
         let err = c.validate().unwrap_err();
-        assert!(
-            err.contains("hidden_size 32 is not divisible by num_attention_heads 7"),
-            "{err}"
-        );
+        assert!(err.contains("hidden_size 32 is not divisible by num_attention_heads 7"), "{err}");
     }
 
     #[test]
@@ -287,10 +258,7 @@ mod tests {
         v["pad_token_id"] = 1.into();
         v["max_position_embeddings"] = 514.into();
         let c: EncoderConfig = serde_json::from_value(v).unwrap();
-        assert_eq!(
-            c.position_scheme(),
-            PositionScheme::PaddingOffset { padding_idx: 1 }
-        );
+        assert_eq!(c.position_scheme(), PositionScheme::PaddingOffset { padding_idx: 1 });
         assert_eq!(c.max_sequence_length(), 512);
     }
 

@@ -39,19 +39,12 @@ impl SentenceEmbedder {
     /// Loads a checkpoint directory. The maximum length is, in order of precedence,
     /// sentence-transformers' `max_seq_length`, the tokenizer's truncation, the model's positions,
     /// never more than the positions allow.
-    pub fn load(
-        dir: &Path,
-        pooling: SentencePooling,
-        normalize: bool,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn load(dir: &Path, pooling: SentencePooling, normalize: bool, device: &Device) -> Result<Self> {
         let checkpoint = Checkpoint::open(dir)?;
         let mut tokenizer = TextTokenizer::from_file(checkpoint.files.require_tokenizer()?)?;
         let positions = checkpoint.config.max_sequence_length();
-        let max_length = sentence_max_seq_length(dir)?
-            .or(tokenizer.truncation_max_length())
-            .unwrap_or(positions)
-            .min(positions);
+        let max_length =
+            sentence_max_seq_length(dir)?.or(tokenizer.truncation_max_length()).unwrap_or(positions).min(positions);
         tokenizer.set_max_length(max_length)?;
         let encoder = checkpoint.load_encoder(&LoadOptions::default(), device)?;
         Ok(Self {
@@ -77,12 +70,7 @@ impl SentenceEmbedder {
 
     /// Embeds texts in batches of `batch_size`, longest first to limit padding;
     /// `on_batch(n)` is called after each batch with the number of texts done in it.
-    pub fn embed(
-        &self,
-        texts: &[&str],
-        batch_size: usize,
-        mut on_batch: impl FnMut(usize),
-    ) -> Result<Embeddings> {
+    pub fn embed(&self, texts: &[&str], batch_size: usize, mut on_batch: impl FnMut(usize)) -> Result<Embeddings> {
         let encoded: Vec<Encoded> = self.tokenizer.encode_batch(texts)?;
         let mut order: Vec<usize> = (0..encoded.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].ids.len()));

@@ -85,6 +85,12 @@ pub enum ModelError {
         /// Shape in the file.
         found: Vec<usize>,
     },
+    /// An output path exists already and would be overwritten.
+    #[error("{path} already exists; choose another output directory or remove it first")]
+    OutputExists {
+        /// The path.
+        path: PathBuf,
+    },
     /// Model input is out of range (token ids, sequence length, ...).
     #[error("invalid model input: {0}")]
     InvalidInput(String),

@@ -17,13 +17,8 @@ impl DropoutRng {
 
     /// `n` keep-masks: each entry is `scale` with probability `1 - p`, else 0.
     pub fn keep_mask(&self, n: usize, p: f64, scale: f32) -> Vec<f32> {
-        let mut rng = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        (0..n)
-            .map(|_| if rng.random::<f64>() < p { 0.0 } else { scale })
-            .collect()
+        let mut rng = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (0..n).map(|_| if rng.random::<f64>() < p { 0.0 } else { scale }).collect()
     }
 }
 

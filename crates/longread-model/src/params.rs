@@ -32,37 +32,26 @@ impl ParameterBreakdown {
         num_layers: usize,
         is_trainable: impl Fn(&str) -> bool,
     ) -> Self {
-        let mut b = Self {
-            per_layer: vec![0; num_layers],
-            ..Self::default()
-        };
+        let mut b = Self { per_layer: vec![0; num_layers], ..Self::default() };
         for (name, shape) in tensors {
             let n: usize = shape.iter().product();
             let local = if encoder_prefix.is_empty() {
                 name
             } else {
-                name.strip_prefix(encoder_prefix)
-                    .and_then(|s| s.strip_prefix('.'))
-                    .unwrap_or(name)
+                name.strip_prefix(encoder_prefix).and_then(|s| s.strip_prefix('.')).unwrap_or(name)
             };
             if local.starts_with("embeddings.") {
                 b.embeddings += n;
             } else if let Some(rest) = local.strip_prefix("encoder.layer.") {
                 b.encoder_layers += n;
-                if let Some(slot) = rest
-                    .split('.')
-                    .next()
-                    .and_then(|i| i.parse::<usize>().ok())
-                    .and_then(|i| b.per_layer.get_mut(i))
+                if let Some(slot) =
+                    rest.split('.').next().and_then(|i| i.parse::<usize>().ok()).and_then(|i| b.per_layer.get_mut(i))
                 {
                     *slot += n;
                 }
             } else if local.starts_with("pooler.") {
                 b.pooler_attention += n;
-            } else if ["classifier.", "norm.", "lm_head.", "heads."]
-                .iter()
-                .any(|p| local.starts_with(p))
-            {
+            } else if ["classifier.", "norm.", "lm_head.", "heads."].iter().any(|p| local.starts_with(p)) {
                 b.classifier += n;
             } else {
                 b.other += n;
@@ -84,29 +73,16 @@ mod tests {
     fn groups_by_prefix() {
         let shapes: Vec<(String, Vec<usize>)> = vec![
             ("bert.embeddings.word_embeddings.weight".into(), vec![10, 4]),
-            (
-                "bert.encoder.layer.0.attention.self.query.weight".into(),
-                vec![4, 4],
-            ),
+            ("bert.encoder.layer.0.attention.self.query.weight".into(), vec![4, 4]),
             ("bert.encoder.layer.1.output.dense.bias".into(), vec![4]),
             ("bert.pooler.dense.weight".into(), vec![4, 4]),
             ("classifier.out_proj.weight".into(), vec![3, 4]),
         ];
-        let b = ParameterBreakdown::from_tensors(
-            shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
-            "bert",
-            2,
-            |n| !n.contains("embeddings"),
-        );
-        assert_eq!(
-            (
-                b.embeddings,
-                b.encoder_layers,
-                b.pooler_attention,
-                b.classifier
-            ),
-            (40, 20, 16, 12)
-        );
+        let b =
+            ParameterBreakdown::from_tensors(shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())), "bert", 2, |n| {
+                !n.contains("embeddings")
+            });
+        assert_eq!((b.embeddings, b.encoder_layers, b.pooler_attention, b.classifier), (40, 20, 16, 12));
         assert_eq!(b.per_layer, vec![16, 4]);
         assert_eq!((b.total, b.trainable), (88, 48));
     }

@@ -36,12 +36,7 @@ impl SentencePooling {
 /// # Shapes
 /// `xs: [batch, hidden]` → `[batch, hidden]`
 pub fn l2_normalize(xs: &Tensor) -> Result<Tensor> {
-    let norm = xs
-        .to_dtype(DType::F32)?
-        .sqr()?
-        .sum_keepdim(D::Minus1)?
-        .sqrt()?
-        .clamp(1e-12, f64::INFINITY)?;
+    let norm = xs.to_dtype(DType::F32)?.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::INFINITY)?;
     xs.broadcast_div(&norm.to_dtype(xs.dtype())?)
 }
 

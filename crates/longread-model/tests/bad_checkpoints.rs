@@ -7,10 +7,7 @@ use common::{fixture, scratch_copy};
 use longread_model::{Checkpoint, LoadOptions, Mode, ModelError};
 
 fn load_err(dir: &std::path::Path) -> String {
-    match Checkpoint::open(dir).and_then(|c| {
-        c.load_encoder(&LoadOptions::default(), &Device::Cpu)
-            .map(|_| ())
-    }) {
+    match Checkpoint::open(dir).and_then(|c| c.load_encoder(&LoadOptions::default(), &Device::Cpu).map(|_| ())) {
         Ok(()) => panic!("loading {} should fail", dir.display()),
         Err(e) => e.to_string(),
     }
@@ -18,8 +15,7 @@ fn load_err(dir: &std::path::Path) -> String {
 
 fn edit_config(dir: &std::path::Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = dir.join("config.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     edit(&mut v);
     std::fs::write(path, v.to_string()).unwrap();
 }
@@ -29,10 +25,7 @@ fn malformed_config_json_names_the_file_and_position() {
     let dir = scratch_copy("tiny-bert");
     std::fs::write(dir.path().join("config.json"), "{\"hidden_size\": 32,").unwrap();
     let err = load_err(dir.path());
-    assert!(
-        err.contains("config.json") && err.contains("invalid JSON") && err.contains("line 1"),
-        "{err}"
-    );
+    assert!(err.contains("config.json") && err.contains("invalid JSON") && err.contains("line 1"), "{err}");
 }
 
 #[test]
@@ -40,10 +33,7 @@ fn heads_not_dividing_hidden_size_is_a_config_error() {
     let dir = scratch_copy("tiny-bert");
     edit_config(dir.path(), |v| v["num_attention_heads"] = 5.into());
     let err = load_err(dir.path());
-    assert!(
-        err.contains("hidden_size 32 is not divisible by num_attention_heads 5"),
-        "{err}"
-    );
+    assert!(err.contains("hidden_size 32 is not divisible by num_attention_heads 5"), "{err}");
 }
 
 #[test]
@@ -66,10 +56,7 @@ fn truncated_weights_file_is_reported_as_corrupt() {
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
     let err = load_err(dir.path());
-    assert!(
-        err.contains("model.safetensors") && err.contains("not a valid safetensors file"),
-        "{err}"
-    );
+    assert!(err.contains("model.safetensors") && err.contains("not a valid safetensors file"), "{err}");
 }
 
 #[test]
@@ -77,10 +64,7 @@ fn missing_tensor_is_named() {
     let dir = scratch_copy("tiny-bert");
     edit_config(dir.path(), |v| v["num_hidden_layers"] = 3.into());
     let err = load_err(dir.path());
-    assert!(
-        err.contains("encoder.layer.2.") && err.contains("no tensor"),
-        "{err}"
-    );
+    assert!(err.contains("encoder.layer.2.") && err.contains("no tensor"), "{err}");
 }
 
 #[test]
@@ -90,49 +74,25 @@ fn legacy_layer_norm_gamma_beta_names_load() {
     let tensors = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
     let renamed: std::collections::HashMap<String, Tensor> = tensors
         .into_iter()
-        .map(|(k, v)| {
-            (
-                k.replace("LayerNorm.weight", "LayerNorm.gamma")
-                    .replace("LayerNorm.bias", "LayerNorm.beta"),
-                v,
-            )
-        })
+        .map(|(k, v)| (k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"), v))
         .collect();
     candle_core::safetensors::save(&renamed, &path).unwrap();
     let checkpoint = Checkpoint::open(dir.path()).unwrap();
-    assert!(checkpoint
-        .load_encoder(&LoadOptions::default(), &Device::Cpu)
-        .is_ok());
+    assert!(checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).is_ok());
 }
 
 #[test]
 fn out_of_range_inputs_are_errors() {
     let checkpoint = Checkpoint::open(&fixture("tiny-bert")).unwrap();
-    let encoder = checkpoint
-        .load_encoder(&LoadOptions::default(), &Device::Cpu)
-        .unwrap();
+    let encoder = checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
     let vocab = checkpoint.config.vocab_size as u32;
     let ids = Tensor::new(&[[2u32, vocab, 3]], &Device::Cpu).unwrap();
-    let err = encoder
-        .forward(&ids, &ids.ones_like().unwrap(), Mode::Eval)
-        .unwrap_err();
+    let err = encoder.forward(&ids, &ids.ones_like().unwrap(), Mode::Eval).unwrap_err();
     assert!(matches!(err, ModelError::InvalidInput(_)));
-    assert!(
-        err.to_string().contains(&format!(
-            "token id {vocab} is out of range for vocab_size {vocab}"
-        )),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&format!("token id {vocab} is out of range for vocab_size {vocab}")), "{err}");
 
-    let long = Tensor::zeros(
-        (1, checkpoint.config.max_position_embeddings + 1),
-        candle_core::DType::U32,
-        &Device::Cpu,
-    )
-    .unwrap();
-    let err = encoder
-        .forward(&long, &long.ones_like().unwrap(), Mode::Eval)
-        .unwrap_err()
-        .to_string();
+    let long = Tensor::zeros((1, checkpoint.config.max_position_embeddings + 1), candle_core::DType::U32, &Device::Cpu)
+        .unwrap();
+    let err = encoder.forward(&long, &long.ones_like().unwrap(), Mode::Eval).unwrap_err().to_string();
     assert!(err.contains("exceeds the model's 64 positions"), "{err}");
 }

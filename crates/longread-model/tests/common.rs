@@ -7,38 +7,33 @@ use candle_core::{Device, Tensor};
 
 /// `tests/fixtures/NAME` at the repository root.
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
 }
 
 /// Largest absolute difference between two tensors of one shape.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims(), "shapes differ");
-    a.sub(b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    a.sub(b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
 }
 
 /// The expected tensors a fixture script stored.
 pub fn expected(name: &str) -> std::collections::HashMap<String, Tensor> {
-    candle_core::safetensors::load(fixture(name).join("expected.safetensors"), &Device::Cpu)
-        .unwrap()
+    candle_core::safetensors::load(fixture(name).join("expected.safetensors"), &Device::Cpu).unwrap()
 }
 
-/// Copies a fixture into a temporary directory that a test may damage.
+/// Copies a fixture's files into a temporary directory that a test may damage.
 pub fn scratch_copy(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(fixture(name)).unwrap() {
         let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
     }
     dir
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

@@ -11,8 +11,7 @@ use longread_text::{pad_batch, TextTokenizer};
 const FIXTURES: [&str; 3] = ["tiny-bert", "tiny-roberta", "tiny-bert-sharded"];
 
 fn texts(name: &str) -> Vec<String> {
-    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("texts.json")).unwrap())
-        .unwrap()
+    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("texts.json")).unwrap()).unwrap()
 }
 
 #[test]
@@ -29,18 +28,12 @@ fn tokenizer_ids_match_the_reference() {
         let want_ids = exp["input_ids"].to_dtype(DType::U32).unwrap();
         let want_mask = exp["attention_mask"].to_dtype(DType::U32).unwrap();
         assert_eq!(
-            Tensor::from_vec(ids, (refs.len(), len), &Device::Cpu)
-                .unwrap()
-                .to_vec2::<u32>()
-                .unwrap(),
+            Tensor::from_vec(ids, (refs.len(), len), &Device::Cpu).unwrap().to_vec2::<u32>().unwrap(),
             want_ids.to_vec2::<u32>().unwrap(),
             "{name}: ids"
         );
         assert_eq!(
-            Tensor::from_vec(mask, (refs.len(), len), &Device::Cpu)
-                .unwrap()
-                .to_vec2::<u32>()
-                .unwrap(),
+            Tensor::from_vec(mask, (refs.len(), len), &Device::Cpu).unwrap().to_vec2::<u32>().unwrap(),
             want_mask.to_vec2::<u32>().unwrap(),
             "{name}: mask"
         );
@@ -52,9 +45,7 @@ fn hidden_states_match_transformers_on_a_padded_batch() {
     for name in FIXTURES {
         let exp = expected(name);
         let checkpoint = Checkpoint::open(&fixture(name)).unwrap();
-        let encoder = checkpoint
-            .load_encoder(&LoadOptions::default(), &Device::Cpu)
-            .unwrap();
+        let encoder = checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
         let ids = exp["input_ids"].to_dtype(DType::U32).unwrap();
         let mask = exp["attention_mask"].to_dtype(DType::U32).unwrap();
         let hidden = encoder.forward(&ids, &mask, Mode::Eval).unwrap();
@@ -67,9 +58,7 @@ fn hidden_states_match_transformers_on_a_padded_batch() {
 fn a_text_alone_equals_the_same_text_in_a_padded_batch() {
     let exp = expected("tiny-roberta");
     let checkpoint = Checkpoint::open(&fixture("tiny-roberta")).unwrap();
-    let encoder = checkpoint
-        .load_encoder(&LoadOptions::default(), &Device::Cpu)
-        .unwrap();
+    let encoder = checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
     let ids = exp["input_ids"].to_dtype(DType::U32).unwrap();
     let mask = exp["attention_mask"].to_dtype(DType::U32).unwrap();
     let batch = encoder.forward(&ids, &mask, Mode::Eval).unwrap();
@@ -77,9 +66,7 @@ fn a_text_alone_equals_the_same_text_in_a_padded_batch() {
     for (row, &len) in lengths.iter().enumerate() {
         let len = len as usize;
         let alone_ids = ids.narrow(0, row, 1).unwrap().narrow(1, 0, len).unwrap();
-        let alone = encoder
-            .forward(&alone_ids, &alone_ids.ones_like().unwrap(), Mode::Eval)
-            .unwrap();
+        let alone = encoder.forward(&alone_ids, &alone_ids.ones_like().unwrap(), Mode::Eval).unwrap();
         let in_batch = batch.narrow(0, row, 1).unwrap().narrow(1, 0, len).unwrap();
         let diff = max_abs_diff(&alone, &in_batch);
         assert!(diff <= 1e-5, "row {row}: {diff}");

@@ -35,6 +35,12 @@ pub enum TextError {
         /// What is wrong.
         message: String,
     },
+    /// A document has no tokens.
+    #[error("the document is empty or whitespace-only (no tokens)")]
+    EmptyDocument,
+    /// Chunking settings are inconsistent.
+    #[error("chunking configuration: {0}")]
+    Config(String),
     /// The input holds no records.
     #[error("{source_name}: no input records (the file is empty)")]
     EmptyInput {

@@ -20,55 +20,43 @@ pub struct Record {
 /// Reads every record; blank lines are skipped. Invalid UTF-8, invalid JSON, a missing,
 /// non-string or empty `"text"` and an input without records are errors naming the line.
 pub fn read_records(reader: impl BufRead, source_name: &str) -> Result<Vec<Record>> {
+    read(reader, source_name, false)
+}
+
+/// Like [`read_records`], but an empty `"text"` is kept (its document fails on its own later).
+pub fn read_records_allowing_empty(reader: impl BufRead, source_name: &str) -> Result<Vec<Record>> {
+    read(reader, source_name, true)
+}
+
+fn read(reader: impl BufRead, source_name: &str, allow_empty: bool) -> Result<Vec<Record>> {
     let mut records = Vec::new();
     for (i, line) in reader.split(b'\n').enumerate() {
         let line_no = i + 1;
-        let bad = |message: String| TextError::BadLine {
-            source_name: source_name.to_owned(),
-            line: line_no,
-            message,
-        };
+        let bad = |message: String| TextError::BadLine { source_name: source_name.to_owned(), line: line_no, message };
         let bytes = line.map_err(|e| bad(e.to_string()))?;
         let text = String::from_utf8(bytes).map_err(|e| {
-            bad(format!(
-                "not valid UTF-8 (invalid byte at column {})",
-                e.utf8_error().valid_up_to() + 1
-            ))
+            bad(format!("not valid UTF-8 (invalid byte at column {})", e.utf8_error().valid_up_to() + 1))
         })?;
         let text = text.trim_end_matches('\r');
         if text.trim().is_empty() {
             continue;
         }
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
         let Value::Object(mut fields) = value else {
-            return Err(bad(
-                "expected a JSON object such as {\"text\": \"...\"}".into()
-            ));
+            return Err(bad("expected a JSON object such as {\"text\": \"...\"}".into()));
         };
         let text = match fields.shift_remove("text") {
             Some(Value::String(s)) => s,
-            Some(other) => {
-                return Err(bad(format!(
-                    "\"text\" must be a string, found {}",
-                    kind(&other)
-                )))
-            }
+            Some(other) => return Err(bad(format!("\"text\" must be a string, found {}", kind(&other)))),
             None => return Err(bad("missing \"text\" field".into())),
         };
-        if text.trim().is_empty() {
+        if !allow_empty && text.trim().is_empty() {
             return Err(bad("\"text\" is empty".into()));
         }
-        records.push(Record {
-            line: line_no,
-            text,
-            fields,
-        });
+        records.push(Record { line: line_no, text, fields });
     }
     if records.is_empty() {
-        return Err(TextError::EmptyInput {
-            source_name: source_name.to_owned(),
-        });
+        return Err(TextError::EmptyInput { source_name: source_name.to_owned() });
     }
     Ok(records)
 }
@@ -94,8 +82,7 @@ mod tests {
 
     #[test]
     fn keeps_other_fields_in_order_and_skips_blank_lines() {
-        let r = read(b"{\"id\": 7, \"text\": \"hello\", \"lang\": \"en\"}\n\n{\"text\": \"b\"}\n")
-            .unwrap();
+        let r = read(b"{\"id\": 7, \"text\": \"hello\", \"lang\": \"en\"}\n\n{\"text\": \"b\"}\n").unwrap();
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].text, "hello");
         assert_eq!(r[0].fields.keys().collect::<Vec<_>>(), vec!["id", "lang"]);
@@ -105,33 +92,21 @@ mod tests {
     #[test]
     fn each_bad_line_names_its_line_and_problem() {
         let cases: [(&[u8], &str); 6] = [
-            (
-                b"{\"text\": \"ok\"}\n{\"text\": \"\xff\"}",
-                "in.jsonl:2: not valid UTF-8",
-            ),
+            (b"{\"text\": \"ok\"}\n{\"text\": \"\xff\"}", "in.jsonl:2: not valid UTF-8"),
             (b"{\"text\": ", "in.jsonl:1: invalid JSON"),
             (b"[1, 2]", "in.jsonl:1: expected a JSON object"),
             (b"{\"id\": 1}", "in.jsonl:1: missing \"text\""),
-            (
-                b"{\"text\": 3}",
-                "in.jsonl:1: \"text\" must be a string, found a number",
-            ),
+            (b"{\"text\": 3}", "in.jsonl:1: \"text\" must be a string, found a number"),
             (b"{\"text\": \"  \"}", "in.jsonl:1: \"text\" is empty"),
         ];
         for (input, expected) in cases {
             let err = read(input).unwrap_err().to_string();
-            assert!(
-                err.starts_with(expected),
-                "{err:?} should start with {expected:?}"
-            );
+            assert!(err.starts_with(expected), "{err:?} should start with {expected:?}");
         }
     }
 
     #[test]
     fn empty_input_is_an_error() {
-        assert!(read(b"\n\n")
-            .unwrap_err()
-            .to_string()
-            .contains("no input records"));
+        assert!(read(b"\n\n").unwrap_err().to_string().contains("no input records"));
     }
 }

@@ -2,10 +2,14 @@
 //! No tensor framework here, so these crates stay light.
 #![deny(missing_docs)]
 
+pub mod chunking;
+pub mod documents;
 pub mod error;
 pub mod jsonl;
 pub mod tokenizer;
 
+pub use chunking::{Chunk, ChunkSelection, ChunkedDocument, Chunker, ChunkingConfig};
+pub use documents::{read_documents, Document};
 pub use error::{Result, TextError};
 pub use jsonl::{read_records, Record};
 pub use tokenizer::{pad_batch, Encoded, TextTokenizer};

@@ -25,9 +25,7 @@ pub struct TextTokenizer {
 
 impl std::fmt::Debug for TextTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TextTokenizer")
-            .field("path", &self.path)
-            .finish()
+        f.debug_struct("TextTokenizer").field("path", &self.path).finish()
     }
 }
 
@@ -37,20 +35,12 @@ impl TextTokenizer {
         if !path.is_file() {
             return Err(TextError::Io {
                 path: path.to_owned(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "tokenizer.json not found",
-                ),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "tokenizer.json not found"),
             });
         }
-        let inner = Tokenizer::from_file(path).map_err(|e| TextError::TokenizerLoad {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        Ok(Self {
-            inner,
-            path: path.to_owned(),
-        })
+        let inner = Tokenizer::from_file(path)
+            .map_err(|e| TextError::TokenizerLoad { path: path.to_owned(), message: e.to_string() })?;
+        Ok(Self { inner, path: path.to_owned() })
     }
 
     /// The underlying `tokenizers` object.
@@ -80,24 +70,17 @@ impl TextTokenizer {
     /// Neither truncate nor pad (for chunking whole documents).
     pub fn disable_truncation_and_padding(&mut self) -> Result<()> {
         self.inner.with_padding(None);
-        self.inner
-            .with_truncation(None)
-            .map_err(|e| TextError::Tokenize(e.to_string()))?;
+        self.inner.with_truncation(None).map_err(|e| TextError::Tokenize(e.to_string()))?;
         Ok(())
     }
 
     /// Tokenizes texts with special tokens, in parallel.
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Encoded>> {
-        let encodings = self
-            .inner
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| TextError::Tokenize(e.to_string()))?;
+        let encodings =
+            self.inner.encode_batch(texts.to_vec(), true).map_err(|e| TextError::Tokenize(e.to_string()))?;
         Ok(encodings
             .into_iter()
-            .map(|e| Encoded {
-                truncated: !e.get_overflowing().is_empty(),
-                ids: e.get_ids().to_vec(),
-            })
+            .map(|e| Encoded { truncated: !e.get_overflowing().is_empty(), ids: e.get_ids().to_vec() })
             .collect())
     }
 }
@@ -135,9 +118,6 @@ mod tests {
         let path = dir.path().join("tokenizer.json");
         std::fs::write(&path, "{ not json").unwrap();
         let err = TextTokenizer::from_file(&path).unwrap_err().to_string();
-        assert!(
-            err.contains("tokenizer.json") && err.contains("not a valid"),
-            "{err}"
-        );
+        assert!(err.contains("tokenizer.json") && err.contains("not a valid"), "{err}");
     }
 }

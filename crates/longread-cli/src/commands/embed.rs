@@ -69,16 +69,10 @@ pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
     let embedder = SentenceEmbedder::load(&dir, pooling, args.normalize, &Device::Cpu)
         .with_context(|| format!("loading model {}", dir.display()))?;
 
-    let progress = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(records.len() as u64)
-    };
+    let progress = if quiet { ProgressBar::hidden() } else { ProgressBar::new(records.len() as u64) };
     progress.set_style(
-        ProgressStyle::with_template(
-            "{spinner} embedding {pos}/{len} texts [{elapsed_precise}, {per_sec}] {wide_bar}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{spinner} embedding {pos}/{len} texts [{elapsed_precise}, {per_sec}] {wide_bar}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
     let started = std::time::Instant::now();
@@ -95,13 +89,7 @@ pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
         );
     }
 
-    let truncated: Vec<usize> = result
-        .truncated
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| **t)
-        .map(|(i, _)| i)
-        .collect();
+    let truncated: Vec<usize> = result.truncated.iter().enumerate().filter(|(_, t)| **t).map(|(i, _)| i).collect();
     if let Some(&first) = truncated.first() {
         tracing::warn!(
             "{} of {} texts were longer than the model's {} tokens and were truncated (first: {name} line {}); \
@@ -116,23 +104,13 @@ pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
     let mut out = Output::create(args.output.as_deref())?;
     for (i, (record, vector)) in records.iter().zip(&result.vectors).enumerate() {
         let mut line = Map::new();
-        line.insert(
-            "id".into(),
-            record.fields.get("id").cloned().unwrap_or(Value::from(i)),
-        );
+        line.insert("id".into(), record.fields.get("id").cloned().unwrap_or(Value::from(i)));
         for (k, v) in &record.fields {
             if k != "id" {
                 line.insert(k.clone(), v.clone());
             }
         }
-        serde_json::to_writer(
-            &mut out,
-            &OutputLine {
-                fields: &line,
-                embedding: vector,
-            },
-        )
-        .context("writing output")?;
+        serde_json::to_writer(&mut out, &OutputLine { fields: &line, embedding: vector }).context("writing output")?;
         out.write_all(b"\n").context("writing output")?;
     }
     out.commit()

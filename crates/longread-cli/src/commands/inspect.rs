@@ -20,24 +20,17 @@ pub struct InspectArgs {
 /// Runs `longread inspect`.
 pub fn run(args: InspectArgs) -> Result<()> {
     let dir = longread_model::resolve_model_dir(&args.model)?;
-    let checkpoint =
-        Checkpoint::open(&dir).with_context(|| format!("opening model {}", dir.display()))?;
+    let checkpoint = Checkpoint::open(&dir).with_context(|| format!("opening model {}", dir.display()))?;
     let cfg = &checkpoint.config;
     let prefix = checkpoint.encoder_prefix().to_owned();
     let store = &checkpoint.store;
-    let tensors: Vec<(&str, &[usize])> = store
-        .names()
-        .filter_map(|n| store.shape(n).map(|s| (n, s)))
-        .collect();
+    let tensors: Vec<(&str, &[usize])> = store.names().filter_map(|n| store.shape(n).map(|s| (n, s))).collect();
     // Default fine-tuning (`longread train`) freezes the embeddings; BERT's own pooler
     // (`pooler.dense`) is not used by longread models at all.
-    let params =
-        ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
-            let local = name
-                .strip_prefix(prefix.as_str())
-                .map_or(name, |n| n.trim_start_matches('.'));
-            !(local.starts_with("embeddings.") || local.starts_with("pooler.dense."))
-        });
+    let params = ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
+        let local = name.strip_prefix(prefix.as_str()).map_or(name, |n| n.trim_start_matches('.'));
+        !(local.starts_with("embeddings.") || local.starts_with("pooler.dense."))
+    });
     let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
     let weight_files: Vec<String> = checkpoint
         .files
@@ -72,11 +65,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         return Ok(());
     }
 
-    let arch = architectures
-        .as_array()
-        .and_then(|a| a.first())
-        .and_then(|v| v.as_str())
-        .unwrap_or("-");
+    let arch = architectures.as_array().and_then(|a| a.first()).and_then(|v| v.as_str()).unwrap_or("-");
     println!("model            {}", dir.display());
     println!("type             {} ({arch})", cfg.model_type);
     println!(
@@ -104,33 +93,18 @@ pub fn run(args: InspectArgs) -> Result<()> {
         weight_files.join(", "),
         if prefix.is_empty() { "none" } else { &prefix }
     );
-    println!(
-        "tokenizer        {}",
-        if checkpoint.files.tokenizer.is_some() {
-            "tokenizer.json"
-        } else {
-            "missing"
-        }
-    );
+    println!("tokenizer        {}", if checkpoint.files.tokenizer.is_some() { "tokenizer.json" } else { "missing" });
     println!();
     println!("{:<18} {:>14}", "parameters", "count");
     let per_layer = params.per_layer.first().copied().unwrap_or(0);
     let rows = [
         ("embeddings", params.embeddings, String::new()),
-        (
-            "encoder layers",
-            params.encoder_layers,
-            format!("  ({} × {})", params.per_layer.len(), group(per_layer)),
-        ),
+        ("encoder layers", params.encoder_layers, format!("  ({} × {})", params.per_layer.len(), group(per_layer))),
         ("pooler/attention", params.pooler_attention, String::new()),
         ("classifier", params.classifier, String::new()),
         ("other", params.other, String::new()),
         ("total", params.total, String::new()),
-        (
-            "trainable",
-            params.trainable,
-            "  (default fine-tuning: embeddings frozen, BERT pooler unused)".into(),
-        ),
+        ("trainable", params.trainable, "  (default fine-tuning: embeddings frozen, BERT pooler unused)".into()),
     ];
     for (name, count, note) in rows {
         if name == "other" && count == 0 {

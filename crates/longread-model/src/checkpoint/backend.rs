@@ -20,11 +20,16 @@ pub(crate) struct StoreBackend {
     /// When set, tensors absent from the store are initialised from this generator.
     pub(crate) init_rng: Option<Mutex<StdRng>>,
     pub(crate) model_type: String,
+    /// Prepended to every name when looking it up in the store (e.g. `"bert."`); variables are
+    /// registered under the name without it.
+    pub(crate) lookup_prefix: String,
 }
 
 impl StoreBackend {
     /// Names to try for `name`: itself, then the pre-2019 LayerNorm names `gamma`/`beta`.
-    fn candidates(name: &str) -> Vec<String> {
+    fn candidates(&self, name: &str) -> Vec<String> {
+        let name = format!("{}{name}", self.lookup_prefix);
+        let name = name.as_str();
         let mut names = vec![name.to_owned()];
         if let Some(stem) = name.strip_suffix("LayerNorm.weight") {
             names.push(format!("{stem}LayerNorm.gamma"));
@@ -36,9 +41,7 @@ impl StoreBackend {
 
     fn stored(&self, name: &str) -> Option<String> {
         let store = self.store.as_ref()?;
-        Self::candidates(name)
-            .into_iter()
-            .find(|n| store.contains(n))
+        self.candidates(name).into_iter().find(|n| store.contains(n))
     }
 
     fn register(&self, name: &str, tensor: Tensor) -> candle_core::Result<Tensor> {
@@ -57,13 +60,7 @@ impl StoreBackend {
         }
     }
 
-    fn initialise(
-        &self,
-        shape: &Shape,
-        init: Init,
-        dtype: DType,
-        dev: &Device,
-    ) -> candle_core::Result<Option<Tensor>> {
+    fn initialise(&self, shape: &Shape, init: Init, dtype: DType, dev: &Device) -> candle_core::Result<Option<Tensor>> {
         let Some(rng) = &self.init_rng else {
             return Ok(None);
         };
@@ -71,19 +68,13 @@ impl StoreBackend {
         let n = shape.elem_count();
         let values: Vec<f32> = match init {
             Init::Const(c) => vec![c as f32; n],
-            Init::Randn { mean, stdev } => (0..n)
-                .map(|_| (mean + stdev * standard_normal(&mut rng)) as f32)
-                .collect(),
+            Init::Randn { mean, stdev } => (0..n).map(|_| (mean + stdev * standard_normal(&mut rng)) as f32).collect(),
             Init::Uniform { lo, up } => (0..n).map(|_| rng.random_range(lo..up) as f32).collect(),
             Init::Kaiming { .. } => {
-                return Err(candle_core::Error::Msg(
-                    "kaiming init is not used by longread models".into(),
-                ))
+                return Err(candle_core::Error::Msg("kaiming init is not used by longread models".into()))
             }
         };
-        Ok(Some(
-            Tensor::from_vec(values, shape.clone(), dev)?.to_dtype(dtype)?,
-        ))
+        Ok(Some(Tensor::from_vec(values, shape.clone(), dev)?.to_dtype(dtype)?))
     }
 }
 
@@ -95,14 +86,7 @@ fn standard_normal(rng: &mut StdRng) -> f64 {
 }
 
 impl candle_nn::var_builder::SimpleBackend for StoreBackend {
-    fn get(
-        &self,
-        shape: Shape,
-        name: &str,
-        init: Init,
-        dtype: DType,
-        dev: &Device,
-    ) -> candle_core::Result<Tensor> {
+    fn get(&self, shape: Shape, name: &str, init: Init, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
         if let Some(stored) = self.stored(name) {
             let store = self.store.as_ref().expect("stored() implies a store");
             let found = store.shape(&stored).unwrap_or_default();
@@ -113,17 +97,14 @@ impl candle_nn::var_builder::SimpleBackend for StoreBackend {
                     found: found.to_vec(),
                 }));
             }
-            let t = store
-                .load(&stored, dev)
-                .map_err(candle_core::Error::wrap)?
-                .to_dtype(dtype)?;
+            let t = store.load(&stored, dev).map_err(candle_core::Error::wrap)?.to_dtype(dtype)?;
             return self.register(name, t);
         }
         match self.initialise(&shape, init, dtype, dev)? {
             Some(t) => self.register(name, t),
             None => Err(candle_core::Error::wrap(ModelError::MissingTensor {
                 name: name.to_owned(),
-                tried: Self::candidates(name).join(", "),
+                tried: self.candidates(name).join(", "),
                 model_type: self.model_type.clone(),
             })),
         }
@@ -133,15 +114,12 @@ impl candle_nn::var_builder::SimpleBackend for StoreBackend {
         let stored = self.stored(name).ok_or_else(|| {
             candle_core::Error::wrap(ModelError::MissingTensor {
                 name: name.to_owned(),
-                tried: Self::candidates(name).join(", "),
+                tried: self.candidates(name).join(", "),
                 model_type: self.model_type.clone(),
             })
         })?;
         let store = self.store.as_ref().expect("stored() implies a store");
-        let t = store
-            .load(&stored, dev)
-            .map_err(candle_core::Error::wrap)?
-            .to_dtype(dtype)?;
+        let t = store.load(&stored, dev).map_err(candle_core::Error::wrap)?.to_dtype(dtype)?;
         self.register(name, t)
     }
 

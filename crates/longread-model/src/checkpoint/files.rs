@@ -25,36 +25,23 @@ impl CheckpointFiles {
     /// Locates config, weights and tokenizer in `dir`.
     pub fn locate(dir: &Path) -> Result<Self> {
         if !dir.is_dir() {
-            return Err(ModelError::NotADirectory {
-                path: dir.to_owned(),
-                hint: String::new(),
-            });
+            return Err(ModelError::NotADirectory { path: dir.to_owned(), hint: String::new() });
         }
         let config = dir.join("config.json");
         if !config.is_file() {
-            return Err(ModelError::MissingFile {
-                path: config,
-                what: "model configuration",
-            });
+            return Err(ModelError::MissingFile { path: config, what: "model configuration" });
         }
         let tokenizer = Some(dir.join("tokenizer.json")).filter(|p| p.is_file());
         let weights = locate_weights(dir)?;
-        Ok(Self {
-            dir: dir.to_owned(),
-            config,
-            weights,
-            tokenizer,
-        })
+        Ok(Self { dir: dir.to_owned(), config, weights, tokenizer })
     }
 
     /// `tokenizer.json`, or an error naming it.
     pub fn require_tokenizer(&self) -> Result<&Path> {
-        self.tokenizer
-            .as_deref()
-            .ok_or_else(|| ModelError::MissingFile {
-                path: self.dir.join("tokenizer.json"),
-                what: "Hugging Face tokenizer",
-            })
+        self.tokenizer.as_deref().ok_or_else(|| ModelError::MissingFile {
+            path: self.dir.join("tokenizer.json"),
+            what: "Hugging Face tokenizer",
+        })
     }
 }
 
@@ -73,10 +60,7 @@ fn locate_weights(dir: &Path) -> Result<Vec<PathBuf>> {
             return Err(ModelError::PickleRefused { path });
         }
     }
-    Err(ModelError::MissingFile {
-        path: single,
-        what: "model weights in safetensors format",
-    })
+    Err(ModelError::MissingFile { path: single, what: "model weights in safetensors format" })
 }
 
 /// Reads `weight_map` of a sharded checkpoint and checks that every shard exists.
@@ -85,30 +69,19 @@ fn shards_from_index(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
     struct Index {
         weight_map: std::collections::BTreeMap<String, String>,
     }
-    let text = std::fs::read_to_string(index).map_err(|source| ModelError::Io {
-        path: index.to_owned(),
-        source,
-    })?;
-    let parsed: Index = serde_json::from_str(&text).map_err(|source| ModelError::Json {
-        path: index.to_owned(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(index).map_err(|source| ModelError::Io { path: index.to_owned(), source })?;
+    let parsed: Index =
+        serde_json::from_str(&text).map_err(|source| ModelError::Json { path: index.to_owned(), source })?;
     let files: BTreeSet<&String> = parsed.weight_map.values().collect();
     if files.is_empty() {
-        return Err(ModelError::InvalidConfig {
-            path: index.to_owned(),
-            message: "weight_map is empty".into(),
-        });
+        return Err(ModelError::InvalidConfig { path: index.to_owned(), message: "weight_map is empty".into() });
     }
     files
         .into_iter()
         .map(|name| {
             let path = dir.join(name);
             if name.contains("..") || name.contains('/') || !path.is_file() {
-                Err(ModelError::MissingFile {
-                    path,
-                    what: "weight shard named in model.safetensors.index.json",
-                })
+                Err(ModelError::MissingFile { path, what: "weight shard named in model.safetensors.index.json" })
             } else {
                 Ok(path)
             }
@@ -126,20 +99,14 @@ mod tests {
         std::fs::write(dir.path().join("config.json"), "{}").unwrap();
         std::fs::write(dir.path().join("pytorch_model.bin"), b"not really").unwrap();
         let err = CheckpointFiles::locate(dir.path()).unwrap_err().to_string();
-        assert!(
-            err.contains("pickle") && err.contains("safetensors"),
-            "{err}"
-        );
+        assert!(err.contains("pickle") && err.contains("safetensors"), "{err}");
     }
 
     #[test]
     fn missing_config_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let err = CheckpointFiles::locate(dir.path()).unwrap_err().to_string();
-        assert!(
-            err.contains("config.json") && err.contains("not found"),
-            "{err}"
-        );
+        assert!(err.contains("config.json") && err.contains("not found"), "{err}");
     }
 
     #[test]

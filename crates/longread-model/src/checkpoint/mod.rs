@@ -57,11 +57,7 @@ impl std::fmt::Debug for LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self {
-            dtype: DType::F32,
-            trainable: None,
-            init_seed: None,
-        }
+        Self { dtype: DType::F32, trainable: None, init_seed: None }
     }
 }
 
@@ -71,49 +67,37 @@ impl Checkpoint {
         let files = CheckpointFiles::locate(dir)?;
         let config = EncoderConfig::from_file(&files.config)?;
         let store = Arc::new(TensorStore::open(&files.weights)?);
-        Ok(Self {
-            files,
-            config,
-            store,
-        })
+        Ok(Self { files, config, store })
     }
 
     /// Where the encoder's tensors live: `""` for a bare `BertModel` checkpoint,
     /// `"bert"`/`"roberta"` for one saved by a `*For...` head model.
     pub fn encoder_prefix(&self) -> &str {
         let prefix = self.config.weight_prefix();
-        if self
-            .store
-            .contains(&format!("{prefix}.embeddings.word_embeddings.weight"))
-        {
+        if self.store.contains(&format!("{prefix}.embeddings.word_embeddings.weight")) {
             prefix
         } else {
             ""
         }
     }
 
-    /// A `VarBuilder` at the checkpoint's root.
-    pub fn var_builder(&self, options: &LoadOptions, device: &Device) -> VarBuilder<'static> {
+    /// A `VarBuilder` over the tensors whose names start with `prefix` (`""` for the root,
+    /// else e.g. `"bert"`); names are seen, and variables registered, without the prefix.
+    pub fn var_builder(&self, prefix: &str, options: &LoadOptions, device: &Device) -> VarBuilder<'static> {
         let backend = backend::StoreBackend {
             store: Some(self.store.clone()),
             vars: options.trainable.clone(),
             init_rng: options.init_seed.map(backend::init_rng),
             model_type: self.config.model_type.clone(),
+            lookup_prefix: if prefix.is_empty() { String::new() } else { format!("{prefix}.") },
         };
         VarBuilder::from_backend(Box::new(backend), options.dtype, device.clone())
     }
 
     /// Builds the encoder from the checkpoint's tensors (every tensor must be present).
     pub fn load_encoder(&self, options: &LoadOptions, device: &Device) -> Result<Encoder> {
-        let vb = self.var_builder(
-            &LoadOptions {
-                init_seed: None,
-                ..options.clone()
-            },
-            device,
-        );
-        let prefix = self.encoder_prefix();
-        let vb = if prefix.is_empty() { vb } else { vb.pp(prefix) };
+        let options = LoadOptions { init_seed: None, ..options.clone() };
+        let vb = self.var_builder(self.encoder_prefix(), &options, device);
         Ok(Encoder::load(vb, &self.config)?)
     }
 }
@@ -131,6 +115,7 @@ pub fn fresh_var_builder(
         vars: trainable,
         init_rng: Some(backend::init_rng(seed)),
         model_type: model_type.to_owned(),
+        lookup_prefix: String::new(),
     };
     VarBuilder::from_backend(Box::new(backend), dtype, device.clone())
 }

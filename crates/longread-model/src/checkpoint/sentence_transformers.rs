@@ -12,17 +12,8 @@ pub fn sentence_max_seq_length(dir: &Path) -> Result<Option<usize>> {
     if !path.is_file() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io { path: path.clone(), source })?;
     let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|source| ModelError::Json {
-            path: path.clone(),
-            source,
-        })?;
-    Ok(value
-        .get("max_seq_length")
-        .and_then(|v| v.as_u64())
-        .map(|v| v as usize))
+        serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.clone(), source })?;
+    Ok(value.get("max_seq_length").and_then(|v| v.as_u64()).map(|v| v as usize))
 }

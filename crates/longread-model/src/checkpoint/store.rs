@@ -17,9 +17,7 @@ pub struct TensorStore {
 
 impl std::fmt::Debug for TensorStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TensorStore")
-            .field("tensors", &self.index.len())
-            .finish()
+        f.debug_struct("TensorStore").field("tensors", &self.index.len()).finish()
     }
 }
 
@@ -57,22 +55,16 @@ impl TensorStore {
 
     /// Loads one tensor in its stored dtype.
     pub fn load(&self, name: &str, device: &Device) -> Result<Tensor> {
-        let (file, _) = self
-            .index
-            .get(name)
-            .ok_or_else(|| ModelError::MissingTensor {
-                name: name.into(),
-                tried: name.into(),
-                model_type: "this".into(),
-            })?;
+        let (file, _) = self.index.get(name).ok_or_else(|| ModelError::MissingTensor {
+            name: name.into(),
+            tried: name.into(),
+            model_type: "this".into(),
+        })?;
         let (path, st) = &self.files[*file];
         st.load(name, device).map_err(|e| corrupt(path, e))
     }
 }
 
 fn corrupt(path: &Path, e: candle_core::Error) -> ModelError {
-    ModelError::CorruptWeights {
-        path: path.to_owned(),
-        message: e.to_string(),
-    }
+    ModelError::CorruptWeights { path: path.to_owned(), message: e.to_string() }
 }

@@ -46,9 +46,7 @@ impl SelfAttention {
     /// `[batch, seq, hidden]` → `[batch, heads, seq, head_size]`
     fn split_heads(&self, xs: &Tensor) -> Result<Tensor> {
         let (b, s, _) = xs.dims3()?;
-        xs.reshape((b, s, self.num_heads, self.head_size))?
-            .transpose(1, 2)?
-            .contiguous()
+        xs.reshape((b, s, self.num_heads, self.head_size))?.transpose(1, 2)?.contiguous()
     }
 
     /// Attends over the sequence; `mask_bias` is 0 for real tokens and a large negative
@@ -63,13 +61,9 @@ impl SelfAttention {
         let v = self.split_heads(&self.value.forward(xs)?)?;
         let scale = 1.0 / (self.head_size as f64).sqrt();
         let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask_bias)?;
-        let probs = self
-            .probs_dropout
-            .forward(&softmax_last_dim(&scores)?, mode)?;
+        let probs = self.probs_dropout.forward(&softmax_last_dim(&scores)?, mode)?;
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))?;
-        let out = self
-            .hidden_dropout
-            .forward(&self.output.forward(&context)?, mode)?;
+        let out = self.hidden_dropout.forward(&self.output.forward(&context)?, mode)?;
         self.norm.forward(&(out + xs)?)
     }
 }

@@ -22,14 +22,9 @@ pub struct Embeddings {
 impl Embeddings {
     /// Loads `word_embeddings`, `position_embeddings`, `token_type_embeddings` and `LayerNorm`.
     pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
-        let init = Init::Randn {
-            mean: 0.0,
-            stdev: cfg.initializer_range,
-        };
+        let init = Init::Randn { mean: 0.0, stdev: cfg.initializer_range };
         let table = |name: &str, rows: usize| -> Result<Embedding> {
-            let w = vb
-                .pp(name)
-                .get_with_hints((rows, cfg.hidden_size), "weight", init)?;
+            let w = vb.pp(name).get_with_hints((rows, cfg.hidden_size), "weight", init)?;
             Ok(Embedding::new(w, cfg.hidden_size))
         };
         Ok(Self {

@@ -24,11 +24,7 @@ pub struct EncoderLayer {
 impl EncoderLayer {
     /// Loads `attention`, `intermediate.dense` and `output.{dense,LayerNorm}` under `vb`.
     pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
-        let (h, i, std) = (
-            cfg.hidden_size,
-            cfg.intermediate_size(),
-            cfg.initializer_range,
-        );
+        let (h, i, std) = (cfg.hidden_size, cfg.intermediate_size(), cfg.initializer_range);
         Ok(Self {
             attention: SelfAttention::load(vb.pp("attention"), cfg)?,
             intermediate: linear(vb.pp("intermediate").pp("dense"), h, i, std)?,
@@ -43,9 +39,7 @@ impl EncoderLayer {
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
     pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {
         let attended = self.attention.forward(xs, mask_bias, mode)?;
-        let inner = self
-            .activation
-            .forward(&self.intermediate.forward(&attended)?)?;
+        let inner = self.activation.forward(&self.intermediate.forward(&attended)?)?;
         let out = self.dropout.forward(&self.output.forward(&inner)?, mode)?;
         self.norm.forward(&(out + attended)?)
     }

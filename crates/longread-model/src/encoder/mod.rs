@@ -31,11 +31,7 @@ impl Encoder {
         let layers = (0..config.num_hidden_layers)
             .map(|i| EncoderLayer::load(vb.pp("encoder").pp("layer").pp(i), config))
             .collect::<CResult<Vec<_>>>()?;
-        Ok(Self {
-            embeddings,
-            layers,
-            config: config.clone(),
-        })
+        Ok(Self { embeddings, layers, config: config.clone() })
     }
 
     /// The configuration the encoder was built from.
@@ -58,12 +54,7 @@ impl Encoder {
     /// # Shapes
     /// `input_ids, attention_mask: [batch, seq]` (u32; mask 1 = token, 0 = padding)
     /// → `[batch, seq, hidden]`
-    pub fn forward(
-        &self,
-        input_ids: &Tensor,
-        attention_mask: &Tensor,
-        mode: Mode,
-    ) -> Result<Tensor> {
+    pub fn forward(&self, input_ids: &Tensor, attention_mask: &Tensor, mode: Mode) -> Result<Tensor> {
         let token_type_ids = input_ids.zeros_like()?;
         self.forward_with_types(input_ids, attention_mask, &token_type_ids, mode)
     }
@@ -81,9 +72,7 @@ impl Encoder {
     ) -> Result<Tensor> {
         let position_ids = self.validate_and_position(input_ids, attention_mask, token_type_ids)?;
         let mask_bias = mask_bias(attention_mask, self.embeddings.word_embeddings().dtype())?;
-        let mut xs = self
-            .embeddings
-            .forward(input_ids, &position_ids, token_type_ids, mode)?;
+        let mut xs = self.embeddings.forward(input_ids, &position_ids, token_type_ids, mode)?;
         for layer in &self.layers {
             xs = layer.forward(&xs, &mask_bias, mode)?;
         }
@@ -91,12 +80,7 @@ impl Encoder {
     }
 
     /// Checks ids against the vocabulary and positions, and returns the position ids.
-    fn validate_and_position(
-        &self,
-        input_ids: &Tensor,
-        mask: &Tensor,
-        types: &Tensor,
-    ) -> Result<Tensor> {
+    fn validate_and_position(&self, input_ids: &Tensor, mask: &Tensor, types: &Tensor) -> Result<Tensor> {
         let cfg = &self.config;
         let (batch, seq) = input_ids.dims2()?;
         if mask.dims() != [batch, seq] || types.dims() != [batch, seq] {
@@ -108,9 +92,7 @@ impl Encoder {
             )));
         }
         if seq == 0 || batch == 0 {
-            return Err(ModelError::InvalidInput(
-                "empty batch or empty sequence".into(),
-            ));
+            return Err(ModelError::InvalidInput("empty batch or empty sequence".into()));
         }
         if seq > cfg.max_sequence_length() {
             return Err(ModelError::InvalidInput(format!(
@@ -119,11 +101,7 @@ impl Encoder {
             )));
         }
         let ids = input_ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
-        if let Some(bad) = ids
-            .iter()
-            .flatten()
-            .find(|&&id| id as usize >= cfg.vocab_size)
-        {
+        if let Some(bad) = ids.iter().flatten().find(|&&id| id as usize >= cfg.vocab_size) {
             return Err(ModelError::InvalidInput(format!(
                 "token id {bad} is out of range for vocab_size {}",
                 cfg.vocab_size
@@ -155,11 +133,7 @@ impl Encoder {
                 })
                 .collect(),
         };
-        Ok(Tensor::from_vec(
-            positions,
-            (batch, seq),
-            input_ids.device(),
-        )?)
+        Ok(Tensor::from_vec(positions, (batch, seq), input_ids.device())?)
     }
 }
 

@@ -44,22 +44,11 @@ mod tests {
         let x = Tensor::ones((100, 100), candle_core::DType::F32, &Device::Cpu).unwrap();
         let d = Dropout::new(0.25);
         let same = d.forward(&x, Mode::Eval).unwrap();
-        assert_eq!(
-            same.sum_all().unwrap().to_scalar::<f32>().unwrap(),
-            10_000.0
-        );
+        assert_eq!(same.sum_all().unwrap().to_scalar::<f32>().unwrap(), 10_000.0);
         let rng = DropoutRng::new(7);
-        let y = d
-            .forward(&x, Mode::Train(&rng))
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
+        let y = d.forward(&x, Mode::Train(&rng)).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let dropped = y.iter().filter(|v| **v == 0.0).count();
         assert!((2_200..2_800).contains(&dropped), "dropped {dropped}");
-        assert!(y
-            .iter()
-            .all(|v| *v == 0.0 || (*v - 1.0 / 0.75).abs() < 1e-6));
+        assert!(y.iter().all(|v| *v == 0.0 || (*v - 1.0 / 0.75).abs() < 1e-6));
     }
 }

@@ -26,18 +26,11 @@ impl LayerNorm {
     /// `xs: [..., hidden]` → `[..., hidden]`
     pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let dtype = xs.dtype();
-        let x = if dtype == DType::F32 {
-            xs.clone()
-        } else {
-            xs.to_dtype(DType::F32)?
-        };
+        let x = if dtype == DType::F32 { xs.clone() } else { xs.to_dtype(DType::F32)? };
         let mean = x.mean_keepdim(D::Minus1)?;
         let centered = x.broadcast_sub(&mean)?;
         let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
         let normed = centered.broadcast_div(&(var + self.eps)?.sqrt()?)?;
-        normed
-            .to_dtype(dtype)?
-            .broadcast_mul(&self.weight)?
-            .broadcast_add(&self.bias)
+        normed.to_dtype(dtype)?.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)
     }
 }

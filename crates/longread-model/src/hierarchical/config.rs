@@ -1,0 +1,260 @@
+//! The `"longread"` section and labels of a hierarchical classifier's `config.json`
+//! (model directory format v1, see docs/model-format.md).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use longread_text::{ChunkSelection, ChunkingConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::config::EncoderConfig;
+use crate::error::{ModelError, Result};
+
+/// `architectures` value that marks a longread hierarchical classifier.
+pub const ARCHITECTURE: &str = "LongreadHierarchicalClassifier";
+/// The model directory format this code writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// How a chunk's token states become one chunk vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ChunkPooling {
+    /// Hidden state of the first token (`[CLS]`/`<s>`).
+    #[default]
+    Cls,
+    /// Mean over all tokens of the chunk, special tokens included.
+    Mean,
+}
+
+/// How a document's chunk vectors become one document vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolingStrategy {
+    /// Additive attention with one context vector (Yang et al. 2016).
+    #[default]
+    Attention,
+    /// K context vectors; the K document vectors are concatenated and merged by a linear layer.
+    Multihead,
+    /// Mean of the chunk vectors.
+    Mean,
+    /// Element-wise maximum of the chunk vectors.
+    Max,
+    /// The first chunk's vector only.
+    First,
+}
+
+/// The `"longread"` object of config.json. Every field has a default (stated on the field),
+/// so older or hand-written files keep loading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LongreadSection {
+    /// Model directory format (1).
+    pub format_version: u32,
+    /// Tokens per chunk, special tokens included (512).
+    pub chunk_size: usize,
+    /// Overlap between consecutive windows in tokens (256).
+    pub stride: usize,
+    /// Most chunks per document, 0 = no limit (20).
+    pub max_chunks: usize,
+    /// Which windows to keep past `max_chunks` ("head").
+    pub chunk_selection: ChunkSelection,
+    /// Chunk vector from token states ("cls").
+    pub chunk_pooling: ChunkPooling,
+    /// Pooling over chunks ("attention").
+    pub pooling_strategy: PoolingStrategy,
+    /// Size of the attention projection (256).
+    pub attention_hidden_size: usize,
+    /// Context vectors K (1; ≥ 2 for "multihead").
+    pub attention_heads: usize,
+    /// Inner size of the head (default: hidden_size / 2).
+    pub classifier_hidden_size: Option<usize>,
+    /// Dropout on chunk vectors (0.1).
+    pub hidden_dropout: f64,
+    /// Dropout on attention weights (0.1).
+    pub attention_dropout: f64,
+    /// Dropout inside the head (0.3).
+    pub classifier_dropout: f64,
+    /// Epsilon of the document LayerNorm (1e-5).
+    pub layer_norm_eps: f64,
+}
+
+impl Default for LongreadSection {
+    fn default() -> Self {
+        Self {
+            format_version: FORMAT_VERSION,
+            chunk_size: 512,
+            stride: 256,
+            max_chunks: 20,
+            chunk_selection: ChunkSelection::Head,
+            chunk_pooling: ChunkPooling::Cls,
+            pooling_strategy: PoolingStrategy::Attention,
+            attention_hidden_size: 256,
+            attention_heads: 1,
+            classifier_hidden_size: None,
+            hidden_dropout: 0.1,
+            attention_dropout: 0.1,
+            classifier_dropout: 0.3,
+            layer_norm_eps: 1e-5,
+        }
+    }
+}
+
+impl LongreadSection {
+    /// The chunking settings.
+    pub fn chunking(&self) -> ChunkingConfig {
+        ChunkingConfig {
+            chunk_size: self.chunk_size,
+            stride: self.stride,
+            max_chunks: self.max_chunks,
+            selection: self.chunk_selection,
+        }
+    }
+
+    /// Context vectors actually used (1 unless "multihead").
+    pub fn heads(&self) -> usize {
+        if self.pooling_strategy == PoolingStrategy::Multihead {
+            self.attention_heads
+        } else {
+            1
+        }
+    }
+
+    /// Checks the section against the encoder; returns what is wrong.
+    pub fn validate(&self, encoder: &EncoderConfig) -> std::result::Result<(), String> {
+        if self.format_version != FORMAT_VERSION {
+            return Err(format!(
+                "longread.format_version {} is not supported by this version of longread (it reads {FORMAT_VERSION})",
+                self.format_version
+            ));
+        }
+        if self.chunk_size > encoder.max_sequence_length() {
+            return Err(format!(
+                "longread.chunk_size {} exceeds the encoder's {} positions",
+                self.chunk_size,
+                encoder.max_sequence_length()
+            ));
+        }
+        if self.attention_hidden_size == 0 || self.classifier_hidden_size == Some(0) {
+            return Err("longread.attention_hidden_size and classifier_hidden_size must be positive".into());
+        }
+        match (self.pooling_strategy, self.attention_heads) {
+            (PoolingStrategy::Multihead, k) if k < 2 => {
+                Err(format!("pooling_strategy \"multihead\" needs attention_heads ≥ 2 (got {k})"))
+            }
+            (PoolingStrategy::Multihead, _) => Ok(()),
+            (_, 0) => Err("longread.attention_heads must be positive".into()),
+            _ => Ok(()),
+        }?;
+        for (name, p) in [
+            ("hidden_dropout", self.hidden_dropout),
+            ("attention_dropout", self.attention_dropout),
+            ("classifier_dropout", self.classifier_dropout),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!("longread.{name} {p} must be in [0, 1)"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything in a classifier's config.json besides the encoder's own keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassifierConfig {
+    /// The encoder's configuration (HF keys, unchanged).
+    pub encoder: EncoderConfig,
+    /// The longread section.
+    pub longread: LongreadSection,
+    /// Label names in id order.
+    pub labels: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct HeadKeys {
+    #[serde(default)]
+    architectures: Vec<String>,
+    #[serde(default)]
+    id2label: BTreeMap<String, String>,
+    longread: Option<LongreadSection>,
+}
+
+impl ClassifierConfig {
+    /// Reads a classifier's config.json (already validated as an encoder config).
+    pub fn from_file(path: &Path, encoder: EncoderConfig) -> Result<Self> {
+        let invalid = |message: String| ModelError::InvalidConfig { path: path.to_owned(), message };
+        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: path.to_owned(), source })?;
+        let keys: HeadKeys =
+            serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.to_owned(), source })?;
+        let Some(longread) = keys.longread else {
+            return Err(invalid(format!(
+                "no \"longread\" section: this is a plain encoder ({}), not a longread classifier; \
+                 create one with `longread init --encoder DIR --labels ...`",
+                keys.architectures.join(", ")
+            )));
+        };
+        longread.validate(&encoder).map_err(invalid)?;
+        let labels = labels_from_id2label(&keys.id2label).map_err(invalid)?;
+        Ok(Self { encoder, longread, labels })
+    }
+
+    /// Inner size of the head.
+    pub fn classifier_hidden_size(&self) -> usize {
+        self.longread.classifier_hidden_size.unwrap_or(self.encoder.hidden_size / 2).max(1)
+    }
+
+    /// The full config.json: encoder keys, architectures, labels and the longread section.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(&self.encoder).unwrap_or_default();
+        let id2label: BTreeMap<String, &String> =
+            self.labels.iter().enumerate().map(|(i, l)| (i.to_string(), l)).collect();
+        let label2id: BTreeMap<&String, usize> = self.labels.iter().enumerate().map(|(i, l)| (l, i)).collect();
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("architectures".into(), serde_json::json!([ARCHITECTURE]));
+            obj.insert("id2label".into(), serde_json::json!(id2label));
+            obj.insert("label2id".into(), serde_json::json!(label2id));
+            obj.insert("longread".into(), serde_json::to_value(&self.longread).unwrap_or_default());
+        }
+        value
+    }
+}
+
+/// Label names ordered by id; ids must be 0..n.
+fn labels_from_id2label(map: &BTreeMap<String, String>) -> std::result::Result<Vec<String>, String> {
+    let mut pairs = map
+        .iter()
+        .map(|(k, v)| {
+            k.parse::<usize>().map(|i| (i, v.clone())).map_err(|_| format!("id2label key \"{k}\" is not a number"))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    pairs.sort();
+    if pairs.len() < 2 || pairs.iter().enumerate().any(|(i, (id, _))| *id != i) {
+        return Err("id2label must name at least 2 labels with ids 0, 1, 2, …".into());
+    }
+    Ok(pairs.into_iter().map(|(_, l)| l).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_fields_take_the_documented_defaults() {
+        let s: LongreadSection = serde_json::from_str("{}").unwrap();
+        assert_eq!(s, LongreadSection::default());
+        assert_eq!((s.chunk_size, s.stride, s.max_chunks), (512, 256, 20));
+        assert_eq!((s.attention_hidden_size, s.classifier_dropout, s.layer_norm_eps), (256, 0.3, 1e-5));
+        let s: LongreadSection =
+            serde_json::from_str(r#"{"pooling_strategy": "multihead", "attention_heads": 4}"#).unwrap();
+        assert_eq!(s.heads(), 4);
+    }
+
+    #[test]
+    fn labels_must_be_dense_from_zero() {
+        let mut m = BTreeMap::new();
+        m.insert("0".to_string(), "a".to_string());
+        m.insert("2".to_string(), "c".to_string());
+        assert!(labels_from_id2label(&m).is_err());
+        m.insert("1".to_string(), "b".to_string());
+        assert_eq!(labels_from_id2label(&m).unwrap(), vec!["a", "b", "c"]);
+    }
+}

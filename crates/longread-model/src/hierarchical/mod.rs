@@ -1,0 +1,12 @@
+//! The hierarchical long-document classifier: chunks → encoder → chunk vectors → pooling
+//! over chunks → LayerNorm → head (model directory format v1, docs/model-format.md).
+
+pub mod chunk_pooler;
+pub mod config;
+pub mod head;
+pub mod model;
+pub mod predictor;
+
+pub use config::{ChunkPooling, ClassifierConfig, LongreadSection, PoolingStrategy, ARCHITECTURE};
+pub use model::{Classified, HierarchicalClassifier};
+pub use predictor::DocumentScores;

@@ -1,0 +1,202 @@
+//! The hierarchical classifier: encoder → chunk vectors → pooling over chunks → head.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+
+use crate::checkpoint::{fresh_var_builder, Checkpoint, LoadOptions};
+use crate::encoder::Encoder;
+use crate::error::{ModelError, Result};
+use crate::hierarchical::chunk_pooler::{masked_mean, ChunkPooler};
+use crate::hierarchical::config::{ChunkPooling, ClassifierConfig, LongreadSection};
+use crate::hierarchical::head::ClassificationHead;
+use crate::layers::Dropout;
+use crate::mode::Mode;
+
+/// A long-document classifier (model directory format v1).
+pub struct HierarchicalClassifier {
+    encoder: Encoder,
+    pooler: ChunkPooler,
+    head: ClassificationHead,
+    chunk_dropout: Dropout,
+    config: ClassifierConfig,
+    tokenizer_path: PathBuf,
+    /// Variables by canonical name (`embeddings.…` for the encoder, `pooler.…` etc. for the
+    /// head), present when the model was built to be trained or saved.
+    vars: Option<(VarMap, VarMap)>,
+}
+
+impl std::fmt::Debug for HierarchicalClassifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HierarchicalClassifier")
+            .field("config", &self.config)
+            .field("trainable", &self.vars.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Output of [`HierarchicalClassifier::classify`].
+#[derive(Debug, Clone)]
+pub struct Classified {
+    /// Logits `[labels]`.
+    pub logits: Tensor,
+    /// Contribution of each chunk `[n_chunks]`.
+    pub attention: Tensor,
+}
+
+impl HierarchicalClassifier {
+    /// Loads a model directory made by `longread init` or `longread train`.
+    /// With `trainable`, every tensor becomes a variable (needed to train or save).
+    pub fn load(dir: &Path, trainable: bool, device: &Device) -> Result<Self> {
+        let checkpoint = Checkpoint::open(dir)?;
+        let config = ClassifierConfig::from_file(&checkpoint.files.config, checkpoint.config.clone())?;
+        let tokenizer_path = checkpoint.files.require_tokenizer()?.to_owned();
+        let vars = trainable.then(|| (VarMap::new(), VarMap::new()));
+        let options = |v: Option<&VarMap>| LoadOptions { trainable: v.cloned(), ..LoadOptions::default() };
+        let encoder = checkpoint.load_encoder(&options(vars.as_ref().map(|v| &v.0)), device)?;
+        let head_vb = checkpoint.var_builder("", &options(vars.as_ref().map(|v| &v.1)), device);
+        Self::assemble(encoder, head_vb, config, tokenizer_path, vars)
+    }
+
+    /// A new classifier on a pretrained encoder; the pooler and head are initialised as
+    /// transformers does (normal(0, initializer_range), zero bias, LayerNorm 1/0) from `seed`.
+    pub fn init(
+        encoder_dir: &Path,
+        labels: Vec<String>,
+        section: LongreadSection,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
+        let checkpoint = Checkpoint::open(encoder_dir)?;
+        let config = ClassifierConfig { encoder: checkpoint.config.clone(), longread: section, labels };
+        config
+            .longread
+            .validate(&config.encoder)
+            .map_err(|message| ModelError::InvalidConfig { path: checkpoint.files.config.clone(), message })?;
+        if config.labels.len() < 2 {
+            return Err(ModelError::InvalidInput("a classifier needs at least 2 labels".into()));
+        }
+        let tokenizer_path = checkpoint.files.require_tokenizer()?.to_owned();
+        let vars = (VarMap::new(), VarMap::new());
+        let options = LoadOptions { trainable: Some(vars.0.clone()), ..LoadOptions::default() };
+        let encoder = checkpoint.load_encoder(&options, device)?;
+        let head_vb = fresh_var_builder(&config.encoder.model_type, seed, Some(vars.1.clone()), DType::F32, device);
+        Self::assemble(encoder, head_vb, config, tokenizer_path, Some(vars))
+    }
+
+    fn assemble(
+        encoder: Encoder,
+        vb: candle_nn::VarBuilder,
+        config: ClassifierConfig,
+        tokenizer_path: PathBuf,
+        vars: Option<(VarMap, VarMap)>,
+    ) -> Result<Self> {
+        let (h, std, s) = (config.encoder.hidden_size, config.encoder.initializer_range, &config.longread);
+        let pooler = ChunkPooler::load(vb.pp("pooler"), s, h, std)?;
+        let head = ClassificationHead::load(
+            vb.clone(),
+            h,
+            config.classifier_hidden_size(),
+            config.labels.len(),
+            s.layer_norm_eps,
+            s.classifier_dropout,
+            std,
+        )?;
+        Ok(Self { encoder, pooler, head, chunk_dropout: Dropout::new(s.hidden_dropout), config, tokenizer_path, vars })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClassifierConfig {
+        &self.config
+    }
+
+    /// Label names in id order.
+    pub fn labels(&self) -> &[String] {
+        &self.config.labels
+    }
+
+    /// The tokenizer.json this model was loaded with.
+    pub fn tokenizer_path(&self) -> &Path {
+        &self.tokenizer_path
+    }
+
+    /// The encoder.
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
+    }
+
+    /// One vector per chunk.
+    ///
+    /// # Shapes
+    /// `ids, mask: [chunks, seq]` (u32) → `[chunks, hidden]`
+    pub fn chunk_vectors(&self, ids: &Tensor, mask: &Tensor, mode: Mode) -> Result<Tensor> {
+        let hidden = self.encoder.forward(ids, mask, mode)?;
+        Ok(match self.config.longread.chunk_pooling {
+            // `contiguous` copies the rows so the full hidden states can be freed.
+            ChunkPooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.contiguous()?,
+            ChunkPooling::Mean => masked_mean(&hidden, mask)?,
+        })
+    }
+
+    /// Pools one document's chunk vectors and classifies it.
+    ///
+    /// # Shapes
+    /// `chunks: [n_chunks, hidden]` → logits `[labels]`, attention `[n_chunks]`
+    pub fn classify(&self, chunks: &Tensor, mode: Mode) -> Result<Classified> {
+        let x = self.chunk_dropout.forward(chunks, mode)?;
+        let pooled = self.pooler.forward(&x, mode)?;
+        Ok(Classified { logits: self.head.forward(&pooled.vector, mode)?, attention: pooled.attention })
+    }
+
+    /// All tensors under their file names: the encoder's with the `bert.`/`roberta.` prefix.
+    pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
+        let (encoder, head) = self.vars.as_ref().ok_or_else(|| {
+            ModelError::InvalidInput("this model was loaded for inference only; load it as trainable to save it".into())
+        })?;
+        let prefix = self.config.encoder.weight_prefix();
+        let mut out = HashMap::new();
+        for (name, var) in encoder.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            out.insert(format!("{prefix}.{name}"), var.as_tensor().detach());
+        }
+        for (name, var) in head.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            out.insert(name.clone(), var.as_tensor().detach());
+        }
+        Ok(out)
+    }
+
+    /// Writes the model directory (config.json, model.safetensors, tokenizer.json) atomically:
+    /// into a temporary sibling directory, synced, then renamed to `out`, which must not exist.
+    pub fn save(&self, out: &Path) -> Result<()> {
+        if out.exists() {
+            return Err(ModelError::OutputExists { path: out.to_owned() });
+        }
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ModelError::Io { path, source }
+        };
+        let parent = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+        let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
+        let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default();
+        let config_path = tmp.path().join("config.json");
+        std::fs::write(&config_path, config + "\n").map_err(io(&config_path))?;
+        let weights = tmp.path().join("model.safetensors");
+        candle_core::safetensors::save(&self.named_tensors()?, &weights)?;
+        let tokenizer = tmp.path().join("tokenizer.json");
+        std::fs::copy(&self.tokenizer_path, &tokenizer).map_err(io(&tokenizer))?;
+        for file in [&config_path, &weights, &tokenizer] {
+            std::fs::File::open(file).and_then(|f| f.sync_all()).map_err(io(file))?;
+        }
+        let tmp_path = tmp.keep();
+        std::fs::rename(&tmp_path, out).map_err(io(out))?;
+        if let Ok(dir) = std::fs::File::open(&parent) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
+}

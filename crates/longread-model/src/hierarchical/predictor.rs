@@ -1,0 +1,98 @@
+//! Classifying many documents: their chunks are batched together under a token budget,
+//! longest first, so padding stays small; only chunk vectors are kept between batches, so
+//! memory does not grow with document length beyond them.
+
+use candle_core::{Device, Tensor};
+use longread_text::{pad_batch, ChunkedDocument};
+
+use crate::error::Result;
+use crate::hierarchical::model::HierarchicalClassifier;
+use crate::layers::softmax_last_dim;
+use crate::mode::Mode;
+
+/// Scores of one document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentScores {
+    /// Raw logits, one per label.
+    pub logits: Vec<f32>,
+    /// Softmax of the logits.
+    pub probabilities: Vec<f32>,
+    /// Contribution of each kept chunk, in chunk order.
+    pub attention: Vec<f32>,
+}
+
+/// Groups `lengths` (sorted longest first) into batches whose padded size
+/// `count × longest` stays within `max_batch_tokens` (at least one chunk per batch).
+pub fn plan_batches(order: &[usize], lengths: &[usize], max_batch_tokens: usize) -> Vec<Vec<usize>> {
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for &i in order {
+        let longest = current.first().map_or(lengths[i], |&f| lengths[f]);
+        if !current.is_empty() && (current.len() + 1) * longest > max_batch_tokens {
+            batches.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+impl HierarchicalClassifier {
+    /// Scores documents. `on_chunks(n)` is called after each encoder batch of `n` chunks.
+    pub fn predict(
+        &self,
+        docs: &[&ChunkedDocument],
+        max_batch_tokens: usize,
+        device: &Device,
+        mut on_chunks: impl FnMut(usize),
+    ) -> Result<Vec<DocumentScores>> {
+        // Every chunk of every document, as (document, position).
+        let refs: Vec<(usize, usize)> =
+            docs.iter().enumerate().flat_map(|(d, doc)| (0..doc.chunks.len()).map(move |c| (d, c))).collect();
+        let lengths: Vec<usize> = refs.iter().map(|&(d, c)| docs[d].chunks[c].ids.len()).collect();
+        let mut order: Vec<usize> = (0..refs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
+
+        let mut vectors: Vec<Vec<Option<Tensor>>> = docs.iter().map(|d| vec![None; d.chunks.len()]).collect();
+        for batch in plan_batches(&order, &lengths, max_batch_tokens) {
+            let seqs: Vec<&[u32]> = batch.iter().map(|&i| docs[refs[i].0].chunks[refs[i].1].ids.as_slice()).collect();
+            let (ids, mask, seq) = pad_batch(&seqs, self.config().encoder.pad_token_id);
+            let ids = Tensor::from_vec(ids, (seqs.len(), seq), device)?;
+            let mask = Tensor::from_vec(mask, (seqs.len(), seq), device)?;
+            let out = self.chunk_vectors(&ids, &mask, Mode::Eval)?;
+            for (row, &i) in batch.iter().enumerate() {
+                vectors[refs[i].0][refs[i].1] = Some(out.get(row)?);
+            }
+            on_chunks(batch.len());
+        }
+
+        vectors
+            .into_iter()
+            .map(|chunks| {
+                let chunks: Vec<Tensor> = chunks.into_iter().flatten().collect();
+                let classified = self.classify(&Tensor::stack(&chunks, 0)?, Mode::Eval)?;
+                Ok(DocumentScores {
+                    probabilities: softmax_last_dim(&classified.logits)?.to_vec1()?,
+                    logits: classified.logits.to_vec1()?,
+                    attention: classified.attention.to_vec1()?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_the_token_budget() {
+        let lengths = [512, 512, 300, 300, 300, 20];
+        let order: Vec<usize> = (0..6).collect();
+        assert_eq!(plan_batches(&order, &lengths, 1024), vec![vec![0, 1], vec![2, 3, 4], vec![5]]);
+        // A chunk longer than the budget still gets a batch of its own.
+        assert_eq!(plan_batches(&order[..2], &lengths, 100), vec![vec![0], vec![1]]);
+    }
+}

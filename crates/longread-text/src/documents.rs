@@ -1,0 +1,115 @@
+//! Documents to classify, from JSON lines (a file or standard input), one `.txt` file, or a
+//! directory of `.txt` files.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Result, TextError};
+use crate::jsonl::read_records_allowing_empty;
+
+/// One document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    /// The `"id"` field, the file name, or the 0-based position in the input.
+    pub id: Value,
+    /// The text (may be empty: such a document fails on its own, not the batch).
+    pub text: String,
+    /// Other fields of a JSON-lines record (e.g. `"label"`), in input order.
+    pub fields: Map<String, Value>,
+    /// A problem found while reading this document (e.g. a `.txt` file that is not UTF-8).
+    pub error: Option<String>,
+}
+
+/// Reads documents from `path`: `-` (JSON lines on `stdin`), a directory (every `*.txt`,
+/// sorted by name, id = file name), a `.txt` file (one document) or a JSON-lines file.
+pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>) -> Result<Vec<Document>> {
+    let io = |source: std::io::Error| TextError::Io { path: path.to_owned(), source };
+    if path.as_os_str() == "-" {
+        return from_jsonl(stdin(), "<stdin>");
+    }
+    if path.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(path)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "txt"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(TextError::EmptyInput { source_name: format!("{} (no *.txt files)", path.display()) });
+        }
+        return files.iter().map(|f| text_file(f)).collect();
+    }
+    if path.extension().is_some_and(|x| x == "txt") {
+        return Ok(vec![text_file(path)?]);
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    from_jsonl(Box::new(std::io::BufReader::new(file)), &path.display().to_string())
+}
+
+fn from_jsonl(reader: Box<dyn BufRead>, name: &str) -> Result<Vec<Document>> {
+    Ok(read_records_allowing_empty(reader, name)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| Document {
+            id: r.fields.shift_remove("id").unwrap_or(Value::from(i)),
+            text: r.text,
+            fields: r.fields,
+            error: None,
+        })
+        .collect())
+}
+
+fn text_file(path: &Path) -> Result<Document> {
+    let bytes = std::fs::read(path).map_err(|source| TextError::Io { path: path.to_owned(), source })?;
+    let id = Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    let (text, error) = match String::from_utf8(bytes) {
+        Ok(text) => (text, None),
+        Err(e) => {
+            (String::new(), Some(format!("not valid UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())))
+        }
+    };
+    Ok(Document { id, text, fields: Map::new(), error })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_stdin() -> Box<dyn BufRead> {
+        Box::new(std::io::empty())
+    }
+
+    #[test]
+    fn directory_reads_txt_files_sorted_with_file_name_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.txt"), "second").unwrap();
+        std::fs::write(dir.path().join("a.txt"), "first").unwrap();
+        std::fs::write(dir.path().join("c.txt"), b"caf\xe9").unwrap();
+        std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
+        let docs = read_documents(dir.path(), no_stdin).unwrap();
+        let ids: Vec<_> = docs.iter().map(|d| d.id.as_str().unwrap()).collect();
+        assert_eq!(ids, vec!["a.txt", "b.txt", "c.txt"]);
+        assert_eq!(docs[0].text, "first");
+        assert!(docs[2].error.as_deref().unwrap().contains("not valid UTF-8"));
+    }
+
+    #[test]
+    fn jsonl_keeps_empty_texts_and_takes_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docs.jsonl");
+        std::fs::write(&path, "{\"id\": \"x\", \"text\": \"\", \"label\": 1}\n{\"text\": \"b\"}\n").unwrap();
+        let docs = read_documents(&path, no_stdin).unwrap();
+        assert_eq!(docs[0].id, "x");
+        assert_eq!(docs[0].text, "");
+        assert_eq!(docs[0].fields["label"], 1);
+        assert_eq!(docs[1].id, 1);
+    }
+
+    #[test]
+    fn stdin_is_read_for_dash() {
+        let docs = read_documents(Path::new("-"), || Box::new(&b"{\"text\": \"hi\"}\n"[..])).unwrap();
+        assert_eq!(docs[0].text, "hi");
+    }
+}
