@@ -58,6 +58,8 @@ class Chunker:
         return [math.floor(i * (n - 1) / (m - 1) + 0.5) for i in range(m)]
 
     def chunk(self, text):
+        if not text.strip():
+            raise ValueError("the document is empty or whitespace-only (no tokens)")
         enc = self.tok.encode(text, add_special_tokens=False)
         ids, offsets = enc.ids, enc.offsets
         if not ids:

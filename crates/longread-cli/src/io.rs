@@ -15,6 +15,11 @@ pub fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
     Ok(Box::new(BufReader::new(file)))
 }
 
+/// Standard input as a buffered reader.
+pub fn stdin_reader() -> Box<dyn BufRead> {
+    Box::new(BufReader::new(std::io::stdin()))
+}
+
 /// A name for messages.
 pub fn input_name(path: &Path) -> String {
     if path.as_os_str() == "-" {

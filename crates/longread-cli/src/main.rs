@@ -30,6 +30,13 @@ enum Command {
     Embed(commands::embed::EmbedArgs),
     /// Show a model's configuration and parameter counts.
     Inspect(commands::inspect::InspectArgs),
+    /// Create a hierarchical classifier on a pretrained encoder.
+    Init(commands::init::InitArgs),
+    /// Classify documents of any length; shows which chunks drove each decision.
+    /// Exit code 2 when some documents failed (their lines carry an "error").
+    Predict(commands::predict::PredictArgs),
+    /// Write an HTML page per input showing the prediction and the chunks' attention.
+    Report(commands::report::ReportArgs),
 }
 
 fn main() {
@@ -44,12 +51,19 @@ fn main() {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
     let result = match cli.command {
-        Command::Embed(args) => commands::embed::run(args, cli.quiet),
-        Command::Inspect(args) => commands::inspect::run(args),
+        Command::Embed(args) => commands::embed::run(args, cli.quiet).map(|_| 0),
+        Command::Inspect(args) => commands::inspect::run(args).map(|_| 0),
+        Command::Init(args) => commands::init::run(args).map(|_| 0),
+        Command::Predict(args) => commands::predict::run(args, cli.quiet),
+        Command::Report(args) => commands::report::run(args, cli.quiet),
     };
-    if let Err(err) = result {
-        eprintln!("error: {}", format_error(&err));
-        std::process::exit(1);
+    match result {
+        Ok(0) => {}
+        Ok(_) => std::process::exit(2),
+        Err(err) => {
+            eprintln!("error: {}", format_error(&err));
+            std::process::exit(1);
+        }
     }
 }
 
@@ -62,5 +76,12 @@ fn init_logging(quiet: bool) {
     let default = if quiet { "error" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("LONGREAD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 }

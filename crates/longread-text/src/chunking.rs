@@ -106,6 +106,10 @@ impl Chunker {
 
     /// Cuts one document. An empty or whitespace-only document (no tokens) is an error.
     pub fn chunk(&self, text: &str) -> Result<ChunkedDocument> {
+        // Checked on the text: byte-level BPE turns pure whitespace into tokens.
+        if text.trim().is_empty() {
+            return Err(TextError::EmptyDocument);
+        }
         let encoding =
             self.tokenizer.inner().encode_char_offsets(text, false).map_err(|e| TextError::Tokenize(e.to_string()))?;
         let ids = encoding.get_ids();

@@ -178,7 +178,19 @@ struct HeadKeys {
     longread: Option<LongreadSection>,
 }
 
+/// Keys of config.json that belong to the classifier, not to the encoder.
+const HEAD_KEYS: [&str; 5] = ["architectures", "id2label", "label2id", "longread", "num_labels"];
+
 impl ClassifierConfig {
+    /// A classifier configuration; head-specific keys left in the encoder's config (a source
+    /// checkpoint's own labels, say) are dropped.
+    pub fn new(mut encoder: EncoderConfig, longread: LongreadSection, labels: Vec<String>) -> Self {
+        for key in HEAD_KEYS {
+            encoder.extra.shift_remove(key);
+        }
+        Self { encoder, longread, labels }
+    }
+
     /// Reads a classifier's config.json (already validated as an encoder config).
     pub fn from_file(path: &Path, encoder: EncoderConfig) -> Result<Self> {
         let invalid = |message: String| ModelError::InvalidConfig { path: path.to_owned(), message };
@@ -194,7 +206,7 @@ impl ClassifierConfig {
         };
         longread.validate(&encoder).map_err(invalid)?;
         let labels = labels_from_id2label(&keys.id2label).map_err(invalid)?;
-        Ok(Self { encoder, longread, labels })
+        Ok(Self::new(encoder, longread, labels))
     }
 
     /// Inner size of the head.

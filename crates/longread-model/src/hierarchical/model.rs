@@ -70,7 +70,7 @@ impl HierarchicalClassifier {
         device: &Device,
     ) -> Result<Self> {
         let checkpoint = Checkpoint::open(encoder_dir)?;
-        let config = ClassifierConfig { encoder: checkpoint.config.clone(), longread: section, labels };
+        let config = ClassifierConfig::new(checkpoint.config.clone(), section, labels);
         config
             .longread
             .validate(&config.encoder)
@@ -188,9 +188,19 @@ impl HierarchicalClassifier {
         let weights = tmp.path().join("model.safetensors");
         candle_core::safetensors::save(&self.named_tensors()?, &weights)?;
         let tokenizer = tmp.path().join("tokenizer.json");
-        std::fs::copy(&self.tokenizer_path, &tokenizer).map_err(io(&tokenizer))?;
+        // Read and write rather than copy: a copy would keep the source's permissions
+        // (read-only in a shared folder), and a later save over this directory would fail.
+        let bytes = std::fs::read(&self.tokenizer_path).map_err(io(&self.tokenizer_path))?;
+        std::fs::write(&tokenizer, bytes).map_err(io(&tokenizer))?;
         for file in [&config_path, &weights, &tokenizer] {
             std::fs::File::open(file).and_then(|f| f.sync_all()).map_err(io(file))?;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            for (path, mode) in [(tmp.path(), 0o755), (weights.as_path(), 0o644)] {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io(path))?;
+            }
         }
         let tmp_path = tmp.keep();
         std::fs::rename(&tmp_path, out).map_err(io(out))?;

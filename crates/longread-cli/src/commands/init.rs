@@ -1,0 +1,137 @@
+//! `longread init`: a new hierarchical classifier on a pretrained encoder.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+use clap::{Args, ValueEnum};
+use longread_model::hierarchical::{ChunkPooling, HierarchicalClassifier, LongreadSection, PoolingStrategy};
+use longread_text::ChunkSelection;
+
+/// Arguments of `longread init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Pretrained encoder directory (config.json, model.safetensors, tokenizer.json), or a Hub id
+    /// when built with `--features hub`.
+    #[arg(long)]
+    encoder: String,
+    /// Comma-separated label names, in id order (at least two), e.g. general,teen,mature.
+    #[arg(long, value_delimiter = ',', required = true)]
+    labels: Vec<String>,
+    /// Output model directory; must not exist yet.
+    #[arg(long)]
+    out: PathBuf,
+    /// Pooling over a document's chunks.
+    #[arg(long, value_enum, default_value_t = Pooling::Attention)]
+    pooling: Pooling,
+    /// Context vectors for `--pooling multihead` (at least 2).
+    #[arg(long, default_value_t = 1)]
+    attention_heads: usize,
+    /// Size of the attention projection.
+    #[arg(long, default_value_t = 256)]
+    attention_hidden_size: usize,
+    /// Tokens per chunk, special tokens included (at most the encoder's positions).
+    #[arg(long, default_value_t = 512)]
+    chunk_size: usize,
+    /// Overlap in tokens between consecutive chunks.
+    #[arg(long, default_value_t = 256)]
+    stride: usize,
+    /// Most chunks read per document; 0 reads every chunk.
+    #[arg(long, default_value_t = 20)]
+    max_chunks: usize,
+    /// Which chunks to keep when a document has more than --max-chunks: the first ones, or
+    /// ones spread evenly from beginning to end.
+    #[arg(long, value_enum, default_value_t = Selection::Head)]
+    chunk_selection: Selection,
+    /// How a chunk's token vectors become one chunk vector.
+    #[arg(long, value_enum, default_value_t = ChunkPool::Cls)]
+    chunk_pooling: ChunkPool,
+    /// Seed for the new weights (same seed, same model).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Pooling {
+    /// Learned attention with one context vector.
+    Attention,
+    /// Several context vectors, merged by a linear layer.
+    Multihead,
+    /// Average of the chunk vectors.
+    Mean,
+    /// Element-wise maximum.
+    Max,
+    /// The first chunk only.
+    First,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Selection {
+    /// The first chunks.
+    Head,
+    /// Chunks spread over the whole document.
+    Spread,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ChunkPool {
+    /// The first token's vector ([CLS] / <s>).
+    Cls,
+    /// Mean over the chunk's tokens.
+    Mean,
+}
+
+/// Runs `longread init`.
+pub fn run(args: InitArgs) -> Result<()> {
+    let labels: Vec<String> = args.labels.iter().map(|l| l.trim().to_owned()).collect();
+    if labels.len() < 2 || labels.iter().any(String::is_empty) {
+        bail!("--labels needs at least two non-empty names, e.g. --labels general,teen,mature");
+    }
+    let mut unique = labels.clone();
+    unique.sort();
+    unique.dedup();
+    if unique.len() != labels.len() {
+        bail!("--labels contains a name twice: {}", labels.join(","));
+    }
+    let section = LongreadSection {
+        chunk_size: args.chunk_size,
+        stride: args.stride,
+        max_chunks: args.max_chunks,
+        chunk_selection: match args.chunk_selection {
+            Selection::Head => ChunkSelection::Head,
+            Selection::Spread => ChunkSelection::Spread,
+        },
+        chunk_pooling: match args.chunk_pooling {
+            ChunkPool::Cls => ChunkPooling::Cls,
+            ChunkPool::Mean => ChunkPooling::Mean,
+        },
+        pooling_strategy: match args.pooling {
+            Pooling::Attention => PoolingStrategy::Attention,
+            Pooling::Multihead => PoolingStrategy::Multihead,
+            Pooling::Mean => PoolingStrategy::Mean,
+            Pooling::Max => PoolingStrategy::Max,
+            Pooling::First => PoolingStrategy::First,
+        },
+        attention_heads: args.attention_heads,
+        attention_hidden_size: args.attention_hidden_size,
+        ..LongreadSection::default()
+    };
+    let encoder = longread_model::resolve_model_dir(&args.encoder)?;
+    let model = HierarchicalClassifier::init(&encoder, labels, section, args.seed, &Device::Cpu)
+        .with_context(|| format!("creating a classifier on {}", encoder.display()))?;
+    // Check the chunking settings against the tokenizer before writing anything.
+    let tokenizer = longread_text::TextTokenizer::from_file(model.tokenizer_path())?;
+    longread_text::Chunker::new(tokenizer, model.config().longread.chunking())?;
+    model.save(&args.out)?;
+    eprintln!(
+        "wrote {} ({} labels: {}, pooling {}, chunks of {} tokens, stride {}, max {})",
+        args.out.display(),
+        model.labels().len(),
+        model.labels().join(", "),
+        serde_json::to_value(model.config().longread.pooling_strategy)?.as_str().unwrap_or_default(),
+        model.config().longread.chunk_size,
+        model.config().longread.stride,
+        model.config().longread.max_chunks
+    );
+    Ok(())
+}

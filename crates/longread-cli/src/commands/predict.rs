@@ -1,0 +1,261 @@
+//! `longread predict`: classify documents and say which chunks mattered.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier};
+use longread_text::{read_documents, ChunkedDocument, Chunker, Document, TextTokenizer};
+use serde_json::Value;
+
+use crate::io::Output;
+
+/// Arguments of `longread predict`.
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// Model directory made by `longread init` or `longread train`.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Documents: a JSON-lines file (one {"text": ..., "id"?: ...} per line), a .txt file (one
+    /// document), a directory (every *.txt, id = file name) or `-` (JSON lines on stdin).
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Where to write the results (default: standard output); written atomically.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// `json`: one JSON line per document; `table`: a readable table.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+    /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
+    /// share batches, longest first. Lower it to save memory.
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batch_tokens: u64,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// One JSON object per line.
+    Json,
+    /// A table for people.
+    Table,
+}
+
+/// The prediction for one document, or why there is none.
+pub struct DocumentResult<'a> {
+    /// The document.
+    pub document: &'a Document,
+    /// Its chunks and scores, or an error message.
+    pub outcome: std::result::Result<(ChunkedDocument, DocumentScores), String>,
+}
+
+/// Documents are chunked and scored in groups of about this many chunks, so that memory
+/// stays bounded whatever the input size.
+const GROUP_CHUNKS: usize = 256;
+
+/// Loads the model and its chunker.
+pub fn load(model_dir: &std::path::Path) -> Result<(HierarchicalClassifier, Chunker)> {
+    let model = HierarchicalClassifier::load(model_dir, false, &Device::Cpu)
+        .with_context(|| format!("loading model {}", model_dir.display()))?;
+    let tokenizer = TextTokenizer::from_file(model.tokenizer_path())?;
+    let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
+    Ok((model, chunker))
+}
+
+/// Scores every document, calling `emit` in input order; a document that cannot be read or
+/// chunked gets an error result instead of stopping the others.
+pub fn score_documents<'a>(
+    model: &HierarchicalClassifier,
+    chunker: &Chunker,
+    documents: &'a [Document],
+    max_batch_tokens: usize,
+    progress: &ProgressBar,
+    mut emit: impl FnMut(DocumentResult<'a>) -> Result<()>,
+) -> Result<()> {
+    let mut start = 0;
+    while start < documents.len() {
+        let mut group: Vec<(usize, std::result::Result<ChunkedDocument, String>)> = Vec::new();
+        let mut chunks = 0;
+        while start < documents.len() && (group.is_empty() || chunks < GROUP_CHUNKS) {
+            let doc = &documents[start];
+            let chunked = match &doc.error {
+                Some(e) => Err(e.clone()),
+                None => chunker.chunk(&doc.text).map_err(|e| e.to_string()),
+            };
+            chunks += chunked.as_ref().map_or(0, |c| c.chunks.len());
+            group.push((start, chunked));
+            start += 1;
+        }
+        let ok: Vec<&ChunkedDocument> = group.iter().filter_map(|(_, c)| c.as_ref().ok()).collect();
+        let mut scores = model.predict(&ok, max_batch_tokens, &Device::Cpu, |_| {})?.into_iter();
+        for (i, chunked) in group {
+            let outcome = chunked.map(|c| (c, scores.next().expect("one score per chunked document")));
+            emit(DocumentResult { document: &documents[i], outcome })?;
+            progress.inc(1);
+        }
+    }
+    Ok(())
+}
+
+/// A document's result as the JSON line `predict` prints (floats as f32, labels in id order).
+pub fn result_json<'r>(labels: &'r [String], result: &'r DocumentResult) -> PredictionLine<'r> {
+    match &result.outcome {
+        Err(message) => PredictionLine { id: &result.document.id, error: Some(message), scored: None },
+        Ok((chunked, scores)) => PredictionLine {
+            id: &result.document.id,
+            error: None,
+            scored: Some(Scored {
+                label: &labels[argmax(&scores.probabilities)],
+                scores: LabelScores(labels, &scores.probabilities),
+                logits: &scores.logits,
+                chunks: chunked
+                    .chunks
+                    .iter()
+                    .zip(&scores.attention)
+                    .map(|(c, &attention)| ChunkLine { index: c.index, start: c.start, end: c.end, attention })
+                    .collect(),
+            }),
+        },
+    }
+}
+
+/// One output line of `predict`.
+#[derive(serde::Serialize)]
+pub struct PredictionLine<'r> {
+    id: &'r Value,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    scored: Option<Scored<'r>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'r String>,
+}
+
+#[derive(serde::Serialize)]
+struct Scored<'r> {
+    label: &'r String,
+    scores: LabelScores<'r>,
+    logits: &'r [f32],
+    chunks: Vec<ChunkLine>,
+}
+
+#[derive(serde::Serialize)]
+struct ChunkLine {
+    index: usize,
+    start: usize,
+    end: usize,
+    attention: f32,
+}
+
+/// `{label: probability}` in label order.
+struct LabelScores<'r>(&'r [String], &'r [f32]);
+
+impl serde::Serialize for LabelScores<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (label, p) in self.0.iter().zip(self.1) {
+            map.serialize_entry(label, p)?;
+        }
+        map.end()
+    }
+}
+
+/// Index of the largest value (the first on ties).
+pub fn argmax(values: &[f32]) -> usize {
+    values.iter().enumerate().fold(0, |best, (i, v)| if *v > values[best] { i } else { best })
+}
+
+/// A progress bar over documents on stderr (hidden when quiet).
+pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(len as u64) };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {pos}/{len} documents [{elapsed_precise}, {per_sec}, eta {eta}] {wide_bar}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Runs `longread predict`; returns the number of documents that failed.
+pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
+    let (model, chunker) = load(&args.model)?;
+    let documents = read_documents(&args.input, crate::io::stdin_reader)?;
+    let labels = model.labels().to_vec();
+    let progress = progress_bar(documents.len(), quiet);
+    let mut out = Output::create(args.output.as_deref())?;
+    let mut failed = 0;
+    if args.format == Format::Table {
+        writeln!(out, "{}", table_header(&labels))?;
+    }
+    let started = std::time::Instant::now();
+    let mut tokens = 0usize;
+    score_documents(&model, &chunker, &documents, args.max_batch_tokens as usize, &progress, |result| {
+        if let Ok((chunked, _)) = &result.outcome {
+            tokens += chunked.total_tokens;
+        } else {
+            failed += 1;
+        }
+        match args.format {
+            Format::Json => serde_json::to_writer(&mut out, &result_json(&labels, &result))?,
+            Format::Table => write!(out, "{}", table_row(&labels, &result))?,
+        }
+        out.write_all(b"\n").context("writing output")
+    })?;
+    progress.finish_and_clear();
+    out.commit()?;
+    if !quiet {
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "classified {} documents ({tokens} tokens) in {secs:.2} s: {:.2} documents/s, {:.0} tokens/s",
+            documents.len() - failed,
+            (documents.len() - failed) as f64 / secs,
+            tokens as f64 / secs
+        );
+    }
+    if failed > 0 {
+        tracing::warn!("{failed} of {} documents could not be classified (see their \"error\" field)", documents.len());
+    }
+    Ok(failed)
+}
+
+fn table_header(labels: &[String]) -> String {
+    let scores: String = labels.iter().map(|l| format!(" {:>8}", truncate(l, 8))).collect();
+    format!("{:<24} {:<12}{scores} {:>6}  most attended chunk", "id", "label", "chunks")
+}
+
+fn table_row(labels: &[String], result: &DocumentResult) -> String {
+    let id = match &result.document.id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match &result.outcome {
+        Err(message) => format!("{:<24} error: {message}", truncate(&id, 24)),
+        Ok((chunked, scores)) => {
+            let best = argmax(&scores.probabilities);
+            let probs: String = scores.probabilities.iter().map(|p| format!(" {p:>8.3}")).collect();
+            let top = argmax(&scores.attention);
+            let c = &chunked.chunks[top];
+            format!(
+                "{:<24} {:<12}{probs} {:>6}  #{} (chars {}–{}, attention {:.2})",
+                truncate(&id, 24),
+                truncate(&labels[best], 12),
+                chunked.chunks.len(),
+                c.index,
+                c.start,
+                c.end,
+                scores.attention[top]
+            )
+        }
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        s.chars().take(n - 1).chain(std::iter::once('…')).collect()
+    }
+}

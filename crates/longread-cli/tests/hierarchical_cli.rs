@@ -1,0 +1,190 @@
+//! `init`, `predict` and `report` end to end, on the tiny fixtures.
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_clean_failure, fixture, json_lines, longread, longread_stdin};
+use serde_json::Value;
+
+fn init(encoder: &str, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args =
+        vec!["init", "--encoder", encoder, "--labels", "general,teen,mature", "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    longread(&args)
+}
+
+fn tensors(dir: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
+    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu).unwrap()
+}
+
+fn same(a: &candle_core::Tensor, b: &candle_core::Tensor) -> bool {
+    a.dims() == b.dims() && a.sub(b).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() == 0.0
+}
+
+#[test]
+fn init_writes_format_v1_reproducibly_from_the_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let encoder = fixture("tiny-roberta");
+    let (a, b, c) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("c"));
+    for (out, seed) in [(&a, "5"), (&b, "5"), (&c, "6")] {
+        let o = init(
+            encoder.to_str().unwrap(),
+            out,
+            &[
+                "--seed",
+                seed,
+                "--pooling",
+                "multihead",
+                "--attention-heads",
+                "2",
+                "--chunk-size",
+                "32",
+                "--stride",
+                "8",
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(a.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["architectures"][0], "LongreadHierarchicalClassifier");
+    assert_eq!(cfg["id2label"]["2"], "mature");
+    assert_eq!(cfg["label2id"]["teen"], 1);
+    assert_eq!(cfg["longread"]["format_version"], 1);
+    assert_eq!(cfg["longread"]["pooling_strategy"], "multihead");
+    assert_eq!(cfg["model_type"], "roberta");
+    assert_eq!(cfg["hidden_act"], "gelu_new", "encoder keys unchanged");
+
+    let (ta, tb, tc) = (tensors(&a), tensors(&b), tensors(&c));
+    let source = tensors(&encoder);
+    // Names and shapes as the format says; encoder tensors under the `roberta.` prefix, unchanged.
+    assert_eq!(ta["pooler.projection.weight"].dims(), &[256, 32]);
+    assert_eq!(ta["pooler.context.weight"].dims(), &[2, 256]);
+    assert_eq!(ta["pooler.merge.weight"].dims(), &[32, 64]);
+    assert_eq!(ta["classifier.dense.weight"].dims(), &[16, 32]);
+    assert_eq!(ta["classifier.out_proj.weight"].dims(), &[3, 16]);
+    assert!(same(
+        &ta["roberta.embeddings.word_embeddings.weight"],
+        &source["roberta.embeddings.word_embeddings.weight"]
+    ));
+    // The source's own HF classifier head is not reused.
+    assert!(!same(&ta["classifier.dense.weight"], &source["classifier.dense.weight"]));
+    // Same seed, same model; another seed, another head.
+    assert_eq!(ta.len(), tb.len());
+    assert!(ta.iter().all(|(k, v)| same(v, &tb[k])));
+    assert!(!same(&ta["pooler.projection.weight"], &tc["pooler.projection.weight"]));
+    // transformers' initialisation: zero biases, LayerNorm 1/0, weights ~ N(0, 0.02).
+    assert_eq!(ta["classifier.dense.bias"].abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+    assert_eq!(ta["norm.weight"].mean_all().unwrap().to_scalar::<f32>().unwrap(), 1.0);
+    let std = ta["pooler.projection.weight"].sqr().unwrap().mean_all().unwrap().to_scalar::<f32>().unwrap().sqrt();
+    assert!((std - 0.02).abs() < 0.002, "std {std}");
+}
+
+#[test]
+fn init_refuses_bad_settings_and_existing_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = fixture("tiny-bert");
+    let enc = enc.to_str().unwrap();
+    let out = tmp.path().join("m");
+    assert_clean_failure(&init(enc, &out, &["--chunk-size", "128"]), "exceeds the encoder's 64 positions");
+    assert_clean_failure(&init(enc, &out, &["--chunk-size", "16", "--stride", "14"]), "stride 14 must be smaller");
+    assert_clean_failure(
+        &init(enc, &out, &["--chunk-size", "32", "--pooling", "multihead"]),
+        "needs attention_heads ≥ 2",
+    );
+    let o = longread(&["init", "--encoder", enc, "--labels", "a,a", "--out", out.to_str().unwrap()]);
+    assert_clean_failure(&o, "contains a name twice");
+    assert!(!out.exists(), "nothing written on failure");
+    std::fs::create_dir(&out).unwrap();
+    assert_clean_failure(&init(enc, &out, &["--chunk-size", "32", "--stride", "8"]), "already exists");
+}
+
+#[test]
+fn predict_matches_the_reference_through_the_binary() {
+    let model = fixture("hier/bert-attention");
+    let out = longread(&[
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        fixture("hier/documents.jsonl").to_str().unwrap(),
+        "--max-batch-tokens",
+        "64",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got = json_lines(&out.stdout);
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(model.join("expected.json")).unwrap()).unwrap();
+    for (g, w) in got.iter().zip(expected["head"].as_array().unwrap()) {
+        assert_eq!(g["id"], w["id"]);
+        assert_eq!(g["label"], w["label"]);
+        for (a, b) in g["logits"].as_array().unwrap().iter().zip(w["logits"].as_array().unwrap()) {
+            assert!((a.as_f64().unwrap() - b.as_f64().unwrap()).abs() <= 1e-4);
+        }
+        let sum: f64 = g["scores"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
+        assert!((sum - 1.0).abs() < 1e-5);
+        assert_eq!(g["chunks"].as_array().unwrap().len(), w["chunks"].as_array().unwrap().len());
+    }
+}
+
+#[test]
+fn predict_reads_txt_files_directories_and_stdin_and_reports_bad_documents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("docs");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("b.txt"), "Rain is expected over the weekend.").unwrap();
+    std::fs::write(dir.join("a.txt"), "   \n").unwrap();
+    std::fs::write(dir.join("c.txt"), b"caf\xe9 society").unwrap();
+    let model = fixture("hier/roberta-attention");
+    let m = model.to_str().unwrap();
+
+    let out = longread(&["predict", "--model", m, "--input", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "some documents failed: exit 2");
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.iter().map(|l| l["id"].as_str().unwrap()).collect::<Vec<_>>(), ["a.txt", "b.txt", "c.txt"]);
+    assert!(lines[0]["error"].as_str().unwrap().contains("empty or whitespace-only"));
+    assert!(lines[1]["label"].is_string() && lines[1].get("error").is_none());
+    assert!(lines[2]["error"].as_str().unwrap().contains("not valid UTF-8"));
+
+    let out = longread(&["predict", "--model", m, "--input", dir.join("b.txt").to_str().unwrap(), "--format", "table"]);
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.starts_with("id ") && table.contains("b.txt") && table.contains("most attended chunk"), "{table}");
+
+    let out = longread_stdin(&["predict", "--model", m, "--input", "-"], &fixture("hier/documents.jsonl"));
+    assert!(out.status.success());
+    assert_eq!(json_lines(&out.stdout).len(), 4);
+}
+
+#[test]
+fn predict_on_a_plain_encoder_says_to_run_init() {
+    let out = longread(&[
+        "predict",
+        "--model",
+        fixture("tiny-bert").to_str().unwrap(),
+        "--input",
+        fixture("hier/documents.jsonl").to_str().unwrap(),
+    ]);
+    assert_clean_failure(&out, "not a longread classifier; create one with `longread init");
+}
+
+#[test]
+fn report_writes_one_self_contained_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let html_path = tmp.path().join("report.html");
+    let out = longread(&[
+        "report",
+        "--model",
+        fixture("hier/bert-multihead").to_str().unwrap(),
+        "--input",
+        fixture("hier/documents.jsonl").to_str().unwrap(),
+        "--out",
+        html_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    for id in ["one-window", "two-windows", "many-windows", "beyond-max"] {
+        assert!(html.contains(&format!("<h2>{id}</h2>")), "{id}");
+    }
+    assert!(html.contains("<svg") && html.contains("Predicted: <span class=\"label\">"));
+    assert!(html.contains("Ünïcödé 🙂"), "text kept verbatim");
+}

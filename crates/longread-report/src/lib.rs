@@ -1,0 +1,170 @@
+//! Self-contained HTML reports: for each document the predicted label and scores, a bar
+//! chart of chunk attention, and the text with each chunk shaded by its attention.
+#![deny(missing_docs)]
+
+mod escape;
+mod svg;
+
+use std::fmt::Write;
+
+pub use escape::escape_html;
+
+/// One chunk of a document as the report shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkView {
+    /// Window index in the document.
+    pub index: usize,
+    /// First character (Unicode scalar value offset).
+    pub start: usize,
+    /// End character (exclusive).
+    pub end: usize,
+    /// The chunk's contribution.
+    pub attention: f32,
+}
+
+/// One document as the report shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentView<'a> {
+    /// Its id.
+    pub id: String,
+    /// Its full text.
+    pub text: &'a str,
+    /// `(label, probability)` for every label; empty when the document failed.
+    pub scores: Vec<(String, f32)>,
+    /// Its chunks.
+    pub chunks: Vec<ChunkView>,
+    /// Why it could not be classified.
+    pub error: Option<String>,
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#222}\
+section{border-top:1px solid #ccc;padding:1em 0}h2{font-size:1.1em}.label{font-weight:bold;font-size:1.3em}\
+table.scores td{padding:0 .6em}.bar{background:#4a7ab5;height:.8em;display:inline-block}\
+.text{white-space:pre-wrap;line-height:1.5;border:1px solid #eee;padding:.8em;max-height:40em;overflow:auto}\
+.error{color:#b00}.legend{color:#666;font-size:.9em}";
+
+/// Renders every document into one self-contained HTML page (no external resources).
+pub fn render_html(title: &str, model: &str, documents: &[DocumentView]) -> String {
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head>\
+         <body><h1>{t}</h1><p class=\"legend\">Model: {m}. {n} documents. The shading of the text shows the attention of the \
+         chunks that cover it (darker = more attention; where chunks overlap, the larger value).</p>",
+        t = escape_html(title),
+        m = escape_html(model),
+        n = documents.len()
+    );
+    for doc in documents {
+        render_document(&mut html, doc);
+    }
+    html.push_str("</body></html>\n");
+    html
+}
+
+fn render_document(html: &mut String, doc: &DocumentView) {
+    let _ = write!(html, "<section><h2>{}</h2>", escape_html(&doc.id));
+    if let Some(error) = &doc.error {
+        let _ = write!(html, "<p class=\"error\">Not classified: {}</p></section>", escape_html(error));
+        return;
+    }
+    let best = doc.scores.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((label, p)) = best {
+        let _ =
+            write!(html, "<p>Predicted: <span class=\"label\">{}</span> ({:.1}%)</p>", escape_html(label), p * 100.0);
+    }
+    html.push_str("<table class=\"scores\">");
+    for (label, p) in &doc.scores {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{:.3}</td><td><span class=\"bar\" style=\"width:{:.0}px\"></span></td></tr>",
+            escape_html(label),
+            p,
+            p * 300.0
+        );
+    }
+    html.push_str("</table>");
+    html.push_str(&svg::attention_chart(&doc.chunks));
+    html.push_str("<div class=\"text\">");
+    shaded_text(html, doc.text, &doc.chunks);
+    html.push_str("</div></section>");
+}
+
+/// The text cut at every chunk boundary; each piece shaded by the largest attention of the
+/// chunks covering it, relative to the document's largest.
+fn shaded_text(html: &mut String, text: &str, chunks: &[ChunkView]) {
+    let byte_at: Vec<usize> = text.char_indices().map(|(b, _)| b).chain(std::iter::once(text.len())).collect();
+    let n_chars = byte_at.len() - 1;
+    let top = chunks.iter().map(|c| c.attention).fold(0.0f32, f32::max).max(f32::MIN_POSITIVE);
+    let mut cuts: Vec<usize> = chunks.iter().flat_map(|c| [c.start.min(n_chars), c.end.min(n_chars)]).collect();
+    cuts.extend([0, n_chars]);
+    cuts.sort_unstable();
+    cuts.dedup();
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let piece = escape_html(&text[byte_at[a]..byte_at[b]]);
+        let covering: Vec<&ChunkView> = chunks.iter().filter(|c| c.start <= a && b <= c.end).collect();
+        match covering.iter().map(|c| c.attention).reduce(f32::max) {
+            None => html.push_str(&piece),
+            Some(att) => {
+                let alpha = 0.06 + 0.64 * (att / top).clamp(0.0, 1.0);
+                let names: Vec<String> =
+                    covering.iter().map(|c| format!("#{} ({:.3})", c.index, c.attention)).collect();
+                let _ = write!(
+                    html,
+                    "<span style=\"background:rgba(255,140,0,{alpha:.3})\" title=\"chunk {}\">{piece}</span>",
+                    names.join(", ")
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc<'a>(text: &'a str, chunks: Vec<ChunkView>) -> DocumentView<'a> {
+        DocumentView {
+            id: "d<1>".into(),
+            text,
+            scores: vec![("a".into(), 0.25), ("b".into(), 0.75)],
+            chunks,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn page_is_self_contained_and_escapes_text() {
+        let html = render_html(
+            "Report",
+            "m",
+            &[doc("<b>x</b> & y", vec![ChunkView { index: 0, start: 0, end: 12, attention: 1.0 }])],
+        );
+        assert!(html.contains("&lt;b&gt;x&lt;/b&gt; &amp; y"));
+        assert!(html.contains("d&lt;1&gt;"));
+        assert!(!html.contains("<script") && !html.contains("src=") && !html.contains("href="));
+        assert!(html.contains("Predicted: <span class=\"label\">b</span> (75.0%)"));
+    }
+
+    #[test]
+    fn overlapping_chunks_take_the_larger_attention_and_unicode_offsets_are_chars() {
+        let chunks = vec![
+            ChunkView { index: 0, start: 0, end: 4, attention: 0.2 },
+            ChunkView { index: 1, start: 2, end: 6, attention: 0.8 },
+        ];
+        let mut html = String::new();
+        shaded_text(&mut html, "ünï🙂de", &chunks);
+        // pieces: "ün" (chunk 0 only), "ï🙂" (both: 0.8 wins), "de" (chunk 1)
+        assert!(html.contains("title=\"chunk #0 (0.200)\">ün</span>"), "{html}");
+        assert!(html.contains("rgba(255,140,0,0.700)\" title=\"chunk #0 (0.200), #1 (0.800)\">ï🙂</span>"), "{html}");
+        assert!(html.contains(">de</span>"));
+    }
+
+    #[test]
+    fn failed_documents_show_their_error() {
+        let mut d = doc("", vec![]);
+        d.error = Some("empty".into());
+        assert!(render_html("r", "m", &[d]).contains("Not classified: empty"));
+    }
+}
