@@ -25,7 +25,8 @@ impl DropoutRng {
 /// Whether a forward pass trains (dropout active) or infers (dropout off).
 #[derive(Debug, Clone, Copy)]
 pub enum Mode<'a> {
-    /// Inference: dropout is the identity.
+    /// Inference: dropout is the identity, and softmax and LayerNorm use fused kernels that
+    /// have no backward pass. To differentiate, use `Train` (with zero dropout if need be).
     Eval,
     /// Training: dropout draws its masks from the given generator.
     Train(&'a DropoutRng),

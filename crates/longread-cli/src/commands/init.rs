@@ -82,7 +82,7 @@ enum ChunkPool {
 }
 
 /// Runs `longread init`.
-pub fn run(args: InitArgs) -> Result<()> {
+pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
     let labels: Vec<String> = args.labels.iter().map(|l| l.trim().to_owned()).collect();
     if labels.len() < 2 || labels.iter().any(String::is_empty) {
         bail!("--labels needs at least two non-empty names, e.g. --labels general,teen,mature");
@@ -123,6 +123,9 @@ pub fn run(args: InitArgs) -> Result<()> {
     let tokenizer = longread_text::TextTokenizer::from_file(model.tokenizer_path())?;
     longread_text::Chunker::new(tokenizer, model.config().longread.chunking())?;
     model.save(&args.out)?;
+    if quiet {
+        return Ok(());
+    }
     eprintln!(
         "wrote {} ({} labels: {}, pooling {}, chunks of {} tokens, stride {}, max {})",
         args.out.display(),

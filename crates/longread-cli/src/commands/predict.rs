@@ -31,7 +31,7 @@ pub struct PredictArgs {
     pub format: Format,
     /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
     /// share batches, longest first. Lower it to save memory.
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_tokens: u64,
 }
 

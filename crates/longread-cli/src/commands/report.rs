@@ -26,7 +26,7 @@ pub struct ReportArgs {
     #[arg(long)]
     out: PathBuf,
     /// Most tokens per encoder batch (as for `predict`).
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     max_batch_tokens: u64,
 }
 

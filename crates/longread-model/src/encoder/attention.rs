@@ -5,7 +5,7 @@ use candle_core::{Result, Tensor};
 use candle_nn::{Linear, Module, VarBuilder};
 
 use crate::config::EncoderConfig;
-use crate::layers::{linear, softmax_last_dim, Dropout, LayerNorm};
+use crate::layers::{linear, softmax, Dropout, LayerNorm};
 use crate::mode::Mode;
 
 /// `LayerNorm(x + dropout(dense(attention(x))))`.
@@ -61,9 +61,9 @@ impl SelfAttention {
         let v = self.split_heads(&self.value.forward(xs)?)?;
         let scale = 1.0 / (self.head_size as f64).sqrt();
         let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask_bias)?;
-        let probs = self.probs_dropout.forward(&softmax_last_dim(&scores)?, mode)?;
+        let probs = self.probs_dropout.forward(&softmax(&scores, mode)?, mode)?;
         let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))?;
         let out = self.hidden_dropout.forward(&self.output.forward(&context)?, mode)?;
-        self.norm.forward(&(out + xs)?)
+        self.norm.forward(&(out + xs)?, mode)
     }
 }

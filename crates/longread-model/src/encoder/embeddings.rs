@@ -55,7 +55,7 @@ impl Embeddings {
         let x = self.word.forward(input_ids)?;
         let x = (x + self.position.forward(position_ids)?)?;
         let x = (x + self.token_type.forward(token_type_ids)?)?;
-        let x = self.norm.forward(&x)?;
+        let x = self.norm.forward(&x, mode)?;
         self.dropout.forward(&x, mode)
     }
 }

@@ -41,6 +41,6 @@ impl EncoderLayer {
         let attended = self.attention.forward(xs, mask_bias, mode)?;
         let inner = self.activation.forward(&self.intermediate.forward(&attended)?)?;
         let out = self.dropout.forward(&self.output.forward(&inner)?, mode)?;
-        self.norm.forward(&(out + attended)?)
+        self.norm.forward(&(out + attended)?, mode)
     }
 }

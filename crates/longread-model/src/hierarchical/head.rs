@@ -39,7 +39,7 @@ impl ClassificationHead {
     /// # Shapes
     /// `doc: [hidden]` → logits `[labels]`
     pub fn forward(&self, doc: &Tensor, mode: Mode) -> Result<Tensor> {
-        let x = self.norm.forward(&doc.unsqueeze(0)?)?;
+        let x = self.norm.forward(&doc.unsqueeze(0)?, mode)?;
         let x = self.dense.forward(&x)?.tanh()?;
         let x = self.dropout.forward(&x, mode)?;
         self.out_proj.forward(&x)?.squeeze(0)

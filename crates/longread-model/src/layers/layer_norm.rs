@@ -4,6 +4,8 @@
 use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
+use crate::mode::Mode;
+
 /// `y = (x - mean) / sqrt(var + eps) * weight + bias` over the last dimension.
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
@@ -20,11 +22,24 @@ impl LayerNorm {
         Ok(Self { weight, bias, eps })
     }
 
-    /// Normalises over the last dimension (computed in f32 for reduced-precision inputs).
+    /// Normalises over the last dimension: in [`Mode::Eval`] with candle's fused kernel (no
+    /// backward pass), in [`Mode::Train`] with the differentiable composition.
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
-    pub fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+    pub fn forward(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
+        if mode.is_train() {
+            self.forward_differentiable(xs)
+        } else {
+            candle_nn::ops::layer_norm(&xs.contiguous()?, &self.weight, &self.bias, self.eps as f32)
+        }
+    }
+
+    /// The differentiable composition (statistics in f32 for reduced-precision inputs).
+    ///
+    /// # Shapes
+    /// `xs: [..., hidden]` → `[..., hidden]`
+    pub fn forward_differentiable(&self, xs: &Tensor) -> Result<Tensor> {
         let dtype = xs.dtype();
         let x = if dtype == DType::F32 { xs.clone() } else { xs.to_dtype(DType::F32)? };
         let mean = x.mean_keepdim(D::Minus1)?;

@@ -8,4 +8,4 @@ mod softmax;
 pub use dropout::Dropout;
 pub use layer_norm::LayerNorm;
 pub use linear::{linear, linear_no_bias};
-pub use softmax::softmax_last_dim;
+pub use softmax::{softmax, softmax_last_dim};

@@ -1,9 +1,24 @@
-//! Numerically stable softmax with a backward pass.
+//! Numerically stable softmax over the last dimension.
 
 use candle_core::{Result, Tensor, D};
 
-/// Softmax over the last dimension. The row maximum is detached: it only shifts the
-/// exponent, so it carries no gradient, and detaching it saves backward work.
+use crate::mode::Mode;
+
+/// Softmax over the last dimension: in [`Mode::Eval`] candle's fused single-pass kernel
+/// (no backward pass), in [`Mode::Train`] the differentiable [`softmax_last_dim`].
+///
+/// # Shapes
+/// `xs: [..., n]` → `[..., n]`
+pub fn softmax(xs: &Tensor, mode: Mode) -> Result<Tensor> {
+    if mode.is_train() {
+        softmax_last_dim(xs)
+    } else {
+        candle_nn::ops::softmax_last_dim(&xs.contiguous()?)
+    }
+}
+
+/// Differentiable softmax over the last dimension. The row maximum is detached: it only
+/// shifts the exponent, so it carries no gradient, and detaching it saves backward work.
 ///
 /// # Shapes
 /// `xs: [..., n]` → `[..., n]`
@@ -12,4 +27,20 @@ pub fn softmax_last_dim(xs: &Tensor) -> Result<Tensor> {
     let num = xs.broadcast_sub(&max)?.exp()?;
     let den = num.sum_keepdim(D::Minus1)?;
     num.broadcast_div(&den)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mode::DropoutRng;
+
+    #[test]
+    fn fused_and_differentiable_softmax_agree() {
+        let xs = Tensor::randn(0f32, 3.0, (4, 7, 33), &candle_core::Device::Cpu).unwrap();
+        let rng = DropoutRng::new(0);
+        let a = softmax(&xs, Mode::Eval).unwrap();
+        let b = softmax(&xs, Mode::Train(&rng)).unwrap();
+        let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff < 1e-6, "{diff}");
+    }
 }
