@@ -39,6 +39,9 @@ enum Command {
     /// Classify documents of any length; shows which chunks drove each decision.
     /// Exit code 2 when some documents failed (their lines carry an "error").
     Predict(commands::predict::PredictArgs),
+    /// Accuracy, per-class precision/recall/F1, macro/weighted F1 and confusion matrix on
+    /// labelled documents.
+    Eval(commands::eval::EvalArgs),
     /// Write an HTML page per input showing the prediction and the chunks' attention.
     Report(commands::report::ReportArgs),
 }
@@ -60,6 +63,7 @@ fn main() {
         Command::Init(args) => commands::init::run(args, cli.quiet).map(|_| 0),
         Command::Predict(args) => commands::predict::run(args, cli.quiet),
         Command::Report(args) => commands::report::run(args, cli.quiet),
+        Command::Eval(args) => commands::eval::run(args, cli.quiet).map(|_| 0),
     };
     match result {
         Ok(0) => {}

@@ -6,10 +6,12 @@ pub mod chunking;
 pub mod documents;
 pub mod error;
 pub mod jsonl;
+pub mod labelled;
 pub mod tokenizer;
 
 pub use chunking::{Chunk, ChunkSelection, ChunkedDocument, Chunker, ChunkingConfig};
 pub use documents::{read_documents, Document};
 pub use error::{Result, TextError};
 pub use jsonl::{read_records, Record};
+pub use labelled::{labels_from_data, read_labelled, resolve_labels, stratified_split, Example, LabelValue};
 pub use tokenizer::{pad_batch, Encoded, TextTokenizer};

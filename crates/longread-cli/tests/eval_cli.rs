@@ -1,0 +1,57 @@
+//! `longread eval` agrees with `predict`'s own labels, and reports label problems by line.
+
+mod common;
+
+use common::{assert_clean_failure, fixture, json_lines, longread};
+use serde_json::Value;
+
+#[test]
+fn eval_metrics_agree_with_predict_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("hier/bert-mean");
+    let docs = std::fs::read_to_string(fixture("hier/documents.jsonl")).unwrap();
+    // Gold labels chosen so that some predictions are right and some wrong.
+    let gold = ["general", "teen", "mature", "general"];
+    let data: String = docs
+        .lines()
+        .zip(gold)
+        .map(|(l, g)| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v["label"] = g.into();
+            v.to_string() + "\n"
+        })
+        .collect();
+    let path = tmp.path().join("dev.jsonl");
+    std::fs::write(&path, data).unwrap();
+
+    let predicted = json_lines(
+        &longread(&["predict", "--model", model.to_str().unwrap(), "--input", path.to_str().unwrap()]).stdout,
+    );
+    let correct = predicted.iter().zip(gold).filter(|(p, g)| p["label"] == *g).count();
+
+    let out = longread(&["eval", "--model", model.to_str().unwrap(), "--data", path.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!((report["accuracy"].as_f64().unwrap() - correct as f64 / 4.0).abs() < 1e-12);
+    let cm: Vec<Vec<u64>> = serde_json::from_value(report["confusion_matrix"].clone()).unwrap();
+    assert_eq!(cm.iter().flatten().sum::<u64>(), 4);
+    assert_eq!(cm.iter().enumerate().map(|(i, r)| r[i]).sum::<u64>(), correct as u64);
+    for key in ["macro_f1", "weighted_f1", "per_class", "labels"] {
+        assert!(report.get(key).is_some(), "{key}");
+    }
+
+    let table = longread(&["eval", "--model", model.to_str().unwrap(), "--data", path.to_str().unwrap()]);
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert!(text.contains("confusion matrix (rows: true, columns: predicted)") && text.contains("mature"), "{text}");
+}
+
+#[test]
+fn unknown_labels_name_the_line_and_the_model_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("dev.jsonl");
+    std::fs::write(&path, "{\"text\": \"fine\", \"label\": \"teen\"}\n{\"text\": \"x\", \"label\": \"adult\"}\n")
+        .unwrap();
+    let out =
+        longread(&["eval", "--model", fixture("hier/bert-mean").to_str().unwrap(), "--data", path.to_str().unwrap()]);
+    assert_clean_failure(&out, "dev.jsonl:2: unknown label \"adult\" (the model's labels: general, teen, mature)");
+}

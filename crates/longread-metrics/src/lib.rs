@@ -1,0 +1,192 @@
+//! Classification metrics, as scikit-learn defines them (`classification_report`,
+//! `confusion_matrix`): a class with no predictions has precision 0, with no true examples
+//! recall 0, and F1 is 0 when precision + recall is 0.
+#![deny(missing_docs)]
+
+use serde::Serialize;
+
+/// Counts of (true label, predicted label) pairs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfusionMatrix {
+    /// `counts[true][predicted]`.
+    pub counts: Vec<Vec<usize>>,
+}
+
+impl ConfusionMatrix {
+    /// Builds the matrix for `n_classes` classes; pairs with an index out of range are an error.
+    pub fn new(n_classes: usize, truth: &[usize], predicted: &[usize]) -> Result<Self, String> {
+        if truth.len() != predicted.len() {
+            return Err(format!("{} true labels but {} predictions", truth.len(), predicted.len()));
+        }
+        let mut counts = vec![vec![0; n_classes]; n_classes];
+        for (&t, &p) in truth.iter().zip(predicted) {
+            if t >= n_classes || p >= n_classes {
+                return Err(format!("label index {} is out of range for {n_classes} classes", t.max(p)));
+            }
+            counts[t][p] += 1;
+        }
+        Ok(Self { counts })
+    }
+
+    /// Number of examples.
+    pub fn total(&self) -> usize {
+        self.counts.iter().flatten().sum()
+    }
+}
+
+/// Precision, recall, F1 and support of one class.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassMetrics {
+    /// The class name.
+    pub label: String,
+    /// TP / (TP + FP).
+    pub precision: f64,
+    /// TP / (TP + FN).
+    pub recall: f64,
+    /// Harmonic mean of precision and recall.
+    pub f1: f64,
+    /// Number of true examples.
+    pub support: usize,
+}
+
+/// Everything `eval` reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Fraction of correct predictions.
+    pub accuracy: f64,
+    /// Unweighted mean of the per-class F1.
+    pub macro_f1: f64,
+    /// Mean of the per-class F1 weighted by support.
+    pub weighted_f1: f64,
+    /// Unweighted mean precision.
+    pub macro_precision: f64,
+    /// Unweighted mean recall.
+    pub macro_recall: f64,
+    /// Per class, in label order.
+    pub per_class: Vec<ClassMetrics>,
+    /// `confusion_matrix[true][predicted]`, in label order.
+    pub confusion_matrix: Vec<Vec<usize>>,
+    /// Label names, the order of both axes.
+    pub labels: Vec<String>,
+    /// Number of examples.
+    pub examples: usize,
+}
+
+/// Computes every metric. `labels` names the classes; `truth` and `predicted` are indices.
+pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Result<Report, String> {
+    let cm = ConfusionMatrix::new(labels.len(), truth, predicted)?;
+    let total = cm.total();
+    if total == 0 {
+        return Err("no examples to evaluate".into());
+    }
+    let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let per_class: Vec<ClassMetrics> = labels
+        .iter()
+        .enumerate()
+        .map(|(c, label)| {
+            let tp = cm.counts[c][c];
+            let predicted_c: usize = cm.counts.iter().map(|row| row[c]).sum();
+            let support: usize = cm.counts[c].iter().sum();
+            let (precision, recall) = (ratio(tp, predicted_c), ratio(tp, support));
+            let f1 = if precision + recall == 0.0 { 0.0 } else { 2.0 * precision * recall / (precision + recall) };
+            ClassMetrics { label: label.clone(), precision, recall, f1, support }
+        })
+        .collect();
+    let n = labels.len() as f64;
+    let correct: usize = (0..labels.len()).map(|c| cm.counts[c][c]).sum();
+    Ok(Report {
+        accuracy: ratio(correct, total),
+        macro_f1: per_class.iter().map(|c| c.f1).sum::<f64>() / n,
+        weighted_f1: per_class.iter().map(|c| c.f1 * c.support as f64).sum::<f64>() / total as f64,
+        macro_precision: per_class.iter().map(|c| c.precision).sum::<f64>() / n,
+        macro_recall: per_class.iter().map(|c| c.recall).sum::<f64>() / n,
+        per_class,
+        confusion_matrix: cm.counts,
+        labels: labels.to_vec(),
+        examples: total,
+    })
+}
+
+impl Report {
+    /// A readable table: per-class metrics, averages and the confusion matrix with names.
+    pub fn to_table(&self) -> String {
+        let width = self.labels.iter().map(|l| l.chars().count()).max().unwrap_or(5).max(12);
+        let mut out = format!("{:<width$} {:>9} {:>9} {:>9} {:>9}\n", "", "precision", "recall", "f1", "support");
+        for c in &self.per_class {
+            out +=
+                &format!("{:<width$} {:>9.4} {:>9.4} {:>9.4} {:>9}\n", c.label, c.precision, c.recall, c.f1, c.support);
+        }
+        out += &format!("\n{:<width$} {:>9} {:>9} {:>9.4} {:>9}\n", "accuracy", "", "", self.accuracy, self.examples);
+        out += &format!(
+            "{:<width$} {:>9.4} {:>9.4} {:>9.4} {:>9}\n",
+            "macro avg", self.macro_precision, self.macro_recall, self.macro_f1, self.examples
+        );
+        out +=
+            &format!("{:<width$} {:>9} {:>9} {:>9.4} {:>9}\n", "weighted avg", "", "", self.weighted_f1, self.examples);
+        out += &format!("\nconfusion matrix (rows: true, columns: predicted)\n{:<width$}", "");
+        for l in &self.labels {
+            out += &format!(" {l:>width$}");
+        }
+        out.push('\n');
+        for (l, row) in self.labels.iter().zip(&self.confusion_matrix) {
+            out += &format!("{l:<width$}");
+            for n in row {
+                out += &format!(" {n:>width$}");
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels() -> Vec<String> {
+        vec!["a".into(), "b".into(), "c".into()]
+    }
+
+    /// Expected values checked with scikit-learn 1.9.1: `confusion_matrix(t, p)` and
+    /// `classification_report(t, p, output_dict=True, zero_division=0)` for
+    /// t = [0,0,0,1,1,2,2,2,2,0], p = [0,1,0,1,2,2,2,0,2,0].
+    #[test]
+    fn matches_scikit_learn() {
+        let truth = [0, 0, 0, 1, 1, 2, 2, 2, 2, 0];
+        let pred = [0, 1, 0, 1, 2, 2, 2, 0, 2, 0];
+        let r = evaluate(&labels(), &truth, &pred).unwrap();
+        assert_eq!(r.confusion_matrix, vec![vec![3, 1, 0], vec![0, 1, 1], vec![1, 0, 3]]);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(close(r.accuracy, 0.7));
+        // a: P 3/4, R 3/4; b: P 1/2, R 1/2; c: P 3/4, R 3/4
+        assert!(close(r.per_class[0].precision, 0.75) && close(r.per_class[0].recall, 0.75));
+        assert!(close(r.per_class[1].f1, 0.5));
+        assert!(close(r.macro_f1, (0.75 + 0.5 + 0.75) / 3.0));
+        assert!(close(r.weighted_f1, (0.75 * 4.0 + 0.5 * 2.0 + 0.75 * 4.0) / 10.0));
+        assert_eq!(r.per_class.iter().map(|c| c.support).collect::<Vec<_>>(), vec![4, 2, 4]);
+    }
+
+    #[test]
+    fn classes_never_predicted_or_absent_score_zero_not_nan() {
+        let r = evaluate(&labels(), &[0, 0, 1], &[0, 0, 0]).unwrap();
+        assert_eq!(r.per_class[1].precision, 0.0);
+        assert_eq!(r.per_class[1].recall, 0.0);
+        assert_eq!(r.per_class[2].f1, 0.0);
+        assert_eq!(r.per_class[2].support, 0);
+        assert!(r.macro_f1.is_finite() && r.weighted_f1.is_finite());
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        assert!(evaluate(&labels(), &[0], &[0, 1]).is_err());
+        assert!(evaluate(&labels(), &[3], &[0]).unwrap_err().contains("out of range"));
+        assert!(evaluate(&labels(), &[], &[]).is_err());
+    }
+
+    #[test]
+    fn table_names_labels_on_both_axes() {
+        let t = evaluate(&labels(), &[0, 1, 2], &[0, 2, 2]).unwrap().to_table();
+        assert!(t.contains("confusion matrix (rows: true, columns: predicted)"));
+        assert!(t.contains("macro avg") && t.contains("weighted avg"));
+    }
+}

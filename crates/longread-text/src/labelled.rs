@@ -1,0 +1,188 @@
+//! Labelled examples for training and evaluation: JSON lines with `"text"` and `"label"`
+//! (a label name, or an integer index into the model's labels).
+
+use std::collections::BTreeSet;
+use std::io::BufRead;
+
+use serde_json::Value;
+
+use crate::error::{Result, TextError};
+use crate::jsonl::read_records;
+
+/// A label as written in the data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelValue {
+    /// A label name.
+    Name(String),
+    /// An index into the model's labels.
+    Index(usize),
+}
+
+/// One labelled example.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    /// 1-based line number.
+    pub line: usize,
+    /// The `"id"` field, or the 0-based position.
+    pub id: Value,
+    /// The text.
+    pub text: String,
+    /// The label as written.
+    pub label: LabelValue,
+}
+
+/// Reads labelled examples; every problem names its line.
+pub fn read_labelled(reader: impl BufRead, source_name: &str) -> Result<Vec<Example>> {
+    read_records(reader, source_name)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            let bad =
+                |message: String| TextError::BadLine { source_name: source_name.to_owned(), line: r.line, message };
+            let label = match r.fields.shift_remove("label") {
+                Some(Value::String(s)) if !s.trim().is_empty() => LabelValue::Name(s),
+                Some(Value::Number(n)) if n.as_u64().is_some() => LabelValue::Index(n.as_u64().unwrap_or(0) as usize),
+                Some(other) => {
+                    return Err(bad(format!("\"label\" must be a label name or a non-negative integer, found {other}")))
+                }
+                None => return Err(bad("missing \"label\" field".into())),
+            };
+            Ok(Example { line: r.line, id: r.fields.shift_remove("id").unwrap_or(Value::from(i)), text: r.text, label })
+        })
+        .collect()
+}
+
+/// The label names found in the data, sorted; integer labels have no names, so they are an error here.
+pub fn labels_from_data(examples: &[Example], source_name: &str) -> Result<Vec<String>> {
+    let mut names = BTreeSet::new();
+    for e in examples {
+        match &e.label {
+            LabelValue::Name(n) => {
+                names.insert(n.clone());
+            }
+            LabelValue::Index(_) => {
+                return Err(TextError::BadLine {
+                    source_name: source_name.to_owned(),
+                    line: e.line,
+                    message: "an integer label needs the label names from a model made by `longread init --labels`"
+                        .into(),
+                })
+            }
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
+/// Each example's label as an index into `labels`.
+pub fn resolve_labels(examples: &[Example], labels: &[String], source_name: &str) -> Result<Vec<usize>> {
+    examples
+        .iter()
+        .map(|e| {
+            let bad =
+                |message: String| TextError::BadLine { source_name: source_name.to_owned(), line: e.line, message };
+            match &e.label {
+                LabelValue::Name(n) => labels
+                    .iter()
+                    .position(|l| l == n)
+                    .ok_or_else(|| bad(format!("unknown label \"{n}\" (the model's labels: {})", labels.join(", ")))),
+                LabelValue::Index(i) if *i < labels.len() => Ok(*i),
+                LabelValue::Index(i) => Err(bad(format!(
+                    "label index {i} is out of range: the model has {} labels ({})",
+                    labels.len(),
+                    labels.join(", ")
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// Splits example indices into (train, dev), stratified by label: each class gives
+/// `round(n · fraction)` examples to dev (at least one when it has two or more), chosen by a
+/// shuffle seeded with `seed`. Both lists are sorted.
+pub fn stratified_split(labels: &[usize], fraction: f64, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let n_classes = labels.iter().max().map_or(0, |m| m + 1);
+    let mut rng = SplitMix64(seed);
+    let (mut train, mut dev) = (Vec::new(), Vec::new());
+    for class in 0..n_classes {
+        let mut members: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] == class).collect();
+        // Fisher–Yates with a fixed generator, so the split is the same on every platform.
+        for i in (1..members.len()).rev() {
+            let j = (rng.next() % (i as u64 + 1)) as usize;
+            members.swap(i, j);
+        }
+        let mut n_dev = (members.len() as f64 * fraction).round() as usize;
+        if members.len() >= 2 && fraction > 0.0 {
+            n_dev = n_dev.clamp(1, members.len() - 1);
+        }
+        dev.extend_from_slice(&members[..n_dev.min(members.len())]);
+        train.extend_from_slice(&members[n_dev.min(members.len())..]);
+    }
+    train.sort_unstable();
+    dev.sort_unstable();
+    (train, dev)
+}
+
+/// A tiny, well-known generator (SplitMix64) for reproducible shuffles without a dependency.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(s: &str) -> Result<Vec<Example>> {
+        read_labelled(s.as_bytes(), "d.jsonl")
+    }
+
+    #[test]
+    fn names_and_indices_resolve_against_the_model_labels() {
+        let ex =
+            read("{\"text\": \"a\", \"label\": \"teen\"}\n{\"text\": \"b\", \"label\": 2, \"id\": \"x\"}\n").unwrap();
+        let labels: Vec<String> = ["general", "teen", "mature"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(resolve_labels(&ex, &labels, "d.jsonl").unwrap(), vec![1, 2]);
+        assert_eq!(ex[1].id, "x");
+    }
+
+    #[test]
+    fn label_problems_name_the_line() {
+        let labels: Vec<String> = vec!["a".into(), "b".into()];
+        let ex = read("{\"text\": \"t\", \"label\": \"a\"}\n{\"text\": \"t\", \"label\": \"zz\"}\n").unwrap();
+        let err = resolve_labels(&ex, &labels, "d.jsonl").unwrap_err().to_string();
+        assert!(err.starts_with("d.jsonl:2: unknown label \"zz\" (the model's labels: a, b)"), "{err}");
+        let ex = read("{\"text\": \"t\", \"label\": 5}\n").unwrap();
+        assert!(resolve_labels(&ex, &labels, "d.jsonl").unwrap_err().to_string().contains("index 5 is out of range"));
+        assert!(read("{\"text\": \"t\"}\n").unwrap_err().to_string().contains("d.jsonl:1: missing \"label\""));
+        assert!(read("{\"text\": \"t\", \"label\": -1}\n").unwrap_err().to_string().contains("non-negative integer"));
+        assert!(read("{\"text\": \"t\", \"label\": null}\n").unwrap_err().to_string().contains("found null"));
+        let ex = read("{\"text\": \"t\", \"label\": 1}\n").unwrap();
+        assert!(labels_from_data(&ex, "d.jsonl").unwrap_err().to_string().contains("needs the label names"));
+    }
+
+    #[test]
+    fn labels_from_data_are_sorted_and_unique() {
+        let ex = read("{\"text\": \"t\", \"label\": \"b\"}\n{\"text\": \"t\", \"label\": \"a\"}\n{\"text\": \"t\", \"label\": \"b\"}\n").unwrap();
+        assert_eq!(labels_from_data(&ex, "d").unwrap(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn split_is_stratified_seeded_and_a_partition() {
+        let labels: Vec<usize> = (0..100).map(|i| if i < 70 { 0 } else { 1 }).collect();
+        let (train, dev) = stratified_split(&labels, 0.1, 7);
+        assert_eq!(dev.iter().filter(|&&i| labels[i] == 0).count(), 7);
+        assert_eq!(dev.iter().filter(|&&i| labels[i] == 1).count(), 3);
+        let mut all: Vec<usize> = train.iter().chain(&dev).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+        assert_eq!(stratified_split(&labels, 0.1, 7), (train.clone(), dev.clone()));
+        assert_ne!(stratified_split(&labels, 0.1, 8).1, dev);
+    }
+}

@@ -1,0 +1,28 @@
+//! Errors of the training crate.
+
+/// Everything that can go wrong while training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// A setting is out of range.
+    #[error("invalid training setting: {0}")]
+    InvalidSetting(String),
+    /// An error from the model crate.
+    #[error(transparent)]
+    Model(#[from] longread_model::ModelError),
+    /// An error from the tensor framework.
+    #[error(transparent)]
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for TrainError {
+    /// Drops candle's backtrace wrapper, as the model crate does.
+    fn from(e: candle_core::Error) -> Self {
+        match longread_model::ModelError::from(e) {
+            longread_model::ModelError::Candle(e) => Self::Candle(e),
+            other => Self::Model(other),
+        }
+    }
+}
+
+/// Result type of this crate.
+pub type Result<T> = std::result::Result<T, TrainError>;

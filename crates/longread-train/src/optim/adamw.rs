@@ -1,0 +1,188 @@
+//! AdamW (Loshchilov & Hutter 2019) with PyTorch's exact update order
+//! (`torch/optim/adam.py: _single_tensor_adam`, decoupled weight decay), updating each
+//! parameter in place in one multi-threaded pass. Moments live on the host as plain vectors,
+//! so checkpoints can save and restore them.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, Layout, Var};
+use rayon::prelude::*;
+
+use crate::error::{Result, TrainError};
+
+/// Hyper-parameters shared by all groups.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWConfig {
+    /// β1 (0.9).
+    pub beta1: f64,
+    /// β2 (0.999).
+    pub beta2: f64,
+    /// ε (1e-8).
+    pub eps: f64,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        Self { beta1: 0.9, beta2: 0.999, eps: 1e-8 }
+    }
+}
+
+/// Parameters that share a learning rate and weight decay.
+#[derive(Debug, Clone)]
+pub struct ParamGroup {
+    /// A name for logs ("encoder.layer.3", "head", "no_decay", …).
+    pub name: String,
+    /// Learning rate of the group.
+    pub lr: f64,
+    /// Decoupled weight decay of the group (0 for biases and LayerNorm weights).
+    pub weight_decay: f64,
+    /// The parameters, by name.
+    pub params: Vec<(String, Var)>,
+}
+
+/// Moments and step count of one parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamState {
+    /// Steps taken by this parameter (PyTorch counts per parameter).
+    pub step: u64,
+    /// First moment.
+    pub exp_avg: Vec<f32>,
+    /// Second moment.
+    pub exp_avg_sq: Vec<f32>,
+}
+
+/// The optimizer.
+#[derive(Debug)]
+pub struct AdamW {
+    config: AdamWConfig,
+    groups: Vec<ParamGroup>,
+    state: HashMap<String, ParamState>,
+}
+
+impl AdamW {
+    /// An optimizer over `groups`; parameters must be f32 and on the CPU.
+    pub fn new(groups: Vec<ParamGroup>, config: AdamWConfig) -> Result<Self> {
+        let (b1, b2) = (config.beta1, config.beta2);
+        if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) || config.eps <= 0.0 {
+            return Err(TrainError::InvalidSetting(format!(
+                "AdamW needs 0 ≤ beta1, beta2 < 1 and eps > 0 (got {b1}, {b2}, {})",
+                config.eps
+            )));
+        }
+        Ok(Self { config, groups, state: HashMap::new() })
+    }
+
+    /// The parameter groups.
+    pub fn groups(&self) -> &[ParamGroup] {
+        &self.groups
+    }
+
+    /// Adds a group (gradual unfreezing adds parameters as training goes).
+    pub fn add_group(&mut self, group: ParamGroup) {
+        self.groups.push(group);
+    }
+
+    /// Sets every group's learning rate to `base · factor_g`, e.g. for a schedule.
+    pub fn set_lr(&mut self, lr_of: impl Fn(&ParamGroup) -> f64) {
+        for g in &mut self.groups {
+            g.lr = lr_of(g);
+        }
+    }
+
+    /// The state of one parameter, if it has taken a step.
+    pub fn state(&self, name: &str) -> Option<&ParamState> {
+        self.state.get(name)
+    }
+
+    /// One update of every parameter that has a gradient in `grads`; others are skipped and
+    /// keep their step count (as PyTorch does for parameters whose `grad` is `None`).
+    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
+        self.step_with(|var| grads.get(var.as_tensor()).cloned())
+    }
+
+    /// Like [`AdamW::step`], with gradients from any source (e.g. accumulated over batches).
+    pub fn step_with(&mut self, gradient: impl Fn(&Var) -> Option<candle_core::Tensor>) -> Result<()> {
+        let AdamWConfig { beta1, beta2, eps } = self.config;
+        for group in &self.groups {
+            for (name, var) in &group.params {
+                let Some(grad) = gradient(var) else { continue };
+                let grad = grad.contiguous()?;
+                let n = var.elem_count();
+                let state = self.state.entry(name.clone()).or_insert_with(|| ParamState {
+                    step: 0,
+                    exp_avg: vec![0.0; n],
+                    exp_avg_sq: vec![0.0; n],
+                });
+                state.step += 1;
+                let bias1 = 1.0 - beta1.powi(state.step as i32);
+                let bias2 = 1.0 - beta2.powi(state.step as i32);
+                let update = Update {
+                    moments: Mutex::new((&mut state.exp_avg, &mut state.exp_avg_sq)),
+                    decay: (1.0 - group.lr * group.weight_decay) as f32,
+                    one_minus_beta1: (1.0 - beta1) as f32,
+                    beta2: beta2 as f32,
+                    one_minus_beta2: (1.0 - beta2) as f32,
+                    bias2_sqrt: bias2.sqrt() as f32,
+                    eps: eps as f32,
+                    step_size: (group.lr / bias1) as f32,
+                };
+                var.as_tensor().inplace_op2(&grad, &update)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The in-place update of one parameter.
+struct Update<'a> {
+    moments: Mutex<(&'a mut Vec<f32>, &'a mut Vec<f32>)>,
+    decay: f32,
+    one_minus_beta1: f32,
+    beta2: f32,
+    one_minus_beta2: f32,
+    bias2_sqrt: f32,
+    eps: f32,
+    step_size: f32,
+}
+
+/// Elements per parallel task: large enough to amortise scheduling, small enough to balance.
+const CHUNK: usize = 1 << 14;
+
+impl candle_core::InplaceOp2 for Update<'_> {
+    fn name(&self) -> &'static str {
+        "adamw-update"
+    }
+
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<()> {
+        let (CpuStorage::F32(param), CpuStorage::F32(grad)) = (s1, s2) else {
+            candle_core::bail!("AdamW updates f32 parameters with f32 gradients")
+        };
+        let (Some((p0, p1)), Some((g0, g1))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
+            candle_core::bail!("AdamW needs contiguous parameters and gradients")
+        };
+        let (param, grad) = (&mut param[p0..p1], &grad[g0..g1]);
+        let mut moments = self.moments.lock().unwrap_or_else(|p| p.into_inner());
+        let (m, v) = &mut *moments;
+        if grad.len() != param.len() || m.len() != param.len() {
+            candle_core::bail!("AdamW: parameter, gradient and moments differ in size")
+        }
+        param
+            .par_chunks_mut(CHUNK)
+            .zip(grad.par_chunks(CHUNK))
+            .zip(m.par_chunks_mut(CHUNK))
+            .zip(v.par_chunks_mut(CHUNK))
+            .for_each(|(((p, g), m), v)| {
+                for i in 0..p.len() {
+                    // torch: p.mul_(1 - lr·wd); m.lerp_(g, 1 - β1); v.mul_(β2).addcmul_(g, g, 1 - β2);
+                    // p.addcdiv_(m, sqrt(v)/sqrt(bc2) + eps, value = -lr/bc1)
+                    p[i] *= self.decay;
+                    m[i] += self.one_minus_beta1 * (g[i] - m[i]);
+                    v[i] = v[i] * self.beta2 + self.one_minus_beta2 * g[i] * g[i];
+                    p[i] -= self.step_size * m[i] / (v[i].sqrt() / self.bias2_sqrt + self.eps);
+                }
+            });
+        Ok(())
+    }
+}

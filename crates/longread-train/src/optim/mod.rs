@@ -1,0 +1,5 @@
+//! Optimizers.
+
+mod adamw;
+
+pub use adamw::{AdamW, AdamWConfig, ParamGroup};
