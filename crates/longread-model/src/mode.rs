@@ -15,6 +15,16 @@ impl DropoutRng {
         Self(Mutex::new(StdRng::seed_from_u64(seed)))
     }
 
+    /// The generator's current state, to replay the same masks later (chunk recomputation).
+    pub fn snapshot(&self) -> StdRng {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Puts the generator back into a state taken by [`DropoutRng::snapshot`].
+    pub fn restore(&self, state: StdRng) {
+        *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = state;
+    }
+
     /// `n` keep-masks: each entry is `scale` with probability `1 - p`, else 0.
     pub fn keep_mask(&self, n: usize, p: f64, scale: f32) -> Vec<f32> {
         let mut rng = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -150,6 +150,25 @@ impl HierarchicalClassifier {
         Ok(Classified { logits: self.head.forward(&pooled.vector, mode)?, attention: pooled.attention })
     }
 
+    /// Every variable (encoder and head), when loaded as trainable; empty otherwise.
+    pub fn trainable_vars(&self) -> Vec<candle_core::Var> {
+        self.named_vars().into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Every variable by canonical name: encoder ones as `encoder:embeddings.…`, head ones by
+    /// their file names (`pooler.…`, `norm.…`, `classifier.…`), sorted by name.
+    pub fn named_vars(&self) -> Vec<(String, candle_core::Var)> {
+        let Some((encoder, head)) = &self.vars else { return Vec::new() };
+        let mut out: Vec<(String, candle_core::Var)> = Vec::new();
+        for (prefix, map) in [("encoder:", encoder), ("", head)] {
+            for (name, var) in map.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                out.push((format!("{prefix}{name}"), var.clone()));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// All tensors under their file names: the encoder's with the `bert.`/`roberta.` prefix.
     pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
         let (encoder, head) = self.vars.as_ref().ok_or_else(|| {

@@ -1,0 +1,151 @@
+//! Loss and gradients for a batch of documents, with memory that does not grow with document
+//! length: chunk-level recomputation (gradient checkpointing at chunk granularity).
+//!
+//! 1. Every chunk batch is encoded without keeping its graph (only the chunk vectors stay).
+//! 2. Pooling, head and loss run on the chunk vectors as leaves; back-propagation gives the
+//!    head's gradients and d loss / d chunk vectors.
+//! 3. Each chunk batch is encoded again, this time with its graph, and back-propagates its
+//!    slice of that gradient (the surrogate `Σ vectors · grad`) into the encoder.
+//!
+//! Dropout draws the same masks in both encodings (the generator is replayed per batch), so
+//! the gradients equal those of back-propagating through the whole graph at once
+//! (`recompute: false`), which the tests check.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor, TensorId, Var};
+use longread_model::hierarchical::predictor::plan_batches;
+use longread_model::hierarchical::HierarchicalClassifier;
+use longread_model::{DropoutRng, Mode};
+use longread_text::{pad_batch, ChunkedDocument};
+
+use crate::error::Result;
+
+/// Loss of a batch and the gradients of the requested variables.
+#[derive(Debug)]
+pub struct BatchGradients {
+    /// The (weighted) mean cross-entropy over the documents.
+    pub loss: f32,
+    /// Gradient of every requested variable that took part in the loss, by tensor id.
+    pub grads: HashMap<TensorId, Tensor>,
+}
+
+/// How the batch is computed.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSettings<'a> {
+    /// Most tokens per encoder batch.
+    pub max_batch_tokens: usize,
+    /// Re-encode chunks instead of keeping the whole graph.
+    pub recompute: bool,
+    /// Per-class loss weights (`[labels]`), as `torch.nn.CrossEntropyLoss(weight=...)`.
+    pub class_weights: Option<&'a Tensor>,
+}
+
+/// Loss and gradients for `docs` with gold `labels`; `vars` are the variables whose gradients
+/// are wanted (the trainable ones).
+pub fn batch_gradients(
+    model: &HierarchicalClassifier,
+    docs: &[&ChunkedDocument],
+    labels: &[usize],
+    vars: &[Var],
+    rng: &DropoutRng,
+    settings: BatchSettings,
+    device: &Device,
+) -> Result<BatchGradients> {
+    let refs: Vec<(usize, usize)> =
+        docs.iter().enumerate().flat_map(|(d, doc)| (0..doc.chunks.len()).map(move |c| (d, c))).collect();
+    let lengths: Vec<usize> = refs.iter().map(|&(d, c)| docs[d].chunks[c].ids.len()).collect();
+    let mut order: Vec<usize> = (0..refs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
+    let batches = plan_batches(&order, &lengths, settings.max_batch_tokens);
+    let pad = model.config().encoder.pad_token_id;
+    let encode = |batch: &[usize]| -> Result<Tensor> {
+        let seqs: Vec<&[u32]> = batch.iter().map(|&i| docs[refs[i].0].chunks[refs[i].1].ids.as_slice()).collect();
+        let (ids, mask, seq) = pad_batch(&seqs, pad);
+        let ids = Tensor::from_vec(ids, (seqs.len(), seq), device)?;
+        let mask = Tensor::from_vec(mask, (seqs.len(), seq), device)?;
+        Ok(model.chunk_vectors(&ids, &mask, Mode::Train(rng))?)
+    };
+
+    // Pass 1: chunk vectors (graphs dropped at once when recomputing).
+    let mut snapshots = Vec::with_capacity(batches.len());
+    let mut rows: Vec<Vec<Option<Tensor>>> = docs.iter().map(|d| vec![None; d.chunks.len()]).collect();
+    for batch in &batches {
+        snapshots.push(rng.snapshot());
+        let out = encode(batch)?;
+        let out = if settings.recompute { out.detach() } else { out };
+        for (row, &i) in batch.iter().enumerate() {
+            rows[refs[i].0][refs[i].1] = Some(out.get(row)?);
+        }
+    }
+    let stacked: Vec<Tensor> = rows
+        .into_iter()
+        .map(|r| Tensor::stack(&r.into_iter().flatten().collect::<Vec<_>>(), 0))
+        .collect::<candle_core::Result<_>>()?;
+    // With recomputation the chunk vectors are leaves whose gradients we need.
+    let leaves: Vec<Option<Var>> = stacked
+        .iter()
+        .map(|t| if settings.recompute { Var::from_tensor(t).map(Some) } else { Ok(None) })
+        .collect::<candle_core::Result<_>>()?;
+    let inputs: Vec<&Tensor> =
+        stacked.iter().zip(&leaves).map(|(t, l)| l.as_ref().map_or(t, |v| v.as_tensor())).collect();
+
+    let logits: Vec<Tensor> =
+        inputs.iter().map(|t| Ok(model.classify(t, Mode::Train(rng))?.logits)).collect::<Result<_>>()?;
+    let loss = cross_entropy(&Tensor::stack(&logits, 0)?, labels, settings.class_weights, device)?;
+    let after = rng.snapshot();
+    let first = loss.backward()?;
+    let mut grads: HashMap<TensorId, Tensor> =
+        vars.iter().filter_map(|v| first.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect();
+
+    // Pass 2: re-encode each chunk batch with its graph; back-propagate its slice.
+    if settings.recompute {
+        for (batch, snapshot) in batches.iter().zip(snapshots) {
+            rng.restore(snapshot);
+            let out = encode(batch)?;
+            let slices: Vec<Tensor> = batch
+                .iter()
+                .map(|&i| {
+                    let leaf = leaves[refs[i].0].as_ref().expect("leaves exist when recomputing");
+                    let g = first.get(leaf.as_tensor()).map(|g| g.get(refs[i].1)).transpose()?;
+                    Ok(match g {
+                        Some(g) => g,
+                        None => Tensor::zeros(out.dim(1)?, DType::F32, device)?,
+                    })
+                })
+                .collect::<candle_core::Result<_>>()?;
+            let surrogate = out.mul(&Tensor::stack(&slices, 0)?)?.sum_all()?;
+            let second = surrogate.backward()?;
+            for v in vars {
+                if let Some(g) = second.get(v.as_tensor()) {
+                    let id = v.as_tensor().id();
+                    let total = match grads.remove(&id) {
+                        Some(prev) => (prev + g)?,
+                        None => g.clone(),
+                    };
+                    grads.insert(id, total);
+                }
+            }
+        }
+        rng.restore(after);
+    }
+    Ok(BatchGradients { loss: loss.to_scalar::<f32>()?, grads })
+}
+
+/// Cross-entropy as `torch.nn.functional.cross_entropy`: mean over documents, or with class
+/// weights `Σ w_y · nll / Σ w_y`.
+///
+/// # Shapes
+/// `logits: [docs, labels]`, `labels: docs` → scalar
+pub fn cross_entropy(logits: &Tensor, labels: &[usize], weights: Option<&Tensor>, device: &Device) -> Result<Tensor> {
+    let log_probs = candle_nn::ops::log_softmax(logits, 1)?;
+    let targets = Tensor::from_vec(labels.iter().map(|&l| l as u32).collect::<Vec<_>>(), (labels.len(), 1), device)?;
+    let nll = log_probs.gather(&targets, 1)?.squeeze(1)?.neg()?;
+    Ok(match weights {
+        None => nll.mean_all()?,
+        Some(w) => {
+            let w = w.index_select(&targets.squeeze(1)?, 0)?;
+            (nll.mul(&w)?.sum_all()? / w.sum_all()?.to_scalar::<f32>()? as f64)?
+        }
+    })
+}
