@@ -1,10 +1,15 @@
-//! Training longread models. So far: the AdamW optimizer (in place, multi-threaded) and
-//! loss/gradients of document batches with chunk-level recomputation.
+//! Training longread models: AdamW (in place, multi-threaded), schedules, clipping, parameter
+//! groups with freezing and layer-wise learning-rate decay, chunk-level recomputation, and the
+//! training loop.
 #![deny(missing_docs)]
 
+pub mod clip;
 pub mod error;
+pub mod groups;
 pub mod optim;
 pub mod recompute;
+pub mod schedule;
+pub mod trainer;
 
 pub use error::{Result, TrainError};
 pub use optim::{AdamW, AdamWConfig, ParamGroup};

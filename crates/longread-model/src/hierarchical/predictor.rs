@@ -40,14 +40,15 @@ pub fn plan_batches(order: &[usize], lengths: &[usize], max_batch_tokens: usize)
 }
 
 impl HierarchicalClassifier {
-    /// Scores documents. `on_chunks(n)` is called after each encoder batch of `n` chunks.
-    pub fn predict(
+    /// Chunk vectors of every document (inference mode), one `[n_chunks, hidden]` tensor each.
+    /// `on_chunks(n)` is called after each encoder batch of `n` chunks.
+    pub fn encode_documents(
         &self,
         docs: &[&ChunkedDocument],
         max_batch_tokens: usize,
         device: &Device,
         mut on_chunks: impl FnMut(usize),
-    ) -> Result<Vec<DocumentScores>> {
+    ) -> Result<Vec<Tensor>> {
         // Every chunk of every document, as (document, position).
         let refs: Vec<(usize, usize)> =
             docs.iter().enumerate().flat_map(|(d, doc)| (0..doc.chunks.len()).map(move |c| (d, c))).collect();
@@ -61,25 +62,41 @@ impl HierarchicalClassifier {
             let (ids, mask, seq) = pad_batch(&seqs, self.config().encoder.pad_token_id);
             let ids = Tensor::from_vec(ids, (seqs.len(), seq), device)?;
             let mask = Tensor::from_vec(mask, (seqs.len(), seq), device)?;
-            let out = self.chunk_vectors(&ids, &mask, Mode::Eval)?;
+            // Detached: nothing here is differentiated, and no graph is kept alive.
+            let out = self.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
             for (row, &i) in batch.iter().enumerate() {
                 vectors[refs[i].0][refs[i].1] = Some(out.get(row)?);
             }
             on_chunks(batch.len());
         }
-
         vectors
             .into_iter()
-            .map(|chunks| {
-                let chunks: Vec<Tensor> = chunks.into_iter().flatten().collect();
-                let classified = self.classify(&Tensor::stack(&chunks, 0)?, Mode::Eval)?;
-                Ok(DocumentScores {
-                    probabilities: softmax_last_dim(&classified.logits)?.to_vec1()?,
-                    logits: classified.logits.to_vec1()?,
-                    attention: classified.attention.to_vec1()?,
-                })
-            })
+            .map(|chunks| Ok(Tensor::stack(&chunks.into_iter().flatten().collect::<Vec<_>>(), 0)?))
             .collect()
+    }
+
+    /// Scores of one document from its chunk vectors (inference mode).
+    ///
+    /// # Shapes
+    /// `chunks: [n_chunks, hidden]` → scores over the labels and chunks
+    pub fn score(&self, chunks: &Tensor) -> Result<DocumentScores> {
+        let classified = self.classify(chunks, Mode::Eval)?;
+        Ok(DocumentScores {
+            probabilities: softmax_last_dim(&classified.logits)?.to_vec1()?,
+            logits: classified.logits.to_vec1()?,
+            attention: classified.attention.to_vec1()?,
+        })
+    }
+
+    /// Scores documents. `on_chunks(n)` is called after each encoder batch of `n` chunks.
+    pub fn predict(
+        &self,
+        docs: &[&ChunkedDocument],
+        max_batch_tokens: usize,
+        device: &Device,
+        on_chunks: impl FnMut(usize),
+    ) -> Result<Vec<DocumentScores>> {
+        self.encode_documents(docs, max_batch_tokens, device, on_chunks)?.iter().map(|v| self.score(v)).collect()
     }
 }
 
