@@ -39,6 +39,8 @@ enum Command {
     /// Classify documents of any length; shows which chunks drove each decision.
     /// Exit code 2 when some documents failed (their lines carry an "error").
     Predict(commands::predict::PredictArgs),
+    /// Fine-tune a classifier made by `init` on labelled documents.
+    Train(Box<commands::train::TrainArgs>),
     /// Accuracy, per-class precision/recall/F1, macro/weighted F1 and confusion matrix on
     /// labelled documents.
     Eval(commands::eval::EvalArgs),
@@ -64,6 +66,7 @@ fn main() {
         Command::Predict(args) => commands::predict::run(args, cli.quiet),
         Command::Report(args) => commands::report::run(args, cli.quiet),
         Command::Eval(args) => commands::eval::run(args, cli.quiet).map(|_| 0),
+        Command::Train(args) => commands::train::run(*args, cli.quiet).map(|_| 0),
     };
     match result {
         Ok(0) => {}

@@ -4,3 +4,4 @@ pub mod init;
 pub mod inspect;
 pub mod predict;
 pub mod report;
+pub mod train;

@@ -191,6 +191,32 @@ impl HierarchicalClassifier {
         if out.exists() {
             return Err(ModelError::OutputExists { path: out.to_owned() });
         }
+        let tmp = self.write_temporary(out, &[])?;
+        std::fs::rename(&tmp, out).map_err(|source| ModelError::Io { path: out.to_owned(), source })
+    }
+
+    /// Writes the model and `extra` files (name, contents) as a new version of `out`: assembled
+    /// in a temporary sibling, then swapped in; the previous version is removed only after the
+    /// new one is in place.
+    pub fn save_replacing(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ModelError::Io { path, source }
+        };
+        let tmp = self.write_temporary(out, extra)?;
+        if out.exists() {
+            let old = tmp.with_extension("old");
+            std::fs::rename(out, &old).map_err(io(out))?;
+            std::fs::rename(&tmp, out).map_err(io(out))?;
+            std::fs::remove_dir_all(&old).map_err(io(&old))?;
+        } else {
+            std::fs::rename(&tmp, out).map_err(io(out))?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything into a synced temporary directory beside `out`; returns its path.
+    fn write_temporary(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<PathBuf> {
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| ModelError::Io { path, source }
@@ -211,7 +237,13 @@ impl HierarchicalClassifier {
         // (read-only in a shared folder), and a later save over this directory would fail.
         let bytes = std::fs::read(&self.tokenizer_path).map_err(io(&self.tokenizer_path))?;
         std::fs::write(&tokenizer, bytes).map_err(io(&tokenizer))?;
-        for file in [&config_path, &weights, &tokenizer] {
+        let mut files = vec![config_path, weights.clone(), tokenizer];
+        for (name, bytes) in extra {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, bytes).map_err(io(&path))?;
+            files.push(path);
+        }
+        for file in &files {
             std::fs::File::open(file).and_then(|f| f.sync_all()).map_err(io(file))?;
         }
         #[cfg(unix)]
@@ -222,10 +254,9 @@ impl HierarchicalClassifier {
             }
         }
         let tmp_path = tmp.keep();
-        std::fs::rename(&tmp_path, out).map_err(io(out))?;
         if let Ok(dir) = std::fs::File::open(&parent) {
             let _ = dir.sync_all();
         }
-        Ok(())
+        Ok(tmp_path)
     }
 }
