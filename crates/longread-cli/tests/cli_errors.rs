@@ -38,6 +38,14 @@ fn hub_id_without_the_hub_feature_says_how_to_enable_it() {
 }
 
 #[test]
+fn missing_config() {
+    let model = scratch_copy("tiny-bert");
+    std::fs::remove_file(model.path().join("config.json")).unwrap();
+    let out = embed_with(model.path(), &good_input(&model));
+    assert_clean_failure(&out, "config.json: file not found (model configuration)");
+}
+
+#[test]
 fn missing_tokenizer() {
     let model = scratch_copy("tiny-bert");
     std::fs::remove_file(model.path().join("tokenizer.json")).unwrap();
