@@ -28,7 +28,8 @@ fn write_data(path: &Path, n: usize, offset: usize) {
     let lines: String = (0..n)
         .map(|i| {
             let k = i + offset;
-            let (label, telling) = if k.is_multiple_of(2) { ("rain", RAIN[k % 3]) } else { ("prices", PRICES[(k / 2) % 3]) };
+            let (label, telling) =
+                if k.is_multiple_of(2) { ("rain", RAIN[k % 3]) } else { ("prices", PRICES[(k / 2) % 3]) };
             let mut parts: Vec<&str> = (0..(k % 3) + 1).map(|j| FILLER[(k + j) % 3]).collect();
             parts.insert(k % (parts.len() + 1), telling);
             json!({"id": format!("d{k}"), "text": parts.join(" "), "label": label}).to_string() + "\n"
@@ -84,9 +85,17 @@ fn a_trained_head_classifies_held_out_documents() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("epoch 30:") && stderr.contains("best epoch"), "{stderr}");
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "metrics.jsonl", "training_args.json"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "metrics.jsonl",
+        "training_args.json",
+        "trainer_state.json",
+    ] {
         assert!(p("trained").join(f).is_file(), "{f} missing");
     }
+    assert!(!p("trained").join("checkpoint-last").exists(), "checkpoint removed once the run is complete");
     let metrics: Vec<Value> = json_lines(&std::fs::read(p("trained").join("metrics.jsonl")).unwrap());
     assert!(!metrics.is_empty() && metrics.iter().any(|m| m["best"] == true));
     let args: Value =
@@ -190,4 +199,66 @@ fn training_input_problems_are_clear_errors() {
         "1,2",
     ]);
     assert_clean_failure(&out, "--class-weights needs 3 non-negative numbers");
+}
+
+#[test]
+fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    write_data(&p("train.jsonl"), 12, 0);
+    let model = fixture("hier/bert-attention");
+    let data = p("train.jsonl");
+    let base = |out: &str, extra: &[&str]| {
+        let out = p(out);
+        let mut a = vec![
+            "train",
+            "--model",
+            model.to_str().unwrap(),
+            "--train",
+            data.to_str().unwrap(),
+            "--dev-split",
+            "0.25",
+            "--out",
+            out.to_str().unwrap(),
+            "--epochs",
+            "3",
+            "--lr",
+            "1e-3",
+            "--batch-size",
+            "3",
+            "--seed",
+            "5",
+        ];
+        a.extend_from_slice(extra);
+        let o = longread(&a);
+        assert!(o.status.success() || o.status.code() == Some(1), "crash");
+        o
+    };
+    // Labels of the fixture model are general/teen/mature: map the data onto them.
+    let text = std::fs::read_to_string(p("train.jsonl"))
+        .unwrap()
+        .replace("\"rain\"", "\"teen\"")
+        .replace("\"prices\"", "\"mature\"");
+    std::fs::write(p("train.jsonl"), text).unwrap();
+
+    let whole = base("whole", &[]);
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    assert_clean_failure(&base("sliced", &["--resume", "auto"]), "nothing to resume");
+    let first = base("sliced", &["--stop-after-epoch", "1"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(p("sliced").join("checkpoint-last/optimizer.safetensors").is_file());
+    assert_clean_failure(&base("sliced", &[]), "--resume auto");
+    let rest = base("sliced", &["--resume", "auto"]);
+    assert!(rest.status.success(), "{}", String::from_utf8_lossy(&rest.stderr));
+
+    let load =
+        |d: &str| candle_core::safetensors::load(p(d).join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let (a, b) = (load("whole"), load("sliced"));
+    for (name, t) in &a {
+        let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            == b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(same, "{name} differs");
+    }
+    let lines = |d: &str| std::fs::read_to_string(p(d).join("metrics.jsonl")).unwrap().lines().count();
+    assert_eq!((lines("whole"), lines("sliced")), (3, 3));
 }

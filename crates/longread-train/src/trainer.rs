@@ -69,6 +69,8 @@ pub struct TrainConfig {
     pub adamw: AdamWConfig,
     /// Optimizer steps with NaN/inf gradients in a row that stop the run.
     pub max_bad_steps: usize,
+    /// Stop after this epoch (the run can be resumed later); `None` runs all epochs.
+    pub stop_after_epoch: Option<usize>,
 }
 
 /// Documents and their gold labels.
@@ -116,16 +118,61 @@ pub struct EpochLog {
     pub trainable_parameters: usize,
 }
 
-/// Trains `model` in place. `on_epoch(log, model)` runs after every epoch (e.g. to save the
-/// best model); returns one log per epoch.
+/// Where a run stands after an epoch: with the model's weights and the optimizer's state,
+/// everything needed to continue it exactly (each epoch's shuffle and dropout are seeded from
+/// the run's seed and the epoch number, so no generator state is needed).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainerState {
+    /// Epochs completed.
+    pub epoch: usize,
+    /// Optimizer steps taken.
+    pub step: usize,
+    /// Best dev score so far (higher is better).
+    pub best: Option<f64>,
+    /// Epochs since the best one.
+    pub since_best: usize,
+}
+
+/// What `on_epoch` receives.
+pub struct EpochEnd<'a> {
+    /// The epoch's log.
+    pub log: &'a EpochLog,
+    /// The model after the epoch.
+    pub model: &'a HierarchicalClassifier,
+    /// The run's state after the epoch.
+    pub state: &'a TrainerState,
+    /// The optimizer (its moments go into checkpoints).
+    pub optimizer: &'a AdamW,
+}
+
+/// A run to continue: the state after its last completed epoch and the optimizer's
+/// exported state (see [`AdamW::export_state`]).
+pub struct Resume {
+    /// Where the run stood.
+    pub state: TrainerState,
+    /// Optimizer moments by name.
+    pub moments: HashMap<String, Tensor>,
+    /// Optimizer steps per parameter.
+    pub steps: HashMap<String, u64>,
+}
+
+/// Seed of an epoch's generators.
+fn epoch_seed(seed: u64, epoch: usize, stream: u64) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (epoch as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ stream
+}
+
+/// Trains `model` in place, from scratch or from `resume`. `on_epoch` runs after every epoch
+/// (to save the best model and a checkpoint); returns the logs of the epochs run here.
+#[allow(clippy::too_many_arguments)]
 pub fn train(
     model: &HierarchicalClassifier,
     train_split: Split,
     dev_split: Split,
     cfg: &TrainConfig,
     device: &Device,
+    resume: Option<Resume>,
     mut on_step: impl FnMut(StepLog),
-    mut on_epoch: impl FnMut(&EpochLog, &HierarchicalClassifier) -> Result<()>,
+    mut on_epoch: impl FnMut(EpochEnd) -> Result<()>,
 ) -> Result<Vec<EpochLog>> {
     if train_split.docs.is_empty() || dev_split.docs.is_empty() {
         return Err(TrainError::InvalidSetting("training and dev data must not be empty".into()));
@@ -140,6 +187,17 @@ pub fn train(
     let head_only = groups.iter().all(|g| g.name.starts_with("head"));
     let base_lr: HashMap<String, f64> = groups.iter().map(|g| (g.name.clone(), g.lr)).collect();
     let mut optimizer = AdamW::new(groups, cfg.adamw)?;
+    let mut state = TrainerState { epoch: 0, step: 0, best: None, since_best: 0 };
+    if let Some(r) = resume {
+        optimizer.import_state(&r.moments, &r.steps)?;
+        state = r.state;
+        if state.epoch >= cfg.epochs {
+            return Err(TrainError::InvalidSetting(format!(
+                "the run to resume has completed {} of {} epochs: nothing is left to do",
+                state.epoch, cfg.epochs
+            )));
+        }
+    }
 
     let batch_size = cfg.batch_size.max(1);
     let accum = cfg.grad_accum.max(1);
@@ -159,13 +217,13 @@ pub fn train(
     let train_cache = if head_only { Some(cache(train_split.docs)?) } else { None };
     let dev_cache = if head_only { Some(cache(dev_split.docs)?) } else { None };
 
-    let mut shuffle = StdRng::seed_from_u64(cfg.seed);
-    let dropout = DropoutRng::new(cfg.seed.wrapping_add(1));
     let mut logs: Vec<EpochLog> = Vec::new();
-    let (mut step, mut bad_in_a_row, mut since_best) = (0usize, 0usize, 0usize);
-    let mut best: Option<f64> = None;
-    for epoch in 1..=cfg.epochs {
+    let mut step = state.step;
+    let mut bad_in_a_row = 0usize;
+    for epoch in state.epoch + 1..=cfg.epochs {
         let started = std::time::Instant::now();
+        let mut shuffle = StdRng::seed_from_u64(epoch_seed(cfg.seed, epoch, 1));
+        let dropout = DropoutRng::new(epoch_seed(cfg.seed, epoch, 2));
         let mut order: Vec<usize> = (0..train_split.docs.len()).collect();
         order.shuffle(&mut shuffle);
         let (mut loss_sum, mut loss_count, mut skipped) = (0f64, 0usize, 0usize);
@@ -230,13 +288,15 @@ pub fn train(
             Metric::Accuracy => report.accuracy,
             Metric::DevLoss => -dev_loss,
         };
-        let is_best = best.is_none_or(|b| score > b);
+        let is_best = state.best.is_none_or(|b| score > b);
         if is_best {
-            best = Some(score);
-            since_best = 0;
+            state.best = Some(score);
+            state.since_best = 0;
         } else {
-            since_best += 1;
+            state.since_best += 1;
         }
+        state.epoch = epoch;
+        state.step = step;
         let log = EpochLog {
             epoch,
             train_loss: if loss_count > 0 { loss_sum / loss_count as f64 } else { f64::NAN },
@@ -247,9 +307,9 @@ pub fn train(
             skipped_steps: skipped,
             trainable_parameters,
         };
-        on_epoch(&log, model)?;
+        on_epoch(EpochEnd { log: &log, model, state: &state, optimizer: &optimizer })?;
         logs.push(log);
-        if cfg.patience > 0 && since_best >= cfg.patience {
+        if cfg.patience > 0 && state.since_best >= cfg.patience || cfg.stop_after_epoch == Some(epoch) {
             break;
         }
     }

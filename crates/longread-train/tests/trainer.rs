@@ -70,6 +70,7 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         groups: GroupSettings { lr, head_lr, weight_decay: 0.01, layer_lr_decay: 1.0 },
         adamw: AdamWConfig::default(),
         max_bad_steps: 3,
+        stop_after_epoch: None,
     }
 }
 
@@ -91,9 +92,10 @@ fn head_only_training_learns_a_separable_task() {
         Split { docs: &dev_docs, labels: &dev_labels },
         &cfg,
         &Device::Cpu,
+        None,
         |_| {},
-        |log, _| {
-            best_epochs += log.best as usize;
+        |end| {
+            best_epochs += end.log.best as usize;
             Ok(())
         },
     )
@@ -122,8 +124,9 @@ fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
             Split { docs: &dev_docs, labels: &dev_labels },
             &cfg,
             &Device::Cpu,
+            None,
             |_| {},
-            |_, _| Ok(()),
+            |_| Ok(()),
         )
         .unwrap();
         (logs, model.named_tensors().unwrap())
@@ -154,4 +157,59 @@ fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
         weights[q].flatten_all().unwrap().to_vec1::<f32>().unwrap(),
         original[q].flatten_all().unwrap().to_vec1::<f32>().unwrap()
     );
+}
+
+#[test]
+fn a_run_killed_after_an_epoch_and_resumed_from_disk_ends_bit_identical() {
+    use longread_train::trainer::Resume;
+    let (train_texts, train_labels) = dataset(12, 0);
+    let (dev_texts, dev_labels) = dataset(4, 50);
+    let cfg = config(Freezing::default(), 3, 1e-3, 3e-3);
+    let run = |model: &HierarchicalClassifier,
+               resume: Option<Resume>,
+               kill_after: Option<usize>,
+               save: &std::path::Path| {
+        let chunker =
+            Chunker::new(TextTokenizer::from_file(model.tokenizer_path()).unwrap(), model.config().longread.chunking())
+                .unwrap();
+        let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
+        let mut saved: Option<Resume> = None;
+        let result = train(
+            model,
+            Split { docs: &train_docs, labels: &train_labels },
+            Split { docs: &dev_docs, labels: &dev_labels },
+            &cfg,
+            &Device::Cpu,
+            resume,
+            |_| {},
+            |end| {
+                if Some(end.state.epoch) == kill_after {
+                    end.model.save(save)?;
+                    let (moments, steps) = end.optimizer.export_state()?;
+                    saved = Some(Resume { state: end.state.clone(), moments, steps });
+                    return Err(longread_train::TrainError::InvalidSetting("killed".into()));
+                }
+                Ok(())
+            },
+        );
+        (result, saved)
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (whole, _) = (load().0, ());
+    run(&whole, None, None, tmp.path()).0.unwrap();
+
+    let ckpt = tmp.path().join("after-epoch-1");
+    let (first, saved) = run(&load().0, None, Some(1), &ckpt);
+    assert!(first.is_err(), "the run was killed");
+    let resumed = HierarchicalClassifier::load(&ckpt, true, &Device::Cpu).unwrap();
+    let logs = run(&resumed, saved, None, tmp.path()).0.unwrap();
+    assert_eq!(logs.iter().map(|l| l.epoch).collect::<Vec<_>>(), vec![2, 3]);
+
+    let (a, b) = (whole.named_tensors().unwrap(), resumed.named_tensors().unwrap());
+    assert_eq!(a.len(), b.len());
+    for (name, t) in &a {
+        let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            == b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(same, "{name} differs after resuming");
+    }
 }

@@ -10,7 +10,7 @@ use longread_model::hierarchical::HierarchicalClassifier;
 use longread_text::{read_labelled, resolve_labels, stratified_split, ChunkedDocument, Chunker, TextTokenizer};
 use longread_train::groups::{Freezing, GroupSettings};
 use longread_train::schedule::Decay;
-use longread_train::trainer::{balanced_class_weights, train, Metric, Split, TrainConfig};
+use longread_train::trainer::{balanced_class_weights, train, Metric, Resume, Split, TrainConfig, TrainerState};
 use longread_train::AdamWConfig;
 
 use crate::io::{input_name, open_input};
@@ -30,10 +30,15 @@ pub struct TrainArgs {
     /// Fraction of the training data held out for dev (stratified, seeded) when --dev is absent.
     #[arg(long, default_value_t = 0.1)]
     dev_split: f64,
-    /// Output directory: the best model (format v1) plus metrics.jsonl and training_args.json.
-    /// Must not exist yet.
+    /// Output directory: the best model (format v1) plus metrics.jsonl, trainer_state.json,
+    /// training_args.json and checkpoint-last/ (to resume; removed when the run completes).
+    /// Must not exist yet, unless resuming.
     #[arg(long)]
     out: PathBuf,
+    /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.
+    /// Use the same data and flags as the interrupted run.
+    #[arg(long)]
+    resume: Option<String>,
     /// Passes over the training data.
     #[arg(long, default_value_t = 3)]
     epochs: usize,
@@ -94,6 +99,9 @@ pub struct TrainArgs {
     /// Optimizer steps in a row with NaN/inf gradients that stop the run.
     #[arg(long, default_value_t = 5)]
     max_bad_steps: usize,
+    /// Stop after this epoch and keep the checkpoint, to continue later with --resume auto.
+    #[arg(long)]
+    stop_after_epoch: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, serde::Serialize)]
@@ -120,15 +128,31 @@ enum MetricArg {
 
 /// Runs `longread train`.
 pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
-    if args.out.exists() {
-        bail!("{} already exists; choose another --out (resuming a run is not supported yet)", args.out.display());
-    }
+    let checkpoint = match args.resume.as_deref() {
+        None if args.out.exists() => {
+            bail!("{} already exists; choose another --out, or continue its run with --resume auto", args.out.display())
+        }
+        None => None,
+        Some("auto") => {
+            let dir = args.out.join(CHECKPOINT);
+            if !dir.join("trainer_state.json").is_file() {
+                bail!(
+                    "nothing to resume: {} has no checkpoint (no {CHECKPOINT}/trainer_state.json)",
+                    args.out.display()
+                );
+            }
+            Some(dir)
+        }
+        Some(dir) => Some(PathBuf::from(dir)),
+    };
     if args.epochs == 0 || args.batch_size == 0 || args.grad_accum == 0 {
         bail!("--epochs, --batch-size and --grad-accum must be at least 1");
     }
     let device = Device::Cpu;
-    let model = HierarchicalClassifier::load(&args.model, true, &device)
-        .with_context(|| format!("loading model {}", args.model.display()))?;
+    let source = checkpoint.as_deref().unwrap_or(&args.model);
+    let model = HierarchicalClassifier::load(source, true, &device)
+        .with_context(|| format!("loading model {}", source.display()))?;
+    let resume = checkpoint.as_deref().map(read_checkpoint).transpose()?;
     let labels = model.labels().to_vec();
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
 
@@ -187,6 +211,7 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
         },
         adamw: AdamWConfig::default(),
         max_bad_steps: args.max_bad_steps,
+        stop_after_epoch: args.stop_after_epoch,
     };
     let training_args = serde_json::to_string_pretty(&args)? + "\n";
     if !quiet {
@@ -205,26 +230,46 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut metrics_lines = String::new();
+    match &resume {
+        None => {
+            model.save_replacing(&args.out, &[("training_args.json", training_args.as_bytes())])?;
+        }
+        Some(r) => {
+            // Keep the metrics of the epochs the checkpoint has seen.
+            let old = std::fs::read_to_string(args.out.join("metrics.jsonl")).unwrap_or_default();
+            metrics_lines = old.lines().take(r.state.epoch).map(|l| format!("{l}\n")).collect();
+        }
+    }
     let logs = train(
         &model,
         Split { docs: &train_docs, labels: &train_labels },
         Split { docs: &dev_docs, labels: &dev_labels },
         &cfg,
         &device,
+        resume,
         |s| {
             progress.set_length(s.total_steps as u64);
             progress.set_position(s.step as u64);
             progress.set_message(format!("loss {:.4}, lr {:.2e}", s.loss, s.lr));
         },
-        |log, model| {
-            metrics_lines += &(serde_json::to_string(log).map_err(std::io::Error::other).map_err(model_err)? + "\n");
+        |end| {
+            let log = end.log;
+            metrics_lines += &(serde_json::to_string(log).map_err(std::io::Error::other).map_err(io_err)? + "\n");
+            // The checkpoint first: weights, optimizer moments and the run's state.
+            let (moments, steps) = end.optimizer.export_state()?;
+            let moments_bytes =
+                safetensors::serialize(&moments, None).map_err(|e| io_err(std::io::Error::other(e.to_string())))?;
+            let state = serde_json::json!({"state": end.state, "optimizer_steps": steps});
+            let state_text = serde_json::to_string_pretty(&state).map_err(std::io::Error::other).map_err(io_err)?;
+            end.model.save_replacing(
+                &args.out.join(CHECKPOINT),
+                &[("optimizer.safetensors", &moments_bytes), ("trainer_state.json", state_text.as_bytes())],
+            )?;
             if log.best {
-                let extra: [(&str, &[u8]); 2] =
-                    [("metrics.jsonl", metrics_lines.as_bytes()), ("training_args.json", training_args.as_bytes())];
-                model.save_replacing(&args.out, &extra)?;
-            } else {
-                write_atomically(&args.out.join("metrics.jsonl"), metrics_lines.as_bytes()).map_err(model_err)?;
+                end.model.save_weights(&args.out)?;
             }
+            write_atomically(&args.out.join("trainer_state.json"), state_text.as_bytes()).map_err(io_err)?;
+            write_atomically(&args.out.join("metrics.jsonl"), metrics_lines.as_bytes()).map_err(io_err)?;
             progress.suspend(|| {
                 if !quiet {
                     eprintln!(
@@ -243,6 +288,15 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
         },
     )?;
     progress.finish_and_clear();
+    let stopped_early = logs.last().is_some_and(|l| Some(l.epoch) == args.stop_after_epoch && l.epoch < args.epochs);
+    if stopped_early {
+        if !quiet {
+            eprintln!("stopped after epoch {}; continue with --resume auto", logs.last().map_or(0, |l| l.epoch));
+        }
+    } else {
+        // The run is complete: the resumable checkpoint is no longer needed.
+        let _ = std::fs::remove_dir_all(args.out.join(CHECKPOINT));
+    }
     if !quiet {
         if let Some(best) = logs.iter().rfind(|l| l.best) {
             eprintln!("best epoch {} (macro-F1 {:.4}); model in {}", best.epoch, best.dev.macro_f1, args.out.display());
@@ -251,11 +305,30 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-fn model_err(e: std::io::Error) -> longread_train::TrainError {
+/// The resumable checkpoint inside the output directory.
+const CHECKPOINT: &str = "checkpoint-last";
+
+fn io_err(e: std::io::Error) -> longread_train::TrainError {
     longread_train::TrainError::Model(longread_model::ModelError::Io {
-        path: PathBuf::from("metrics.jsonl"),
+        path: PathBuf::from("training output"),
         source: e,
     })
+}
+
+/// The run state and optimizer moments saved in a checkpoint directory.
+fn read_checkpoint(dir: &Path) -> Result<Resume> {
+    #[derive(serde::Deserialize)]
+    struct Saved {
+        state: TrainerState,
+        optimizer_steps: std::collections::HashMap<String, u64>,
+    }
+    let path = dir.join("trainer_state.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let saved: Saved =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a trainer state", path.display()))?;
+    let moments = candle_core::safetensors::load(dir.join("optimizer.safetensors"), &Device::Cpu)
+        .with_context(|| format!("reading {}", dir.join("optimizer.safetensors").display()))?;
+    Ok(Resume { state: saved.state, moments, steps: saved.optimizer_steps })
 }
 
 /// Temporary file + rename in the same directory.

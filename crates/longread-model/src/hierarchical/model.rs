@@ -195,6 +195,22 @@ impl HierarchicalClassifier {
         std::fs::rename(&tmp, out).map_err(|source| ModelError::Io { path: out.to_owned(), source })
     }
 
+    /// Replaces `dir/model.safetensors` with the current weights atomically (temporary file in
+    /// the same directory, synced, renamed): a kill at any moment leaves a loadable file.
+    pub fn save_weights(&self, dir: &Path) -> Result<()> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ModelError::Io { path, source }
+        };
+        let tmp =
+            tempfile::Builder::new().prefix(".model-").suffix(".safetensors").tempfile_in(dir).map_err(io(dir))?;
+        candle_core::safetensors::save(&self.named_tensors()?, tmp.path())?;
+        tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+        let target = dir.join("model.safetensors");
+        tmp.persist(&target).map_err(|e| ModelError::Io { path: target.clone(), source: e.error })?;
+        Ok(())
+    }
+
     /// Writes the model and `extra` files (name, contents) as a new version of `out`: assembled
     /// in a temporary sibling, then swapped in; the previous version is removed only after the
     /// new one is in place.

@@ -96,6 +96,52 @@ impl AdamW {
         self.state.get(name)
     }
 
+    /// The moments as tensors (`exp_avg.NAME`, `exp_avg_sq.NAME`) and the per-parameter step
+    /// counts, for checkpoints.
+    pub fn export_state(&self) -> Result<(HashMap<String, candle_core::Tensor>, HashMap<String, u64>)> {
+        let mut tensors = HashMap::new();
+        let mut steps = HashMap::new();
+        for (name, st) in &self.state {
+            let n = st.exp_avg.len();
+            let dev = &candle_core::Device::Cpu;
+            tensors.insert(format!("exp_avg.{name}"), candle_core::Tensor::from_slice(&st.exp_avg, n, dev)?);
+            tensors.insert(format!("exp_avg_sq.{name}"), candle_core::Tensor::from_slice(&st.exp_avg_sq, n, dev)?);
+            steps.insert(name.clone(), st.step);
+        }
+        Ok((tensors, steps))
+    }
+
+    /// Restores what [`AdamW::export_state`] wrote; every entry must name a parameter of the
+    /// optimizer and match its size.
+    pub fn import_state(
+        &mut self,
+        tensors: &HashMap<String, candle_core::Tensor>,
+        steps: &HashMap<String, u64>,
+    ) -> Result<()> {
+        let sizes: HashMap<&str, usize> =
+            self.groups.iter().flat_map(|g| g.params.iter().map(|(n, v)| (n.as_str(), v.elem_count()))).collect();
+        self.state.clear();
+        for (name, &step) in steps {
+            let bad = |what: &str| TrainError::InvalidSetting(format!("optimizer state for `{name}`: {what}"));
+            let size = *sizes.get(name.as_str()).ok_or_else(|| bad("no such trainable parameter"))?;
+            let get = |key: String| -> Result<Vec<f32>> {
+                let t = tensors.get(&key).ok_or_else(|| bad("moments missing"))?;
+                let v = t.flatten_all()?.to_vec1::<f32>()?;
+                if v.len() != size {
+                    return Err(bad("size differs from the parameter"));
+                }
+                Ok(v)
+            };
+            let state = ParamState {
+                step,
+                exp_avg: get(format!("exp_avg.{name}"))?,
+                exp_avg_sq: get(format!("exp_avg_sq.{name}"))?,
+            };
+            self.state.insert(name.clone(), state);
+        }
+        Ok(())
+    }
+
     /// One update of every parameter that has a gradient in `grads`; others are skipped and
     /// keep their step count (as PyTorch does for parameters whose `grad` is `None`).
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
