@@ -112,6 +112,8 @@ pub struct EpochLog {
     pub best: bool,
     /// Wall-clock seconds of the epoch (training and evaluation).
     pub seconds: f64,
+    /// Wall-clock seconds of the training steps alone.
+    pub train_seconds: f64,
     /// Steps skipped because of NaN/inf gradients.
     pub skipped_steps: usize,
     /// Trainable parameters.
@@ -281,6 +283,7 @@ pub fn train(
             on_step(StepLog { step, total_steps, loss: step_loss, lr: cfg.groups.head_lr * factor, chunks });
         }
 
+        let train_seconds = started.elapsed().as_secs_f64();
         let (dev_loss, report) = evaluate(model, dev_split, dev_cache.as_deref(), cfg, device)?;
         let score = match cfg.metric {
             Metric::MacroF1 => report.macro_f1,
@@ -304,6 +307,7 @@ pub fn train(
             dev: report,
             best: is_best,
             seconds: started.elapsed().as_secs_f64(),
+            train_seconds,
             skipped_steps: skipped,
             trainable_parameters,
         };
