@@ -75,6 +75,7 @@ def main():
     ap.add_argument("--chunks", default="8,32,64")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--torch-max", type=int, default=32)
+    ap.add_argument("--max-batch-tokens", type=int, default=512, help="longread's encoder batch budget")
     args = ap.parse_args()
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(MINILM, "tokenizer.json"))
@@ -97,7 +98,8 @@ def main():
                     continue
                 out = os.path.join(tmp, f"o{n}{mode}")
                 rss, err = timed([BINARY, "--threads", str(args.threads), "-q", "train", "--model", model, "--train", data,
-                                  "--dev", data, "--out", out, "--epochs", "1", "--batch-size", "1"] + extra)
+                                  "--dev", data, "--out", out, "--epochs", "1", "--batch-size", "1",
+                                  "--max-batch-tokens", str(args.max_batch_tokens)] + extra)
                 secs = None
                 if rss is not None:
                     secs = json.loads(open(os.path.join(out, "metrics.jsonl")).readline())["train_seconds"]

@@ -90,8 +90,10 @@ pub struct TrainArgs {
     /// Seed for the dev split, shuffling and dropout.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Most tokens per encoder batch.
-    #[arg(long, default_value_t = 2048)]
+    /// Most tokens per encoder batch. Training keeps one batch's graph at a time, so this
+    /// sets the memory plateau: 512 (one chunk) measured 1.8 GB on MiniLM vs 5.9 GB at 2048,
+    /// for 12% more time per step.
+    #[arg(long, default_value_t = 512)]
     max_batch_tokens: usize,
     /// Keep the whole graph instead of recomputing chunks (memory grows with document length).
     #[arg(long)]
