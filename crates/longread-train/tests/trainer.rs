@@ -14,32 +14,16 @@ fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
 }
 
-const RAIN: [&str; 3] = [
-    "Rain is expected over the weekend, with strong winds along the coast.",
-    "Rain and strong winds along the coast this weekend.",
-    "The weekend rain is expected along the coast.",
-];
-const PRICES: [&str; 3] = [
-    "Prices rose by 3.5% in October; analysts had expected 2.9%.",
-    "Analysts expected prices to rise in October.",
-    "Prices rose in October, analysts said.",
-];
-const FILLER: [&str; 3] = [
-    "The committee met on Tuesday to discuss the budget for next year.",
-    "She said the results were surprising, but the method was sound.",
-    "The quick brown fox jumps over the lazy dog while the cat watches.",
-];
-
-/// Documents of filler with one telling sentence placed anywhere; label 0 = rain, 1 = prices.
-fn dataset(n: usize, offset: usize) -> (Vec<String>, Vec<usize>) {
-    (0..n)
-        .map(|i| {
-            let k = i + offset;
-            let label = k % 2;
-            let telling = if label == 0 { RAIN[k % 3] } else { PRICES[(k / 2) % 3] };
-            let mut parts: Vec<&str> = (0..(k % 3) + 1).map(|j| FILLER[(k + j) % 3]).collect();
-            parts.insert(k % (parts.len() + 1), telling);
-            (parts.join(" "), label)
+/// The first `n` documents of `tests/fixtures/synthetic/NAME.jsonl` (by
+/// `scripts/make_synthetic_fixtures.py`): label 0 = rain, 1 = prices.
+fn dataset(name: &str, n: usize) -> (Vec<String>, Vec<usize>) {
+    std::fs::read_to_string(fixture(&format!("synthetic/{name}.jsonl")))
+        .unwrap()
+        .lines()
+        .take(n)
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["text"].as_str().unwrap().to_owned(), usize::from(v["label"] == "prices"))
         })
         .unzip()
 }
@@ -81,8 +65,8 @@ fn chunk_all(chunker: &Chunker, texts: &[String]) -> Vec<ChunkedDocument> {
 #[test]
 fn head_only_training_learns_a_separable_task() {
     let (model, chunker) = load();
-    let (train_texts, train_labels) = dataset(32, 0);
-    let (dev_texts, dev_labels) = dataset(12, 100);
+    let (train_texts, train_labels) = dataset("train", 32);
+    let (dev_texts, dev_labels) = dataset("test", 12);
     let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
     let cfg = config(Freezing { freeze_base: true, ..Freezing::default() }, 30, 0.0, 3e-2);
     let mut best_epochs = 0;
@@ -112,8 +96,8 @@ fn head_only_training_learns_a_separable_task() {
 
 #[test]
 fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
-    let (train_texts, train_labels) = dataset(16, 0);
-    let (dev_texts, dev_labels) = dataset(6, 50);
+    let (train_texts, train_labels) = dataset("train", 16);
+    let (dev_texts, dev_labels) = dataset("test", 6);
     let run = || {
         let (model, chunker) = load();
         let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
@@ -162,8 +146,8 @@ fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
 #[test]
 fn a_run_killed_after_an_epoch_and_resumed_from_disk_ends_bit_identical() {
     use longread_train::trainer::Resume;
-    let (train_texts, train_labels) = dataset(12, 0);
-    let (dev_texts, dev_labels) = dataset(4, 50);
+    let (train_texts, train_labels) = dataset("train", 12);
+    let (dev_texts, dev_labels) = dataset("test", 4);
     let cfg = config(Freezing::default(), 3, 1e-3, 3e-3);
     let run = |model: &HierarchicalClassifier,
                resume: Option<Resume>,
