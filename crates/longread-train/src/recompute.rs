@@ -14,10 +14,10 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor, TensorId, Var};
-use longread_model::hierarchical::predictor::plan_batches;
+use longread_model::hierarchical::predictor::{batch_tensors, chunk_batches};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
-use longread_text::{pad_batch, ChunkedDocument};
+use longread_text::ChunkedDocument;
 
 use crate::error::Result;
 
@@ -52,18 +52,10 @@ pub fn batch_gradients(
     settings: BatchSettings,
     device: &Device,
 ) -> Result<BatchGradients> {
-    let refs: Vec<(usize, usize)> =
-        docs.iter().enumerate().flat_map(|(d, doc)| (0..doc.chunks.len()).map(move |c| (d, c))).collect();
-    let lengths: Vec<usize> = refs.iter().map(|&(d, c)| docs[d].chunks[c].ids.len()).collect();
-    let mut order: Vec<usize> = (0..refs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
-    let batches = plan_batches(&order, &lengths, settings.max_batch_tokens);
+    let (refs, batches) = chunk_batches(docs, settings.max_batch_tokens);
     let pad = model.config().encoder.pad_token_id;
     let encode = |batch: &[usize]| -> Result<Tensor> {
-        let seqs: Vec<&[u32]> = batch.iter().map(|&i| docs[refs[i].0].chunks[refs[i].1].ids.as_slice()).collect();
-        let (ids, mask, seq) = pad_batch(&seqs, pad);
-        let ids = Tensor::from_vec(ids, (seqs.len(), seq), device)?;
-        let mask = Tensor::from_vec(mask, (seqs.len(), seq), device)?;
+        let (ids, mask) = batch_tensors(docs, &refs, batch, pad, device)?;
         Ok(model.chunk_vectors(&ids, &mask, Mode::Train(rng))?)
     };
 

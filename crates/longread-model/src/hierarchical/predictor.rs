@@ -39,6 +39,34 @@ pub fn plan_batches(order: &[usize], lengths: &[usize], max_batch_tokens: usize)
     batches
 }
 
+/// Every chunk of `docs` as `(document, position)`, and encoder batches of indices into that
+/// list: longest chunks first, each batch within `max_batch_tokens` (see [`plan_batches`]).
+pub fn chunk_batches(docs: &[&ChunkedDocument], max_batch_tokens: usize) -> (Vec<(usize, usize)>, Vec<Vec<usize>>) {
+    let refs: Vec<(usize, usize)> =
+        docs.iter().enumerate().flat_map(|(d, doc)| (0..doc.chunks.len()).map(move |c| (d, c))).collect();
+    let lengths: Vec<usize> = refs.iter().map(|&(d, c)| docs[d].chunks[c].ids.len()).collect();
+    let mut order: Vec<usize> = (0..refs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
+    let batches = plan_batches(&order, &lengths, max_batch_tokens);
+    (refs, batches)
+}
+
+/// Padded ids and mask of one batch from [`chunk_batches`].
+///
+/// # Shapes
+/// → `ids, mask: [batch.len(), longest]` (u32)
+pub fn batch_tensors(
+    docs: &[&ChunkedDocument],
+    refs: &[(usize, usize)],
+    batch: &[usize],
+    pad_id: u32,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let seqs: Vec<&[u32]> = batch.iter().map(|&i| docs[refs[i].0].chunks[refs[i].1].ids.as_slice()).collect();
+    let (ids, mask, seq) = pad_batch(&seqs, pad_id);
+    Ok((Tensor::from_vec(ids, (seqs.len(), seq), device)?, Tensor::from_vec(mask, (seqs.len(), seq), device)?))
+}
+
 impl HierarchicalClassifier {
     /// Chunk vectors of every document (inference mode), one `[n_chunks, hidden]` tensor each.
     /// `on_chunks(n)` is called after each encoder batch of `n` chunks.
