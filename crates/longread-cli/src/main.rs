@@ -1,6 +1,7 @@
 //! `longread`: classify long documents with hierarchical transformers.
 
 mod commands;
+mod config_file;
 mod io;
 
 /// Reuses freed memory across encoder batches (measured: see BENCHMARKS.md).
@@ -40,6 +41,8 @@ enum Command {
     /// Exit code 2 when some documents failed (their lines carry an "error").
     Predict(commands::predict::PredictArgs),
     /// Fine-tune a classifier made by `init` on labelled documents.
+    /// `--config FILE.toml` supplies any flag (keys = flag names); command-line flags win.
+    #[command(args_override_self = true)]
     Train(Box<commands::train::TrainArgs>),
     /// Accuracy, per-class precision/recall/F1, macro/weighted F1 and confusion matrix on
     /// labelled documents.
@@ -49,7 +52,14 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let args = match config_file::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(err) => {
+            eprintln!("error: {}", format_error(&err));
+            std::process::exit(1);
+        }
+    };
+    let cli = Cli::parse_from(args);
     init_logging(cli.quiet);
     if let Some(n) = cli.threads {
         if n == 0 {

@@ -158,3 +158,38 @@ fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
     let lines = |d: &str| std::fs::read_to_string(p(d).join("metrics.jsonl")).unwrap().lines().count();
     assert_eq!((lines("whole"), lines("sliced")), (3, 3));
 }
+
+#[test]
+fn flags_come_from_a_toml_file_and_the_command_line_wins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("run.toml");
+    std::fs::write(&config, "freeze_base = true\nepochs = 3\nhead-lr = 0.01\nschedule = \"cosine\"\nseed = 9\n")
+        .unwrap();
+    let text: String = std::fs::read_to_string(fixture("synthetic/train.jsonl"))
+        .unwrap()
+        .lines()
+        .take(8)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let data = tmp.path().join("train.jsonl");
+    std::fs::write(&data, text.replace("\"rain\"", "\"teen\"").replace("\"prices\"", "\"mature\"")).unwrap();
+    let out = tmp.path().join("out");
+    let o = train(
+        &fixture("hier/bert-mean"),
+        &data,
+        &out,
+        &["--config", config.to_str().unwrap(), "--epochs", "2", "--dev-split", "0.25"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let args: Value = serde_json::from_str(&std::fs::read_to_string(out.join("training_args.json")).unwrap()).unwrap();
+    assert_eq!(
+        (args["freeze_base"].clone(), args["head_lr"].clone(), args["seed"].clone()),
+        (true.into(), 0.01.into(), 9.into())
+    );
+    assert_eq!(args["schedule"], "Cosine");
+    assert_eq!(args["epochs"], 2, "the command line overrides the file");
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "epochs = [1]\n").unwrap();
+    let o = train(&fixture("hier/bert-mean"), &data, &tmp.path().join("o2"), &["--config", bad.to_str().unwrap()]);
+    assert_clean_failure(&o, "`epochs` must be a string, number or boolean");
+}
