@@ -77,6 +77,13 @@ impl Output {
     }
 }
 
+/// Writes `bytes` to `path` atomically, through [`Output`].
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut out = Output::create(Some(path))?;
+    out.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
+    out.commit()
+}
+
 impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {

@@ -13,7 +13,7 @@ use longread_train::schedule::Decay;
 use longread_train::trainer::{balanced_class_weights, train, Metric, Resume, Split, TrainConfig, TrainerState};
 use longread_train::AdamWConfig;
 
-use crate::io::{input_name, open_input};
+use crate::io::{input_name, open_input, write_atomically};
 
 /// Arguments of `longread train`.
 #[derive(Debug, Args, serde::Serialize)]
@@ -270,8 +270,10 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
             if log.best {
                 end.model.save_weights(&args.out)?;
             }
-            write_atomically(&args.out.join("trainer_state.json"), state_text.as_bytes()).map_err(io_err)?;
-            write_atomically(&args.out.join("metrics.jsonl"), metrics_lines.as_bytes()).map_err(io_err)?;
+            for (name, text) in [("trainer_state.json", &state_text), ("metrics.jsonl", &metrics_lines)] {
+                write_atomically(&args.out.join(name), text.as_bytes())
+                    .map_err(|e| io_err(std::io::Error::other(format!("{e:#}"))))?;
+            }
             progress.suspend(|| {
                 if !quiet {
                     eprintln!(
@@ -331,16 +333,6 @@ fn read_checkpoint(dir: &Path) -> Result<Resume> {
     let moments = candle_core::safetensors::load(dir.join("optimizer.safetensors"), &Device::Cpu)
         .with_context(|| format!("reading {}", dir.join("optimizer.safetensors").display()))?;
     Ok(Resume { state: saved.state, moments, steps: saved.optimizer_steps })
-}
-
-/// Temporary file + rename in the same directory.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
 
 type Data = (Vec<ChunkedDocument>, Vec<usize>, Vec<ChunkedDocument>, Vec<usize>);

@@ -198,14 +198,13 @@ impl HierarchicalClassifier {
     /// Replaces `dir/model.safetensors` with the current weights atomically (temporary file in
     /// the same directory, synced, renamed): a kill at any moment leaves a loadable file.
     pub fn save_weights(&self, dir: &Path) -> Result<()> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| ModelError::Io { path, source }
-        };
-        let tmp =
-            tempfile::Builder::new().prefix(".model-").suffix(".safetensors").tempfile_in(dir).map_err(io(dir))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".model-")
+            .suffix(".safetensors")
+            .tempfile_in(dir)
+            .map_err(io_error(dir))?;
         candle_core::safetensors::save(&self.named_tensors()?, tmp.path())?;
-        tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+        tmp.as_file().sync_all().map_err(io_error(tmp.path()))?;
         let target = dir.join("model.safetensors");
         tmp.persist(&target).map_err(|e| ModelError::Io { path: target.clone(), source: e.error })?;
         Ok(())
@@ -215,58 +214,50 @@ impl HierarchicalClassifier {
     /// in a temporary sibling, then swapped in; the previous version is removed only after the
     /// new one is in place.
     pub fn save_replacing(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| ModelError::Io { path, source }
-        };
         let tmp = self.write_temporary(out, extra)?;
         if out.exists() {
             let old = tmp.with_extension("old");
-            std::fs::rename(out, &old).map_err(io(out))?;
-            std::fs::rename(&tmp, out).map_err(io(out))?;
-            std::fs::remove_dir_all(&old).map_err(io(&old))?;
+            std::fs::rename(out, &old).map_err(io_error(out))?;
+            std::fs::rename(&tmp, out).map_err(io_error(out))?;
+            std::fs::remove_dir_all(&old).map_err(io_error(&old))?;
         } else {
-            std::fs::rename(&tmp, out).map_err(io(out))?;
+            std::fs::rename(&tmp, out).map_err(io_error(out))?;
         }
         Ok(())
     }
 
     /// Writes everything into a synced temporary directory beside `out`; returns its path.
     fn write_temporary(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<PathBuf> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| ModelError::Io { path, source }
-        };
         let parent = match out.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
             _ => PathBuf::from("."),
         };
-        std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-        let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
+        std::fs::create_dir_all(&parent).map_err(io_error(&parent))?;
+        let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io_error(&parent))?;
         let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default();
         let config_path = tmp.path().join("config.json");
-        std::fs::write(&config_path, config + "\n").map_err(io(&config_path))?;
+        std::fs::write(&config_path, config + "\n").map_err(io_error(&config_path))?;
         let weights = tmp.path().join("model.safetensors");
         candle_core::safetensors::save(&self.named_tensors()?, &weights)?;
         let tokenizer = tmp.path().join("tokenizer.json");
         // Read and write rather than copy: a copy would keep the source's permissions
         // (read-only in a shared folder), and a later save over this directory would fail.
-        let bytes = std::fs::read(&self.tokenizer_path).map_err(io(&self.tokenizer_path))?;
-        std::fs::write(&tokenizer, bytes).map_err(io(&tokenizer))?;
+        let bytes = std::fs::read(&self.tokenizer_path).map_err(io_error(&self.tokenizer_path))?;
+        std::fs::write(&tokenizer, bytes).map_err(io_error(&tokenizer))?;
         let mut files = vec![config_path, weights.clone(), tokenizer];
         for (name, bytes) in extra {
             let path = tmp.path().join(name);
-            std::fs::write(&path, bytes).map_err(io(&path))?;
+            std::fs::write(&path, bytes).map_err(io_error(&path))?;
             files.push(path);
         }
         for file in &files {
-            std::fs::File::open(file).and_then(|f| f.sync_all()).map_err(io(file))?;
+            std::fs::File::open(file).and_then(|f| f.sync_all()).map_err(io_error(file))?;
         }
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             for (path, mode) in [(tmp.path(), 0o755), (weights.as_path(), 0o644)] {
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io(path))?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_error(path))?;
             }
         }
         let tmp_path = tmp.keep();
@@ -275,4 +266,10 @@ impl HierarchicalClassifier {
         }
         Ok(tmp_path)
     }
+}
+
+/// Maps an I/O error on `path` to [`ModelError::Io`].
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError {
+    let path = path.to_owned();
+    move |source| ModelError::Io { path, source }
 }

@@ -9,9 +9,3 @@ pub fn linear(vb: VarBuilder, in_dim: usize, out_dim: usize, std: f64) -> Result
     let bias = vb.get_with_hints(out_dim, "bias", Init::Const(0.0))?;
     Ok(Linear::new(weight, Some(bias)))
 }
-
-/// Like [`linear`] without a bias.
-pub fn linear_no_bias(vb: VarBuilder, in_dim: usize, out_dim: usize, std: f64) -> Result<Linear> {
-    let weight = vb.get_with_hints((out_dim, in_dim), "weight", Init::Randn { mean: 0.0, stdev: std })?;
-    Ok(Linear::new(weight, None))
-}

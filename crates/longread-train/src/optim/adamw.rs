@@ -79,11 +79,6 @@ impl AdamW {
         &self.groups
     }
 
-    /// Adds a group (gradual unfreezing adds parameters as training goes).
-    pub fn add_group(&mut self, group: ParamGroup) {
-        self.groups.push(group);
-    }
-
     /// Sets every group's learning rate to `base · factor_g`, e.g. for a schedule.
     pub fn set_lr(&mut self, lr_of: impl Fn(&ParamGroup) -> f64) {
         for g in &mut self.groups {
