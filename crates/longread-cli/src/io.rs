@@ -56,6 +56,7 @@ impl Output {
                 };
                 let tmp = tempfile::Builder::new()
                     .prefix(".longread-")
+                    .permissions(readable_by_all())
                     .tempfile_in(dir)
                     .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
                 Ok(Self::File { writer: BufWriter::new(tmp), target: p.to_owned() })
@@ -75,6 +76,12 @@ impl Output {
             }
         }
     }
+}
+
+/// rw-r--r-- (less the umask), as a plain `File::create` gives; temporary files default to rw-------.
+fn readable_by_all() -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::Permissions::from_mode(0o644)
 }
 
 /// Writes `bytes` to `path` atomically, through [`Output`].

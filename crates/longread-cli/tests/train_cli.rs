@@ -193,3 +193,126 @@ fn flags_come_from_a_toml_file_and_the_command_line_wins() {
     let o = train(&fixture("hier/bert-mean"), &data, &tmp.path().join("o2"), &["--config", bad.to_str().unwrap()]);
     assert_clean_failure(&o, "`epochs` must be a string, number or boolean");
 }
+
+/// The first `n` synthetic training documents with labels mapped onto the fixture models'
+/// general/teen/mature.
+fn synthetic_for_fixture_models(path: &Path, n: usize) {
+    let text: String = std::fs::read_to_string(fixture("synthetic/train.jsonl"))
+        .unwrap()
+        .lines()
+        .take(n)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, text.replace("\"rain\"", "\"teen\"").replace("\"prices\"", "\"mature\"")).unwrap();
+}
+
+#[test]
+fn json_logs_report_phases_steps_and_epochs_and_curves_are_drawn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 12);
+    let out = tmp.path().join("out");
+    let args = [
+        "--dev-split",
+        "0.25",
+        "--epochs",
+        "3",
+        "--unfreeze",
+        "0:head,1:top1,2:all",
+        "--log-format",
+        "json",
+        "--seed",
+        "2",
+    ];
+    let o = train(&fixture("hier/bert-attention"), &data, &out, &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let events = json_lines(&o.stdout);
+    let of = |kind: &str| events.iter().filter(|e| e["event"] == kind).cloned().collect::<Vec<Value>>();
+    let phases = of("phase");
+    assert_eq!(phases.len(), 3, "{events:?}");
+    let trainable: Vec<u64> = phases.iter().map(|p| p["trainable_parameters"].as_u64().unwrap()).collect();
+    assert!(trainable[0] < trainable[1] && trainable[1] < trainable[2], "{trainable:?}");
+    assert!(phases[2]["total_parameters"].as_u64().unwrap() > trainable[2], "embeddings stay frozen");
+    assert_eq!(phases[0]["cache"], "chunk vectors");
+    let steps = of("step");
+    assert!(!steps.is_empty() && steps.iter().all(|s| s["chunks_per_second"].as_f64().unwrap() > 0.0));
+    assert_eq!(of("epoch").len(), 3);
+    assert!(of("epoch").iter().all(|e| e["dev"]["macro_f1"].is_number()));
+    assert_eq!(of("done")[0]["epochs_run"], 3);
+    let png = std::fs::read(out.join("curves.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert_clean_failure(
+        &train(&fixture("hier/bert-attention"), &data, &tmp.path().join("o2"), &["--unfreeze", "0:all,1:head"]),
+        "would freeze again",
+    );
+}
+
+#[test]
+fn killing_a_run_at_any_moment_leaves_a_loadable_model_and_checkpoint() {
+    use longread_model::hierarchical::HierarchicalClassifier;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 8);
+    let out = tmp.path().join("run");
+    // About 30 ms an epoch: a kill lands in the middle of some checkpoint write.
+    let epochs = "150";
+    let command = |resume: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_longread"));
+        c.args(["--quiet", "train", "--model", fixture("hier/bert-attention").to_str().unwrap()]);
+        c.args(["--train", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--dev-split", "0.25"]);
+        c.args(["--epochs", epochs, "--freeze-base", "--batch-size", "2", "--seed", "4"]);
+        if resume {
+            c.args(["--resume", "auto"]);
+        }
+        c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        c
+    };
+    let epoch_of = |dir: &Path| -> u64 {
+        let state: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("trainer_state.json")).unwrap()).unwrap();
+        state["state"]["epoch"].as_u64().unwrap()
+    };
+    let checkpoint = out.join("checkpoint-last");
+    let mut last_epoch = 0;
+    // Kills spread over start-up, the first epochs and the middle of the run.
+    for delay_ms in [30u64, 150, 260, 410, 330, 520, 90, 700, 460, 610] {
+        if out.join("metrics.jsonl").is_file() && !checkpoint.exists() {
+            break; // the run completed
+        }
+        let resume = checkpoint.exists();
+        if !resume && out.exists() {
+            std::fs::remove_dir_all(&out).unwrap(); // killed before its first checkpoint
+        }
+        let mut child = command(resume).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        if out.exists() {
+            HierarchicalClassifier::load(&out, false, &candle_core::Device::Cpu)
+                .unwrap_or_else(|e| panic!("model after a kill at {delay_ms} ms: {e}"));
+        }
+        if checkpoint.exists() {
+            HierarchicalClassifier::load(&checkpoint, true, &candle_core::Device::Cpu)
+                .unwrap_or_else(|e| panic!("checkpoint after a kill at {delay_ms} ms: {e}"));
+            candle_core::safetensors::load(checkpoint.join("optimizer.safetensors"), &candle_core::Device::Cpu)
+                .unwrap();
+            let epoch = epoch_of(&checkpoint);
+            assert!(epoch >= last_epoch, "the checkpoint never goes back");
+            last_epoch = epoch;
+        }
+    }
+    assert!(last_epoch > 0, "some epochs completed between the kills");
+    let finish = command(checkpoint.exists()).status().unwrap();
+    assert!(finish.success());
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let epochs_logged: Vec<u64> =
+        metrics.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["epoch"].as_u64().unwrap()).collect();
+    assert_eq!(epochs_logged, (1..=150).collect::<Vec<_>>(), "one line per epoch, none lost or repeated");
+    assert!(
+        !checkpoint.exists()
+            && std::fs::read_dir(&out).unwrap().flatten().all(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                !name.starts_with("checkpoint-") && !name.starts_with(".longread")
+            })
+    );
+}

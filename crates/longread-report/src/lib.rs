@@ -2,7 +2,10 @@
 //! chart of chunk attention, and the text with each chunk shaded by its attention.
 #![deny(missing_docs)]
 
+pub mod curves;
 mod escape;
+mod font;
+mod raster;
 mod svg;
 
 use std::fmt::Write;

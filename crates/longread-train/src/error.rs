@@ -6,6 +6,17 @@ pub enum TrainError {
     /// A setting is out of range.
     #[error("invalid training setting: {0}")]
     InvalidSetting(String),
+    /// Training diverged: too many optimizer steps in a row had NaN/inf loss or gradients.
+    #[error("{0}")]
+    Diverged(String),
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
     /// An error from the model crate.
     #[error(transparent)]
     Model(#[from] longread_model::ModelError),

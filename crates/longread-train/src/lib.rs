@@ -7,9 +7,11 @@ pub mod clip;
 pub mod error;
 pub mod groups;
 pub mod optim;
+pub mod prefix;
 pub mod recompute;
 pub mod schedule;
 pub mod trainer;
+pub mod unfreeze;
 
 pub use error::{Result, TrainError};
 pub use optim::{AdamW, AdamWConfig, ParamGroup};

@@ -14,12 +14,13 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor, TensorId, Var};
-use longread_model::hierarchical::predictor::{batch_tensors, chunk_batches};
+use longread_model::hierarchical::predictor::chunk_batches;
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
 use crate::error::Result;
+use crate::prefix::{encode_batch, Prefix};
 
 /// Loss of a batch and the gradients of the requested variables.
 #[derive(Debug)]
@@ -39,6 +40,8 @@ pub struct BatchSettings<'a> {
     pub recompute: bool,
     /// Per-class loss weights (`[labels]`), as `torch.nn.CrossEntropyLoss(weight=...)`.
     pub class_weights: Option<&'a Tensor>,
+    /// The frozen bottom of the encoder (run without dropout or graph, or read from a cache).
+    pub prefix: Prefix<'a>,
 }
 
 /// Loss and gradients for `docs` with gold `labels`; `vars` are the variables whose gradients
@@ -53,11 +56,7 @@ pub fn batch_gradients(
     device: &Device,
 ) -> Result<BatchGradients> {
     let (refs, batches) = chunk_batches(docs, settings.max_batch_tokens);
-    let pad = model.config().encoder.pad_token_id;
-    let encode = |batch: &[usize]| -> Result<Tensor> {
-        let (ids, mask) = batch_tensors(docs, &refs, batch, pad, device)?;
-        Ok(model.chunk_vectors(&ids, &mask, Mode::Train(rng))?)
-    };
+    let encode = |batch: &[usize]| encode_batch(model, docs, &refs, batch, settings.prefix, Mode::Train(rng), device);
 
     // Pass 1: chunk vectors (graphs dropped at once when recomputing).
     let mut snapshots = Vec::with_capacity(batches.len());

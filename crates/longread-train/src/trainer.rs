@@ -1,12 +1,15 @@
 //! The training loop: shuffled document batches, gradients (chunk-level recomputation, or
 //! cached chunk vectors when the whole encoder is frozen), accumulation, clipping, AdamW with
-//! a warm-up schedule, evaluation on the dev set after every epoch, best-epoch tracking and
-//! early stopping. Saving is the caller's: `on_epoch` is told when an epoch is the best.
+//! a warm-up schedule, phases of gradual unfreezing with frozen-prefix caches, evaluation on
+//! the dev set after every epoch, best-epoch tracking and early stopping. Saving is the
+//! caller's: `on_epoch` is told when an epoch is the best.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use candle_core::{Device, Tensor, TensorId, Var};
 use longread_metrics::Report;
+use longread_model::hierarchical::predictor::chunk_batches;
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
@@ -18,8 +21,10 @@ use crate::clip::clip_grad_norm;
 use crate::error::{Result, TrainError};
 use crate::groups::{param_groups, Freezing, GroupSettings};
 use crate::optim::{AdamW, AdamWConfig};
+use crate::prefix::{encode_batch, Prefix, PrefixCache};
 use crate::recompute::{batch_gradients, cross_entropy, BatchGradients, BatchSettings};
 use crate::schedule::{Decay, Schedule};
+use crate::unfreeze::{frozen_layers, UnfreezeSchedule};
 
 /// Which dev metric picks the best epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +66,12 @@ pub struct TrainConfig {
     pub metric: Metric,
     /// Stop after this many epochs without improvement (0 = never).
     pub patience: usize,
-    /// What is frozen.
+    /// What is frozen (before the first phase of `unfreeze`, or throughout without it).
     pub freezing: Freezing,
+    /// Gradual unfreezing: what trains from which epoch on.
+    pub unfreeze: Option<UnfreezeSchedule>,
+    /// Caching of what frozen layers compute.
+    pub cache: CacheSettings,
     /// Learning rates and weight decay.
     pub groups: GroupSettings,
     /// AdamW's betas and epsilon.
@@ -71,6 +80,24 @@ pub struct TrainConfig {
     pub max_bad_steps: usize,
     /// Stop after this epoch (the run can be resumed later); `None` runs all epochs.
     pub stop_after_epoch: Option<usize>,
+}
+
+/// Caching of frozen computation: with the whole encoder frozen the chunk vectors are computed
+/// once; with the embeddings and the bottom K ≥ 1 layers frozen, their outputs are.
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// Cache at all (off: frozen layers are recomputed every epoch, with the same results).
+    pub enabled: bool,
+    /// Bytes of frozen-layer outputs kept in memory; beyond, they go to a scratch file.
+    pub memory_limit: usize,
+    /// Directory of the scratch file.
+    pub spill_dir: PathBuf,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self { enabled: true, memory_limit: 4 << 30, spill_dir: std::env::temp_dir() }
+    }
 }
 
 /// Documents and their gold labels.
@@ -93,8 +120,39 @@ pub struct StepLog {
     pub loss: f64,
     /// Head learning rate at this step.
     pub lr: f64,
-    /// Chunks encoded in this step.
+    /// Chunks of the step's documents.
     pub chunks: usize,
+}
+
+/// The start of a phase: what trains changes (the first epoch, or an `unfreeze` phase).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PhaseLog {
+    /// First epoch of the phase (1-based).
+    pub epoch: usize,
+    /// What trains, in words.
+    pub trains: String,
+    /// Trainable parameters.
+    pub trainable_parameters: usize,
+    /// All parameters of the model.
+    pub total_parameters: usize,
+    /// What is cached, in words (empty if nothing).
+    pub cache: String,
+}
+
+/// Progress reports while training.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// A phase starts.
+    Phase(PhaseLog),
+    /// Chunks passed through frozen layers while building a cache.
+    Caching {
+        /// Chunks done so far.
+        done: usize,
+        /// All chunks to cache.
+        total: usize,
+    },
+    /// An optimizer step was taken.
+    Step(StepLog),
 }
 
 /// What an epoch produced.
@@ -118,6 +176,8 @@ pub struct EpochLog {
     pub skipped_steps: usize,
     /// Trainable parameters.
     pub trainable_parameters: usize,
+    /// All parameters of the model.
+    pub total_parameters: usize,
 }
 
 /// Where a run stands after an epoch: with the model's weights and the optimizer's state,
@@ -163,8 +223,118 @@ fn epoch_seed(seed: u64, epoch: usize, stream: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (epoch as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ stream
 }
 
-/// Trains `model` in place, from scratch or from `resume`. `on_epoch` runs after every epoch
-/// (to save the best model and a checkpoint); returns the logs of the epochs run here.
+/// What trains during a phase, and the caches of what does not.
+struct Phase {
+    freezing: Freezing,
+    /// Trainable variables.
+    vars: Vec<Var>,
+    /// Frozen layers above the embeddings (`None` when the embeddings train).
+    frozen: Option<usize>,
+    /// Chunk vectors, when only the head trains.
+    vectors: Option<(Vec<Tensor>, Vec<Tensor>)>,
+    /// Outputs of the frozen layers (train, dev), when some but not all are frozen.
+    prefix: Option<(PrefixCache, PrefixCache)>,
+}
+
+impl Phase {
+    /// How the training documents' chunks are encoded (`doc_ids` index the training split).
+    fn train_prefix<'a>(&'a self, doc_ids: &'a [usize]) -> Prefix<'a> {
+        match (&self.prefix, self.frozen) {
+            (Some((cache, _)), _) => Prefix::Cached { cache, doc_ids },
+            (None, Some(layers)) => Prefix::Frozen { layers },
+            (None, None) => Prefix::None,
+        }
+    }
+}
+
+/// Everything about the run that does not change between epochs.
+struct Run<'a> {
+    model: &'a HierarchicalClassifier,
+    train: Split<'a>,
+    dev: Split<'a>,
+    cfg: &'a TrainConfig,
+    device: &'a Device,
+    named: Vec<(String, Var)>,
+    num_layers: usize,
+}
+
+impl Run<'_> {
+    /// What is frozen during the epoch after `done` completed ones.
+    fn freezing_at(&self, done: usize) -> Freezing {
+        match &self.cfg.unfreeze {
+            Some(s) => s.freezing_at(done, self.cfg.freezing, self.num_layers),
+            None => self.cfg.freezing,
+        }
+    }
+
+    /// Sets up a phase: its variables and caches.
+    fn phase(&self, freezing: Freezing, on_progress: &mut impl FnMut(Progress)) -> Result<Phase> {
+        let groups = param_groups(&self.named, self.num_layers, freezing, self.cfg.groups);
+        let vars: Vec<Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
+        let frozen = frozen_layers(freezing, self.num_layers);
+        let mut phase = Phase { freezing, vars, frozen, vectors: None, prefix: None };
+        if !self.cfg.cache.enabled {
+            return Ok(phase);
+        }
+        let total: usize = self.train.docs.iter().chain(self.dev.docs).map(|d| d.chunks.len()).sum();
+        let mut done = 0;
+        let mut tick = |n: usize| {
+            done += n;
+            on_progress(Progress::Caching { done, total });
+        };
+        let tokens = self.cfg.max_batch_tokens;
+        match frozen {
+            Some(k) if k >= self.num_layers => {
+                let (model, device) = (self.model, self.device);
+                let mut encode = |docs: &[ChunkedDocument]| {
+                    model.encode_documents(&docs.iter().collect::<Vec<_>>(), tokens, device, &mut tick)
+                };
+                phase.vectors = Some((encode(self.train.docs)?, encode(self.dev.docs)?));
+            }
+            Some(k) if k >= 1 => {
+                let c = &self.cfg.cache;
+                let mut build = |docs: &[ChunkedDocument], limit: usize| {
+                    PrefixCache::build(self.model, docs, k, tokens, limit, &c.spill_dir, self.device, &mut tick)
+                };
+                let train = build(self.train.docs, c.memory_limit)?;
+                let dev = build(self.dev.docs, c.memory_limit.saturating_sub(train.bytes_in_memory()))?;
+                phase.prefix = Some((train, dev));
+            }
+            _ => {}
+        }
+        Ok(phase)
+    }
+
+    fn phase_log(&self, phase: &Phase, epoch: usize) -> PhaseLog {
+        let trains = match phase.frozen {
+            Some(k) if k >= self.num_layers => "pooling and head (encoder frozen)".to_string(),
+            Some(0) => "all encoder layers (embeddings frozen), pooling and head".to_string(),
+            Some(k) => format!("top {} of {} encoder layers, pooling and head", self.num_layers - k, self.num_layers),
+            None => "embeddings, all encoder layers, pooling and head".to_string(),
+        };
+        let cache = match (&phase.vectors, &phase.prefix) {
+            (Some(_), _) => "chunk vectors".to_string(),
+            (None, Some((t, d))) => format!(
+                "outputs of embeddings + {} frozen layers: {:.1} MiB in memory, {:.1} MiB on disk",
+                t.layers(),
+                (t.bytes_in_memory() + d.bytes_in_memory()) as f64 / (1 << 20) as f64,
+                (t.bytes_on_disk() + d.bytes_on_disk()) as f64 / (1 << 20) as f64
+            ),
+            (None, None) => String::new(),
+        };
+        PhaseLog {
+            epoch,
+            trains,
+            trainable_parameters: phase.vars.iter().map(|v| v.elem_count()).sum(),
+            total_parameters: self.named.iter().map(|(_, v)| v.elem_count()).sum(),
+            cache,
+        }
+    }
+}
+
+/// Trains `model` in place, from scratch or from `resume`. `on_progress` hears of phases,
+/// cache building and steps; `on_epoch` runs after every epoch (to save the best model and a
+/// checkpoint). Returns the logs of the epochs run here.
 #[allow(clippy::too_many_arguments)]
 pub fn train(
     model: &HierarchicalClassifier,
@@ -173,7 +343,7 @@ pub fn train(
     cfg: &TrainConfig,
     device: &Device,
     resume: Option<Resume>,
-    mut on_step: impl FnMut(StepLog),
+    mut on_progress: impl FnMut(Progress),
     mut on_epoch: impl FnMut(EpochEnd) -> Result<()>,
 ) -> Result<Vec<EpochLog>> {
     if train_split.docs.is_empty() || dev_split.docs.is_empty() {
@@ -183,16 +353,11 @@ pub fn train(
     if named.is_empty() {
         return Err(TrainError::InvalidSetting("the model was loaded for inference only".into()));
     }
-    let groups = param_groups(&named, model.config().encoder.num_hidden_layers, cfg.freezing, cfg.groups);
-    let vars: Vec<Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
-    let trainable_parameters = vars.iter().map(|v| v.elem_count()).sum();
-    let head_only = groups.iter().all(|g| g.name.starts_with("head"));
-    let base_lr: HashMap<String, f64> = groups.iter().map(|g| (g.name.clone(), g.lr)).collect();
-    let mut optimizer = AdamW::new(groups, cfg.adamw)?;
+    let num_layers = model.config().encoder.num_hidden_layers;
+    let run = Run { model, train: train_split, dev: dev_split, cfg, device, named, num_layers };
     let mut state = TrainerState { epoch: 0, step: 0, best: None, since_best: 0 };
-    if let Some(r) = resume {
-        optimizer.import_state(&r.moments, &r.steps)?;
-        state = r.state;
+    if let Some(r) = &resume {
+        state = r.state.clone();
         if state.epoch >= cfg.epochs {
             return Err(TrainError::InvalidSetting(format!(
                 "the run to resume has completed {} of {} epochs: nothing is left to do",
@@ -200,6 +365,17 @@ pub fn train(
             )));
         }
     }
+    // The optimizer holds what trained in the last completed epoch (its moments are in the
+    // checkpoint); each epoch then adds what its phase unfreezes.
+    let held = run.freezing_at(state.epoch.saturating_sub(1));
+    let mut optimizer = AdamW::new(param_groups(&run.named, num_layers, held, cfg.groups), cfg.adamw)?;
+    if let Some(r) = resume {
+        optimizer.import_state(&r.moments, &r.steps)?;
+    }
+    // Every group's learning rate before the schedule scales it.
+    let everything = Freezing { train_embeddings: true, ..Freezing::default() };
+    let base_lr: HashMap<String, f64> =
+        param_groups(&run.named, num_layers, everything, cfg.groups).into_iter().map(|g| (g.name, g.lr)).collect();
 
     let batch_size = cfg.batch_size.max(1);
     let accum = cfg.grad_accum.max(1);
@@ -211,19 +387,22 @@ pub fn train(
         decay: cfg.decay,
     };
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
-    // With the whole encoder frozen, chunk vectors never change: compute them once
-    // (dropout inside frozen layers is off).
-    let cache = |docs: &[ChunkedDocument]| {
-        model.encode_documents(&docs.iter().collect::<Vec<_>>(), cfg.max_batch_tokens, device, |_| {})
-    };
-    let train_cache = if head_only { Some(cache(train_split.docs)?) } else { None };
-    let dev_cache = if head_only { Some(cache(dev_split.docs)?) } else { None };
 
     let mut logs: Vec<EpochLog> = Vec::new();
+    let mut phase: Option<Phase> = None;
     let mut step = state.step;
     let mut bad_in_a_row = 0usize;
     for epoch in state.epoch + 1..=cfg.epochs {
         let started = std::time::Instant::now();
+        let freezing = run.freezing_at(epoch - 1);
+        if phase.as_ref().is_none_or(|p| p.freezing != freezing) {
+            drop(phase.take()); // free the previous phase's caches first
+            let next = run.phase(freezing, &mut on_progress)?;
+            optimizer.add_params(param_groups(&run.named, num_layers, freezing, cfg.groups));
+            on_progress(Progress::Phase(run.phase_log(&next, epoch)));
+            phase = Some(next);
+        }
+        let phase = phase.as_ref().expect("a phase was set up above");
         let mut shuffle = StdRng::seed_from_u64(epoch_seed(cfg.seed, epoch, 1));
         let dropout = DropoutRng::new(epoch_seed(cfg.seed, epoch, 2));
         let mut order: Vec<usize> = (0..train_split.docs.len()).collect();
@@ -231,24 +410,25 @@ pub fn train(
         let (mut loss_sum, mut loss_count, mut skipped) = (0f64, 0usize, 0usize);
         for step_docs in order.chunks(batch_size * accum) {
             let mut summed: HashMap<TensorId, Tensor> = HashMap::new();
-            let (mut step_loss, mut chunks) = (0f64, 0usize);
+            let mut step_loss = 0f64;
+            let chunks = step_docs.iter().map(|&i| train_split.docs[i].chunks.len()).sum();
             let batches: Vec<&[usize]> = step_docs.chunks(batch_size).collect();
             for batch in &batches {
                 let labels: Vec<usize> = batch.iter().map(|&i| train_split.labels[i]).collect();
-                let out = match &train_cache {
-                    Some(vectors) => {
+                let out = match &phase.vectors {
+                    Some((vectors, _)) => {
                         let chosen: Vec<&Tensor> = batch.iter().map(|&i| &vectors[i]).collect();
-                        head_gradients(model, &chosen, &labels, &vars, &dropout, weights.as_ref(), device)?
+                        head_gradients(model, &chosen, &labels, &phase.vars, &dropout, weights.as_ref(), device)?
                     }
                     None => {
                         let docs: Vec<&ChunkedDocument> = batch.iter().map(|&i| &train_split.docs[i]).collect();
-                        chunks += docs.iter().map(|d| d.chunks.len()).sum::<usize>();
                         let settings = BatchSettings {
                             max_batch_tokens: cfg.max_batch_tokens,
                             recompute: cfg.recompute,
                             class_weights: weights.as_ref(),
+                            prefix: phase.train_prefix(batch),
                         };
-                        batch_gradients(model, &docs, &labels, &vars, &dropout, settings, device)?
+                        batch_gradients(model, &docs, &labels, &phase.vars, &dropout, settings, device)?
                     }
                 };
                 step_loss += out.loss as f64 / batches.len() as f64;
@@ -266,9 +446,10 @@ pub fn train(
                 skipped += 1;
                 bad_in_a_row += 1;
                 if bad_in_a_row >= cfg.max_bad_steps.max(1) {
-                    return Err(TrainError::InvalidSetting(format!(
-                        "{bad_in_a_row} optimizer steps in a row had NaN/inf loss or gradients (epoch {epoch}, step {step}); \
-                         training stopped, the best checkpoint so far is kept. Lower --lr or check the data."
+                    return Err(TrainError::Diverged(format!(
+                        "training diverged: {bad_in_a_row} optimizer steps in a row had NaN/inf loss or gradients \
+                         (epoch {epoch}, after step {step}); they were skipped and the run stopped. The last \
+                         checkpoint and the best model so far are kept. Lower --lr, or check the data."
                     )));
                 }
                 continue;
@@ -280,11 +461,17 @@ pub fn train(
             step += 1;
             loss_sum += step_loss;
             loss_count += 1;
-            on_step(StepLog { step, total_steps, loss: step_loss, lr: cfg.groups.head_lr * factor, chunks });
+            on_progress(Progress::Step(StepLog {
+                step,
+                total_steps,
+                loss: step_loss,
+                lr: cfg.groups.head_lr * factor,
+                chunks,
+            }));
         }
 
         let train_seconds = started.elapsed().as_secs_f64();
-        let (dev_loss, report) = evaluate(model, dev_split, dev_cache.as_deref(), cfg, device)?;
+        let (dev_loss, report) = evaluate(&run, phase)?;
         let score = match cfg.metric {
             Metric::MacroF1 => report.macro_f1,
             Metric::WeightedF1 => report.weighted_f1,
@@ -309,7 +496,8 @@ pub fn train(
             seconds: started.elapsed().as_secs_f64(),
             train_seconds,
             skipped_steps: skipped,
-            trainable_parameters,
+            trainable_parameters: phase.vars.iter().map(|v| v.elem_count()).sum(),
+            total_parameters: run.named.iter().map(|(_, v)| v.elem_count()).sum(),
         };
         on_epoch(EpochEnd { log: &log, model, state: &state, optimizer: &optimizer })?;
         logs.push(log);
@@ -340,17 +528,28 @@ fn head_gradients(
     })
 }
 
-/// Dev loss and metrics (inference mode).
-fn evaluate(
-    model: &HierarchicalClassifier,
-    split: Split,
-    cache: Option<&[Tensor]>,
-    cfg: &TrainConfig,
-    device: &Device,
-) -> Result<(f64, Report)> {
-    let vectors = match cache {
-        Some(v) => v.to_vec(),
-        None => model.encode_documents(&split.docs.iter().collect::<Vec<_>>(), cfg.max_batch_tokens, device, |_| {})?,
+/// Dev loss and metrics (inference mode), from the phase's caches where it has them.
+fn evaluate(run: &Run, phase: &Phase) -> Result<(f64, Report)> {
+    let (model, split, device, tokens) = (run.model, run.dev, run.device, run.cfg.max_batch_tokens);
+    let docs: Vec<&ChunkedDocument> = split.docs.iter().collect();
+    let vectors = match (&phase.vectors, &phase.prefix) {
+        (Some((_, dev)), _) => dev.clone(),
+        (None, Some((_, cache))) => {
+            let doc_ids: Vec<usize> = (0..docs.len()).collect();
+            let prefix = Prefix::Cached { cache, doc_ids: &doc_ids };
+            let (refs, batches) = chunk_batches(&docs, tokens);
+            let mut rows: Vec<Vec<Option<Tensor>>> = docs.iter().map(|d| vec![None; d.chunks.len()]).collect();
+            for batch in &batches {
+                let out = encode_batch(model, &docs, &refs, batch, prefix, Mode::Eval, device)?;
+                for (row, &i) in batch.iter().enumerate() {
+                    rows[refs[i].0][refs[i].1] = Some(out.get(row)?);
+                }
+            }
+            rows.into_iter()
+                .map(|r| Tensor::stack(&r.into_iter().flatten().collect::<Vec<_>>(), 0))
+                .collect::<candle_core::Result<_>>()?
+        }
+        (None, None) => model.encode_documents(&docs, tokens, device, |_| {})?,
     };
     let logits: Vec<Tensor> =
         vectors.iter().map(|v| Ok(model.classify(v, Mode::Eval)?.logits)).collect::<Result<_>>()?;

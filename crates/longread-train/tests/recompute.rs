@@ -6,6 +6,7 @@ use candle_core::{Device, Tensor, Var};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::DropoutRng;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
+use longread_train::prefix::{Prefix, PrefixCache};
 use longread_train::recompute::{batch_gradients, BatchSettings};
 
 fn fixture(name: &str) -> PathBuf {
@@ -37,7 +38,8 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
         assert!(vars.len() > 30, "encoder and head variables");
         let weights = Tensor::new(&[1.0f32, 2.0, 0.5], &Device::Cpu).unwrap();
         let run = |recompute: bool| {
-            let settings = BatchSettings { max_batch_tokens: 40, recompute, class_weights: Some(&weights) };
+            let settings =
+                BatchSettings { max_batch_tokens: 40, recompute, class_weights: Some(&weights), prefix: Prefix::None };
             batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(11), settings, &Device::Cpu).unwrap()
         };
         let (full, chunked) = (run(false), run(true));
@@ -59,10 +61,73 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
             &labels,
             &vars,
             &DropoutRng::new(12),
-            BatchSettings { max_batch_tokens: 40, recompute: true, class_weights: Some(&weights) },
+            BatchSettings {
+                max_batch_tokens: 40,
+                recompute: true,
+                class_weights: Some(&weights),
+                prefix: Prefix::None,
+            },
             &Device::Cpu,
         )
         .unwrap();
         assert!((other.loss - full.loss).abs() > 1e-6, "{case}: dropout must change the loss");
     }
+}
+
+#[test]
+fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
+    let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();
+    let docs = documents(&model);
+    let refs: Vec<&ChunkedDocument> = docs.iter().collect();
+    let labels = [0, 1, 2, 1];
+    // Embeddings and layer 0 frozen: layer 1, pooling and head train.
+    let vars: Vec<Var> = model
+        .named_vars()
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("encoder:embeddings") && !n.starts_with("encoder:encoder.layer.0."))
+        .map(|(_, v)| v)
+        .collect();
+    let doc_ids: Vec<usize> = (0..docs.len()).collect();
+    let spill = tempfile::tempdir().unwrap();
+    let in_memory = PrefixCache::build(&model, &docs, 1, 40, usize::MAX, spill.path(), &Device::Cpu, |_| {}).unwrap();
+    let on_disk = PrefixCache::build(&model, &docs, 1, 40, 0, spill.path(), &Device::Cpu, |_| {}).unwrap();
+    assert_eq!(on_disk.bytes_in_memory(), 0);
+    assert!(on_disk.bytes_on_disk() > 0 && in_memory.bytes_on_disk() == 0);
+    let run = |recompute: bool, prefix: Prefix| {
+        let settings = BatchSettings { max_batch_tokens: 40, recompute, class_weights: None, prefix };
+        batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(5), settings, &Device::Cpu).unwrap()
+    };
+    let reference = run(false, Prefix::Frozen { layers: 1 });
+    assert_eq!(reference.grads.len(), vars.len(), "every trainable variable gets a gradient");
+    for (what, out) in [
+        ("recomputed", run(true, Prefix::Frozen { layers: 1 })),
+        ("cached in memory", run(true, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
+        ("cached on disk", run(true, Prefix::Cached { cache: &on_disk, doc_ids: &doc_ids })),
+        ("cached, full graph", run(false, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
+    ] {
+        assert!((out.loss - reference.loss).abs() < 1e-6, "{what}: loss {} vs {}", out.loss, reference.loss);
+        for v in &vars {
+            let (a, b) = (&reference.grads[&v.as_tensor().id()], &out.grads[&v.as_tensor().id()]);
+            let diff =
+                a.sub(b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert!(diff <= 1e-5, "{what}: gradient differs by {diff}");
+        }
+    }
+    // The comparison above is not vacuous: dropout in the trainable top is on.
+    let other = batch_gradients(
+        &model,
+        &refs,
+        &labels,
+        &vars,
+        &DropoutRng::new(6),
+        BatchSettings {
+            max_batch_tokens: 40,
+            recompute: true,
+            class_weights: None,
+            prefix: Prefix::Frozen { layers: 1 },
+        },
+        &Device::Cpu,
+    )
+    .unwrap();
+    assert!((other.loss - reference.loss).abs() > 1e-6, "dropout above the frozen layers is on");
 }

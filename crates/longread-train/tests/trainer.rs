@@ -7,7 +7,8 @@ use longread_model::hierarchical::HierarchicalClassifier;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use longread_train::groups::{Freezing, GroupSettings};
 use longread_train::schedule::Decay;
-use longread_train::trainer::{train, Metric, Split, TrainConfig};
+use longread_train::trainer::{train, CacheSettings, EpochLog, Metric, Progress, Split, TrainConfig};
+use longread_train::unfreeze::UnfreezeSchedule;
 use longread_train::AdamWConfig;
 
 fn fixture(name: &str) -> PathBuf {
@@ -51,6 +52,8 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         metric: Metric::MacroF1,
         patience: 0,
         freezing,
+        unfreeze: None,
+        cache: CacheSettings::default(),
         groups: GroupSettings { lr, head_lr, weight_decay: 0.01, layer_lr_decay: 1.0 },
         adamw: AdamWConfig::default(),
         max_bad_steps: 3,
@@ -145,10 +148,22 @@ fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
 
 #[test]
 fn a_run_killed_after_an_epoch_and_resumed_from_disk_ends_bit_identical() {
+    resume_case(config(Freezing::default(), 3, 1e-3, 3e-3));
+}
+
+#[test]
+fn resuming_across_an_unfreezing_phase_ends_bit_identical() {
+    // Epoch 1 trains the head on cached vectors, epoch 2 the top layer, epoch 3 everything:
+    // the resumed optimizer holds the head's moments and adds the rest as the run did.
+    let mut cfg = config(Freezing::default(), 3, 1e-3, 3e-3);
+    cfg.unfreeze = Some(UnfreezeSchedule::parse("0:head,1:top1,2:all").unwrap());
+    resume_case(cfg);
+}
+
+fn resume_case(cfg: TrainConfig) {
     use longread_train::trainer::Resume;
     let (train_texts, train_labels) = dataset("train", 12);
     let (dev_texts, dev_labels) = dataset("test", 4);
-    let cfg = config(Freezing::default(), 3, 1e-3, 3e-3);
     let run = |model: &HierarchicalClassifier,
                resume: Option<Resume>,
                kill_after: Option<usize>,
@@ -195,5 +210,180 @@ fn a_run_killed_after_an_epoch_and_resumed_from_disk_ends_bit_identical() {
         let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
             == b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
         assert!(same, "{name} differs after resuming");
+    }
+}
+
+/// Final weights and epoch logs of a run on the synthetic task.
+fn run_with(
+    cfg: &TrainConfig,
+    n_train: usize,
+) -> (std::collections::HashMap<String, Vec<f32>>, Vec<EpochLog>, Vec<Progress>) {
+    let (model, chunker) = load();
+    let (train_texts, train_labels) = dataset("train", n_train);
+    let (dev_texts, dev_labels) = dataset("test", 6);
+    let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
+    let mut events = Vec::new();
+    let logs = train(
+        &model,
+        Split { docs: &train_docs, labels: &train_labels },
+        Split { docs: &dev_docs, labels: &dev_labels },
+        cfg,
+        &Device::Cpu,
+        None,
+        |p| events.push(p),
+        |_| Ok(()),
+    )
+    .unwrap();
+    let weights = model
+        .named_tensors()
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect();
+    (weights, logs, events)
+}
+
+fn max_weight_diff(
+    a: &std::collections::HashMap<String, Vec<f32>>,
+    b: &std::collections::HashMap<String, Vec<f32>>,
+) -> f32 {
+    a.iter().flat_map(|(n, x)| x.iter().zip(&b[n]).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
+}
+
+#[test]
+fn caching_frozen_layers_gives_the_results_of_recomputing_them() {
+    let spill = tempfile::tempdir().unwrap();
+    for freezing in
+        [Freezing { freeze_bottom: 1, ..Freezing::default() }, Freezing { freeze_base: true, ..Freezing::default() }]
+    {
+        let mut cfg = config(freezing, 2, 1e-3, 3e-3);
+        cfg.cache = CacheSettings { enabled: false, memory_limit: 0, spill_dir: spill.path().to_owned() };
+        let (plain, plain_logs, _) = run_with(&cfg, 10);
+        cfg.cache.enabled = true;
+        cfg.cache.memory_limit = usize::MAX;
+        let (in_memory, memory_logs, events) = run_with(&cfg, 10);
+        let Some(Progress::Phase(phase)) = events.iter().find(|e| matches!(e, Progress::Phase(_))) else {
+            panic!("no phase reported")
+        };
+        assert!(!phase.cache.is_empty(), "{freezing:?}: something is cached");
+        cfg.cache.memory_limit = 0;
+        let (on_disk, _, _) = run_with(&cfg, 10);
+        for (what, weights) in [("in memory", &in_memory), ("on disk", &on_disk)] {
+            let diff = max_weight_diff(&plain, weights);
+            assert!(diff <= 1e-5, "{freezing:?}, cache {what}: weights differ by {diff}");
+        }
+        for (a, b) in plain_logs.iter().zip(&memory_logs) {
+            assert!((a.dev_loss - b.dev_loss).abs() <= 1e-5, "dev loss {} vs {}", a.dev_loss, b.dev_loss);
+        }
+        // The frozen layers did not move.
+        let original = load().0.named_tensors().unwrap();
+        let layer0 = "bert.encoder.layer.0.output.dense.weight";
+        assert_eq!(plain[layer0], original[layer0].flatten_all().unwrap().to_vec1::<f32>().unwrap());
+    }
+}
+
+#[test]
+fn gradual_unfreezing_adds_layers_phase_by_phase() {
+    let mut cfg = config(Freezing::default(), 3, 1e-3, 3e-3);
+    cfg.unfreeze = Some(UnfreezeSchedule::parse("0:head,1:top1,2:all").unwrap());
+    let (model, chunker) = load();
+    // Copied out: the saved tensors share storage with the variables the optimizer updates.
+    let original: std::collections::HashMap<String, Vec<f32>> = model
+        .named_tensors()
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect();
+    let (train_texts, train_labels) = dataset("train", 8);
+    let (dev_texts, dev_labels) = dataset("test", 4);
+    let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
+    let mut phases = Vec::new();
+    let mut moved: Vec<(bool, bool, bool)> = Vec::new();
+    let changed = |m: &longread_model::hierarchical::HierarchicalClassifier, name: &str| {
+        m.named_tensors().unwrap()[name].flatten_all().unwrap().to_vec1::<f32>().unwrap() != original[name]
+    };
+    let logs = train(
+        &model,
+        Split { docs: &train_docs, labels: &train_labels },
+        Split { docs: &dev_docs, labels: &dev_labels },
+        &cfg,
+        &Device::Cpu,
+        None,
+        |p| {
+            if let Progress::Phase(p) = p {
+                phases.push(p)
+            }
+        },
+        |end| {
+            moved.push((
+                changed(end.model, "classifier.out_proj.weight"),
+                changed(end.model, "bert.encoder.layer.1.output.dense.weight"),
+                changed(end.model, "bert.encoder.layer.0.output.dense.weight"),
+            ));
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(phases.iter().map(|p| p.epoch).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert!(phases[0].trainable_parameters < phases[1].trainable_parameters);
+    assert!(phases[1].trainable_parameters < phases[2].trainable_parameters);
+    assert!(phases[2].trainable_parameters < phases[2].total_parameters, "the embeddings stay frozen");
+    assert_eq!(phases[0].cache, "chunk vectors");
+    assert!(phases[1].cache.contains("1 frozen layers"), "{}", phases[1].cache);
+    assert_eq!(moved, vec![(true, false, false), (true, true, false), (true, true, true)]);
+    assert_eq!(
+        logs.iter().map(|l| l.trainable_parameters).collect::<Vec<_>>(),
+        phases.iter().map(|p| p.trainable_parameters).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn nan_steps_are_skipped_and_counted_and_too_many_in_a_row_stop_the_run() {
+    let (_, labels) = dataset("train", 12);
+    let rain = labels.iter().filter(|&&l| l == 0).count();
+    assert!(rain > 0 && rain < labels.len());
+    // A NaN class weight makes the loss of every "rain" document NaN.
+    let mut cfg = config(Freezing { freeze_base: true, ..Freezing::default() }, 1, 0.0, 1e-2);
+    cfg.batch_size = 1;
+    cfg.class_weights = Some(vec![f32::NAN, 1.0]);
+    cfg.max_bad_steps = 100;
+    let (weights, logs, _) = run_with(&cfg, 12);
+    assert_eq!(logs[0].skipped_steps, rain, "one skipped step per rain document");
+    assert!(weights.values().flatten().all(|w| w.is_finite()), "skipped steps leave no NaN behind");
+
+    // Every step NaN: the run stops after max_bad_steps with an error that says so, and the
+    // model is untouched.
+    cfg.class_weights = Some(vec![f32::NAN, f32::NAN]);
+    cfg.max_bad_steps = 3;
+    let (model, chunker) = load();
+    // Copied out: the saved tensors share storage with the variables the optimizer updates.
+    let before: std::collections::HashMap<String, Vec<f32>> = model
+        .named_tensors()
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect();
+    let (texts, labels) = dataset("train", 12);
+    let docs = chunk_all(&chunker, &texts);
+    let mut epochs_ended = 0;
+    let err = train(
+        &model,
+        Split { docs: &docs, labels: &labels },
+        Split { docs: &docs, labels: &labels },
+        &cfg,
+        &Device::Cpu,
+        None,
+        |_| {},
+        |_| {
+            epochs_ended += 1;
+            Ok(())
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, longread_train::TrainError::Diverged(_)), "{err}");
+    assert!(err.to_string().contains("3 optimizer steps in a row"), "{err}");
+    assert_eq!(epochs_ended, 0);
+    for (name, t) in model.named_tensors().unwrap() {
+        assert_eq!(t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), before[&name], "{name} changed");
     }
 }

@@ -71,9 +71,44 @@ impl Encoder {
         mode: Mode,
     ) -> Result<Tensor> {
         let position_ids = self.validate_and_position(input_ids, attention_mask, token_type_ids)?;
+        let xs = self.embeddings.forward(input_ids, &position_ids, token_type_ids, mode)?;
+        self.forward_from(&xs, attention_mask, 0, mode)
+    }
+
+    /// Output of the embeddings and the bottom `layers` layers in inference mode (no dropout,
+    /// no graph): what a frozen prefix of the encoder computes. [`Encoder::forward_from`] with
+    /// `start = layers` finishes the pass.
+    ///
+    /// # Shapes
+    /// `input_ids, attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
+    pub fn prefix(&self, input_ids: &Tensor, attention_mask: &Tensor, layers: usize) -> Result<Tensor> {
+        let token_type_ids = input_ids.zeros_like()?;
+        let position_ids = self.validate_and_position(input_ids, attention_mask, &token_type_ids)?;
+        let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, Mode::Eval)?;
         let mask_bias = mask_bias(attention_mask, self.embeddings.word_embeddings().dtype())?;
-        let mut xs = self.embeddings.forward(input_ids, &position_ids, token_type_ids, mode)?;
-        for layer in &self.layers {
+        let mut xs = xs.detach();
+        for layer in self.layers.iter().take(layers) {
+            xs = layer.forward(&xs, &mask_bias, Mode::Eval)?.detach();
+        }
+        Ok(xs)
+    }
+
+    /// Runs layers `start..` on hidden states (the embeddings' output for `start = 0`).
+    ///
+    /// # Shapes
+    /// `hidden: [batch, seq, hidden]`, `attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
+    pub fn forward_from(&self, hidden: &Tensor, attention_mask: &Tensor, start: usize, mode: Mode) -> Result<Tensor> {
+        let (batch, seq, _) = hidden.dims3()?;
+        if attention_mask.dims() != [batch, seq] {
+            return Err(ModelError::InvalidInput(format!(
+                "hidden states {:?} and attention_mask {:?} disagree",
+                hidden.dims(),
+                attention_mask.dims()
+            )));
+        }
+        let mask_bias = mask_bias(attention_mask, hidden.dtype())?;
+        let mut xs = hidden.clone();
+        for layer in self.layers.iter().skip(start) {
             xs = layer.forward(&xs, &mask_bias, mode)?;
         }
         Ok(xs)

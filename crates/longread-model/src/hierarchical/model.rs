@@ -23,6 +23,9 @@ pub struct HierarchicalClassifier {
     chunk_dropout: Dropout,
     config: ClassifierConfig,
     tokenizer_path: PathBuf,
+    /// tokenizer.json as read at load time: saving copies these bytes, so a model can be saved
+    /// after the directory it came from was replaced (training checkpoints are).
+    tokenizer_json: Vec<u8>,
     /// Variables by canonical name (`embeddings.…` for the encoder, `pooler.…` etc. for the
     /// head), present when the model was built to be trained or saved.
     vars: Option<(VarMap, VarMap)>,
@@ -104,7 +107,17 @@ impl HierarchicalClassifier {
             s.classifier_dropout,
             std,
         )?;
-        Ok(Self { encoder, pooler, head, chunk_dropout: Dropout::new(s.hidden_dropout), config, tokenizer_path, vars })
+        let tokenizer_json = std::fs::read(&tokenizer_path).map_err(io_error(&tokenizer_path))?;
+        Ok(Self {
+            encoder,
+            pooler,
+            head,
+            chunk_dropout: Dropout::new(s.hidden_dropout),
+            config,
+            tokenizer_path,
+            tokenizer_json,
+            vars,
+        })
     }
 
     /// The configuration.
@@ -133,10 +146,28 @@ impl HierarchicalClassifier {
     /// `ids, mask: [chunks, seq]` (u32) → `[chunks, hidden]`
     pub fn chunk_vectors(&self, ids: &Tensor, mask: &Tensor, mode: Mode) -> Result<Tensor> {
         let hidden = self.encoder.forward(ids, mask, mode)?;
+        self.pool_chunk_tokens(&hidden, mask)
+    }
+
+    /// One vector per chunk from the output of the encoder's bottom `start` layers
+    /// ([`Encoder::prefix`]): the remaining layers run in `mode`, then chunk pooling.
+    ///
+    /// # Shapes
+    /// `prefix: [chunks, seq, hidden]`, `mask: [chunks, seq]` (u32) → `[chunks, hidden]`
+    pub fn chunk_vectors_from(&self, prefix: &Tensor, mask: &Tensor, start: usize, mode: Mode) -> Result<Tensor> {
+        let hidden = self.encoder.forward_from(prefix, mask, start, mode)?;
+        self.pool_chunk_tokens(&hidden, mask)
+    }
+
+    /// Chunk pooling (`cls` or masked mean) of the last hidden states.
+    ///
+    /// # Shapes
+    /// `hidden: [chunks, seq, hidden]`, `mask: [chunks, seq]` → `[chunks, hidden]`
+    fn pool_chunk_tokens(&self, hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
         Ok(match self.config.longread.chunk_pooling {
             // `contiguous` copies the rows so the full hidden states can be freed.
             ChunkPooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.contiguous()?,
-            ChunkPooling::Mean => masked_mean(&hidden, mask)?,
+            ChunkPooling::Mean => masked_mean(hidden, mask)?,
         })
     }
 
@@ -198,11 +229,15 @@ impl HierarchicalClassifier {
     /// Replaces `dir/model.safetensors` with the current weights atomically (temporary file in
     /// the same directory, synced, renamed): a kill at any moment leaves a loadable file.
     pub fn save_weights(&self, dir: &Path) -> Result<()> {
-        let tmp = tempfile::Builder::new()
-            .prefix(".model-")
-            .suffix(".safetensors")
-            .tempfile_in(dir)
-            .map_err(io_error(dir))?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".model-").suffix(".safetensors");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // Temporary files default to rw-------; a model file is rw-r--r-- (less the umask).
+            builder.permissions(std::fs::Permissions::from_mode(0o644));
+        }
+        let tmp = builder.tempfile_in(dir).map_err(io_error(dir))?;
         candle_core::safetensors::save(&self.named_tensors()?, tmp.path())?;
         tmp.as_file().sync_all().map_err(io_error(tmp.path()))?;
         let target = dir.join("model.safetensors");
@@ -240,10 +275,9 @@ impl HierarchicalClassifier {
         let weights = tmp.path().join("model.safetensors");
         candle_core::safetensors::save(&self.named_tensors()?, &weights)?;
         let tokenizer = tmp.path().join("tokenizer.json");
-        // Read and write rather than copy: a copy would keep the source's permissions
-        // (read-only in a shared folder), and a later save over this directory would fail.
-        let bytes = std::fs::read(&self.tokenizer_path).map_err(io_error(&self.tokenizer_path))?;
-        std::fs::write(&tokenizer, bytes).map_err(io_error(&tokenizer))?;
+        // Written rather than copied: a copy would keep the source's permissions (read-only in
+        // a shared folder), and a later save over this directory would fail.
+        std::fs::write(&tokenizer, &self.tokenizer_json).map_err(io_error(&tokenizer))?;
         let mut files = vec![config_path, weights.clone(), tokenizer];
         for (name, bytes) in extra {
             let path = tmp.path().join(name);

@@ -79,6 +79,28 @@ impl AdamW {
         &self.groups
     }
 
+    /// Adds the parameters of `groups` that the optimizer does not hold yet (gradual
+    /// unfreezing): into the group of the same name, or as a new group with its learning rate
+    /// and weight decay. New parameters start with zero moments and step 0. Returns how many
+    /// parameters were added.
+    pub fn add_params(&mut self, groups: Vec<ParamGroup>) -> usize {
+        let held: std::collections::HashSet<String> =
+            self.groups.iter().flat_map(|g| g.params.iter().map(|(n, _)| n.clone())).collect();
+        let mut added = 0;
+        for group in groups {
+            let new: Vec<(String, Var)> = group.params.into_iter().filter(|(n, _)| !held.contains(n)).collect();
+            if new.is_empty() {
+                continue;
+            }
+            added += new.len();
+            match self.groups.iter_mut().find(|g| g.name == group.name) {
+                Some(g) => g.params.extend(new),
+                None => self.groups.push(ParamGroup { params: new, ..group }),
+            }
+        }
+        added
+    }
+
     /// Sets every group's learning rate to `base · factor_g`, e.g. for a schedule.
     pub fn set_lr(&mut self, lr_of: impl Fn(&ParamGroup) -> f64) {
         for g in &mut self.groups {
@@ -225,5 +247,43 @@ impl candle_core::InplaceOp2 for Update<'_> {
                 }
             });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    fn var(v: f32) -> Var {
+        Var::from_tensor(&Tensor::new(&[v, v], &Device::Cpu).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn added_parameters_join_with_their_group_rate_and_fresh_state() {
+        let (x, y, z) = (var(1.0), var(1.0), var(1.0));
+        let group = |name: &str, lr: f64, params: Vec<(&str, &Var)>| ParamGroup {
+            name: name.into(),
+            lr,
+            weight_decay: 0.0,
+            params: params.into_iter().map(|(n, v)| (n.to_string(), v.clone())).collect(),
+        };
+        let mut opt = AdamW::new(vec![group("head", 0.1, vec![("x", &x)])], AdamWConfig::default()).unwrap();
+        let ones = Tensor::new(&[1f32, 1.0], &Device::Cpu).unwrap();
+        opt.step_with(|_| Some(ones.clone())).unwrap();
+        // x is held already; y joins "head", z comes with a group of its own.
+        let added = opt
+            .add_params(vec![group("head", 0.1, vec![("x", &x), ("y", &y)]), group("layer.1", 0.01, vec![("z", &z)])]);
+        assert_eq!(added, 2);
+        assert_eq!(opt.groups().len(), 2);
+        assert_eq!(opt.groups()[0].params.len(), 2);
+        assert_eq!(opt.groups()[1].lr, 0.01);
+        opt.step_with(|_| Some(ones.clone())).unwrap();
+        assert_eq!(opt.state("x").unwrap().step, 2);
+        assert_eq!(opt.state("y").unwrap().step, 1);
+        // A first Adam step moves by lr (the sign of the gradient): y by 0.1, z by 0.01.
+        let first = |v: &Var| v.as_tensor().to_vec1::<f32>().unwrap()[0];
+        assert!((first(&y) - 0.9).abs() < 1e-6 && (first(&z) - 0.99).abs() < 1e-6);
+        assert_eq!(opt.add_params(vec![group("head", 0.1, vec![("y", &y)])]), 0);
     }
 }
