@@ -6,18 +6,24 @@ Writes tests/fixtures/hier/:
   <case>/                      a model directory (format v1) on the tiny BERT or RoBERTa encoder
                                with a random head, and expected.json = the reference's outputs
                                for chunk_selection "head" and "spread"
+  trained-bert-attention/      bert-attention after 3 epochs of `longread train` (embeddings,
+                               encoder and head all trained) + expected.json: proves that what
+                               training writes loads in the reference with the same predictions
   minilm/                      head.safetensors + section.json + documents.jsonl + expected.json:
                                a random head on ../shared/models/all-MiniLM-L6-v2 (the Rust test
                                assembles the model directory, 90 MB, at run time)
 Chunk size 16 (stride 4) on the tiny encoders gives many windows from short texts.
 
-Usage: python3 scripts/make_hierarchical_fixtures.py [--shared ../shared]
+Usage: cargo build --release -p longread-cli &&
+       python3 scripts/make_hierarchical_fixtures.py [--shared ../shared] [--longread target/release/longread]
 """
 import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -164,10 +170,38 @@ def minilm_case(shared):
     print(f"minilm: chunks per document {[len(e['chunks']) for e in expected['head']]}")
 
 
+def trained_case(longread):
+    """Trains bert-attention with the Rust trainer, then records the reference's outputs."""
+    out = os.path.join(OUT, "trained-bert-attention")
+    shutil.rmtree(out, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "train.jsonl")
+        with open(os.path.join(FIXTURES, "synthetic", "train.jsonl")) as f, open(data, "w") as g:
+            for line in list(f)[:16]:
+                g.write(line.replace('"rain"', '"teen"').replace('"prices"', '"mature"'))
+        args = ["--dev-split", "0.25", "--epochs", "3", "--lr", "1e-3", "--head-lr", "3e-3", "--batch-size", "4",
+                "--seed", "7", "--train-embeddings"]
+        run = os.path.join(tmp, "run")
+        subprocess.run([longread, "--quiet", "train", "--model", os.path.join(OUT, "bert-attention"),
+                        "--train", data, "--out", run, *args], check=True)
+        os.makedirs(out)
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            shutil.copy(os.path.join(run, name), os.path.join(out, name))
+        with open(os.path.join(out, "provenance.json"), "w") as f:
+            json.dump({"trained_from": "bert-attention", "data": "synthetic/train.jsonl, first 16, labels mapped "
+                       "rain→teen, prices→mature", "train_flags": args}, f, indent=1)
+    expected = expected_for(out, DOCUMENTS)
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1, ensure_ascii=False)
+    print("trained-bert-attention: done")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument("--longread", default=os.path.join(ROOT, "target", "release", "longread"))
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     tiny_cases()
+    trained_case(args.longread)
     minilm_case(args.shared)

@@ -12,8 +12,17 @@ use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier};
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use serde_json::Value;
 
-const CASES: [&str; 6] =
-    ["bert-attention", "bert-multihead", "bert-mean", "bert-max", "bert-first", "roberta-attention"];
+/// `trained-bert-attention` is bert-attention after `longread train` (see its provenance.json):
+/// what training writes must load in the reference with the same predictions.
+const CASES: [&str; 7] = [
+    "bert-attention",
+    "bert-multihead",
+    "bert-mean",
+    "bert-max",
+    "bert-first",
+    "roberta-attention",
+    "trained-bert-attention",
+];
 
 fn documents(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
@@ -80,6 +89,24 @@ fn every_pooling_strategy_and_selection_matches_the_reference() {
             let (chunked, scores) = run(dir.path(), &texts, 40);
             compare(&format!("{case}/{selection}"), expected[selection].as_array().unwrap(), &chunked, &scores);
         }
+    }
+}
+
+#[test]
+fn the_trained_fixture_really_was_trained() {
+    let load = |case: &str| {
+        candle_core::safetensors::load(fixture(&format!("hier/{case}/model.safetensors")), &Device::Cpu).unwrap()
+    };
+    let (before, after) = (load("bert-attention"), load("trained-bert-attention"));
+    assert_eq!(before.len(), after.len(), "the same tensors");
+    for name in [
+        "bert.embeddings.word_embeddings.weight",
+        "bert.encoder.layer.0.attention.self.query.weight",
+        "classifier.out_proj.weight",
+    ] {
+        let diff =
+            before[name].sub(&after[name]).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff > 1e-4, "{name} changed by training (max change {diff})");
     }
 }
 
