@@ -27,40 +27,77 @@ pub struct Example {
     pub id: Value,
     /// The text.
     pub text: String,
-    /// The label as written.
-    pub label: LabelValue,
+    /// The label of each requested column as written (`None`: absent or null).
+    pub labels: Vec<Option<LabelValue>>,
 }
 
-/// Reads labelled examples; every problem names its line.
+impl Example {
+    /// The label of the first column (`"label"` for [`read_labelled`]).
+    pub fn label(&self) -> Option<&LabelValue> {
+        self.labels.first().and_then(Option::as_ref)
+    }
+}
+
+/// Reads examples labelled in the `"label"` field (required); every problem names its line.
 pub fn read_labelled(reader: impl BufRead, source_name: &str) -> Result<Vec<Example>> {
+    read_labelled_columns(reader, source_name, &["label".to_string()])
+}
+
+/// Reads examples labelled in `columns` (one per task). With one column it is required; with
+/// several, a column may be absent or null on a line (that line does not count for that task),
+/// but every line needs at least one label.
+pub fn read_labelled_columns(reader: impl BufRead, source_name: &str, columns: &[String]) -> Result<Vec<Example>> {
     read_records(reader, source_name)?
         .into_iter()
         .enumerate()
         .map(|(i, mut r)| {
             let bad =
                 |message: String| TextError::BadLine { source_name: source_name.to_owned(), line: r.line, message };
-            let label = match r.fields.shift_remove("label") {
-                Some(Value::String(s)) if !s.trim().is_empty() => LabelValue::Name(s),
-                Some(Value::Number(n)) if n.as_u64().is_some() => LabelValue::Index(n.as_u64().unwrap_or(0) as usize),
-                Some(other) => {
-                    return Err(bad(format!("\"label\" must be a label name or a non-negative integer, found {other}")))
-                }
-                None => return Err(bad("missing \"label\" field".into())),
-            };
-            Ok(Example { line: r.line, id: r.fields.shift_remove("id").unwrap_or(Value::from(i)), text: r.text, label })
+            let mut labels = Vec::with_capacity(columns.len());
+            for column in columns {
+                let label = match r.fields.shift_remove(column.as_str()) {
+                    Some(Value::String(s)) if !s.trim().is_empty() => Some(LabelValue::Name(s)),
+                    Some(Value::Number(n)) if n.as_u64().is_some() => {
+                        Some(LabelValue::Index(n.as_u64().unwrap_or(0) as usize))
+                    }
+                    Some(Value::Null) | None if columns.len() > 1 => None,
+                    Some(other) => {
+                        return Err(bad(format!(
+                            "\"{column}\" must be a label name or a non-negative integer, found {other}"
+                        )))
+                    }
+                    None => return Err(bad(format!("missing \"{column}\" field"))),
+                };
+                labels.push(label);
+            }
+            if labels.iter().all(Option::is_none) {
+                return Err(bad(format!("no label in any of the columns {}", columns.join(", "))));
+            }
+            Ok(Example {
+                line: r.line,
+                id: r.fields.shift_remove("id").unwrap_or(Value::from(i)),
+                text: r.text,
+                labels,
+            })
         })
         .collect()
 }
 
-/// The label names found in the data, sorted; integer labels have no names, so they are an error here.
+/// The label names found in the data (first column), sorted; integer labels have no names, so
+/// they are an error here.
 pub fn labels_from_data(examples: &[Example], source_name: &str) -> Result<Vec<String>> {
+    labels_from_column(examples, 0, source_name)
+}
+
+/// The label names found in column `column` (an index into the columns read), sorted.
+pub fn labels_from_column(examples: &[Example], column: usize, source_name: &str) -> Result<Vec<String>> {
     let mut names = BTreeSet::new();
     for e in examples {
-        match &e.label {
-            LabelValue::Name(n) => {
+        match e.labels.get(column).and_then(Option::as_ref) {
+            Some(LabelValue::Name(n)) => {
                 names.insert(n.clone());
             }
-            LabelValue::Index(_) => {
+            Some(LabelValue::Index(_)) => {
                 return Err(TextError::BadLine {
                     source_name: source_name.to_owned(),
                     line: e.line,
@@ -68,25 +105,48 @@ pub fn labels_from_data(examples: &[Example], source_name: &str) -> Result<Vec<S
                         .into(),
                 })
             }
+            None => {}
         }
     }
     Ok(names.into_iter().collect())
 }
 
-/// Each example's label as an index into `labels`.
+/// Each example's label (first column, required) as an index into `labels`.
 pub fn resolve_labels(examples: &[Example], labels: &[String], source_name: &str) -> Result<Vec<usize>> {
+    resolve_column(examples, 0, labels, source_name)?
+        .into_iter()
+        .zip(examples)
+        .map(|(l, e)| {
+            l.ok_or_else(|| TextError::BadLine {
+                source_name: source_name.to_owned(),
+                line: e.line,
+                message: "missing label".into(),
+            })
+        })
+        .collect()
+}
+
+/// Each example's label in column `column` as an index into `labels` (`None` where absent).
+pub fn resolve_column(
+    examples: &[Example],
+    column: usize,
+    labels: &[String],
+    source_name: &str,
+) -> Result<Vec<Option<usize>>> {
     examples
         .iter()
         .map(|e| {
             let bad =
                 |message: String| TextError::BadLine { source_name: source_name.to_owned(), line: e.line, message };
-            match &e.label {
-                LabelValue::Name(n) => labels
-                    .iter()
-                    .position(|l| l == n)
-                    .ok_or_else(|| bad(format!("unknown label \"{n}\" (the model's labels: {})", labels.join(", ")))),
-                LabelValue::Index(i) if *i < labels.len() => Ok(*i),
-                LabelValue::Index(i) => Err(bad(format!(
+            match e.labels.get(column).and_then(Option::as_ref) {
+                None => Ok(None),
+                Some(LabelValue::Name(n)) => {
+                    labels.iter().position(|l| l == n).map(Some).ok_or_else(|| {
+                        bad(format!("unknown label \"{n}\" (the model's labels: {})", labels.join(", ")))
+                    })
+                }
+                Some(LabelValue::Index(i)) if *i < labels.len() => Ok(Some(*i)),
+                Some(LabelValue::Index(i)) => Err(bad(format!(
                     "label index {i} is out of range: the model has {} labels ({})",
                     labels.len(),
                     labels.join(", ")
@@ -171,6 +231,21 @@ mod tests {
     fn labels_from_data_are_sorted_and_unique() {
         let ex = read("{\"text\": \"t\", \"label\": \"b\"}\n{\"text\": \"t\", \"label\": \"a\"}\n{\"text\": \"t\", \"label\": \"b\"}\n").unwrap();
         assert_eq!(labels_from_data(&ex, "d").unwrap(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn several_columns_may_be_missing_on_a_line_but_not_all() {
+        let columns: Vec<String> = vec!["rating".into(), "topic".into()];
+        let text = "{\"text\": \"a\", \"rating\": \"teen\", \"topic\": \"news\"}\n{\"text\": \"b\", \"topic\": null}\n";
+        let err = read_labelled_columns(text.as_bytes(), "d", &columns).unwrap_err().to_string();
+        assert!(err.contains("d:2: no label in any of the columns rating, topic"), "{err}");
+        let text =
+            "{\"text\": \"a\", \"rating\": \"teen\", \"topic\": \"news\"}\n{\"text\": \"b\", \"topic\": \"sport\"}\n";
+        let ex = read_labelled_columns(text.as_bytes(), "d", &columns).unwrap();
+        assert_eq!(labels_from_column(&ex, 1, "d").unwrap(), vec!["news", "sport"]);
+        let ratings = vec!["general".to_string(), "teen".to_string()];
+        assert_eq!(resolve_column(&ex, 0, &ratings, "d").unwrap(), vec![Some(1), None]);
+        assert!(resolve_labels(&ex, &ratings, "d").unwrap_err().to_string().contains("d:2: missing label"));
     }
 
     #[test]

@@ -13,5 +13,8 @@ pub use chunking::{Chunk, ChunkSelection, ChunkedDocument, Chunker, ChunkingConf
 pub use documents::{read_documents, Document};
 pub use error::{Result, TextError};
 pub use jsonl::{read_records, Record};
-pub use labelled::{labels_from_data, read_labelled, resolve_labels, stratified_split, Example, LabelValue};
+pub use labelled::{
+    labels_from_column, labels_from_data, read_labelled, read_labelled_columns, resolve_column, resolve_labels,
+    stratified_split, Example, LabelValue,
+};
 pub use tokenizer::{pad_batch, Encoded, TextTokenizer};

@@ -76,7 +76,26 @@ pub struct LongreadSection {
     pub classifier_dropout: f64,
     /// Epsilon of the document LayerNorm (1e-5).
     pub layer_norm_eps: f64,
+    /// The tasks of a multi-task model (empty: one task, `"label"`, with the `id2label`
+    /// labels). The first task's head is stored at the top level (`pooler.`, `norm.`,
+    /// `classifier.`) and its labels are `id2label`; task t ≥ 1 is stored under `tasks.NAME.`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskSpec>,
 }
+
+/// One task of a multi-task model: its own pooling, LayerNorm and head over a shared encoder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// Name (letters, digits, `_` and `-`).
+    pub name: String,
+    /// Column of the labelled JSON lines that holds this task's label.
+    pub column: String,
+    /// Label names in id order.
+    pub labels: Vec<String>,
+}
+
+/// Name and column of the one task of a single-task model.
+pub const DEFAULT_TASK: &str = "label";
 
 impl Default for LongreadSection {
     fn default() -> Self {
@@ -95,6 +114,7 @@ impl Default for LongreadSection {
             attention_dropout: 0.1,
             classifier_dropout: 0.3,
             layer_norm_eps: 1e-5,
+            tasks: Vec::new(),
         }
     }
 }
@@ -154,8 +174,25 @@ impl LongreadSection {
                 return Err(format!("longread.{name} {p} must be in [0, 1)"));
             }
         }
+        for (i, task) in self.tasks.iter().enumerate() {
+            validate_task_name(&task.name)?;
+            if self.tasks[..i].iter().any(|t| t.name == task.name) {
+                return Err(format!("longread.tasks: task \"{}\" appears twice", task.name));
+            }
+            if task.labels.len() < 2 {
+                return Err(format!("longread.tasks: task \"{}\" needs at least 2 labels", task.name));
+            }
+        }
         Ok(())
     }
+}
+
+/// Task names become tensor-name prefixes: letters, digits, `_` and `-` only.
+pub fn validate_task_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(format!("task name \"{name}\" must be letters, digits, _ or - (and not empty)"));
+    }
+    Ok(())
 }
 
 /// Everything in a classifier's config.json besides the encoder's own keys.
@@ -206,7 +243,35 @@ impl ClassifierConfig {
         };
         longread.validate(&encoder).map_err(invalid)?;
         let labels = labels_from_id2label(&keys.id2label).map_err(invalid)?;
+        if let Some(first) = longread.tasks.first() {
+            if first.labels != labels {
+                return Err(invalid(format!(
+                    "longread.tasks[0] (\"{}\") must have the id2label labels ({})",
+                    first.name,
+                    labels.join(", ")
+                )));
+            }
+        }
         Ok(Self::new(encoder, longread, labels))
+    }
+
+    /// The tasks, first (primary) task first; a single-task model has one, `"label"`.
+    pub fn tasks(&self) -> Vec<TaskSpec> {
+        if self.longread.tasks.is_empty() {
+            vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels: self.labels.clone() }]
+        } else {
+            self.longread.tasks.clone()
+        }
+    }
+
+    /// Replaces the task list (the first task's labels become `id2label`); a single task named
+    /// and read as `"label"` is stored as no task list, as single-task models always were.
+    pub fn set_tasks(&mut self, tasks: Vec<TaskSpec>) {
+        if let Some(first) = tasks.first() {
+            self.labels = first.labels.clone();
+        }
+        let plain = tasks.len() == 1 && tasks[0].name == DEFAULT_TASK && tasks[0].column == DEFAULT_TASK;
+        self.longread.tasks = if plain { Vec::new() } else { tasks };
     }
 
     /// Inner size of the head.
@@ -258,6 +323,29 @@ mod tests {
         let s: LongreadSection =
             serde_json::from_str(r#"{"pooling_strategy": "multihead", "attention_heads": 4}"#).unwrap();
         assert_eq!(s.heads(), 4);
+    }
+
+    #[test]
+    fn a_single_task_is_stored_as_before_and_task_lists_round_trip() {
+        let json = serde_json::to_value(LongreadSection::default()).unwrap();
+        assert!(json.get("tasks").is_none(), "single-task configs keep their old form");
+        let s: LongreadSection = serde_json::from_str(
+            r#"{"tasks": [{"name": "rating", "column": "label", "labels": ["a", "b"]},
+                          {"name": "topic", "column": "topic", "labels": ["x", "y", "z"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.tasks[1].labels.len(), 3);
+        let back: LongreadSection = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        let mut bad = s.clone();
+        bad.tasks[1].name = "to pic".into();
+        let encoder: EncoderConfig = serde_json::from_value(serde_json::json!({
+            "vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4
+        }))
+        .unwrap();
+        assert!(bad.validate(&encoder).unwrap_err().contains("letters, digits"));
+        bad.tasks[1].name = "rating".into();
+        assert!(bad.validate(&encoder).unwrap_err().contains("twice"));
     }
 
     #[test]

@@ -7,6 +7,8 @@ pub mod head;
 pub mod model;
 pub mod predictor;
 
-pub use config::{ChunkPooling, ClassifierConfig, LongreadSection, PoolingStrategy, ARCHITECTURE};
+pub use config::{
+    ChunkPooling, ClassifierConfig, LongreadSection, PoolingStrategy, TaskSpec, ARCHITECTURE, DEFAULT_TASK,
+};
 pub use model::{Classified, HierarchicalClassifier};
 pub use predictor::DocumentScores;

@@ -10,16 +10,40 @@ use crate::checkpoint::{fresh_var_builder, Checkpoint, LoadOptions};
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
 use crate::hierarchical::chunk_pooler::{masked_mean, ChunkPooler};
-use crate::hierarchical::config::{ChunkPooling, ClassifierConfig, LongreadSection};
+use crate::hierarchical::config::{validate_task_name, ChunkPooling, ClassifierConfig, LongreadSection, TaskSpec};
 use crate::hierarchical::head::ClassificationHead;
 use crate::layers::Dropout;
 use crate::mode::Mode;
 
-/// A long-document classifier (model directory format v1).
-pub struct HierarchicalClassifier {
-    encoder: Encoder,
+/// Pooling, LayerNorm and head of one task.
+struct TaskHead {
     pooler: ChunkPooler,
     head: ClassificationHead,
+}
+
+impl TaskHead {
+    /// Loads (or, from a fresh builder, creates) one task's head under `vb`.
+    fn load(vb: candle_nn::VarBuilder, config: &ClassifierConfig, labels: usize) -> Result<Self> {
+        let (h, std, s) = (config.encoder.hidden_size, config.encoder.initializer_range, &config.longread);
+        let pooler = ChunkPooler::load(vb.pp("pooler"), s, h, std)?;
+        let head = ClassificationHead::load(
+            vb,
+            h,
+            config.classifier_hidden_size(),
+            labels,
+            s.layer_norm_eps,
+            s.classifier_dropout,
+            std,
+        )?;
+        Ok(Self { pooler, head })
+    }
+}
+
+/// A long-document classifier (model directory format v1), with one head per task.
+pub struct HierarchicalClassifier {
+    encoder: Encoder,
+    /// One per task, the primary task first.
+    heads: Vec<TaskHead>,
     chunk_dropout: Dropout,
     config: ClassifierConfig,
     tokenizer_path: PathBuf,
@@ -96,28 +120,18 @@ impl HierarchicalClassifier {
         tokenizer_path: PathBuf,
         vars: Option<(VarMap, VarMap)>,
     ) -> Result<Self> {
-        let (h, std, s) = (config.encoder.hidden_size, config.encoder.initializer_range, &config.longread);
-        let pooler = ChunkPooler::load(vb.pp("pooler"), s, h, std)?;
-        let head = ClassificationHead::load(
-            vb.clone(),
-            h,
-            config.classifier_hidden_size(),
-            config.labels.len(),
-            s.layer_norm_eps,
-            s.classifier_dropout,
-            std,
-        )?;
+        let heads = config
+            .tasks()
+            .iter()
+            .enumerate()
+            .map(|(t, spec)| {
+                let vb = if t == 0 { vb.clone() } else { vb.pp("tasks").pp(&spec.name) };
+                TaskHead::load(vb, &config, spec.labels.len())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let chunk_dropout = Dropout::new(config.longread.hidden_dropout);
         let tokenizer_json = std::fs::read(&tokenizer_path).map_err(io_error(&tokenizer_path))?;
-        Ok(Self {
-            encoder,
-            pooler,
-            head,
-            chunk_dropout: Dropout::new(s.hidden_dropout),
-            config,
-            tokenizer_path,
-            tokenizer_json,
-            vars,
-        })
+        Ok(Self { encoder, heads, chunk_dropout, config, tokenizer_path, tokenizer_json, vars })
     }
 
     /// The configuration.
@@ -176,9 +190,67 @@ impl HierarchicalClassifier {
     /// # Shapes
     /// `chunks: [n_chunks, hidden]` → logits `[labels]`, attention `[n_chunks]`
     pub fn classify(&self, chunks: &Tensor, mode: Mode) -> Result<Classified> {
+        self.classify_task(chunks, 0, mode)
+    }
+
+    /// Pools one document's chunk vectors with task `task`'s pooling and classifies it with
+    /// that task's head (task 0 is the primary task, see [`ClassifierConfig::tasks`]).
+    ///
+    /// # Shapes
+    /// `chunks: [n_chunks, hidden]` → logits `[task labels]`, attention `[n_chunks]`
+    pub fn classify_task(&self, chunks: &Tensor, task: usize, mode: Mode) -> Result<Classified> {
+        let head = self.heads.get(task).ok_or_else(|| {
+            ModelError::InvalidInput(format!("task {task} does not exist (the model has {})", self.heads.len()))
+        })?;
         let x = self.chunk_dropout.forward(chunks, mode)?;
-        let pooled = self.pooler.forward(&x, mode)?;
-        Ok(Classified { logits: self.head.forward(&pooled.vector, mode)?, attention: pooled.attention })
+        let pooled = head.pooler.forward(&x, mode)?;
+        Ok(Classified { logits: head.head.forward(&pooled.vector, mode)?, attention: pooled.attention })
+    }
+
+    /// Number of tasks (heads).
+    pub fn task_count(&self) -> usize {
+        self.heads.len()
+    }
+
+    /// Adds a task with a new head (pooling, LayerNorm, classifier) initialised as `init`
+    /// does, from `seed`. The model must have been loaded as trainable.
+    pub fn add_task(&mut self, spec: TaskSpec, seed: u64, device: &Device) -> Result<()> {
+        let Some((_, head_vars)) = &self.vars else {
+            return Err(ModelError::InvalidInput("adding a task needs a model loaded as trainable".into()));
+        };
+        let mut tasks = self.config.tasks();
+        if tasks.iter().any(|t| t.name == spec.name) {
+            return Err(ModelError::InvalidInput(format!("the model already has a task \"{}\"", spec.name)));
+        }
+        validate_task_name(&spec.name).map_err(ModelError::InvalidInput)?;
+        if spec.labels.len() < 2 {
+            return Err(ModelError::InvalidInput(format!("task \"{}\" needs at least 2 labels", spec.name)));
+        }
+        let vb = fresh_var_builder(&self.config.encoder.model_type, seed, Some(head_vars.clone()), DType::F32, device);
+        self.heads.push(TaskHead::load(vb.pp("tasks").pp(&spec.name), &self.config, spec.labels.len())?);
+        tasks.push(spec);
+        self.config.set_tasks(tasks);
+        Ok(())
+    }
+
+    /// Renames the primary task (task 0) and sets the data column of any task; tasks after the
+    /// first keep their names (their tensor names contain them).
+    pub fn rename_task(&mut self, task: usize, name: &str, column: &str) -> Result<()> {
+        let mut tasks = self.config.tasks();
+        validate_task_name(name).map_err(ModelError::InvalidInput)?;
+        let Some(current) = tasks.get(task).map(|t| t.name.clone()) else {
+            return Err(ModelError::InvalidInput(format!("task {task} does not exist")));
+        };
+        if task > 0 && current != name {
+            return Err(ModelError::InvalidInput(format!("task \"{current}\" cannot be renamed")));
+        }
+        if tasks.iter().enumerate().any(|(i, t)| i != task && t.name == name) {
+            return Err(ModelError::InvalidInput(format!("the model already has a task \"{name}\"")));
+        }
+        tasks[task].name = name.into();
+        tasks[task].column = column.into();
+        self.config.set_tasks(tasks);
+        Ok(())
     }
 
     /// Every variable (encoder and head), when loaded as trainable; empty otherwise.

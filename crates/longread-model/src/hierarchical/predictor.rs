@@ -109,11 +109,20 @@ impl HierarchicalClassifier {
     /// `chunks: [n_chunks, hidden]` → scores over the labels and chunks
     pub fn score(&self, chunks: &Tensor) -> Result<DocumentScores> {
         let classified = self.classify(chunks, Mode::Eval)?;
-        Ok(DocumentScores {
-            probabilities: softmax_last_dim(&classified.logits)?.to_vec1()?,
-            logits: classified.logits.to_vec1()?,
-            attention: classified.attention.to_vec1()?,
-        })
+        scores_of(&classified)
+    }
+
+    /// Scores of one document for every task, the primary task first.
+    ///
+    /// # Shapes
+    /// `chunks: [n_chunks, hidden]` → one score set per task
+    pub fn score_tasks(&self, chunks: &Tensor) -> Result<Vec<DocumentScores>> {
+        (0..self.task_count())
+            .map(|t| {
+                let classified = self.classify_task(chunks, t, Mode::Eval)?;
+                scores_of(&classified)
+            })
+            .collect()
     }
 
     /// Scores documents. `on_chunks(n)` is called after each encoder batch of `n` chunks.
@@ -126,6 +135,15 @@ impl HierarchicalClassifier {
     ) -> Result<Vec<DocumentScores>> {
         self.encode_documents(docs, max_batch_tokens, device, on_chunks)?.iter().map(|v| self.score(v)).collect()
     }
+}
+
+/// Logits, probabilities and attention as plain numbers.
+fn scores_of(classified: &crate::hierarchical::Classified) -> Result<DocumentScores> {
+    Ok(DocumentScores {
+        probabilities: softmax_last_dim(&classified.logits)?.to_vec1()?,
+        logits: classified.logits.to_vec1()?,
+        attention: classified.attention.to_vec1()?,
+    })
 }
 
 #[cfg(test)]
