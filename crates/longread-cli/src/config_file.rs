@@ -27,13 +27,24 @@ fn flags_from_toml(path: &Path) -> Result<Vec<OsString>> {
     let mut flags = Vec::new();
     for (key, value) in table {
         let flag = format!("--{}", key.replace('_', "-"));
-        match value {
-            toml::Value::Boolean(true) => flags.push(flag.into()),
-            toml::Value::Boolean(false) => {}
-            toml::Value::String(s) => flags.extend([flag.into(), s.into()]),
-            toml::Value::Integer(i) => flags.extend([flag.into(), i.to_string().into()]),
-            toml::Value::Float(f) => flags.extend([flag.into(), f.to_string().into()]),
-            other => bail!("{}: `{key}` must be a string, number or boolean, not {}", path.display(), other.type_str()),
+        // An array repeats the flag (`task = ["topic=label", "length=length"]`).
+        let values = match value {
+            toml::Value::Array(items) => items,
+            one => vec![one],
+        };
+        for value in values {
+            match value {
+                toml::Value::Boolean(true) => flags.push(flag.clone().into()),
+                toml::Value::Boolean(false) => {}
+                toml::Value::String(s) => flags.extend([flag.clone().into(), s.into()]),
+                toml::Value::Integer(i) => flags.extend([flag.clone().into(), i.to_string().into()]),
+                toml::Value::Float(f) => flags.extend([flag.clone().into(), f.to_string().into()]),
+                other => bail!(
+                    "{}: `{key}` must be a string, number, boolean or an array of them, not {}",
+                    path.display(),
+                    other.type_str()
+                ),
+            }
         }
     }
     Ok(flags)
@@ -70,9 +81,16 @@ mod tests {
     fn bad_files_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.toml");
-        std::fs::write(&path, "lr = [1, 2]\n").unwrap();
+        std::fs::write(&path, "lr = { a = 1 }\n").unwrap();
         let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()])).unwrap_err();
-        assert!(format!("{err:#}").contains("`lr` must be a string, number or boolean"));
+        assert!(format!("{err:#}").contains("`lr` must be a string, number, boolean or an array of them"));
+        std::fs::write(&path, "task = [\"a=x\", \"b=y\"]\n").unwrap();
+        let out: Vec<String> = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]))
+            .unwrap()
+            .into_iter()
+            .map(|s| s.into_string().unwrap())
+            .collect();
+        assert_eq!(out[2..], ["--task", "a=x", "--task", "b=y"], "an array repeats the flag");
         std::fs::write(&path, "lr = \n").unwrap();
         let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()])).unwrap_err();
         assert!(format!("{err:#}").contains("invalid TOML"));

@@ -189,9 +189,9 @@ fn flags_come_from_a_toml_file_and_the_command_line_wins() {
     assert_eq!(args["schedule"], "Cosine");
     assert_eq!(args["epochs"], 2, "the command line overrides the file");
     let bad = tmp.path().join("bad.toml");
-    std::fs::write(&bad, "epochs = [1]\n").unwrap();
+    std::fs::write(&bad, "epochs = { n = 1 }\n").unwrap();
     let o = train(&fixture("hier/bert-mean"), &data, &tmp.path().join("o2"), &["--config", bad.to_str().unwrap()]);
-    assert_clean_failure(&o, "`epochs` must be a string, number or boolean");
+    assert_clean_failure(&o, "`epochs` must be a string, number, boolean or an array of them");
 }
 
 /// The first `n` synthetic training documents with labels mapped onto the fixture models'
@@ -314,5 +314,72 @@ fn killing_a_run_at_any_moment_leaves_a_loadable_model_and_checkpoint() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 !name.starts_with("checkpoint-") && !name.starts_with(".longread")
             })
+    );
+}
+
+#[test]
+fn multi_task_training_evaluates_and_predicts_every_task() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    // Task "topic" (the model's own labels, from the "label" column) and task "size" (a new
+    // head; labels from the data), which every third document lacks.
+    let lines: Vec<Value> = std::fs::read_to_string(fixture("synthetic/train.jsonl"))
+        .unwrap()
+        .lines()
+        .take(16)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut lengths: Vec<usize> = lines.iter().map(|v| v["text"].as_str().unwrap().len()).collect();
+    lengths.sort_unstable();
+    let median = lengths[lengths.len() / 2];
+    let mut text = String::new();
+    for (i, v) in lines.iter().enumerate() {
+        let label = if v["label"] == "rain" { "teen" } else { "mature" };
+        let mut line = serde_json::json!({"text": v["text"], "label": label});
+        if i % 3 != 0 {
+            line["size"] = if v["text"].as_str().unwrap().len() >= median { "long" } else { "short" }.into();
+        }
+        text += &format!("{line}\n");
+    }
+    std::fs::write(p("train.jsonl"), &text).unwrap();
+    let model = fixture("hier/bert-attention");
+    let data = p("train.jsonl");
+    let common = ["--dev", data.to_str().unwrap(), "--epochs", "2", "--seed", "3", "--log-format", "json"];
+    let bad = |extra: &[&str]| train(&model, &data, &p("bad"), &[&common[..], extra].concat());
+    assert_clean_failure(&bad(&["--task", "topic=label", "--task-weight", "nope=2"]), "--task-weight nope");
+    assert_clean_failure(&bad(&["--task", "topic=label", "--freeze-task", "nope"]), "--freeze-task nope");
+    assert_clean_failure(&bad(&["--task", "topic"]), "expected NAME=VALUE");
+    assert_clean_failure(
+        &bad(&["--task", "topic=label", "--task", "x=missing_column"]),
+        "fewer than 2 distinct labels",
+    );
+
+    let extra = ["--task", "topic=label", "--task", "size=size", "--task-weight", "size=0.5"];
+    let out = train(&model, &data, &p("multi"), &[&common[..], &extra[..]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let epochs: Vec<Value> = json_lines(&out.stdout).into_iter().filter(|e| e["event"] == "epoch").collect();
+    let names: Vec<&str> = epochs[1]["tasks"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["topic", "size"]);
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(p("multi").join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["longread"]["tasks"][1]["column"], "size");
+    assert_eq!(config["longread"]["tasks"][1]["labels"], serde_json::json!(["long", "short"]));
+
+    let eval = longread(&["eval", "--model", p("multi").to_str().unwrap(), "--data", data.to_str().unwrap(), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let report: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    assert_eq!(report["tasks"]["size"]["examples"], 10, "documents without a size label are not counted");
+    assert_eq!(report["tasks"]["topic"]["examples"], 16);
+    assert_eq!(report["accuracy"], report["tasks"]["topic"]["accuracy"]);
+    let table = longread(&["eval", "--model", p("multi").to_str().unwrap(), "--data", data.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("task size (column \"size\", 10 documents)"));
+
+    let predict = longread(&["predict", "--model", p("multi").to_str().unwrap(), "--input", data.to_str().unwrap()]);
+    assert!(predict.status.success());
+    let first = &json_lines(&predict.stdout)[0];
+    assert!(["long", "short"].contains(&first["tasks"]["size"]["label"].as_str().unwrap()), "{first}");
+    assert_eq!(
+        first["tasks"]["size"]["attention"].as_array().unwrap().len(),
+        first["chunks"].as_array().unwrap().len()
     );
 }

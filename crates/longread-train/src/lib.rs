@@ -6,6 +6,7 @@
 pub mod clip;
 pub mod error;
 pub mod groups;
+pub mod loss;
 pub mod optim;
 pub mod prefix;
 pub mod recompute;

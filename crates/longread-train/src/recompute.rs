@@ -20,12 +20,13 @@ use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
 use crate::error::Result;
+use crate::loss::{task_loss, TaskLoss};
 use crate::prefix::{encode_batch, Prefix};
 
 /// Loss of a batch and the gradients of the requested variables.
 #[derive(Debug)]
 pub struct BatchGradients {
-    /// The (weighted) mean cross-entropy over the documents.
+    /// The loss: Σ over tasks of weight · (class-weighted) mean cross-entropy.
     pub loss: f32,
     /// Gradient of every requested variable that took part in the loss, by tensor id.
     pub grads: HashMap<TensorId, Tensor>,
@@ -38,18 +39,19 @@ pub struct BatchSettings<'a> {
     pub max_batch_tokens: usize,
     /// Re-encode chunks instead of keeping the whole graph.
     pub recompute: bool,
-    /// Per-class loss weights (`[labels]`), as `torch.nn.CrossEntropyLoss(weight=...)`.
-    pub class_weights: Option<&'a Tensor>,
+    /// Task weights and the first task's class weights.
+    pub loss: TaskLoss<'a>,
     /// The frozen bottom of the encoder (run without dropout or graph, or read from a cache).
     pub prefix: Prefix<'a>,
 }
 
-/// Loss and gradients for `docs` with gold `labels`; `vars` are the variables whose gradients
-/// are wanted (the trainable ones).
+/// Loss and gradients for `docs` with gold `labels` (`labels[task][doc]`, `None` where a
+/// document has no label for a task); `vars` are the variables whose gradients are wanted
+/// (the trainable ones).
 pub fn batch_gradients(
     model: &HierarchicalClassifier,
     docs: &[&ChunkedDocument],
-    labels: &[usize],
+    labels: &[Vec<Option<usize>>],
     vars: &[Var],
     rng: &DropoutRng,
     settings: BatchSettings,
@@ -81,9 +83,7 @@ pub fn batch_gradients(
     let inputs: Vec<&Tensor> =
         stacked.iter().zip(&leaves).map(|(t, l)| l.as_ref().map_or(t, |v| v.as_tensor())).collect();
 
-    let logits: Vec<Tensor> =
-        inputs.iter().map(|t| Ok(model.classify(t, Mode::Train(rng))?.logits)).collect::<Result<_>>()?;
-    let loss = cross_entropy(&Tensor::stack(&logits, 0)?, labels, settings.class_weights, device)?;
+    let loss = task_loss(model, &inputs, labels, settings.loss, Mode::Train(rng), device)?;
     let after = rng.snapshot();
     let first = loss.backward()?;
     let mut grads: HashMap<TensorId, Tensor> =
@@ -123,20 +123,4 @@ pub fn batch_gradients(
     Ok(BatchGradients { loss: loss.to_scalar::<f32>()?, grads })
 }
 
-/// Cross-entropy as `torch.nn.functional.cross_entropy`: mean over documents, or with class
-/// weights `Σ w_y · nll / Σ w_y`.
-///
-/// # Shapes
-/// `logits: [docs, labels]`, `labels: docs` → scalar
-pub fn cross_entropy(logits: &Tensor, labels: &[usize], weights: Option<&Tensor>, device: &Device) -> Result<Tensor> {
-    let log_probs = candle_nn::ops::log_softmax(logits, 1)?;
-    let targets = Tensor::from_vec(labels.iter().map(|&l| l as u32).collect::<Vec<_>>(), (labels.len(), 1), device)?;
-    let nll = log_probs.gather(&targets, 1)?.squeeze(1)?.neg()?;
-    Ok(match weights {
-        None => nll.mean_all()?,
-        Some(w) => {
-            let w = w.index_select(&targets.squeeze(1)?, 0)?;
-            (nll.mul(&w)?.sum_all()? / w.sum_all()?.to_scalar::<f32>()? as f64)?
-        }
-    })
-}
+pub use crate::loss::cross_entropy;

@@ -20,9 +20,10 @@ use rand::SeedableRng;
 use crate::clip::clip_grad_norm;
 use crate::error::{Result, TrainError};
 use crate::groups::{param_groups, Freezing, GroupSettings};
+use crate::loss::{cross_entropy, task_loss, TaskLoss};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::prefix::{encode_batch, Prefix, PrefixCache};
-use crate::recompute::{batch_gradients, cross_entropy, BatchGradients, BatchSettings};
+use crate::recompute::{batch_gradients, BatchGradients, BatchSettings};
 use crate::schedule::{Decay, Schedule};
 use crate::unfreeze::{frozen_layers, UnfreezeSchedule};
 
@@ -70,6 +71,10 @@ pub struct TrainConfig {
     pub freezing: Freezing,
     /// Gradual unfreezing: what trains from which epoch on.
     pub unfreeze: Option<UnfreezeSchedule>,
+    /// Loss weight of each task (missing entries weigh 1).
+    pub task_weights: Vec<f64>,
+    /// Tasks whose heads (pooling, LayerNorm, classifier) do not train.
+    pub frozen_tasks: Vec<usize>,
     /// Caching of what frozen layers compute.
     pub cache: CacheSettings,
     /// Learning rates and weight decay.
@@ -101,12 +106,35 @@ impl Default for CacheSettings {
 }
 
 /// Documents and their gold labels.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Split<'a> {
     /// Chunked documents.
     pub docs: &'a [ChunkedDocument],
-    /// Label indices.
-    pub labels: &'a [usize],
+    /// Gold label indices, `labels[task][doc]`; `None` where a document has no label for a task.
+    pub labels: Vec<Vec<Option<usize>>>,
+}
+
+impl<'a> Split<'a> {
+    /// Documents of a single-task model, every one labelled.
+    pub fn new(docs: &'a [ChunkedDocument], labels: &[usize]) -> Self {
+        Self { docs, labels: vec![labels.iter().map(|&l| Some(l)).collect()] }
+    }
+
+    /// Labels of the documents in `batch`, `[task][position in batch]`.
+    fn batch_labels(&self, batch: &[usize]) -> Vec<Vec<Option<usize>>> {
+        self.labels.iter().map(|task| batch.iter().map(|&i| task[i]).collect()).collect()
+    }
+}
+
+/// Dev loss and metrics of one task of a multi-task model.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TaskLog {
+    /// The task's name.
+    pub name: String,
+    /// Its dev loss (unweighted).
+    pub dev_loss: f64,
+    /// Its dev metrics.
+    pub dev: Report,
 }
 
 /// One optimizer step, for progress displays.
@@ -162,10 +190,13 @@ pub struct EpochLog {
     pub epoch: usize,
     /// Mean training loss.
     pub train_loss: f64,
-    /// Mean dev loss.
+    /// Dev loss (Σ over tasks of weight · loss).
     pub dev_loss: f64,
-    /// Dev metrics.
+    /// Dev metrics of the first task.
     pub dev: Report,
+    /// Every task's dev loss and metrics (multi-task models only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskLog>,
     /// True when this epoch is the best so far by the chosen metric.
     pub best: bool,
     /// Wall-clock seconds of the epoch (training and evaluation).
@@ -250,8 +281,8 @@ impl Phase {
 /// Everything about the run that does not change between epochs.
 struct Run<'a> {
     model: &'a HierarchicalClassifier,
-    train: Split<'a>,
-    dev: Split<'a>,
+    train: &'a Split<'a>,
+    dev: &'a Split<'a>,
     cfg: &'a TrainConfig,
     device: &'a Device,
     named: Vec<(String, Var)>,
@@ -267,9 +298,32 @@ impl Run<'_> {
         }
     }
 
+    /// Parameter groups under `freezing`, without the heads of frozen tasks.
+    fn groups(&self, freezing: Freezing) -> Vec<crate::optim::ParamGroup> {
+        let tasks = self.model.config().tasks();
+        let frozen: Vec<String> = self
+            .cfg
+            .frozen_tasks
+            .iter()
+            .filter(|&&t| t > 0)
+            .filter_map(|&t| tasks.get(t).map(|spec| format!("tasks.{}.", spec.name)))
+            .collect();
+        let primary_frozen = self.cfg.frozen_tasks.contains(&0);
+        let mut groups = param_groups(&self.named, self.num_layers, freezing, self.cfg.groups);
+        for g in &mut groups {
+            g.params.retain(|(name, _)| {
+                let in_frozen_task = frozen.iter().any(|p| name.starts_with(p.as_str()));
+                let primary_head = !name.starts_with("encoder:") && !name.starts_with("tasks.");
+                !(in_frozen_task || primary_frozen && primary_head)
+            });
+        }
+        groups.retain(|g| !g.params.is_empty());
+        groups
+    }
+
     /// Sets up a phase: its variables and caches.
     fn phase(&self, freezing: Freezing, on_progress: &mut impl FnMut(Progress)) -> Result<Phase> {
-        let groups = param_groups(&self.named, self.num_layers, freezing, self.cfg.groups);
+        let groups = self.groups(freezing);
         let vars: Vec<Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
         let frozen = frozen_layers(freezing, self.num_layers);
         let mut phase = Phase { freezing, vars, frozen, vectors: None, prefix: None };
@@ -354,7 +408,9 @@ pub fn train(
         return Err(TrainError::InvalidSetting("the model was loaded for inference only".into()));
     }
     let num_layers = model.config().encoder.num_hidden_layers;
-    let run = Run { model, train: train_split, dev: dev_split, cfg, device, named, num_layers };
+    check_labels(model, &train_split, "training")?;
+    check_labels(model, &dev_split, "dev")?;
+    let run = Run { model, train: &train_split, dev: &dev_split, cfg, device, named, num_layers };
     let mut state = TrainerState { epoch: 0, step: 0, best: None, since_best: 0 };
     if let Some(r) = &resume {
         state = r.state.clone();
@@ -368,7 +424,7 @@ pub fn train(
     // The optimizer holds what trained in the last completed epoch (its moments are in the
     // checkpoint); each epoch then adds what its phase unfreezes.
     let held = run.freezing_at(state.epoch.saturating_sub(1));
-    let mut optimizer = AdamW::new(param_groups(&run.named, num_layers, held, cfg.groups), cfg.adamw)?;
+    let mut optimizer = AdamW::new(run.groups(held), cfg.adamw)?;
     if let Some(r) = resume {
         optimizer.import_state(&r.moments, &r.steps)?;
     }
@@ -398,7 +454,7 @@ pub fn train(
         if phase.as_ref().is_none_or(|p| p.freezing != freezing) {
             drop(phase.take()); // free the previous phase's caches first
             let next = run.phase(freezing, &mut on_progress)?;
-            optimizer.add_params(param_groups(&run.named, num_layers, freezing, cfg.groups));
+            optimizer.add_params(run.groups(freezing));
             on_progress(Progress::Phase(run.phase_log(&next, epoch)));
             phase = Some(next);
         }
@@ -414,18 +470,19 @@ pub fn train(
             let chunks = step_docs.iter().map(|&i| train_split.docs[i].chunks.len()).sum();
             let batches: Vec<&[usize]> = step_docs.chunks(batch_size).collect();
             for batch in &batches {
-                let labels: Vec<usize> = batch.iter().map(|&i| train_split.labels[i]).collect();
+                let labels = train_split.batch_labels(batch);
+                let how = TaskLoss { task_weights: &cfg.task_weights, class_weights: weights.as_ref() };
                 let out = match &phase.vectors {
                     Some((vectors, _)) => {
                         let chosen: Vec<&Tensor> = batch.iter().map(|&i| &vectors[i]).collect();
-                        head_gradients(model, &chosen, &labels, &phase.vars, &dropout, weights.as_ref(), device)?
+                        head_gradients(model, &chosen, &labels, &phase.vars, &dropout, how, device)?
                     }
                     None => {
                         let docs: Vec<&ChunkedDocument> = batch.iter().map(|&i| &train_split.docs[i]).collect();
                         let settings = BatchSettings {
                             max_batch_tokens: cfg.max_batch_tokens,
                             recompute: cfg.recompute,
-                            class_weights: weights.as_ref(),
+                            loss: how,
                             prefix: phase.train_prefix(batch),
                         };
                         batch_gradients(model, &docs, &labels, &phase.vars, &dropout, settings, device)?
@@ -471,13 +528,24 @@ pub fn train(
         }
 
         let train_seconds = started.elapsed().as_secs_f64();
-        let (dev_loss, report) = evaluate(&run, phase)?;
+        let mut task_logs = evaluate(&run, phase)?;
+        let dev_loss: f64 = task_logs.iter().enumerate().map(|(t, l)| task_weight(cfg, t) * l.dev_loss).sum();
+        // The best epoch by the mean of the metric over the tasks.
         let score = match cfg.metric {
-            Metric::MacroF1 => report.macro_f1,
-            Metric::WeightedF1 => report.weighted_f1,
-            Metric::Accuracy => report.accuracy,
             Metric::DevLoss => -dev_loss,
+            metric => {
+                let of = |r: &Report| match metric {
+                    Metric::MacroF1 => r.macro_f1,
+                    Metric::WeightedF1 => r.weighted_f1,
+                    _ => r.accuracy,
+                };
+                task_logs.iter().map(|l| of(&l.dev)).sum::<f64>() / task_logs.len() as f64
+            }
         };
+        let report = task_logs[0].dev.clone();
+        if task_logs.len() == 1 {
+            task_logs.clear();
+        }
         let is_best = state.best.is_none_or(|b| score > b);
         if is_best {
             state.best = Some(score);
@@ -492,6 +560,7 @@ pub fn train(
             train_loss: if loss_count > 0 { loss_sum / loss_count as f64 } else { f64::NAN },
             dev_loss,
             dev: report,
+            tasks: task_logs,
             best: is_best,
             seconds: started.elapsed().as_secs_f64(),
             train_seconds,
@@ -508,19 +577,17 @@ pub fn train(
     Ok(logs)
 }
 
-/// Gradients of the head only, from cached chunk vectors.
+/// Gradients of the heads only, from cached chunk vectors.
 fn head_gradients(
     model: &HierarchicalClassifier,
     vectors: &[&Tensor],
-    labels: &[usize],
+    labels: &[Vec<Option<usize>>],
     vars: &[Var],
     rng: &DropoutRng,
-    weights: Option<&Tensor>,
+    how: TaskLoss,
     device: &Device,
 ) -> Result<BatchGradients> {
-    let logits: Vec<Tensor> =
-        vectors.iter().map(|v| Ok(model.classify(v, Mode::Train(rng))?.logits)).collect::<Result<_>>()?;
-    let loss = cross_entropy(&Tensor::stack(&logits, 0)?, labels, weights, device)?;
+    let loss = task_loss(model, vectors, labels, how, Mode::Train(rng), device)?;
     let grads = loss.backward()?;
     Ok(BatchGradients {
         loss: loss.to_scalar::<f32>()?,
@@ -528,8 +595,38 @@ fn head_gradients(
     })
 }
 
-/// Dev loss and metrics (inference mode), from the phase's caches where it has them.
-fn evaluate(run: &Run, phase: &Phase) -> Result<(f64, Report)> {
+/// The weight of task `t`'s loss.
+fn task_weight(cfg: &TrainConfig, t: usize) -> f64 {
+    cfg.task_weights.get(t).copied().unwrap_or(1.0)
+}
+
+/// Checks that a split has one label list per task, of the right length and range, and that
+/// every task has at least one labelled document.
+fn check_labels(model: &HierarchicalClassifier, split: &Split, what: &str) -> Result<()> {
+    let tasks = model.config().tasks();
+    if split.labels.len() != tasks.len() {
+        return Err(TrainError::InvalidSetting(format!(
+            "{what} data has labels for {} tasks; the model has {}",
+            split.labels.len(),
+            tasks.len()
+        )));
+    }
+    for (spec, labels) in tasks.iter().zip(&split.labels) {
+        if labels.len() != split.docs.len() || labels.iter().flatten().any(|&l| l >= spec.labels.len()) {
+            return Err(TrainError::InvalidSetting(format!("{what} labels of task \"{}\" do not fit", spec.name)));
+        }
+        if labels.iter().all(Option::is_none) {
+            return Err(TrainError::InvalidSetting(format!(
+                "no {what} document has a label for task \"{}\" (column \"{}\")",
+                spec.name, spec.column
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every task's dev loss and metrics (inference mode), from the phase's caches where it has them.
+fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
     let (model, split, device, tokens) = (run.model, run.dev, run.device, run.cfg.max_batch_tokens);
     let docs: Vec<&ChunkedDocument> = split.docs.iter().collect();
     let vectors = match (&phase.vectors, &phase.prefix) {
@@ -551,14 +648,26 @@ fn evaluate(run: &Run, phase: &Phase) -> Result<(f64, Report)> {
         }
         (None, None) => model.encode_documents(&docs, tokens, device, |_| {})?,
     };
-    let logits: Vec<Tensor> =
-        vectors.iter().map(|v| Ok(model.classify(v, Mode::Eval)?.logits)).collect::<Result<_>>()?;
-    let logits = Tensor::stack(&logits, 0)?;
-    let loss = cross_entropy(&logits, split.labels, None, device)?.to_scalar::<f32>()? as f64;
-    let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
-    let report =
-        longread_metrics::evaluate(model.labels(), split.labels, &predicted).map_err(TrainError::InvalidSetting)?;
-    Ok((loss, report))
+    let tasks = model.config().tasks();
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(t, spec)| {
+            let chosen: Vec<(usize, usize)> =
+                split.labels[t].iter().enumerate().filter_map(|(d, l)| l.map(|l| (d, l))).collect();
+            let logits: Vec<Tensor> = chosen
+                .iter()
+                .map(|&(d, _)| Ok(model.classify_task(&vectors[d], t, Mode::Eval)?.logits))
+                .collect::<Result<_>>()?;
+            let logits = Tensor::stack(&logits, 0)?;
+            let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
+            let dev_loss = cross_entropy(&logits, &gold, None, device)?.to_scalar::<f32>()? as f64;
+            let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
+            let dev =
+                longread_metrics::evaluate(&spec.labels, &gold, &predicted).map_err(TrainError::InvalidSetting)?;
+            Ok(TaskLog { name: spec.name.clone(), dev_loss, dev })
+        })
+        .collect()
 }
 
 /// `n_samples / (n_classes · count_c)` per class (scikit-learn's "balanced"); a class absent

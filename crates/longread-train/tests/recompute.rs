@@ -6,6 +6,7 @@ use candle_core::{Device, Tensor, Var};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::DropoutRng;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
+use longread_train::loss::TaskLoss;
 use longread_train::prefix::{Prefix, PrefixCache};
 use longread_train::recompute::{batch_gradients, BatchSettings};
 
@@ -33,13 +34,17 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
         let model = HierarchicalClassifier::load(&fixture(case), true, &Device::Cpu).unwrap();
         let docs = documents(&model);
         let refs: Vec<&ChunkedDocument> = docs.iter().collect();
-        let labels = [0, 1, 2, 1];
+        let labels = vec![vec![Some(0), Some(1), Some(2), Some(1)]];
         let vars: Vec<Var> = model.trainable_vars();
         assert!(vars.len() > 30, "encoder and head variables");
         let weights = Tensor::new(&[1.0f32, 2.0, 0.5], &Device::Cpu).unwrap();
         let run = |recompute: bool| {
-            let settings =
-                BatchSettings { max_batch_tokens: 40, recompute, class_weights: Some(&weights), prefix: Prefix::None };
+            let settings = BatchSettings {
+                max_batch_tokens: 40,
+                recompute,
+                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights) },
+                prefix: Prefix::None,
+            };
             batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(11), settings, &Device::Cpu).unwrap()
         };
         let (full, chunked) = (run(false), run(true));
@@ -64,7 +69,7 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
             BatchSettings {
                 max_batch_tokens: 40,
                 recompute: true,
-                class_weights: Some(&weights),
+                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights) },
                 prefix: Prefix::None,
             },
             &Device::Cpu,
@@ -79,7 +84,7 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
     let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();
     let docs = documents(&model);
     let refs: Vec<&ChunkedDocument> = docs.iter().collect();
-    let labels = [0, 1, 2, 1];
+    let labels = vec![vec![Some(0), Some(1), Some(2), Some(1)]];
     // Embeddings and layer 0 frozen: layer 1, pooling and head train.
     let vars: Vec<Var> = model
         .named_vars()
@@ -94,7 +99,12 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
     assert_eq!(on_disk.bytes_in_memory(), 0);
     assert!(on_disk.bytes_on_disk() > 0 && in_memory.bytes_on_disk() == 0);
     let run = |recompute: bool, prefix: Prefix| {
-        let settings = BatchSettings { max_batch_tokens: 40, recompute, class_weights: None, prefix };
+        let settings = BatchSettings {
+            max_batch_tokens: 40,
+            recompute,
+            loss: TaskLoss { task_weights: &[], class_weights: None },
+            prefix,
+        };
         batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(5), settings, &Device::Cpu).unwrap()
     };
     let reference = run(false, Prefix::Frozen { layers: 1 });
@@ -123,7 +133,7 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         BatchSettings {
             max_batch_tokens: 40,
             recompute: true,
-            class_weights: None,
+            loss: TaskLoss { task_weights: &[], class_weights: None },
             prefix: Prefix::Frozen { layers: 1 },
         },
         &Device::Cpu,

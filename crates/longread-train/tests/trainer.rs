@@ -53,6 +53,8 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         patience: 0,
         freezing,
         unfreeze: None,
+        task_weights: Vec::new(),
+        frozen_tasks: Vec::new(),
         cache: CacheSettings::default(),
         groups: GroupSettings { lr, head_lr, weight_decay: 0.01, layer_lr_decay: 1.0 },
         adamw: AdamWConfig::default(),
@@ -75,8 +77,8 @@ fn head_only_training_learns_a_separable_task() {
     let mut best_epochs = 0;
     let logs = train(
         &model,
-        Split { docs: &train_docs, labels: &train_labels },
-        Split { docs: &dev_docs, labels: &dev_labels },
+        Split::new(&train_docs, &train_labels),
+        Split::new(&dev_docs, &dev_labels),
         &cfg,
         &Device::Cpu,
         None,
@@ -107,8 +109,8 @@ fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
         let cfg = config(Freezing::default(), 4, 1e-3, 3e-3);
         let logs = train(
             &model,
-            Split { docs: &train_docs, labels: &train_labels },
-            Split { docs: &dev_docs, labels: &dev_labels },
+            Split::new(&train_docs, &train_labels),
+            Split::new(&dev_docs, &dev_labels),
             &cfg,
             &Device::Cpu,
             None,
@@ -175,8 +177,8 @@ fn resume_case(cfg: TrainConfig) {
         let mut saved: Option<Resume> = None;
         let result = train(
             model,
-            Split { docs: &train_docs, labels: &train_labels },
-            Split { docs: &dev_docs, labels: &dev_labels },
+            Split::new(&train_docs, &train_labels),
+            Split::new(&dev_docs, &dev_labels),
             &cfg,
             &Device::Cpu,
             resume,
@@ -225,8 +227,8 @@ fn run_with(
     let mut events = Vec::new();
     let logs = train(
         &model,
-        Split { docs: &train_docs, labels: &train_labels },
-        Split { docs: &dev_docs, labels: &dev_labels },
+        Split::new(&train_docs, &train_labels),
+        Split::new(&dev_docs, &dev_labels),
         cfg,
         &Device::Cpu,
         None,
@@ -304,8 +306,8 @@ fn gradual_unfreezing_adds_layers_phase_by_phase() {
     };
     let logs = train(
         &model,
-        Split { docs: &train_docs, labels: &train_labels },
-        Split { docs: &dev_docs, labels: &dev_labels },
+        Split::new(&train_docs, &train_labels),
+        Split::new(&dev_docs, &dev_labels),
         &cfg,
         &Device::Cpu,
         None,
@@ -368,8 +370,8 @@ fn nan_steps_are_skipped_and_counted_and_too_many_in_a_row_stop_the_run() {
     let mut epochs_ended = 0;
     let err = train(
         &model,
-        Split { docs: &docs, labels: &labels },
-        Split { docs: &docs, labels: &labels },
+        Split::new(&docs, &labels),
+        Split::new(&docs, &labels),
         &cfg,
         &Device::Cpu,
         None,

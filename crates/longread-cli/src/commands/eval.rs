@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use longread_text::{read_labelled, resolve_labels, Document};
+use longread_text::{read_labelled_columns, resolve_column, Document};
 use serde_json::Map;
 
 use crate::commands::predict::{argmax, load, progress_bar, score_documents};
@@ -18,11 +18,13 @@ pub struct EvalArgs {
     #[arg(long)]
     model: PathBuf,
     /// Labelled JSON lines: {"text": ..., "label": name or index into the model's labels};
-    /// `-` reads standard input.
+    /// `-` reads standard input. A multi-task model reads each task's label from its column
+    /// (see `inspect`); a line may lack some of them.
     #[arg(long)]
     data: PathBuf,
     /// Print one JSON object (accuracy, macro_f1, weighted_f1, per_class, confusion_matrix, …)
-    /// instead of tables.
+    /// instead of tables; for a multi-task model these are the primary task's, and "tasks"
+    /// holds one such object per task.
     #[arg(long)]
     json: bool,
     /// Most tokens per encoder batch (as for `predict`).
@@ -34,28 +36,66 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
     let (model, chunker) = load(&args.model)?;
     let name = input_name(&args.data);
-    let examples = read_labelled(open_input(&args.data)?, &name)?;
-    let labels = model.labels().to_vec();
-    let truth = resolve_labels(&examples, &labels, &name)?;
+    let tasks = model.config().tasks();
+    let columns: Vec<String> = tasks.iter().map(|t| t.column.clone()).collect();
+    let examples = read_labelled_columns(open_input(&args.data)?, &name, &columns)?;
+    let truth: Vec<Vec<Option<usize>>> = tasks
+        .iter()
+        .enumerate()
+        .map(|(t, spec)| resolve_column(&examples, t, &spec.labels, &name))
+        .collect::<std::result::Result<_, _>>()?;
     let documents: Vec<Document> = examples
         .iter()
         .map(|e| Document { id: e.id.clone(), text: e.text.clone(), fields: Map::new(), error: None })
         .collect();
     let progress = progress_bar(documents.len(), quiet);
-    let mut predicted = Vec::with_capacity(documents.len());
+    // predicted[task][doc]
+    let mut predicted: Vec<Vec<usize>> = vec![Vec::with_capacity(documents.len()); tasks.len()];
     score_documents(&model, &chunker, &documents, args.max_batch_tokens as usize, &progress, |result| {
         match result.outcome {
-            Ok((_, scores)) => predicted.push(argmax(&scores.probabilities)),
+            Ok((_, scores)) => {
+                predicted[0].push(argmax(&scores.probabilities));
+                for (t, s) in result.tasks.iter().enumerate() {
+                    predicted[t + 1].push(argmax(&s.probabilities));
+                }
+            }
             Err(message) => bail!("{name}: document {}: {message}", result.document.id),
         }
         Ok(())
     })?;
     progress.finish_and_clear();
-    let report = longread_metrics::evaluate(&labels, &truth, &predicted).map_err(anyhow::Error::msg)?;
+    let reports = tasks
+        .iter()
+        .enumerate()
+        .map(|(t, spec)| {
+            let pairs: Vec<(usize, usize)> =
+                truth[t].iter().zip(&predicted[t]).filter_map(|(gold, &p)| gold.map(|g| (g, p))).collect();
+            if pairs.is_empty() {
+                bail!("{name}: no document has a label for task {} (column \"{}\")", spec.name, spec.column);
+            }
+            let (gold, pred): (Vec<usize>, Vec<usize>) = pairs.into_iter().unzip();
+            longread_metrics::evaluate(&spec.labels, &gold, &pred).map_err(anyhow::Error::msg)
+        })
+        .collect::<Result<Vec<_>>>()?;
     if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+        let mut value = serde_json::to_value(&reports[0])?;
+        if tasks.len() > 1 {
+            let by_task: Map<String, serde_json::Value> = tasks
+                .iter()
+                .zip(&reports)
+                .map(|(spec, r)| Ok((spec.name.clone(), serde_json::to_value(r)?)))
+                .collect::<Result<_>>()?;
+            value["tasks"] = serde_json::Value::Object(by_task);
+        }
+        println!("{value}");
+    } else if tasks.len() == 1 {
+        print!("{}", reports[0].to_table());
     } else {
-        print!("{}", report.to_table());
+        for (spec, report) in tasks.iter().zip(&reports) {
+            println!("task {} (column \"{}\", {} documents)", spec.name, spec.column, report.examples);
+            print!("{}", report.to_table());
+            println!();
+        }
     }
     Ok(())
 }

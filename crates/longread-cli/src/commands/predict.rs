@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use candle_core::Device;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier};
+use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec};
 use longread_text::{read_documents, ChunkedDocument, Chunker, Document, TextTokenizer};
 use serde_json::Value;
 
@@ -48,8 +48,10 @@ pub enum Format {
 pub struct DocumentResult<'a> {
     /// The document.
     pub document: &'a Document,
-    /// Its chunks and scores, or an error message.
+    /// Its chunks and the primary task's scores, or an error message.
     pub outcome: std::result::Result<(ChunkedDocument, DocumentScores), String>,
+    /// Scores of the other tasks of a multi-task model (in task order, from the second task).
+    pub tasks: Vec<DocumentScores>,
 }
 
 /// Documents are chunked and scored in groups of about this many chunks, so that memory
@@ -90,35 +92,64 @@ pub fn score_documents<'a>(
             start += 1;
         }
         let ok: Vec<&ChunkedDocument> = group.iter().filter_map(|(_, c)| c.as_ref().ok()).collect();
-        let mut scores = model.predict(&ok, max_batch_tokens, &Device::Cpu, |_| {})?.into_iter();
+        let vectors = model.encode_documents(&ok, max_batch_tokens, &Device::Cpu, |_| {})?;
+        let mut scores =
+            vectors.iter().map(|v| model.score_tasks(v)).collect::<longread_model::Result<Vec<_>>>()?.into_iter();
         for (i, chunked) in group {
-            let outcome = chunked.map(|c| (c, scores.next().expect("one score per chunked document")));
-            emit(DocumentResult { document: &documents[i], outcome })?;
+            let (outcome, tasks) = match chunked {
+                Ok(c) => {
+                    let mut all = scores.next().expect("one score set per chunked document");
+                    let primary = all.remove(0);
+                    (Ok((c, primary)), all)
+                }
+                Err(e) => (Err(e), Vec::new()),
+            };
+            emit(DocumentResult { document: &documents[i], outcome, tasks })?;
             progress.inc(1);
         }
     }
     Ok(())
 }
 
-/// A document's result as the JSON line `predict` prints (floats as f32, labels in id order).
-pub fn result_json<'r>(labels: &'r [String], result: &'r DocumentResult) -> PredictionLine<'r> {
+/// A document's result as the JSON line `predict` prints (floats as f32, labels in id order);
+/// `tasks` are the model's tasks (the first is the primary one, printed at the top level).
+pub fn result_json<'r>(tasks: &'r [TaskSpec], result: &'r DocumentResult) -> PredictionLine<'r> {
     match &result.outcome {
-        Err(message) => PredictionLine { id: &result.document.id, error: Some(message), scored: None },
-        Ok((chunked, scores)) => PredictionLine {
-            id: &result.document.id,
-            error: None,
-            scored: Some(Scored {
-                label: &labels[argmax(&scores.probabilities)],
-                scores: LabelScores(labels, &scores.probabilities),
-                logits: &scores.logits,
-                chunks: chunked
-                    .chunks
+        Err(message) => PredictionLine { id: &result.document.id, error: Some(message), scored: None, tasks: None },
+        Ok((chunked, scores)) => {
+            let labels = &tasks[0].labels;
+            let other = (tasks.len() > 1).then(|| {
+                tasks[1..]
                     .iter()
-                    .zip(&scores.attention)
-                    .map(|(c, &attention)| ChunkLine { index: c.index, start: c.start, end: c.end, attention })
-                    .collect(),
-            }),
-        },
+                    .zip(&result.tasks)
+                    .map(|(spec, s)| {
+                        let task = TaskLine {
+                            label: &spec.labels[argmax(&s.probabilities)],
+                            scores: LabelScores(&spec.labels, &s.probabilities),
+                            logits: &s.logits,
+                            attention: &s.attention,
+                        };
+                        (spec.name.as_str(), task)
+                    })
+                    .collect()
+            });
+            PredictionLine {
+                id: &result.document.id,
+                error: None,
+                scored: Some(Scored {
+                    label: &labels[argmax(&scores.probabilities)],
+                    scores: LabelScores(labels, &scores.probabilities),
+                    logits: &scores.logits,
+                    chunks: chunked
+                        .chunks
+                        .iter()
+                        .zip(&scores.attention)
+                        .map(|(c, &attention)| ChunkLine { index: c.index, start: c.start, end: c.end, attention })
+                        .collect(),
+                }),
+                tasks: other,
+            }
+        }
     }
 }
 
@@ -128,8 +159,20 @@ pub struct PredictionLine<'r> {
     id: &'r Value,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     scored: Option<Scored<'r>>,
+    /// The other tasks of a multi-task model, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tasks: Option<std::collections::BTreeMap<&'r str, TaskLine<'r>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'r String>,
+}
+
+/// One more task's prediction: its label, scores, logits and attention over the chunks.
+#[derive(serde::Serialize)]
+struct TaskLine<'r> {
+    label: &'r String,
+    scores: LabelScores<'r>,
+    logits: &'r [f32],
+    attention: &'r [f32],
 }
 
 #[derive(serde::Serialize)]
@@ -184,6 +227,7 @@ pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
     let (model, chunker) = load(&args.model)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader)?;
     let labels = model.labels().to_vec();
+    let tasks = model.config().tasks();
     let progress = progress_bar(documents.len(), quiet);
     let mut out = Output::create(args.output.as_deref())?;
     let mut failed = 0;
@@ -199,8 +243,8 @@ pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
             failed += 1;
         }
         match args.format {
-            Format::Json => serde_json::to_writer(&mut out, &result_json(&labels, &result))?,
-            Format::Table => write!(out, "{}", table_row(&labels, &result))?,
+            Format::Json => serde_json::to_writer(&mut out, &result_json(&tasks, &result))?,
+            Format::Table => write!(out, "{}", table_row(&tasks, &result))?,
         }
         out.write_all(b"\n").context("writing output")
     })?;
@@ -226,7 +270,8 @@ fn table_header(labels: &[String]) -> String {
     format!("{:<24} {:<12}{scores} {:>6}  most attended chunk", "id", "label", "chunks")
 }
 
-fn table_row(labels: &[String], result: &DocumentResult) -> String {
+fn table_row(tasks: &[TaskSpec], result: &DocumentResult) -> String {
+    let labels = &tasks[0].labels;
     let id = match &result.document.id {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -238,8 +283,13 @@ fn table_row(labels: &[String], result: &DocumentResult) -> String {
             let probs: String = scores.probabilities.iter().map(|p| format!(" {p:>8.3}")).collect();
             let top = argmax(&scores.attention);
             let c = &chunked.chunks[top];
+            let other: String = tasks[1..]
+                .iter()
+                .zip(&result.tasks)
+                .map(|(spec, s)| format!("  {}={}", spec.name, spec.labels[argmax(&s.probabilities)]))
+                .collect();
             format!(
-                "{:<24} {:<12}{probs} {:>6}  #{} (chars {}–{}, attention {:.2})",
+                "{:<24} {:<12}{probs} {:>6}  #{} (chars {}–{}, attention {:.2}){other}",
                 truncate(&id, 24),
                 truncate(&labels[best], 12),
                 chunked.chunks.len(),

@@ -110,6 +110,18 @@ pub struct TrainArgs {
     /// Optimizer steps in a row with NaN/inf gradients that stop the run.
     #[arg(long, default_value_t = 5)]
     pub(super) max_bad_steps: usize,
+    /// A task of a multi-task model, NAME=COLUMN (repeatable): the label of task NAME is read
+    /// from COLUMN of the JSON lines. The first task given is the primary one (the model's own
+    /// head, labels from `init`); a task the model lacks gets a new head (pooling, LayerNorm,
+    /// classifier) with the labels found in the training data. Default: one task, "label".
+    #[arg(long = "task", value_name = "NAME=COLUMN")]
+    pub(super) task: Vec<String>,
+    /// Weight of a task's loss, NAME=W (repeatable; default 1 for every task).
+    #[arg(long = "task-weight", value_name = "NAME=W")]
+    pub(super) task_weight: Vec<String>,
+    /// Do not train this task's head (repeatable); its loss still trains the encoder.
+    #[arg(long = "freeze-task", value_name = "NAME")]
+    pub(super) freeze_task: Vec<String>,
     /// Stop after this epoch and keep the checkpoint, to continue later with --resume auto.
     #[arg(long)]
     pub(super) stop_after_epoch: Option<usize>,
@@ -150,9 +162,39 @@ pub(super) enum MetricArg {
     DevLoss,
 }
 
+/// Splits `NAME=VALUE`.
+pub(super) fn name_value<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a str)> {
+    match text.split_once('=') {
+        Some((n, v)) if !n.trim().is_empty() && !v.trim().is_empty() => Ok((n.trim(), v.trim())),
+        _ => bail!("{flag} {text}: expected NAME=VALUE"),
+    }
+}
+
 impl TrainArgs {
-    /// The training configuration; `train_labels` and `labels` resolve `--class-weights`.
-    pub(super) fn config(&self, train_labels: &[usize], labels: &[String]) -> Result<TrainConfig> {
+    /// The training configuration; `train_labels` (the primary task's, where present) and
+    /// `labels` resolve `--class-weights`, `tasks` (names in task order) the task flags.
+    pub(super) fn config(&self, train_labels: &[usize], labels: &[String], tasks: &[String]) -> Result<TrainConfig> {
+        let task_index = |flag: &str, name: &str| {
+            tasks
+                .iter()
+                .position(|t| t == name)
+                .with_context(|| format!("{flag} {name}: the model has no such task (its tasks: {})", tasks.join(", ")))
+        };
+        let mut task_weights = vec![1.0; tasks.len()];
+        for text in &self.task_weight {
+            let (name, w) = name_value("--task-weight", text)?;
+            let w: f64 = w
+                .parse()
+                .ok()
+                .filter(|w: &f64| w.is_finite() && *w >= 0.0)
+                .with_context(|| format!("--task-weight {text}: the weight must be a non-negative number"))?;
+            task_weights[task_index("--task-weight", name)?] = w;
+        }
+        if task_weights.iter().all(|&w| w == 0.0) {
+            bail!("--task-weight: at least one task needs a weight above 0");
+        }
+        let frozen_tasks =
+            self.freeze_task.iter().map(|name| task_index("--freeze-task", name)).collect::<Result<Vec<_>>>()?;
         if self.epochs == 0 || self.batch_size == 0 || self.grad_accum == 0 {
             bail!("--epochs, --batch-size and --grad-accum must be at least 1");
         }
@@ -209,6 +251,8 @@ impl TrainArgs {
                 freeze_bottom: self.freeze_bottom,
             },
             unfreeze,
+            task_weights,
+            frozen_tasks,
             cache: CacheSettings {
                 enabled: !self.no_cache,
                 memory_limit: self.cache_memory.saturating_mul(1 << 20),

@@ -39,23 +39,33 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
     };
     let device = Device::Cpu;
     let source = checkpoint.as_deref().unwrap_or(&args.model);
-    let model = HierarchicalClassifier::load(source, true, &device)
+    let mut model = HierarchicalClassifier::load(source, true, &device)
         .with_context(|| format!("loading model {}", source.display()))?;
     let resume = checkpoint.as_deref().map(read_checkpoint).transpose()?;
-    let labels = model.labels().to_vec();
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
-    let (train_docs, train_labels, dev_docs, dev_labels) = data::load_data(&args, &labels, &chunker)?;
-    let cfg = args.config(&train_labels, &labels)?;
+    let (train_data, dev_data) = data::load_data(&args, &mut model, &chunker, &device)?;
+    let model = model;
+    let labels = model.labels().to_vec();
+    let tasks: Vec<String> = model.config().tasks().into_iter().map(|t| t.name).collect();
+    let primary: Vec<usize> = train_data.labels[0].iter().flatten().copied().collect();
+    let cfg = args.config(&primary, &labels, &tasks)?;
+    let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
 
     let json = args.log_format == LogFormat::Json;
     let text = !quiet && !json;
     if text {
         eprintln!(
-            "training on {} documents ({} chunks), dev {} documents; labels: {}",
+            "training on {} documents ({} chunks), dev {} documents; {}",
             train_docs.len(),
             train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
             dev_docs.len(),
-            labels.join(", ")
+            model
+                .config()
+                .tasks()
+                .iter()
+                .map(|t| format!("task {} (column \"{}\"): {}", t.name, t.column, t.labels.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
         );
     }
     let mut output = match &resume {
@@ -70,8 +80,8 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
     let reporter = std::cell::RefCell::new(Reporter::new(text, json));
     let logs = train(
         &model,
-        Split { docs: &train_docs, labels: &train_labels },
-        Split { docs: &dev_docs, labels: &dev_labels },
+        Split { docs: train_docs, labels: train_data.labels.clone() },
+        Split { docs: dev_docs, labels: dev_data.labels.clone() },
         &cfg,
         &device,
         resume,
