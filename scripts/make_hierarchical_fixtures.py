@@ -9,6 +9,8 @@ Writes tests/fixtures/hier/:
   trained-bert-attention/      bert-attention after 3 epochs of `longread train` (embeddings,
                                encoder and head all trained) + expected.json: proves that what
                                training writes loads in the reference with the same predictions
+  trained-multitask/           the same with a second task ("size") and its own head: every
+                               task's logits and attention
   minilm/                      head.safetensors + section.json + documents.jsonl + expected.json:
                                a random head on ../shared/models/all-MiniLM-L6-v2 (the Rust test
                                assembles the model directory, 90 MB, at run time)
@@ -170,30 +172,40 @@ def minilm_case(shared):
     print(f"minilm: chunks per document {[len(e['chunks']) for e in expected['head']]}")
 
 
-def trained_case(longread):
-    """Trains bert-attention with the Rust trainer, then records the reference's outputs."""
-    out = os.path.join(OUT, "trained-bert-attention")
+def trained_case(longread, name="trained-bert-attention", multi_task=False):
+    """Trains bert-attention with the Rust trainer, then records the reference's outputs.
+    With `multi_task`, a second task ("size": short/long text, every third document unlabelled)
+    gets its own head."""
+    out = os.path.join(OUT, name)
     shutil.rmtree(out, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "train.jsonl")
         with open(os.path.join(FIXTURES, "synthetic", "train.jsonl")) as f, open(data, "w") as g:
-            for line in list(f)[:16]:
-                g.write(line.replace('"rain"', '"teen"').replace('"prices"', '"mature"'))
+            rows = [json.loads(line) for line in list(f)[:16]]
+            median = sorted(len(r["text"]) for r in rows)[len(rows) // 2]
+            for i, r in enumerate(rows):
+                r["label"] = {"rain": "teen", "prices": "mature"}[r["label"]]
+                if multi_task and i % 3:
+                    r["size"] = "long" if len(r["text"]) >= median else "short"
+                g.write(json.dumps(r) + "\n")
         args = ["--dev-split", "0.25", "--epochs", "3", "--lr", "1e-3", "--head-lr", "3e-3", "--batch-size", "4",
                 "--seed", "7", "--train-embeddings"]
+        if multi_task:
+            args += ["--task", "topic=label", "--task", "size=size", "--task-weight", "size=0.5"]
         run = os.path.join(tmp, "run")
         subprocess.run([longread, "--quiet", "train", "--model", os.path.join(OUT, "bert-attention"),
                         "--train", data, "--out", run, *args], check=True)
         os.makedirs(out)
-        for name in ("config.json", "model.safetensors", "tokenizer.json"):
-            shutil.copy(os.path.join(run, name), os.path.join(out, name))
+        for file in ("config.json", "model.safetensors", "tokenizer.json"):
+            shutil.copy(os.path.join(run, file), os.path.join(out, file))
         with open(os.path.join(out, "provenance.json"), "w") as f:
             json.dump({"trained_from": "bert-attention", "data": "synthetic/train.jsonl, first 16, labels mapped "
-                       "rain→teen, prices→mature", "train_flags": args}, f, indent=1)
+                       "rain→teen, prices→mature" + (", size = long/short by median length on 2 of 3 documents"
+                                                      if multi_task else ""), "train_flags": args}, f, indent=1)
     expected = expected_for(out, DOCUMENTS)
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, ensure_ascii=False)
-    print("trained-bert-attention: done")
+    print(f"{name}: done")
 
 
 if __name__ == "__main__":
@@ -204,4 +216,5 @@ if __name__ == "__main__":
     torch.set_grad_enabled(False)
     tiny_cases()
     trained_case(args.longread)
+    trained_case(args.longread, "trained-multitask", multi_task=True)
     minilm_case(args.shared)

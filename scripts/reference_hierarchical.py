@@ -111,10 +111,19 @@ class HierarchicalReference(torch.nn.Module):
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1)
 
-    def classify(self, h):
-        """h: [n, H] chunk vectors → (logits [labels], attention [n])."""
+    def task_head(self, name=None):
+        """The tensors of one task's head under their top-level names: the primary task's are
+        stored at the top level, task `name`'s under `tasks.<name>.` (multi-task models)."""
+        if name is None:
+            return self.head
+        prefix = f"tasks.{name}."
+        return {k[len(prefix):]: v for k, v in self.head.items() if k.startswith(prefix)}
+
+    def classify(self, h, task=None):
+        """h: [n, H] chunk vectors → (logits [labels], attention [n]) of the primary task, or of
+        task `task` (a name from the "tasks" list of the longread section)."""
         n, hidden = h.shape
-        strategy, t = self.s["pooling_strategy"], self.head
+        strategy, t = self.s["pooling_strategy"], self.task_head(task)
         if strategy in ("attention", "multihead"):
             u = torch.tanh(h @ t["pooler.projection.weight"].T + t["pooler.projection.bias"])  # [n, A]
             alpha = torch.softmax(u @ t["pooler.context.weight"].T, dim=0)  # [n, K]
@@ -143,13 +152,27 @@ class HierarchicalReference(torch.nn.Module):
         chunks = chunker.chunk(text)
         logits, attention = self.classify(self.chunk_vectors(chunks))
         probs = torch.softmax(logits, 0)
-        return {
+        h = self.chunk_vectors(chunks)
+        out = {
             "label": self.labels[int(probs.argmax())],
             "scores": {l: float(p) for l, p in zip(self.labels, probs)},
             "logits": logits.tolist(),
             "chunks": [{"index": c["index"], "start": c["start"], "end": c["end"], "attention": float(a)}
                        for c, a in zip(chunks, attention)],
         }
+        extra = self.s.get("tasks") or []
+        if len(extra) > 1:
+            out["tasks"] = {}
+            for task in extra[1:]:
+                task_logits, task_attention = self.classify(h, task["name"])
+                task_probs = torch.softmax(task_logits, 0)
+                out["tasks"][task["name"]] = {
+                    "label": task["labels"][int(task_probs.argmax())],
+                    "scores": {l: float(p) for l, p in zip(task["labels"], task_probs)},
+                    "logits": task_logits.tolist(),
+                    "attention": task_attention.tolist(),
+                }
+        return out
 
 
 def main():

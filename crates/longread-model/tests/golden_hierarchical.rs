@@ -13,8 +13,9 @@ use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use serde_json::Value;
 
 /// `trained-bert-attention` is bert-attention after `longread train` (see its provenance.json):
-/// what training writes must load in the reference with the same predictions.
-const CASES: [&str; 7] = [
+/// what training writes must load in the reference with the same predictions;
+/// `trained-multitask` has a second task with its own head, compared too.
+const CASES: [&str; 8] = [
     "bert-attention",
     "bert-multihead",
     "bert-mean",
@@ -22,6 +23,7 @@ const CASES: [&str; 7] = [
     "bert-first",
     "roberta-attention",
     "trained-bert-attention",
+    "trained-multitask",
 ];
 
 fn documents(path: &Path) -> Vec<String> {
@@ -39,13 +41,19 @@ fn set_selection(dir: &Path, selection: &str) {
     std::fs::write(path, cfg.to_string()).unwrap();
 }
 
-fn run(model_dir: &Path, texts: &[String], max_batch_tokens: usize) -> (Vec<ChunkedDocument>, Vec<DocumentScores>) {
+/// Chunks and scores (`[doc][task]`, primary task first) of `texts`.
+fn run(
+    model_dir: &Path,
+    texts: &[String],
+    max_batch_tokens: usize,
+) -> (Vec<ChunkedDocument>, Vec<Vec<DocumentScores>>) {
     let model = HierarchicalClassifier::load(model_dir, false, &Device::Cpu).unwrap();
     let tokenizer = TextTokenizer::from_file(model.tokenizer_path()).unwrap();
     let chunker = Chunker::new(tokenizer, model.config().longread.chunking()).unwrap();
     let chunked: Vec<ChunkedDocument> = texts.iter().map(|t| chunker.chunk(t).unwrap()).collect();
     let refs: Vec<&ChunkedDocument> = chunked.iter().collect();
-    let scores = model.predict(&refs, max_batch_tokens, &Device::Cpu, |_| {}).unwrap();
+    let vectors = model.encode_documents(&refs, max_batch_tokens, &Device::Cpu, |_| {}).unwrap();
+    let scores = vectors.iter().map(|v| model.score_tasks(v).unwrap()).collect();
     (chunked, scores)
 }
 
@@ -58,8 +66,16 @@ fn floats(v: &Value) -> Vec<f32> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
 }
 
-fn compare(case: &str, expected: &[Value], chunked: &[ChunkedDocument], scores: &[DocumentScores]) {
-    for ((want, doc), got) in expected.iter().zip(chunked).zip(scores) {
+fn compare(case: &str, expected: &[Value], chunked: &[ChunkedDocument], scores: &[Vec<DocumentScores>]) {
+    for ((want, doc), all) in expected.iter().zip(chunked).zip(scores) {
+        let got = &all[0];
+        let want_tasks = want.get("tasks").and_then(Value::as_object);
+        assert_eq!(all.len(), 1 + want_tasks.map_or(0, |t| t.len()), "{case}: number of tasks");
+        for (task, (name, w)) in all[1..].iter().zip(want_tasks.into_iter().flatten()) {
+            let logits = max_diff(&task.logits, &floats(&w["logits"]));
+            let attention = max_diff(&task.attention, &floats(&w["attention"]));
+            assert!(logits <= 1e-4 && attention <= 1e-4, "{case} task {name}: logits {logits}, attention {attention}");
+        }
         let id = &want["id"];
         let want_chunks = want["chunks"].as_array().unwrap();
         assert_eq!(doc.chunks.len(), want_chunks.len(), "{case} {id}: chunk count");
@@ -127,9 +143,9 @@ fn scores_do_not_depend_on_batching() {
     let (_, tight) = run(&dir, &texts, 16);
     for (i, text) in texts.iter().enumerate() {
         let (_, alone) = run(&dir, std::slice::from_ref(text), 4096);
-        for other in [&together[i], &tight[i]] {
-            assert!(max_diff(&alone[0].logits, &other.logits) <= 1e-5, "document {i}");
-            assert!(max_diff(&alone[0].attention, &other.attention) <= 1e-5, "document {i}");
+        for other in [&together[i][0], &tight[i][0]] {
+            assert!(max_diff(&alone[0][0].logits, &other.logits) <= 1e-5, "document {i}");
+            assert!(max_diff(&alone[0][0].attention, &other.attention) <= 1e-5, "document {i}");
         }
     }
 }
