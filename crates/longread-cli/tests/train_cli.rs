@@ -383,3 +383,42 @@ fn multi_task_training_evaluates_and_predicts_every_task() {
         first["chunks"].as_array().unwrap().len()
     );
 }
+
+#[test]
+fn bf16_training_and_prediction_run_and_stay_close_to_f32() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 12);
+    let out = tmp.path().join("bf16");
+    let args = ["--dev-split", "0.25", "--epochs", "2", "--precision", "bf16", "--freeze-bottom", "1", "--seed", "2"];
+    let o = train(&fixture("hier/bert-attention"), &data, &out, &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let args: Value = serde_json::from_str(&std::fs::read_to_string(out.join("training_args.json")).unwrap()).unwrap();
+    assert_eq!(args["precision"], "Bf16");
+    let weights = candle_core::safetensors::load(out.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
+    assert!(weights.values().all(|t| t.dtype() == candle_core::DType::F32), "master weights stay f32");
+
+    let predict = |precision: &str| {
+        let o = longread(&[
+            "predict",
+            "--model",
+            out.to_str().unwrap(),
+            "--input",
+            data.to_str().unwrap(),
+            "--precision",
+            precision,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        json_lines(&o.stdout)
+    };
+    let (full, half) = (predict("f32"), predict("bf16"));
+    let largest = full
+        .iter()
+        .zip(&half)
+        .flat_map(|(a, b)| {
+            let (a, b) = (a["scores"].as_object().unwrap(), b["scores"].as_object().unwrap());
+            a.iter().map(|(k, v)| (v.as_f64().unwrap() - b[k].as_f64().unwrap()).abs()).collect::<Vec<_>>()
+        })
+        .fold(0.0, f64::max);
+    assert!(largest < 0.05, "probabilities differ by {largest}");
+}

@@ -78,6 +78,8 @@ enum Entry {
 pub struct PrefixCache {
     layers: usize,
     hidden: usize,
+    /// dtype of the states (the encoder's compute dtype); kept in it in memory, f32 on disk.
+    dtype: DType,
     entries: Vec<Vec<Entry>>,
     /// Scratch file for what did not fit in memory (deleted when the cache is dropped).
     file: Option<tempfile::NamedTempFile>,
@@ -115,7 +117,9 @@ impl PrefixCache {
         let (refs, batches) = chunk_batches(&refs_docs, max_batch_tokens);
         let mut entries: Vec<Vec<Option<Entry>>> =
             docs.iter().map(|d| d.chunks.iter().map(|_| None).collect()).collect();
-        let mut cache = Self { layers, hidden, entries: Vec::new(), file: None, bytes_in_memory: 0, bytes_on_disk: 0 };
+        let dtype = model.encoder().compute_dtype();
+        let mut cache =
+            Self { layers, hidden, dtype, entries: Vec::new(), file: None, bytes_in_memory: 0, bytes_on_disk: 0 };
         let mut writer: Option<BufWriter<File>> = None;
         for batch in &batches {
             let (ids, mask) = batch_tensors(&refs_docs, &refs, batch, model.config().encoder.pad_token_id, device)?;
@@ -124,7 +128,7 @@ impl PrefixCache {
                 let (d, c) = refs[i];
                 let len = docs[d].chunks[c].ids.len();
                 let rows = states.get(row)?.narrow(0, 0, len)?;
-                let bytes = len * hidden * 4;
+                let bytes = len * hidden * dtype.size_in_bytes();
                 let entry = if cache.bytes_in_memory + bytes <= memory_limit {
                     cache.bytes_in_memory += bytes;
                     // `contiguous` copies the rows so the batch's states can be freed.
@@ -154,7 +158,7 @@ impl PrefixCache {
             self.file = Some(file);
         }
         let w = writer.as_mut().expect("the writer was just created");
-        let values = rows.flatten_all()?.to_vec1::<f32>()?;
+        let values = rows.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         for v in &values {
             w.write_all(&v.to_le_bytes()).map_err(|e| scratch_error(dir, e))?;
         }
@@ -201,7 +205,7 @@ impl PrefixCache {
         let mut bytes = vec![0u8; len * self.hidden * 4];
         file.as_file().read_exact_at(&mut bytes, offset).map_err(|e| scratch_error(file.path(), e))?;
         let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        Ok(Tensor::from_vec(values, (len, self.hidden), &Device::Cpu)?.to_dtype(DType::F32)?)
+        Ok(Tensor::from_vec(values, (len, self.hidden), &Device::Cpu)?.to_dtype(self.dtype)?)
     }
 }
 

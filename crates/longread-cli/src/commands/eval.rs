@@ -9,6 +9,7 @@ use longread_text::{read_labelled_columns, resolve_column, Document};
 use serde_json::Map;
 
 use crate::commands::predict::{argmax, load, progress_bar, score_documents};
+use crate::commands::train::Precision;
 use crate::io::{input_name, open_input};
 
 /// Arguments of `longread eval`.
@@ -30,11 +31,14 @@ pub struct EvalArgs {
     /// Most tokens per encoder batch (as for `predict`).
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     max_batch_tokens: u64,
+    /// Encoder precision (as for `predict`).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
 }
 
 /// Runs `longread eval`.
 pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
-    let (model, chunker) = load(&args.model)?;
+    let (model, chunker) = load(&args.model, args.precision)?;
     let name = input_name(&args.data);
     let tasks = model.config().tasks();
     let columns: Vec<String> = tasks.iter().map(|t| t.column.clone()).collect();

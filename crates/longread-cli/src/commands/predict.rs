@@ -11,6 +11,7 @@ use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier, TaskS
 use longread_text::{read_documents, ChunkedDocument, Chunker, Document, TextTokenizer};
 use serde_json::Value;
 
+use crate::commands::train::Precision;
 use crate::io::Output;
 
 /// Arguments of `longread predict`.
@@ -33,6 +34,10 @@ pub struct PredictArgs {
     /// share batches, longest first. Lower it to save memory.
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_tokens: u64,
+    /// Encoder precision: f32, or bf16 (reduced-precision matmuls; scores differ slightly from
+    /// f32, see BENCHMARKS.md; faster only on hardware with bf16 arithmetic).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
 }
 
 /// Output formats.
@@ -58,10 +63,11 @@ pub struct DocumentResult<'a> {
 /// stays bounded whatever the input size.
 const GROUP_CHUNKS: usize = 256;
 
-/// Loads the model and its chunker.
-pub fn load(model_dir: &std::path::Path) -> Result<(HierarchicalClassifier, Chunker)> {
-    let model = HierarchicalClassifier::load(model_dir, false, &Device::Cpu)
+/// Loads the model (encoder in `precision`) and its chunker.
+pub fn load(model_dir: &std::path::Path, precision: Precision) -> Result<(HierarchicalClassifier, Chunker)> {
+    let mut model = HierarchicalClassifier::load(model_dir, false, &Device::Cpu)
         .with_context(|| format!("loading model {}", model_dir.display()))?;
+    model.set_precision(precision.dtype())?;
     let tokenizer = TextTokenizer::from_file(model.tokenizer_path())?;
     let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
     Ok((model, chunker))
@@ -224,7 +230,7 @@ pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
 
 /// Runs `longread predict`; returns the number of documents that failed.
 pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
-    let (model, chunker) = load(&args.model)?;
+    let (model, chunker) = load(&args.model, args.precision)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader)?;
     let labels = model.labels().to_vec();
     let tasks = model.config().tasks();

@@ -32,7 +32,7 @@ pub struct ReportArgs {
 
 /// Runs `longread report`; returns the number of documents that failed.
 pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
-    let (model, chunker) = load(&args.model)?;
+    let (model, chunker) = load(&args.model, crate::commands::train::Precision::F32)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader)?;
     let labels = model.labels().to_vec();
     let progress = progress_bar(documents.len(), quiet);

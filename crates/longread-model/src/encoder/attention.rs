@@ -2,10 +2,10 @@
 //! Reference: transformers `modeling_bert.py: BertSelfAttention`, `BertSelfOutput`.
 
 use candle_core::{Result, Tensor};
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
-use crate::layers::{linear, softmax, Dropout, LayerNorm};
+use crate::layers::{linear, softmax, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// `LayerNorm(x + dropout(dense(attention(x))))`.

@@ -2,12 +2,12 @@
 //! Reference: transformers `modeling_bert.py: BertLayer`, `BertIntermediate`, `BertOutput`.
 
 use candle_core::{Result, Tensor};
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::{Module, VarBuilder};
 
 use crate::activation::Activation;
 use crate::config::EncoderConfig;
 use crate::encoder::attention::SelfAttention;
-use crate::layers::{linear, Dropout, LayerNorm};
+use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// `encoder.layer.{i}` of a BERT/RoBERTa checkpoint.

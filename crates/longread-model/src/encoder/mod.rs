@@ -22,6 +22,8 @@ pub struct Encoder {
     embeddings: Embeddings,
     layers: Vec<EncoderLayer>,
     config: EncoderConfig,
+    /// dtype of the activations between layers (f32, or bf16 for mixed precision).
+    compute_dtype: DType,
 }
 
 impl Encoder {
@@ -31,7 +33,18 @@ impl Encoder {
         let layers = (0..config.num_hidden_layers)
             .map(|i| EncoderLayer::load(vb.pp("encoder").pp("layer").pp(i), config))
             .collect::<CResult<Vec<_>>>()?;
-        Ok(Self { embeddings, layers, config: config.clone() })
+        Ok(Self { embeddings, layers, config: config.clone(), compute_dtype: DType::F32 })
+    }
+
+    /// Runs the layers in `dtype` (e.g. bf16) over f32 weights, which are cast as they are used
+    /// (their gradients arrive in f32); LayerNorm and softmax compute in f32. Default f32.
+    pub fn set_compute_dtype(&mut self, dtype: DType) {
+        self.compute_dtype = dtype;
+    }
+
+    /// dtype of the activations between layers.
+    pub fn compute_dtype(&self) -> DType {
+        self.compute_dtype
     }
 
     /// The configuration the encoder was built from.
@@ -85,15 +98,16 @@ impl Encoder {
         let token_type_ids = input_ids.zeros_like()?;
         let position_ids = self.validate_and_position(input_ids, attention_mask, &token_type_ids)?;
         let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, Mode::Eval)?;
-        let mask_bias = mask_bias(attention_mask, self.embeddings.word_embeddings().dtype())?;
-        let mut xs = xs.detach();
+        let mask_bias = mask_bias(attention_mask, self.compute_dtype)?;
+        let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
         for layer in self.layers.iter().take(layers) {
             xs = layer.forward(&xs, &mask_bias, Mode::Eval)?.detach();
         }
         Ok(xs)
     }
 
-    /// Runs layers `start..` on hidden states (the embeddings' output for `start = 0`).
+    /// Runs layers `start..` on hidden states (the embeddings' output for `start = 0`), in the
+    /// compute dtype; the output stays in it.
     ///
     /// # Shapes
     /// `hidden: [batch, seq, hidden]`, `attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
@@ -106,8 +120,8 @@ impl Encoder {
                 attention_mask.dims()
             )));
         }
-        let mask_bias = mask_bias(attention_mask, hidden.dtype())?;
-        let mut xs = hidden.clone();
+        let mask_bias = mask_bias(attention_mask, self.compute_dtype)?;
+        let mut xs = hidden.to_dtype(self.compute_dtype)?;
         for layer in self.layers.iter().skip(start) {
             xs = layer.forward(&xs, &mask_bias, mode)?;
         }

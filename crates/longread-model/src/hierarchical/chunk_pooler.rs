@@ -3,10 +3,10 @@
 //! `u_i = tanh(W h_i + b)`, `e_i = c·u_i`, `α = softmax(e)`, `d = Σ α_i h_i`.
 
 use candle_core::{DType, Result, Tensor, D};
-use candle_nn::{Init, Linear, Module, VarBuilder};
+use candle_nn::{Init, Module, VarBuilder};
 
 use crate::hierarchical::config::{LongreadSection, PoolingStrategy};
-use crate::layers::{linear, softmax_last_dim, Dropout};
+use crate::layers::{linear, softmax_last_dim, Dropout, Linear};
 use crate::mode::Mode;
 
 /// Parameters of attention pooling: `pooler.projection` [A, H] + bias, `pooler.context`

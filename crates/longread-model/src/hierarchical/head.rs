@@ -3,9 +3,9 @@
 //! (as transformers' `RobertaClassificationHead`, with the LayerNorm in front).
 
 use candle_core::{Result, Tensor};
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::{Module, VarBuilder};
 
-use crate::layers::{linear, Dropout, LayerNorm};
+use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// `norm.*` and `classifier.{dense,out_proj}.*`.

@@ -154,6 +154,17 @@ impl HierarchicalClassifier {
         &self.encoder
     }
 
+    /// Runs the encoder in `dtype`: `BF16` for mixed precision (bf16 activations and matmuls,
+    /// f32 master weights, LayerNorm, softmax, pooling and heads in f32), `F32` (the default)
+    /// for full precision.
+    pub fn set_precision(&mut self, dtype: DType) -> Result<()> {
+        if !matches!(dtype, DType::F32 | DType::BF16) {
+            return Err(ModelError::InvalidInput(format!("precision {dtype:?} is not supported (f32 or bf16)")));
+        }
+        self.encoder.set_compute_dtype(dtype);
+        Ok(())
+    }
+
     /// One vector per chunk.
     ///
     /// # Shapes
@@ -178,6 +189,8 @@ impl HierarchicalClassifier {
     /// # Shapes
     /// `hidden: [chunks, seq, hidden]`, `mask: [chunks, seq]` → `[chunks, hidden]`
     fn pool_chunk_tokens(&self, hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        // Pooling and the heads run in f32 whatever the encoder's compute dtype.
+        let hidden = &hidden.to_dtype(DType::F32)?;
         Ok(match self.config.longread.chunk_pooling {
             // `contiguous` copies the rows so the full hidden states can be freed.
             ChunkPooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.contiguous()?,

@@ -28,6 +28,10 @@ impl LayerNorm {
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
     pub fn forward(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
+        if xs.dtype() != DType::F32 {
+            // Reduced precision: normalise in f32 (as autocast does), return the input's dtype.
+            return self.forward(&xs.to_dtype(DType::F32)?, mode)?.to_dtype(xs.dtype());
+        }
         if mode.is_train() {
             self.forward_differentiable(xs)
         } else {

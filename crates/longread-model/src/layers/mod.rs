@@ -7,5 +7,5 @@ mod softmax;
 
 pub use dropout::Dropout;
 pub use layer_norm::LayerNorm;
-pub use linear::linear;
+pub use linear::{linear, Linear};
 pub use softmax::{softmax, softmax_last_dim};

@@ -10,6 +10,10 @@ use crate::mode::Mode;
 /// # Shapes
 /// `xs: [..., n]` → `[..., n]`
 pub fn softmax(xs: &Tensor, mode: Mode) -> Result<Tensor> {
+    if xs.dtype() != candle_core::DType::F32 {
+        // Reduced precision: exponentiate and sum in f32, return the input's dtype.
+        return softmax(&xs.to_dtype(candle_core::DType::F32)?, mode)?.to_dtype(xs.dtype());
+    }
     if mode.is_train() {
         softmax_last_dim(xs)
     } else {

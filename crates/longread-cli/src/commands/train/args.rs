@@ -125,10 +125,35 @@ pub struct TrainArgs {
     /// Stop after this epoch and keep the checkpoint, to continue later with --resume auto.
     #[arg(long)]
     pub(super) stop_after_epoch: Option<usize>,
+    /// Encoder precision: f32, or bf16 (bf16 activations and matmuls over f32 master weights;
+    /// LayerNorm, softmax, pooling, heads and the optimizer in f32). Halves the activation and
+    /// frozen-layer-cache memory; faster only where the hardware has bf16 arithmetic (GPUs,
+    /// CPUs with AVX512_BF16/AMX). A step with NaN/inf gradients is skipped (see --max-bad-steps).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub(super) precision: Precision,
     /// `text`: a progress bar and a line per epoch on stderr; `json`: one JSON object per
     /// event (phase, step, epoch, done) on stdout, no progress bar.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub(super) log_format: LogFormat,
+}
+
+/// Floating-point precision of the encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+pub enum Precision {
+    /// 32-bit floats throughout.
+    F32,
+    /// bfloat16 activations and matmuls, f32 weights.
+    Bf16,
+}
+
+impl Precision {
+    /// The encoder's compute dtype.
+    pub fn dtype(self) -> candle_core::DType {
+        match self {
+            Self::F32 => candle_core::DType::F32,
+            Self::Bf16 => candle_core::DType::BF16,
+        }
+    }
 }
 
 /// How training reports progress.

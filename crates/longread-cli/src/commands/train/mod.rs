@@ -15,7 +15,7 @@ use longread_text::{Chunker, TextTokenizer};
 use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Split};
 
 use args::LogFormat;
-pub use args::TrainArgs;
+pub use args::{Precision, TrainArgs};
 use output::{read_checkpoint, RunOutput, CHECKPOINT};
 
 /// Runs `longread train`.
@@ -41,6 +41,7 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
     let source = checkpoint.as_deref().unwrap_or(&args.model);
     let mut model = HierarchicalClassifier::load(source, true, &device)
         .with_context(|| format!("loading model {}", source.display()))?;
+    model.set_precision(args.precision.dtype())?;
     let resume = checkpoint.as_deref().map(read_checkpoint).transpose()?;
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
     let (train_data, dev_data) = data::load_data(&args, &mut model, &chunker, &device)?;
