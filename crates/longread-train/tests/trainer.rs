@@ -236,13 +236,19 @@ fn run_with(
         |_| Ok(()),
     )
     .unwrap();
-    let weights = model
+    let weights = snapshot(&model);
+    (weights, logs, events)
+}
+
+/// Every weight, copied out (the saved tensors share storage with the variables the optimizer
+/// updates in place).
+fn snapshot(model: &HierarchicalClassifier) -> std::collections::HashMap<String, Vec<f32>> {
+    model
         .named_tensors()
         .unwrap()
         .into_iter()
         .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect();
-    (weights, logs, events)
+        .collect()
 }
 
 fn max_weight_diff(
@@ -289,13 +295,7 @@ fn gradual_unfreezing_adds_layers_phase_by_phase() {
     let mut cfg = config(Freezing::default(), 3, 1e-3, 3e-3);
     cfg.unfreeze = Some(UnfreezeSchedule::parse("0:head,1:top1,2:all").unwrap());
     let (model, chunker) = load();
-    // Copied out: the saved tensors share storage with the variables the optimizer updates.
-    let original: std::collections::HashMap<String, Vec<f32>> = model
-        .named_tensors()
-        .unwrap()
-        .into_iter()
-        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect();
+    let original = snapshot(&model);
     let (train_texts, train_labels) = dataset("train", 8);
     let (dev_texts, dev_labels) = dataset("test", 4);
     let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
@@ -358,13 +358,7 @@ fn nan_steps_are_skipped_and_counted_and_too_many_in_a_row_stop_the_run() {
     cfg.class_weights = Some(vec![f32::NAN, f32::NAN]);
     cfg.max_bad_steps = 3;
     let (model, chunker) = load();
-    // Copied out: the saved tensors share storage with the variables the optimizer updates.
-    let before: std::collections::HashMap<String, Vec<f32>> = model
-        .named_tensors()
-        .unwrap()
-        .into_iter()
-        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect();
+    let before = snapshot(&model);
     let (texts, labels) = dataset("train", 12);
     let docs = chunk_all(&chunker, &texts);
     let mut epochs_ended = 0;
