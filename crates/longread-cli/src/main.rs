@@ -49,6 +49,10 @@ enum Command {
     Eval(commands::eval::EvalArgs),
     /// Write an HTML page per input showing the prediction and the chunks' attention.
     Report(commands::report::ReportArgs),
+    /// Tokenizers: `tokenizer train` learns a byte-level BPE (RoBERTa) or WordPiece (BERT)
+    /// tokenizer from a corpus.
+    #[command(subcommand)]
+    Tokenizer(commands::tokenizer::TokenizerCommand),
 }
 
 fn main() {
@@ -77,6 +81,7 @@ fn main() {
         Command::Report(args) => commands::report::run(args, cli.quiet),
         Command::Eval(args) => commands::eval::run(args, cli.quiet).map(|_| 0),
         Command::Train(args) => commands::train::run(*args, cli.quiet).map(|_| 0),
+        Command::Tokenizer(command) => commands::tokenizer::run(command, cli.quiet).map(|_| 0),
     };
     match result {
         Ok(0) => {}

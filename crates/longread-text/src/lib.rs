@@ -8,6 +8,7 @@ pub mod error;
 pub mod jsonl;
 pub mod labelled;
 pub mod tokenizer;
+pub mod tokenizer_training;
 
 pub use chunking::{Chunk, ChunkSelection, ChunkedDocument, Chunker, ChunkingConfig};
 pub use documents::{read_documents, Document};
@@ -18,3 +19,4 @@ pub use labelled::{
     stratified_split, Example, LabelValue,
 };
 pub use tokenizer::{pad_batch, Encoded, TextTokenizer};
+pub use tokenizer_training::{read_corpus, train_tokenizer, TokenizerKind, TokenizerTraining};

@@ -4,4 +4,5 @@ pub mod init;
 pub mod inspect;
 pub mod predict;
 pub mod report;
+pub mod tokenizer;
 pub mod train;
