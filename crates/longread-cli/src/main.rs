@@ -53,6 +53,10 @@ enum Command {
     /// tokenizer from a corpus.
     #[command(subcommand)]
     Tokenizer(commands::tokenizer::TokenizerCommand),
+    /// Encoders: `encoder new --preset tiny|small|roberta-base|roberta-large` writes a freshly
+    /// initialised RoBERTa (RobertaForMaskedLM layout) for a tokenizer.
+    #[command(subcommand)]
+    Encoder(commands::encoder::EncoderCommand),
 }
 
 fn main() {
@@ -82,6 +86,7 @@ fn main() {
         Command::Eval(args) => commands::eval::run(args, cli.quiet).map(|_| 0),
         Command::Train(args) => commands::train::run(*args, cli.quiet).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, cli.quiet).map(|_| 0),
+        Command::Encoder(command) => commands::encoder::run(command, cli.quiet).map(|_| 0),
     };
     match result {
         Ok(0) => {}

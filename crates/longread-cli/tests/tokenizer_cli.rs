@@ -61,3 +61,41 @@ fn a_trained_wordpiece_tokenizer_has_bert_specials() {
     let encoded = &tokenizer.encode_batch(&["Rain"]).unwrap()[0];
     assert_eq!((encoded.ids[0], *encoded.ids.last().unwrap()), (2, 3), "[CLS] … [SEP]");
 }
+
+#[test]
+fn a_preset_encoder_on_a_trained_tokenizer_carries_a_classifier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    let corpus = fixture("synthetic/train.jsonl");
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let o = longread(&["tokenizer", "train", "--corpus", &s(&corpus), "--vocab-size", "500", "--out", &s(&p("tok"))]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = longread(&["encoder", "new", "--preset", "tiny", "--tokenizer", &s(&p("tok")), "--out", &s(&p("enc"))]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(p("enc").join("config.json")).unwrap()).unwrap();
+    assert_eq!((config["model_type"].as_str(), config["num_hidden_layers"].as_u64()), (Some("roberta"), Some(2)));
+    assert_eq!(config["architectures"][0], "RobertaForMaskedLM");
+    let again = longread(&["encoder", "new", "--preset", "tiny", "--tokenizer", &s(&p("tok")), "--out", &s(&p("enc"))]);
+    assert_clean_failure(&again, "already exists");
+    let bad = longread(&["encoder", "new", "--preset", "giant", "--tokenizer", &s(&p("tok")), "--out", &s(&p("e2"))]);
+    assert_clean_failure(&bad, "unknown preset \"giant\"");
+
+    let o = longread(&[
+        "init",
+        "--encoder",
+        &s(&p("enc")),
+        "--labels",
+        "rain,prices",
+        "--out",
+        &s(&p("clf")),
+        "--chunk-size",
+        "32",
+        "--stride",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = longread(&["predict", "--model", &s(&p("clf")), "--input", &s(&corpus)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(common::json_lines(&o.stdout).len(), 32);
+}

@@ -12,6 +12,7 @@ pub mod hierarchical;
 pub mod layers;
 pub mod mode;
 pub mod params;
+pub mod presets;
 pub mod sentence_pooling;
 
 pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};

@@ -1,4 +1,5 @@
 pub mod embed;
+pub mod encoder;
 pub mod eval;
 pub mod init;
 pub mod inspect;
