@@ -7,6 +7,7 @@ pub mod documents;
 pub mod error;
 pub mod jsonl;
 pub mod labelled;
+pub mod mlm;
 pub mod tokenizer;
 pub mod tokenizer_training;
 
