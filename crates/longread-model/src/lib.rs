@@ -10,6 +10,7 @@ pub mod encoder;
 pub mod error;
 pub mod hierarchical;
 pub mod layers;
+pub mod masked_lm;
 pub mod mode;
 pub mod params;
 pub mod presets;

@@ -1,0 +1,98 @@
+//! Masked language modelling on top of the encoder, as transformers' `RobertaForMaskedLM` /
+//! `RobertaLMHead` computes it: dense → GELU → LayerNorm → decoder tied to the word
+//! embeddings, plus a bias. Loss: cross-entropy over the positions whose label is not −100.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{Init, Module, VarMap};
+
+use crate::checkpoint::{Checkpoint, LoadOptions};
+use crate::encoder::Encoder;
+use crate::error::{ModelError, Result};
+use crate::layers::{linear, LayerNorm, Linear};
+use crate::mode::Mode;
+
+/// An encoder with its masked-language-model head (a `RobertaForMaskedLM` checkpoint).
+pub struct MaskedLm {
+    encoder: Encoder,
+    dense: Linear,
+    norm: LayerNorm,
+    bias: Tensor,
+    /// Variables (`encoder` without prefix, `lm_head.…`), when loaded to be trained.
+    vars: Option<(VarMap, VarMap)>,
+}
+
+impl MaskedLm {
+    /// Loads `config.json` + `model.safetensors` with `lm_head.{dense, layer_norm, bias}`.
+    pub fn load(dir: &Path, trainable: bool, device: &Device) -> Result<Self> {
+        let checkpoint = Checkpoint::open(dir)?;
+        let vars = trainable.then(|| (VarMap::new(), VarMap::new()));
+        let options = |v: Option<&VarMap>| LoadOptions { trainable: v.cloned(), ..LoadOptions::default() };
+        let encoder = checkpoint.load_encoder(&options(vars.as_ref().map(|v| &v.0)), device)?;
+        let cfg = &checkpoint.config;
+        let vb = checkpoint.var_builder("", &options(vars.as_ref().map(|v| &v.1)), device).pp("lm_head");
+        let (h, std) = (cfg.hidden_size, cfg.initializer_range);
+        let dense = linear(vb.pp("dense"), h, h, std)?;
+        let norm = LayerNorm::load(vb.pp("layer_norm"), h, cfg.layer_norm_eps)?;
+        let bias = vb.get_with_hints(cfg.vocab_size, "bias", Init::Const(0.0)).map_err(|e| {
+            ModelError::InvalidInput(format!("{}: no masked-LM head (lm_head.bias): {e}", dir.display()))
+        })?;
+        Ok(Self { encoder, dense, norm, bias, vars })
+    }
+
+    /// The encoder.
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
+    }
+
+    /// Every variable (`encoder:…` and `lm_head.…`), when loaded as trainable.
+    pub fn named_vars(&self) -> Vec<(String, candle_core::Var)> {
+        let Some((encoder, head)) = &self.vars else { return Vec::new() };
+        let mut out = Vec::new();
+        for (prefix, map) in [("encoder:", encoder), ("lm_head.", head)] {
+            for (name, var) in map.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                out.push((format!("{prefix}{}", name.trim_start_matches("lm_head.")), var.clone()));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Vocabulary logits.
+    ///
+    /// # Shapes
+    /// `input_ids, attention_mask: [batch, seq]` (u32) → `[batch, seq, vocab]`
+    pub fn forward(&self, input_ids: &Tensor, attention_mask: &Tensor, mode: Mode) -> Result<Tensor> {
+        let hidden = self.encoder.forward(input_ids, attention_mask, mode)?.to_dtype(DType::F32)?;
+        let x = self.dense.forward(&hidden)?.gelu_erf()?;
+        let x = self.norm.forward(&x, mode)?;
+        let decoder = self.encoder.embeddings().word_embeddings();
+        Ok(x.broadcast_matmul(&decoder.t()?)?.broadcast_add(&self.bias)?)
+    }
+}
+
+/// Mean cross-entropy over the positions whose label is not −100 (`ignore_index`), as
+/// `RobertaForMaskedLM` computes its loss. Errors when no position is labelled.
+///
+/// # Shapes
+/// `logits: [batch, seq, vocab]`, `labels: batch·seq` (row-major) → scalar
+pub fn masked_lm_loss(logits: &Tensor, labels: &[i64]) -> Result<Tensor> {
+    let (b, s, v) = logits.dims3()?;
+    if labels.len() != b * s {
+        return Err(ModelError::InvalidInput(format!("{} labels for {b}×{s} positions", labels.len())));
+    }
+    let rows: Vec<u32> = (0..labels.len()).filter(|&i| labels[i] != -100).map(|i| i as u32).collect();
+    if rows.is_empty() {
+        return Err(ModelError::InvalidInput("no masked position to predict".into()));
+    }
+    let targets: Vec<u32> = rows.iter().map(|&i| labels[i as usize] as u32).collect();
+    if let Some(bad) = targets.iter().find(|&&t| t as usize >= v) {
+        return Err(ModelError::InvalidInput(format!("label {bad} is outside the vocabulary of {v}")));
+    }
+    let device = logits.device();
+    let chosen = logits.reshape((b * s, v))?.index_select(&Tensor::new(rows.as_slice(), device)?, 0)?;
+    let log_probs = candle_nn::ops::log_softmax(&chosen, 1)?;
+    let targets = Tensor::from_vec(targets, (rows.len(), 1), device)?;
+    Ok(log_probs.gather(&targets, 1)?.neg()?.mean_all()?)
+}
