@@ -12,6 +12,7 @@ pub mod hierarchical;
 pub mod layers;
 pub mod masked_lm;
 pub mod mode;
+pub mod model_dir;
 pub mod params;
 pub mod presets;
 pub mod sentence_pooling;

@@ -2,20 +2,26 @@
 //! `RobertaLMHead` computes it: dense → GELU → LayerNorm → decoder tied to the word
 //! embeddings, plus a bias. Loss: cross-entropy over the positions whose label is not −100.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, Module, VarMap};
 
 use crate::checkpoint::{Checkpoint, LoadOptions};
+use crate::config::EncoderConfig;
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
 use crate::layers::{linear, LayerNorm, Linear};
 use crate::mode::Mode;
+use crate::model_dir::write_new_dir;
 
 /// An encoder with its masked-language-model head (a `RobertaForMaskedLM` checkpoint).
 pub struct MaskedLm {
     encoder: Encoder,
+    config: EncoderConfig,
+    /// tokenizer.json as read at load time (written again by [`MaskedLm::save`]).
+    tokenizer_json: Option<Vec<u8>>,
     dense: Linear,
     norm: LayerNorm,
     bias: Tensor,
@@ -38,7 +44,48 @@ impl MaskedLm {
         let bias = vb.get_with_hints(cfg.vocab_size, "bias", Init::Const(0.0)).map_err(|e| {
             ModelError::InvalidInput(format!("{}: no masked-LM head (lm_head.bias): {e}", dir.display()))
         })?;
-        Ok(Self { encoder, dense, norm, bias, vars })
+        let tokenizer_json = checkpoint.files.tokenizer.as_ref().and_then(|p| std::fs::read(p).ok());
+        Ok(Self { encoder, config: cfg.clone(), tokenizer_json, dense, norm, bias, vars })
+    }
+
+    /// The encoder's configuration.
+    pub fn config(&self) -> &EncoderConfig {
+        &self.config
+    }
+
+    /// Uses `dtype` for the encoder's activations (see [`Encoder::set_compute_dtype`]).
+    pub fn set_precision(&mut self, dtype: DType) {
+        self.encoder.set_compute_dtype(dtype);
+    }
+
+    /// The tensors under the names `RobertaForMaskedLM.save_pretrained` writes (`roberta.…`
+    /// or `bert.…`, `lm_head.…`; the decoder is tied to the word embeddings and not stored).
+    pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
+        let (encoder, head) = self.vars.as_ref().ok_or_else(|| {
+            ModelError::InvalidInput("this model was loaded for inference only; load it as trainable to save it".into())
+        })?;
+        let prefix = self.config.weight_prefix();
+        let mut out = HashMap::new();
+        for (name, var) in encoder.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            out.insert(format!("{prefix}.{name}"), var.as_tensor().detach());
+        }
+        for (name, var) in head.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            out.insert(name.clone(), var.as_tensor().detach());
+        }
+        Ok(out)
+    }
+
+    /// Writes config.json, model.safetensors, tokenizer.json and `extra` files as the new
+    /// directory `out` (atomically; `out` must not exist).
+    pub fn save(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
+        let config = serde_json::to_string_pretty(&self.config).unwrap_or_default() + "\n";
+        let tokenizer = self
+            .tokenizer_json
+            .as_deref()
+            .ok_or_else(|| ModelError::InvalidInput("the model was loaded without a tokenizer.json".into()))?;
+        let mut files: Vec<(&str, &[u8])> = vec![("config.json", config.as_bytes()), ("tokenizer.json", tokenizer)];
+        files.extend_from_slice(extra);
+        write_new_dir(out, &self.named_tensors()?, &files)
     }
 
     /// The encoder.

@@ -65,8 +65,14 @@ pub fn is_trainable(name: &str, freezing: Freezing) -> bool {
     }
 }
 
+/// Biases and LayerNorm weights get no weight decay (the classifier's `norm.`, a task's
+/// `tasks.NAME.norm.`, the encoder's `LayerNorm`, the LM head's `layer_norm`).
 fn no_decay(name: &str) -> bool {
-    name.ends_with(".bias") || name.contains("LayerNorm") || name.starts_with("norm.")
+    name.ends_with(".bias")
+        || name.contains("LayerNorm")
+        || name.contains("layer_norm")
+        || name.starts_with("norm.")
+        || name.contains(".norm.")
 }
 
 /// Groups the trainable parameters of `named` (from `HierarchicalClassifier::named_vars`).
@@ -116,6 +122,9 @@ mod tests {
             "encoder:encoder.layer.1.output.dense.bias",
             "pooler.projection.weight",
             "norm.weight",
+            "tasks.topic.norm.weight",
+            "tasks.topic.pooler.projection.weight",
+            "lm_head.layer_norm.weight",
         ]
         .iter()
         .map(|n| (n.to_string(), var()))
@@ -138,6 +147,9 @@ mod tests {
         assert_eq!(lr_of(&g, "encoder:encoder.layer.1.output.dense.bias"), Some((1.0, 0.0)));
         assert_eq!(lr_of(&g, "pooler.projection.weight"), Some((5.0, 0.01)));
         assert_eq!(lr_of(&g, "norm.weight"), Some((5.0, 0.0)));
+        assert_eq!(lr_of(&g, "tasks.topic.norm.weight"), Some((5.0, 0.0)), "a task's LayerNorm");
+        assert_eq!(lr_of(&g, "lm_head.layer_norm.weight"), Some((5.0, 0.0)), "the LM head's LayerNorm");
+        assert_eq!(lr_of(&g, "tasks.topic.pooler.projection.weight"), Some((5.0, 0.01)));
         let with_emb = param_groups(&named(), 2, Freezing { train_embeddings: true, ..Freezing::default() }, S);
         assert_eq!(lr_of(&with_emb, "encoder:embeddings.word_embeddings.weight"), Some((0.125, 0.01)));
     }

@@ -9,6 +9,7 @@ pub mod groups;
 pub mod loss;
 pub mod optim;
 pub mod prefix;
+pub mod pretrain;
 pub mod recompute;
 pub mod schedule;
 pub mod trainer;

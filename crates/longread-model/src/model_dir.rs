@@ -1,0 +1,50 @@
+//! Writing a model directory atomically: assembled under a temporary name beside the target,
+//! every file synced, then renamed into place.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::Tensor;
+
+use crate::error::{ModelError, Result};
+
+/// Writes `tensors` as `model.safetensors` and `files` (name, bytes) into the new directory
+/// `out`, which must not exist; a kill at any moment leaves either nothing or all of it.
+pub fn write_new_dir(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&str, &[u8])]) -> Result<()> {
+    if out.exists() {
+        return Err(ModelError::OutputExists { path: out.to_owned() });
+    }
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ModelError::Io { path, source }
+    };
+    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
+    let weights = tmp.path().join("model.safetensors");
+    candle_core::safetensors::save(tensors, &weights)?;
+    let mut written = vec![weights];
+    for (name, bytes) in files {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, bytes).map_err(io(&path))?;
+        written.push(path);
+    }
+    for file in &written {
+        std::fs::File::open(file).and_then(|f| f.sync_all()).map_err(io(file))?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(io(tmp.path()))?;
+        std::fs::set_permissions(&written[0], std::fs::Permissions::from_mode(0o644)).map_err(io(&written[0]))?;
+    }
+    let kept = tmp.keep();
+    std::fs::rename(&kept, out).map_err(io(out))?;
+    if let Ok(dir) = std::fs::File::open(&parent) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
