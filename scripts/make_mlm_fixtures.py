@@ -7,11 +7,20 @@ tokenizer, hidden_act "gelu", random weights with non-trivial LayerNorm and bias
 {input_ids, attention_mask, labels, logits, loss} for a padded batch with some positions
 masked (labels -100 elsewhere), in eval mode with eager attention.
 
-Usage: python3 scripts/make_mlm_fixtures.py
+Also writes tests/fixtures/pretrained-mlm/: what `longread pretrain` writes for a very small
+RoBERTa (config below, tokenizer of tiny-roberta, 40 steps on the synthetic corpus), with
+expected.safetensors = transformers' RobertaForMaskedLM logits for a padded batch: the
+pretraining output must load in transformers with no missing or unexpected keys and give
+the same logits.
+
+Usage: cargo build --release -p longread-cli && python3 scripts/make_mlm_fixtures.py
 Needs: torch, transformers, safetensors.
 """
+import json
 import os
 import shutil
+import subprocess
+import tempfile
 
 import torch
 from safetensors.torch import save_file
@@ -50,5 +59,41 @@ def main():
     print(f"tiny-roberta-mlm: loss {out.loss.item():.6f}, logits {tuple(out.logits.shape)}")
 
 
+def pretrained_case(longread):
+    out = os.path.join(FIXTURES, "pretrained-mlm")
+    shutil.rmtree(out, ignore_errors=True)
+    config = {"model_type": "roberta", "vocab_size": 400, "hidden_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 66,
+              "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1, "hidden_act": "gelu",
+              "architectures": ["RobertaForMaskedLM"], "tie_word_embeddings": True}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "config.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        run = os.path.join(tmp, "run")
+        subprocess.run([longread, "--quiet", "pretrain", "--corpus", os.path.join(FIXTURES, "synthetic"),
+                        "--tokenizer", os.path.join(FIXTURES, "tiny-roberta"), "--config", path, "--out", run,
+                        "--max-steps", "40", "--batch-size", "4", "--seq-len", "48", "--eval-every", "20",
+                        "--lr", "3e-3", "--warmup-steps", "4", "--seed", "3"], check=True)
+        os.makedirs(out)
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            shutil.copy(os.path.join(run, name), os.path.join(out, name))
+    model, info = RobertaForMaskedLM.from_pretrained(out, output_loading_info=True, attn_implementation="eager")
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    model.eval()
+    input_ids = torch.tensor([[0, 45, 4, 87, 120, 4, 9, 2, 1, 1], [0, 300, 17, 4, 55, 66, 77, 88, 99, 2]])
+    attention_mask = (input_ids != 1).long()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    save_file({"input_ids": input_ids.to(torch.int64), "attention_mask": attention_mask.to(torch.int64),
+               "logits": logits.contiguous()}, os.path.join(out, "expected.safetensors"))
+    print(f"pretrained-mlm: loaded with {info}")
+
+
 if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--longread", default=os.path.join(ROOT, "target", "release", "longread"))
+    args = ap.parse_args()
     main()
+    pretrained_case(args.longread)

@@ -1,5 +1,6 @@
 //! `longread`: classify long documents with hierarchical transformers.
 
+mod checkpoints;
 mod commands;
 mod config_file;
 mod io;
@@ -57,6 +58,10 @@ enum Command {
     /// initialised RoBERTa (RobertaForMaskedLM layout) for a tokenizer.
     #[command(subcommand)]
     Encoder(commands::encoder::EncoderCommand),
+    /// Masked-language-model pretraining of a RoBERTa (preset or config.json) on a corpus, with
+    /// dynamic masking. `--config FILE.toml` supplies flags as for `train`.
+    #[command(args_override_self = true)]
+    Pretrain(Box<commands::pretrain::PretrainArgs>),
 }
 
 fn main() {
@@ -87,6 +92,7 @@ fn main() {
         Command::Train(args) => commands::train::run(*args, cli.quiet).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, cli.quiet).map(|_| 0),
         Command::Encoder(command) => commands::encoder::run(command, cli.quiet).map(|_| 0),
+        Command::Pretrain(args) => commands::pretrain::run(*args, cli.quiet).map(|_| 0),
     };
     match result {
         Ok(0) => {}
@@ -99,8 +105,16 @@ fn main() {
 }
 
 /// One line: the context chain joined with ": ".
+/// A cause already quoted by the message before it (`path: error` wrapping `error`) is not
+/// repeated.
 fn format_error(err: &anyhow::Error) -> String {
-    err.chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain().map(|e| e.to_string()) {
+        if parts.last().is_none_or(|last| !last.ends_with(&cause)) {
+            parts.push(cause);
+        }
+    }
+    parts.join(": ")
 }
 
 fn init_logging(quiet: bool) {

@@ -58,3 +58,21 @@ fn gradients_reach_every_parameter_including_the_tied_decoder() {
         assert!(g.is_some(), "{name} gets no gradient");
     }
 }
+
+/// What `longread pretrain` wrote (fixture by `scripts/make_mlm_fixtures.py`) loads in
+/// transformers' RobertaForMaskedLM with no missing keys and gives these logits.
+#[test]
+fn a_pretrained_output_gives_the_logits_transformers_computes_from_it() {
+    let e = candle_core::safetensors::load(fixture("pretrained-mlm/expected.safetensors"), &Device::Cpu).unwrap();
+    let model = MaskedLm::load(&fixture("pretrained-mlm"), false, &Device::Cpu).unwrap();
+    let ids = e["input_ids"].to_dtype(DType::U32).unwrap();
+    let mask = e["attention_mask"].to_dtype(DType::U32).unwrap();
+    let logits = model.forward(&ids, &mask, Mode::Eval).unwrap();
+    let keep = e["attention_mask"].to_dtype(DType::F32).unwrap().unsqueeze(2).unwrap();
+    let diff = logits.sub(&e["logits"]).unwrap().broadcast_mul(&keep).unwrap().abs().unwrap();
+    let diff = diff.max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(diff <= 1e-4, "logits differ by {diff}");
+    // Trained, not fresh: the LM bias moved away from its zero initialisation.
+    let bias = candle_core::safetensors::load(fixture("pretrained-mlm/model.safetensors"), &Device::Cpu).unwrap();
+    assert!(bias["lm_head.bias"].abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap() > 1e-3);
+}

@@ -34,6 +34,17 @@ pub fn pack_sequences(documents: &[Vec<u32>], seq_len: usize, bos: u32, eos: u32
         .collect()
 }
 
+/// Splits packed sequences into (held-out, training): a seeded shuffle, then the first
+/// `ceil(fraction · n)` (at least one) are held out.
+pub fn split_held_out(mut sequences: Vec<Vec<u32>>, fraction: f64, seed: u64) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    sequences.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    let n = ((sequences.len() as f64 * fraction).ceil() as usize).max(1).min(sequences.len());
+    let train = sequences.split_off(n);
+    (sequences, train)
+}
+
 /// Dynamic masking settings.
 #[derive(Debug, Clone)]
 pub struct Masker {
@@ -93,6 +104,18 @@ mod tests {
         expected.push(2);
         expected.extend(100..107);
         assert_eq!(inner, expected, "contiguous text across documents, separated by </s>");
+    }
+
+    #[test]
+    fn held_out_split_is_seeded_and_a_partition() {
+        let seqs: Vec<Vec<u32>> = (0..40).map(|i| vec![i]).collect();
+        let (held, train) = split_held_out(seqs.clone(), 0.1, 5);
+        assert_eq!((held.len(), train.len()), (4, 36));
+        let mut all: Vec<Vec<u32>> = held.iter().chain(&train).cloned().collect();
+        all.sort();
+        assert_eq!(all, seqs);
+        assert_eq!(split_held_out(seqs.clone(), 0.1, 5).0, held);
+        assert_eq!(split_held_out(seqs[..3].to_vec(), 0.01, 5).0.len(), 1, "at least one");
     }
 
     #[test]

@@ -255,7 +255,7 @@ pub fn pretrain(
         on_step(PretrainStep { step: state.step, total_steps: cfg.max_steps, loss, lr, tokens: n_tokens });
 
         let stop = cfg.stop_after_step == Some(state.step);
-        if state.step % cfg.eval_every == 0 || state.step == cfg.max_steps || stop {
+        if state.step.is_multiple_of(cfg.eval_every) || state.step == cfg.max_steps || stop {
             let train_seconds = since.elapsed().as_secs_f64();
             let eval_loss = evaluate(model, held_out, cfg, device)?;
             let log = PretrainLog {

@@ -4,6 +4,7 @@ pub mod eval;
 pub mod init;
 pub mod inspect;
 pub mod predict;
+pub mod pretrain;
 pub mod report;
 pub mod tokenizer;
 pub mod train;

@@ -14,8 +14,7 @@ use longread_model::hierarchical::HierarchicalClassifier;
 use longread_text::{Chunker, TextTokenizer};
 use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Split};
 
-use args::LogFormat;
-pub use args::{Precision, TrainArgs};
+pub use args::{LogFormat, Precision, TrainArgs};
 use output::{read_checkpoint, RunOutput, CHECKPOINT};
 
 /// Runs `longread train`.

@@ -9,10 +9,9 @@ use candle_core::Device;
 use longread_report::curves::EpochPoint;
 use longread_train::trainer::{EpochEnd, Resume, TrainerState};
 
+use crate::checkpoints::save_checkpoint;
+pub(super) use crate::checkpoints::{remove_other_checkpoints, CHECKPOINT};
 use crate::io::write_atomically;
-
-/// The resumable checkpoint inside the output directory.
-pub(super) const CHECKPOINT: &str = "checkpoint-last";
 
 /// The output directory of a run and the epochs logged so far.
 pub(super) struct RunOutput {
@@ -79,77 +78,9 @@ impl RunOutput {
         // same result), and the metrics of a repeated epoch replace the ones written here.
         let extra =
             [("optimizer.safetensors", moments_bytes.as_slice()), ("trainer_state.json", state_text.as_bytes())];
-        save_checkpoint(end.model, &self.out, end.state.epoch, &extra)?;
+        save_checkpoint(&self.out, end.state.epoch, |dir| Ok(end.model.save_replacing(dir, &extra)?))?;
         Ok(())
     }
-}
-
-/// Writes the checkpoint of `epoch` as `out/checkpoint-EPOCH` (assembled in a temporary
-/// directory, synced, renamed), then points the symbolic link `out/checkpoint-last` at it
-/// (a new link renamed over the old one: atomic), and only then removes older checkpoints.
-/// A kill at any moment leaves `checkpoint-last` naming a complete checkpoint.
-fn save_checkpoint(
-    model: &longread_model::hierarchical::HierarchicalClassifier,
-    out: &Path,
-    epoch: usize,
-    extra: &[(&str, &[u8])],
-) -> longread_train::Result<()> {
-    let name = format!("checkpoint-{epoch:05}");
-    let dir = out.join(&name);
-    let link = out.join(CHECKPOINT);
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| longread_train::TrainError::Io { path, source }
-    };
-    // Left over by a run killed before it linked this epoch's checkpoint: not in use.
-    if dir.exists() && std::fs::read_link(&link).ok().as_deref() != Some(Path::new(&name)) {
-        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
-    }
-    model.save_replacing(&dir, extra)?;
-    if link.is_dir() && std::fs::symlink_metadata(&link).is_ok_and(|m| m.is_dir()) {
-        // A checkpoint directory from an older version of longread.
-        std::fs::remove_dir_all(&link).map_err(io(&link))?;
-    }
-    let tmp_link = out.join(format!(".{CHECKPOINT}-{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp_link);
-    std::os::unix::fs::symlink(&name, &tmp_link).map_err(io(&tmp_link))?;
-    std::fs::rename(&tmp_link, &link).map_err(io(&link))?;
-    if let Ok(d) = std::fs::File::open(out) {
-        let _ = d.sync_all();
-    }
-    remove_other_checkpoints(out, Some(&name))
-}
-
-/// Removes `out/checkpoint-*` directories other than `keep` (and the link itself when
-/// `keep` is `None`), and the temporary files and directories of writes a killed run left
-/// unfinished in `out` (called when no write of this run is under way).
-pub(super) fn remove_other_checkpoints(out: &Path, keep: Option<&str>) -> longread_train::Result<()> {
-    let entries =
-        std::fs::read_dir(out).map_err(|source| longread_train::TrainError::Io { path: out.to_owned(), source })?;
-    let temporary = [".longread-".to_string(), ".model-".to_string(), format!(".{CHECKPOINT}-")];
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        let result = if name == CHECKPOINT {
-            if keep.is_some() {
-                continue;
-            }
-            std::fs::remove_file(&path)
-        } else if (name.starts_with("checkpoint-") && Some(name.as_str()) != keep)
-            || temporary.iter().any(|t| name.starts_with(t.as_str()))
-        {
-            if is_dir {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            }
-        } else {
-            continue;
-        };
-        result.map_err(|source| longread_train::TrainError::Io { path, source })?;
-    }
-    Ok(())
 }
 
 fn io_err(path: &Path, message: String) -> longread_train::TrainError {

@@ -1,0 +1,107 @@
+//! `longread pretrain` end to end on a very small RoBERTa.
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_clean_failure, fixture, json_lines, longread};
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_owned()
+}
+
+/// `pretrain` with a 2×32 RoBERTa on the synthetic corpus and tiny-roberta's tokenizer.
+fn pretrain(tmp: &Path, out: &str, extra: &[&str]) -> std::process::Output {
+    let config = tmp.join("config.json");
+    if !config.exists() {
+        let c = serde_json::json!({"model_type": "roberta", "vocab_size": 400, "hidden_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+            "max_position_embeddings": 66, "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1});
+        std::fs::write(&config, c.to_string()).unwrap();
+    }
+    let mut args = vec![
+        "pretrain".to_string(),
+        "--corpus".into(),
+        s(&fixture("synthetic")),
+        "--tokenizer".into(),
+        s(&fixture("tiny-roberta")),
+        "--config".into(),
+        s(&config),
+        "--out".into(),
+        s(&tmp.join(out)),
+    ];
+    for a in ["--max-steps", "30", "--batch-size", "4", "--seq-len", "48", "--eval-every", "10", "--lr", "3e-3"] {
+        args.push(a.into());
+    }
+    args.extend(extra.iter().map(|a| a.to_string()));
+    longread(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[test]
+fn pretraining_logs_perplexity_resumes_exactly_and_feeds_a_classifier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = pretrain(tmp.path(), "whole", &["--log-format", "json"]);
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    let evals: Vec<serde_json::Value> =
+        json_lines(&whole.stdout).into_iter().filter(|e| e["event"] == "eval").collect();
+    assert_eq!(evals.len(), 3);
+    assert!(evals.iter().all(|e| e["perplexity"].as_f64().unwrap() > 1.0));
+    assert!(evals[2]["eval_loss"].as_f64().unwrap() < evals[0]["eval_loss"].as_f64().unwrap() + 0.5);
+
+    assert_clean_failure(&pretrain(tmp.path(), "whole", &[]), "already exists");
+    assert_clean_failure(&pretrain(tmp.path(), "sliced", &["--resume", "auto"]), "nothing to resume");
+    let first = pretrain(tmp.path(), "sliced", &["--stop-after-step", "10"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(tmp.path().join("sliced/checkpoint-last/optimizer.safetensors").is_file());
+    let rest = pretrain(tmp.path(), "sliced", &["--resume", "auto"]);
+    assert!(rest.status.success(), "{}", String::from_utf8_lossy(&rest.stderr));
+    let load = |d: &str| {
+        candle_core::safetensors::load(tmp.path().join(d).join("model.safetensors"), &candle_core::Device::Cpu).unwrap()
+    };
+    let (a, b) = (load("whole"), load("sliced"));
+    for (name, t) in &a {
+        let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            == b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(same, "{name} differs after resuming");
+    }
+    let lines = std::fs::read_to_string(tmp.path().join("sliced/metrics.jsonl")).unwrap().lines().count();
+    assert_eq!(lines, 3);
+    assert!(!tmp.path().join("whole/checkpoint-last").exists(), "checkpoints removed once complete");
+
+    let init = longread(&[
+        "init",
+        "--encoder",
+        &s(&tmp.path().join("whole")),
+        "--labels",
+        "rain,prices",
+        "--out",
+        &s(&tmp.path().join("clf")),
+        "--chunk-size",
+        "32",
+        "--stride",
+        "8",
+    ]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+}
+
+#[test]
+fn pretraining_input_problems_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = s(&tmp.path().join("o"));
+    // Every run is capped at 2 steps, in case a check is missing.
+    let run = |extra: &[&str]| {
+        let mut args = vec!["pretrain", "--out", &out, "--max-steps", "2"];
+        args.extend_from_slice(extra);
+        longread(&args)
+    };
+    let (corpus, roberta) = (s(&fixture("synthetic")), s(&fixture("tiny-roberta")));
+    assert_clean_failure(&run(&["--corpus", &corpus, "--tokenizer", &roberta]), "give --preset NAME or --config FILE");
+    let o = run(&["--corpus", &corpus, "--tokenizer", &roberta, "--preset", "tiny", "--seq-len", "1000"]);
+    assert_clean_failure(&o, "--seq-len must be between 3 and the model's 512 positions");
+    let bert = s(&fixture("tiny-bert/config.json"));
+    let o = run(&["--corpus", &corpus, "--tokenizer", &s(&fixture("tiny-bert")), "--config", &bert]);
+    assert_clean_failure(&o, "must be a RoBERTa");
+    let o = run(&["--corpus", &s(&tmp.path().join("none")), "--tokenizer", &roberta, "--preset", "tiny"]);
+    assert_clean_failure(&o, "none");
+    assert!(!tmp.path().join("o").exists(), "nothing is written for bad input");
+}
