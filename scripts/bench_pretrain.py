@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""MLM pretraining throughput: `longread pretrain` vs PyTorch + transformers'
+RobertaForMaskedLM on the same model shape, tokenizer, packed sequences, batch and masking
+recipe (15%, 80/10/10), AdamW, in one run. Prints training tokens/s and the ratio.
+
+    python3 scripts/bench_pretrain.py [--presets tiny,small] [--steps 30] [--batch-size 8]
+                                      [--seq-len 128] [--threads 2] [--docs 200]
+
+Corpus: the first --docs articles of ../shared/data/hyperpartisan/train.jsonl; tokenizer: a
+byte-level BPE of 8,000 tokens trained on them by `longread tokenizer train`. Time = all steps
+(forward, backward, clipping, AdamW; masking and batching included); longread's figure is its own
+`tokens_per_second` over the steps (held-out evaluation excluded); PyTorch's the same loop's.
+Needs: a release build, torch, transformers, tokenizers.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+SHARED = os.path.join(ROOT, "..", "shared")
+BINARY = os.path.join(ROOT, "target", "release", "longread")
+
+
+def torch_tokens_per_second(encoder_dir, texts, args):
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import RobertaForMaskedLM
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    tok = Tokenizer.from_file(os.path.join(encoder_dir, "tokenizer.json"))
+    ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+    bos, eos, pad, mask = (tok.token_to_id(t) for t in ("<s>", "</s>", "<pad>", "<mask>"))
+    stream = []
+    for i, d in enumerate(ids):
+        if i:
+            stream.append(eos)
+        stream.extend(d)
+    w = args.seq_len - 2
+    seqs = [[bos] + stream[i:i + w] + [eos] for i in range(0, len(stream), w)]
+    model = RobertaForMaskedLM.from_pretrained(encoder_dir, attn_implementation="eager").train()
+    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n]
+    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=5e-4)
+    vocab = tok.get_vocab_size()
+    specials = torch.tensor([bos, eos, pad, mask, tok.token_to_id("<unk>")])
+    tokens, start = 0, None
+    for step in range(args.steps + 1):
+        if step == 1:
+            start, tokens = time.perf_counter(), 0  # the first step warms up
+        batch = [seqs[(step * args.batch_size + k) % len(seqs)] for k in range(args.batch_size)]
+        width = max(len(s) for s in batch)
+        x = torch.tensor([s + [pad] * (width - len(s)) for s in batch])
+        att = (x != pad).long()
+        labels = x.clone()
+        prob = torch.full(x.shape, 0.15)
+        prob[torch.isin(x, specials)] = 0.0
+        chosen = torch.bernoulli(prob).bool()
+        labels[~chosen] = -100
+        replace = torch.bernoulli(torch.full(x.shape, 0.8)).bool() & chosen
+        x[replace] = mask
+        rand = torch.bernoulli(torch.full(x.shape, 0.5)).bool() & chosen & ~replace
+        x[rand] = torch.randint(vocab, x.shape)[rand]
+        loss = model(input_ids=x, attention_mask=att, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tokens += int(att.sum())
+    return tokens / (time.perf_counter() - start)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="tiny,small")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--docs", type=int, default=200)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = os.path.join(tmp, "corpus.jsonl")
+        texts = []
+        with open(os.path.join(SHARED, "data", "hyperpartisan", "train.jsonl")) as f, open(corpus, "w") as g:
+            for line in list(f)[:args.docs]:
+                text = json.loads(line)["text"]
+                texts.append(text)
+                g.write(json.dumps({"text": text}) + "\n")
+        tok_dir = os.path.join(tmp, "tok")
+        subprocess.run([BINARY, "-q", "tokenizer", "train", "--corpus", corpus, "--vocab-size", "8000",
+                        "--out", tok_dir], check=True)
+        for preset in args.presets.split(","):
+            out = os.path.join(tmp, f"run-{preset}")
+            run = subprocess.run([BINARY, "--threads", str(args.threads), "pretrain", "--corpus", corpus,
+                                  "--tokenizer", tok_dir, "--preset", preset, "--out", out,
+                                  "--max-steps", str(args.steps + 1), "--eval-every", "1000000",
+                                  "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+                                  "--held-out", "0.01", "--log-format", "json"],
+                                 check=True, capture_output=True, text=True)
+            events = [json.loads(l) for l in run.stdout.splitlines() if l.strip()]
+            steps = [e for e in events if e["event"] == "step"][1:]  # the first step warms up
+            ours = sum(e["tokens_per_second"] ** -1 for e in steps)
+            ours = len(steps) / ours  # harmonic mean of per-step rates = tokens/s at a fixed batch
+            encoder = os.path.join(tmp, f"enc-{preset}")
+            subprocess.run([BINARY, "-q", "encoder", "new", "--preset", preset, "--tokenizer", tok_dir,
+                            "--out", encoder], check=True)
+            theirs = torch_tokens_per_second(encoder, texts, args)
+            print(json.dumps({"preset": preset, "batch": args.batch_size, "seq_len": args.seq_len,
+                              "steps": args.steps, "longread_tokens_per_s": round(ours, 1),
+                              "pytorch_tokens_per_s": round(theirs, 1), "ratio": round(ours / theirs, 3)}))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
