@@ -15,6 +15,9 @@ pub struct ParameterBreakdown {
     pub pooler_attention: usize,
     /// Classification / LM heads and the document LayerNorm.
     pub classifier: usize,
+    /// The heads of further tasks of a multi-task model (`tasks.NAME.…`: pooling, LayerNorm,
+    /// classifier).
+    pub task_heads: usize,
     /// Anything else.
     pub other: usize,
     /// Sum of everything.
@@ -49,6 +52,8 @@ impl ParameterBreakdown {
                 {
                     *slot += n;
                 }
+            } else if local.starts_with("tasks.") {
+                b.task_heads += n;
             } else if local.starts_with("pooler.") {
                 b.pooler_attention += n;
             } else if ["classifier.", "norm.", "lm_head.", "heads."].iter().any(|p| local.starts_with(p)) {
@@ -77,6 +82,7 @@ mod tests {
             ("bert.encoder.layer.1.output.dense.bias".into(), vec![4]),
             ("bert.pooler.dense.weight".into(), vec![4, 4]),
             ("classifier.out_proj.weight".into(), vec![3, 4]),
+            ("tasks.topic.classifier.out_proj.weight".into(), vec![2, 4]),
         ];
         let b =
             ParameterBreakdown::from_tensors(shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())), "bert", 2, |n| {
@@ -84,6 +90,7 @@ mod tests {
             });
         assert_eq!((b.embeddings, b.encoder_layers, b.pooler_attention, b.classifier), (40, 20, 16, 12));
         assert_eq!(b.per_layer, vec![16, 4]);
-        assert_eq!((b.total, b.trainable), (88, 48));
+        assert_eq!(b.task_heads, 8);
+        assert_eq!((b.total, b.trainable), (96, 56));
     }
 }

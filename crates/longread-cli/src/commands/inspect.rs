@@ -32,6 +32,9 @@ pub fn run(args: InspectArgs) -> Result<()> {
         !(local.starts_with("embeddings.") || local.starts_with("pooler.dense."))
     });
     let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
+    // A multi-task classifier lists its tasks in the longread section.
+    let tasks: Vec<serde_json::Value> =
+        cfg.extra.get("longread").and_then(|l| l.get("tasks")).and_then(|t| t.as_array()).cloned().unwrap_or_default();
     let weight_files: Vec<String> = checkpoint
         .files
         .weights
@@ -60,6 +63,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             "weight_prefix": prefix,
             "tokenizer": checkpoint.files.tokenizer.is_some(),
             "parameters": params,
+            "tasks": tasks,
         });
         println!("{}", serde_json::to_string_pretty(&summary)?);
         return Ok(());
@@ -94,6 +98,18 @@ pub fn run(args: InspectArgs) -> Result<()> {
         if prefix.is_empty() { "none" } else { &prefix }
     );
     println!("tokenizer        {}", if checkpoint.files.tokenizer.is_some() { "tokenizer.json" } else { "missing" });
+    for (i, task) in tasks.iter().enumerate() {
+        println!(
+            "{:<16} {} (column \"{}\"): {}",
+            if i == 0 { "tasks" } else { "" },
+            task["name"].as_str().unwrap_or("?"),
+            task["column"].as_str().unwrap_or("?"),
+            task["labels"]
+                .as_array()
+                .map(|l| l.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        );
+    }
     println!();
     println!("{:<18} {:>14}", "parameters", "count");
     let per_layer = params.per_layer.first().copied().unwrap_or(0);
@@ -102,12 +118,13 @@ pub fn run(args: InspectArgs) -> Result<()> {
         ("encoder layers", params.encoder_layers, format!("  ({} × {})", params.per_layer.len(), group(per_layer))),
         ("pooler/attention", params.pooler_attention, String::new()),
         ("classifier", params.classifier, String::new()),
+        ("other task heads", params.task_heads, String::new()),
         ("other", params.other, String::new()),
         ("total", params.total, String::new()),
         ("trainable", params.trainable, "  (default fine-tuning: embeddings frozen, BERT pooler unused)".into()),
     ];
     for (name, count, note) in rows {
-        if name == "other" && count == 0 {
+        if (name == "other" || name == "other task heads") && count == 0 {
             continue;
         }
         println!("  {name:<16} {:>14}{note}", group(count));
