@@ -14,13 +14,16 @@ pub fn write_new_dir(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&s
     if out.exists() {
         return Err(ModelError::OutputExists { path: out.to_owned() });
     }
+    let tmp = write_temporary_dir(out, tensors, files)?;
+    std::fs::rename(&tmp, out).map_err(io(out))
+}
+
+/// Writes `tensors` and `files` into a synced temporary directory beside `out` (named
+/// `.longread-save-*`) and returns its path, for the caller to rename into place.
+pub fn write_temporary_dir(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&str, &[u8])]) -> Result<PathBuf> {
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
-    };
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| ModelError::Io { path, source }
     };
     std::fs::create_dir_all(&parent).map_err(io(&parent))?;
     let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
@@ -42,9 +45,14 @@ pub fn write_new_dir(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&s
         std::fs::set_permissions(&written[0], std::fs::Permissions::from_mode(0o644)).map_err(io(&written[0]))?;
     }
     let kept = tmp.keep();
-    std::fs::rename(&kept, out).map_err(io(out))?;
     if let Ok(dir) = std::fs::File::open(&parent) {
         let _ = dir.sync_all();
     }
-    Ok(())
+    Ok(kept)
+}
+
+/// Maps an I/O error on `path` to [`ModelError::Io`].
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError {
+    let path = path.to_owned();
+    move |source| ModelError::Io { path, source }
 }

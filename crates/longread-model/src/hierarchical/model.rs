@@ -14,6 +14,7 @@ use crate::hierarchical::config::{validate_task_name, ChunkPooling, ClassifierCo
 use crate::hierarchical::head::ClassificationHead;
 use crate::layers::Dropout;
 use crate::mode::Mode;
+use crate::model_dir::write_temporary_dir;
 
 /// Pooling, LayerNorm and head of one task.
 struct TaskHead {
@@ -348,42 +349,13 @@ impl HierarchicalClassifier {
 
     /// Writes everything into a synced temporary directory beside `out`; returns its path.
     fn write_temporary(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<PathBuf> {
-        let parent = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        std::fs::create_dir_all(&parent).map_err(io_error(&parent))?;
-        let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io_error(&parent))?;
-        let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default();
-        let config_path = tmp.path().join("config.json");
-        std::fs::write(&config_path, config + "\n").map_err(io_error(&config_path))?;
-        let weights = tmp.path().join("model.safetensors");
-        candle_core::safetensors::save(&self.named_tensors()?, &weights)?;
-        let tokenizer = tmp.path().join("tokenizer.json");
-        // Written rather than copied: a copy would keep the source's permissions (read-only in
-        // a shared folder), and a later save over this directory would fail.
-        std::fs::write(&tokenizer, &self.tokenizer_json).map_err(io_error(&tokenizer))?;
-        let mut files = vec![config_path, weights.clone(), tokenizer];
-        for (name, bytes) in extra {
-            let path = tmp.path().join(name);
-            std::fs::write(&path, bytes).map_err(io_error(&path))?;
-            files.push(path);
-        }
-        for file in &files {
-            std::fs::File::open(file).and_then(|f| f.sync_all()).map_err(io_error(file))?;
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            for (path, mode) in [(tmp.path(), 0o755), (weights.as_path(), 0o644)] {
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_error(path))?;
-            }
-        }
-        let tmp_path = tmp.keep();
-        if let Ok(dir) = std::fs::File::open(&parent) {
-            let _ = dir.sync_all();
-        }
-        Ok(tmp_path)
+        let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default() + "\n";
+        // The tokenizer is written rather than copied: a copy would keep the source's
+        // permissions (read-only in a shared folder), and a later save over it would fail.
+        let mut files: Vec<(&str, &[u8])> =
+            vec![("config.json", config.as_bytes()), ("tokenizer.json", &self.tokenizer_json)];
+        files.extend_from_slice(extra);
+        write_temporary_dir(out, &self.named_tensors()?, &files)
     }
 }
 
