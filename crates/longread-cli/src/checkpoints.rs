@@ -1,7 +1,11 @@
 //! Resumable checkpoints inside an output directory: `checkpoint-NNNNN/` directories and the
 //! symbolic link `checkpoint-last` to the newest, swapped atomically.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use candle_core::{Device, Tensor};
 
 /// The link to the newest checkpoint inside an output directory.
 pub const CHECKPOINT: &str = "checkpoint-last";
@@ -71,4 +75,43 @@ pub fn remove_other_checkpoints(out: &Path, keep: Option<&str>) -> longread_trai
         result.map_err(|source| longread_train::TrainError::Io { path, source })?;
     }
     Ok(())
+}
+
+/// The checkpoint a run continues from: none for a new run (whose `out` must not exist),
+/// `out/checkpoint-last` for `--resume auto`, or the directory given.
+pub fn resume_from(out: &Path, resume: Option<&str>) -> anyhow::Result<Option<PathBuf>> {
+    match resume {
+        None if out.exists() => {
+            bail!("{} already exists; choose another --out, or continue its run with --resume auto", out.display())
+        }
+        None => Ok(None),
+        Some("auto") => {
+            let dir = out.join(CHECKPOINT);
+            if !dir.join("trainer_state.json").is_file() {
+                bail!("nothing to resume: {} has no checkpoint (no {CHECKPOINT}/trainer_state.json)", out.display());
+            }
+            Ok(Some(dir))
+        }
+        Some(dir) => Ok(Some(PathBuf::from(dir))),
+    }
+}
+
+/// A checkpoint's run state (`trainer_state.json`: `state` and `optimizer_steps`) and AdamW
+/// moments (`optimizer.safetensors`).
+pub fn read_checkpoint<S: serde::de::DeserializeOwned>(
+    dir: &Path,
+) -> anyhow::Result<(S, HashMap<String, u64>, HashMap<String, Tensor>)> {
+    #[derive(serde::Deserialize)]
+    struct Saved<S> {
+        state: S,
+        optimizer_steps: HashMap<String, u64>,
+    }
+    let path = dir.join("trainer_state.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let saved: Saved<S> =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a trainer state", path.display()))?;
+    let moments_path = dir.join("optimizer.safetensors");
+    let moments = candle_core::safetensors::load(&moments_path, &Device::Cpu)
+        .with_context(|| format!("reading {}", moments_path.display()))?;
+    Ok((saved.state, saved.optimizer_steps, moments))
 }

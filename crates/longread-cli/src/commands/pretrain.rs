@@ -2,7 +2,7 @@
 //! config.json) on a corpus, with dynamic masking; the output is a `RobertaForMaskedLM`
 //! directory that transformers loads and `longread init --encoder` accepts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
@@ -14,11 +14,11 @@ use longread_model::presets::{init_masked_lm, preset_config};
 use longread_model::EncoderConfig;
 use longread_text::mlm::{pack_sequences, split_held_out, Masker};
 use longread_text::{read_corpus, TextTokenizer};
-use longread_train::pretrain::{pretrain, PretrainConfig, PretrainResume, PretrainState};
+use longread_train::pretrain::{pretrain, PretrainConfig, PretrainResume};
 use longread_train::schedule::Decay;
 use longread_train::AdamWConfig;
 
-use crate::checkpoints::{remove_other_checkpoints, save_checkpoint, CHECKPOINT};
+use crate::checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, save_checkpoint};
 use crate::commands::train::{LogFormat, Precision};
 use crate::io::write_atomically;
 
@@ -117,20 +117,7 @@ fn specials(tokenizer: &TextTokenizer) -> Result<Specials> {
 /// Runs `longread pretrain`.
 pub fn run(args: PretrainArgs, quiet: bool) -> Result<()> {
     let device = Device::Cpu;
-    let checkpoint = match args.resume.as_deref() {
-        None if args.out.exists() => {
-            bail!("{} already exists; choose another --out, or continue its run with --resume auto", args.out.display())
-        }
-        None => None,
-        Some("auto") => {
-            let dir = args.out.join(CHECKPOINT);
-            if !dir.join("trainer_state.json").is_file() {
-                bail!("nothing to resume: {} has no checkpoint", args.out.display());
-            }
-            Some(dir)
-        }
-        Some(dir) => Some(PathBuf::from(dir)),
-    };
+    let checkpoint = resume_from(&args.out, args.resume.as_deref())?;
     let in_unit = |x: f64| 0.0 < x && x < 1.0;
     if !in_unit(args.mask_prob) || !in_unit(args.held_out) {
         bail!("--mask-prob and --held-out must be between 0 and 1");
@@ -181,7 +168,10 @@ pub fn run(args: PretrainArgs, quiet: bool) -> Result<()> {
     if args.seq_len < 3 || args.seq_len > model.config().max_sequence_length() {
         bail!("--seq-len must be between 3 and the model's {} positions", model.config().max_sequence_length());
     }
-    let resume = checkpoint.as_deref().map(read_checkpoint).transpose()?;
+    let resume = checkpoint
+        .as_deref()
+        .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| PretrainResume { state, moments, steps }))
+        .transpose()?;
 
     let sequences = pack_sequences(&ids, args.seq_len, special.bos, special.eos, special.eos);
     let n = sequences.len();
@@ -315,20 +305,4 @@ pub fn run(args: PretrainArgs, quiet: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The run state and optimizer moments of a checkpoint directory.
-fn read_checkpoint(dir: &Path) -> Result<PretrainResume> {
-    #[derive(serde::Deserialize)]
-    struct Saved {
-        state: PretrainState,
-        optimizer_steps: std::collections::HashMap<String, u64>,
-    }
-    let path = dir.join("trainer_state.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let saved: Saved =
-        serde_json::from_str(&text).with_context(|| format!("{}: not a trainer state", path.display()))?;
-    let moments = candle_core::safetensors::load(dir.join("optimizer.safetensors"), &Device::Cpu)
-        .with_context(|| format!("reading {}", dir.join("optimizer.safetensors").display()))?;
-    Ok(PretrainResume { state: saved.state, moments, steps: saved.optimizer_steps })
 }

@@ -4,44 +4,32 @@ mod args;
 mod data;
 mod output;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_text::{Chunker, TextTokenizer};
-use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Split};
+use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Resume, Split};
 
 pub use args::{LogFormat, Precision, TrainArgs};
-use output::{read_checkpoint, RunOutput, CHECKPOINT};
+use output::{RunOutput, CHECKPOINT};
+
+use crate::checkpoints::{read_checkpoint, resume_from};
 
 /// Runs `longread train`.
 pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
-    let checkpoint = match args.resume.as_deref() {
-        None if args.out.exists() => {
-            bail!("{} already exists; choose another --out, or continue its run with --resume auto", args.out.display())
-        }
-        None => None,
-        Some("auto") => {
-            let dir = args.out.join(CHECKPOINT);
-            if !dir.join("trainer_state.json").is_file() {
-                bail!(
-                    "nothing to resume: {} has no checkpoint (no {CHECKPOINT}/trainer_state.json)",
-                    args.out.display()
-                );
-            }
-            Some(dir)
-        }
-        Some(dir) => Some(PathBuf::from(dir)),
-    };
+    let checkpoint = resume_from(&args.out, args.resume.as_deref())?;
     let device = Device::Cpu;
     let source = checkpoint.as_deref().unwrap_or(&args.model);
     let mut model = HierarchicalClassifier::load(source, true, &device)
         .with_context(|| format!("loading model {}", source.display()))?;
     model.set_precision(args.precision.dtype())?;
-    let resume = checkpoint.as_deref().map(read_checkpoint).transpose()?;
+    let resume = checkpoint
+        .as_deref()
+        .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
+        .transpose()?;
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
     let (train_data, dev_data) = data::load_data(&args, &mut model, &chunker, &device)?;
     let model = model;

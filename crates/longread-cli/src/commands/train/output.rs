@@ -4,10 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use candle_core::Device;
 use longread_report::curves::EpochPoint;
-use longread_train::trainer::{EpochEnd, Resume, TrainerState};
+use longread_train::trainer::EpochEnd;
 
 use crate::checkpoints::save_checkpoint;
 pub(super) use crate::checkpoints::{remove_other_checkpoints, CHECKPOINT};
@@ -85,20 +83,4 @@ impl RunOutput {
 
 fn io_err(path: &Path, message: String) -> longread_train::TrainError {
     longread_train::TrainError::Io { path: path.to_owned(), source: std::io::Error::other(message) }
-}
-
-/// The run state and optimizer moments saved in a checkpoint directory.
-pub(super) fn read_checkpoint(dir: &Path) -> Result<Resume> {
-    #[derive(serde::Deserialize)]
-    struct Saved {
-        state: TrainerState,
-        optimizer_steps: std::collections::HashMap<String, u64>,
-    }
-    let path = dir.join("trainer_state.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let saved: Saved =
-        serde_json::from_str(&text).with_context(|| format!("{}: not a trainer state", path.display()))?;
-    let moments = candle_core::safetensors::load(dir.join("optimizer.safetensors"), &Device::Cpu)
-        .with_context(|| format!("reading {}", dir.join("optimizer.safetensors").display()))?;
-    Ok(Resume { state: saved.state, moments, steps: saved.optimizer_steps })
 }
