@@ -96,19 +96,21 @@ pub fn resume_from(out: &Path, resume: Option<&str>) -> anyhow::Result<Option<Pa
     }
 }
 
+/// What a checkpoint holds besides the model: the run's state, AdamW's steps per parameter
+/// and its moments.
+pub type Saved<S> = (S, HashMap<String, u64>, HashMap<String, Tensor>);
+
 /// A checkpoint's run state (`trainer_state.json`: `state` and `optimizer_steps`) and AdamW
 /// moments (`optimizer.safetensors`).
-pub fn read_checkpoint<S: serde::de::DeserializeOwned>(
-    dir: &Path,
-) -> anyhow::Result<(S, HashMap<String, u64>, HashMap<String, Tensor>)> {
+pub fn read_checkpoint<S: serde::de::DeserializeOwned>(dir: &Path) -> anyhow::Result<Saved<S>> {
     #[derive(serde::Deserialize)]
-    struct Saved<S> {
+    struct State<S> {
         state: S,
         optimizer_steps: HashMap<String, u64>,
     }
     let path = dir.join("trainer_state.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let saved: Saved<S> =
+    let saved: State<S> =
         serde_json::from_str(&text).with_context(|| format!("{}: not a trainer state", path.display()))?;
     let moments_path = dir.join("optimizer.safetensors");
     let moments = candle_core::safetensors::load(&moments_path, &Device::Cpu)
