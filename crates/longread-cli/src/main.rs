@@ -59,8 +59,7 @@ enum Command {
     #[command(subcommand)]
     Encoder(commands::encoder::EncoderCommand),
     /// Masked-language-model pretraining of a RoBERTa (preset or config.json) on a corpus, with
-    /// dynamic masking. `--config FILE.toml` supplies flags as for `train`.
-    #[command(args_override_self = true)]
+    /// dynamic masking; the output loads in transformers as RobertaForMaskedLM.
     Pretrain(Box<commands::pretrain::PretrainArgs>),
 }
 
