@@ -14,12 +14,12 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor, TensorId, Var};
-use longread_model::hierarchical::predictor::chunk_batches;
+use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
-use crate::error::Result;
+use crate::error::{Result, TrainError};
 use crate::loss::{task_loss, TaskLoss};
 use crate::prefix::{encode_batch, Prefix};
 
@@ -62,19 +62,11 @@ pub fn batch_gradients(
 
     // Pass 1: chunk vectors (graphs dropped at once when recomputing).
     let mut snapshots = Vec::with_capacity(batches.len());
-    let mut rows: Vec<Vec<Option<Tensor>>> = docs.iter().map(|d| vec![None; d.chunks.len()]).collect();
-    for batch in &batches {
+    let stacked = gather_chunk_vectors(docs, &refs, &batches, |batch| {
         snapshots.push(rng.snapshot());
         let out = encode(batch)?;
-        let out = if settings.recompute { out.detach() } else { out };
-        for (row, &i) in batch.iter().enumerate() {
-            rows[refs[i].0][refs[i].1] = Some(out.get(row)?);
-        }
-    }
-    let stacked: Vec<Tensor> = rows
-        .into_iter()
-        .map(|r| Tensor::stack(&r.into_iter().flatten().collect::<Vec<_>>(), 0))
-        .collect::<candle_core::Result<_>>()?;
+        Ok::<_, TrainError>(if settings.recompute { out.detach() } else { out })
+    })?;
     // With recomputation the chunk vectors are leaves whose gradients we need.
     let leaves: Vec<Option<Var>> = stacked
         .iter()

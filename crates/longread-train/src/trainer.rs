@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use candle_core::{Device, Tensor, TensorId, Var};
 use longread_metrics::Report;
-use longread_model::hierarchical::predictor::chunk_batches;
+use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
@@ -635,16 +635,9 @@ fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
             let doc_ids: Vec<usize> = (0..docs.len()).collect();
             let prefix = Prefix::Cached { cache, doc_ids: &doc_ids };
             let (refs, batches) = chunk_batches(&docs, tokens);
-            let mut rows: Vec<Vec<Option<Tensor>>> = docs.iter().map(|d| vec![None; d.chunks.len()]).collect();
-            for batch in &batches {
-                let out = encode_batch(model, &docs, &refs, batch, prefix, Mode::Eval, device)?;
-                for (row, &i) in batch.iter().enumerate() {
-                    rows[refs[i].0][refs[i].1] = Some(out.get(row)?);
-                }
-            }
-            rows.into_iter()
-                .map(|r| Tensor::stack(&r.into_iter().flatten().collect::<Vec<_>>(), 0))
-                .collect::<candle_core::Result<_>>()?
+            gather_chunk_vectors(&docs, &refs, &batches, |batch| {
+                encode_batch(model, &docs, &refs, batch, prefix, Mode::Eval, device)
+            })?
         }
         (None, None) => model.encode_documents(&docs, tokens, device, |_| {})?,
     };

@@ -67,6 +67,30 @@ pub fn batch_tensors(
     Ok((Tensor::from_vec(ids, (seqs.len(), seq), device)?, Tensor::from_vec(mask, (seqs.len(), seq), device)?))
 }
 
+/// Runs `encode` on every batch from [`chunk_batches`] (it returns one vector per chunk of the
+/// batch, `[batch.len(), hidden]`) and regroups the rows by document, in chunk order.
+///
+/// # Shapes
+/// → one `[n_chunks, hidden]` tensor per document
+pub fn gather_chunk_vectors<E: From<candle_core::Error>>(
+    docs: &[&ChunkedDocument],
+    refs: &[(usize, usize)],
+    batches: &[Vec<usize>],
+    mut encode: impl FnMut(&[usize]) -> std::result::Result<Tensor, E>,
+) -> std::result::Result<Vec<Tensor>, E> {
+    let mut rows: Vec<Vec<Option<Tensor>>> = docs.iter().map(|d| vec![None; d.chunks.len()]).collect();
+    for batch in batches {
+        let out = encode(batch)?;
+        for (row, &i) in batch.iter().enumerate() {
+            rows[refs[i].0][refs[i].1] = Some(out.get(row)?);
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .map(|r| Tensor::stack(&r.into_iter().flatten().collect::<Vec<_>>(), 0))
+        .collect::<candle_core::Result<_>>()?)
+}
+
 impl HierarchicalClassifier {
     /// Chunk vectors of every document (inference mode), one `[n_chunks, hidden]` tensor each.
     /// `on_chunks(n)` is called after each encoder batch of `n` chunks.
@@ -77,30 +101,14 @@ impl HierarchicalClassifier {
         device: &Device,
         mut on_chunks: impl FnMut(usize),
     ) -> Result<Vec<Tensor>> {
-        // Every chunk of every document, as (document, position).
-        let refs: Vec<(usize, usize)> =
-            docs.iter().enumerate().flat_map(|(d, doc)| (0..doc.chunks.len()).map(move |c| (d, c))).collect();
-        let lengths: Vec<usize> = refs.iter().map(|&(d, c)| docs[d].chunks[c].ids.len()).collect();
-        let mut order: Vec<usize> = (0..refs.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
-
-        let mut vectors: Vec<Vec<Option<Tensor>>> = docs.iter().map(|d| vec![None; d.chunks.len()]).collect();
-        for batch in plan_batches(&order, &lengths, max_batch_tokens) {
-            let seqs: Vec<&[u32]> = batch.iter().map(|&i| docs[refs[i].0].chunks[refs[i].1].ids.as_slice()).collect();
-            let (ids, mask, seq) = pad_batch(&seqs, self.config().encoder.pad_token_id);
-            let ids = Tensor::from_vec(ids, (seqs.len(), seq), device)?;
-            let mask = Tensor::from_vec(mask, (seqs.len(), seq), device)?;
+        let (refs, batches) = chunk_batches(docs, max_batch_tokens);
+        gather_chunk_vectors(docs, &refs, &batches, |batch| {
+            let (ids, mask) = batch_tensors(docs, &refs, batch, self.config().encoder.pad_token_id, device)?;
             // Detached: nothing here is differentiated, and no graph is kept alive.
             let out = self.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
-            for (row, &i) in batch.iter().enumerate() {
-                vectors[refs[i].0][refs[i].1] = Some(out.get(row)?);
-            }
             on_chunks(batch.len());
-        }
-        vectors
-            .into_iter()
-            .map(|chunks| Ok(Tensor::stack(&chunks.into_iter().flatten().collect::<Vec<_>>(), 0)?))
-            .collect()
+            Ok(out)
+        })
     }
 
     /// Scores of one document from its chunk vectors (inference mode).
