@@ -16,6 +16,7 @@ pub mod model_dir;
 pub mod params;
 pub mod presets;
 pub mod sentence_pooling;
+pub mod variables;
 
 pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};
 pub use config::EncoderConfig;

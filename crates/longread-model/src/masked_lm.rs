@@ -15,6 +15,7 @@ use crate::error::{ModelError, Result};
 use crate::layers::{linear, LayerNorm, Linear};
 use crate::mode::Mode;
 use crate::model_dir::write_new_dir;
+use crate::variables;
 
 /// An encoder with its masked-language-model head (a `RobertaForMaskedLM` checkpoint).
 pub struct MaskedLm {
@@ -61,18 +62,7 @@ impl MaskedLm {
     /// The tensors under the names `RobertaForMaskedLM.save_pretrained` writes (`roberta.…`
     /// or `bert.…`, `lm_head.…`; the decoder is tied to the word embeddings and not stored).
     pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
-        let (encoder, head) = self.vars.as_ref().ok_or_else(|| {
-            ModelError::InvalidInput("this model was loaded for inference only; load it as trainable to save it".into())
-        })?;
-        let prefix = self.config.weight_prefix();
-        let mut out = HashMap::new();
-        for (name, var) in encoder.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            out.insert(format!("{prefix}.{name}"), var.as_tensor().detach());
-        }
-        for (name, var) in head.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            out.insert(name.clone(), var.as_tensor().detach());
-        }
-        Ok(out)
+        variables::named_tensors(self.vars.as_ref(), self.config.weight_prefix())
     }
 
     /// Writes config.json, model.safetensors, tokenizer.json and `extra` files as the new
@@ -95,15 +85,7 @@ impl MaskedLm {
 
     /// Every variable (`encoder:…` and `lm_head.…`), when loaded as trainable.
     pub fn named_vars(&self) -> Vec<(String, candle_core::Var)> {
-        let Some((encoder, head)) = &self.vars else { return Vec::new() };
-        let mut out = Vec::new();
-        for (prefix, map) in [("encoder:", encoder), ("lm_head.", head)] {
-            for (name, var) in map.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                out.push((format!("{prefix}{}", name.trim_start_matches("lm_head.")), var.clone()));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        variables::named_vars(self.vars.as_ref())
     }
 
     /// Vocabulary logits.

@@ -15,6 +15,7 @@ use crate::hierarchical::head::ClassificationHead;
 use crate::layers::Dropout;
 use crate::mode::Mode;
 use crate::model_dir::write_temporary_dir;
+use crate::variables;
 
 /// Pooling, LayerNorm and head of one task.
 struct TaskHead {
@@ -275,31 +276,12 @@ impl HierarchicalClassifier {
     /// Every variable by canonical name: encoder ones as `encoder:embeddings.…`, head ones by
     /// their file names (`pooler.…`, `norm.…`, `classifier.…`), sorted by name.
     pub fn named_vars(&self) -> Vec<(String, candle_core::Var)> {
-        let Some((encoder, head)) = &self.vars else { return Vec::new() };
-        let mut out: Vec<(String, candle_core::Var)> = Vec::new();
-        for (prefix, map) in [("encoder:", encoder), ("", head)] {
-            for (name, var) in map.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                out.push((format!("{prefix}{name}"), var.clone()));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        variables::named_vars(self.vars.as_ref())
     }
 
     /// All tensors under their file names: the encoder's with the `bert.`/`roberta.` prefix.
     pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
-        let (encoder, head) = self.vars.as_ref().ok_or_else(|| {
-            ModelError::InvalidInput("this model was loaded for inference only; load it as trainable to save it".into())
-        })?;
-        let prefix = self.config.encoder.weight_prefix();
-        let mut out = HashMap::new();
-        for (name, var) in encoder.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            out.insert(format!("{prefix}.{name}"), var.as_tensor().detach());
-        }
-        for (name, var) in head.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            out.insert(name.clone(), var.as_tensor().detach());
-        }
-        Ok(out)
+        variables::named_tensors(self.vars.as_ref(), self.config.encoder.weight_prefix())
     }
 
     /// Writes the model directory (config.json, model.safetensors, tokenizer.json) atomically:
