@@ -57,12 +57,26 @@ fn place(name: &str) -> Place {
 
 /// True when the parameter trains under `freezing`.
 pub fn is_trainable(name: &str, freezing: Freezing) -> bool {
-    match place(name) {
+    trains(place(name), freezing)
+}
+
+/// The freezing rule, by place.
+fn trains(place: Place, freezing: Freezing) -> bool {
+    match place {
         Place::Head => true,
         _ if freezing.freeze_base => false,
         Place::Embeddings => freezing.train_embeddings && freezing.freeze_bottom == 0,
         Place::Layer(i) => i >= freezing.freeze_bottom,
     }
+}
+
+/// The frozen bottom of the encoder under `freezing`: `None` when the embeddings train,
+/// else the number of frozen layers above them (`num_layers` when only the head trains).
+pub fn frozen_layers(freezing: Freezing, num_layers: usize) -> Option<usize> {
+    if trains(Place::Embeddings, freezing) {
+        return None;
+    }
+    Some((0..num_layers).take_while(|&i| !trains(Place::Layer(i), freezing)).count())
 }
 
 /// Biases and LayerNorm weights get no weight decay (the classifier's `norm.`, a task's
@@ -163,5 +177,13 @@ mod tests {
         assert_eq!(lr_of(&g, "encoder:encoder.layer.0.attention.self.query.weight"), None);
         assert_eq!(lr_of(&g, "encoder:embeddings.word_embeddings.weight"), None);
         assert!(lr_of(&g, "encoder:encoder.layer.1.attention.self.query.weight").is_some());
+    }
+
+    #[test]
+    fn frozen_layers_follow_the_flags() {
+        assert_eq!(frozen_layers(Freezing::default(), 6), Some(0));
+        assert_eq!(frozen_layers(Freezing { train_embeddings: true, ..Freezing::default() }, 6), None);
+        assert_eq!(frozen_layers(Freezing { freeze_bottom: 4, ..Freezing::default() }, 6), Some(4));
+        assert_eq!(frozen_layers(Freezing { freeze_base: true, ..Freezing::default() }, 6), Some(6));
     }
 }

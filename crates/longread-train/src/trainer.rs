@@ -19,13 +19,13 @@ use rand::SeedableRng;
 
 use crate::clip::clip_grad_norm;
 use crate::error::{Result, TrainError};
-use crate::groups::{param_groups, Freezing, GroupSettings};
+use crate::groups::{frozen_layers, param_groups, Freezing, GroupSettings};
 use crate::loss::{cross_entropy, task_loss, TaskLoss};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::prefix::{encode_batch, Prefix, PrefixCache};
 use crate::recompute::{batch_gradients, BatchGradients, BatchSettings};
 use crate::schedule::{Decay, Schedule};
-use crate::unfreeze::{frozen_layers, UnfreezeSchedule};
+use crate::unfreeze::UnfreezeSchedule;
 
 /// Which dev metric picks the best epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

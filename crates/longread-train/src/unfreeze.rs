@@ -89,18 +89,6 @@ fn rank(what: Unfreeze) -> usize {
     }
 }
 
-/// The frozen bottom of the encoder under `freezing`: `None` when the embeddings train,
-/// else the number of frozen layers above them (`num_layers` when only the head trains).
-pub fn frozen_layers(freezing: Freezing, num_layers: usize) -> Option<usize> {
-    if freezing.freeze_base {
-        Some(num_layers)
-    } else if freezing.train_embeddings && freezing.freeze_bottom == 0 {
-        None
-    } else {
-        Some(freezing.freeze_bottom.min(num_layers))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,13 +123,5 @@ mod tests {
             let err = UnfreezeSchedule::parse(text).unwrap_err().to_string();
             assert!(err.contains(why), "{text}: {err}");
         }
-    }
-
-    #[test]
-    fn frozen_layers_follow_the_flags() {
-        assert_eq!(frozen_layers(Freezing::default(), 6), Some(0));
-        assert_eq!(frozen_layers(Freezing { train_embeddings: true, ..Freezing::default() }, 6), None);
-        assert_eq!(frozen_layers(Freezing { freeze_bottom: 4, ..Freezing::default() }, 6), Some(4));
-        assert_eq!(frozen_layers(Freezing { freeze_base: true, ..Freezing::default() }, 6), Some(6));
     }
 }
