@@ -39,17 +39,15 @@ impl LayerNorm {
         }
     }
 
-    /// The differentiable composition (statistics in f32 for reduced-precision inputs).
+    /// The differentiable composition, on f32 input ([`LayerNorm::forward`] casts other dtypes).
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
-    pub fn forward_differentiable(&self, xs: &Tensor) -> Result<Tensor> {
-        let dtype = xs.dtype();
-        let x = if dtype == DType::F32 { xs.clone() } else { xs.to_dtype(DType::F32)? };
-        let mean = x.mean_keepdim(D::Minus1)?;
-        let centered = x.broadcast_sub(&mean)?;
+    fn forward_differentiable(&self, xs: &Tensor) -> Result<Tensor> {
+        let mean = xs.mean_keepdim(D::Minus1)?;
+        let centered = xs.broadcast_sub(&mean)?;
         let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
         let normed = centered.broadcast_div(&(var + self.eps)?.sqrt()?)?;
-        normed.to_dtype(dtype)?.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)
+        normed.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)
     }
 }
