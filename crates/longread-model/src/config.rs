@@ -202,6 +202,12 @@ impl EncoderConfig {
         }
     }
 
+    /// Dropout of a transformers classification head: `classifier_dropout` when config.json
+    /// sets it, else `hidden_dropout_prob` (as transformers decides).
+    pub fn classifier_dropout(&self) -> f64 {
+        self.extra.get("classifier_dropout").and_then(serde_json::Value::as_f64).unwrap_or(self.hidden_dropout_prob)
+    }
+
     /// The prefix under which `*ForSequenceClassification` checkpoints store the encoder.
     pub fn weight_prefix(&self) -> &str {
         match self.model_type.as_str() {

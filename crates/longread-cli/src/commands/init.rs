@@ -1,4 +1,5 @@
-//! `longread init`: a new hierarchical classifier on a pretrained encoder.
+//! `longread init`: a new classifier (hierarchical, or the single-chunk baseline) on a
+//! pretrained encoder.
 
 use std::path::PathBuf;
 
@@ -7,6 +8,8 @@ use candle_core::Device;
 use clap::{Args, ValueEnum};
 use longread_model::hierarchical::{ChunkPooling, HierarchicalClassifier, LongreadSection, PoolingStrategy};
 use longread_text::ChunkSelection;
+
+use super::arch::{sequence_section, Arch};
 
 /// Arguments of `longread init`.
 #[derive(Debug, Args)]
@@ -21,6 +24,10 @@ pub struct InitArgs {
     /// Output model directory; must not exist yet.
     #[arg(long)]
     out: PathBuf,
+    /// The classifier: `sequence` reads only the first --chunk-size tokens (at most the
+    /// encoder's positions) and ignores the chunking and pooling flags below.
+    #[arg(long, value_enum, default_value_t = Arch::Hierarchical)]
+    arch: Arch,
     /// Pooling over a document's chunks.
     #[arg(long, value_enum, default_value_t = Pooling::Attention)]
     pooling: Pooling,
@@ -93,7 +100,44 @@ pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
     if unique.len() != labels.len() {
         bail!("--labels contains a name twice: {}", labels.join(","));
     }
-    let section = LongreadSection {
+    let encoder = longread_model::resolve_model_dir(&args.encoder)?;
+    let section = match args.arch {
+        Arch::Hierarchical => hierarchical_section(&args),
+        Arch::Sequence => {
+            let checkpoint = longread_model::Checkpoint::open(&encoder)
+                .with_context(|| format!("reading encoder {}", encoder.display()))?;
+            sequence_section(&checkpoint.config, args.chunk_size)
+        }
+    };
+    let model = HierarchicalClassifier::init(&encoder, labels, section, args.seed, &Device::Cpu)
+        .with_context(|| format!("creating a classifier on {}", encoder.display()))?;
+    // Check the chunking settings against the tokenizer before writing anything.
+    let tokenizer = longread_text::TextTokenizer::from_file(model.tokenizer_path())?;
+    longread_text::Chunker::new(tokenizer, model.config().longread.chunking())?;
+    model.save(&args.out)?;
+    if quiet {
+        return Ok(());
+    }
+    let section = &model.config().longread;
+    let shape = match args.arch {
+        Arch::Hierarchical => format!(
+            "pooling {}, chunks of {} tokens, stride {}, max {}",
+            serde_json::to_value(section.pooling_strategy)?.as_str().unwrap_or_default(),
+            section.chunk_size,
+            section.stride,
+            section.max_chunks
+        ),
+        Arch::Sequence => {
+            format!("single chunk: the first {} tokens, {}", section.chunk_size, model.config().hf_architecture())
+        }
+    };
+    eprintln!("wrote {} ({} labels: {}, {shape})", args.out.display(), model.labels().len(), model.labels().join(", "));
+    Ok(())
+}
+
+/// The hierarchical model's section from the flags.
+fn hierarchical_section(args: &InitArgs) -> LongreadSection {
+    LongreadSection {
         chunk_size: args.chunk_size,
         stride: args.stride,
         max_chunks: args.max_chunks,
@@ -115,26 +159,5 @@ pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
         attention_heads: args.attention_heads,
         attention_hidden_size: args.attention_hidden_size,
         ..LongreadSection::default()
-    };
-    let encoder = longread_model::resolve_model_dir(&args.encoder)?;
-    let model = HierarchicalClassifier::init(&encoder, labels, section, args.seed, &Device::Cpu)
-        .with_context(|| format!("creating a classifier on {}", encoder.display()))?;
-    // Check the chunking settings against the tokenizer before writing anything.
-    let tokenizer = longread_text::TextTokenizer::from_file(model.tokenizer_path())?;
-    longread_text::Chunker::new(tokenizer, model.config().longread.chunking())?;
-    model.save(&args.out)?;
-    if quiet {
-        return Ok(());
     }
-    eprintln!(
-        "wrote {} ({} labels: {}, pooling {}, chunks of {} tokens, stride {}, max {})",
-        args.out.display(),
-        model.labels().len(),
-        model.labels().join(", "),
-        serde_json::to_value(model.config().longread.pooling_strategy)?.as_str().unwrap_or_default(),
-        model.config().longread.chunk_size,
-        model.config().longread.stride,
-        model.config().longread.max_chunks
-    );
-    Ok(())
 }

@@ -26,10 +26,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
     let store = &checkpoint.store;
     let tensors: Vec<(&str, &[usize])> = store.names().filter_map(|n| store.shape(n).map(|s| (n, s))).collect();
     // Default fine-tuning (`longread train`) freezes the embeddings; BERT's own pooler
-    // (`pooler.dense`) is not used by longread models at all.
+    // (`pooler.dense`) is used only by the single-chunk baseline (`--arch sequence`).
+    let pooler_used = cfg.extra.get("longread").and_then(|l| l.get("architecture")) == Some(&json!("sequence"));
     let params = ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
         let local = name.strip_prefix(prefix.as_str()).map_or(name, |n| n.trim_start_matches('.'));
-        !(local.starts_with("embeddings.") || local.starts_with("pooler.dense."))
+        !(local.starts_with("embeddings.") || (!pooler_used && local.starts_with("pooler.dense.")))
     });
     let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
     // A multi-task classifier lists its tasks in the longread section.
@@ -113,6 +114,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
     println!();
     println!("{:<18} {:>14}", "parameters", "count");
     let per_layer = params.per_layer.first().copied().unwrap_or(0);
+    let trainable_note = if pooler_used {
+        "  (default fine-tuning: embeddings frozen)"
+    } else {
+        "  (default fine-tuning: embeddings frozen, BERT pooler unused)"
+    };
     let rows = [
         ("embeddings", params.embeddings, String::new()),
         ("encoder layers", params.encoder_layers, format!("  ({} × {})", params.per_layer.len(), group(per_layer))),
@@ -121,7 +127,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         ("other task heads", params.task_heads, String::new()),
         ("other", params.other, String::new()),
         ("total", params.total, String::new()),
-        ("trainable", params.trainable, "  (default fine-tuning: embeddings frozen, BERT pooler unused)".into()),
+        ("trainable", params.trainable, trainable_note.into()),
     ];
     for (name, count, note) in rows {
         if (name == "other" || name == "other task heads") && count == 0 {

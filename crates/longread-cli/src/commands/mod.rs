@@ -1,3 +1,4 @@
+pub mod arch;
 pub mod embed;
 pub mod encoder;
 pub mod eval;

@@ -15,6 +15,19 @@ pub const ARCHITECTURE: &str = "LongreadHierarchicalClassifier";
 /// The model directory format this code writes.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// Which model a classifier directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Chunks → encoder → pooling over chunks → LayerNorm → head (`LongreadHierarchicalClassifier`).
+    #[default]
+    Hierarchical,
+    /// The single-chunk baseline: the first chunk only (the first `chunk_size` tokens), the
+    /// `<s>`/`[CLS]` state, transformers' sequence-classification head, stored in the
+    /// `RobertaForSequenceClassification` / `BertForSequenceClassification` layout.
+    Sequence,
+}
+
 /// How a chunk's token states become one chunk vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -50,6 +63,8 @@ pub enum PoolingStrategy {
 pub struct LongreadSection {
     /// Model directory format (1).
     pub format_version: u32,
+    /// The model ("hierarchical"; "sequence" for the single-chunk baseline).
+    pub architecture: Architecture,
     /// Tokens per chunk, special tokens included (512).
     pub chunk_size: usize,
     /// Overlap between consecutive windows in tokens (256).
@@ -101,6 +116,7 @@ impl Default for LongreadSection {
     fn default() -> Self {
         Self {
             format_version: FORMAT_VERSION,
+            architecture: Architecture::Hierarchical,
             chunk_size: 512,
             stride: 256,
             max_chunks: 20,
@@ -127,6 +143,24 @@ impl LongreadSection {
             stride: self.stride,
             max_chunks: self.max_chunks,
             selection: self.chunk_selection,
+        }
+    }
+
+    /// The single-chunk baseline's settings: the first `chunk_size` tokens as one chunk, its
+    /// `<s>`/`[CLS]` state, `dropout` in the head (transformers uses the encoder's
+    /// `hidden_dropout_prob` when `classifier_dropout` is unset).
+    pub fn sequence(chunk_size: usize, dropout: f64) -> Self {
+        Self {
+            architecture: Architecture::Sequence,
+            chunk_size,
+            stride: chunk_size / 2,
+            max_chunks: 1,
+            chunk_selection: ChunkSelection::Head,
+            chunk_pooling: ChunkPooling::Cls,
+            pooling_strategy: PoolingStrategy::First,
+            hidden_dropout: dropout,
+            classifier_dropout: dropout,
+            ..Self::default()
         }
     }
 
@@ -174,6 +208,20 @@ impl LongreadSection {
                 return Err(format!("longread.{name} {p} must be in [0, 1)"));
             }
         }
+        if self.architecture == Architecture::Sequence {
+            let single = self.max_chunks == 1
+                && self.chunk_selection == ChunkSelection::Head
+                && self.chunk_pooling == ChunkPooling::Cls
+                && self.pooling_strategy == PoolingStrategy::First;
+            if !single {
+                return Err("architecture \"sequence\" reads the first chunk only: it needs max_chunks 1, \
+                            chunk_selection \"head\", chunk_pooling \"cls\" and pooling_strategy \"first\""
+                    .into());
+            }
+            if self.tasks.len() > 1 {
+                return Err("architecture \"sequence\" has one task (transformers' layout has one head)".into());
+            }
+        }
         for (i, task) in self.tasks.iter().enumerate() {
             validate_task_name(&task.name)?;
             if self.tasks[..i].iter().any(|t| t.name == task.name) {
@@ -185,6 +233,21 @@ impl LongreadSection {
         }
         Ok(())
     }
+}
+
+/// True when the config.json in `dir` has a `"longread"` section (a classifier made by
+/// `longread init`/`train`), false for a plain encoder checkpoint.
+pub fn is_classifier_dir(dir: &Path) -> Result<bool> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            ModelError::MissingFile { path: path.clone(), what: "model configuration" }
+        } else {
+            ModelError::Io { path: path.clone(), source }
+        }
+    })?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|source| ModelError::Json { path, source })?;
+    Ok(value.get("longread").is_some())
 }
 
 /// Task names become tensor-name prefixes: letters, digits, `_` and `-` only.
@@ -279,6 +342,18 @@ impl ClassifierConfig {
         self.longread.classifier_hidden_size.unwrap_or(self.encoder.hidden_size / 2).max(1)
     }
 
+    /// The `architectures` entry of config.json: longread's own name for the hierarchical
+    /// model; for the single-chunk baseline the transformers class that loads it.
+    pub fn hf_architecture(&self) -> &'static str {
+        match (self.longread.architecture, self.encoder.model_type.as_str()) {
+            (Architecture::Hierarchical, _) => ARCHITECTURE,
+            (Architecture::Sequence, "roberta") => "RobertaForSequenceClassification",
+            (Architecture::Sequence, "xlm-roberta") => "XLMRobertaForSequenceClassification",
+            (Architecture::Sequence, "camembert") => "CamembertForSequenceClassification",
+            (Architecture::Sequence, _) => "BertForSequenceClassification",
+        }
+    }
+
     /// The full config.json: encoder keys, architectures, labels and the longread section.
     pub fn to_json(&self) -> serde_json::Value {
         let mut value = serde_json::to_value(&self.encoder).unwrap_or_default();
@@ -286,7 +361,7 @@ impl ClassifierConfig {
             self.labels.iter().enumerate().map(|(i, l)| (i.to_string(), l)).collect();
         let label2id: BTreeMap<&String, usize> = self.labels.iter().enumerate().map(|(i, l)| (l, i)).collect();
         if let Some(obj) = value.as_object_mut() {
-            obj.insert("architectures".into(), serde_json::json!([ARCHITECTURE]));
+            obj.insert("architectures".into(), serde_json::json!([self.hf_architecture()]));
             obj.insert("id2label".into(), serde_json::json!(id2label));
             obj.insert("label2id".into(), serde_json::json!(label2id));
             obj.insert("longread".into(), serde_json::to_value(&self.longread).unwrap_or_default());

@@ -6,9 +6,11 @@ pub mod config;
 pub mod head;
 pub mod model;
 pub mod predictor;
+pub mod sequence_head;
 
 pub use config::{
-    ChunkPooling, ClassifierConfig, LongreadSection, PoolingStrategy, TaskSpec, ARCHITECTURE, DEFAULT_TASK,
+    is_classifier_dir, Architecture, ChunkPooling, ClassifierConfig, LongreadSection, PoolingStrategy, TaskSpec,
+    ARCHITECTURE, DEFAULT_TASK,
 };
 pub use model::{Classified, HierarchicalClassifier};
 pub use predictor::DocumentScores;

@@ -10,23 +10,30 @@ use crate::checkpoint::{fresh_var_builder, Checkpoint, LoadOptions};
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
 use crate::hierarchical::chunk_pooler::{masked_mean, ChunkPooler};
-use crate::hierarchical::config::{validate_task_name, ChunkPooling, ClassifierConfig, LongreadSection, TaskSpec};
+use crate::hierarchical::config::{
+    validate_task_name, Architecture, ChunkPooling, ClassifierConfig, LongreadSection, TaskSpec,
+};
 use crate::hierarchical::head::ClassificationHead;
+use crate::hierarchical::sequence_head::SequenceHead;
 use crate::layers::Dropout;
 use crate::mode::Mode;
 use crate::model_dir::write_temporary_dir;
 use crate::variables;
 
-/// Pooling, LayerNorm and head of one task.
-struct TaskHead {
-    pooler: ChunkPooler,
-    head: ClassificationHead,
+/// One task's head: pooling over chunks, LayerNorm and classifier, or for the single-chunk
+/// baseline transformers' sequence-classification head.
+enum TaskHead {
+    Pooled { pooler: ChunkPooler, head: ClassificationHead },
+    Sequence(SequenceHead),
 }
 
 impl TaskHead {
     /// Loads (or, from a fresh builder, creates) one task's head under `vb`.
     fn load(vb: candle_nn::VarBuilder, config: &ClassifierConfig, labels: usize) -> Result<Self> {
         let (h, std, s) = (config.encoder.hidden_size, config.encoder.initializer_range, &config.longread);
+        if s.architecture == Architecture::Sequence {
+            return Ok(Self::Sequence(SequenceHead::load(vb, &config.encoder, labels, s.classifier_dropout)?));
+        }
         let pooler = ChunkPooler::load(vb.pp("pooler"), s, h, std)?;
         let head = ClassificationHead::load(
             vb,
@@ -37,7 +44,7 @@ impl TaskHead {
             s.classifier_dropout,
             std,
         )?;
-        Ok(Self { pooler, head })
+        Ok(Self::Pooled { pooler, head })
     }
 }
 
@@ -112,7 +119,35 @@ impl HierarchicalClassifier {
         let options = LoadOptions { trainable: Some(vars.0.clone()), ..LoadOptions::default() };
         let encoder = checkpoint.load_encoder(&options, device)?;
         let head_vb = fresh_var_builder(&config.encoder.model_type, seed, Some(vars.1.clone()), DType::F32, device);
-        Self::assemble(encoder, head_vb, config, tokenizer_path, Some(vars))
+        let model = Self::assemble(encoder, head_vb, config, tokenizer_path, Some(vars))?;
+        model.start_from_pretrained_pooler(&checkpoint, device)?;
+        Ok(model)
+    }
+
+    /// A BERT single-chunk baseline starts from the encoder checkpoint's pooler when it has one
+    /// (`pooler.dense.*`, or `bert.pooler.dense.*` in a `*For…` checkpoint), as transformers'
+    /// `BertForSequenceClassification.from_pretrained` does.
+    fn start_from_pretrained_pooler(&self, checkpoint: &Checkpoint, device: &Device) -> Result<()> {
+        let config = &self.config;
+        if config.longread.architecture != Architecture::Sequence || config.encoder.is_roberta() {
+            return Ok(());
+        }
+        let Some((_, head_vars)) = &self.vars else { return Ok(()) };
+        let ours = SequenceHead::bert_pooler(&config.encoder);
+        let prefix = checkpoint.encoder_prefix();
+        let theirs = if prefix.is_empty() { "pooler.dense".to_string() } else { format!("{prefix}.pooler.dense") };
+        if !["weight", "bias"].iter().all(|part| checkpoint.store.contains(&format!("{theirs}.{part}"))) {
+            return Ok(());
+        }
+        let data = head_vars.data().lock().unwrap_or_else(|p| p.into_inner());
+        for part in ["weight", "bias"] {
+            let name = format!("{theirs}.{part}");
+            let var = data
+                .get(&format!("{ours}.{part}"))
+                .ok_or_else(|| ModelError::InvalidInput(format!("the sequence head has no variable {ours}.{part}")))?;
+            var.set(&checkpoint.store.load(&name, device)?.to_dtype(DType::F32)?)?;
+        }
+        Ok(())
     }
 
     fn assemble(
@@ -217,9 +252,23 @@ impl HierarchicalClassifier {
         let head = self.heads.get(task).ok_or_else(|| {
             ModelError::InvalidInput(format!("task {task} does not exist (the model has {})", self.heads.len()))
         })?;
-        let x = self.chunk_dropout.forward(chunks, mode)?;
-        let pooled = head.pooler.forward(&x, mode)?;
-        Ok(Classified { logits: head.head.forward(&pooled.vector, mode)?, attention: pooled.attention })
+        match head {
+            TaskHead::Pooled { pooler, head } => {
+                let x = self.chunk_dropout.forward(chunks, mode)?;
+                let pooled = pooler.forward(&x, mode)?;
+                Ok(Classified { logits: head.forward(&pooled.vector, mode)?, attention: pooled.attention })
+            }
+            TaskHead::Sequence(head) => {
+                // One chunk by construction (max_chunks 1); the head applies its own dropout.
+                let n = chunks.dim(0)?;
+                let mut one_hot = vec![0f32; n];
+                one_hot[0] = 1.0;
+                Ok(Classified {
+                    logits: head.forward(&chunks.get(0)?, mode)?,
+                    attention: Tensor::from_vec(one_hot, n, chunks.device())?,
+                })
+            }
+        }
     }
 
     /// Number of tasks (heads).
@@ -233,6 +282,11 @@ impl HierarchicalClassifier {
         let Some((_, head_vars)) = &self.vars else {
             return Err(ModelError::InvalidInput("adding a task needs a model loaded as trainable".into()));
         };
+        if self.config.longread.architecture == Architecture::Sequence {
+            return Err(ModelError::InvalidInput(
+                "a single-chunk (sequence) model has one task: transformers' layout has one head".into(),
+            ));
+        }
         let mut tasks = self.config.tasks();
         if tasks.iter().any(|t| t.name == spec.name) {
             return Err(ModelError::InvalidInput(format!("the model already has a task \"{}\"", spec.name)));

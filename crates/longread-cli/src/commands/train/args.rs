@@ -10,12 +10,21 @@ use longread_train::trainer::{balanced_class_weights, CacheSettings, Metric, Tra
 use longread_train::unfreeze::UnfreezeSchedule;
 use longread_train::AdamWConfig;
 
+use crate::commands::arch::Arch;
+
 /// Arguments of `longread train`.
 #[derive(Debug, Args, serde::Serialize)]
 pub struct TrainArgs {
-    /// Model directory made by `longread init` (its labels and settings are used).
+    /// Model directory made by `longread init` (its labels and settings are used), or a
+    /// pretrained encoder (config.json, model.safetensors, tokenizer.json): then a new classifier
+    /// of --arch is built on it with default settings, the labels found in the training data
+    /// (sorted) and weights seeded by --seed.
     #[arg(long)]
     pub(super) model: PathBuf,
+    /// The classifier built when --model is a plain encoder (default: hierarchical); with a
+    /// model made by `init`, it must name that model's architecture.
+    #[arg(long, value_enum)]
+    pub(super) arch: Option<Arch>,
     /// Training data: JSON lines with "text" and "label" (name or index).
     #[arg(long)]
     pub(super) train: PathBuf,

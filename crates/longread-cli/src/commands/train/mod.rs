@@ -1,15 +1,16 @@
-//! `longread train`: fine-tune a hierarchical classifier made by `longread init`.
+//! `longread train`: fine-tune a classifier made by `longread init`, or one built on a
+//! pretrained encoder (`--arch`).
 
 mod args;
 mod data;
 mod output;
+mod start;
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
-use longread_model::hierarchical::HierarchicalClassifier;
 use longread_text::{Chunker, TextTokenizer};
 use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Resume, Split};
 
@@ -23,8 +24,7 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
     let checkpoint = resume_from(&args.out, args.resume.as_deref())?;
     let device = Device::Cpu;
     let source = checkpoint.as_deref().unwrap_or(&args.model);
-    let mut model = HierarchicalClassifier::load(source, true, &device)
-        .with_context(|| format!("loading model {}", source.display()))?;
+    let mut model = start::starting_model(&args, source, &device)?;
     model.set_precision(args.precision.dtype())?;
     let resume = checkpoint
         .as_deref()

@@ -1,0 +1,84 @@
+"""Golden fixtures for the single-chunk baseline (`longread train --arch sequence`).
+
+For each tiny encoder (tiny-bert, tiny-roberta) this trains a sequence classifier with the Rust
+CLI, then loads the output with transformers' `AutoModelForSequenceClassification.from_pretrained`
+(which must report no missing, unexpected or mismatched keys and pick the
+`BertForSequenceClassification` / `RobertaForSequenceClassification` class) and records its logits
+on the documents of `tests/fixtures/hier/documents.jsonl`, truncated to the model's chunk size by
+the HF tokenizer:
+
+  tests/fixtures/seq/{bert,roberta}/  config.json, model.safetensors, tokenizer.json,
+                                      provenance.json, expected.json ({id, ids, logits} per document)
+
+Usage: cargo build --release -p longread-cli &&
+       python3 scripts/make_sequence_fixtures.py [--longread target/release/longread]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import torch
+from tokenizers import Tokenizer
+from transformers import AutoModelForSequenceClassification
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+OUT = os.path.join(FIXTURES, "seq")
+CASES = {"bert": ("tiny-bert", "BertForSequenceClassification"),
+         "roberta": ("tiny-roberta", "RobertaForSequenceClassification")}
+TRAIN_FLAGS = ["--arch", "sequence", "--dev-split", "0.25", "--epochs", "2", "--lr", "1e-3", "--batch-size", "4",
+               "--seed", "7", "--train-embeddings"]
+
+
+def train(longread, encoder, out):
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "train.jsonl")
+        with open(os.path.join(FIXTURES, "synthetic", "train.jsonl")) as f, open(data, "w") as g:
+            g.writelines(list(f)[:16])
+        run = os.path.join(tmp, "run")
+        subprocess.run([longread, "--quiet", "train", "--model", os.path.join(FIXTURES, encoder), "--train", data,
+                        "--out", run, *TRAIN_FLAGS], check=True)
+        os.makedirs(out)
+        for file in ("config.json", "model.safetensors", "tokenizer.json"):
+            shutil.copy(os.path.join(run, file), os.path.join(out, file))
+    with open(os.path.join(out, "provenance.json"), "w") as f:
+        json.dump({"trained_from": encoder, "data": "synthetic/train.jsonl, first 16", "train_flags": TRAIN_FLAGS},
+                  f, indent=1)
+
+
+def expected(out, architecture):
+    model, info = AutoModelForSequenceClassification.from_pretrained(out, output_loading_info=True)
+    assert type(model).__name__ == architecture, type(model).__name__
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        assert not info[kind], f"{out}: {kind} {info[kind]}"
+    model.eval()
+    chunk_size = json.load(open(os.path.join(out, "config.json")))["longread"]["chunk_size"]
+    tokenizer = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=chunk_size)
+    rows = []
+    with open(os.path.join(FIXTURES, "hier", "documents.jsonl")) as f:
+        for line in f:
+            doc = json.loads(line)
+            ids = tokenizer.encode(doc["text"]).ids
+            logits = model(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+            rows.append({"id": doc["id"], "ids": ids, "logits": logits.logits[0].tolist()})
+    return rows
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--longread", default=os.path.join(ROOT, "target", "release", "longread"))
+    args = ap.parse_args()
+    torch.set_grad_enabled(False)
+    shutil.rmtree(OUT, ignore_errors=True)
+    for name, (encoder, architecture) in CASES.items():
+        out = os.path.join(OUT, name)
+        train(args.longread, encoder, out)
+        rows = expected(out, architecture)
+        with open(os.path.join(out, "expected.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+        print(f"{name}: {architecture}, tokens per document {[len(r['ids']) for r in rows]}")
