@@ -50,7 +50,7 @@ fn training_labels(args: &TrainArgs) -> Result<Vec<String>> {
         None => DEFAULT_TASK.to_string(),
     };
     let source = input_name(&args.train);
-    let examples = read_labelled_columns(open_input(&args.train)?, &source, &[column.clone()])?;
+    let examples = read_labelled_columns(open_input(&args.train)?, &source, std::slice::from_ref(&column))?;
     let labels = labels_from_column(&examples, 0, &source)?;
     if labels.len() < 2 {
         bail!("column \"{column}\" of {source} has fewer than 2 distinct labels ({labels:?}); a classifier needs 2");
