@@ -61,6 +61,11 @@ enum Command {
     /// Masked-language-model pretraining of a RoBERTa (preset or config.json) on a corpus, with
     /// dynamic masking; the output loads in transformers as RobertaForMaskedLM.
     Pretrain(Box<commands::pretrain::PretrainArgs>),
+    /// Start here: builds a synthetic long-document task, trains a tokenizer and a tiny
+    /// RoBERTa with MLM, fine-tunes a hierarchical classifier and the single-chunk baseline,
+    /// and compares them (a few minutes on 2 cores). Prints every command it runs.
+    #[command(args_override_self = true)]
+    Quickstart(commands::quickstart::QuickstartArgs),
 }
 
 fn main() {
@@ -81,25 +86,37 @@ fn main() {
         // Read by candle's and rayon's thread pools on first use; nothing has started yet.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
-    let result = match cli.command {
-        Command::Embed(args) => commands::embed::run(args, cli.quiet).map(|_| 0),
-        Command::Inspect(args) => commands::inspect::run(args).map(|_| 0),
-        Command::Init(args) => commands::init::run(args, cli.quiet).map(|_| 0),
-        Command::Predict(args) => commands::predict::run(args, cli.quiet),
-        Command::Report(args) => commands::report::run(args, cli.quiet),
-        Command::Eval(args) => commands::eval::run(args, cli.quiet).map(|_| 0),
-        Command::Train(args) => commands::train::run(*args, cli.quiet).map(|_| 0),
-        Command::Tokenizer(command) => commands::tokenizer::run(command, cli.quiet).map(|_| 0),
-        Command::Encoder(command) => commands::encoder::run(command, cli.quiet).map(|_| 0),
-        Command::Pretrain(args) => commands::pretrain::run(*args, cli.quiet).map(|_| 0),
-    };
-    match result {
+    match dispatch(cli.command, cli.quiet) {
         Ok(0) => {}
         Ok(_) => std::process::exit(2),
         Err(err) => {
             eprintln!("error: {}", format_error(&err));
             std::process::exit(1);
         }
+    }
+}
+
+/// Parses one `longread …` command line (without the program name) and runs it, as the
+/// quickstart runs its steps; global flags other than `--quiet` are ignored here.
+pub(crate) fn run_command_line(args: &[String], quiet: bool) -> anyhow::Result<usize> {
+    let cli = Cli::try_parse_from(std::iter::once("longread".to_string()).chain(args.iter().cloned()))?;
+    dispatch(cli.command, quiet || cli.quiet)
+}
+
+/// Runs a command; `Ok(n > 0)` when some inputs failed (exit status 2).
+fn dispatch(command: Command, quiet: bool) -> anyhow::Result<usize> {
+    match command {
+        Command::Embed(args) => commands::embed::run(args, quiet).map(|_| 0),
+        Command::Inspect(args) => commands::inspect::run(args).map(|_| 0),
+        Command::Init(args) => commands::init::run(args, quiet).map(|_| 0),
+        Command::Predict(args) => commands::predict::run(args, quiet),
+        Command::Report(args) => commands::report::run(args, quiet),
+        Command::Eval(args) => commands::eval::run(args, quiet).map(|_| 0),
+        Command::Train(args) => commands::train::run(*args, quiet).map(|_| 0),
+        Command::Tokenizer(command) => commands::tokenizer::run(command, quiet).map(|_| 0),
+        Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),
+        Command::Pretrain(args) => commands::pretrain::run(*args, quiet).map(|_| 0),
+        Command::Quickstart(args) => commands::quickstart::run(args, quiet).map(|_| 0),
     }
 }
 

@@ -1,10 +1,12 @@
 //! `longread eval`: accuracy, per-class precision/recall/F1, macro and weighted F1 and the
 //! confusion matrix of a model on labelled documents.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::Args;
+use longread_metrics::Report;
+use longread_model::hierarchical::TaskSpec;
 use longread_text::{read_labelled_columns, resolve_column, Document};
 use serde_json::Map;
 
@@ -38,11 +40,45 @@ pub struct EvalArgs {
 
 /// Runs `longread eval`.
 pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
-    let (model, chunker) = load(&args.model, args.precision)?;
-    let name = input_name(&args.data);
+    let (tasks, reports) =
+        evaluate_file(&args.model, &args.data, args.max_batch_tokens as usize, args.precision, quiet)?;
+    if args.json {
+        let mut value = serde_json::to_value(&reports[0])?;
+        if tasks.len() > 1 {
+            let by_task: Map<String, serde_json::Value> = tasks
+                .iter()
+                .zip(&reports)
+                .map(|(spec, r)| Ok((spec.name.clone(), serde_json::to_value(r)?)))
+                .collect::<Result<_>>()?;
+            value["tasks"] = serde_json::Value::Object(by_task);
+        }
+        println!("{value}");
+    } else if tasks.len() == 1 {
+        print!("{}", reports[0].to_table());
+    } else {
+        for (spec, report) in tasks.iter().zip(&reports) {
+            println!("task {} (column \"{}\", {} documents)", spec.name, spec.column, report.examples);
+            print!("{}", report.to_table());
+            println!();
+        }
+    }
+    Ok(())
+}
+
+/// Scores the labelled JSON lines in `data` with the model in `model_dir`: one report per task,
+/// primary task first.
+pub fn evaluate_file(
+    model_dir: &Path,
+    data: &Path,
+    max_batch_tokens: usize,
+    precision: Precision,
+    quiet: bool,
+) -> Result<(Vec<TaskSpec>, Vec<Report>)> {
+    let (model, chunker) = load(model_dir, precision)?;
+    let name = input_name(data);
     let tasks = model.config().tasks();
     let columns: Vec<String> = tasks.iter().map(|t| t.column.clone()).collect();
-    let examples = read_labelled_columns(open_input(&args.data)?, &name, &columns)?;
+    let examples = read_labelled_columns(open_input(data)?, &name, &columns)?;
     let truth: Vec<Vec<Option<usize>>> = tasks
         .iter()
         .enumerate()
@@ -55,7 +91,7 @@ pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
     let progress = progress_bar(documents.len(), quiet);
     // predicted[task][doc]
     let mut predicted: Vec<Vec<usize>> = vec![Vec::with_capacity(documents.len()); tasks.len()];
-    score_documents(&model, &chunker, &documents, args.max_batch_tokens as usize, &progress, |result| {
+    score_documents(&model, &chunker, &documents, max_batch_tokens, &progress, |result| {
         match result.outcome {
             Ok((_, scores)) => {
                 predicted[0].push(argmax(&scores.probabilities));
@@ -81,25 +117,5 @@ pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
             longread_metrics::evaluate(&spec.labels, &gold, &pred).map_err(anyhow::Error::msg)
         })
         .collect::<Result<Vec<_>>>()?;
-    if args.json {
-        let mut value = serde_json::to_value(&reports[0])?;
-        if tasks.len() > 1 {
-            let by_task: Map<String, serde_json::Value> = tasks
-                .iter()
-                .zip(&reports)
-                .map(|(spec, r)| Ok((spec.name.clone(), serde_json::to_value(r)?)))
-                .collect::<Result<_>>()?;
-            value["tasks"] = serde_json::Value::Object(by_task);
-        }
-        println!("{value}");
-    } else if tasks.len() == 1 {
-        print!("{}", reports[0].to_table());
-    } else {
-        for (spec, report) in tasks.iter().zip(&reports) {
-            println!("task {} (column \"{}\", {} documents)", spec.name, spec.column, report.examples);
-            print!("{}", report.to_table());
-            println!();
-        }
-    }
-    Ok(())
+    Ok((tasks, reports))
 }

@@ -6,6 +6,7 @@ pub mod init;
 pub mod inspect;
 pub mod predict;
 pub mod pretrain;
+pub mod quickstart;
 pub mod report;
 pub mod tokenizer;
 pub mod train;
