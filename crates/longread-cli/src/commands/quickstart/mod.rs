@@ -58,8 +58,9 @@ pub struct QuickstartArgs {
     /// vectors, computed once (`train --freeze-base`).
     #[arg(long, default_value_t = 30)]
     epochs: usize,
-    /// Epochs of the single-chunk baseline, which is fine-tuned whole (encoder and head): it
-    /// gets every advantage but the text it cannot see.
+    /// Epochs of the single-chunk baseline, whose encoder layers are fine-tuned with its head
+    /// (the hierarchical model's encoder stays frozen): it gets every advantage but the text it
+    /// cannot see.
     #[arg(long, default_value_t = 6)]
     baseline_epochs: usize,
     /// Seed of the documents and of every training run.
