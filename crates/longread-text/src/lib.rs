@@ -10,6 +10,7 @@ pub mod labelled;
 pub mod mlm;
 pub mod tokenizer;
 pub mod tokenizer_training;
+pub mod words;
 
 pub use chunking::{Chunk, ChunkSelection, ChunkedDocument, Chunker, ChunkingConfig};
 pub use documents::{read_documents, Document};
