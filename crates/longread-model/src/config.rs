@@ -101,13 +101,7 @@ pub enum PositionScheme {
 impl EncoderConfig {
     /// Reads and validates `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
-                ModelError::MissingFile { path: path.to_owned(), what: "model configuration" }
-            } else {
-                ModelError::Io { path: path.to_owned(), source }
-            }
-        })?;
+        let text = crate::model_dir::read_config_text(path)?;
         let config: Self =
             serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.to_owned(), source })?;
         config.validate().map_err(|message| ModelError::InvalidConfig { path: path.to_owned(), message })?;

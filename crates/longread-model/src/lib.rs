@@ -8,6 +8,7 @@ pub mod config;
 pub mod embedder;
 pub mod encoder;
 pub mod error;
+pub mod han;
 pub mod hierarchical;
 pub mod layers;
 pub mod masked_lm;

@@ -18,6 +18,32 @@ pub fn write_new_dir(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&s
     std::fs::rename(&tmp, out).map_err(io(out))
 }
 
+/// Writes `tensors` and `files` as a new version of `out`: assembled in a temporary sibling,
+/// then swapped in; the previous version is removed only after the new one is in place.
+pub fn write_replacing(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&str, &[u8])]) -> Result<()> {
+    let tmp = write_temporary_dir(out, tensors, files)?;
+    if out.exists() {
+        let old = tmp.with_extension("old");
+        std::fs::rename(out, &old).map_err(io(out))?;
+        std::fs::rename(&tmp, out).map_err(io(out))?;
+        std::fs::remove_dir_all(&old).map_err(io(&old))?;
+    } else {
+        std::fs::rename(&tmp, out).map_err(io(out))?;
+    }
+    Ok(())
+}
+
+/// Reads a config.json: a missing file is [`ModelError::MissingFile`] ("model configuration").
+pub fn read_config_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            ModelError::MissingFile { path: path.to_owned(), what: "model configuration" }
+        } else {
+            ModelError::Io { path: path.to_owned(), source }
+        }
+    })
+}
+
 /// Writes `tensors` and `files` into a synced temporary directory beside `out` (named
 /// `.longread-save-*`) and returns its path, for the caller to rename into place.
 pub fn write_temporary_dir(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&str, &[u8])]) -> Result<PathBuf> {

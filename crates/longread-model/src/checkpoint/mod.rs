@@ -120,6 +120,23 @@ pub fn fresh_var_builder(
     VarBuilder::from_backend(Box::new(backend), dtype, device.clone())
 }
 
+/// A `VarBuilder` over the tensors of safetensors files alone (no config), for models that are
+/// not BERT-family checkpoints (the HAN): a missing tensor is an error naming it.
+pub fn files_var_builder(
+    weights: &[PathBuf],
+    trainable: Option<VarMap>,
+    device: &Device,
+) -> Result<VarBuilder<'static>> {
+    let backend = backend::StoreBackend {
+        store: Some(Arc::new(TensorStore::open(weights)?)),
+        vars: trainable,
+        init_rng: None,
+        model_type: String::new(),
+        lookup_prefix: String::new(),
+    };
+    Ok(VarBuilder::from_backend(Box::new(backend), DType::F32, device.clone()))
+}
+
 /// Resolves `--model`: a local directory, or (with the `hub` feature) a Hub repository id
 /// such as `sentence-transformers/all-MiniLM-L6-v2`, downloaded to the local cache.
 pub fn resolve_model_dir(spec: &str) -> Result<PathBuf> {

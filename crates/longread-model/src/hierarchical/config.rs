@@ -239,13 +239,7 @@ impl LongreadSection {
 /// `longread init`/`train`), false for a plain encoder checkpoint.
 pub fn is_classifier_dir(dir: &Path) -> Result<bool> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            ModelError::MissingFile { path: path.clone(), what: "model configuration" }
-        } else {
-            ModelError::Io { path: path.clone(), source }
-        }
-    })?;
+    let text = crate::model_dir::read_config_text(&path)?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|source| ModelError::Json { path, source })?;
     Ok(value.get("longread").is_some())
 }

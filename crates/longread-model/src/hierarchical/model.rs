@@ -17,7 +17,7 @@ use crate::hierarchical::head::ClassificationHead;
 use crate::hierarchical::sequence_head::SequenceHead;
 use crate::layers::Dropout;
 use crate::mode::Mode;
-use crate::model_dir::write_temporary_dir;
+use crate::model_dir::{write_replacing, write_temporary_dir};
 use crate::variables;
 
 /// One task's head: pooling over chunks, LayerNorm and classifier, or for the single-chunk
@@ -371,16 +371,11 @@ impl HierarchicalClassifier {
     /// in a temporary sibling, then swapped in; the previous version is removed only after the
     /// new one is in place.
     pub fn save_replacing(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
-        let tmp = self.write_temporary(out, extra)?;
-        if out.exists() {
-            let old = tmp.with_extension("old");
-            std::fs::rename(out, &old).map_err(io_error(out))?;
-            std::fs::rename(&tmp, out).map_err(io_error(out))?;
-            std::fs::remove_dir_all(&old).map_err(io_error(&old))?;
-        } else {
-            std::fs::rename(&tmp, out).map_err(io_error(out))?;
-        }
-        Ok(())
+        let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default() + "\n";
+        let mut files: Vec<(&str, &[u8])> =
+            vec![("config.json", config.as_bytes()), ("tokenizer.json", &self.tokenizer_json)];
+        files.extend_from_slice(extra);
+        write_replacing(out, &self.named_tensors()?, &files)
     }
 
     /// Writes everything into a synced temporary directory beside `out`; returns its path.
