@@ -195,9 +195,9 @@ pub fn run(args: QuickstartArgs, quiet: bool) -> Result<()> {
                 args.epochs.to_string(),
             ]
         } else {
-            strings(&["--lr", "1e-3", "--head-lr", "1e-3", "--epochs"])
-                .chain([args.baseline_epochs.to_string()])
-                .collect()
+            // A pretrained encoder takes the usual fine-tuning rate; the tiny one learns faster.
+            let lr = if args.encoder.is_some() { "5e-5" } else { "1e-3" };
+            strings(&["--lr", lr, "--head-lr", "1e-3", "--epochs"]).chain([args.baseline_epochs.to_string()]).collect()
         };
         run(strings(&["train", "--model", &init, "--train", &train_data, "--out", &path(arch)])
             .chain(schedule)
