@@ -8,6 +8,14 @@ use std::path::Path;
 use common::{assert_clean_failure, fixture, json_lines, longread};
 use serde_json::Value;
 
+/// `longread train --arch ARCH --model MODEL --train DATA --out OUT EXTRA...`.
+fn train(arch: &str, model: &Path, data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["train", "--arch", arch, "--model", model.to_str().unwrap()];
+    args.extend(["--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    longread(&args)
+}
+
 fn config(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap()
 }
@@ -17,27 +25,9 @@ fn a_sequence_baseline_trains_on_a_plain_encoder_and_predicts_from_the_first_chu
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("seq");
     let (train_data, test_data) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
-    let run = longread(&[
-        "--quiet",
-        "train",
-        "--arch",
-        "sequence",
-        "--model",
-        fixture("tiny-bert").to_str().unwrap(),
-        "--train",
-        train_data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--freeze-base",
-        "--epochs",
-        "20",
-        "--head-lr",
-        "3e-2",
-        "--dev-split",
-        "0.25",
-        "--seed",
-        "3",
-    ]);
+    let extra =
+        ["--quiet", "--freeze-base", "--epochs", "20", "--head-lr", "3e-2", "--dev-split", "0.25", "--seed", "3"];
+    let run = train("sequence", &fixture("tiny-bert"), &train_data, &out, &extra);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let cfg = config(&out);
     assert_eq!(cfg["architectures"][0], "BertForSequenceClassification");
@@ -62,19 +52,7 @@ fn a_sequence_baseline_trains_on_a_plain_encoder_and_predicts_from_the_first_chu
     assert!(text.contains("BertForSequenceClassification") && !text.contains("pooler unused"), "{text}");
 
     // A model of the other architecture is refused, naming both.
-    let again = longread(&[
-        "train",
-        "--arch",
-        "hierarchical",
-        "--model",
-        out.to_str().unwrap(),
-        "--train",
-        train_data.to_str().unwrap(),
-        "--out",
-        tmp.path().join("again").to_str().unwrap(),
-        "--epochs",
-        "1",
-    ]);
+    let again = train("hierarchical", &out, &train_data, &tmp.path().join("again"), &["--epochs", "1"]);
     assert_clean_failure(&again, "--arch hierarchical does not match");
     assert!(!tmp.path().join("again").exists());
 }
@@ -109,18 +87,6 @@ fn a_plain_encoder_needs_two_labels_in_the_data() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("one.jsonl");
     std::fs::write(&data, "{\"text\": \"a b c\", \"label\": \"x\"}\n{\"text\": \"d e\", \"label\": \"x\"}\n").unwrap();
-    let out = longread(&[
-        "train",
-        "--arch",
-        "sequence",
-        "--model",
-        fixture("tiny-bert").to_str().unwrap(),
-        "--train",
-        data.to_str().unwrap(),
-        "--out",
-        tmp.path().join("o").to_str().unwrap(),
-        "--epochs",
-        "1",
-    ]);
+    let out = train("sequence", &fixture("tiny-bert"), &data, &tmp.path().join("o"), &["--epochs", "1"]);
     assert_clean_failure(&out, "fewer than 2 distinct labels");
 }

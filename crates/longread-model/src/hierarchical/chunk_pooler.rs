@@ -2,7 +2,7 @@
 //! chunk contributed. Attention follows Yang et al. 2016 (Hierarchical Attention Networks):
 //! `u_i = tanh(W h_i + b)`, `e_i = c·u_i`, `α = softmax(e)`, `d = Σ α_i h_i`.
 
-use candle_core::{DType, Result, Tensor, D};
+use candle_core::{Result, Tensor, D};
 use candle_nn::{Init, Module, VarBuilder};
 
 use crate::hierarchical::config::{LongreadSection, PoolingStrategy};
@@ -90,16 +90,16 @@ impl ChunkPooler {
                 }
                 Ok(Pooled { vector: chunks.max(0)?, attention: Tensor::from_vec(share, n, dev)? })
             }
-            _ => {
-                let mut one_hot = vec![0f32; n];
-                one_hot[0] = 1.0;
-                Ok(Pooled {
-                    vector: chunks.get(0)?,
-                    attention: Tensor::from_vec(one_hot, n, dev)?.to_dtype(DType::F32)?,
-                })
-            }
+            _ => Ok(Pooled { vector: chunks.get(0)?, attention: first_chunk_only(n, dev)? }),
         }
     }
+}
+
+/// Attention `[n]` that credits the first chunk alone (one-hot), for models that read only it.
+pub fn first_chunk_only(n: usize, device: &candle_core::Device) -> Result<Tensor> {
+    let mut one_hot = vec![0f32; n];
+    one_hot[0] = 1.0;
+    Tensor::from_vec(one_hot, n, device)
 }
 
 /// Masked mean over the tokens of each chunk (padding excluded, special tokens included).

@@ -9,7 +9,7 @@ use candle_nn::VarMap;
 use crate::checkpoint::{fresh_var_builder, Checkpoint, LoadOptions};
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
-use crate::hierarchical::chunk_pooler::{masked_mean, ChunkPooler};
+use crate::hierarchical::chunk_pooler::{first_chunk_only, masked_mean, ChunkPooler};
 use crate::hierarchical::config::{
     validate_task_name, Architecture, ChunkPooling, ClassifierConfig, LongreadSection, TaskSpec,
 };
@@ -260,12 +260,9 @@ impl HierarchicalClassifier {
             }
             TaskHead::Sequence(head) => {
                 // One chunk by construction (max_chunks 1); the head applies its own dropout.
-                let n = chunks.dim(0)?;
-                let mut one_hot = vec![0f32; n];
-                one_hot[0] = 1.0;
                 Ok(Classified {
                     logits: head.forward(&chunks.get(0)?, mode)?,
-                    attention: Tensor::from_vec(one_hot, n, chunks.device())?,
+                    attention: first_chunk_only(chunks.dim(0)?, chunks.device())?,
                 })
             }
         }
