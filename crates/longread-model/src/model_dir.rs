@@ -33,6 +33,25 @@ pub fn write_replacing(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(
     Ok(())
 }
 
+/// Replaces `dir/model.safetensors` with `tensors` atomically (a synced temporary file in
+/// `dir`, renamed over it; mode rw-r--r-- less the umask).
+pub fn write_weights_file(dir: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".model-").suffix(".safetensors");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // Temporary files default to rw-------; a model file is rw-r--r-- (less the umask).
+        builder.permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    let tmp = builder.tempfile_in(dir).map_err(io(dir))?;
+    candle_core::safetensors::save(tensors, tmp.path())?;
+    tmp.as_file().sync_all().map_err(io(tmp.path()))?;
+    let target = dir.join("model.safetensors");
+    tmp.persist(&target).map_err(|e| ModelError::Io { path: target.clone(), source: e.error })?;
+    Ok(())
+}
+
 /// Reads a config.json: a missing file is [`ModelError::MissingFile`] ("model configuration").
 pub fn read_config_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|source| {

@@ -6,6 +6,7 @@
 pub mod clip;
 pub mod error;
 pub mod groups;
+pub mod han_trainer;
 pub mod loss;
 pub mod optim;
 pub mod prefix;

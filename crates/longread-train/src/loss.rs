@@ -67,3 +67,36 @@ pub fn task_loss(
     }
     total.ok_or_else(|| TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into()))
 }
+
+/// The attention penalty of Lin et al. (2017), `P = ‖A Aᵀ − I‖²_F` for each document's r
+/// attention distributions A, averaged over the documents: 0 when the hops attend to disjoint
+/// single positions; it pushes them apart (and, with r = 1, towards a single position).
+///
+/// # Shapes
+/// `attention: [B, r, D]` → scalar
+pub fn attention_penalty(attention: &Tensor) -> Result<Tensor> {
+    let (b, r, _) = attention.dims3()?;
+    let gram = attention.matmul(&attention.transpose(1, 2)?)?; // [B, r, r]
+    let eye = Tensor::eye(r, attention.dtype(), attention.device())?.unsqueeze(0)?;
+    let diff = gram.broadcast_sub(&eye)?;
+    Ok((diff.sqr()?.sum_all()? / b as f64)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_penalty_is_the_squared_frobenius_norm_of_a_at_minus_i() {
+        let d = Device::Cpu;
+        // Disjoint one-hot hops: A Aᵀ = I.
+        let disjoint = Tensor::new(&[[[1f32, 0.0, 0.0], [0.0, 0.0, 1.0]]], &d).unwrap();
+        assert_eq!(attention_penalty(&disjoint).unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        // Two identical uniform hops over 2 positions: A Aᵀ = [[.5, .5], [.5, .5]];
+        // (A Aᵀ − I) = [[−.5, .5], [.5, −.5]], squared sum 1. Mean with a second document of 0.
+        let same =
+            Tensor::new(&[[[0.5f32, 0.5, 0.0], [0.5, 0.5, 0.0]], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]], &d).unwrap();
+        let p = attention_penalty(&same).unwrap().to_scalar::<f32>().unwrap();
+        assert!((p - 0.5).abs() < 1e-6, "{p}");
+    }
+}

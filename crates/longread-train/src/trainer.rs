@@ -227,11 +227,11 @@ pub struct TrainerState {
 }
 
 /// What `on_epoch` receives.
-pub struct EpochEnd<'a> {
+pub struct EpochEnd<'a, M = HierarchicalClassifier> {
     /// The epoch's log.
     pub log: &'a EpochLog,
     /// The model after the epoch.
-    pub model: &'a HierarchicalClassifier,
+    pub model: &'a M,
     /// The run's state after the epoch.
     pub state: &'a TrainerState,
     /// The optimizer (its moments go into checkpoints).
@@ -249,8 +249,116 @@ pub struct Resume {
     pub steps: HashMap<String, u64>,
 }
 
+impl TrainerState {
+    /// The state a run starts from: `resume`'s, or a new run's; refused when the run to
+    /// resume has already completed `epochs`.
+    pub(crate) fn start(resume: Option<&Resume>, epochs: usize) -> Result<Self> {
+        let Some(r) = resume else {
+            return Ok(Self { epoch: 0, step: 0, best: None, since_best: 0 });
+        };
+        if r.state.epoch >= epochs {
+            return Err(TrainError::InvalidSetting(format!(
+                "the run to resume has completed {} of {} epochs: nothing is left to do",
+                r.state.epoch, epochs
+            )));
+        }
+        Ok(r.state.clone())
+    }
+
+    /// Records the end of `epoch` after `step` optimizer steps with a dev `score` (higher is
+    /// better); returns whether the epoch is the best so far.
+    pub(crate) fn record(&mut self, epoch: usize, step: usize, score: f64) -> bool {
+        let is_best = self.best.is_none_or(|b| score > b);
+        if is_best {
+            self.best = Some(score);
+            self.since_best = 0;
+        } else {
+            self.since_best += 1;
+        }
+        self.epoch = epoch;
+        self.step = step;
+        is_best
+    }
+
+    /// Whether the run ends after the epoch just recorded: patience ran out, or the run was
+    /// asked to stop there.
+    pub(crate) fn stops(&self, cfg: &TrainConfig) -> bool {
+        cfg.patience > 0 && self.since_best >= cfg.patience || cfg.stop_after_epoch == Some(self.epoch)
+    }
+}
+
+/// An epoch's dev score, higher is better: −dev loss, or the mean of the metric over the tasks.
+pub(crate) fn epoch_score<'a>(
+    metric: Metric,
+    dev_loss: f64,
+    reports: impl ExactSizeIterator<Item = &'a Report>,
+) -> f64 {
+    let n = reports.len().max(1) as f64;
+    match metric {
+        Metric::DevLoss => -dev_loss,
+        Metric::MacroF1 => reports.map(|r| r.macro_f1).sum::<f64>() / n,
+        Metric::WeightedF1 => reports.map(|r| r.weighted_f1).sum::<f64>() / n,
+        Metric::Accuracy => reports.map(|r| r.accuracy).sum::<f64>() / n,
+    }
+}
+
+/// Counts optimizer steps with NaN/inf loss or gradients in a row and stops the run when
+/// there are too many.
+pub(crate) struct BadSteps {
+    in_a_row: usize,
+    limit: usize,
+}
+
+impl BadSteps {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self { in_a_row: 0, limit: limit.max(1) }
+    }
+
+    /// Ok(true) when the step is to be skipped; an error when too many were in a row.
+    pub(crate) fn skip(&mut self, finite: bool, epoch: usize, step: usize) -> Result<bool> {
+        if finite {
+            self.in_a_row = 0;
+            return Ok(false);
+        }
+        self.in_a_row += 1;
+        if self.in_a_row >= self.limit {
+            return Err(TrainError::Diverged(format!(
+                "training diverged: {} optimizer steps in a row had NaN/inf loss or gradients \
+                 (epoch {epoch}, after step {step}); they were skipped and the run stopped. The last \
+                 checkpoint and the best model so far are kept. Lower --lr, or check the data.",
+                self.in_a_row
+            )));
+        }
+        Ok(true)
+    }
+}
+
+/// The learning-rate schedule of a run over `documents` training documents.
+pub(crate) fn run_schedule(cfg: &TrainConfig, documents: usize) -> Schedule {
+    let steps_per_epoch = documents.div_ceil(cfg.batch_size.max(1)).div_ceil(cfg.grad_accum.max(1));
+    let total_steps = steps_per_epoch * cfg.epochs;
+    Schedule { warmup_steps: (cfg.warmup_ratio * total_steps as f64).round() as usize, total_steps, decay: cfg.decay }
+}
+
+/// Adds `grads` (each divided by `parts`) into `summed`.
+pub(crate) fn accumulate(
+    summed: &mut HashMap<TensorId, Tensor>,
+    grads: impl IntoIterator<Item = (TensorId, Tensor)>,
+    parts: usize,
+) -> Result<()> {
+    for (id, g) in grads {
+        let g = (g / parts as f64)?;
+        let total = match summed.remove(&id) {
+            Some(prev) => (prev + g)?,
+            None => g,
+        };
+        summed.insert(id, total);
+    }
+    Ok(())
+}
+
 /// Seed of an epoch's generators.
-fn epoch_seed(seed: u64, epoch: usize, stream: u64) -> u64 {
+pub(crate) fn epoch_seed(seed: u64, epoch: usize, stream: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (epoch as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ stream
 }
 
@@ -411,16 +519,7 @@ pub fn train(
     check_labels(model, &train_split, "training")?;
     check_labels(model, &dev_split, "dev")?;
     let run = Run { model, train: &train_split, dev: &dev_split, cfg, device, named, num_layers };
-    let mut state = TrainerState { epoch: 0, step: 0, best: None, since_best: 0 };
-    if let Some(r) = &resume {
-        state = r.state.clone();
-        if state.epoch >= cfg.epochs {
-            return Err(TrainError::InvalidSetting(format!(
-                "the run to resume has completed {} of {} epochs: nothing is left to do",
-                state.epoch, cfg.epochs
-            )));
-        }
-    }
+    let mut state = TrainerState::start(resume.as_ref(), cfg.epochs)?;
     // The optimizer holds what trained in the last completed epoch (its moments are in the
     // checkpoint); each epoch then adds what its phase unfreezes.
     let held = run.freezing_at(state.epoch.saturating_sub(1));
@@ -435,19 +534,13 @@ pub fn train(
 
     let batch_size = cfg.batch_size.max(1);
     let accum = cfg.grad_accum.max(1);
-    let steps_per_epoch = train_split.docs.len().div_ceil(batch_size).div_ceil(accum);
-    let total_steps = steps_per_epoch * cfg.epochs;
-    let schedule = Schedule {
-        warmup_steps: (cfg.warmup_ratio * total_steps as f64).round() as usize,
-        total_steps,
-        decay: cfg.decay,
-    };
+    let schedule = run_schedule(cfg, train_split.docs.len());
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
 
     let mut logs: Vec<EpochLog> = Vec::new();
     let mut phase: Option<Phase> = None;
     let mut step = state.step;
-    let mut bad_in_a_row = 0usize;
+    let mut bad_steps = BadSteps::new(cfg.max_bad_steps);
     for epoch in state.epoch + 1..=cfg.epochs {
         let started = std::time::Instant::now();
         let freezing = run.freezing_at(epoch - 1);
@@ -489,29 +582,13 @@ pub fn train(
                     }
                 };
                 step_loss += out.loss as f64 / batches.len() as f64;
-                for (id, g) in out.grads {
-                    let g = (g / batches.len() as f64)?;
-                    let total = match summed.remove(&id) {
-                        Some(prev) => (prev + g)?,
-                        None => g,
-                    };
-                    summed.insert(id, total);
-                }
+                accumulate(&mut summed, out.grads, batches.len())?;
             }
             let norm = clip_grad_norm(&mut summed, cfg.max_grad_norm)?;
-            if !step_loss.is_finite() || !norm.is_finite() {
+            if bad_steps.skip(step_loss.is_finite() && norm.is_finite(), epoch, step)? {
                 skipped += 1;
-                bad_in_a_row += 1;
-                if bad_in_a_row >= cfg.max_bad_steps.max(1) {
-                    return Err(TrainError::Diverged(format!(
-                        "training diverged: {bad_in_a_row} optimizer steps in a row had NaN/inf loss or gradients \
-                         (epoch {epoch}, after step {step}); they were skipped and the run stopped. The last \
-                         checkpoint and the best model so far are kept. Lower --lr, or check the data."
-                    )));
-                }
                 continue;
             }
-            bad_in_a_row = 0;
             let factor = schedule.factor(step);
             optimizer.set_lr(|g| base_lr[&g.name] * factor);
             optimizer.step_with(|v| summed.get(&v.as_tensor().id()).cloned())?;
@@ -520,7 +597,7 @@ pub fn train(
             loss_count += 1;
             on_progress(Progress::Step(StepLog {
                 step,
-                total_steps,
+                total_steps: schedule.total_steps,
                 loss: step_loss,
                 lr: cfg.groups.head_lr * factor,
                 chunks,
@@ -531,30 +608,12 @@ pub fn train(
         let mut task_logs = evaluate(&run, phase)?;
         let dev_loss: f64 = task_logs.iter().enumerate().map(|(t, l)| task_weight(cfg, t) * l.dev_loss).sum();
         // The best epoch by the mean of the metric over the tasks.
-        let score = match cfg.metric {
-            Metric::DevLoss => -dev_loss,
-            metric => {
-                let of = |r: &Report| match metric {
-                    Metric::MacroF1 => r.macro_f1,
-                    Metric::WeightedF1 => r.weighted_f1,
-                    _ => r.accuracy,
-                };
-                task_logs.iter().map(|l| of(&l.dev)).sum::<f64>() / task_logs.len() as f64
-            }
-        };
+        let score = epoch_score(cfg.metric, dev_loss, task_logs.iter().map(|l| &l.dev));
         let report = task_logs[0].dev.clone();
         if task_logs.len() == 1 {
             task_logs.clear();
         }
-        let is_best = state.best.is_none_or(|b| score > b);
-        if is_best {
-            state.best = Some(score);
-            state.since_best = 0;
-        } else {
-            state.since_best += 1;
-        }
-        state.epoch = epoch;
-        state.step = step;
+        let is_best = state.record(epoch, step, score);
         let log = EpochLog {
             epoch,
             train_loss: if loss_count > 0 { loss_sum / loss_count as f64 } else { f64::NAN },
@@ -570,7 +629,7 @@ pub fn train(
         };
         on_epoch(EpochEnd { log: &log, model, state: &state, optimizer: &optimizer })?;
         logs.push(log);
-        if cfg.patience > 0 && state.since_best >= cfg.patience || cfg.stop_after_epoch == Some(epoch) {
+        if state.stops(cfg) {
             break;
         }
     }

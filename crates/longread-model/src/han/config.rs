@@ -1,5 +1,6 @@
 //! A HAN model's config.json (`"architectures": ["LongreadHAN"]`).
 
+use longread_text::words::GridShape;
 use serde::{Deserialize, Serialize};
 
 /// `architectures` value of a HAN model directory.
@@ -52,6 +53,11 @@ impl Default for HanConfig {
 }
 
 impl HanConfig {
+    /// Sentences per document and words per sentence read.
+    pub fn grid_shape(&self) -> GridShape {
+        GridShape { doc_size: self.doc_size, sent_size: self.sent_size }
+    }
+
     /// What is wrong with the settings, if anything.
     pub fn validate(&self) -> Result<(), String> {
         let sizes = [

@@ -15,7 +15,7 @@ use crate::han::config::{HanConfig, HAN_ARCHITECTURE};
 use crate::han::gru::BiGru;
 use crate::layers::{Dropout, Linear};
 use crate::mode::Mode;
-use crate::model_dir::{read_config_text, write_replacing};
+use crate::model_dir::{read_config_text, write_replacing, write_weights_file};
 
 /// A Hierarchical Attention Network classifier (every tensor is a variable: it trains).
 pub struct HanClassifier {
@@ -194,6 +194,34 @@ impl HanClassifier {
         serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
     }
 
+    /// Replaces the word vectors (all but `<pad>`'s row, which stays zero).
+    ///
+    /// # Shapes
+    /// `vectors: [vocab_size, embedding_dim]`
+    pub fn set_word_vectors(&self, vectors: &Tensor) -> Result<()> {
+        let (v, e) = (self.config.vocab_size, self.config.embedding_dim);
+        if vectors.dims() != [v, e] {
+            return Err(ModelError::ShapeMismatch {
+                name: "embedding.weight".into(),
+                expected: vec![v, e],
+                found: vectors.dims().to_vec(),
+            });
+        }
+        let zero = Tensor::zeros((1, e), DType::F32, vectors.device())?;
+        let vectors = vectors.to_dtype(DType::F32)?.slice_assign(&[0..1, 0..e], &zero)?;
+        let data = self.vars.data().lock().unwrap_or_else(|p| p.into_inner());
+        match data.get("embedding.weight") {
+            Some(var) => var.set(&vectors)?,
+            None => unreachable!("every HAN tensor is a variable"),
+        }
+        Ok(())
+    }
+
+    /// Replaces `dir/model.safetensors` with the current weights atomically.
+    pub fn save_weights(&self, dir: &Path) -> Result<()> {
+        write_weights_file(dir, &self.named_tensors())
+    }
+
     /// Writes the model directory (config.json, vocab.json, model.safetensors and `extra`
     /// files) as a new version of `out`, swapped in atomically.
     pub fn save_replacing(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
@@ -202,6 +230,14 @@ impl HanClassifier {
         files.extend_from_slice(extra);
         write_replacing(out, &self.named_tensors(), &files)
     }
+}
+
+/// True when `dir/config.json` names a HAN model (`"architectures": ["LongreadHAN"]`).
+pub fn is_han_dir(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .is_some_and(|v| v["architectures"][0] == HAN_ARCHITECTURE)
 }
 
 /// Reads and validates a HAN config.json.

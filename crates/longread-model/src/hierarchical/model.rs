@@ -17,7 +17,7 @@ use crate::hierarchical::head::ClassificationHead;
 use crate::hierarchical::sequence_head::SequenceHead;
 use crate::layers::Dropout;
 use crate::mode::Mode;
-use crate::model_dir::{write_replacing, write_temporary_dir};
+use crate::model_dir::{io, write_replacing, write_temporary_dir, write_weights_file};
 use crate::variables;
 
 /// One task's head: pooling over chunks, LayerNorm and classifier, or for the single-chunk
@@ -167,7 +167,7 @@ impl HierarchicalClassifier {
             })
             .collect::<Result<Vec<_>>>()?;
         let chunk_dropout = Dropout::new(config.longread.hidden_dropout);
-        let tokenizer_json = std::fs::read(&tokenizer_path).map_err(io_error(&tokenizer_path))?;
+        let tokenizer_json = std::fs::read(&tokenizer_path).map_err(io(&tokenizer_path))?;
         Ok(Self { encoder, heads, chunk_dropout, config, tokenizer_path, tokenizer_json, vars })
     }
 
@@ -348,20 +348,7 @@ impl HierarchicalClassifier {
     /// Replaces `dir/model.safetensors` with the current weights atomically (temporary file in
     /// the same directory, synced, renamed): a kill at any moment leaves a loadable file.
     pub fn save_weights(&self, dir: &Path) -> Result<()> {
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(".model-").suffix(".safetensors");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            // Temporary files default to rw-------; a model file is rw-r--r-- (less the umask).
-            builder.permissions(std::fs::Permissions::from_mode(0o644));
-        }
-        let tmp = builder.tempfile_in(dir).map_err(io_error(dir))?;
-        candle_core::safetensors::save(&self.named_tensors()?, tmp.path())?;
-        tmp.as_file().sync_all().map_err(io_error(tmp.path()))?;
-        let target = dir.join("model.safetensors");
-        tmp.persist(&target).map_err(|e| ModelError::Io { path: target.clone(), source: e.error })?;
-        Ok(())
+        write_weights_file(dir, &self.named_tensors()?)
     }
 
     /// Writes the model and `extra` files (name, contents) as a new version of `out`: assembled
@@ -385,10 +372,4 @@ impl HierarchicalClassifier {
         files.extend_from_slice(extra);
         write_temporary_dir(out, &self.named_tensors()?, &files)
     }
-}
-
-/// Maps an I/O error on `path` to [`ModelError::Io`].
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError {
-    let path = path.to_owned();
-    move |source| ModelError::Io { path, source }
 }
