@@ -1,4 +1,4 @@
-//! `--arch`: which classifier `init` and `train` build on a pretrained encoder.
+//! `--arch`: which classifier `init` and `train` build (on a pretrained encoder, or the HAN).
 
 use clap::ValueEnum;
 use longread_model::hierarchical::{Architecture, LongreadSection};
@@ -14,6 +14,10 @@ pub enum Arch {
     /// transformers' sequence-classification head, saved in the
     /// RobertaForSequenceClassification / BertForSequenceClassification layout.
     Sequence,
+    /// The classic Hierarchical Attention Network (Yang et al. 2016): word BiGRU + attention,
+    /// sentence BiGRU + attention, trained from scratch on the training data's words (no
+    /// encoder; `train` only).
+    Han,
 }
 
 impl Arch {
@@ -30,6 +34,7 @@ impl Arch {
         match self {
             Self::Hierarchical => "hierarchical",
             Self::Sequence => "sequence",
+            Self::Han => "han",
         }
     }
 }

@@ -108,6 +108,10 @@ pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
                 .with_context(|| format!("reading encoder {}", encoder.display()))?;
             sequence_section(&checkpoint.config, args.chunk_size)
         }
+        Arch::Han => bail!(
+            "--arch han is not built on an encoder: `longread train --arch han --train DATA --out DIR` builds it \
+             (its vocabulary and grid come from the training data)"
+        ),
     };
     let model = HierarchicalClassifier::init(&encoder, labels, section, args.seed, &Device::Cpu)
         .with_context(|| format!("creating a classifier on {}", encoder.display()))?;
@@ -119,17 +123,16 @@ pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
         return Ok(());
     }
     let section = &model.config().longread;
-    let shape = match args.arch {
-        Arch::Hierarchical => format!(
+    let shape = if args.arch == Arch::Hierarchical {
+        format!(
             "pooling {}, chunks of {} tokens, stride {}, max {}",
             serde_json::to_value(section.pooling_strategy)?.as_str().unwrap_or_default(),
             section.chunk_size,
             section.stride,
             section.max_chunks
-        ),
-        Arch::Sequence => {
-            format!("single chunk: the first {} tokens, {}", section.chunk_size, model.config().hf_architecture())
-        }
+        )
+    } else {
+        format!("single chunk: the first {} tokens, {}", section.chunk_size, model.config().hf_architecture())
     };
     eprintln!("wrote {} ({} labels: {}, {shape})", args.out.display(), model.labels().len(), model.labels().join(", "));
     Ok(())

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod batch;
 pub mod config;
 pub mod gru;
+mod gru_scan;
 pub mod model;
 pub mod predictor;
 pub mod word_vectors;

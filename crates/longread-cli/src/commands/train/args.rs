@@ -18,13 +18,19 @@ pub struct TrainArgs {
     /// Model directory made by `longread init` (its labels and settings are used), or a
     /// pretrained encoder (config.json, model.safetensors, tokenizer.json): then a new classifier
     /// of --arch is built on it with default settings, the labels found in the training data
-    /// (sorted) and weights seeded by --seed.
+    /// (sorted) and weights seeded by --seed. Not used with --arch han (see --word-vectors).
     #[arg(long)]
-    pub(super) model: PathBuf,
+    pub(super) model: Option<PathBuf>,
     /// The classifier built when --model is a plain encoder (default: hierarchical); with a
-    /// model made by `init`, it must name that model's architecture.
+    /// model made by `init`, it must name that model's architecture. `han` trains the classic
+    /// HAN from scratch and needs no --model.
     #[arg(long, value_enum)]
     pub(super) arch: Option<Arch>,
+    /// Label names in id order, comma-separated, for a new classifier (a plain encoder as
+    /// --model, or --arch han); needed when the data's labels are integers (ids into this
+    /// list). Default: the label names found in the training data, sorted.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) labels: Vec<String>,
     /// Training data: JSON lines with "text" and "label" (name or index).
     #[arg(long)]
     pub(super) train: PathBuf,
@@ -43,34 +49,37 @@ pub struct TrainArgs {
     /// Use the same data and flags as the interrupted run.
     #[arg(long)]
     pub(super) resume: Option<String>,
-    /// Passes over the training data.
-    #[arg(long, default_value_t = 3)]
-    pub(super) epochs: usize,
-    /// Documents per batch.
-    #[arg(long, default_value_t = 4)]
-    pub(super) batch_size: usize,
+    /// Passes over the training data [default: 3; 30 with --arch han, which stops early:
+    /// see --patience].
+    #[arg(long)]
+    pub(super) epochs: Option<usize>,
+    /// Documents per batch [default: 4; 32 with --arch han].
+    #[arg(long)]
+    pub(super) batch_size: Option<usize>,
     /// Batches per optimizer step (gradient accumulation).
     #[arg(long, default_value_t = 1)]
     pub(super) grad_accum: usize,
-    /// Learning rate of the encoder.
-    #[arg(long, default_value_t = 2e-5)]
-    pub(super) lr: f64,
+    /// Learning rate of the encoder [default: 2e-5], or of every HAN parameter [default with
+    /// --arch han: 1e-3].
+    #[arg(long)]
+    pub(super) lr: Option<f64>,
     /// Learning rate of pooling + head (default: 1e-3 with --freeze-base or when --unfreeze
     /// starts with 0:head, else --lr).
     #[arg(long)]
     pub(super) head_lr: Option<f64>,
-    /// AdamW's decoupled weight decay (none on biases and LayerNorm weights).
-    #[arg(long, default_value_t = 0.01)]
-    pub(super) weight_decay: f64,
-    /// Warm-up steps as a fraction of all optimizer steps.
-    #[arg(long, default_value_t = 0.1)]
-    pub(super) warmup_ratio: f64,
-    /// Learning-rate shape after warm-up.
-    #[arg(long, value_enum, default_value_t = ScheduleArg::Linear)]
-    pub(super) schedule: ScheduleArg,
-    /// Clip the global gradient norm to this (0 = off).
-    #[arg(long, default_value_t = 1.0)]
-    pub(super) max_grad_norm: f64,
+    /// AdamW's decoupled weight decay (none on biases and LayerNorm weights) [default: 0.01;
+    /// 0 with --arch han: plain Adam, as in the paper].
+    #[arg(long)]
+    pub(super) weight_decay: Option<f64>,
+    /// Warm-up steps as a fraction of all optimizer steps [default: 0.1; 0 with --arch han].
+    #[arg(long)]
+    pub(super) warmup_ratio: Option<f64>,
+    /// Learning-rate shape after warm-up [default: linear; constant with --arch han].
+    #[arg(long, value_enum)]
+    pub(super) schedule: Option<ScheduleArg>,
+    /// Clip the global gradient norm to this, 0 = off [default: 1.0; 0.5 with --arch han].
+    #[arg(long)]
+    pub(super) max_grad_norm: Option<f64>,
     /// Freeze the whole encoder: only pooling and head train, on chunk vectors computed once.
     #[arg(long)]
     pub(super) freeze_base: bool,
@@ -102,9 +111,10 @@ pub struct TrainArgs {
     /// Dev metric that picks the best epoch.
     #[arg(long, value_enum, default_value_t = MetricArg::MacroF1)]
     pub(super) metric: MetricArg,
-    /// Stop after this many epochs without improvement (0 = never).
-    #[arg(long, default_value_t = 0)]
-    pub(super) patience: usize,
+    /// Stop after this many epochs without improvement, 0 = never [default: 0; 3 with
+    /// --arch han].
+    #[arg(long)]
+    pub(super) patience: Option<usize>,
     /// Seed for the dev split, shuffling and dropout.
     #[arg(long, default_value_t = 42)]
     pub(super) seed: u64,
@@ -144,6 +154,56 @@ pub struct TrainArgs {
     /// event (phase, step, epoch, done) on stdout, no progress bar.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub(super) log_format: LogFormat,
+    #[command(flatten)]
+    pub(super) han: HanArgs,
+}
+
+/// The flags of `train --arch han`.
+#[derive(Debug, Args, serde::Serialize)]
+#[command(next_help_heading = "HAN (--arch han)")]
+pub struct HanArgs {
+    /// Words seen fewer times in the training documents are out of vocabulary (id 1).
+    #[arg(long, default_value_t = 2)]
+    pub(super) min_count: usize,
+    /// Keep at most this many most frequent words (besides <pad> and <unk>); 0 = no limit.
+    #[arg(long, default_value_t = 50_000)]
+    pub(super) max_vocab: usize,
+    /// Sentences read per document (later ones are cut) [default: the --length-percentile
+    /// of the training documents' sentence counts].
+    #[arg(long)]
+    pub(super) doc_size: Option<usize>,
+    /// Words read per sentence [default: the --length-percentile of the training sentences'
+    /// word counts].
+    #[arg(long)]
+    pub(super) sent_size: Option<usize>,
+    /// Percentile of the training data's lengths that sets --doc-size and --sent-size.
+    #[arg(long, default_value_t = 90.0)]
+    pub(super) length_percentile: f64,
+    /// Word vector size (ignored with --word-vectors, which sets it to the encoder's).
+    #[arg(long, default_value_t = 200)]
+    pub(super) embedding_dim: usize,
+    /// Hidden size of each direction of the word and of the sentence GRU.
+    #[arg(long, default_value_t = 50)]
+    pub(super) gru_hidden: usize,
+    /// Size of the word and sentence attention projections (u_t = tanh(W h_t + b)).
+    #[arg(long, default_value_t = 100)]
+    pub(super) attention_size: usize,
+    /// Dropout on the word vectors and on the document vector.
+    #[arg(long, default_value_t = 0.5)]
+    pub(super) dropout: f64,
+    /// Context vectors of the sentence attention, r: r distributions over the sentences whose
+    /// document vectors are concatenated.
+    #[arg(long, default_value_t = 1)]
+    pub(super) attention_hops: usize,
+    /// Weight λ of the penalty λ‖AAᵀ − I‖²_F on the sentence attention A ([r, sentences]),
+    /// which pushes the hops apart (Lin et al. 2017); 0 = off.
+    #[arg(long, default_value_t = 0.0)]
+    pub(super) attention_penalty: f64,
+    /// Start the word vectors from a pretrained encoder's input embeddings (a model directory
+    /// with config.json, model.safetensors and tokenizer.json): each word gets the mean of its
+    /// word pieces' vectors, and the vector size becomes the encoder's hidden size.
+    #[arg(long, value_name = "ENCODER")]
+    pub(super) word_vectors: Option<PathBuf>,
 }
 
 /// Floating-point precision of the encoder.
@@ -205,6 +265,59 @@ pub(super) fn name_value<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a 
 }
 
 impl TrainArgs {
+    /// True for `--arch han`.
+    pub(super) fn is_han(&self) -> bool {
+        self.arch == Some(Arch::Han)
+    }
+
+    /// `han` with --arch han, else `other`.
+    fn pick<T>(&self, han: T, other: T) -> T {
+        if self.is_han() {
+            han
+        } else {
+            other
+        }
+    }
+
+    /// Fills in the flags whose defaults depend on --arch (so that training_args.json records
+    /// what the run used) and refuses flags that do not apply to the architecture.
+    pub(super) fn resolve_defaults(&mut self) -> Result<()> {
+        self.epochs = Some(self.epochs.unwrap_or(self.pick(30, 3)));
+        self.batch_size = Some(self.batch_size.unwrap_or(self.pick(32, 4)));
+        self.lr = Some(self.lr.unwrap_or(self.pick(1e-3, 2e-5)));
+        self.weight_decay = Some(self.weight_decay.unwrap_or(self.pick(0.0, 0.01)));
+        self.warmup_ratio = Some(self.warmup_ratio.unwrap_or(self.pick(0.0, 0.1)));
+        self.schedule = Some(self.schedule.unwrap_or(self.pick(ScheduleArg::Constant, ScheduleArg::Linear)));
+        self.max_grad_norm = Some(self.max_grad_norm.unwrap_or(self.pick(0.5, 1.0)));
+        self.patience = Some(self.patience.unwrap_or(self.pick(3, 0)));
+        if self.is_han() {
+            let encoder_only = [
+                ("--model", self.model.is_some()),
+                ("--freeze-base", self.freeze_base),
+                ("--freeze-bottom", self.freeze_bottom > 0),
+                ("--unfreeze", self.unfreeze.is_some()),
+                ("--train-embeddings", self.train_embeddings),
+                ("--layer-lr-decay", self.layer_lr_decay != 1.0),
+                ("--head-lr", self.head_lr.is_some()),
+                ("--task", !self.task.is_empty()),
+                ("--task-weight", !self.task_weight.is_empty()),
+                ("--freeze-task", !self.freeze_task.is_empty()),
+                ("--precision bf16", self.precision != Precision::F32),
+                ("--no-recompute", self.no_recompute),
+                ("--no-cache", self.no_cache),
+            ];
+            if let Some((flag, _)) = encoder_only.iter().find(|(_, given)| *given) {
+                bail!(
+                    "{flag} does not apply to --arch han, which trains every parameter from scratch on one label \
+                     column (to start its word vectors from an encoder, use --word-vectors ENCODER)"
+                );
+            }
+        } else if self.model.is_none() {
+            bail!("--model is required (a model made by `longread init`, or a pretrained encoder)");
+        }
+        Ok(())
+    }
+
     /// The training configuration; `train_labels` (the primary task's, where present) and
     /// `labels` resolve `--class-weights`, `tasks` (names in task order) the task flags.
     pub(super) fn config(&self, train_labels: &[usize], labels: &[String], tasks: &[String]) -> Result<TrainConfig> {
@@ -229,7 +342,8 @@ impl TrainArgs {
         }
         let frozen_tasks =
             self.freeze_task.iter().map(|name| task_index("--freeze-task", name)).collect::<Result<Vec<_>>>()?;
-        if self.epochs == 0 || self.batch_size == 0 || self.grad_accum == 0 {
+        let (epochs, batch_size) = (self.epochs.unwrap_or(1), self.batch_size.unwrap_or(1));
+        if epochs == 0 || batch_size == 0 || self.grad_accum == 0 {
             bail!("--epochs, --batch-size and --grad-accum must be at least 1");
         }
         let class_weights = match self.class_weights.as_str() {
@@ -252,22 +366,26 @@ impl TrainArgs {
             }
         };
         let unfreeze = self.unfreeze.as_deref().map(UnfreezeSchedule::parse).transpose()?;
+        let lr = self.lr.unwrap_or_default();
+        if !(lr.is_finite() && lr >= 0.0) {
+            bail!("--lr must be a non-negative number");
+        }
         let starts_frozen = self.freeze_base
             || unfreeze
                 .as_ref()
                 .and_then(|u| u.phases().first())
                 .is_some_and(|&(e, w)| e == 0 && w == longread_train::unfreeze::Unfreeze::Head);
         Ok(TrainConfig {
-            epochs: self.epochs,
-            batch_size: self.batch_size,
+            epochs,
+            batch_size,
             grad_accum: self.grad_accum,
-            max_grad_norm: self.max_grad_norm,
-            decay: match self.schedule {
+            max_grad_norm: self.max_grad_norm.unwrap_or_default(),
+            decay: match self.schedule.unwrap_or(ScheduleArg::Linear) {
                 ScheduleArg::Linear => Decay::Linear,
                 ScheduleArg::Cosine => Decay::Cosine,
                 ScheduleArg::Constant => Decay::Constant,
             },
-            warmup_ratio: self.warmup_ratio,
+            warmup_ratio: self.warmup_ratio.unwrap_or_default(),
             seed: self.seed,
             max_batch_tokens: self.max_batch_tokens,
             recompute: !self.no_recompute,
@@ -278,7 +396,7 @@ impl TrainArgs {
                 MetricArg::Accuracy => Metric::Accuracy,
                 MetricArg::DevLoss => Metric::DevLoss,
             },
-            patience: self.patience,
+            patience: self.patience.unwrap_or_default(),
             freezing: Freezing {
                 train_embeddings: self.train_embeddings,
                 freeze_base: self.freeze_base,
@@ -293,9 +411,9 @@ impl TrainArgs {
                 spill_dir: self.out.clone(),
             },
             groups: GroupSettings {
-                lr: self.lr,
-                head_lr: self.head_lr.unwrap_or(if starts_frozen { 1e-3 } else { self.lr }),
-                weight_decay: self.weight_decay,
+                lr,
+                head_lr: self.head_lr.unwrap_or(if starts_frozen { 1e-3 } else { lr }),
+                weight_decay: self.weight_decay.unwrap_or_default(),
                 layer_lr_decay: self.layer_lr_decay,
             },
             adamw: AdamWConfig::default(),

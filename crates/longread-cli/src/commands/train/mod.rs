@@ -3,16 +3,18 @@
 
 mod args;
 mod data;
+mod han;
 mod output;
 mod start;
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use longread_text::{Chunker, TextTokenizer};
 use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Resume, Split};
+use longread_train::TrainError;
 
 pub use args::{LogFormat, Precision, TrainArgs};
 use output::{RunOutput, CHECKPOINT};
@@ -20,10 +22,15 @@ use output::{RunOutput, CHECKPOINT};
 use crate::checkpoints::{read_checkpoint, resume_from};
 
 /// Runs `longread train`.
-pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
+pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
+    args.resolve_defaults()?;
     let checkpoint = resume_from(&args.out, args.resume.as_deref())?;
+    if args.is_han() {
+        return han::run(&args, checkpoint.as_deref(), quiet);
+    }
     let device = Device::Cpu;
-    let source = checkpoint.as_deref().unwrap_or(&args.model);
+    let model_dir = args.model.clone().context("--model is required")?;
+    let source = checkpoint.as_deref().unwrap_or(&model_dir);
     let mut model = start::starting_model(&args, source, &device)?;
     model.set_precision(args.precision.dtype())?;
     let resume = checkpoint
@@ -39,8 +46,7 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
     let cfg = args.config(&primary, &labels, &tasks)?;
     let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
 
-    let json = args.log_format == LogFormat::Json;
-    let text = !quiet && !json;
+    let (text, json) = log_modes(&args, quiet);
     if text {
         eprintln!(
             "training on {} documents ({} chunks), dev {} documents; {}",
@@ -56,16 +62,11 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
                 .join("; ")
         );
     }
-    let mut output = match &resume {
-        None => {
-            let training_args = serde_json::to_string_pretty(&args)? + "\n";
-            model.save_replacing(&args.out, &[("training_args.json", training_args.as_bytes())])?;
-            RunOutput::new(&args.out, 0)
-        }
-        Some(r) => RunOutput::new(&args.out, r.state.epoch),
-    };
+    let mut output = start_output(&args, resume.as_ref().map(|r| r.state.epoch), |extra| {
+        model.save_replacing(&args.out, extra)
+    })?;
     // Both callbacks report: the reporter is shared.
-    let reporter = std::cell::RefCell::new(Reporter::new(text, json));
+    let reporter = std::cell::RefCell::new(Reporter::new(text, json, "chunks"));
     let logs = train(
         &model,
         Split { docs: train_docs, labels: train_data.labels.clone() },
@@ -81,13 +82,41 @@ pub fn run(args: TrainArgs, quiet: bool) -> Result<()> {
         },
     );
     reporter.borrow().finish();
-    let logs = logs.map_err(|e| match e {
-        longread_train::TrainError::Diverged(why) => {
-            anyhow::anyhow!("{why} Checkpoint: {}", args.out.join(CHECKPOINT).display())
+    finish(&args, logs, text, json)
+}
+
+/// Whether to print for people (text) and for machines (JSON lines).
+fn log_modes(args: &TrainArgs, quiet: bool) -> (bool, bool) {
+    let json = args.log_format == LogFormat::Json;
+    (!quiet && !json, json)
+}
+
+/// The output directory of a new run (the model and training_args.json, written by `save`)
+/// or of a resumed one (`resumed_epoch` epochs of metrics kept).
+fn start_output(
+    args: &TrainArgs,
+    resumed_epoch: Option<usize>,
+    save: impl FnOnce(&[(&str, &[u8])]) -> longread_model::Result<()>,
+) -> Result<RunOutput> {
+    Ok(match resumed_epoch {
+        None => {
+            let training_args = serde_json::to_string_pretty(args)? + "\n";
+            save(&[("training_args.json", training_args.as_bytes())])?;
+            RunOutput::new(&args.out, 0)
         }
+        Some(epoch) => RunOutput::new(&args.out, epoch),
+    })
+}
+
+/// Reports how a run ended (divergence, early stop for resume, best epoch) and removes the
+/// resumable checkpoint of a completed run.
+fn finish(args: &TrainArgs, logs: longread_train::Result<Vec<EpochLog>>, text: bool, json: bool) -> Result<()> {
+    let logs = logs.map_err(|e| match e {
+        TrainError::Diverged(why) => anyhow::anyhow!("{why} Checkpoint: {}", args.out.join(CHECKPOINT).display()),
         other => other.into(),
     })?;
-    let stopped_early = logs.last().is_some_and(|l| Some(l.epoch) == args.stop_after_epoch && l.epoch < args.epochs);
+    let epochs = args.epochs.unwrap_or_default();
+    let stopped_early = logs.last().is_some_and(|l| Some(l.epoch) == args.stop_after_epoch && l.epoch < epochs);
     let best = logs.iter().rfind(|l| l.best);
     if json {
         let done = serde_json::json!({
@@ -118,18 +147,20 @@ struct Reporter {
     text: bool,
     json: bool,
     bar: ProgressBar,
-    /// When the last step (or phase set-up) ended, for chunks/s.
+    /// When the last step (or phase set-up) ended, for items/s.
     since: Instant,
+    /// What a step's `chunks` count: "chunks" or "documents".
+    unit: &'static str,
 }
 
 impl Reporter {
-    fn new(text: bool, json: bool) -> Self {
+    fn new(text: bool, json: bool, unit: &'static str) -> Self {
         let bar = if text { ProgressBar::new(0) } else { ProgressBar::hidden() };
         bar.set_style(
             ProgressStyle::with_template("{spinner} step {pos}/{len} [{elapsed_precise}, eta {eta}] {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        Self { text, json, bar, since: Instant::now() }
+        Self { text, json, bar, since: Instant::now(), unit }
     }
 
     fn progress(&mut self, p: Progress) {
@@ -150,15 +181,16 @@ impl Reporter {
             Progress::Step(s) => {
                 let seconds = self.since.elapsed().as_secs_f64().max(1e-9);
                 self.since = Instant::now();
-                let chunks_per_second = s.chunks as f64 / seconds;
+                let per_second = s.chunks as f64 / seconds;
                 self.bar.set_length(s.total_steps as u64);
                 self.bar.set_position(s.step as u64);
-                self.bar.set_message(format!("loss {:.4}, lr {:.2e}, {chunks_per_second:.1} chunks/s", s.loss, s.lr));
+                self.bar.set_message(format!("loss {:.4}, lr {:.2e}, {per_second:.1} {}/s", s.loss, s.lr, self.unit));
                 if self.json {
-                    let line = serde_json::json!({
-                        "event": "step", "step": s.step, "total_steps": s.total_steps, "loss": s.loss,
-                        "lr": s.lr, "chunks": s.chunks, "chunks_per_second": chunks_per_second,
+                    let mut line = serde_json::json!({
+                        "event": "step", "step": s.step, "total_steps": s.total_steps, "loss": s.loss, "lr": s.lr,
                     });
+                    line[self.unit] = s.chunks.into();
+                    line[format!("{}_per_second", self.unit)] = per_second.into();
                     println!("{line}");
                 }
             }

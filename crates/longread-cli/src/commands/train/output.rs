@@ -4,12 +4,39 @@
 
 use std::path::{Path, PathBuf};
 
+use longread_model::han::HanClassifier;
+use longread_model::hierarchical::HierarchicalClassifier;
 use longread_report::curves::EpochPoint;
 use longread_train::trainer::EpochEnd;
 
 use crate::checkpoints::save_checkpoint;
 pub(super) use crate::checkpoints::{remove_other_checkpoints, CHECKPOINT};
 use crate::io::write_atomically;
+
+/// A model a run saves: its weights alone (the best epoch's, into the output directory) or
+/// the whole model directory with extra files (a checkpoint).
+pub(super) trait RunModel {
+    fn save_weights(&self, dir: &Path) -> longread_model::Result<()>;
+    fn save_replacing(&self, dir: &Path, extra: &[(&str, &[u8])]) -> longread_model::Result<()>;
+}
+
+impl RunModel for HierarchicalClassifier {
+    fn save_weights(&self, dir: &Path) -> longread_model::Result<()> {
+        HierarchicalClassifier::save_weights(self, dir)
+    }
+    fn save_replacing(&self, dir: &Path, extra: &[(&str, &[u8])]) -> longread_model::Result<()> {
+        HierarchicalClassifier::save_replacing(self, dir, extra)
+    }
+}
+
+impl RunModel for HanClassifier {
+    fn save_weights(&self, dir: &Path) -> longread_model::Result<()> {
+        HanClassifier::save_weights(self, dir)
+    }
+    fn save_replacing(&self, dir: &Path, extra: &[(&str, &[u8])]) -> longread_model::Result<()> {
+        HanClassifier::save_replacing(self, dir, extra)
+    }
+}
 
 /// The output directory of a run and the epochs logged so far.
 pub(super) struct RunOutput {
@@ -45,7 +72,7 @@ impl RunOutput {
 
     /// Saves everything an epoch produced; each file is replaced atomically, so a kill at any
     /// moment leaves a loadable model and a resumable checkpoint.
-    pub(super) fn epoch_end(&mut self, end: &EpochEnd) -> longread_train::Result<()> {
+    pub(super) fn epoch_end<M: RunModel>(&mut self, end: &EpochEnd<M>) -> longread_train::Result<()> {
         let log = end.log;
         self.lines.push(serde_json::to_string(log).map_err(|e| io_err(&self.out, e.to_string()))?);
         self.points.push(EpochPoint {

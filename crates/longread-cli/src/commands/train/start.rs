@@ -28,6 +28,14 @@ pub(super) fn starting_model(args: &TrainArgs, source: &Path, device: &Device) -
                 wanted.name()
             );
         }
+        if !args.labels.is_empty() && args.labels != model.labels() {
+            bail!(
+                "--labels {} differs from the labels of the model in {} ({})",
+                args.labels.join(","),
+                source.display(),
+                model.labels().join(",")
+            );
+        }
         return Ok(model);
     }
     let arch = args.arch.unwrap_or(Arch::Hierarchical);
@@ -36,15 +44,25 @@ pub(super) fn starting_model(args: &TrainArgs, source: &Path, device: &Device) -
     let section = match arch {
         Arch::Hierarchical => LongreadSection::default(),
         Arch::Sequence => sequence_section(&checkpoint.config, 512),
+        Arch::Han => bail!("--arch han is trained from scratch and not built on --model"),
     };
     let labels = training_labels(args)?;
     HierarchicalClassifier::init(source, labels, section, args.seed, device)
         .with_context(|| format!("building a {} classifier on {}", arch.name(), source.display()))
 }
 
-/// The labels of the primary task (the first --task's column, else "label") found in the
-/// training data, sorted.
-fn training_labels(args: &TrainArgs) -> Result<Vec<String>> {
+/// The labels of a new classifier: --labels, else those of the primary task (the first
+/// --task's column, else "label") found in the training data, sorted.
+pub(super) fn training_labels(args: &TrainArgs) -> Result<Vec<String>> {
+    if !args.labels.is_empty() {
+        let mut unique: Vec<&String> = args.labels.iter().collect();
+        unique.sort();
+        unique.dedup();
+        if unique.len() != args.labels.len() || args.labels.len() < 2 || unique.iter().any(|l| l.trim().is_empty()) {
+            bail!("--labels needs at least two distinct, non-empty names, e.g. --labels general,teen,mature");
+        }
+        return Ok(args.labels.clone());
+    }
     let column = match args.task.first() {
         Some(task) => name_value("--task", task)?.1.to_string(),
         None => DEFAULT_TASK.to_string(),

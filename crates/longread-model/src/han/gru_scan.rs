@@ -1,0 +1,251 @@
+//! The time loop of one GRU direction as a single candle op with a hand-written backward pass
+//! (back-propagation through time). Composed from candle ops, every step slices the input
+//! projections, and the backward pass of each slice materialises a zero-padded gradient of
+//! the whole `[N, T, 3H]` tensor: O(T²) memory traffic. This op keeps the step's gradients in
+//! place and runs the recurrent matmuls with `gemm`.
+
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use gemm::{gemm, Parallelism};
+
+/// `torch.nn.GRU`'s recurrence over precomputed input projections, padding-aware (see
+/// [`crate::han::gru`]): at a padded position the state is carried and the output is 0.
+pub(crate) struct GruScan {
+    /// `[N, T]` row-major, 1 = real.
+    pub(crate) mask: Vec<f32>,
+    /// Run from the last step to the first.
+    pub(crate) reverse: bool,
+}
+
+/// Sizes of one scan.
+#[derive(Clone, Copy)]
+struct Dims {
+    n: usize,
+    t: usize,
+    h: usize,
+}
+
+impl GruScan {
+    /// Steps in processing order.
+    fn steps(&self, t: usize) -> Box<dyn Iterator<Item = usize>> {
+        if self.reverse {
+            Box::new((0..t).rev())
+        } else {
+            Box::new(0..t)
+        }
+    }
+
+    /// Runs the recurrence; returns the outputs `[N, T, H]` and the state before each step
+    /// (`[T][N, H]`, indexed by time step).
+    fn scan(&self, gi: &[f32], w_hh: &[f32], b_hh: &[f32], d: Dims) -> (Vec<f32>, Vec<Vec<f32>>) {
+        let Dims { n, t, h } = d;
+        let mut out = vec![0f32; n * t * h];
+        let mut before = vec![Vec::new(); t];
+        let mut state = vec![0f32; n * h];
+        let mut gh = vec![0f32; n * 3 * h];
+        for step in self.steps(t) {
+            recurrent_projection(&mut gh, &state, w_hh, b_hh, n, h);
+            before[step] = state.clone();
+            for row in 0..n {
+                if self.mask[row * t + step] == 0.0 {
+                    continue;
+                }
+                let gi_row = &gi[(row * t + step) * 3 * h..][..3 * h];
+                let gh_row = &gh[row * 3 * h..][..3 * h];
+                let s = &mut state[row * h..][..h];
+                let o = &mut out[(row * t + step) * h..][..h];
+                for j in 0..h {
+                    let r = sigmoid(gi_row[j] + gh_row[j]);
+                    let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
+                    let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
+                    s[j] = c + z * (s[j] - c);
+                    o[j] = s[j];
+                }
+            }
+        }
+        (out, before)
+    }
+}
+
+impl CustomOp3 for GruScan {
+    fn name(&self) -> &'static str {
+        "gru-scan"
+    }
+
+    /// `gi: [N, T, 3H]`, `w_hh: [3H, H]`, `b_hh: [3H]` (f32, contiguous) → `[N, T, H]`
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (gi, w_hh, b_hh) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+        let (n, t, three_h) = l1.shape().dims3()?;
+        let d = Dims { n, t, h: three_h / 3 };
+        if self.mask.len() != n * t || l2.shape().dims() != [three_h, d.h] || b_hh.len() != three_h {
+            candle_core::bail!("gru-scan: inconsistent shapes {:?}, {:?}, {:?}", l1.shape(), l2.shape(), l3.shape());
+        }
+        let (out, _) = self.scan(gi, w_hh, b_hh, d);
+        Ok((CpuStorage::F32(out), Shape::from((n, t, d.h))))
+    }
+
+    fn bwd(
+        &self,
+        gi: &Tensor,
+        w_hh: &Tensor,
+        b_hh: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (n, t, three_h) = gi.dims3()?;
+        let h = three_h / 3;
+        let d = Dims { n, t, h };
+        let gi_v = gi.flatten_all()?.to_vec1::<f32>()?;
+        let w_v = w_hh.flatten_all()?.to_vec1::<f32>()?;
+        let b_v = b_hh.to_vec1::<f32>()?;
+        let grad_out = grad_res.flatten_all()?.to_vec1::<f32>()?;
+        let (_, before) = self.scan(&gi_v, &w_v, &b_v, d);
+
+        let mut d_gi = vec![0f32; n * t * three_h];
+        let mut d_w = vec![0f32; three_h * h];
+        let mut d_b = vec![0f32; three_h];
+        let mut d_state = vec![0f32; n * h]; // ∂L/∂(state after the step)
+        let mut d_prev = vec![0f32; n * h];
+        let mut d_gh = vec![0f32; n * three_h];
+        let mut gh = vec![0f32; n * three_h];
+        let order: Vec<usize> = self.steps(t).collect();
+        for &step in order.iter().rev() {
+            let prev = &before[step];
+            recurrent_projection(&mut gh, prev, &w_v, &b_v, n, h);
+            for row in 0..n {
+                let ds = &d_state[row * h..][..h];
+                let dp = &mut d_prev[row * h..][..h];
+                let dgh = &mut d_gh[row * three_h..][..three_h];
+                if self.mask[row * t + step] == 0.0 {
+                    // The state was carried: its gradient passes through unchanged.
+                    dp.copy_from_slice(ds);
+                    dgh.fill(0.0);
+                    continue;
+                }
+                let gi_row = &gi_v[(row * t + step) * three_h..][..three_h];
+                let gh_row = &gh[row * three_h..][..three_h];
+                let go = &grad_out[(row * t + step) * h..][..h];
+                let hp = &prev[row * h..][..h];
+                let dgi = &mut d_gi[(row * t + step) * three_h..][..three_h];
+                for j in 0..h {
+                    let r = sigmoid(gi_row[j] + gh_row[j]);
+                    let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
+                    let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
+                    let dh = ds[j] + go[j];
+                    // h' = c + z (h − c)
+                    let dc = dh * (1.0 - z);
+                    let dz = dh * (hp[j] - c);
+                    let da_c = dc * (1.0 - c * c);
+                    let dr = da_c * gh_row[2 * h + j];
+                    let da_z = dz * z * (1.0 - z);
+                    let da_r = dr * r * (1.0 - r);
+                    dgi[j] = da_r;
+                    dgi[h + j] = da_z;
+                    dgi[2 * h + j] = da_c;
+                    dgh[j] = da_r;
+                    dgh[h + j] = da_z;
+                    dgh[2 * h + j] = da_c * r;
+                    dp[j] = dh * z;
+                }
+            }
+            // ∂W_hh += ∂ghᵀ · h_prev, ∂b_hh += Σ_rows ∂gh, ∂h_prev += ∂gh · W_hh.
+            matmul(&mut d_w, (three_h, h, n), (&d_gh, 1, three_h), (prev, h, 1), true);
+            for row in d_gh.chunks(three_h) {
+                for (b, g) in d_b.iter_mut().zip(row) {
+                    *b += g;
+                }
+            }
+            matmul(&mut d_prev, (n, h, three_h), (&d_gh, three_h, 1), (&w_v, h, 1), true);
+            std::mem::swap(&mut d_state, &mut d_prev);
+        }
+        let device = gi.device();
+        Ok((
+            Some(Tensor::from_vec(d_gi, (n, t, three_h), device)?),
+            Some(Tensor::from_vec(d_w, (three_h, h), device)?),
+            Some(Tensor::from_vec(d_b, three_h, device)?),
+        ))
+    }
+}
+
+/// `gh = state · W_hhᵀ + b_hh`.
+///
+/// # Shapes
+/// `gh: [n, 3h]`, `state: [n, h]`, `w_hh: [3h, h]`, `b_hh: [3h]`
+fn recurrent_projection(gh: &mut [f32], state: &[f32], w_hh: &[f32], b_hh: &[f32], n: usize, h: usize) {
+    for row in gh.chunks_mut(3 * h) {
+        row.copy_from_slice(b_hh);
+    }
+    // rhs (k = hidden, j = gate unit) is W_hhᵀ: element (k, j) at j·h + k.
+    matmul(gh, (n, 3 * h, h), (state, h, 1), (w_hh, 1, h), true);
+}
+
+/// `dst (+)= lhs · rhs` for row-major `dst: [m, n]`; `lhs` and `rhs` are given with their
+/// (row, column) strides, so either may be a transposed view.
+fn matmul(
+    dst: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+    (lhs, lhs_rs, lhs_cs): (&[f32], usize, usize),
+    (rhs, rhs_rs, rhs_cs): (&[f32], usize, usize),
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    assert!(dst.len() >= m * n, "gru-scan matmul: destination too small");
+    assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs, "gru-scan matmul: lhs too small");
+    assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs, "gru-scan matmul: rhs too small");
+    let threads = candle_core::utils::get_num_threads();
+    let parallelism = if threads > 1 && m * n * k >= 1 << 18 { Parallelism::Rayon(threads) } else { Parallelism::None };
+    // SAFETY: the bounds were checked above; the three buffers are distinct borrows.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// tanh(x) = 2σ(2x) − 1: one `exp` (libm's `tanhf` is several times slower); absolute error
+/// within a few f32 ulps of 1.
+fn tanh(x: f32) -> f32 {
+    2.0 * sigmoid(2.0 * x) - 1.0
+}
+
+/// The f32 data of a contiguous tensor.
+fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("gru-scan: the inputs must be contiguous");
+    };
+    match storage {
+        CpuStorage::F32(v) => Ok(&v[start..end]),
+        _ => candle_core::bail!("gru-scan: f32 only"),
+    }
+}
