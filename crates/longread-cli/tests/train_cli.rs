@@ -186,7 +186,7 @@ fn flags_come_from_a_toml_file_and_the_command_line_wins() {
         (args["freeze_base"].clone(), args["head_lr"].clone(), args["seed"].clone()),
         (true.into(), 0.01.into(), 9.into())
     );
-    assert_eq!(args["schedule"], "Cosine");
+    assert_eq!(args["schedule"], "cosine", "recorded as spelled on the command line");
     assert_eq!(args["epochs"], 2, "the command line overrides the file");
     let bad = tmp.path().join("bad.toml");
     std::fs::write(&bad, "epochs = { n = 1 }\n").unwrap();
@@ -404,7 +404,7 @@ fn bf16_training_and_prediction_run_and_stay_close_to_f32() {
     let o = train(&fixture("hier/bert-attention"), &data, &out, &args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let args: Value = serde_json::from_str(&std::fs::read_to_string(out.join("training_args.json")).unwrap()).unwrap();
-    assert_eq!(args["precision"], "Bf16");
+    assert_eq!(args["precision"], "bf16");
     let weights = candle_core::safetensors::load(out.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
     assert!(weights.values().all(|t| t.dtype() == candle_core::DType::F32), "master weights stay f32");
 

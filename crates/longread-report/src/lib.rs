@@ -1,5 +1,7 @@
 //! Self-contained HTML reports: for each document the predicted label and scores, a bar
-//! chart of chunk attention, and the text with each chunk shaded by its attention.
+//! chart of chunk attention, and the text with each chunk shaded by its attention; for a HAN,
+//! a chart of sentence attention and the text with each sentence marked by its attention and
+//! each word shaded by its attention (as in Yang et al. 2016).
 #![deny(missing_docs)]
 
 pub mod curves;
@@ -25,6 +27,30 @@ pub struct ChunkView {
     pub attention: f32,
 }
 
+/// A word of a HAN's sentence: where it is (characters) and its attention in the sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WordView {
+    /// First character.
+    pub start: usize,
+    /// End character (exclusive).
+    pub end: usize,
+    /// Its weight in the sentence.
+    pub attention: f32,
+}
+
+/// A sentence a HAN read: where it is (characters), its attention and its words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentenceView {
+    /// First character.
+    pub start: usize,
+    /// End character (exclusive).
+    pub end: usize,
+    /// Its weight in the document.
+    pub attention: f32,
+    /// Its words.
+    pub words: Vec<WordView>,
+}
+
 /// One document as the report shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DocumentView<'a> {
@@ -34,8 +60,10 @@ pub struct DocumentView<'a> {
     pub text: &'a str,
     /// `(label, probability)` for every label; empty when the document failed.
     pub scores: Vec<(String, f32)>,
-    /// Its chunks.
+    /// Its chunks (hierarchical and single-chunk models).
     pub chunks: Vec<ChunkView>,
+    /// Its sentences (HAN models; then `chunks` is empty).
+    pub sentences: Vec<SentenceView>,
     /// Why it could not be classified.
     pub error: Option<String>,
 }
@@ -44,7 +72,8 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:960px;margi
 section{border-top:1px solid #ccc;padding:1em 0}h2{font-size:1.1em}.label{font-weight:bold;font-size:1.3em}\
 table.scores td{padding:0 .6em}.bar{background:#4a7ab5;height:.8em;display:inline-block}\
 .text{white-space:pre-wrap;line-height:1.5;border:1px solid #eee;padding:.8em;max-height:40em;overflow:auto}\
-.error{color:#b00}.legend{color:#666;font-size:.9em}";
+.error{color:#b00}.legend{color:#666;font-size:.9em}\
+.sentence{border-left:6px solid;padding-left:.3em}";
 
 /// Renders every document into one self-contained HTML page (no external resources).
 pub fn render_html(title: &str, model: &str, documents: &[DocumentView]) -> String {
@@ -53,7 +82,9 @@ pub fn render_html(title: &str, model: &str, documents: &[DocumentView]) -> Stri
         html,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head>\
          <body><h1>{t}</h1><p class=\"legend\">Model: {m}. {n} documents. The shading of the text shows the attention of the \
-         chunks that cover it (darker = more attention; where chunks overlap, the larger value).</p>",
+         chunks that cover it (darker = more attention; where chunks overlap, the larger value); for a HAN model, \
+         the bar left of each sentence shows its sentence attention (red) and each word's shading its word \
+         attention (blue), scaled by √(sentence attention) as in Yang et al. (2016).</p>",
         t = escape_html(title),
         m = escape_html(model),
         n = documents.len()
@@ -87,10 +118,69 @@ fn render_document(html: &mut String, doc: &DocumentView) {
         );
     }
     html.push_str("</table>");
-    html.push_str(&svg::attention_chart(&doc.chunks));
-    html.push_str("<div class=\"text\">");
-    shaded_text(html, doc.text, &doc.chunks);
+    if doc.sentences.is_empty() {
+        html.push_str(&svg::attention_chart(&doc.chunks, "chunk"));
+        html.push_str("<div class=\"text\">");
+        shaded_text(html, doc.text, &doc.chunks);
+    } else {
+        let bars: Vec<ChunkView> = doc
+            .sentences
+            .iter()
+            .enumerate()
+            .map(|(index, s)| ChunkView { index, start: s.start, end: s.end, attention: s.attention })
+            .collect();
+        html.push_str(&svg::attention_chart(&bars, "sentence"));
+        html.push_str("<div class=\"text\">");
+        sentence_text(html, doc.text, &doc.sentences);
+    }
     html.push_str("</div></section>");
+}
+
+/// The text with each sentence the model read marked by its attention (a red bar, relative to
+/// the document's largest) and each of its words shaded blue by word attention × √(sentence
+/// attention), relative to the document's largest such value; text the model did not read
+/// stays plain.
+fn sentence_text(html: &mut String, text: &str, sentences: &[SentenceView]) {
+    let byte_at: Vec<usize> = text.char_indices().map(|(b, _)| b).chain(std::iter::once(text.len())).collect();
+    let n_chars = byte_at.len() - 1;
+    let piece = |a: usize, b: usize| {
+        let (a, b) = (a.min(n_chars), b.min(n_chars));
+        escape_html(&text[byte_at[a]..byte_at[b.max(a)]])
+    };
+    let top_sentence = sentences.iter().map(|s| s.attention).fold(0.0f32, f32::max).max(f32::MIN_POSITIVE);
+    let weight = |s: &SentenceView, w: &WordView| w.attention * s.attention.max(0.0).sqrt();
+    let top_word = sentences
+        .iter()
+        .flat_map(|s| s.words.iter().map(move |w| weight(s, w)))
+        .fold(0.0f32, f32::max)
+        .max(f32::MIN_POSITIVE);
+    let mut at = 0;
+    for (i, s) in sentences.iter().enumerate() {
+        html.push_str(&piece(at, s.start));
+        let red = 0.08 + 0.82 * (s.attention / top_sentence).clamp(0.0, 1.0);
+        let _ = write!(
+            html,
+            "<span class=\"sentence\" style=\"border-color:rgba(220,40,40,{red:.3})\" \
+             title=\"sentence #{i}: attention {:.3}\">",
+            s.attention
+        );
+        let mut pos = s.start;
+        for w in &s.words {
+            html.push_str(&piece(pos, w.start));
+            let blue = 0.7 * (weight(s, w) / top_word).clamp(0.0, 1.0);
+            let _ = write!(
+                html,
+                "<span style=\"background:rgba(60,110,230,{blue:.3})\" title=\"word attention {:.3}\">{}</span>",
+                w.attention,
+                piece(w.start, w.end)
+            );
+            pos = w.end;
+        }
+        html.push_str(&piece(pos, s.end));
+        html.push_str("</span>");
+        at = s.end;
+    }
+    html.push_str(&piece(at, n_chars));
 }
 
 /// The text cut at every chunk boundary; each piece shaded by the largest attention of the
@@ -133,6 +223,7 @@ mod tests {
             text,
             scores: vec![("a".into(), 0.25), ("b".into(), 0.75)],
             chunks,
+            sentences: Vec::new(),
             error: None,
         }
     }
@@ -162,6 +253,42 @@ mod tests {
         assert!(html.contains("title=\"chunk #0 (0.200)\">ün</span>"), "{html}");
         assert!(html.contains("rgba(255,140,0,0.700)\" title=\"chunk #0 (0.200), #1 (0.800)\">ï🙂</span>"), "{html}");
         assert!(html.contains(">de</span>"));
+    }
+
+    #[test]
+    fn han_documents_mark_sentences_and_shade_words() {
+        let text = "Ünï good. Bad <x> day!";
+        let sentences = vec![
+            SentenceView {
+                start: 0,
+                end: 9,
+                attention: 0.8,
+                words: vec![
+                    WordView { start: 0, end: 3, attention: 0.25 },
+                    WordView { start: 4, end: 8, attention: 0.75 },
+                ],
+            },
+            SentenceView {
+                start: 10,
+                end: 22,
+                attention: 0.2,
+                words: vec![
+                    WordView { start: 10, end: 13, attention: 0.5 },
+                    WordView { start: 18, end: 21, attention: 0.5 },
+                ],
+            },
+        ];
+        let mut html = String::new();
+        sentence_text(&mut html, text, &sentences);
+        // The strongest sentence has the darkest bar; its strongest word the darkest blue.
+        assert!(html.contains("border-color:rgba(220,40,40,0.900)\" title=\"sentence #0: attention 0.800\""), "{html}");
+        assert!(html.contains("rgba(60,110,230,0.700)\" title=\"word attention 0.750\">good</span>"), "{html}");
+        assert!(html.contains(">Ünï</span>"), "character offsets, not bytes: {html}");
+        // Text between words is kept and escaped.
+        assert!(html.contains("</span> &lt;x&gt; <span"), "{html}");
+        assert!(html.contains(">day</span>!</span>"), "{html}");
+        let page = render_html("r", "m", &[DocumentView { sentences, ..doc(text, vec![]) }]);
+        assert!(page.contains("attention per sentence"), "the chart shows sentences");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The attention bar chart as inline SVG (one bar per chunk, the highest in a darker colour).
+//! The attention bar chart as inline SVG (one bar per chunk or sentence, the highest in a darker
+//! colour).
 
 use std::fmt::Write;
 
@@ -8,8 +9,8 @@ const WIDTH: f32 = 720.0;
 const HEIGHT: f32 = 160.0;
 const MARGIN: f32 = 30.0;
 
-/// An SVG bar chart of the chunks' attention.
-pub fn attention_chart(chunks: &[ChunkView]) -> String {
+/// An SVG bar chart of the attention of the chunks (or sentences: `unit`).
+pub fn attention_chart(chunks: &[ChunkView], unit: &str) -> String {
     if chunks.is_empty() {
         return String::new();
     }
@@ -20,7 +21,7 @@ pub fn attention_chart(chunks: &[ChunkView]) -> String {
     let _ = write!(
         svg,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\" \
-         aria-label=\"attention per chunk\"><text x=\"{MARGIN}\" y=\"16\" font-size=\"12\">attention per chunk \
+         aria-label=\"attention per {unit}\"><text x=\"{MARGIN}\" y=\"16\" font-size=\"12\">attention per {unit} \
          (max {top:.3})</text><line x1=\"{MARGIN}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"#888\"/>",
         y0 = HEIGHT - MARGIN,
         x1 = WIDTH - MARGIN
@@ -32,7 +33,7 @@ pub fn attention_chart(chunks: &[ChunkView]) -> String {
         let _ = write!(
             svg,
             "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"{colour}\">\
-             <title>chunk #{} chars {}–{}: {:.4}</title></rect>",
+             <title>{unit} #{} chars {}–{}: {:.4}</title></rect>",
             HEIGHT - MARGIN - h,
             (slot * 0.8).max(1.0),
             c.index,

@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use clap::Args;
 use longread_metrics::Report;
-use longread_model::hierarchical::TaskSpec;
+use longread_model::han::is_han_dir;
+use longread_model::hierarchical::{TaskSpec, DEFAULT_TASK};
 use longread_text::{read_labelled_columns, resolve_column, Document};
 use serde_json::Map;
 
+use crate::commands::han_scoring;
 use crate::commands::predict::{argmax, load, progress_bar, score_documents};
 use crate::commands::train::Precision;
 use crate::io::{input_name, open_input};
@@ -65,6 +67,39 @@ pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// `evaluate_file` for a HAN model: its one task, labels in the "label" column.
+fn evaluate_han(model_dir: &Path, data: &Path, quiet: bool) -> Result<(Vec<TaskSpec>, Vec<Report>)> {
+    let model = han_scoring::load(model_dir)?;
+    let name = input_name(data);
+    let examples = read_labelled_columns(open_input(data)?, &name, &[DEFAULT_TASK.to_string()])?;
+    let labels = model.labels().to_vec();
+    let truth = resolve_column(&examples, 0, &labels, &name)?;
+    let documents = as_documents(&examples);
+    let progress = progress_bar(documents.len(), quiet);
+    let mut predicted = Vec::with_capacity(documents.len());
+    han_scoring::score_documents(&model, &documents, &progress, |result| match result.outcome {
+        Ok(scores) => {
+            predicted.push(argmax(&scores.probabilities));
+            Ok(())
+        }
+        Err(message) => bail!("{name}: document {}: {message}", result.document.id),
+    })?;
+    progress.finish_and_clear();
+    let (gold, pred): (Vec<usize>, Vec<usize>) =
+        truth.iter().zip(&predicted).filter_map(|(gold, &p)| gold.map(|g| (g, p))).unzip();
+    let report = longread_metrics::evaluate(&labels, &gold, &pred).map_err(anyhow::Error::msg)?;
+    let task = TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels };
+    Ok((vec![task], vec![report]))
+}
+
+/// Labelled examples as documents to score.
+fn as_documents(examples: &[longread_text::Example]) -> Vec<Document> {
+    examples
+        .iter()
+        .map(|e| Document { id: e.id.clone(), text: e.text.clone(), fields: Map::new(), error: None })
+        .collect()
+}
+
 /// Scores the labelled JSON lines in `data` with the model in `model_dir`: one report per task,
 /// primary task first.
 pub fn evaluate_file(
@@ -74,6 +109,9 @@ pub fn evaluate_file(
     precision: Precision,
     quiet: bool,
 ) -> Result<(Vec<TaskSpec>, Vec<Report>)> {
+    if is_han_dir(model_dir) {
+        return evaluate_han(model_dir, data, quiet);
+    }
     let (model, chunker) = load(model_dir, precision)?;
     let name = input_name(data);
     let tasks = model.config().tasks();
@@ -84,10 +122,7 @@ pub fn evaluate_file(
         .enumerate()
         .map(|(t, spec)| resolve_column(&examples, t, &spec.labels, &name))
         .collect::<std::result::Result<_, _>>()?;
-    let documents: Vec<Document> = examples
-        .iter()
-        .map(|e| Document { id: e.id.clone(), text: e.text.clone(), fields: Map::new(), error: None })
-        .collect();
+    let documents = as_documents(&examples);
     let progress = progress_bar(documents.len(), quiet);
     // predicted[task][doc]
     let mut predicted: Vec<Vec<usize>> = vec![Vec::with_capacity(documents.len()); tasks.len()];

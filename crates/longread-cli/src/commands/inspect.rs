@@ -20,6 +20,9 @@ pub struct InspectArgs {
 /// Runs `longread inspect`.
 pub fn run(args: InspectArgs) -> Result<()> {
     let dir = longread_model::resolve_model_dir(&args.model)?;
+    if longread_model::han::is_han_dir(&dir) {
+        return inspect_han(&dir, args.json);
+    }
     let checkpoint = Checkpoint::open(&dir).with_context(|| format!("opening model {}", dir.display()))?;
     let cfg = &checkpoint.config;
     let prefix = checkpoint.encoder_prefix().to_owned();
@@ -135,6 +138,56 @@ pub fn run(args: InspectArgs) -> Result<()> {
         }
         println!("  {name:<16} {:>14}{note}", group(count));
     }
+    Ok(())
+}
+
+/// `inspect` on a HAN model directory: its sizes, grid, labels and parameters per part.
+fn inspect_han(dir: &std::path::Path, as_json: bool) -> Result<()> {
+    let model = crate::commands::han_scoring::load(dir)?;
+    let c = model.config();
+    let mut parts: Vec<(String, usize)> = Vec::new();
+    for (name, var) in model.named_vars() {
+        let part = name.split('.').next().unwrap_or_default().to_string();
+        match parts.iter_mut().find(|(p, _)| *p == part) {
+            Some((_, n)) => *n += var.elem_count(),
+            None => parts.push((part, var.elem_count())),
+        }
+    }
+    let total: usize = parts.iter().map(|(_, n)| n).sum();
+    if as_json {
+        let mut summary = serde_json::to_value(c)?;
+        summary["model_dir"] = json!(dir.display().to_string());
+        summary["architectures"] = json!([longread_model::han::HAN_ARCHITECTURE]);
+        summary["parameters"] = json!({
+            "parts": parts.iter().map(|(p, n)| (p.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            "total": total,
+            "trainable": total,
+        });
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+        return Ok(());
+    }
+    println!("model            {}", dir.display());
+    println!("type             HAN ({})", longread_model::han::HAN_ARCHITECTURE);
+    println!(
+        "shape            embeddings {}, word GRU 2 × {}, sentence GRU 2 × {}, attention {} / {} × {} hop(s), \
+         dropout {}",
+        c.embedding_dim,
+        c.word_hidden,
+        c.sentence_hidden,
+        c.word_attention_size,
+        c.sentence_attention_size,
+        c.attention_hops,
+        c.dropout
+    );
+    println!("vocabulary       {} words (vocab.json)", c.vocab_size);
+    println!("grid             {} sentences × {} words per document", c.doc_size, c.sent_size);
+    println!("labels           {}", c.labels.join(", "));
+    println!();
+    println!("{:<18} {:>14}", "parameters", "count");
+    for (part, count) in &parts {
+        println!("  {part:<16} {:>14}", group(*count));
+    }
+    println!("  {:<16} {:>14}  (all train)", "total", group(total));
     Ok(())
 }
 

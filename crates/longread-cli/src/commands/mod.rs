@@ -2,6 +2,7 @@ pub mod arch;
 pub mod embed;
 pub mod encoder;
 pub mod eval;
+pub mod han_scoring;
 pub mod init;
 pub mod inspect;
 pub mod predict;

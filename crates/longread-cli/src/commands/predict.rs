@@ -7,17 +7,19 @@ use anyhow::{Context, Result};
 use candle_core::Device;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use longread_model::han::is_han_dir;
 use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec};
 use longread_text::{read_documents, ChunkedDocument, Chunker, Document, TextTokenizer};
 use serde_json::Value;
 
+use crate::commands::han_scoring;
 use crate::commands::train::Precision;
 use crate::io::Output;
 
 /// Arguments of `longread predict`.
 #[derive(Debug, Args)]
 pub struct PredictArgs {
-    /// Model directory made by `longread init` or `longread train`.
+    /// Model directory made by `longread init` or `longread train` (any --arch, HAN included).
     #[arg(long)]
     pub model: PathBuf,
     /// Documents: a JSON-lines file (one {"text": ..., "id"?: ...} per line), a .txt file (one
@@ -198,7 +200,7 @@ struct ChunkLine {
 }
 
 /// `{label: probability}` in label order.
-struct LabelScores<'r>(&'r [String], &'r [f32]);
+pub struct LabelScores<'r>(pub &'r [String], pub &'r [f32]);
 
 impl serde::Serialize for LabelScores<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
@@ -211,7 +213,7 @@ impl serde::Serialize for LabelScores<'_> {
     }
 }
 
-/// Index of the largest value (the first on ties).
+/// Index of the largest value (the first on ties; 0 when empty).
 pub fn argmax(values: &[f32]) -> usize {
     values.iter().enumerate().fold(0, |best, (i, v)| if *v > values[best] { i } else { best })
 }
@@ -230,6 +232,9 @@ pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
 
 /// Runs `longread predict`; returns the number of documents that failed.
 pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
+    if is_han_dir(&args.model) {
+        return run_han(args, quiet);
+    }
     let (model, chunker) = load(&args.model, args.precision)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader)?;
     let labels = model.labels().to_vec();
@@ -238,7 +243,7 @@ pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
     let mut out = Output::create(args.output.as_deref())?;
     let mut failed = 0;
     if args.format == Format::Table {
-        writeln!(out, "{}", table_header(&labels))?;
+        writeln!(out, "{}", table_header(&labels, "chunks", "most attended chunk"))?;
     }
     let started = std::time::Instant::now();
     let mut tokens = 0usize;
@@ -265,23 +270,70 @@ pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
             tokens as f64 / secs
         );
     }
-    if failed > 0 {
-        tracing::warn!("{failed} of {} documents could not be classified (see their \"error\" field)", documents.len());
-    }
+    warn_failed(failed, documents.len());
     Ok(failed)
 }
 
-fn table_header(labels: &[String]) -> String {
+/// `predict` with a HAN model (no encoder: --max-batch-tokens and --precision do not apply).
+fn run_han(args: PredictArgs, quiet: bool) -> Result<usize> {
+    if args.precision != Precision::F32 {
+        anyhow::bail!("--precision {:?} applies to encoder models; {} is a HAN", args.precision, args.model.display());
+    }
+    let model = han_scoring::load(&args.model)?;
+    let documents = read_documents(&args.input, crate::io::stdin_reader)?;
+    let labels = model.labels().to_vec();
+    let progress = progress_bar(documents.len(), quiet);
+    let mut out = Output::create(args.output.as_deref())?;
+    if args.format == Format::Table {
+        writeln!(out, "{}", table_header(&labels, "sents", "most attended sentence"))?;
+    }
+    let started = std::time::Instant::now();
+    let mut failed = 0;
+    han_scoring::score_documents(&model, &documents, &progress, |result| {
+        failed += usize::from(result.outcome.is_err());
+        match args.format {
+            Format::Json => serde_json::to_writer(&mut out, &han_scoring::result_json(&labels, &result))?,
+            Format::Table => {
+                let id = truncate(&id_text(&result.document.id), 24);
+                write!(out, "{}", han_scoring::table_row(&labels, &result, &id))?
+            }
+        }
+        out.write_all(b"\n").context("writing output")
+    })?;
+    progress.finish_and_clear();
+    out.commit()?;
+    if !quiet {
+        let secs = started.elapsed().as_secs_f64();
+        let done = documents.len() - failed;
+        eprintln!("classified {done} documents in {secs:.2} s: {:.2} documents/s", done as f64 / secs);
+    }
+    warn_failed(failed, documents.len());
+    Ok(failed)
+}
+
+/// Warns when some of `total` documents could not be classified.
+fn warn_failed(failed: usize, total: usize) {
+    if failed > 0 {
+        tracing::warn!("{failed} of {total} documents could not be classified (see their \"error\" field)");
+    }
+}
+
+/// A document id as text (strings without quotes).
+pub fn id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn table_header(labels: &[String], count: &str, top: &str) -> String {
     let scores: String = labels.iter().map(|l| format!(" {:>8}", truncate(l, 8))).collect();
-    format!("{:<24} {:<12}{scores} {:>6}  most attended chunk", "id", "label", "chunks")
+    format!("{:<24} {:<12}{scores} {count:>6}  {top}", "id", "label")
 }
 
 fn table_row(tasks: &[TaskSpec], result: &DocumentResult) -> String {
     let labels = &tasks[0].labels;
-    let id = match &result.document.id {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
+    let id = id_text(&result.document.id);
     match &result.outcome {
         Err(message) => format!("{:<24} error: {message}", truncate(&id, 24)),
         Ok((chunked, scores)) => {

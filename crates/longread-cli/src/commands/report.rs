@@ -6,11 +6,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use indicatif::ProgressBar;
+use longread_model::han::is_han_dir;
 use longread_report::{render_html, ChunkView, DocumentView};
-use longread_text::read_documents;
-use serde_json::Value;
+use longread_text::{read_documents, Document};
 
-use crate::commands::predict::{load, progress_bar, score_documents};
+use crate::commands::han_scoring;
+use crate::commands::predict::{id_text, load, progress_bar, score_documents};
 use crate::io::Output;
 
 /// Arguments of `longread report`.
@@ -32,17 +34,30 @@ pub struct ReportArgs {
 
 /// Runs `longread report`; returns the number of documents that failed.
 pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
-    let (model, chunker) = load(&args.model, crate::commands::train::Precision::F32)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader)?;
-    let labels = model.labels().to_vec();
     let progress = progress_bar(documents.len(), quiet);
     let mut views = Vec::with_capacity(documents.len());
+    if is_han_dir(&args.model) {
+        let model = han_scoring::load(&args.model)?;
+        let labels = model.labels().to_vec();
+        han_scoring::score_documents(&model, &documents, &progress, |result| {
+            let mut v = view(result.document);
+            match result.outcome {
+                Err(message) => v.error = Some(message),
+                Ok(scores) => {
+                    v.sentences = han_scoring::sentence_views(&scores);
+                    v.scores = labels.iter().cloned().zip(scores.probabilities).collect();
+                }
+            }
+            views.push(v);
+            Ok(())
+        })?;
+        return write_report(&args, &views, &progress, quiet);
+    }
+    let (model, chunker) = load(&args.model, crate::commands::train::Precision::F32)?;
+    let labels = model.labels().to_vec();
     score_documents(&model, &chunker, &documents, args.max_batch_tokens as usize, &progress, |result| {
-        let id = match &result.document.id {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        let mut view = DocumentView { id, text: &result.document.text, scores: vec![], chunks: vec![], error: None };
+        let mut view = view(result.document);
         match result.outcome {
             Err(message) => view.error = Some(message),
             Ok((chunked, scores)) => {
@@ -58,9 +73,26 @@ pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
         views.push(view);
         Ok(())
     })?;
+    write_report(&args, &views, &progress, quiet)
+}
+
+/// A document's view before scoring.
+fn view(document: &Document) -> DocumentView<'_> {
+    DocumentView {
+        id: id_text(&document.id),
+        text: &document.text,
+        scores: vec![],
+        chunks: vec![],
+        sentences: vec![],
+        error: None,
+    }
+}
+
+/// Writes the page atomically; returns the number of documents that failed.
+fn write_report(args: &ReportArgs, views: &[DocumentView], progress: &ProgressBar, quiet: bool) -> Result<usize> {
     progress.finish_and_clear();
     let failed = views.iter().filter(|v| v.error.is_some()).count();
-    let html = render_html("longread report", &args.model.display().to_string(), &views);
+    let html = render_html("longread report", &args.model.display().to_string(), views);
     let mut out = Output::create(Some(&args.out))?;
     out.write_all(html.as_bytes()).context("writing the report")?;
     out.commit()?;

@@ -114,16 +114,12 @@ mod tests {
         let gru = BiGru::load(vb, 6, 5).unwrap();
         let (n, t) = (4, 7);
         let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (n, t, 6), &device).unwrap()).unwrap();
-        let mask: Vec<f32> = [
-            [1, 1, 1, 1, 1, 1, 1],
-            [1, 1, 1, 0, 0, 0, 0],
-            [0, 0, 1, 1, 0, 1, 0],
-            [0, 0, 0, 0, 0, 0, 0],
-        ]
-        .iter()
-        .flatten()
-        .map(|&m| m as f32)
-        .collect();
+        let mask: Vec<f32> =
+            [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0]]
+                .iter()
+                .flatten()
+                .map(|&m| m as f32)
+                .collect();
         let mask = Tensor::from_vec(mask, (n, t), &device).unwrap();
         let weights = Tensor::randn(0f32, 1.0, (n, t, 10), &device).unwrap();
         let run = |fused: bool| {

@@ -208,6 +208,7 @@ pub struct HanArgs {
 
 /// Floating-point precision of the encoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Precision {
     /// 32-bit floats throughout.
     F32,
@@ -227,6 +228,7 @@ impl Precision {
 
 /// How training reports progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum LogFormat {
     /// For people: progress bar and epoch lines on stderr.
     Text,
@@ -235,6 +237,7 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub(super) enum ScheduleArg {
     /// Linear decay to 0.
     Linear,
@@ -245,6 +248,7 @@ pub(super) enum ScheduleArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub(super) enum MetricArg {
     /// Macro-averaged F1.
     MacroF1,

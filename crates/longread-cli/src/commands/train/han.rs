@@ -79,9 +79,8 @@ pub(super) fn run(args: &TrainArgs, checkpoint: Option<&Path>, quiet: bool) -> R
         describe(&model, &train, &dev, args);
     }
     let cfg = args.config(&train.labels, model.labels(), &["label".to_string()])?;
-    let mut output = start_output(args, resume.as_ref().map(|r| r.state.epoch), |extra| {
-        model.save_replacing(&args.out, extra)
-    })?;
+    let mut output =
+        start_output(args, resume.as_ref().map(|r| r.state.epoch), |extra| model.save_replacing(&args.out, extra))?;
     let reporter = std::cell::RefCell::new(Reporter::new(text, json, "documents"));
     let logs = train_han(
         &model,
@@ -195,7 +194,8 @@ fn describe(model: &HanClassifier, train: &Documents, dev: &Documents, args: &Tr
     let shape = model.config().grid_shape();
     let known = |docs: &Documents| {
         let words = docs.sentences.iter().flatten().flat_map(|s| &s.words);
-        let (total, known) = words.fold((0usize, 0usize), |(t, k), w| (t + 1, k + usize::from(vocabulary.id(&w.text) != UNK)));
+        let (total, known) =
+            words.fold((0usize, 0usize), |(t, k), w| (t + 1, k + usize::from(vocabulary.id(&w.text) != UNK)));
         100.0 * known as f64 / total.max(1) as f64
     };
     let docs_cut = train.sentences.iter().filter(|d| d.len() > shape.doc_size).count();

@@ -62,9 +62,8 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
                 .join("; ")
         );
     }
-    let mut output = start_output(&args, resume.as_ref().map(|r| r.state.epoch), |extra| {
-        model.save_replacing(&args.out, extra)
-    })?;
+    let mut output =
+        start_output(&args, resume.as_ref().map(|r| r.state.epoch), |extra| model.save_replacing(&args.out, extra))?;
     // Both callbacks report: the reporter is shared.
     let reporter = std::cell::RefCell::new(Reporter::new(text, json, "chunks"));
     let logs = train(
