@@ -66,6 +66,9 @@ enum Command {
     /// and compares them (about 75 s on 2 cores). Prints every command it runs.
     #[command(args_override_self = true)]
     Quickstart(commands::quickstart::QuickstartArgs),
+    /// Time one workload (encoder forward, training step, optimizer step) and report the
+    /// median and peak memory; `scripts/bench_compare.py` runs it next to PyTorch.
+    Bench(commands::bench::BenchArgs),
 }
 
 fn main() {
@@ -117,6 +120,7 @@ fn dispatch(command: Command, quiet: bool) -> anyhow::Result<usize> {
         Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),
         Command::Pretrain(args) => commands::pretrain::run(*args, quiet).map(|_| 0),
         Command::Quickstart(args) => commands::quickstart::run(args, quiet).map(|_| 0),
+        Command::Bench(args) => commands::bench::run(args).map(|_| 0),
     }
 }
 

@@ -20,10 +20,12 @@ const WORDS: usize = 12_288;
 
 fn main() {
     let device = Device::Cpu;
-    let words: Vec<String> = ["<pad>", "<unk>"].iter().map(|w| w.to_string()).chain((0..WORDS).map(|i| format!("w{i}"))).collect();
+    let words: Vec<String> =
+        ["<pad>", "<unk>"].iter().map(|w| w.to_string()).chain((0..WORDS).map(|i| format!("w{i}"))).collect();
     let vocabulary = Vocabulary::from_words(words).expect("vocabulary");
     let labels = vec!["false".to_string(), "true".to_string()];
-    let config = HanConfig { vocab_size: vocabulary.len(), doc_size: DOC, sent_size: SENT, labels, ..HanConfig::default() };
+    let config =
+        HanConfig { vocab_size: vocabulary.len(), doc_size: DOC, sent_size: SENT, labels, ..HanConfig::default() };
     let model = HanClassifier::new(config, vocabulary, 1, &device).expect("model");
     // Every word real, ids spread over the vocabulary (a fixed pseudo-random pattern).
     let ids: Vec<u32> = (0..BATCH * DOC * SENT).map(|i| 2 + ((i * 7_919) % WORDS) as u32).collect();

@@ -3,6 +3,7 @@
 //! training loop.
 #![deny(missing_docs)]
 
+pub mod bench;
 pub mod clip;
 pub mod error;
 pub mod groups;

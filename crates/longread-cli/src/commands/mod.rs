@@ -1,4 +1,5 @@
 pub mod arch;
+pub mod bench;
 pub mod embed;
 pub mod encoder;
 pub mod eval;

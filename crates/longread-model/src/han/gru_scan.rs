@@ -7,6 +7,8 @@
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::{gemm, Parallelism};
 
+use crate::layers::fused::f32_slice;
+
 /// `torch.nn.GRU`'s recurrence over precomputed input projections, padding-aware (see
 /// [`crate::han::gru`]): at a padded position the state is carried and the output is 0.
 pub(crate) struct GruScan {
@@ -81,7 +83,8 @@ impl CustomOp3 for GruScan {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (gi, w_hh, b_hh) = (f32_slice(s1, l1)?, f32_slice(s2, l2)?, f32_slice(s3, l3)?);
+        let name = self.name();
+        let (gi, w_hh, b_hh) = (f32_slice(s1, l1, name)?, f32_slice(s2, l2, name)?, f32_slice(s3, l3, name)?);
         let (n, t, three_h) = l1.shape().dims3()?;
         let d = Dims { n, t, h: three_h / 3 };
         if self.mask.len() != n * t || l2.shape().dims() != [three_h, d.h] || b_hh.len() != three_h {
@@ -237,15 +240,4 @@ fn sigmoid(x: f32) -> f32 {
 /// within a few f32 ulps of 1.
 fn tanh(x: f32) -> f32 {
     2.0 * sigmoid(2.0 * x) - 1.0
-}
-
-/// The f32 data of a contiguous tensor.
-fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("gru-scan: the inputs must be contiguous");
-    };
-    match storage {
-        CpuStorage::F32(v) => Ok(&v[start..end]),
-        _ => candle_core::bail!("gru-scan: f32 only"),
-    }
 }

@@ -4,6 +4,7 @@
 use candle_core::{DType, Result, Tensor, D};
 use candle_nn::VarBuilder;
 
+use crate::layers::fused::FusedLayerNorm;
 use crate::mode::Mode;
 
 /// `y = (x - mean) / sqrt(var + eps) * weight + bias` over the last dimension.
@@ -33,17 +34,29 @@ impl LayerNorm {
             return self.forward(&xs.to_dtype(DType::F32)?, mode)?.to_dtype(xs.dtype());
         }
         if mode.is_train() {
+            if xs.device().is_cpu() {
+                return self.forward_fused(xs);
+            }
             self.forward_differentiable(xs)
         } else {
             candle_nn::ops::layer_norm(&xs.contiguous()?, &self.weight, &self.bias, self.eps as f32)
         }
     }
 
+    /// One fused CPU op with its backward pass (gradient-checked against the composition).
+    ///
+    /// # Shapes
+    /// `xs: [..., hidden]` → `[..., hidden]`
+    pub(crate) fn forward_fused(&self, xs: &Tensor) -> Result<Tensor> {
+        let op = FusedLayerNorm { eps: self.eps as f32 };
+        xs.contiguous()?.apply_op3(&self.weight.contiguous()?, &self.bias.contiguous()?, op)
+    }
+
     /// The differentiable composition, on f32 input ([`LayerNorm::forward`] casts other dtypes).
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
-    fn forward_differentiable(&self, xs: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward_differentiable(&self, xs: &Tensor) -> Result<Tensor> {
         let mean = xs.mean_keepdim(D::Minus1)?;
         let centered = xs.broadcast_sub(&mean)?;
         let var = centered.sqr()?.mean_keepdim(D::Minus1)?;

@@ -1,6 +1,7 @@
 //! Building blocks with backward passes (candle-nn's fused LayerNorm has none).
 
 mod dropout;
+pub(crate) mod fused;
 mod layer_norm;
 mod linear;
 mod softmax;

@@ -2,6 +2,7 @@
 
 use candle_core::{Result, Tensor, D};
 
+use crate::layers::fused::FusedSoftmax;
 use crate::mode::Mode;
 
 /// Softmax over the last dimension: in [`Mode::Eval`] candle's fused single-pass kernel
@@ -15,6 +16,10 @@ pub fn softmax(xs: &Tensor, mode: Mode) -> Result<Tensor> {
         return softmax(&xs.to_dtype(candle_core::DType::F32)?, mode)?.to_dtype(xs.dtype());
     }
     if mode.is_train() {
+        if xs.device().is_cpu() {
+            // One pass forward and one backward (gradient-checked against softmax_last_dim).
+            return xs.contiguous()?.apply_op1(FusedSoftmax);
+        }
         softmax_last_dim(xs)
     } else {
         candle_nn::ops::softmax_last_dim(&xs.contiguous()?)

@@ -1,0 +1,98 @@
+//! `longread bench`: times one workload in this process (encoder forward, a training step,
+//! an optimizer step) and reports the median and the peak memory, for
+//! `scripts/bench_compare.py` to set next to PyTorch's time on the same workload.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use longread_train::bench::{run_workload, EncoderSource, Workload};
+
+/// Arguments of `longread bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// What to time.
+    #[arg(long, value_enum)]
+    workload: WorkloadArg,
+    /// Encoder shape with random weights (seed 0; vocabulary 50,265): roberta-base (the
+    /// BERT-base shape: 12 layers, hidden 768, 12 heads, FFN 3072), roberta-large, small, tiny.
+    #[arg(long, default_value = "roberta-base")]
+    preset: String,
+    /// A pretrained encoder directory instead of --preset (e.g. ../shared/models/all-MiniLM-L6-v2).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Batch as BATCHxTOKENS (deterministic ids, no padding).
+    #[arg(long, default_value = "4x512")]
+    shape: String,
+    /// Timed runs after one warm-up run; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Print one JSON object instead of a line of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum WorkloadArg {
+    /// Encoder forward pass in inference mode (no dropout, no graph).
+    EncoderForward,
+    /// Forward (training mode, dropout) + backward of mean(last hidden state) + AdamW step over
+    /// every encoder parameter.
+    TrainStep,
+    /// One AdamW step over every encoder parameter with given gradients.
+    OptimizerStep,
+}
+
+/// Runs `longread bench`.
+pub fn run(args: BenchArgs) -> Result<()> {
+    let (batch, tokens) = parse_shape(&args.shape)?;
+    let workload = match args.workload {
+        WorkloadArg::EncoderForward => Workload::EncoderForward,
+        WorkloadArg::TrainStep => Workload::TrainStep,
+        WorkloadArg::OptimizerStep => Workload::OptimizerStep,
+    };
+    let (source, name) = match &args.model {
+        Some(dir) => (EncoderSource::Dir(dir.clone()), dir.display().to_string()),
+        None => (EncoderSource::Preset(args.preset.clone()), args.preset.clone()),
+    };
+    let result =
+        run_workload(&source, workload, batch, tokens, args.repeat).with_context(|| format!("benchmarking {name}"))?;
+    let peak = peak_rss_bytes();
+    let what = args.workload.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+    if args.json {
+        let mut line = serde_json::to_value(&result)?;
+        line["workload"] = what.into();
+        line["encoder"] = name.into();
+        line["batch"] = batch.into();
+        line["tokens"] = tokens.into();
+        line["peak_rss_bytes"] = peak.into();
+        println!("{line}");
+    } else {
+        println!(
+            "{what} {name} {batch}x{tokens}, {} threads: {:.3} s (median of {}), peak RSS {}",
+            result.threads,
+            result.seconds,
+            result.runs.len(),
+            peak.map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64))
+        );
+    }
+    Ok(())
+}
+
+/// `BATCHxTOKENS` → (batch, tokens), both at least 1.
+fn parse_shape(text: &str) -> Result<(usize, usize)> {
+    let parsed = text.split_once(['x', 'X']).and_then(|(b, t)| Some((b.trim().parse().ok()?, t.trim().parse().ok()?)));
+    match parsed {
+        Some((b, t)) if b > 0 && t > 0 => Ok((b, t)),
+        _ => bail!("--shape {text}: expected BATCHxTOKENS, e.g. 4x512"),
+    }
+}
+
+/// The process's peak resident memory (VmHWM), where the system reports it.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -1,0 +1,244 @@
+//! Fused CPU kernels with backward passes for the encoder's training path: softmax over the
+//! last dimension and LayerNorm. Composed from candle ops, each is 5–8 kernels whose
+//! intermediates all stay alive for the backward pass; fused, each is one pass forward and one
+//! backward over rows, in parallel. Both are gradient-checked against the compositions
+//! ([`crate::layers::softmax_last_dim`], `LayerNorm`'s differentiable path).
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+/// Rows handed to one rayon task at a time.
+const ROWS_PER_TASK: usize = 16;
+
+/// Softmax over the last dimension (f32, contiguous).
+pub(crate) struct FusedSoftmax;
+
+impl CustomOp1 for FusedSoftmax {
+    fn name(&self) -> &'static str {
+        "fused-softmax"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let xs = f32_slice(storage, layout, self.name())?;
+        let n = last_dim(layout.shape())?;
+        let mut out = vec![0f32; xs.len()];
+        out.par_chunks_mut(n * ROWS_PER_TASK).zip(xs.par_chunks(n * ROWS_PER_TASK)).for_each(|(o, x)| {
+            for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
+                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for (o, &x) in o.iter_mut().zip(x) {
+                    *o = (x - max).exp();
+                    sum += *o;
+                }
+                let inv = 1.0 / sum;
+                o.iter_mut().for_each(|v| *v *= inv);
+            }
+        });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    /// `dx = y ⊙ (dy − Σ dy ⊙ y)` per row.
+    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let n = last_dim(res.shape())?;
+        let y = res.flatten_all()?.to_vec1::<f32>()?;
+        let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let mut dx = vec![0f32; y.len()];
+        dx.par_chunks_mut(n * ROWS_PER_TASK)
+            .zip(y.par_chunks(n * ROWS_PER_TASK))
+            .zip(dy.par_chunks(n * ROWS_PER_TASK))
+            .for_each(|((dx, y), dy)| {
+                for ((dx, y), dy) in dx.chunks_mut(n).zip(y.chunks(n)).zip(dy.chunks(n)) {
+                    let dot: f32 = y.iter().zip(dy).map(|(a, b)| a * b).sum();
+                    for ((d, &y), &g) in dx.iter_mut().zip(y).zip(dy) {
+                        *d = y * (g - dot);
+                    }
+                }
+            });
+        Ok(Some(Tensor::from_vec(dx, res.shape(), res.device())?))
+    }
+}
+
+/// `LayerNorm(x) · weight + bias` over the last dimension (as torch: biased variance, eps
+/// inside the square root); f32, contiguous.
+pub(crate) struct FusedLayerNorm {
+    pub(crate) eps: f32,
+}
+
+/// Mean and 1/std of a row.
+fn moments(x: &[f32], eps: f32) -> (f32, f32) {
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+impl CustomOp3 for FusedLayerNorm {
+    fn name(&self) -> &'static str {
+        "fused-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (xs, w, b) =
+            (f32_slice(s1, l1, self.name())?, f32_slice(s2, l2, self.name())?, f32_slice(s3, l3, self.name())?);
+        let n = last_dim(l1.shape())?;
+        if w.len() != n || b.len() != n {
+            candle_core::bail!("fused-layer-norm: weight/bias of {} and {} for rows of {n}", w.len(), b.len());
+        }
+        let mut out = vec![0f32; xs.len()];
+        out.par_chunks_mut(n * ROWS_PER_TASK).zip(xs.par_chunks(n * ROWS_PER_TASK)).for_each(|(o, x)| {
+            for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
+                let (mean, rstd) = moments(x, self.eps);
+                for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(w).zip(b) {
+                    *o = (x - mean) * rstd * w + b;
+                }
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    /// With `x̂ = (x − μ)·rstd` and `g = dy ⊙ w`: `dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))`,
+    /// `dw = Σ_rows dy ⊙ x̂`, `db = Σ_rows dy`.
+    fn bwd(
+        &self,
+        arg1: &Tensor,
+        arg2: &Tensor,
+        _arg3: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let n = last_dim(arg1.shape())?;
+        let x = arg1.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let w = arg2.to_vec1::<f32>()?;
+        let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let mut dx = vec![0f32; x.len()];
+        let eps = self.eps;
+        // Partial sums of dw and db per block of rows, added up in block order: the result does
+        // not depend on how rayon schedules the blocks (runs stay bit-reproducible).
+        let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
+            .par_chunks_mut(n * ROWS_PER_TASK)
+            .zip(x.par_chunks(n * ROWS_PER_TASK))
+            .zip(dy.par_chunks(n * ROWS_PER_TASK))
+            .map(|((dx, x), dy)| {
+                let (mut dw, mut db) = (vec![0f32; n], vec![0f32; n]);
+                for ((dx, x), dy) in dx.chunks_mut(n).zip(x.chunks(n)).zip(dy.chunks(n)) {
+                    let (mean, rstd) = moments(x, eps);
+                    let (mut g_mean, mut gx_mean) = (0f32, 0f32);
+                    for j in 0..n {
+                        let xhat = (x[j] - mean) * rstd;
+                        let g = dy[j] * w[j];
+                        g_mean += g;
+                        gx_mean += g * xhat;
+                        dw[j] += dy[j] * xhat;
+                        db[j] += dy[j];
+                    }
+                    let (g_mean, gx_mean) = (g_mean / n as f32, gx_mean / n as f32);
+                    for j in 0..n {
+                        let xhat = (x[j] - mean) * rstd;
+                        dx[j] = rstd * (dy[j] * w[j] - g_mean - xhat * gx_mean);
+                    }
+                }
+                (dw, db)
+            })
+            .collect();
+        let (mut dw, mut db) = (vec![0f32; n], vec![0f32; n]);
+        for (pw, pb) in partials {
+            dw.iter_mut().zip(pw).for_each(|(a, b)| *a += b);
+            db.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
+        }
+        let device = arg1.device();
+        Ok((
+            Some(Tensor::from_vec(dx, arg1.shape(), device)?),
+            Some(Tensor::from_vec(dw, n, device)?),
+            Some(Tensor::from_vec(db, n, device)?),
+        ))
+    }
+}
+
+/// Size of the last dimension (at least 1).
+fn last_dim(shape: &Shape) -> Result<usize> {
+    match shape.dims().last() {
+        Some(&n) if n > 0 => Ok(n),
+        _ => candle_core::bail!("fused kernels need a non-empty last dimension, got {shape:?}"),
+    }
+}
+
+/// The f32 data of a contiguous tensor.
+pub(crate) fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{op}: the input must be contiguous");
+    };
+    match storage {
+        CpuStorage::F32(v) => Ok(&v[start..end]),
+        _ => candle_core::bail!("{op}: f32 only"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::{softmax_last_dim, LayerNorm};
+    use candle_core::{DType, Device, Var};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    #[test]
+    fn fused_softmax_matches_the_composition_and_its_gradient() {
+        let device = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 3.0, (3, 5, 37), &device).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (3, 5, 37), &device).unwrap();
+        let run = |fused: bool| {
+            let y = if fused { x.as_tensor().apply_op1(FusedSoftmax).unwrap() } else { softmax_last_dim(&x).unwrap() };
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            (y, grads.get(x.as_tensor()).unwrap().clone())
+        };
+        let ((y1, g1), (y2, g2)) = (run(true), run(false));
+        assert!(
+            max_diff(&y1, &y2) < 1e-6 && max_diff(&g1, &g2) < 1e-5,
+            "{} {}",
+            max_diff(&y1, &y2),
+            max_diff(&g1, &g2)
+        );
+    }
+
+    #[test]
+    fn fused_layer_norm_matches_the_composition_and_its_gradients() {
+        let device = Device::Cpu;
+        let vars = candle_nn::VarMap::new();
+        let vb = candle_nn::VarBuilder::from_varmap(&vars, DType::F32, &device);
+        let norm = LayerNorm::load(vb, 48, 1e-5).unwrap();
+        // Non-trivial weight and bias.
+        for (name, var) in vars.data().lock().unwrap().iter() {
+            let offset = if name.ends_with("weight") { 1.0 } else { 0.0 };
+            var.set(&(Tensor::randn(0f32, 0.5, 48, &device).unwrap() + offset).unwrap()).unwrap();
+        }
+        let x = Var::from_tensor(&(Tensor::randn(0f32, 2.0, (4, 9, 48), &device).unwrap() + 3.0).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (4, 9, 48), &device).unwrap();
+        let run = |fused: bool| {
+            let y = if fused {
+                norm.forward_fused(x.as_tensor()).unwrap()
+            } else {
+                norm.forward_differentiable(&x).unwrap()
+            };
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            let mut all = vec![y, grads.get(x.as_tensor()).unwrap().clone()];
+            for (_, var) in vars.data().lock().unwrap().iter() {
+                all.push(grads.get(var.as_tensor()).unwrap().clone());
+            }
+            all
+        };
+        for (a, b) in run(true).iter().zip(run(false)) {
+            let d = max_diff(a, &b);
+            assert!(d < 1e-4, "max abs diff {d}");
+        }
+    }
+}

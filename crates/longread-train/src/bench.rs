@@ -1,0 +1,128 @@
+//! Timed workloads for `longread bench`: an encoder's forward pass, a training step and an
+//! AdamW step, on deterministic inputs, for comparison with PyTorch on the same workload.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor, TensorId, Var};
+use candle_nn::VarMap;
+use longread_model::checkpoint::fresh_var_builder;
+use longread_model::presets::preset_config;
+use longread_model::{Checkpoint, DropoutRng, Encoder, LoadOptions, Mode};
+
+use crate::error::{Result, TrainError};
+use crate::optim::{AdamW, AdamWConfig, ParamGroup};
+
+/// Vocabulary of the preset encoders (RoBERTa's).
+pub const PRESET_VOCAB: usize = 50_265;
+
+/// What to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Encoder forward pass in inference mode (no dropout, no graph).
+    EncoderForward,
+    /// Forward in training mode (dropout) + backward of mean(last hidden state) + AdamW step
+    /// over every encoder parameter.
+    TrainStep,
+    /// One AdamW step over every encoder parameter, every gradient 1.
+    OptimizerStep,
+}
+
+/// The encoder a workload runs.
+#[derive(Debug, Clone)]
+pub enum EncoderSource {
+    /// A preset shape with random weights (seed 0, vocabulary [`PRESET_VOCAB`]).
+    Preset(String),
+    /// A pretrained encoder directory.
+    Dir(PathBuf),
+}
+
+/// A workload's timings.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchResult {
+    /// Median seconds of the timed runs.
+    pub seconds: f64,
+    /// Every timed run, in order (after one untimed warm-up run).
+    pub runs: Vec<f64>,
+    /// Encoder parameters.
+    pub parameters: usize,
+    /// Threads of candle's pool.
+    pub threads: usize,
+}
+
+/// Runs `workload` once untimed, then `repeat` times timed, on a `batch × tokens` batch of
+/// deterministic ids without padding.
+pub fn run_workload(
+    source: &EncoderSource,
+    workload: Workload,
+    batch: usize,
+    tokens: usize,
+    repeat: usize,
+) -> Result<BenchResult> {
+    let device = Device::Cpu;
+    let vars = VarMap::new();
+    let encoder = match source {
+        EncoderSource::Dir(dir) => {
+            let options = LoadOptions { trainable: Some(vars.clone()), ..LoadOptions::default() };
+            Checkpoint::open(dir)?.load_encoder(&options, &device)?
+        }
+        EncoderSource::Preset(name) => {
+            let config = preset_config(name, PRESET_VOCAB)?;
+            Encoder::load(fresh_var_builder("roberta", 0, Some(vars.clone()), DType::F32, &device), &config)?
+        }
+    };
+    let max = encoder.config().max_sequence_length();
+    if batch == 0 || tokens == 0 || tokens > max || repeat == 0 {
+        return Err(TrainError::InvalidSetting(format!(
+            "a {batch}x{tokens} batch repeated {repeat} times does not fit: the encoder takes 1 to {max} tokens"
+        )));
+    }
+    let vocab = encoder.config().vocab_size as u64;
+    // Deterministic ids that avoid the first few (special) tokens.
+    let ids: Vec<u32> = (0..batch * tokens).map(|i| (5 + (i as u64 * 7_919) % (vocab - 5)) as u32).collect();
+    let ids = Tensor::from_vec(ids, (batch, tokens), &device)?;
+    let mask = ids.ones_like()?;
+    let params: Vec<(String, Var)> = {
+        let data = vars.data().lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    };
+    let parameters = params.iter().map(|(_, v)| v.elem_count()).sum();
+    let group = ParamGroup { name: "encoder".into(), lr: 1e-5, weight_decay: 0.01, params: params.clone() };
+    let mut optimizer = AdamW::new(vec![group], AdamWConfig::default())?;
+    let ones: HashMap<TensorId, Tensor> = match workload {
+        Workload::OptimizerStep => params
+            .iter()
+            .map(|(_, v)| Ok((v.as_tensor().id(), v.as_tensor().ones_like()?)))
+            .collect::<candle_core::Result<_>>()?,
+        _ => HashMap::new(),
+    };
+    let rng = DropoutRng::new(1);
+    let mut runs = Vec::with_capacity(repeat);
+    for run in 0..=repeat {
+        let started = Instant::now();
+        match workload {
+            Workload::EncoderForward => {
+                encoder.forward(&ids, &mask, Mode::Eval)?;
+            }
+            Workload::TrainStep => {
+                let loss = encoder.forward(&ids, &mask, Mode::Train(&rng))?.mean_all()?;
+                optimizer.step(&loss.backward()?)?;
+            }
+            Workload::OptimizerStep => optimizer.step_with(|v| ones.get(&v.as_tensor().id()).cloned())?,
+        }
+        if run > 0 {
+            runs.push(started.elapsed().as_secs_f64());
+        }
+    }
+    let mut sorted = runs.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(BenchResult {
+        seconds: sorted[sorted.len() / 2],
+        runs,
+        parameters,
+        threads: candle_core::utils::get_num_threads(),
+    })
+}
