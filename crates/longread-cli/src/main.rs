@@ -1,13 +1,10 @@
 //! `longread`: classify long documents with hierarchical transformers.
 
+mod allocator;
 mod checkpoints;
 mod commands;
 mod config_file;
 mod io;
-
-/// Reuses freed memory across encoder batches (measured: see BENCHMARKS.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 
@@ -79,6 +76,7 @@ fn main() {
             std::process::exit(1);
         }
     };
+    allocator::keep_freed_memory();
     let cli = Cli::parse_from(args);
     init_logging(cli.quiet);
     if let Some(n) = cli.threads {
