@@ -24,13 +24,12 @@ impl CustomOp1 for FusedSoftmax {
         let mut out = vec![0f32; xs.len()];
         out.par_chunks_mut(n * ROWS_PER_TASK).zip(xs.par_chunks(n * ROWS_PER_TASK)).for_each(|(o, x)| {
             for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
-                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
+                let max = lanes_max(x);
+                // Separate loops so that the exponentials vectorise.
                 for (o, &x) in o.iter_mut().zip(x) {
-                    *o = (x - max).exp();
-                    sum += *o;
+                    *o = fast_exp(x - max);
                 }
-                let inv = 1.0 / sum;
+                let inv = 1.0 / lanes_sum(o);
                 o.iter_mut().for_each(|v| *v *= inv);
             }
         });
@@ -162,6 +161,62 @@ impl CustomOp3 for FusedLayerNorm {
     }
 }
 
+/// e^x in f32 without a libm call, so that loops over it vectorise: x = n·ln 2 + r with
+/// |r| ≤ ln 2 / 2, e^r by its Taylor polynomial of degree 7 (truncation error below 1e-8
+/// relative), times 2^n built in the exponent bits. Relative error within 3 ulp of libm's
+/// `expf` on [−87, 88]; below −87.3 the result is 0 (as `expf` underflows to denormals there),
+/// above 88.7 it saturates.
+#[inline(always)]
+pub(crate) fn fast_exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Round to nearest with the 1.5·2^23 trick (no `round` call).
+    const MAGIC: f32 = 12_582_912.0;
+    let clamped = x.clamp(-87.3, 88.7);
+    let n = (clamped * LOG2E + MAGIC) - MAGIC;
+    let r = clamped - n * LN2_HI - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    // SAFETY: n is a whole number in [−126, 128] after the clamp, so it fits an i32.
+    let n = unsafe { n.to_int_unchecked::<i32>() };
+    let scale = f32::from_bits(((n + 127) as u32) << 23);
+    if x < -87.3 {
+        0.0
+    } else {
+        p * scale
+    }
+}
+
+/// The largest value, with 16 independent partial maxima (vectorises).
+#[inline]
+fn lanes_max(values: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = values.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = if v > *l { v } else { *l };
+        }
+    }
+    lanes.iter().chain(chunks.remainder()).fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+}
+
+/// Σ values with 16 independent partial sums (vectorises; the order is fixed, so the result is
+/// reproducible).
+#[inline]
+fn lanes_sum(values: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = values.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
 /// Size of the last dimension (at least 1).
 fn last_dim(shape: &Shape) -> Result<usize> {
     match shape.dims().last() {
@@ -189,6 +244,21 @@ mod tests {
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    #[test]
+    fn fast_exp_is_within_a_few_ulp_of_expf() {
+        let mut worst = 0f32;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (fast, exact) = (fast_exp(x), x.exp());
+            worst = worst.max(((fast - exact) / exact).abs());
+            x += 0.001_7;
+        }
+        assert!(worst < 4.0 * f32::EPSILON, "worst relative error {worst:e}");
+        assert_eq!(fast_exp(-1e9), 0.0, "masked scores give exactly 0");
+        assert_eq!(fast_exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(fast_exp(0.0), 1.0);
     }
 
     #[test]

@@ -5,8 +5,9 @@ use candle_core::{Result, Tensor, D};
 use crate::layers::fused::FusedSoftmax;
 use crate::mode::Mode;
 
-/// Softmax over the last dimension: in [`Mode::Eval`] candle's fused single-pass kernel
-/// (no backward pass), in [`Mode::Train`] the differentiable [`softmax_last_dim`].
+/// Softmax over the last dimension: on the CPU one fused op with a backward pass; elsewhere in
+/// [`Mode::Eval`] candle's fused kernel (no backward pass), in [`Mode::Train`] the
+/// differentiable [`softmax_last_dim`].
 ///
 /// # Shapes
 /// `xs: [..., n]` → `[..., n]`
@@ -15,11 +16,12 @@ pub fn softmax(xs: &Tensor, mode: Mode) -> Result<Tensor> {
         // Reduced precision: exponentiate and sum in f32, return the input's dtype.
         return softmax(&xs.to_dtype(candle_core::DType::F32)?, mode)?.to_dtype(xs.dtype());
     }
+    if xs.device().is_cpu() {
+        // One pass forward (vectorised exp) and one backward (gradient-checked against
+        // softmax_last_dim).
+        return xs.contiguous()?.apply_op1(FusedSoftmax);
+    }
     if mode.is_train() {
-        if xs.device().is_cpu() {
-            // One pass forward and one backward (gradient-checked against softmax_last_dim).
-            return xs.contiguous()?.apply_op1(FusedSoftmax);
-        }
         softmax_last_dim(xs)
     } else {
         candle_nn::ops::softmax_last_dim(&xs.contiguous()?)
