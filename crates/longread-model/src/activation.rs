@@ -36,6 +36,9 @@ impl Activation {
     /// any → same shape
     pub fn forward(self, xs: &Tensor) -> candle_core::Result<Tensor> {
         match self {
+            Self::GeluErf if xs.device().is_cpu() && xs.dtype() == candle_core::DType::F32 => {
+                xs.contiguous()?.apply_op1(crate::layers::fused::FusedGeluErf)
+            }
             Self::GeluErf => xs.gelu_erf(),
             Self::GeluTanh => xs.gelu(),
             Self::Relu => xs.relu(),
