@@ -12,13 +12,12 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::clip::clip_grad_norm;
 use crate::error::{Result, TrainError};
 use crate::loss::{attention_penalty, cross_entropy};
 use crate::optim::{AdamW, ParamGroup};
 use crate::trainer::{
-    accumulate, epoch_score, epoch_seed, run_schedule, BadSteps, EpochEnd, EpochLog, PhaseLog, Progress, Resume,
-    StepLog, TrainConfig, TrainerState,
+    accumulate, epoch_score, epoch_seed, EpochEnd, EpochLog, PhaseLog, Progress, Resume, StepLog, Stepper, TrainConfig,
+    TrainerState,
 };
 
 /// Documents (as grids of the model's shape) and their gold labels.
@@ -84,9 +83,8 @@ pub fn train_han(
     }));
     let shape = model.config().grid_shape();
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
-    let schedule = run_schedule(cfg, train_split.grids.len());
+    let mut stepper = Stepper::new(cfg, train_split.grids.len());
     let batch_size = cfg.batch_size.max(1);
-    let mut bad_steps = BadSteps::new(cfg.max_bad_steps);
     let mut step = state.step;
     let mut logs = Vec::new();
     for epoch in state.epoch + 1..=cfg.epochs {
@@ -114,20 +112,17 @@ pub fn train_han(
                     vars.iter().filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone())));
                 accumulate(&mut summed, grads, batches.len())?;
             }
-            let norm = clip_grad_norm(&mut summed, cfg.max_grad_norm)?;
-            if bad_steps.skip(step_loss.is_finite() && norm.is_finite(), epoch, step)? {
+            let Some(factor) = stepper.step(&mut optimizer, &mut summed, step_loss, epoch, step, |_| cfg.groups.lr)?
+            else {
                 skipped += 1;
                 continue;
-            }
-            let factor = schedule.factor(step);
-            optimizer.set_lr(|_| cfg.groups.lr * factor);
-            optimizer.step_with(|v| summed.get(&v.as_tensor().id()).cloned())?;
+            };
             step += 1;
             loss_sum += step_loss;
             loss_count += 1;
             on_progress(Progress::Step(StepLog {
                 step,
-                total_steps: schedule.total_steps,
+                total_steps: stepper.schedule.total_steps,
                 loss: step_loss,
                 lr: cfg.groups.lr * factor,
                 chunks: step_docs.len(),

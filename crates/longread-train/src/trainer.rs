@@ -21,7 +21,7 @@ use crate::clip::clip_grad_norm;
 use crate::error::{Result, TrainError};
 use crate::groups::{frozen_layers, param_groups, Freezing, GroupSettings};
 use crate::loss::{cross_entropy, task_loss, TaskLoss};
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::{AdamW, AdamWConfig, ParamGroup};
 use crate::prefix::{encode_batch, Prefix, PrefixCache};
 use crate::recompute::{batch_gradients, BatchGradients, BatchSettings};
 use crate::schedule::{Decay, Schedule};
@@ -302,42 +302,62 @@ pub(crate) fn epoch_score<'a>(
     }
 }
 
-/// Counts optimizer steps with NaN/inf loss or gradients in a row and stops the run when
-/// there are too many.
-pub(crate) struct BadSteps {
-    in_a_row: usize,
-    limit: usize,
+/// How a run turns summed gradients into optimizer steps, shared by the training loops:
+/// clipping, the NaN/inf guard (a run stops after `max_bad_steps` skipped steps in a row) and
+/// the learning-rate schedule.
+pub(crate) struct Stepper {
+    /// The run's schedule.
+    pub(crate) schedule: Schedule,
+    max_grad_norm: f64,
+    bad_in_a_row: usize,
+    max_bad: usize,
 }
 
-impl BadSteps {
-    pub(crate) fn new(limit: usize) -> Self {
-        Self { in_a_row: 0, limit: limit.max(1) }
+impl Stepper {
+    /// The stepper of a run over `documents` training documents.
+    pub(crate) fn new(cfg: &TrainConfig, documents: usize) -> Self {
+        let steps_per_epoch = documents.div_ceil(cfg.batch_size.max(1)).div_ceil(cfg.grad_accum.max(1));
+        let total_steps = steps_per_epoch * cfg.epochs;
+        let warmup_steps = (cfg.warmup_ratio * total_steps as f64).round() as usize;
+        Self {
+            schedule: Schedule { warmup_steps, total_steps, decay: cfg.decay },
+            max_grad_norm: cfg.max_grad_norm,
+            bad_in_a_row: 0,
+            max_bad: cfg.max_bad_steps.max(1),
+        }
     }
 
-    /// Ok(true) when the step is to be skipped; an error when too many were in a row.
-    pub(crate) fn skip(&mut self, finite: bool, epoch: usize, step: usize) -> Result<bool> {
-        if finite {
-            self.in_a_row = 0;
-            return Ok(false);
+    /// Clips `summed`, then steps `optimizer` with each group's rate `lr_of(group)` times the
+    /// schedule's factor at `step`; returns that factor, or `None` when a NaN/inf loss or
+    /// gradient made it skip the step (an error when too many were skipped in a row).
+    pub(crate) fn step(
+        &mut self,
+        optimizer: &mut AdamW,
+        summed: &mut HashMap<TensorId, Tensor>,
+        step_loss: f64,
+        epoch: usize,
+        step: usize,
+        lr_of: impl Fn(&ParamGroup) -> f64,
+    ) -> Result<Option<f64>> {
+        let norm = clip_grad_norm(summed, self.max_grad_norm)?;
+        if !(step_loss.is_finite() && norm.is_finite()) {
+            self.bad_in_a_row += 1;
+            if self.bad_in_a_row >= self.max_bad {
+                return Err(TrainError::Diverged(format!(
+                    "training diverged: {} optimizer steps in a row had NaN/inf loss or gradients \
+                     (epoch {epoch}, after step {step}); they were skipped and the run stopped. The last \
+                     checkpoint and the best model so far are kept. Lower --lr, or check the data.",
+                    self.bad_in_a_row
+                )));
+            }
+            return Ok(None);
         }
-        self.in_a_row += 1;
-        if self.in_a_row >= self.limit {
-            return Err(TrainError::Diverged(format!(
-                "training diverged: {} optimizer steps in a row had NaN/inf loss or gradients \
-                 (epoch {epoch}, after step {step}); they were skipped and the run stopped. The last \
-                 checkpoint and the best model so far are kept. Lower --lr, or check the data.",
-                self.in_a_row
-            )));
-        }
-        Ok(true)
+        self.bad_in_a_row = 0;
+        let factor = self.schedule.factor(step);
+        optimizer.set_lr(|g| lr_of(g) * factor);
+        optimizer.step_with(|v| summed.get(&v.as_tensor().id()).cloned())?;
+        Ok(Some(factor))
     }
-}
-
-/// The learning-rate schedule of a run over `documents` training documents.
-pub(crate) fn run_schedule(cfg: &TrainConfig, documents: usize) -> Schedule {
-    let steps_per_epoch = documents.div_ceil(cfg.batch_size.max(1)).div_ceil(cfg.grad_accum.max(1));
-    let total_steps = steps_per_epoch * cfg.epochs;
-    Schedule { warmup_steps: (cfg.warmup_ratio * total_steps as f64).round() as usize, total_steps, decay: cfg.decay }
 }
 
 /// Adds `grads` (each divided by `parts`) into `summed`.
@@ -534,13 +554,12 @@ pub fn train(
 
     let batch_size = cfg.batch_size.max(1);
     let accum = cfg.grad_accum.max(1);
-    let schedule = run_schedule(cfg, train_split.docs.len());
+    let mut stepper = Stepper::new(cfg, train_split.docs.len());
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
 
     let mut logs: Vec<EpochLog> = Vec::new();
     let mut phase: Option<Phase> = None;
     let mut step = state.step;
-    let mut bad_steps = BadSteps::new(cfg.max_bad_steps);
     for epoch in state.epoch + 1..=cfg.epochs {
         let started = std::time::Instant::now();
         let freezing = run.freezing_at(epoch - 1);
@@ -584,20 +603,18 @@ pub fn train(
                 step_loss += out.loss as f64 / batches.len() as f64;
                 accumulate(&mut summed, out.grads, batches.len())?;
             }
-            let norm = clip_grad_norm(&mut summed, cfg.max_grad_norm)?;
-            if bad_steps.skip(step_loss.is_finite() && norm.is_finite(), epoch, step)? {
+            let Some(factor) =
+                stepper.step(&mut optimizer, &mut summed, step_loss, epoch, step, |g| base_lr[&g.name])?
+            else {
                 skipped += 1;
                 continue;
-            }
-            let factor = schedule.factor(step);
-            optimizer.set_lr(|g| base_lr[&g.name] * factor);
-            optimizer.step_with(|v| summed.get(&v.as_tensor().id()).cloned())?;
+            };
             step += 1;
             loss_sum += step_loss;
             loss_count += 1;
             on_progress(Progress::Step(StepLog {
                 step,
-                total_steps: schedule.total_steps,
+                total_steps: stepper.schedule.total_steps,
                 loss: step_loss,
                 lr: cfg.groups.head_lr * factor,
                 chunks,

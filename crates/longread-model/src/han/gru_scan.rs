@@ -36,9 +36,9 @@ impl GruScan {
         }
     }
 
-    /// Runs the recurrence; returns the outputs `[N, T, H]` and the state before each step
-    /// (`[T][N, H]`, indexed by time step).
-    fn scan(&self, gi: &[f32], w_hh: &[f32], b_hh: &[f32], d: Dims) -> (Vec<f32>, Vec<Vec<f32>>) {
+    /// Runs the recurrence; returns the outputs `[N, T, H]` and, with `keep_states` (for the
+    /// backward pass), the state before each step (`[T][N, H]`, indexed by time step).
+    fn scan(&self, gi: &[f32], w_hh: &[f32], b_hh: &[f32], d: Dims, keep_states: bool) -> (Vec<f32>, Vec<Vec<f32>>) {
         let Dims { n, t, h } = d;
         let mut out = vec![0f32; n * t * h];
         let mut before = vec![Vec::new(); t];
@@ -46,7 +46,9 @@ impl GruScan {
         let mut gh = vec![0f32; n * 3 * h];
         for step in self.steps(t) {
             recurrent_projection(&mut gh, &state, w_hh, b_hh, n, h);
-            before[step] = state.clone();
+            if keep_states {
+                before[step] = state.clone();
+            }
             for row in 0..n {
                 if self.mask[row * t + step] == 0.0 {
                     continue;
@@ -90,7 +92,7 @@ impl CustomOp3 for GruScan {
         if self.mask.len() != n * t || l2.shape().dims() != [three_h, d.h] || b_hh.len() != three_h {
             candle_core::bail!("gru-scan: inconsistent shapes {:?}, {:?}, {:?}", l1.shape(), l2.shape(), l3.shape());
         }
-        let (out, _) = self.scan(gi, w_hh, b_hh, d);
+        let (out, _) = self.scan(gi, w_hh, b_hh, d, false);
         Ok((CpuStorage::F32(out), Shape::from((n, t, d.h))))
     }
 
@@ -109,7 +111,7 @@ impl CustomOp3 for GruScan {
         let w_v = w_hh.flatten_all()?.to_vec1::<f32>()?;
         let b_v = b_hh.to_vec1::<f32>()?;
         let grad_out = grad_res.flatten_all()?.to_vec1::<f32>()?;
-        let (_, before) = self.scan(&gi_v, &w_v, &b_v, d);
+        let (_, before) = self.scan(&gi_v, &w_v, &b_v, d, true);
 
         let mut d_gi = vec![0f32; n * t * three_h];
         let mut d_w = vec![0f32; three_h * h];
