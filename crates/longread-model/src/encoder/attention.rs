@@ -1,10 +1,11 @@
 //! Multi-head self-attention with its output projection and post-LayerNorm.
 //! Reference: transformers `modeling_bert.py: BertSelfAttention`, `BertSelfOutput`.
 
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
+use crate::layers::fused_attention::{dropout_keep_mask, AttentionDropout, FusedAttention};
 use crate::layers::{linear, softmax, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
@@ -55,15 +56,73 @@ impl SelfAttention {
     /// # Shapes
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
     pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {
-        let (b, s, h) = xs.dims3()?;
-        let q = self.split_heads(&self.query.forward(xs)?)?;
-        let k = self.split_heads(&self.key.forward(xs)?)?;
-        let v = self.split_heads(&self.value.forward(xs)?)?;
-        let scale = 1.0 / (self.head_size as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask_bias)?;
-        let probs = self.probs_dropout.forward(&softmax(&scores, mode)?, mode)?;
-        let context = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))?;
+        let q = self.query.forward(xs)?;
+        let k = self.key.forward(xs)?;
+        let v = self.value.forward(xs)?;
+        let context = if xs.device().is_cpu() && xs.dtype() == DType::F32 {
+            self.attend_fused(&q, &k, &v, mask_bias, mode)?
+        } else {
+            self.attend_composed(&q, &k, &v, mask_bias, mode)?
+        };
         let out = self.hidden_dropout.forward(&self.output.forward(&context)?, mode)?;
         self.norm.forward(&(out + xs)?, mode)
+    }
+
+    fn scale(&self) -> f64 {
+        1.0 / (self.head_size as f64).sqrt()
+    }
+
+    /// Attention as one CPU op (f32) that reads the heads in place and never holds the
+    /// scores of all heads: see `layers::fused_attention`.
+    ///
+    /// # Shapes
+    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    pub(crate) fn attend_fused(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask_bias: &Tensor,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let dropout = self.probs_dropout_for(mode);
+        let key_bias = mask_bias.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let op = FusedAttention { heads: self.num_heads, scale: self.scale() as f32, key_bias, dropout };
+        q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    }
+
+    /// Dropout on the attention probabilities in training: a seed drawn from the run's
+    /// generator, from which both attention paths derive the same keep mask.
+    fn probs_dropout_for(&self, mode: Mode) -> Option<AttentionDropout> {
+        match mode {
+            Mode::Train(rng) if self.probs_dropout.p() > 0.0 => {
+                Some(AttentionDropout { p: self.probs_dropout.p() as f32, seed: rng.next_seed() })
+            }
+            _ => None,
+        }
+    }
+
+    /// Attention composed of candle ops (any device and dtype; the same dropout masks as the
+    /// fused op).
+    ///
+    /// # Shapes
+    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    pub(crate) fn attend_composed(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask_bias: &Tensor,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let (b, s, h) = q.dims3()?;
+        let (q, k, v) = (self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?);
+        let scores = (q.matmul(&k.t()?)? * self.scale())?.broadcast_add(mask_bias)?;
+        let mut probs = softmax(&scores, mode)?;
+        if let Some(dropout) = self.probs_dropout_for(mode) {
+            let keep = dropout_keep_mask(dropout, b, self.num_heads, s);
+            probs = (probs * Tensor::from_vec(keep, (b, self.num_heads, s, s), q.device())?.to_dtype(q.dtype())?)?;
+        }
+        probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
     }
 }

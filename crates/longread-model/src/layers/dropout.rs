@@ -16,6 +16,11 @@ impl Dropout {
         Self { p }
     }
 
+    /// The drop probability.
+    pub fn p(&self) -> f64 {
+        self.p
+    }
+
     /// Applies dropout in training mode; identity otherwise.
     ///
     /// # Shapes

@@ -249,7 +249,7 @@ pub(crate) fn fast_exp(x: f32) -> f32 {
 
 /// The largest value, with 16 independent partial maxima (vectorises).
 #[inline]
-fn lanes_max(values: &[f32]) -> f32 {
+pub(crate) fn lanes_max(values: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 16];
     let mut chunks = values.chunks_exact(16);
     for c in &mut chunks {
@@ -263,7 +263,7 @@ fn lanes_max(values: &[f32]) -> f32 {
 /// Σ values with 16 independent partial sums (vectorises; the order is fixed, so the result is
 /// reproducible).
 #[inline]
-fn lanes_sum(values: &[f32]) -> f32 {
+pub(crate) fn lanes_sum(values: &[f32]) -> f32 {
     let mut lanes = [0f32; 16];
     let mut chunks = values.chunks_exact(16);
     for c in &mut chunks {

@@ -2,6 +2,7 @@
 
 mod dropout;
 pub(crate) mod fused;
+pub(crate) mod fused_attention;
 mod layer_norm;
 mod linear;
 mod softmax;
