@@ -3,6 +3,7 @@
 weights, same run; and peak memory of `predict` on one very long document.
 
   speed:  python3 scripts/bench_predict.py speed [--docs 100] [--threads 2] [--repeats 3]
+          [--precision f32,int8] [--no-seed-design]
   memory: python3 scripts/bench_predict.py memory [--tokens 25000,50000,100000,200000]
 
 speed: a classifier is made with `longread init` on ../shared/models/all-MiniLM-L6-v2 (defaults:
@@ -47,9 +48,10 @@ def articles(split="test"):
         return [json.loads(line) for line in f]
 
 
-def run_longread(model, path, threads):
+def run_longread(model, path, threads, precision="f32"):
     res = subprocess.run([BINARY, "predict", "--model", model, "--input", path, "--output", os.devnull,
-                          "--threads", str(threads)], capture_output=True, text=True, check=True)
+                          "--threads", str(threads), "--precision", precision],
+                         capture_output=True, text=True, check=True)
     m = re.search(r"classified (\d+) documents \((\d+) tokens\) in ([\d.]+) s", res.stderr)
     return int(m.group(2)), float(m.group(3))
 
@@ -92,13 +94,20 @@ def speed(args):
         chunker = Chunker(os.path.join(model_dir, "tokenizer.json"), ref.s)
         n_chunks = sum(len(chunker.chunk(d["text"])) for d in docs)
         run_reference(ref, chunker, docs[:3])  # warm-up
-        times = {"longread": [], "reference": [], "seed design": []}
+        times = {"longread": [], "reference": []}
+        for p in args.precision.split(",")[1:]:
+            times[f"longread --precision {p}"] = []
+        if not args.no_seed_design:
+            times["seed design"] = []
         tokens = 0
         for _ in range(args.repeats):
             tokens, t = run_longread(model_dir, path, args.threads)
             times["longread"].append(t)
+            for p in args.precision.split(",")[1:]:
+                times[f"longread --precision {p}"].append(run_longread(model_dir, path, args.threads, p)[1])
             times["reference"].append(run_reference(ref, chunker, docs))
-            times["seed design"].append(run_seed_design(ref, chunker, docs))
+            if not args.no_seed_design:
+                times["seed design"].append(run_seed_design(ref, chunker, docs))
     med = {k: statistics.median(v) for k, v in times.items()}
     n = len(docs)
     print(f"{n} documents, {tokens} tokens, {n_chunks} chunks (max 20 per document), threads {args.threads}, "
@@ -146,6 +155,9 @@ def main():
     ap.add_argument("--docs", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--precision", default="f32",
+                    help="longread precisions to time, comma-separated, f32 first (e.g. f32,int8)")
+    ap.add_argument("--no-seed-design", action="store_true", help="skip the slow seed-design baseline")
     ap.add_argument("--tokens", default="25000,50000,100000,200000")
     args = ap.parse_args()
     speed(args) if args.what == "speed" else memory(args)

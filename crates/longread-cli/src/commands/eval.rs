@@ -12,8 +12,7 @@ use longread_text::{read_labelled_columns, resolve_column, Document};
 use serde_json::Map;
 
 use crate::commands::han_scoring;
-use crate::commands::predict::{argmax, load, progress_bar, score_documents};
-use crate::commands::train::Precision;
+use crate::commands::predict::{argmax, load, progress_bar, score_documents, ScoringPrecision};
 use crate::io::{input_name, open_input};
 
 /// Arguments of `longread eval`.
@@ -36,8 +35,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     max_batch_tokens: u64,
     /// Encoder precision (as for `predict`).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    precision: Precision,
+    #[arg(long, value_enum, default_value_t = ScoringPrecision::F32)]
+    precision: ScoringPrecision,
 }
 
 /// Runs `longread eval`.
@@ -106,7 +105,7 @@ pub fn evaluate_file(
     model_dir: &Path,
     data: &Path,
     max_batch_tokens: usize,
-    precision: Precision,
+    precision: ScoringPrecision,
     quiet: bool,
 ) -> Result<(Vec<TaskSpec>, Vec<Report>)> {
     if is_han_dir(model_dir) {

@@ -13,7 +13,6 @@ use longread_text::{read_documents, ChunkedDocument, Chunker, Document, TextToke
 use serde_json::Value;
 
 use crate::commands::han_scoring;
-use crate::commands::train::Precision;
 use crate::io::Output;
 
 /// Arguments of `longread predict`.
@@ -36,10 +35,23 @@ pub struct PredictArgs {
     /// share batches, longest first. Lower it to save memory.
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_tokens: u64,
-    /// Encoder precision: f32, or bf16 (reduced-precision matmuls; scores differ slightly from
-    /// f32, see BENCHMARKS.md; faster only on hardware with bf16 arithmetic).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    pub precision: Precision,
+    /// Encoder precision: f32; int8 (the dense layers' products in int8, about 2× faster on
+    /// CPUs with AVX-512 VNNI, scores within about 0.01 of f32, see BENCHMARKS.md); or bf16
+    /// (reduced-precision matmuls; faster only on hardware with fast bf16 matmuls).
+    #[arg(long, value_enum, default_value_t = ScoringPrecision::F32)]
+    pub precision: ScoringPrecision,
+}
+
+/// Precision of the encoder when scoring (inference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScoringPrecision {
+    /// 32-bit floats throughout.
+    F32,
+    /// bfloat16 activations and matmuls, f32 weights.
+    Bf16,
+    /// int8 weights (one scale per output) and int8 activations (one scale per token) in the
+    /// encoder's dense layers, summed exactly in i32; attention, LayerNorm and head in f32.
+    Int8,
 }
 
 /// Output formats.
@@ -66,10 +78,14 @@ pub struct DocumentResult<'a> {
 const GROUP_CHUNKS: usize = 256;
 
 /// Loads the model (encoder in `precision`) and its chunker.
-pub fn load(model_dir: &std::path::Path, precision: Precision) -> Result<(HierarchicalClassifier, Chunker)> {
+pub fn load(model_dir: &std::path::Path, precision: ScoringPrecision) -> Result<(HierarchicalClassifier, Chunker)> {
     let mut model = HierarchicalClassifier::load(model_dir, false, &Device::Cpu)
         .with_context(|| format!("loading model {}", model_dir.display()))?;
-    model.set_precision(precision.dtype())?;
+    match precision {
+        ScoringPrecision::F32 => {}
+        ScoringPrecision::Bf16 => model.set_precision(candle_core::DType::BF16)?,
+        ScoringPrecision::Int8 => model.set_int8(true)?,
+    }
     let tokenizer = TextTokenizer::from_file(model.tokenizer_path())?;
     let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
     Ok((model, chunker))
@@ -276,7 +292,7 @@ pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
 
 /// `predict` with a HAN model (no encoder: --max-batch-tokens and --precision do not apply).
 fn run_han(args: PredictArgs, quiet: bool) -> Result<usize> {
-    if args.precision != Precision::F32 {
+    if args.precision != ScoringPrecision::F32 {
         anyhow::bail!("--precision {:?} applies to encoder models; {} is a HAN", args.precision, args.model.display());
     }
     let model = han_scoring::load(&args.model)?;

@@ -54,7 +54,7 @@ pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
         })?;
         return write_report(&args, &views, &progress, quiet);
     }
-    let (model, chunker) = load(&args.model, crate::commands::train::Precision::F32)?;
+    let (model, chunker) = load(&args.model, crate::commands::predict::ScoringPrecision::F32)?;
     let labels = model.labels().to_vec();
     score_documents(&model, &chunker, &documents, args.max_batch_tokens as usize, &progress, |result| {
         let mut view = view(result.document);

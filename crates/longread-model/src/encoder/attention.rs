@@ -41,6 +41,14 @@ impl SelfAttention {
         })
     }
 
+    /// Switches the four projections to int8 products (inference) or back to f32.
+    pub(crate) fn quantize_int8(&mut self, on: bool) -> Result<()> {
+        for layer in [&mut self.query, &mut self.key, &mut self.value, &mut self.output] {
+            layer.quantize_int8(on)?;
+        }
+        Ok(())
+    }
+
     /// Splits the last dimension into heads.
     ///
     /// # Shapes

@@ -35,6 +35,13 @@ impl EncoderLayer {
         })
     }
 
+    /// Switches every dense layer to int8 products (inference) or back to f32.
+    pub(crate) fn quantize_int8(&mut self, on: bool) -> Result<()> {
+        self.attention.quantize_int8(on)?;
+        self.intermediate.quantize_int8(on)?;
+        self.output.quantize_int8(on)
+    }
+
     /// # Shapes
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
     pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {

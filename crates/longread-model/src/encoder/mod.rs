@@ -42,6 +42,13 @@ impl Encoder {
         self.compute_dtype = dtype;
     }
 
+    /// Runs every dense layer of the transformer layers with int8 weights and dynamically
+    /// quantised int8 activations (`--precision int8`: inference only, f32 elsewhere; the f32
+    /// weights are kept and `false` returns to them). Attention, LayerNorm and embeddings stay f32.
+    pub fn quantize_int8(&mut self, on: bool) -> CResult<()> {
+        self.layers.iter_mut().try_for_each(|layer| layer.quantize_int8(on))
+    }
+
     /// dtype of the activations between layers.
     pub fn compute_dtype(&self) -> DType {
         self.compute_dtype

@@ -202,6 +202,12 @@ impl HierarchicalClassifier {
         Ok(())
     }
 
+    /// Runs the encoder's dense layers with int8 products (`--precision int8`, inference only:
+    /// they have no backward pass) or, with `false`, in f32 again.
+    pub fn set_int8(&mut self, on: bool) -> Result<()> {
+        Ok(self.encoder.quantize_int8(on)?)
+    }
+
     /// One vector per chunk.
     ///
     /// # Shapes

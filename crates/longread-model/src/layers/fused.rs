@@ -7,6 +7,32 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+/// Defines a function whose body is compiled twice, for the build's baseline and for AVX-512,
+/// and runs the AVX-512 build where the CPU has it: the element-wise loops then vectorise 16
+/// lanes wide instead of SSE's 4 (the same operations in the same order, so the same results).
+macro_rules! multiversion {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$doc])*
+        $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn generic($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    generic($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F.
+                    return unsafe { avx512($($arg),*) };
+                }
+            }
+            generic($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
 /// Rows handed to one rayon task at a time.
 const ROWS_PER_TASK: usize = 16;
 
@@ -173,11 +199,14 @@ impl CustomOp1 for FusedGeluErf {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let xs = f32_slice(storage, layout, self.name())?;
         let mut out = vec![0f32; xs.len()];
-        out.par_chunks_mut(ELEMENTS_PER_TASK).zip(xs.par_chunks(ELEMENTS_PER_TASK)).for_each(|(o, x)| {
-            for (o, &x) in o.iter_mut().zip(x) {
-                *o = 0.5 * x * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
+        multiversion! {
+            fn gelu(o: &mut [f32], x: &[f32]) {
+                for (o, &x) in o.iter_mut().zip(x) {
+                    *o = 0.5 * x * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
+                }
             }
-        });
+        }
+        out.par_chunks_mut(ELEMENTS_PER_TASK).zip(xs.par_chunks(ELEMENTS_PER_TASK)).for_each(|(o, x)| gelu(o, x));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -189,13 +218,16 @@ impl CustomOp1 for FusedGeluErf {
         dx.par_chunks_mut(ELEMENTS_PER_TASK)
             .zip(x.par_chunks(ELEMENTS_PER_TASK))
             .zip(dy.par_chunks(ELEMENTS_PER_TASK))
-            .for_each(|((dx, x), dy)| {
+            .for_each(|((dx, x), dy)| gelu_backward(dx, x, dy));
+        multiversion! {
+            fn gelu_backward(dx: &mut [f32], x: &[f32], dy: &[f32]) {
                 for ((d, &x), &g) in dx.iter_mut().zip(x).zip(dy) {
                     let cdf = 0.5 * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
                     let pdf = INV_SQRT_2PI * fast_exp(-0.5 * x * x);
                     *d = g * (cdf + x * pdf);
                 }
-            });
+            }
+        }
         Ok(Some(Tensor::from_vec(dx, arg.shape(), arg.device())?))
     }
 }
@@ -210,12 +242,8 @@ pub(crate) fn fast_erf(x: f32) -> f32 {
     let a = x.abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
-    let y = 1.0 - poly * fast_exp(-a * a);
-    if x < 0.0 {
-        -y
-    } else {
-        y
-    }
+    // The sign of x without a branch (so that loops over it vectorise).
+    (1.0 - poly * fast_exp(-a * a)).copysign(x)
 }
 
 /// e^x in f32 without a libm call, so that loops over it vectorise: x = n·ln 2 + r with

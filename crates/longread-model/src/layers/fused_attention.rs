@@ -13,7 +13,7 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
-use crate::layers::fused::{f32_slice, fast_exp, lanes_max, lanes_sum};
+use crate::layers::fused::{f32_slice, fast_exp, lanes_max, lanes_sum, multiversion};
 
 /// Query rows whose scores are held at once per task.
 const QUERY_BLOCK: usize = 128;
@@ -90,6 +90,20 @@ impl Dims {
     /// Offset of head `h` of sequence `b`'s first row.
     fn head_offset(&self, b: usize, h: usize) -> usize {
         b * self.seq * self.width() + h * self.head_size
+    }
+}
+
+multiversion! {
+    /// Adds the key bias to each score row of `scores` (`[rows, bias.len()]`) and normalises
+    /// the rows with softmax, in place.
+    fn softmax_rows(scores: &mut [f32], bias: &[f32]) {
+        for row in scores.chunks_mut(bias.len()) {
+            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            let max = lanes_max(row);
+            row.iter_mut().for_each(|x| *x = fast_exp(*x - max));
+            let inv = 1.0 / lanes_sum(row);
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
     }
 }
 
@@ -181,14 +195,7 @@ impl FusedAttention {
         // rhs(k = feature, n = key) = K[key, feature].
         let k_t = Mat(k.add(base), w, 1);
         matmul((rows.len(), s, d.head_size), Out(probs.as_mut_ptr(), s, false), q_rows, k_t, self.scale);
-        let bias = &self.key_bias[b * s..(b + 1) * s];
-        for row in probs.chunks_mut(s) {
-            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
-            let max = lanes_max(row);
-            row.iter_mut().for_each(|x| *x = fast_exp(*x - max));
-            let inv = 1.0 / lanes_sum(row);
-            row.iter_mut().for_each(|x| *x *= inv);
-        }
+        softmax_rows(probs, &self.key_bias[b * s..(b + 1) * s]);
     }
 
     /// Multiplies probabilities `[rows, seq]` of head `h` of sequence `b` by the dropout keep

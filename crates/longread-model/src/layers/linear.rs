@@ -1,18 +1,33 @@
 //! Dense layers initialised as transformers does (`normal(0, initializer_range)`, zero bias).
 
-use candle_core::{Result, Tensor};
+use std::sync::Arc;
+
+use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
+
+use crate::layers::int8::Int8Weights;
 
 /// A dense layer (`x·Wᵀ + b`, as `torch.nn.Linear`) whose weights are cast to the input's
 /// dtype: with bf16 activations it computes in bf16 while the weights (and their gradients,
-/// through the cast) stay f32 — mixed precision with f32 master weights.
+/// through the cast) stay f32 — mixed precision with f32 master weights. After
+/// [`Linear::quantize_int8`], f32 inputs on the CPU go through int8 products (inference only).
 #[derive(Debug, Clone)]
-pub struct Linear(candle_nn::Linear);
+pub struct Linear {
+    dense: candle_nn::Linear,
+    int8: Option<Arc<Int8Weights>>,
+}
 
 impl Linear {
     /// A layer from its weight `[out, in]` and optional bias `[out]`.
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self(candle_nn::Linear::new(weight, bias))
+        Self { dense: candle_nn::Linear::new(weight, bias), int8: None }
+    }
+
+    /// Quantises the weights to int8 for inference (`--precision int8`); `false` goes back to
+    /// the f32 weights, which are kept.
+    pub fn quantize_int8(&mut self, on: bool) -> Result<()> {
+        self.int8 = if on { Some(Arc::new(Int8Weights::new(self.dense.weight(), self.dense.bias())?)) } else { None };
+        Ok(())
     }
 }
 
@@ -20,11 +35,16 @@ impl Module for Linear {
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        let w = self.0.weight();
-        if w.dtype() == xs.dtype() {
-            return self.0.forward(xs);
+        if let Some(int8) = &self.int8 {
+            if xs.device().is_cpu() && xs.dtype() == DType::F32 {
+                return int8.forward(xs);
+            }
         }
-        let bias = self.0.bias().map(|b| b.to_dtype(xs.dtype())).transpose()?;
+        let w = self.dense.weight();
+        if w.dtype() == xs.dtype() {
+            return self.dense.forward(xs);
+        }
+        let bias = self.dense.bias().map(|b| b.to_dtype(xs.dtype())).transpose()?;
         candle_nn::Linear::new(w.to_dtype(xs.dtype())?, bias).forward(xs)
     }
 }
@@ -33,5 +53,5 @@ impl Module for Linear {
 pub fn linear(vb: VarBuilder, in_dim: usize, out_dim: usize, std: f64) -> Result<Linear> {
     let weight = vb.get_with_hints((out_dim, in_dim), "weight", Init::Randn { mean: 0.0, stdev: std })?;
     let bias = vb.get_with_hints(out_dim, "bias", Init::Const(0.0))?;
-    Ok(Linear(candle_nn::Linear::new(weight, Some(bias))))
+    Ok(Linear::new(weight, Some(bias)))
 }

@@ -3,6 +3,7 @@
 mod dropout;
 pub(crate) mod fused;
 pub(crate) mod fused_attention;
+pub mod int8;
 mod layer_norm;
 mod linear;
 mod softmax;

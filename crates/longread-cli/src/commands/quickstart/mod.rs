@@ -20,7 +20,7 @@ use longread_metrics::Report;
 use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};
 
 use crate::commands::eval::evaluate_file;
-use crate::commands::train::Precision;
+use crate::commands::predict::ScoringPrecision;
 use synthetic::{transcripts, Transcript, LABELS};
 
 /// Arguments of `longread quickstart`.
@@ -210,7 +210,7 @@ pub fn run(args: QuickstartArgs, quiet: bool) -> Result<()> {
     let test_data = out.join("data/test.jsonl");
     let mut reports: Vec<Report> = Vec::new();
     for (arch, _) in MODELS {
-        let (_, mut by_task) = evaluate_file(&out.join(arch), &test_data, 4096, Precision::F32, quiet)?;
+        let (_, mut by_task) = evaluate_file(&out.join(arch), &test_data, 4096, ScoringPrecision::F32, quiet)?;
         reports.push(by_task.remove(0));
     }
     run(strings(&["report", "--model", &path("hierarchical"), "--input", &path("data/report.jsonl")])
