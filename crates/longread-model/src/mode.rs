@@ -25,16 +25,9 @@ impl DropoutRng {
         *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = state;
     }
 
-    /// A seed for a mask that a fused kernel generates itself (and regenerates in its
-    /// backward pass).
+    /// The seed of one dropout mask (the mask is a hash of it: see `layers::dropout`).
     pub fn next_seed(&self) -> u64 {
         self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).random::<u64>()
-    }
-
-    /// `n` keep-masks: each entry is `scale` with probability `1 - p`, else 0.
-    pub fn keep_mask(&self, n: usize, p: f64, scale: f32) -> Vec<f32> {
-        let mut rng = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        (0..n).map(|_| if rng.random::<f64>() < p { 0.0 } else { scale }).collect()
     }
 }
 

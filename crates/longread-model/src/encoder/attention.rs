@@ -5,8 +5,9 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
-use crate::layers::fused_attention::{dropout_keep_mask, AttentionDropout, FusedAttention};
-use crate::layers::{linear, softmax, Dropout, LayerNorm, Linear};
+use crate::encoder::block_output::BlockOutput;
+use crate::layers::fused_attention::FusedAttention;
+use crate::layers::{linear, softmax, Dropout, Linear};
 use crate::mode::Mode;
 
 /// `LayerNorm(x + dropout(dense(attention(x))))`.
@@ -15,10 +16,8 @@ pub struct SelfAttention {
     query: Linear,
     key: Linear,
     value: Linear,
-    output: Linear,
-    norm: LayerNorm,
+    output: BlockOutput,
     probs_dropout: Dropout,
-    hidden_dropout: Dropout,
     num_heads: usize,
     head_size: usize,
 }
@@ -32,10 +31,8 @@ impl SelfAttention {
             query: linear(vb.pp("self").pp("query"), h, h, std)?,
             key: linear(vb.pp("self").pp("key"), h, h, std)?,
             value: linear(vb.pp("self").pp("value"), h, h, std)?,
-            output: linear(vb.pp("output").pp("dense"), h, h, std)?,
-            norm: LayerNorm::load(vb.pp("output").pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+            output: BlockOutput::load(vb.pp("output"), cfg, h)?,
             probs_dropout: Dropout::new(cfg.attention_probs_dropout_prob),
-            hidden_dropout: Dropout::new(cfg.hidden_dropout_prob),
             num_heads: cfg.num_attention_heads,
             head_size: cfg.head_size(),
         })
@@ -43,10 +40,10 @@ impl SelfAttention {
 
     /// Switches the four projections to int8 products (inference) or back to f32.
     pub(crate) fn quantize_int8(&mut self, on: bool) -> Result<()> {
-        for layer in [&mut self.query, &mut self.key, &mut self.value, &mut self.output] {
+        for layer in [&mut self.query, &mut self.key, &mut self.value] {
             layer.quantize_int8(on)?;
         }
-        Ok(())
+        self.output.quantize_int8(on)
     }
 
     /// Splits the last dimension into heads.
@@ -72,8 +69,7 @@ impl SelfAttention {
         } else {
             self.attend_composed(&q, &k, &v, mask_bias, mode)?
         };
-        let out = self.hidden_dropout.forward(&self.output.forward(&context)?, mode)?;
-        self.norm.forward(&(out + xs)?, mode)
+        self.output.forward(&context, xs, mode)
     }
 
     fn scale(&self) -> f64 {
@@ -93,21 +89,10 @@ impl SelfAttention {
         mask_bias: &Tensor,
         mode: Mode,
     ) -> Result<Tensor> {
-        let dropout = self.probs_dropout_for(mode);
+        let dropout = self.probs_dropout.seeded(mode);
         let key_bias = mask_bias.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         let op = FusedAttention { heads: self.num_heads, scale: self.scale() as f32, key_bias, dropout };
         q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
-    }
-
-    /// Dropout on the attention probabilities in training: a seed drawn from the run's
-    /// generator, from which both attention paths derive the same keep mask.
-    fn probs_dropout_for(&self, mode: Mode) -> Option<AttentionDropout> {
-        match mode {
-            Mode::Train(rng) if self.probs_dropout.p() > 0.0 => {
-                Some(AttentionDropout { p: self.probs_dropout.p() as f32, seed: rng.next_seed() })
-            }
-            _ => None,
-        }
     }
 
     /// Attention composed of candle ops (any device and dtype; the same dropout masks as the
@@ -127,9 +112,8 @@ impl SelfAttention {
         let (q, k, v) = (self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?);
         let scores = (q.matmul(&k.t()?)? * self.scale())?.broadcast_add(mask_bias)?;
         let mut probs = softmax(&scores, mode)?;
-        if let Some(dropout) = self.probs_dropout_for(mode) {
-            let keep = dropout_keep_mask(dropout, b, self.num_heads, s);
-            probs = (probs * Tensor::from_vec(keep, (b, self.num_heads, s, s), q.device())?.to_dtype(q.dtype())?)?;
+        if let Some(dropout) = self.probs_dropout.seeded(mode) {
+            probs = dropout.apply(&probs)?;
         }
         probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
     }

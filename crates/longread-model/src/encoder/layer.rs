@@ -2,12 +2,13 @@
 //! Reference: transformers `modeling_bert.py: BertLayer`, `BertIntermediate`, `BertOutput`.
 
 use candle_core::{Result, Tensor};
-use candle_nn::{Module, VarBuilder};
+use candle_nn::VarBuilder;
 
 use crate::activation::Activation;
 use crate::config::EncoderConfig;
 use crate::encoder::attention::SelfAttention;
-use crate::layers::{linear, Dropout, LayerNorm, Linear};
+use crate::encoder::block_output::BlockOutput;
+use crate::layers::{linear, Linear};
 use crate::mode::Mode;
 
 /// `encoder.layer.{i}` of a BERT/RoBERTa checkpoint.
@@ -16,9 +17,7 @@ pub struct EncoderLayer {
     attention: SelfAttention,
     intermediate: Linear,
     activation: Activation,
-    output: Linear,
-    norm: LayerNorm,
-    dropout: Dropout,
+    output: BlockOutput,
 }
 
 impl EncoderLayer {
@@ -29,9 +28,7 @@ impl EncoderLayer {
             attention: SelfAttention::load(vb.pp("attention"), cfg)?,
             intermediate: linear(vb.pp("intermediate").pp("dense"), h, i, std)?,
             activation: cfg.activation(),
-            output: linear(vb.pp("output").pp("dense"), i, h, std)?,
-            norm: LayerNorm::load(vb.pp("output").pp("LayerNorm"), h, cfg.layer_norm_eps)?,
-            dropout: Dropout::new(cfg.hidden_dropout_prob),
+            output: BlockOutput::load(vb.pp("output"), cfg, i)?,
         })
     }
 
@@ -46,8 +43,7 @@ impl EncoderLayer {
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
     pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {
         let attended = self.attention.forward(xs, mask_bias, mode)?;
-        let inner = self.activation.forward(&self.intermediate.forward(&attended)?)?;
-        let out = self.dropout.forward(&self.output.forward(&inner)?, mode)?;
-        self.norm.forward(&(out + attended)?, mode)
+        let inner = self.intermediate.forward_activated(&attended, self.activation)?;
+        self.output.forward(&inner, &attended, mode)
     }
 }

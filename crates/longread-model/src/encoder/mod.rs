@@ -3,6 +3,7 @@
 //! pooler) to float precision.
 
 mod attention;
+mod block_output;
 mod embeddings;
 mod layer;
 

@@ -7,7 +7,7 @@
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::{gemm, Parallelism};
 
-use crate::layers::fused::f32_slice;
+use crate::layers::fused::f32_slices;
 
 /// `torch.nn.GRU`'s recurrence over precomputed input projections, padding-aware (see
 /// [`crate::han::gru`]): at a padded position the state is carried and the output is 0.
@@ -86,7 +86,7 @@ impl CustomOp3 for GruScan {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let name = self.name();
-        let (gi, w_hh, b_hh) = (f32_slice(s1, l1, name)?, f32_slice(s2, l2, name)?, f32_slice(s3, l3, name)?);
+        let [gi, w_hh, b_hh] = f32_slices([(s1, l1), (s2, l2), (s3, l3)], name)?;
         let (n, t, three_h) = l1.shape().dims3()?;
         let d = Dims { n, t, h: three_h / 3 };
         if self.mask.len() != n * t || l2.shape().dims() != [three_h, d.h] || b_hh.len() != three_h {

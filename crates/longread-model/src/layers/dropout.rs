@@ -1,6 +1,10 @@
-//! Inverted dropout (as `torch.nn.Dropout`): active only in [`Mode::Train`].
+//! Inverted dropout (as `torch.nn.Dropout`): active only in [`Mode::Train`]. Every mask is a
+//! hash of a seed drawn from the run's generator and the element's position ([`SeededDropout`]),
+//! so fused kernels generate it themselves, regenerate it in their backward passes, and give
+//! the same mask as the composed path.
 
 use candle_core::{Result, Tensor};
+use rayon::prelude::*;
 
 use crate::mode::Mode;
 
@@ -21,21 +25,88 @@ impl Dropout {
         self.p
     }
 
+    /// This call's mask in training (a seed drawn from the run's generator); `None` in
+    /// inference or when `p` is 0.
+    pub(crate) fn seeded(&self, mode: Mode) -> Option<SeededDropout> {
+        match mode {
+            Mode::Train(rng) if self.p > 0.0 => Some(SeededDropout { p: self.p as f32, seed: rng.next_seed() }),
+            _ => None,
+        }
+    }
+
     /// Applies dropout in training mode; identity otherwise.
     ///
     /// # Shapes
     /// any → same shape
     pub fn forward(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
-        match mode {
-            Mode::Train(rng) if self.p > 0.0 => {
-                let scale = (1.0 / (1.0 - self.p)) as f32;
-                let mask = rng.keep_mask(xs.elem_count(), self.p, scale);
-                let mask = Tensor::from_vec(mask, xs.shape(), xs.device())?.to_dtype(xs.dtype())?;
-                xs.mul(&mask)
-            }
-            _ => Ok(xs.clone()),
+        match self.seeded(mode) {
+            Some(dropout) => dropout.apply(xs),
+            None => Ok(xs.clone()),
         }
     }
+}
+
+/// One dropout mask: element `i` is kept (and scaled by `1 / (1 − p)`) when 24 bits of
+/// SplitMix64's output of `seed + i·γ` reach the drop threshold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SeededDropout {
+    /// Drop probability in `(0, 1)`.
+    pub(crate) p: f32,
+    /// Seed of this mask (drawn from the training run's dropout generator).
+    pub(crate) seed: u64,
+}
+
+impl SeededDropout {
+    /// The hash value below which an element is dropped (24-bit uniform numbers).
+    pub(crate) fn threshold(&self) -> u32 {
+        (self.p as f64 * (1u64 << 24) as f64).round() as u32
+    }
+
+    /// The factor of kept elements.
+    pub(crate) fn scale(&self) -> f32 {
+        1.0 / (1.0 - self.p)
+    }
+
+    /// The mask's factor for elements `first..first + out.len()`: `1/(1−p)` where kept, 0
+    /// where dropped.
+    #[inline(always)]
+    pub(crate) fn factors(&self, first: u64, out: &mut [f32]) {
+        let (threshold, scale) = (self.threshold(), self.scale());
+        for (j, x) in out.iter_mut().enumerate() {
+            *x = if kept(self.seed, first + j as u64, threshold) { scale } else { 0.0 };
+        }
+    }
+
+    /// The whole mask of `n` elements (in parallel).
+    ///
+    /// # Shapes
+    /// → `[n]`
+    pub(crate) fn keep_mask(&self, n: usize) -> Vec<f32> {
+        const CHUNK: usize = 1 << 14;
+        let mut mask = vec![0f32; n];
+        mask.par_chunks_mut(CHUNK).enumerate().for_each(|(i, chunk)| self.factors((i * CHUNK) as u64, chunk));
+        mask
+    }
+
+    /// `xs ⊙ mask` (the mask indexes `xs` in row-major order).
+    ///
+    /// # Shapes
+    /// any → same shape
+    pub(crate) fn apply(&self, xs: &Tensor) -> Result<Tensor> {
+        let mask = Tensor::from_vec(self.keep_mask(xs.elem_count()), xs.shape(), xs.device())?;
+        xs.mul(&mask.to_dtype(xs.dtype())?)
+    }
+}
+
+/// Whether element `index` of the mask is kept (24 bits of SplitMix64's output of
+/// `seed + index·γ`, compared with the drop threshold).
+#[inline(always)]
+pub(crate) fn kept(seed: u64, index: u64, threshold: u32) -> bool {
+    let mut z = seed.wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    ((z >> 40) as u32) >= threshold
 }
 
 #[cfg(test)]
@@ -55,5 +126,22 @@ mod tests {
         let dropped = y.iter().filter(|v| **v == 0.0).count();
         assert!((2_200..2_800).contains(&dropped), "dropped {dropped}");
         assert!(y.iter().all(|v| *v == 0.0 || (*v - 1.0 / 0.75).abs() < 1e-6));
+        let again = d.forward(&x, Mode::Train(&rng)).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_ne!(y, again, "each call draws a new mask");
+    }
+
+    #[test]
+    fn the_mask_drops_about_p_and_depends_on_the_seed() {
+        let mask = |seed| SeededDropout { p: 0.1, seed }.keep_mask(120_000);
+        let (a, b) = (mask(1), mask(2));
+        let dropped = a.iter().filter(|&&x| x == 0.0).count() as f64 / a.len() as f64;
+        assert!((0.095..0.105).contains(&dropped), "dropped {dropped}");
+        assert!(a.iter().all(|&x| x == 0.0 || (x - 1.0 / 0.9).abs() < 1e-6));
+        let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+        assert!(differing > a.len() / 10, "seeds 1 and 2 gave nearly the same mask ({differing} differ)");
+        assert_eq!(a, mask(1), "the same seed gives the same mask");
+        let mut tail = vec![0f32; 1000];
+        SeededDropout { p: 0.1, seed: 1 }.factors(50_000, &mut tail);
+        assert_eq!(tail, a[50_000..51_000], "any slice of the mask can be generated on its own");
     }
 }

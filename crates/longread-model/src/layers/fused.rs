@@ -34,7 +34,7 @@ macro_rules! multiversion {
 pub(crate) use multiversion;
 
 /// Rows handed to one rayon task at a time.
-const ROWS_PER_TASK: usize = 16;
+pub(crate) const ROWS_PER_TASK: usize = 16;
 
 /// Softmax over the last dimension (f32, contiguous).
 pub(crate) struct FusedSoftmax;
@@ -89,14 +89,6 @@ pub(crate) struct FusedLayerNorm {
     pub(crate) eps: f32,
 }
 
-/// Mean and 1/std of a row.
-fn moments(x: &[f32], eps: f32) -> (f32, f32) {
-    let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    (mean, 1.0 / (var + eps).sqrt())
-}
-
 impl CustomOp3 for FusedLayerNorm {
     fn name(&self) -> &'static str {
         "fused-layer-norm"
@@ -111,20 +103,14 @@ impl CustomOp3 for FusedLayerNorm {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (xs, w, b) =
-            (f32_slice(s1, l1, self.name())?, f32_slice(s2, l2, self.name())?, f32_slice(s3, l3, self.name())?);
+        let [xs, w, b] = f32_slices([(s1, l1), (s2, l2), (s3, l3)], self.name())?;
         let n = last_dim(l1.shape())?;
         if w.len() != n || b.len() != n {
             candle_core::bail!("fused-layer-norm: weight/bias of {} and {} for rows of {n}", w.len(), b.len());
         }
-        let mut out = vec![0f32; xs.len()];
-        out.par_chunks_mut(n * ROWS_PER_TASK).zip(xs.par_chunks(n * ROWS_PER_TASK)).for_each(|(o, x)| {
-            for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
-                let (mean, rstd) = moments(x, self.eps);
-                for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(w).zip(b) {
-                    *o = (x - mean) * rstd * w + b;
-                }
-            }
+        let mut out = xs.to_vec();
+        out.par_chunks_mut(n * ROWS_PER_TASK).for_each(|rows| {
+            rows.chunks_mut(n).for_each(|row| normalize_row(row, w, b, self.eps));
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -152,38 +138,90 @@ impl CustomOp3 for FusedLayerNorm {
             .zip(x.par_chunks(n * ROWS_PER_TASK))
             .zip(dy.par_chunks(n * ROWS_PER_TASK))
             .map(|((dx, x), dy)| {
-                let (mut dw, mut db) = (vec![0f32; n], vec![0f32; n]);
+                let (mut dw, mut db, mut scratch) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
                 for ((dx, x), dy) in dx.chunks_mut(n).zip(x.chunks(n)).zip(dy.chunks(n)) {
-                    let (mean, rstd) = moments(x, eps);
-                    let (mut g_mean, mut gx_mean) = (0f32, 0f32);
-                    for j in 0..n {
-                        let xhat = (x[j] - mean) * rstd;
-                        let g = dy[j] * w[j];
-                        g_mean += g;
-                        gx_mean += g * xhat;
-                        dw[j] += dy[j] * xhat;
-                        db[j] += dy[j];
-                    }
-                    let (g_mean, gx_mean) = (g_mean / n as f32, gx_mean / n as f32);
-                    for j in 0..n {
-                        let xhat = (x[j] - mean) * rstd;
-                        dx[j] = rstd * (dy[j] * w[j] - g_mean - xhat * gx_mean);
-                    }
+                    scratch.copy_from_slice(x);
+                    normalize_row_backward(dx, &mut scratch, dy, &w, &mut dw, &mut db, eps);
                 }
                 (dw, db)
             })
             .collect();
-        let (mut dw, mut db) = (vec![0f32; n], vec![0f32; n]);
-        for (pw, pb) in partials {
-            dw.iter_mut().zip(pw).for_each(|(a, b)| *a += b);
-            db.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
-        }
+        let [dw, db] = sum_partials(partials.into_iter().map(|(w, b)| [w, b]), n);
         let device = arg1.device();
         Ok((
             Some(Tensor::from_vec(dx, arg1.shape(), device)?),
             Some(Tensor::from_vec(dw, n, device)?),
             Some(Tensor::from_vec(db, n, device)?),
         ))
+    }
+}
+
+/// Partial sums of per-column gradients (one set per block of rows), added up in block
+/// order, so that the result does not depend on how rayon scheduled the blocks (runs stay
+/// bit-reproducible).
+pub(crate) fn sum_partials<const K: usize>(partials: impl Iterator<Item = [Vec<f32>; K]>, n: usize) -> [Vec<f32>; K] {
+    let mut total: [Vec<f32>; K] = std::array::from_fn(|_| vec![0f32; n]);
+    for part in partials {
+        for (t, p) in total.iter_mut().zip(part) {
+            t.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+        }
+    }
+    total
+}
+
+/// Mean and 1/std of a row (biased variance, eps inside the square root, as torch).
+#[inline(always)]
+pub(crate) fn moments(x: &[f32], eps: f32) -> (f32, f32) {
+    let n = x.len() as f32;
+    let mean = lanes_sum(x) / n;
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += (v - mean) * (v - mean);
+        }
+    }
+    let tail: f32 = chunks.remainder().iter().map(|&v| (v - mean) * (v - mean)).sum();
+    let var = (lanes.iter().sum::<f32>() + tail) / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+multiversion! {
+    /// LayerNorm of one row, in place: `(x − μ) · rstd · γ + β`.
+    pub(crate) fn normalize_row(row: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
+        let (mean, rstd) = moments(row, eps);
+        for ((x, &g), &b) in row.iter_mut().zip(gamma).zip(beta) {
+            *x = (*x - mean) * rstd * g + b;
+        }
+    }
+}
+
+multiversion! {
+    /// The backward pass of [`normalize_row`] for one row. With `x̂ = (x − μ)·rstd` and
+    /// `g = dy ⊙ γ`: `dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))`; adds `dy ⊙ x̂` to `dgamma`
+    /// and `dy` to `dbeta`. `x` is overwritten with `x̂`.
+    pub(crate) fn normalize_row_backward(
+        dx: &mut [f32],
+        x: &mut [f32],
+        dy: &[f32],
+        gamma: &[f32],
+        dgamma: &mut [f32],
+        dbeta: &mut [f32],
+        eps: f32,
+    ) {
+        let n = x.len() as f32;
+        let (mean, rstd) = moments(x, eps);
+        x.iter_mut().for_each(|v| *v = (*v - mean) * rstd);
+        for ((d, &dy), &g) in dx.iter_mut().zip(dy).zip(gamma) {
+            *d = dy * g;
+        }
+        let g_mean = lanes_sum(dx) / n;
+        let gx_mean = lanes_dot(dx, x) / n;
+        for (((d, &xhat), &dy), (dg, db)) in dx.iter_mut().zip(x.iter()).zip(dy).zip(dgamma.iter_mut().zip(dbeta.iter_mut())) {
+            *d = rstd * (*d - g_mean - xhat * gx_mean);
+            *dg += dy * xhat;
+            *db += dy;
+        }
     }
 }
 
@@ -233,7 +271,7 @@ impl CustomOp1 for FusedGeluErf {
 }
 
 /// Elements handed to one rayon task at a time by element-wise kernels.
-const ELEMENTS_PER_TASK: usize = 1 << 14;
+pub(crate) const ELEMENTS_PER_TASK: usize = 1 << 14;
 
 /// erf(x) by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7), with [`fast_exp`]: no
 /// libm call, so loops over it vectorise.
@@ -302,12 +340,34 @@ pub(crate) fn lanes_sum(values: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
 }
 
+/// Σ a ⊙ b with 16 independent partial sums (vectorises; fixed order).
+#[inline]
+pub(crate) fn lanes_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let (mut ca, mut cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for ((l, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *l += x * y;
+        }
+    }
+    lanes.iter().sum::<f32>() + ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum::<f32>()
+}
+
 /// Size of the last dimension (at least 1).
-fn last_dim(shape: &Shape) -> Result<usize> {
+pub(crate) fn last_dim(shape: &Shape) -> Result<usize> {
     match shape.dims().last() {
         Some(&n) if n > 0 => Ok(n),
         _ => candle_core::bail!("fused kernels need a non-empty last dimension, got {shape:?}"),
     }
+}
+
+/// The f32 data of several contiguous tensors (a custom op's arguments).
+pub(crate) fn f32_slices<'a, const N: usize>(args: [(&'a CpuStorage, &Layout); N], op: &str) -> Result<[&'a [f32]; N]> {
+    let mut out = [&[][..]; N];
+    for (slot, (storage, layout)) in out.iter_mut().zip(args) {
+        *slot = f32_slice(storage, layout, op)?;
+    }
+    Ok(out)
 }
 
 /// The f32 data of a contiguous tensor.

@@ -13,51 +13,11 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
-use crate::layers::fused::{f32_slice, fast_exp, lanes_max, lanes_sum, multiversion};
+use crate::layers::dropout::{kept, SeededDropout};
+use crate::layers::fused::{f32_slices, fast_exp, lanes_max, lanes_sum, multiversion};
 
 /// Query rows whose scores are held at once per task.
 const QUERY_BLOCK: usize = 128;
-
-/// Dropout on the attention probabilities: each probability is kept with probability `1 − p`
-/// and scaled by `1 / (1 − p)`; whether it is kept is a hash of `seed` and its position, so the
-/// backward pass regenerates the same mask.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AttentionDropout {
-    /// Drop probability in `(0, 1)`.
-    pub(crate) p: f32,
-    /// Seed of this call's mask (drawn from the training run's dropout generator).
-    pub(crate) seed: u64,
-}
-
-impl AttentionDropout {
-    /// The hash value below which an element is dropped (24-bit uniform numbers).
-    fn threshold(&self) -> u32 {
-        (self.p as f64 * (1u64 << 24) as f64).round() as u32
-    }
-}
-
-/// Whether element `index` of the mask is kept (24 bits of SplitMix64's output of
-/// `seed + index·γ`, compared with the drop threshold).
-#[inline(always)]
-fn kept(seed: u64, index: u64, threshold: u32) -> bool {
-    let mut z = seed.wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    ((z >> 40) as u32) >= threshold
-}
-
-/// The keep-mask of attention dropout as [`FusedAttention`] applies it: `1/(1−p)` where kept,
-/// 0 where dropped.
-///
-/// # Shapes
-/// → `[batch, heads, seq, seq]` (flattened, row-major)
-pub(crate) fn dropout_keep_mask(dropout: AttentionDropout, batch: usize, heads: usize, seq: usize) -> Vec<f32> {
-    let (threshold, scale) = (dropout.threshold(), 1.0 / (1.0 - dropout.p));
-    (0..(batch * heads * seq * seq) as u64)
-        .map(|i| if kept(dropout.seed, i, threshold) { scale } else { 0.0 })
-        .collect()
-}
 
 /// Multi-head attention over `q, k, v: [batch, seq, heads·head_size]` (f32, contiguous), with
 /// an additive bias per key (`[batch, seq]`: 0 for tokens, a large negative number for padding,
@@ -69,7 +29,7 @@ pub(crate) struct FusedAttention {
     pub(crate) scale: f32,
     /// `[batch, seq]`.
     pub(crate) key_bias: Vec<f32>,
-    pub(crate) dropout: Option<AttentionDropout>,
+    pub(crate) dropout: Option<SeededDropout>,
 }
 
 /// Sizes of one call.
@@ -202,7 +162,7 @@ impl FusedAttention {
     /// mask (in place).
     fn apply_dropout(&self, d: Dims, (b, h): (usize, usize), rows: std::ops::Range<usize>, probs: &mut [f32]) {
         let Some(dropout) = self.dropout else { return };
-        let (threshold, scale) = (dropout.threshold(), 1.0 / (1.0 - dropout.p));
+        let (threshold, scale) = (dropout.threshold(), dropout.scale());
         let s = d.seq;
         for (i, row) in rows.zip(probs.chunks_mut(s)) {
             let first = (((b * d.heads + h) * s + i) * s) as u64;
@@ -233,8 +193,7 @@ impl CustomOp3 for FusedAttention {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let d = self.dims(l1, l2, l3)?;
-        let (q, k, v) =
-            (f32_slice(s1, l1, self.name())?, f32_slice(s2, l2, self.name())?, f32_slice(s3, l3, self.name())?);
+        let [q, k, v] = f32_slices([(s1, l1), (s2, l2), (s3, l3)], self.name())?;
         let mut out = vec![0f32; q.len()];
         let out_ptr = SharedMut(out.as_mut_ptr());
         let (q, k, v) = (q.as_ptr() as usize, k.as_ptr() as usize, v.as_ptr() as usize);
@@ -388,7 +347,7 @@ mod tests {
     }
 
     /// Output and gradients of q, k, v (loss: Σ out ⊙ weights), fused and composed.
-    fn both(seq: usize, padding: &[usize], dropout: Option<AttentionDropout>) -> [(Tensor, Tensor); 4] {
+    fn both(seq: usize, padding: &[usize], dropout: Option<SeededDropout>) -> [(Tensor, Tensor); 4] {
         let device = Device::Cpu;
         let shape = (padding.len(), seq, HEADS * 8);
         let var =
@@ -401,7 +360,7 @@ mod tests {
                 let op = FusedAttention { heads: HEADS, scale: 1.0 / 8f32.sqrt(), key_bias: bias.clone(), dropout };
                 q.as_tensor().apply_op3(k.as_tensor(), v.as_tensor(), op).unwrap()
             } else {
-                let keep = dropout.map(|d| dropout_keep_mask(d, padding.len(), HEADS, seq));
+                let keep = dropout.map(|d| d.keep_mask(padding.len() * HEADS * seq * seq));
                 composed(&q, &k, &v, &bias, keep.as_deref())
             };
             let grads = (&out * &weights).unwrap().sum_all().unwrap().backward().unwrap();
@@ -423,7 +382,7 @@ mod tests {
 
     #[test]
     fn fused_attention_dropout_is_the_composition_with_the_same_mask() {
-        let dropout = Some(AttentionDropout { p: 0.1, seed: 12_345 });
+        let dropout = Some(SeededDropout { p: 0.1, seed: 12_345 });
         for (name, (fused, reference)) in ["output", "dq", "dk", "dv"].iter().zip(both(131, &[5, 0], dropout)) {
             let d = max_diff(&fused, &reference);
             assert!(d < 1e-5, "{name}: max abs diff {d}");
@@ -436,17 +395,5 @@ mod tests {
             let d = max_diff(&fused, &reference);
             assert!(d < 1e-5, "{name}: max abs diff {d}");
         }
-    }
-
-    #[test]
-    fn the_dropout_mask_drops_about_p_and_depends_on_the_seed() {
-        let mask = |seed| dropout_keep_mask(AttentionDropout { p: 0.1, seed }, 2, 3, 200);
-        let (a, b) = (mask(1), mask(2));
-        let dropped = a.iter().filter(|&&x| x == 0.0).count() as f64 / a.len() as f64;
-        assert!((0.095..0.105).contains(&dropped), "dropped {dropped}");
-        assert!(a.iter().all(|&x| x == 0.0 || (x - 1.0 / 0.9).abs() < 1e-6));
-        let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
-        assert!(differing > a.len() / 10, "seeds 1 and 2 gave nearly the same mask ({differing} differ)");
-        assert_eq!(a, mask(1), "the same seed gives the same mask");
     }
 }

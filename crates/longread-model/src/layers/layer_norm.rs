@@ -23,8 +23,9 @@ impl LayerNorm {
         Ok(Self { weight, bias, eps })
     }
 
-    /// Normalises over the last dimension: in [`Mode::Eval`] with candle's fused kernel (no
-    /// backward pass), in [`Mode::Train`] with the differentiable composition.
+    /// Normalises over the last dimension: f32 on the CPU with one fused op (its backward pass
+    /// serves training), elsewhere with candle's kernel in [`Mode::Eval`] (no backward pass)
+    /// and the differentiable composition in [`Mode::Train`].
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
@@ -33,14 +34,23 @@ impl LayerNorm {
             // Reduced precision: normalise in f32 (as autocast does), return the input's dtype.
             return self.forward(&xs.to_dtype(DType::F32)?, mode)?.to_dtype(xs.dtype());
         }
-        if mode.is_train() {
-            if xs.device().is_cpu() {
-                return self.forward_fused(xs);
-            }
+        if xs.device().is_cpu() {
+            self.forward_fused(xs)
+        } else if mode.is_train() {
             self.forward_differentiable(xs)
         } else {
             candle_nn::ops::layer_norm(&xs.contiguous()?, &self.weight, &self.bias, self.eps as f32)
         }
+    }
+
+    /// `weight` (γ) and `bias` (β).
+    pub(crate) fn affine(&self) -> (&Tensor, &Tensor) {
+        (&self.weight, &self.bias)
+    }
+
+    /// The epsilon added to the variance.
+    pub(crate) fn eps(&self) -> f64 {
+        self.eps
     }
 
     /// One fused CPU op with its backward pass (gradient-checked against the composition).

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
 
+use crate::activation::Activation;
+use crate::layers::fused_bias_gelu::FusedBiasGeluErf;
 use crate::layers::int8::Int8Weights;
 
 /// A dense layer (`x·Wᵀ + b`, as `torch.nn.Linear`) whose weights are cast to the input's
@@ -28,6 +30,39 @@ impl Linear {
     pub fn quantize_int8(&mut self, on: bool) -> Result<()> {
         self.int8 = if on { Some(Arc::new(Int8Weights::new(self.dense.weight(), self.dense.bias())?)) } else { None };
         Ok(())
+    }
+}
+
+impl Linear {
+    /// The product `x·Wᵀ` without the bias, and the bias, for kernels that add the bias
+    /// themselves: `Some` for f32 input and weights on the CPU (not int8) with a bias; `None`
+    /// where [`Module::forward`] is the way.
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `([..., out], [out])`
+    pub(crate) fn forward_unbiased(&self, xs: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+        let (w, bias) = (self.dense.weight(), self.dense.bias());
+        let fusable = xs.device().is_cpu() && xs.dtype() == DType::F32 && w.dtype() == DType::F32;
+        match bias {
+            Some(bias) if fusable && self.int8.is_none() => {
+                Ok(Some((candle_nn::Linear::new(w.clone(), None).forward(xs)?, bias.clone())))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// `activation(x·Wᵀ + b)`; with exact GELU on the CPU in f32, the bias and the activation
+    /// are one fused op ([`FusedBiasGeluErf`]).
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    pub fn forward_activated(&self, xs: &Tensor, activation: Activation) -> Result<Tensor> {
+        if activation == Activation::GeluErf {
+            if let Some((product, bias)) = self.forward_unbiased(xs)? {
+                return product.apply_op2(&bias, FusedBiasGeluErf);
+            }
+        }
+        activation.forward(&self.forward(xs)?)
     }
 }
 

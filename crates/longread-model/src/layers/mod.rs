@@ -1,8 +1,10 @@
 //! Building blocks with backward passes (candle-nn's fused LayerNorm has none).
 
-mod dropout;
+pub(crate) mod dropout;
 pub(crate) mod fused;
 pub(crate) mod fused_attention;
+pub(crate) mod fused_bias_gelu;
+pub(crate) mod fused_residual_norm;
 pub mod int8;
 mod layer_norm;
 mod linear;

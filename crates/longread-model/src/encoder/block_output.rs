@@ -1,0 +1,118 @@
+//! The end of an attention or feed-forward block: `LayerNorm(residual + dropout(dense(x)))`.
+//! Reference: transformers `modeling_bert.py: BertSelfOutput`, `BertOutput`.
+
+use candle_core::{DType, Result, Tensor};
+use candle_nn::{Module, VarBuilder};
+
+use crate::config::EncoderConfig;
+use crate::layers::fused_residual_norm::FusedResidualNorm;
+use crate::layers::{linear, Dropout, LayerNorm, Linear};
+use crate::mode::Mode;
+
+/// `output.dense`, hidden dropout, the residual connection and `output.LayerNorm`.
+#[derive(Debug, Clone)]
+pub(crate) struct BlockOutput {
+    dense: Linear,
+    dropout: Dropout,
+    norm: LayerNorm,
+}
+
+impl BlockOutput {
+    /// Loads `dense` (`in_dim` → hidden) and `LayerNorm` under `vb` (= `output`).
+    pub(crate) fn load(vb: VarBuilder, cfg: &EncoderConfig, in_dim: usize) -> Result<Self> {
+        let h = cfg.hidden_size;
+        Ok(Self {
+            dense: linear(vb.pp("dense"), in_dim, h, cfg.initializer_range)?,
+            dropout: Dropout::new(cfg.hidden_dropout_prob),
+            norm: LayerNorm::load(vb.pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+        })
+    }
+
+    /// Switches the dense layer to int8 products (inference) or back to f32.
+    pub(crate) fn quantize_int8(&mut self, on: bool) -> Result<()> {
+        self.dense.quantize_int8(on)
+    }
+
+    /// f32 on the CPU: the dense product, then bias, dropout, residual and LayerNorm as one
+    /// fused op (`layers::fused_residual_norm`); elsewhere the composition of
+    /// [`BlockOutput::forward_composed`].
+    ///
+    /// # Shapes
+    /// `xs: [batch, seq, in]`, `residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
+    pub(crate) fn forward(&self, xs: &Tensor, residual: &Tensor, mode: Mode) -> Result<Tensor> {
+        if !(xs.device().is_cpu() && xs.dtype() == DType::F32 && residual.dtype() == DType::F32) {
+            return self.forward_composed(xs, residual, mode);
+        }
+        let (gamma, beta) = self.norm.affine();
+        let (product, params) = match self.dense.forward_unbiased(xs)? {
+            Some((product, bias)) => (product, Tensor::stack(&[&bias, gamma, beta], 0)?),
+            // int8 products add their bias inside the kernel.
+            None => (self.dense.forward(xs)?, Tensor::stack(&[gamma, beta], 0)?),
+        };
+        let op = FusedResidualNorm { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
+        product.contiguous()?.apply_op3(&residual.contiguous()?, &params, op)
+    }
+
+    /// The same as a composition of ops (any device and dtype; the same dropout masks).
+    ///
+    /// # Shapes
+    /// `xs: [batch, seq, in]`, `residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
+    pub(crate) fn forward_composed(&self, xs: &Tensor, residual: &Tensor, mode: Mode) -> Result<Tensor> {
+        let out = self.dropout.forward(&self.dense.forward(xs)?, mode)?;
+        self.norm.forward(&(out + residual)?, mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mode::DropoutRng;
+    use candle_core::{Device, Var};
+    use candle_nn::VarMap;
+
+    /// The fused and composed paths give the same output and the same gradients for the
+    /// input, the residual and every parameter, with dropout (the same seed stream).
+    #[test]
+    fn the_fused_path_is_the_composition() {
+        let device = Device::Cpu;
+        let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+            "vocab_size": 10, "hidden_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "hidden_dropout_prob": 0.2, "layer_norm_eps": 1e-5
+        }))
+        .unwrap();
+        let vars = VarMap::new();
+        let block = BlockOutput::load(VarBuilder::from_varmap(&vars, DType::F32, &device), &cfg, 56).unwrap();
+        for (_, var) in vars.data().lock().unwrap().iter() {
+            let t = Tensor::randn(0f32, 0.5, var.shape(), &device).unwrap();
+            var.set(&(t + 0.3).unwrap()).unwrap();
+        }
+        let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 21, 56), &device).unwrap()).unwrap();
+        let residual = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 21, 40), &device).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (2, 21, 40), &device).unwrap();
+        let run = |fused: bool| {
+            let rng = DropoutRng::new(5);
+            let mode = Mode::Train(&rng);
+            let y = if fused {
+                block.forward(xs.as_tensor(), residual.as_tensor(), mode).unwrap()
+            } else {
+                block.forward_composed(xs.as_tensor(), residual.as_tensor(), mode).unwrap()
+            };
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            let mut all = vec![y, grads.get(xs.as_tensor()).unwrap().clone()];
+            all.push(grads.get(residual.as_tensor()).unwrap().clone());
+            let mut names: Vec<_> = vars.data().lock().unwrap().keys().cloned().collect();
+            names.sort();
+            for name in names {
+                let var = vars.data().lock().unwrap()[&name].clone();
+                all.push(grads.get(var.as_tensor()).unwrap().clone());
+            }
+            all
+        };
+        let (fused, composed) = (run(true), run(false));
+        assert_eq!(fused.len(), 7, "output, input, residual and 4 parameters");
+        for (i, (a, b)) in fused.iter().zip(&composed).enumerate() {
+            let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert!(d < 5e-5, "tensor {i}: max abs diff {d}");
+        }
+    }
+}
