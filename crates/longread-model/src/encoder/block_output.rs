@@ -34,7 +34,8 @@ impl BlockOutput {
     }
 
     /// f32 on the CPU: the dense product, then bias, dropout, residual and LayerNorm as one
-    /// fused op (`layers::fused_residual_norm`); elsewhere the composition of
+    /// fused op (`layers::fused_residual_norm`; with a backward pass in [`Mode::Train`], none in
+    /// [`Mode::Eval`], where the output carries no graph); elsewhere the composition of
     /// [`BlockOutput::forward_composed`].
     ///
     /// # Shapes
@@ -50,7 +51,13 @@ impl BlockOutput {
             None => (self.dense.forward(xs)?, Tensor::stack(&[gamma, beta], 0)?),
         };
         let op = FusedResidualNorm { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
-        product.contiguous()?.apply_op3(&residual.contiguous()?, &params, op)
+        let (product, residual) = (product.contiguous()?, residual.contiguous()?);
+        if mode.is_train() {
+            product.apply_op3(&residual, &params, op)
+        } else {
+            // No graph in inference: the layer's intermediates are freed as soon as it ends.
+            product.apply_op3_no_bwd(&residual, &params, &op)
+        }
     }
 
     /// The same as a composition of ops (any device and dtype; the same dropout masks).
@@ -70,16 +77,35 @@ mod tests {
     use candle_core::{Device, Var};
     use candle_nn::VarMap;
 
+    /// Inference builds no graph (as before the fused op: the intermediates of a layer are
+    /// freed when it ends), even over trainable weights; training does.
+    #[test]
+    fn inference_output_carries_no_graph() {
+        let device = Device::Cpu;
+        let cfg = config();
+        let vars = VarMap::new();
+        let block = BlockOutput::load(VarBuilder::from_varmap(&vars, DType::F32, &device), &cfg, 56).unwrap();
+        let xs = Tensor::randn(0f32, 1.0, (2, 3, 56), &device).unwrap();
+        let residual = Tensor::randn(0f32, 1.0, (2, 3, 40), &device).unwrap();
+        assert!(!block.forward(&xs, &residual, Mode::Eval).unwrap().track_op());
+        let rng = DropoutRng::new(1);
+        assert!(block.forward(&xs, &residual, Mode::Train(&rng)).unwrap().track_op());
+    }
+
+    fn config() -> EncoderConfig {
+        serde_json::from_value(serde_json::json!({
+            "vocab_size": 10, "hidden_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "hidden_dropout_prob": 0.2, "layer_norm_eps": 1e-5
+        }))
+        .unwrap()
+    }
+
     /// The fused and composed paths give the same output and the same gradients for the
     /// input, the residual and every parameter, with dropout (the same seed stream).
     #[test]
     fn the_fused_path_is_the_composition() {
         let device = Device::Cpu;
-        let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
-            "vocab_size": 10, "hidden_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
-            "hidden_dropout_prob": 0.2, "layer_norm_eps": 1e-5
-        }))
-        .unwrap();
+        let cfg = config();
         let vars = VarMap::new();
         let block = BlockOutput::load(VarBuilder::from_varmap(&vars, DType::F32, &device), &cfg, 56).unwrap();
         for (_, var) in vars.data().lock().unwrap().iter() {

@@ -23,9 +23,10 @@ impl LayerNorm {
         Ok(Self { weight, bias, eps })
     }
 
-    /// Normalises over the last dimension: f32 on the CPU with one fused op (its backward pass
-    /// serves training), elsewhere with candle's kernel in [`Mode::Eval`] (no backward pass)
-    /// and the differentiable composition in [`Mode::Train`].
+    /// Normalises over the last dimension: on the CPU with one fused op (with its backward pass
+    /// in [`Mode::Train`]); elsewhere with the differentiable composition in training. In
+    /// [`Mode::Eval`] the output carries no graph (no backward pass), so a layer's
+    /// intermediates are freed as soon as it ends.
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
@@ -34,8 +35,11 @@ impl LayerNorm {
             // Reduced precision: normalise in f32 (as autocast does), return the input's dtype.
             return self.forward(&xs.to_dtype(DType::F32)?, mode)?.to_dtype(xs.dtype());
         }
-        if xs.device().is_cpu() {
+        if xs.device().is_cpu() && mode.is_train() {
             self.forward_fused(xs)
+        } else if xs.device().is_cpu() {
+            let op = FusedLayerNorm { eps: self.eps as f32 };
+            xs.contiguous()?.apply_op3_no_bwd(&self.weight.contiguous()?, &self.bias.contiguous()?, &op)
         } else if mode.is_train() {
             self.forward_differentiable(xs)
         } else {
