@@ -7,9 +7,10 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-/// Defines a function whose body is compiled twice, for the build's baseline and for AVX-512,
-/// and runs the AVX-512 build where the CPU has it: the element-wise loops then vectorise 16
-/// lanes wide instead of SSE's 4 (the same operations in the same order, so the same results).
+/// Defines a function whose body is compiled three times, for the build's baseline (SSE2),
+/// AVX2 + FMA and AVX-512, and runs the widest build the CPU has: the element-wise loops then
+/// vectorise 8 or 16 lanes wide instead of SSE's 4. Rust does not contract `a * b + c` into
+/// FMA, so every build performs the same operations in the same order: the same results.
 macro_rules! multiversion {
     ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$doc])*
@@ -22,9 +23,17 @@ macro_rules! multiversion {
                 unsafe fn avx512($($arg: $ty),*) {
                     generic($($arg),*)
                 }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    generic($($arg),*)
+                }
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the CPU has AVX-512F.
                     return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has AVX2 and FMA.
+                    return unsafe { avx2($($arg),*) };
                 }
             }
             generic($($arg),*)
