@@ -12,19 +12,19 @@ use rayon::prelude::*;
 /// vectorise 8 or 16 lanes wide instead of SSE's 4. Rust does not contract `a * b + c` into
 /// FMA, so every build performs the same operations in the same order: the same results.
 macro_rules! multiversion {
-    ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
-        $vis fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
-            fn generic($($arg: $ty),*) $body
+            fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f")]
-                unsafe fn avx512($($arg: $ty),*) {
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) {
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
                 if std::arch::is_x86_feature_detected!("avx512f") {

@@ -1,6 +1,9 @@
 //! Weights of a dense layer quantised to int8 (symmetric, one scale per output) and packed
 //! for the VNNI dot product `vpdpbusd`, which multiplies 4 unsigned activation bytes by 4
-//! signed weight bytes and adds them to one i32 lane, 16 lanes per 512-bit register.
+//! signed weight bytes and adds them to one i32 lane, 16 lanes per 512-bit register (the AVX2
+//! kernel reads the same layout, 4 outputs per 256-bit register after widening to 16 bits).
+
+use crate::layers::fused::multiversion;
 
 /// Outputs per panel: one 512-bit register of i32 lanes.
 pub(crate) const PANEL: usize = 16;
@@ -103,15 +106,17 @@ fn row_scale(max_abs: f32) -> f32 {
     }
 }
 
-/// Quantises one row into `q` (`x / scale` rounded half to even, clamped to ±127, plus 128);
-/// returns the scale.
-fn quantize_row(x: &[f32], q: &mut [u8]) -> f32 {
-    let scale = row_scale(x.iter().fold(0f32, |m, v| m.max(v.abs())));
-    let inv = 1.0 / scale;
-    for (q, &x) in q.iter_mut().zip(x) {
-        *q = ((x * inv).round_ties_even().clamp(-127.0, 127.0) as i32 + 128) as u8;
+multiversion! {
+    /// Quantises one row into `q` (`x / scale` rounded half to even, clamped to ±127, plus
+    /// 128); returns the scale.
+    fn quantize_row(x: &[f32], q: &mut [u8]) -> f32 {
+        let scale = row_scale(x.iter().fold(0f32, |m, v| m.max(v.abs())));
+        let inv = 1.0 / scale;
+        for (q, &x) in q.iter_mut().zip(x) {
+            *q = ((x * inv).round_ties_even().clamp(-127.0, 127.0) as i32 + 128) as u8;
+        }
+        scale
     }
-    scale
 }
 
 #[cfg(target_arch = "x86_64")]
