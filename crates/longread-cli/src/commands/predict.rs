@@ -36,7 +36,8 @@ pub struct PredictArgs {
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_tokens: u64,
     /// Encoder precision: f32; int8 (the dense layers' products in int8: measured 1.35× faster
-    /// end to end on a CPU with AVX-512 VNNI, accuracy change in BENCHMARKS.md); or bf16
+    /// end to end on a CPU with AVX-512 VNNI, 1.1× with AVX2 only, accuracy change in
+    /// BENCHMARKS.md); or bf16
     /// (reduced-precision matmuls; faster only on hardware with fast bf16 matmuls).
     #[arg(long, value_enum, default_value_t = ScoringPrecision::F32)]
     pub precision: ScoringPrecision,
