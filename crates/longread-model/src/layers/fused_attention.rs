@@ -376,7 +376,7 @@ mod tests {
         // 150 queries: a full block of 128 and a partial one; the second sequence is padded.
         for (name, (fused, reference)) in ["output", "dq", "dk", "dv"].iter().zip(both(150, &[0, 37], None)) {
             let d = max_diff(&fused, &reference);
-            assert!(d < 1e-5, "{name}: max abs diff {d}");
+            assert!(d < 5e-5, "{name}: max abs diff {d}");
         }
     }
 
@@ -385,7 +385,7 @@ mod tests {
         let dropout = Some(SeededDropout { p: 0.1, seed: 12_345 });
         for (name, (fused, reference)) in ["output", "dq", "dk", "dv"].iter().zip(both(131, &[5, 0], dropout)) {
             let d = max_diff(&fused, &reference);
-            assert!(d < 1e-5, "{name}: max abs diff {d}");
+            assert!(d < 5e-5, "{name}: max abs diff {d}");
         }
     }
 
@@ -393,7 +393,7 @@ mod tests {
     fn a_fully_masked_sequence_attends_uniformly_as_in_transformers() {
         for (name, (fused, reference)) in ["output", "dq", "dk", "dv"].iter().zip(both(20, &[20, 3], None)) {
             let d = max_diff(&fused, &reference);
-            assert!(d < 1e-5, "{name}: max abs diff {d}");
+            assert!(d < 5e-5, "{name}: max abs diff {d}");
         }
     }
 }
