@@ -447,7 +447,7 @@ mod tests {
         };
         let ((y1, g1), (y2, g2)) = (run(true), run(false));
         assert!(
-            max_diff(&y1, &y2) < 1e-6 && max_diff(&g1, &g2) < 5e-5,
+            max_diff(&y1, &y2) < 1e-6 && max_diff(&g1, &g2) < 1e-5,
             "{} {}",
             max_diff(&y1, &y2),
             max_diff(&g1, &g2)

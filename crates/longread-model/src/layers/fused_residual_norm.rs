@@ -209,7 +209,7 @@ mod tests {
     fn assert_close(pairs: Vec<(Tensor, Tensor)>) {
         for (name, (fused, composed)) in ["output", "dx", "dresidual", "dparams"].iter().zip(pairs) {
             let d = max_diff(&fused, &composed);
-            assert!(d < 5e-5, "{name}: max abs diff {d}");
+            assert!(d < 2e-5, "{name}: max abs diff {d}");
         }
     }
 
