@@ -2,6 +2,7 @@
 
 use std::sync::Mutex;
 
+use candle_core::{CustomOp3, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -45,5 +46,22 @@ impl Mode<'_> {
     /// True in training mode.
     pub fn is_train(&self) -> bool {
         matches!(self, Mode::Train(_))
+    }
+
+    /// Applies a fused op to `(a, b, c)`: with its backward pass in training, without one in
+    /// inference, where the output then carries no graph (so the intermediates that produced
+    /// it are freed as soon as they go out of scope).
+    pub(crate) fn apply_op3<C: CustomOp3 + Send + Sync + 'static>(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        op: C,
+    ) -> candle_core::Result<Tensor> {
+        if self.is_train() {
+            a.apply_op3(b, c, op)
+        } else {
+            a.apply_op3_no_bwd(b, c, &op)
+        }
     }
 }

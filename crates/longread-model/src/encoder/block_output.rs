@@ -51,13 +51,8 @@ impl BlockOutput {
             None => (self.dense.forward(xs)?, Tensor::stack(&[gamma, beta], 0)?),
         };
         let op = FusedResidualNorm { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
-        let (product, residual) = (product.contiguous()?, residual.contiguous()?);
-        if mode.is_train() {
-            product.apply_op3(&residual, &params, op)
-        } else {
-            // No graph in inference: the layer's intermediates are freed as soon as it ends.
-            product.apply_op3_no_bwd(&residual, &params, &op)
-        }
+        // No graph in inference: the layer's intermediates are freed as soon as it ends.
+        mode.apply_op3(&product.contiguous()?, &residual.contiguous()?, &params, op)
     }
 
     /// The same as a composition of ops (any device and dtype; the same dropout masks).
@@ -82,9 +77,7 @@ mod tests {
     #[test]
     fn inference_output_carries_no_graph() {
         let device = Device::Cpu;
-        let cfg = config();
-        let vars = VarMap::new();
-        let block = BlockOutput::load(VarBuilder::from_varmap(&vars, DType::F32, &device), &cfg, 56).unwrap();
+        let (_vars, block) = block();
         let xs = Tensor::randn(0f32, 1.0, (2, 3, 56), &device).unwrap();
         let residual = Tensor::randn(0f32, 1.0, (2, 3, 40), &device).unwrap();
         assert!(!block.forward(&xs, &residual, Mode::Eval).unwrap().track_op());
@@ -92,12 +85,16 @@ mod tests {
         assert!(block.forward(&xs, &residual, Mode::Train(&rng)).unwrap().track_op());
     }
 
-    fn config() -> EncoderConfig {
-        serde_json::from_value(serde_json::json!({
+    /// A block of hidden size 40 over inputs of 56, with trainable weights.
+    fn block() -> (VarMap, BlockOutput) {
+        let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
             "vocab_size": 10, "hidden_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
             "hidden_dropout_prob": 0.2, "layer_norm_eps": 1e-5
         }))
-        .unwrap()
+        .unwrap();
+        let vars = VarMap::new();
+        let block = BlockOutput::load(VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu), &cfg, 56).unwrap();
+        (vars, block)
     }
 
     /// The fused and composed paths give the same output and the same gradients for the
@@ -105,9 +102,7 @@ mod tests {
     #[test]
     fn the_fused_path_is_the_composition() {
         let device = Device::Cpu;
-        let cfg = config();
-        let vars = VarMap::new();
-        let block = BlockOutput::load(VarBuilder::from_varmap(&vars, DType::F32, &device), &cfg, 56).unwrap();
+        let (vars, block) = block();
         for (_, var) in vars.data().lock().unwrap().iter() {
             let t = Tensor::randn(0f32, 0.5, var.shape(), &device).unwrap();
             var.set(&(t + 0.3).unwrap()).unwrap();

@@ -58,22 +58,32 @@ pub(crate) struct SeededDropout {
 
 impl SeededDropout {
     /// The hash value below which an element is dropped (24-bit uniform numbers).
-    pub(crate) fn threshold(&self) -> u32 {
+    fn threshold(&self) -> u32 {
         (self.p as f64 * (1u64 << 24) as f64).round() as u32
     }
 
     /// The factor of kept elements.
-    pub(crate) fn scale(&self) -> f32 {
+    fn scale(&self) -> f32 {
         1.0 / (1.0 - self.p)
     }
 
     /// The mask's factor for elements `first..first + out.len()`: `1/(1−p)` where kept, 0
     /// where dropped.
-    #[inline(always)]
     pub(crate) fn factors(&self, first: u64, out: &mut [f32]) {
+        self.for_each_factor(first, out, |x, factor| *x = factor);
+    }
+
+    /// Multiplies elements `first..first + values.len()` of a tensor by the mask, in place.
+    pub(crate) fn multiply(&self, first: u64, values: &mut [f32]) {
+        self.for_each_factor(first, values, |x, factor| *x *= factor);
+    }
+
+    /// Calls `f(value, factor)` with the mask's factor of each of elements `first..`.
+    #[inline(always)]
+    fn for_each_factor(&self, first: u64, values: &mut [f32], f: impl Fn(&mut f32, f32)) {
         let (threshold, scale) = (self.threshold(), self.scale());
-        for (j, x) in out.iter_mut().enumerate() {
-            *x = if kept(self.seed, first + j as u64, threshold) { scale } else { 0.0 };
+        for (j, x) in values.iter_mut().enumerate() {
+            f(x, if kept(self.seed, first + j as u64, threshold) { scale } else { 0.0 });
         }
     }
 
@@ -101,7 +111,7 @@ impl SeededDropout {
 /// Whether element `index` of the mask is kept (24 bits of SplitMix64's output of
 /// `seed + index·γ`, compared with the drop threshold).
 #[inline(always)]
-pub(crate) fn kept(seed: u64, index: u64, threshold: u32) -> bool {
+fn kept(seed: u64, index: u64, threshold: u32) -> bool {
     let mut z = seed.wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

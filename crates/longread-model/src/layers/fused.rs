@@ -142,7 +142,7 @@ impl CustomOp3 for FusedLayerNorm {
         let eps = self.eps;
         // Partial sums of dw and db per block of rows, added up in block order: the result does
         // not depend on how rayon schedules the blocks (runs stay bit-reproducible).
-        let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
+        let partials: Vec<[Vec<f32>; 2]> = dx
             .par_chunks_mut(n * ROWS_PER_TASK)
             .zip(x.par_chunks(n * ROWS_PER_TASK))
             .zip(dy.par_chunks(n * ROWS_PER_TASK))
@@ -152,10 +152,10 @@ impl CustomOp3 for FusedLayerNorm {
                     scratch.copy_from_slice(x);
                     normalize_row_backward(dx, &mut scratch, dy, &w, &mut dw, &mut db, eps);
                 }
-                (dw, db)
+                [dw, db]
             })
             .collect();
-        let [dw, db] = sum_partials(partials.into_iter().map(|(w, b)| [w, b]), n);
+        let [dw, db] = sum_partials(partials.into_iter(), n);
         let device = arg1.device();
         Ok((
             Some(Tensor::from_vec(dx, arg1.shape(), device)?),
@@ -467,9 +467,10 @@ mod tests {
         }
         let x = Var::from_tensor(&(Tensor::randn(0f32, 2.0, (4, 9, 48), &device).unwrap() + 3.0).unwrap()).unwrap();
         let w = Tensor::randn(0f32, 1.0, (4, 9, 48), &device).unwrap();
+        let rng = crate::mode::DropoutRng::new(0);
         let run = |fused: bool| {
             let y = if fused {
-                norm.forward_fused(x.as_tensor()).unwrap()
+                norm.forward_fused(x.as_tensor(), crate::mode::Mode::Train(&rng)).unwrap()
             } else {
                 norm.forward_differentiable(&x).unwrap()
             };

@@ -13,7 +13,7 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
-use crate::layers::dropout::{kept, SeededDropout};
+use crate::layers::dropout::SeededDropout;
 use crate::layers::fused::{f32_slices, fast_exp, lanes_max, lanes_sum, multiversion};
 
 /// Query rows whose scores are held at once per task.
@@ -159,16 +159,10 @@ impl FusedAttention {
     }
 
     /// Multiplies probabilities `[rows, seq]` of head `h` of sequence `b` by the dropout keep
-    /// mask (in place).
+    /// mask (in place): the block's rows are consecutive in the `[batch, heads, seq, seq]` mask.
     fn apply_dropout(&self, d: Dims, (b, h): (usize, usize), rows: std::ops::Range<usize>, probs: &mut [f32]) {
-        let Some(dropout) = self.dropout else { return };
-        let (threshold, scale) = (dropout.threshold(), dropout.scale());
-        let s = d.seq;
-        for (i, row) in rows.zip(probs.chunks_mut(s)) {
-            let first = (((b * d.heads + h) * s + i) * s) as u64;
-            for (j, x) in row.iter_mut().enumerate() {
-                *x *= if kept(dropout.seed, first + j as u64, threshold) { scale } else { 0.0 };
-            }
+        if let Some(dropout) = self.dropout {
+            dropout.multiply((((b * d.heads + h) * d.seq + rows.start) * d.seq) as u64, probs);
         }
     }
 

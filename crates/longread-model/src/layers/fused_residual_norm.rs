@@ -118,34 +118,42 @@ impl CustomOp3 for FusedResidualNorm {
         let (x, residual, params, dy) = (flat(arg1)?, flat(arg2)?, flat(arg3)?, flat(grad_res)?);
         let p = Params::split(&params, n)?;
         let mut dz = vec![0f32; x.len()];
-        let mut dx = if self.dropout.is_some() { vec![0f32; x.len()] } else { Vec::new() };
         let chunk = n * ROWS_PER_TASK;
+        // dx is dz ⊙ keep with dropout, dz itself without (then it is not allocated).
+        let mut dx = vec![0f32; if self.dropout.is_some() { x.len() } else { 0 }];
+        let dx_chunks: Vec<Option<&mut [f32]>> = if self.dropout.is_some() {
+            dx.chunks_mut(chunk).map(Some).collect()
+        } else {
+            (0..x.len().div_ceil(chunk)).map(|_| None).collect()
+        };
         let partials = dz
             .par_chunks_mut(chunk)
             .zip(x.par_chunks(chunk))
             .zip(residual.par_chunks(chunk))
             .zip(dy.par_chunks(chunk))
+            .zip(dx_chunks)
             .enumerate()
-            .map(|(task, (((dz, x), residual), dy))| {
+            .map(|(task, ((((dz, x), residual), dy), dx))| {
                 let (mut dbias, mut dgamma, mut dbeta) = (vec![0f32; n], vec![0f32; n], vec![0f32; n]);
                 let (mut keep, mut z) = (vec![1f32; n], vec![0f32; n]);
+                let mut dx_rows = dx.map(|dx| dx.chunks_mut(n));
                 let rows = dz.chunks_mut(n).zip(x.chunks(n)).zip(residual.chunks(n)).zip(dy.chunks(n));
                 for (i, (((dz, x), r), dy)) in rows.enumerate() {
                     self.keep_row(task * ROWS_PER_TASK + i, &mut keep);
                     residual_sum(&mut z, x, r, &p.bias, &keep);
                     normalize_row_backward(dz, &mut z, dy, p.gamma, &mut dgamma, &mut dbeta, self.eps);
-                    // dbias = Σ keep ⊙ dz (without dropout, keep is 1).
-                    dbias.iter_mut().zip(dz.iter()).zip(&keep).for_each(|((db, &d), &k)| *db += k * d);
+                    let d_input: &[f32] = match dx_rows.as_mut().and_then(Iterator::next) {
+                        Some(dx) => {
+                            dx.iter_mut().zip(dz.iter()).zip(&keep).for_each(|((d, &g), &k)| *d = k * g);
+                            dx
+                        }
+                        None => dz,
+                    };
+                    d_input.iter().zip(dbias.iter_mut()).for_each(|(&d, db)| *db += d);
                 }
                 [dbias, dgamma, dbeta]
             })
             .collect::<Vec<_>>();
-        if let Some(dropout) = self.dropout {
-            dx.par_chunks_mut(chunk).zip(dz.par_chunks(chunk)).enumerate().for_each(|(task, (dx, dz))| {
-                dropout.factors((task * chunk) as u64, dx);
-                dx.iter_mut().zip(dz).for_each(|(d, &g)| *d *= g);
-            });
-        }
         let [dbias, dgamma, dbeta] = sum_partials(partials.into_iter(), n);
         let device = arg1.device();
         let dz = Tensor::from_vec(dz, arg1.shape(), device)?;

@@ -35,11 +35,8 @@ impl LayerNorm {
             // Reduced precision: normalise in f32 (as autocast does), return the input's dtype.
             return self.forward(&xs.to_dtype(DType::F32)?, mode)?.to_dtype(xs.dtype());
         }
-        if xs.device().is_cpu() && mode.is_train() {
-            self.forward_fused(xs)
-        } else if xs.device().is_cpu() {
-            let op = FusedLayerNorm { eps: self.eps as f32 };
-            xs.contiguous()?.apply_op3_no_bwd(&self.weight.contiguous()?, &self.bias.contiguous()?, &op)
+        if xs.device().is_cpu() {
+            self.forward_fused(xs, mode)
         } else if mode.is_train() {
             self.forward_differentiable(xs)
         } else {
@@ -57,13 +54,14 @@ impl LayerNorm {
         self.eps
     }
 
-    /// One fused CPU op with its backward pass (gradient-checked against the composition).
+    /// One fused CPU op, with its backward pass in training (gradient-checked against the
+    /// composition) and without a graph in inference.
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
-    pub(crate) fn forward_fused(&self, xs: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward_fused(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
         let op = FusedLayerNorm { eps: self.eps as f32 };
-        xs.contiguous()?.apply_op3(&self.weight.contiguous()?, &self.bias.contiguous()?, op)
+        mode.apply_op3(&xs.contiguous()?, &self.weight.contiguous()?, &self.bias.contiguous()?, op)
     }
 
     /// The differentiable composition, on f32 input ([`LayerNorm::forward`] casts other dtypes).

@@ -31,9 +31,7 @@ impl Linear {
         self.int8 = if on { Some(Arc::new(Int8Weights::new(self.dense.weight(), self.dense.bias())?)) } else { None };
         Ok(())
     }
-}
 
-impl Linear {
     /// The product `x·Wᵀ` without the bias, and the bias, for kernels that add the bias
     /// themselves: `Some` for f32 input and weights on the CPU (not int8) with a bias; `None`
     /// where [`Module::forward`] is the way.
