@@ -35,10 +35,11 @@ pub struct PredictArgs {
     /// share batches, longest first. Lower it to save memory.
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_tokens: u64,
-    /// Encoder precision: f32; int8 (the dense layers' products in int8: measured 1.35× faster
-    /// end to end on a CPU with AVX-512 VNNI, 1.1× with AVX2 only, accuracy change in
-    /// BENCHMARKS.md); or bf16
-    /// (reduced-precision matmuls; faster only on hardware with fast bf16 matmuls).
+    /// Encoder precision: f32; int8 (the dense layers' products in int8: measured 1.35–2.1×
+    /// faster end to end on CPUs with AVX-512 VNNI, 1.1× with AVX2 only, accuracy change in
+    /// BENCHMARKS.md); or bf16 (bf16 activations and matmuls, for parity with a model trained
+    /// in bf16: on the CPU it is several times slower than f32, even with AVX512_BF16, since
+    /// candle has no fast bf16 CPU matmul).
     #[arg(long, value_enum, default_value_t = ScoringPrecision::F32)]
     pub precision: ScoringPrecision,
 }
@@ -84,7 +85,13 @@ pub fn load(model_dir: &std::path::Path, precision: ScoringPrecision) -> Result<
         .with_context(|| format!("loading model {}", model_dir.display()))?;
     match precision {
         ScoringPrecision::F32 => {}
-        ScoringPrecision::Bf16 => model.set_precision(candle_core::DType::BF16)?,
+        ScoringPrecision::Bf16 => {
+            tracing::warn!(
+                "--precision bf16 on the CPU is slower than f32 (candle has no fast bf16 CPU matmul; \
+                 measured 4.6× slower); --precision int8 is the fast reduced-precision mode"
+            );
+            model.set_precision(candle_core::DType::BF16)?
+        }
         ScoringPrecision::Int8 => model.set_int8(true)?,
     }
     let tokenizer = TextTokenizer::from_file(model.tokenizer_path())?;
