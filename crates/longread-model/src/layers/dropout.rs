@@ -6,6 +6,7 @@
 use candle_core::{Result, Tensor};
 use rayon::prelude::*;
 
+use crate::layers::fused::multiversion;
 use crate::mode::Mode;
 
 /// Zeroes each element with probability `p` in training and scales the rest by `1 / (1 - p)`.
@@ -70,21 +71,23 @@ impl SeededDropout {
     /// The mask's factor for elements `first..first + out.len()`: `1/(1−p)` where kept, 0
     /// where dropped.
     pub(crate) fn factors(&self, first: u64, out: &mut [f32]) {
-        self.for_each_factor(first, out, |x, factor| *x = factor);
+        self.for_each_factor(first, out, false);
     }
 
     /// Multiplies elements `first..first + values.len()` of a tensor by the mask, in place.
     pub(crate) fn multiply(&self, first: u64, values: &mut [f32]) {
-        self.for_each_factor(first, values, |x, factor| *x *= factor);
+        self.for_each_factor(first, values, true);
     }
 
-    /// Calls `f(value, factor)` with the mask's factor of each of elements `first..`.
-    #[inline(always)]
-    fn for_each_factor(&self, first: u64, values: &mut [f32], f: impl Fn(&mut f32, f32)) {
-        let (threshold, scale) = (self.threshold(), self.scale());
-        for (j, x) in values.iter_mut().enumerate() {
-            f(x, if kept(self.seed, first + j as u64, threshold) { scale } else { 0.0 });
-        }
+    /// `values[j] = factor(first + j)` or, with `multiply`, `values[j] *= factor(first + j)`.
+    fn for_each_factor(&self, first: u64, values: &mut [f32], multiply: bool) {
+        mask_kernel(
+            self.seed.wrapping_add(first.wrapping_mul(GAMMA)),
+            self.threshold(),
+            self.scale(),
+            values,
+            multiply,
+        );
     }
 
     /// The whole mask of `n` elements (in parallel).
@@ -108,11 +111,26 @@ impl SeededDropout {
     }
 }
 
-/// Whether element `index` of the mask is kept (24 bits of SplitMix64's output of
-/// `seed + index·γ`, compared with the drop threshold).
+/// SplitMix64's increment γ.
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+multiversion! {
+    /// The mask loop: element `j` has hash state `start + j·γ`; its factor is `scale` where
+    /// kept, 0 where dropped, written to `values[j]` or (`multiply`) multiplied into it.
+    fn mask_kernel(start: u64, threshold: u32, scale: f32, values: &mut [f32], multiply: bool) {
+        let factor = |j: usize| if kept(start.wrapping_add((j as u64).wrapping_mul(GAMMA)), threshold) { scale } else { 0.0 };
+        if multiply {
+            values.iter_mut().enumerate().for_each(|(j, x)| *x *= factor(j));
+        } else {
+            values.iter_mut().enumerate().for_each(|(j, x)| *x = factor(j));
+        }
+    }
+}
+
+/// Whether the element with SplitMix64 state `z` (`seed + index·γ`) is kept: 24 bits of the
+/// generator's output, compared with the drop threshold.
 #[inline(always)]
-fn kept(seed: u64, index: u64, threshold: u32) -> bool {
-    let mut z = seed.wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+fn kept(mut z: u64, threshold: u32) -> bool {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
@@ -153,5 +171,29 @@ mod tests {
         let mut tail = vec![0f32; 1000];
         SeededDropout { p: 0.1, seed: 1 }.factors(50_000, &mut tail);
         assert_eq!(tail, a[50_000..51_000], "any slice of the mask can be generated on its own");
+    }
+
+    /// The vectorised mask loop against SplitMix64 written out element by element (the mask
+    /// must not depend on which CPU build runs, nor on where a slice starts).
+    #[test]
+    fn the_mask_is_splitmix64_of_the_element_index() {
+        let splitmix64 = |state: u64| {
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let (p, seed, first) = (0.3f32, u64::MAX - 5, 987_654_321u64);
+        let mut factors = vec![7f32; 1003];
+        SeededDropout { p, seed }.factors(first, &mut factors);
+        let mut multiplied = vec![2f32; 1003];
+        SeededDropout { p, seed }.multiply(first, &mut multiplied);
+        for (j, (&factor, &product)) in factors.iter().zip(&multiplied).enumerate() {
+            let state = seed.wrapping_add((first + j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let uniform = (splitmix64(state) >> 40) as f64 / (1u64 << 24) as f64;
+            let expected = if uniform >= p as f64 { 1.0 / (1.0 - p) } else { 0.0 };
+            assert_eq!(factor, expected, "element {j}");
+            assert_eq!(product, 2.0 * expected, "element {j}");
+        }
     }
 }

@@ -8,8 +8,9 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tenso
 use rayon::prelude::*;
 
 /// Defines a function whose body is compiled three times, for the build's baseline (SSE2),
-/// AVX2 + FMA and AVX-512, and runs the widest build the CPU has: the element-wise loops then
-/// vectorise 8 or 16 lanes wide instead of SSE's 4. Rust does not contract `a * b + c` into
+/// AVX2 + FMA and AVX-512 (F + DQ: DQ's 64-bit multiply vectorises the dropout-mask hash), and
+/// runs the widest build the CPU has: the element-wise loops then vectorise 8 or 16 lanes wide
+/// instead of SSE's 4. Rust does not contract `a * b + c` into
 /// FMA, so every build performs the same operations in the same order: the same results.
 macro_rules! multiversion {
     ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
@@ -19,7 +20,7 @@ macro_rules! multiversion {
             fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f")]
+                #[target_feature(enable = "avx512f,avx512dq")]
                 unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
@@ -27,8 +28,8 @@ macro_rules! multiversion {
                 unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F.
+                if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+                    // SAFETY: the CPU has AVX-512F and DQ.
                     return unsafe { avx512($($arg),*) };
                 }
                 if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {

@@ -158,12 +158,33 @@ impl FusedAttention {
         softmax_rows(probs, &self.key_bias[b * s..(b + 1) * s]);
     }
 
+    /// Where the block's rows start in the `[batch, heads, seq, seq]` dropout mask (they are
+    /// consecutive there).
+    fn mask_offset(d: Dims, (b, h): (usize, usize), rows: &std::ops::Range<usize>) -> u64 {
+        (((b * d.heads + h) * d.seq + rows.start) * d.seq) as u64
+    }
+
     /// Multiplies probabilities `[rows, seq]` of head `h` of sequence `b` by the dropout keep
-    /// mask (in place): the block's rows are consecutive in the `[batch, heads, seq, seq]` mask.
-    fn apply_dropout(&self, d: Dims, (b, h): (usize, usize), rows: std::ops::Range<usize>, probs: &mut [f32]) {
+    /// mask (in place).
+    fn apply_dropout(&self, d: Dims, head: (usize, usize), rows: std::ops::Range<usize>, probs: &mut [f32]) {
         if let Some(dropout) = self.dropout {
-            dropout.multiply((((b * d.heads + h) * d.seq + rows.start) * d.seq) as u64, probs);
+            dropout.multiply(Self::mask_offset(d, head, &rows), probs);
         }
+    }
+
+    /// The dropout keep mask's factors for probabilities `[rows, seq]` of head `h` of sequence
+    /// `b`, written to `buffer`; `None` without dropout.
+    fn dropout_factors<'a>(
+        &self,
+        d: Dims,
+        head: (usize, usize),
+        rows: std::ops::Range<usize>,
+        buffer: &'a mut Vec<f32>,
+    ) -> Option<&'a [f32]> {
+        let dropout = self.dropout?;
+        buffer.resize(rows.len() * d.seq, 0.0);
+        dropout.factors(Self::mask_offset(d, head, &rows), buffer);
+        Some(buffer)
     }
 
     /// Query blocks of one sequence.
@@ -242,6 +263,7 @@ impl CustomOp3 for FusedAttention {
             let base = d.head_offset(b, h);
             let mut probs = vec![0f32; QUERY_BLOCK.min(s) * s];
             let mut dprobs = vec![0f32; QUERY_BLOCK.min(s) * s];
+            let mut mask_buffer = Vec::new();
             for rows in Self::blocks(s) {
                 let n = rows.len();
                 let (p, dp) = (&mut probs[..n * s], &mut dprobs[..n * s]);
@@ -250,9 +272,12 @@ impl CustomOp3 for FusedAttention {
                 unsafe {
                     // P, recomputed: the same values as in the forward pass.
                     self.probabilities(d, (b, h), rows.clone(), (q, k), p);
-                    // Keep P for dS; P⊙M for dV.
+                    // Keep P for dS; P⊙M for dV. The mask is hashed once per block, used twice.
+                    let mask = self.dropout_factors(d, (b, h), rows.clone(), &mut mask_buffer);
                     dp.copy_from_slice(p);
-                    self.apply_dropout(d, (b, h), rows.clone(), dp);
+                    if let Some(mask) = mask {
+                        dp.iter_mut().zip(mask).for_each(|(x, m)| *x *= m);
+                    }
                     let d_o_rows = Mat(d_o.as_ptr().add(base + rows.start * w), 1, w as isize);
                     // dV += (P⊙M)ᵀ dO_rows: lhs(m = key, k = query row) = (P⊙M)[row, key].
                     matmul(
@@ -270,7 +295,9 @@ impl CustomOp3 for FusedAttention {
                         Mat(v.add(base), w as isize, 1),
                         1.0,
                     );
-                    self.apply_dropout(d, (b, h), rows.clone(), dp);
+                    if let Some(mask) = mask {
+                        dp.iter_mut().zip(mask).for_each(|(x, m)| *x *= m);
+                    }
                     // dS = P ⊙ (dP − Σ dO ⊙ O), in place of dP.
                     for (i, (dp_row, p_row)) in rows.clone().zip(dp.chunks_mut(s).zip(p.chunks(s))) {
                         let at = base + i * w;
