@@ -1,0 +1,146 @@
+//! What shapes a training run: its settings, the data splits and their checks.
+
+use std::path::PathBuf;
+
+use longread_model::hierarchical::HierarchicalClassifier;
+use longread_text::ChunkedDocument;
+
+use crate::error::{Result, TrainError};
+use crate::groups::{Freezing, GroupSettings};
+use crate::optim::AdamWConfig;
+use crate::schedule::Decay;
+use crate::unfreeze::UnfreezeSchedule;
+
+/// Which dev metric picks the best epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// Macro-averaged F1 (higher is better).
+    MacroF1,
+    /// Weighted F1.
+    WeightedF1,
+    /// Accuracy.
+    Accuracy,
+    /// Dev loss (lower is better).
+    DevLoss,
+}
+
+/// Everything that shapes a run.
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    /// Passes over the training data.
+    pub epochs: usize,
+    /// Documents per batch.
+    pub batch_size: usize,
+    /// Batches whose gradients are summed before one optimizer step.
+    pub grad_accum: usize,
+    /// Clip the global gradient norm to this (0 = no clipping).
+    pub max_grad_norm: f64,
+    /// Shape of the schedule after warm-up.
+    pub decay: Decay,
+    /// Warm-up as a fraction of all optimizer steps.
+    pub warmup_ratio: f64,
+    /// Seed for shuffling and dropout.
+    pub seed: u64,
+    /// Most tokens per encoder batch.
+    pub max_batch_tokens: usize,
+    /// Chunk-level recomputation (memory flat in document length).
+    pub recompute: bool,
+    /// Per-class loss weights.
+    pub class_weights: Option<Vec<f32>>,
+    /// Metric for the best epoch.
+    pub metric: Metric,
+    /// Stop after this many epochs without improvement (0 = never).
+    pub patience: usize,
+    /// What is frozen (before the first phase of `unfreeze`, or throughout without it).
+    pub freezing: Freezing,
+    /// Gradual unfreezing: what trains from which epoch on.
+    pub unfreeze: Option<UnfreezeSchedule>,
+    /// Loss weight of each task (missing entries weigh 1).
+    pub task_weights: Vec<f64>,
+    /// Tasks whose heads (pooling, LayerNorm, classifier) do not train.
+    pub frozen_tasks: Vec<usize>,
+    /// Caching of what frozen layers compute.
+    pub cache: CacheSettings,
+    /// Learning rates and weight decay.
+    pub groups: GroupSettings,
+    /// AdamW's betas and epsilon.
+    pub adamw: AdamWConfig,
+    /// Optimizer steps with NaN/inf gradients in a row that stop the run.
+    pub max_bad_steps: usize,
+    /// Stop after this epoch (the run can be resumed later); `None` runs all epochs.
+    pub stop_after_epoch: Option<usize>,
+}
+
+/// Caching of frozen computation: with the whole encoder frozen the chunk vectors are computed
+/// once; with the embeddings and the bottom K ≥ 1 layers frozen, their outputs are.
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// Cache at all (off: frozen layers are recomputed every epoch, with the same results).
+    pub enabled: bool,
+    /// Bytes of frozen-layer outputs kept in memory; beyond, they go to a scratch file.
+    pub memory_limit: usize,
+    /// Directory of the scratch file.
+    pub spill_dir: PathBuf,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self { enabled: true, memory_limit: 4 << 30, spill_dir: std::env::temp_dir() }
+    }
+}
+
+/// Documents and their gold labels.
+#[derive(Debug, Clone)]
+pub struct Split<'a> {
+    /// Chunked documents.
+    pub docs: &'a [ChunkedDocument],
+    /// Gold label indices, `labels[task][doc]`; `None` where a document has no label for a task.
+    pub labels: Vec<Vec<Option<usize>>>,
+}
+
+impl<'a> Split<'a> {
+    /// Documents of a single-task model, every one labelled.
+    pub fn new(docs: &'a [ChunkedDocument], labels: &[usize]) -> Self {
+        Self { docs, labels: vec![labels.iter().map(|&l| Some(l)).collect()] }
+    }
+
+    /// Labels of the documents in `batch`, `[task][position in batch]`.
+    pub(super) fn batch_labels(&self, batch: &[usize]) -> Vec<Vec<Option<usize>>> {
+        self.labels.iter().map(|task| batch.iter().map(|&i| task[i]).collect()).collect()
+    }
+}
+
+/// Checks that a split has one label list per task, of the right length and range, and that
+/// every task has at least one labelled document.
+pub(super) fn check_labels(model: &HierarchicalClassifier, split: &Split, what: &str) -> Result<()> {
+    let tasks = model.config().tasks();
+    if split.labels.len() != tasks.len() {
+        return Err(TrainError::InvalidSetting(format!(
+            "{what} data has labels for {} tasks; the model has {}",
+            split.labels.len(),
+            tasks.len()
+        )));
+    }
+    for (spec, labels) in tasks.iter().zip(&split.labels) {
+        if labels.len() != split.docs.len() || labels.iter().flatten().any(|&l| l >= spec.labels.len()) {
+            return Err(TrainError::InvalidSetting(format!("{what} labels of task \"{}\" do not fit", spec.name)));
+        }
+        if labels.iter().all(Option::is_none) {
+            return Err(TrainError::InvalidSetting(format!(
+                "no {what} document has a label for task \"{}\" (column \"{}\")",
+                spec.name, spec.column
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `n_samples / (n_classes · count_c)` per class (scikit-learn's "balanced"); a class absent
+/// from the data gets weight 0.
+pub fn balanced_class_weights(labels: &[usize], n_classes: usize) -> Vec<f32> {
+    let mut counts = vec![0usize; n_classes];
+    for &l in labels {
+        counts[l] += 1;
+    }
+    counts.iter().map(|&c| if c == 0 { 0.0 } else { labels.len() as f32 / (n_classes * c) as f32 }).collect()
+}

@@ -1,0 +1,50 @@
+//! The dev-set evaluation after every epoch.
+
+use candle_core::Tensor;
+use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
+use longread_model::Mode;
+use longread_text::ChunkedDocument;
+
+use crate::error::{Result, TrainError};
+use crate::loss::cross_entropy;
+use crate::prefix::{encode_batch, Prefix};
+use crate::trainer::phase::{Phase, Run};
+use crate::trainer::TaskLog;
+
+/// Every task's dev loss and metrics (inference mode), from the phase's caches where it has them.
+pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
+    let (model, split, device, tokens) = (run.model, run.dev, run.device, run.cfg.max_batch_tokens);
+    let docs: Vec<&ChunkedDocument> = split.docs.iter().collect();
+    let vectors = match (&phase.vectors, &phase.prefix) {
+        (Some((_, dev)), _) => dev.clone(),
+        (None, Some((_, cache))) => {
+            let doc_ids: Vec<usize> = (0..docs.len()).collect();
+            let prefix = Prefix::Cached { cache, doc_ids: &doc_ids };
+            let (refs, batches) = chunk_batches(&docs, tokens);
+            gather_chunk_vectors(&docs, &refs, &batches, |batch| {
+                encode_batch(model, &docs, &refs, batch, prefix, Mode::Eval, device)
+            })?
+        }
+        (None, None) => model.encode_documents(&docs, tokens, device, |_| {})?,
+    };
+    let tasks = model.config().tasks();
+    tasks
+        .iter()
+        .enumerate()
+        .map(|(t, spec)| {
+            let chosen: Vec<(usize, usize)> =
+                split.labels[t].iter().enumerate().filter_map(|(d, l)| l.map(|l| (d, l))).collect();
+            let logits: Vec<Tensor> = chosen
+                .iter()
+                .map(|&(d, _)| Ok(model.classify_task(&vectors[d], t, Mode::Eval)?.logits))
+                .collect::<Result<_>>()?;
+            let logits = Tensor::stack(&logits, 0)?;
+            let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
+            let dev_loss = cross_entropy(&logits, &gold, None, device)?.to_scalar::<f32>()? as f64;
+            let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
+            let dev =
+                longread_metrics::evaluate(&spec.labels, &gold, &predicted).map_err(TrainError::InvalidSetting)?;
+            Ok(TaskLog { name: spec.name.clone(), dev_loss, dev })
+        })
+        .collect()
+}

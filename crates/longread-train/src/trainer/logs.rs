@@ -1,0 +1,104 @@
+//! What a training run reports: progress while it runs and a log per epoch.
+
+use longread_metrics::Report;
+use longread_model::hierarchical::HierarchicalClassifier;
+
+use crate::optim::AdamW;
+use crate::trainer::TrainerState;
+
+/// Dev loss and metrics of one task of a multi-task model.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TaskLog {
+    /// The task's name.
+    pub name: String,
+    /// Its dev loss (unweighted).
+    pub dev_loss: f64,
+    /// Its dev metrics.
+    pub dev: Report,
+}
+
+/// One optimizer step, for progress displays.
+#[derive(Debug, Clone, Copy)]
+pub struct StepLog {
+    /// Optimizer steps so far (1-based).
+    pub step: usize,
+    /// All optimizer steps of the run.
+    pub total_steps: usize,
+    /// Mean loss of the step's batches.
+    pub loss: f64,
+    /// Head learning rate at this step.
+    pub lr: f64,
+    /// Chunks of the step's documents.
+    pub chunks: usize,
+}
+
+/// The start of a phase: what trains changes (the first epoch, or an `unfreeze` phase).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PhaseLog {
+    /// First epoch of the phase (1-based).
+    pub epoch: usize,
+    /// What trains, in words.
+    pub trains: String,
+    /// Trainable parameters.
+    pub trainable_parameters: usize,
+    /// All parameters of the model.
+    pub total_parameters: usize,
+    /// What is cached, in words (empty if nothing).
+    pub cache: String,
+}
+
+/// Progress reports while training.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// A phase starts.
+    Phase(PhaseLog),
+    /// Chunks passed through frozen layers while building a cache.
+    Caching {
+        /// Chunks done so far.
+        done: usize,
+        /// All chunks to cache.
+        total: usize,
+    },
+    /// An optimizer step was taken.
+    Step(StepLog),
+}
+
+/// What an epoch produced.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EpochLog {
+    /// 1-based epoch.
+    pub epoch: usize,
+    /// Mean training loss.
+    pub train_loss: f64,
+    /// Dev loss (Σ over tasks of weight · loss).
+    pub dev_loss: f64,
+    /// Dev metrics of the first task.
+    pub dev: Report,
+    /// Every task's dev loss and metrics (multi-task models only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskLog>,
+    /// True when this epoch is the best so far by the chosen metric.
+    pub best: bool,
+    /// Wall-clock seconds of the epoch (training and evaluation).
+    pub seconds: f64,
+    /// Wall-clock seconds of the training steps alone.
+    pub train_seconds: f64,
+    /// Steps skipped because of NaN/inf gradients.
+    pub skipped_steps: usize,
+    /// Trainable parameters.
+    pub trainable_parameters: usize,
+    /// All parameters of the model.
+    pub total_parameters: usize,
+}
+
+/// What `on_epoch` receives.
+pub struct EpochEnd<'a, M = HierarchicalClassifier> {
+    /// The epoch's log.
+    pub log: &'a EpochLog,
+    /// The model after the epoch.
+    pub model: &'a M,
+    /// The run's state after the epoch.
+    pub state: &'a TrainerState,
+    /// The optimizer (its moments go into checkpoints).
+    pub optimizer: &'a AdamW,
+}

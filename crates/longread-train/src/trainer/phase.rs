@@ -1,0 +1,143 @@
+//! Phases of a run: what trains (gradual unfreezing) and the caches of what does not.
+
+use candle_core::{Device, Tensor, Var};
+use longread_model::hierarchical::HierarchicalClassifier;
+use longread_text::ChunkedDocument;
+
+use crate::error::Result;
+use crate::groups::{frozen_layers, param_groups, Freezing};
+use crate::prefix::{Prefix, PrefixCache};
+use crate::trainer::{PhaseLog, Progress, Split, TrainConfig};
+
+/// What trains during a phase, and the caches of what does not.
+pub(super) struct Phase {
+    /// What is frozen.
+    pub(super) freezing: Freezing,
+    /// Trainable variables.
+    pub(super) vars: Vec<Var>,
+    /// Frozen layers above the embeddings (`None` when the embeddings train).
+    pub(super) frozen: Option<usize>,
+    /// Chunk vectors, when only the head trains.
+    pub(super) vectors: Option<(Vec<Tensor>, Vec<Tensor>)>,
+    /// Outputs of the frozen layers (train, dev), when some but not all are frozen.
+    pub(super) prefix: Option<(PrefixCache, PrefixCache)>,
+}
+
+impl Phase {
+    /// How the training documents' chunks are encoded (`doc_ids` index the training split).
+    pub(super) fn train_prefix<'a>(&'a self, doc_ids: &'a [usize]) -> Prefix<'a> {
+        match (&self.prefix, self.frozen) {
+            (Some((cache, _)), _) => Prefix::Cached { cache, doc_ids },
+            (None, Some(layers)) => Prefix::Frozen { layers },
+            (None, None) => Prefix::None,
+        }
+    }
+}
+
+/// Everything about the run that does not change between epochs.
+pub(super) struct Run<'a> {
+    pub(super) model: &'a HierarchicalClassifier,
+    pub(super) train: &'a Split<'a>,
+    pub(super) dev: &'a Split<'a>,
+    pub(super) cfg: &'a TrainConfig,
+    pub(super) device: &'a Device,
+    pub(super) named: Vec<(String, Var)>,
+    pub(super) num_layers: usize,
+}
+
+impl Run<'_> {
+    /// What is frozen during the epoch after `done` completed ones.
+    pub(super) fn freezing_at(&self, done: usize) -> Freezing {
+        match &self.cfg.unfreeze {
+            Some(s) => s.freezing_at(done, self.cfg.freezing, self.num_layers),
+            None => self.cfg.freezing,
+        }
+    }
+
+    /// Parameter groups under `freezing`, without the heads of frozen tasks.
+    pub(super) fn groups(&self, freezing: Freezing) -> Vec<crate::optim::ParamGroup> {
+        let tasks = self.model.config().tasks();
+        let frozen: Vec<String> = self
+            .cfg
+            .frozen_tasks
+            .iter()
+            .filter(|&&t| t > 0)
+            .filter_map(|&t| tasks.get(t).map(|spec| format!("tasks.{}.", spec.name)))
+            .collect();
+        let primary_frozen = self.cfg.frozen_tasks.contains(&0);
+        let mut groups = param_groups(&self.named, self.num_layers, freezing, self.cfg.groups);
+        for g in &mut groups {
+            g.params.retain(|(name, _)| {
+                let in_frozen_task = frozen.iter().any(|p| name.starts_with(p.as_str()));
+                let primary_head = !name.starts_with("encoder:") && !name.starts_with("tasks.");
+                !(in_frozen_task || primary_frozen && primary_head)
+            });
+        }
+        groups.retain(|g| !g.params.is_empty());
+        groups
+    }
+
+    /// Sets up a phase: its variables and caches.
+    pub(super) fn phase(&self, freezing: Freezing, on_progress: &mut impl FnMut(Progress)) -> Result<Phase> {
+        let groups = self.groups(freezing);
+        let vars: Vec<Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
+        let frozen = frozen_layers(freezing, self.num_layers);
+        let mut phase = Phase { freezing, vars, frozen, vectors: None, prefix: None };
+        if !self.cfg.cache.enabled {
+            return Ok(phase);
+        }
+        let total: usize = self.train.docs.iter().chain(self.dev.docs).map(|d| d.chunks.len()).sum();
+        let mut done = 0;
+        let mut tick = |n: usize| {
+            done += n;
+            on_progress(Progress::Caching { done, total });
+        };
+        let tokens = self.cfg.max_batch_tokens;
+        match frozen {
+            Some(k) if k >= self.num_layers => {
+                let (model, device) = (self.model, self.device);
+                let mut encode = |docs: &[ChunkedDocument]| {
+                    model.encode_documents(&docs.iter().collect::<Vec<_>>(), tokens, device, &mut tick)
+                };
+                phase.vectors = Some((encode(self.train.docs)?, encode(self.dev.docs)?));
+            }
+            Some(k) if k >= 1 => {
+                let c = &self.cfg.cache;
+                let mut build = |docs: &[ChunkedDocument], limit: usize| {
+                    PrefixCache::build(self.model, docs, k, tokens, limit, &c.spill_dir, self.device, &mut tick)
+                };
+                let train = build(self.train.docs, c.memory_limit)?;
+                let dev = build(self.dev.docs, c.memory_limit.saturating_sub(train.bytes_in_memory()))?;
+                phase.prefix = Some((train, dev));
+            }
+            _ => {}
+        }
+        Ok(phase)
+    }
+
+    pub(super) fn phase_log(&self, phase: &Phase, epoch: usize) -> PhaseLog {
+        let trains = match phase.frozen {
+            Some(k) if k >= self.num_layers => "pooling and head (encoder frozen)".to_string(),
+            Some(0) => "all encoder layers (embeddings frozen), pooling and head".to_string(),
+            Some(k) => format!("top {} of {} encoder layers, pooling and head", self.num_layers - k, self.num_layers),
+            None => "embeddings, all encoder layers, pooling and head".to_string(),
+        };
+        let cache = match (&phase.vectors, &phase.prefix) {
+            (Some(_), _) => "chunk vectors".to_string(),
+            (None, Some((t, d))) => format!(
+                "outputs of embeddings + {} frozen layers: {:.1} MiB in memory, {:.1} MiB on disk",
+                t.layers(),
+                (t.bytes_in_memory() + d.bytes_in_memory()) as f64 / (1 << 20) as f64,
+                (t.bytes_on_disk() + d.bytes_on_disk()) as f64 / (1 << 20) as f64
+            ),
+            (None, None) => String::new(),
+        };
+        PhaseLog {
+            epoch,
+            trains,
+            trainable_parameters: phase.vars.iter().map(|v| v.elem_count()).sum(),
+            total_parameters: self.named.iter().map(|(_, v)| v.elem_count()).sum(),
+            cache,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Where a run stands between epochs, what resumes it, and the per-epoch seeds and scores.
+
+use std::collections::HashMap;
+
+use candle_core::Tensor;
+use longread_metrics::Report;
+
+use crate::error::{Result, TrainError};
+use crate::trainer::{Metric, TrainConfig};
+
+/// Where a run stands after an epoch: with the model's weights and the optimizer's state,
+/// everything needed to continue it exactly (each epoch's shuffle and dropout are seeded from
+/// the run's seed and the epoch number, so no generator state is needed).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainerState {
+    /// Epochs completed.
+    pub epoch: usize,
+    /// Optimizer steps taken.
+    pub step: usize,
+    /// Best dev score so far (higher is better).
+    pub best: Option<f64>,
+    /// Epochs since the best one.
+    pub since_best: usize,
+}
+
+/// A run to continue: the state after its last completed epoch and the optimizer's
+/// exported state (see [`AdamW::export_state`]).
+pub struct Resume {
+    /// Where the run stood.
+    pub state: TrainerState,
+    /// Optimizer moments by name.
+    pub moments: HashMap<String, Tensor>,
+    /// Optimizer steps per parameter.
+    pub steps: HashMap<String, u64>,
+}
+
+impl TrainerState {
+    /// The state a run starts from: `resume`'s, or a new run's; refused when the run to
+    /// resume has already completed `epochs`.
+    pub(crate) fn start(resume: Option<&Resume>, epochs: usize) -> Result<Self> {
+        let Some(r) = resume else {
+            return Ok(Self { epoch: 0, step: 0, best: None, since_best: 0 });
+        };
+        if r.state.epoch >= epochs {
+            return Err(TrainError::InvalidSetting(format!(
+                "the run to resume has completed {} of {} epochs: nothing is left to do",
+                r.state.epoch, epochs
+            )));
+        }
+        Ok(r.state.clone())
+    }
+
+    /// Records the end of `epoch` after `step` optimizer steps with a dev `score` (higher is
+    /// better); returns whether the epoch is the best so far.
+    pub(crate) fn record(&mut self, epoch: usize, step: usize, score: f64) -> bool {
+        let is_best = self.best.is_none_or(|b| score > b);
+        if is_best {
+            self.best = Some(score);
+            self.since_best = 0;
+        } else {
+            self.since_best += 1;
+        }
+        self.epoch = epoch;
+        self.step = step;
+        is_best
+    }
+
+    /// Whether the run ends after the epoch just recorded: patience ran out, or the run was
+    /// asked to stop there.
+    pub(crate) fn stops(&self, cfg: &TrainConfig) -> bool {
+        cfg.patience > 0 && self.since_best >= cfg.patience || cfg.stop_after_epoch == Some(self.epoch)
+    }
+}
+
+/// An epoch's dev score, higher is better: −dev loss, or the mean of the metric over the tasks.
+pub(crate) fn epoch_score<'a>(
+    metric: Metric,
+    dev_loss: f64,
+    reports: impl ExactSizeIterator<Item = &'a Report>,
+) -> f64 {
+    let n = reports.len().max(1) as f64;
+    match metric {
+        Metric::DevLoss => -dev_loss,
+        Metric::MacroF1 => reports.map(|r| r.macro_f1).sum::<f64>() / n,
+        Metric::WeightedF1 => reports.map(|r| r.weighted_f1).sum::<f64>() / n,
+        Metric::Accuracy => reports.map(|r| r.accuracy).sum::<f64>() / n,
+    }
+}
+
+/// Seed of an epoch's generators.
+pub(crate) fn epoch_seed(seed: u64, epoch: usize, stream: u64) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (epoch as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ stream
+}
