@@ -6,7 +6,7 @@ use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
 use crate::encoder::block_output::BlockOutput;
-use crate::layers::fused_attention::FusedAttention;
+use crate::layers::fused::FusedAttention;
 use crate::layers::{linear, softmax, Dropout, Linear};
 use crate::mode::Mode;
 
@@ -77,7 +77,7 @@ impl SelfAttention {
     }
 
     /// Attention as one CPU op (f32) that reads the heads in place and never holds the
-    /// scores of all heads: see `layers::fused_attention`.
+    /// scores of all heads: see `layers::fused::attention`.
     ///
     /// # Shapes
     /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`

@@ -5,7 +5,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
-use crate::layers::fused_residual_norm::FusedResidualNorm;
+use crate::layers::fused::FusedResidualNorm;
 use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
@@ -34,7 +34,7 @@ impl BlockOutput {
     }
 
     /// f32 on the CPU: the dense product, then bias, dropout, residual and LayerNorm as one
-    /// fused op (`layers::fused_residual_norm`; with a backward pass in [`Mode::Train`], none in
+    /// fused op (`layers::fused::residual_norm`; with a backward pass in [`Mode::Train`], none in
     /// [`Mode::Eval`], where the output carries no graph); elsewhere the composition of
     /// [`BlockOutput::forward_composed`].
     ///

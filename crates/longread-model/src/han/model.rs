@@ -64,7 +64,7 @@ impl HanClassifier {
         Ok(model)
     }
 
-    /// Loads a model directory written by [`Self::save`].
+    /// Loads a model directory written by [`Self::save_replacing`].
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
         let config = read_config(&dir.join("config.json"))?;
         let vocab_path = dir.join("vocab.json");

@@ -6,7 +6,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
 
 use crate::activation::Activation;
-use crate::layers::fused_bias_gelu::FusedBiasGeluErf;
+use crate::layers::fused::FusedBiasGeluErf;
 use crate::layers::int8::Int8Weights;
 
 /// A dense layer (`x·Wᵀ + b`, as `torch.nn.Linear`) whose weights are cast to the input's
@@ -50,7 +50,7 @@ impl Linear {
     }
 
     /// `activation(x·Wᵀ + b)`; with exact GELU on the CPU in f32, the bias and the activation
-    /// are one fused op ([`FusedBiasGeluErf`]).
+    /// are one fused op (`layers::fused::bias_gelu`).
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`

@@ -2,9 +2,6 @@
 
 pub(crate) mod dropout;
 pub(crate) mod fused;
-pub(crate) mod fused_attention;
-pub(crate) mod fused_bias_gelu;
-pub(crate) mod fused_residual_norm;
 pub mod int8;
 mod layer_norm;
 mod linear;

@@ -24,7 +24,7 @@ pub struct TrainerState {
 }
 
 /// A run to continue: the state after its last completed epoch and the optimizer's
-/// exported state (see [`AdamW::export_state`]).
+/// exported state (see [`crate::optim::AdamW::export_state`]).
 pub struct Resume {
     /// Where the run stood.
     pub state: TrainerState,

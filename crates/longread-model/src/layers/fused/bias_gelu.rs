@@ -7,7 +7,9 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use crate::layers::fused::{f32_slice, fast_erf, fast_exp, last_dim, multiversion, sum_partials, ELEMENTS_PER_TASK};
+use crate::layers::fused::math::{fast_erf, fast_exp, sum_partials, ELEMENTS_PER_TASK};
+use crate::layers::fused::storage::last_dim;
+use crate::layers::fused::{f32_slice, multiversion};
 
 /// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous).
 pub(crate) struct FusedBiasGeluErf;
@@ -96,11 +98,8 @@ impl CustomOp2 for FusedBiasGeluErf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::fused::max_diff;
     use candle_core::{Device, Var};
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
-    }
 
     #[test]
     fn fused_bias_gelu_matches_the_composition_and_its_gradients() {

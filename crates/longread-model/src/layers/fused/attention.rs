@@ -14,7 +14,8 @@ use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use crate::layers::dropout::SeededDropout;
-use crate::layers::fused::{f32_slices, fast_exp, lanes_max, lanes_sum, multiversion};
+use crate::layers::fused::math::{fast_exp, lanes_max, lanes_sum};
+use crate::layers::fused::{f32_slices, multiversion};
 
 /// Query rows whose scores are held at once per task.
 const QUERY_BLOCK: usize = 128;
@@ -337,14 +338,11 @@ impl CustomOp3 for FusedAttention {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::fused::max_diff;
     use crate::layers::softmax_last_dim;
     use candle_core::{Device, Var};
 
     const HEADS: usize = 3;
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
-    }
 
     /// Key bias of `batch` sequences of `seq`, the last `padding[b]` keys of sequence b masked.
     fn key_bias(seq: usize, padding: &[usize]) -> Vec<f32> {

@@ -11,9 +11,9 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::layers::dropout::SeededDropout;
-use crate::layers::fused::{
-    f32_slices, last_dim, multiversion, normalize_row, normalize_row_backward, sum_partials, ROWS_PER_TASK,
-};
+use crate::layers::fused::math::{normalize_row, normalize_row_backward, sum_partials, ROWS_PER_TASK};
+use crate::layers::fused::storage::last_dim;
+use crate::layers::fused::{f32_slices, multiversion};
 
 /// `LayerNorm(dropout(x + bias) + residual) · γ + β` over rows of `n` (f32, contiguous):
 /// arguments `x`, `residual` (same shape) and `params`, the rows `[bias, γ, β]` (`[3, n]`) or,
@@ -167,11 +167,8 @@ impl CustomOp3 for FusedResidualNorm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::fused::max_diff;
     use candle_core::{Device, Var, D};
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
-    }
 
     /// The composition: bias add, dropout (the same mask), residual add, LayerNorm.
     fn composed(x: &Tensor, residual: &Tensor, params: &Tensor, op: FusedResidualNorm) -> Tensor {

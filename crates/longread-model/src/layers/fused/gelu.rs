@@ -1,0 +1,80 @@
+//! Exact (erf) GELU as one op with its backward pass.
+
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+use crate::layers::fused::math::{fast_erf, fast_exp, ELEMENTS_PER_TASK};
+use crate::layers::fused::multiversion;
+use crate::layers::fused::storage::f32_slice;
+
+/// Exact GELU, `x · Φ(x)` with `Φ(x) = (1 + erf(x/√2)) / 2` (f32, contiguous), with a vectorised
+/// erf (see [`fast_erf`]); backward `dy · (Φ(x) + x · φ(x))`.
+pub(crate) struct FusedGeluErf;
+
+impl CustomOp1 for FusedGeluErf {
+    fn name(&self) -> &'static str {
+        "fused-gelu-erf"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let xs = f32_slice(storage, layout, self.name())?;
+        let mut out = vec![0f32; xs.len()];
+        multiversion! {
+            fn gelu(o: &mut [f32], x: &[f32]) {
+                for (o, &x) in o.iter_mut().zip(x) {
+                    *o = 0.5 * x * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
+                }
+            }
+        }
+        out.par_chunks_mut(ELEMENTS_PER_TASK).zip(xs.par_chunks(ELEMENTS_PER_TASK)).for_each(|(o, x)| gelu(o, x));
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        let x = arg.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let mut dx = vec![0f32; x.len()];
+        dx.par_chunks_mut(ELEMENTS_PER_TASK)
+            .zip(x.par_chunks(ELEMENTS_PER_TASK))
+            .zip(dy.par_chunks(ELEMENTS_PER_TASK))
+            .for_each(|((dx, x), dy)| gelu_backward(dx, x, dy));
+        multiversion! {
+            fn gelu_backward(dx: &mut [f32], x: &[f32], dy: &[f32]) {
+                for ((d, &x), &g) in dx.iter_mut().zip(x).zip(dy) {
+                    let cdf = 0.5 * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
+                    let pdf = INV_SQRT_2PI * fast_exp(-0.5 * x * x);
+                    *d = g * (cdf + x * pdf);
+                }
+            }
+        }
+        Ok(Some(Tensor::from_vec(dx, arg.shape(), arg.device())?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::fused::max_diff;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn fused_gelu_matches_candles_exact_gelu_and_its_gradient() {
+        let device = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 3.0, (7, 301), &device).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (7, 301), &device).unwrap();
+        let run = |fused: bool| {
+            let y =
+                if fused { x.as_tensor().apply_op1(FusedGeluErf).unwrap() } else { x.as_tensor().gelu_erf().unwrap() };
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            (y, grads.get(x.as_tensor()).unwrap().clone())
+        };
+        let ((y1, g1), (y2, g2)) = (run(true), run(false));
+        assert!(
+            max_diff(&y1, &y2) < 2e-6 && max_diff(&g1, &g2) < 2e-6,
+            "{} {}",
+            max_diff(&y1, &y2),
+            max_diff(&g1, &g2)
+        );
+    }
+}

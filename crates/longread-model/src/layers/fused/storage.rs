@@ -1,0 +1,31 @@
+//! Reading a custom op's arguments: f32 data of contiguous tensors, and shape checks.
+
+use candle_core::{CpuStorage, Layout, Result, Shape};
+
+/// Size of the last dimension (at least 1).
+pub(crate) fn last_dim(shape: &Shape) -> Result<usize> {
+    match shape.dims().last() {
+        Some(&n) if n > 0 => Ok(n),
+        _ => candle_core::bail!("fused kernels need a non-empty last dimension, got {shape:?}"),
+    }
+}
+
+/// The f32 data of several contiguous tensors (a custom op's arguments).
+pub(crate) fn f32_slices<'a, const N: usize>(args: [(&'a CpuStorage, &Layout); N], op: &str) -> Result<[&'a [f32]; N]> {
+    let mut out = [&[][..]; N];
+    for (slot, (storage, layout)) in out.iter_mut().zip(args) {
+        *slot = f32_slice(storage, layout, op)?;
+    }
+    Ok(out)
+}
+
+/// The f32 data of a contiguous tensor.
+pub(crate) fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{op}: the input must be contiguous");
+    };
+    match storage {
+        CpuStorage::F32(v) => Ok(&v[start..end]),
+        _ => candle_core::bail!("{op}: f32 only"),
+    }
+}
