@@ -6,7 +6,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
 
 use crate::activation::Activation;
-use crate::layers::fused::FusedBiasGeluErf;
+use crate::layers::fused::{FusedBiasAdd, FusedBiasGeluErf};
 use crate::layers::int8::Int8Weights;
 
 /// A dense layer (`x·Wᵀ + b`, as `torch.nn.Linear`) whose weights are cast to the input's
@@ -72,6 +72,9 @@ impl Module for Linear {
             if xs.device().is_cpu() && xs.dtype() == DType::F32 {
                 return int8.forward(xs);
             }
+        }
+        if let Some((product, bias)) = self.forward_unbiased(xs)? {
+            return product.apply_op2(&bias, FusedBiasAdd);
         }
         let w = self.dense.weight();
         if w.dtype() == xs.dtype() {

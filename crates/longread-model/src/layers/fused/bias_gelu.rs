@@ -7,17 +7,12 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use crate::layers::fused::math::{fast_erf, fast_exp, sum_partials, ELEMENTS_PER_TASK};
+use crate::layers::fused::math::{fast_erf, fast_exp, rows_task_len, sum_partials};
 use crate::layers::fused::storage::last_dim;
 use crate::layers::fused::{f32_slice, multiversion};
 
 /// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous).
 pub(crate) struct FusedBiasGeluErf;
-
-/// Rows per rayon task for rows of `n` elements (about [`ELEMENTS_PER_TASK`] elements).
-fn rows_per_task(n: usize) -> usize {
-    (ELEMENTS_PER_TASK / n).max(1)
-}
 
 multiversion! {
     /// `out = GELU(x + bias)` for the rows of `x` (rows of `bias.len()`).
@@ -60,7 +55,7 @@ impl CustomOp2 for FusedBiasGeluErf {
             candle_core::bail!("fused-bias-gelu-erf: a bias of {} for rows of {n}", bias.len());
         }
         let mut out = vec![0f32; x.len()];
-        let chunk = n * rows_per_task(n);
+        let chunk = rows_task_len(n);
         out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, x)| bias_gelu(o, x, bias));
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -78,7 +73,7 @@ impl CustomOp2 for FusedBiasGeluErf {
         let bias = arg2.to_vec1::<f32>()?;
         let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
         let mut dx = vec![0f32; x.len()];
-        let chunk = n * rows_per_task(n);
+        let chunk = rows_task_len(n);
         let partials = dx
             .par_chunks_mut(chunk)
             .zip(x.par_chunks(chunk))

@@ -9,6 +9,11 @@ pub(crate) const ROWS_PER_TASK: usize = 16;
 /// Elements handed to one rayon task at a time by element-wise kernels.
 pub(crate) const ELEMENTS_PER_TASK: usize = 1 << 14;
 
+/// Elements per rayon task for rows of `n`: whole rows, about [`ELEMENTS_PER_TASK`] elements.
+pub(crate) fn rows_task_len(n: usize) -> usize {
+    n * (ELEMENTS_PER_TASK / n).max(1)
+}
+
 /// Partial sums of per-column gradients (one set per block of rows), added up in block
 /// order, so that the result does not depend on how rayon scheduled the blocks (runs stay
 /// bit-reproducible).

@@ -5,11 +5,13 @@
 //! - `softmax`: softmax over the last dimension; `layer_norm`: LayerNorm; `gelu`: exact GELU;
 //! - `attention`: scaled, masked multi-head attention (FlashAttention-style, no `seq × seq`
 //!   tensor kept for the backward pass);
-//! - `bias_gelu`: a dense layer's bias + GELU; `residual_norm`: bias + dropout + residual +
+//! - `bias_add`: a dense layer's bias (its gradient summed in one vectorised pass);
+//!   `bias_gelu`: a dense layer's bias + GELU; `residual_norm`: bias + dropout + residual +
 //!   LayerNorm at the end of a transformer block;
 //! - `math`: the vectorisable f32 math they share; `storage`: reading their arguments.
 
 pub(crate) mod attention;
+pub(crate) mod bias_add;
 pub(crate) mod bias_gelu;
 pub(crate) mod gelu;
 pub(crate) mod layer_norm;
@@ -19,6 +21,7 @@ pub(crate) mod softmax;
 pub(crate) mod storage;
 
 pub(crate) use attention::FusedAttention;
+pub(crate) use bias_add::FusedBiasAdd;
 pub(crate) use bias_gelu::FusedBiasGeluErf;
 pub(crate) use gelu::FusedGeluErf;
 pub(crate) use layer_norm::FusedLayerNorm;
