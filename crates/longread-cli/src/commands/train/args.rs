@@ -147,7 +147,8 @@ pub struct TrainArgs {
     /// Encoder precision: f32, or bf16 (bf16 activations and matmuls over f32 master weights;
     /// LayerNorm, softmax, pooling, heads and the optimizer in f32). Halves the activation and
     /// frozen-layer-cache memory; not faster on the CPU (candle has no fast bf16 CPU matmul,
-    /// even with AVX512_BF16: measured slower than f32), only on GPUs. A step with NaN/inf gradients is skipped (see --max-bad-steps).
+    /// even with AVX512_BF16: measured slower than f32), only on GPUs. A step with NaN/inf
+    /// gradients is skipped (see --max-bad-steps).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub(super) precision: Precision,
     /// `text`: a progress bar and a line per epoch on stderr; `json`: one JSON object per

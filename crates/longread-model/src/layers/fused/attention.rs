@@ -68,6 +68,14 @@ multiversion! {
     }
 }
 
+/// `values ⊙= mask` where there is a dropout mask (its factors, as [`FusedAttention::dropout_factors`]
+/// writes them).
+fn multiply_by_mask(values: &mut [f32], mask: Option<&[f32]>) {
+    if let Some(mask) = mask {
+        values.iter_mut().zip(mask).for_each(|(x, m)| *x *= m);
+    }
+}
+
 /// A pointer that tasks writing disjoint parts of one buffer share.
 #[derive(Clone, Copy)]
 struct SharedMut(*mut f32);
@@ -276,9 +284,7 @@ impl CustomOp3 for FusedAttention {
                     // Keep P for dS; P⊙M for dV. The mask is hashed once per block, used twice.
                     let mask = self.dropout_factors(d, (b, h), rows.clone(), &mut mask_buffer);
                     dp.copy_from_slice(p);
-                    if let Some(mask) = mask {
-                        dp.iter_mut().zip(mask).for_each(|(x, m)| *x *= m);
-                    }
+                    multiply_by_mask(dp, mask);
                     let d_o_rows = Mat(d_o.as_ptr().add(base + rows.start * w), 1, w as isize);
                     // dV += (P⊙M)ᵀ dO_rows: lhs(m = key, k = query row) = (P⊙M)[row, key].
                     matmul(
@@ -296,9 +302,7 @@ impl CustomOp3 for FusedAttention {
                         Mat(v.add(base), w as isize, 1),
                         1.0,
                     );
-                    if let Some(mask) = mask {
-                        dp.iter_mut().zip(mask).for_each(|(x, m)| *x *= m);
-                    }
+                    multiply_by_mask(dp, mask);
                     // dS = P ⊙ (dP − Σ dO ⊙ O), in place of dP.
                     for (i, (dp_row, p_row)) in rows.clone().zip(dp.chunks_mut(s).zip(p.chunks(s))) {
                         let at = base + i * w;

@@ -9,8 +9,8 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::layers::fused::math::{rows_task_len, sum_partials};
-use crate::layers::fused::storage::last_dim;
-use crate::layers::fused::{f32_slice, multiversion};
+use crate::layers::fused::multiversion;
+use crate::layers::fused::storage::{last_dim, rows_and_bias};
 
 /// `x + bias` with `bias` added to every row of `x` (f32, contiguous).
 pub(crate) struct FusedBiasAdd;
@@ -41,11 +41,7 @@ impl CustomOp2 for FusedBiasAdd {
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (x, bias) = (f32_slice(s1, l1, self.name())?, f32_slice(s2, l2, self.name())?);
-        let n = last_dim(l1.shape())?;
-        if bias.len() != n {
-            candle_core::bail!("fused-bias-add: a bias of {} for rows of {n}", bias.len());
-        }
+        let (x, bias, n) = rows_and_bias((s1, l1), (s2, l2), self.name())?;
         let mut out = vec![0f32; x.len()];
         let chunk = rows_task_len(n);
         out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, x)| add_rows(o, x, bias));

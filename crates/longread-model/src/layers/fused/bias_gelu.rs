@@ -7,9 +7,9 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use crate::layers::fused::math::{fast_erf, fast_exp, rows_task_len, sum_partials};
-use crate::layers::fused::storage::last_dim;
-use crate::layers::fused::{f32_slice, multiversion};
+use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative, rows_task_len, sum_partials};
+use crate::layers::fused::multiversion;
+use crate::layers::fused::storage::{last_dim, rows_and_bias};
 
 /// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous).
 pub(crate) struct FusedBiasGeluErf;
@@ -19,8 +19,7 @@ multiversion! {
     fn bias_gelu(out: &mut [f32], x: &[f32], bias: &[f32]) {
         for (o, x) in out.chunks_mut(bias.len()).zip(x.chunks(bias.len())) {
             for ((o, &x), &b) in o.iter_mut().zip(x).zip(bias) {
-                let u = x + b;
-                *o = 0.5 * u * (1.0 + fast_erf(u * std::f32::consts::FRAC_1_SQRT_2));
+                *o = gelu_erf(x + b);
             }
         }
     }
@@ -29,14 +28,10 @@ multiversion! {
 multiversion! {
     /// `dx = dy · GELU'(x + bias)` for the rows of `x`, adding each row of `dx` to `dbias`.
     fn bias_gelu_backward(dx: &mut [f32], x: &[f32], dy: &[f32], bias: &[f32], dbias: &mut [f32]) {
-        const INV_SQRT_2PI: f32 = 0.398_942_3;
         let n = bias.len();
         for ((d, x), dy) in dx.chunks_mut(n).zip(x.chunks(n)).zip(dy.chunks(n)) {
             for ((((d, &x), &g), &b), db) in d.iter_mut().zip(x).zip(dy).zip(bias).zip(dbias.iter_mut()) {
-                let u = x + b;
-                let cdf = 0.5 * (1.0 + fast_erf(u * std::f32::consts::FRAC_1_SQRT_2));
-                let pdf = INV_SQRT_2PI * fast_exp(-0.5 * u * u);
-                *d = g * (cdf + u * pdf);
+                *d = g * gelu_erf_derivative(x + b);
                 *db += *d;
             }
         }
@@ -49,11 +44,7 @@ impl CustomOp2 for FusedBiasGeluErf {
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (x, bias) = (f32_slice(s1, l1, self.name())?, f32_slice(s2, l2, self.name())?);
-        let n = last_dim(l1.shape())?;
-        if bias.len() != n {
-            candle_core::bail!("fused-bias-gelu-erf: a bias of {} for rows of {n}", bias.len());
-        }
+        let (x, bias, n) = rows_and_bias((s1, l1), (s2, l2), self.name())?;
         let mut out = vec![0f32; x.len()];
         let chunk = rows_task_len(n);
         out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, x)| bias_gelu(o, x, bias));

@@ -3,12 +3,12 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use crate::layers::fused::math::{fast_erf, fast_exp, ELEMENTS_PER_TASK};
+use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative, ELEMENTS_PER_TASK};
 use crate::layers::fused::multiversion;
 use crate::layers::fused::storage::f32_slice;
 
 /// Exact GELU, `x · Φ(x)` with `Φ(x) = (1 + erf(x/√2)) / 2` (f32, contiguous), with a vectorised
-/// erf (see [`fast_erf`]); backward `dy · (Φ(x) + x · φ(x))`.
+/// erf (see [`gelu_erf`]); backward `dy · (Φ(x) + x · φ(x))`.
 pub(crate) struct FusedGeluErf;
 
 impl CustomOp1 for FusedGeluErf {
@@ -22,7 +22,7 @@ impl CustomOp1 for FusedGeluErf {
         multiversion! {
             fn gelu(o: &mut [f32], x: &[f32]) {
                 for (o, &x) in o.iter_mut().zip(x) {
-                    *o = 0.5 * x * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
+                    *o = gelu_erf(x);
                 }
             }
         }
@@ -31,7 +31,6 @@ impl CustomOp1 for FusedGeluErf {
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        const INV_SQRT_2PI: f32 = 0.398_942_3;
         let x = arg.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
         let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
         let mut dx = vec![0f32; x.len()];
@@ -42,9 +41,7 @@ impl CustomOp1 for FusedGeluErf {
         multiversion! {
             fn gelu_backward(dx: &mut [f32], x: &[f32], dy: &[f32]) {
                 for ((d, &x), &g) in dx.iter_mut().zip(x).zip(dy) {
-                    let cdf = 0.5 * (1.0 + fast_erf(x * std::f32::consts::FRAC_1_SQRT_2));
-                    let pdf = INV_SQRT_2PI * fast_exp(-0.5 * x * x);
-                    *d = g * (cdf + x * pdf);
+                    *d = g * gelu_erf_derivative(x);
                 }
             }
         }

@@ -94,6 +94,21 @@ pub(crate) fn fast_erf(x: f32) -> f32 {
     (1.0 - poly * fast_exp(-a * a)).copysign(x)
 }
 
+/// Exact GELU, `u · Φ(u)` with `Φ(u) = (1 + erf(u/√2)) / 2`, with [`fast_erf`].
+#[inline(always)]
+pub(crate) fn gelu_erf(u: f32) -> f32 {
+    0.5 * u * (1.0 + fast_erf(u * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// The derivative of [`gelu_erf`]: `Φ(u) + u · φ(u)`.
+#[inline(always)]
+pub(crate) fn gelu_erf_derivative(u: f32) -> f32 {
+    const INV_SQRT_2PI: f32 = 0.398_942_3;
+    let cdf = 0.5 * (1.0 + fast_erf(u * std::f32::consts::FRAC_1_SQRT_2));
+    let pdf = INV_SQRT_2PI * fast_exp(-0.5 * u * u);
+    cdf + u * pdf
+}
+
 /// e^x in f32 without a libm call, so that loops over it vectorise: x = n·ln 2 + r with
 /// |r| ≤ ln 2 / 2, e^r by its Taylor polynomial of degree 7 (truncation error below 1e-8
 /// relative), times 2^n built in the exponent bits. Relative error within 3 ulp of libm's

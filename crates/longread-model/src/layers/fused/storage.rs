@@ -29,3 +29,18 @@ pub(crate) fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) 
         _ => candle_core::bail!("{op}: f32 only"),
     }
 }
+
+/// The f32 data of `x` and of a bias added to each of its rows (a bias op's arguments), and the
+/// row length; the bias must be as long as a row.
+pub(crate) fn rows_and_bias<'a>(
+    (s1, l1): (&'a CpuStorage, &Layout),
+    (s2, l2): (&'a CpuStorage, &Layout),
+    op: &str,
+) -> Result<(&'a [f32], &'a [f32], usize)> {
+    let [x, bias] = f32_slices([(s1, l1), (s2, l2)], op)?;
+    let n = last_dim(l1.shape())?;
+    if bias.len() != n {
+        candle_core::bail!("{op}: a bias of {} for rows of {n}", bias.len());
+    }
+    Ok((x, bias, n))
+}
