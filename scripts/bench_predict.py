@@ -3,17 +3,24 @@
 weights, same run; and peak memory of `predict` on one very long document.
 
   speed:  python3 scripts/bench_predict.py speed [--docs 100] [--threads 2] [--repeats 3]
-          [--precision f32,int8] [--no-seed-design]
+          [--precision f32,int8] [--no-seed-design] [--no-per-document] [--max-batch-tokens 2048]
   memory: python3 scripts/bench_predict.py memory [--tokens 25000,50000,100000,200000]
 
 speed: a classifier is made with `longread init` on ../shared/models/all-MiniLM-L6-v2 (defaults:
 chunks of 512, stride 256, max 20 chunks, attention pooling); the documents are the first --docs
 articles of ../shared/data/hyperpartisan/test.jsonl. Timed: tokenization + chunking + encoding
 + pooling + head, model loading excluded (longread reports its own timing line; the Python
-sides are timed around their loops). Three systems:
-  longread     the release binary, chunks of several documents batched together by length
-  reference    scripts/reference_hierarchical.py: one padded batch of a document's chunks
-  seed design  the seed scripts' approach: every document padded to 20 x 512 tokens
+sides are timed around their loops). Systems:
+  longread            the release binary, chunks of several documents batched together by length
+  PyTorch (fair)      what a practitioner would write: torch.inference_mode(), SDPA attention,
+                      the chunks of all documents sorted by length and packed into batches of at
+                      most --max-batch-tokens padded tokens (as longread does), same threads;
+                      with int8, torch.ao.quantization.quantize_dynamic on the same Linear layers
+  PyTorch per document  scripts/reference_hierarchical.py as the golden tests use it: one padded
+                      batch per document, eager attention (kept for comparison with old tables)
+  seed design         the seed scripts' approach: every document padded to 20 x 512 tokens
+                      (a strawman: the test articles average under 3 chunks)
+Each system runs --repeats times after one warm-up run; min and median are printed.
 memory: documents of about N tokens (hyperpartisan articles concatenated), max_chunks 0, run
 one at a time under /usr/bin/time; prints peak RSS per length.
 Needs: a release build, torch, transformers, tokenizers, safetensors.
@@ -48,41 +55,89 @@ def articles(split="test"):
         return [json.loads(line) for line in f]
 
 
-def run_longread(model, path, threads, precision="f32"):
+def run_longread(model, path, threads, precision="f32", max_batch_tokens=2048):
     res = subprocess.run([BINARY, "predict", "--model", model, "--input", path, "--output", os.devnull,
-                          "--threads", str(threads), "--precision", precision],
+                          "--threads", str(threads), "--precision", precision,
+                          "--max-batch-tokens", str(max_batch_tokens)],
                          capture_output=True, text=True, check=True)
     m = re.search(r"classified (\d+) documents \((\d+) tokens\) in ([\d.]+) s", res.stderr)
     return int(m.group(2)), float(m.group(3))
 
 
-@torch.no_grad()
 def run_reference(model, chunker, docs):
+    """One padded batch per document, as the golden reference does (eager attention)."""
     start = time.perf_counter()
-    for d in docs:
-        model.predict(chunker, d["text"])
+    with torch.inference_mode():
+        for d in docs:
+            model.predict(chunker, d["text"])
     return time.perf_counter() - start
 
 
-@torch.no_grad()
+def run_fair(model, chunker, docs, max_batch_tokens):
+    """Chunks of every document sorted longest first and packed into batches of at most
+    max_batch_tokens padded tokens (the plan longread uses); then pooling and head per document."""
+    start = time.perf_counter()
+    with torch.inference_mode():
+        chunked = [chunker.chunk(d["text"]) for d in docs]
+        refs = [(i, j) for i, c in enumerate(chunked) for j in range(len(c))]
+        refs.sort(key=lambda r: -len(chunked[r[0]][r[1]]["ids"]))
+        vectors = [[None] * len(c) for c in chunked]
+        batch = []
+
+        def flush():
+            vs = model.chunk_vectors([chunked[i][j] for i, j in batch])
+            for (i, j), v in zip(batch, vs):
+                vectors[i][j] = v
+            batch.clear()
+
+        for r in refs:
+            longest = len(chunked[batch[0][0]][batch[0][1]]["ids"]) if batch else len(chunked[r[0]][r[1]]["ids"])
+            if batch and (len(batch) + 1) * longest > max_batch_tokens:
+                flush()
+            batch.append(r)
+        if batch:
+            flush()
+        for c, v in zip(chunked, vectors):
+            model.prediction(c, torch.stack(v))
+    return time.perf_counter() - start
+
+
 def run_seed_design(model, chunker, docs, n_chunks=20, width=512):
     """Every document as a [20, 512] batch: chunks padded to 512, missing chunks all padding."""
     start = time.perf_counter()
-    for d in docs:
-        chunks = chunker.chunk(d["text"])[:n_chunks]
-        ids = torch.full((n_chunks, width), model.pad_id)
-        mask = torch.zeros((n_chunks, width), dtype=torch.long)
-        for i, c in enumerate(chunks):
-            ids[i, :len(c["ids"])] = torch.tensor(c["ids"])
-            mask[i, :len(c["ids"])] = 1
-        hidden = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
-        model.classify(hidden[:len(chunks)])
+    with torch.inference_mode():
+        for d in docs:
+            chunks = chunker.chunk(d["text"])[:n_chunks]
+            ids = torch.full((n_chunks, width), model.pad_id)
+            mask = torch.zeros((n_chunks, width), dtype=torch.long)
+            for i, c in enumerate(chunks):
+                ids[i, :len(c["ids"])] = torch.tensor(c["ids"])
+                mask[i, :len(c["ids"])] = 1
+            hidden = model.encoder(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+            model.classify(hidden[:len(chunks)])
     return time.perf_counter() - start
+
+
+def cpu_description():
+    """CPU model and the vector extensions that matter here."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"]
+    return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no AVX2'})"
 
 
 def speed(args):
     torch.set_num_threads(args.threads)
     docs = [{"id": a["id"], "text": a["text"]} for a in articles()[:args.docs]]
+    precisions = args.precision.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = os.path.join(tmp, "model")
         init_model(model_dir)
@@ -90,32 +145,43 @@ def speed(args):
         with open(path, "w") as f:
             for d in docs:
                 f.write(json.dumps(d) + "\n")
-        ref = HierarchicalReference.from_dir(model_dir)
-        chunker = Chunker(os.path.join(model_dir, "tokenizer.json"), ref.s)
+        eager = HierarchicalReference.from_dir(model_dir)
+        sdpa = HierarchicalReference.from_dir(model_dir, attn_implementation="sdpa")
+        chunker = Chunker(os.path.join(model_dir, "tokenizer.json"), sdpa.s)
         n_chunks = sum(len(chunker.chunk(d["text"])) for d in docs)
-        run_reference(ref, chunker, docs[:3])  # warm-up
-        times = {"longread": [], "reference": []}
-        for p in args.precision.split(",")[1:]:
-            times[f"longread --precision {p}"] = []
+        systems = {}
+        for p in precisions:
+            systems[f"longread {p}"] = lambda p=p: run_longread(model_dir, path, args.threads, p, args.max_batch_tokens)[1]
+            if p == "f32":
+                systems["PyTorch (fair) f32"] = lambda: run_fair(sdpa, chunker, docs, args.max_batch_tokens)
+            elif p == "int8":
+                quantized = HierarchicalReference.from_dir(model_dir, attn_implementation="sdpa")
+                quantized.encoder = torch.ao.quantization.quantize_dynamic(
+                    quantized.encoder, {torch.nn.Linear}, dtype=torch.qint8)
+                systems["PyTorch (fair) int8"] = lambda q=quantized: run_fair(q, chunker, docs, args.max_batch_tokens)
+        if not args.no_per_document:
+            systems["PyTorch per document (eager)"] = lambda: run_reference(eager, chunker, docs)
         if not args.no_seed_design:
-            times["seed design"] = []
-        tokens = 0
+            systems["seed design (strawman)"] = lambda: run_seed_design(eager, chunker, docs)
+        times = {k: [] for k in systems}
+        for k, run in systems.items():
+            run()  # warm-up
         for _ in range(args.repeats):
-            tokens, t = run_longread(model_dir, path, args.threads)
-            times["longread"].append(t)
-            for p in args.precision.split(",")[1:]:
-                times[f"longread --precision {p}"].append(run_longread(model_dir, path, args.threads, p)[1])
-            times["reference"].append(run_reference(ref, chunker, docs))
-            if not args.no_seed_design:
-                times["seed design"].append(run_seed_design(ref, chunker, docs))
+            for k, run in systems.items():
+                times[k].append(run())
+        tokens = run_longread(model_dir, path, args.threads)[0]
     med = {k: statistics.median(v) for k, v in times.items()}
     n = len(docs)
+    print(f"CPU: {cpu_description()}")
     print(f"{n} documents, {tokens} tokens, {n_chunks} chunks (max 20 per document), threads {args.threads}, "
-          f"torch {torch.__version__}")
-    print("| | time (s) | documents/s | tokens/s | time / longread's |")
+          f"max batch tokens {args.max_batch_tokens}, torch {torch.__version__}, {args.repeats} runs after a warm-up")
+    print("| system | min (s) | median (s) | documents/s (median) | time / PyTorch (fair) of the same precision |")
     print("|---|---|---|---|---|")
     for k, t in med.items():
-        print(f"| {k} | {t:.2f} | {n / t:.2f} | {tokens / t:.0f} | {t / med['longread']:.2f} |")
+        p = "int8" if k.endswith("int8") else "f32"
+        ref = med.get(f"PyTorch (fair) {p}")
+        ratio = f"{t / ref:.2f}" if ref else "-"
+        print(f"| {k} | {min(times[k]):.2f} | {t:.2f} | {n / t:.2f} | {ratio} |")
     print("runs:", {k: [round(x, 2) for x in v] for k, v in times.items()})
 
 
@@ -157,7 +223,10 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", default="f32",
                     help="longread precisions to time, comma-separated, f32 first (e.g. f32,int8)")
-    ap.add_argument("--no-seed-design", action="store_true", help="skip the slow seed-design baseline")
+    ap.add_argument("--no-seed-design", action="store_true", help="skip the slow seed-design strawman")
+    ap.add_argument("--no-per-document", action="store_true", help="skip the per-document eager reference")
+    ap.add_argument("--max-batch-tokens", type=int, default=2048,
+                    help="token budget of one encoder batch, for longread (its default) and PyTorch (fair)")
     ap.add_argument("--tokens", default="25000,50000,100000,200000")
     args = ap.parse_args()
     speed(args) if args.what == "speed" else memory(args)

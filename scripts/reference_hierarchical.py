@@ -82,7 +82,9 @@ class HierarchicalReference(torch.nn.Module):
         self.encoder, self.head, self.s, self.labels, self.pad_id = encoder, head, section, labels, pad_id
 
     @classmethod
-    def from_dir(cls, model_dir):
+    def from_dir(cls, model_dir, attn_implementation="eager"):
+        """attn_implementation: "eager" for the golden fixtures (the plain formula), "sdpa" for
+        speed comparisons (what transformers uses by default)."""
         from transformers import AutoConfig, AutoModel
 
         with open(os.path.join(model_dir, "config.json")) as f:
@@ -92,7 +94,7 @@ class HierarchicalReference(torch.nn.Module):
         tensors = load_file(os.path.join(model_dir, "model.safetensors"))
         prefix = "roberta." if cfg["model_type"] in ("roberta", "xlm-roberta", "camembert") else "bert."
         enc_cfg = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in ("longread", "architectures")})
-        enc_cfg._attn_implementation = "eager"
+        enc_cfg._attn_implementation = attn_implementation
         encoder = AutoModel.from_config(enc_cfg, add_pooling_layer=False)
         encoder_state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
         missing, unexpected = encoder.load_state_dict(encoder_state, strict=False)
@@ -150,9 +152,13 @@ class HierarchicalReference(torch.nn.Module):
     @torch.no_grad()
     def predict(self, chunker, text):
         chunks = chunker.chunk(text)
-        logits, attention = self.classify(self.chunk_vectors(chunks))
-        probs = torch.softmax(logits, 0)
         h = self.chunk_vectors(chunks)
+        return self.prediction(chunks, h)
+
+    def prediction(self, chunks, h):
+        """The `predict` JSON of one document from its chunks and their vectors h [n, H]."""
+        logits, attention = self.classify(h)
+        probs = torch.softmax(logits, 0)
         out = {
             "label": self.labels[int(probs.argmax())],
             "scores": {l: float(p) for l, p in zip(self.labels, probs)},

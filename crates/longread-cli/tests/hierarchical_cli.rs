@@ -155,6 +155,34 @@ fn predict_reads_txt_files_directories_and_stdin_and_reports_bad_documents() {
     assert_eq!(json_lines(&out.stdout).len(), 4);
 }
 
+/// Regression: one malformed JSON line aborted a whole `predict` run, writing nothing.
+#[test]
+fn a_malformed_line_gets_its_own_error_record_unless_strict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.jsonl");
+    std::fs::write(&input, "{\"id\": \"a\", \"text\": \"Rain is expected.\"}\n{\"id\": \"b\", \"text\n{\"id\": \"c\"}\n{\"id\": \"d\", \"text\": \"Sun.\"}\n")
+        .unwrap();
+    let output = tmp.path().join("out.jsonl");
+    let model = fixture("hier/roberta-attention");
+    let args = ["predict", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()];
+    let out = longread(&[&args[..], &["--output", output.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&std::fs::read(&output).unwrap());
+    assert_eq!(lines.len(), 4);
+    assert_eq!((lines[0]["id"].as_str(), lines[3]["id"].as_str()), (Some("a"), Some("d")));
+    assert!(lines[0]["label"].is_string() && lines[3]["label"].is_string());
+    assert_eq!(lines[1]["line"], 2);
+    assert!(lines[1]["error"].as_str().unwrap().starts_with("invalid JSON"), "{}", lines[1]);
+    assert!(lines[1].get("id").is_none());
+    assert_eq!(lines[2]["line"], 3);
+    assert!(lines[2]["error"].as_str().unwrap().contains("missing \"text\""));
+
+    let strict_out = tmp.path().join("strict.jsonl");
+    let out = longread(&[&args[..], &["--strict", "--output", strict_out.to_str().unwrap()]].concat());
+    assert_clean_failure(&out, "in.jsonl:2: invalid JSON");
+    assert!(!strict_out.exists(), "nothing written");
+}
+
 #[test]
 fn predict_on_a_plain_encoder_says_to_run_init() {
     let out = longread(&[

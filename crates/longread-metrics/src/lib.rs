@@ -54,7 +54,8 @@ pub struct ClassMetrics {
 pub struct Report {
     /// Fraction of correct predictions.
     pub accuracy: f64,
-    /// Unweighted mean of the per-class F1.
+    /// Unweighted mean of the per-class F1 over the labels present in the gold labels or the
+    /// predictions (scikit-learn's `average="macro"`).
     pub macro_f1: f64,
     /// Mean of the per-class F1 weighted by support.
     pub weighted_f1: f64,
@@ -92,14 +93,22 @@ pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Resu
             ClassMetrics { label: label.clone(), precision, recall, f1, support }
         })
         .collect();
-    let n = labels.len() as f64;
+    // Macro averages over the labels present in the gold labels or the predictions, as
+    // scikit-learn's `average="macro"` (without `labels=`) does.
+    let present: Vec<&ClassMetrics> = per_class
+        .iter()
+        .enumerate()
+        .filter(|&(c, m)| m.support > 0 || cm.counts.iter().any(|row| row[c] > 0))
+        .map(|(_, m)| m)
+        .collect();
+    let macro_mean = |f: fn(&ClassMetrics) -> f64| present.iter().map(|m| f(m)).sum::<f64>() / present.len() as f64;
     let correct: usize = (0..labels.len()).map(|c| cm.counts[c][c]).sum();
     Ok(Report {
         accuracy: ratio(correct, total),
-        macro_f1: per_class.iter().map(|c| c.f1).sum::<f64>() / n,
+        macro_f1: macro_mean(|m| m.f1),
         weighted_f1: per_class.iter().map(|c| c.f1 * c.support as f64).sum::<f64>() / total as f64,
-        macro_precision: per_class.iter().map(|c| c.precision).sum::<f64>() / n,
-        macro_recall: per_class.iter().map(|c| c.recall).sum::<f64>() / n,
+        macro_precision: macro_mean(|m| m.precision),
+        macro_recall: macro_mean(|m| m.recall),
         per_class,
         confusion_matrix: cm.counts,
         labels: labels.to_vec(),
@@ -174,6 +183,19 @@ mod tests {
         assert_eq!(r.per_class[2].f1, 0.0);
         assert_eq!(r.per_class[2].support, 0);
         assert!(r.macro_f1.is_finite() && r.weighted_f1.is_finite());
+    }
+
+    /// scikit-learn 1.9.1: `f1_score([0, 0, 1], [0, 0, 0], average="macro", zero_division=0)`
+    /// = 0.4 — label 2 ("c") is in neither list and does not count (not (0.8 + 0 + 0) / 3).
+    #[test]
+    fn macro_averages_skip_labels_in_neither_gold_nor_predictions() {
+        let r = evaluate(&labels(), &[0, 0, 1], &[0, 0, 0]).unwrap();
+        assert!((r.macro_f1 - 0.4).abs() < 1e-12, "{}", r.macro_f1);
+        assert!((r.macro_precision - (2.0 / 3.0) / 2.0).abs() < 1e-12);
+        assert!((r.macro_recall - 0.5).abs() < 1e-12);
+        // A label only predicted counts (its F1 is 0).
+        let r = evaluate(&labels(), &[0, 0], &[0, 2]).unwrap();
+        assert!((r.macro_f1 - (2.0 / 3.0) / 2.0).abs() < 1e-12, "{}", r.macro_f1);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod activation;
 pub mod checkpoint;
+pub mod classifier;
 pub mod config;
 pub mod embedder;
 pub mod encoder;
@@ -20,6 +21,7 @@ pub mod sentence_pooling;
 pub mod variables;
 
 pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};
+pub use classifier::{Classifier, ClassifierOptions, DocError, DocResult, Precision, Prediction};
 pub use config::EncoderConfig;
 pub use encoder::Encoder;
 pub use error::{ModelError, Result};

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{Result, TextError};
-use crate::jsonl::read_records_allowing_empty;
+use crate::jsonl::{read_records_allowing_empty, read_records_lenient};
 
 /// One document.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,16 +18,33 @@ pub struct Document {
     pub text: String,
     /// Other fields of a JSON-lines record (e.g. `"label"`), in input order.
     pub fields: Map<String, Value>,
-    /// A problem found while reading this document (e.g. a `.txt` file that is not UTF-8).
+    /// A problem found while reading this document (e.g. a `.txt` file that is not UTF-8, or
+    /// a JSON line that could not be parsed: its id is then `null`).
     pub error: Option<String>,
+    /// 1-based line of a JSON-lines input (`None` for `.txt` files and in-memory texts).
+    pub line: Option<usize>,
+}
+
+impl Document {
+    /// A document made of `text` alone, with this id.
+    pub fn new(id: impl Into<Value>, text: impl Into<String>) -> Self {
+        Self { id: id.into(), text: text.into(), fields: Map::new(), error: None, line: None }
+    }
+
+    /// True for a JSON line that could not be read as a document (no id, no text).
+    pub fn is_unreadable_line(&self) -> bool {
+        self.id.is_null() && self.line.is_some() && self.error.is_some()
+    }
 }
 
 /// Reads documents from `path`: `-` (JSON lines on `stdin`), a directory (every `*.txt`,
 /// sorted by name, id = file name), a `.txt` file (one document) or a JSON-lines file.
-pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>) -> Result<Vec<Document>> {
+/// With `strict`, a JSON line that cannot be read fails the whole input; without, it becomes
+/// a document of its own with an error (see [`Document::is_unreadable_line`]).
+pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>, strict: bool) -> Result<Vec<Document>> {
     let io = |source: std::io::Error| TextError::Io { path: path.to_owned(), source };
     if path.as_os_str() == "-" {
-        return from_jsonl(stdin(), "<stdin>");
+        return from_jsonl(stdin(), "<stdin>", strict);
     }
     if path.is_dir() {
         let mut files: Vec<_> = std::fs::read_dir(path)
@@ -45,18 +62,39 @@ pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>) -> 
         return Ok(vec![text_file(path)?]);
     }
     let file = std::fs::File::open(path).map_err(io)?;
-    from_jsonl(Box::new(std::io::BufReader::new(file)), &path.display().to_string())
+    from_jsonl(Box::new(std::io::BufReader::new(file)), &path.display().to_string(), strict)
 }
 
-fn from_jsonl(reader: Box<dyn BufRead>, name: &str) -> Result<Vec<Document>> {
-    Ok(read_records_allowing_empty(reader, name)?
+fn from_jsonl(reader: Box<dyn BufRead>, name: &str, strict: bool) -> Result<Vec<Document>> {
+    let lines = if strict {
+        read_records_allowing_empty(reader, name)?.into_iter().map(Ok).collect()
+    } else {
+        read_records_lenient(reader, name)?
+    };
+    Ok(lines
         .into_iter()
         .enumerate()
-        .map(|(i, mut r)| Document {
-            id: r.fields.shift_remove("id").unwrap_or(Value::from(i)),
-            text: r.text,
-            fields: r.fields,
-            error: None,
+        .map(|(i, line)| match line {
+            Ok(mut r) => Document {
+                id: r.fields.shift_remove("id").unwrap_or(Value::from(i)),
+                text: r.text,
+                fields: r.fields,
+                error: None,
+                line: Some(r.line),
+            },
+            Err(e) => {
+                let (line, message) = match e {
+                    TextError::BadLine { line, message, .. } => (line, message),
+                    other => (0, other.to_string()),
+                };
+                Document {
+                    id: Value::Null,
+                    text: String::new(),
+                    fields: Map::new(),
+                    error: Some(message),
+                    line: Some(line),
+                }
+            }
         })
         .collect())
 }
@@ -70,7 +108,7 @@ fn text_file(path: &Path) -> Result<Document> {
             (String::new(), Some(format!("not valid UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())))
         }
     };
-    Ok(Document { id, text, fields: Map::new(), error })
+    Ok(Document { id, text, fields: Map::new(), error, line: None })
 }
 
 #[cfg(test)]
@@ -88,7 +126,7 @@ mod tests {
         std::fs::write(dir.path().join("a.txt"), "first").unwrap();
         std::fs::write(dir.path().join("c.txt"), b"caf\xe9").unwrap();
         std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
-        let docs = read_documents(dir.path(), no_stdin).unwrap();
+        let docs = read_documents(dir.path(), no_stdin, true).unwrap();
         let ids: Vec<_> = docs.iter().map(|d| d.id.as_str().unwrap()).collect();
         assert_eq!(ids, vec!["a.txt", "b.txt", "c.txt"]);
         assert_eq!(docs[0].text, "first");
@@ -100,7 +138,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("docs.jsonl");
         std::fs::write(&path, "{\"id\": \"x\", \"text\": \"\", \"label\": 1}\n{\"text\": \"b\"}\n").unwrap();
-        let docs = read_documents(&path, no_stdin).unwrap();
+        let docs = read_documents(&path, no_stdin, true).unwrap();
         assert_eq!(docs[0].id, "x");
         assert_eq!(docs[0].text, "");
         assert_eq!(docs[0].fields["label"], 1);
@@ -109,7 +147,21 @@ mod tests {
 
     #[test]
     fn stdin_is_read_for_dash() {
-        let docs = read_documents(Path::new("-"), || Box::new(&b"{\"text\": \"hi\"}\n"[..])).unwrap();
+        let docs = read_documents(Path::new("-"), || Box::new(&b"{\"text\": \"hi\"}\n"[..]), true).unwrap();
+        assert_eq!(docs[0].line, Some(1));
         assert_eq!(docs[0].text, "hi");
+    }
+
+    #[test]
+    fn a_malformed_line_is_a_document_error_unless_strict() {
+        let input =
+            || -> Box<dyn BufRead> { Box::new(&b"{\"text\": \"a\"}\n{oops\n{\"id\": \"c\", \"text\": \"b\"}\n"[..]) };
+        let docs = read_documents(Path::new("-"), input, false).unwrap();
+        assert_eq!(docs.len(), 3);
+        assert!(docs[1].is_unreadable_line() && docs[1].line == Some(2), "{:?}", docs[1]);
+        assert!(docs[1].error.as_deref().unwrap().starts_with("invalid JSON"));
+        assert!(!docs[0].is_unreadable_line() && docs[2].id == "c" && docs[2].line == Some(3));
+        let err = read_documents(Path::new("-"), input, true).unwrap_err().to_string();
+        assert!(err.starts_with("<stdin>:2: invalid JSON"), "{err}");
     }
 }

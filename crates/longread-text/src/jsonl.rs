@@ -30,35 +30,66 @@ pub fn read_records_allowing_empty(reader: impl BufRead, source_name: &str) -> R
 
 fn read(reader: impl BufRead, source_name: &str, allow_empty: bool) -> Result<Vec<Record>> {
     let mut records = Vec::new();
-    for (i, line) in reader.split(b'\n').enumerate() {
-        let line_no = i + 1;
-        let bad = |message: String| TextError::BadLine { source_name: source_name.to_owned(), line: line_no, message };
-        let bytes = line.map_err(|e| bad(e.to_string()))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            bad(format!("not valid UTF-8 (invalid byte at column {})", e.utf8_error().valid_up_to() + 1))
-        })?;
-        let text = text.trim_end_matches('\r');
-        if text.trim().is_empty() {
-            continue;
-        }
-        let value: Value = serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
-        let Value::Object(mut fields) = value else {
-            return Err(bad("expected a JSON object such as {\"text\": \"...\"}".into()));
-        };
-        let text = match fields.shift_remove("text") {
-            Some(Value::String(s)) => s,
-            Some(other) => return Err(bad(format!("\"text\" must be a string, found {}", kind(&other)))),
-            None => return Err(bad("missing \"text\" field".into())),
-        };
-        if !allow_empty && text.trim().is_empty() {
-            return Err(bad("\"text\" is empty".into()));
-        }
-        records.push(Record { line: line_no, text, fields });
+    for line in read_lines(reader, source_name, allow_empty) {
+        records.push(line?);
     }
     if records.is_empty() {
         return Err(TextError::EmptyInput { source_name: source_name.to_owned() });
     }
     Ok(records)
+}
+
+/// Like [`read_records_allowing_empty`], but a line that cannot be read (invalid UTF-8 or
+/// JSON, no `"text"`) is an error of its own, in input order, and the other lines are kept:
+/// one bad line among millions does not stop a job. An input without any line is an error.
+pub fn read_records_lenient(reader: impl BufRead, source_name: &str) -> Result<Vec<Result<Record>>> {
+    let lines: Vec<Result<Record>> = read_lines(reader, source_name, true).collect();
+    if lines.is_empty() {
+        return Err(TextError::EmptyInput { source_name: source_name.to_owned() });
+    }
+    Ok(lines)
+}
+
+/// Every non-blank line as a record or the error that names it.
+fn read_lines<'a>(
+    reader: impl BufRead + 'a,
+    source_name: &'a str,
+    allow_empty: bool,
+) -> impl Iterator<Item = Result<Record>> + 'a {
+    reader
+        .split(b'\n')
+        .enumerate()
+        .filter_map(move |(i, line)| parse_line(i + 1, line, source_name, allow_empty).transpose())
+}
+
+/// One line as a record; `None` for a blank line.
+fn parse_line(
+    line_no: usize,
+    line: std::io::Result<Vec<u8>>,
+    source_name: &str,
+    allow_empty: bool,
+) -> Result<Option<Record>> {
+    let bad = |message: String| TextError::BadLine { source_name: source_name.to_owned(), line: line_no, message };
+    let bytes = line.map_err(|e| bad(e.to_string()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| bad(format!("not valid UTF-8 (invalid byte at column {})", e.utf8_error().valid_up_to() + 1)))?;
+    let text = text.trim_end_matches('\r');
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    let Value::Object(mut fields) = value else {
+        return Err(bad("expected a JSON object such as {\"text\": \"...\"}".into()));
+    };
+    let text = match fields.shift_remove("text") {
+        Some(Value::String(s)) => s,
+        Some(other) => return Err(bad(format!("\"text\" must be a string, found {}", kind(&other)))),
+        None => return Err(bad("missing \"text\" field".into())),
+    };
+    if !allow_empty && text.trim().is_empty() {
+        return Err(bad("\"text\" is empty".into()));
+    }
+    Ok(Some(Record { line: line_no, text, fields }))
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -103,6 +134,21 @@ mod tests {
             let err = read(input).unwrap_err().to_string();
             assert!(err.starts_with(expected), "{err:?} should start with {expected:?}");
         }
+    }
+
+    #[test]
+    fn lenient_reading_keeps_the_good_lines_around_a_bad_one() {
+        let lines = read_records_lenient(
+            &b"{\"text\": \"a\"}\n{\"text\": \n\n{\"id\": 2}\n{\"text\": \"b\"}\n"[..],
+            "in.jsonl",
+        )
+        .unwrap();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0].as_ref().unwrap().text, "a");
+        assert!(lines[1].as_ref().unwrap_err().to_string().starts_with("in.jsonl:2: invalid JSON"));
+        assert!(lines[2].as_ref().unwrap_err().to_string().starts_with("in.jsonl:4: missing \"text\""));
+        assert_eq!(lines[3].as_ref().unwrap().line, 5);
+        assert!(read_records_lenient(&b"\n"[..], "in.jsonl").is_err());
     }
 
     #[test]

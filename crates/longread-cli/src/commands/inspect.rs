@@ -143,7 +143,8 @@ pub fn run(args: InspectArgs) -> Result<()> {
 
 /// `inspect` on a HAN model directory: its sizes, grid, labels and parameters per part.
 fn inspect_han(dir: &std::path::Path, as_json: bool) -> Result<()> {
-    let model = crate::commands::han_scoring::load(dir)?;
+    let model = longread_model::han::HanClassifier::load(dir, &candle_core::Device::Cpu)
+        .with_context(|| format!("loading HAN model {}", dir.display()))?;
     let c = model.config();
     let mut parts: Vec<(String, usize)> = Vec::new();
     for (name, var) in model.named_vars() {

@@ -3,7 +3,6 @@ pub mod bench;
 pub mod embed;
 pub mod encoder;
 pub mod eval;
-pub mod han_scoring;
 pub mod init;
 pub mod inspect;
 pub mod predict;

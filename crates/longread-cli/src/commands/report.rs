@@ -6,13 +6,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use indicatif::ProgressBar;
-use longread_model::han::is_han_dir;
-use longread_report::{render_html, ChunkView, DocumentView};
+use longread_model::classifier::DocResult;
+use longread_model::Precision;
+use longread_report::{render_html, ChunkView, DocumentView, SentenceView, WordView};
 use longread_text::{read_documents, Document};
 
-use crate::commands::han_scoring;
-use crate::commands::predict::{id_text, load, progress_bar, score_documents};
+use crate::commands::predict::{id_text, load, progress_bar};
 use crate::io::Output;
 
 /// Arguments of `longread report`.
@@ -34,65 +33,18 @@ pub struct ReportArgs {
 
 /// Runs `longread report`; returns the number of documents that failed.
 pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
-    let documents = read_documents(&args.input, crate::io::stdin_reader)?;
+    let classifier = load(&args.model, args.max_batch_tokens, Precision::F32)?;
+    let documents = read_documents(&args.input, crate::io::stdin_reader, true)?;
     let progress = progress_bar(documents.len(), quiet);
     let mut views = Vec::with_capacity(documents.len());
-    if is_han_dir(&args.model) {
-        let model = han_scoring::load(&args.model)?;
-        let labels = model.labels().to_vec();
-        han_scoring::score_documents(&model, &documents, &progress, |result| {
-            let mut v = view(result.document);
-            match result.outcome {
-                Err(message) => v.error = Some(message),
-                Ok(scores) => {
-                    v.sentences = han_scoring::sentence_views(&scores);
-                    v.scores = labels.iter().cloned().zip(scores.probabilities).collect();
-                }
-            }
-            views.push(v);
-            Ok(())
-        })?;
-        return write_report(&args, &views, &progress, quiet);
-    }
-    let (model, chunker) = load(&args.model, crate::commands::predict::ScoringPrecision::F32)?;
-    let labels = model.labels().to_vec();
-    score_documents(&model, &chunker, &documents, args.max_batch_tokens as usize, &progress, |result| {
-        let mut view = view(result.document);
-        match result.outcome {
-            Err(message) => view.error = Some(message),
-            Ok((chunked, scores)) => {
-                view.scores = labels.iter().cloned().zip(scores.probabilities).collect();
-                view.chunks = chunked
-                    .chunks
-                    .iter()
-                    .zip(scores.attention)
-                    .map(|(c, attention)| ChunkView { index: c.index, start: c.start, end: c.end, attention })
-                    .collect();
-            }
-        }
-        views.push(view);
-        Ok(())
+    classifier.classify_documents(&documents, |document, result| {
+        views.push(view(document, result));
+        progress.inc(1);
+        Ok::<(), anyhow::Error>(())
     })?;
-    write_report(&args, &views, &progress, quiet)
-}
-
-/// A document's view before scoring.
-fn view(document: &Document) -> DocumentView<'_> {
-    DocumentView {
-        id: id_text(&document.id),
-        text: &document.text,
-        scores: vec![],
-        chunks: vec![],
-        sentences: vec![],
-        error: None,
-    }
-}
-
-/// Writes the page atomically; returns the number of documents that failed.
-fn write_report(args: &ReportArgs, views: &[DocumentView], progress: &ProgressBar, quiet: bool) -> Result<usize> {
     progress.finish_and_clear();
     let failed = views.iter().filter(|v| v.error.is_some()).count();
-    let html = render_html("longread report", &args.model.display().to_string(), views);
+    let html = render_html("longread report", &args.model.display().to_string(), &views);
     let mut out = Output::create(Some(&args.out))?;
     out.write_all(html.as_bytes()).context("writing the report")?;
     out.commit()?;
@@ -100,4 +52,45 @@ fn write_report(args: &ReportArgs, views: &[DocumentView], progress: &ProgressBa
         eprintln!("wrote {} ({} documents, {failed} failed)", args.out.display(), views.len());
     }
     Ok(failed)
+}
+
+/// What the page shows of one document: its scores and the chunks or sentences (with words)
+/// the model attended to, or why it has no prediction.
+fn view(document: &Document, result: DocResult) -> DocumentView<'_> {
+    let mut view = DocumentView {
+        id: id_text(document),
+        text: &document.text,
+        scores: vec![],
+        chunks: vec![],
+        sentences: vec![],
+        error: None,
+    };
+    match result {
+        Err(e) => view.error = Some(e.message),
+        Ok(p) => {
+            view.scores = p.scores.labels.into_iter().zip(p.scores.probabilities).collect();
+            view.chunks = p
+                .chunks
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| ChunkView { index: c.index, start: c.start, end: c.end, attention: c.attention })
+                .collect();
+            view.sentences = p
+                .sentences
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| SentenceView {
+                    start: s.start,
+                    end: s.end,
+                    attention: s.attention,
+                    words: s
+                        .words
+                        .iter()
+                        .map(|w| WordView { start: w.start, end: w.end, attention: w.attention })
+                        .collect(),
+                })
+                .collect();
+        }
+    }
+    view
 }

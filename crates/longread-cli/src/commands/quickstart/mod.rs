@@ -17,10 +17,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_metrics::Report;
+use longread_model::Precision;
 use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};
 
 use crate::commands::eval::evaluate_file;
-use crate::commands::predict::ScoringPrecision;
 use synthetic::{transcripts, Transcript, LABELS};
 
 /// Arguments of `longread quickstart`.
@@ -210,8 +210,8 @@ pub fn run(args: QuickstartArgs, quiet: bool) -> Result<()> {
     let test_data = out.join("data/test.jsonl");
     let mut reports: Vec<Report> = Vec::new();
     for (arch, _) in MODELS {
-        let (_, mut by_task) = evaluate_file(&out.join(arch), &test_data, 4096, ScoringPrecision::F32, quiet)?;
-        reports.push(by_task.remove(0));
+        let mut by_task = evaluate_file(&out.join(arch), &test_data, 4096, Precision::F32, quiet)?;
+        reports.push(by_task.remove(0).report);
     }
     run(strings(&["report", "--model", &path("hierarchical"), "--input", &path("data/report.jsonl")])
         .chain(strings(&["--out", &path("report.html")]))

@@ -94,9 +94,11 @@ mod tests {
         let (fused, composed) = (run(true), run(false));
         assert_eq!(max_diff(&fused[0], &composed[0]), 0.0, "the forward values are broadcast_add's");
         assert_eq!(max_diff(&fused[1], &composed[1]), 0.0, "dx is dy");
-        // dbias sums 210 rows of gradients of order 1, in another order than candle's.
+        // dbias sums 210 rows of gradients of order 1 (sums up to ~±50), in another order than
+        // candle's: rounding reaches 2.5e-5 on some random draws (seen failing a 2e-5 bound), so
+        // the bound is the project's f32 bar.
         let d = max_diff(&fused[2], &composed[2]);
-        assert!(d < 2e-5, "dbias: max abs diff {d}");
+        assert!(d < 1e-4, "dbias: max abs diff {d}");
     }
 
     #[test]

@@ -113,7 +113,7 @@ pub(crate) fn gelu_erf_derivative(u: f32) -> f32 {
 /// |r| ≤ ln 2 / 2, e^r by its Taylor polynomial of degree 7 (truncation error below 1e-8
 /// relative), times 2^n built in the exponent bits. Relative error within 3 ulp of libm's
 /// `expf` on [−87, 88]; below −87.3 the result is 0 (as `expf` underflows to denormals there),
-/// above 88.7 it saturates.
+/// above 88.7 it saturates (+∞ gives +∞), and NaN gives NaN.
 #[inline(always)]
 pub(crate) fn fast_exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -121,7 +121,10 @@ pub(crate) fn fast_exp(x: f32) -> f32 {
     const LN2_LO: f32 = 1.428_606_8e-6;
     // Round to nearest with the 1.5·2^23 trick (no `round` call).
     const MAGIC: f32 = 12_582_912.0;
-    let clamped = x.clamp(-87.3, 88.7);
+    // max/min rather than clamp: they return the other operand for NaN, so `n` below is
+    // always a whole number in range (NaN is restored at the end).
+    #[allow(clippy::manual_clamp)]
+    let clamped = x.max(-87.3).min(88.7);
     let n = (clamped * LOG2E + MAGIC) - MAGIC;
     let r = clamped - n * LN2_HI - n * LN2_LO;
     let p = 1.0
@@ -131,10 +134,11 @@ pub(crate) fn fast_exp(x: f32) -> f32 {
     // SAFETY: n is a whole number in [−126, 128] after the clamp, so it fits an i32.
     let n = unsafe { n.to_int_unchecked::<i32>() };
     let scale = f32::from_bits(((n + 127) as u32) << 23);
-    if x < -87.3 {
-        0.0
+    let y = if x < -87.3 { 0.0 } else { p * scale };
+    if x.is_nan() {
+        x
     } else {
-        p * scale
+        y
     }
 }
 
@@ -181,6 +185,17 @@ pub(crate) fn lanes_dot(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: NaN reached `to_int_unchecked` (undefined behaviour) through `clamp`.
+    #[test]
+    fn fast_exp_is_defined_for_nan_and_infinities() {
+        assert!(fast_exp(f32::NAN).is_nan());
+        assert_eq!(fast_exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(fast_exp(f32::INFINITY), f32::INFINITY);
+        assert!(fast_erf(f32::NAN).is_nan());
+        assert_eq!(fast_erf(f32::INFINITY), 1.0);
+        assert_eq!(fast_erf(f32::NEG_INFINITY), -1.0);
+    }
 
     #[test]
     fn fast_exp_is_within_a_few_ulp_of_expf() {

@@ -1,0 +1,322 @@
+//! One entry point for every model directory longread writes (hierarchical, single-chunk
+//! sequence, HAN): load it, classify documents, get [`Prediction`]s. The CLI, the server and
+//! the Python package call this and never look at the model kind.
+
+pub mod evaluate;
+pub mod prediction;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
+
+use crate::error::{ModelError, Result};
+use crate::han::{is_han_dir, score_texts, HanClassifier, HanScores};
+use crate::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, DEFAULT_TASK};
+pub use prediction::{
+    argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, Prediction, PredictionLine, SentenceEvidence,
+    TaskPrediction, WordEvidence,
+};
+
+/// Precision of the encoder when classifying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// 32-bit floats throughout.
+    #[default]
+    F32,
+    /// bfloat16 activations and matmuls, f32 weights (for parity with a model trained in
+    /// bf16; on the CPU slower than f32, see BENCHMARKS.md).
+    Bf16,
+    /// int8 weights (one scale per output) and int8 activations (one scale per token) in the
+    /// encoder's dense layers, summed exactly in i32; attention, LayerNorm and head in f32.
+    Int8,
+}
+
+/// How a [`Classifier`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassifierOptions {
+    /// Encoder precision (encoder models only; a HAN accepts only f32).
+    pub precision: Precision,
+    /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
+    /// share batches, longest first.
+    pub max_batch_tokens: usize,
+}
+
+impl Default for ClassifierOptions {
+    fn default() -> Self {
+        Self { precision: Precision::F32, max_batch_tokens: 2048 }
+    }
+}
+
+/// Documents are scored in groups of about this many encoder chunks (or HAN documents), so
+/// that memory stays bounded whatever the input size.
+const GROUP_CHUNKS: usize = 256;
+/// Documents per HAN forward pass.
+const HAN_BATCH: usize = 32;
+
+/// The model behind a [`Classifier`].
+enum Model {
+    /// Hierarchical or single-chunk sequence classifier on a transformer encoder.
+    Encoder { model: Box<HierarchicalClassifier>, chunker: Box<Chunker> },
+    /// Hierarchical attention network (word/sentence BiGRU).
+    Han(Box<HanClassifier>),
+}
+
+/// A loaded model that classifies documents.
+pub struct Classifier {
+    model: Model,
+    tasks: Vec<TaskSpec>,
+    options: ClassifierOptions,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for Classifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Classifier").field("dir", &self.dir).field("tasks", &self.tasks).finish_non_exhaustive()
+    }
+}
+
+impl Classifier {
+    /// Loads any model directory made by `longread init` or `longread train`.
+    pub fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
+        if options.max_batch_tokens == 0 {
+            return Err(ModelError::InvalidInput("max_batch_tokens must be at least 1".into()));
+        }
+        let device = Device::Cpu;
+        if is_han_dir(dir) {
+            if options.precision != Precision::F32 {
+                return Err(ModelError::InvalidInput(format!(
+                    "precision {:?} applies to encoder models; {} is a HAN (f32 only)",
+                    options.precision,
+                    dir.display()
+                )));
+            }
+            let model = HanClassifier::load(dir, &device)?;
+            let tasks = vec![TaskSpec {
+                name: DEFAULT_TASK.into(),
+                column: DEFAULT_TASK.into(),
+                labels: model.labels().to_vec(),
+            }];
+            return Ok(Self { model: Model::Han(Box::new(model)), tasks, options, dir: dir.to_owned() });
+        }
+        let mut model = HierarchicalClassifier::load(dir, false, &device)?;
+        match options.precision {
+            Precision::F32 => {}
+            Precision::Bf16 => {
+                tracing::warn!(
+                    "precision bf16 on the CPU is slower than f32 (candle has no fast bf16 CPU matmul); \
+                     int8 is the fast reduced-precision mode"
+                );
+                model.set_precision(DType::BF16)?
+            }
+            Precision::Int8 => model.set_int8(true)?,
+        }
+        let tokenizer = TextTokenizer::from_file(model.tokenizer_path())?;
+        let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
+        let tasks = model.config().tasks();
+        Ok(Self {
+            model: Model::Encoder { model: Box::new(model), chunker: Box::new(chunker) },
+            tasks,
+            options,
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// The model directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Labels of the primary task, in id order.
+    pub fn labels(&self) -> &[String] {
+        &self.tasks[0].labels
+    }
+
+    /// Every task, the primary one first (one for all but multi-task models).
+    pub fn tasks(&self) -> &[TaskSpec] {
+        &self.tasks
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> ClassifierOptions {
+        self.options
+    }
+
+    /// What a prediction's evidence is made of: `"chunk"` or `"sentence"`.
+    pub fn evidence_unit(&self) -> &'static str {
+        match self.model {
+            Model::Encoder { .. } => "chunk",
+            Model::Han(_) => "sentence",
+        }
+    }
+
+    /// The model's `config.json` as it is on disk (for `/info`, `inspect`).
+    pub fn config_json(&self) -> serde_json::Value {
+        match &self.model {
+            Model::Encoder { model, .. } => model.config().to_json(),
+            Model::Han(model) => serde_json::from_str(&model.config_json()).unwrap_or_default(),
+        }
+    }
+
+    /// Classifies texts; a text that cannot be classified (empty, no words) gets its own
+    /// error and the others go on.
+    pub fn classify(&self, texts: &[&str]) -> Result<Vec<DocResult>> {
+        let documents: Vec<Document> = texts.iter().enumerate().map(|(i, t)| Document::new(i, *t)).collect();
+        let mut results = Vec::with_capacity(texts.len());
+        self.classify_documents(&documents, |_, result| {
+            results.push(result);
+            Ok::<(), ModelError>(())
+        })?;
+        Ok(results)
+    }
+
+    /// Classifies `documents` in groups (memory bounded whatever their number), calling
+    /// `on_result` once per document in input order; a document read with an error, or one
+    /// that cannot be classified, gets a [`DocError`]. Stops at the first error `on_result`
+    /// returns.
+    pub fn classify_documents<'d, E: From<ModelError>>(
+        &self,
+        documents: &'d [Document],
+        mut on_result: impl FnMut(&'d Document, DocResult) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let mut start = 0;
+        while start < documents.len() {
+            let (end, results) = match &self.model {
+                Model::Encoder { model, chunker } => self.classify_encoder_group(model, chunker, documents, start)?,
+                Model::Han(model) => {
+                    let end = (start + HAN_BATCH).min(documents.len());
+                    (end, classify_han(model, &documents[start..end])?)
+                }
+            };
+            for (document, result) in documents[start..end].iter().zip(results) {
+                on_result(document, result)?;
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Chunks documents from `start` until about [`GROUP_CHUNKS`] chunks (at least one
+    /// document), encodes their chunks batched together and scores them; returns where the
+    /// group ended and one result per document of it.
+    fn classify_encoder_group(
+        &self,
+        model: &HierarchicalClassifier,
+        chunker: &Chunker,
+        documents: &[Document],
+        start: usize,
+    ) -> Result<(usize, Vec<DocResult>)> {
+        let mut chunked: Vec<std::result::Result<ChunkedDocument, DocError>> = Vec::new();
+        let mut chunks = 0;
+        let mut end = start;
+        while end < documents.len() && (chunked.is_empty() || chunks < GROUP_CHUNKS) {
+            let doc = &documents[end];
+            let one = match &doc.error {
+                Some(e) => Err(DocError::new(e.clone())),
+                None => chunker.chunk(&doc.text).map_err(|e| DocError::new(e.to_string())),
+            };
+            chunks += one.as_ref().map_or(0, |c| c.chunks.len());
+            chunked.push(one);
+            end += 1;
+        }
+        let ok: Vec<&ChunkedDocument> = chunked.iter().filter_map(|c| c.as_ref().ok()).collect();
+        let vectors = model.encode_documents(&ok, self.options.max_batch_tokens, &Device::Cpu, |_| {})?;
+        let mut vectors = vectors.iter();
+        let results = chunked
+            .into_iter()
+            .map(|c| match c {
+                Err(e) => Ok(Err(e)),
+                Ok(doc) => {
+                    let chunk_vectors = vectors.next().expect("one vector set per chunked document");
+                    let scores = model.score_tasks(chunk_vectors)?;
+                    Ok(Ok(encoder_prediction(&self.tasks, &doc, scores)))
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((end, results))
+    }
+}
+
+/// Scores one group of documents with a HAN.
+fn classify_han(model: &HanClassifier, group: &[Document]) -> Result<Vec<DocResult>> {
+    let texts: Vec<&str> = group.iter().map(|d| d.text.as_str()).collect();
+    let scored = score_texts(model, &texts, HAN_BATCH, &Device::Cpu)?;
+    Ok(group
+        .iter()
+        .zip(scored)
+        .map(|(doc, outcome)| match (&doc.error, outcome) {
+            (Some(e), _) => Err(DocError::new(e.clone())),
+            (None, Err(message)) => Err(DocError::new(message)),
+            (None, Ok(scores)) => Ok(han_prediction(model.labels(), scores)),
+        })
+        .collect())
+}
+
+/// An encoder model's prediction: `scores` holds one score set per task, the primary first.
+fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<DocumentScores>) -> Prediction {
+    let mut scores = scores.into_iter();
+    let primary = scores.next().expect("one score set per task");
+    let other: std::collections::BTreeMap<String, TaskPrediction> = tasks[1..]
+        .iter()
+        .zip(scores)
+        .map(|(spec, s)| {
+            let task = TaskPrediction {
+                label: spec.labels[argmax(&s.probabilities)].clone(),
+                scores: LabelScores { labels: spec.labels.clone(), probabilities: s.probabilities },
+                logits: s.logits,
+                attention: s.attention,
+            };
+            (spec.name.clone(), task)
+        })
+        .collect();
+    let labels = &tasks[0].labels;
+    Prediction {
+        label: labels[argmax(&primary.probabilities)].clone(),
+        chunks: Some(
+            doc.chunks
+                .iter()
+                .zip(&primary.attention)
+                .map(|(c, &attention)| ChunkEvidence { index: c.index, start: c.start, end: c.end, attention })
+                .collect(),
+        ),
+        scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },
+        logits: primary.logits,
+        total_sentences: None,
+        sentences: None,
+        tasks: (!other.is_empty()).then_some(other),
+        tokens: Some(doc.total_tokens),
+    }
+}
+
+/// A HAN's prediction, with every sentence read and its words.
+fn han_prediction(labels: &[String], scores: HanScores) -> Prediction {
+    let sentences = scores
+        .sentences
+        .into_iter()
+        .enumerate()
+        .map(|(index, s)| SentenceEvidence {
+            index,
+            start: s.start,
+            end: s.end,
+            attention: s.attention,
+            hops: (s.hops.len() > 1).then_some(s.hops),
+            words: s
+                .words
+                .iter()
+                .map(|w| WordEvidence { start: w.start, end: w.end, attention: w.attention })
+                .collect(),
+        })
+        .collect();
+    Prediction {
+        label: labels[argmax(&scores.probabilities)].clone(),
+        scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
+        logits: scores.logits,
+        chunks: None,
+        total_sentences: Some(scores.total_sentences),
+        sentences: Some(sentences),
+        tasks: None,
+        tokens: None,
+    }
+}

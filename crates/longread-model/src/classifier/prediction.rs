@@ -1,0 +1,273 @@
+//! What classifying one document gives: the one serialisable type that `predict`, `eval`,
+//! `report`, the server and the Python package share.
+
+use std::collections::BTreeMap;
+
+use longread_text::Document;
+use serde::Serialize;
+use serde_json::Value;
+
+/// The prediction for one document: its label, the probability of every label, the logits and
+/// the evidence the model attended to (chunks for encoder models, sentences and words for HAN).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    /// The most probable label (the first on ties).
+    pub label: String,
+    /// `{label: probability}` in the model's label order.
+    pub scores: LabelScores,
+    /// Raw logits, one per label.
+    pub logits: Vec<f32>,
+    /// Encoder models: the chunks read, with their character spans and attention.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<Vec<ChunkEvidence>>,
+    /// HAN models: sentences in the whole text (those beyond the model's `doc_size` are not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_sentences: Option<usize>,
+    /// HAN models: the sentences read, with their words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentences: Option<Vec<SentenceEvidence>>,
+    /// Multi-task models: the other tasks' predictions, by task name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<BTreeMap<String, TaskPrediction>>,
+    /// Tokens the encoder read (encoder models; not part of the JSON output).
+    #[serde(skip)]
+    pub tokens: Option<usize>,
+}
+
+/// One more task's prediction in a multi-task model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskPrediction {
+    /// The most probable label.
+    pub label: String,
+    /// `{label: probability}` in the task's label order.
+    pub scores: LabelScores,
+    /// Raw logits.
+    pub logits: Vec<f32>,
+    /// This task's attention over the chunks, in chunk order.
+    pub attention: Vec<f32>,
+}
+
+/// A chunk the encoder read; offsets in characters (Unicode scalar values).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ChunkEvidence {
+    /// Index of the window among all of the document's windows.
+    pub index: usize,
+    /// First character.
+    pub start: usize,
+    /// End character (exclusive).
+    pub end: usize,
+    /// Its weight in the pooled document vector.
+    pub attention: f32,
+}
+
+/// A sentence a HAN read; offsets in characters.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SentenceEvidence {
+    /// Position among the sentences read.
+    pub index: usize,
+    /// First character.
+    pub start: usize,
+    /// End character (exclusive).
+    pub end: usize,
+    /// Its weight in the document, averaged over the attention hops.
+    pub attention: f32,
+    /// Its weight under each hop, when there are several.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hops: Option<Vec<f32>>,
+    /// The words read, with their weights in the sentence.
+    pub words: Vec<WordEvidence>,
+}
+
+/// A word a HAN read; offsets in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct WordEvidence {
+    /// First character.
+    pub start: usize,
+    /// End character (exclusive).
+    pub end: usize,
+    /// Its weight in its sentence.
+    pub attention: f32,
+}
+
+/// The part of a document that weighed most in its prediction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evidence {
+    /// What it is: `"chunk"` or `"sentence"`.
+    pub unit: &'static str,
+    /// Its index (the chunk's window index, the sentence's position).
+    pub index: usize,
+    /// First character.
+    pub start: usize,
+    /// End character (exclusive).
+    pub end: usize,
+    /// Its attention weight.
+    pub attention: f32,
+    /// How many such parts were read.
+    pub count: usize,
+}
+
+impl Prediction {
+    /// Probabilities in label order.
+    pub fn probabilities(&self) -> &[f32] {
+        &self.scores.probabilities
+    }
+
+    /// Index of the predicted label.
+    pub fn label_index(&self) -> usize {
+        argmax(&self.scores.probabilities)
+    }
+
+    /// The predicted label index of task `task` (0 = the primary task), when the model has it.
+    pub fn task_label_index(&self, task: usize, name: &str) -> Option<usize> {
+        if task == 0 {
+            return Some(self.label_index());
+        }
+        self.tasks.as_ref()?.get(name).map(|t| argmax(&t.scores.probabilities))
+    }
+
+    /// The most attended chunk or sentence (none for a prediction without evidence).
+    pub fn top_evidence(&self) -> Option<Evidence> {
+        if let Some(chunks) = &self.chunks {
+            let attention: Vec<f32> = chunks.iter().map(|c| c.attention).collect();
+            let c = chunks.get(argmax(&attention))?;
+            return Some(Evidence {
+                unit: "chunk",
+                index: c.index,
+                start: c.start,
+                end: c.end,
+                attention: c.attention,
+                count: chunks.len(),
+            });
+        }
+        let sentences = self.sentences.as_ref()?;
+        let attention: Vec<f32> = sentences.iter().map(|s| s.attention).collect();
+        let s = sentences.get(argmax(&attention))?;
+        Some(Evidence {
+            unit: "sentence",
+            index: s.index,
+            start: s.start,
+            end: s.end,
+            attention: s.attention,
+            count: sentences.len(),
+        })
+    }
+}
+
+/// `{label: probability}` in label order (serialised as a JSON object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelScores {
+    /// Label names.
+    pub labels: Vec<String>,
+    /// Their probabilities.
+    pub probabilities: Vec<f32>,
+}
+
+impl Serialize for LabelScores {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.labels.len()))?;
+        for (label, p) in self.labels.iter().zip(&self.probabilities) {
+            map.serialize_entry(label, p)?;
+        }
+        map.end()
+    }
+}
+
+/// Why one document has no prediction (unreadable, empty, no words); the others go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DocError {
+    /// What was wrong with the document.
+    pub message: String,
+}
+
+impl DocError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into() }
+    }
+}
+
+/// A document's result: its prediction or why it has none.
+pub type DocResult = std::result::Result<Prediction, DocError>;
+
+/// The JSON line `predict` writes for one document: `{"id", ...prediction}`, `{"id", "error"}`,
+/// or `{"line", "error"}` for an input line that could not be read as a document.
+#[derive(Debug, Serialize)]
+pub struct PredictionLine<'r> {
+    /// The document's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'r Value>,
+    /// The input line, for a line that could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// The prediction's fields, at the top level.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<&'r Prediction>,
+    /// Why there is no prediction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'r str>,
+}
+
+impl<'r> PredictionLine<'r> {
+    /// The line of `document` with `result`.
+    pub fn new(document: &'r Document, result: &'r DocResult) -> Self {
+        let (id, line) = if document.is_unreadable_line() { (None, document.line) } else { (Some(&document.id), None) };
+        match result {
+            Ok(prediction) => Self { id, line, prediction: Some(prediction), error: None },
+            Err(e) => Self { id, line, prediction: None, error: Some(&e.message) },
+        }
+    }
+}
+
+/// Index of the largest value (the first on ties; 0 when empty).
+pub fn argmax(values: &[f32]) -> usize {
+    values.iter().enumerate().fold(0, |best, (i, v)| if *v > values[best] { i } else { best })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prediction() -> Prediction {
+        Prediction {
+            label: "b".into(),
+            scores: LabelScores { labels: vec!["a".into(), "b".into()], probabilities: vec![0.25, 0.75] },
+            logits: vec![-1.0, 0.5],
+            chunks: Some(vec![
+                ChunkEvidence { index: 0, start: 0, end: 10, attention: 0.2 },
+                ChunkEvidence { index: 1, start: 5, end: 20, attention: 0.8 },
+            ]),
+            total_sentences: None,
+            sentences: None,
+            tasks: None,
+            tokens: Some(30),
+        }
+    }
+
+    #[test]
+    fn a_prediction_line_keeps_the_predict_field_order() {
+        let p = prediction();
+        let result = Ok(p);
+        let line = serde_json::to_string(&PredictionLine::new(&Document::new("d1", "text"), &result)).unwrap();
+        assert_eq!(
+            line,
+            r#"{"id":"d1","label":"b","scores":{"a":0.25,"b":0.75},"logits":[-1.0,0.5],"chunks":[{"index":0,"start":0,"end":10,"attention":0.2},{"index":1,"start":5,"end":20,"attention":0.8}]}"#
+        );
+        let failed: DocResult = Err(DocError::new("empty document"));
+        let line = serde_json::to_string(&PredictionLine::new(&Document::new(3, ""), &failed)).unwrap();
+        assert_eq!(line, r#"{"id":3,"error":"empty document"}"#);
+        let unreadable =
+            Document { id: Value::Null, line: Some(9), error: Some("invalid JSON".into()), ..Document::new(0, "") };
+        let failed: DocResult = Err(DocError::new("invalid JSON"));
+        let line = serde_json::to_string(&PredictionLine::new(&unreadable, &failed)).unwrap();
+        assert_eq!(line, r#"{"line":9,"error":"invalid JSON"}"#);
+    }
+
+    #[test]
+    fn top_evidence_is_the_most_attended_chunk() {
+        let e = prediction().top_evidence().unwrap();
+        assert_eq!((e.unit, e.index, e.start, e.end, e.count), ("chunk", 1, 5, 20, 2));
+        assert_eq!(prediction().label_index(), 1);
+    }
+}

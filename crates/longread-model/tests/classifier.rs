@@ -1,0 +1,89 @@
+//! The one library API over every model kind: `Classifier` loads hierarchical, multi-task and
+//! HAN directories alike, classifies texts with per-document errors, and a document's scores do
+//! not depend on the other documents it is batched with.
+
+mod common;
+
+use common::fixture;
+use longread_model::{Classifier, ClassifierOptions, Precision};
+
+fn documents() -> Vec<String> {
+    std::fs::read_to_string(fixture("hier/documents.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn a_document_alone_and_amid_others_gets_the_same_scores() {
+    for model in ["hier/roberta-attention", "hier/bert-multihead", "hier/trained-multitask"] {
+        // A small token budget: the batch mixes chunks of several documents.
+        let options = ClassifierOptions { max_batch_tokens: 64, ..ClassifierOptions::default() };
+        let classifier = Classifier::load(&fixture(model), options).unwrap();
+        let docs = documents();
+        let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let together = classifier.classify(&texts).unwrap();
+        assert_eq!(together.len(), texts.len());
+        for (text, batched) in texts.iter().zip(&together) {
+            let alone = classifier.classify(&[text]).unwrap().remove(0).unwrap();
+            let batched = batched.as_ref().unwrap();
+            assert!(max_diff(alone.probabilities(), batched.probabilities()) <= 1e-6, "{model}");
+            assert!(max_diff(&alone.logits, &batched.logits) <= 1e-6, "{model}");
+            let attention = |p: &longread_model::Prediction| -> Vec<f32> {
+                p.chunks.as_ref().unwrap().iter().map(|c| c.attention).collect()
+            };
+            assert!(max_diff(&attention(&alone), &attention(batched)) <= 1e-6, "{model}");
+            assert_eq!(alone.label, batched.label);
+            assert_eq!(alone.tasks.is_some(), classifier.tasks().len() > 1, "{model}");
+        }
+    }
+}
+
+#[test]
+fn one_bad_document_fails_alone() {
+    let classifier = Classifier::load(&fixture("hier/roberta-attention"), ClassifierOptions::default()).unwrap();
+    let results = classifier.classify(&["Rain is expected.", "  \n", "The committee met."]).unwrap();
+    assert!(results[0].is_ok() && results[2].is_ok());
+    assert!(results[1].as_ref().unwrap_err().message.contains("empty or whitespace-only"));
+    let p = results[0].as_ref().unwrap();
+    assert_eq!(classifier.evidence_unit(), "chunk");
+    assert_eq!(p.label, classifier.labels()[p.label_index()]);
+    assert!((p.probabilities().iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    assert_eq!(p.top_evidence().unwrap().unit, "chunk");
+}
+
+#[test]
+fn a_han_loads_through_the_same_api_and_shows_sentences() {
+    let classifier = Classifier::load(&fixture("han"), ClassifierOptions::default()).unwrap();
+    assert_eq!(classifier.evidence_unit(), "sentence");
+    assert_eq!(classifier.tasks().len(), 1);
+    let results = classifier.classify(&["The film was long. The ending was good.", ""]).unwrap();
+    let p = results[0].as_ref().unwrap();
+    let sentences = p.sentences.as_ref().unwrap();
+    assert!(p.chunks.is_none() && !sentences.is_empty());
+    assert_eq!(p.total_sentences, Some(2));
+    let top = p.top_evidence().unwrap();
+    assert_eq!((top.unit, top.count), ("sentence", sentences.len()));
+    assert!(results[1].as_ref().unwrap_err().message.contains("no words"));
+    // Serialised like `predict` writes it: sentences with words, no chunks.
+    let json = serde_json::to_value(p).unwrap();
+    assert!(json["sentences"][0]["words"].is_array() && json.get("chunks").is_none());
+}
+
+#[test]
+fn reduced_precision_is_refused_for_a_han_and_bad_options_are_errors() {
+    let int8 = ClassifierOptions { precision: Precision::Int8, ..ClassifierOptions::default() };
+    let err = Classifier::load(&fixture("han"), int8).unwrap_err().to_string();
+    assert!(err.contains("is a HAN"), "{err}");
+    let zero = ClassifierOptions { max_batch_tokens: 0, ..ClassifierOptions::default() };
+    let err = Classifier::load(&fixture("hier/roberta-attention"), zero).unwrap_err().to_string();
+    assert!(err.contains("max_batch_tokens"), "{err}");
+    let err = Classifier::load(&fixture("tiny-bert"), ClassifierOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("longread init"), "{err}");
+}
