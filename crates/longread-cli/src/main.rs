@@ -6,7 +6,7 @@ mod commands;
 mod config_file;
 mod io;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// longread — long-document classification with hierarchical transformers.
 #[derive(Debug, Parser)]
@@ -77,7 +77,8 @@ fn main() {
         }
     };
     allocator::keep_freed_memory();
-    let cli = Cli::parse_from(args);
+    let matches = Cli::command().get_matches_from(args);
+    let cli = Cli::from_arg_matches(&matches).map(|cli| cli.with_given_flags(&matches)).unwrap_or_else(|e| e.exit());
     init_logging(cli.quiet);
     if let Some(n) = cli.threads {
         if n == 0 {
@@ -100,8 +101,31 @@ fn main() {
 /// Parses one `longread …` command line (without the program name) and runs it, as the
 /// quickstart runs its steps; global flags other than `--quiet` are ignored here.
 pub(crate) fn run_command_line(args: &[String], quiet: bool) -> anyhow::Result<usize> {
-    let cli = Cli::try_parse_from(std::iter::once("longread".to_string()).chain(args.iter().cloned()))?;
+    let matches =
+        Cli::command().try_get_matches_from(std::iter::once("longread".to_string()).chain(args.iter().cloned()))?;
+    let cli = Cli::from_arg_matches(&matches)?.with_given_flags(&matches);
     dispatch(cli.command, quiet || cli.quiet)
+}
+
+impl Cli {
+    /// Records which flags of `train` and `init` were given (on the command line or in a
+    /// `--config` file) rather than left at their defaults, so that flags that do not apply
+    /// can be refused.
+    fn with_given_flags(mut self, matches: &clap::ArgMatches) -> Self {
+        let given = |name: &str| -> Vec<String> {
+            let Some(sub) = matches.subcommand_matches(name) else { return Vec::new() };
+            sub.ids()
+                .filter(|id| sub.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+                .map(|id| id.as_str().to_owned())
+                .collect()
+        };
+        match &mut self.command {
+            Command::Train(args) => args.given = given("train"),
+            Command::Init(args) => args.given = given("init"),
+            _ => {}
+        }
+        self
+    }
 }
 
 /// Runs a command; `Ok(n > 0)` when some inputs failed (exit status 2).

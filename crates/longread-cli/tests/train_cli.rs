@@ -118,6 +118,61 @@ fn training_input_problems_are_clear_errors() {
     assert_clean_failure(&out, "--class-weights needs 3 non-negative numbers");
 }
 
+/// Regression: flags that did not apply were silently ignored, and out-of-range numbers
+/// silently changed the run.
+#[test]
+fn flags_that_do_not_apply_and_numbers_out_of_range_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("hier/bert-mean");
+    let data = fixture("synthetic/train.jsonl");
+    let out = tmp.path().join("o");
+    let refused = |extra: &[&str], needle: &str| {
+        assert_clean_failure(&train(&model, &data, &out, extra), needle);
+        assert!(!out.exists(), "nothing written for {extra:?}");
+    };
+    // HAN-only flags, even at their default values.
+    refused(&["--dropout", "0.5"], "--dropout applies only to --arch han");
+    refused(&["--attention-penalty", "0.1"], "--attention-penalty applies only to --arch han");
+    refused(&["--embedding-dim", "100"], "--embedding-dim applies only to --arch han");
+    refused(&["--word-vectors", model.to_str().unwrap()], "--word-vectors applies only to --arch han");
+    refused(&["--train-embeddings", "--freeze-bottom", "2"], "--train-embeddings contradicts --freeze-bottom");
+    refused(&["--lr", "0"], "--lr 0: a learning rate must be a number above 0");
+    refused(&["--lr=-1e-5"], "--lr -0.00001: a learning rate must be a number above 0");
+    refused(&["--head-lr=-1"], "--head-lr -1");
+    refused(&["--warmup-ratio", "1.5"], "--warmup-ratio 1.5: must be in [0, 1]");
+    refused(&["--layer-lr-decay", "0"], "--layer-lr-decay 0: must be in (0, 1]");
+    refused(&["--layer-lr-decay", "1.2"], "--layer-lr-decay 1.2");
+    refused(&["--max-grad-norm=-1"], "--max-grad-norm -1");
+    refused(&["--adam-beta1", "1"], "--adam-beta1 1: must be in [0, 1)");
+    refused(&["--adam-epsilon", "0"], "--adam-epsilon 0");
+    let both = train(&model, &data, &out, &["--warmup-ratio", "0.1", "--warmup-steps", "3"]);
+    assert_eq!(both.status.code(), Some(2), "clap refuses both warm-up flags");
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+    // The HAN refuses the encoder's batching and cache flags.
+    let han = |extra: &[&str]| {
+        let mut args =
+            vec!["train", "--arch", "han", "--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        longread(&args)
+    };
+    assert_clean_failure(&han(&["--max-batch-tokens", "512"]), "--max-batch-tokens does not apply to --arch han");
+    assert_clean_failure(&han(&["--cache-memory", "10"]), "--cache-memory does not apply to --arch han");
+    assert_clean_failure(&han(&["--dropout", "1.5"]), "--dropout 1.5: must be in [0, 1)");
+    // init: --attention-heads only with multihead pooling.
+    let init = longread(&[
+        "init",
+        "--encoder",
+        fixture("tiny-bert").to_str().unwrap(),
+        "--labels",
+        "a,b",
+        "--out",
+        out.to_str().unwrap(),
+        "--attention-heads",
+        "2",
+    ]);
+    assert_clean_failure(&init, "--attention-heads applies only to --pooling multihead");
+}
+
 #[test]
 fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
     let tmp = tempfile::tempdir().unwrap();

@@ -18,6 +18,7 @@ fn config(epochs: usize) -> TrainConfig {
         max_grad_norm: 0.5,
         decay: Decay::Constant,
         warmup_ratio: 0.0,
+        warmup_steps: None,
         seed: 5,
         max_batch_tokens: 0,
         recompute: false,

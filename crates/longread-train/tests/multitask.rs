@@ -52,6 +52,7 @@ fn config(epochs: usize) -> TrainConfig {
         max_grad_norm: 1.0,
         decay: Decay::Linear,
         warmup_ratio: 0.0,
+        warmup_steps: None,
         seed: 3,
         max_batch_tokens: 64,
         recompute: true,

@@ -45,6 +45,7 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         max_grad_norm: 1.0,
         decay: Decay::Linear,
         warmup_ratio: 0.1,
+        warmup_steps: None,
         seed: 3,
         max_batch_tokens: 64,
         recompute: true,

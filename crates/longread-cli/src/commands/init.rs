@@ -56,6 +56,9 @@ pub struct InitArgs {
     /// Seed for the new weights (same seed, same model).
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Flags given explicitly (filled in after parsing).
+    #[arg(skip)]
+    pub given: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -90,6 +93,9 @@ enum ChunkPool {
 
 /// Runs `longread init`.
 pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
+    if args.given.iter().any(|g| g == "attention_heads") && !matches!(args.pooling, Pooling::Multihead) {
+        bail!("--attention-heads applies only to --pooling multihead");
+    }
     let labels: Vec<String> = args.labels.iter().map(|l| l.trim().to_owned()).collect();
     if labels.len() < 2 || labels.iter().any(String::is_empty) {
         bail!("--labels needs at least two non-empty names, e.g. --labels general,teen,mature");

@@ -39,6 +39,8 @@ pub struct TrainConfig {
     pub decay: Decay,
     /// Warm-up as a fraction of all optimizer steps.
     pub warmup_ratio: f64,
+    /// Warm-up in optimizer steps; when set, it replaces `warmup_ratio`.
+    pub warmup_steps: Option<usize>,
     /// Seed for shuffling and dropout.
     pub seed: u64,
     /// Most tokens per encoder batch.

@@ -26,7 +26,7 @@ impl Stepper {
     pub(crate) fn new(cfg: &TrainConfig, documents: usize) -> Self {
         let steps_per_epoch = documents.div_ceil(cfg.batch_size.max(1)).div_ceil(cfg.grad_accum.max(1));
         let total_steps = steps_per_epoch * cfg.epochs;
-        let warmup_steps = (cfg.warmup_ratio * total_steps as f64).round() as usize;
+        let warmup_steps = warmup_steps(cfg.warmup_ratio, cfg.warmup_steps, total_steps);
         Self {
             schedule: Schedule { warmup_steps, total_steps, decay: cfg.decay },
             max_grad_norm: cfg.max_grad_norm,
@@ -83,4 +83,22 @@ pub(crate) fn accumulate(
         summed.insert(id, total);
     }
     Ok(())
+}
+
+/// Warm-up steps of a run of `total` optimizer steps: `steps` when given, else `ratio · total`
+/// rounded.
+fn warmup_steps(ratio: f64, steps: Option<usize>, total: usize) -> usize {
+    steps.unwrap_or((ratio * total as f64).round() as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warmup_steps_replace_the_ratio_when_given() {
+        assert_eq!(warmup_steps(0.1, None, 95), 10);
+        assert_eq!(warmup_steps(0.1, Some(7), 95), 7);
+        assert_eq!(warmup_steps(0.0, Some(0), 95), 0);
+    }
 }

@@ -155,8 +155,48 @@ pub struct TrainArgs {
     /// event (phase, step, epoch, done) on stdout, no progress bar.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub(super) log_format: LogFormat,
+    /// Warm-up in optimizer steps (instead of --warmup-ratio).
+    #[arg(long, conflicts_with = "warmup_ratio")]
+    pub(super) warmup_steps: Option<usize>,
+    /// AdamW's β1 (decay of the first-moment estimate), in [0, 1).
+    #[arg(long, default_value_t = 0.9)]
+    pub(super) adam_beta1: f64,
+    /// AdamW's β2 (decay of the second-moment estimate), in [0, 1).
+    #[arg(long, default_value_t = 0.999)]
+    pub(super) adam_beta2: f64,
+    /// AdamW's ε (added to the denominator), > 0.
+    #[arg(long, default_value_t = 1e-8)]
+    pub(super) adam_epsilon: f64,
     #[command(flatten)]
     pub(super) han: HanArgs,
+    /// Flags given explicitly (on the command line or in --config), filled in after parsing.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub given: Vec<String>,
+}
+
+/// The flags of `--arch han` alone (clap ids).
+const HAN_ONLY: [&str; 12] = [
+    "min_count",
+    "max_vocab",
+    "doc_size",
+    "sent_size",
+    "length_percentile",
+    "embedding_dim",
+    "gru_hidden",
+    "attention_size",
+    "dropout",
+    "attention_hops",
+    "attention_penalty",
+    "word_vectors",
+];
+
+/// Flags of the encoder models that --arch han cannot use (clap ids).
+const ENCODER_ONLY: [&str; 2] = ["max_batch_tokens", "cache_memory"];
+
+/// `--some-flag` for the clap id `some_flag`.
+fn flag(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
 }
 
 /// The flags of `train --arch han`.
@@ -317,8 +357,75 @@ impl TrainArgs {
                      column (to start its word vectors from an encoder, use --word-vectors ENCODER)"
                 );
             }
-        } else if self.model.is_none() {
-            bail!("--model is required (a model made by `longread init`, or a pretrained encoder)");
+            if let Some(id) = ENCODER_ONLY.iter().find(|id| self.given(id)) {
+                bail!("{} does not apply to --arch han (it has no encoder)", flag(id));
+            }
+        } else {
+            if let Some(id) = HAN_ONLY.iter().find(|id| self.given(id)) {
+                bail!("{} applies only to --arch han", flag(id));
+            }
+            if self.model.is_none() {
+                bail!("--model is required (a model made by `longread init`, or a pretrained encoder)");
+            }
+        }
+        if self.train_embeddings && self.freeze_bottom > 0 {
+            bail!(
+                "--train-embeddings contradicts --freeze-bottom, which freezes the embeddings with the bottom layers"
+            );
+        }
+        self.validate_numbers()
+    }
+
+    /// True when flag `id` was given rather than left at its default.
+    fn given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
+    }
+
+    /// Refuses numbers outside their meaningful range, naming the flag.
+    fn validate_numbers(&self) -> Result<()> {
+        let positive = [("--lr", self.lr), ("--head-lr", self.head_lr)];
+        for (name, value) in positive {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                bail!("{name} {v}: a learning rate must be a number above 0");
+            }
+        }
+        let in_range = |name: &str, v: f64, ok: bool, range: &str| -> Result<()> {
+            if !(v.is_finite() && ok) {
+                bail!("{name} {v}: must be in {range}");
+            }
+            Ok(())
+        };
+        if let Some(v) = self.warmup_ratio {
+            in_range("--warmup-ratio", v, (0.0..=1.0).contains(&v), "[0, 1]")?;
+        }
+        in_range(
+            "--layer-lr-decay",
+            self.layer_lr_decay,
+            self.layer_lr_decay > 0.0 && self.layer_lr_decay <= 1.0,
+            "(0, 1]",
+        )?;
+        if let Some(v) = self.max_grad_norm {
+            in_range("--max-grad-norm", v, v >= 0.0, "[0, ∞) (0 turns clipping off)")?;
+        }
+        if let Some(v) = self.weight_decay {
+            in_range("--weight-decay", v, v >= 0.0, "[0, ∞)")?;
+        }
+        if self.dev.is_none() {
+            in_range("--dev-split", self.dev_split, self.dev_split > 0.0 && self.dev_split < 1.0, "(0, 1)")?;
+        }
+        in_range("--adam-beta1", self.adam_beta1, (0.0..1.0).contains(&self.adam_beta1), "[0, 1)")?;
+        in_range("--adam-beta2", self.adam_beta2, (0.0..1.0).contains(&self.adam_beta2), "[0, 1)")?;
+        in_range("--adam-epsilon", self.adam_epsilon, self.adam_epsilon > 0.0, "(0, ∞)")?;
+        if self.is_han() {
+            let h = &self.han;
+            in_range("--dropout", h.dropout, (0.0..1.0).contains(&h.dropout), "[0, 1)")?;
+            in_range("--attention-penalty", h.attention_penalty, h.attention_penalty >= 0.0, "[0, ∞)")?;
+            in_range(
+                "--length-percentile",
+                h.length_percentile,
+                h.length_percentile > 0.0 && h.length_percentile <= 100.0,
+                "(0, 100]",
+            )?;
         }
         Ok(())
     }
@@ -372,9 +479,6 @@ impl TrainArgs {
         };
         let unfreeze = self.unfreeze.as_deref().map(UnfreezeSchedule::parse).transpose()?;
         let lr = self.lr.unwrap_or_default();
-        if !(lr.is_finite() && lr >= 0.0) {
-            bail!("--lr must be a non-negative number");
-        }
         let starts_frozen = self.freeze_base
             || unfreeze
                 .as_ref()
@@ -391,6 +495,7 @@ impl TrainArgs {
                 ScheduleArg::Constant => Decay::Constant,
             },
             warmup_ratio: self.warmup_ratio.unwrap_or_default(),
+            warmup_steps: self.warmup_steps,
             seed: self.seed,
             max_batch_tokens: self.max_batch_tokens,
             recompute: !self.no_recompute,
@@ -421,7 +526,7 @@ impl TrainArgs {
                 weight_decay: self.weight_decay.unwrap_or_default(),
                 layer_lr_decay: self.layer_lr_decay,
             },
-            adamw: AdamWConfig::default(),
+            adamw: AdamWConfig { beta1: self.adam_beta1, beta2: self.adam_beta2, eps: self.adam_epsilon },
             max_bad_steps: self.max_bad_steps,
             stop_after_epoch: self.stop_after_epoch,
         })
