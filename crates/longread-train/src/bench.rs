@@ -49,6 +49,9 @@ pub struct BenchResult {
     pub parameters: usize,
     /// Threads of candle's pool.
     pub threads: usize,
+    /// Resident memory once the encoder, inputs and optimizer were set up, before the first
+    /// run (where the system reports it): peak minus this is what the workload itself took.
+    pub loaded_rss_bytes: Option<u64>,
 }
 
 /// Runs `workload` once untimed, then `repeat` times timed, on a `batch × tokens` batch of
@@ -99,6 +102,7 @@ pub fn run_workload(
             .collect::<candle_core::Result<_>>()?,
         _ => HashMap::new(),
     };
+    let loaded_rss_bytes = memory_bytes("VmRSS:");
     let rng = DropoutRng::new(1);
     let mut runs = Vec::with_capacity(repeat);
     for run in 0..=repeat {
@@ -124,5 +128,19 @@ pub fn run_workload(
         runs,
         parameters,
         threads: candle_core::utils::get_num_threads(),
+        loaded_rss_bytes,
     })
+}
+
+/// The process's peak resident memory so far (VmHWM), where the system reports it.
+pub fn peak_rss_bytes() -> Option<u64> {
+    memory_bytes("VmHWM:")
+}
+
+/// A memory figure of `/proc/self/status` (`VmRSS:`, `VmHWM:`) in bytes, where there is one.
+fn memory_bytes(key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

@@ -14,11 +14,11 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::clip::clip_grad_norm;
 use crate::error::{Result, TrainError};
 use crate::groups::{param_groups, Freezing, GroupSettings};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::schedule::{Decay, Schedule};
+use crate::trainer::Stepper;
 
 /// Everything that shapes a pretraining run.
 #[derive(Debug, Clone)]
@@ -206,10 +206,11 @@ pub fn pretrain(
         }
     }
     let schedule = Schedule { warmup_steps: cfg.warmup_steps, total_steps: cfg.max_steps, decay: cfg.decay };
+    let mut stepper = Stepper::from_schedule(schedule, cfg.max_grad_norm, cfg.max_bad_steps);
     let steps_per_epoch = train.len().div_ceil(cfg.batch_size).max(1);
     let mut logs = Vec::new();
-    let (mut loss_sum, mut loss_count, mut skipped, mut bad_in_a_row, mut tokens) =
-        (0f64, 0usize, 0usize, 0usize, 0usize);
+    let (mut loss_sum, mut loss_count, mut skipped, mut tokens) = (0f64, 0usize, 0usize, 0usize);
+    let mut lr: f64;
     let mut since = std::time::Instant::now();
     while state.step < cfg.max_steps {
         let step = state.step;
@@ -223,36 +224,39 @@ pub fn pretrain(
         let (ids, mask, labels, n_tokens) = batch(&chosen, &cfg.masker, cfg.pad_id, &mut mask_rng, device)?;
         let dropout = DropoutRng::new(mix(cfg.seed, step as u64, 3));
         state.step += 1;
-        if labels.iter().all(|&l| l == IGNORE) {
-            continue; // nothing was selected in this (tiny) batch
-        }
-        let loss = masked_lm_loss(&model.forward(&ids, &mask, Mode::Train(&dropout))?, &labels)?;
-        let grads = loss.backward()?;
-        let loss = loss.to_scalar::<f32>()? as f64;
-        let mut grads: HashMap<TensorId, Tensor> =
-            vars.iter().filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect();
-        let norm = clip_grad_norm(&mut grads, cfg.max_grad_norm)?;
-        if !loss.is_finite() || !norm.is_finite() {
-            skipped += 1;
-            bad_in_a_row += 1;
-            if bad_in_a_row >= cfg.max_bad_steps.max(1) {
-                return Err(TrainError::Diverged(format!(
-                    "pretraining diverged: {bad_in_a_row} steps in a row had NaN/inf loss or gradients (step {}); \
-                     they were skipped and the run stopped. The last checkpoint is kept. Lower --lr.",
-                    state.step
-                )));
+        lr = cfg.lr * stepper.schedule.factor(step);
+        // A batch without any masked token (tiny batches) has nothing to learn from.
+        let stepped = if labels.iter().all(|&l| l == IGNORE) {
+            None
+        } else {
+            let loss = masked_lm_loss(&model.forward(&ids, &mask, Mode::Train(&dropout))?, &labels)?;
+            let grads = loss.backward()?;
+            let loss = loss.to_scalar::<f32>()? as f64;
+            let mut grads: HashMap<TensorId, Tensor> =
+                vars.iter().filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect();
+            let factor = stepper.step(&mut optimizer, &mut grads, loss, epoch, step, |g| base_lr[&g.name]).map_err(
+                |e| match e {
+                    TrainError::Diverged(_) => TrainError::Diverged(format!(
+                        "pretraining diverged: {} steps in a row had NaN/inf loss or gradients (step {}); they were \
+                         skipped and the run stopped. The last checkpoint is kept. Lower --lr.",
+                        cfg.max_bad_steps.max(1),
+                        state.step
+                    )),
+                    other => other,
+                },
+            )?;
+            factor.map(|_| loss)
+        };
+        match stepped {
+            Some(loss) => {
+                loss_sum += loss;
+                loss_count += 1;
+                tokens += n_tokens;
+                on_step(PretrainStep { step: state.step, total_steps: cfg.max_steps, loss, lr, tokens: n_tokens });
             }
-            continue;
+            // Skipped steps still reach the evaluation, checkpoint and stop below.
+            None => skipped += 1,
         }
-        bad_in_a_row = 0;
-        let factor = schedule.factor(step);
-        let lr = cfg.lr * factor;
-        optimizer.set_lr(|g| base_lr[&g.name] * factor);
-        optimizer.step_with(|v| grads.get(&v.as_tensor().id()).cloned())?;
-        loss_sum += loss;
-        loss_count += 1;
-        tokens += n_tokens;
-        on_step(PretrainStep { step: state.step, total_steps: cfg.max_steps, loss, lr, tokens: n_tokens });
 
         let stop = cfg.stop_after_step == Some(state.step);
         if state.step.is_multiple_of(cfg.eval_every) || state.step == cfg.max_steps || stop {

@@ -111,3 +111,33 @@ fn a_stopped_and_resumed_run_ends_bit_identical() {
         assert!(same, "{name} differs after resuming");
     }
 }
+
+/// Regression: a skipped step (NaN loss or gradients, or no masked token) `continue`d past the
+/// evaluation, so a run whose last steps were skipped never evaluated, saved or stopped.
+#[test]
+fn skipped_steps_still_evaluate_save_and_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (sequences, masker) = setup(&tmp.path().join("enc"));
+    let (held_out, train) = sequences.split_at(4);
+    let model = MaskedLm::load(&tmp.path().join("enc"), true, &Device::Cpu).unwrap();
+    // An absurd rate blows the weights up after the first step: every later step is NaN and skipped.
+    let cfg = PretrainConfig { lr: 1e30, warmup_steps: 0, max_bad_steps: 1000, ..config(masker, 40) };
+    let mut evaluated = Vec::new();
+    let logs = pretrain(
+        &model,
+        train,
+        held_out,
+        &cfg,
+        &Device::Cpu,
+        None,
+        |_| {},
+        |e| {
+            evaluated.push(e.state.step);
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(evaluated, vec![20, 40], "evaluated and saved at every --eval-every and at the last step");
+    assert_eq!(logs.iter().map(|l| l.step).collect::<Vec<_>>(), vec![20, 40]);
+    assert!(logs[1].skipped_steps == 20, "{} skipped", logs[1].skipped_steps);
+}

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use longread_train::bench::{run_workload, EncoderSource, Workload};
+use longread_train::bench::{peak_rss_bytes, run_workload, EncoderSource, Workload};
 
 /// Arguments of `longread bench`.
 #[derive(Debug, Args)]
@@ -87,12 +87,4 @@ fn parse_shape(text: &str) -> Result<(usize, usize)> {
         Some((b, t)) if b > 0 && t > 0 => Ok((b, t)),
         _ => bail!("--shape {text}: expected BATCHxTOKENS, e.g. 4x512"),
     }
-}
-
-/// The process's peak resident memory (VmHWM), where the system reports it.
-fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

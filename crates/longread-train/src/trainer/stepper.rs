@@ -27,12 +27,16 @@ impl Stepper {
         let steps_per_epoch = documents.div_ceil(cfg.batch_size.max(1)).div_ceil(cfg.grad_accum.max(1));
         let total_steps = steps_per_epoch * cfg.epochs;
         let warmup_steps = warmup_steps(cfg.warmup_ratio, cfg.warmup_steps, total_steps);
-        Self {
-            schedule: Schedule { warmup_steps, total_steps, decay: cfg.decay },
-            max_grad_norm: cfg.max_grad_norm,
-            bad_in_a_row: 0,
-            max_bad: cfg.max_bad_steps.max(1),
-        }
+        Self::from_schedule(
+            Schedule { warmup_steps, total_steps, decay: cfg.decay },
+            cfg.max_grad_norm,
+            cfg.max_bad_steps,
+        )
+    }
+
+    /// A stepper with this schedule, clipping (0 = off) and limit of skipped steps in a row.
+    pub(crate) fn from_schedule(schedule: Schedule, max_grad_norm: f64, max_bad_steps: usize) -> Self {
+        Self { schedule, max_grad_norm, bad_in_a_row: 0, max_bad: max_bad_steps.max(1) }
     }
 
     /// Clips `summed`, then steps `optimizer` with each group's rate `lr_of(group)` times the

@@ -29,6 +29,18 @@ pub(crate) fn has_vnni() -> bool {
     }
 }
 
+/// Whether this CPU has AVX-512 BW and VL (byte-granular masked stores on 128-bit vectors).
+pub(crate) fn has_avx512_bw_vl() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether this CPU runs the AVX2 kernel.
 pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -53,9 +65,10 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
-    /// Whether the activations are quantised with AVX-512 (the VNNI kernel's CPUs have it).
+    /// Whether the activations are quantised with AVX-512 (F, BW and VL: every CPU with VNNI
+    /// has them, but each is checked).
     pub(crate) fn vectorised(self) -> bool {
-        self == Self::Vnni && has_vnni()
+        self == Self::Vnni && has_vnni() && has_avx512_bw_vl()
     }
 
     /// The fastest kernel this CPU runs.

@@ -85,7 +85,8 @@ impl QuantizedRows {
         data.par_chunks_mut(stride).zip(scale.par_iter_mut()).zip(xs.par_chunks(inputs)).for_each(|((q, s), x)| {
             #[cfg(target_arch = "x86_64")]
             if vectorised {
-                // SAFETY: `vectorised` is only set where the CPU has AVX-512F.
+                // SAFETY: `vectorised` is only set where the CPU has AVX-512F, BW and VL
+                // (`Kernel::vectorised`), and `q` holds `stride ≥ inputs` bytes.
                 *s = unsafe { avx512::quantize_row(x, q) };
                 return;
             }
@@ -126,8 +127,9 @@ mod avx512 {
     /// [`super::quantize_row`] 16 values at a time (`vcvtps2dq` rounds half to even).
     ///
     /// # Safety
-    /// The CPU must have AVX-512F; `q` holds at least `x.len()` bytes.
-    #[target_feature(enable = "avx512f")]
+    /// The CPU must have AVX-512F, BW and VL (the masked byte store of the tail); `q` holds at
+    /// least `x.len()` bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub(super) unsafe fn quantize_row(x: &[f32], q: &mut [u8]) -> f32 {
         let (chunks, tail) = (x.len() / 16, x.len() % 16);
         let tail_mask: __mmask16 = ((1u32 << tail) - 1) as __mmask16;
