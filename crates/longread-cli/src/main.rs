@@ -1,7 +1,6 @@
 //! `longread`: classify long documents with hierarchical transformers.
 
 mod allocator;
-mod checkpoints;
 mod commands;
 mod config_file;
 mod io;

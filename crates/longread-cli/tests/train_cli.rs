@@ -118,6 +118,67 @@ fn training_input_problems_are_clear_errors() {
     assert_clean_failure(&out, "--class-weights needs 3 non-negative numbers");
 }
 
+/// Regression: --resume silently ran with changed flags or data, or with another --out.
+/// (That --out holds no untrained model before the first epoch ends: `run::output` tests.)
+#[test]
+fn a_run_resumes_only_as_it_was_started() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 8);
+    let model = fixture("hier/bert-attention");
+    let base = |out: &Path| -> Vec<String> {
+        ["train", "--model", model.to_str().unwrap(), "--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()]
+            .iter()
+            .chain(&[
+                "--dev-split",
+                "0.25",
+                "--freeze-base",
+                "--batch-size",
+                "2",
+                "--seed",
+                "4",
+                "--log-format",
+                "json",
+            ])
+            .map(|s| s.to_string())
+            .collect()
+    };
+    // A run stopped after epoch 1, then resumed with other settings or data: refused at once.
+    let out = tmp.path().join("stopped");
+    let run = |extra: &[&str]| {
+        let mut args = base(&out);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        longread(&refs)
+    };
+    assert!(run(&["--epochs", "2", "--stop-after-epoch", "1"]).status.success());
+    assert!(out.join("model.safetensors").exists(), "the best model after epoch 1");
+    let changed = run(&["--epochs", "3", "--lr", "3e-5", "--resume", "auto"]);
+    let stderr = String::from_utf8_lossy(&changed.stderr);
+    assert_eq!(changed.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("epochs: the run used 2, this command gives 3"), "{stderr}");
+    assert!(stderr.contains("lr: the run used 0.00002, this command gives 0.00003"), "{stderr}");
+    std::fs::write(&data, std::fs::read_to_string(&data).unwrap().replacen("\"label\"", "\"label\" ", 1)).unwrap();
+    let other_data = run(&["--epochs", "2", "--resume", "auto"]);
+    assert!(String::from_utf8_lossy(&other_data.stderr).contains("data-fingerprints"), "changed data refused");
+    synthetic_for_fixture_models(&data, 8);
+    // A checkpoint of this run given with another --out: refused before anything is written.
+    let elsewhere = tmp.path().join("elsewhere");
+    let mut args = base(&elsewhere);
+    args.extend(["--epochs", "2", "--resume"].map(String::from));
+    args.push(out.join("checkpoint-last").display().to_string());
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_clean_failure(&longread(&refs), "belongs to the run in");
+    assert!(!elsewhere.exists());
+    // The same settings resume and finish (the log format may change).
+    let mut same = base(&out);
+    same.retain(|a| a != "json" && a != "--log-format");
+    same.extend(["--epochs", "2", "--resume", "auto", "-q"].map(String::from));
+    let refs: Vec<&str> = same.iter().map(String::as_str).collect();
+    let resumed = longread(&refs);
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+}
+
 /// Regression: flags that did not apply were silently ignored, and out-of-range numbers
 /// silently changed the run.
 #[test]
@@ -350,7 +411,8 @@ fn killing_a_run_at_any_moment_leaves_a_loadable_model_and_checkpoint() {
         }
         let _ = child.kill();
         let _ = child.wait();
-        if out.exists() {
+        // Before the first epoch ends --out holds no model; from then on it holds a whole one.
+        if out.join("model.safetensors").exists() {
             HierarchicalClassifier::load(&out, false, &candle_core::Device::Cpu)
                 .unwrap_or_else(|e| panic!("model after a kill at {delay_ms} ms: {e}"));
         }

@@ -36,19 +36,35 @@ pub fn write_replacing(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(
 /// Replaces `dir/model.safetensors` with `tensors` atomically (a synced temporary file in
 /// `dir`, renamed over it; mode rw-r--r-- less the umask).
 pub fn write_weights_file(dir: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let target = dir.join("model.safetensors");
+    write_atomically(&target, |path| Ok(candle_core::safetensors::save(tensors, path)?))
+}
+
+/// Replaces `path` with `bytes` atomically (a synced temporary file beside it, renamed over
+/// it): a kill at any moment leaves the old file or the new one, never half of one.
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomically(path, |tmp| std::fs::write(tmp, bytes).map_err(io(tmp)))
+}
+
+/// Runs `write` on a temporary file beside `target` (named `.model-*`, mode rw-r--r-- less
+/// the umask), syncs it and renames it over `target`.
+fn write_atomically(target: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
     let mut builder = tempfile::Builder::new();
-    builder.prefix(".model-").suffix(".safetensors");
+    builder.prefix(".model-");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         // Temporary files default to rw-------; a model file is rw-r--r-- (less the umask).
         builder.permissions(std::fs::Permissions::from_mode(0o644));
     }
-    let tmp = builder.tempfile_in(dir).map_err(io(dir))?;
-    candle_core::safetensors::save(tensors, tmp.path())?;
-    tmp.as_file().sync_all().map_err(io(tmp.path()))?;
-    let target = dir.join("model.safetensors");
-    tmp.persist(&target).map_err(|e| ModelError::Io { path: target.clone(), source: e.error })?;
+    let tmp = builder.tempfile_in(&dir).map_err(io(&dir))?;
+    write(tmp.path())?;
+    std::fs::File::open(tmp.path()).and_then(|f| f.sync_all()).map_err(io(tmp.path()))?;
+    tmp.persist(target).map_err(|e| ModelError::Io { path: target.to_owned(), source: e.error })?;
     Ok(())
 }
 

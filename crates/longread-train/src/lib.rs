@@ -13,6 +13,7 @@ pub mod optim;
 pub mod prefix;
 pub mod pretrain;
 pub mod recompute;
+pub mod run;
 pub mod schedule;
 pub mod trainer;
 pub mod unfreeze;

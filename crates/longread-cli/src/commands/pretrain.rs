@@ -15,12 +15,11 @@ use longread_model::EncoderConfig;
 use longread_text::mlm::{pack_sequences, split_held_out, Masker};
 use longread_text::{read_corpus, TextTokenizer};
 use longread_train::pretrain::{pretrain, PretrainConfig, PretrainResume};
+use longread_train::run::{read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
 use longread_train::schedule::Decay;
 use longread_train::AdamWConfig;
 
-use crate::checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, save_checkpoint};
 use crate::commands::train::{LogFormat, Precision};
-use crate::io::write_atomically;
 
 /// Arguments of `longread pretrain`.
 #[derive(Debug, Args, serde::Serialize)]
@@ -219,18 +218,7 @@ pub fn run(args: PretrainArgs, quiet: bool) -> Result<()> {
         ProgressStyle::with_template("{spinner} step {pos}/{len} [{elapsed_precise}, eta {eta}] {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut metrics = std::fs::read_to_string(args.out.join("metrics.jsonl")).unwrap_or_default();
-    if let Some(r) = &resume {
-        // Keep the evaluations up to the checkpoint's step.
-        metrics = metrics
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .is_ok_and(|v| v["step"].as_u64() <= Some(r.state.step as u64))
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-    }
+    let mut output = PretrainOutput::new(&args.out, resume.as_ref().map(|r| r.state.step));
     let mut since = std::time::Instant::now();
     let logs = pretrain(
         &model,
@@ -250,27 +238,7 @@ pub fn run(args: PretrainArgs, quiet: bool) -> Result<()> {
             }
         },
         |e| {
-            let io = |e: anyhow::Error| longread_train::TrainError::Io {
-                path: args.out.clone(),
-                source: std::io::Error::other(format!("{e:#}")),
-            };
-            let line = serde_json::to_string(e.log).map_err(|x| io(x.into()))?;
-            metrics += &format!("{line}\n");
-            let (moments, steps) = e.optimizer.export_state()?;
-            let moments = safetensors::serialize(&moments, None).map_err(|x| io(anyhow::anyhow!(x.to_string())))?;
-            let state = serde_json::to_string_pretty(&serde_json::json!({"state": e.state, "optimizer_steps": steps}))
-                .map_err(|x| io(x.into()))?;
-            let weights = safetensors::serialize(&e.model.named_tensors()?, None)
-                .map_err(|x| io(anyhow::anyhow!(x.to_string())))?;
-            for (name, bytes) in [
-                ("metrics.jsonl", metrics.as_bytes()),
-                ("trainer_state.json", state.as_bytes()),
-                ("model.safetensors", weights.as_slice()),
-            ] {
-                write_atomically(&args.out.join(name), bytes).map_err(io)?;
-            }
-            let extra = [("optimizer.safetensors", moments.as_slice()), ("trainer_state.json", state.as_bytes())];
-            save_checkpoint(&args.out, e.state.step, |dir| Ok(e.model.save(dir, &extra)?))?;
+            output.eval_end(&e)?;
             if json {
                 let mut v = serde_json::to_value(e.log).unwrap_or_default();
                 v["event"] = "eval".into();

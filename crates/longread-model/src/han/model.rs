@@ -222,11 +222,16 @@ impl HanClassifier {
         write_weights_file(dir, &self.named_tensors())
     }
 
+    /// The model directory's files besides the weights: config.json and vocab.json.
+    pub fn model_files(&self) -> Vec<(&'static str, Vec<u8>)> {
+        vec![("config.json", self.config_json().into_bytes()), ("vocab.json", self.vocabulary.to_json().into_bytes())]
+    }
+
     /// Writes the model directory (config.json, vocab.json, model.safetensors and `extra`
     /// files) as a new version of `out`, swapped in atomically.
     pub fn save_replacing(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
-        let (config, vocab) = (self.config_json(), self.vocabulary.to_json());
-        let mut files: Vec<(&str, &[u8])> = vec![("config.json", config.as_bytes()), ("vocab.json", vocab.as_bytes())];
+        let own = self.model_files();
+        let mut files: Vec<(&str, &[u8])> = own.iter().map(|(n, b)| (*n, b.as_slice())).collect();
         files.extend_from_slice(extra);
         write_replacing(out, &self.named_tensors(), &files)
     }

@@ -361,20 +361,24 @@ impl HierarchicalClassifier {
     /// in a temporary sibling, then swapped in; the previous version is removed only after the
     /// new one is in place.
     pub fn save_replacing(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
-        let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default() + "\n";
-        let mut files: Vec<(&str, &[u8])> =
-            vec![("config.json", config.as_bytes()), ("tokenizer.json", &self.tokenizer_json)];
+        let own = self.model_files();
+        let mut files: Vec<(&str, &[u8])> = own.iter().map(|(n, b)| (*n, b.as_slice())).collect();
         files.extend_from_slice(extra);
         write_replacing(out, &self.named_tensors()?, &files)
     }
 
+    /// The model directory's files besides the weights: config.json and tokenizer.json. The
+    /// tokenizer is written rather than copied: a copy would keep the source's permissions
+    /// (read-only in a shared folder), and a later save over it would fail.
+    pub fn model_files(&self) -> Vec<(&'static str, Vec<u8>)> {
+        let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default() + "\n";
+        vec![("config.json", config.into_bytes()), ("tokenizer.json", self.tokenizer_json.clone())]
+    }
+
     /// Writes everything into a synced temporary directory beside `out`; returns its path.
     fn write_temporary(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<PathBuf> {
-        let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default() + "\n";
-        // The tokenizer is written rather than copied: a copy would keep the source's
-        // permissions (read-only in a shared folder), and a later save over it would fail.
-        let mut files: Vec<(&str, &[u8])> =
-            vec![("config.json", config.as_bytes()), ("tokenizer.json", &self.tokenizer_json)];
+        let own = self.model_files();
+        let mut files: Vec<(&str, &[u8])> = own.iter().map(|(n, b)| (*n, b.as_slice())).collect();
         files.extend_from_slice(extra);
         write_temporary_dir(out, &self.named_tensors()?, &files)
     }

@@ -10,12 +10,12 @@ use longread_model::han::{encoder_word_vectors, HanClassifier, HanConfig};
 use longread_text::words::{split_document, GridShape, Sentence, Vocabulary, UNK};
 use longread_text::{read_labelled_columns, resolve_column, stratified_split, Example};
 use longread_train::han_trainer::{train_han, HanSplit};
+use longread_train::run::read_checkpoint;
 use longread_train::trainer::Resume;
 
 use super::args::TrainArgs;
 use super::start::training_labels;
 use super::{finish, log_modes, start_output, Reporter};
-use crate::checkpoints::read_checkpoint;
 use crate::io::{input_name, open_input};
 
 /// Documents as sentences of words, with their labels.
@@ -34,7 +34,12 @@ impl Documents {
 }
 
 /// Runs `train --arch han`, new or resumed from `checkpoint`.
-pub(super) fn run(args: &TrainArgs, checkpoint: Option<&Path>, quiet: bool) -> Result<()> {
+pub(super) fn run(
+    args: &TrainArgs,
+    checkpoint: Option<&Path>,
+    settings: &serde_json::Value,
+    quiet: bool,
+) -> Result<()> {
     let (text, json) = log_modes(args, quiet);
     let device = Device::Cpu;
     let resumed = checkpoint
@@ -79,8 +84,7 @@ pub(super) fn run(args: &TrainArgs, checkpoint: Option<&Path>, quiet: bool) -> R
         describe(&model, &train, &dev, args);
     }
     let cfg = args.config(&train.labels, model.labels(), &["label".to_string()])?;
-    let mut output =
-        start_output(args, resume.as_ref().map(|r| r.state.epoch), |extra| model.save_replacing(&args.out, extra))?;
+    let mut output = start_output(args, resume.as_ref().map(|r| r.state.epoch), settings)?;
     let reporter = std::cell::RefCell::new(Reporter::new(text, json, "documents"));
     let logs = train_han(
         &model,

@@ -4,7 +4,6 @@
 mod args;
 mod data;
 mod han;
-mod output;
 mod start;
 
 use std::time::Instant;
@@ -13,20 +12,25 @@ use anyhow::{Context, Result};
 use candle_core::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use longread_text::{Chunker, TextTokenizer};
+use longread_train::run::{
+    check_resume_settings, fingerprint_file, read_checkpoint, remove_other_checkpoints, resume_from, RunOutput,
+    CHECKPOINT,
+};
 use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Resume, Split};
 use longread_train::TrainError;
 
 pub use args::{LogFormat, Precision, TrainArgs};
-use output::{RunOutput, CHECKPOINT};
-
-use crate::checkpoints::{read_checkpoint, resume_from};
 
 /// Runs `longread train`.
 pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
     args.resolve_defaults()?;
     let checkpoint = resume_from(&args.out, args.resume.as_deref())?;
+    let settings = run_settings(&args)?;
+    if checkpoint.is_some() {
+        check_resumed_settings(&args, &settings)?;
+    }
     if args.is_han() {
-        return han::run(&args, checkpoint.as_deref(), quiet);
+        return han::run(&args, checkpoint.as_deref(), &settings, quiet);
     }
     let device = Device::Cpu;
     let model_dir = args.model.clone().context("--model is required")?;
@@ -62,8 +66,7 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
                 .join("; ")
         );
     }
-    let mut output =
-        start_output(&args, resume.as_ref().map(|r| r.state.epoch), |extra| model.save_replacing(&args.out, extra))?;
+    let mut output = start_output(&args, resume.as_ref().map(|r| r.state.epoch), &settings)?;
     // Both callbacks report: the reporter is shared.
     let reporter = std::cell::RefCell::new(Reporter::new(text, json, "chunks"));
     let logs = train(
@@ -90,20 +93,46 @@ fn log_modes(args: &TrainArgs, quiet: bool) -> (bool, bool) {
     (!quiet && !json, json)
 }
 
-/// The output directory of a new run (the model and training_args.json, written by `save`)
-/// or of a resumed one (`resumed_epoch` epochs of metrics kept).
-fn start_output(
-    args: &TrainArgs,
-    resumed_epoch: Option<usize>,
-    save: impl FnOnce(&[(&str, &[u8])]) -> longread_model::Result<()>,
-) -> Result<RunOutput> {
+/// What training_args.json records: every flag as resolved (defaults filled in) and a
+/// fingerprint of the training and dev data, so that a resumed run can be checked against it.
+fn run_settings(args: &TrainArgs) -> Result<serde_json::Value> {
+    let mut settings = serde_json::to_value(args)?;
+    let mut data = serde_json::json!({"train": fingerprint_file(&args.train)?});
+    if let Some(dev) = &args.dev {
+        data["dev"] = fingerprint_file(dev)?.into();
+    }
+    settings["data_fingerprints"] = data;
+    Ok(settings)
+}
+
+/// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
+/// how much of the frozen-layer cache stays in memory (none changes the results).
+const MAY_CHANGE_ON_RESUME: [&str; 7] =
+    ["resume", "out", "stop_after_epoch", "log_format", "cache_memory", "no_cache", "max_bad_steps"];
+
+/// Refuses to resume with settings or data other than the run's own (its training_args.json);
+/// settings an older longread did not record are not checked.
+fn check_resumed_settings(args: &TrainArgs, settings: &serde_json::Value) -> Result<()> {
+    let path = args.out.join("training_args.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let saved: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?;
+    let recorded: Vec<&str> = saved.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    let unrecorded: Vec<String> = settings
+        .as_object()
+        .map(|o| o.keys().filter(|k| !recorded.contains(&k.as_str())).cloned().collect())
+        .unwrap_or_default();
+    let mut may_change: Vec<&str> = MAY_CHANGE_ON_RESUME.to_vec();
+    may_change.extend(unrecorded.iter().map(String::as_str));
+    Ok(check_resume_settings(&saved, settings, &may_change)?)
+}
+
+/// The output directory of a new run (training_args.json only: no model before the first
+/// epoch ends) or of a resumed one (`resumed_epoch` epochs of metrics kept).
+fn start_output(args: &TrainArgs, resumed_epoch: Option<usize>, settings: &serde_json::Value) -> Result<RunOutput> {
     Ok(match resumed_epoch {
-        None => {
-            let training_args = serde_json::to_string_pretty(args)? + "\n";
-            save(&[("training_args.json", training_args.as_bytes())])?;
-            RunOutput::new(&args.out, 0)
-        }
-        Some(epoch) => RunOutput::new(&args.out, epoch),
+        None => RunOutput::create(&args.out, settings)?,
+        Some(epoch) => RunOutput::resume(&args.out, epoch),
     })
 }
 
@@ -133,7 +162,7 @@ fn finish(args: &TrainArgs, logs: longread_train::Result<Vec<EpochLog>>, text: b
         }
     } else {
         // The run is complete: the resumable checkpoint is no longer needed.
-        output::remove_other_checkpoints(&args.out, None)?;
+        remove_other_checkpoints(&args.out, None)?;
     }
     if let (true, Some(best)) = (text, best) {
         eprintln!("best epoch {} (macro-F1 {:.4}); model in {}", best.epoch, best.dev.macro_f1, args.out.display());

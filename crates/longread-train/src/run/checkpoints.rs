@@ -4,29 +4,28 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
 use candle_core::{Device, Tensor};
+
+use crate::error::{Result, TrainError};
 
 /// The link to the newest checkpoint inside an output directory.
 pub const CHECKPOINT: &str = "checkpoint-last";
 
-/// Writes the checkpoint of `epoch` (or step) as `out/checkpoint-EPOCH` with `write`, which
-/// must create that directory atomically (assembled in a temporary directory, synced, renamed), then points the symbolic link `out/checkpoint-last` at it
-/// (a new link renamed over the old one: atomic), and only then removes older checkpoints.
-/// A kill at any moment leaves `checkpoint-last` naming a complete checkpoint.
-pub fn save_checkpoint(
-    out: &Path,
-    epoch: usize,
-    write: impl FnOnce(&Path) -> longread_train::Result<()>,
-) -> longread_train::Result<()> {
-    let name = format!("checkpoint-{epoch:05}");
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError {
+    let path = path.to_owned();
+    move |source| TrainError::Io { path, source }
+}
+
+/// Writes the checkpoint `number` (an epoch or a step) as `out/checkpoint-NNNNN` with `write`,
+/// which must create that directory atomically (assembled in a temporary directory, synced,
+/// renamed), then points the symbolic link `out/checkpoint-last` at it (a new link renamed
+/// over the old one: atomic), and only then removes older checkpoints. A kill at any moment
+/// leaves `checkpoint-last` naming a complete checkpoint.
+pub fn save_checkpoint(out: &Path, number: usize, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let name = format!("checkpoint-{number:05}");
     let dir = out.join(&name);
     let link = out.join(CHECKPOINT);
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| longread_train::TrainError::Io { path, source }
-    };
-    // Left over by a run killed before it linked this epoch's checkpoint: not in use.
+    // Left over by a run killed before it linked this checkpoint: not in use.
     if dir.exists() && std::fs::read_link(&link).ok().as_deref() != Some(Path::new(&name)) {
         std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
@@ -48,9 +47,8 @@ pub fn save_checkpoint(
 /// Removes `out/checkpoint-*` directories other than `keep` (and the link itself when
 /// `keep` is `None`), and the temporary files and directories of writes a killed run left
 /// unfinished in `out` (called when no write of this run is under way).
-pub fn remove_other_checkpoints(out: &Path, keep: Option<&str>) -> longread_train::Result<()> {
-    let entries =
-        std::fs::read_dir(out).map_err(|source| longread_train::TrainError::Io { path: out.to_owned(), source })?;
+pub fn remove_other_checkpoints(out: &Path, keep: Option<&str>) -> Result<()> {
+    let entries = std::fs::read_dir(out).map_err(io(out))?;
     let temporary = [".longread-".to_string(), ".model-".to_string(), format!(".{CHECKPOINT}-")];
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -72,28 +70,45 @@ pub fn remove_other_checkpoints(out: &Path, keep: Option<&str>) -> longread_trai
         } else {
             continue;
         };
-        result.map_err(|source| longread_train::TrainError::Io { path, source })?;
+        result.map_err(io(&path))?;
     }
     Ok(())
 }
 
 /// The checkpoint a run continues from: none for a new run (whose `out` must not exist),
-/// `out/checkpoint-last` for `--resume auto`, or the directory given.
-pub fn resume_from(out: &Path, resume: Option<&str>) -> anyhow::Result<Option<PathBuf>> {
-    match resume {
+/// `out/checkpoint-last` for `auto`, or the directory given, which must be a checkpoint of the
+/// run in `out` (a checkpoint of another run would continue it without its metrics and
+/// settings: refused at once).
+pub fn resume_from(out: &Path, resume: Option<&str>) -> Result<Option<PathBuf>> {
+    let checkpoint = match resume {
         None if out.exists() => {
-            bail!("{} already exists; choose another --out, or continue its run with --resume auto", out.display())
+            return Err(TrainError::Run(format!(
+                "{} already exists; choose another --out, or continue its run with --resume auto",
+                out.display()
+            )))
         }
-        None => Ok(None),
-        Some("auto") => {
-            let dir = out.join(CHECKPOINT);
-            if !dir.join("trainer_state.json").is_file() {
-                bail!("nothing to resume: {} has no checkpoint (no {CHECKPOINT}/trainer_state.json)", out.display());
-            }
-            Ok(Some(dir))
-        }
-        Some(dir) => Ok(Some(PathBuf::from(dir))),
+        None => return Ok(None),
+        Some("auto") => out.join(CHECKPOINT),
+        Some(dir) => PathBuf::from(dir),
+    };
+    if !checkpoint.join("trainer_state.json").is_file() {
+        return Err(TrainError::Run(format!(
+            "nothing to resume: {} is not a checkpoint (no trainer_state.json){}",
+            checkpoint.display(),
+            if resume == Some("auto") { format!(" in {}", out.display()) } else { String::new() }
+        )));
     }
+    let run_of = |dir: &Path| dir.canonicalize().ok().and_then(|d| d.parent().map(Path::to_owned));
+    if resume != Some("auto") && run_of(&checkpoint) != out.canonicalize().ok() {
+        return Err(TrainError::Run(format!(
+            "--resume {}: that checkpoint belongs to the run in {}, not to --out {}; give that directory as --out \
+             (with --resume auto)",
+            checkpoint.display(),
+            run_of(&checkpoint).map_or("another directory".into(), |d| d.display().to_string()),
+            out.display()
+        )));
+    }
+    Ok(Some(checkpoint))
 }
 
 /// What a checkpoint holds besides the model: the run's state, AdamW's steps per parameter
@@ -102,18 +117,18 @@ pub type Saved<S> = (S, HashMap<String, u64>, HashMap<String, Tensor>);
 
 /// A checkpoint's run state (`trainer_state.json`: `state` and `optimizer_steps`) and AdamW
 /// moments (`optimizer.safetensors`).
-pub fn read_checkpoint<S: serde::de::DeserializeOwned>(dir: &Path) -> anyhow::Result<Saved<S>> {
+pub fn read_checkpoint<S: serde::de::DeserializeOwned>(dir: &Path) -> Result<Saved<S>> {
     #[derive(serde::Deserialize)]
     struct State<S> {
         state: S,
         optimizer_steps: HashMap<String, u64>,
     }
     let path = dir.join("trainer_state.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let saved: State<S> =
-        serde_json::from_str(&text).with_context(|| format!("{}: not a trainer state", path.display()))?;
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let saved: State<S> = serde_json::from_str(&text)
+        .map_err(|e| TrainError::Run(format!("{}: not a trainer state ({e})", path.display())))?;
     let moments_path = dir.join("optimizer.safetensors");
     let moments = candle_core::safetensors::load(&moments_path, &Device::Cpu)
-        .with_context(|| format!("reading {}", moments_path.display()))?;
+        .map_err(|e| TrainError::Run(format!("reading {}: {e}", moments_path.display())))?;
     Ok((saved.state, saved.optimizer_steps, moments))
 }

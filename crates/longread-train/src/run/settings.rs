@@ -1,0 +1,71 @@
+//! A run's settings as written to `training_args.json`, and the check that a resumed run uses
+//! the same ones (flags and data), so that resuming never silently changes a run.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Result, TrainError};
+
+/// A stable fingerprint of a file's bytes (64-bit FNV-1a, as hex), to notice that the data of a
+/// resumed run changed. Not a security hash.
+pub fn fingerprint_file(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|source| TrainError::Io { path: path.to_owned(), source })?;
+    Ok(format!("fnv1a64:{:016x}", fnv1a64(&bytes)))
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// Compares the settings of the run being resumed (`saved`, from its training_args.json) with
+/// `current`, ignoring the keys in `may_change` (e.g. how progress is logged); refuses with one
+/// line per difference.
+pub fn check_resume_settings(saved: &Value, current: &Value, may_change: &[&str]) -> Result<()> {
+    let empty = Map::new();
+    let (saved, current) = (saved.as_object().unwrap_or(&empty), current.as_object().unwrap_or(&empty));
+    let mut keys: Vec<&String> = saved.keys().chain(current.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let differences: Vec<String> = keys
+        .into_iter()
+        .filter(|k| !may_change.contains(&k.as_str()))
+        .filter_map(|k| {
+            let (a, b) = (saved.get(k).unwrap_or(&Value::Null), current.get(k).unwrap_or(&Value::Null));
+            (a != b).then(|| format!("  {}: the run used {a}, this command gives {b}", k.replace('_', "-")))
+        })
+        .collect();
+    if differences.is_empty() {
+        return Ok(());
+    }
+    Err(TrainError::Run(format!(
+        "--resume: these settings differ from the run being resumed (its training_args.json); resume with the \
+         run's own settings and data, or start a new run with another --out:\n{}",
+        differences.join("\n")
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_are_stable_and_differ_with_the_bytes() {
+        // FNV-1a's published test values.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(fnv1a64(b"label,a"), fnv1a64(b"label,b"));
+    }
+
+    #[test]
+    fn every_difference_is_named_and_allowed_keys_are_ignored() {
+        let saved = serde_json::json!({"epochs": 3, "lr": 2e-5, "log_format": "text", "train_data": "x"});
+        let same = serde_json::json!({"epochs": 3, "lr": 2e-5, "log_format": "json", "train_data": "x"});
+        check_resume_settings(&saved, &same, &["log_format"]).unwrap();
+        let other = serde_json::json!({"epochs": 5, "lr": 2e-5, "log_format": "text", "train_data": "y"});
+        let err = check_resume_settings(&saved, &other, &["log_format"]).unwrap_err().to_string();
+        assert!(err.contains("epochs: the run used 3, this command gives 5"), "{err}");
+        assert!(err.contains("train-data: the run used \"x\", this command gives \"y\""), "{err}");
+        assert_eq!(err.lines().count(), 3, "{err}");
+    }
+}
