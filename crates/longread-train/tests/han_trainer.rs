@@ -19,6 +19,8 @@ fn config(epochs: usize) -> TrainConfig {
         decay: Decay::Constant,
         warmup_ratio: 0.0,
         warmup_steps: None,
+        save_every_steps: Some(0),
+        save_every_seconds: 600.0,
         seed: 5,
         max_batch_tokens: 0,
         recompute: false,
@@ -105,6 +107,7 @@ fn run(
             *saved = Some(Resume { state: end.state.clone(), moments, steps });
             Ok(())
         },
+        |_| Ok(()),
     )
     .unwrap()
 }

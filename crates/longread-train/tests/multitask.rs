@@ -53,6 +53,8 @@ fn config(epochs: usize) -> TrainConfig {
         decay: Decay::Linear,
         warmup_ratio: 0.0,
         warmup_steps: None,
+        save_every_steps: Some(0),
+        save_every_seconds: 600.0,
         seed: 3,
         max_batch_tokens: 64,
         recompute: true,
@@ -89,7 +91,7 @@ fn run(
     let (dev_docs, dev_labels) = (docs[8..].to_vec(), labels.iter().map(|l| l[8..].to_vec()).collect::<Vec<_>>());
     let train_split = Split { docs: &docs[..8], labels: labels_of(labels.iter().map(|l| l[..8].to_vec()).collect()) };
     let dev_split = Split { docs: &dev_docs, labels: labels_of(dev_labels) };
-    train(model, train_split, dev_split, cfg, &Device::Cpu, None, |_| {}, |_| Ok(())).unwrap()
+    train(model, train_split, dev_split, cfg, &Device::Cpu, None, |_| {}, |_| Ok(()), |_| Ok(())).unwrap()
 }
 
 #[test]

@@ -46,6 +46,8 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         decay: Decay::Linear,
         warmup_ratio: 0.1,
         warmup_steps: None,
+        save_every_steps: Some(0),
+        save_every_seconds: 600.0,
         seed: 3,
         max_batch_tokens: 64,
         recompute: true,
@@ -88,6 +90,7 @@ fn head_only_training_learns_a_separable_task() {
             best_epochs += end.log.best as usize;
             Ok(())
         },
+        |_| Ok(()),
     )
     .unwrap();
     assert_eq!(logs.len(), 30);
@@ -116,6 +119,7 @@ fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
             &Device::Cpu,
             None,
             |_| {},
+            |_| Ok(()),
             |_| Ok(()),
         )
         .unwrap();
@@ -193,6 +197,7 @@ fn resume_case(cfg: TrainConfig) {
                 }
                 Ok(())
             },
+            |_| Ok(()),
         );
         (result, saved)
     };
@@ -216,6 +221,74 @@ fn resume_case(cfg: TrainConfig) {
     }
 }
 
+/// Regression: checkpoints only at epoch ends lost up to an epoch of work. A run killed after a
+/// mid-epoch checkpoint (epoch 2 of 3, inside an unfreezing phase, dropout in the head) and
+/// resumed from it ends with the weights and logs of the uninterrupted run.
+#[test]
+fn resuming_from_the_middle_of_an_epoch_ends_bit_identical() {
+    use longread_train::trainer::Resume;
+    let mut cfg = config(Freezing::default(), 3, 1e-3, 3e-3);
+    cfg.unfreeze = Some(UnfreezeSchedule::parse("0:head,1:top1,2:all").unwrap());
+    cfg.save_every_steps = Some(1);
+    let (train_texts, train_labels) = dataset("train", 12);
+    let (dev_texts, dev_labels) = dataset("test", 4);
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |model: &HierarchicalClassifier, resume: Option<Resume>, kill_at_step: Option<usize>| {
+        let chunker =
+            Chunker::new(TextTokenizer::from_file(model.tokenizer_path()).unwrap(), model.config().longread.chunking())
+                .unwrap();
+        let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
+        let mut saved: Option<Resume> = None;
+        let mut checkpoints = 0;
+        let result = train(
+            model,
+            Split::new(&train_docs, &train_labels),
+            Split::new(&dev_docs, &dev_labels),
+            &cfg,
+            &Device::Cpu,
+            resume,
+            |_| {},
+            |_| Ok(()),
+            |mid| {
+                checkpoints += 1;
+                assert!(mid.state.in_epoch.is_some());
+                if Some(mid.state.step) == kill_at_step {
+                    mid.model.save(&tmp.path().join("mid"))?;
+                    let (moments, steps) = mid.optimizer.export_state()?;
+                    saved = Some(Resume { state: mid.state.clone(), moments, steps });
+                    return Err(longread_train::TrainError::InvalidSetting("killed".into()));
+                }
+                Ok(())
+            },
+        );
+        (result, saved, checkpoints)
+    };
+    let whole = load().0;
+    let (whole_logs, _, checkpoints) = run(&whole, None, None);
+    let whole_logs = whole_logs.unwrap();
+    // 12 documents in steps of 4: 3 steps an epoch, checkpoints after the first two of each.
+    assert_eq!(checkpoints, 6);
+    let (killed, saved, _) = run(&load().0, None, Some(4));
+    assert!(killed.is_err(), "the run was killed");
+    let progress = saved.as_ref().unwrap().state.in_epoch.clone().unwrap();
+    assert_eq!((saved.as_ref().unwrap().state.epoch, progress.step_groups), (1, 1), "in epoch 2, after 1 step");
+    let resumed = HierarchicalClassifier::load(&tmp.path().join("mid"), true, &Device::Cpu).unwrap();
+    let (logs, _, _) = run(&resumed, saved, None);
+    let logs = logs.unwrap();
+    assert_eq!(logs.iter().map(|l| l.epoch).collect::<Vec<_>>(), vec![2, 3]);
+    for (a, b) in whole_logs[1..].iter().zip(&logs) {
+        assert_eq!(a.train_loss.to_bits(), b.train_loss.to_bits(), "epoch {} train loss", a.epoch);
+        assert_eq!(a.dev_loss.to_bits(), b.dev_loss.to_bits(), "epoch {} dev loss", a.epoch);
+    }
+    let (a, b) = (whole.named_tensors().unwrap(), resumed.named_tensors().unwrap());
+    assert_eq!(a.len(), b.len());
+    for (name, t) in &a {
+        let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            == b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(same, "{name} differs after resuming mid-epoch");
+    }
+}
+
 /// Final weights and epoch logs of a run on the synthetic task.
 fn run_with(
     cfg: &TrainConfig,
@@ -234,6 +307,7 @@ fn run_with(
         &Device::Cpu,
         None,
         |p| events.push(p),
+        |_| Ok(()),
         |_| Ok(()),
     )
     .unwrap();
@@ -325,6 +399,7 @@ fn gradual_unfreezing_adds_layers_phase_by_phase() {
             ));
             Ok(())
         },
+        |_| Ok(()),
     )
     .unwrap();
     assert_eq!(phases.iter().map(|p| p.epoch).collect::<Vec<_>>(), vec![1, 2, 3]);
@@ -375,6 +450,7 @@ fn nan_steps_are_skipped_and_counted_and_too_many_in_a_row_stop_the_run() {
             epochs_ended += 1;
             Ok(())
         },
+        |_| Ok(()),
     )
     .unwrap_err();
     assert!(matches!(err, longread_train::TrainError::Diverged(_)), "{err}");

@@ -16,17 +16,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError {
     move |source| TrainError::Io { path, source }
 }
 
-/// Writes the checkpoint `number` (an epoch or a step) as `out/checkpoint-NNNNN` with `write`,
+/// Writes the checkpoint `name` (`checkpoint-…`: an epoch or a step) into `out` with `write`,
 /// which must create that directory atomically (assembled in a temporary directory, synced,
 /// renamed), then points the symbolic link `out/checkpoint-last` at it (a new link renamed
 /// over the old one: atomic), and only then removes older checkpoints. A kill at any moment
 /// leaves `checkpoint-last` naming a complete checkpoint.
-pub fn save_checkpoint(out: &Path, number: usize, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let name = format!("checkpoint-{number:05}");
-    let dir = out.join(&name);
+pub fn save_checkpoint(out: &Path, name: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let dir = out.join(name);
     let link = out.join(CHECKPOINT);
     // Left over by a run killed before it linked this checkpoint: not in use.
-    if dir.exists() && std::fs::read_link(&link).ok().as_deref() != Some(Path::new(&name)) {
+    if dir.exists() && std::fs::read_link(&link).ok().as_deref() != Some(Path::new(name)) {
         std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
     write(&dir)?;
@@ -36,12 +35,12 @@ pub fn save_checkpoint(out: &Path, number: usize, write: impl FnOnce(&Path) -> R
     }
     let tmp_link = out.join(format!(".{CHECKPOINT}-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp_link);
-    std::os::unix::fs::symlink(&name, &tmp_link).map_err(io(&tmp_link))?;
+    std::os::unix::fs::symlink(name, &tmp_link).map_err(io(&tmp_link))?;
     std::fs::rename(&tmp_link, &link).map_err(io(&link))?;
     if let Ok(d) = std::fs::File::open(out) {
         let _ = d.sync_all();
     }
-    remove_other_checkpoints(out, Some(&name))
+    remove_other_checkpoints(out, Some(name))
 }
 
 /// Removes `out/checkpoint-*` directories other than `keep` (and the link itself when

@@ -10,7 +10,7 @@ use longread_report::curves::EpochPoint;
 
 use crate::error::{Result, TrainError};
 use crate::run::checkpoints::save_checkpoint;
-use crate::trainer::EpochEnd;
+use crate::trainer::{EpochEnd, MidEpoch, TrainerState};
 
 /// A model a run saves: its files and weights (the best epoch's, into the output directory)
 /// or the whole model directory with extra files (a checkpoint).
@@ -105,11 +105,7 @@ impl RunOutput {
             dev_accuracy: log.dev.accuracy,
             dev_macro_f1: log.dev.macro_f1,
         });
-        let (moments, steps) = end.optimizer.export_state()?;
-        let moments_bytes = safetensors::serialize(&moments, None)
-            .map_err(|e| TrainError::Run(format!("{}: serialising optimizer state: {e}", self.out.display())))?;
-        let state = serde_json::json!({"state": end.state, "optimizer_steps": steps});
-        let state_text = serde_json::to_string_pretty(&state).map_err(|e| json_err(&self.out, e))?;
+        let (moments_bytes, state_text) = self.checkpoint_files(end.state, end.optimizer)?;
         let metrics: String = self.lines.iter().map(|l| format!("{l}\n")).collect();
         let curves = longread_report::curves::training_curves_png(&self.points);
         for (name, bytes) in [
@@ -130,7 +126,29 @@ impl RunOutput {
         // same result), and the metrics of a repeated epoch replace the ones written here.
         let extra =
             [("optimizer.safetensors", moments_bytes.as_slice()), ("trainer_state.json", state_text.as_bytes())];
-        save_checkpoint(&self.out, end.state.epoch, |dir| Ok(end.model.save_replacing(dir, &extra)?))
+        let name = format!("checkpoint-{:05}", end.state.epoch);
+        save_checkpoint(&self.out, &name, |dir| Ok(end.model.save_replacing(dir, &extra)?))
+    }
+
+    /// Saves a checkpoint taken in the middle of an epoch (`checkpoint-step-NNNNNNN`): the
+    /// model, optimizer and the epoch's progress; metrics and the best model wait for the
+    /// epoch's end.
+    pub fn mid_epoch<M: RunModel>(&self, mid: &MidEpoch<M>) -> Result<()> {
+        let (moments_bytes, state_text) = self.checkpoint_files(mid.state, mid.optimizer)?;
+        let extra =
+            [("optimizer.safetensors", moments_bytes.as_slice()), ("trainer_state.json", state_text.as_bytes())];
+        let name = format!("checkpoint-step-{:07}", mid.state.step);
+        save_checkpoint(&self.out, &name, |dir| Ok(mid.model.save_replacing(dir, &extra)?))
+    }
+
+    /// A checkpoint's optimizer.safetensors and trainer_state.json.
+    fn checkpoint_files(&self, state: &TrainerState, optimizer: &crate::optim::AdamW) -> Result<(Vec<u8>, String)> {
+        let (moments, steps) = optimizer.export_state()?;
+        let moments_bytes = safetensors::serialize(&moments, None)
+            .map_err(|e| TrainError::Run(format!("{}: serialising optimizer state: {e}", self.out.display())))?;
+        let state = serde_json::json!({"state": state, "optimizer_steps": steps});
+        let state_text = serde_json::to_string_pretty(&state).map_err(|e| json_err(&self.out, e))?;
+        Ok((moments_bytes, state_text))
     }
 }
 

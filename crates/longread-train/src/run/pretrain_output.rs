@@ -54,6 +54,6 @@ impl PretrainOutput {
             write_file_atomically(&self.out.join(name), bytes)?;
         }
         let extra = [("optimizer.safetensors", moments.as_slice()), ("trainer_state.json", state.as_bytes())];
-        save_checkpoint(&self.out, e.state.step, |dir| Ok(e.model.save(dir, &extra)?))
+        save_checkpoint(&self.out, &format!("checkpoint-{:05}", e.state.step), |dir| Ok(e.model.save(dir, &extra)?))
     }
 }

@@ -41,6 +41,12 @@ pub struct TrainConfig {
     pub warmup_ratio: f64,
     /// Warm-up in optimizer steps; when set, it replaces `warmup_ratio`.
     pub warmup_steps: Option<usize>,
+    /// Checkpoint in the middle of an epoch after every this many optimizer step groups
+    /// (0 = only at epoch ends); `None`: whenever `save_every_seconds` have passed since the
+    /// last checkpoint.
+    pub save_every_steps: Option<usize>,
+    /// With `save_every_steps` unset: seconds of training between mid-epoch checkpoints.
+    pub save_every_seconds: f64,
     /// Seed for shuffling and dropout.
     pub seed: u64,
     /// Most tokens per encoder batch.

@@ -102,3 +102,14 @@ pub struct EpochEnd<'a, M = HierarchicalClassifier> {
     /// The optimizer (its moments go into checkpoints).
     pub optimizer: &'a AdamW,
 }
+
+/// A checkpoint in the middle of an epoch (see `TrainConfig::save_every_steps`): the model,
+/// the run's state (with the epoch's progress) and the optimizer.
+pub struct MidEpoch<'a, M = HierarchicalClassifier> {
+    /// The model now.
+    pub model: &'a M,
+    /// The run's state, `in_epoch` set.
+    pub state: &'a TrainerState,
+    /// The optimizer (its moments go into the checkpoint).
+    pub optimizer: &'a AdamW,
+}

@@ -10,6 +10,7 @@
 
 mod config;
 mod evaluate;
+mod fit;
 mod logs;
 mod phase;
 mod state;
@@ -17,32 +18,31 @@ mod stepper;
 
 use std::collections::HashMap;
 
-use candle_core::{Device, Tensor, TensorId, Var};
+use candle_core::{Device, Tensor, Var};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 
 pub use config::{balanced_class_weights, CacheSettings, Metric, Split, TrainConfig};
-pub use logs::{EpochEnd, EpochLog, PhaseLog, Progress, StepLog, TaskLog};
-pub(crate) use state::{epoch_score, epoch_seed};
-pub use state::{Resume, TrainerState};
-pub(crate) use stepper::{accumulate, Stepper};
+pub(crate) use fit::{fit, DevResult, TrainingTask};
+pub use logs::{EpochEnd, EpochLog, MidEpoch, PhaseLog, Progress, StepLog, TaskLog};
+pub(crate) use state::epoch_score;
+pub use state::{EpochProgress, Resume, TrainerState};
+pub(crate) use stepper::Stepper;
 
 use crate::error::{Result, TrainError};
 use crate::groups::{param_groups, Freezing};
 use crate::loss::{task_loss, TaskLoss};
-use crate::optim::AdamW;
+use crate::optim::{AdamW, ParamGroup};
 use crate::recompute::{batch_gradients, BatchGradients, BatchSettings};
 use config::check_labels;
 use evaluate::evaluate;
 use phase::{Phase, Run};
 
-/// Trains `model` in place, from scratch or from `resume`. `on_progress` hears of phases,
-/// cache building and steps; `on_epoch` runs after every epoch (to save the best model and a
-/// checkpoint). Returns the logs of the epochs run here.
+/// Trains `model` in place, from scratch or from `resume` (an epoch end or the middle of an
+/// epoch). `on_progress` hears of phases, cache building and steps; `on_epoch` runs after every
+/// epoch (to save the best model and a checkpoint), `on_checkpoint` when a mid-epoch checkpoint
+/// is due (`cfg.save_every_steps`). Returns the logs of the epochs run here.
 #[allow(clippy::too_many_arguments)]
 pub fn train(
     model: &HierarchicalClassifier,
@@ -53,6 +53,7 @@ pub fn train(
     resume: Option<Resume>,
     mut on_progress: impl FnMut(Progress),
     mut on_epoch: impl FnMut(EpochEnd) -> Result<()>,
+    mut on_checkpoint: impl FnMut(MidEpoch) -> Result<()>,
 ) -> Result<Vec<EpochLog>> {
     if train_split.docs.is_empty() || dev_split.docs.is_empty() {
         return Err(TrainError::InvalidSetting("training and dev data must not be empty".into()));
@@ -65,118 +66,104 @@ pub fn train(
     check_labels(model, &train_split, "training")?;
     check_labels(model, &dev_split, "dev")?;
     let run = Run { model, train: &train_split, dev: &dev_split, cfg, device, named, num_layers };
-    let mut state = TrainerState::start(resume.as_ref(), cfg.epochs)?;
-    // The optimizer holds what trained in the last completed epoch (its moments are in the
-    // checkpoint); each epoch then adds what its phase unfreezes.
-    let held = run.freezing_at(state.epoch.saturating_sub(1));
-    let mut optimizer = AdamW::new(run.groups(held), cfg.adamw)?;
-    if let Some(r) = resume {
-        optimizer.import_state(&r.moments, &r.steps)?;
-    }
     // Every group's learning rate before the schedule scales it.
     let everything = Freezing { train_embeddings: true, ..Freezing::default() };
     let base_lr: HashMap<String, f64> =
         param_groups(&run.named, num_layers, everything, cfg.groups).into_iter().map(|g| (g.name, g.lr)).collect();
-
-    let batch_size = cfg.batch_size.max(1);
-    let accum = cfg.grad_accum.max(1);
-    let mut stepper = Stepper::new(cfg, train_split.docs.len());
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
+    let mut task = ClassifierTask { run, base_lr, weights, phase: None };
+    fit(&mut task, cfg, resume, &mut on_progress, &mut on_epoch, &mut on_checkpoint)
+}
 
-    let mut logs: Vec<EpochLog> = Vec::new();
-    let mut phase: Option<Phase> = None;
-    let mut step = state.step;
-    for epoch in state.epoch + 1..=cfg.epochs {
-        let started = std::time::Instant::now();
-        let freezing = run.freezing_at(epoch - 1);
-        if phase.as_ref().is_none_or(|p| p.freezing != freezing) {
-            drop(phase.take()); // free the previous phase's caches first
-            let next = run.phase(freezing, &mut on_progress)?;
-            optimizer.add_params(run.groups(freezing));
-            on_progress(Progress::Phase(run.phase_log(&next, epoch)));
-            phase = Some(next);
+/// The hierarchical (or sequence) classifier in the shared loop: phases of what trains, with
+/// their caches; gradients from cached chunk vectors or by chunk recomputation.
+struct ClassifierTask<'a> {
+    run: Run<'a>,
+    base_lr: HashMap<String, f64>,
+    weights: Option<Tensor>,
+    phase: Option<Phase>,
+}
+
+impl TrainingTask for ClassifierTask<'_> {
+    type Model = HierarchicalClassifier;
+
+    fn model(&self) -> &HierarchicalClassifier {
+        self.run.model
+    }
+
+    fn documents(&self) -> usize {
+        self.run.train.docs.len()
+    }
+
+    fn optimizer(&self, state: &TrainerState) -> Result<AdamW> {
+        // The optimizer holds what trained when the checkpoint was taken: in the last
+        // completed epoch, or in the epoch in progress (its moments are in the checkpoint);
+        // each epoch then adds what its phase unfreezes.
+        let at = if state.in_epoch.is_some() { state.epoch } else { state.epoch.saturating_sub(1) };
+        AdamW::new(self.run.groups(self.run.freezing_at(at)), self.run.cfg.adamw)
+    }
+
+    fn begin_epoch(
+        &mut self,
+        epoch: usize,
+        optimizer: &mut AdamW,
+        on_progress: &mut dyn FnMut(Progress),
+    ) -> Result<()> {
+        let freezing = self.run.freezing_at(epoch - 1);
+        if self.phase.as_ref().is_none_or(|p| p.freezing != freezing) {
+            drop(self.phase.take()); // free the previous phase's caches first
+            let next = self.run.phase(freezing, &mut &mut *on_progress)?;
+            optimizer.add_params(self.run.groups(freezing));
+            on_progress(Progress::Phase(self.run.phase_log(&next, epoch)));
+            self.phase = Some(next);
         }
-        let phase = phase.as_ref().expect("a phase was set up above");
-        let mut shuffle = StdRng::seed_from_u64(epoch_seed(cfg.seed, epoch, 1));
-        let dropout = DropoutRng::new(epoch_seed(cfg.seed, epoch, 2));
-        let mut order: Vec<usize> = (0..train_split.docs.len()).collect();
-        order.shuffle(&mut shuffle);
-        let (mut loss_sum, mut loss_count, mut skipped) = (0f64, 0usize, 0usize);
-        for step_docs in order.chunks(batch_size * accum) {
-            let mut summed: HashMap<TensorId, Tensor> = HashMap::new();
-            let mut step_loss = 0f64;
-            let chunks = step_docs.iter().map(|&i| train_split.docs[i].chunks.len()).sum();
-            let batches: Vec<&[usize]> = step_docs.chunks(batch_size).collect();
-            for batch in &batches {
-                let labels = train_split.batch_labels(batch);
-                let how = TaskLoss { task_weights: &cfg.task_weights, class_weights: weights.as_ref() };
-                let out = match &phase.vectors {
-                    Some((vectors, _)) => {
-                        let chosen: Vec<&Tensor> = batch.iter().map(|&i| &vectors[i]).collect();
-                        head_gradients(model, &chosen, &labels, &phase.vars, &dropout, how, device)?
-                    }
-                    None => {
-                        let docs: Vec<&ChunkedDocument> = batch.iter().map(|&i| &train_split.docs[i]).collect();
-                        let settings = BatchSettings {
-                            max_batch_tokens: cfg.max_batch_tokens,
-                            recompute: cfg.recompute,
-                            loss: how,
-                            prefix: phase.train_prefix(batch),
-                        };
-                        batch_gradients(model, &docs, &labels, &phase.vars, &dropout, settings, device)?
-                    }
-                };
-                step_loss += out.loss as f64 / batches.len() as f64;
-                accumulate(&mut summed, out.grads, batches.len())?;
+        Ok(())
+    }
+
+    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng) -> Result<BatchGradients> {
+        let (run, phase) = (&self.run, self.phase.as_ref().expect("begin_epoch sets the phase"));
+        let labels = run.train.batch_labels(batch);
+        let how = TaskLoss { task_weights: &run.cfg.task_weights, class_weights: self.weights.as_ref() };
+        match &phase.vectors {
+            Some((vectors, _)) => {
+                let chosen: Vec<&Tensor> = batch.iter().map(|&i| &vectors[i]).collect();
+                head_gradients(run.model, &chosen, &labels, &phase.vars, dropout, how, run.device)
             }
-            let Some(factor) =
-                stepper.step(&mut optimizer, &mut summed, step_loss, epoch, step, |g| base_lr[&g.name])?
-            else {
-                skipped += 1;
-                continue;
-            };
-            step += 1;
-            loss_sum += step_loss;
-            loss_count += 1;
-            on_progress(Progress::Step(StepLog {
-                step,
-                total_steps: stepper.schedule.total_steps,
-                loss: step_loss,
-                lr: cfg.groups.head_lr * factor,
-                chunks,
-            }));
-        }
-
-        let train_seconds = started.elapsed().as_secs_f64();
-        let mut task_logs = evaluate(&run, phase)?;
-        let dev_loss: f64 = task_logs.iter().enumerate().map(|(t, l)| task_weight(cfg, t) * l.dev_loss).sum();
-        // The best epoch by the mean of the metric over the tasks.
-        let score = epoch_score(cfg.metric, dev_loss, task_logs.iter().map(|l| &l.dev));
-        let report = task_logs[0].dev.clone();
-        if task_logs.len() == 1 {
-            task_logs.clear();
-        }
-        let is_best = state.record(epoch, step, score);
-        let log = EpochLog {
-            epoch,
-            train_loss: if loss_count > 0 { loss_sum / loss_count as f64 } else { f64::NAN },
-            dev_loss,
-            dev: report,
-            tasks: task_logs,
-            best: is_best,
-            seconds: started.elapsed().as_secs_f64(),
-            train_seconds,
-            skipped_steps: skipped,
-            trainable_parameters: phase.vars.iter().map(|v| v.elem_count()).sum(),
-            total_parameters: run.named.iter().map(|(_, v)| v.elem_count()).sum(),
-        };
-        on_epoch(EpochEnd { log: &log, model, state: &state, optimizer: &optimizer })?;
-        logs.push(log);
-        if state.stops(cfg) {
-            break;
+            None => {
+                let docs: Vec<&ChunkedDocument> = batch.iter().map(|&i| &run.train.docs[i]).collect();
+                let settings = BatchSettings {
+                    max_batch_tokens: run.cfg.max_batch_tokens,
+                    recompute: run.cfg.recompute,
+                    loss: how,
+                    prefix: phase.train_prefix(batch),
+                };
+                batch_gradients(run.model, &docs, &labels, &phase.vars, dropout, settings, run.device)
+            }
         }
     }
-    Ok(logs)
+
+    fn step_units(&self, docs: &[usize]) -> usize {
+        docs.iter().map(|&i| self.run.train.docs[i].chunks.len()).sum()
+    }
+
+    fn group_lr(&self, group: &ParamGroup) -> f64 {
+        self.base_lr[&group.name]
+    }
+
+    fn reported_lr(&self) -> f64 {
+        self.run.cfg.groups.head_lr
+    }
+
+    fn evaluate(&self) -> Result<DevResult> {
+        let phase = self.phase.as_ref().expect("begin_epoch sets the phase");
+        let tasks = evaluate(&self.run, phase)?;
+        Ok(DevResult::of_tasks(self.run.cfg, tasks, |t| task_weight(self.run.cfg, t)))
+    }
+
+    fn parameters(&self) -> (usize, usize) {
+        let trainable = self.phase.as_ref().map_or(0, |p| p.vars.iter().map(|v| v.elem_count()).sum());
+        (trainable, self.run.named.iter().map(|(_, v)| v.elem_count()).sum())
+    }
 }
 
 /// Gradients of the heads only, from cached chunk vectors.

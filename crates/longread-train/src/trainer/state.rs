@@ -21,6 +21,28 @@ pub struct TrainerState {
     pub best: Option<f64>,
     /// Epochs since the best one.
     pub since_best: usize,
+    /// Set in a checkpoint taken in the middle of epoch `epoch + 1`: how far that epoch got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_epoch: Option<EpochProgress>,
+}
+
+/// How far an epoch got when a mid-epoch checkpoint was taken: resuming skips the step
+/// groups done (the epoch's order is a function of the seed), restores the dropout generator
+/// and the epoch's running sums, and continues bit-identically.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EpochProgress {
+    /// Optimizer step groups (batches × accumulation) of the epoch done, skipped ones included.
+    pub step_groups: usize,
+    /// Sum of the steps' losses so far.
+    pub loss_sum: f64,
+    /// Steps taken so far.
+    pub loss_count: usize,
+    /// Steps skipped (NaN/inf) so far.
+    pub skipped: usize,
+    /// Seeds drawn from the epoch's dropout generator.
+    pub dropout_draws: u64,
+    /// Training seconds of the epoch so far.
+    pub train_seconds: f64,
 }
 
 /// A run to continue: the state after its last completed epoch and the optimizer's
@@ -39,7 +61,7 @@ impl TrainerState {
     /// resume has already completed `epochs`.
     pub(crate) fn start(resume: Option<&Resume>, epochs: usize) -> Result<Self> {
         let Some(r) = resume else {
-            return Ok(Self { epoch: 0, step: 0, best: None, since_best: 0 });
+            return Ok(Self { epoch: 0, step: 0, best: None, since_best: 0, in_epoch: None });
         };
         if r.state.epoch >= epochs {
             return Err(TrainError::InvalidSetting(format!(
@@ -62,6 +84,7 @@ impl TrainerState {
         }
         self.epoch = epoch;
         self.step = step;
+        self.in_epoch = None;
         is_best
     }
 

@@ -144,6 +144,11 @@ pub struct TrainArgs {
     /// Stop after this epoch and keep the checkpoint, to continue later with --resume auto.
     #[arg(long)]
     pub(super) stop_after_epoch: Option<usize>,
+    /// Also write a resumable checkpoint in the middle of an epoch after every N optimizer
+    /// steps (0 = only at epoch ends) [default: whenever 10 minutes have passed since the last
+    /// checkpoint]. Resuming from one continues exactly as the uninterrupted run would.
+    #[arg(long, value_name = "N")]
+    pub(super) save_every_steps: Option<usize>,
     /// Encoder precision: f32, or bf16 (bf16 activations and matmuls over f32 master weights;
     /// LayerNorm, softmax, pooling, heads and the optimizer in f32). Halves the activation and
     /// frozen-layer-cache memory; not faster on the CPU (candle has no fast bf16 CPU matmul,
@@ -496,6 +501,8 @@ impl TrainArgs {
             },
             warmup_ratio: self.warmup_ratio.unwrap_or_default(),
             warmup_steps: self.warmup_steps,
+            save_every_steps: self.save_every_steps,
+            save_every_seconds: 600.0,
             seed: self.seed,
             max_batch_tokens: self.max_batch_tokens,
             recompute: !self.no_recompute,

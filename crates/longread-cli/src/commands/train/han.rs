@@ -84,7 +84,8 @@ pub(super) fn run(
         describe(&model, &train, &dev, args);
     }
     let cfg = args.config(&train.labels, model.labels(), &["label".to_string()])?;
-    let mut output = start_output(args, resume.as_ref().map(|r| r.state.epoch), settings)?;
+    let output = start_output(args, resume.as_ref().map(|r| r.state.epoch), settings)?;
+    let output = std::cell::RefCell::new(output);
     let reporter = std::cell::RefCell::new(Reporter::new(text, json, "documents"));
     let logs = train_han(
         &model,
@@ -96,10 +97,11 @@ pub(super) fn run(
         resume,
         |p| reporter.borrow_mut().progress(p),
         |end| {
-            output.epoch_end(&end)?;
+            output.borrow_mut().epoch_end(&end)?;
             reporter.borrow_mut().epoch(end.log);
             Ok(())
         },
+        |mid| output.borrow().mid_epoch(&mid),
     );
     reporter.borrow().finish();
     finish(args, logs, text, json)

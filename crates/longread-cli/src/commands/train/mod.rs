@@ -66,7 +66,8 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
                 .join("; ")
         );
     }
-    let mut output = start_output(&args, resume.as_ref().map(|r| r.state.epoch), &settings)?;
+    let output = start_output(&args, resume.as_ref().map(|r| r.state.epoch), &settings)?;
+    let output = std::cell::RefCell::new(output);
     // Both callbacks report: the reporter is shared.
     let reporter = std::cell::RefCell::new(Reporter::new(text, json, "chunks"));
     let logs = train(
@@ -78,10 +79,11 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
         resume,
         |p| reporter.borrow_mut().progress(p),
         |end| {
-            output.epoch_end(&end)?;
+            output.borrow_mut().epoch_end(&end)?;
             reporter.borrow_mut().epoch(end.log);
             Ok(())
         },
+        |mid| output.borrow().mid_epoch(&mid),
     );
     reporter.borrow().finish();
     finish(&args, logs, text, json)
