@@ -119,7 +119,7 @@ impl Cli {
                 .collect()
         };
         match &mut self.command {
-            Command::Train(args) => args.given = given("train"),
+            Command::Train(args) => args.spec.given = given("train"),
             Command::Init(args) => args.given = given("init"),
             _ => {}
         }

@@ -41,3 +41,11 @@ impl From<candle_core::Error> for TrainError {
 
 /// Result type of this crate.
 pub type Result<T> = std::result::Result<T, TrainError>;
+
+impl From<longread_text::TextError> for TrainError {
+    /// Text errors (unreadable data, unknown labels, chunking settings) as the model crate
+    /// reports them: one line that names the input and the line.
+    fn from(e: longread_text::TextError) -> Self {
+        Self::Model(longread_model::ModelError::from(e))
+    }
+}

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use longread_model::hierarchical::{ChunkPooling, HierarchicalClassifier, LongreadSection, PoolingStrategy};
 use longread_text::ChunkSelection;
 
-use super::arch::{sequence_section, Arch};
+use longread_train::run::spec::{sequence_section, Arch};
 
 /// Arguments of `longread init`.
 #[derive(Debug, Args)]

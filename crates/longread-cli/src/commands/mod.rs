@@ -1,4 +1,3 @@
-pub mod arch;
 pub mod bench;
 pub mod embed;
 pub mod encoder;

@@ -1,14 +1,148 @@
-//! A training run's output directory, owned by the library so that every front (CLI, Python)
-//! runs it the same way: created with the run's settings, resumed from its newest checkpoint
-//! (refusing changed settings or data), saved atomically after every epoch (best model,
-//! metrics log, curves, resumable checkpoint), cleaned up when the run completes.
+//! A training run, owned by the library so that every front (CLI, Python) runs it the same
+//! way: [`train_run`] takes the run's settings ([`TrainSpec`]) and some hooks for progress,
+//! and does the rest — the starting model, the data and its dev split, the run directory
+//! (created with the settings, resumed from its newest checkpoint while refusing changed
+//! settings or data, saved atomically after every epoch and mid-epoch, cleaned up when the
+//! run completes).
 
 pub mod checkpoints;
+mod classifier;
+pub mod data;
+mod han;
 pub mod output;
 pub mod pretrain_output;
 pub mod settings;
+pub mod spec;
+pub mod start;
+
+use std::path::Path;
 
 pub use checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, save_checkpoint, Saved, CHECKPOINT};
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
 pub use settings::{check_resume_settings, fingerprint_file};
+pub use spec::{Arch, HanSpec, TrainPrecision, TrainSpec};
+
+use crate::error::{Result, TrainError};
+use crate::trainer::{EpochLog, Progress};
+
+/// What a front hears of a run.
+pub trait RunHooks {
+    /// Phases, cache building and optimizer steps.
+    fn progress(&mut self, progress: Progress);
+    /// An epoch ended (its outputs are saved).
+    fn epoch(&mut self, log: &EpochLog);
+    /// A line for people about the set-up (data sizes, tasks, the HAN's grid and vocabulary).
+    fn note(&mut self, line: &str);
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub struct RunSummary {
+    /// The epochs run by this call.
+    pub logs: Vec<EpochLog>,
+    /// True when it stopped at `--stop-after-epoch` with epochs left (resume later).
+    pub stopped_for_resume: bool,
+}
+
+/// Runs `spec`: fills in the defaults of its architecture (`given`: the settings given
+/// explicitly, so that ones that do not apply are refused), starts or resumes its run
+/// directory (`front` adds settings of the front to training_args.json, e.g. its log format),
+/// trains and saves. The best model is in `spec.out` at the end.
+pub fn train_run(
+    spec: &mut TrainSpec,
+    front: serde_json::Map<String, serde_json::Value>,
+    hooks: &mut dyn RunHooks,
+) -> Result<RunSummary> {
+    spec.resolve_defaults()?;
+    let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
+    let mut settings = run_settings(spec)?;
+    if let Some(obj) = settings.as_object_mut() {
+        obj.extend(front);
+    }
+    if checkpoint.is_some() {
+        check_resumed_settings(&spec.out, &settings)?;
+    }
+    let logs = if spec.is_han() {
+        han::run(spec, checkpoint.as_deref(), &settings, hooks)
+    } else {
+        classifier::run(spec, checkpoint.as_deref(), &settings, hooks)
+    };
+    finish(spec, logs)
+}
+
+/// What training_args.json records: every setting as resolved (defaults filled in) and a
+/// fingerprint of the training and dev data, so that a resumed run can be checked against it
+/// (data read from standard input cannot be fingerprinted).
+fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
+    let mut settings =
+        serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
+    let fingerprint = |path: &Path| -> Result<serde_json::Value> {
+        if path.as_os_str() == "-" {
+            return Ok(serde_json::Value::Null);
+        }
+        Ok(fingerprint_file(path)?.into())
+    };
+    let mut data = serde_json::json!({"train": fingerprint(&spec.train)?});
+    if let Some(dev) = &spec.dev {
+        data["dev"] = fingerprint(dev)?;
+    }
+    settings["data_fingerprints"] = data;
+    Ok(settings)
+}
+
+/// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
+/// how much of the frozen-layer cache stays in memory (none changes the results).
+const MAY_CHANGE_ON_RESUME: [&str; 8] = [
+    "resume",
+    "out",
+    "stop_after_epoch",
+    "save_every_steps",
+    "log_format",
+    "cache_memory",
+    "no_cache",
+    "max_bad_steps",
+];
+
+/// Refuses to resume with settings or data other than the run's own (its training_args.json);
+/// settings an older longread did not record are not checked.
+fn check_resumed_settings(out: &Path, settings: &serde_json::Value) -> Result<()> {
+    let path = out.join("training_args.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| TrainError::Io { path: path.clone(), source })?;
+    let saved: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| TrainError::Run(format!("{}: invalid JSON: {e}", path.display())))?;
+    let recorded: Vec<&str> = saved.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    let unrecorded: Vec<String> = settings
+        .as_object()
+        .map(|o| o.keys().filter(|k| !recorded.contains(&k.as_str())).cloned().collect())
+        .unwrap_or_default();
+    let mut may_change: Vec<&str> = MAY_CHANGE_ON_RESUME.to_vec();
+    may_change.extend(unrecorded.iter().map(String::as_str));
+    check_resume_settings(&saved, settings, &may_change)
+}
+
+/// The output directory of a new run (training_args.json only: no model before the first
+/// epoch ends) or of a resumed one (`resumed_epoch` epochs of metrics kept).
+fn start_output(spec: &TrainSpec, resumed_epoch: Option<usize>, settings: &serde_json::Value) -> Result<RunOutput> {
+    Ok(match resumed_epoch {
+        None => RunOutput::create(&spec.out, settings)?,
+        Some(epoch) => RunOutput::resume(&spec.out, epoch),
+    })
+}
+
+/// How a run ended: a divergence names the checkpoint kept; a completed run's resumable
+/// checkpoint is removed.
+fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
+    let logs = logs.map_err(|e| match e {
+        TrainError::Diverged(why) => {
+            TrainError::Diverged(format!("{why} Checkpoint: {}", spec.out.join(CHECKPOINT).display()))
+        }
+        other => other,
+    })?;
+    let epochs = spec.epochs.unwrap_or_default();
+    let stopped_for_resume = logs.last().is_some_and(|l| Some(l.epoch) == spec.stop_after_epoch && l.epoch < epochs);
+    if !stopped_for_resume {
+        remove_other_checkpoints(&spec.out, None)?;
+    }
+    Ok(RunSummary { logs, stopped_for_resume })
+}

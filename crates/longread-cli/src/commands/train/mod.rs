@@ -1,175 +1,82 @@
-//! `longread train`: fine-tune a classifier made by `longread init`, or one built on a
-//! pretrained encoder (`--arch`).
-
-mod args;
-mod data;
-mod han;
-mod start;
+//! `longread train`: fine-tune a classifier made by `longread init`, one built on a
+//! pretrained encoder (`--arch`), or the HAN. The run itself is the library's
+//! (`longread_train::run::train_run`); this command parses the flags and prints progress.
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
-use candle_core::Device;
+use anyhow::Result;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use longread_text::{Chunker, TextTokenizer};
-use longread_train::run::{
-    check_resume_settings, fingerprint_file, read_checkpoint, remove_other_checkpoints, resume_from, RunOutput,
-    CHECKPOINT,
-};
-use longread_train::trainer::{train, EpochLog, PhaseLog, Progress, Resume, Split};
-use longread_train::TrainError;
+use longread_train::run::{train_run, RunHooks, TrainSpec};
+use longread_train::trainer::{EpochLog, PhaseLog, Progress};
 
-pub use args::{LogFormat, Precision, TrainArgs};
+pub use longread_train::run::TrainPrecision as Precision;
+
+/// Arguments of `longread train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub spec: TrainSpec,
+    /// `text`: a progress bar and a line per epoch on stderr; `json`: one JSON object per
+    /// event (phase, step, epoch, done) on stdout, no progress bar.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How training reports progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// For people: progress bar and epoch lines on stderr.
+    Text,
+    /// For machines: JSON lines on stdout.
+    Json,
+}
 
 /// Runs `longread train`.
 pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
-    args.resolve_defaults()?;
-    let checkpoint = resume_from(&args.out, args.resume.as_deref())?;
-    let settings = run_settings(&args)?;
-    if checkpoint.is_some() {
-        check_resumed_settings(&args, &settings)?;
-    }
-    if args.is_han() {
-        return han::run(&args, checkpoint.as_deref(), &settings, quiet);
-    }
-    let device = Device::Cpu;
-    let model_dir = args.model.clone().context("--model is required")?;
-    let source = checkpoint.as_deref().unwrap_or(&model_dir);
-    let mut model = start::starting_model(&args, source, &device)?;
-    model.set_precision(args.precision.dtype())?;
-    let resume = checkpoint
-        .as_deref()
-        .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
-        .transpose()?;
-    let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
-    let (train_data, dev_data) = data::load_data(&args, &mut model, &chunker, &device)?;
-    let model = model;
-    let labels = model.labels().to_vec();
-    let tasks: Vec<String> = model.config().tasks().into_iter().map(|t| t.name).collect();
-    let primary: Vec<usize> = train_data.labels[0].iter().flatten().copied().collect();
-    let cfg = args.config(&primary, &labels, &tasks)?;
-    let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
-
-    let (text, json) = log_modes(&args, quiet);
-    if text {
-        eprintln!(
-            "training on {} documents ({} chunks), dev {} documents; {}",
-            train_docs.len(),
-            train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
-            dev_docs.len(),
-            model
-                .config()
-                .tasks()
-                .iter()
-                .map(|t| format!("task {} (column \"{}\"): {}", t.name, t.column, t.labels.join(", ")))
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-    }
-    let output = start_output(&args, resume.as_ref().map(|r| r.state.epoch), &settings)?;
-    let output = std::cell::RefCell::new(output);
-    // Both callbacks report: the reporter is shared.
-    let reporter = std::cell::RefCell::new(Reporter::new(text, json, "chunks"));
-    let logs = train(
-        &model,
-        Split { docs: train_docs, labels: train_data.labels.clone() },
-        Split { docs: dev_docs, labels: dev_data.labels.clone() },
-        &cfg,
-        &device,
-        resume,
-        |p| reporter.borrow_mut().progress(p),
-        |end| {
-            output.borrow_mut().epoch_end(&end)?;
-            reporter.borrow_mut().epoch(end.log);
-            Ok(())
-        },
-        |mid| output.borrow().mid_epoch(&mid),
-    );
-    reporter.borrow().finish();
-    finish(&args, logs, text, json)
-}
-
-/// Whether to print for people (text) and for machines (JSON lines).
-fn log_modes(args: &TrainArgs, quiet: bool) -> (bool, bool) {
     let json = args.log_format == LogFormat::Json;
-    (!quiet && !json, json)
-}
-
-/// What training_args.json records: every flag as resolved (defaults filled in) and a
-/// fingerprint of the training and dev data, so that a resumed run can be checked against it.
-fn run_settings(args: &TrainArgs) -> Result<serde_json::Value> {
-    let mut settings = serde_json::to_value(args)?;
-    let mut data = serde_json::json!({"train": fingerprint_file(&args.train)?});
-    if let Some(dev) = &args.dev {
-        data["dev"] = fingerprint_file(dev)?.into();
-    }
-    settings["data_fingerprints"] = data;
-    Ok(settings)
-}
-
-/// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
-/// how much of the frozen-layer cache stays in memory (none changes the results).
-const MAY_CHANGE_ON_RESUME: [&str; 7] =
-    ["resume", "out", "stop_after_epoch", "log_format", "cache_memory", "no_cache", "max_bad_steps"];
-
-/// Refuses to resume with settings or data other than the run's own (its training_args.json);
-/// settings an older longread did not record are not checked.
-fn check_resumed_settings(args: &TrainArgs, settings: &serde_json::Value) -> Result<()> {
-    let path = args.out.join("training_args.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let saved: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?;
-    let recorded: Vec<&str> = saved.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
-    let unrecorded: Vec<String> = settings
-        .as_object()
-        .map(|o| o.keys().filter(|k| !recorded.contains(&k.as_str())).cloned().collect())
-        .unwrap_or_default();
-    let mut may_change: Vec<&str> = MAY_CHANGE_ON_RESUME.to_vec();
-    may_change.extend(unrecorded.iter().map(String::as_str));
-    Ok(check_resume_settings(&saved, settings, &may_change)?)
-}
-
-/// The output directory of a new run (training_args.json only: no model before the first
-/// epoch ends) or of a resumed one (`resumed_epoch` epochs of metrics kept).
-fn start_output(args: &TrainArgs, resumed_epoch: Option<usize>, settings: &serde_json::Value) -> Result<RunOutput> {
-    Ok(match resumed_epoch {
-        None => RunOutput::create(&args.out, settings)?,
-        Some(epoch) => RunOutput::resume(&args.out, epoch),
-    })
-}
-
-/// Reports how a run ended (divergence, early stop for resume, best epoch) and removes the
-/// resumable checkpoint of a completed run.
-fn finish(args: &TrainArgs, logs: longread_train::Result<Vec<EpochLog>>, text: bool, json: bool) -> Result<()> {
-    let logs = logs.map_err(|e| match e {
-        TrainError::Diverged(why) => anyhow::anyhow!("{why} Checkpoint: {}", args.out.join(CHECKPOINT).display()),
-        other => other.into(),
-    })?;
-    let epochs = args.epochs.unwrap_or_default();
-    let stopped_early = logs.last().is_some_and(|l| Some(l.epoch) == args.stop_after_epoch && l.epoch < epochs);
-    let best = logs.iter().rfind(|l| l.best);
+    let text = !quiet && !json;
+    let unit = if args.spec.arch == Some(longread_train::run::Arch::Han) { "documents" } else { "chunks" };
+    let mut reporter = Reporter::new(text, json, unit);
+    let mut front = serde_json::Map::new();
+    front.insert("log_format".into(), serde_json::to_value(args.log_format)?);
+    let summary = train_run(&mut args.spec, front, &mut reporter);
+    reporter.finish();
+    let summary = summary?;
+    let best = summary.logs.iter().rfind(|l| l.best);
+    let out = &args.spec.out;
     if json {
         let done = serde_json::json!({
             "event": "done",
-            "epochs_run": logs.len(),
+            "epochs_run": summary.logs.len(),
             "best_epoch": best.map(|b| b.epoch),
-            "stopped_for_resume": stopped_early,
-            "out": args.out,
+            "stopped_for_resume": summary.stopped_for_resume,
+            "out": out,
         });
         println!("{done}");
     }
-    if stopped_early {
-        if text {
-            eprintln!("stopped after epoch {}; continue with --resume auto", logs.last().map_or(0, |l| l.epoch));
-        }
-    } else {
-        // The run is complete: the resumable checkpoint is no longer needed.
-        remove_other_checkpoints(&args.out, None)?;
+    if text && summary.stopped_for_resume {
+        eprintln!("stopped after epoch {}; continue with --resume auto", summary.logs.last().map_or(0, |l| l.epoch));
     }
     if let (true, Some(best)) = (text, best) {
-        eprintln!("best epoch {} (macro-F1 {:.4}); model in {}", best.epoch, best.dev.macro_f1, args.out.display());
+        eprintln!("best epoch {} (macro-F1 {:.4}); model in {}", best.epoch, best.dev.macro_f1, out.display());
     }
     Ok(())
+}
+
+impl RunHooks for Reporter {
+    fn progress(&mut self, progress: Progress) {
+        Reporter::progress(self, progress)
+    }
+    fn epoch(&mut self, log: &EpochLog) {
+        Reporter::epoch(self, log)
+    }
+    fn note(&mut self, line: &str) {
+        if self.text {
+            self.bar.suspend(|| eprintln!("{line}"));
+        }
+    }
 }
 
 /// Progress for people (bar and lines on stderr) or machines (JSON lines on stdout).

@@ -1,181 +1,203 @@
-//! The flags of `longread train` and the training configuration they make.
+//! What a training run is asked to do: every setting of `longread train` (the CLI's flags
+//! are these fields, through clap's derive behind the `clap` feature), their defaults per
+//! architecture, their checks, and the training configuration they make.
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
-use longread_train::groups::{Freezing, GroupSettings};
-use longread_train::schedule::Decay;
-use longread_train::trainer::{balanced_class_weights, CacheSettings, Metric, TrainConfig};
-use longread_train::unfreeze::UnfreezeSchedule;
-use longread_train::AdamWConfig;
+use longread_model::hierarchical::{Architecture, LongreadSection};
+use longread_model::EncoderConfig;
 
-use crate::commands::arch::Arch;
+use crate::error::{Result, TrainError};
+use crate::groups::{Freezing, GroupSettings};
+use crate::schedule::Decay;
+use crate::trainer::{balanced_class_weights, CacheSettings, Metric, TrainConfig};
+use crate::unfreeze::UnfreezeSchedule;
+use crate::AdamWConfig;
 
-/// Arguments of `longread train`.
-#[derive(Debug, Args, serde::Serialize)]
-pub struct TrainArgs {
+/// Refuses with a message that says what to do (printed as it is).
+macro_rules! bail {
+    ($($t:tt)*) => { return Err(TrainError::Run(format!($($t)*))) };
+}
+
+/// `.with_context` for options: `None` becomes a run error with this message.
+trait OrRun<T> {
+    fn or_run(self, message: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> OrRun<T> for Option<T> {
+    fn or_run(self, message: impl FnOnce() -> String) -> Result<T> {
+        self.ok_or_else(|| TrainError::Run(message()))
+    }
+}
+
+impl<T, E> OrRun<T> for std::result::Result<T, E> {
+    fn or_run(self, message: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|_| TrainError::Run(message()))
+    }
+}
+
+/// Every setting of a training run (`longread train`'s flags).
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct TrainSpec {
     /// Model directory made by `longread init` (its labels and settings are used), or a
     /// pretrained encoder (config.json, model.safetensors, tokenizer.json): then a new classifier
     /// of --arch is built on it with default settings, the labels found in the training data
     /// (sorted) and weights seeded by --seed. Not used with --arch han (see --word-vectors).
-    #[arg(long)]
-    pub(super) model: Option<PathBuf>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub model: Option<PathBuf>,
     /// The classifier built when --model is a plain encoder (default: hierarchical); with a
     /// model made by `init`, it must name that model's architecture. `han` trains the classic
     /// HAN from scratch and needs no --model.
-    #[arg(long, value_enum)]
-    pub(super) arch: Option<Arch>,
+    #[cfg_attr(feature = "clap", arg(long, value_enum))]
+    pub arch: Option<Arch>,
     /// Label names in id order, comma-separated, for a new classifier (a plain encoder as
     /// --model, or --arch han); needed when the data's labels are integers (ids into this
     /// list). Default: the label names found in the training data, sorted.
-    #[arg(long, value_delimiter = ',')]
-    pub(super) labels: Vec<String>,
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
+    pub labels: Vec<String>,
     /// Training data: JSON lines with "text" and "label" (name or index).
-    #[arg(long)]
-    pub(super) train: PathBuf,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub train: PathBuf,
     /// Dev data in the same format; without it, --dev-split of the training data is held out.
-    #[arg(long)]
-    pub(super) dev: Option<PathBuf>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub dev: Option<PathBuf>,
     /// Fraction of the training data held out for dev (stratified, seeded) when --dev is absent.
-    #[arg(long, default_value_t = 0.1)]
-    pub(super) dev_split: f64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.1))]
+    pub dev_split: f64,
     /// Output directory: the best model (format v1) plus metrics.jsonl, trainer_state.json,
     /// training_args.json and checkpoint-last/ (to resume; removed when the run completes).
     /// Must not exist yet, unless resuming.
-    #[arg(long)]
-    pub(super) out: PathBuf,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub out: PathBuf,
     /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.
     /// Use the same data and flags as the interrupted run.
-    #[arg(long)]
-    pub(super) resume: Option<String>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub resume: Option<String>,
     /// Passes over the training data [default: 3; 30 with --arch han, which stops early:
     /// see --patience].
-    #[arg(long)]
-    pub(super) epochs: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub epochs: Option<usize>,
     /// Documents per batch [default: 4; 32 with --arch han].
-    #[arg(long)]
-    pub(super) batch_size: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub batch_size: Option<usize>,
     /// Batches per optimizer step (gradient accumulation).
-    #[arg(long, default_value_t = 1)]
-    pub(super) grad_accum: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
+    pub grad_accum: usize,
     /// Learning rate of the encoder [default: 2e-5], or of every HAN parameter [default with
     /// --arch han: 1e-3].
-    #[arg(long)]
-    pub(super) lr: Option<f64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub lr: Option<f64>,
     /// Learning rate of pooling + head (default: 1e-3 with --freeze-base or when --unfreeze
     /// starts with 0:head, else --lr).
-    #[arg(long)]
-    pub(super) head_lr: Option<f64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub head_lr: Option<f64>,
     /// AdamW's decoupled weight decay (none on biases and LayerNorm weights) [default: 0.01;
     /// 0 with --arch han: plain Adam, as in the paper].
-    #[arg(long)]
-    pub(super) weight_decay: Option<f64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub weight_decay: Option<f64>,
     /// Warm-up steps as a fraction of all optimizer steps [default: 0.1; 0 with --arch han].
-    #[arg(long)]
-    pub(super) warmup_ratio: Option<f64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub warmup_ratio: Option<f64>,
     /// Learning-rate shape after warm-up [default: linear; constant with --arch han].
-    #[arg(long, value_enum)]
-    pub(super) schedule: Option<ScheduleArg>,
+    #[cfg_attr(feature = "clap", arg(long, value_enum))]
+    pub schedule: Option<ScheduleArg>,
     /// Clip the global gradient norm to this, 0 = off [default: 1.0; 0.5 with --arch han].
-    #[arg(long)]
-    pub(super) max_grad_norm: Option<f64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub max_grad_norm: Option<f64>,
     /// Freeze the whole encoder: only pooling and head train, on chunk vectors computed once.
-    #[arg(long)]
-    pub(super) freeze_base: bool,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub freeze_base: bool,
     /// Freeze the embeddings and the bottom K encoder layers (their outputs are computed once
     /// per chunk and cached, see --cache-memory).
-    #[arg(long, default_value_t = 0)]
-    pub(super) freeze_bottom: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
+    pub freeze_bottom: usize,
     /// Gradual unfreezing: EPOCH:WHAT phases, WHAT = head | topN | all, e.g. `0:head,3:top6,6:all`
     /// (from epoch 0 the head alone, after 3 epochs also the top 6 layers, after 6 everything).
     /// Before the first phase, the freezing flags apply. Newly trained parameters join the
     /// optimizer with their group's learning rate.
-    #[arg(long)]
-    pub(super) unfreeze: Option<String>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub unfreeze: Option<String>,
     /// MiB of frozen-layer outputs kept in memory; the rest goes to a scratch file in --out.
-    #[arg(long, default_value_t = 4096)]
-    pub(super) cache_memory: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 4096))]
+    pub cache_memory: usize,
     /// Recompute frozen layers every epoch instead of caching their outputs (same results).
-    #[arg(long)]
-    pub(super) no_cache: bool,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub no_cache: bool,
     /// Train the embeddings too (frozen by default).
-    #[arg(long)]
-    pub(super) train_embeddings: bool,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub train_embeddings: bool,
     /// Layer-wise learning-rate decay: layer l of N gets lr·d^(N−l), embeddings lr·d^(N+1).
-    #[arg(long, default_value_t = 1.0)]
-    pub(super) layer_lr_decay: f64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1.0))]
+    pub layer_lr_decay: f64,
     /// Class weights of the loss: none, balanced (n / (classes · count)), or w1,w2,... in label order.
-    #[arg(long, default_value = "none")]
-    pub(super) class_weights: String,
+    #[cfg_attr(feature = "clap", arg(long, default_value = "none"))]
+    pub class_weights: String,
     /// Dev metric that picks the best epoch.
-    #[arg(long, value_enum, default_value_t = MetricArg::MacroF1)]
-    pub(super) metric: MetricArg,
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = MetricArg::MacroF1))]
+    pub metric: MetricArg,
     /// Stop after this many epochs without improvement, 0 = never [default: 0; 3 with
     /// --arch han].
-    #[arg(long)]
-    pub(super) patience: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub patience: Option<usize>,
     /// Seed for the dev split, shuffling and dropout.
-    #[arg(long, default_value_t = 42)]
-    pub(super) seed: u64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 42))]
+    pub seed: u64,
     /// Most tokens per encoder batch. Training keeps one batch's graph at a time, so this
     /// sets the memory plateau: 512 (one chunk) measured 1.8 GB on MiniLM vs 5.9 GB at 2048,
     /// for 12% more time per step.
-    #[arg(long, default_value_t = 512)]
-    pub(super) max_batch_tokens: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
+    pub max_batch_tokens: usize,
     /// Keep the whole graph instead of recomputing chunks (memory grows with document length).
-    #[arg(long)]
-    pub(super) no_recompute: bool,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub no_recompute: bool,
     /// Optimizer steps in a row with NaN/inf gradients that stop the run.
-    #[arg(long, default_value_t = 5)]
-    pub(super) max_bad_steps: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 5))]
+    pub max_bad_steps: usize,
     /// A task of a multi-task model, NAME=COLUMN (repeatable): the label of task NAME is read
     /// from COLUMN of the JSON lines. The first task given is the primary one (the model's own
     /// head, labels from `init`); a task the model lacks gets a new head (pooling, LayerNorm,
     /// classifier) with the labels found in the training data. Default: one task, "label".
-    #[arg(long = "task", value_name = "NAME=COLUMN")]
-    pub(super) task: Vec<String>,
+    #[cfg_attr(feature = "clap", arg(long = "task", value_name = "NAME=COLUMN"))]
+    pub task: Vec<String>,
     /// Weight of a task's loss, NAME=W (repeatable; default 1 for every task).
-    #[arg(long = "task-weight", value_name = "NAME=W")]
-    pub(super) task_weight: Vec<String>,
+    #[cfg_attr(feature = "clap", arg(long = "task-weight", value_name = "NAME=W"))]
+    pub task_weight: Vec<String>,
     /// Do not train this task's head (repeatable); its loss still trains the encoder.
-    #[arg(long = "freeze-task", value_name = "NAME")]
-    pub(super) freeze_task: Vec<String>,
+    #[cfg_attr(feature = "clap", arg(long = "freeze-task", value_name = "NAME"))]
+    pub freeze_task: Vec<String>,
     /// Stop after this epoch and keep the checkpoint, to continue later with --resume auto.
-    #[arg(long)]
-    pub(super) stop_after_epoch: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub stop_after_epoch: Option<usize>,
     /// Also write a resumable checkpoint in the middle of an epoch after every N optimizer
     /// steps (0 = only at epoch ends) [default: whenever 10 minutes have passed since the last
     /// checkpoint]. Resuming from one continues exactly as the uninterrupted run would.
-    #[arg(long, value_name = "N")]
-    pub(super) save_every_steps: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
+    pub save_every_steps: Option<usize>,
     /// Encoder precision: f32, or bf16 (bf16 activations and matmuls over f32 master weights;
     /// LayerNorm, softmax, pooling, heads and the optimizer in f32). Halves the activation and
     /// frozen-layer-cache memory; not faster on the CPU (candle has no fast bf16 CPU matmul,
     /// even with AVX512_BF16: measured slower than f32), only on GPUs. A step with NaN/inf
     /// gradients is skipped (see --max-bad-steps).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    pub(super) precision: Precision,
-    /// `text`: a progress bar and a line per epoch on stderr; `json`: one JSON object per
-    /// event (phase, step, epoch, done) on stdout, no progress bar.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub(super) log_format: LogFormat,
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = TrainPrecision::F32))]
+    pub precision: TrainPrecision,
     /// Warm-up in optimizer steps (instead of --warmup-ratio).
-    #[arg(long, conflicts_with = "warmup_ratio")]
-    pub(super) warmup_steps: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long, conflicts_with = "warmup_ratio"))]
+    pub warmup_steps: Option<usize>,
     /// AdamW's β1 (decay of the first-moment estimate), in [0, 1).
-    #[arg(long, default_value_t = 0.9)]
-    pub(super) adam_beta1: f64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.9))]
+    pub adam_beta1: f64,
     /// AdamW's β2 (decay of the second-moment estimate), in [0, 1).
-    #[arg(long, default_value_t = 0.999)]
-    pub(super) adam_beta2: f64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.999))]
+    pub adam_beta2: f64,
     /// AdamW's ε (added to the denominator), > 0.
-    #[arg(long, default_value_t = 1e-8)]
-    pub(super) adam_epsilon: f64,
-    #[command(flatten)]
-    pub(super) han: HanArgs,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1e-8))]
+    pub adam_epsilon: f64,
+    #[cfg_attr(feature = "clap", command(flatten))]
+    #[allow(missing_docs)]
+    pub han: HanSpec,
     /// Flags given explicitly (on the command line or in --config), filled in after parsing.
-    #[arg(skip)]
+    #[cfg_attr(feature = "clap", arg(skip))]
     #[serde(skip)]
     pub given: Vec<String>,
 }
@@ -204,65 +226,67 @@ fn flag(id: &str) -> String {
     format!("--{}", id.replace('_', "-"))
 }
 
-/// The flags of `train --arch han`.
-#[derive(Debug, Args, serde::Serialize)]
-#[command(next_help_heading = "HAN (--arch han)")]
-pub struct HanArgs {
+/// The settings of `--arch han` alone.
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[cfg_attr(feature = "clap", command(next_help_heading = "HAN (--arch han)"))]
+pub struct HanSpec {
     /// Words seen fewer times in the training documents are out of vocabulary (id 1).
-    #[arg(long, default_value_t = 2)]
-    pub(super) min_count: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 2))]
+    pub min_count: usize,
     /// Keep at most this many most frequent words (besides <pad> and <unk>); 0 = no limit.
-    #[arg(long, default_value_t = 50_000)]
-    pub(super) max_vocab: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 50_000))]
+    pub max_vocab: usize,
     /// Sentences read per document (later ones are cut) [default: the --length-percentile
     /// of the training documents' sentence counts].
-    #[arg(long)]
-    pub(super) doc_size: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub doc_size: Option<usize>,
     /// Words read per sentence [default: the --length-percentile of the training sentences'
     /// word counts].
-    #[arg(long)]
-    pub(super) sent_size: Option<usize>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub sent_size: Option<usize>,
     /// Percentile of the training data's lengths that sets --doc-size and --sent-size.
-    #[arg(long, default_value_t = 90.0)]
-    pub(super) length_percentile: f64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 90.0))]
+    pub length_percentile: f64,
     /// Word vector size (ignored with --word-vectors, which sets it to the encoder's).
-    #[arg(long, default_value_t = 200)]
-    pub(super) embedding_dim: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 200))]
+    pub embedding_dim: usize,
     /// Hidden size of each direction of the word and of the sentence GRU.
-    #[arg(long, default_value_t = 50)]
-    pub(super) gru_hidden: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 50))]
+    pub gru_hidden: usize,
     /// Size of the word and sentence attention projections (u_t = tanh(W h_t + b)).
-    #[arg(long, default_value_t = 100)]
-    pub(super) attention_size: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 100))]
+    pub attention_size: usize,
     /// Dropout on the word vectors and on the document vector.
-    #[arg(long, default_value_t = 0.5)]
-    pub(super) dropout: f64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.5))]
+    pub dropout: f64,
     /// Context vectors of the sentence attention, r: r distributions over the sentences whose
     /// document vectors are concatenated.
-    #[arg(long, default_value_t = 1)]
-    pub(super) attention_hops: usize,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1))]
+    pub attention_hops: usize,
     /// Weight λ of the penalty λ‖AAᵀ − I‖²_F on the sentence attention A ([r, sentences]),
     /// which pushes the hops apart (Lin et al. 2017); 0 = off.
-    #[arg(long, default_value_t = 0.0)]
-    pub(super) attention_penalty: f64,
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.0))]
+    pub attention_penalty: f64,
     /// Start the word vectors from a pretrained encoder's input embeddings (a model directory
     /// with config.json, model.safetensors and tokenizer.json): each word gets the mean of its
     /// word pieces' vectors, and the vector size becomes the encoder's hidden size.
-    #[arg(long, value_name = "ENCODER")]
-    pub(super) word_vectors: Option<PathBuf>,
+    #[cfg_attr(feature = "clap", arg(long, value_name = "ENCODER"))]
+    pub word_vectors: Option<PathBuf>,
 }
 
 /// Floating-point precision of the encoder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
-pub enum Precision {
+pub enum TrainPrecision {
     /// 32-bit floats throughout.
     F32,
     /// bfloat16 activations and matmuls, f32 weights.
     Bf16,
 }
 
-impl Precision {
+impl TrainPrecision {
     /// The encoder's compute dtype.
     pub fn dtype(self) -> candle_core::DType {
         match self {
@@ -272,19 +296,11 @@ impl Precision {
     }
 }
 
-/// How training reports progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
-pub enum LogFormat {
-    /// For people: progress bar and epoch lines on stderr.
-    Text,
-    /// For machines: JSON lines on stdout.
-    Json,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(super) enum ScheduleArg {
+/// The learning rate's shape after warm-up (`--schedule`).
+pub enum ScheduleArg {
     /// Linear decay to 0.
     Linear,
     /// Cosine decay to 0.
@@ -293,9 +309,11 @@ pub(super) enum ScheduleArg {
     Constant,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
-pub(super) enum MetricArg {
+/// The dev metric that picks the best epoch (`--metric`).
+pub enum MetricArg {
     /// Macro-averaged F1.
     MacroF1,
     /// Weighted F1.
@@ -306,17 +324,59 @@ pub(super) enum MetricArg {
     DevLoss,
 }
 
+/// The classifier a run trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// Every chunk of the document, attention over the chunk vectors (longread's model).
+    Hierarchical,
+    /// The single-chunk baseline: the first chunk only (the first --chunk-size tokens),
+    /// transformers' sequence-classification head, saved in the
+    /// RobertaForSequenceClassification / BertForSequenceClassification layout.
+    Sequence,
+    /// The classic Hierarchical Attention Network (Yang et al. 2016): word BiGRU + attention,
+    /// sentence BiGRU + attention, trained from scratch on the training data's words (no
+    /// encoder; `train` only).
+    Han,
+}
+
+impl Arch {
+    /// The architecture of a model's section.
+    pub fn of(section: &LongreadSection) -> Self {
+        match section.architecture {
+            Architecture::Hierarchical => Self::Hierarchical,
+            Architecture::Sequence => Self::Sequence,
+        }
+    }
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hierarchical => "hierarchical",
+            Self::Sequence => "sequence",
+            Self::Han => "han",
+        }
+    }
+}
+
+/// The single-chunk baseline's section: the first `chunk_size` tokens (at most the encoder's
+/// positions), the head's dropout as transformers picks it.
+pub fn sequence_section(encoder: &EncoderConfig, chunk_size: usize) -> LongreadSection {
+    LongreadSection::sequence(chunk_size.min(encoder.max_sequence_length()), encoder.classifier_dropout())
+}
+
 /// Splits `NAME=VALUE`.
-pub(super) fn name_value<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a str)> {
+pub fn name_value<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a str)> {
     match text.split_once('=') {
         Some((n, v)) if !n.trim().is_empty() && !v.trim().is_empty() => Ok((n.trim(), v.trim())),
         _ => bail!("{flag} {text}: expected NAME=VALUE"),
     }
 }
 
-impl TrainArgs {
+impl TrainSpec {
     /// True for `--arch han`.
-    pub(super) fn is_han(&self) -> bool {
+    pub fn is_han(&self) -> bool {
         self.arch == Some(Arch::Han)
     }
 
@@ -331,7 +391,7 @@ impl TrainArgs {
 
     /// Fills in the flags whose defaults depend on --arch (so that training_args.json records
     /// what the run used) and refuses flags that do not apply to the architecture.
-    pub(super) fn resolve_defaults(&mut self) -> Result<()> {
+    pub fn resolve_defaults(&mut self) -> Result<()> {
         self.epochs = Some(self.epochs.unwrap_or(self.pick(30, 3)));
         self.batch_size = Some(self.batch_size.unwrap_or(self.pick(32, 4)));
         self.lr = Some(self.lr.unwrap_or(self.pick(1e-3, 2e-5)));
@@ -352,7 +412,7 @@ impl TrainArgs {
                 ("--task", !self.task.is_empty()),
                 ("--task-weight", !self.task_weight.is_empty()),
                 ("--freeze-task", !self.freeze_task.is_empty()),
-                ("--precision bf16", self.precision != Precision::F32),
+                ("--precision bf16", self.precision != TrainPrecision::F32),
                 ("--no-recompute", self.no_recompute),
                 ("--no-cache", self.no_cache),
             ];
@@ -437,12 +497,12 @@ impl TrainArgs {
 
     /// The training configuration; `train_labels` (the primary task's, where present) and
     /// `labels` resolve `--class-weights`, `tasks` (names in task order) the task flags.
-    pub(super) fn config(&self, train_labels: &[usize], labels: &[String], tasks: &[String]) -> Result<TrainConfig> {
+    pub fn config(&self, train_labels: &[usize], labels: &[String], tasks: &[String]) -> Result<TrainConfig> {
         let task_index = |flag: &str, name: &str| {
             tasks
                 .iter()
                 .position(|t| t == name)
-                .with_context(|| format!("{flag} {name}: the model has no such task (its tasks: {})", tasks.join(", ")))
+                .or_run(|| format!("{flag} {name}: the model has no such task (its tasks: {})", tasks.join(", ")))
         };
         let mut task_weights = vec![1.0; tasks.len()];
         for text in &self.task_weight {
@@ -451,7 +511,7 @@ impl TrainArgs {
                 .parse()
                 .ok()
                 .filter(|w: &f64| w.is_finite() && *w >= 0.0)
-                .with_context(|| format!("--task-weight {text}: the weight must be a non-negative number"))?;
+                .or_run(|| format!("--task-weight {text}: the weight must be a non-negative number"))?;
             task_weights[task_index("--task-weight", name)?] = w;
         }
         if task_weights.iter().all(|&w| w == 0.0) {
@@ -471,7 +531,7 @@ impl TrainArgs {
                     .split(',')
                     .map(|x| x.trim().parse::<f32>())
                     .collect::<std::result::Result<_, _>>()
-                    .with_context(|| format!("--class-weights {list}: expected none, balanced or numbers"))?;
+                    .or_run(|| format!("--class-weights {list}: expected none, balanced or numbers"))?;
                 if w.len() != labels.len() || w.iter().any(|x| !x.is_finite() || *x < 0.0) {
                     bail!(
                         "--class-weights needs {} non-negative numbers, one per label ({})",
@@ -488,7 +548,7 @@ impl TrainArgs {
             || unfreeze
                 .as_ref()
                 .and_then(|u| u.phases().first())
-                .is_some_and(|&(e, w)| e == 0 && w == longread_train::unfreeze::Unfreeze::Head);
+                .is_some_and(|&(e, w)| e == 0 && w == crate::unfreeze::Unfreeze::Head);
         Ok(TrainConfig {
             epochs,
             batch_size,

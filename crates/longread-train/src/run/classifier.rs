@@ -1,0 +1,72 @@
+//! A run of the hierarchical or single-chunk classifier: the starting model, the data, the
+//! training configuration, then the shared loop with the run directory saving each epoch.
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use candle_core::Device;
+use longread_text::{Chunker, TextTokenizer};
+
+use crate::error::Result;
+use crate::run::checkpoints::read_checkpoint;
+use crate::run::data::load_data;
+use crate::run::spec::TrainSpec;
+use crate::run::start::starting_model;
+use crate::run::{start_output, RunHooks};
+use crate::trainer::{train, EpochLog, Resume, Split};
+
+/// Trains a classifier as `spec` says, new or resumed from `checkpoint`.
+pub(crate) fn run(
+    spec: &TrainSpec,
+    checkpoint: Option<&Path>,
+    settings: &serde_json::Value,
+    hooks: &mut dyn RunHooks,
+) -> Result<Vec<EpochLog>> {
+    let device = Device::Cpu;
+    let model_dir = spec.model.clone().unwrap_or_default();
+    let source = checkpoint.unwrap_or(&model_dir);
+    let mut model = starting_model(spec, source, &device)?;
+    model.set_precision(spec.precision.dtype())?;
+    let resume = checkpoint
+        .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
+        .transpose()?;
+    let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
+    let (train_data, dev_data) = load_data(spec, &mut model, &chunker, &device)?;
+    let model = model;
+    let labels = model.labels().to_vec();
+    let tasks: Vec<String> = model.config().tasks().into_iter().map(|t| t.name).collect();
+    let primary: Vec<usize> = train_data.labels[0].iter().flatten().copied().collect();
+    let cfg = spec.config(&primary, &labels, &tasks)?;
+    let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
+    hooks.note(&format!(
+        "training on {} documents ({} chunks), dev {} documents; {}",
+        train_docs.len(),
+        train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
+        dev_docs.len(),
+        model
+            .config()
+            .tasks()
+            .iter()
+            .map(|t| format!("task {} (column \"{}\"): {}", t.name, t.column, t.labels.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
+    let output = RefCell::new(start_output(spec, resume.as_ref().map(|r| r.state.epoch), settings)?);
+    // Both callbacks report: the hooks are shared.
+    let hooks = RefCell::new(hooks);
+    train(
+        &model,
+        Split { docs: train_docs, labels: train_data.labels.clone() },
+        Split { docs: dev_docs, labels: dev_data.labels.clone() },
+        &cfg,
+        &device,
+        resume,
+        |p| hooks.borrow_mut().progress(p),
+        |end| {
+            output.borrow_mut().epoch_end(&end)?;
+            hooks.borrow_mut().epoch(end.log);
+            Ok(())
+        },
+        |mid| output.borrow().mid_epoch(&mid),
+    )
+}

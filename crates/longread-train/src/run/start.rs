@@ -1,0 +1,76 @@
+//! The model a run starts from: a checkpoint being resumed, a classifier made by `init`, or a
+//! new classifier of `--arch` built on a plain encoder.
+
+use std::path::Path;
+
+use candle_core::Device;
+use longread_model::hierarchical::{is_classifier_dir, HierarchicalClassifier, LongreadSection, DEFAULT_TASK};
+use longread_text::labels_from_column;
+
+use crate::error::{Result, TrainError};
+use crate::run::data::read_examples;
+use crate::run::spec::{name_value, sequence_section, Arch, TrainSpec};
+
+/// Loads `source` as a trainable classifier, or builds one on it when it is a plain encoder.
+pub fn starting_model(spec: &TrainSpec, source: &Path, device: &Device) -> Result<HierarchicalClassifier> {
+    if is_classifier_dir(source)? {
+        let model = HierarchicalClassifier::load(source, true, device)?;
+        let arch = Arch::of(&model.config().longread);
+        if let Some(wanted) = spec.arch.filter(|&a| a != arch) {
+            return Err(TrainError::Run(format!(
+                "--arch {} does not match the model in {}, which is {}; give a plain encoder as --model to \
+                 build a new {} classifier",
+                wanted.name(),
+                source.display(),
+                arch.name(),
+                wanted.name()
+            )));
+        }
+        if !spec.labels.is_empty() && spec.labels != model.labels() {
+            return Err(TrainError::Run(format!(
+                "--labels {} differs from the labels of the model in {} ({})",
+                spec.labels.join(","),
+                source.display(),
+                model.labels().join(",")
+            )));
+        }
+        return Ok(model);
+    }
+    let arch = spec.arch.unwrap_or(Arch::Hierarchical);
+    let checkpoint = longread_model::Checkpoint::open(source)?;
+    let section = match arch {
+        Arch::Hierarchical => LongreadSection::default(),
+        Arch::Sequence => sequence_section(&checkpoint.config, 512),
+        Arch::Han => return Err(TrainError::Run("--arch han is trained from scratch and not built on --model".into())),
+    };
+    let labels = training_labels(spec)?;
+    Ok(HierarchicalClassifier::init(source, labels, section, spec.seed, device)?)
+}
+
+/// The labels of a new classifier: --labels, else those of the primary task (the first
+/// --task's column, else "label") found in the training data, sorted.
+pub fn training_labels(spec: &TrainSpec) -> Result<Vec<String>> {
+    if !spec.labels.is_empty() {
+        let mut unique: Vec<&String> = spec.labels.iter().collect();
+        unique.sort();
+        unique.dedup();
+        if unique.len() != spec.labels.len() || spec.labels.len() < 2 || unique.iter().any(|l| l.trim().is_empty()) {
+            return Err(TrainError::Run(
+                "--labels needs at least two distinct, non-empty names, e.g. --labels general,teen,mature".into(),
+            ));
+        }
+        return Ok(spec.labels.clone());
+    }
+    let column = match spec.task.first() {
+        Some(task) => name_value("--task", task)?.1.to_string(),
+        None => DEFAULT_TASK.to_string(),
+    };
+    let (examples, source) = read_examples(&spec.train, std::slice::from_ref(&column))?;
+    let labels = labels_from_column(&examples, 0, &source)?;
+    if labels.len() < 2 {
+        return Err(TrainError::Run(format!(
+            "column \"{column}\" of {source} has fewer than 2 distinct labels ({labels:?}); a classifier needs 2"
+        )));
+    }
+    Ok(labels)
+}
