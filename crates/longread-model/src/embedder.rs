@@ -23,6 +23,18 @@ pub struct Embeddings {
     pub truncated: Vec<bool>,
 }
 
+/// How an [`Embedder`] pools and scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EmbedderOptions {
+    /// How token vectors become one vector.
+    pub pooling: SentencePooling,
+    /// Scale each embedding to unit L2 norm (sentence-transformers' Normalize module).
+    pub normalize: bool,
+}
+
+/// The sentence embedder every front uses (CPU).
+pub type Embedder = SentenceEmbedder;
+
 /// An encoder with its tokenizer, ready to embed texts.
 #[derive(Debug)]
 pub struct SentenceEmbedder {
@@ -36,6 +48,11 @@ pub struct SentenceEmbedder {
 }
 
 impl SentenceEmbedder {
+    /// Loads a checkpoint directory to embed on the CPU (see [`SentenceEmbedder::load`]).
+    pub fn open(dir: &Path, options: EmbedderOptions) -> Result<Self> {
+        Self::load(dir, options.pooling, options.normalize, &Device::Cpu)
+    }
+
     /// Loads a checkpoint directory. The maximum length is, in order of precedence,
     /// sentence-transformers' `max_seq_length`, the tokenizer's truncation, the model's positions,
     /// never more than the positions allow.

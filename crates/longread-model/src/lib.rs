@@ -18,11 +18,13 @@ pub mod model_dir;
 pub mod params;
 pub mod presets;
 pub mod sentence_pooling;
+pub mod summary;
 pub mod variables;
 
 pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};
 pub use classifier::{Classifier, ClassifierOptions, DocError, DocResult, Precision, Prediction};
 pub use config::EncoderConfig;
+pub use embedder::{Embedder, EmbedderOptions};
 pub use encoder::Encoder;
 pub use error::{ModelError, Result};
 pub use mode::{DropoutRng, Mode};

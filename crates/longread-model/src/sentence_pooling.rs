@@ -4,11 +4,14 @@
 use candle_core::{DType, Result, Tensor, D};
 
 /// How token states become one vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
 pub enum SentencePooling {
-    /// Mean over real (unpadded) tokens, special tokens included.
+    /// Mean over the real tokens (special tokens included).
+    #[default]
     Mean,
-    /// The first token's state (`[CLS]` / `<s>`).
+    /// The first token ([CLS] or <s>).
     Cls,
 }
 

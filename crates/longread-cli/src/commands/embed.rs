@@ -4,11 +4,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use candle_core::Device;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use longread_model::embedder::SentenceEmbedder;
 use longread_model::sentence_pooling::SentencePooling;
+use longread_model::{Embedder, EmbedderOptions};
 use serde_json::{Map, Value};
 
 use crate::io::{input_name, open_input, Output};
@@ -29,23 +28,14 @@ pub struct EmbedArgs {
     #[arg(long)]
     output: Option<PathBuf>,
     /// How token vectors become one vector: mean over tokens, or the first token's.
-    #[arg(long, value_enum, default_value_t = Pooling::Mean)]
-    pooling: Pooling,
+    #[arg(long, value_enum, default_value_t = SentencePooling::Mean)]
+    pooling: SentencePooling,
     /// Scale each embedding to unit L2 norm (as sentence-transformers' Normalize module).
     #[arg(long)]
     normalize: bool,
     /// Texts per forward pass. Batches are padded to their longest text, not to a fixed length.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65536))]
     batch_size: u64,
-}
-
-/// Pooling choices on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Pooling {
-    /// Mean over the real tokens (special tokens included).
-    Mean,
-    /// The first token ([CLS] or <s>).
-    Cls,
 }
 
 /// One output line: the input's fields (id first, text dropped) and the embedding, written as
@@ -62,12 +52,8 @@ pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
     let name = input_name(&args.input);
     let records = longread_text::read_records(open_input(&args.input)?, &name)?;
     let dir = longread_model::resolve_model_dir(&args.model)?;
-    let pooling = match args.pooling {
-        Pooling::Mean => SentencePooling::Mean,
-        Pooling::Cls => SentencePooling::Cls,
-    };
-    let embedder = SentenceEmbedder::load(&dir, pooling, args.normalize, &Device::Cpu)
-        .with_context(|| format!("loading model {}", dir.display()))?;
+    let options = EmbedderOptions { pooling: args.pooling, normalize: args.normalize };
+    let embedder = Embedder::open(&dir, options).with_context(|| format!("loading model {}", dir.display()))?;
 
     let progress = if quiet { ProgressBar::hidden() } else { ProgressBar::new(records.len() as u64) };
     progress.set_style(

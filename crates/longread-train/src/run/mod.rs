@@ -11,6 +11,7 @@ pub mod data;
 mod han;
 pub mod output;
 pub mod pretrain_output;
+pub mod pretrain_run;
 pub mod settings;
 pub mod spec;
 pub mod start;
@@ -20,6 +21,7 @@ use std::path::Path;
 pub use checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, save_checkpoint, Saved, CHECKPOINT};
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
+pub use pretrain_run::{pretrain_run, PretrainHooks, PretrainSpec, PretrainSummary};
 pub use settings::{check_resume_settings, fingerprint_file};
 pub use spec::{Arch, HanSpec, TrainPrecision, TrainSpec};
 

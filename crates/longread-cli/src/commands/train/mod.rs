@@ -10,8 +10,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use longread_train::run::{train_run, RunHooks, TrainSpec};
 use longread_train::trainer::{EpochLog, PhaseLog, Progress};
 
-pub use longread_train::run::TrainPrecision as Precision;
-
 /// Arguments of `longread train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {

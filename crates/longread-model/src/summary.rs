@@ -1,0 +1,216 @@
+//! A model directory at a glance (`longread inspect`, the server's `/info`): configuration,
+//! weight files, tasks and a parameter breakdown that adds up, for encoders, longread
+//! classifiers and HANs alike.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use candle_core::Device;
+use serde_json::{json, Value};
+
+use crate::checkpoint::Checkpoint;
+use crate::error::Result;
+use crate::han::{HanClassifier, HAN_ARCHITECTURE};
+use crate::params::ParameterBreakdown;
+
+/// A model directory's summary: as one JSON object, and as a table for people.
+#[derive(Debug, Clone)]
+pub struct ModelSummary {
+    /// Configuration, weight files, tasks and the parameter breakdown.
+    pub json: Value,
+    /// The same for people, one item per line.
+    pub table: String,
+}
+
+/// Summarises any model directory: a Hugging Face encoder, a longread classifier or a HAN.
+pub fn summarize(dir: &Path) -> Result<ModelSummary> {
+    if crate::han::is_han_dir(dir) {
+        return summarize_han(dir);
+    }
+    let checkpoint = Checkpoint::open(dir)?;
+    let cfg = &checkpoint.config;
+    let prefix = checkpoint.encoder_prefix().to_owned();
+    let store = &checkpoint.store;
+    let tensors: Vec<(&str, &[usize])> = store.names().filter_map(|n| store.shape(n).map(|s| (n, s))).collect();
+    // Default fine-tuning (`longread train`) freezes the embeddings; BERT's own pooler
+    // (`pooler.dense`) is used only by the single-chunk baseline (`--arch sequence`).
+    let pooler_used = cfg.extra.get("longread").and_then(|l| l.get("architecture")) == Some(&json!("sequence"));
+    let params = ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
+        let local = name.strip_prefix(prefix.as_str()).map_or(name, |n| n.trim_start_matches('.'));
+        !(local.starts_with("embeddings.") || (!pooler_used && local.starts_with("pooler.dense.")))
+    });
+    let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
+    // A multi-task classifier lists its tasks in the longread section.
+    let tasks: Vec<serde_json::Value> =
+        cfg.extra.get("longread").and_then(|l| l.get("tasks")).and_then(|t| t.as_array()).cloned().unwrap_or_default();
+    let weight_files: Vec<String> = checkpoint
+        .files
+        .weights
+        .iter()
+        .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .collect();
+
+    let summary = json!({
+        "model_dir": dir.display().to_string(),
+        "model_type": cfg.model_type,
+        "architectures": architectures,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "num_attention_heads": cfg.num_attention_heads,
+        "intermediate_size": cfg.intermediate_size(),
+        "hidden_act": cfg.hidden_act,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "max_sequence_length": cfg.max_sequence_length(),
+        "type_vocab_size": cfg.type_vocab_size,
+        "layer_norm_eps": cfg.layer_norm_eps,
+        "hidden_dropout_prob": cfg.hidden_dropout_prob,
+        "attention_probs_dropout_prob": cfg.attention_probs_dropout_prob,
+        "weight_files": weight_files,
+        "weight_prefix": prefix,
+        "tokenizer": checkpoint.files.tokenizer.is_some(),
+        "parameters": params,
+        "tasks": tasks,
+    });
+    let mut t = String::new();
+
+    let arch = architectures.as_array().and_then(|a| a.first()).and_then(|v| v.as_str()).unwrap_or("-");
+    writeln!(t, "model            {}", dir.display()).ok();
+    writeln!(t, "type             {} ({arch})", cfg.model_type).ok();
+    writeln!(
+        t,
+        "shape            {} layers, hidden {}, {} heads × {}, FFN {}, {}",
+        cfg.num_hidden_layers,
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.head_size(),
+        cfg.intermediate_size(),
+        cfg.hidden_act
+    )
+    .ok();
+    writeln!(
+        t,
+        "vocabulary       {} tokens, {} positions (max sequence {}), {} token types",
+        cfg.vocab_size,
+        cfg.max_position_embeddings,
+        cfg.max_sequence_length(),
+        cfg.type_vocab_size
+    )
+    .ok();
+    writeln!(
+        t,
+        "normalisation    layer_norm_eps {:e}; dropout hidden {}, attention {}",
+        cfg.layer_norm_eps, cfg.hidden_dropout_prob, cfg.attention_probs_dropout_prob
+    )
+    .ok();
+    writeln!(
+        t,
+        "weights          {} (prefix: {})",
+        weight_files.join(", "),
+        if prefix.is_empty() { "none" } else { &prefix }
+    )
+    .ok();
+    writeln!(t, "tokenizer        {}", if checkpoint.files.tokenizer.is_some() { "tokenizer.json" } else { "missing" })
+        .ok();
+    for (i, task) in tasks.iter().enumerate() {
+        writeln!(
+            t,
+            "{:<16} {} (column \"{}\"): {}",
+            if i == 0 { "tasks" } else { "" },
+            task["name"].as_str().unwrap_or("?"),
+            task["column"].as_str().unwrap_or("?"),
+            task["labels"]
+                .as_array()
+                .map(|l| l.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        )
+        .ok();
+    }
+    writeln!(t).ok();
+    writeln!(t, "{:<18} {:>14}", "parameters", "count").ok();
+    let per_layer = params.per_layer.first().copied().unwrap_or(0);
+    let trainable_note = if pooler_used {
+        "  (default fine-tuning: embeddings frozen)"
+    } else {
+        "  (default fine-tuning: embeddings frozen, BERT pooler unused)"
+    };
+    let rows = [
+        ("embeddings", params.embeddings, String::new()),
+        ("encoder layers", params.encoder_layers, format!("  ({} × {})", params.per_layer.len(), group(per_layer))),
+        ("pooler/attention", params.pooler_attention, String::new()),
+        ("classifier", params.classifier, String::new()),
+        ("other task heads", params.task_heads, String::new()),
+        ("other", params.other, String::new()),
+        ("total", params.total, String::new()),
+        ("trainable", params.trainable, trainable_note.into()),
+    ];
+    for (name, count, note) in rows {
+        if (name == "other" || name == "other task heads") && count == 0 {
+            continue;
+        }
+        writeln!(t, "  {name:<16} {:>14}{note}", group(count)).ok();
+    }
+    Ok(ModelSummary { json: summary, table: t })
+}
+
+/// A HAN model directory's summary: its sizes, grid, labels and parameters per part.
+fn summarize_han(dir: &Path) -> Result<ModelSummary> {
+    let model = HanClassifier::load(dir, &Device::Cpu)?;
+    let c = model.config();
+    let mut parts: Vec<(String, usize)> = Vec::new();
+    for (name, var) in model.named_vars() {
+        let part = name.split('.').next().unwrap_or_default().to_string();
+        match parts.iter_mut().find(|(p, _)| *p == part) {
+            Some((_, n)) => *n += var.elem_count(),
+            None => parts.push((part, var.elem_count())),
+        }
+    }
+    let total: usize = parts.iter().map(|(_, n)| n).sum();
+    let mut summary = serde_json::to_value(c).unwrap_or_default();
+    summary["model_dir"] = json!(dir.display().to_string());
+    summary["architectures"] = json!([HAN_ARCHITECTURE]);
+    summary["parameters"] = json!({
+        "parts": parts.iter().map(|(p, n)| (p.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "total": total,
+        "trainable": total,
+    });
+    let mut t = String::new();
+    writeln!(t, "model            {}", dir.display()).ok();
+    writeln!(t, "type             HAN ({})", HAN_ARCHITECTURE).ok();
+    writeln!(
+        t,
+        "shape            embeddings {}, word GRU 2 × {}, sentence GRU 2 × {}, attention {} / {} × {} hop(s), \
+         dropout {}",
+        c.embedding_dim,
+        c.word_hidden,
+        c.sentence_hidden,
+        c.word_attention_size,
+        c.sentence_attention_size,
+        c.attention_hops,
+        c.dropout
+    )
+    .ok();
+    writeln!(t, "vocabulary       {} words (vocab.json)", c.vocab_size).ok();
+    writeln!(t, "grid             {} sentences × {} words per document", c.doc_size, c.sent_size).ok();
+    writeln!(t, "labels           {}", c.labels.join(", ")).ok();
+    writeln!(t).ok();
+    writeln!(t, "{:<18} {:>14}", "parameters", "count").ok();
+    for (part, count) in &parts {
+        writeln!(t, "  {part:<16} {:>14}", group(*count)).ok();
+    }
+    writeln!(t, "  {:<16} {:>14}  (all train)", "total", group(total)).ok();
+    Ok(ModelSummary { json: summary, table: t })
+}
+
+/// 1234567 → "1,234,567".
+fn group(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

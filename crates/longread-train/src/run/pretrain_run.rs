@@ -1,0 +1,309 @@
+//! A masked-language-model pretraining run of a RoBERTa from a preset (or a config.json) on a
+//! corpus, with dynamic masking, owned by the library like [`crate::run::train_run`]: the
+//! output is a `RobertaForMaskedLM` directory that transformers loads and `longread init
+//! --encoder` accepts.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+
+use candle_core::Device;
+use longread_model::masked_lm::MaskedLm;
+use longread_model::model_dir::write_new_dir;
+use longread_model::presets::{init_masked_lm, preset_config};
+use longread_model::EncoderConfig;
+use longread_text::mlm::{pack_sequences, split_held_out, Masker};
+use longread_text::{read_corpus, TextTokenizer};
+
+use crate::error::{Result, TrainError};
+use crate::pretrain::{pretrain, PretrainConfig, PretrainLog, PretrainResume, PretrainStep};
+use crate::run::spec::TrainPrecision;
+use crate::run::{check_resume_settings, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
+use crate::schedule::Decay;
+use crate::AdamWConfig;
+
+/// Refuses with a message that says what to do (printed as it is).
+macro_rules! bail {
+    ($($t:tt)*) => { return Err(TrainError::Run(format!($($t)*))) };
+}
+
+/// Every setting of a pretraining run (`longread pretrain`'s flags).
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct PretrainSpec {
+    /// Corpus: files or directories (every .txt and .jsonl below). A .jsonl file gives each
+    /// line's "text"; other files give each non-empty line.
+    #[cfg_attr(feature = "clap", arg(long, required = true, num_args = 1..))]
+    pub corpus: Vec<PathBuf>,
+    /// tokenizer.json or a directory holding one (e.g. from `longread tokenizer train`).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub tokenizer: PathBuf,
+    /// Model shape: roberta-base, roberta-large, small or tiny (see `longread encoder new`).
+    #[cfg_attr(feature = "clap", arg(long, conflicts_with = "config"))]
+    pub preset: Option<String>,
+    /// Model shape from a RoBERTa config.json instead of a preset.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub config: Option<PathBuf>,
+    /// Output directory: config.json, model.safetensors (latest weights), tokenizer.json,
+    /// metrics.jsonl, trainer_state.json, training_args.json and checkpoint-last/.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub out: PathBuf,
+    /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub resume: Option<String>,
+    /// Optimizer steps.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1000))]
+    pub max_steps: usize,
+    /// Sequences per step.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 16))]
+    pub batch_size: usize,
+    /// Tokens per packed sequence, special tokens included (≤ the model's positions).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 128))]
+    pub seq_len: usize,
+    /// Fraction of ordinary tokens selected for prediction (80% → <mask>, 10% random, 10% kept).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.15))]
+    pub mask_prob: f64,
+    /// Peak learning rate.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 5e-4))]
+    pub lr: f64,
+    /// Steps of linear warm-up.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 100))]
+    pub warmup_steps: usize,
+    /// AdamW's decoupled weight decay (none on biases and LayerNorm weights).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.01))]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this (0 = off).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1.0))]
+    pub max_grad_norm: f64,
+    /// Held-out MLM loss and perplexity (and a checkpoint) every this many steps.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 200))]
+    pub eval_every: usize,
+    /// Fraction of the packed sequences held out for evaluation.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.05))]
+    pub held_out: f64,
+    /// Seed of the initial weights, data order, masks and dropout.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 42))]
+    pub seed: u64,
+    /// Steps in a row with NaN/inf loss or gradients that stop the run.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 5))]
+    pub max_bad_steps: usize,
+    /// Stop after this step and keep the checkpoint, to continue with --resume auto.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub stop_after_step: Option<usize>,
+    /// Encoder precision (as for `train`).
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = TrainPrecision::F32))]
+    pub precision: TrainPrecision,
+}
+
+/// What a front hears of a pretraining run.
+pub trait PretrainHooks {
+    /// An optimizer step.
+    fn step(&mut self, step: &PretrainStep);
+    /// An evaluation (its outputs are saved).
+    fn eval(&mut self, log: &PretrainLog);
+    /// A line for people about the set-up.
+    fn note(&mut self, line: &str);
+}
+
+/// How a pretraining run ended.
+#[derive(Debug)]
+pub struct PretrainSummary {
+    /// The evaluations of this call.
+    pub logs: Vec<PretrainLog>,
+    /// True when it stopped at `--stop-after-step` with steps left (resume later).
+    pub stopped_for_resume: bool,
+}
+
+/// Settings that may differ when a pretraining run is resumed.
+const MAY_CHANGE_ON_RESUME: [&str; 5] = ["resume", "out", "stop_after_step", "log_format", "max_bad_steps"];
+
+/// Token ids the masking and packing need.
+struct Specials {
+    bos: u32,
+    eos: u32,
+    pad: u32,
+    mask: u32,
+    all: Vec<u32>,
+}
+
+/// The special tokens of `tokenizer` (RoBERTa's or BERT's names).
+fn specials(tokenizer: &TextTokenizer) -> Result<Specials> {
+    let inner = tokenizer.inner();
+    let find = |names: [&str; 2]| names.iter().find_map(|n| inner.token_to_id(n));
+    let (Some(bos), Some(eos), Some(pad), Some(mask)) =
+        (find(["<s>", "[CLS]"]), find(["</s>", "[SEP]"]), find(["<pad>", "[PAD]"]), find(["<mask>", "[MASK]"]))
+    else {
+        bail!("the tokenizer needs <s> </s> <pad> <mask> (or [CLS] [SEP] [PAD] [MASK]) for masked-LM pretraining");
+    };
+    let mut all = vec![bos, eos, pad, mask];
+    all.extend(find(["<unk>", "[UNK]"]));
+    Ok(Specials { bos, eos, pad, mask, all })
+}
+
+/// Runs `spec`: a new encoder from the preset or config (written with training_args.json,
+/// `front` adding the front's own settings), or the run in `spec.out` resumed (refusing other
+/// settings); pretrains and saves at every evaluation.
+pub fn pretrain_run(
+    spec: &PretrainSpec,
+    front: serde_json::Map<String, serde_json::Value>,
+    hooks: &mut dyn PretrainHooks,
+) -> Result<PretrainSummary> {
+    let device = Device::Cpu;
+    let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
+    let in_unit = |x: f64| 0.0 < x && x < 1.0;
+    if !in_unit(spec.mask_prob) || !in_unit(spec.held_out) {
+        bail!("--mask-prob and --held-out must be between 0 and 1");
+    }
+    let mut settings =
+        serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
+    if let Some(obj) = settings.as_object_mut() {
+        obj.extend(front);
+    }
+    if checkpoint.is_some() {
+        check_resumed(spec, &settings)?;
+    }
+    let tokenizer_path =
+        if spec.tokenizer.is_dir() { spec.tokenizer.join("tokenizer.json") } else { spec.tokenizer.clone() };
+    let tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
+    let special = specials(&tokenizer)?;
+    let vocab = tokenizer.inner().get_vocab_size(true);
+    let texts = read_corpus(&spec.corpus)?;
+    let encoded = tokenizer
+        .inner()
+        .encode_batch(texts.iter().map(String::as_str).collect::<Vec<_>>(), false)
+        .map_err(|e| TrainError::Run(format!("tokenizing the corpus: {e}")))?;
+    let ids: Vec<Vec<u32>> = encoded.iter().map(|e| e.get_ids().to_vec()).collect();
+    if checkpoint.is_none() {
+        new_encoder(spec, &special, vocab, &tokenizer_path, &settings)?;
+    }
+    let source = checkpoint.clone().unwrap_or_else(|| spec.out.clone());
+    let mut model = MaskedLm::load(&source, true, &device)?;
+    model.set_precision(spec.precision.dtype());
+    if spec.seq_len < 3 || spec.seq_len > model.config().max_sequence_length() {
+        bail!("--seq-len must be between 3 and the model's {} positions", model.config().max_sequence_length());
+    }
+    let resume = checkpoint
+        .as_deref()
+        .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| PretrainResume { state, moments, steps }))
+        .transpose()?;
+
+    let sequences = pack_sequences(&ids, spec.seq_len, special.bos, special.eos, special.eos);
+    let n = sequences.len();
+    let (held_out, train) = split_held_out(sequences, spec.held_out, spec.seed);
+    if train.is_empty() {
+        bail!("the corpus gives only {n} sequences of {} tokens: too few to hold some out", spec.seq_len);
+    }
+    let (held_out, train) = (held_out.as_slice(), train.as_slice());
+    let cfg = PretrainConfig {
+        max_steps: spec.max_steps,
+        batch_size: spec.batch_size,
+        masker: Masker {
+            mask_prob: spec.mask_prob,
+            mask_id: special.mask,
+            vocab_size: vocab as u32,
+            special_ids: special.all.clone(),
+        },
+        lr: spec.lr,
+        weight_decay: spec.weight_decay,
+        warmup_steps: spec.warmup_steps,
+        decay: Decay::Linear,
+        max_grad_norm: spec.max_grad_norm,
+        seed: spec.seed,
+        eval_every: spec.eval_every,
+        max_bad_steps: spec.max_bad_steps,
+        adamw: AdamWConfig::default(),
+        stop_after_step: spec.stop_after_step,
+        pad_id: special.pad,
+    };
+    let tokens: usize = train.iter().map(Vec::len).sum();
+    hooks.note(&format!(
+        "pretraining on {} sequences ({tokens} tokens) of up to {} tokens, {} held out; {} steps of {}",
+        train.len(),
+        spec.seq_len,
+        held_out.len(),
+        spec.max_steps,
+        spec.batch_size
+    ));
+    let mut output = PretrainOutput::new(&spec.out, resume.as_ref().map(|r| r.state.step));
+    let hooks = RefCell::new(hooks);
+    let logs = pretrain(
+        &model,
+        train,
+        held_out,
+        &cfg,
+        &device,
+        resume,
+        |s| hooks.borrow_mut().step(&s),
+        |e| {
+            output.eval_end(&e)?;
+            hooks.borrow_mut().eval(e.log);
+            Ok(())
+        },
+    )?;
+    let stopped_for_resume =
+        logs.last().is_some_and(|l| Some(l.step) == spec.stop_after_step && l.step < spec.max_steps);
+    if !stopped_for_resume {
+        remove_other_checkpoints(&spec.out, None)?;
+    }
+    Ok(PretrainSummary { logs, stopped_for_resume })
+}
+
+/// Writes the new, randomly initialised encoder of `spec` into `spec.out` with its tokenizer
+/// and settings.
+fn new_encoder(
+    spec: &PretrainSpec,
+    special: &Specials,
+    vocab: usize,
+    tokenizer_path: &std::path::Path,
+    settings: &serde_json::Value,
+) -> Result<()> {
+    let mut config = match (&spec.preset, &spec.config) {
+        (Some(name), None) => preset_config(name, vocab)?,
+        (None, Some(path)) => EncoderConfig::from_file(path)?,
+        _ => bail!("give --preset NAME or --config FILE (a RoBERTa config.json)"),
+    };
+    if config.model_type != "roberta" || config.vocab_size != vocab {
+        bail!(
+            "the model must be a RoBERTa with the tokenizer's {vocab} tokens (config: {} with {})",
+            config.model_type,
+            config.vocab_size
+        );
+    }
+    if spec.seq_len < 3 || spec.seq_len > config.max_sequence_length() {
+        bail!("--seq-len must be between 3 and the model's {} positions", config.max_sequence_length());
+    }
+    config.pad_token_id = special.pad;
+    config.extra.insert("bos_token_id".into(), special.bos.into());
+    config.extra.insert("eos_token_id".into(), special.eos.into());
+    let tensors = init_masked_lm(&config, spec.seed)?;
+    let tokenizer =
+        std::fs::read(tokenizer_path).map_err(|source| TrainError::Io { path: tokenizer_path.to_owned(), source })?;
+    let files: [(&str, Vec<u8>); 4] = [
+        ("config.json", pretty(&config).into_bytes()),
+        ("tokenizer.json", tokenizer),
+        ("training_args.json", pretty(settings).into_bytes()),
+        ("metrics.jsonl", Vec::new()),
+    ];
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
+    Ok(write_new_dir(&spec.out, &tensors, &files)?)
+}
+
+/// Pretty JSON with a final newline.
+fn pretty<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
+}
+
+/// Refuses to resume with settings other than the run's own (its training_args.json).
+fn check_resumed(spec: &PretrainSpec, settings: &serde_json::Value) -> Result<()> {
+    let path = spec.out.join("training_args.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| TrainError::Io { path: path.clone(), source })?;
+    let saved: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| TrainError::Run(format!("{}: invalid JSON: {e}", path.display())))?;
+    let recorded: Vec<&str> = saved.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    let unrecorded: Vec<String> = settings
+        .as_object()
+        .map(|o| o.keys().filter(|k| !recorded.contains(&k.as_str())).cloned().collect())
+        .unwrap_or_default();
+    let mut may_change: Vec<&str> = MAY_CHANGE_ON_RESUME.to_vec();
+    may_change.extend(unrecorded.iter().map(String::as_str));
+    check_resume_settings(&saved, settings, &may_change)
+}
