@@ -17,6 +17,7 @@ use crate::tokenizer::TextTokenizer;
 
 /// Which windows to keep when a document has more than `max_chunks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum ChunkSelection {
     /// The first `max_chunks` windows.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use longread_model::model_dir::write_new_dir;
 use longread_model::presets::{init_masked_lm, preset_config};
 use longread_text::TextTokenizer;
 
@@ -46,31 +47,11 @@ pub fn run(command: EncoderCommand, quiet: bool) -> Result<()> {
     let vocab_size = tokenizer.inner().get_vocab_size(true);
     let config = preset_config(&args.preset, vocab_size)?;
     let tensors = init_masked_lm(&config, args.seed)?;
-    let parent = match args.out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-    let tmp = tempfile::Builder::new()
-        .prefix(".longread-encoder-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
     let config_text = serde_json::to_string_pretty(&config)? + "\n";
-    std::fs::write(tmp.path().join("config.json"), config_text)?;
-    candle_core::safetensors::save(&tensors, tmp.path().join("model.safetensors"))?;
-    std::fs::write(
-        tmp.path().join("tokenizer.json"),
-        std::fs::read(&tokenizer_path).with_context(|| format!("reading {}", tokenizer_path.display()))?,
-    )?;
-    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::File::open(tmp.path().join(name))?.sync_all()?;
-    }
-    let kept = tmp.keep();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o755))?;
-    }
-    std::fs::rename(&kept, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
+    let tokenizer_json =
+        std::fs::read(&tokenizer_path).with_context(|| format!("reading {}", tokenizer_path.display()))?;
+    let files: [(&str, &[u8]); 2] = [("config.json", config_text.as_bytes()), ("tokenizer.json", &tokenizer_json)];
+    write_new_dir(&args.out, &tensors, &files).with_context(|| format!("writing {}", args.out.display()))?;
     if !quiet {
         let parameters: usize = tensors.values().map(|t| t.elem_count()).sum();
         eprintln!(

@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use candle_core::Device;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use longread_model::hierarchical::{ChunkPooling, HierarchicalClassifier, LongreadSection, PoolingStrategy};
 use longread_text::ChunkSelection;
 
@@ -29,8 +28,8 @@ pub struct InitArgs {
     #[arg(long, value_enum, default_value_t = Arch::Hierarchical)]
     arch: Arch,
     /// Pooling over a document's chunks.
-    #[arg(long, value_enum, default_value_t = Pooling::Attention)]
-    pooling: Pooling,
+    #[arg(long, value_enum, default_value_t = PoolingStrategy::Attention)]
+    pooling: PoolingStrategy,
     /// Context vectors for `--pooling multihead` (at least 2).
     #[arg(long, default_value_t = 1)]
     attention_heads: usize,
@@ -48,11 +47,11 @@ pub struct InitArgs {
     max_chunks: usize,
     /// Which chunks to keep when a document has more than --max-chunks: the first ones, or
     /// ones spread evenly from beginning to end.
-    #[arg(long, value_enum, default_value_t = Selection::Head)]
-    chunk_selection: Selection,
+    #[arg(long, value_enum, default_value_t = ChunkSelection::Head)]
+    chunk_selection: ChunkSelection,
     /// How a chunk's token vectors become one chunk vector.
-    #[arg(long, value_enum, default_value_t = ChunkPool::Cls)]
-    chunk_pooling: ChunkPool,
+    #[arg(long, value_enum, default_value_t = ChunkPooling::Cls)]
+    chunk_pooling: ChunkPooling,
     /// Seed for the new weights (same seed, same model).
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -61,39 +60,9 @@ pub struct InitArgs {
     pub given: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Pooling {
-    /// Learned attention with one context vector.
-    Attention,
-    /// Several context vectors, merged by a linear layer.
-    Multihead,
-    /// Average of the chunk vectors.
-    Mean,
-    /// Element-wise maximum.
-    Max,
-    /// The first chunk only.
-    First,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Selection {
-    /// The first chunks.
-    Head,
-    /// Chunks spread over the whole document.
-    Spread,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum ChunkPool {
-    /// The first token's vector ([CLS] / <s>).
-    Cls,
-    /// Mean over the chunk's tokens.
-    Mean,
-}
-
 /// Runs `longread init`.
 pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
-    if args.given.iter().any(|g| g == "attention_heads") && !matches!(args.pooling, Pooling::Multihead) {
+    if args.given.iter().any(|g| g == "attention_heads") && args.pooling != PoolingStrategy::Multihead {
         bail!("--attention-heads applies only to --pooling multihead");
     }
     let labels: Vec<String> = args.labels.iter().map(|l| l.trim().to_owned()).collect();
@@ -119,12 +88,8 @@ pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
              (its vocabulary and grid come from the training data)"
         ),
     };
-    let model = HierarchicalClassifier::init(&encoder, labels, section, args.seed, &Device::Cpu)
+    let model = HierarchicalClassifier::create(&encoder, labels, section, args.seed, &args.out)
         .with_context(|| format!("creating a classifier on {}", encoder.display()))?;
-    // Check the chunking settings against the tokenizer before writing anything.
-    let tokenizer = longread_text::TextTokenizer::from_file(model.tokenizer_path())?;
-    longread_text::Chunker::new(tokenizer, model.config().longread.chunking())?;
-    model.save(&args.out)?;
     if quiet {
         return Ok(());
     }
@@ -150,21 +115,9 @@ fn hierarchical_section(args: &InitArgs) -> LongreadSection {
         chunk_size: args.chunk_size,
         stride: args.stride,
         max_chunks: args.max_chunks,
-        chunk_selection: match args.chunk_selection {
-            Selection::Head => ChunkSelection::Head,
-            Selection::Spread => ChunkSelection::Spread,
-        },
-        chunk_pooling: match args.chunk_pooling {
-            ChunkPool::Cls => ChunkPooling::Cls,
-            ChunkPool::Mean => ChunkPooling::Mean,
-        },
-        pooling_strategy: match args.pooling {
-            Pooling::Attention => PoolingStrategy::Attention,
-            Pooling::Multihead => PoolingStrategy::Multihead,
-            Pooling::Mean => PoolingStrategy::Mean,
-            Pooling::Max => PoolingStrategy::Max,
-            Pooling::First => PoolingStrategy::First,
-        },
+        chunk_selection: args.chunk_selection,
+        chunk_pooling: args.chunk_pooling,
+        pooling_strategy: args.pooling,
         attention_heads: args.attention_heads,
         attention_hidden_size: args.attention_hidden_size,
         ..LongreadSection::default()

@@ -30,6 +30,7 @@ pub enum Architecture {
 
 /// How a chunk's token states become one chunk vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum ChunkPooling {
     /// Hidden state of the first token (`[CLS]`/`<s>`).
@@ -41,6 +42,7 @@ pub enum ChunkPooling {
 
 /// How a document's chunk vectors become one document vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum PoolingStrategy {
     /// Additive attention with one context vector (Yang et al. 2016).

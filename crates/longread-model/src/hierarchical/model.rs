@@ -83,6 +83,23 @@ pub struct Classified {
 }
 
 impl HierarchicalClassifier {
+    /// Creates the model directory `out` (which must not exist) of a new classifier on the
+    /// pretrained encoder in `encoder_dir` (see [`HierarchicalClassifier::init`]), after checking
+    /// its chunking settings against the encoder's tokenizer; CPU.
+    pub fn create(
+        encoder_dir: &Path,
+        labels: Vec<String>,
+        section: LongreadSection,
+        seed: u64,
+        out: &Path,
+    ) -> Result<Self> {
+        let model = Self::init(encoder_dir, labels, section, seed, &Device::Cpu)?;
+        let tokenizer = longread_text::TextTokenizer::from_file(model.tokenizer_path())?;
+        longread_text::Chunker::new(tokenizer, model.config().longread.chunking())?;
+        model.save(out)?;
+        Ok(model)
+    }
+
     /// Loads a model directory made by `longread init` or `longread train`.
     /// With `trainable`, every tensor becomes a variable (needed to train or save).
     pub fn load(dir: &Path, trainable: bool, device: &Device) -> Result<Self> {
