@@ -1,6 +1,7 @@
 //! longread's models on candle: a BERT/RoBERTa encoder that trains (every op differentiable,
 //! real dropout), loaded from Hugging Face checkpoints, and the pooling on top of it.
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod activation;
 pub mod checkpoint;

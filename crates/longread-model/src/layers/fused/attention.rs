@@ -89,7 +89,8 @@ impl SharedMut {
     /// # Safety
     /// `offset` must lie inside the buffer.
     unsafe fn out(self, offset: usize, row_stride: usize, accumulate: bool) -> Out {
-        Out(self.0.add(offset), row_stride, accumulate)
+        // SAFETY: the caller guarantees `offset` lies inside the buffer (this function's contract).
+        unsafe { Out(self.0.add(offset), row_stride, accumulate) }
     }
 }
 
@@ -106,27 +107,30 @@ struct Mat(*const f32, isize, isize);
 /// # Safety
 /// Every pointer must address the whole strided matrix it stands for.
 unsafe fn matmul((m, n, k): (usize, usize, usize), dst: Out, lhs: Mat, rhs: Mat, factor: f32) {
-    gemm(
-        m,
-        n,
-        k,
-        dst.0,
-        1,
-        dst.1 as isize,
-        dst.2,
-        lhs.0,
-        lhs.1,
-        lhs.2,
-        rhs.0,
-        rhs.1,
-        rhs.2,
-        1.0,
-        factor,
-        false,
-        false,
-        false,
-        Parallelism::None,
-    )
+    // SAFETY: the caller guarantees every pointer addresses its whole strided matrix, which is what gemm reads and writes.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.0,
+            1,
+            dst.1 as isize,
+            dst.2,
+            lhs.0,
+            lhs.1,
+            lhs.2,
+            rhs.0,
+            rhs.1,
+            rhs.2,
+            1.0,
+            factor,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        )
+    }
 }
 
 impl FusedAttention {
@@ -158,13 +162,16 @@ impl FusedAttention {
         (q, k): (*const f32, *const f32),
         probs: &mut [f32],
     ) {
-        let (s, w) = (d.seq, d.width() as isize);
-        let base = d.head_offset(b, h);
-        let q_rows = Mat(q.add(base + rows.start * d.width()), 1, w);
-        // rhs(k = feature, n = key) = K[key, feature].
-        let k_t = Mat(k.add(base), w, 1);
-        matmul((rows.len(), s, d.head_size), Out(probs.as_mut_ptr(), s, false), q_rows, k_t, self.scale);
-        softmax_rows(probs, &self.key_bias[b * s..(b + 1) * s]);
+        // SAFETY: `q` and `k` hold the whole inputs (the caller's contract), so the head's rows and columns lie inside them; `probs` holds `rows.len() × seq` values.
+        unsafe {
+            let (s, w) = (d.seq, d.width() as isize);
+            let base = d.head_offset(b, h);
+            let q_rows = Mat(q.add(base + rows.start * d.width()), 1, w);
+            // rhs(k = feature, n = key) = K[key, feature].
+            let k_t = Mat(k.add(base), w, 1);
+            matmul((rows.len(), s, d.head_size), Out(probs.as_mut_ptr(), s, false), q_rows, k_t, self.scale);
+            softmax_rows(probs, &self.key_bias[b * s..(b + 1) * s]);
+        }
     }
 
     /// Where the block's rows start in the `[batch, heads, seq, seq]` dropout mask (they are

@@ -146,34 +146,37 @@ unsafe fn run_tile(
     w: &PackedWeights,
     out_stride: usize,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if kernel == Kernel::Vnni {
-        return match (rows, panels) {
-            (TILE_ROWS, TILE_PANELS) => vnni::tile::<TILE_ROWS, TILE_PANELS>(t, x, w, out_stride),
-            (TILE_ROWS, _) => (0..panels)
-                .for_each(|p| vnni::tile::<TILE_ROWS, 1>(t.shifted(0, p, w, x, out_stride), x, w, out_stride)),
-            (_, TILE_PANELS) => (0..rows)
-                .for_each(|r| vnni::tile::<1, TILE_PANELS>(t.shifted(r, 0, w, x, out_stride), x, w, out_stride)),
-            _ => (0..rows).for_each(|r| {
-                (0..panels).for_each(|p| vnni::tile::<1, 1>(t.shifted(r, p, w, x, out_stride), x, w, out_stride))
-            }),
-        };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if kernel == Kernel::Avx2 {
-        for p in 0..panels {
-            for r in (0..rows).step_by(AVX2_ROWS) {
-                let tile = t.shifted(r, p, w, x, out_stride);
-                match rows - r {
-                    1 => avx2::tile::<1>(tile, x, w, out_stride),
-                    _ => avx2::tile::<AVX2_ROWS>(tile, x, w, out_stride),
+    // SAFETY: the tile lies inside the buffers (the caller's contract) and so do its shifted sub-tiles; the VNNI and AVX2 kernels run only where `Kernel::best` found their CPU features.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        if kernel == Kernel::Vnni {
+            return match (rows, panels) {
+                (TILE_ROWS, TILE_PANELS) => vnni::tile::<TILE_ROWS, TILE_PANELS>(t, x, w, out_stride),
+                (TILE_ROWS, _) => (0..panels)
+                    .for_each(|p| vnni::tile::<TILE_ROWS, 1>(t.shifted(0, p, w, x, out_stride), x, w, out_stride)),
+                (_, TILE_PANELS) => (0..rows)
+                    .for_each(|r| vnni::tile::<1, TILE_PANELS>(t.shifted(r, 0, w, x, out_stride), x, w, out_stride)),
+                _ => (0..rows).for_each(|r| {
+                    (0..panels).for_each(|p| vnni::tile::<1, 1>(t.shifted(r, p, w, x, out_stride), x, w, out_stride))
+                }),
+            };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if kernel == Kernel::Avx2 {
+            for p in 0..panels {
+                for r in (0..rows).step_by(AVX2_ROWS) {
+                    let tile = t.shifted(r, p, w, x, out_stride);
+                    match rows - r {
+                        1 => avx2::tile::<1>(tile, x, w, out_stride),
+                        _ => avx2::tile::<AVX2_ROWS>(tile, x, w, out_stride),
+                    }
                 }
             }
+            return;
         }
-        return;
+        let _ = kernel;
+        portable_tile(t, (rows, panels), x, w, out_stride);
     }
-    let _ = kernel;
-    portable_tile(t, (rows, panels), x, w, out_stride);
 }
 
 impl Tile {
@@ -189,12 +192,15 @@ impl Tile {
         x: &QuantizedRows,
         out_stride: usize,
     ) -> Self {
-        Self {
-            a: self.a.add(rows * x.stride),
-            w: self.w.add(panels * w.panel_len()),
-            out: self.out.add(rows * out_stride + panels * PANEL),
-            panel: self.panel + panels,
-            row: self.row + rows,
+        // SAFETY: the shifted tile lies inside the buffers (the caller's contract).
+        unsafe {
+            Self {
+                a: self.a.add(rows * x.stride),
+                w: self.w.add(panels * w.panel_len()),
+                out: self.out.add(rows * out_stride + panels * PANEL),
+                panel: self.panel + panels,
+                row: self.row + rows,
+            }
         }
     }
 }
@@ -217,19 +223,22 @@ unsafe fn portable_tile(
     w: &PackedWeights,
     out_stride: usize,
 ) {
-    for r in 0..rows {
-        let a = std::slice::from_raw_parts(t.a.add(r * x.stride), w.groups * GROUP);
-        for p in 0..panels {
-            let panel = std::slice::from_raw_parts(t.w.add(p * w.panel_len()), w.panel_len());
-            for lane in 0..PANEL {
-                let mut acc = 0i32;
-                for g in 0..w.groups {
-                    for b in 0..GROUP {
-                        acc += a[g * GROUP + b] as i32 * panel[(g * PANEL + lane) * GROUP + b] as i32;
+    // SAFETY: the tile lies inside the buffers (the caller's contract): its rows hold `groups × GROUP` bytes and its panels `panel_len` bytes.
+    unsafe {
+        for r in 0..rows {
+            let a = std::slice::from_raw_parts(t.a.add(r * x.stride), w.groups * GROUP);
+            for p in 0..panels {
+                let panel = std::slice::from_raw_parts(t.w.add(p * w.panel_len()), w.panel_len());
+                for lane in 0..PANEL {
+                    let mut acc = 0i32;
+                    for g in 0..w.groups {
+                        for b in 0..GROUP {
+                            acc += a[g * GROUP + b] as i32 * panel[(g * PANEL + lane) * GROUP + b] as i32;
+                        }
                     }
+                    let o = (t.panel + p) * PANEL + lane;
+                    *t.out.add(r * out_stride + p * PANEL + lane) = dequantise(acc, o, x.scale[t.row + r], w);
                 }
-                let o = (t.panel + p) * PANEL + lane;
-                *t.out.add(r * out_stride + p * PANEL + lane) = dequantise(acc, o, x.scale[t.row + r], w);
             }
         }
     }
@@ -253,30 +262,33 @@ mod vnni {
         w: &PackedWeights,
         out_stride: usize,
     ) {
-        let mut acc = [[_mm512_setzero_si512(); C]; R];
-        let panel_len = w.panel_len();
-        for g in 0..w.groups {
-            let mut weights = [_mm512_setzero_si512(); C];
-            for (c, wv) in weights.iter_mut().enumerate() {
-                *wv = _mm512_loadu_si512(t.w.add(c * panel_len + g * PANEL * GROUP) as *const __m512i);
-            }
-            for (r, acc_row) in acc.iter_mut().enumerate() {
-                let bytes = (t.a.add(r * x.stride + g * GROUP) as *const i32).read_unaligned();
-                let a = _mm512_set1_epi32(bytes);
-                for (acc, wv) in acc_row.iter_mut().zip(&weights) {
-                    *acc = _mm512_dpbusd_epi32(*acc, a, *wv);
+        // SAFETY: the CPU has AVX-512F and VNNI and the tile lies inside the buffers (the caller's contract); loads and stores are unaligned.
+        unsafe {
+            let mut acc = [[_mm512_setzero_si512(); C]; R];
+            let panel_len = w.panel_len();
+            for g in 0..w.groups {
+                let mut weights = [_mm512_setzero_si512(); C];
+                for (c, wv) in weights.iter_mut().enumerate() {
+                    *wv = _mm512_loadu_si512(t.w.add(c * panel_len + g * PANEL * GROUP) as *const __m512i);
+                }
+                for (r, acc_row) in acc.iter_mut().enumerate() {
+                    let bytes = (t.a.add(r * x.stride + g * GROUP) as *const i32).read_unaligned();
+                    let a = _mm512_set1_epi32(bytes);
+                    for (acc, wv) in acc_row.iter_mut().zip(&weights) {
+                        *acc = _mm512_dpbusd_epi32(*acc, a, *wv);
+                    }
                 }
             }
-        }
-        for c in 0..C {
-            let o = (t.panel + c) * PANEL;
-            let w_scale = _mm512_loadu_ps(w.scale[o..].as_ptr());
-            let correction = _mm512_loadu_si512(w.offset_correction[o..].as_ptr() as *const __m512i);
-            let bias = _mm512_loadu_ps(w.bias[o..].as_ptr());
-            for (r, acc_row) in acc.iter().enumerate() {
-                let scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(x.scale[t.row + r]));
-                let value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc_row[c], correction));
-                _mm512_storeu_ps(t.out.add(r * out_stride + c * PANEL), _mm512_fmadd_ps(value, scale, bias));
+            for c in 0..C {
+                let o = (t.panel + c) * PANEL;
+                let w_scale = _mm512_loadu_ps(w.scale[o..].as_ptr());
+                let correction = _mm512_loadu_si512(w.offset_correction[o..].as_ptr() as *const __m512i);
+                let bias = _mm512_loadu_ps(w.bias[o..].as_ptr());
+                for (r, acc_row) in acc.iter().enumerate() {
+                    let scale = _mm512_mul_ps(w_scale, _mm512_set1_ps(x.scale[t.row + r]));
+                    let value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc_row[c], correction));
+                    _mm512_storeu_ps(t.out.add(r * out_stride + c * PANEL), _mm512_fmadd_ps(value, scale, bias));
+                }
             }
         }
     }
@@ -297,34 +309,37 @@ mod avx2 {
     /// The CPU must have AVX2 and FMA; the tile must lie inside the buffers.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile<const R: usize>(t: Tile, x: &QuantizedRows, w: &PackedWeights, out_stride: usize) {
-        let mut acc = [[_mm256_setzero_si256(); 4]; R];
-        for g in 0..w.groups {
-            let base = t.w.add(g * PANEL * GROUP);
-            let mut weights = [_mm256_setzero_si256(); 4];
-            for (q, wv) in weights.iter_mut().enumerate() {
-                *wv = _mm256_cvtepi8_epi16(_mm_loadu_si128(base.add(q * 16) as *const __m128i));
-            }
-            for (r, acc_row) in acc.iter_mut().enumerate() {
-                let bytes = (t.a.add(r * x.stride + g * GROUP) as *const i32).read_unaligned();
-                let a = _mm256_cvtepu8_epi16(_mm_set1_epi32(bytes));
-                for (acc, wv) in acc_row.iter_mut().zip(&weights) {
-                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*wv, a));
+        // SAFETY: the CPU has AVX2 and FMA and the tile lies inside the buffers (the caller's contract); loads and stores are unaligned.
+        unsafe {
+            let mut acc = [[_mm256_setzero_si256(); 4]; R];
+            for g in 0..w.groups {
+                let base = t.w.add(g * PANEL * GROUP);
+                let mut weights = [_mm256_setzero_si256(); 4];
+                for (q, wv) in weights.iter_mut().enumerate() {
+                    *wv = _mm256_cvtepi8_epi16(_mm_loadu_si128(base.add(q * 16) as *const __m128i));
+                }
+                for (r, acc_row) in acc.iter_mut().enumerate() {
+                    let bytes = (t.a.add(r * x.stride + g * GROUP) as *const i32).read_unaligned();
+                    let a = _mm256_cvtepu8_epi16(_mm_set1_epi32(bytes));
+                    for (acc, wv) in acc_row.iter_mut().zip(&weights) {
+                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(*wv, a));
+                    }
                 }
             }
-        }
-        for (r, acc_row) in acc.iter().enumerate() {
-            let x_scale = _mm256_set1_ps(x.scale[t.row + r]);
-            for half in 0..2 {
-                // hadd gives outputs [0, 1, 4, 5 | 2, 3, 6, 7] of the half; the permutation
-                // puts them in order.
-                let sums = _mm256_hadd_epi32(acc_row[2 * half], acc_row[2 * half + 1]);
-                let sums = _mm256_permute4x64_epi64::<0b11_01_10_00>(sums);
-                let o = t.panel * PANEL + 8 * half;
-                let scale = _mm256_mul_ps(_mm256_loadu_ps(w.scale[o..].as_ptr()), x_scale);
-                let correction = _mm256_loadu_si256(w.offset_correction[o..].as_ptr() as *const __m256i);
-                let bias = _mm256_loadu_ps(w.bias[o..].as_ptr());
-                let value = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, correction));
-                _mm256_storeu_ps(t.out.add(r * out_stride + 8 * half), _mm256_fmadd_ps(value, scale, bias));
+            for (r, acc_row) in acc.iter().enumerate() {
+                let x_scale = _mm256_set1_ps(x.scale[t.row + r]);
+                for half in 0..2 {
+                    // hadd gives outputs [0, 1, 4, 5 | 2, 3, 6, 7] of the half; the permutation
+                    // puts them in order.
+                    let sums = _mm256_hadd_epi32(acc_row[2 * half], acc_row[2 * half + 1]);
+                    let sums = _mm256_permute4x64_epi64::<0b11_01_10_00>(sums);
+                    let o = t.panel * PANEL + 8 * half;
+                    let scale = _mm256_mul_ps(_mm256_loadu_ps(w.scale[o..].as_ptr()), x_scale);
+                    let correction = _mm256_loadu_si256(w.offset_correction[o..].as_ptr() as *const __m256i);
+                    let bias = _mm256_loadu_ps(w.bias[o..].as_ptr());
+                    let value = _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, correction));
+                    _mm256_storeu_ps(t.out.add(r * out_stride + 8 * half), _mm256_fmadd_ps(value, scale, bias));
+                }
             }
         }
     }

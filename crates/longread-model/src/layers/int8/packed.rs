@@ -131,28 +131,31 @@ mod avx512 {
     /// least `x.len()` bytes.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub(super) unsafe fn quantize_row(x: &[f32], q: &mut [u8]) -> f32 {
-        let (chunks, tail) = (x.len() / 16, x.len() % 16);
-        let tail_mask: __mmask16 = ((1u32 << tail) - 1) as __mmask16;
-        let load = |i: usize| _mm512_loadu_ps(x.as_ptr().add(i * 16));
-        let load_tail = || _mm512_maskz_loadu_ps(tail_mask, x.as_ptr().add(chunks * 16));
-        let mut max = _mm512_setzero_ps();
-        for i in 0..chunks {
-            max = _mm512_max_ps(max, _mm512_abs_ps(load(i)));
+        // SAFETY: the CPU has AVX-512F, BW and VL and `q` holds at least `x.len()` bytes (the caller's contract); full loads stay within `x`, the tail is a masked load and store.
+        unsafe {
+            let (chunks, tail) = (x.len() / 16, x.len() % 16);
+            let tail_mask: __mmask16 = ((1u32 << tail) - 1) as __mmask16;
+            let load = |i: usize| _mm512_loadu_ps(x.as_ptr().add(i * 16));
+            let load_tail = || _mm512_maskz_loadu_ps(tail_mask, x.as_ptr().add(chunks * 16));
+            let mut max = _mm512_setzero_ps();
+            for i in 0..chunks {
+                max = _mm512_max_ps(max, _mm512_abs_ps(load(i)));
+            }
+            max = _mm512_max_ps(max, _mm512_abs_ps(load_tail()));
+            let scale = super::row_scale(_mm512_reduce_max_ps(max));
+            let inv = _mm512_set1_ps(1.0 / scale);
+            let (low, high, offset) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127), _mm512_set1_epi32(128));
+            let bytes = |v: __m512| {
+                let i = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+                _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(i, low), high), offset))
+            };
+            for i in 0..chunks {
+                _mm_storeu_si128(q.as_mut_ptr().add(i * 16) as *mut __m128i, bytes(load(i)));
+            }
+            if tail > 0 {
+                _mm_mask_storeu_epi8(q.as_mut_ptr().add(chunks * 16) as *mut i8, tail_mask, bytes(load_tail()));
+            }
+            scale
         }
-        max = _mm512_max_ps(max, _mm512_abs_ps(load_tail()));
-        let scale = super::row_scale(_mm512_reduce_max_ps(max));
-        let inv = _mm512_set1_ps(1.0 / scale);
-        let (low, high, offset) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127), _mm512_set1_epi32(128));
-        let bytes = |v: __m512| {
-            let i = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
-            _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(i, low), high), offset))
-        };
-        for i in 0..chunks {
-            _mm_storeu_si128(q.as_mut_ptr().add(i * 16) as *mut __m128i, bytes(load(i)));
-        }
-        if tail > 0 {
-            _mm_mask_storeu_epi8(q.as_mut_ptr().add(chunks * 16) as *mut i8, tail_mask, bytes(load_tail()));
-        }
-        scale
     }
 }
