@@ -27,6 +27,7 @@ fn eval_metrics_agree_with_predict_output() {
     let predicted = json_lines(
         &longread(&["predict", "--model", model.to_str().unwrap(), "--input", path.to_str().unwrap()]).stdout,
     );
+    assert_eq!(predicted.len(), gold.len(), "one prediction per document");
     let correct = predicted.iter().zip(gold).filter(|(p, g)| p["label"] == *g).count();
 
     let out = longread(&["eval", "--model", model.to_str().unwrap(), "--data", path.to_str().unwrap(), "--json"]);

@@ -114,9 +114,11 @@ fn predict_matches_the_reference_through_the_binary() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let got = json_lines(&out.stdout);
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(model.join("expected.json")).unwrap()).unwrap();
+    assert_eq!(got.len(), expected["head"].as_array().unwrap().len(), "one line per document");
     for (g, w) in got.iter().zip(expected["head"].as_array().unwrap()) {
         assert_eq!(g["id"], w["id"]);
         assert_eq!(g["label"], w["label"]);
+        assert_eq!(g["logits"].as_array().unwrap().len(), w["logits"].as_array().unwrap().len());
         for (a, b) in g["logits"].as_array().unwrap().iter().zip(w["logits"].as_array().unwrap()) {
             assert!((a.as_f64().unwrap() - b.as_f64().unwrap()).abs() <= 1e-4);
         }

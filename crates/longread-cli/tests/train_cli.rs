@@ -539,6 +539,7 @@ fn bf16_training_and_prediction_run_and_stay_close_to_f32() {
         json_lines(&o.stdout)
     };
     let (full, half) = (predict("f32"), predict("bf16"));
+    assert!(!full.is_empty() && full.len() == half.len(), "both precisions score every document");
     let largest = full
         .iter()
         .zip(&half)

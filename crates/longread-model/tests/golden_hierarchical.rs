@@ -67,6 +67,8 @@ fn floats(v: &Value) -> Vec<f32> {
 }
 
 fn compare(case: &str, expected: &[Value], chunked: &[ChunkedDocument], scores: &[Vec<DocumentScores>]) {
+    assert!(!expected.is_empty(), "{case}: no expected documents");
+    assert_eq!((chunked.len(), scores.len()), (expected.len(), expected.len()), "{case}: document count");
     for ((want, doc), all) in expected.iter().zip(chunked).zip(scores) {
         let got = &all[0];
         let want_tasks = want.get("tasks").and_then(Value::as_object);

@@ -37,6 +37,7 @@ fn sequence_classifiers_match_transformers() {
         let chunked: Vec<_> = texts.iter().map(|t| chunker.chunk(t).unwrap()).collect();
         let refs: Vec<_> = chunked.iter().collect();
         let vectors = model.encode_documents(&refs, 4096, &Device::Cpu, |_| {}).unwrap();
+        assert_eq!(vectors.len(), expected.len());
         let mut truncated = 0;
         for ((want, doc), vectors) in expected.iter().zip(&chunked).zip(&vectors) {
             let id = &want["id"];
@@ -48,8 +49,8 @@ fn sequence_classifiers_match_transformers() {
             let scores = model.score(vectors).unwrap();
             let want_logits: Vec<f32> =
                 want["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-            let diff = scores.logits.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             assert_eq!(scores.logits.len(), want_logits.len());
+            let diff = scores.logits.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             assert!(diff <= 1e-4, "{case} {id}: logits differ by {diff}");
             assert_eq!(scores.attention, vec![1.0], "{case} {id}: the one chunk carries everything");
         }

@@ -145,6 +145,7 @@ fn a_resumed_han_run_ends_where_an_uninterrupted_one_does() {
     assert_eq!(run(&first, &data, &cfg, None, &mut saved).len(), 1);
     // Continue in a fresh model holding the checkpoint's weights.
     let (second, ..) = setup();
+    assert_eq!(second.named_vars().len(), first.named_vars().len());
     for ((_, to), (_, from)) in second.named_vars().iter().zip(first.named_vars()) {
         to.set(from.as_tensor()).unwrap();
     }

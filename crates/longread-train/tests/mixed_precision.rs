@@ -46,9 +46,11 @@ fn bf16_chunk_vectors_stay_close_to_f32() {
     let refs: Vec<&ChunkedDocument> = docs.iter().collect();
     let a = full.encode_documents(&refs, 64, &Device::Cpu, |_| {}).unwrap();
     let b = half.encode_documents(&refs, 64, &Device::Cpu, |_| {}).unwrap();
+    assert!(!a.is_empty() && a.len() == b.len());
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(y.dtype(), DType::F32, "pooling and heads run in f32");
         let (x, y) = (flat(x), flat(y));
+        assert_eq!(x.len(), y.len());
         let scale = x.iter().fold(0f32, |m, v| m.max(v.abs()));
         let diff = x.iter().zip(&y).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
         assert!(diff / scale < 0.05, "relative difference {}", diff / scale);

@@ -276,6 +276,7 @@ fn resuming_from_the_middle_of_an_epoch_ends_bit_identical() {
     let (logs, _, _) = run(&resumed, saved, None);
     let logs = logs.unwrap();
     assert_eq!(logs.iter().map(|l| l.epoch).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(whole_logs.len(), logs.len() + 1);
     for (a, b) in whole_logs[1..].iter().zip(&logs) {
         assert_eq!(a.train_loss.to_bits(), b.train_loss.to_bits(), "epoch {} train loss", a.epoch);
         assert_eq!(a.dev_loss.to_bits(), b.dev_loss.to_bits(), "epoch {} dev loss", a.epoch);
@@ -330,6 +331,8 @@ fn max_weight_diff(
     a: &std::collections::HashMap<String, Vec<f32>>,
     b: &std::collections::HashMap<String, Vec<f32>>,
 ) -> f32 {
+    assert!(!a.is_empty() && a.len() == b.len(), "the same tensors");
+    assert!(a.iter().all(|(n, x)| b[n].len() == x.len()), "the same sizes");
     a.iter().flat_map(|(n, x)| x.iter().zip(&b[n]).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
 }
 
@@ -355,6 +358,7 @@ fn caching_frozen_layers_gives_the_results_of_recomputing_them() {
             let diff = max_weight_diff(&plain, weights);
             assert!(diff <= 1e-5, "{freezing:?}, cache {what}: weights differ by {diff}");
         }
+        assert_eq!(plain_logs.len(), memory_logs.len());
         for (a, b) in plain_logs.iter().zip(&memory_logs) {
             assert!((a.dev_loss - b.dev_loss).abs() <= 1e-5, "dev loss {} vs {}", a.dev_loss, b.dev_loss);
         }
