@@ -28,29 +28,57 @@ pub fn summarize(dir: &Path) -> Result<ModelSummary> {
         return summarize_han(dir);
     }
     let checkpoint = Checkpoint::open(dir)?;
-    let cfg = &checkpoint.config;
-    let prefix = checkpoint.encoder_prefix().to_owned();
-    let store = &checkpoint.store;
-    let tensors: Vec<(&str, &[usize])> = store.names().filter_map(|n| store.shape(n).map(|s| (n, s))).collect();
-    // Default fine-tuning (`longread train`) freezes the embeddings; BERT's own pooler
-    // (`pooler.dense`) is used only by the single-chunk baseline (`--arch sequence`).
-    let pooler_used = cfg.extra.get("longread").and_then(|l| l.get("architecture")) == Some(&json!("sequence"));
-    let params = ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
-        let local = name.strip_prefix(prefix.as_str()).map_or(name, |n| n.trim_start_matches('.'));
-        !(local.starts_with("embeddings.") || (!pooler_used && local.starts_with("pooler.dense.")))
-    });
-    let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
-    // A multi-task classifier lists its tasks in the longread section.
-    let tasks: Vec<serde_json::Value> =
-        cfg.extra.get("longread").and_then(|l| l.get("tasks")).and_then(|t| t.as_array()).cloned().unwrap_or_default();
-    let weight_files: Vec<String> = checkpoint
-        .files
-        .weights
-        .iter()
-        .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
-        .collect();
+    let facts = EncoderFacts::of(&checkpoint);
+    Ok(ModelSummary { json: encoder_json(dir, &checkpoint, &facts), table: encoder_table(dir, &checkpoint, &facts) })
+}
 
-    let summary = json!({
+/// What an encoder checkpoint's summary is made of besides its config.
+struct EncoderFacts {
+    prefix: String,
+    params: ParameterBreakdown,
+    pooler_used: bool,
+    architectures: Value,
+    tasks: Vec<Value>,
+    weight_files: Vec<String>,
+}
+
+impl EncoderFacts {
+    fn of(checkpoint: &Checkpoint) -> Self {
+        let cfg = &checkpoint.config;
+        let prefix = checkpoint.encoder_prefix().to_owned();
+        let store = &checkpoint.store;
+        let tensors: Vec<(&str, &[usize])> = store.names().filter_map(|n| store.shape(n).map(|s| (n, s))).collect();
+        // Default fine-tuning (`longread train`) freezes the embeddings; BERT's own pooler
+        // (`pooler.dense`) is used only by the single-chunk baseline (`--arch sequence`).
+        let pooler_used = cfg.extra.get("longread").and_then(|l| l.get("architecture")) == Some(&json!("sequence"));
+        let params = ParameterBreakdown::from_tensors(tensors, &prefix, cfg.num_hidden_layers, |name| {
+            let local = name.strip_prefix(prefix.as_str()).map_or(name, |n| n.trim_start_matches('.'));
+            !(local.starts_with("embeddings.") || (!pooler_used && local.starts_with("pooler.dense.")))
+        });
+        let architectures = cfg.extra.get("architectures").cloned().unwrap_or(json!([]));
+        // A multi-task classifier lists its tasks in the longread section.
+        let tasks: Vec<serde_json::Value> = cfg
+            .extra
+            .get("longread")
+            .and_then(|l| l.get("tasks"))
+            .and_then(|t| t.as_array())
+            .cloned()
+            .unwrap_or_default();
+        let weight_files: Vec<String> = checkpoint
+            .files
+            .weights
+            .iter()
+            .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+            .collect();
+        Self { prefix, params, pooler_used, architectures, tasks, weight_files }
+    }
+}
+
+/// The summary as one JSON object.
+fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Value {
+    let cfg = &checkpoint.config;
+    let EncoderFacts { prefix, params, architectures, tasks, weight_files, .. } = facts;
+    json!({
         "model_dir": dir.display().to_string(),
         "model_type": cfg.model_type,
         "architectures": architectures,
@@ -71,7 +99,13 @@ pub fn summarize(dir: &Path) -> Result<ModelSummary> {
         "tokenizer": checkpoint.files.tokenizer.is_some(),
         "parameters": params,
         "tasks": tasks,
-    });
+    })
+}
+
+/// The summary as a table for people.
+fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> String {
+    let cfg = &checkpoint.config;
+    let EncoderFacts { prefix, params, pooler_used, architectures, tasks, weight_files } = facts;
     let mut t = String::new();
 
     let arch = architectures.as_array().and_then(|a| a.first()).and_then(|v| v.as_str()).unwrap_or("-");
@@ -129,7 +163,7 @@ pub fn summarize(dir: &Path) -> Result<ModelSummary> {
     writeln!(t).ok();
     writeln!(t, "{:<18} {:>14}", "parameters", "count").ok();
     let per_layer = params.per_layer.first().copied().unwrap_or(0);
-    let trainable_note = if pooler_used {
+    let trainable_note = if *pooler_used {
         "  (default fine-tuning: embeddings frozen)"
     } else {
         "  (default fine-tuning: embeddings frozen, BERT pooler unused)"
@@ -150,7 +184,7 @@ pub fn summarize(dir: &Path) -> Result<ModelSummary> {
         }
         writeln!(t, "  {name:<16} {:>14}{note}", group(count)).ok();
     }
-    Ok(ModelSummary { json: summary, table: t })
+    t
 }
 
 /// A HAN model directory's summary: its sizes, grid, labels and parameters per part.

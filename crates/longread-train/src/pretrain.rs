@@ -116,6 +116,46 @@ pub struct PretrainEval<'a> {
     pub optimizer: &'a AdamW,
 }
 
+/// AdamW over every parameter of `model` (no weight decay on biases and LayerNorm weights),
+/// each group's base learning rate, and the variables whose gradients it takes.
+fn optimizer_for(
+    model: &MaskedLm,
+    cfg: &PretrainConfig,
+) -> Result<(AdamW, HashMap<String, f64>, Vec<candle_core::Var>)> {
+    let named = model.named_vars();
+    if named.is_empty() {
+        return Err(TrainError::InvalidSetting("the model was loaded for inference only".into()));
+    }
+    let layers = model.config().num_hidden_layers;
+    let everything = Freezing { train_embeddings: true, ..Freezing::default() };
+    let settings = GroupSettings { lr: cfg.lr, head_lr: cfg.lr, weight_decay: cfg.weight_decay, layer_lr_decay: 1.0 };
+    let groups = param_groups(&named, layers, everything, settings);
+    let base_lr: HashMap<String, f64> = groups.iter().map(|g| (g.name.clone(), g.lr)).collect();
+    let vars: Vec<candle_core::Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
+    Ok((AdamW::new(groups, cfg.adamw)?, base_lr, vars))
+}
+
+/// The masked batch of optimizer step `step`: it depends only on the seed and the step number
+/// (the epoch's shuffle, then the step's slice of it, masked with the step's generator).
+///
+/// # Shapes
+/// → `ids, mask: [batch, seq]`, labels per position, and the batch's real tokens
+fn step_batch(
+    train: &[Vec<u32>],
+    cfg: &PretrainConfig,
+    step: usize,
+    steps_per_epoch: usize,
+    device: &Device,
+) -> Result<(Tensor, Tensor, Vec<i64>, usize)> {
+    let (epoch, k) = (step / steps_per_epoch, step % steps_per_epoch);
+    let mut order: Vec<usize> = (0..train.len()).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(mix(cfg.seed, epoch as u64, 1)));
+    let chosen: Vec<&Vec<u32>> =
+        order.iter().skip(k * cfg.batch_size).take(cfg.batch_size).map(|&i| &train[i]).collect();
+    let mut mask_rng = StdRng::seed_from_u64(mix(cfg.seed, step as u64, 2));
+    batch(&chosen, &cfg.masker, cfg.pad_id, &mut mask_rng, device)
+}
+
 fn mix(seed: u64, a: u64, b: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ a.wrapping_mul(0xBF58_476D_1CE4_E5B9)
@@ -183,17 +223,7 @@ pub fn pretrain(
     if cfg.batch_size == 0 || cfg.max_steps == 0 || cfg.eval_every == 0 {
         return Err(TrainError::InvalidSetting("--batch-size, --max-steps and --eval-every must be at least 1".into()));
     }
-    let named = model.named_vars();
-    if named.is_empty() {
-        return Err(TrainError::InvalidSetting("the model was loaded for inference only".into()));
-    }
-    let layers = model.config().num_hidden_layers;
-    let everything = Freezing { train_embeddings: true, ..Freezing::default() };
-    let settings = GroupSettings { lr: cfg.lr, head_lr: cfg.lr, weight_decay: cfg.weight_decay, layer_lr_decay: 1.0 };
-    let groups = param_groups(&named, layers, everything, settings);
-    let base_lr: HashMap<String, f64> = groups.iter().map(|g| (g.name.clone(), g.lr)).collect();
-    let vars: Vec<candle_core::Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
-    let mut optimizer = AdamW::new(groups, cfg.adamw)?;
+    let (mut optimizer, base_lr, vars) = optimizer_for(model, cfg)?;
     let mut state = PretrainState { step: 0 };
     if let Some(r) = resume {
         optimizer.import_state(&r.moments, &r.steps)?;
@@ -214,14 +244,8 @@ pub fn pretrain(
     let mut since = std::time::Instant::now();
     while state.step < cfg.max_steps {
         let step = state.step;
-        // The batch of a step depends only on the seed and the step number.
-        let (epoch, k) = (step / steps_per_epoch, step % steps_per_epoch);
-        let mut order: Vec<usize> = (0..train.len()).collect();
-        order.shuffle(&mut StdRng::seed_from_u64(mix(cfg.seed, epoch as u64, 1)));
-        let chosen: Vec<&Vec<u32>> =
-            order.iter().skip(k * cfg.batch_size).take(cfg.batch_size).map(|&i| &train[i]).collect();
-        let mut mask_rng = StdRng::seed_from_u64(mix(cfg.seed, step as u64, 2));
-        let (ids, mask, labels, n_tokens) = batch(&chosen, &cfg.masker, cfg.pad_id, &mut mask_rng, device)?;
+        let epoch = step / steps_per_epoch;
+        let (ids, mask, labels, n_tokens) = step_batch(train, cfg, step, steps_per_epoch, device)?;
         let dropout = DropoutRng::new(mix(cfg.seed, step as u64, 3));
         state.step += 1;
         lr = cfg.lr * stepper.schedule.factor(step);

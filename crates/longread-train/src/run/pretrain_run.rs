@@ -193,27 +193,7 @@ pub fn pretrain_run(
         bail!("the corpus gives only {n} sequences of {} tokens: too few to hold some out", spec.seq_len);
     }
     let (held_out, train) = (held_out.as_slice(), train.as_slice());
-    let cfg = PretrainConfig {
-        max_steps: spec.max_steps,
-        batch_size: spec.batch_size,
-        masker: Masker {
-            mask_prob: spec.mask_prob,
-            mask_id: special.mask,
-            vocab_size: vocab as u32,
-            special_ids: special.all.clone(),
-        },
-        lr: spec.lr,
-        weight_decay: spec.weight_decay,
-        warmup_steps: spec.warmup_steps,
-        decay: Decay::Linear,
-        max_grad_norm: spec.max_grad_norm,
-        seed: spec.seed,
-        eval_every: spec.eval_every,
-        max_bad_steps: spec.max_bad_steps,
-        adamw: AdamWConfig::default(),
-        stop_after_step: spec.stop_after_step,
-        pad_id: special.pad,
-    };
+    let cfg = pretrain_config(spec, &special, vocab);
     let tokens: usize = train.iter().map(Vec::len).sum();
     hooks.note(&format!(
         "pretraining on {} sequences ({tokens} tokens) of up to {} tokens, {} held out; {} steps of {}",
@@ -306,4 +286,29 @@ fn check_resumed(spec: &PretrainSpec, settings: &serde_json::Value) -> Result<()
     let mut may_change: Vec<&str> = MAY_CHANGE_ON_RESUME.to_vec();
     may_change.extend(unrecorded.iter().map(String::as_str));
     check_resume_settings(&saved, settings, &may_change)
+}
+
+/// The loop's settings from the run's.
+fn pretrain_config(spec: &PretrainSpec, special: &Specials, vocab: usize) -> PretrainConfig {
+    PretrainConfig {
+        max_steps: spec.max_steps,
+        batch_size: spec.batch_size,
+        masker: Masker {
+            mask_prob: spec.mask_prob,
+            mask_id: special.mask,
+            vocab_size: vocab as u32,
+            special_ids: special.all.clone(),
+        },
+        lr: spec.lr,
+        weight_decay: spec.weight_decay,
+        warmup_steps: spec.warmup_steps,
+        decay: Decay::Linear,
+        max_grad_norm: spec.max_grad_norm,
+        seed: spec.seed,
+        eval_every: spec.eval_every,
+        max_bad_steps: spec.max_bad_steps,
+        adamw: AdamWConfig::default(),
+        stop_after_step: spec.stop_after_step,
+        pad_id: special.pad,
+    }
 }

@@ -498,50 +498,12 @@ impl TrainSpec {
     /// The training configuration; `train_labels` (the primary task's, where present) and
     /// `labels` resolve `--class-weights`, `tasks` (names in task order) the task flags.
     pub fn config(&self, train_labels: &[usize], labels: &[String], tasks: &[String]) -> Result<TrainConfig> {
-        let task_index = |flag: &str, name: &str| {
-            tasks
-                .iter()
-                .position(|t| t == name)
-                .or_run(|| format!("{flag} {name}: the model has no such task (its tasks: {})", tasks.join(", ")))
-        };
-        let mut task_weights = vec![1.0; tasks.len()];
-        for text in &self.task_weight {
-            let (name, w) = name_value("--task-weight", text)?;
-            let w: f64 = w
-                .parse()
-                .ok()
-                .filter(|w: &f64| w.is_finite() && *w >= 0.0)
-                .or_run(|| format!("--task-weight {text}: the weight must be a non-negative number"))?;
-            task_weights[task_index("--task-weight", name)?] = w;
-        }
-        if task_weights.iter().all(|&w| w == 0.0) {
-            bail!("--task-weight: at least one task needs a weight above 0");
-        }
-        let frozen_tasks =
-            self.freeze_task.iter().map(|name| task_index("--freeze-task", name)).collect::<Result<Vec<_>>>()?;
+        let (task_weights, frozen_tasks) = self.task_settings(tasks)?;
         let (epochs, batch_size) = (self.epochs.unwrap_or(1), self.batch_size.unwrap_or(1));
         if epochs == 0 || batch_size == 0 || self.grad_accum == 0 {
             bail!("--epochs, --batch-size and --grad-accum must be at least 1");
         }
-        let class_weights = match self.class_weights.as_str() {
-            "none" => None,
-            "balanced" => Some(balanced_class_weights(train_labels, labels.len())),
-            list => {
-                let w: Vec<f32> = list
-                    .split(',')
-                    .map(|x| x.trim().parse::<f32>())
-                    .collect::<std::result::Result<_, _>>()
-                    .or_run(|| format!("--class-weights {list}: expected none, balanced or numbers"))?;
-                if w.len() != labels.len() || w.iter().any(|x| !x.is_finite() || *x < 0.0) {
-                    bail!(
-                        "--class-weights needs {} non-negative numbers, one per label ({})",
-                        labels.len(),
-                        labels.join(", ")
-                    );
-                }
-                Some(w)
-            }
-        };
+        let class_weights = self.loss_class_weights(train_labels, labels)?;
         let unfreeze = self.unfreeze.as_deref().map(UnfreezeSchedule::parse).transpose()?;
         let lr = self.lr.unwrap_or_default();
         let starts_frozen = self.freeze_base
@@ -596,6 +558,59 @@ impl TrainSpec {
             adamw: AdamWConfig { beta1: self.adam_beta1, beta2: self.adam_beta2, eps: self.adam_epsilon },
             max_bad_steps: self.max_bad_steps,
             stop_after_epoch: self.stop_after_epoch,
+        })
+    }
+}
+
+impl TrainSpec {
+    /// Each task's loss weight (`--task-weight`) and the tasks whose heads stay frozen
+    /// (`--freeze-task`), for the model's `tasks` (names in task order).
+    fn task_settings(&self, tasks: &[String]) -> Result<(Vec<f64>, Vec<usize>)> {
+        let task_index = |flag: &str, name: &str| {
+            tasks
+                .iter()
+                .position(|t| t == name)
+                .or_run(|| format!("{flag} {name}: the model has no such task (its tasks: {})", tasks.join(", ")))
+        };
+        let mut task_weights = vec![1.0; tasks.len()];
+        for text in &self.task_weight {
+            let (name, w) = name_value("--task-weight", text)?;
+            let w: f64 = w
+                .parse()
+                .ok()
+                .filter(|w: &f64| w.is_finite() && *w >= 0.0)
+                .or_run(|| format!("--task-weight {text}: the weight must be a non-negative number"))?;
+            task_weights[task_index("--task-weight", name)?] = w;
+        }
+        if task_weights.iter().all(|&w| w == 0.0) {
+            bail!("--task-weight: at least one task needs a weight above 0");
+        }
+        let frozen_tasks =
+            self.freeze_task.iter().map(|name| task_index("--freeze-task", name)).collect::<Result<Vec<_>>>()?;
+        Ok((task_weights, frozen_tasks))
+    }
+
+    /// The loss's class weights (`--class-weights`): none, balanced over `train_labels`, or
+    /// one given per label.
+    fn loss_class_weights(&self, train_labels: &[usize], labels: &[String]) -> Result<Option<Vec<f32>>> {
+        Ok(match self.class_weights.as_str() {
+            "none" => None,
+            "balanced" => Some(balanced_class_weights(train_labels, labels.len())),
+            list => {
+                let w: Vec<f32> = list
+                    .split(',')
+                    .map(|x| x.trim().parse::<f32>())
+                    .collect::<std::result::Result<_, _>>()
+                    .or_run(|| format!("--class-weights {list}: expected none, balanced or numbers"))?;
+                if w.len() != labels.len() || w.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                    bail!(
+                        "--class-weights needs {} non-negative numbers, one per label ({})",
+                        labels.len(),
+                        labels.join(", ")
+                    );
+                }
+                Some(w)
+            }
         })
     }
 }

@@ -84,6 +84,51 @@ struct EpochRun {
     seconds_before: f64,
 }
 
+impl EpochRun {
+    /// A new epoch, or the one a mid-epoch checkpoint was taken in; with the epoch's dropout
+    /// generator (seeded with `dropout_seed`, wound forward on a resume).
+    fn start(resumed: Option<EpochProgress>, dropout_seed: u64) -> (Self, DropoutRng) {
+        match resumed {
+            Some(p) => (
+                Self {
+                    groups_done: p.step_groups,
+                    loss_sum: p.loss_sum,
+                    loss_count: p.loss_count,
+                    skipped: p.skipped,
+                    seconds_before: p.train_seconds,
+                },
+                DropoutRng::resumed(dropout_seed, p.dropout_draws),
+            ),
+            None => (
+                Self { groups_done: 0, loss_sum: 0.0, loss_count: 0, skipped: 0, seconds_before: 0.0 },
+                DropoutRng::new(dropout_seed),
+            ),
+        }
+    }
+
+    /// The run's state for a checkpoint now: `state` after `step` optimizer steps, with this
+    /// epoch's progress.
+    fn checkpoint_state(
+        &self,
+        state: &TrainerState,
+        step: usize,
+        dropout: &DropoutRng,
+        started: &Instant,
+    ) -> TrainerState {
+        let mut now = state.clone();
+        now.step = step;
+        now.in_epoch = Some(EpochProgress {
+            step_groups: self.groups_done,
+            loss_sum: self.loss_sum,
+            loss_count: self.loss_count,
+            skipped: self.skipped,
+            dropout_draws: dropout.draws(),
+            train_seconds: self.seconds_before + started.elapsed().as_secs_f64(),
+        });
+        now
+    }
+}
+
 /// Runs the epochs of `task` from scratch or from `resume` (an epoch end or the middle of an
 /// epoch). `on_epoch` runs after every epoch (to save the best model and a checkpoint),
 /// `on_checkpoint` whenever a mid-epoch checkpoint is due (`cfg.save_every_steps`).
@@ -112,22 +157,7 @@ pub(crate) fn fit<T: TrainingTask>(
         let mut shuffle = StdRng::seed_from_u64(epoch_seed(cfg.seed, epoch, 1));
         let mut order: Vec<usize> = (0..task.documents()).collect();
         order.shuffle(&mut shuffle);
-        let resumed = state.in_epoch.take();
-        let dropout_seed = epoch_seed(cfg.seed, epoch, 2);
-        let dropout = match &resumed {
-            Some(p) => DropoutRng::resumed(dropout_seed, p.dropout_draws),
-            None => DropoutRng::new(dropout_seed),
-        };
-        let mut run = match resumed {
-            Some(p) => EpochRun {
-                groups_done: p.step_groups,
-                loss_sum: p.loss_sum,
-                loss_count: p.loss_count,
-                skipped: p.skipped,
-                seconds_before: p.train_seconds,
-            },
-            None => EpochRun { groups_done: 0, loss_sum: 0.0, loss_count: 0, skipped: 0, seconds_before: 0.0 },
-        };
+        let (mut run, dropout) = EpochRun::start(state.in_epoch.take(), epoch_seed(cfg.seed, epoch, 2));
         let groups: Vec<&[usize]> = order.chunks(batch_size * accum).collect();
         for (g, step_docs) in groups.iter().enumerate().skip(run.groups_done) {
             let mut summed: HashMap<TensorId, Tensor> = HashMap::new();
@@ -156,16 +186,7 @@ pub(crate) fn fit<T: TrainingTask>(
                 }
             }
             if run.groups_done < groups.len() && checkpoint_due(cfg, run.groups_done, &last_save) {
-                let mut now = state.clone();
-                now.step = step;
-                now.in_epoch = Some(EpochProgress {
-                    step_groups: run.groups_done,
-                    loss_sum: run.loss_sum,
-                    loss_count: run.loss_count,
-                    skipped: run.skipped,
-                    dropout_draws: dropout.draws(),
-                    train_seconds: run.seconds_before + started.elapsed().as_secs_f64(),
-                });
+                let now = run.checkpoint_state(&state, step, &dropout, &started);
                 on_checkpoint(MidEpoch { model: task.model(), state: &now, optimizer: &optimizer })?;
                 last_save = Instant::now();
             }
