@@ -38,6 +38,9 @@ pub enum TextError {
     /// A document has no tokens.
     #[error("the document is empty or whitespace-only (no tokens)")]
     EmptyDocument,
+    /// A dataset cannot be split as asked; the message says why and what to do.
+    #[error("{0}")]
+    Split(String),
     /// Chunking settings are inconsistent.
     #[error("chunking configuration: {0}")]
     Config(String),

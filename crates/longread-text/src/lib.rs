@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod chunking;
+pub mod dataset;
 pub mod documents;
 pub mod error;
 pub mod jsonl;
@@ -13,6 +14,7 @@ pub mod tokenizer_training;
 pub mod words;
 
 pub use chunking::{Chunk, ChunkSelection, ChunkedDocument, Chunker, ChunkingConfig};
+pub use dataset::LabelledDataset;
 pub use documents::{read_documents, Document};
 pub use error::{Result, TextError};
 pub use jsonl::{read_records, Record};

@@ -6,9 +6,7 @@ use std::path::Path;
 
 use candle_core::Device;
 use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec, DEFAULT_TASK};
-use longread_text::{
-    labels_from_column, read_labelled_columns, resolve_column, stratified_split, ChunkedDocument, Chunker, Example,
-};
+use longread_text::{labels_from_column, read_labelled_columns, ChunkedDocument, Chunker, Example, LabelledDataset};
 
 use crate::error::{Result, TrainError};
 use crate::run::spec::{name_value, TrainSpec};
@@ -28,7 +26,7 @@ pub fn read_examples(path: &Path, columns: &[String]) -> Result<(Vec<Example>, S
     Ok((read_labelled_columns(reader, &name, columns)?, name))
 }
 
-/// Documents with their labels, `labels[task][doc]`.
+/// Chunked documents with their labels, `labels[task][doc]`.
 pub struct Labelled {
     /// Chunked documents.
     pub docs: Vec<ChunkedDocument>,
@@ -37,27 +35,31 @@ pub struct Labelled {
 }
 
 impl Labelled {
-    fn pick(&self, idx: &[usize]) -> Self {
-        Self {
-            docs: idx.iter().map(|&i| self.docs[i].clone()).collect(),
-            labels: self.labels.iter().map(|task| idx.iter().map(|&i| task[i]).collect()).collect(),
-        }
+    /// The dataset's documents chunked (an empty or untokenisable one is an error naming its
+    /// line), with its labels.
+    fn chunk(data: LabelledDataset, chunker: &Chunker) -> Result<Self> {
+        let docs = data
+            .examples
+            .iter()
+            .map(|e| {
+                chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{}:{}: {err}", data.source, e.line)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { docs, labels: data.labels })
     }
 }
 
-/// The train and dev indices of `labels` (per document; `None` where it has no label of the
-/// primary task) under `--dev-split` (stratified, seeded; unlabelled documents form a stratum
-/// of their own).
-pub fn dev_split(labels: &[Option<usize>], n_labels: usize, spec: &TrainSpec) -> Result<(Vec<usize>, Vec<usize>)> {
-    if !(0.0 < spec.dev_split && spec.dev_split < 1.0) {
-        return Err(TrainError::Run("--dev-split must be between 0 and 1 (or give --dev FILE)".into()));
+/// The training and dev sets of a run: `--dev`, or the stratified, seeded `--dev-split` of
+/// the training data.
+pub fn train_and_dev(
+    train: LabelledDataset,
+    spec: &TrainSpec,
+    read_dev: impl FnOnce(&Path) -> Result<LabelledDataset>,
+) -> Result<(LabelledDataset, LabelledDataset)> {
+    match &spec.dev {
+        Some(dev) => Ok((train, read_dev(dev)?)),
+        None => Ok(train.split_dev(spec.dev_split, spec.seed)?),
     }
-    let strata: Vec<usize> = labels.iter().map(|l| l.unwrap_or(n_labels)).collect();
-    let (train, dev) = stratified_split(&strata, spec.dev_split, spec.seed);
-    if dev.is_empty() || train.is_empty() {
-        return Err(TrainError::Run(format!("--dev-split {} leaves an empty training or dev set", spec.dev_split)));
-    }
-    Ok((train, dev))
 }
 
 /// Sets up the tasks named by `--task` on `model` (renaming the primary task, adding heads for
@@ -98,25 +100,12 @@ pub fn load_data(
         }
         model.add_task(TaskSpec { name, column, labels }, spec.seed.wrapping_add(1000 + k as u64), device)?;
     }
-    let label_chunk = |examples: &[Example], source: &str| -> Result<Labelled> {
-        let labels = model
-            .config()
-            .tasks()
-            .iter()
-            .enumerate()
-            .map(|(t, task)| Ok(resolve_column(examples, t, &task.labels, source)?))
-            .collect::<Result<Vec<_>>>()?;
-        let docs = examples
-            .iter()
-            .map(|e| chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{source}:{}: {err}", e.line))))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Labelled { docs, labels })
-    };
-    let train = label_chunk(&examples, &source)?;
-    if let Some(dev) = &spec.dev {
-        let (dev_examples, dev_source) = read_examples(dev, &columns)?;
-        return Ok((train, label_chunk(&dev_examples, &dev_source)?));
-    }
-    let (train_idx, dev_idx) = dev_split(&train.labels[0], model.labels().len(), spec)?;
-    Ok((train.pick(&train_idx), train.pick(&dev_idx)))
+    let task_labels: Vec<Vec<String>> = model.config().tasks().into_iter().map(|t| t.labels).collect();
+    let names: Vec<&[String]> = task_labels.iter().map(Vec::as_slice).collect();
+    let train = LabelledDataset::resolve(examples, &names, &source)?;
+    let (train, dev) = train_and_dev(train, spec, |path| {
+        let (examples, source) = read_examples(path, &columns)?;
+        Ok(LabelledDataset::resolve(examples, &names, &source)?)
+    })?;
+    Ok((Labelled::chunk(train, chunker)?, Labelled::chunk(dev, chunker)?))
 }

@@ -8,12 +8,12 @@ use std::path::Path;
 use candle_core::Device;
 use longread_model::han::{encoder_word_vectors, HanClassifier, HanConfig};
 use longread_text::words::{split_document, GridShape, Sentence, Vocabulary, UNK};
-use longread_text::{resolve_column, Example};
+use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
 use crate::han_trainer::{train_han, HanSplit};
 use crate::run::checkpoints::read_checkpoint;
-use crate::run::data::{dev_split, read_examples};
+use crate::run::data::{read_examples, train_and_dev};
 use crate::run::spec::TrainSpec;
 use crate::run::start::training_labels;
 use crate::run::{start_output, RunHooks};
@@ -23,15 +23,6 @@ use crate::trainer::{EpochLog, Resume};
 struct Documents {
     sentences: Vec<Vec<Sentence>>,
     labels: Vec<usize>,
-}
-
-impl Documents {
-    fn pick(&self, idx: &[usize]) -> Self {
-        Self {
-            sentences: idx.iter().map(|&i| self.sentences[i].clone()).collect(),
-            labels: idx.iter().map(|&i| self.labels[i]).collect(),
-        }
-    }
 }
 
 /// Trains a HAN as `spec` says, new or resumed from `checkpoint`.
@@ -52,18 +43,15 @@ pub(crate) fn run(
         Some(model) => model.labels().to_vec(),
         None => training_labels(spec)?,
     };
-    let all = documents(&examples, &labels, &source)?;
-    let (train, dev) = match &spec.dev {
-        Some(path) => {
-            let (dev_examples, dev_source) = read_examples(path, &["label".to_string()])?;
-            (all, documents(&dev_examples, &labels, &dev_source)?)
-        }
-        None => {
-            let gold: Vec<Option<usize>> = all.labels.iter().copied().map(Some).collect();
-            let (train_idx, dev_idx) = dev_split(&gold, labels.len(), spec)?;
-            (all.pick(&train_idx), all.pick(&dev_idx))
-        }
-    };
+    let label_names = [labels.as_slice()];
+    let all = LabelledDataset::resolve(examples, &label_names, &source)?;
+    // Every training text must have words and a label, whichever side of the split it lands on.
+    documents(&all)?;
+    let (train, dev) = train_and_dev(all, spec, |path| {
+        let (examples, source) = read_examples(path, &["label".to_string()])?;
+        Ok(LabelledDataset::resolve(examples, &label_names, &source)?)
+    })?;
+    let (train, dev) = (documents(&train)?, documents(&dev)?);
     let model = match resumed {
         Some(model) => model,
         None => new_model(spec, &train, labels, hooks)?,
@@ -95,18 +83,17 @@ pub(crate) fn run(
     )
 }
 
-/// Splits every example into sentences of words; a text without any word is an error naming
-/// its line.
-fn documents(examples: &[Example], labels: &[String], source: &str) -> Result<Documents> {
-    let gold = resolve_column(examples, 0, labels, source)?;
-    let mut out = Documents { sentences: Vec::with_capacity(examples.len()), labels: Vec::new() };
-    for (example, label) in examples.iter().zip(gold) {
+/// Splits every document into sentences of words; a text without any word, or without a
+/// label, is an error naming its line.
+fn documents(data: &LabelledDataset) -> Result<Documents> {
+    let mut out = Documents { sentences: Vec::with_capacity(data.len()), labels: Vec::new() };
+    for (example, label) in data.examples.iter().zip(&data.labels[0]) {
         let sentences = split_document(&example.text);
         if sentences.is_empty() {
-            return Err(TrainError::Run(format!("{source}:{}: the text has no words", example.line)));
+            return Err(TrainError::Run(format!("{}:{}: the text has no words", data.source, example.line)));
         }
         out.sentences.push(sentences);
-        out.labels.push(label.ok_or_else(|| TrainError::Run(format!("{source}:{}: no label", example.line)))?);
+        out.labels.push(label.ok_or_else(|| TrainError::Run(format!("{}:{}: no label", data.source, example.line)))?);
     }
     Ok(out)
 }
