@@ -7,17 +7,34 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-/// Expands `--config FILE` (after the `train` subcommand) into flags placed before the user's
-/// own, so that the user's win (the command has `args_override_self`).
-pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
-    let Some(sub) = args.iter().position(|a| a == "train") else { return Ok(args) };
-    let Some(flag) = args.iter().skip(sub).position(|a| a == "--config").map(|i| i + sub) else { return Ok(args) };
-    let path = args.get(flag + 1).context("--config needs a file")?.clone();
-    let from_file = flags_from_toml(Path::new(&path))?;
+/// Expands `--config FILE` of the `train` subcommand into flags placed right after the
+/// subcommand, before the user's own, so that the user's win (the command has
+/// `args_override_self`). Clap has already parsed `args` and found `config` among `train`'s
+/// arguments; `args` is searched only for where the subcommand and that `--config` stand: the
+/// first `train` (global options take no such value) and the `--config` naming `config`.
+pub fn expand(args: Vec<OsString>, config: &Path) -> Result<Vec<OsString>> {
+    let sub = args.iter().position(|a| a == "train").context("the train subcommand is not in the arguments")?;
+    let inline = {
+        let mut flag = OsString::from("--config=");
+        flag.push(config);
+        flag
+    };
+    let (at, len) = (sub + 1..args.len())
+        .find_map(|i| {
+            if args[i] == "--config" && args.get(i + 1).is_some_and(|v| Path::new(v) == config) {
+                Some((i, 2))
+            } else if args[i] == inline {
+                Some((i, 1))
+            } else {
+                None
+            }
+        })
+        .context("--config: not found after the train subcommand")?;
+    let from_file = flags_from_toml(config)?;
     let mut out: Vec<OsString> = args[..=sub].to_vec();
     out.extend(from_file);
-    out.extend(args[sub + 1..flag].iter().cloned());
-    out.extend(args[flag + 2..].iter().cloned());
+    out.extend(args[sub + 1..at].iter().cloned());
+    out.extend(args[at + len..].iter().cloned());
     Ok(out)
 }
 
@@ -68,7 +85,7 @@ mod tests {
         )
         .unwrap();
         let args = os(&["longread", "-q", "train", "--config", path.to_str().unwrap(), "--epochs", "2"]);
-        let out: Vec<String> = expand(args).unwrap().into_iter().map(|s| s.into_string().unwrap()).collect();
+        let out: Vec<String> = expand(args, &path).unwrap().into_iter().map(|s| s.into_string().unwrap()).collect();
         assert_eq!(out[..3], ["longread", "-q", "train"]);
         assert!(out.windows(2).any(|w| w == ["--lr", "0.00003"]));
         assert!(out.contains(&"--freeze-base".to_string()) && !out.contains(&"--no-recompute".to_string()));
@@ -77,22 +94,37 @@ mod tests {
         assert!(!out.contains(&"--config".to_string()));
     }
 
+    /// Regression: argv was scanned for `train` and `--config` before clap ran, so another
+    /// command's value `train` (or a --config meant for `pretrain`) was taken for them. Now clap
+    /// finds them; only their positions are looked up, and the --config of `train` is the one
+    /// expanded even when an earlier value is also called `train`.
+    #[test]
+    fn the_config_of_the_train_subcommand_is_expanded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, "epochs = 4\n").unwrap();
+        let p = path.to_str().unwrap();
+        let args = os(&["longread", "train", "--model", "train", &format!("--config={p}"), "--lr", "1e-5"]);
+        let out: Vec<String> = expand(args, &path).unwrap().into_iter().map(|s| s.into_string().unwrap()).collect();
+        assert_eq!(out, ["longread", "train", "--epochs", "4", "--model", "train", "--lr", "1e-5"]);
+    }
+
     #[test]
     fn bad_files_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.toml");
         std::fs::write(&path, "lr = { a = 1 }\n").unwrap();
-        let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()])).unwrap_err();
+        let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path).unwrap_err();
         assert!(format!("{err:#}").contains("`lr` must be a string, number, boolean or an array of them"));
         std::fs::write(&path, "task = [\"a=x\", \"b=y\"]\n").unwrap();
-        let out: Vec<String> = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]))
+        let out: Vec<String> = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path)
             .unwrap()
             .into_iter()
             .map(|s| s.into_string().unwrap())
             .collect();
         assert_eq!(out[2..], ["--task", "a=x", "--task", "b=y"], "an array repeats the flag");
         std::fs::write(&path, "lr = \n").unwrap();
-        let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()])).unwrap_err();
+        let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path).unwrap_err();
         assert!(format!("{err:#}").contains("invalid TOML"));
     }
 }

@@ -68,16 +68,14 @@ enum Command {
 }
 
 fn main() {
-    let args = match config_file::expand(std::env::args_os().collect()) {
-        Ok(args) => args,
+    allocator::keep_freed_memory();
+    let cli = match parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
         Err(err) => {
             eprintln!("error: {}", format_error(&err));
             std::process::exit(1);
         }
     };
-    allocator::keep_freed_memory();
-    let matches = Cli::command().get_matches_from(args);
-    let cli = Cli::from_arg_matches(&matches).map(|cli| cli.with_given_flags(&matches)).unwrap_or_else(|e| e.exit());
     init_logging(cli.quiet);
     if let Some(n) = cli.threads {
         if n == 0 {
@@ -95,6 +93,25 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// Parses the command line; a `train --config FILE.toml` found by clap is expanded into the
+/// file's flags (the command line's own win) before the real parse, so that the file may
+/// supply required flags too. Clap's own errors (and `--help`) exit here as clap prints them.
+fn parse(args: Vec<std::ffi::OsString>) -> anyhow::Result<Cli> {
+    // A first, lenient pass only to learn whether `train` has a --config (required flags may
+    // still be in the file).
+    let first = Cli::command().ignore_errors(true).try_get_matches_from(args.clone());
+    let config = first
+        .ok()
+        .and_then(|m| m.subcommand_matches("train").and_then(|t| t.get_one::<std::path::PathBuf>("config").cloned()));
+    let args = match config {
+        Some(config) => config_file::expand(args, &config)?,
+        None => args,
+    };
+    let matches = Cli::command().get_matches_from(args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    Ok(cli.with_given_flags(&matches))
 }
 
 /// Parses one `longread …` command line (without the program name) and runs it, as the

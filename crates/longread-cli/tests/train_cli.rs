@@ -308,6 +308,26 @@ fn flags_come_from_a_toml_file_and_the_command_line_wins() {
     std::fs::write(&bad, "epochs = { n = 1 }\n").unwrap();
     let o = train(&fixture("hier/bert-mean"), &data, &tmp.path().join("o2"), &["--config", bad.to_str().unwrap()]);
     assert_clean_failure(&o, "`epochs` must be a string, number, boolean or an array of them");
+    // The file may hold the required flags too.
+    let whole = tmp.path().join("whole.toml");
+    let (model, out3) = (fixture("hier/bert-mean"), tmp.path().join("o3"));
+    std::fs::write(
+        &whole,
+        format!(
+            "model = {:?}\ntrain = {:?}\nout = {:?}\nepochs = 1\nfreeze-base = true\ndev-split = 0.25\n",
+            model.to_str().unwrap(),
+            data.to_str().unwrap(),
+            out3.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let o = longread(&["-q", "train", "--config", whole.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out3.join("model.safetensors").is_file());
+    // --config belongs to `train` alone: clap refuses it elsewhere.
+    let o = longread(&["predict", "--model", "train", "--input", "train", "--config", whole.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unexpected argument '--config'"));
 }
 
 /// The first `n` synthetic training documents with labels mapped onto the fixture models'

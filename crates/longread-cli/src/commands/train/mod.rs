@@ -19,6 +19,10 @@ pub struct TrainArgs {
     /// event (phase, step, epoch, done) on stdout, no progress bar.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Read flags from a TOML file: keys are flag names (`lr = 2e-5`, `freeze-base = true`,
+    /// `task = ["a=x", "b=y"]`); flags given on the command line win.
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// How training reports progress.
