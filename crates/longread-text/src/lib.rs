@@ -9,6 +9,7 @@ pub mod error;
 pub mod jsonl;
 pub mod labelled;
 pub mod mlm;
+pub mod synthetic;
 pub mod tokenizer;
 pub mod tokenizer_training;
 pub mod words;

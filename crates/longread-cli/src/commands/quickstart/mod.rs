@@ -8,8 +8,6 @@
 //!
 //! Every step is an ordinary `longread` command line, printed before it runs.
 
-mod synthetic;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,7 +19,7 @@ use longread_model::Precision;
 use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};
 
 use crate::commands::eval::evaluate_file;
-use synthetic::{transcripts, Transcript, LABELS};
+use longread_text::synthetic::{transcripts, Transcript, LABELS};
 
 /// Arguments of `longread quickstart`.
 #[derive(Debug, Args)]

@@ -94,8 +94,11 @@ const RATING_DETAILS: [[&str; 4]; 3] = [
 
 /// One synthetic document.
 pub struct Transcript {
+    /// `{prefix}{i}`.
     pub id: String,
+    /// The whole document.
     pub text: String,
+    /// One of [`LABELS`].
     pub label: &'static str,
     /// Index of the sentence that carries the rating.
     pub passage_sentence: usize,
