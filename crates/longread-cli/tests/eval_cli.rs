@@ -56,3 +56,54 @@ fn unknown_labels_name_the_line_and_the_model_labels() {
         longread(&["eval", "--model", fixture("hier/bert-mean").to_str().unwrap(), "--data", path.to_str().unwrap()]);
     assert_clean_failure(&out, "dev.jsonl:2: unknown label \"adult\" (the model's labels: general, teen, mature)");
 }
+
+#[test]
+fn several_models_are_compared_with_bootstrap_intervals_and_paired_p_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = std::fs::read_to_string(fixture("hier/documents.jsonl")).unwrap();
+    let gold = ["general", "teen", "mature", "general"];
+    assert_eq!(docs.lines().count(), gold.len());
+    let data: String = docs
+        .lines()
+        .zip(gold)
+        .map(|(l, g)| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v["label"] = g.into();
+            v.to_string() + "\n"
+        })
+        .collect();
+    let path = tmp.path().join("dev.jsonl");
+    std::fs::write(&path, data).unwrap();
+    let (a, b) = (fixture("hier/bert-mean"), fixture("hier/bert-attention"));
+    let run = |models: &[&std::path::Path], json: bool| {
+        let mut args = vec!["eval".to_string(), "--data".into(), path.display().to_string()];
+        for m in models {
+            args.extend(["--model".to_string(), m.display().to_string()]);
+        }
+        if json {
+            args.push("--json".into());
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = longread(&refs);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    let v: Value = serde_json::from_slice(&run(&[&a, &b], true)).unwrap();
+    assert_eq!((v["documents"].as_u64(), v["resamples"].as_u64()), (Some(4), Some(1000)));
+    let models = v["models"].as_array().unwrap();
+    assert_eq!(models.len(), 2);
+    assert!(models[0]["accuracy_p_value"].is_null(), "the first model is the reference");
+    for m in models {
+        let (acc, ci) = (m["report"]["accuracy"].as_f64().unwrap(), &m["accuracy_ci"]);
+        assert!(ci["low"].as_f64().unwrap() <= acc && acc <= ci["high"].as_f64().unwrap(), "{m}");
+        assert_eq!(m["recall_ci"].as_array().unwrap().len(), 3);
+    }
+    let p = models[1]["macro_f1_p_value"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&p));
+    // A model against itself: no difference at all.
+    let same: Value = serde_json::from_slice(&run(&[&a, &a], true)).unwrap();
+    assert_eq!(same["models"][1]["accuracy_p_value"], 1.0);
+    let table = String::from_utf8(run(&[&a, &b], false)).unwrap();
+    assert!(table.contains("95% bootstrap intervals") && table.contains("recall mature"), "{table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with(&a.display().to_string())).count(), 1);
+}

@@ -5,6 +5,8 @@
 
 use serde::Serialize;
 
+pub mod bootstrap;
+
 /// Counts of (true label, predicted label) pairs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConfusionMatrix {

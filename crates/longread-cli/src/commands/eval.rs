@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
-use longread_model::classifier::evaluate::{evaluate_reader, TaskReport};
+use longread_metrics::bootstrap::{Bootstrap, Interval};
+use longread_model::classifier::evaluate::{compare, evaluate_reader, Comparison, TaskReport};
 use longread_model::Precision;
 use serde_json::Map;
 
@@ -18,9 +19,11 @@ use crate::io::{input_name, open_input};
 gold labels or the predictions, as scikit-learn's f1_score(average=\"macro\") does; a label of the model \
 that neither the data nor the model uses does not count.")]
 pub struct EvalArgs {
-    /// Model directory made by `longread init` or `longread train`.
-    #[arg(long)]
-    model: PathBuf,
+    /// Model directory made by `longread init` or `longread train`. Give it several times to
+    /// compare models on the same documents: one table of accuracy, macro-F1 and per-label
+    /// recall with 95% bootstrap intervals, and paired bootstrap p-values against the first.
+    #[arg(long, required = true)]
+    model: Vec<PathBuf>,
     /// Labelled JSON lines: {"text": ..., "label": name or index into the model's labels};
     /// `-` reads standard input. A multi-task model reads each task's label from its column
     /// (see `inspect`); a line may lack some of them.
@@ -37,11 +40,20 @@ pub struct EvalArgs {
     /// Encoder precision (as for `predict`).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
+    /// Resamples of the bootstrap that gives the intervals and p-values (several models).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    bootstrap: u64,
+    /// Seed of the bootstrap (the same seed, the same intervals).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 /// Runs `longread eval`.
 pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
-    let reports = evaluate_file(&args.model, &args.data, args.max_batch_tokens, args.precision, quiet)?;
+    if args.model.len() > 1 {
+        return run_comparison(&args, quiet);
+    }
+    let reports = evaluate_file(&args.model[0], &args.data, args.max_batch_tokens, args.precision, quiet)?;
     if args.json {
         let mut value = serde_json::to_value(&reports[0].report)?;
         if reports.len() > 1 {
@@ -78,4 +90,57 @@ pub fn evaluate_file(
     let reports = evaluate_reader(&classifier, open_input(data)?, &input_name(data), || progress.inc(1))?;
     progress.finish_and_clear();
     Ok(reports)
+}
+
+/// `eval` with several models: the comparison table, or its JSON.
+fn run_comparison(args: &EvalArgs, quiet: bool) -> Result<()> {
+    let classifiers: Vec<(String, longread_model::Classifier)> = args
+        .model
+        .iter()
+        .map(|dir| Ok((dir.display().to_string(), load(dir, args.max_batch_tokens, args.precision)?)))
+        .collect::<Result<_>>()?;
+    let models: Vec<(String, &longread_model::Classifier)> = classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
+    let progress = progress_bar(0, quiet);
+    let bootstrap = Bootstrap { resamples: args.bootstrap as usize, seed: args.seed, ..Bootstrap::default() };
+    let comparison = compare(&models, open_input(&args.data)?, &input_name(&args.data), bootstrap, || progress.inc(1))?;
+    progress.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string(&comparison)?);
+    } else {
+        print!("{}", comparison_table(&comparison));
+    }
+    Ok(())
+}
+
+/// The comparison for people: a row per model.
+fn comparison_table(c: &Comparison) -> String {
+    let ci = |v: f64, i: &Interval| format!("{v:.3} [{:.3}, {:.3}]", i.low, i.high);
+    let p = |v: Option<f64>| v.map_or("-".to_string(), |p| format!("{p:.3}"));
+    let width = c.models.iter().map(|m| m.model.chars().count()).max().unwrap_or(5).max(5);
+    let mut out = format!(
+        "{} documents; {:.0}% bootstrap intervals from {} resamples; p: paired bootstrap against the first model\n\n",
+        c.documents,
+        c.level * 100.0,
+        c.resamples
+    );
+    out += &format!("{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}", "model", "accuracy", "macro-F1", "p(acc)", "p(F1)");
+    for label in &c.labels {
+        out += &format!("  {:<22}", format!("recall {label}"));
+    }
+    out.push('\n');
+    for m in &c.models {
+        out += &format!(
+            "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}",
+            m.model,
+            ci(m.report.accuracy, &m.accuracy_ci),
+            ci(m.report.macro_f1, &m.macro_f1_ci),
+            p(m.accuracy_p_value),
+            p(m.macro_f1_p_value)
+        );
+        for (class, interval) in m.report.per_class.iter().zip(&m.recall_ci) {
+            out += &format!("  {:<22}", ci(class.recall, interval));
+        }
+        out.push('\n');
+    }
+    out
 }

@@ -1,6 +1,7 @@
 //! Evaluation: a [`Classifier`] over labelled documents, scored per task with
 //! `longread_metrics` (accuracy, per-class precision/recall/F1, macro/weighted F1, confusion).
 
+use longread_metrics::bootstrap::{Bootstrap, Interval, Metric};
 use longread_metrics::Report;
 use longread_text::{read_labelled_columns, resolve_column, Document, Example};
 
@@ -73,4 +74,132 @@ pub fn evaluate_examples(
             Ok(TaskReport { task: spec.clone(), report })
         })
         .collect()
+}
+
+/// One model of a [`compare`]: its metrics on the primary task with bootstrap intervals, and
+/// its paired bootstrap p-values against the first model.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelScores {
+    /// The model directory as given.
+    pub model: String,
+    /// Every metric on all documents.
+    pub report: Report,
+    /// Interval of the accuracy.
+    pub accuracy_ci: Interval,
+    /// Interval of the macro-F1.
+    pub macro_f1_ci: Interval,
+    /// Interval of each label's recall, in label order.
+    pub recall_ci: Vec<Interval>,
+    /// Paired p-value of the accuracy difference with the first model (none for the first).
+    pub accuracy_p_value: Option<f64>,
+    /// Paired p-value of the macro-F1 difference with the first model.
+    pub macro_f1_p_value: Option<f64>,
+}
+
+/// Several models on the same labelled documents.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Comparison {
+    /// The primary task's labels (the same for every model).
+    pub labels: Vec<String>,
+    /// Documents scored.
+    pub documents: usize,
+    /// Resamples of the bootstrap.
+    pub resamples: usize,
+    /// Coverage of the intervals.
+    pub level: f64,
+    /// One entry per model, in the order given.
+    pub models: Vec<ModelScores>,
+}
+
+/// Scores every model on the labelled JSON lines of `reader` (primary task: the `"label"`
+/// column or the first model's primary column) and compares them: bootstrap intervals of
+/// accuracy, macro-F1 and per-label recall, and paired bootstrap p-values against the first
+/// model. The models must share the primary task's labels. `on_document` is called after each
+/// document of each model.
+pub fn compare(
+    models: &[(String, &Classifier)],
+    reader: impl std::io::BufRead,
+    source_name: &str,
+    bootstrap: Bootstrap,
+    mut on_document: impl FnMut(),
+) -> Result<Comparison> {
+    let Some((first_name, first)) = models.first() else {
+        return Err(ModelError::InvalidInput("compare needs at least one model".into()));
+    };
+    let task = &first.tasks()[0];
+    for (name, model) in &models[1..] {
+        if model.labels() != task.labels.as_slice() {
+            return Err(ModelError::InvalidInput(format!(
+                "{name} has the labels {} but {first_name} has {}: models compare only on the same labels",
+                model.labels().join(", "),
+                task.labels.join(", ")
+            )));
+        }
+    }
+    let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
+    let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
+    let documents: Vec<Document> = examples.iter().map(|e| Document::new(e.id.clone(), e.text.clone())).collect();
+    let mut predictions: Vec<Vec<usize>> = Vec::with_capacity(models.len());
+    for (_, model) in models {
+        let mut predicted = Vec::with_capacity(documents.len());
+        model.classify_documents(&documents, |document, result| {
+            let prediction = result.map_err(|e| {
+                ModelError::InvalidInput(format!("{source_name}: document {}: {}", document.id, e.message))
+            })?;
+            predicted.push(prediction.label_index());
+            on_document();
+            Ok::<(), ModelError>(())
+        })?;
+        predictions.push(predicted);
+    }
+    // Documents without the primary label do not count.
+    let kept: Vec<usize> = (0..gold.len()).filter(|&i| gold[i].is_some()).collect();
+    if kept.is_empty() {
+        return Err(ModelError::InvalidInput(format!("{source_name}: no document has a label in \"{}\"", task.column)));
+    }
+    let truth: Vec<usize> = kept.iter().filter_map(|&i| gold[i]).collect();
+    let pick = |p: &Vec<usize>| -> Vec<usize> { kept.iter().map(|&i| p[i]).collect() };
+    let predictions: Vec<Vec<usize>> = predictions.iter().map(pick).collect();
+    let labels = &task.labels;
+    let (accuracy, macro_f1): (Metric, Metric) = (|r| r.accuracy, |r| r.macro_f1);
+    let scores = models
+        .iter()
+        .zip(&predictions)
+        .enumerate()
+        .map(|(m, ((name, _), predicted))| {
+            let report = longread_metrics::evaluate(labels, &truth, predicted).map_err(ModelError::InvalidInput)?;
+            let recall_ci = (0..labels.len())
+                .map(|c| {
+                    // A label's recall on its own documents.
+                    let own: Vec<usize> = (0..truth.len()).filter(|&i| truth[i] == c).collect();
+                    let t: Vec<usize> = own.iter().map(|&i| truth[i]).collect();
+                    let p: Vec<usize> = own.iter().map(|&i| predicted[i]).collect();
+                    if own.is_empty() {
+                        Interval { low: f64::NAN, high: f64::NAN }
+                    } else {
+                        bootstrap.interval(labels, &t, &p, |r| r.accuracy)
+                    }
+                })
+                .collect();
+            let p_value = |metric: Metric| {
+                (m > 0).then(|| bootstrap.paired_p_value(labels, &truth, &predictions[0], predicted, metric))
+            };
+            Ok(ModelScores {
+                model: name.clone(),
+                accuracy_ci: bootstrap.interval(labels, &truth, predicted, accuracy),
+                macro_f1_ci: bootstrap.interval(labels, &truth, predicted, macro_f1),
+                recall_ci,
+                accuracy_p_value: p_value(accuracy),
+                macro_f1_p_value: p_value(macro_f1),
+                report,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Comparison {
+        labels: labels.clone(),
+        documents: truth.len(),
+        resamples: bootstrap.resamples,
+        level: bootstrap.level,
+        models: scores,
+    })
 }
