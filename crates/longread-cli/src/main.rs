@@ -69,6 +69,7 @@ enum Command {
 
 fn main() {
     allocator::keep_freed_memory();
+    restore_sigpipe();
     let cli = match parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
         Err(err) => {
@@ -173,6 +174,16 @@ fn format_error(err: &anyhow::Error) -> String {
         }
     }
     parts.join(": ")
+}
+
+/// Rust ignores SIGPIPE, so writing to a closed pipe (`longread predict … | head`) fails and
+/// `println!` panics; the default action ends the process quietly, as other Unix tools do.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: sets the disposition of one signal to its default before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 fn init_logging(quiet: bool) {
