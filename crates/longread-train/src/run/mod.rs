@@ -5,6 +5,11 @@
 //! settings or data, saved atomically after every epoch and mid-epoch, cleaned up when the
 //! run completes).
 
+/// Refuses with a message that says what to do (printed as it is).
+macro_rules! bail {
+    ($($t:tt)*) => { return Err($crate::error::TrainError::Run(format!($($t)*))) };
+}
+
 pub mod checkpoints;
 mod classifier;
 pub mod data;
@@ -22,7 +27,7 @@ pub use checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, sa
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
 pub use pretrain_run::{pretrain_run, PretrainHooks, PretrainSpec, PretrainSummary};
-pub use settings::{check_resume_settings, fingerprint_file};
+pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 pub use spec::{Arch, HanSpec, TrainPrecision, TrainSpec};
 
 use crate::error::{Result, TrainError};
@@ -63,7 +68,7 @@ pub fn train_run(
         obj.extend(front);
     }
     if checkpoint.is_some() {
-        check_resumed_settings(&spec.out, &settings)?;
+        check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     }
     let logs = if spec.is_han() {
         han::run(spec, checkpoint.as_deref(), &settings, hooks)
@@ -105,23 +110,6 @@ const MAY_CHANGE_ON_RESUME: [&str; 8] = [
     "no_cache",
     "max_bad_steps",
 ];
-
-/// Refuses to resume with settings or data other than the run's own (its training_args.json);
-/// settings an older longread did not record are not checked.
-fn check_resumed_settings(out: &Path, settings: &serde_json::Value) -> Result<()> {
-    let path = out.join("training_args.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| TrainError::Io { path: path.clone(), source })?;
-    let saved: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| TrainError::Run(format!("{}: invalid JSON: {e}", path.display())))?;
-    let recorded: Vec<&str> = saved.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
-    let unrecorded: Vec<String> = settings
-        .as_object()
-        .map(|o| o.keys().filter(|k| !recorded.contains(&k.as_str())).cloned().collect())
-        .unwrap_or_default();
-    let mut may_change: Vec<&str> = MAY_CHANGE_ON_RESUME.to_vec();
-    may_change.extend(unrecorded.iter().map(String::as_str));
-    check_resume_settings(&saved, settings, &may_change)
-}
 
 /// The output directory of a new run (training_args.json only: no model before the first
 /// epoch ends) or of a resumed one (`resumed_epoch` epochs of metrics kept).

@@ -17,14 +17,9 @@ use longread_text::{read_corpus, TextTokenizer};
 use crate::error::{Result, TrainError};
 use crate::pretrain::{pretrain, PretrainConfig, PretrainLog, PretrainResume, PretrainStep};
 use crate::run::spec::TrainPrecision;
-use crate::run::{check_resume_settings, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
+use crate::run::{check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
 use crate::schedule::Decay;
 use crate::AdamWConfig;
-
-/// Refuses with a message that says what to do (printed as it is).
-macro_rules! bail {
-    ($($t:tt)*) => { return Err(TrainError::Run(format!($($t)*))) };
-}
 
 /// Every setting of a pretraining run (`longread pretrain`'s flags).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -159,7 +154,7 @@ pub fn pretrain_run(
         obj.extend(front);
     }
     if checkpoint.is_some() {
-        check_resumed(spec, &settings)?;
+        check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     }
     let tokenizer_path =
         if spec.tokenizer.is_dir() { spec.tokenizer.join("tokenizer.json") } else { spec.tokenizer.clone() };
@@ -270,22 +265,6 @@ fn new_encoder(
 /// Pretty JSON with a final newline.
 fn pretty<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
-}
-
-/// Refuses to resume with settings other than the run's own (its training_args.json).
-fn check_resumed(spec: &PretrainSpec, settings: &serde_json::Value) -> Result<()> {
-    let path = spec.out.join("training_args.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| TrainError::Io { path: path.clone(), source })?;
-    let saved: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| TrainError::Run(format!("{}: invalid JSON: {e}", path.display())))?;
-    let recorded: Vec<&str> = saved.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
-    let unrecorded: Vec<String> = settings
-        .as_object()
-        .map(|o| o.keys().filter(|k| !recorded.contains(&k.as_str())).cloned().collect())
-        .unwrap_or_default();
-    let mut may_change: Vec<&str> = MAY_CHANGE_ON_RESUME.to_vec();
-    may_change.extend(unrecorded.iter().map(String::as_str));
-    check_resume_settings(&saved, settings, &may_change)
 }
 
 /// The loop's settings from the run's.

@@ -45,6 +45,24 @@ pub fn check_resume_settings(saved: &Value, current: &Value, may_change: &[&str]
     )))
 }
 
+/// Refuses to resume the run in `out` with settings other than its own (its
+/// training_args.json), ignoring `may_change`; settings an older longread did not record are not
+/// checked.
+pub fn check_resumed_run(out: &Path, settings: &Value, may_change: &[&str]) -> Result<()> {
+    let path = out.join("training_args.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| TrainError::Io { path: path.clone(), source })?;
+    let saved: Value =
+        serde_json::from_str(&text).map_err(|e| TrainError::Run(format!("{}: invalid JSON: {e}", path.display())))?;
+    let recorded: Vec<&str> = saved.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    let unrecorded: Vec<String> = settings
+        .as_object()
+        .map(|o| o.keys().filter(|k| !recorded.contains(&k.as_str())).cloned().collect())
+        .unwrap_or_default();
+    let mut ignored: Vec<&str> = may_change.to_vec();
+    ignored.extend(unrecorded.iter().map(String::as_str));
+    check_resume_settings(&saved, settings, &ignored)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,11 +14,6 @@ use crate::trainer::{balanced_class_weights, CacheSettings, Metric, TrainConfig}
 use crate::unfreeze::UnfreezeSchedule;
 use crate::AdamWConfig;
 
-/// Refuses with a message that says what to do (printed as it is).
-macro_rules! bail {
-    ($($t:tt)*) => { return Err(TrainError::Run(format!($($t)*))) };
-}
-
 /// `.with_context` for options: `None` becomes a run error with this message.
 trait OrRun<T> {
     fn or_run(self, message: impl FnOnce() -> String) -> Result<T>;
