@@ -183,13 +183,15 @@ impl AdamW {
                 let bias2 = 1.0 - beta2.powi(state.step as i32);
                 let update = Update {
                     moments: Mutex::new((&mut state.exp_avg, &mut state.exp_avg_sq)),
-                    decay: (1.0 - group.lr * group.weight_decay) as f32,
-                    one_minus_beta1: (1.0 - beta1) as f32,
-                    beta2: beta2 as f32,
-                    one_minus_beta2: (1.0 - beta2) as f32,
-                    bias2_sqrt: bias2.sqrt() as f32,
-                    eps: eps as f32,
-                    step_size: (group.lr / bias1) as f32,
+                    coefficients: Coefficients {
+                        decay: (1.0 - group.lr * group.weight_decay) as f32,
+                        one_minus_beta1: (1.0 - beta1) as f32,
+                        beta2: beta2 as f32,
+                        one_minus_beta2: (1.0 - beta2) as f32,
+                        bias2_sqrt: bias2.sqrt() as f32,
+                        eps: eps as f32,
+                        step_size: (group.lr / bias1) as f32,
+                    },
                 };
                 var.as_tensor().inplace_op2(&grad, &update)?;
             }
@@ -201,6 +203,12 @@ impl AdamW {
 /// The in-place update of one parameter.
 struct Update<'a> {
     moments: Mutex<(&'a mut Vec<f32>, &'a mut Vec<f32>)>,
+    coefficients: Coefficients,
+}
+
+/// The constants of one parameter's update at one step.
+#[derive(Debug, Clone, Copy)]
+struct Coefficients {
     decay: f32,
     one_minus_beta1: f32,
     beta2: f32,
@@ -236,17 +244,26 @@ impl candle_core::InplaceOp2 for Update<'_> {
             .zip(grad.par_chunks(CHUNK))
             .zip(m.par_chunks_mut(CHUNK))
             .zip(v.par_chunks_mut(CHUNK))
-            .for_each(|(((p, g), m), v)| {
-                for i in 0..p.len() {
-                    // torch: p.mul_(1 - lr·wd); m.lerp_(g, 1 - β1); v.mul_(β2).addcmul_(g, g, 1 - β2);
-                    // p.addcdiv_(m, sqrt(v)/sqrt(bc2) + eps, value = -lr/bc1)
-                    p[i] *= self.decay;
-                    m[i] += self.one_minus_beta1 * (g[i] - m[i]);
-                    v[i] = v[i] * self.beta2 + self.one_minus_beta2 * g[i] * g[i];
-                    p[i] -= self.step_size * m[i] / (v[i].sqrt() / self.bias2_sqrt + self.eps);
-                }
-            });
+            .for_each(|(((p, g), m), v)| update_chunk(p, g, m, v, self.coefficients));
         Ok(())
+    }
+}
+
+longread_model::multiversion! {
+    /// The AdamW update of one chunk of a parameter, built for SSE2, AVX2 and AVX-512 and run
+    /// in the widest the CPU has (sqrt and division are correctly rounded in every build, and
+    /// nothing is contracted into FMA: the same results everywhere).
+    fn update_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: Coefficients) {
+        let n = p.len().min(g.len()).min(m.len()).min(v.len());
+        let (p, g, m, v) = (&mut p[..n], &g[..n], &mut m[..n], &mut v[..n]);
+        for i in 0..n {
+            // torch: p.mul_(1 - lr·wd); m.lerp_(g, 1 - β1); v.mul_(β2).addcmul_(g, g, 1 - β2);
+            // p.addcdiv_(m, sqrt(v)/sqrt(bc2) + eps, value = -lr/bc1)
+            p[i] *= k.decay;
+            m[i] += k.one_minus_beta1 * (g[i] - m[i]);
+            v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g[i] * g[i];
+            p[i] -= k.step_size * m[i] / (v[i].sqrt() / k.bias2_sqrt + k.eps);
+        }
     }
 }
 

@@ -34,6 +34,8 @@ pub(crate) use storage::{f32_slice, f32_slices};
 /// runs the widest build the CPU has: the element-wise loops then vectorise 8 or 16 lanes wide
 /// instead of SSE's 4. Rust does not contract `a * b + c` into
 /// FMA, so every build performs the same operations in the same order: the same results.
+#[macro_export]
+#[doc(hidden)]
 macro_rules! multiversion {
     ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
@@ -63,7 +65,7 @@ macro_rules! multiversion {
         }
     };
 }
-pub(crate) use multiversion;
+pub(crate) use crate::multiversion;
 
 /// Largest absolute difference between two tensors (tests of the fused ops).
 #[cfg(test)]
