@@ -99,6 +99,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default="forward,train,optimizer")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--json-out", help="also write the rows as JSON to this file")
     args = parser.parse_args()
     wanted = set(args.only.split(","))
     cases = []
@@ -128,6 +129,10 @@ def main():
               f"longread {row['ours']:.3f} s (min {row['ours_min']:.3f}): {row['ratio']:.2f}×; workload memory "
               f"{row['theirs_added']:.2f} vs {row['ours_added']:.2f} GiB (peak {row['theirs_peak']:.2f} vs "
               f"{row['ours_peak']:.2f})", flush=True)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"cpu": cpu_description(), "threads": args.threads, "repeat": args.repeat, "rows": rows}, f,
+                      indent=1)
     if args.markdown and rows:
         print(f"\n| workload | encoder | batch | PyTorch {rows[0]['torch']} median (min) | longread median (min) | "
               "time ratio | workload memory PyTorch | workload memory longread | memory ratio |")

@@ -183,6 +183,11 @@ def speed(args):
         ratio = f"{t / ref:.2f}" if ref else "-"
         print(f"| {k} | {min(times[k]):.2f} | {t:.2f} | {n / t:.2f} | {ratio} |")
     print("runs:", {k: [round(x, 2) for x in v] for k, v in times.items()})
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"cpu": cpu_description(), "documents": n, "tokens": tokens, "chunks": n_chunks,
+                       "threads": args.threads, "max_batch_tokens": args.max_batch_tokens, "torch": torch.__version__,
+                       "runs": times, "median": med}, f, indent=1)
 
 
 def memory(args):
@@ -218,6 +223,7 @@ def memory(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["speed", "memory"])
+    ap.add_argument("--json-out", help="speed: also write the timings as JSON to this file")
     ap.add_argument("--docs", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
