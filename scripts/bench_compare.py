@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 
+from bench_cpu import cpu_description
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 MINILM = os.path.join(ROOT, "..", "shared", "models", "all-MiniLM-L6-v2")
 BINARY = os.path.join(ROOT, "target", "release", "longread")
@@ -144,18 +146,6 @@ def main():
                   f"{r['ours_added']:.2f} GiB | {mem_ratio} |")
         print(f"PyTorch AdamW: {rows[0]['adamw']}")
 
-
-def cpu_description():
-    """CPU model and the vector extensions that matter here."""
-    model, flags = "unknown", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and model == "unknown":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"]
-    return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no AVX2'})"
 
 if __name__ == "__main__":
     main()

@@ -38,6 +38,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cpu import cpu_description  # noqa: E402
 from reference_hierarchical import Chunker, HierarchicalReference  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -117,21 +118,6 @@ def run_seed_design(model, chunker, docs, n_chunks=20, width=512):
             model.classify(hidden[:len(chunks)])
     return time.perf_counter() - start
 
-
-def cpu_description():
-    """CPU model and the vector extensions that matter here."""
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "unknown":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"]
-    return f"{model} ({', '.join(f for f in wanted if f in flags) or 'no AVX2'})"
 
 
 def speed(args):

@@ -5,30 +5,38 @@ mod common;
 use common::{assert_clean_failure, fixture, json_lines, longread};
 use serde_json::Value;
 
-#[test]
-fn eval_metrics_agree_with_predict_output() {
-    let tmp = tempfile::tempdir().unwrap();
-    let model = fixture("hier/bert-mean");
+/// Gold labels of the fixture documents, chosen so that some predictions are right and some wrong.
+const GOLD: [&str; 4] = ["general", "teen", "mature", "general"];
+
+/// `dir/dev.jsonl`: the fixture documents labelled with [`GOLD`].
+fn labelled_documents(dir: &std::path::Path) -> std::path::PathBuf {
     let docs = std::fs::read_to_string(fixture("hier/documents.jsonl")).unwrap();
-    // Gold labels chosen so that some predictions are right and some wrong.
-    let gold = ["general", "teen", "mature", "general"];
+    assert_eq!(docs.lines().count(), GOLD.len());
     let data: String = docs
         .lines()
-        .zip(gold)
+        .zip(GOLD)
         .map(|(l, g)| {
             let mut v: Value = serde_json::from_str(l).unwrap();
             v["label"] = g.into();
             v.to_string() + "\n"
         })
         .collect();
-    let path = tmp.path().join("dev.jsonl");
+    let path = dir.join("dev.jsonl");
     std::fs::write(&path, data).unwrap();
+    path
+}
+
+#[test]
+fn eval_metrics_agree_with_predict_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = fixture("hier/bert-mean");
+    let path = labelled_documents(tmp.path());
 
     let predicted = json_lines(
         &longread(&["predict", "--model", model.to_str().unwrap(), "--input", path.to_str().unwrap()]).stdout,
     );
-    assert_eq!(predicted.len(), gold.len(), "one prediction per document");
-    let correct = predicted.iter().zip(gold).filter(|(p, g)| p["label"] == *g).count();
+    assert_eq!(predicted.len(), GOLD.len(), "one prediction per document");
+    let correct = predicted.iter().zip(GOLD).filter(|(p, g)| p["label"] == *g).count();
 
     let out = longread(&["eval", "--model", model.to_str().unwrap(), "--data", path.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -60,20 +68,7 @@ fn unknown_labels_name_the_line_and_the_model_labels() {
 #[test]
 fn several_models_are_compared_with_bootstrap_intervals_and_paired_p_values() {
     let tmp = tempfile::tempdir().unwrap();
-    let docs = std::fs::read_to_string(fixture("hier/documents.jsonl")).unwrap();
-    let gold = ["general", "teen", "mature", "general"];
-    assert_eq!(docs.lines().count(), gold.len());
-    let data: String = docs
-        .lines()
-        .zip(gold)
-        .map(|(l, g)| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            v["label"] = g.into();
-            v.to_string() + "\n"
-        })
-        .collect();
-    let path = tmp.path().join("dev.jsonl");
-    std::fs::write(&path, data).unwrap();
+    let path = labelled_documents(tmp.path());
     let (a, b) = (fixture("hier/bert-mean"), fixture("hier/bert-attention"));
     let run = |models: &[&std::path::Path], json: bool| {
         let mut args = vec!["eval".to_string(), "--data".into(), path.display().to_string()];

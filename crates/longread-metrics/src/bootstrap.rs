@@ -45,13 +45,8 @@ impl Bootstrap {
     /// The percentile interval of `metric` over resamples of the documents (`truth` and
     /// `predicted` are label indices into `labels`).
     pub fn interval(&self, labels: &[String], truth: &[usize], predicted: &[usize], metric: Metric) -> Interval {
-        let mut values: Vec<f64> = self
-            .samples(truth.len())
-            .filter_map(|idx| {
-                let (t, p): (Vec<usize>, Vec<usize>) = idx.iter().map(|&i| (truth[i], predicted[i])).unzip();
-                evaluate(labels, &t, &p).ok().map(|r| metric(&r))
-            })
-            .collect();
+        let mut values: Vec<f64> =
+            self.samples(truth.len()).filter_map(|idx| score_on(labels, truth, predicted, &idx, metric)).collect();
         percentile_interval(&mut values, self.level)
     }
 
@@ -60,10 +55,7 @@ impl Bootstrap {
     /// sign than, or is zero instead of, the one observed (capped at 1). Small values say the
     /// difference is unlikely to be a fluke of which documents were drawn.
     pub fn paired_p_value(&self, labels: &[String], truth: &[usize], a: &[usize], b: &[usize], metric: Metric) -> f64 {
-        let score = |pred: &[usize], idx: &[usize]| -> Option<f64> {
-            let (t, p): (Vec<usize>, Vec<usize>) = idx.iter().map(|&i| (truth[i], pred[i])).unzip();
-            evaluate(labels, &t, &p).ok().map(|r| metric(&r))
-        };
+        let score = |pred: &[usize], idx: &[usize]| score_on(labels, truth, pred, idx, metric);
         let all: Vec<usize> = (0..truth.len()).collect();
         let (Some(sa), Some(sb)) = (score(a, &all), score(b, &all)) else { return 1.0 };
         let observed = sb - sa;
@@ -82,6 +74,13 @@ impl Bootstrap {
         }
         (2.0 * against as f64 / total as f64).min(1.0)
     }
+}
+
+/// `metric` on the documents `idx` (a resample: indices may repeat), or `None` when there is
+/// nothing to score.
+fn score_on(labels: &[String], truth: &[usize], predicted: &[usize], idx: &[usize], metric: Metric) -> Option<f64> {
+    let (t, p): (Vec<usize>, Vec<usize>) = idx.iter().map(|&i| (truth[i], predicted[i])).unzip();
+    evaluate(labels, &t, &p).ok().map(|r| metric(&r))
 }
 
 /// The central `level` interval of `values` (sorted in place), by nearest-rank percentiles.

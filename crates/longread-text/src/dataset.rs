@@ -51,6 +51,12 @@ impl LabelledDataset {
     /// label (documents without it form a stratum of their own) and seeded: returns (train,
     /// dev). Refused when the fraction is outside (0, 1) or leaves either side empty.
     pub fn split_dev(&self, fraction: f64, seed: u64) -> Result<(Self, Self)> {
+        let (train, dev) = self.dev_split_indices(fraction, seed)?;
+        Ok((self.pick(&train), self.pick(&dev)))
+    }
+
+    /// The document indices of [`LabelledDataset::split_dev`]: (train, dev), each sorted.
+    pub fn dev_split_indices(&self, fraction: f64, seed: u64) -> Result<(Vec<usize>, Vec<usize>)> {
         if !(0.0 < fraction && fraction < 1.0) {
             return Err(TextError::Split("--dev-split must be between 0 and 1 (or give --dev FILE)".into()));
         }
@@ -61,7 +67,7 @@ impl LabelledDataset {
         if train.is_empty() || dev.is_empty() {
             return Err(TextError::Split(format!("--dev-split {fraction} leaves an empty training or dev set")));
         }
-        Ok((self.pick(&train), self.pick(&dev)))
+        Ok((train, dev))
     }
 }
 

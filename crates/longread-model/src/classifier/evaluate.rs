@@ -46,17 +46,14 @@ pub fn evaluate_examples(
         .enumerate()
         .map(|(t, spec)| resolve_column(examples, t, &spec.labels, source_name))
         .collect::<std::result::Result<_, _>>()?;
-    let documents: Vec<Document> = examples.iter().map(|e| Document::new(e.id.clone(), e.text.clone())).collect();
+    let documents = as_documents(examples);
     // predicted[task][document]
     let mut predicted: Vec<Vec<usize>> = vec![Vec::with_capacity(documents.len()); tasks.len()];
-    classifier.classify_documents(&documents, |document, result| {
-        let prediction = result
-            .map_err(|e| ModelError::InvalidInput(format!("{source_name}: document {}: {}", document.id, e.message)))?;
+    classify_labelled(classifier, &documents, source_name, |prediction| {
         for (t, spec) in tasks.iter().enumerate() {
             predicted[t].push(prediction.task_label_index(t, &spec.name).unwrap_or(0));
         }
         on_document();
-        Ok::<(), ModelError>(())
     })?;
     tasks
         .iter()
@@ -74,6 +71,27 @@ pub fn evaluate_examples(
             Ok(TaskReport { task: spec.clone(), report })
         })
         .collect()
+}
+
+/// Labelled examples as documents to classify.
+fn as_documents(examples: &[Example]) -> Vec<Document> {
+    examples.iter().map(|e| Document::new(e.id.clone(), e.text.clone())).collect()
+}
+
+/// Classifies labelled documents, handing each prediction to `on_prediction` in order; a
+/// document that cannot be classified fails the evaluation, naming it.
+fn classify_labelled(
+    classifier: &Classifier,
+    documents: &[Document],
+    source_name: &str,
+    mut on_prediction: impl FnMut(&crate::classifier::Prediction),
+) -> Result<()> {
+    classifier.classify_documents(documents, |document, result| {
+        let prediction = result
+            .map_err(|e| ModelError::InvalidInput(format!("{source_name}: document {}: {}", document.id, e.message)))?;
+        on_prediction(&prediction);
+        Ok::<(), ModelError>(())
+    })
 }
 
 /// One model of a [`compare`]: its metrics on the primary task with bootstrap intervals, and
@@ -138,17 +156,13 @@ pub fn compare(
     }
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
-    let documents: Vec<Document> = examples.iter().map(|e| Document::new(e.id.clone(), e.text.clone())).collect();
+    let documents = as_documents(&examples);
     let mut predictions: Vec<Vec<usize>> = Vec::with_capacity(models.len());
     for (_, model) in models {
         let mut predicted = Vec::with_capacity(documents.len());
-        model.classify_documents(&documents, |document, result| {
-            let prediction = result.map_err(|e| {
-                ModelError::InvalidInput(format!("{source_name}: document {}: {}", document.id, e.message))
-            })?;
+        classify_labelled(model, &documents, source_name, |prediction| {
             predicted.push(prediction.label_index());
             on_document();
-            Ok::<(), ModelError>(())
         })?;
         predictions.push(predicted);
     }

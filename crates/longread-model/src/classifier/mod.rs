@@ -152,14 +152,6 @@ impl Classifier {
         }
     }
 
-    /// The model's `config.json` as it is on disk (for `/info`, `inspect`).
-    pub fn config_json(&self) -> serde_json::Value {
-        match &self.model {
-            Model::Encoder { model, .. } => model.config().to_json(),
-            Model::Han(model) => serde_json::from_str(&model.config_json()).unwrap_or_default(),
-        }
-    }
-
     /// Classifies texts; a text that cannot be classified (empty, no words) gets its own
     /// error and the others go on.
     pub fn classify(&self, texts: &[&str]) -> Result<Vec<DocResult>> {

@@ -13,7 +13,7 @@ use longread_text::LabelledDataset;
 use crate::error::{Result, TrainError};
 use crate::han_trainer::{train_han, HanSplit};
 use crate::run::checkpoints::read_checkpoint;
-use crate::run::data::{read_examples, train_and_dev};
+use crate::run::data::read_examples;
 use crate::run::spec::TrainSpec;
 use crate::run::start::training_labels;
 use crate::run::{start_output, RunHooks};
@@ -23,6 +23,16 @@ use crate::trainer::{EpochLog, Resume};
 struct Documents {
     sentences: Vec<Vec<Sentence>>,
     labels: Vec<usize>,
+}
+
+impl Documents {
+    /// The documents at `idx`, in that order.
+    fn pick(&self, idx: &[usize]) -> Self {
+        Self {
+            sentences: idx.iter().map(|&i| self.sentences[i].clone()).collect(),
+            labels: idx.iter().map(|&i| self.labels[i]).collect(),
+        }
+    }
 }
 
 /// Trains a HAN as `spec` says, new or resumed from `checkpoint`.
@@ -46,12 +56,17 @@ pub(crate) fn run(
     let label_names = [labels.as_slice()];
     let all = LabelledDataset::resolve(examples, &label_names, &source)?;
     // Every training text must have words and a label, whichever side of the split it lands on.
-    documents(&all)?;
-    let (train, dev) = train_and_dev(all, spec, |path| {
-        let (examples, source) = read_examples(path, &["label".to_string()])?;
-        Ok(LabelledDataset::resolve(examples, &label_names, &source)?)
-    })?;
-    let (train, dev) = (documents(&train)?, documents(&dev)?);
+    let documents_all = documents(&all)?;
+    let (train, dev) = match &spec.dev {
+        Some(path) => {
+            let (examples, source) = read_examples(path, &["label".to_string()])?;
+            (documents_all, documents(&LabelledDataset::resolve(examples, &label_names, &source)?)?)
+        }
+        None => {
+            let (train_idx, dev_idx) = all.dev_split_indices(spec.dev_split, spec.seed)?;
+            (documents_all.pick(&train_idx), documents_all.pick(&dev_idx))
+        }
+    };
     let model = match resumed {
         Some(model) => model,
         None => new_model(spec, &train, labels, hooks)?,
