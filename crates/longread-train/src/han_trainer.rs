@@ -12,8 +12,8 @@ use crate::loss::{attention_penalty, cross_entropy};
 use crate::optim::{AdamW, ParamGroup};
 use crate::recompute::BatchGradients;
 use crate::trainer::{
-    epoch_score, fit, DevResult, EpochEnd, EpochLog, MidEpoch, PhaseLog, Progress, Resume, TrainConfig, TrainerState,
-    TrainingTask,
+    epoch_score, fit, DevResult, EpochEnd, EpochLog, EpochTask, Epochs, MidEpoch, PhaseLog, Progress, Resume,
+    TrainConfig, TrainerState,
 };
 
 /// Documents (as grids of the model's shape) and their gold labels.
@@ -64,7 +64,7 @@ pub fn train_han(
     }
     let vars: Vec<Var> = model.named_vars().into_iter().map(|(_, v)| v).collect();
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
-    let mut task = HanTask {
+    let mut task = Epochs(HanTask {
         model,
         train: train_split,
         dev: dev_split,
@@ -74,8 +74,8 @@ pub fn train_han(
         vars,
         weights,
         announced: false,
-    };
-    fit(&mut task, cfg, resume, &mut on_progress, &mut on_epoch, &mut on_checkpoint)
+    });
+    fit(&mut task, resume, &mut on_progress, &mut on_epoch, &mut on_checkpoint)
 }
 
 /// The HAN in the shared loop: every parameter trains from the start, in one group.
@@ -92,8 +92,12 @@ struct HanTask<'a> {
     announced: bool,
 }
 
-impl TrainingTask for HanTask<'_> {
+impl EpochTask for HanTask<'_> {
     type Model = HanClassifier;
+
+    fn config(&self) -> &TrainConfig {
+        self.cfg
+    }
 
     fn model(&self) -> &HanClassifier {
         self.model
@@ -138,15 +142,7 @@ impl TrainingTask for HanTask<'_> {
         if self.penalty > 0.0 {
             loss = (loss + (attention_penalty(&out.sentence_attention)? * self.penalty)?)?;
         }
-        let grads = loss.backward()?;
-        Ok(BatchGradients {
-            loss: loss.to_scalar::<f32>()?,
-            grads: self
-                .vars
-                .iter()
-                .filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone())))
-                .collect(),
-        })
+        BatchGradients::of_loss(&loss, &self.vars)
     }
 
     fn step_units(&self, docs: &[usize]) -> usize {

@@ -1,11 +1,13 @@
 //! Masked-language-model pretraining (RoBERTa's recipe): packed sequences, a fresh mask each
 //! time a sequence is served, AdamW with warm-up and decay, gradient clipping, held-out MLM
-//! loss and perplexity every `eval_every` steps. Every step's batch, mask and dropout are
-//! seeded from the run's seed and the step number, so a resumed run continues exactly.
+//! loss and perplexity every `eval_every` steps, in the loop every trainer shares. Every
+//! step's batch, mask and dropout are seeded from the run's seed and the step number, so a
+//! resumed run continues exactly.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use candle_core::{Device, Tensor, TensorId};
+use candle_core::{Device, Tensor, Var};
 use longread_model::masked_lm::{masked_lm_loss, MaskedLm};
 use longread_model::{DropoutRng, Mode};
 use longread_text::mlm::{Masker, IGNORE};
@@ -16,9 +18,12 @@ use rand::SeedableRng;
 
 use crate::error::{Result, TrainError};
 use crate::groups::{param_groups, Freezing, GroupSettings};
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::{AdamW, AdamWConfig, ParamGroup};
+use crate::recompute::BatchGradients;
 use crate::schedule::{Decay, Schedule};
-use crate::trainer::Stepper;
+use crate::trainer::{
+    fit, EpochEnd, MidEpoch, Progress, Resume, RoundPlan, RoundStats, StepAt, Stepper, TrainerState, TrainingTask,
+};
 
 /// Everything that shapes a pretraining run.
 #[derive(Debug, Clone)]
@@ -51,13 +56,6 @@ pub struct PretrainConfig {
     pub stop_after_step: Option<usize>,
     /// Padding id of the batches.
     pub pad_id: u32,
-}
-
-/// Where a run stands (saved in checkpoints).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PretrainState {
-    /// Optimizer steps taken.
-    pub step: usize,
 }
 
 /// One evaluation.
@@ -94,34 +92,15 @@ pub struct PretrainStep {
     pub tokens: usize,
 }
 
-/// A run to continue.
-pub struct PretrainResume {
-    /// Where it stood.
-    pub state: PretrainState,
-    /// AdamW moments (see [`AdamW::export_state`]).
-    pub moments: HashMap<String, Tensor>,
-    /// AdamW steps per parameter.
-    pub steps: HashMap<String, u64>,
-}
+/// A run to continue (its state, with `step` the steps taken, and the optimizer's).
+pub type PretrainResume = Resume;
 
-/// What `on_eval` receives.
-pub struct PretrainEval<'a> {
-    /// The evaluation.
-    pub log: &'a PretrainLog,
-    /// The model now.
-    pub model: &'a MaskedLm,
-    /// The run's state.
-    pub state: &'a PretrainState,
-    /// The optimizer (its moments go into checkpoints).
-    pub optimizer: &'a AdamW,
-}
+/// What `on_eval` receives: the evaluation's log, the model, the run's state and the optimizer.
+pub type PretrainEval<'a> = EpochEnd<'a, MaskedLm, PretrainLog>;
 
-/// AdamW over every parameter of `model` (no weight decay on biases and LayerNorm weights),
-/// each group's base learning rate, and the variables whose gradients it takes.
-fn optimizer_for(
-    model: &MaskedLm,
-    cfg: &PretrainConfig,
-) -> Result<(AdamW, HashMap<String, f64>, Vec<candle_core::Var>)> {
+/// AdamW's groups over every parameter of `model` (no weight decay on biases and LayerNorm
+/// weights), and the variables whose gradients it takes.
+fn optimizer_groups(model: &MaskedLm, cfg: &PretrainConfig) -> Result<(Vec<ParamGroup>, Vec<Var>)> {
     let named = model.named_vars();
     if named.is_empty() {
         return Err(TrainError::InvalidSetting("the model was loaded for inference only".into()));
@@ -130,30 +109,21 @@ fn optimizer_for(
     let everything = Freezing { train_embeddings: true, ..Freezing::default() };
     let settings = GroupSettings { lr: cfg.lr, head_lr: cfg.lr, weight_decay: cfg.weight_decay, layer_lr_decay: 1.0 };
     let groups = param_groups(&named, layers, everything, settings);
-    let base_lr: HashMap<String, f64> = groups.iter().map(|g| (g.name.clone(), g.lr)).collect();
-    let vars: Vec<candle_core::Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
-    Ok((AdamW::new(groups, cfg.adamw)?, base_lr, vars))
+    let vars = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
+    Ok((groups, vars))
 }
 
-/// The masked batch of optimizer step `step`: it depends only on the seed and the step number
-/// (the epoch's shuffle, then the step's slice of it, masked with the step's generator).
-///
-/// # Shapes
-/// → `ids, mask: [batch, seq]`, labels per position, and the batch's real tokens
-fn step_batch(
-    train: &[Vec<u32>],
-    cfg: &PretrainConfig,
-    step: usize,
-    steps_per_epoch: usize,
-    device: &Device,
-) -> Result<(Tensor, Tensor, Vec<i64>, usize)> {
-    let (epoch, k) = (step / steps_per_epoch, step % steps_per_epoch);
-    let mut order: Vec<usize> = (0..train.len()).collect();
-    order.shuffle(&mut StdRng::seed_from_u64(mix(cfg.seed, epoch as u64, 1)));
-    let chosen: Vec<&Vec<u32>> =
-        order.iter().skip(k * cfg.batch_size).take(cfg.batch_size).map(|&i| &train[i]).collect();
-    let mut mask_rng = StdRng::seed_from_u64(mix(cfg.seed, step as u64, 2));
-    batch(&chosen, &cfg.masker, cfg.pad_id, &mut mask_rng, device)
+/// The sequences (indices into the training set) of step `step`: the step's slice of its
+/// epoch's shuffle, which depends only on the seed and the epoch.
+fn step_sequences(order: &[usize], batch_size: usize, step: usize, steps_per_epoch: usize) -> Vec<usize> {
+    order.iter().skip(step % steps_per_epoch * batch_size).take(batch_size).copied().collect()
+}
+
+/// The shuffle of the training sequences in pass `epoch` over them.
+fn epoch_order(sequences: usize, seed: u64, epoch: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..sequences).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(mix(seed, epoch as u64, 1)));
+    order
 }
 
 fn mix(seed: u64, a: u64, b: u64) -> u64 {
@@ -205,7 +175,9 @@ fn evaluate(model: &MaskedLm, held_out: &[Vec<u32>], cfg: &PretrainConfig, devic
 }
 
 /// Pretrains `model` on `train` sequences (packed, with special tokens), evaluating on
-/// `held_out`. `on_step` hears of every step, `on_eval` of every evaluation (to checkpoint).
+/// `held_out`, in the shared loop ([`crate::trainer`]'s `fit`): a round is the steps between
+/// two evaluations. `on_step` hears of every step, `on_eval` of every evaluation (to
+/// checkpoint).
 #[allow(clippy::too_many_arguments)]
 pub fn pretrain(
     model: &MaskedLm,
@@ -223,86 +195,154 @@ pub fn pretrain(
     if cfg.batch_size == 0 || cfg.max_steps == 0 || cfg.eval_every == 0 {
         return Err(TrainError::InvalidSetting("--batch-size, --max-steps and --eval-every must be at least 1".into()));
     }
-    let (mut optimizer, base_lr, vars) = optimizer_for(model, cfg)?;
-    let mut state = PretrainState { step: 0 };
-    if let Some(r) = resume {
-        optimizer.import_state(&r.moments, &r.steps)?;
-        state = r.state;
-        if state.step >= cfg.max_steps {
+    let (groups, vars) = optimizer_groups(model, cfg)?;
+    let base_lr = groups.iter().map(|g| (g.name.clone(), g.lr)).collect();
+    let mut task = PretrainTask { model, train, held_out, cfg, device, base_lr, vars };
+    let mut on_progress = |p: Progress| {
+        if let Progress::Step(s) = p {
+            on_step(PretrainStep {
+                step: s.step,
+                total_steps: s.total_steps,
+                loss: s.loss,
+                lr: s.lr,
+                tokens: s.chunks,
+            });
+        }
+    };
+    let mut no_mid_round_checkpoints = |_: MidEpoch<MaskedLm>| Ok(());
+    fit(&mut task, resume, &mut on_progress, &mut on_eval, &mut no_mid_round_checkpoints).map_err(|e| match e {
+        TrainError::Diverged(_) => TrainError::Diverged(format!(
+            "pretraining diverged: {} steps in a row had NaN/inf loss or gradients; they were skipped and the run \
+             stopped. The last checkpoint is kept. Lower --lr.",
+            cfg.max_bad_steps.max(1)
+        )),
+        other => other,
+    })
+}
+
+/// Masked-LM pretraining in the shared loop. Every step's sequences, masks and dropout are
+/// seeded from the run's seed and the step number.
+struct PretrainTask<'a> {
+    model: &'a MaskedLm,
+    train: &'a [Vec<u32>],
+    held_out: &'a [Vec<u32>],
+    cfg: &'a PretrainConfig,
+    device: &'a Device,
+    base_lr: HashMap<String, f64>,
+    vars: Vec<Var>,
+}
+
+impl PretrainTask<'_> {
+    fn steps_per_epoch(&self) -> usize {
+        self.train.len().div_ceil(self.cfg.batch_size).max(1)
+    }
+}
+
+impl TrainingTask for PretrainTask<'_> {
+    type Model = MaskedLm;
+    type Log = PretrainLog;
+
+    fn model(&self) -> &MaskedLm {
+        self.model
+    }
+
+    fn start_state(&self, resume: Option<&Resume>) -> Result<TrainerState> {
+        let Some(r) = resume else { return Ok(TrainerState::new()) };
+        if r.state.step >= self.cfg.max_steps {
             return Err(TrainError::InvalidSetting(format!(
                 "the run to resume has taken {} of {} steps: nothing is left to do",
-                state.step, cfg.max_steps
+                r.state.step, self.cfg.max_steps
             )));
         }
+        Ok(r.state.clone())
     }
-    let schedule = Schedule { warmup_steps: cfg.warmup_steps, total_steps: cfg.max_steps, decay: cfg.decay };
-    let mut stepper = Stepper::from_schedule(schedule, cfg.max_grad_norm, cfg.max_bad_steps);
-    let steps_per_epoch = train.len().div_ceil(cfg.batch_size).max(1);
-    let mut logs = Vec::new();
-    let (mut loss_sum, mut loss_count, mut skipped, mut tokens) = (0f64, 0usize, 0usize, 0usize);
-    let mut lr: f64;
-    let mut since = std::time::Instant::now();
-    while state.step < cfg.max_steps {
-        let step = state.step;
-        let epoch = step / steps_per_epoch;
-        let (ids, mask, labels, n_tokens) = step_batch(train, cfg, step, steps_per_epoch, device)?;
-        let dropout = DropoutRng::new(mix(cfg.seed, step as u64, 3));
-        state.step += 1;
-        lr = cfg.lr * stepper.schedule.factor(step);
-        // A batch without any masked token (tiny batches) has nothing to learn from.
-        let stepped = if labels.iter().all(|&l| l == IGNORE) {
-            None
-        } else {
-            let loss = masked_lm_loss(&model.forward(&ids, &mask, Mode::Train(&dropout))?, &labels)?;
-            let grads = loss.backward()?;
-            let loss = loss.to_scalar::<f32>()? as f64;
-            let mut grads: HashMap<TensorId, Tensor> =
-                vars.iter().filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect();
-            let factor = stepper.step(&mut optimizer, &mut grads, loss, epoch, step, |g| base_lr[&g.name]).map_err(
-                |e| match e {
-                    TrainError::Diverged(_) => TrainError::Diverged(format!(
-                        "pretraining diverged: {} steps in a row had NaN/inf loss or gradients (step {}); they were \
-                         skipped and the run stopped. The last checkpoint is kept. Lower --lr.",
-                        cfg.max_bad_steps.max(1),
-                        state.step
-                    )),
-                    other => other,
-                },
-            )?;
-            factor.map(|_| loss)
-        };
-        match stepped {
-            Some(loss) => {
-                loss_sum += loss;
-                loss_count += 1;
-                tokens += n_tokens;
-                on_step(PretrainStep { step: state.step, total_steps: cfg.max_steps, loss, lr, tokens: n_tokens });
-            }
-            // Skipped steps still reach the evaluation, checkpoint and stop below.
-            None => skipped += 1,
-        }
 
-        let stop = cfg.stop_after_step == Some(state.step);
-        if state.step.is_multiple_of(cfg.eval_every) || state.step == cfg.max_steps || stop {
-            let train_seconds = since.elapsed().as_secs_f64();
-            let eval_loss = evaluate(model, held_out, cfg, device)?;
-            let log = PretrainLog {
-                step: state.step,
-                train_loss: if loss_count > 0 { loss_sum / loss_count as f64 } else { f64::NAN },
-                eval_loss,
-                perplexity: eval_loss.exp(),
-                lr,
-                tokens_per_second: tokens as f64 / train_seconds.max(1e-9),
-                skipped_steps: skipped,
-            };
-            on_eval(PretrainEval { log: &log, model, state: &state, optimizer: &optimizer })?;
-            logs.push(log);
-            (loss_sum, loss_count, skipped, tokens) = (0.0, 0, 0, 0);
-            since = std::time::Instant::now();
-            if stop {
-                break;
-            }
-        }
+    fn stepper(&self) -> Stepper {
+        let cfg = self.cfg;
+        let schedule = Schedule { warmup_steps: cfg.warmup_steps, total_steps: cfg.max_steps, decay: cfg.decay };
+        Stepper::from_schedule(schedule, cfg.max_grad_norm, cfg.max_bad_steps)
     }
-    Ok(logs)
+
+    fn optimizer(&self, _: &TrainerState) -> Result<AdamW> {
+        AdamW::new(optimizer_groups(self.model, self.cfg)?.0, self.cfg.adamw)
+    }
+
+    fn begin_round(&mut self, _: usize, _: &mut AdamW, _: &mut dyn FnMut(Progress)) -> Result<()> {
+        Ok(())
+    }
+
+    /// The steps up to the next evaluation: the next multiple of `eval_every`, the last step,
+    /// or `stop_after_step`, whichever comes first.
+    fn plan(&self, _round: usize, first_step: usize) -> Option<RoundPlan> {
+        let cfg = self.cfg;
+        if first_step >= cfg.max_steps {
+            return None;
+        }
+        let mut end = ((first_step / cfg.eval_every + 1) * cfg.eval_every).min(cfg.max_steps);
+        if let Some(stop) = cfg.stop_after_step.filter(|&s| s > first_step) {
+            end = end.min(stop);
+        }
+        let per_epoch = self.steps_per_epoch();
+        let mut order: Option<(usize, Vec<usize>)> = None;
+        let steps = (first_step..end).map(|step| {
+            let epoch = step / per_epoch;
+            if order.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                order = Some((epoch, epoch_order(self.train.len(), cfg.seed, epoch)));
+            }
+            let (_, order) = order.as_ref().expect("set above");
+            vec![step_sequences(order, cfg.batch_size, step, per_epoch)]
+        });
+        // Dropout comes from each step's own generator (see `batch_gradients`).
+        Some(RoundPlan { steps: steps.collect(), dropout_seed: 0 })
+    }
+
+    /// The step's sequences masked with the step's generator; `None` when no token was
+    /// masked (tiny batches), which skips the step.
+    fn batch_gradients(&self, sequences: &[usize], at: &StepAt) -> Result<Option<BatchGradients>> {
+        let cfg = self.cfg;
+        let chosen: Vec<&Vec<u32>> = sequences.iter().map(|&i| &self.train[i]).collect();
+        let mut mask_rng = StdRng::seed_from_u64(mix(cfg.seed, at.step as u64, 2));
+        let (ids, mask, labels, _) = batch(&chosen, &cfg.masker, cfg.pad_id, &mut mask_rng, self.device)?;
+        if labels.iter().all(|&l| l == IGNORE) {
+            return Ok(None);
+        }
+        let dropout = DropoutRng::new(mix(cfg.seed, at.step as u64, 3));
+        let loss = masked_lm_loss(&self.model.forward(&ids, &mask, Mode::Train(&dropout))?, &labels)?;
+        BatchGradients::of_loss(&loss, &self.vars).map(Some)
+    }
+
+    /// Tokens of the sequences (padding excluded).
+    fn step_units(&self, sequences: &[usize]) -> usize {
+        sequences.iter().map(|&i| self.train[i].len()).sum()
+    }
+
+    fn group_lr(&self, group: &ParamGroup) -> f64 {
+        self.base_lr[&group.name]
+    }
+
+    fn reported_lr(&self) -> f64 {
+        self.cfg.lr
+    }
+
+    fn end_round(&mut self, stats: &RoundStats, state: &mut TrainerState) -> Result<PretrainLog> {
+        let eval_loss = evaluate(self.model, self.held_out, self.cfg, self.device)?;
+        state.record(stats.round, stats.step, -eval_loss);
+        Ok(PretrainLog {
+            step: stats.step,
+            train_loss: stats.train_loss,
+            eval_loss,
+            perplexity: eval_loss.exp(),
+            lr: stats.lr,
+            tokens_per_second: stats.units as f64 / stats.train_seconds.max(1e-9),
+            skipped_steps: stats.skipped,
+        })
+    }
+
+    fn stops(&self, state: &TrainerState) -> bool {
+        self.cfg.stop_after_step == Some(state.step)
+    }
+
+    fn checkpoint_due(&self, _: usize, _: Duration) -> bool {
+        false // every evaluation saves one
+    }
 }

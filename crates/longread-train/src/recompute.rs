@@ -32,6 +32,20 @@ pub struct BatchGradients {
     pub grads: HashMap<TensorId, Tensor>,
 }
 
+impl BatchGradients {
+    /// Back-propagates the scalar `loss` and keeps the gradients of `vars`.
+    pub(crate) fn of_loss(loss: &Tensor, vars: &[candle_core::Var]) -> Result<Self> {
+        let grads = loss.backward()?;
+        Ok(Self {
+            loss: loss.to_scalar::<f32>()?,
+            grads: vars
+                .iter()
+                .filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone())))
+                .collect(),
+        })
+    }
+}
+
 /// How the batch is computed.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchSettings<'a> {

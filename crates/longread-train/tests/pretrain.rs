@@ -74,7 +74,20 @@ fn the_held_out_mlm_loss_falls() {
 }
 
 #[test]
-fn a_stopped_and_resumed_run_ends_bit_identical() {
+fn a_run_stopped_at_an_evaluation_and_resumed_ends_bit_identical() {
+    stopped_and_resumed_ends_bit_identical(20, &[20], &[30]);
+}
+
+/// The evaluation rounds of a resumed run restart from the step it stopped at.
+#[test]
+fn a_run_stopped_between_evaluations_and_resumed_ends_bit_identical() {
+    stopped_and_resumed_ends_bit_identical(13, &[13], &[20, 30]);
+}
+
+/// Pretrains 30 steps whole, and stopped after `stop` then resumed; the two end with the same
+/// weights, the stopped run evaluating at `evaluated_first` steps, the resumed one at
+/// `evaluated_then`.
+fn stopped_and_resumed_ends_bit_identical(stop: usize, evaluated_first: &[usize], evaluated_then: &[usize]) {
     let tmp = tempfile::tempdir().unwrap();
     let (sequences, masker) = setup(&tmp.path().join("enc"));
     let (held_out, train) = sequences.split_at(4);
@@ -83,8 +96,8 @@ fn a_stopped_and_resumed_run_ends_bit_identical() {
 
     let first = MaskedLm::load(&tmp.path().join("enc"), true, &Device::Cpu).unwrap();
     let mut saved = None;
-    let cfg = PretrainConfig { stop_after_step: Some(20), ..config(masker.clone(), 30) };
-    pretrain(
+    let cfg = PretrainConfig { stop_after_step: Some(stop), ..config(masker.clone(), 30) };
+    let stopped = pretrain(
         &first,
         train,
         held_out,
@@ -103,7 +116,8 @@ fn a_stopped_and_resumed_run_ends_bit_identical() {
     let resumed = MaskedLm::load(&tmp.path().join("ckpt"), true, &Device::Cpu).unwrap();
     let logs =
         pretrain(&resumed, train, held_out, &config(masker, 30), &Device::Cpu, saved, |_| {}, |_| Ok(())).unwrap();
-    assert_eq!(logs.last().unwrap().step, 30);
+    assert_eq!(stopped.iter().map(|l| l.step).collect::<Vec<_>>(), evaluated_first);
+    assert_eq!(logs.iter().map(|l| l.step).collect::<Vec<_>>(), evaluated_then);
     let (a, b) = (whole.named_tensors().unwrap(), resumed.named_tensors().unwrap());
     for (name, t) in &a {
         let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()

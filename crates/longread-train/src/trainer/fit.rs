@@ -1,229 +1,260 @@
-//! The epoch loop every classifier trainer shares (the hierarchical/sequence trainer and the
-//! HAN): seeded shuffles, batches and gradient accumulation, the optimizer step, progress,
-//! dev evaluation, best-epoch tracking, early stopping, and checkpoints at epoch ends and in
-//! the middle of epochs. A [`TrainingTask`] says what one kind of model does in it.
+//! The loop every trainer shares (the hierarchical/sequence trainer, the HAN and MLM
+//! pretraining): rounds of optimizer steps (epochs, or the steps between two evaluations),
+//! gradient accumulation, the optimizer step, progress, an evaluation at the end of every
+//! round, best-round tracking, stopping, and checkpoints at round ends and inside rounds. A
+//! [`TrainingTask`] says what one kind of run does in it: which items make each step, their
+//! gradients, and what a round's end evaluates and logs.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_core::{Tensor, TensorId};
-use longread_metrics::Report;
 use longread_model::DropoutRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 
 use crate::error::Result;
 use crate::optim::{AdamW, ParamGroup};
 use crate::recompute::BatchGradients;
-use crate::trainer::state::{epoch_score, epoch_seed, EpochProgress};
+use crate::trainer::state::EpochProgress;
 use crate::trainer::stepper::{accumulate, Stepper};
-use crate::trainer::{EpochEnd, EpochLog, MidEpoch, Progress, Resume, StepLog, TaskLog, TrainConfig, TrainerState};
+use crate::trainer::{EpochEnd, MidEpoch, Progress, Resume, StepLog, TrainerState};
 
-/// The dev evaluation after an epoch.
-pub(crate) struct DevResult {
-    /// Dev loss (weighted over tasks).
-    pub(crate) dev_loss: f64,
-    /// The primary task's metrics.
-    pub(crate) dev: Report,
-    /// Every task's, for multi-task models (empty otherwise).
-    pub(crate) tasks: Vec<TaskLog>,
-    /// The score that picks the best epoch (higher is better).
-    pub(crate) score: f64,
+/// The optimizer steps of one round.
+pub(crate) struct RoundPlan {
+    /// Each step's batches, each batch a list of item indices (documents, sequences).
+    pub(crate) steps: Vec<Vec<Vec<usize>>>,
+    /// Seed of the round's dropout generator.
+    pub(crate) dropout_seed: u64,
 }
 
-impl DevResult {
-    /// The result of tasks' logs (the primary task first): loss weighted by `task_weight`,
-    /// score by `cfg.metric` averaged over the tasks.
-    pub(crate) fn of_tasks(cfg: &TrainConfig, mut tasks: Vec<TaskLog>, task_weight: impl Fn(usize) -> f64) -> Self {
-        let dev_loss: f64 = tasks.iter().enumerate().map(|(t, l)| task_weight(t) * l.dev_loss).sum();
-        let score = epoch_score(cfg.metric, dev_loss, tasks.iter().map(|l| &l.dev));
-        let dev = tasks[0].dev.clone();
-        if tasks.len() == 1 {
-            tasks.clear();
-        }
-        Self { dev_loss, dev, tasks, score }
+/// The step a batch belongs to.
+pub(crate) struct StepAt<'a> {
+    /// Steps before it in the run (0-based), skipped ones included.
+    pub(crate) step: usize,
+    /// The round's dropout generator.
+    pub(crate) dropout: &'a DropoutRng,
+}
+
+/// What the steps of a round did, for its log.
+pub(crate) struct RoundStats {
+    /// 1-based round.
+    pub(crate) round: usize,
+    /// Steps of the run so far, skipped ones included.
+    pub(crate) step: usize,
+    /// Mean loss of the round's steps taken (NaN when none was).
+    pub(crate) train_loss: f64,
+    /// Seconds of the round's training steps (earlier sessions of it included).
+    pub(crate) train_seconds: f64,
+    /// Steps skipped (NaN/inf).
+    pub(crate) skipped: usize,
+    /// Units (chunks, documents, tokens) of the steps taken in this session of the round.
+    pub(crate) units: usize,
+    /// The reported learning rate at the round's last step.
+    pub(crate) lr: f64,
+    seconds_before: f64,
+    started: Instant,
+}
+
+impl RoundStats {
+    /// Wall-clock seconds of the round so far (training and, once done, evaluation).
+    pub(crate) fn seconds(&self) -> f64 {
+        self.seconds_before + self.started.elapsed().as_secs_f64()
     }
 }
 
-/// What one kind of model does in [`fit`].
+/// What [`fit`] calls at the end of every round of a task `T`.
+pub(crate) type OnRound<'a, T> =
+    dyn FnMut(EpochEnd<<T as TrainingTask>::Model, <T as TrainingTask>::Log>) -> Result<()> + 'a;
+
+/// What one kind of run does in [`fit`].
 pub(crate) trait TrainingTask {
     /// The model trained.
     type Model;
+    /// What a round's end logs.
+    type Log;
     /// The model.
     fn model(&self) -> &Self::Model;
-    /// Training documents.
-    fn documents(&self) -> usize;
+    /// The state the run starts from (`resume`'s, or a new run's); refused when nothing is
+    /// left to do.
+    fn start_state(&self, resume: Option<&Resume>) -> Result<TrainerState>;
+    /// The run's schedule, clipping and NaN guard.
+    fn stepper(&self) -> Stepper;
     /// The optimizer for a run at `state` (before any resumed moments are imported).
     fn optimizer(&self, state: &TrainerState) -> Result<AdamW>;
-    /// Gets epoch `epoch` ready (a new phase of what trains, with its caches and optimizer
+    /// Gets round `round` ready (a new phase of what trains, with its caches and optimizer
     /// groups, when it changes), reporting phases and caching.
-    fn begin_epoch(&mut self, epoch: usize, optimizer: &mut AdamW, on_progress: &mut dyn FnMut(Progress))
+    fn begin_round(&mut self, round: usize, optimizer: &mut AdamW, on_progress: &mut dyn FnMut(Progress))
         -> Result<()>;
-    /// Loss and gradients of one batch of training documents (indices).
-    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng) -> Result<BatchGradients>;
-    /// What a step's progress counts for these documents (chunks, or documents).
-    fn step_units(&self, docs: &[usize]) -> usize;
+    /// The steps of round `round`, which starts after `first_step` steps; `None` when the run
+    /// is complete.
+    fn plan(&self, round: usize, first_step: usize) -> Option<RoundPlan>;
+    /// Loss and gradients of one batch; `None` when it has nothing to learn from (a step
+    /// without any gradient is skipped).
+    fn batch_gradients(&self, batch: &[usize], at: &StepAt) -> Result<Option<BatchGradients>>;
+    /// What a step's progress counts for these items (chunks, documents, tokens).
+    fn step_units(&self, items: &[usize]) -> usize;
     /// A group's learning rate before the schedule scales it.
     fn group_lr(&self, group: &ParamGroup) -> f64;
     /// The learning rate progress reports (before the schedule).
     fn reported_lr(&self) -> f64;
-    /// Evaluates on the dev documents.
-    fn evaluate(&self) -> Result<DevResult>;
-    /// Parameters trained now, and all of the model's.
-    fn parameters(&self) -> (usize, usize);
+    /// Evaluates at the end of a round, records it in `state` and returns its log.
+    fn end_round(&mut self, stats: &RoundStats, state: &mut TrainerState) -> Result<Self::Log>;
+    /// Whether the run ends after the round just recorded in `state`.
+    fn stops(&self, state: &TrainerState) -> bool;
+    /// Whether a checkpoint inside the round is due after `steps_done` of its steps,
+    /// `since_save` after the last one.
+    fn checkpoint_due(&self, steps_done: usize, since_save: Duration) -> bool;
 }
 
-/// Where the running epoch stands.
-struct EpochRun {
-    groups_done: usize,
+/// Where the running round stands.
+struct RoundRun {
+    steps_done: usize,
     loss_sum: f64,
     loss_count: usize,
     skipped: usize,
-    /// Training seconds of earlier sessions of this epoch (a mid-epoch resume).
+    units: usize,
+    lr: f64,
+    /// Training seconds of earlier sessions of this round (a mid-round resume).
     seconds_before: f64,
+    started: Instant,
 }
 
-impl EpochRun {
-    /// A new epoch, or the one a mid-epoch checkpoint was taken in; with the epoch's dropout
+impl RoundRun {
+    /// A new round, or the one a mid-round checkpoint was taken in; with the round's dropout
     /// generator (seeded with `dropout_seed`, wound forward on a resume).
-    fn start(resumed: Option<EpochProgress>, dropout_seed: u64) -> (Self, DropoutRng) {
+    fn start(resumed: Option<EpochProgress>, dropout_seed: u64, started: Instant) -> (Self, DropoutRng) {
+        let fresh = Self {
+            steps_done: 0,
+            loss_sum: 0.0,
+            loss_count: 0,
+            skipped: 0,
+            units: 0,
+            lr: f64::NAN,
+            seconds_before: 0.0,
+            started,
+        };
         match resumed {
             Some(p) => (
                 Self {
-                    groups_done: p.step_groups,
+                    steps_done: p.step_groups,
                     loss_sum: p.loss_sum,
                     loss_count: p.loss_count,
                     skipped: p.skipped,
                     seconds_before: p.train_seconds,
+                    ..fresh
                 },
                 DropoutRng::resumed(dropout_seed, p.dropout_draws),
             ),
-            None => (
-                Self { groups_done: 0, loss_sum: 0.0, loss_count: 0, skipped: 0, seconds_before: 0.0 },
-                DropoutRng::new(dropout_seed),
-            ),
+            None => (fresh, DropoutRng::new(dropout_seed)),
         }
     }
 
-    /// The run's state for a checkpoint now: `state` after `step` optimizer steps, with this
-    /// epoch's progress.
-    fn checkpoint_state(
-        &self,
-        state: &TrainerState,
-        step: usize,
-        dropout: &DropoutRng,
-        started: &Instant,
-    ) -> TrainerState {
+    /// The run's state for a checkpoint now: `state` after `step` steps, with this round's
+    /// progress.
+    fn checkpoint_state(&self, state: &TrainerState, step: usize, dropout: &DropoutRng) -> TrainerState {
         let mut now = state.clone();
         now.step = step;
         now.in_epoch = Some(EpochProgress {
-            step_groups: self.groups_done,
+            step_groups: self.steps_done,
             loss_sum: self.loss_sum,
             loss_count: self.loss_count,
             skipped: self.skipped,
             dropout_draws: dropout.draws(),
-            train_seconds: self.seconds_before + started.elapsed().as_secs_f64(),
+            train_seconds: self.seconds_before + self.started.elapsed().as_secs_f64(),
         });
         now
     }
+
+    /// The round's figures once its steps are done, `step` steps into the run.
+    fn stats(self, round: usize, step: usize) -> RoundStats {
+        RoundStats {
+            round,
+            step,
+            train_loss: if self.loss_count > 0 { self.loss_sum / self.loss_count as f64 } else { f64::NAN },
+            train_seconds: self.seconds_before + self.started.elapsed().as_secs_f64(),
+            skipped: self.skipped,
+            units: self.units,
+            lr: self.lr,
+            seconds_before: self.seconds_before,
+            started: self.started,
+        }
+    }
 }
 
-/// Runs the epochs of `task` from scratch or from `resume` (an epoch end or the middle of an
-/// epoch). `on_epoch` runs after every epoch (to save the best model and a checkpoint),
-/// `on_checkpoint` whenever a mid-epoch checkpoint is due (`cfg.save_every_steps`).
+/// Runs the rounds of `task` from scratch or from `resume` (a round's end or its middle).
+/// `on_round` runs after every round (to save the model and a checkpoint), `on_checkpoint`
+/// whenever the task says a checkpoint inside a round is due. Returns the logs of the rounds
+/// run here.
 pub(crate) fn fit<T: TrainingTask>(
     task: &mut T,
-    cfg: &TrainConfig,
     resume: Option<Resume>,
     on_progress: &mut dyn FnMut(Progress),
-    on_epoch: &mut dyn FnMut(EpochEnd<T::Model>) -> Result<()>,
+    on_round: &mut OnRound<T>,
     on_checkpoint: &mut dyn FnMut(MidEpoch<T::Model>) -> Result<()>,
-) -> Result<Vec<EpochLog>> {
-    let mut state = TrainerState::start(resume.as_ref(), cfg.epochs)?;
+) -> Result<Vec<T::Log>> {
+    let mut state = task.start_state(resume.as_ref())?;
     let mut optimizer = task.optimizer(&state)?;
     if let Some(r) = resume {
         optimizer.import_state(&r.moments, &r.steps)?;
     }
-    let batch_size = cfg.batch_size.max(1);
-    let accum = cfg.grad_accum.max(1);
-    let mut stepper = Stepper::new(cfg, task.documents());
-    let mut logs: Vec<EpochLog> = Vec::new();
+    let mut stepper = task.stepper();
+    let mut logs = Vec::new();
     let mut step = state.step;
     let mut last_save = Instant::now();
-    for epoch in state.epoch + 1..=cfg.epochs {
+    let mut round = state.epoch;
+    loop {
+        round += 1;
+        let Some(plan) = task.plan(round, step) else { break };
         let started = Instant::now();
-        task.begin_epoch(epoch, &mut optimizer, on_progress)?;
-        let mut shuffle = StdRng::seed_from_u64(epoch_seed(cfg.seed, epoch, 1));
-        let mut order: Vec<usize> = (0..task.documents()).collect();
-        order.shuffle(&mut shuffle);
-        let (mut run, dropout) = EpochRun::start(state.in_epoch.take(), epoch_seed(cfg.seed, epoch, 2));
-        let groups: Vec<&[usize]> = order.chunks(batch_size * accum).collect();
-        for (g, step_docs) in groups.iter().enumerate().skip(run.groups_done) {
+        task.begin_round(round, &mut optimizer, on_progress)?;
+        let (mut run, dropout) = RoundRun::start(state.in_epoch.take(), plan.dropout_seed, started);
+        for (g, batches) in plan.steps.iter().enumerate().skip(run.steps_done) {
+            let at = StepAt { step, dropout: &dropout };
             let mut summed: HashMap<TensorId, Tensor> = HashMap::new();
-            let mut step_loss = 0f64;
-            let batches: Vec<&[usize]> = step_docs.chunks(batch_size).collect();
-            for batch in &batches {
-                let out = task.batch_gradients(batch, &dropout)?;
-                step_loss += out.loss as f64 / batches.len() as f64;
-                accumulate(&mut summed, out.grads, batches.len())?;
+            let (mut step_loss, mut learned) = (0f64, false);
+            for batch in batches {
+                if let Some(out) = task.batch_gradients(batch, &at)? {
+                    step_loss += out.loss as f64 / batches.len() as f64;
+                    accumulate(&mut summed, out.grads, batches.len())?;
+                    learned = true;
+                }
             }
-            let stepped = stepper.step(&mut optimizer, &mut summed, step_loss, epoch, step, |gr| task.group_lr(gr))?;
-            run.groups_done = g + 1;
+            run.lr = task.reported_lr() * stepper.schedule.factor(step);
+            let stepped = match learned {
+                true => stepper.step(&mut optimizer, &mut summed, step_loss, round, step, |gr| task.group_lr(gr))?,
+                false => None,
+            };
+            step += 1;
+            run.steps_done = g + 1;
             match stepped {
                 None => run.skipped += 1,
-                Some(factor) => {
-                    step += 1;
+                Some(_) => {
+                    let units = task.step_units(&batches.concat());
                     run.loss_sum += step_loss;
                     run.loss_count += 1;
+                    run.units += units;
                     on_progress(Progress::Step(StepLog {
                         step,
                         total_steps: stepper.schedule.total_steps,
                         loss: step_loss,
-                        lr: task.reported_lr() * factor,
-                        chunks: task.step_units(step_docs),
+                        lr: run.lr,
+                        chunks: units,
                     }));
                 }
             }
-            if run.groups_done < groups.len() && checkpoint_due(cfg, run.groups_done, &last_save) {
-                let now = run.checkpoint_state(&state, step, &dropout, &started);
+            if run.steps_done < plan.steps.len() && task.checkpoint_due(run.steps_done, last_save.elapsed()) {
+                let now = run.checkpoint_state(&state, step, &dropout);
                 on_checkpoint(MidEpoch { model: task.model(), state: &now, optimizer: &optimizer })?;
                 last_save = Instant::now();
             }
         }
-
-        let train_seconds = run.seconds_before + started.elapsed().as_secs_f64();
-        let dev = task.evaluate()?;
-        let is_best = state.record(epoch, step, dev.score);
-        let (trainable_parameters, total_parameters) = task.parameters();
-        let log = EpochLog {
-            epoch,
-            train_loss: if run.loss_count > 0 { run.loss_sum / run.loss_count as f64 } else { f64::NAN },
-            dev_loss: dev.dev_loss,
-            dev: dev.dev,
-            tasks: dev.tasks,
-            best: is_best,
-            seconds: run.seconds_before + started.elapsed().as_secs_f64(),
-            train_seconds,
-            skipped_steps: run.skipped,
-            trainable_parameters,
-            total_parameters,
-        };
-        on_epoch(EpochEnd { log: &log, model: task.model(), state: &state, optimizer: &optimizer })?;
+        let stats = run.stats(round, step);
+        let log = task.end_round(&stats, &mut state)?;
+        on_round(EpochEnd { log: &log, model: task.model(), state: &state, optimizer: &optimizer })?;
         logs.push(log);
         last_save = Instant::now();
-        if state.stops(cfg) {
+        if task.stops(&state) {
             break;
         }
     }
     Ok(logs)
-}
-
-/// Whether a mid-epoch checkpoint is due after `groups_done` step groups of the epoch.
-fn checkpoint_due(cfg: &TrainConfig, groups_done: usize, last_save: &Instant) -> bool {
-    match cfg.save_every_steps {
-        Some(0) => false,
-        Some(n) => groups_done.is_multiple_of(n),
-        None => last_save.elapsed().as_secs_f64() >= cfg.save_every_seconds,
-    }
 }

@@ -91,10 +91,10 @@ pub struct EpochLog {
     pub total_parameters: usize,
 }
 
-/// What `on_epoch` receives.
-pub struct EpochEnd<'a, M = HierarchicalClassifier> {
+/// What `on_epoch` receives (and pretraining's `on_eval`: a round's end, with its log `L`).
+pub struct EpochEnd<'a, M = HierarchicalClassifier, L = EpochLog> {
     /// The epoch's log.
-    pub log: &'a EpochLog,
+    pub log: &'a L,
     /// The model after the epoch.
     pub model: &'a M,
     /// The run's state after the epoch.

@@ -9,6 +9,7 @@
 //! `phase`, and the dev evaluation in `evaluate`.
 
 mod config;
+mod epochs;
 mod evaluate;
 mod fit;
 mod logs;
@@ -24,7 +25,8 @@ use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
 pub use config::{balanced_class_weights, CacheSettings, Metric, Split, TrainConfig};
-pub(crate) use fit::{fit, DevResult, TrainingTask};
+pub(crate) use epochs::{DevResult, EpochTask, Epochs};
+pub(crate) use fit::{fit, RoundPlan, RoundStats, StepAt, TrainingTask};
 pub use logs::{EpochEnd, EpochLog, MidEpoch, PhaseLog, Progress, StepLog, TaskLog};
 pub(crate) use state::epoch_score;
 pub use state::{EpochProgress, Resume, TrainerState};
@@ -71,8 +73,8 @@ pub fn train(
     let base_lr: HashMap<String, f64> =
         param_groups(&run.named, num_layers, everything, cfg.groups).into_iter().map(|g| (g.name, g.lr)).collect();
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
-    let mut task = ClassifierTask { run, base_lr, weights, phase: None };
-    fit(&mut task, cfg, resume, &mut on_progress, &mut on_epoch, &mut on_checkpoint)
+    let mut task = Epochs(ClassifierTask { run, base_lr, weights, phase: None });
+    fit(&mut task, resume, &mut on_progress, &mut on_epoch, &mut on_checkpoint)
 }
 
 /// The hierarchical (or sequence) classifier in the shared loop: phases of what trains, with
@@ -84,8 +86,12 @@ struct ClassifierTask<'a> {
     phase: Option<Phase>,
 }
 
-impl TrainingTask for ClassifierTask<'_> {
+impl EpochTask for ClassifierTask<'_> {
     type Model = HierarchicalClassifier;
+
+    fn config(&self) -> &TrainConfig {
+        self.run.cfg
+    }
 
     fn model(&self) -> &HierarchicalClassifier {
         self.run.model
@@ -177,11 +183,7 @@ fn head_gradients(
     device: &Device,
 ) -> Result<BatchGradients> {
     let loss = task_loss(model, vectors, labels, how, Mode::Train(rng), device)?;
-    let grads = loss.backward()?;
-    Ok(BatchGradients {
-        loss: loss.to_scalar::<f32>()?,
-        grads: vars.iter().filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect(),
-    })
+    BatchGradients::of_loss(&loss, vars)
 }
 
 /// The weight of task `t`'s loss.

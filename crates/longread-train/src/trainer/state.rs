@@ -13,13 +13,16 @@ use crate::trainer::{Metric, TrainConfig};
 /// the run's seed and the epoch number, so no generator state is needed).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainerState {
-    /// Epochs completed.
+    /// Epochs completed (for pretraining: evaluations).
+    #[serde(default)]
     pub epoch: usize,
-    /// Optimizer steps taken.
+    /// Optimizer steps taken, skipped ones (NaN/inf) included.
     pub step: usize,
     /// Best dev score so far (higher is better).
+    #[serde(default)]
     pub best: Option<f64>,
     /// Epochs since the best one.
+    #[serde(default)]
     pub since_best: usize,
     /// Set in a checkpoint taken in the middle of epoch `epoch + 1`: how far that epoch got.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,12 +60,15 @@ pub struct Resume {
 }
 
 impl TrainerState {
+    /// A new run's state.
+    pub(crate) fn new() -> Self {
+        Self { epoch: 0, step: 0, best: None, since_best: 0, in_epoch: None }
+    }
+
     /// The state a run starts from: `resume`'s, or a new run's; refused when the run to
     /// resume has already completed `epochs`.
     pub(crate) fn start(resume: Option<&Resume>, epochs: usize) -> Result<Self> {
-        let Some(r) = resume else {
-            return Ok(Self { epoch: 0, step: 0, best: None, since_best: 0, in_epoch: None });
-        };
+        let Some(r) = resume else { return Ok(Self::new()) };
         if r.state.epoch >= epochs {
             return Err(TrainError::InvalidSetting(format!(
                 "the run to resume has completed {} of {} epochs: nothing is left to do",
