@@ -83,7 +83,7 @@ fn main() {
             eprintln!("error: --threads must be at least 1");
             std::process::exit(2);
         }
-        // Read by candle's and rayon's thread pools on first use; nothing has started yet.
+        // Read by the tensor library's and rayon's thread pools on first use; nothing has started yet.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
     match dispatch(cli.command, cli.quiet) {

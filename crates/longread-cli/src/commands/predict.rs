@@ -35,7 +35,7 @@ pub struct PredictArgs {
     pub max_batch_tokens: u64,
     /// Encoder precision: f32; int8 (the dense layers' products in int8; faster on CPUs with
     /// AVX-512 VNNI or AVX2, speed and accuracy change in BENCHMARKS.md); or bf16 (for parity
-    /// with a model trained in bf16: slower than f32 on the CPU, candle has no fast bf16 CPU
+    /// with a model trained in bf16: slower than f32 on the CPU, there is no fast bf16 CPU
     /// matmul). HAN models take f32 only.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
