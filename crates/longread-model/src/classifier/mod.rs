@@ -4,6 +4,8 @@
 
 pub mod evaluate;
 pub mod prediction;
+pub mod queue;
+pub mod units;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,150 @@
+//! Documents in pieces, for a queue that batches the work of many requests together
+//! ([`super::queue`]): a document is prepared once (tokenized and chunked), its units — an
+//! encoder model's chunks, or a HAN's whole document — are encoded in batches shared with
+//! other documents, and its prediction is made from its units' outputs. A unit's output does
+//! not depend on what else was in its batch, so a document gets the scores it gets alone.
+
+use candle_core::{Device, Tensor};
+use longread_text::{pad_batch, ChunkedDocument};
+
+use super::{classify_han, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
+use crate::error::Result;
+use crate::mode::Mode;
+
+/// A document ready to be encoded unit by unit.
+#[derive(Debug)]
+pub struct PreparedDocument {
+    kind: Prepared,
+}
+
+#[derive(Debug)]
+enum Prepared {
+    /// An encoder model's chunks.
+    Chunks(ChunkedDocument),
+    /// A HAN reads the whole text at once.
+    Whole(String),
+}
+
+impl PreparedDocument {
+    /// Units to encode (chunks; 1 for a HAN).
+    pub fn units(&self) -> usize {
+        match &self.kind {
+            Prepared::Chunks(doc) => doc.chunks.len(),
+            Prepared::Whole(_) => 1,
+        }
+    }
+
+    /// Tokens of the document (encoder models; 0 for a HAN).
+    pub fn tokens(&self) -> usize {
+        match &self.kind {
+            Prepared::Chunks(doc) => doc.total_tokens,
+            Prepared::Whole(_) => 0,
+        }
+    }
+}
+
+/// What encoding one unit gave.
+#[derive(Debug)]
+pub struct UnitOutput(Output);
+
+#[derive(Debug)]
+enum Output {
+    /// A chunk's vector, `[hidden]`.
+    Vector(Tensor),
+    /// A HAN document's whole result.
+    Done(DocResult),
+}
+
+impl Classifier {
+    /// Tokenizes and chunks `text` (a HAN checks only that it has text); an empty or unusable
+    /// text is a [`DocError`].
+    pub fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
+        let kind = match &self.model {
+            Model::Encoder { chunker, .. } => {
+                Prepared::Chunks(chunker.chunk(text).map_err(|e| DocError::new(e.to_string()))?)
+            }
+            Model::Han(_) if text.trim().is_empty() => return Err(DocError::new("the document is empty")),
+            Model::Han(_) => Prepared::Whole(text.to_owned()),
+        };
+        Ok(PreparedDocument { kind })
+    }
+
+    /// What unit `unit` of `doc` costs in a batch whose padded size (units × the costliest)
+    /// stays within `max_batch_tokens`: its tokens, or for a HAN a share that fits the HAN's
+    /// batch.
+    pub fn unit_cost(&self, doc: &PreparedDocument, unit: usize) -> usize {
+        match &doc.kind {
+            Prepared::Chunks(d) => d.chunks[unit].ids.len(),
+            Prepared::Whole(_) => self.options.max_batch_tokens.div_ceil(HAN_BATCH),
+        }
+    }
+
+    /// Encodes units of several documents in one batch, an output per unit in order.
+    ///
+    /// # Shapes
+    /// `units`: (document, unit index) pairs → one output per pair
+    pub fn encode_units(&self, units: &[(&PreparedDocument, usize)]) -> Result<Vec<UnitOutput>> {
+        match &self.model {
+            Model::Encoder { model, .. } => {
+                let seqs = units.iter().map(|(d, u)| chunk_ids(d, *u)).collect::<Result<Vec<&[u32]>>>()?;
+                let (ids, mask, seq) = pad_batch(&seqs, model.config().encoder.pad_token_id);
+                let n = seqs.len();
+                let ids = Tensor::from_vec(ids, (n, seq), &Device::Cpu)?;
+                let mask = Tensor::from_vec(mask, (n, seq), &Device::Cpu)?;
+                let vectors = model.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
+                (0..n).map(|row| Ok(UnitOutput(Output::Vector(vectors.get(row)?)))).collect()
+            }
+            Model::Han(model) => {
+                let docs: Vec<longread_text::Document> = units
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (d, _))| longread_text::Document::new(i, whole_text(d)))
+                    .collect();
+                Ok(classify_han(model, &docs)?.into_iter().map(|r| UnitOutput(Output::Done(r))).collect())
+            }
+        }
+    }
+
+    /// The prediction of `doc` from its units' outputs, in unit order.
+    pub fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
+        match (&self.model, &doc.kind) {
+            (Model::Encoder { model, .. }, Prepared::Chunks(chunked)) => {
+                let rows = outputs
+                    .into_iter()
+                    .map(|o| match o.0 {
+                        Output::Vector(v) => Ok(v),
+                        Output::Done(_) => Err(mismatch()),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let scores = model.score_tasks(&Tensor::stack(&rows, 0)?)?;
+                Ok(Ok(encoder_prediction(&self.tasks, chunked, scores)))
+            }
+            (Model::Han(_), Prepared::Whole(_)) => match outputs.into_iter().next().map(|o| o.0) {
+                Some(Output::Done(result)) => Ok(result),
+                _ => Err(mismatch()),
+            },
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+/// Token ids of an encoder document's chunk.
+fn chunk_ids(doc: &PreparedDocument, unit: usize) -> Result<&[u32]> {
+    match &doc.kind {
+        Prepared::Chunks(d) => d.chunks.get(unit).map(|c| c.ids.as_slice()).ok_or_else(mismatch),
+        Prepared::Whole(_) => Err(mismatch()),
+    }
+}
+
+/// A HAN document's text.
+fn whole_text(doc: &PreparedDocument) -> &str {
+    match &doc.kind {
+        Prepared::Whole(text) => text,
+        Prepared::Chunks(_) => "",
+    }
+}
+
+/// A prepared document or output from another model.
+fn mismatch() -> crate::error::ModelError {
+    crate::error::ModelError::InvalidInput("a prepared document or unit output of another model".into())
+}

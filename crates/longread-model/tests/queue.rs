@@ -1,0 +1,118 @@
+//! The batching queue: documents submitted from many threads at once get exactly the scores
+//! `Classifier::classify` gives them alone; a short document submitted behind a long one is
+//! answered first (round-robin units); a cancelled document's remaining units are dropped.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::fixture;
+use longread_model::classifier::queue::{BatchQueue, JobOutcome};
+use longread_model::{Classifier, ClassifierOptions, Prediction};
+
+fn documents() -> Vec<String> {
+    std::fs::read_to_string(fixture("hier/documents.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn same(alone: &Prediction, queued: &Prediction) {
+    assert_eq!(alone.label, queued.label);
+    assert!(max_diff(alone.probabilities(), queued.probabilities()) <= 1e-6);
+    assert!(max_diff(&alone.logits, &queued.logits) <= 1e-6);
+    let evidence = |p: &Prediction| -> Vec<f32> {
+        match (&p.chunks, &p.sentences) {
+            (Some(c), _) => c.iter().map(|c| c.attention).collect(),
+            (None, Some(s)) => s.iter().map(|s| s.attention).collect(),
+            _ => Vec::new(),
+        }
+    };
+    assert!(max_diff(&evidence(alone), &evidence(queued)) <= 1e-6);
+}
+
+/// Submits `text` and waits for its outcome.
+fn classify_queued(queue: &BatchQueue, text: &str) -> JobOutcome {
+    let (tx, rx) = mpsc::channel();
+    let doc = queue.classifier().prepare(text).unwrap();
+    let _guard = queue.submit(doc, move |outcome, _| tx.send(outcome).unwrap());
+    rx.recv_timeout(Duration::from_secs(60)).unwrap()
+}
+
+#[test]
+fn documents_from_32_threads_get_the_scores_they_get_alone() {
+    for model in ["hier/trained-bert-attention", "hier/trained-multitask", "han"] {
+        // A small budget: batches mix the chunks of many documents.
+        let options = ClassifierOptions { max_batch_tokens: 96, ..ClassifierOptions::default() };
+        let classifier = Arc::new(Classifier::load(&fixture(model), options).unwrap());
+        let docs = documents();
+        let queue = Arc::new(BatchQueue::start(Arc::clone(&classifier), |_| {}));
+        let threads: Vec<_> = (0..32)
+            .map(|t| {
+                let (queue, text) = (Arc::clone(&queue), docs[t % docs.len()].clone());
+                std::thread::spawn(move || (t, classify_queued(&queue, &text)))
+            })
+            .collect();
+        let mut answered = 0;
+        for thread in threads {
+            let (t, outcome) = thread.join().unwrap();
+            let queued = outcome.unwrap().unwrap();
+            let alone = classifier.classify(&[&docs[t % docs.len()]]).unwrap().remove(0).unwrap();
+            same(&alone, &queued);
+            answered += 1;
+        }
+        assert_eq!(answered, 32, "{model}");
+        assert_eq!(queue.documents(), 0);
+        assert_eq!(queue.waiting_units(), 0);
+    }
+}
+
+#[test]
+fn a_short_document_behind_a_long_one_is_answered_first() {
+    // One chunk per batch: the long document's chunks and the short one's alternate.
+    let options = ClassifierOptions { max_batch_tokens: 1, ..ClassifierOptions::default() };
+    let classifier = Arc::new(Classifier::load(&fixture("hier/trained-bert-attention"), options).unwrap());
+    let long = documents().join(" ").repeat(20);
+    let long_doc = classifier.prepare(&long).unwrap();
+    assert!(long_doc.units() >= 4, "{} chunks", long_doc.units());
+    let queue = BatchQueue::start(Arc::clone(&classifier), |_| {});
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    let _long = queue.submit(long_doc, move |_, _| tx.send(("long", Instant::now())).unwrap());
+    let short = classifier.prepare("The committee met on Tuesday.").unwrap();
+    let _short = queue.submit(short, move |_, t| tx2.send(("short", Instant::now() - t.inference)).unwrap());
+    let first = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let second = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!((first.0, second.0), ("short", "long"));
+}
+
+#[test]
+fn a_cancelled_document_is_dropped_and_the_queue_goes_on() {
+    let options = ClassifierOptions { max_batch_tokens: 1, ..ClassifierOptions::default() };
+    let classifier = Arc::new(Classifier::load(&fixture("hier/trained-bert-attention"), options).unwrap());
+    let batches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&batches);
+    let queue = BatchQueue::start(Arc::clone(&classifier), move |b| {
+        counted.fetch_add(b.units, std::sync::atomic::Ordering::Relaxed);
+    });
+    let long = classifier.prepare(&documents().join(" ").repeat(20)).unwrap();
+    let units = long.units();
+    let (tx, rx) = mpsc::channel::<&str>();
+    let guard = queue.submit(long, move |_, _| tx.send("answered").unwrap());
+    drop(guard);
+    let after = classify_queued(&queue, "Rain is expected.").unwrap().unwrap();
+    assert!(!after.label.is_empty());
+    assert!(rx.try_recv().is_err(), "a cancelled document is not answered");
+    let encoded = batches.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(encoded < units, "{encoded} units encoded of the cancelled document's {units}");
+    assert_eq!(queue.documents(), 0);
+    assert_eq!(queue.waiting_units(), 0);
+}
