@@ -62,6 +62,10 @@ enum Command {
     /// and compares them (about 75 s on 2 cores). Prints every command it runs.
     #[command(args_override_self = true)]
     Quickstart(commands::quickstart::QuickstartArgs),
+    /// HTTP server: POST /classify (whole documents with their evidence), TEI's /predict and
+    /// /embed, OpenAI's /v1/embeddings, /health, /info, /metrics, /openapi.json and a web page
+    /// at /. Chunks of concurrent requests share encoder batches.
+    Serve(commands::serve::ServeArgs),
     /// Time one workload (encoder forward, training step, optimizer step) and report the
     /// median and peak memory; `scripts/bench_compare.py` runs it next to PyTorch.
     Bench(commands::bench::BenchArgs),
@@ -149,6 +153,7 @@ impl Cli {
 fn dispatch(command: Command, quiet: bool) -> anyhow::Result<usize> {
     match command {
         Command::Embed(args) => commands::embed::run(args, quiet).map(|_| 0),
+        Command::Serve(args) => commands::serve::run(args).map(|_| 0),
         Command::Inspect(args) => commands::inspect::run(args).map(|_| 0),
         Command::Init(args) => commands::init::run(args, quiet).map(|_| 0),
         Command::Predict(args) => commands::predict::run(args, quiet),

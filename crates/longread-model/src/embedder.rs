@@ -23,6 +23,17 @@ pub struct Embeddings {
     pub truncated: Vec<bool>,
 }
 
+impl Embeddings {
+    /// Scales every vector to unit L2 norm (as sentence-transformers' Normalize module:
+    /// `x / max(‖x‖, 1e-12)`), for fronts that choose per request.
+    pub fn normalize(&mut self) {
+        for v in &mut self.vectors {
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+    }
+}
+
 /// How an [`Embedder`] pools and scales.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EmbedderOptions {

@@ -7,6 +7,8 @@
 pub mod curves;
 mod escape;
 mod font;
+#[cfg(feature = "predictions")]
+mod from_prediction;
 mod raster;
 mod svg;
 

@@ -8,5 +8,6 @@ pub mod predict;
 pub mod pretrain;
 pub mod quickstart;
 pub mod report;
+pub mod serve;
 pub mod tokenizer;
 pub mod train;

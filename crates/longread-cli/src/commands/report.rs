@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use longread_model::classifier::DocResult;
 use longread_model::Precision;
-use longread_report::{render_html, ChunkView, DocumentView, SentenceView, WordView};
+use longread_report::{render_html, DocumentView};
 use longread_text::{read_documents, Document};
 
 use crate::commands::predict::{id_text, load, progress_bar};
@@ -57,40 +57,5 @@ pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
 /// What the page shows of one document: its scores and the chunks or sentences (with words)
 /// the model attended to, or why it has no prediction.
 fn view(document: &Document, result: DocResult) -> DocumentView<'_> {
-    let mut view = DocumentView {
-        id: id_text(document),
-        text: &document.text,
-        scores: vec![],
-        chunks: vec![],
-        sentences: vec![],
-        error: None,
-    };
-    match result {
-        Err(e) => view.error = Some(e.message),
-        Ok(p) => {
-            view.scores = p.scores.labels.into_iter().zip(p.scores.probabilities).collect();
-            view.chunks = p
-                .chunks
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| ChunkView { index: c.index, start: c.start, end: c.end, attention: c.attention })
-                .collect();
-            view.sentences = p
-                .sentences
-                .unwrap_or_default()
-                .into_iter()
-                .map(|s| SentenceView {
-                    start: s.start,
-                    end: s.end,
-                    attention: s.attention,
-                    words: s
-                        .words
-                        .iter()
-                        .map(|w| WordView { start: w.start, end: w.end, attention: w.attention })
-                        .collect(),
-                })
-                .collect();
-        }
-    }
-    view
+    DocumentView::of_result(id_text(document), &document.text, result)
 }

@@ -10,10 +10,12 @@ use serde_json::Value;
 /// The prediction for one document: its label, the probability of every label, the logits and
 /// the evidence the model attended to (chunks for encoder models, sentences and words for HAN).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Prediction {
     /// The most probable label (the first on ties).
     pub label: String,
     /// `{label: probability}` in the model's label order.
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::HashMap<String, f32>))]
     pub scores: LabelScores,
     /// Raw logits, one per label.
     pub logits: Vec<f32>,
@@ -36,10 +38,12 @@ pub struct Prediction {
 
 /// One more task's prediction in a multi-task model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskPrediction {
     /// The most probable label.
     pub label: String,
     /// `{label: probability}` in the task's label order.
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::HashMap<String, f32>))]
     pub scores: LabelScores,
     /// Raw logits.
     pub logits: Vec<f32>,
@@ -49,6 +53,7 @@ pub struct TaskPrediction {
 
 /// A chunk the encoder read; offsets in characters (Unicode scalar values).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChunkEvidence {
     /// Index of the window among all of the document's windows.
     pub index: usize,
@@ -62,6 +67,7 @@ pub struct ChunkEvidence {
 
 /// A sentence a HAN read; offsets in characters.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SentenceEvidence {
     /// Position among the sentences read.
     pub index: usize,
@@ -80,6 +86,7 @@ pub struct SentenceEvidence {
 
 /// A word a HAN read; offsets in characters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WordEvidence {
     /// First character.
     pub start: usize,

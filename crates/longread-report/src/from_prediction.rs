@@ -1,0 +1,40 @@
+//! A document's view from a classifier's result, for the CLI's report and the server's page.
+
+use longread_model::DocResult;
+
+use crate::{ChunkView, DocumentView, SentenceView, WordView};
+
+impl<'a> DocumentView<'a> {
+    /// The view of document `id` with text `text` and its classification `result`.
+    pub fn of_result(id: String, text: &'a str, result: DocResult) -> Self {
+        let mut view = DocumentView { id, text, scores: vec![], chunks: vec![], sentences: vec![], error: None };
+        match result {
+            Err(e) => view.error = Some(e.message),
+            Ok(p) => {
+                view.scores = p.scores.labels.into_iter().zip(p.scores.probabilities).collect();
+                view.chunks = p
+                    .chunks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| ChunkView { index: c.index, start: c.start, end: c.end, attention: c.attention })
+                    .collect();
+                view.sentences = p
+                    .sentences
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|s| SentenceView {
+                        start: s.start,
+                        end: s.end,
+                        attention: s.attention,
+                        words: s
+                            .words
+                            .iter()
+                            .map(|w| WordView { start: w.start, end: w.end, attention: w.attention })
+                            .collect(),
+                    })
+                    .collect();
+            }
+        }
+        view
+    }
+}

@@ -1,0 +1,78 @@
+//! The server's settings (`longread serve`'s flags).
+
+use std::path::PathBuf;
+
+use longread_model::Precision;
+
+/// Everything that shapes a server.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct ServerConfig {
+    /// Model directory to classify with (hierarchical, single-chunk sequence or HAN; any
+    /// directory `longread train` or `longread init` writes).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub model: PathBuf,
+    /// An encoder directory (config.json, model.safetensors, tokenizer.json) that serves
+    /// POST /embed and POST /v1/embeddings (mean pooling); without it those routes answer 404.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub embedding_model: Option<PathBuf>,
+    /// Address to listen on. Keep 127.0.0.1 unless a proxy or firewall guards the port.
+    #[cfg_attr(feature = "clap", arg(long, default_value = "127.0.0.1"))]
+    pub host: String,
+    /// Port to listen on (0: any free port; the ready line names it).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 8080))]
+    pub port: u16,
+    /// Most tokens (chunks × padded length) per encoder batch; chunks of concurrent requests
+    /// share batches.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 8192))]
+    pub max_batch_tokens: usize,
+    /// Requests classified or embedded at once; more are answered 429.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 64))]
+    pub max_concurrent_requests: usize,
+    /// Most characters in one input text; longer ones are answered 413.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 2_000_000))]
+    pub max_input_chars: usize,
+    /// Most texts in one request; more are answered 413.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32))]
+    pub max_client_batch_size: usize,
+    /// Most bytes in one request body; larger bodies are answered 413.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32 * 1024 * 1024))]
+    pub max_body_bytes: usize,
+    /// Encoder precision (as for `predict`): f32, or int8 (faster on CPUs with AVX-512 VNNI or
+    /// AVX2). HAN models take f32 only.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = Precision::F32))]
+    pub precision: Precision,
+}
+
+impl ServerConfig {
+    /// The settings of a server for `model` with every default.
+    pub fn new(model: impl Into<PathBuf>) -> Self {
+        Self {
+            model: model.into(),
+            embedding_model: None,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            max_batch_tokens: 8192,
+            max_concurrent_requests: 64,
+            max_input_chars: 2_000_000,
+            max_client_batch_size: 32,
+            max_body_bytes: 32 * 1024 * 1024,
+            precision: Precision::F32,
+        }
+    }
+
+    /// Refuses settings that cannot work (zero limits).
+    pub fn validate(&self) -> Result<(), crate::ServerError> {
+        let zero = [
+            ("--max-batch-tokens", self.max_batch_tokens),
+            ("--max-concurrent-requests", self.max_concurrent_requests),
+            ("--max-input-chars", self.max_input_chars),
+            ("--max-client-batch-size", self.max_client_batch_size),
+            ("--max-body-bytes", self.max_body_bytes),
+        ];
+        match zero.iter().find(|(_, v)| *v == 0) {
+            Some((flag, _)) => Err(crate::ServerError::Config(format!("{flag} must be at least 1"))),
+            None => Ok(()),
+        }
+    }
+}

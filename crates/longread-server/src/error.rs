@@ -1,0 +1,112 @@
+//! Errors: the server's own (it could not start), and a request's, answered as
+//! `{"error": ..., "error_type": ...}` with text-embeddings-inference's status codes.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A setting that cannot work.
+    #[error("{0}")]
+    Config(String),
+    /// The address could not be bound, or serving failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// What kind of failure a request met (TEI's `error_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorType {
+    /// The request is malformed or over a limit.
+    Validation,
+    /// A text could not be tokenized or classified (empty, no words).
+    Tokenizer,
+    /// Too many requests in flight.
+    Overloaded,
+    /// The model failed while running.
+    Backend,
+    /// The model is loading or failed to load.
+    Unhealthy,
+    /// No such route or model.
+    NotFound,
+}
+
+/// The JSON body of every error.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, for people.
+    pub error: String,
+    /// Its kind.
+    pub error_type: ErrorType,
+}
+
+/// A request's failure: its status and body.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// The body.
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error_type: ErrorType, message: impl Into<String>) -> Self {
+        Self { status, body: ErrorBody { error: message.into(), error_type } }
+    }
+
+    /// 422: invalid JSON, wrong types, an empty text.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Validation, message)
+    }
+
+    /// 422: a text the model cannot read.
+    pub fn tokenizer(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, ErrorType::Tokenizer, message)
+    }
+
+    /// 413: a body, text or batch over the limits.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, ErrorType::Validation, message)
+    }
+
+    /// 400: an empty batch.
+    pub fn empty_batch() -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorType::Validation, "`inputs` must not be an empty list")
+    }
+
+    /// 429: too many requests in flight.
+    pub fn overloaded(limit: usize) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorType::Overloaded,
+            format!(
+                "the server is overloaded: {limit} requests are in flight (--max-concurrent-requests); retry later"
+            ),
+        )
+    }
+
+    /// 424: the model failed while running (TEI's backend error).
+    pub fn backend(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FAILED_DEPENDENCY, ErrorType::Backend, message)
+    }
+
+    /// 503: the model is loading or failed to load.
+    pub fn unhealthy(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, ErrorType::Unhealthy, message)
+    }
+
+    /// 404: a route or model the server does not have.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, ErrorType::NotFound, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}

@@ -1,0 +1,119 @@
+//! longread's HTTP server: whole long documents classified through one batching queue
+//! (chunks of concurrent requests share encoder batches), with longread's own route,
+//! text-embeddings-inference's and OpenAI's, health, info, Prometheus metrics, an OpenAPI
+//! document and a web page. A thin front over `longread_model::Classifier` and `Embedder`.
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod input;
+mod metrics;
+mod openapi;
+mod routes;
+mod state;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::ServerConfig;
+pub use error::{ApiError, ErrorBody, ErrorType, ServerError};
+
+use state::AppState;
+
+/// A server bound to its address, not yet serving.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+}
+
+impl Server {
+    /// Binds `config.host:config.port` (port 0: any free port).
+    pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+        config.validate()?;
+        let address = format!("{}:{}", config.host, config.port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .map_err(|e| ServerError::Io(format!("listening on {address}: {e}")))?;
+        Ok(Self { listener, state: Arc::new(AppState::new(config)) })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        self.listener.local_addr().map_err(|e| ServerError::Io(e.to_string()))
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, finishes the requests in
+    /// flight and returns. The models load in the background meanwhile (GET /health and the
+    /// model routes answer 503 until they are); `on_ready` runs once they are, with the
+    /// address. A model that fails to load stops the server the same way, with the error.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        on_ready: impl FnOnce(SocketAddr) + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let address = self.local_addr()?;
+        let state = Arc::clone(&self.state);
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
+        tokio::task::spawn_blocking(move || match state.load() {
+            Ok(()) => on_ready(address),
+            Err(message) => {
+                tracing::error!("the model failed to load: {message}");
+                let _ = failed_tx.send(message);
+            }
+        });
+        let app = routes::router(Arc::clone(&self.state));
+        let failed = Arc::new(tokio::sync::Mutex::new(None::<String>));
+        let failed_in = Arc::clone(&failed);
+        let stop = async move {
+            tokio::select! {
+                () = shutdown => {}
+                Ok(message) = failed_rx => { *failed_in.lock().await = Some(message); }
+            }
+        };
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+            .map_err(|e| ServerError::Io(format!("serving on {address}: {e}")))?;
+        let load_failure = failed.lock().await.take();
+        match load_failure {
+            Some(message) => Err(ServerError::Config(format!("the model failed to load: {message}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs a server until SIGTERM or SIGINT (Ctrl-C), on its own runtime: binds, prints
+/// nothing itself; `on_ready` runs with the address once the models are loaded. In-flight
+/// requests finish before it returns.
+pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr) + Send + 'static) -> Result<(), ServerError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("longread-http")
+        .build()
+        .map_err(|e| ServerError::Io(format!("starting the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let server = Server::bind(config).await?;
+        server.serve(termination(), on_ready).await
+    })
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn termination() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

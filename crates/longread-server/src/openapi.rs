@@ -1,0 +1,39 @@
+//! The OpenAPI document (GET /openapi.json), generated from the handlers and their types.
+
+use crate::error::{ErrorBody, ErrorType};
+use crate::routes::{classify, embed, info, page};
+
+/// Every route and schema.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "longread",
+        description = "Classifies whole long documents with hierarchical transformers and shows which parts drove the decision. TEI- and OpenAI-compatible routes included."
+    ),
+    paths(
+        classify::classify,
+        classify::predict,
+        embed::embed,
+        embed::openai_embeddings,
+        info::health,
+        info::info,
+        info::metrics,
+        info::openapi,
+        page::page,
+        page::report
+    ),
+    components(schemas(
+        ErrorBody,
+        ErrorType,
+        classify::ClassifyRequest,
+        classify::PredictRequest,
+        classify::LabelScore,
+        embed::EmbedRequest,
+        embed::OpenAiRequest,
+        embed::OpenAiResponse,
+        info::Info,
+        page::ReportRequest,
+        longread_model::Prediction
+    ))
+)]
+pub(crate) struct ApiDoc;

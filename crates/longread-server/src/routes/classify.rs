@@ -1,0 +1,159 @@
+//! POST /classify (longread's own: whole documents with their evidence) and POST /predict
+//! (text-embeddings-inference's shape). Both tokenize off the async threads, submit every
+//! document to the batching queue and wait; a client that goes away cancels its documents.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::Json;
+use longread_model::Prediction;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::error::{ApiError, ErrorBody};
+use crate::input::{parse_body, Inputs, OneOrMany};
+use crate::state::AppState;
+
+/// POST /classify's body.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClassifyRequest {
+    /// One document, or a list of documents.
+    #[schema(value_type = Object, example = json!("The whole transcript ..."))]
+    inputs: Value,
+    /// Include the chunks (or a HAN's sentences and words) with their offsets and attention.
+    #[serde(default = "yes")]
+    chunks: bool,
+}
+
+/// POST /predict's body (TEI's).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct PredictRequest {
+    /// One document, or a list of documents.
+    #[schema(value_type = Object, example = json!("The whole transcript ..."))]
+    inputs: Value,
+    /// Logits instead of probabilities.
+    #[serde(default)]
+    raw_scores: bool,
+    /// Accepted for TEI compatibility; longread never truncates (it reads every chunk).
+    #[serde(default)]
+    #[allow(dead_code)]
+    truncate: Option<bool>,
+}
+
+/// One label's score in TEI's answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct LabelScore {
+    /// The label.
+    label: String,
+    /// Its probability (or logit with `raw_scores`).
+    score: f32,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Classifies whole documents; each answer is what `longread predict` writes for the
+/// document (without its id).
+#[utoipa::path(post, path = "/classify", request_body = ClassifyRequest,
+    responses(
+        (status = 200, description = "One prediction, or a list for a list of inputs", body = Prediction),
+        (status = 400, description = "Empty batch", body = ErrorBody),
+        (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
+        (status = 422, description = "Invalid JSON, wrong types, an empty or unreadable text", body = ErrorBody),
+        (status = 429, description = "Too many requests in flight", body = ErrorBody),
+        (status = 503, description = "The model is loading or failed to load", body = ErrorBody),
+    ))]
+pub(crate) async fn classify(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<OneOrMany<Prediction>>, ApiError> {
+    let request: ClassifyRequest = parse_body(&body)?;
+    let inputs = Inputs::from_value(request.inputs, "inputs")?;
+    let mut predictions = classify_inputs(&state, &inputs).await?;
+    if !request.chunks {
+        for p in &mut predictions {
+            (p.chunks, p.sentences) = (None, None);
+        }
+    }
+    Ok(Json(inputs.shape(predictions)))
+}
+
+/// Classifies whole documents and answers as TEI does: every label with its score, highest
+/// first (a list of such lists for a list of inputs).
+#[utoipa::path(post, path = "/predict", request_body = PredictRequest,
+    responses(
+        (status = 200, description = "Labels by score, highest first", body = Vec<LabelScore>),
+        (status = 400, description = "Empty batch", body = ErrorBody),
+        (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
+        (status = 422, description = "Invalid JSON, wrong types, an empty or unreadable text", body = ErrorBody),
+        (status = 429, description = "Too many requests in flight", body = ErrorBody),
+        (status = 503, description = "The model is loading or failed to load", body = ErrorBody),
+    ))]
+pub(crate) async fn predict(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<OneOrMany<Vec<LabelScore>>>, ApiError> {
+    let request: PredictRequest = parse_body(&body)?;
+    let inputs = Inputs::from_value(request.inputs, "inputs")?;
+    let predictions = classify_inputs(&state, &inputs).await?;
+    let ranked: Vec<Vec<LabelScore>> = predictions.iter().map(|p| ranked(p, request.raw_scores)).collect();
+    Ok(Json(inputs.shape(ranked)))
+}
+
+/// Every label with its probability (or logit), highest first.
+fn ranked(p: &Prediction, raw: bool) -> Vec<LabelScore> {
+    let values = if raw { &p.logits } else { &p.scores.probabilities };
+    let mut scores: Vec<LabelScore> =
+        p.scores.labels.iter().zip(values).map(|(label, &score)| LabelScore { label: label.clone(), score }).collect();
+    scores.sort_by(|a, b| b.score.total_cmp(&a.score));
+    scores
+}
+
+/// Checks, tokenizes and classifies the texts of `inputs` through the queue; the first
+/// document that cannot be classified fails the request with 422 naming it.
+pub(crate) async fn classify_inputs(state: &Arc<AppState>, inputs: &Inputs) -> Result<Vec<Prediction>, ApiError> {
+    let loaded = state.loaded()?;
+    let _in_flight = state.admit()?;
+    let cfg = &state.config;
+    let texts: Vec<String> = inputs
+        .texts("inputs", cfg.max_client_batch_size, cfg.max_input_chars)?
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+
+    let started = Instant::now();
+    let classifier = Arc::clone(&loaded.classifier);
+    let prepared = tokio::task::spawn_blocking(move || texts.iter().map(|t| classifier.prepare(t)).collect::<Vec<_>>())
+        .await
+        .map_err(|e| ApiError::backend(format!("tokenizing: {e}")))?;
+    state.metrics.tokenize_seconds.observe(started.elapsed().as_secs_f64());
+
+    let mut waiting = Vec::with_capacity(prepared.len());
+    // Dropped with this future: a client that disconnects cancels what is left of its documents.
+    let mut guards = Vec::with_capacity(prepared.len());
+    for (i, doc) in prepared.into_iter().enumerate() {
+        let doc = doc.map_err(|e| ApiError::tokenizer(format!("{}: {}", inputs.name("inputs", i), e.message)))?;
+        let (units, tokens) = (doc.units(), doc.tokens());
+        let (tx, rx) = oneshot::channel();
+        guards.push(loaded.queue.submit(doc, move |outcome, timings| {
+            let _ = tx.send((outcome, timings));
+        }));
+        waiting.push((rx, units, tokens));
+    }
+    let mut predictions = Vec::with_capacity(waiting.len());
+    for (i, (rx, units, tokens)) in waiting.into_iter().enumerate() {
+        let (outcome, timings) = rx.await.map_err(|_| ApiError::backend("the inference worker stopped"))?;
+        let result = outcome.map_err(ApiError::backend)?;
+        let prediction =
+            result.map_err(|e| ApiError::tokenizer(format!("{}: {}", inputs.name("inputs", i), e.message)))?;
+        state.metrics.document(&timings, units, tokens);
+        predictions.push(prediction);
+    }
+    drop(guards);
+    Ok(predictions)
+}

@@ -1,0 +1,160 @@
+//! POST /embed (text-embeddings-inference's shape) and POST /v1/embeddings (OpenAI's), served
+//! by `--embedding-model`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::Json;
+use longread_model::embedder::Embeddings;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ApiError, ErrorBody};
+use crate::input::{parse_body, Inputs};
+use crate::state::AppState;
+
+/// Texts per encoder batch when embedding.
+const EMBED_BATCH: usize = 32;
+
+/// POST /embed's body (TEI's).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct EmbedRequest {
+    /// One text, or a list of texts.
+    #[schema(value_type = Object, example = json!("What is deep learning?"))]
+    inputs: Value,
+    /// Scale each vector to unit length.
+    #[serde(default = "yes")]
+    normalize: bool,
+    /// Accepted for TEI compatibility; texts longer than the model's positions are truncated.
+    #[serde(default)]
+    #[allow(dead_code)]
+    truncate: Option<bool>,
+}
+
+/// POST /v1/embeddings' body (OpenAI's).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub(crate) struct OpenAiRequest {
+    /// One text, or a list of texts.
+    #[schema(value_type = Object, example = json!(["What is deep learning?"]))]
+    input: Value,
+    /// Echoed back; the server has one embedding model.
+    #[serde(default)]
+    model: Option<String>,
+    /// Only "float" is supported.
+    #[serde(default)]
+    encoding_format: Option<String>,
+}
+
+/// One vector in OpenAI's answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct OpenAiEmbedding {
+    object: &'static str,
+    embedding: Vec<f32>,
+    index: usize,
+}
+
+/// Token counts in OpenAI's answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
+}
+
+/// OpenAI's answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct OpenAiResponse {
+    object: &'static str,
+    data: Vec<OpenAiEmbedding>,
+    model: String,
+    usage: Usage,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Sentence embeddings (mean pooling), one vector per text, as TEI answers.
+#[utoipa::path(post, path = "/embed", request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "One vector per text", body = Vec<Vec<f32>>),
+        (status = 404, description = "No --embedding-model", body = ErrorBody),
+        (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
+        (status = 422, description = "Invalid JSON, wrong types, an empty text", body = ErrorBody),
+        (status = 429, description = "Too many requests in flight", body = ErrorBody),
+    ))]
+pub(crate) async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Json<Vec<Vec<f32>>>, ApiError> {
+    let request: EmbedRequest = parse_body(&body)?;
+    let inputs = Inputs::from_value(request.inputs, "inputs")?;
+    let embeddings = embed_inputs(&state, &inputs, "inputs", request.normalize).await?;
+    Ok(Json(embeddings.vectors))
+}
+
+/// Sentence embeddings as OpenAI's embeddings API answers (unit length).
+#[utoipa::path(post, path = "/v1/embeddings", request_body = OpenAiRequest,
+    responses(
+        (status = 200, description = "One embedding per text", body = OpenAiResponse),
+        (status = 404, description = "No --embedding-model", body = ErrorBody),
+        (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
+        (status = 422, description = "Invalid JSON, wrong types, an empty text", body = ErrorBody),
+        (status = 429, description = "Too many requests in flight", body = ErrorBody),
+    ))]
+pub(crate) async fn openai_embeddings(
+    State(state): State<Arc<AppState>>,
+    body: Bytes,
+) -> Result<Json<OpenAiResponse>, ApiError> {
+    let request: OpenAiRequest = parse_body(&body)?;
+    if request.encoding_format.as_deref().is_some_and(|f| f != "float") {
+        return Err(ApiError::invalid("`encoding_format` must be \"float\""));
+    }
+    let inputs = Inputs::from_value(request.input, "input")?;
+    let embeddings = embed_inputs(&state, &inputs, "input", true).await?;
+    let tokens: usize = embeddings.token_counts.iter().sum();
+    let data = embeddings
+        .vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, embedding)| OpenAiEmbedding { object: "embedding", embedding, index })
+        .collect();
+    let model = request.model.unwrap_or_else(|| model_id(&state));
+    Ok(Json(OpenAiResponse {
+        object: "list",
+        data,
+        model,
+        usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
+    }))
+}
+
+/// The embedding model's name: its directory's.
+fn model_id(state: &AppState) -> String {
+    let dir = state.config.embedding_model.as_deref().unwrap_or(std::path::Path::new(""));
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Checks and embeds the texts of `inputs` off the async threads.
+async fn embed_inputs(
+    state: &Arc<AppState>,
+    inputs: &Inputs,
+    field: &str,
+    normalize: bool,
+) -> Result<Embeddings, ApiError> {
+    let loaded = state.loaded()?;
+    let Some(embedder) = loaded.embedder.as_ref().map(Arc::clone) else {
+        return Err(ApiError::not_found("this server has no embedding model (start it with --embedding-model DIR)"));
+    };
+    let _in_flight = state.admit()?;
+    let cfg = &state.config;
+    let texts: Vec<String> =
+        inputs.texts(field, cfg.max_client_batch_size, cfg.max_input_chars)?.into_iter().map(str::to_owned).collect();
+    let mut embeddings = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        embedder.embed(&refs, EMBED_BATCH, |_| {})
+    })
+    .await
+    .map_err(|e| ApiError::backend(format!("embedding: {e}")))?
+    .map_err(|e| ApiError::backend(format!("embedding: {e}")))?;
+    if normalize {
+        embeddings.normalize();
+    }
+    Ok(embeddings)
+}

@@ -1,0 +1,68 @@
+//! The routes, and the layer that counts and times every request.
+
+pub(crate) mod classify;
+pub(crate) mod embed;
+pub(crate) mod info;
+pub(crate) mod page;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::limit::RequestBodyLimitLayer;
+
+use crate::error::ApiError;
+use crate::metrics::{Route, RouteStatus};
+use crate::state::AppState;
+
+/// Every route over `state`, with the body limit and the metrics layer.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/", get(page::page))
+        .route("/report", post(page::report))
+        .route("/classify", post(classify::classify))
+        .route("/predict", post(classify::predict))
+        .route("/embed", post(embed::embed))
+        .route("/v1/embeddings", post(embed::openai_embeddings))
+        .route("/health", get(info::health))
+        .route("/info", get(info::info))
+        .route("/metrics", get(info::metrics))
+        .route("/openapi.json", get(info::openapi))
+        .fallback(not_found)
+        // The last layer is the outermost: the limit's 413s are reshaped, then counted.
+        .layer(RequestBodyLimitLayer::new(limit))
+        .layer(axum::middleware::map_response(too_large_as_json))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), track))
+        .with_state(state)
+}
+
+/// 404 in the errors' shape.
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; GET /openapi.json lists them")
+}
+
+/// The body limit's bare 413 in the errors' shape.
+async fn too_large_as_json(response: Response) -> Response {
+    let is_json = response.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
+        return ApiError::too_large("the request body is over the limit (--max-body-bytes)").into_response();
+    }
+    response
+}
+
+/// Counts every request by route and status and times it.
+async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let metrics = &state.metrics;
+    metrics.requests.get_or_create(&RouteStatus { route: route.clone(), status: response.status().as_u16() }).inc();
+    metrics.request_seconds.get_or_create(&Route { route }).observe(started.elapsed().as_secs_f64());
+    response
+}

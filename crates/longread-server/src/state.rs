@@ -1,0 +1,115 @@
+//! What every request handler shares: the settings, the loaded models (or why they are not
+//! loaded yet), the requests in flight and the metrics.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use longread_model::classifier::queue::BatchQueue;
+use longread_model::{Classifier, ClassifierOptions, Embedder, EmbedderOptions};
+
+use crate::config::ServerConfig;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+/// The models once loaded.
+pub(crate) struct Loaded {
+    pub(crate) classifier: Arc<Classifier>,
+    pub(crate) queue: BatchQueue,
+    pub(crate) embedder: Option<Arc<Embedder>>,
+    /// The model as `longread inspect --json` shows it.
+    pub(crate) summary: serde_json::Value,
+}
+
+/// The server's shared state.
+pub(crate) struct AppState {
+    pub(crate) config: ServerConfig,
+    loaded: OnceLock<Loaded>,
+    load_error: Mutex<Option<String>>,
+    in_flight: AtomicUsize,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    pub(crate) fn new(config: ServerConfig) -> Self {
+        Self {
+            config,
+            loaded: OnceLock::new(),
+            load_error: Mutex::new(None),
+            in_flight: AtomicUsize::new(0),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// Loads the models (blocking: run it off the async threads); a failure is kept for
+    /// /health and the routes, and returned.
+    pub(crate) fn load(&self) -> Result<(), String> {
+        let result = load_models(&self.config, &self.metrics);
+        match result {
+            Ok(loaded) => {
+                let _ = self.loaded.set(loaded);
+                Ok(())
+            }
+            Err(message) => {
+                *self.load_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
+                Err(message)
+            }
+        }
+    }
+
+    /// The models, or 503 while they load or after they failed to.
+    pub(crate) fn loaded(&self) -> Result<&Loaded, ApiError> {
+        if let Some(loaded) = self.loaded.get() {
+            if !loaded.queue.is_running() {
+                return Err(ApiError::unhealthy("the inference worker stopped"));
+            }
+            return Ok(loaded);
+        }
+        match self.load_error.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(message) => Err(ApiError::unhealthy(format!("the model failed to load: {message}"))),
+            None => Err(ApiError::unhealthy("the model is loading")),
+        }
+    }
+
+    /// Counts a classify or embed request in flight until the guard drops; 429 when
+    /// `--max-concurrent-requests` are already.
+    pub(crate) fn admit(self: &Arc<Self>) -> Result<InFlight, ApiError> {
+        let limit = self.config.max_concurrent_requests;
+        let before = self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if before >= limit {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::overloaded(limit));
+        }
+        self.metrics.in_flight.inc();
+        Ok(InFlight(Arc::clone(self)))
+    }
+}
+
+/// A request in flight (see [`AppState::admit`]).
+pub(crate) struct InFlight(Arc<AppState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.metrics.in_flight.dec();
+    }
+}
+
+/// Loads the classifier (with its batching queue) and the embedder.
+fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, String> {
+    let options = ClassifierOptions { precision: config.precision, max_batch_tokens: config.max_batch_tokens };
+    let classifier =
+        Classifier::load(&config.model, options).map_err(|e| format!("{}: {e}", config.model.display()))?;
+    let classifier = Arc::new(classifier);
+    let summary =
+        longread_model::summary::summarize(&config.model).map_err(|e| format!("{}: {e}", config.model.display()))?;
+    let embedder = match &config.embedding_model {
+        None => None,
+        Some(dir) => {
+            let options = EmbedderOptions { normalize: false, ..EmbedderOptions::default() };
+            Some(Arc::new(Embedder::open(dir, options).map_err(|e| format!("{}: {e}", dir.display()))?))
+        }
+    };
+    let batches = Arc::clone(metrics);
+    let queue = BatchQueue::start(Arc::clone(&classifier), move |stats| batches.batch(stats));
+    Ok(Loaded { classifier, queue, embedder, summary: summary.json })
+}

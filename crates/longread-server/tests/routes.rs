@@ -1,0 +1,190 @@
+//! Every route and error code of a real server on 127.0.0.1, with a real HTTP client.
+
+mod common;
+
+use common::{documents, fixture, max_diff, minilm, numbers, TestServer};
+use longread_model::{Classifier, ClassifierOptions, Embedder, EmbedderOptions};
+use longread_server::ServerConfig;
+use serde_json::json;
+
+fn hierarchical() -> ServerConfig {
+    ServerConfig { max_batch_tokens: 128, ..ServerConfig::new(fixture("hier/trained-bert-attention")) }
+}
+
+#[test]
+fn classify_answers_what_the_library_answers_for_every_model_kind() {
+    for model in ["hier/trained-bert-attention", "hier/trained-multitask", "han"] {
+        let server = TestServer::start(ServerConfig::new(fixture(model)));
+        let classifier = Classifier::load(&fixture(model), ClassifierOptions::default()).unwrap();
+        let docs = documents();
+        let (status, body) = server.post_json("/classify", &json!({ "inputs": docs }));
+        assert_eq!(status, 200, "{model}: {body}");
+        let served = body.as_array().unwrap();
+        assert_eq!(served.len(), docs.len());
+        for (text, served) in docs.iter().zip(served) {
+            let alone = classifier.classify(&[text]).unwrap().remove(0).unwrap();
+            let expected = serde_json::to_value(&alone).unwrap();
+            assert_eq!(served["label"], expected["label"], "{model}");
+            assert!(max_diff(&numbers(&served["logits"]), &numbers(&expected["logits"])) <= 1e-6);
+            let evidence = if model == "han" { "sentences" } else { "chunks" };
+            let attention = |v: &serde_json::Value| -> Vec<f64> {
+                v[evidence].as_array().unwrap().iter().map(|c| c["attention"].as_f64().unwrap()).collect()
+            };
+            assert!(max_diff(&attention(served), &attention(&expected)) <= 1e-6, "{model}");
+            assert_eq!(served.get("tasks").is_some(), model.contains("multitask"));
+        }
+        // One text gives one object; chunks: false leaves the evidence out.
+        let (status, one) = server.post_json("/classify", &json!({ "inputs": docs[0], "chunks": false }));
+        assert_eq!(status, 200);
+        assert!(one.is_object() && one.get("chunks").is_none() && one.get("sentences").is_none(), "{one}");
+    }
+}
+
+#[test]
+fn predict_answers_as_tei_sorted_by_score() {
+    let server = TestServer::start(hierarchical());
+    let (status, one) = server.post_json("/predict", &json!({ "inputs": "The committee met on Tuesday." }));
+    assert_eq!(status, 200);
+    let scores: Vec<f64> = one.as_array().unwrap().iter().map(|s| s["score"].as_f64().unwrap()).collect();
+    assert_eq!(scores.len(), 3);
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{one}");
+    assert!((scores.iter().sum::<f64>() - 1.0).abs() < 1e-5);
+    let (_, classified) = server.post_json("/classify", &json!({ "inputs": "The committee met on Tuesday." }));
+    assert_eq!(one[0]["label"], classified["label"]);
+    let (_, raw) =
+        server.post_json("/predict", &json!({ "inputs": ["a b c", "The committee met."], "raw_scores": true }));
+    let raw = raw.as_array().unwrap();
+    assert_eq!(raw.len(), 2);
+    assert!(raw[0].as_array().unwrap().iter().map(|s| s["score"].as_f64().unwrap()).sum::<f64>().abs() > 1e-9);
+}
+
+#[test]
+fn bad_requests_get_tei_codes_and_the_server_goes_on() {
+    let config =
+        ServerConfig { max_client_batch_size: 3, max_input_chars: 500, max_body_bytes: 4096, ..hierarchical() };
+    let server = TestServer::start(config);
+    let error = |path: &str, body: &str| -> (u16, String, String) {
+        let (status, text) = server.post(path, body);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status}: {text}"));
+        (status, v["error"].as_str().unwrap().to_owned(), v["error_type"].as_str().unwrap().to_owned())
+    };
+    let cases: [(&str, &str, u16, &str, &str); 10] = [
+        ("/classify", "not json", 422, "validation", "not valid"),
+        ("/classify", "", 422, "validation", "empty"),
+        ("/classify", r#"{"inputs": 3}"#, 422, "validation", "must be a string or a list of strings, not a number"),
+        ("/classify", r#"{"inputs": ["a", null]}"#, 422, "validation", "`inputs[1]` must be a string"),
+        ("/classify", r#"{"text": "a"}"#, 422, "validation", "unknown field"),
+        ("/classify", r#"{"inputs": []}"#, 400, "validation", "empty list"),
+        ("/classify", r#"{"inputs": ["ok", "  "]}"#, 422, "validation", "`inputs[1]` is empty"),
+        ("/classify", r#"{"inputs": ["a", "b", "c", "d"]}"#, 413, "validation", "at most 3"),
+        ("/predict", &format!(r#"{{"inputs": "{}"}}"#, "word ".repeat(120)), 413, "validation", "at most 500"),
+        ("/embed", r#"{"inputs": "a"}"#, 404, "not_found", "--embedding-model"),
+    ];
+    for (path, body, code, kind, needle) in cases {
+        let (status, message, error_type) = error(path, body);
+        assert_eq!((status, error_type.as_str()), (code, kind), "{path} {body}: {message}");
+        assert!(message.contains(needle), "{path} {body}: {message}");
+    }
+    let (status, message, _) = error("/classify", &format!(r#"{{"inputs": "{}"}}"#, "x".repeat(5000)));
+    assert_eq!(status, 413, "{message}");
+    assert!(message.contains("--max-body-bytes"), "{message}");
+    let (status, _) = server.get("/no-such-route");
+    assert_eq!(status, 404);
+    let (status, ok) = server.post_json("/classify", &json!({ "inputs": "Still serving." }));
+    assert_eq!(status, 200, "{ok}");
+}
+
+#[test]
+fn health_info_metrics_openapi_and_the_page() {
+    let server = TestServer::start(hierarchical());
+    assert_eq!(server.get("/health").0, 200);
+    let (status, info) = server.get("/info");
+    assert_eq!(status, 200);
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["labels"], json!(["general", "teen", "mature"]));
+    assert_eq!(info["evidence_unit"], "chunk");
+    assert_eq!(info["limits"]["max_batch_tokens"], 128);
+    assert!(info["model"]["longread"].is_object() || info["model"].is_object(), "{info}");
+
+    server.post_json("/classify", &json!({ "inputs": documents() }));
+    server.post("/classify", "{}");
+    let (status, metrics) = server.get("/metrics");
+    assert_eq!(status, 200);
+    for line in [
+        "longread_requests_total{route=\"/classify\",status=\"200\"} 1",
+        "longread_requests_total{route=\"/classify\",status=\"422\"} 1",
+        &format!("longread_documents_total {}", documents().len()),
+        "longread_queue_duration_seconds_count",
+        "longread_inference_duration_seconds_count",
+        "longread_tokenize_duration_seconds_count 1",
+        "longread_batch_units_count",
+        "longread_queue_documents 0",
+        "longread_queue_units 0",
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+    let chunks = metrics.lines().find(|l| l.starts_with("longread_chunks_total ")).unwrap();
+    assert!(chunks.split(' ').nth(1).unwrap().parse::<u64>().unwrap() >= documents().len() as u64);
+
+    let (status, openapi) = server.get("/openapi.json");
+    assert_eq!(status, 200);
+    let openapi: serde_json::Value = serde_json::from_str(&openapi).unwrap();
+    for path in ["/classify", "/predict", "/embed", "/v1/embeddings", "/health", "/info", "/metrics", "/", "/report"] {
+        assert!(openapi["paths"][path].is_object(), "{path} missing from openapi.json");
+    }
+    assert!(openapi["components"]["schemas"]["Prediction"].is_object());
+
+    let (status, page) = server.get("/");
+    assert_eq!(status, 200);
+    assert!(page.contains("<textarea") && page.contains("fetch('report'"));
+    assert!(!page.contains("http://") && !page.contains("https://"), "the page loads nothing from elsewhere");
+    let (status, report) = server.post("/report", &json!({ "inputs": documents()[2] }).to_string());
+    assert_eq!(status, 200);
+    let (_, classified) = server.post_json("/classify", &json!({ "inputs": documents()[2] }));
+    assert!(report.contains(classified["label"].as_str().unwrap()), "the report names the label");
+}
+
+#[test]
+fn embeddings_as_tei_and_openai_answer_them() {
+    let Some(minilm) = minilm() else { return };
+    let config = ServerConfig { embedding_model: Some(minilm.clone()), ..hierarchical() };
+    let server = TestServer::start(config);
+    let texts = ["What is deep learning?", "The committee met on Tuesday."];
+    let embedder = Embedder::open(&minilm, EmbedderOptions { normalize: true, ..EmbedderOptions::default() }).unwrap();
+    let expected = embedder.embed(&texts, 8, |_| {}).unwrap();
+
+    let (status, tei) = server.post_json("/embed", &json!({ "inputs": texts }));
+    assert_eq!(status, 200, "{tei}");
+    let tei = tei.as_array().unwrap();
+    assert_eq!(tei.len(), 2);
+    for (served, want) in tei.iter().zip(&expected.vectors) {
+        let want: Vec<f64> = want.iter().map(|&x| x as f64).collect();
+        assert!(max_diff(&numbers(served), &want) <= 1e-5);
+    }
+    let (_, raw) = server.post_json("/embed", &json!({ "inputs": texts[0], "normalize": false }));
+    let norm = numbers(&raw[0]).iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() > 1e-3, "normalize: false keeps the length ({norm})");
+
+    let (status, openai) = server.post_json("/v1/embeddings", &json!({ "input": texts, "model": "minilm" }));
+    assert_eq!(status, 200, "{openai}");
+    assert_eq!(openai["object"], "list");
+    assert_eq!(openai["model"], "minilm");
+    assert_eq!(openai["data"][1]["index"], 1);
+    assert_eq!(openai["data"][1]["object"], "embedding");
+    assert_eq!(numbers(&openai["data"][0]["embedding"]), numbers(&tei[0]));
+    let tokens: usize = expected.token_counts.iter().sum();
+    assert_eq!(openai["usage"]["prompt_tokens"], tokens);
+    assert_eq!(openai["usage"]["total_tokens"], tokens);
+}
+
+#[test]
+fn a_missing_model_stops_the_server_with_the_reason() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let result = runtime.block_on(async {
+        let config = ServerConfig { port: 0, ..ServerConfig::new("/no/such/model") };
+        let server = longread_server::Server::bind(config).await.unwrap();
+        server.serve(std::future::pending(), |_| panic!("a missing model is never ready")).await
+    });
+    let message = result.unwrap_err().to_string();
+    assert!(message.contains("/no/such/model"), "{message}");
+}
