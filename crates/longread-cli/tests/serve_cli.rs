@@ -1,0 +1,216 @@
+//! `longread serve` as a user runs it: the real binary on 127.0.0.1 (port 0), real HTTP
+//! clients. 32 concurrent clients get what `longread predict` writes; over
+//! --max-concurrent-requests the server answers 429 and goes on; SIGTERM lets the request in
+//! flight finish; a client that goes away cancels its document's remaining chunks.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{fixture, json_lines, longread};
+use serde_json::{json, Value};
+
+/// A `longread serve` process; killed when dropped.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_longread"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}"));
+        Self { url: url.to_owned(), child }
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        post(&self.url, path, body, None).unwrap()
+    }
+
+    /// A metric's value from /metrics.
+    fn metric(&self, name: &str) -> f64 {
+        let text = ureq::get(&format!("{}/metrics", self.url)).call().unwrap().into_string().unwrap();
+        let line = text.lines().find(|l| l.split(' ').next() == Some(name)).unwrap_or_else(|| panic!("no {name}"));
+        line.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Waits until `name` reaches `value`.
+    fn wait_for(&self, name: &str, value: f64) {
+        self.wait_until(name, |v| v == value);
+    }
+
+    /// Waits until `name`'s value passes `test`.
+    fn wait_until(&self, name: &str, test: impl Fn(f64) -> bool) {
+        let started = Instant::now();
+        while !test(self.metric(name)) {
+            assert!(started.elapsed() < Duration::from_secs(60), "{name} never got there");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// POSTs JSON: status and JSON body; `Err` when the request itself failed (e.g. timed out).
+fn post(url: &str, path: &str, body: &Value, timeout: Option<Duration>) -> Result<(u16, Value), String> {
+    let mut request = ureq::post(&format!("{url}{path}"));
+    if let Some(t) = timeout {
+        request = request.timeout(t);
+    }
+    match request.send_json(body.clone()) {
+        Ok(r) => Ok((r.status(), r.into_json().unwrap())),
+        Err(ureq::Error::Status(code, r)) => Ok((code, r.into_json().unwrap())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+/// A classifier on the tiny encoder that reads up to 100,000 chunks of 16 tokens: long
+/// documents take it seconds (with one chunk per batch).
+fn slow_model(dir: &std::path::Path) -> String {
+    let out = dir.join("slow");
+    let tiny = fixture("tiny-bert");
+    let made = longread(&[
+        "init",
+        "--encoder",
+        tiny.to_str().unwrap(),
+        "--labels",
+        "a,b",
+        "--out",
+        out.to_str().unwrap(),
+        "--max-chunks",
+        "100000",
+        "--chunk-size",
+        "16",
+        "--stride",
+        "0",
+    ]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    out.to_str().unwrap().to_owned()
+}
+
+/// A document of `words` words.
+fn long_text(words: usize) -> String {
+    (0..words).map(|i| format!("word{}", i % 50)).collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn thirty_two_concurrent_clients_get_what_predict_writes() {
+    let model = fixture("hier/trained-bert-attention");
+    let documents = fixture("hier/documents.jsonl");
+    let predicted = longread(&["predict", "--model", model.to_str().unwrap(), "--input", documents.to_str().unwrap()]);
+    assert!(predicted.status.success());
+    let expected = json_lines(&predicted.stdout);
+    let texts: Vec<String> = json_lines(&std::fs::read(&documents).unwrap())
+        .iter()
+        .map(|d| d["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(expected.len(), texts.len());
+    let served = Served::start(&["--model", model.to_str().unwrap(), "--max-batch-tokens", "64"]);
+    let clients: Vec<_> = (0..32)
+        .map(|c| {
+            let (url, text) = (served.url.clone(), texts[c % texts.len()].clone());
+            std::thread::spawn(move || (c, post(&url, "/classify", &json!({ "inputs": text }), None).unwrap()))
+        })
+        .collect();
+    for client in clients {
+        let (c, (status, got)) = client.join().unwrap();
+        assert_eq!(status, 200, "{got}");
+        let want = &expected[c % texts.len()];
+        assert_eq!(got["label"], want["label"]);
+        assert!(max_diff(&numbers(&got["logits"]), &numbers(&want["logits"])) <= 1e-6);
+        let (got_chunks, want_chunks) = (got["chunks"].as_array().unwrap(), want["chunks"].as_array().unwrap());
+        assert_eq!(got_chunks.len(), want_chunks.len());
+        for (g, w) in got_chunks.iter().zip(want_chunks) {
+            assert_eq!((&g["start"], &g["end"], &g["index"]), (&w["start"], &w["end"], &w["index"]));
+            assert!((g["attention"].as_f64().unwrap() - w["attention"].as_f64().unwrap()).abs() <= 1e-6);
+        }
+        for (label, p) in want["scores"].as_object().unwrap() {
+            assert!((got["scores"][label].as_f64().unwrap() - p.as_f64().unwrap()).abs() <= 1e-6);
+        }
+    }
+}
+
+#[test]
+fn over_the_limit_is_429_and_the_server_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = slow_model(tmp.path());
+    let served = Served::start(&["--model", &model, "--max-batch-tokens", "16", "--max-concurrent-requests", "1"]);
+    let url = served.url.clone();
+    let slow = std::thread::spawn(move || post(&url, "/predict", &json!({ "inputs": long_text(40_000) }), None));
+    served.wait_for("longread_requests_in_flight", 1.0);
+    let (status, body) = served.post("/predict", &json!({ "inputs": "short" }));
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error_type"], "overloaded");
+    let (status, _) = slow.join().unwrap().unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = served.post("/predict", &json!({ "inputs": "short" }));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn sigterm_lets_the_request_in_flight_finish() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = slow_model(tmp.path());
+    let mut served = Served::start(&["--model", &model, "--max-batch-tokens", "16"]);
+    let url = served.url.clone();
+    let slow = std::thread::spawn(move || post(&url, "/predict", &json!({ "inputs": long_text(40_000) }), None));
+    served.wait_for("longread_requests_in_flight", 1.0);
+    let killed = Command::new("kill").args(["-TERM", &served.child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let (status, body) = slow.join().unwrap().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.as_array().unwrap().len(), 2);
+    let started = Instant::now();
+    let exit = loop {
+        if let Some(status) = served.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the server did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_remaining_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = slow_model(tmp.path());
+    let served = Served::start(&["--model", &model, "--max-batch-tokens", "16"]);
+    // 200,000 tokens: about 14,000 chunks, several seconds of work.
+    let url = served.url.clone();
+    let client = std::thread::spawn(move || {
+        post(&url, "/predict", &json!({ "inputs": long_text(200_000) }), Some(Duration::from_secs(3)))
+    });
+    served.wait_until("longread_queue_units", |units| units > 0.0);
+    assert!(client.join().unwrap().is_err(), "the client gave up");
+    served.wait_for("longread_queue_documents", 0.0);
+    let encoded = served.metric("longread_batch_units_sum");
+    assert!(encoded < 12_000.0, "{encoded} chunks encoded for a cancelled document");
+    assert_eq!(served.metric("longread_documents_total"), 0.0);
+    let (status, _) = served.post("/predict", &json!({ "inputs": "still serving" }));
+    assert_eq!(status, 200);
+}
