@@ -113,3 +113,29 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
     let queue = BatchQueue::start(Arc::clone(&classifier), move |stats| batches.batch(stats));
     Ok(Loaded { classifier, queue, embedder, summary: summary.json })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unhealthy_while_loading_and_after_a_failed_load() {
+        let state = Arc::new(AppState::new(ServerConfig::new("/no/such/model")));
+        let loading = state.loaded().err().unwrap();
+        assert_eq!((loading.status.as_u16(), loading.body.error.as_str()), (503, "the model is loading"));
+        assert!(state.load().is_err());
+        let failed = state.loaded().err().unwrap();
+        assert_eq!(failed.status.as_u16(), 503);
+        assert!(failed.body.error.contains("failed to load") && failed.body.error.contains("/no/such/model"));
+    }
+
+    #[test]
+    fn requests_over_the_limit_are_refused_until_one_ends() {
+        let config = ServerConfig { max_concurrent_requests: 2, ..ServerConfig::new("m") };
+        let state = Arc::new(AppState::new(config));
+        let (a, _b) = (state.admit().ok().unwrap(), state.admit().ok().unwrap());
+        assert_eq!(state.admit().err().unwrap().status.as_u16(), 429);
+        drop(a);
+        assert!(state.admit().is_ok());
+    }
+}

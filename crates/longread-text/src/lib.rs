@@ -9,6 +9,7 @@ pub mod error;
 pub mod jsonl;
 pub mod labelled;
 pub mod mlm;
+pub mod shard;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod tokenizer_training;
@@ -23,5 +24,6 @@ pub use labelled::{
     labels_from_column, labels_from_data, read_labelled, read_labelled_columns, resolve_column, resolve_labels,
     stratified_split, Example, LabelValue,
 };
+pub use shard::Shard;
 pub use tokenizer::{pad_batch, Encoded, TextTokenizer};
 pub use tokenizer_training::{read_corpus, train_tokenizer, TokenizerKind, TokenizerTraining};

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use longread_model::classifier::{DocResult, PredictionLine};
 use longread_model::{Classifier, ClassifierOptions, Precision};
-use longread_text::{read_documents, Document};
+use longread_text::{read_documents, Document, Shard};
 use serde_json::Value;
 
 use crate::io::Output;
@@ -44,6 +44,11 @@ pub struct PredictArgs {
     /// others are classified (exit code 2).
     #[arg(long)]
     pub strict: bool,
+    /// Classify only shard I of N (0-based, e.g. 0/3): the documents whose JSON-lines line
+    /// number (or place among a directory's files) minus one is I modulo N. The N shards
+    /// together hold every document once; for job arrays (Kubernetes indexed jobs, Slurm).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
 }
 
 /// Output formats.
@@ -76,7 +81,10 @@ pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
 /// Runs `longread predict`; returns the number of documents that failed.
 pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
     let classifier = load(&args.model, args.max_batch_tokens, args.precision)?;
-    let documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
+    let mut documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
+    if let Some(shard) = args.shard {
+        documents = shard.select(documents);
+    }
     let progress = progress_bar(documents.len(), quiet);
     let mut out = Output::create(args.output.as_deref())?;
     let mut failed = 0;

@@ -79,7 +79,8 @@ impl Classifier {
         }
     }
 
-    /// Encodes units of several documents in one batch, an output per unit in order.
+    /// Encodes units of several documents in one batch (split by length: see
+    /// [`similar_lengths`]), an output per unit in order.
     ///
     /// # Shapes
     /// `units`: (document, unit index) pairs → one output per pair
@@ -87,12 +88,19 @@ impl Classifier {
         match &self.model {
             Model::Encoder { model, .. } => {
                 let seqs = units.iter().map(|(d, u)| chunk_ids(d, *u)).collect::<Result<Vec<&[u32]>>>()?;
-                let (ids, mask, seq) = pad_batch(&seqs, model.config().encoder.pad_token_id);
-                let n = seqs.len();
-                let ids = Tensor::from_vec(ids, (n, seq), &Device::Cpu)?;
-                let mask = Tensor::from_vec(mask, (n, seq), &Device::Cpu)?;
-                let vectors = model.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
-                (0..n).map(|row| Ok(UnitOutput(Output::Vector(vectors.get(row)?)))).collect()
+                let mut outputs: Vec<Option<UnitOutput>> = (0..seqs.len()).map(|_| None).collect();
+                for group in similar_lengths(&seqs) {
+                    let chosen: Vec<&[u32]> = group.iter().map(|&i| seqs[i]).collect();
+                    let (ids, mask, seq) = pad_batch(&chosen, model.config().encoder.pad_token_id);
+                    let n = chosen.len();
+                    let ids = Tensor::from_vec(ids, (n, seq), &Device::Cpu)?;
+                    let mask = Tensor::from_vec(mask, (n, seq), &Device::Cpu)?;
+                    let vectors = model.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
+                    for (row, &i) in group.iter().enumerate() {
+                        outputs[i] = Some(UnitOutput(Output::Vector(vectors.get(row)?)));
+                    }
+                }
+                Ok(outputs.into_iter().map(|o| o.expect("every unit is in a group")).collect())
             }
             Model::Han(model) => {
                 let docs: Vec<longread_text::Document> = units
@@ -128,6 +136,26 @@ impl Classifier {
     }
 }
 
+/// A padded batch wastes the work of `longest − length` tokens per sequence: the batch is
+/// split, longest first, where a sequence is shorter than this fraction of its group's longest.
+const SPLIT_BELOW: f64 = 0.75;
+
+/// Indices of `seqs` in groups of similar length (longest first; see [`SPLIT_BELOW`]): the
+/// queue's batch is fair across documents, and mixes their lengths; encoding each group
+/// padded to its own longest saves the padding (the outputs do not depend on the grouping).
+fn similar_lengths(seqs: &[&[u32]]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..seqs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].len()));
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        match groups.last_mut() {
+            Some(group) if seqs[i].len() as f64 >= SPLIT_BELOW * seqs[group[0]].len() as f64 => group.push(i),
+            _ => groups.push(vec![i]),
+        }
+    }
+    groups
+}
+
 /// Token ids of an encoder document's chunk.
 fn chunk_ids(doc: &PreparedDocument, unit: usize) -> Result<&[u32]> {
     match &doc.kind {
@@ -147,4 +175,17 @@ fn whole_text(doc: &PreparedDocument) -> &str {
 /// A prepared document or output from another model.
 fn mismatch() -> crate::error::ModelError {
     crate::error::ModelError::InvalidInput("a prepared document or unit output of another model".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_split_where_padding_would_waste_a_quarter() {
+        let (a, b, c, d) = (vec![1u32; 512], vec![1u32; 400], vec![1u32; 380], vec![1u32; 100]);
+        let seqs: Vec<&[u32]> = vec![&d, &a, &c, &b];
+        assert_eq!(similar_lengths(&seqs), vec![vec![1, 3], vec![2], vec![0]]);
+        assert_eq!(similar_lengths(&[]), Vec::<Vec<usize>>::new());
+    }
 }
