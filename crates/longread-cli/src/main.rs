@@ -72,7 +72,6 @@ enum Command {
 }
 
 fn main() {
-    allocator::keep_freed_memory();
     restore_sigpipe();
     let cli = match parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
@@ -82,6 +81,11 @@ fn main() {
         }
     };
     init_logging(cli.quiet);
+    // Batch jobs keep freed memory for the next batch; a long-running server gives it back
+    // after peaks (mimalloc's default purge delay), so its RSS does not keep its high-water mark.
+    if !matches!(cli.command, Command::Serve(_)) {
+        allocator::keep_freed_memory();
+    }
     if let Some(n) = cli.threads {
         if n == 0 {
             eprintln!("error: --threads must be at least 1");

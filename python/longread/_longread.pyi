@@ -1,0 +1,62 @@
+"""Type stubs of longread's native module."""
+
+from os import PathLike
+from typing import Any, Iterable, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+Text = Union[str, bytes]
+
+class LongreadError(Exception):
+    """Base class of every error longread raises."""
+
+class ModelLoadError(LongreadError):
+    """A model directory that is missing or cannot be loaded."""
+
+class InvalidDocumentError(LongreadError):
+    """A document that cannot be classified: not text, not UTF-8, empty, or with no words."""
+
+class Classifier:
+    """A model that classifies long documents (any directory `longread train`/`init` writes)."""
+
+    def __init__(
+        self,
+        model_dir: Union[str, PathLike[str]],
+        threads: Optional[int] = None,
+        precision: str = "f32",
+        max_batch_tokens: int = 2048,
+    ) -> None: ...
+    @property
+    def labels(self) -> list[str]:
+        """Labels of the primary task, in id order."""
+    @property
+    def evidence_unit(self) -> str:
+        """"chunk" (encoder models) or "sentence" (HAN)."""
+    def predict(self, texts: Iterable[Text]) -> list[dict[str, Any]]:
+        """One dict per text as `longread predict` writes it; raises InvalidDocumentError for
+        a text that cannot be classified."""
+    def predict_batch(self, texts: Iterable[Text]) -> list[dict[str, Any]]:
+        """As predict, with {"id", "error"} for a text that cannot be classified."""
+
+class Embedder:
+    """Sentence embeddings (mean pooling), as sentence-transformers computes them."""
+
+    def __init__(self, model_dir: Union[str, PathLike[str]], threads: Optional[int] = None) -> None: ...
+    @property
+    def dimension(self) -> int: ...
+    def embed(
+        self, texts: Iterable[Text], normalize: bool = True, batch_size: int = 32
+    ) -> npt.NDArray[np.float32]:
+        """A float32 array of shape [len(texts), dimension]."""
+
+def evaluate(
+    model_dir: Union[str, PathLike[str]],
+    data: Union[str, PathLike[str]],
+    threads: Optional[int] = None,
+    precision: str = "f32",
+    max_batch_tokens: int = 2048,
+) -> dict[str, Any]:
+    """`longread eval` on one model: {"documents", "tasks": [{"name", "labels", "report"}]}."""

@@ -1,0 +1,86 @@
+"""Batch classification of many documents on Ray Data: one model per actor, a pool of actors.
+
+    import ray, longread.ray
+    ray.init()
+    longread.ray.classify("docs.jsonl", "out/", "path/to/model", concurrency=4, threads_per_actor=2)
+
+or, inside your own pipeline:
+
+    ds.map_batches(longread.ray.LongreadPredictor, fn_constructor_kwargs={"model_dir": "..."},
+                   concurrency=4, num_cpus=2, batch_size=16)
+
+Each output row has the input's `id`, the `label` (None for a document that failed), the
+whole prediction as `longread predict` writes it (`prediction`, a JSON string) and `error`
+(None, or why the document failed). Actors that die are restarted and their batches retried,
+so every document appears once in the output.
+"""
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from ._longread import Classifier
+
+
+class LongreadPredictor:
+    """A callable class for `Dataset.map_batches`: loads the model once per actor."""
+
+    def __init__(self, model_dir: str, threads: Optional[int] = 1, precision: str = "f32",
+                 text_column: str = "text", id_column: str = "id", _fail_once_file: Optional[str] = None):
+        self.classifier = Classifier(model_dir, threads=threads, precision=precision)
+        self.text_column, self.id_column = text_column, id_column
+        # Tests only: the first batch served after this file is created kills the actor.
+        self._fail_once_file = _fail_once_file
+
+    def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        if self._fail_once_file and not os.path.exists(self._fail_once_file):
+            with open(self._fail_once_file, "w") as f:
+                f.write(str(os.getpid()))
+            os._exit(1)
+        texts = [t if isinstance(t, (str, bytes)) else str(t) for t in list(batch[self.text_column])]
+        results = self.classifier.predict_batch(texts)
+        ids = batch[self.id_column] if self.id_column in batch else np.arange(len(texts))
+        return {
+            "id": np.asarray(ids),
+            "label": np.asarray([r.get("label") for r in results], dtype=object),
+            "prediction": np.asarray([json.dumps({k: v for k, v in r.items() if k != "id"}) for r in results],
+                                     dtype=object),
+            "error": np.asarray([r.get("error") for r in results], dtype=object),
+        }
+
+
+def classify(input: str, output: str, model_dir: str, concurrency: int = 2, threads_per_actor: int = 1,
+             batch_size: int = 16, precision: str = "f32", output_format: Optional[str] = None,
+             num_cpus_per_actor: Optional[float] = None, **predictor_kwargs: Any):
+    """Reads `input` (JSON lines, or Parquet when it ends in .parquet or is a directory of
+    them) with columns `id` and `text`, classifies every document on `concurrency` actors of
+    `threads_per_actor` CPUs each, and writes the predictions to the directory `output` as
+    Parquet (default) or JSON lines (`output_format="json"`). Each actor reserves
+    `num_cpus_per_actor` of Ray's CPUs (default `threads_per_actor`; leave some for Ray's read
+    and write tasks, or they wait for the actors). Returns the output Dataset."""
+    import ray
+
+    if input.endswith(".parquet") or (os.path.isdir(input) and any(f.endswith(".parquet") for f in os.listdir(input))):
+        ds = ray.data.read_parquet(input)
+    else:
+        ds = ray.data.read_json(input)
+    # One file reads as one block: split it so that every actor gets work.
+    ds = ds.repartition(concurrency * 4, shuffle=False)
+    predicted = ds.map_batches(
+        LongreadPredictor,
+        fn_constructor_kwargs={"model_dir": model_dir, "threads": threads_per_actor, "precision": precision,
+                               **predictor_kwargs},
+        concurrency=concurrency,
+        num_cpus=threads_per_actor if num_cpus_per_actor is None else num_cpus_per_actor,
+        batch_size=batch_size,
+        batch_format="numpy",
+        max_restarts=-1,
+        max_task_retries=-1,
+    )
+    if (output_format or "parquet") == "json":
+        predicted.write_json(output)
+    else:
+        predicted.write_parquet(output)
+    return predicted

@@ -1,0 +1,304 @@
+//! The `longread` Python package's native module (`longread._longread`): thin bindings over
+//! the library API every front uses (`longread_model::Classifier`, `Embedder`, evaluation).
+//! Predictions cross into Python as the JSON `longread predict` writes, so the two agree to
+//! the digit; the GIL is released while the model runs; bad input raises a
+//! `longread.LongreadError` subclass with the CLI's message, never a crash.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use longread_model::classifier::evaluate::evaluate_reader;
+use longread_model::classifier::PredictionLine;
+use longread_model::{
+    Classifier as RustClassifier, ClassifierOptions, Embedder as RustEmbedder, EmbedderOptions, Precision,
+};
+use longread_text::Document;
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray2};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+create_exception!(_longread, LongreadError, PyException, "Base class of every error longread raises.");
+create_exception!(_longread, ModelLoadError, LongreadError, "A model directory that is missing or cannot be loaded.");
+create_exception!(
+    _longread,
+    InvalidDocumentError,
+    LongreadError,
+    "A document that cannot be classified: not text, not UTF-8, empty, or with no words."
+);
+
+/// Sizes the thread pools on first use: `threads` applies to the whole process and can be
+/// set once (a later, different value is an error).
+fn set_threads(threads: Option<usize>) -> PyResult<()> {
+    let Some(n) = threads else { return Ok(()) };
+    if n == 0 {
+        return Err(LongreadError::new_err("threads must be at least 1"));
+    }
+    // The tensor library reads RAYON_NUM_THREADS at each call; rayon's pool is built once.
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_err() && rayon::current_num_threads() != n {
+        return Err(LongreadError::new_err(format!(
+            "threads is set once per process; this one already runs {} threads",
+            rayon::current_num_threads()
+        )));
+    }
+    Ok(())
+}
+
+fn parse_precision(precision: &str) -> PyResult<Precision> {
+    match precision {
+        "f32" => Ok(Precision::F32),
+        "int8" => Ok(Precision::Int8),
+        "bf16" => Ok(Precision::Bf16),
+        other => Err(LongreadError::new_err(format!("precision must be \"f32\", \"int8\" or \"bf16\", not {other:?}"))),
+    }
+}
+
+/// The texts of a list (or other iterable) of `str` (or UTF-8 `bytes`); a single string is
+/// refused rather than read as characters.
+fn texts(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if items.is_instance_of::<PyString>() || items.is_instance_of::<PyBytes>() {
+        return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one string"));
+    }
+    let iter = items.try_iter().map_err(|_| {
+        InvalidDocumentError::new_err(format!("texts must be a list of strings, not {}", type_name(items)))
+    })?;
+    iter.enumerate()
+        .map(|(i, item)| {
+            let item = item?;
+            if let Ok(s) = item.downcast::<PyString>() {
+                return s.to_cow().map(|c| c.into_owned()).map_err(|_| {
+                    InvalidDocumentError::new_err(format!("document {i} is not valid UTF-8 text (lone surrogates)"))
+                });
+            }
+            if let Ok(b) = item.downcast::<PyBytes>() {
+                return std::str::from_utf8(b.as_bytes())
+                    .map(str::to_owned)
+                    .map_err(|e| InvalidDocumentError::new_err(format!("document {i} is not valid UTF-8: {e}")));
+            }
+            Err(InvalidDocumentError::new_err(format!("document {i} is {}, not str", type_name(&item))))
+        })
+        .collect()
+}
+
+fn type_name(item: &Bound<'_, PyAny>) -> String {
+    item.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "an object".into())
+}
+
+/// `json.loads(text)`.
+fn from_json(py: Python<'_>, text: &str) -> PyResult<PyObject> {
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+}
+
+/// A model that classifies long documents: any directory `longread train` or `longread init`
+/// writes (hierarchical, single-chunk sequence or HAN).
+///
+/// Classifier(model_dir, threads=None, precision="f32", max_batch_tokens=2048)
+///
+/// threads: CPU threads for the whole process (default: every core; set once).
+/// precision: "f32", "int8" (faster on CPUs with AVX-512 VNNI or AVX2) or "bf16".
+/// max_batch_tokens: most tokens (chunks x padded length) per encoder batch.
+#[pyclass(module = "longread._longread", frozen)]
+struct Classifier {
+    inner: Arc<RustClassifier>,
+}
+
+#[pymethods]
+impl Classifier {
+    #[new]
+    #[pyo3(signature = (model_dir, threads=None, precision="f32", max_batch_tokens=2048))]
+    fn new(
+        py: Python<'_>,
+        model_dir: PathBuf,
+        threads: Option<usize>,
+        precision: &str,
+        max_batch_tokens: usize,
+    ) -> PyResult<Self> {
+        set_threads(threads)?;
+        let options = ClassifierOptions { precision: parse_precision(precision)?, max_batch_tokens };
+        let loaded = py.allow_threads(|| RustClassifier::load(&model_dir, options));
+        let inner =
+            loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// Labels of the primary task, in id order.
+    #[getter]
+    fn labels(&self) -> Vec<String> {
+        self.inner.labels().to_vec()
+    }
+
+    /// What a prediction's evidence is made of: "chunk" or "sentence".
+    #[getter]
+    fn evidence_unit(&self) -> &'static str {
+        self.inner.evidence_unit()
+    }
+
+    /// predict(texts) -> list[dict]
+    ///
+    /// Classifies every text; one dict per text, as `longread predict` writes it ("id" is
+    /// the text's position): label, scores, logits, and the chunks (or a HAN's sentences and
+    /// words) with character offsets and attention. A text that cannot be classified raises
+    /// InvalidDocumentError naming it; see predict_batch to get an "error" entry instead.
+    fn predict(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+        self.run(py, texts, true)
+    }
+
+    /// predict_batch(texts) -> list[dict]
+    ///
+    /// As predict, but a text that cannot be classified gets {"id": i, "error": "..."} and
+    /// the others go on (as `longread predict` does).
+    fn predict_batch(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+        self.run(py, texts, false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Classifier({:?}, labels={:?})", self.inner.dir().display().to_string(), self.inner.labels())
+    }
+}
+
+impl Classifier {
+    fn run(&self, py: Python<'_>, items: &Bound<'_, PyAny>, strict: bool) -> PyResult<PyObject> {
+        let texts = texts(items)?;
+        let classifier = Arc::clone(&self.inner);
+        let json = py.allow_threads(move || -> Result<String, String> {
+            let documents: Vec<Document> = texts.into_iter().enumerate().map(|(i, t)| Document::new(i, t)).collect();
+            let mut lines = Vec::with_capacity(documents.len());
+            let mut first_error: Option<String> = None;
+            classifier
+                .classify_documents(&documents, |document, result| {
+                    if let (Err(e), None) = (&result, &first_error) {
+                        first_error = Some(format!("document {}: {}", document.id, e.message));
+                    }
+                    lines.push(serde_json::to_string(&PredictionLine::new(document, &result)).unwrap_or_default());
+                    Ok::<(), longread_model::ModelError>(())
+                })
+                .map_err(|e| format!("classifying: {e}"))?;
+            match first_error {
+                Some(message) if strict => Err(message),
+                _ => Ok(format!("[{}]", lines.join(","))),
+            }
+        });
+        match json {
+            Ok(json) => from_json(py, &json),
+            Err(message) => Err(InvalidDocumentError::new_err(message)),
+        }
+    }
+}
+
+/// Sentence embeddings (mean pooling, as sentence-transformers computes them).
+///
+/// Embedder(model_dir, threads=None)
+#[pyclass(module = "longread._longread", frozen)]
+struct Embedder {
+    inner: Arc<RustEmbedder>,
+}
+
+#[pymethods]
+impl Embedder {
+    #[new]
+    #[pyo3(signature = (model_dir, threads=None))]
+    fn new(py: Python<'_>, model_dir: PathBuf, threads: Option<usize>) -> PyResult<Self> {
+        set_threads(threads)?;
+        let options = EmbedderOptions { normalize: false, ..EmbedderOptions::default() };
+        let loaded = py.allow_threads(|| RustEmbedder::open(&model_dir, options));
+        let inner =
+            loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// Size of the vectors.
+    #[getter]
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    /// embed(texts, normalize=True, batch_size=32) -> numpy.ndarray
+    ///
+    /// One float32 row per text (shape [len(texts), dimension]); normalize scales each to
+    /// unit length. Texts longer than the model's positions are truncated.
+    #[pyo3(signature = (texts, normalize=true, batch_size=32))]
+    fn embed<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        normalize: bool,
+        batch_size: usize,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let texts = texts_checked(texts)?;
+        let embedder = Arc::clone(&self.inner);
+        let dim = embedder.dimension();
+        let embedded = py.allow_threads(move || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            embedder.embed(&refs, batch_size, |_| {})
+        });
+        let mut embedded = embedded.map_err(|e| LongreadError::new_err(format!("embedding: {e}")))?;
+        if normalize {
+            embedded.normalize();
+        }
+        let n = embedded.vectors.len();
+        let flat: Vec<f32> = embedded.vectors.into_iter().flatten().collect();
+        let array = Array2::from_shape_vec((n, dim), flat).map_err(|e| LongreadError::new_err(e.to_string()))?;
+        Ok(array.into_pyarray(py))
+    }
+}
+
+/// Texts that are not empty (embedding an empty text is refused as predict refuses it).
+fn texts_checked(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let texts = texts(items)?;
+    if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
+        return Err(InvalidDocumentError::new_err(format!("document {i} is empty")));
+    }
+    Ok(texts)
+}
+
+/// evaluate(model_dir, data, threads=None, precision="f32", max_batch_tokens=2048) -> dict
+///
+/// `longread eval` on one model: classifies the labelled JSON lines in `data` (each task's
+/// label in its column) and returns {"documents": n, "tasks": [{"name", "labels", "report"}]}
+/// with accuracy, per-class precision/recall/F1, macro/weighted F1 and the confusion matrix.
+#[pyfunction]
+#[pyo3(signature = (model_dir, data, threads=None, precision="f32", max_batch_tokens=2048))]
+fn evaluate(
+    py: Python<'_>,
+    model_dir: PathBuf,
+    data: PathBuf,
+    threads: Option<usize>,
+    precision: &str,
+    max_batch_tokens: usize,
+) -> PyResult<PyObject> {
+    let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens)?.inner;
+    let result = py.allow_threads(move || -> Result<String, String> {
+        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        let mut documents = 0usize;
+        let reports =
+            evaluate_reader(&classifier, std::io::BufReader::new(file), &data.display().to_string(), || documents += 1)
+                .map_err(|e| e.to_string())?;
+        let tasks: Vec<serde_json::Value> = reports
+            .iter()
+            .map(|r| serde_json::json!({"name": r.task.name, "labels": r.task.labels, "report": r.report}))
+            .collect();
+        Ok(serde_json::json!({"documents": documents, "tasks": tasks}).to_string())
+    });
+    match result {
+        Ok(json) => from_json(py, &json),
+        Err(message) => Err(InvalidDocumentError::new_err(message)),
+    }
+}
+
+#[pymodule]
+fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Classifier>()?;
+    m.add_class::<Embedder>()?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add("LongreadError", m.py().get_type::<LongreadError>())?;
+    m.add("ModelLoadError", m.py().get_type::<ModelLoadError>())?;
+    m.add("InvalidDocumentError", m.py().get_type::<InvalidDocumentError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,128 @@
+"""The package gives what the CLI gives, releases the GIL, and raises its documented errors."""
+
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import longread
+from conftest import FIXTURES, assert_close, json_lines, longread as run_cli, minilm
+
+DOCUMENTS = os.path.join(FIXTURES, "hier", "documents.jsonl")
+
+
+def texts():
+    with open(DOCUMENTS) as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+@pytest.mark.parametrize("model", ["hier/trained-bert-attention", "hier/trained-multitask", "han"])
+def test_predictions_equal_the_clis(model):
+    model_dir = os.path.join(FIXTURES, model)
+    cli = run_cli("predict", "--model", model_dir, "--input", DOCUMENTS)
+    assert cli.returncode == 0, cli.stderr
+    expected = json_lines(cli.stdout)
+    got = longread.Classifier(model_dir).predict(texts())
+    assert len(got) == len(expected) == len(texts())
+    for g, e in zip(got, expected):
+        g, e = dict(g), dict(e)
+        g.pop("id"), e.pop("id")
+        assert_close(g, e, 1e-6)
+
+
+def test_labels_and_evidence_unit():
+    clf = longread.Classifier(os.path.join(FIXTURES, "hier", "trained-bert-attention"))
+    assert clf.labels == ["general", "teen", "mature"]
+    assert clf.evidence_unit == "chunk"
+    assert longread.Classifier(os.path.join(FIXTURES, "han")).evidence_unit == "sentence"
+    assert "Classifier(" in repr(clf)
+
+
+def test_bad_input_raises_the_documented_errors():
+    clf = longread.Classifier(os.path.join(FIXTURES, "hier", "trained-bert-attention"))
+    with pytest.raises(longread.ModelLoadError, match="no/such/model"):
+        longread.Classifier("/no/such/model")
+    with pytest.raises(longread.InvalidDocumentError, match="document 1: the document is empty"):
+        clf.predict(["fine", "   "])
+    with pytest.raises(longread.InvalidDocumentError, match="not one string"):
+        clf.predict("a string, not a list")
+    with pytest.raises(longread.InvalidDocumentError, match="document 1 is int, not str"):
+        clf.predict(["fine", 3])
+    with pytest.raises(longread.InvalidDocumentError, match="not valid UTF-8"):
+        clf.predict([b"\xff\xfe"])
+    with pytest.raises(longread.InvalidDocumentError, match="not valid UTF-8"):
+        clf.predict(["\udcff"])
+    with pytest.raises(longread.LongreadError, match="precision"):
+        longread.Classifier(os.path.join(FIXTURES, "hier", "trained-bert-attention"), precision="f64")
+    assert issubclass(longread.InvalidDocumentError, longread.LongreadError)
+    assert issubclass(longread.ModelLoadError, longread.LongreadError)
+
+
+def test_predict_batch_keeps_going_past_a_bad_document():
+    clf = longread.Classifier(os.path.join(FIXTURES, "hier", "trained-bert-attention"))
+    results = clf.predict_batch(["The committee met.", "", b"Rain is expected."])
+    assert [r["id"] for r in results] == [0, 1, 2]
+    assert "label" in results[0] and "label" in results[2]
+    assert results[1]["error"].startswith("the document is empty")
+    assert clf.predict_batch([]) == []
+
+
+def test_the_gil_is_released_while_the_model_runs(tmp_path):
+    # A model that reads thousands of 16-token chunks: a long document takes it a second or more.
+    made = run_cli("init", "--encoder", os.path.join(FIXTURES, "tiny-bert"), "--labels", "a,b",
+                   "--out", str(tmp_path / "slow"), "--max-chunks", "100000", "--chunk-size", "16", "--stride", "0")
+    assert made.returncode == 0, made.stderr
+    clf = longread.Classifier(str(tmp_path / "slow"), max_batch_tokens=16)
+    document = " ".join(f"word{i % 50}" for i in range(40_000))
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (clf.predict([document]), done.set()))
+    ticks, started = [], time.perf_counter()
+    worker.start()
+    while not done.is_set():
+        ticks.append(time.perf_counter())
+        time.sleep(0.005)
+    worker.join()
+    elapsed = time.perf_counter() - started
+    assert elapsed > 0.3, f"the document took only {elapsed:.2f} s: too short to tell"
+    gaps = np.diff(ticks)
+    assert gaps.max() < 0.25, f"Python was blocked for {gaps.max():.2f} s while the model ran"
+
+
+def test_embeddings_equal_the_clis(tmp_path):
+    model = minilm()
+    sentences = ["What is deep learning?", "The committee met on Tuesday.", "Rain is expected."]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": s}) + "\n" for i, s in enumerate(sentences)))
+    cli = run_cli("embed", "--model", model, "--input", str(path), "--normalize")
+    assert cli.returncode == 0, cli.stderr
+    expected = np.array([line["embedding"] for line in json_lines(cli.stdout)], dtype=np.float32)
+    embedder = longread.Embedder(model)
+    got = embedder.embed(sentences)
+    assert got.dtype == np.float32 and got.shape == (3, embedder.dimension) == expected.shape
+    assert np.abs(got - expected).max() <= 1e-6
+    raw = embedder.embed(sentences, normalize=False)
+    assert abs(np.linalg.norm(raw[0]) - 1.0) > 1e-3
+    assert embedder.embed([]).shape == (0, embedder.dimension)
+    with pytest.raises(longread.InvalidDocumentError, match="document 1 is empty"):
+        embedder.embed(["fine", " "])
+
+
+def test_evaluate_equals_eval(tmp_path):
+    model = os.path.join(FIXTURES, "hier", "trained-bert-attention")
+    labelled = tmp_path / "labelled.jsonl"
+    labels = ["general", "teen", "mature", "teen"]
+    labelled.write_text("".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in zip(texts(), labels)))
+    cli = run_cli("eval", "--model", model, "--data", str(labelled), "--json")
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)
+    got = longread.evaluate(model, str(labelled))
+    assert got["documents"] == 4
+    report = got["tasks"][0]["report"]
+    assert got["tasks"][0]["labels"] == ["general", "teen", "mature"]
+    for key in ["accuracy", "macro_f1", "weighted_f1", "per_class", "confusion_matrix", "labels"]:
+        assert report[key] == expected[key], key
+    with pytest.raises(longread.LongreadError, match="missing.jsonl"):
+        longread.evaluate(model, str(tmp_path / "missing.jsonl"))
