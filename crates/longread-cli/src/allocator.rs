@@ -5,8 +5,9 @@
 //! v3, which libmimalloc-sys builds), and the kernel then zeroes them again on the next
 //! touch: 19% of a BERT-base training step's profile was
 //! `clear_page`. With purging off, the step took 9.4 s instead of 11.3 s (BENCHMARKS.md); the
-//! peak memory is the same, but the process keeps it until it exits. `longread serve` leaves
-//! purging on: a server runs for days, and should give memory back after a peak.
+//! peak memory is the same, but the process keeps it until it exits. `longread serve` keeps
+//! mimalloc's default (purge after 1 s): a server runs for days and should not keep a peak's
+//! memory; with purging off its RSS grew in steps over a 10-minute soak (BENCHMARKS.md).
 
 /// Reuses freed memory across encoder batches (measured: see BENCHMARKS.md).
 #[global_allocator]

@@ -82,7 +82,7 @@ fn main() {
     };
     init_logging(cli.quiet);
     // Batch jobs keep freed memory for the next batch; a long-running server gives it back
-    // after peaks (mimalloc's default purge delay), so its RSS does not keep its high-water mark.
+    // (mimalloc's default), so that its RSS does not keep a peak's high-water mark.
     if !matches!(cli.command, Command::Serve(_)) {
         allocator::keep_freed_memory();
     }

@@ -1,8 +1,12 @@
 //! Helpers for end-to-end tests that run the real `longread` binary.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 /// Repository root.
 pub fn repo() -> PathBuf {
@@ -65,4 +69,73 @@ pub fn scratch_copy(name: &str) -> tempfile::TempDir {
 /// Parses JSON lines.
 pub fn json_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
     String::from_utf8(bytes.to_vec()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A `longread serve` process; killed when dropped.
+pub struct Served {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Served {
+    /// Starts `longread serve --port 0 ARGS...` and waits for its ready line.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_longread"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}"));
+        Self { url: url.to_owned(), child }
+    }
+
+    /// POSTs JSON to `path`.
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        post(&self.url, path, body, None).unwrap()
+    }
+
+    /// A metric's value from /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = ureq::get(&format!("{}/metrics", self.url)).call().unwrap().into_string().unwrap();
+        let line = text.lines().find(|l| l.split(' ').next() == Some(name)).unwrap_or_else(|| panic!("no {name}"));
+        line.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    /// Waits until `name` reaches `value`.
+    pub fn wait_for(&self, name: &str, value: f64) {
+        self.wait_until(name, |v| v == value);
+    }
+
+    /// Waits until `name`'s value passes `test`.
+    pub fn wait_until(&self, name: &str, test: impl Fn(f64) -> bool) {
+        let started = Instant::now();
+        while !test(self.metric(name)) {
+            assert!(started.elapsed() < Duration::from_secs(60), "{name} never got there");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// POSTs JSON: status and JSON body; `Err` when the request itself failed (e.g. timed out).
+pub fn post(url: &str, path: &str, body: &Value, timeout: Option<Duration>) -> Result<(u16, Value), String> {
+    let mut request = ureq::post(&format!("{url}{path}"));
+    if let Some(t) = timeout {
+        request = request.timeout(t);
+    }
+    match request.send_json(body.clone()) {
+        Ok(r) => Ok((r.status(), r.into_json().unwrap())),
+        Err(ureq::Error::Status(code, r)) => Ok((code, r.into_json().unwrap())),
+        Err(e) => Err(e.to_string()),
+    }
 }

@@ -5,79 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{fixture, json_lines, longread};
+use common::{fixture, json_lines, longread, post, Served};
 use serde_json::{json, Value};
-
-/// A `longread serve` process; killed when dropped.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Served {
-    fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_longread"))
-            .args(["serve", "--port", "0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}"));
-        Self { url: url.to_owned(), child }
-    }
-
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        post(&self.url, path, body, None).unwrap()
-    }
-
-    /// A metric's value from /metrics.
-    fn metric(&self, name: &str) -> f64 {
-        let text = ureq::get(&format!("{}/metrics", self.url)).call().unwrap().into_string().unwrap();
-        let line = text.lines().find(|l| l.split(' ').next() == Some(name)).unwrap_or_else(|| panic!("no {name}"));
-        line.split(' ').nth(1).unwrap().parse().unwrap()
-    }
-
-    /// Waits until `name` reaches `value`.
-    fn wait_for(&self, name: &str, value: f64) {
-        self.wait_until(name, |v| v == value);
-    }
-
-    /// Waits until `name`'s value passes `test`.
-    fn wait_until(&self, name: &str, test: impl Fn(f64) -> bool) {
-        let started = Instant::now();
-        while !test(self.metric(name)) {
-            assert!(started.elapsed() < Duration::from_secs(60), "{name} never got there");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// POSTs JSON: status and JSON body; `Err` when the request itself failed (e.g. timed out).
-fn post(url: &str, path: &str, body: &Value, timeout: Option<Duration>) -> Result<(u16, Value), String> {
-    let mut request = ureq::post(&format!("{url}{path}"));
-    if let Some(t) = timeout {
-        request = request.timeout(t);
-    }
-    match request.send_json(body.clone()) {
-        Ok(r) => Ok((r.status(), r.into_json().unwrap())),
-        Err(ureq::Error::Status(code, r)) => Ok((code, r.into_json().unwrap())),
-        Err(e) => Err(e.to_string()),
-    }
-}
 
 fn numbers(v: &Value) -> Vec<f64> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()

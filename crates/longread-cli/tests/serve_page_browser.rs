@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::fixture;
+use common::{fixture, Served};
 
 /// Chromium's command, if installed.
 fn chromium() -> Option<String> {
@@ -43,15 +42,8 @@ fn encode(text: &str) -> String {
 fn the_page_classifies_a_document_in_a_real_browser() {
     let Some(browser) = chromium() else { return };
     let model = fixture("hier/trained-bert-attention");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_longread"))
-        .args(["serve", "--port", "0", "--model", model.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_owned();
+    let server = Served::start(&["--model", model.to_str().unwrap()]);
+    let url = server.url.clone();
 
     let text = "Rain is expected over the weekend, with strong winds along the coast and more.";
     let classified: serde_json::Value = ureq::post(&format!("{url}/classify"))
@@ -76,8 +68,7 @@ fn the_page_classifies_a_document_in_a_real_browser() {
         ])
         .output()
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let dom = String::from_utf8_lossy(&page.stdout);
     assert!(page.status.success(), "chromium failed: {}", String::from_utf8_lossy(&page.stderr));
     let shown = dom.split("id=\"result\"").nth(1).unwrap_or_else(|| panic!("no result element in\n{dom}"));

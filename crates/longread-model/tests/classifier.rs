@@ -4,21 +4,8 @@
 
 mod common;
 
-use common::fixture;
+use common::{fixture, hier_documents as documents, max_diff};
 use longread_model::{Classifier, ClassifierOptions, Precision};
-
-fn documents() -> Vec<String> {
-    std::fs::read_to_string(fixture("hier/documents.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
 
 #[test]
 fn a_document_alone_and_amid_others_gets_the_same_scores() {

@@ -37,3 +37,18 @@ pub fn scratch_copy(name: &str) -> tempfile::TempDir {
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// The texts of `tests/fixtures/hier/documents.jsonl`.
+pub fn hier_documents() -> Vec<String> {
+    std::fs::read_to_string(fixture("hier/documents.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Largest absolute difference of two equally long lists.
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}

@@ -8,22 +8,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::fixture;
+use common::{fixture, hier_documents as documents, max_diff};
 use longread_model::classifier::queue::{BatchQueue, JobOutcome};
 use longread_model::{Classifier, ClassifierOptions, Prediction};
-
-fn documents() -> Vec<String> {
-    std::fs::read_to_string(fixture("hier/documents.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
 
 fn same(alone: &Prediction, queued: &Prediction) {
     assert_eq!(alone.label, queued.label);
