@@ -10,8 +10,9 @@ stride 256, max 20 chunks); the documents are the first --docs hyperpartisan tes
   CLI            `longread predict`'s own timing line (model loading excluded)
   Python         `Classifier.predict(texts)` timed around the call (model loading excluded)
   Ray, k actors  `longread.ray.classify` from a JSON-lines file to JSON lines, k actors of
-                 threads/k threads each (ray.init excluded; actor start-up and model loading,
-                 reading, scheduling and writing included: that is Ray's overhead)
+                 threads/k threads each, reserving (threads-1)/k of Ray's CPUs (one is left to
+                 Ray's read and write tasks); ray.init excluded; actor start-up and model
+                 loading, reading, scheduling and writing included: that is Ray's overhead
 Each runs --repeats times after a warm-up; min and median documents/s.
 """
 import argparse
@@ -89,7 +90,7 @@ def main():
                     out = os.path.join(tmp, f"out-{actors}-{time.time_ns()}")
                     start = time.perf_counter()
                     longread.ray.classify(path, out, model, concurrency=actors, threads_per_actor=args.threads // actors,
-                                          num_cpus_per_actor=0.75 * args.threads / actors, output_format="json")
+                                          num_cpus_per_actor=(args.threads - 1) / actors, output_format="json")
                     return time.perf_counter() - start
                 systems[f"Ray, {actors} actor{'s' if actors > 1 else ''}"] = on_ray
         results["systems"] = {}
