@@ -52,14 +52,32 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
         on_ready: impl FnOnce(SocketAddr) + Send + 'static,
     ) -> Result<(), ServerError> {
+        self.serve_after(std::future::ready(()), shutdown, on_ready).await
+    }
+
+    /// [`Server::serve`], loading the models only once `load_when` completes (the routes
+    /// answer 503 meanwhile): for tests of the loading state, and for fronts that bind early.
+    pub async fn serve_after(
+        self,
+        load_when: impl Future<Output = ()> + Send + 'static,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        on_ready: impl FnOnce(SocketAddr) + Send + 'static,
+    ) -> Result<(), ServerError> {
         let address = self.local_addr()?;
         let state = Arc::clone(&self.state);
         let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
-        tokio::task::spawn_blocking(move || match state.load() {
-            Ok(()) => on_ready(address),
-            Err(message) => {
-                tracing::error!("the model failed to load: {message}");
-                let _ = failed_tx.send(message);
+        tokio::spawn(async move {
+            load_when.await;
+            let loaded = tokio::task::spawn_blocking(move || state.load()).await;
+            match loaded {
+                Ok(Ok(())) => on_ready(address),
+                Ok(Err(message)) => {
+                    tracing::error!("the model failed to load: {message}");
+                    let _ = failed_tx.send(message);
+                }
+                Err(e) => {
+                    let _ = failed_tx.send(format!("the loading task failed: {e}"));
+                }
             }
         });
         let app = routes::router(Arc::clone(&self.state));

@@ -188,3 +188,43 @@ fn a_missing_model_stops_the_server_with_the_reason() {
     let message = result.unwrap_err().to_string();
     assert!(message.contains("/no/such/model"), "{message}");
 }
+
+#[test]
+fn every_route_answers_503_until_the_model_is_loaded() {
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async move {
+            let config = ServerConfig { port: 0, ..hierarchical() };
+            let server = longread_server::Server::bind(config).await.unwrap();
+            addr_tx.send(server.local_addr().unwrap()).unwrap();
+            let gate = async move {
+                let _ = release_rx.await;
+            };
+            let stop = async move {
+                let _ = stop_rx.await;
+            };
+            server.serve_after(gate, stop, move |a| ready_tx.send(a).unwrap()).await
+        })
+    });
+    let url = format!("http://{}", addr_rx.recv().unwrap());
+    let status = |r: Result<ureq::Response, ureq::Error>| match r {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("{e}"),
+    };
+    let (code, body) = status(ureq::get(&format!("{url}/health")).call());
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("\"error_type\":\"unhealthy\"") && body.contains("loading"), "{body}");
+    let (code, body) = status(ureq::post(&format!("{url}/classify")).send_string(r#"{"inputs": "text"}"#));
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(status(ureq::get(&format!("{url}/info")).call()).0, 503);
+    release_tx.send(()).unwrap();
+    ready_rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+    assert_eq!(status(ureq::get(&format!("{url}/health")).call()).0, 200);
+    stop_tx.send(()).unwrap();
+    thread.join().unwrap().unwrap();
+}
