@@ -66,8 +66,6 @@ struct State {
     cursor: usize,
     next_id: u64,
     closed: bool,
-    /// Units submitted and not yet encoded.
-    waiting_units: usize,
 }
 
 struct Shared {
@@ -134,7 +132,6 @@ impl BatchQueue {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
-        state.waiting_units += units;
         state.jobs.push(Job {
             id,
             doc: Arc::new(doc),
@@ -158,7 +155,7 @@ impl BatchQueue {
 
     /// Units (chunks) submitted and not yet encoded.
     pub fn waiting_units(&self) -> usize {
-        self.lock().waiting_units
+        self.lock().jobs.iter().map(|j| j.doc.units() - j.next).sum()
     }
 
     /// Whether the worker thread is running.
@@ -205,7 +202,6 @@ fn run_worker(shared: &Shared) {
         };
         let units: Vec<(Arc<PreparedDocument>, usize)> =
             batch.iter().map(|&(id, unit)| (Arc::clone(&state.jobs[position(&state, id)].doc), unit)).collect();
-        state.waiting_units -= units.len();
         drop(state);
 
         let started = Instant::now();
@@ -215,11 +211,7 @@ fn run_worker(shared: &Shared) {
             .map_err(|e| format!("running the model: {e}"));
         let stats = BatchStats {
             units: refs.len(),
-            documents: {
-                let mut ids: Vec<u64> = batch.iter().map(|&(id, _)| id).collect();
-                ids.dedup();
-                ids.len()
-            },
+            documents: batch.iter().map(|&(id, _)| id).collect::<std::collections::HashSet<_>>().len(),
             padded_tokens: refs.len() * refs.iter().map(|(d, u)| shared.classifier.unit_cost(d, *u)).max().unwrap_or(0),
             seconds: started.elapsed().as_secs_f64(),
         };
@@ -234,10 +226,7 @@ fn run_worker(shared: &Shared) {
 /// Removes cancelled documents with no unit in the running batch (the worker holds the
 /// lock between batches, so none is).
 fn drop_cancelled(state: &mut State) {
-    let before: usize = state.jobs.iter().map(|j| j.doc.units() - j.next).sum();
     state.jobs.retain(|j| !j.cancelled.load(Ordering::Relaxed));
-    let after: usize = state.jobs.iter().map(|j| j.doc.units() - j.next).sum();
-    state.waiting_units -= before - after;
 }
 
 /// Picks the next batch: one unit from each document in turn, starting at the cursor, while
@@ -306,9 +295,6 @@ fn store_outputs(
         let broken = failed.is_some() && in_batch(job.id);
         if complete || broken {
             let job = state.jobs.remove(k);
-            if broken {
-                state.waiting_units -= job.doc.units() - job.next;
-            }
             done.push((job, failed.clone().filter(|_| broken)));
             if state.cursor > k {
                 state.cursor -= 1;
