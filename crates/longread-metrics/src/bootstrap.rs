@@ -39,7 +39,7 @@ impl Bootstrap {
     /// The resamples: each a list of `n` document indices drawn with replacement.
     fn samples(&self, n: usize) -> impl Iterator<Item = Vec<usize>> + '_ {
         let mut rng = SplitMix64(self.seed);
-        (0..self.resamples).map(move |_| (0..n).map(|_| (rng.next() % n as u64) as usize).collect())
+        (0..self.resamples).map(move |_| (0..n).map(|_| (rng.next_u64() % n as u64) as usize).collect())
     }
 
     /// The percentile interval of `metric` over resamples of the documents (`truth` and
@@ -94,16 +94,26 @@ fn percentile_interval(values: &mut [f64], level: f64) -> Interval {
     Interval { low: at(tail), high: at(1.0 - tail) }
 }
 
-/// A tiny, well-known generator (SplitMix64) for reproducible resamples without a dependency.
-struct SplitMix64(u64);
+/// A tiny, well-known generator (SplitMix64) for reproducible resamples and folds without a
+/// dependency.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// Shuffles `items` in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, (self.next_u64() % (i as u64 + 1)) as usize);
+        }
     }
 }
 

@@ -1,0 +1,133 @@
+//! A bag-of-words model directory: `bow.json` (labels, TF-IDF settings, C), `vocabulary.txt`
+//! (one n-gram per line, in column order) and `model.safetensors` (`idf [features]`,
+//! `weights [outputs, features]`, `intercepts [outputs]`, f64). Every file is written to a
+//! temporary name and renamed, so a crash never leaves a half-written model.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+
+use crate::error::{BowError, Result};
+use crate::logistic::LogisticRegression;
+use crate::model::{bow_config_path, BowModel};
+use crate::tfidf::TfidfSettings;
+
+const FORMAT: &str = "longread-bow";
+const VERSION: u32 = 1;
+const VOCABULARY: &str = "vocabulary.txt";
+const WEIGHTS: &str = "model.safetensors";
+
+/// `bow.json`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct BowConfig {
+    format: String,
+    version: u32,
+    labels: Vec<String>,
+    tfidf: TfidfSettings,
+    c: f64,
+}
+
+pub(crate) fn write_bow_files(model: &BowModel, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| BowError::Io { path: dir.to_owned(), source })?;
+    let mut terms: Vec<(&String, &u32)> = model.vocabulary.iter().collect();
+    terms.sort_unstable_by_key(|(_, &col)| col);
+    let mut vocabulary = String::new();
+    for (term, _) in terms {
+        vocabulary.push_str(term);
+        vocabulary.push('\n');
+    }
+    write_atomically(&dir.join(VOCABULARY), vocabulary.as_bytes())?;
+    let r = &model.regression;
+    let bytes = |v: &[f64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let (idf, weights, intercepts) = (bytes(&model.idf), bytes(&r.weights), bytes(&r.intercepts));
+    let outputs = r.intercepts.len();
+    let tensors = vec![
+        ("idf", view(&idf, vec![model.idf.len()])?),
+        ("weights", view(&weights, vec![outputs, r.features])?),
+        ("intercepts", view(&intercepts, vec![outputs])?),
+    ];
+    let path = dir.join(WEIGHTS);
+    let data = safetensors::serialize(tensors, None)
+        .map_err(|e| BowError::Format { path: path.clone(), message: e.to_string() })?;
+    write_atomically(&path, &data)?;
+    let config = BowConfig {
+        format: FORMAT.into(),
+        version: VERSION,
+        labels: model.labels.clone(),
+        tfidf: model.tfidf,
+        c: model.c,
+    };
+    let json = serde_json::to_vec_pretty(&config).map_err(|e| BowError::Solver(e.to_string()))?;
+    // The config last: a directory is a model once bow.json is there.
+    write_atomically(&bow_config_path(dir), &json)
+}
+
+pub(crate) fn read_bow_files(dir: &Path) -> Result<BowModel> {
+    let config_path = bow_config_path(dir);
+    let read = |path: &Path| std::fs::read(path).map_err(|source| BowError::Io { path: path.to_owned(), source });
+    let format = |path: &Path, message: String| BowError::Format { path: path.to_owned(), message };
+    let config: BowConfig = serde_json::from_slice(&read(&config_path)?)
+        .map_err(|e| format(&config_path, format!("not a longread bag-of-words config: {e}")))?;
+    if config.format != FORMAT || config.version != VERSION {
+        return Err(format(
+            &config_path,
+            format!(
+                "format {} version {} (this build reads {FORMAT} version {VERSION})",
+                config.format, config.version
+            ),
+        ));
+    }
+    if config.labels.len() < 2 {
+        return Err(format(&config_path, "needs at least two labels".into()));
+    }
+    let vocab_path = dir.join(VOCABULARY);
+    let text = String::from_utf8(read(&vocab_path)?).map_err(|_| format(&vocab_path, "not UTF-8".into()))?;
+    let vocabulary: HashMap<String, u32> = text.lines().enumerate().map(|(i, t)| (t.to_owned(), i as u32)).collect();
+    let weights_path = dir.join(WEIGHTS);
+    let bytes = read(&weights_path)?;
+    let tensors = SafeTensors::deserialize(&bytes).map_err(|e| format(&weights_path, e.to_string()))?;
+    let tensor = |name: &str| -> Result<(Vec<usize>, Vec<f64>)> {
+        let t = tensors.tensor(name).map_err(|e| format(&weights_path, format!("{name}: {e}")))?;
+        if t.dtype() != Dtype::F64 {
+            return Err(format(&weights_path, format!("{name}: expected F64, found {:?}", t.dtype())));
+        }
+        let values = t.data().chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).collect();
+        Ok((t.shape().to_vec(), values))
+    };
+    let (idf_shape, idf) = tensor("idf")?;
+    let (w_shape, weights) = tensor("weights")?;
+    let (b_shape, intercepts) = tensor("intercepts")?;
+    let features = vocabulary.len();
+    let outputs = if config.labels.len() == 2 { 1 } else { config.labels.len() };
+    if idf_shape != [features]
+        || w_shape != [outputs, features]
+        || b_shape != [outputs]
+        || text.lines().count() != features
+    {
+        return Err(format(
+            &weights_path,
+            format!(
+                "shapes idf {idf_shape:?}, weights {w_shape:?}, intercepts {b_shape:?} do not fit {features} \
+                 distinct vocabulary terms and {} labels",
+                config.labels.len()
+            ),
+        ));
+    }
+    let regression = LogisticRegression { classes: config.labels.len(), features, weights, intercepts };
+    Ok(BowModel { labels: config.labels, tfidf: config.tfidf, c: config.c, vocabulary, idf, regression })
+}
+
+/// An f64 tensor over `data`.
+fn view(data: &[u8], shape: Vec<usize>) -> Result<TensorView<'_>> {
+    TensorView::new(Dtype::F64, shape, data).map_err(|e| BowError::Solver(format!("weights: {e}")))
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let io = |source| BowError::Io { path: path.to_owned(), source };
+    std::fs::write(&tmp, bytes).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}

@@ -1,0 +1,21 @@
+//! The bag-of-words baseline every longread user gets in seconds: TF-IDF word 1–2 grams
+//! (scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)`) and
+//! L2 logistic regression (`LogisticRegression(solver="lbfgs")`) with C chosen by stratified
+//! cross-validation on the training data. A light crate: no tensor framework.
+
+#![deny(missing_docs)]
+
+pub mod counts;
+pub mod error;
+mod files;
+pub mod folds;
+pub mod logistic;
+pub mod model;
+pub mod sparse;
+pub mod terms;
+pub mod tfidf;
+
+pub use error::{BowError, Result};
+pub use logistic::Solver;
+pub use model::{bow_config_path, is_bow_dir, train, BowModel, BowOptions, BowScores, CvScore, Trained};
+pub use tfidf::TfidfSettings;

@@ -1,0 +1,282 @@
+//! The bag-of-words classifier: TF-IDF word n-grams and logistic regression, trained with C
+//! chosen by stratified cross-validation, saved as a model directory (`bow.json`,
+//! `vocabulary.txt`, `model.safetensors`) that longread's classifier loads like any other.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::counts::{count_terms, Interner, TermCounts};
+use crate::error::{BowError, Result};
+use crate::files::{read_bow_files, write_bow_files};
+use crate::folds::stratified_folds;
+use crate::logistic::{softmax, Data, LogisticRegression, Solver};
+use crate::sparse::SparseRow;
+use crate::terms::{for_each_ngram, words};
+use crate::tfidf::{weigh, Columns, TfidfSettings};
+
+/// How a bag-of-words model is trained.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BowOptions {
+    /// Which n-grams become features.
+    pub tfidf: TfidfSettings,
+    /// Candidate inverse regularisation strengths; with one, no cross-validation is run.
+    pub cs: Vec<f64>,
+    /// Folds of the cross-validation that picks C.
+    pub folds: usize,
+    /// Seed of the folds.
+    pub seed: u64,
+    /// Weight of each class in the loss (`None`: 1 for every class).
+    pub class_weights: Option<Vec<f64>>,
+    /// Solver limits.
+    pub solver: Solver,
+}
+
+impl Default for BowOptions {
+    fn default() -> Self {
+        Self {
+            tfidf: TfidfSettings::default(),
+            cs: vec![0.1, 1.0, 10.0, 100.0, 1000.0],
+            folds: 5,
+            seed: 0,
+            class_weights: None,
+            solver: Solver::default(),
+        }
+    }
+}
+
+/// The cross-validated macro-F1 of one C.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct CvScore {
+    /// Inverse regularisation strength.
+    pub c: f64,
+    /// Mean macro-F1 over the held-out folds.
+    pub macro_f1_mean: f64,
+    /// Its standard deviation over the folds.
+    pub macro_f1_std: f64,
+}
+
+/// A trained model and how C was chosen.
+#[derive(Debug)]
+pub struct Trained {
+    /// The model, refitted on all the training documents with the chosen C.
+    pub model: BowModel,
+    /// One score per candidate C (empty when only one was given).
+    pub cv: Vec<CvScore>,
+}
+
+/// Scores of one document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BowScores {
+    /// Class logits (softmax gives the probabilities).
+    pub logits: Vec<f32>,
+    /// Class probabilities.
+    pub probabilities: Vec<f32>,
+}
+
+/// A trained TF-IDF + logistic-regression classifier.
+#[derive(Debug, Clone)]
+pub struct BowModel {
+    pub(crate) labels: Vec<String>,
+    pub(crate) tfidf: TfidfSettings,
+    pub(crate) c: f64,
+    /// n-gram → column.
+    pub(crate) vocabulary: HashMap<String, u32>,
+    pub(crate) idf: Vec<f64>,
+    pub(crate) regression: LogisticRegression,
+}
+
+impl BowModel {
+    /// Label names in id order.
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// The inverse regularisation strength it was fitted with.
+    pub fn c(&self) -> f64 {
+        self.c
+    }
+
+    /// Number of n-gram features.
+    pub fn features(&self) -> usize {
+        self.idf.len()
+    }
+
+    /// Classifies one text; a text without words is an error.
+    pub fn scores(&self, text: &str) -> Result<BowScores> {
+        let row = self.row(text)?;
+        let logits = self.regression.logits(&row);
+        let probabilities = softmax(&logits);
+        Ok(BowScores {
+            logits: logits.iter().map(|&v| v as f32).collect(),
+            probabilities: probabilities.iter().map(|&v| v as f32).collect(),
+        })
+    }
+
+    /// The TF-IDF row of a text.
+    fn row(&self, text: &str) -> Result<SparseRow> {
+        let words = words(text);
+        if words.is_empty() {
+            return Err(BowError::InvalidInput(
+                "the document has no words (tokens of two or more letters or digits)".into(),
+            ));
+        }
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for_each_ngram(&words, self.tfidf.ngram_max, |g| {
+            if let Some(&col) = self.vocabulary.get(g) {
+                *counts.entry(col).or_default() += 1;
+            }
+        });
+        Ok(weigh(counts.into_iter(), &self.idf, self.tfidf.sublinear_tf))
+    }
+
+    /// Writes the model into `dir` (created if missing), each file atomically.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        write_bow_files(self, dir)
+    }
+
+    /// Reads a model written by [`Self::save`].
+    pub fn load(dir: &Path) -> Result<Self> {
+        read_bow_files(dir)
+    }
+}
+
+/// True when `dir` holds a bag-of-words model.
+pub fn is_bow_dir(dir: &Path) -> bool {
+    bow_config_path(dir).is_file()
+}
+
+/// The configuration file of a bag-of-words model directory.
+pub fn bow_config_path(dir: &Path) -> PathBuf {
+    dir.join("bow.json")
+}
+
+/// Trains on `texts` with class ids `labels` (into `label_names`): C is the candidate with the
+/// best mean macro-F1 over stratified folds (the features refitted on each fold's training
+/// part), then the model is fitted on every document. `on_fit` hears each fit done and the total.
+pub fn train(
+    texts: &[&str],
+    labels: &[usize],
+    label_names: &[String],
+    options: &BowOptions,
+    mut on_fit: impl FnMut(usize, usize),
+) -> Result<Trained> {
+    check(texts, labels, label_names, options)?;
+    let mut interner = Interner::default();
+    let counts: Vec<TermCounts> =
+        texts.iter().map(|t| count_terms(t, options.tfidf.ngram_max, &mut interner)).collect();
+    let classes = label_names.len();
+    let weights: Vec<f64> = labels.iter().map(|&l| options.class_weights.as_ref().map_or(1.0, |w| w[l])).collect();
+    let total = if options.cs.len() > 1 { options.folds * options.cs.len() + 1 } else { 1 };
+    let mut done = 0;
+    let mut cv = Vec::new();
+    if options.cs.len() > 1 {
+        let folds = stratified_folds(labels, options.folds, options.seed);
+        let mut per_c: Vec<Vec<f64>> = vec![Vec::new(); options.cs.len()];
+        for held_out in &folds {
+            let train_idx: Vec<usize> = (0..texts.len()).filter(|i| held_out.binary_search(i).is_err()).collect();
+            let fit_docs: Vec<&TermCounts> = train_idx.iter().map(|&i| &counts[i]).collect();
+            let columns = Columns::fit(&fit_docs, &options.tfidf);
+            let rows: Vec<SparseRow> = fit_docs.iter().map(|d| columns.row(d, options.tfidf.sublinear_tf)).collect();
+            let fit_labels: Vec<usize> = train_idx.iter().map(|&i| labels[i]).collect();
+            let fit_weights: Vec<f64> = train_idx.iter().map(|&i| weights[i]).collect();
+            let mut previous: Option<LogisticRegression> = None;
+            for (ci, &c) in options.cs.iter().enumerate() {
+                let data = Data {
+                    rows: &rows,
+                    labels: &fit_labels,
+                    sample_weights: &fit_weights,
+                    classes,
+                    features: columns.idf.len(),
+                };
+                let model = LogisticRegression::fit(data, c, previous.as_ref(), options.solver)?;
+                let truth: Vec<usize> = held_out.iter().map(|&i| labels[i]).collect();
+                let predicted: Vec<usize> = held_out
+                    .iter()
+                    .map(|&i| argmax(&model.logits(&columns.row(&counts[i], options.tfidf.sublinear_tf))))
+                    .collect();
+                let report =
+                    longread_metrics::evaluate(label_names, &truth, &predicted).map_err(BowError::InvalidInput)?;
+                per_c[ci].push(report.macro_f1);
+                previous = Some(model);
+                done += 1;
+                on_fit(done, total);
+            }
+        }
+        cv = options.cs.iter().zip(&per_c).map(|(&c, scores)| cv_score(c, scores)).collect();
+    }
+    // Best mean macro-F1; on a tie the smaller C (the stronger penalty).
+    let c = cv
+        .iter()
+        .fold(None::<CvScore>, |best, s| match best {
+            Some(b) if b.macro_f1_mean >= s.macro_f1_mean => Some(b),
+            _ => Some(*s),
+        })
+        .map_or(options.cs[0], |b| b.c);
+    let all: Vec<&TermCounts> = counts.iter().collect();
+    let columns = Columns::fit(&all, &options.tfidf);
+    let rows: Vec<SparseRow> = all.iter().map(|d| columns.row(d, options.tfidf.sublinear_tf)).collect();
+    let data = Data { rows: &rows, labels, sample_weights: &weights, classes, features: columns.idf.len() };
+    let regression = LogisticRegression::fit(data, c, None, options.solver)?;
+    on_fit(total, total);
+    let mut by_column: Vec<(u32, u32)> = columns.of_term.iter().map(|(&term, &col)| (col, term)).collect();
+    by_column.sort_unstable();
+    let terms: Vec<u32> = by_column.iter().map(|&(_, term)| term).collect();
+    let vocabulary = interner.names(&terms).into_iter().enumerate().map(|(col, name)| (name, col as u32)).collect();
+    let model =
+        BowModel { labels: label_names.to_vec(), tfidf: options.tfidf, c, vocabulary, idf: columns.idf, regression };
+    Ok(Trained { model, cv })
+}
+
+/// Refuses input the training cannot use, with what to do.
+fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &BowOptions) -> Result<()> {
+    let bad = |m: String| Err(BowError::InvalidInput(m));
+    if texts.len() != labels.len() {
+        return bad(format!("{} texts but {} labels", texts.len(), labels.len()));
+    }
+    if label_names.len() < 2 {
+        return bad("a classifier needs at least two labels".into());
+    }
+    if let Some(&l) = labels.iter().find(|&&l| l >= label_names.len()) {
+        return bad(format!("label id {l} is out of range for {} labels", label_names.len()));
+    }
+    if options.cs.is_empty() || options.cs.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
+        return bad(format!("C values {:?}: give at least one, each above 0", options.cs));
+    }
+    if options.tfidf.ngram_max == 0 {
+        return bad("ngram_max must be at least 1".into());
+    }
+    if let Some(w) = &options.class_weights {
+        if w.len() != label_names.len() || w.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+            return bad(format!("class weights {w:?}: one per label, each above 0"));
+        }
+    }
+    let mut per_class = vec![0usize; label_names.len()];
+    labels.iter().for_each(|&l| per_class[l] += 1);
+    if per_class.iter().filter(|&&n| n > 0).count() < 2 {
+        return bad("the training data has documents of only one label".into());
+    }
+    if options.cs.len() > 1 {
+        let smallest = per_class.iter().filter(|&&n| n > 0).min().copied().unwrap_or(0);
+        if options.folds < 2 || smallest < options.folds {
+            return bad(format!(
+                "{}-fold cross-validation to choose C needs at least 2 folds and as many documents of every label \
+                 (the rarest has {smallest}); give fewer folds or one C",
+                options.folds
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Mean and standard deviation of the fold scores.
+fn cv_score(c: f64, scores: &[f64]) -> CvScore {
+    let n = scores.len().max(1) as f64;
+    let mean = scores.iter().sum::<f64>() / n;
+    let var = scores.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n;
+    CvScore { c, macro_f1_mean: mean, macro_f1_std: var.sqrt() }
+}
+
+/// Index of the largest value (the first on ties).
+fn argmax(v: &[f64]) -> usize {
+    v.iter().enumerate().fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
+}

@@ -1,0 +1,48 @@
+"""Golden fixture for the bag-of-words baseline (longread-bow), from scikit-learn itself:
+
+  tests/fixtures/bow/expected.json: train texts and labels, test texts, and for C = 10 the
+      vocabulary size and test probabilities of
+      TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2) +
+      LogisticRegression(C=10, solver="lbfgs") on a binary task (the real hyperpartisan labels)
+      and a 3-class task (labels i % 3: a multinomial fit, parity only).
+
+Texts: the first 120 words of 60 training and 20 test articles of ../shared/data/hyperpartisan.
+Usage: .venv/bin/python scripts/make_bow_fixtures.py
+"""
+import json
+import os
+
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+DATA = os.path.join(ROOT, "..", "shared", "data", "hyperpartisan")
+OUT = os.path.join(ROOT, "tests", "fixtures", "bow")
+
+
+def texts(split, n):
+    with open(os.path.join(DATA, f"{split}.jsonl")) as f:
+        rows = [json.loads(line) for line, _ in zip(f, range(n))]
+    return [" ".join(r["text"].split()[:120]) for r in rows], [int(r["label"]) for r in rows]
+
+
+def main():
+    train, train_labels = texts("train", 60)
+    test, _ = texts("test", 20)
+    out = {"c": 10.0, "train": train, "test": test, "tasks": {}}
+    for name, labels in [("binary", train_labels), ("three", [i % 3 for i in range(len(train))])]:
+        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+        x = vec.fit_transform(train)
+        lr = LogisticRegression(C=10.0, tol=1e-12, max_iter=100000).fit(x, labels)
+        out["tasks"][name] = {
+            "labels": labels,
+            "features": len(vec.vocabulary_),
+            "probabilities": lr.predict_proba(vec.transform(test)).tolist(),
+        }
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "expected.json"), "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
