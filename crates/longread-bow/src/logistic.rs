@@ -54,7 +54,7 @@ pub struct Solver {
 
 impl Default for Solver {
     fn default() -> Self {
-        Self { max_iters: 500, tolerance: 1e-9 }
+        Self { max_iters: 1000, tolerance: 1e-6 }
     }
 }
 

@@ -87,6 +87,10 @@ pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
             "--arch han is not built on an encoder: `longread train --arch han --train DATA --out DIR` builds it \
              (its vocabulary and grid come from the training data)"
         ),
+        Arch::Bow => bail!(
+            "--arch bow is not built on an encoder: `longread train --arch bow --train DATA --out DIR` builds it \
+             (TF-IDF + logistic regression, in seconds)"
+        ),
     };
     let model = HierarchicalClassifier::create(&encoder, labels, section, args.seed, &args.out)
         .with_context(|| format!("creating a classifier on {}", encoder.display()))?;

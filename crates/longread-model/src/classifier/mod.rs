@@ -10,6 +10,7 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
+use longread_bow::{is_bow_dir, BowModel, BowScores};
 use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
 
 use crate::error::{ModelError, Result};
@@ -64,6 +65,8 @@ enum Model {
     Encoder { model: Box<HierarchicalClassifier>, chunker: Box<Chunker> },
     /// Hierarchical attention network (word/sentence BiGRU).
     Han(Box<HanClassifier>),
+    /// The bag-of-words baseline (TF-IDF + logistic regression).
+    Bow(Box<BowModel>),
 }
 
 /// A loaded model that classifies documents.
@@ -87,6 +90,22 @@ impl Classifier {
             return Err(ModelError::InvalidInput("max_batch_tokens must be at least 1".into()));
         }
         let device = Device::Cpu;
+        if is_bow_dir(dir) {
+            if options.precision != Precision::F32 {
+                return Err(ModelError::InvalidInput(format!(
+                    "precision {:?} applies to encoder models; {} is a bag-of-words model",
+                    options.precision,
+                    dir.display()
+                )));
+            }
+            let model = BowModel::load(dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
+            let tasks = vec![TaskSpec {
+                name: DEFAULT_TASK.into(),
+                column: DEFAULT_TASK.into(),
+                labels: model.labels().to_vec(),
+            }];
+            return Ok(Self { model: Model::Bow(Box::new(model)), tasks, options, dir: dir.to_owned() });
+        }
         if is_han_dir(dir) {
             if options.precision != Precision::F32 {
                 return Err(ModelError::InvalidInput(format!(
@@ -146,11 +165,13 @@ impl Classifier {
         self.options
     }
 
-    /// What a prediction's evidence is made of: `"chunk"` or `"sentence"`.
+    /// What a prediction's evidence is made of: `"chunk"`, `"sentence"`, or `"none"` (a
+    /// bag of words reads no parts).
     pub fn evidence_unit(&self) -> &'static str {
         match self.model {
             Model::Encoder { .. } => "chunk",
             Model::Han(_) => "sentence",
+            Model::Bow(_) => "none",
         }
     }
 
@@ -182,6 +203,10 @@ impl Classifier {
                 Model::Han(model) => {
                     let end = (start + HAN_BATCH).min(documents.len());
                     (end, classify_han(model, &documents[start..end])?)
+                }
+                Model::Bow(model) => {
+                    let end = (start + HAN_BATCH).min(documents.len());
+                    (end, classify_bow(model, &documents[start..end]))
                 }
             };
             for (document, result) in documents[start..end].iter().zip(results) {
@@ -246,6 +271,32 @@ fn classify_han(model: &HanClassifier, group: &[Document]) -> Result<Vec<DocResu
             (None, Ok(scores)) => Ok(han_prediction(model.labels(), scores)),
         })
         .collect())
+}
+
+/// Scores documents with the bag-of-words model (in parallel: each is independent).
+fn classify_bow(model: &BowModel, group: &[Document]) -> Vec<DocResult> {
+    use rayon::prelude::*;
+    group
+        .par_iter()
+        .map(|doc| match &doc.error {
+            Some(e) => Err(DocError::new(e.clone())),
+            None => model.scores(&doc.text).map(|s| bow_prediction(model.labels(), s)).map_err(|e| DocError::new(e.to_string())),
+        })
+        .collect()
+}
+
+/// A bag-of-words prediction: scores only.
+fn bow_prediction(labels: &[String], scores: BowScores) -> Prediction {
+    Prediction {
+        label: labels[argmax(&scores.probabilities)].clone(),
+        scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
+        logits: scores.logits,
+        chunks: None,
+        total_sentences: None,
+        sentences: None,
+        tasks: None,
+        tokens: None,
+    }
 }
 
 /// An encoder model's prediction: `scores` holds one score set per task, the primary first.

@@ -7,7 +7,7 @@
 use candle_core::{Device, Tensor};
 use longread_text::{pad_batch, ChunkedDocument};
 
-use super::{classify_han, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
+use super::{classify_bow, classify_han, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
 use crate::error::Result;
 use crate::mode::Mode;
 
@@ -63,8 +63,10 @@ impl Classifier {
             Model::Encoder { chunker, .. } => {
                 Prepared::Chunks(chunker.chunk(text).map_err(|e| DocError::new(e.to_string()))?)
             }
-            Model::Han(_) if text.trim().is_empty() => return Err(DocError::new("the document is empty")),
-            Model::Han(_) => Prepared::Whole(text.to_owned()),
+            Model::Han(_) | Model::Bow(_) if text.trim().is_empty() => {
+                return Err(DocError::new("the document is empty"))
+            }
+            Model::Han(_) | Model::Bow(_) => Prepared::Whole(text.to_owned()),
         };
         Ok(PreparedDocument { kind })
     }
@@ -110,6 +112,14 @@ impl Classifier {
                     .collect();
                 Ok(classify_han(model, &docs)?.into_iter().map(|r| UnitOutput(Output::Done(r))).collect())
             }
+            Model::Bow(model) => {
+                let docs: Vec<longread_text::Document> = units
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (d, _))| longread_text::Document::new(i, whole_text(d)))
+                    .collect();
+                Ok(classify_bow(model, &docs).into_iter().map(|r| UnitOutput(Output::Done(r))).collect())
+            }
         }
     }
 
@@ -127,7 +137,7 @@ impl Classifier {
                 let scores = model.score_tasks(&Tensor::stack(&rows, 0)?)?;
                 Ok(Ok(encoder_prediction(&self.tasks, chunked, scores)))
             }
-            (Model::Han(_), Prepared::Whole(_)) => match outputs.into_iter().next().map(|o| o.0) {
+            (Model::Han(_) | Model::Bow(_), Prepared::Whole(_)) => match outputs.into_iter().next().map(|o| o.0) {
                 Some(Output::Done(result)) => Ok(result),
                 _ => Err(mismatch()),
             },

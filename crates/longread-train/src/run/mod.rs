@@ -10,6 +10,7 @@ macro_rules! bail {
     ($($t:tt)*) => { return Err($crate::error::TrainError::Run(format!($($t)*))) };
 }
 
+mod bow;
 pub mod checkpoints;
 mod classifier;
 pub mod data;
@@ -23,6 +24,7 @@ pub mod start;
 
 use std::path::Path;
 
+pub use bow::BowSummary;
 pub use checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, save_checkpoint, Saved, CHECKPOINT};
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
@@ -50,6 +52,8 @@ pub struct RunSummary {
     pub logs: Vec<EpochLog>,
     /// True when it stopped at `--stop-after-epoch` with epochs left (resume later).
     pub stopped_for_resume: bool,
+    /// What a bag-of-words run (no epochs) found.
+    pub bow: Option<BowSummary>,
 }
 
 /// Runs `spec`: fills in the defaults of its architecture (`given`: the settings given
@@ -69,6 +73,10 @@ pub fn train_run(
     }
     if checkpoint.is_some() {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
+    }
+    if spec.is_bow() {
+        let summary = bow::run(spec, &settings, hooks)?;
+        return Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: Some(summary) });
     }
     let logs = if spec.is_han() {
         han::run(spec, checkpoint.as_deref(), &settings, hooks)
@@ -134,5 +142,5 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
     if !stopped_for_resume {
         remove_other_checkpoints(&spec.out, None)?;
     }
-    Ok(RunSummary { logs, stopped_for_resume })
+    Ok(RunSummary { logs, stopped_for_resume, bow: None })
 }

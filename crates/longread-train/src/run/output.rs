@@ -70,6 +70,12 @@ impl RunOutput {
         Ok(Self::resume(out, 0))
     }
 
+    /// Writes `value` as `name` (pretty JSON) in the run directory, atomically.
+    pub fn write_json(&self, name: &str, value: &impl serde::Serialize) -> Result<()> {
+        let text = serde_json::to_string_pretty(value).map_err(|e| json_err(&self.out, e))? + "\n";
+        Ok(write_file_atomically(&self.out.join(name), text.as_bytes())?)
+    }
+
     /// Continues the run in `out` after `keep_epochs` epochs: that many lines of its
     /// metrics.jsonl are kept (a line of an epoch that is repeated is replaced).
     pub fn resume(out: &Path, keep_epochs: usize) -> Self {

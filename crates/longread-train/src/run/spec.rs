@@ -138,6 +138,13 @@ pub struct TrainSpec {
     /// Seed for the dev split, shuffling and dropout.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 42))]
     pub seed: u64,
+    /// Stratified K-fold cross-validation on the training data (seeded by --seed). With
+    /// --arch bow: the folds that choose C [default: 5]. Otherwise: K runs, each holding out
+    /// one fold as its dev set, in OUT/fold-1 … OUT/fold-K, and OUT/cv.json with the mean ± std
+    /// of the best dev metric over the folds (for small data, where a 10% dev split is a
+    /// handful of documents); no --dev or --dev-split then.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "K"))]
+    pub cv: Option<usize>,
     /// Most tokens per encoder batch. Training keeps one batch's graph at a time, so this
     /// sets the memory plateau: 512 (one chunk) measured 1.8 GB on MiniLM vs 5.9 GB at 2048,
     /// for 12% more time per step.
@@ -191,10 +198,67 @@ pub struct TrainSpec {
     #[cfg_attr(feature = "clap", command(flatten))]
     #[allow(missing_docs)]
     pub han: HanSpec,
+    #[cfg_attr(feature = "clap", command(flatten))]
+    #[allow(missing_docs)]
+    pub bow: BowSpec,
     /// Flags given explicitly (on the command line or in --config), filled in after parsing.
     #[cfg_attr(feature = "clap", arg(skip))]
     #[serde(skip)]
     pub given: Vec<String>,
+}
+
+/// The flags of `--arch bow` alone (clap ids).
+const BOW_ONLY: [&str; 3] = ["c_values", "ngram_max", "min_df"];
+
+/// Flags of the trained-by-gradient models (encoders and the HAN) that --arch bow cannot use
+/// (clap ids).
+const GRADIENT_ONLY: [&str; 28] = [
+    "epochs",
+    "batch_size",
+    "grad_accum",
+    "lr",
+    "head_lr",
+    "weight_decay",
+    "warmup_ratio",
+    "schedule",
+    "max_grad_norm",
+    "freeze_base",
+    "freeze_bottom",
+    "unfreeze",
+    "no_cache",
+    "train_embeddings",
+    "layer_lr_decay",
+    "metric",
+    "patience",
+    "no_recompute",
+    "max_bad_steps",
+    "task",
+    "task_weight",
+    "freeze_task",
+    "stop_after_epoch",
+    "save_every_steps",
+    "precision",
+    "warmup_steps",
+    "resume",
+    "dev_split",
+];
+
+/// Settings of the bag-of-words baseline.
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[cfg_attr(feature = "clap", command(next_help_heading = "Bag of words (--arch bow)"))]
+pub struct BowSpec {
+    /// Inverse L2 regularisation strengths of the logistic regression, comma-separated; the one
+    /// with the best mean macro-F1 over --cv folds of the training data is refitted on all of
+    /// it (one value: no cross-validation).
+    #[cfg_attr(feature = "clap", arg(long = "c-values", value_delimiter = ',', default_value = "0.1,1,10,100,1000"))]
+    pub c_values: Vec<f64>,
+    /// Longest word n-gram used as a feature (1: words; 2: words and word pairs).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 2))]
+    pub ngram_max: usize,
+    /// Least number of training documents an n-gram must occur in to be a feature.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 2))]
+    pub min_df: usize,
 }
 
 /// The flags of `--arch han` alone (clap ids).
@@ -334,6 +398,9 @@ pub enum Arch {
     /// sentence BiGRU + attention, trained from scratch on the training data's words (no
     /// encoder; `train` only).
     Han,
+    /// The bag-of-words baseline: TF-IDF word 1–2 grams and L2 logistic regression, C chosen
+    /// by cross-validation on the training data (no encoder; `train` only; seconds on a CPU).
+    Bow,
 }
 
 impl Arch {
@@ -351,6 +418,7 @@ impl Arch {
             Self::Hierarchical => "hierarchical",
             Self::Sequence => "sequence",
             Self::Han => "han",
+            Self::Bow => "bow",
         }
     }
 }
@@ -375,6 +443,34 @@ impl TrainSpec {
         self.arch == Some(Arch::Han)
     }
 
+    /// True for `--arch bow`.
+    pub fn is_bow(&self) -> bool {
+        self.arch == Some(Arch::Bow)
+    }
+
+    /// Checks the flags of `--arch bow`, which trains no network: no training-loop, encoder or
+    /// HAN flag applies.
+    fn check_bow(&self) -> Result<()> {
+        if self.model.is_some() {
+            bail!("--model does not apply to --arch bow, which learns from the training data's words alone");
+        }
+        let refused = GRADIENT_ONLY.iter().chain(&ENCODER_ONLY).chain(&HAN_ONLY).find(|id| self.given(id));
+        if let Some(id) = refused {
+            bail!(
+                "{} does not apply to --arch bow (TF-IDF + logistic regression, C chosen by --cv folds; see \
+                 --c-values, --ngram-max, --min-df)",
+                flag(id)
+            );
+        }
+        if self.bow.ngram_max == 0 || self.bow.min_df == 0 {
+            bail!("--ngram-max and --min-df must be at least 1");
+        }
+        if self.bow.c_values.is_empty() || self.bow.c_values.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
+            bail!("--c-values {:?}: give numbers above 0, e.g. --c-values 0.1,1,10", self.bow.c_values);
+        }
+        Ok(())
+    }
+
     /// `han` with --arch han, else `other`.
     fn pick<T>(&self, han: T, other: T) -> T {
         if self.is_han() {
@@ -387,6 +483,12 @@ impl TrainSpec {
     /// Fills in the flags whose defaults depend on --arch (so that training_args.json records
     /// what the run used) and refuses flags that do not apply to the architecture.
     pub fn resolve_defaults(&mut self) -> Result<()> {
+        if self.is_bow() {
+            return self.check_bow();
+        }
+        if let Some(id) = BOW_ONLY.iter().find(|id| self.given(id)) {
+            bail!("{} applies only to --arch bow", flag(id));
+        }
         self.epochs = Some(self.epochs.unwrap_or(self.pick(30, 3)));
         self.batch_size = Some(self.batch_size.unwrap_or(self.pick(32, 4)));
         self.lr = Some(self.lr.unwrap_or(self.pick(1e-3, 2e-5)));
@@ -587,7 +689,7 @@ impl TrainSpec {
 
     /// The loss's class weights (`--class-weights`): none, balanced over `train_labels`, or
     /// one given per label.
-    fn loss_class_weights(&self, train_labels: &[usize], labels: &[String]) -> Result<Option<Vec<f32>>> {
+    pub(crate) fn loss_class_weights(&self, train_labels: &[usize], labels: &[String]) -> Result<Option<Vec<f32>>> {
         Ok(match self.class_weights.as_str() {
             "none" => None,
             "balanced" => Some(balanced_class_weights(train_labels, labels.len())),

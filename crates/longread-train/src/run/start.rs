@@ -41,7 +41,12 @@ pub fn starting_model(spec: &TrainSpec, source: &Path, device: &Device) -> Resul
     let section = match arch {
         Arch::Hierarchical => LongreadSection::default(),
         Arch::Sequence => sequence_section(&checkpoint.config, 512),
-        Arch::Han => return Err(TrainError::Run("--arch han is trained from scratch and not built on --model".into())),
+        Arch::Han | Arch::Bow => {
+            return Err(TrainError::Run(format!(
+                "--arch {} is trained from scratch and not built on --model",
+                arch.name()
+            )))
+        }
     };
     let labels = training_labels(spec)?;
     Ok(HierarchicalClassifier::init(source, labels, section, spec.seed, device)?)

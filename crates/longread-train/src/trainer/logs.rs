@@ -61,6 +61,13 @@ pub enum Progress {
     },
     /// An optimizer step was taken.
     Step(StepLog),
+    /// A model of a cross-validation was fitted (the bag-of-words baseline).
+    Fits {
+        /// Fits done so far.
+        done: usize,
+        /// All fits.
+        total: usize,
+    },
 }
 
 /// What an epoch produced.

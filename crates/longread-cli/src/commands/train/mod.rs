@@ -56,6 +56,10 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
             "stopped_for_resume": summary.stopped_for_resume,
             "out": out,
         });
+        let mut done = done;
+        if let Some(bow) = &summary.bow {
+            done["bow"] = serde_json::to_value(bow)?;
+        }
         println!("{done}");
     }
     if text && summary.stopped_for_resume {
@@ -116,6 +120,11 @@ impl Reporter {
                     }
                     self.since = Instant::now();
                 }
+            }
+            Progress::Fits { done, total } => {
+                self.bar.set_length(total as u64);
+                self.bar.set_position(done as u64);
+                self.bar.set_message("fitting (cross-validation, then the final model)");
             }
             Progress::Step(s) => {
                 let seconds = self.since.elapsed().as_secs_f64().max(1e-9);

@@ -1,0 +1,89 @@
+//! `train --arch bow`: the bag-of-words baseline (TF-IDF word n-grams + logistic regression),
+//! C chosen by stratified cross-validation on the training data, then refitted on all of it.
+//! Trained in seconds, saved as a model directory that predict, eval and serve load.
+
+use longread_bow::{train, BowOptions, CvScore, TfidfSettings};
+use longread_text::LabelledDataset;
+
+use crate::error::{Result, TrainError};
+use crate::run::data::read_examples;
+use crate::run::output::RunOutput;
+use crate::run::spec::TrainSpec;
+use crate::run::start::training_labels;
+use crate::run::RunHooks;
+use crate::trainer::Progress;
+
+/// Default folds of the cross-validation that picks C.
+const DEFAULT_FOLDS: usize = 5;
+
+/// What a bag-of-words run found: the score of every C tried and the one chosen.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BowSummary {
+    /// Mean ± std macro-F1 over the folds, per C (empty with one C).
+    pub cv: Vec<CvScore>,
+    /// The C of the saved model.
+    pub chosen_c: f64,
+    /// Folds of the cross-validation.
+    pub folds: usize,
+    /// Training documents.
+    pub documents: usize,
+    /// n-gram features of the saved model.
+    pub features: usize,
+}
+
+/// Trains the bag-of-words model `spec` describes into `spec.out` (training_args.json,
+/// cv.json and the model files).
+pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dyn RunHooks) -> Result<BowSummary> {
+    let output = RunOutput::create(&spec.out, settings)?;
+    let labels = training_labels(spec)?;
+    let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
+    let data = LabelledDataset::resolve(examples, &[labels.as_slice()], &source)?;
+    let mut texts = Vec::with_capacity(data.examples.len());
+    let mut ids = Vec::with_capacity(data.examples.len());
+    for (example, label) in data.examples.iter().zip(&data.labels[0]) {
+        let label = label.ok_or_else(|| {
+            TrainError::Run(format!("{source}:{}: no label (every training document needs one)", example.line))
+        })?;
+        texts.push(example.text.as_str());
+        ids.push(label);
+    }
+    let class_weights = spec.loss_class_weights(&ids, &labels)?.map(|w| w.iter().map(|&v| f64::from(v)).collect());
+    let folds = spec.cv.unwrap_or(DEFAULT_FOLDS);
+    let options = BowOptions {
+        tfidf: TfidfSettings { ngram_max: spec.bow.ngram_max, min_df: spec.bow.min_df, sublinear_tf: true },
+        cs: spec.bow.c_values.clone(),
+        folds,
+        seed: spec.seed,
+        class_weights,
+        ..BowOptions::default()
+    };
+    hooks.note(&format!(
+        "bag of words on {} documents ({}): C from {:?} by {folds}-fold cross-validation",
+        texts.len(),
+        labels.join(", "),
+        options.cs
+    ));
+    let trained = train(&texts, &ids, &labels, &options, |done, total| {
+        hooks.progress(Progress::Fits { done, total });
+    })
+    .map_err(|e| TrainError::Run(e.to_string()))?;
+    for s in &trained.cv {
+        hooks.note(&format!("C {:>8}: macro-F1 {:.4} ± {:.4}", s.c, s.macro_f1_mean, s.macro_f1_std));
+    }
+    trained.model.save(&spec.out).map_err(|e| TrainError::Run(e.to_string()))?;
+    let summary = BowSummary {
+        cv: trained.cv,
+        chosen_c: trained.model.c(),
+        folds,
+        documents: texts.len(),
+        features: trained.model.features(),
+    };
+    output.write_json("cv.json", &summary)?;
+    hooks.note(&format!(
+        "chose C {} ({} features); model in {}",
+        summary.chosen_c,
+        summary.features,
+        spec.out.display()
+    ));
+    Ok(summary)
+}
