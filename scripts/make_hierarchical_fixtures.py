@@ -62,6 +62,11 @@ CASES = {
     "bert-max": ("tiny-bert", dict(pooling_strategy="max", chunk_pooling="mean")),
     "bert-first": ("tiny-bert", dict(pooling_strategy="first")),
     "roberta-attention": ("tiny-roberta", dict(pooling_strategy="attention", attention_hidden_size=8)),
+    "bert-max-logits": ("tiny-bert", dict(pooling_strategy="max_logits", chunk_pooling="mean")),
+    "bert-top2-sharp": ("tiny-bert", dict(pooling_strategy="attention", attention_hidden_size=8, attention_top_k=2,
+                                          attention_temperature=0.5)),
+    "bert-multihead-top2": ("tiny-bert", dict(pooling_strategy="multihead", attention_heads=2, attention_top_k=2,
+                                              attention_hidden_size=8, attention_temperature=2.0)),
 }
 
 

@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 SECTION_DEFAULTS = {
     "format_version": 1, "chunk_size": 512, "stride": 256, "max_chunks": 20, "chunk_selection": "head",
     "chunk_pooling": "cls", "pooling_strategy": "attention", "attention_hidden_size": 256, "attention_heads": 1,
+    "attention_top_k": 0, "attention_temperature": 1.0,
     "classifier_hidden_size": None, "hidden_dropout": 0.1, "attention_dropout": 0.1, "classifier_dropout": 0.3,
     "layer_norm_eps": 1e-5,
 }
@@ -126,9 +127,22 @@ class HierarchicalReference(torch.nn.Module):
         task `task` (a name from the "tasks" list of the longread section)."""
         n, hidden = h.shape
         strategy, t = self.s["pooling_strategy"], self.task_head(task)
+        if strategy == "max_logits":
+            # Multiple-instance pooling: the head on every chunk, each label's max over chunks.
+            x = F.layer_norm(h, (hidden,), t["norm.weight"], t["norm.bias"], self.s["layer_norm_eps"])
+            x = torch.tanh(x @ t["classifier.dense.weight"].T + t["classifier.dense.bias"])
+            chunk_logits = x @ t["classifier.out_proj.weight"].T + t["classifier.out_proj.bias"]  # [n, L]
+            logits = chunk_logits.max(0).values
+            return logits, torch.softmax(chunk_logits[:, logits.argmax()], dim=0)
         if strategy in ("attention", "multihead"):
             u = torch.tanh(h @ t["pooler.projection.weight"].T + t["pooler.projection.bias"])  # [n, A]
-            alpha = torch.softmax(u @ t["pooler.context.weight"].T, dim=0)  # [n, K]
+            scores = u @ t["pooler.context.weight"].T / self.s.get("attention_temperature", 1.0)  # [n, K]
+            k = self.s.get("attention_top_k", 0)
+            if 0 < k < n:
+                keep = torch.zeros_like(scores, dtype=torch.bool)
+                keep.scatter_(0, scores.topk(k, dim=0).indices, True)
+                scores = scores.masked_fill(~keep, -1e9)
+            alpha = torch.softmax(scores, dim=0)  # [n, K]
             docs = alpha.T @ h  # [K, H]
             if docs.shape[0] == 1:
                 d = docs[0]

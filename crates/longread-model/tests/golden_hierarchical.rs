@@ -15,8 +15,11 @@ use serde_json::Value;
 /// `trained-bert-attention` is bert-attention after `longread train` (see its provenance.json):
 /// what training writes must load in the reference with the same predictions;
 /// `trained-multitask` has a second task with its own head, compared too.
-const CASES: [&str; 8] = [
+const CASES: [&str; 11] = [
     "bert-attention",
+    "bert-max-logits",
+    "bert-top2-sharp",
+    "bert-multihead-top2",
     "bert-multihead",
     "bert-mean",
     "bert-max",

@@ -30,7 +30,11 @@ fn dataset(name: &str, n: usize) -> (Vec<String>, Vec<usize>) {
 }
 
 fn load() -> (HierarchicalClassifier, Chunker) {
-    let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();
+    load_case("bert-attention")
+}
+
+fn load_case(case: &str) -> (HierarchicalClassifier, Chunker) {
+    let model = HierarchicalClassifier::load(&fixture(&format!("hier/{case}")), true, &Device::Cpu).unwrap();
     let chunker =
         Chunker::new(TextTokenizer::from_file(model.tokenizer_path()).unwrap(), model.config().longread.chunking())
             .unwrap();
@@ -101,6 +105,34 @@ fn head_only_training_learns_a_separable_task() {
     let head_params: usize =
         model.named_vars().iter().filter(|(n, _)| !n.starts_with("encoder:")).map(|(_, v)| v.elem_count()).sum();
     assert_eq!(first.trainable_parameters, head_params, "only the head trains");
+}
+
+#[test]
+fn max_logits_and_top_k_attention_pooling_train() {
+    // Gradients reach the head through the per-label max over chunks, and through the top-k
+    // mask and temperature of attention.
+    for case in ["bert-max-logits", "bert-top2-sharp"] {
+        let (model, chunker) = load_case(case);
+        let (train_texts, train_labels) = dataset("train", 32);
+        let (dev_texts, dev_labels) = dataset("test", 12);
+        let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
+        let cfg = config(Freezing { freeze_base: true, ..Freezing::default() }, 30, 0.0, 3e-2);
+        let logs = train(
+            &model,
+            Split::new(&train_docs, &train_labels),
+            Split::new(&dev_docs, &dev_labels),
+            &cfg,
+            &Device::Cpu,
+            None,
+            |_| {},
+            |_| Ok(()),
+            |_| Ok(()),
+        )
+        .unwrap();
+        let (first, last) = (&logs[0], &logs[logs.len() - 1]);
+        assert!(last.train_loss < first.train_loss * 0.7, "{case}: loss {} -> {}", first.train_loss, last.train_loss);
+        assert!(last.dev.accuracy >= 0.9, "{case}: dev accuracy {}", last.dev.accuracy);
+    }
 }
 
 #[test]

@@ -36,6 +36,14 @@ pub struct InitArgs {
     /// Size of the attention projection.
     #[arg(long, default_value_t = 256)]
     attention_hidden_size: usize,
+    /// Attention over the K highest-scoring chunks only (0 = every chunk; --pooling
+    /// attention/multihead). For labels that a few passages of a long document decide.
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    attention_top_k: usize,
+    /// Softmax temperature of the attention scores (--pooling attention/multihead): below 1
+    /// concentrates the weight on the top chunks.
+    #[arg(long, default_value_t = 1.0, value_name = "T")]
+    attention_temperature: f64,
     /// Tokens per chunk, special tokens included (at most the encoder's positions).
     #[arg(long, default_value_t = 512)]
     chunk_size: usize,
@@ -64,6 +72,16 @@ pub struct InitArgs {
 pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
     if args.given.iter().any(|g| g == "attention_heads") && args.pooling != PoolingStrategy::Multihead {
         bail!("--attention-heads applies only to --pooling multihead");
+    }
+    let attention = matches!(args.pooling, PoolingStrategy::Attention | PoolingStrategy::Multihead);
+    if let Some(flag) = ["attention_top_k", "attention_temperature"].iter().find(|f| args.given.iter().any(|g| g == *f))
+    {
+        if !attention {
+            bail!("--{} applies only to --pooling attention or multihead", flag.replace('_', "-"));
+        }
+    }
+    if !(args.attention_temperature.is_finite() && args.attention_temperature > 0.0) {
+        bail!("--attention-temperature {}: must be above 0", args.attention_temperature);
     }
     let labels: Vec<String> = args.labels.iter().map(|l| l.trim().to_owned()).collect();
     if labels.len() < 2 || labels.iter().any(String::is_empty) {
@@ -124,6 +142,8 @@ fn hierarchical_section(args: &InitArgs) -> LongreadSection {
         pooling_strategy: args.pooling,
         attention_heads: args.attention_heads,
         attention_hidden_size: args.attention_hidden_size,
+        attention_top_k: args.attention_top_k,
+        attention_temperature: args.attention_temperature,
         ..LongreadSection::default()
     }
 }

@@ -280,7 +280,10 @@ fn classify_bow(model: &BowModel, group: &[Document]) -> Vec<DocResult> {
         .par_iter()
         .map(|doc| match &doc.error {
             Some(e) => Err(DocError::new(e.clone())),
-            None => model.scores(&doc.text).map(|s| bow_prediction(model.labels(), s)).map_err(|e| DocError::new(e.to_string())),
+            None => model
+                .scores(&doc.text)
+                .map(|s| bow_prediction(model.labels(), s))
+                .map_err(|e| DocError::new(e.to_string())),
         })
         .collect()
 }

@@ -10,13 +10,16 @@ use crate::layers::{linear, softmax_last_dim, Dropout, Linear};
 use crate::mode::Mode;
 
 /// Parameters of attention pooling: `pooler.projection` [A, H] + bias, `pooler.context`
-/// [K, A], and for K > 1 `pooler.merge` [H, K·H] + bias.
+/// [K, A], and for K > 1 `pooler.merge` [H, K·H] + bias; with the top-k and temperature
+/// settings of the section.
 #[derive(Debug, Clone)]
 struct AttentionPooler {
     projection: Linear,
     context: Linear,
     merge: Option<Linear>,
     dropout: Dropout,
+    top_k: usize,
+    temperature: f64,
 }
 
 /// The pooling strategy with its parameters.
@@ -36,6 +39,12 @@ pub struct Pooled {
 }
 
 impl ChunkPooler {
+    /// True for multiple-instance pooling ("max_logits"): the head scores each chunk and the
+    /// document logits are the per-label maxima ([`max_over_chunks`]), not a pooled vector.
+    pub fn scores_chunks(&self) -> bool {
+        self.strategy == PoolingStrategy::MaxLogits
+    }
+
     /// Loads (or, with an initialising builder, creates) the pooler under `vb` (= `pooler`).
     pub fn load(vb: VarBuilder, section: &LongreadSection, hidden: usize, std: f64) -> Result<Self> {
         let attention = match section.pooling_strategy {
@@ -48,6 +57,8 @@ impl ChunkPooler {
                     context: Linear::new(context, None),
                     merge: if k > 1 { Some(linear(vb.pp("merge"), k * hidden, hidden, std)?) } else { None },
                     dropout: Dropout::new(section.attention_dropout),
+                    top_k: section.attention_top_k,
+                    temperature: section.attention_temperature,
                 })
             }
             _ => None,
@@ -70,6 +81,8 @@ impl ChunkPooler {
             (PoolingStrategy::Attention | PoolingStrategy::Multihead, Some(p)) => {
                 let u = p.projection.forward(chunks)?.tanh()?; // [n, A]
                 let scores = p.context.forward(&u)?.t()?.contiguous()?; // [K, n]
+                let scores = if p.temperature == 1.0 { scores } else { (scores / p.temperature)? };
+                let scores = if p.top_k > 0 && p.top_k < n { keep_top_k(&scores, p.top_k)? } else { scores };
                 let alpha = softmax_last_dim(&scores)?; // [K, n]
                 let weights = p.dropout.forward(&alpha, mode)?;
                 let docs = weights.matmul(chunks)?; // [K, H]
@@ -90,9 +103,35 @@ impl ChunkPooler {
                 }
                 Ok(Pooled { vector: chunks.max(0)?, attention: Tensor::from_vec(share, n, dev)? })
             }
+            // Max-logits pooling scores the chunks with the head: see `HierarchicalClassifier`.
             _ => Ok(Pooled { vector: chunks.get(0)?, attention: first_chunk_only(n, dev)? }),
         }
     }
+}
+
+/// Large negative score given to chunks outside the top k: their softmax weight is 0 (exp
+/// underflows) while the arithmetic stays finite.
+const MASKED: f32 = -1e9;
+
+/// `scores` with all but each row's `k` highest entries set to [`MASKED`] (ties: the earlier
+/// chunk); gradients flow to the kept entries.
+///
+/// # Shapes
+/// `scores: [K, n]` → `[K, n]`
+fn keep_top_k(scores: &Tensor, k: usize) -> Result<Tensor> {
+    let rows: Vec<Vec<f32>> = scores.to_dtype(candle_core::DType::F32)?.to_vec2()?;
+    let n = rows.first().map_or(0, Vec::len);
+    let mut keep = Vec::with_capacity(rows.len() * n);
+    for row in &rows {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        let mut kept = vec![0u8; n];
+        order.iter().take(k).for_each(|&i| kept[i] = 1);
+        keep.extend(kept);
+    }
+    let keep = Tensor::from_vec(keep, scores.shape(), scores.device())?;
+    let masked = Tensor::full(MASKED, scores.shape(), scores.device())?.to_dtype(scores.dtype())?;
+    keep.where_cond(scores, &masked)
 }
 
 /// Attention `[n]` that credits the first chunk alone (one-hot), for models that read only it.
@@ -100,6 +139,20 @@ pub fn first_chunk_only(n: usize, device: &candle_core::Device) -> Result<Tensor
     let mut one_hot = vec![0f32; n];
     one_hot[0] = 1.0;
     Tensor::from_vec(one_hot, n, device)
+}
+
+/// Multiple-instance pooling of chunk logits: each label's maximum over the chunks; the
+/// reported attention is the softmax over chunks of the winning label's chunk logits (which
+/// chunk made the decision).
+///
+/// # Shapes
+/// `chunk_logits: [n_chunks, labels]` → logits `[labels]`, attention `[n_chunks]`
+pub fn max_over_chunks(chunk_logits: &Tensor) -> Result<(Tensor, Tensor)> {
+    let logits = chunk_logits.max(0)?;
+    let winner = logits.argmax(0)?.to_scalar::<u32>()? as usize;
+    let column = chunk_logits.narrow(1, winner, 1)?.t()?.contiguous()?; // [1, n]
+    let attention = softmax_last_dim(&column.detach())?.squeeze(0)?;
+    Ok((logits, attention))
 }
 
 /// Masked mean over the tokens of each chunk (padding excluded, special tokens included).

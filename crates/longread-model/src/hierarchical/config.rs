@@ -56,6 +56,13 @@ pub enum PoolingStrategy {
     Max,
     /// The first chunk's vector only.
     First,
+    /// Multiple-instance learning: the head scores every chunk and each label's document
+    /// logit is its maximum over the chunks. For labels decided by one passage anywhere (a
+    /// rating that follows its worst scene, one partisan article in a bundle), where averaging
+    /// dilutes the evidence.
+    #[serde(rename = "max_logits")]
+    #[cfg_attr(feature = "clap", value(name = "max-logits"))]
+    MaxLogits,
 }
 
 /// The `"longread"` object of config.json. Every field has a default (stated on the field),
@@ -83,6 +90,13 @@ pub struct LongreadSection {
     pub attention_hidden_size: usize,
     /// Context vectors K (1; ≥ 2 for "multihead").
     pub attention_heads: usize,
+    /// Attention over the K highest-scoring chunks only, the others get weight 0 (0 = every
+    /// chunk; "attention" and "multihead"). Keeps a long document's many ordinary chunks from
+    /// diluting the few that decide its label.
+    pub attention_top_k: usize,
+    /// Softmax temperature of the attention scores (1.0; "attention" and "multihead"): below
+    /// 1 sharpens the weights towards the top chunks, above 1 flattens them.
+    pub attention_temperature: f64,
     /// Inner size of the head (default: hidden_size / 2).
     pub classifier_hidden_size: Option<usize>,
     /// Dropout on chunk vectors (0.1).
@@ -127,6 +141,8 @@ impl Default for LongreadSection {
             pooling_strategy: PoolingStrategy::Attention,
             attention_hidden_size: 256,
             attention_heads: 1,
+            attention_top_k: 0,
+            attention_temperature: 1.0,
             classifier_hidden_size: None,
             hidden_dropout: 0.1,
             attention_dropout: 0.1,
@@ -189,6 +205,9 @@ impl LongreadSection {
                 self.chunk_size,
                 encoder.max_sequence_length()
             ));
+        }
+        if !(self.attention_temperature.is_finite() && self.attention_temperature > 0.0) {
+            return Err(format!("longread.attention_temperature {} must be above 0", self.attention_temperature));
         }
         if self.attention_hidden_size == 0 || self.classifier_hidden_size == Some(0) {
             return Err("longread.attention_hidden_size and classifier_hidden_size must be positive".into());

@@ -39,9 +39,17 @@ impl ClassificationHead {
     /// # Shapes
     /// `doc: [hidden]` → logits `[labels]`
     pub fn forward(&self, doc: &Tensor, mode: Mode) -> Result<Tensor> {
-        let x = self.norm.forward(&doc.unsqueeze(0)?, mode)?;
+        self.forward_rows(&doc.unsqueeze(0)?, mode)?.squeeze(0)
+    }
+
+    /// The head on each row (each chunk, for multiple-instance pooling).
+    ///
+    /// # Shapes
+    /// `rows: [n, hidden]` → logits `[n, labels]`
+    pub fn forward_rows(&self, rows: &Tensor, mode: Mode) -> Result<Tensor> {
+        let x = self.norm.forward(rows, mode)?;
         let x = self.dense.forward(&x)?.tanh()?;
         let x = self.dropout.forward(&x, mode)?;
-        self.out_proj.forward(&x)?.squeeze(0)
+        self.out_proj.forward(&x)
     }
 }

@@ -9,7 +9,7 @@ use candle_nn::VarMap;
 use crate::checkpoint::{fresh_var_builder, Checkpoint, LoadOptions};
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
-use crate::hierarchical::chunk_pooler::{first_chunk_only, masked_mean, ChunkPooler};
+use crate::hierarchical::chunk_pooler::{first_chunk_only, masked_mean, max_over_chunks, ChunkPooler};
 use crate::hierarchical::config::{
     validate_task_name, Architecture, ChunkPooling, ClassifierConfig, LongreadSection, TaskSpec,
 };
@@ -278,6 +278,10 @@ impl HierarchicalClassifier {
         match head {
             TaskHead::Pooled { pooler, head } => {
                 let x = self.chunk_dropout.forward(chunks, mode)?;
+                if pooler.scores_chunks() {
+                    let (logits, attention) = max_over_chunks(&head.forward_rows(&x, mode)?)?;
+                    return Ok(Classified { logits, attention });
+                }
                 let pooled = pooler.forward(&x, mode)?;
                 Ok(Classified { logits: head.forward(&pooled.vector, mode)?, attention: pooled.attention })
             }
