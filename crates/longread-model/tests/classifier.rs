@@ -74,3 +74,35 @@ fn reduced_precision_is_refused_for_a_han_and_bad_options_are_errors() {
     let err = Classifier::load(&fixture("tiny-bert"), ClassifierOptions::default()).unwrap_err().to_string();
     assert!(err.contains("longread init"), "{err}");
 }
+
+#[test]
+fn the_vector_cache_gives_the_same_scores_and_is_shared_by_models_on_one_encoder() {
+    let docs = documents();
+    let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let cache = tempfile::tempdir().unwrap();
+    let files = || std::fs::read_dir(cache.path()).unwrap().count();
+    let scores = |model: &str, cached: bool| -> Vec<Vec<f32>> {
+        let mut classifier = Classifier::load(&fixture(model), ClassifierOptions::default()).unwrap();
+        if cached {
+            classifier.set_vector_cache(cache.path()).unwrap();
+        }
+        classifier.classify(&texts).unwrap().into_iter().map(|r| r.unwrap().logits).collect()
+    };
+    let plain = scores("hier/bert-attention", false);
+    assert_eq!(scores("hier/bert-attention", true), plain, "a miss: encoded, then stored");
+    assert_eq!(files(), texts.len());
+    assert_eq!(scores("hier/bert-attention", true), plain, "a hit");
+    // Another head on the same encoder and chunking (CLS vectors) reads the same vectors.
+    assert_eq!(scores("hier/bert-first", true), scores("hier/bert-first", false));
+    assert_eq!(files(), texts.len());
+    // Mean-pooled chunk vectors, or another encoder, are other keys.
+    assert_eq!(scores("hier/bert-max", true), scores("hier/bert-max", false));
+    assert_eq!(files(), 2 * texts.len());
+    scores("hier/roberta-attention", true);
+    assert_eq!(files(), 3 * texts.len());
+    // A damaged entry is a miss, recomputed.
+    for entry in std::fs::read_dir(cache.path()).unwrap() {
+        std::fs::write(entry.unwrap().path(), b"LRVEC001 damaged").unwrap();
+    }
+    assert_eq!(scores("hier/bert-attention", true), plain);
+}

@@ -40,6 +40,10 @@ pub struct EvalArgs {
     /// Encoder precision (as for `predict`).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
+    /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`):
+    /// models on the same frozen encoder share them, and a second eval skips the encoder.
+    #[arg(long, value_name = "DIR")]
+    vector_cache: Option<PathBuf>,
     /// Resamples of the bootstrap that gives the intervals and p-values (several models).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=100_000))]
     bootstrap: u64,
@@ -53,7 +57,14 @@ pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
     if args.model.len() > 1 {
         return run_comparison(&args, quiet);
     }
-    let reports = evaluate_file(&args.model[0], &args.data, args.max_batch_tokens, args.precision, quiet)?;
+    let reports = evaluate_file(
+        &args.model[0],
+        &args.data,
+        args.max_batch_tokens,
+        args.precision,
+        args.vector_cache.as_deref(),
+        quiet,
+    )?;
     if args.json {
         let mut value = serde_json::to_value(&reports[0].report)?;
         if reports.len() > 1 {
@@ -83,9 +94,10 @@ pub fn evaluate_file(
     data: &Path,
     max_batch_tokens: u64,
     precision: Precision,
+    vector_cache: Option<&Path>,
     quiet: bool,
 ) -> Result<Vec<TaskReport>> {
-    let classifier = load(model_dir, max_batch_tokens, precision)?;
+    let classifier = load(model_dir, max_batch_tokens, precision, vector_cache)?;
     let progress = progress_bar(0, quiet);
     let reports = evaluate_reader(&classifier, open_input(data)?, &input_name(data), || progress.inc(1))?;
     progress.finish_and_clear();
@@ -97,7 +109,12 @@ fn run_comparison(args: &EvalArgs, quiet: bool) -> Result<()> {
     let classifiers: Vec<(String, longread_model::Classifier)> = args
         .model
         .iter()
-        .map(|dir| Ok((dir.display().to_string(), load(dir, args.max_batch_tokens, args.precision)?)))
+        .map(|dir| {
+            Ok((
+                dir.display().to_string(),
+                load(dir, args.max_batch_tokens, args.precision, args.vector_cache.as_deref())?,
+            ))
+        })
         .collect::<Result<_>>()?;
     let models: Vec<(String, &longread_model::Classifier)> = classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
     let progress = progress_bar(0, quiet);

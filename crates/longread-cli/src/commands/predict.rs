@@ -39,6 +39,11 @@ pub struct PredictArgs {
     /// matmul). HAN models take f32 only.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
+    /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`):
+    /// documents already encoded by the same encoder weights, chunking and precision skip the
+    /// encoder. Models without an encoder ignore it.
+    #[arg(long, value_name = "DIR")]
+    pub vector_cache: Option<PathBuf>,
     /// Stop at the first JSON line that cannot be read (invalid JSON, no "text"), writing
     /// nothing. Without it such a line gets its own record {"line": N, "error": ...} and the
     /// others are classified (exit code 2).
@@ -60,10 +65,20 @@ pub enum Format {
     Table,
 }
 
-/// Loads the model in `dir` to classify with these batch size and precision.
-pub fn load(dir: &std::path::Path, max_batch_tokens: u64, precision: Precision) -> Result<Classifier> {
+/// Loads the model in `dir` to classify with these batch size and precision, reading and
+/// keeping chunk vectors in `vector_cache` when given.
+pub fn load(
+    dir: &std::path::Path,
+    max_batch_tokens: u64,
+    precision: Precision,
+    vector_cache: Option<&std::path::Path>,
+) -> Result<Classifier> {
     let options = ClassifierOptions { precision, max_batch_tokens: max_batch_tokens as usize };
-    Classifier::load(dir, options).with_context(|| format!("loading model {}", dir.display()))
+    let mut classifier = Classifier::load(dir, options).with_context(|| format!("loading model {}", dir.display()))?;
+    if let Some(cache) = vector_cache {
+        classifier.set_vector_cache(cache).with_context(|| format!("opening vector cache {}", cache.display()))?;
+    }
+    Ok(classifier)
 }
 
 /// A progress bar over documents on stderr (hidden when quiet).
@@ -80,7 +95,7 @@ pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
 
 /// Runs `longread predict`; returns the number of documents that failed.
 pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
-    let classifier = load(&args.model, args.max_batch_tokens, args.precision)?;
+    let classifier = load(&args.model, args.max_batch_tokens, args.precision, args.vector_cache.as_deref())?;
     let mut documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
     if let Some(shard) = args.shard {
         documents = shard.select(documents);

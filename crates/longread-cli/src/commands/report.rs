@@ -33,7 +33,7 @@ pub struct ReportArgs {
 
 /// Runs `longread report`; returns the number of documents that failed.
 pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
-    let classifier = load(&args.model, args.max_batch_tokens, Precision::F32)?;
+    let classifier = load(&args.model, args.max_batch_tokens, Precision::F32, None)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader, true)?;
     let progress = progress_bar(documents.len(), quiet);
     let mut views = Vec::with_capacity(documents.len());

@@ -15,7 +15,7 @@ use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
 
 use crate::error::{ModelError, Result};
 use crate::han::{is_han_dir, score_texts, HanClassifier, HanScores};
-use crate::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, DEFAULT_TASK};
+use crate::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache, DEFAULT_TASK};
 pub use prediction::{
     argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, Prediction, PredictionLine, SentenceEvidence,
     TaskPrediction, WordEvidence,
@@ -75,6 +75,8 @@ pub struct Classifier {
     tasks: Vec<TaskSpec>,
     options: ClassifierOptions,
     dir: PathBuf,
+    /// Chunk vectors kept on disk between runs ([`Classifier::set_vector_cache`]).
+    vector_cache: Option<VectorCache>,
 }
 
 impl std::fmt::Debug for Classifier {
@@ -104,7 +106,13 @@ impl Classifier {
                 column: DEFAULT_TASK.into(),
                 labels: model.labels().to_vec(),
             }];
-            return Ok(Self { model: Model::Bow(Box::new(model)), tasks, options, dir: dir.to_owned() });
+            return Ok(Self {
+                model: Model::Bow(Box::new(model)),
+                tasks,
+                options,
+                dir: dir.to_owned(),
+                vector_cache: None,
+            });
         }
         if is_han_dir(dir) {
             if options.precision != Precision::F32 {
@@ -120,7 +128,13 @@ impl Classifier {
                 column: DEFAULT_TASK.into(),
                 labels: model.labels().to_vec(),
             }];
-            return Ok(Self { model: Model::Han(Box::new(model)), tasks, options, dir: dir.to_owned() });
+            return Ok(Self {
+                model: Model::Han(Box::new(model)),
+                tasks,
+                options,
+                dir: dir.to_owned(),
+                vector_cache: None,
+            });
         }
         let mut model = HierarchicalClassifier::load(dir, false, &device)?;
         match options.precision {
@@ -142,7 +156,19 @@ impl Classifier {
             tasks,
             options,
             dir: dir.to_owned(),
+            vector_cache: None,
         })
+    }
+
+    /// Reads and keeps chunk vectors in `dir` (see [`VectorCache`]): documents already encoded
+    /// by the same encoder weights, chunking and precision — by another model on the same
+    /// frozen encoder, or an earlier run — skip the encoder. Models without an encoder (HAN,
+    /// bag of words) ignore it.
+    pub fn set_vector_cache(&mut self, dir: &Path) -> Result<()> {
+        if let Model::Encoder { model, .. } = &self.model {
+            self.vector_cache = Some(VectorCache::open(dir, model, &format!("{:?}", self.options.precision))?);
+        }
+        Ok(())
     }
 
     /// The model directory.
@@ -241,7 +267,13 @@ impl Classifier {
             end += 1;
         }
         let ok: Vec<&ChunkedDocument> = chunked.iter().filter_map(|c| c.as_ref().ok()).collect();
-        let vectors = model.encode_documents(&ok, self.options.max_batch_tokens, &Device::Cpu, |_| {})?;
+        let vectors = model.encode_documents_cached(
+            &ok,
+            self.options.max_batch_tokens,
+            &Device::Cpu,
+            self.vector_cache.as_ref(),
+            |_| {},
+        )?;
         let mut vectors = vectors.iter();
         let results = chunked
             .into_iter()

@@ -7,6 +7,7 @@ pub mod head;
 pub mod model;
 pub mod predictor;
 pub mod sequence_head;
+pub mod vector_cache;
 
 pub use config::{
     is_classifier_dir, Architecture, ChunkPooling, ClassifierConfig, LongreadSection, PoolingStrategy, TaskSpec,
@@ -14,3 +15,4 @@ pub use config::{
 };
 pub use model::{Classified, HierarchicalClassifier};
 pub use predictor::DocumentScores;
+pub use vector_cache::VectorCache;

@@ -108,7 +108,8 @@ fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
 
 /// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
 /// how much of the frozen-layer cache stays in memory (none changes the results).
-const MAY_CHANGE_ON_RESUME: [&str; 8] = [
+const MAY_CHANGE_ON_RESUME: [&str; 9] = [
+    "vector_cache",
     "resume",
     "out",
     "stop_after_epoch",

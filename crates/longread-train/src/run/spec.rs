@@ -116,6 +116,12 @@ pub struct TrainSpec {
     /// MiB of frozen-layer outputs kept in memory; the rest goes to a scratch file in --out.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 4096))]
     pub cache_memory: usize,
+    /// Keep the chunk vectors of a frozen encoder (--freeze-base, or the head phase of
+    /// --unfreeze) in DIR and reuse them in later runs and in `eval`/`predict --vector-cache`:
+    /// trying other heads, poolings or seeds on the same documents skips the encoder. Keyed by
+    /// the encoder's weights, chunking and precision (a change is a miss, never a stale hit).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
+    pub vector_cache: Option<PathBuf>,
     /// Recompute frozen layers every epoch instead of caching their outputs (same results).
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_cache: bool,
@@ -278,7 +284,7 @@ const HAN_ONLY: [&str; 12] = [
 ];
 
 /// Flags of the encoder models that --arch han cannot use (clap ids).
-const ENCODER_ONLY: [&str; 2] = ["max_batch_tokens", "cache_memory"];
+const ENCODER_ONLY: [&str; 3] = ["max_batch_tokens", "cache_memory", "vector_cache"];
 
 /// `--some-flag` for the clap id `some_flag`.
 fn flag(id: &str) -> String {
@@ -645,6 +651,8 @@ impl TrainSpec {
                 enabled: !self.no_cache,
                 memory_limit: self.cache_memory.saturating_mul(1 << 20),
                 spill_dir: self.out.clone(),
+                vectors: self.vector_cache.clone(),
+                variant: format!("{:?}", self.precision),
             },
             groups: GroupSettings {
                 lr,

@@ -89,11 +89,22 @@ pub struct CacheSettings {
     pub memory_limit: usize,
     /// Directory of the scratch file.
     pub spill_dir: PathBuf,
+    /// Keep chunk vectors of a frozen encoder on disk here, for later runs and evals
+    /// (`--vector-cache`).
+    pub vectors: Option<PathBuf>,
+    /// What else changes the vectors, for the cache key (the precision).
+    pub variant: String,
 }
 
 impl Default for CacheSettings {
     fn default() -> Self {
-        Self { enabled: true, memory_limit: 4 << 30, spill_dir: std::env::temp_dir() }
+        Self {
+            enabled: true,
+            memory_limit: 4 << 30,
+            spill_dir: std::env::temp_dir(),
+            vectors: None,
+            variant: String::new(),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Phases of a run: what trains (gradual unfreezing) and the caches of what does not.
 
 use candle_core::{Device, Tensor, Var};
-use longread_model::hierarchical::HierarchicalClassifier;
+use longread_model::hierarchical::{HierarchicalClassifier, VectorCache};
 use longread_text::ChunkedDocument;
 
 use crate::error::Result;
@@ -96,8 +96,13 @@ impl Run<'_> {
         match frozen {
             Some(k) if k >= self.num_layers => {
                 let (model, device) = (self.model, self.device);
+                let cache = match &self.cfg.cache.vectors {
+                    Some(dir) => Some(VectorCache::open(dir, model, &self.cfg.cache.variant)?),
+                    None => None,
+                };
                 let mut encode = |docs: &[ChunkedDocument]| {
-                    model.encode_documents(&docs.iter().collect::<Vec<_>>(), tokens, device, &mut tick)
+                    let docs: Vec<&ChunkedDocument> = docs.iter().collect();
+                    model.encode_documents_cached(&docs, tokens, device, cache.as_ref(), &mut tick)
                 };
                 phase.vectors = Some((encode(self.train.docs)?, encode(self.dev.docs)?));
             }

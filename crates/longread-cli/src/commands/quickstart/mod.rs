@@ -251,7 +251,7 @@ impl Tour {
         let test_data = out.join("data/test.jsonl");
         let mut reports: Vec<Report> = Vec::new();
         for (arch, _) in MODELS {
-            let mut by_task = evaluate_file(&out.join(arch), &test_data, 4096, Precision::F32, self.quiet)?;
+            let mut by_task = evaluate_file(&out.join(arch), &test_data, 4096, Precision::F32, None, self.quiet)?;
             reports.push(by_task.remove(0).report);
         }
         self.run(
