@@ -375,7 +375,12 @@ fn caching_frozen_layers_gives_the_results_of_recomputing_them() {
         [Freezing { freeze_bottom: 1, ..Freezing::default() }, Freezing { freeze_base: true, ..Freezing::default() }]
     {
         let mut cfg = config(freezing, 2, 1e-3, 3e-3);
-        cfg.cache = CacheSettings { enabled: false, memory_limit: 0, spill_dir: spill.path().to_owned() };
+        cfg.cache = CacheSettings {
+            enabled: false,
+            memory_limit: 0,
+            spill_dir: spill.path().to_owned(),
+            ..CacheSettings::default()
+        };
         let (plain, plain_logs, _) = run_with(&cfg, 10);
         cfg.cache.enabled = true;
         cfg.cache.memory_limit = usize::MAX;
