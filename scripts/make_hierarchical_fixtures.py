@@ -67,6 +67,8 @@ CASES = {
                                           attention_temperature=0.5)),
     "bert-multihead-top2": ("tiny-bert", dict(pooling_strategy="multihead", attention_heads=2, attention_top_k=2,
                                               attention_hidden_size=8, attention_temperature=2.0)),
+    "bert-ordinal": ("tiny-bert", dict(pooling_strategy="attention", attention_hidden_size=8, ordinal=True)),
+    "bert-max-logits-ordinal": ("tiny-bert", dict(pooling_strategy="max_logits", chunk_pooling="mean", ordinal=True)),
 }
 
 
@@ -89,8 +91,11 @@ def random_head(hidden, section, n_labels, seed):
     head["norm.bias"] = rnd(hidden, s=0.1)
     head["classifier.dense.weight"] = rnd(ch, hidden)
     head["classifier.dense.bias"] = rnd(ch, s=0.1)
-    head["classifier.out_proj.weight"] = rnd(n_labels, ch)
-    head["classifier.out_proj.bias"] = rnd(n_labels, s=0.1)
+    outputs = 1 if section.get("ordinal") else n_labels
+    head["classifier.out_proj.weight"] = rnd(outputs, ch)
+    head["classifier.out_proj.bias"] = rnd(outputs, s=0.1)
+    if section.get("ordinal"):
+        head["classifier.thresholds"] = rnd(n_labels - 1, s=0.3)
     return head
 
 

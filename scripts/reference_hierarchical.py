@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 SECTION_DEFAULTS = {
     "format_version": 1, "chunk_size": 512, "stride": 256, "max_chunks": 20, "chunk_selection": "head",
     "chunk_pooling": "cls", "pooling_strategy": "attention", "attention_hidden_size": 256, "attention_heads": 1,
-    "attention_top_k": 0, "attention_temperature": 1.0,
+    "attention_top_k": 0, "attention_temperature": 1.0, "ordinal": False,
     "classifier_hidden_size": None, "hidden_dropout": 0.1, "attention_dropout": 0.1, "classifier_dropout": 0.3,
     "layer_norm_eps": 1e-5,
 }
@@ -128,12 +128,14 @@ class HierarchicalReference(torch.nn.Module):
         n, hidden = h.shape
         strategy, t = self.s["pooling_strategy"], self.task_head(task)
         if strategy == "max_logits":
-            # Multiple-instance pooling: the head on every chunk, each label's max over chunks.
+            # Multiple-instance pooling: the head on every chunk, each label's max over chunks
+            # (an ordinal head: the highest chunk score, then the cumulative link model).
             x = F.layer_norm(h, (hidden,), t["norm.weight"], t["norm.bias"], self.s["layer_norm_eps"])
             x = torch.tanh(x @ t["classifier.dense.weight"].T + t["classifier.dense.bias"])
-            chunk_logits = x @ t["classifier.out_proj.weight"].T + t["classifier.out_proj.bias"]  # [n, L]
+            chunk_logits = x @ t["classifier.out_proj.weight"].T + t["classifier.out_proj.bias"]  # [n, L] or [n, 1]
             logits = chunk_logits.max(0).values
-            return logits, torch.softmax(chunk_logits[:, logits.argmax()], dim=0)
+            attention = torch.softmax(chunk_logits[:, logits.argmax()], dim=0)
+            return (self.ordinal_logits(t, logits[0]) if self.s.get("ordinal") else logits), attention
         if strategy in ("attention", "multihead"):
             u = torch.tanh(h @ t["pooler.projection.weight"].T + t["pooler.projection.bias"])  # [n, A]
             scores = u @ t["pooler.context.weight"].T / self.s.get("attention_temperature", 1.0)  # [n, K]
@@ -161,7 +163,24 @@ class HierarchicalReference(torch.nn.Module):
         x = F.layer_norm(d, (hidden,), t["norm.weight"], t["norm.bias"], self.s["layer_norm_eps"])
         x = torch.tanh(t["classifier.dense.weight"] @ x + t["classifier.dense.bias"])
         logits = t["classifier.out_proj.weight"] @ x + t["classifier.out_proj.bias"]
+        if self.s.get("ordinal"):
+            logits = self.ordinal_logits(t, logits[0])
         return logits, attention
+
+    @staticmethod
+    def ordinal_logits(t, score):
+        """Cumulative link model (proportional odds): P(y <= k) = sigmoid(theta_k - score), theta_0 = t_0,
+        theta_k = theta_{k-1} + softplus(t_k), t = initial values + classifier.thresholds; log class
+        probabilities."""
+        offsets = t["classifier.thresholds"]
+        k = offsets.shape[0]
+        init = torch.tensor([-(k - 1) / 2] + [math.log(math.e - 1)] * (k - 1))
+        raw = init + offsets
+        theta = torch.cat([raw[:1], F.softplus(raw[1:])]).cumsum(0)
+        cdf = torch.sigmoid(theta - score)
+        upper = torch.cat([cdf, torch.ones(1)])
+        lower = torch.cat([torch.zeros(1), cdf])
+        return (upper - lower).clamp_min(1e-12).log()
 
     @torch.no_grad()
     def predict(self, chunker, text):

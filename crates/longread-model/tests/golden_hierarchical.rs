@@ -15,8 +15,10 @@ use serde_json::Value;
 /// `trained-bert-attention` is bert-attention after `longread train` (see its provenance.json):
 /// what training writes must load in the reference with the same predictions;
 /// `trained-multitask` has a second task with its own head, compared too.
-const CASES: [&str; 11] = [
+const CASES: [&str; 13] = [
     "bert-attention",
+    "bert-ordinal",
+    "bert-max-logits-ordinal",
     "bert-max-logits",
     "bert-top2-sharp",
     "bert-multihead-top2",

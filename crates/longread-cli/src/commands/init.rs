@@ -44,6 +44,12 @@ pub struct InitArgs {
     /// concentrates the weight on the top chunks.
     #[arg(long, default_value_t = 1.0, value_name = "T")]
     attention_temperature: f64,
+    /// The labels are ordered, in the order --labels gives them (e.g. general,teen,mature):
+    /// the head scores each document once and a cumulative link model (proportional odds)
+    /// turns the score into label probabilities, so a mistake costs more the further it is
+    /// from the truth. With --pooling max-logits the document's score is its highest chunk's.
+    #[arg(long)]
+    ordinal: bool,
     /// Tokens per chunk, special tokens included (at most the encoder's positions).
     #[arg(long, default_value_t = 512)]
     chunk_size: usize,
@@ -144,6 +150,7 @@ fn hierarchical_section(args: &InitArgs) -> LongreadSection {
         attention_hidden_size: args.attention_hidden_size,
         attention_top_k: args.attention_top_k,
         attention_temperature: args.attention_temperature,
+        ordinal: args.ordinal,
         ..LongreadSection::default()
     }
 }

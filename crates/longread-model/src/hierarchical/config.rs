@@ -94,6 +94,10 @@ pub struct LongreadSection {
     /// chunk; "attention" and "multihead"). Keeps a long document's many ordinary chunks from
     /// diluting the few that decide its label.
     pub attention_top_k: usize,
+    /// Ordered labels (false): the head gives one score per document and a cumulative link
+    /// model turns it into label probabilities (see `head.rs`), so that confusing "general"
+    /// with "mature" costs more than with "teen". Labels in id order are the order.
+    pub ordinal: bool,
     /// Softmax temperature of the attention scores (1.0; "attention" and "multihead"): below
     /// 1 sharpens the weights towards the top chunks, above 1 flattens them.
     pub attention_temperature: f64,
@@ -143,6 +147,7 @@ impl Default for LongreadSection {
             attention_heads: 1,
             attention_top_k: 0,
             attention_temperature: 1.0,
+            ordinal: false,
             classifier_hidden_size: None,
             hidden_dropout: 0.1,
             attention_dropout: 0.1,
@@ -208,6 +213,9 @@ impl LongreadSection {
         }
         if !(self.attention_temperature.is_finite() && self.attention_temperature > 0.0) {
             return Err(format!("longread.attention_temperature {} must be above 0", self.attention_temperature));
+        }
+        if self.ordinal && (self.architecture == Architecture::Sequence || self.tasks.len() > 1) {
+            return Err("longread.ordinal applies to a hierarchical model with one task".into());
         }
         if self.attention_hidden_size == 0 || self.classifier_hidden_size == Some(0) {
             return Err("longread.attention_hidden_size and classifier_hidden_size must be positive".into());

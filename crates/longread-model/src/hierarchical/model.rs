@@ -35,15 +35,7 @@ impl TaskHead {
             return Ok(Self::Sequence(SequenceHead::load(vb, &config.encoder, labels, s.classifier_dropout)?));
         }
         let pooler = ChunkPooler::load(vb.pp("pooler"), s, h, std)?;
-        let head = ClassificationHead::load(
-            vb,
-            h,
-            config.classifier_hidden_size(),
-            labels,
-            s.layer_norm_eps,
-            s.classifier_dropout,
-            std,
-        )?;
+        let head = ClassificationHead::load(vb, config, labels)?;
         Ok(Self::Pooled { pooler, head })
     }
 }
@@ -279,7 +271,9 @@ impl HierarchicalClassifier {
             TaskHead::Pooled { pooler, head } => {
                 let x = self.chunk_dropout.forward(chunks, mode)?;
                 if pooler.scores_chunks() {
-                    let (logits, attention) = max_over_chunks(&head.forward_rows(&x, mode)?)?;
+                    // An ordinal head: the document's score is its highest chunk score.
+                    let (outputs, attention) = max_over_chunks(&head.outputs(&x, mode)?)?;
+                    let logits = head.ordinal_logits(&outputs.unsqueeze(0)?)?.squeeze(0)?;
                     return Ok(Classified { logits, attention });
                 }
                 let pooled = pooler.forward(&x, mode)?;
