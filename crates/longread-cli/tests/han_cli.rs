@@ -148,3 +148,100 @@ fn encoder_flags_and_bad_data_are_refused_for_the_han() {
         longread(&["init", "--arch", "han", "--encoder", model.to_str().unwrap(), "--labels", "a,b", "--out", "y"]);
     assert_clean_failure(&init, "--arch han is not built on an encoder");
 }
+
+/// Documents of 40 filler sentences; "teen" and "mature" ones also hold three cue sentences
+/// with their own words, placed by a fixed pattern. Labels 60% / 30% / 10%.
+fn imbalanced_three_class(path: &Path, n: usize, offset: usize) {
+    const FILLER: [&str; 12] = [
+        "the council met on tuesday to discuss the budget",
+        "rain is expected over the weekend along the coast",
+        "prices rose slightly in the last quarter of the year",
+        "the team announced a new schedule for the season",
+        "a report on local schools was published this morning",
+        "traffic was heavy on the bridge during the evening",
+        "the museum opened a new wing for modern art",
+        "farmers expect a good harvest after the warm spring",
+        "the library will extend its opening hours next month",
+        "officials said the road works would finish soon",
+        "the festival drew large crowds to the old town",
+        "a new bakery opened near the central station",
+    ];
+    const CUES: [&str; 2] =
+        ["then came a scary fight with a bruise and a kiss", "then came brutal gore with drugs and slaughter"];
+    let mut lines = String::new();
+    for i in 0..n {
+        let k = (i + offset) % 10;
+        let label = if k < 6 {
+            0
+        } else if k < 9 {
+            1
+        } else {
+            2
+        };
+        let mut sentences: Vec<&str> = (0..40).map(|j| FILLER[(i * 7 + j * 5) % FILLER.len()]).collect();
+        if label > 0 {
+            for c in 0..3 {
+                sentences.insert((i * 11 + c * 13) % 40, CUES[label - 1]);
+            }
+        }
+        let text = sentences.join(". ") + ".";
+        let name = ["general", "teen", "mature"][label];
+        let record = serde_json::json!({"text": text, "label": name});
+        lines += &format!("{record}\n");
+    }
+    std::fs::write(path, lines).unwrap();
+}
+
+#[test]
+fn han_on_small_imbalanced_three_class_data_is_not_stopped_before_it_learns() {
+    // A regression: with 3 steps per epoch, the HAN predicted one class for its first ~9
+    // epochs (a flat dev macro-F1), patience 3 stopped it at epoch 4 and the saved model gave
+    // every document the majority class. Patience now counts only after --patience-min-steps.
+    let tmp = tempfile::tempdir().unwrap();
+    let (train, test) = (tmp.path().join("train.jsonl"), tmp.path().join("test.jsonl"));
+    imbalanced_three_class(&train, 90, 0);
+    imbalanced_three_class(&test, 60, 3);
+    let run = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--arch",
+            "han",
+            "--train",
+            train.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--labels",
+            "general,teen,mature",
+            "--class-weights",
+            "balanced",
+            "--epochs",
+            "40",
+            "--dev-split",
+            "0.25",
+            "--seed",
+            "3",
+        ];
+        // The HAN's default sizes: the small ones of the other tests learn too slowly here.
+        args.extend_from_slice(extra);
+        let output = longread(&args);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().lines().count()
+    };
+    let (old, fixed) = (tmp.path().join("old"), tmp.path().join("fixed"));
+    assert!(run(&old, &["--patience-min-steps", "0"]) <= 10, "the old rule stops within a few epochs");
+    run(&fixed, &[]);
+    let eval = longread(&["eval", "--model", fixed.to_str().unwrap(), "--data", test.to_str().unwrap(), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let report: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let predicted_classes = report["confusion_matrix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>())
+        .fold(vec![0u64; 3], |acc, row| acc.iter().zip(&row).map(|(a, b)| a + b).collect())
+        .iter()
+        .filter(|&&n| n > 0)
+        .count();
+    assert_eq!(predicted_classes, 3, "{report}");
+    assert!(report["macro_f1"].as_f64().unwrap() >= 0.8, "{report}");
+}

@@ -27,6 +27,7 @@ fn config(epochs: usize) -> TrainConfig {
         class_weights: None,
         metric: Metric::Accuracy,
         patience: 0,
+        patience_min_steps: 0,
         freezing: Freezing::default(),
         unfreeze: None,
         task_weights: Vec::new(),

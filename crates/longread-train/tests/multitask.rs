@@ -61,6 +61,7 @@ fn config(epochs: usize) -> TrainConfig {
         class_weights: None,
         metric: Metric::MacroF1,
         patience: 0,
+        patience_min_steps: 0,
         freezing: Freezing::default(),
         unfreeze: None,
         task_weights: Vec::new(),

@@ -58,6 +58,7 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         class_weights: None,
         metric: Metric::MacroF1,
         patience: 0,
+        patience_min_steps: 0,
         freezing,
         unfreeze: None,
         task_weights: Vec::new(),

@@ -141,6 +141,11 @@ pub struct TrainSpec {
     /// --arch han].
     #[cfg_attr(feature = "clap", arg(long))]
     pub patience: Option<usize>,
+    /// --patience counts only after this many optimizer steps: on a small data set an epoch is
+    /// a handful of steps, and a model that still predicts one class early on (a flat dev
+    /// metric) is not stopped before it could learn.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 100, value_name = "STEPS"))]
+    pub patience_min_steps: usize,
     /// Seed for the dev split, shuffling and dropout.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 42))]
     pub seed: u64,
@@ -218,7 +223,8 @@ const BOW_ONLY: [&str; 3] = ["c_values", "ngram_max", "min_df"];
 
 /// Flags of the trained-by-gradient models (encoders and the HAN) that --arch bow cannot use
 /// (clap ids).
-const GRADIENT_ONLY: [&str; 28] = [
+const GRADIENT_ONLY: [&str; 29] = [
+    "patience_min_steps",
     "epochs",
     "batch_size",
     "grad_accum",
@@ -639,6 +645,7 @@ impl TrainSpec {
                 MetricArg::DevLoss => Metric::DevLoss,
             },
             patience: self.patience.unwrap_or_default(),
+            patience_min_steps: self.patience_min_steps,
             freezing: Freezing {
                 train_embeddings: self.train_embeddings,
                 freeze_base: self.freeze_base,

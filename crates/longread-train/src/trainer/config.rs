@@ -59,6 +59,10 @@ pub struct TrainConfig {
     pub metric: Metric,
     /// Stop after this many epochs without improvement (0 = never).
     pub patience: usize,
+    /// Patience only counts once this many optimizer steps have run: on small data an epoch
+    /// is a few steps, and a model still predicting one class for its first epochs (a flat
+    /// dev metric) must not be stopped before it could learn.
+    pub patience_min_steps: usize,
     /// What is frozen (before the first phase of `unfreeze`, or throughout without it).
     pub freezing: Freezing,
     /// Gradual unfreezing: what trains from which epoch on.

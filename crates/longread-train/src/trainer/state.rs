@@ -97,7 +97,9 @@ impl TrainerState {
     /// Whether the run ends after the epoch just recorded: patience ran out, or the run was
     /// asked to stop there.
     pub(crate) fn stops(&self, cfg: &TrainConfig) -> bool {
-        cfg.patience > 0 && self.since_best >= cfg.patience || cfg.stop_after_epoch == Some(self.epoch)
+        let patience_ran_out =
+            cfg.patience > 0 && self.step >= cfg.patience_min_steps && self.since_best >= cfg.patience;
+        patience_ran_out || cfg.stop_after_epoch == Some(self.epoch)
     }
 }
 
