@@ -8,7 +8,6 @@
 pub mod counts;
 pub mod error;
 mod files;
-pub mod folds;
 pub mod logistic;
 pub mod model;
 pub mod sparse;

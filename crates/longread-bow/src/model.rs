@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use crate::counts::{count_terms, Interner, TermCounts};
 use crate::error::{BowError, Result};
 use crate::files::{read_bow_files, write_bow_files};
-use crate::folds::stratified_folds;
 use crate::logistic::{softmax, Data, LogisticRegression, Solver};
 use crate::sparse::SparseRow;
 use crate::terms::{for_each_ngram, words};
 use crate::tfidf::{weigh, Columns, TfidfSettings};
+use longread_metrics::folds::stratified_folds;
 
 /// How a bag-of-words model is trained.
 #[derive(Debug, Clone, PartialEq)]

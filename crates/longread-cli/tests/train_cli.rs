@@ -570,3 +570,55 @@ fn bf16_training_and_prediction_run_and_stay_close_to_f32() {
         .fold(0.0, f64::max);
     assert!(largest < 0.05, "probabilities differ by {largest}");
 }
+
+#[test]
+fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cv");
+    let model = tmp.path().join("init");
+    let init = longread(&[
+        "init",
+        "--encoder",
+        fixture("tiny-bert").to_str().unwrap(),
+        "--labels",
+        "rain,prices",
+        "--out",
+        model.to_str().unwrap(),
+        "--chunk-size",
+        "16",
+        "--stride",
+        "4",
+        "--attention-hidden-size",
+        "8",
+    ]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let run = train(
+        &model,
+        &fixture("synthetic/train.jsonl"),
+        &out,
+        &["--cv", "3", "--freeze-base", "--epochs", "20", "--head-lr", "3e-2", "--seed", "3", "--log-format", "json"],
+    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let lines = json_lines(&run.stdout);
+    let done = lines.last().unwrap();
+    assert_eq!(done["event"], "done");
+    let cv: Value = serde_json::from_str(&std::fs::read_to_string(out.join("cv.json")).unwrap()).unwrap();
+    assert_eq!(done["cv"], cv);
+    let results = cv["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    let total = std::fs::read_to_string(fixture("synthetic/train.jsonl")).unwrap().lines().count() as u64;
+    let held_out: u64 = results.iter().map(|r| r["dev_documents"].as_u64().unwrap()).sum();
+    assert_eq!(held_out, total, "every document is held out exactly once");
+    let f1: Vec<f64> = results.iter().map(|r| r["macro_f1"].as_f64().unwrap()).collect();
+    let mean = f1.iter().sum::<f64>() / 3.0;
+    assert!((cv["macro_f1_mean"].as_f64().unwrap() - mean).abs() < 1e-12);
+    for fold in 1..=3 {
+        let dir = out.join(format!("fold-{fold}"));
+        assert!(dir.join("model.safetensors").is_file() && dir.join("metrics.jsonl").is_file(), "{}", dir.display());
+    }
+    // Each fold's best model is a model like any other.
+    assert!(accuracy(&out.join("fold-1"), &fixture("synthetic/test.jsonl")) > 0.5);
+    let refused =
+        train(&model, &fixture("synthetic/train.jsonl"), &tmp.path().join("x"), &["--cv", "3", "--dev-split", "0.2"]);
+    assert_clean_failure(&refused, "drop --dev and --dev-split");
+}

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 pub mod bootstrap;
+pub mod folds;
 
 /// Counts of (true label, predicted label) pairs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -13,6 +13,7 @@ macro_rules! bail {
 mod bow;
 pub mod checkpoints;
 mod classifier;
+pub mod cross_validation;
 pub mod data;
 mod han;
 pub mod output;
@@ -54,6 +55,8 @@ pub struct RunSummary {
     pub stopped_for_resume: bool,
     /// What a bag-of-words run (no epochs) found.
     pub bow: Option<BowSummary>,
+    /// The folds of a `--cv` run (its epochs are the folds' runs').
+    pub cv: Option<cross_validation::CvSummary>,
 }
 
 /// Runs `spec`: fills in the defaults of its architecture (`given`: the settings given
@@ -66,6 +69,9 @@ pub fn train_run(
     hooks: &mut dyn RunHooks,
 ) -> Result<RunSummary> {
     spec.resolve_defaults()?;
+    if spec.cv.is_some() && !spec.is_bow() {
+        return cross_validation::run(spec, &front, hooks);
+    }
     let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
     let mut settings = run_settings(spec)?;
     if let Some(obj) = settings.as_object_mut() {
@@ -76,7 +82,7 @@ pub fn train_run(
     }
     if spec.is_bow() {
         let summary = bow::run(spec, &settings, hooks)?;
-        return Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: Some(summary) });
+        return Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: Some(summary), cv: None });
     }
     let logs = if spec.is_han() {
         han::run(spec, checkpoint.as_deref(), &settings, hooks)
@@ -143,5 +149,5 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
     if !stopped_for_resume {
         remove_other_checkpoints(&spec.out, None)?;
     }
-    Ok(RunSummary { logs, stopped_for_resume, bow: None })
+    Ok(RunSummary { logs, stopped_for_resume, bow: None, cv: None })
 }

@@ -60,6 +60,9 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
         if let Some(bow) = &summary.bow {
             done["bow"] = serde_json::to_value(bow)?;
         }
+        if let Some(cv) = &summary.cv {
+            done["cv"] = serde_json::to_value(cv)?;
+        }
         println!("{done}");
     }
     if text && summary.stopped_for_resume {

@@ -1,6 +1,6 @@
 //! Stratified K-fold splits: every fold holds about 1/K of each class, seeded.
 
-use longread_metrics::bootstrap::SplitMix64;
+use crate::bootstrap::SplitMix64;
 
 /// The held-out document indices of each of `k` folds of `labels` (class ids): each class's
 /// documents shuffled with `seed` and dealt round-robin, so fold sizes differ by at most one
