@@ -16,6 +16,29 @@ fn train(model: &Path, data: &Path, out: &Path, extra: &[&str]) -> std::process:
     longread(&args)
 }
 
+/// `longread init` on the tiny BERT for the synthetic task (chunks of 16 tokens, stride 4).
+fn init_tiny(out: &Path) {
+    let encoder = fixture("tiny-bert");
+    let init = longread(&[
+        "init",
+        "--encoder",
+        encoder.to_str().unwrap(),
+        "--labels",
+        "rain,prices",
+        "--out",
+        out.to_str().unwrap(),
+        "--chunk-size",
+        "16",
+        "--stride",
+        "4",
+        "--attention-hidden-size",
+        "8",
+        "--seed",
+        "1",
+    ]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+}
+
 /// `longread eval --json` accuracy.
 fn accuracy(model: &Path, data: &Path) -> f64 {
     let out = longread(&["eval", "--model", model.to_str().unwrap(), "--data", data.to_str().unwrap(), "--json"]);
@@ -28,24 +51,7 @@ fn a_trained_head_classifies_held_out_documents() {
     let tmp = tempfile::tempdir().unwrap();
     let p = |n: &str| tmp.path().join(n);
     let (train_data, test_data) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
-    let init = longread(&[
-        "init",
-        "--encoder",
-        fixture("tiny-bert").to_str().unwrap(),
-        "--labels",
-        "rain,prices",
-        "--out",
-        p("init").to_str().unwrap(),
-        "--chunk-size",
-        "16",
-        "--stride",
-        "4",
-        "--attention-hidden-size",
-        "8",
-        "--seed",
-        "1",
-    ]);
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    init_tiny(&p("init"));
     let extra = [
         "--dev-split",
         "0.25",
@@ -576,22 +582,7 @@ fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("cv");
     let model = tmp.path().join("init");
-    let init = longread(&[
-        "init",
-        "--encoder",
-        fixture("tiny-bert").to_str().unwrap(),
-        "--labels",
-        "rain,prices",
-        "--out",
-        model.to_str().unwrap(),
-        "--chunk-size",
-        "16",
-        "--stride",
-        "4",
-        "--attention-hidden-size",
-        "8",
-    ]);
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    init_tiny(&model);
     let run = train(
         &model,
         &fixture("synthetic/train.jsonl"),

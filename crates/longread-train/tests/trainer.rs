@@ -71,6 +71,17 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
     }
 }
 
+/// Trains without callbacks: the epoch logs.
+fn train_quietly(
+    model: &HierarchicalClassifier,
+    (train_docs, train_labels): (&[ChunkedDocument], &[usize]),
+    (dev_docs, dev_labels): (&[ChunkedDocument], &[usize]),
+    cfg: &TrainConfig,
+) -> Vec<EpochLog> {
+    let (train_split, dev_split) = (Split::new(train_docs, train_labels), Split::new(dev_docs, dev_labels));
+    train(model, train_split, dev_split, cfg, &Device::Cpu, None, |_| {}, |_| Ok(()), |_| Ok(())).unwrap()
+}
+
 fn chunk_all(chunker: &Chunker, texts: &[String]) -> Vec<ChunkedDocument> {
     texts.iter().map(|t| chunker.chunk(t).unwrap()).collect()
 }
@@ -118,18 +129,7 @@ fn max_logits_top_k_attention_and_ordinal_heads_train() {
         let (dev_texts, dev_labels) = dataset("test", 12);
         let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
         let cfg = config(Freezing { freeze_base: true, ..Freezing::default() }, 60, 0.0, 3e-2);
-        let logs = train(
-            &model,
-            Split::new(&train_docs, &train_labels),
-            Split::new(&dev_docs, &dev_labels),
-            &cfg,
-            &Device::Cpu,
-            None,
-            |_| {},
-            |_| Ok(()),
-            |_| Ok(()),
-        )
-        .unwrap();
+        let logs = train_quietly(&model, (&train_docs, &train_labels), (&dev_docs, &dev_labels), &cfg);
         let (first, last) = (&logs[0], &logs[logs.len() - 1]);
         assert!(last.train_loss < first.train_loss * 0.7, "{case}: loss {} -> {}", first.train_loss, last.train_loss);
         // Chance is 0.5 on these 12 dev documents.
@@ -145,18 +145,7 @@ fn fine_tuning_with_recomputation_lowers_the_loss_and_is_reproducible() {
         let (model, chunker) = load();
         let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
         let cfg = config(Freezing::default(), 4, 1e-3, 3e-3);
-        let logs = train(
-            &model,
-            Split::new(&train_docs, &train_labels),
-            Split::new(&dev_docs, &dev_labels),
-            &cfg,
-            &Device::Cpu,
-            None,
-            |_| {},
-            |_| Ok(()),
-            |_| Ok(()),
-        )
-        .unwrap();
+        let logs = train_quietly(&model, (&train_docs, &train_labels), (&dev_docs, &dev_labels), &cfg);
         (logs, model.named_tensors().unwrap())
     };
     let (logs, weights) = run();

@@ -93,48 +93,14 @@ impl Classifier {
         }
         let device = Device::Cpu;
         if is_bow_dir(dir) {
-            if options.precision != Precision::F32 {
-                return Err(ModelError::InvalidInput(format!(
-                    "precision {:?} applies to encoder models; {} is a bag-of-words model",
-                    options.precision,
-                    dir.display()
-                )));
-            }
             let model = BowModel::load(dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
-            let tasks = vec![TaskSpec {
-                name: DEFAULT_TASK.into(),
-                column: DEFAULT_TASK.into(),
-                labels: model.labels().to_vec(),
-            }];
-            return Ok(Self {
-                model: Model::Bow(Box::new(model)),
-                tasks,
-                options,
-                dir: dir.to_owned(),
-                vector_cache: None,
-            });
+            let labels = model.labels().to_vec();
+            return Self::without_encoder(Model::Bow(Box::new(model)), labels, "a bag-of-words model", options, dir);
         }
         if is_han_dir(dir) {
-            if options.precision != Precision::F32 {
-                return Err(ModelError::InvalidInput(format!(
-                    "precision {:?} applies to encoder models; {} is a HAN (f32 only)",
-                    options.precision,
-                    dir.display()
-                )));
-            }
             let model = HanClassifier::load(dir, &device)?;
-            let tasks = vec![TaskSpec {
-                name: DEFAULT_TASK.into(),
-                column: DEFAULT_TASK.into(),
-                labels: model.labels().to_vec(),
-            }];
-            return Ok(Self {
-                model: Model::Han(Box::new(model)),
-                tasks,
-                options,
-                dir: dir.to_owned(),
-                vector_cache: None,
-            });
+            let labels = model.labels().to_vec();
+            return Self::without_encoder(Model::Han(Box::new(model)), labels, "a HAN (f32 only)", options, dir);
         }
         let mut model = HierarchicalClassifier::load(dir, false, &device)?;
         match options.precision {
@@ -169,6 +135,26 @@ impl Classifier {
             self.vector_cache = Some(VectorCache::open(dir, model, &format!("{:?}", self.options.precision))?);
         }
         Ok(())
+    }
+
+    /// A model without an encoder (HAN, bag of words): one task, f32 only (`what` names it
+    /// in the error).
+    fn without_encoder(
+        model: Model,
+        labels: Vec<String>,
+        what: &str,
+        options: ClassifierOptions,
+        dir: &Path,
+    ) -> Result<Self> {
+        if options.precision != Precision::F32 {
+            return Err(ModelError::InvalidInput(format!(
+                "precision {:?} applies to encoder models; {} is {what}",
+                options.precision,
+                dir.display()
+            )));
+        }
+        let tasks = vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels }];
+        Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None })
     }
 
     /// The model directory.
