@@ -11,7 +11,9 @@ uniformly among them, and `neutral` when none is; the two labels are balanced. O
 (ordinal_train.jsonl, ordinal_test.jsonl): `none`, `one`, or `three_plus` (3 to 5) hyperpartisan
 articles, balanced: ordered labels like ratings. Training bundles use training articles only,
 test bundles test articles only. Every record: id, text, label, and for analysis the article
-ids, the positions of the hyperpartisan ones and the token estimate. Deterministic in --seed.
+ids, the positions of the hyperpartisan ones and the token estimate. Deterministic in --seed. With --dev-bundles N, a fraction (--dev-articles 0.2) of the
+training articles is held out for dev.jsonl / ordinal_dev.jsonl (the training bundles use the
+rest): a dev split of the training bundles would share articles with them.
 The label follows a few paragraphs anywhere in a long text — what a first-chunk reader cannot
 see and a bag of words dilutes.
 """
@@ -56,9 +58,10 @@ def bundle(rng, partisan, neutral, n_partisan):
     raise RuntimeError("no bundle fits the token range")
 
 
-def make(rng, split, count, classes):
-    """`count` bundles balanced over `classes` [(label, how many partisan articles: fn(rng))]."""
-    partisan, neutral = load(split)
+def make(rng, split, count, classes, articles=None):
+    """`count` bundles balanced over `classes` [(label, how many partisan articles: fn(rng))],
+    from the articles of `split` (or the given (partisan, neutral) lists)."""
+    partisan, neutral = articles or load(split)
     records = []
     for i in range(count):
         label, how_many = classes[i % len(classes)]
@@ -89,14 +92,31 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-bundles", type=int, default=400)
     ap.add_argument("--test-bundles", type=int, default=400)
+    ap.add_argument("--dev-bundles", type=int, default=0,
+                    help="also write dev.jsonl / ordinal_dev.jsonl from --dev-articles of the training articles, "
+                         "held out of the training bundles (default 0: no dev files, training bundles as before)")
+    ap.add_argument("--dev-articles", type=float, default=0.2)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     binary = [("neutral", lambda r: 0), ("partisan", lambda r: 1)]
     ordinal = [("none", lambda r: 0), ("one", lambda r: 1), ("three_plus", lambda r: r.randint(3, 5))]
+    # Training bundles reuse training articles, so a dev split of them shares articles with the
+    # training bundles and overstates accuracy: dev bundles come from held-out articles instead.
+    sources = {"train": None, "test": None}
+    splits = [("train", args.train_bundles), ("test", args.test_bundles)]
+    if args.dev_bundles > 0:
+        held = random.Random(f"{args.seed}-dev-articles")
+        partisan, neutral = load("train")
+        held.shuffle(partisan)
+        held.shuffle(neutral)
+        cut_p, cut_n = int(len(partisan) * args.dev_articles), int(len(neutral) * args.dev_articles)
+        sources["dev"] = (partisan[:cut_p], neutral[:cut_n])
+        sources["train"] = (partisan[cut_p:], neutral[cut_n:])
+        splits.append(("dev", args.dev_bundles))
     for name, classes in [("", binary), ("ordinal_", ordinal)]:
-        for split, count in [("train", args.train_bundles), ("test", args.test_bundles)]:
+        for split, count in splits:
             rng = random.Random(f"{args.seed}-{name}{split}")
-            records = make(rng, split, count, classes)
+            records = make(rng, "train" if split == "dev" else split, count, classes, sources[split])
             path = os.path.join(args.out, f"{name}{split}.jsonl")
             write(path, records)
             sizes = sorted(r["tokens_estimate"] for r in records)
