@@ -158,7 +158,12 @@ pub fn id_text(document: &Document) -> String {
 
 fn table_header(labels: &[String], unit: &str) -> String {
     let scores: String = labels.iter().map(|l| format!(" {:>8}", truncate(l, 8))).collect();
-    let count = if unit == "chunk" { "chunks" } else { "sents" };
+    let count = match unit {
+        "chunk" => "chunks",
+        "sentence" => "sents",
+        // A model that reads no parts (bag of words) has no evidence columns.
+        _ => return format!("{:<24} {:<12}{scores}", "id", "label"),
+    };
     format!("{:<24} {:<12}{scores} {count:>6}  most attended {unit}", "id", "label")
 }
 
@@ -176,6 +181,9 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
             let excerpt: String = document.text.chars().skip(e.start).take(e.end - e.start).take(40).collect();
             let excerpt = excerpt.replace(['\n', '\r', '\t'], " ");
             (e.count, format!("#{} (chars {}–{}, attention {:.2}): {excerpt}", e.index, e.start, e.end, e.attention))
+        }
+        None if classifier.evidence_unit() == "none" => {
+            return format!("{id:<24} {:<12}{probs}", truncate(&prediction.label, 12));
         }
         None => (0, String::new()),
     };

@@ -1,0 +1,90 @@
+//! The bag-of-words baseline end to end: `train --arch bow` (C by cross-validation, cv.json),
+//! then `predict` (JSON and table), `eval` and a comparison with it; flags that do not apply
+//! are refused.
+
+mod common;
+
+use common::{assert_clean_failure, fixture, json_lines, longread};
+use serde_json::Value;
+
+#[test]
+fn a_bag_of_words_model_trains_in_seconds_and_serves_predict_and_eval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bow");
+    let (train, test) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        train.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--cv",
+        "4",
+        "--c-values",
+        "0.1,10",
+        "--log-format",
+        "json",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let done = json_lines(&run.stdout).pop().unwrap();
+    let cv: Value = serde_json::from_str(&std::fs::read_to_string(out.join("cv.json")).unwrap()).unwrap();
+    assert_eq!(done["bow"], cv);
+    assert_eq!((cv["folds"].as_u64(), cv["cv"].as_array().map(Vec::len)), (Some(4), Some(2)));
+    assert!(out.join("training_args.json").is_file() && out.join("vocabulary.txt").is_file());
+
+    let model = out.to_str().unwrap();
+    let eval = longread(&["eval", "--model", model, "--data", test.to_str().unwrap(), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let accuracy = serde_json::from_slice::<Value>(&eval.stdout).unwrap()["accuracy"].as_f64().unwrap();
+    assert!(accuracy >= 0.9, "topic words separate the synthetic classes: accuracy {accuracy}");
+
+    let predict = longread(&["predict", "--model", model, "--input", test.to_str().unwrap()]);
+    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
+    let first = &json_lines(&predict.stdout)[0];
+    let p: f64 = first["scores"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
+    assert!((p - 1.0).abs() < 1e-5 && first.get("chunks").is_none_or(Value::is_null), "{first}");
+    let table = longread(&["predict", "--model", model, "--input", test.to_str().unwrap(), "--format", "table"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.lines().next().unwrap().ends_with("rain") && !text.contains("attended"), "{text}");
+
+    let compare = longread(&["eval", "--model", model, "--model", model, "--data", test.to_str().unwrap(), "--json"]);
+    assert!(compare.status.success(), "{}", String::from_utf8_lossy(&compare.stderr));
+    let models = serde_json::from_slice::<Value>(&compare.stdout).unwrap()["models"].as_array().unwrap().len();
+    assert_eq!(models, 2);
+}
+
+#[test]
+fn flags_of_other_architectures_are_refused_for_bow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let train = fixture("synthetic/train.jsonl");
+    let base = ["train", "--arch", "bow", "--train", train.to_str().unwrap(), "--out"];
+    let out = tmp.path().join("x");
+    for (flag, value) in [("--epochs", "3"), ("--freeze-base", ""), ("--model", "m"), ("--min-count", "1")] {
+        let mut args: Vec<&str> = base.to_vec();
+        args.push(out.to_str().unwrap());
+        args.push(flag);
+        if !value.is_empty() {
+            args.push(value);
+        }
+        let output = longread(&args);
+        assert_clean_failure(&output, "does not apply to --arch bow");
+        assert!(!out.exists(), "{flag}: nothing written");
+    }
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend_from_slice(&[out.to_str().unwrap(), "--c-values", "0,1"]);
+    assert_clean_failure(&longread(&args), "--c-values");
+    let hier = longread(&[
+        "train",
+        "--model",
+        fixture("hier/bert-attention").to_str().unwrap(),
+        "--train",
+        train.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--ngram-max",
+        "3",
+    ]);
+    assert_clean_failure(&hier, "--ngram-max applies only to --arch bow");
+}
