@@ -83,23 +83,37 @@ fn a_short_document_behind_a_long_one_is_answered_first() {
 
 #[test]
 fn a_cancelled_document_is_dropped_and_the_queue_goes_on() {
+    // Deterministic: the worker is held inside its first batch (a one-unit blocker) while the
+    // long document is submitted and cancelled, so none of its units can have been taken
+    // (without the hold, a loaded machine could let the worker finish it first).
     let options = ClassifierOptions { max_batch_tokens: 1, ..ClassifierOptions::default() };
     let classifier = Arc::new(Classifier::load(&fixture("hier/trained-bert-attention"), options).unwrap());
     let batches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = Arc::clone(&batches);
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let hold = std::sync::Mutex::new(Some((entered_tx, go_rx)));
     let queue = BatchQueue::start(Arc::clone(&classifier), move |b| {
         counted.fetch_add(b.units, std::sync::atomic::Ordering::Relaxed);
+        if let Some((entered, go)) = hold.lock().unwrap().take() {
+            entered.send(()).unwrap();
+            go.recv().unwrap();
+        }
     });
+    let _blocker = queue.submit(classifier.prepare("The committee met.").unwrap(), |_, _| {});
+    entered_rx.recv_timeout(Duration::from_secs(60)).unwrap();
     let long = classifier.prepare(&documents().join(" ").repeat(20)).unwrap();
     let units = long.units();
     let (tx, rx) = mpsc::channel::<&str>();
     let guard = queue.submit(long, move |_, _| tx.send("answered").unwrap());
     drop(guard);
+    go_tx.send(()).unwrap();
     let after = classify_queued(&queue, "Rain is expected.").unwrap().unwrap();
     assert!(!after.label.is_empty());
     assert!(rx.try_recv().is_err(), "a cancelled document is not answered");
+    // The blocker's unit and the last document's; none of the cancelled document's.
     let encoded = batches.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(encoded < units, "{encoded} units encoded of the cancelled document's {units}");
+    assert_eq!(encoded, 2, "units encoded; the cancelled document had {units}");
     assert_eq!(queue.documents(), 0);
     assert_eq!(queue.waiting_units(), 0);
 }
