@@ -12,7 +12,7 @@ use crate::logistic::{softmax, Data, LogisticRegression, Solver};
 use crate::sparse::SparseRow;
 use crate::terms::{for_each_ngram, words};
 use crate::tfidf::{weigh, Columns, TfidfSettings};
-use longread_metrics::folds::stratified_folds;
+use longread_metrics::folds::{mean_std, stratified_folds};
 
 /// How a bag-of-words model is trained.
 #[derive(Debug, Clone, PartialEq)]
@@ -270,10 +270,8 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
 
 /// Mean and standard deviation of the fold scores.
 fn cv_score(c: f64, scores: &[f64]) -> CvScore {
-    let n = scores.len().max(1) as f64;
-    let mean = scores.iter().sum::<f64>() / n;
-    let var = scores.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n;
-    CvScore { c, macro_f1_mean: mean, macro_f1_std: var.sqrt() }
+    let (macro_f1_mean, macro_f1_std) = mean_std(scores);
+    CvScore { c, macro_f1_mean, macro_f1_std }
 }
 
 /// Index of the largest value (the first on ties).

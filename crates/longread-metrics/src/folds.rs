@@ -24,6 +24,13 @@ pub fn stratified_folds(labels: &[usize], k: usize, seed: u64) -> Vec<Vec<usize>
     folds
 }
 
+/// Mean and (population) standard deviation of per-fold scores.
+pub fn mean_std(scores: &[f64]) -> (f64, f64) {
+    let n = scores.len().max(1) as f64;
+    let mean = scores.iter().sum::<f64>() / n;
+    (mean, (scores.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +48,12 @@ mod tests {
         }
         assert_eq!(folds, stratified_folds(&labels, 5, 7));
         assert_ne!(folds, stratified_folds(&labels, 5, 8));
+    }
+
+    #[test]
+    fn mean_and_population_standard_deviation() {
+        let (mean, std) = mean_std(&[0.5, 0.7]);
+        assert!((mean - 0.6).abs() < 1e-12 && (std - 0.1).abs() < 1e-12, "{mean} ± {std}");
+        assert_eq!(mean_std(&[]), (0.0, 0.0));
     }
 }

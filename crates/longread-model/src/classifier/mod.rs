@@ -212,13 +212,9 @@ impl Classifier {
         while start < documents.len() {
             let (end, results) = match &self.model {
                 Model::Encoder { model, chunker } => self.classify_encoder_group(model, chunker, documents, start)?,
-                Model::Han(model) => {
+                Model::Han(_) | Model::Bow(_) => {
                     let end = (start + HAN_BATCH).min(documents.len());
-                    (end, classify_han(model, &documents[start..end])?)
-                }
-                Model::Bow(model) => {
-                    let end = (start + HAN_BATCH).min(documents.len());
-                    (end, classify_bow(model, &documents[start..end]))
+                    (end, classify_whole(&self.model, &documents[start..end])?)
                 }
             };
             for (document, result) in documents[start..end].iter().zip(results) {
@@ -289,6 +285,15 @@ fn classify_han(model: &HanClassifier, group: &[Document]) -> Result<Vec<DocResu
             (None, Ok(scores)) => Ok(han_prediction(model.labels(), scores)),
         })
         .collect())
+}
+
+/// Scores a group of documents with a model that reads each whole (HAN, bag of words).
+fn classify_whole(model: &Model, group: &[Document]) -> Result<Vec<DocResult>> {
+    match model {
+        Model::Han(model) => classify_han(model, group),
+        Model::Bow(model) => Ok(classify_bow(model, group)),
+        Model::Encoder { .. } => Err(ModelError::InvalidInput("an encoder model reads chunks, not whole texts".into())),
+    }
 }
 
 /// Scores documents with the bag-of-words model (in parallel: each is independent).

@@ -7,7 +7,7 @@
 use candle_core::{Device, Tensor};
 use longread_text::{pad_batch, ChunkedDocument};
 
-use super::{classify_bow, classify_han, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
+use super::{classify_whole, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
 use crate::error::Result;
 use crate::mode::Mode;
 
@@ -104,21 +104,13 @@ impl Classifier {
                 }
                 Ok(outputs.into_iter().map(|o| o.expect("every unit is in a group")).collect())
             }
-            Model::Han(model) => {
+            Model::Han(_) | Model::Bow(_) => {
                 let docs: Vec<longread_text::Document> = units
                     .iter()
                     .enumerate()
                     .map(|(i, (d, _))| longread_text::Document::new(i, whole_text(d)))
                     .collect();
-                Ok(classify_han(model, &docs)?.into_iter().map(|r| UnitOutput(Output::Done(r))).collect())
-            }
-            Model::Bow(model) => {
-                let docs: Vec<longread_text::Document> = units
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (d, _))| longread_text::Document::new(i, whole_text(d)))
-                    .collect();
-                Ok(classify_bow(model, &docs).into_iter().map(|r| UnitOutput(Output::Done(r))).collect())
+                Ok(classify_whole(&self.model, &docs)?.into_iter().map(|r| UnitOutput(Output::Done(r))).collect())
             }
         }
     }

@@ -58,30 +58,14 @@ impl ClassificationHead {
         })
     }
 
-    /// True for an ordinal head.
-    pub fn is_ordinal(&self) -> bool {
-        self.thresholds.is_some()
-    }
-
     /// # Shapes
     /// `doc: [hidden]` → logits `[labels]`
     pub fn forward(&self, doc: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_rows(&doc.unsqueeze(0)?, mode)?.squeeze(0)
+        self.ordinal_logits(&self.outputs(&doc.unsqueeze(0)?, mode)?)?.squeeze(0)
     }
 
-    /// The head on each row (each chunk, for multiple-instance pooling).
-    ///
-    /// # Shapes
-    /// `rows: [n, hidden]` → logits `[n, labels]`
-    pub fn forward_rows(&self, rows: &Tensor, mode: Mode) -> Result<Tensor> {
-        let out = self.outputs(rows, mode)?;
-        match &self.thresholds {
-            Some(_) => self.ordinal_logits(&out),
-            None => Ok(out),
-        }
-    }
-
-    /// `out_proj`'s outputs: the logits, or an ordinal head's scores.
+    /// `out_proj`'s outputs on each row (each chunk, for multiple-instance pooling): the
+    /// logits, or an ordinal head's scores.
     ///
     /// # Shapes
     /// `rows: [n, hidden]` → `[n, labels]`, or `[n, 1]` when ordinal
@@ -92,10 +76,11 @@ impl ClassificationHead {
         self.out_proj.forward(&x)
     }
 
-    /// Log class probabilities of the cumulative link model from the scores.
+    /// The logits from [`Self::outputs`]: an ordinal head's log class probabilities of the
+    /// cumulative link model, any other head's outputs unchanged.
     ///
     /// # Shapes
-    /// `scores: [n, 1]` → `[n, labels]`
+    /// `scores: [n, 1]` (ordinal) → `[n, labels]`; `[n, labels]` → the same
     pub fn ordinal_logits(&self, scores: &Tensor) -> Result<Tensor> {
         let Some((init, offsets)) = &self.thresholds else { return Ok(scores.clone()) };
         let raw = init.add(offsets)?;

@@ -271,7 +271,8 @@ impl HierarchicalClassifier {
             TaskHead::Pooled { pooler, head } => {
                 let x = self.chunk_dropout.forward(chunks, mode)?;
                 if pooler.scores_chunks() {
-                    // An ordinal head: the document's score is its highest chunk score.
+                    // Per-label maxima of the chunks' outputs; for an ordinal head, the highest
+                    // chunk score, turned into label probabilities.
                     let (outputs, attention) = max_over_chunks(&head.outputs(&x, mode)?)?;
                     let logits = head.ordinal_logits(&outputs.unsqueeze(0)?)?.squeeze(0)?;
                     return Ok(Classified { logits, attention });

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use longread_metrics::folds::stratified_folds;
+use longread_metrics::folds::{mean_std, stratified_folds};
 use longread_text::resolve_labels;
 
 use crate::error::{Result, TrainError};
@@ -113,8 +113,8 @@ pub(crate) fn run(
             macro_f1: best.dev.macro_f1,
         });
     }
-    let (accuracy_mean, accuracy_std) = mean_std(results.iter().map(|r| r.accuracy));
-    let (macro_f1_mean, macro_f1_std) = mean_std(results.iter().map(|r| r.macro_f1));
+    let (accuracy_mean, accuracy_std) = mean_std(&results.iter().map(|r| r.accuracy).collect::<Vec<_>>());
+    let (macro_f1_mean, macro_f1_std) = mean_std(&results.iter().map(|r| r.macro_f1).collect::<Vec<_>>());
     let cv = CvSummary { folds: k, results, accuracy_mean, accuracy_std, macro_f1_mean, macro_f1_std };
     hooks.note(&format!(
         "{k}-fold cross-validation: dev macro-F1 {macro_f1_mean:.4} ± {macro_f1_std:.4}, accuracy {accuracy_mean:.4} ± \
@@ -150,14 +150,6 @@ fn check(spec: &TrainSpec, k: usize) -> Result<()> {
 /// The best epoch of a run.
 fn best_of(logs: &[EpochLog]) -> Option<&EpochLog> {
     logs.iter().rfind(|l| l.best)
-}
-
-/// Mean and (population) standard deviation.
-fn mean_std(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let v: Vec<f64> = values.collect();
-    let n = v.len().max(1) as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    (mean, (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt())
 }
 
 /// Writes a file atomically.
