@@ -4,21 +4,29 @@ RobertaForMaskedLM on the same model shape, tokenizer, packed sequences, batch a
 recipe (15%, 80/10/10), AdamW, in one run. Prints training tokens/s and the ratio.
 
     python3 scripts/bench_pretrain.py [--presets tiny,small] [--steps 30] [--batch-size 8]
-                                      [--seq-len 128] [--threads 2] [--docs 200]
+                                      [--seq-len 128] [--threads 2] [--docs 200] [--repeats 3]
+                                      [--json-out FILE]
 
 Corpus: the first --docs articles of ../shared/data/hyperpartisan/train.jsonl; tokenizer: a
 byte-level BPE of 8,000 tokens trained on them by `longread tokenizer train`. Time = all steps
 (forward, backward, clipping, AdamW; masking and batching included); longread's figure is its own
 `tokens_per_second` over the steps (held-out evaluation excluded); PyTorch's the same loop's.
+The PyTorch side is what a practitioner would write: SDPA attention and the fused CPU AdamW
+(`fused=True`, falling back to `foreach`). Each side runs --repeats times, alternating, each run
+--steps steps after one warm-up step; the best and the median run are printed, with the CPU.
 Needs: a release build, torch, transformers, tokenizers.
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cpu import cpu_description  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 SHARED = os.path.join(ROOT, "..", "shared")
@@ -42,10 +50,14 @@ def torch_tokens_per_second(encoder_dir, texts, args):
         stream.extend(d)
     w = args.seq_len - 2
     seqs = [[bos] + stream[i:i + w] + [eos] for i in range(0, len(stream), w)]
-    model = RobertaForMaskedLM.from_pretrained(encoder_dir, attn_implementation="eager").train()
+    model = RobertaForMaskedLM.from_pretrained(encoder_dir, attn_implementation="sdpa").train()
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n]
     decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n or "layer_norm" in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=5e-4)
+    groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        opt = torch.optim.AdamW(groups, lr=5e-4, fused=True)
+    except (RuntimeError, TypeError):
+        opt = torch.optim.AdamW(groups, lr=5e-4, foreach=True)
     vocab = tok.get_vocab_size()
     specials = torch.tensor([bos, eos, pad, mask, tok.token_to_id("<unk>")])
     tokens, start = 0, None
@@ -74,6 +86,19 @@ def torch_tokens_per_second(encoder_dir, texts, args):
     return tokens / (time.perf_counter() - start)
 
 
+def longread_tokens_per_second(corpus, tok_dir, preset, out, args):
+    run = subprocess.run([BINARY, "--threads", str(args.threads), "pretrain", "--corpus", corpus,
+                          "--tokenizer", tok_dir, "--preset", preset, "--out", out,
+                          "--max-steps", str(args.steps + 1), "--eval-every", "1000000",
+                          "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+                          "--held-out", "0.01", "--log-format", "json"],
+                         check=True, capture_output=True, text=True)
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    steps = [e for e in events if e["event"] == "step"][1:]  # the first step warms up
+    # harmonic mean of per-step rates = tokens/s over the steps at a fixed batch
+    return len(steps) / sum(e["tokens_per_second"] ** -1 for e in steps)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default="tiny,small")
@@ -82,7 +107,13 @@ def main():
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--docs", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json-out", help="also write the rows as JSON to this file")
     args = ap.parse_args()
+    import torch
+    print(f"CPU: {cpu_description()}; threads {args.threads}; torch {torch.__version__}; "
+          f"{args.repeats} runs of {args.steps} steps after a warm-up step", flush=True)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "corpus.jsonl")
         texts = []
@@ -95,25 +126,28 @@ def main():
         subprocess.run([BINARY, "-q", "tokenizer", "train", "--corpus", corpus, "--vocab-size", "8000",
                         "--out", tok_dir], check=True)
         for preset in args.presets.split(","):
-            out = os.path.join(tmp, f"run-{preset}")
-            run = subprocess.run([BINARY, "--threads", str(args.threads), "pretrain", "--corpus", corpus,
-                                  "--tokenizer", tok_dir, "--preset", preset, "--out", out,
-                                  "--max-steps", str(args.steps + 1), "--eval-every", "1000000",
-                                  "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
-                                  "--held-out", "0.01", "--log-format", "json"],
-                                 check=True, capture_output=True, text=True)
-            events = [json.loads(l) for l in run.stdout.splitlines() if l.strip()]
-            steps = [e for e in events if e["event"] == "step"][1:]  # the first step warms up
-            ours = sum(e["tokens_per_second"] ** -1 for e in steps)
-            ours = len(steps) / ours  # harmonic mean of per-step rates = tokens/s at a fixed batch
             encoder = os.path.join(tmp, f"enc-{preset}")
             subprocess.run([BINARY, "-q", "encoder", "new", "--preset", preset, "--tokenizer", tok_dir,
                             "--out", encoder], check=True)
-            theirs = torch_tokens_per_second(encoder, texts, args)
-            print(json.dumps({"preset": preset, "batch": args.batch_size, "seq_len": args.seq_len,
-                              "steps": args.steps, "longread_tokens_per_s": round(ours, 1),
-                              "pytorch_tokens_per_s": round(theirs, 1), "ratio": round(ours / theirs, 3)}))
-            sys.stdout.flush()
+            ours, theirs = [], []
+            for r in range(args.repeats):
+                ours.append(longread_tokens_per_second(corpus, tok_dir, preset, os.path.join(tmp, f"run-{preset}-{r}"),
+                                                       args))
+                theirs.append(torch_tokens_per_second(encoder, texts, args))
+            row = {"preset": preset, "batch": args.batch_size, "seq_len": args.seq_len, "steps": args.steps,
+                   "longread_tokens_per_s": ours, "pytorch_tokens_per_s": theirs,
+                   "longread_median": statistics.median(ours), "pytorch_median": statistics.median(theirs),
+                   "longread_best": max(ours), "pytorch_best": max(theirs)}
+            row["time_ratio"] = row["pytorch_median"] / row["longread_median"]
+            rows.append(row)
+            print(f"{preset}: longread {row['longread_median']:.0f} tokens/s (best {row['longread_best']:.0f}), "
+                  f"PyTorch {row['pytorch_median']:.0f} (best {row['pytorch_best']:.0f}); longread time / PyTorch "
+                  f"time {row['time_ratio']:.2f}× (runs: longread {[round(x) for x in ours]}, "
+                  f"PyTorch {[round(x) for x in theirs]})", flush=True)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"cpu": cpu_description(), "threads": args.threads, "torch": torch.__version__, "rows": rows},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

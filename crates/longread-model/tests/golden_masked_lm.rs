@@ -37,6 +37,10 @@ fn logits_and_loss_match_roberta_for_masked_lm() {
     let loss = masked_lm_loss(&logits, &labels).unwrap().to_scalar::<f32>().unwrap();
     let want = e["loss"].to_vec1::<f32>().unwrap()[0];
     assert!((loss - want).abs() <= 1e-4, "loss {loss} vs {want}");
+    let at_labels = model.loss(&ids, &mask, &labels, Mode::Eval).unwrap().to_scalar::<f32>().unwrap();
+    assert!((at_labels - want).abs() <= 1e-4, "loss at the labelled rows {at_labels} vs {want}");
+    assert!(model.loss(&ids, &mask, &vec![-100; labels.len()], Mode::Eval).is_err());
+    assert!(model.loss(&ids, &mask, &labels[1..], Mode::Eval).unwrap_err().to_string().contains("labels for"));
     assert!(masked_lm_loss(&logits, &vec![-100; labels.len()]).unwrap_err().to_string().contains("no masked position"));
 }
 
@@ -56,6 +60,28 @@ fn gradients_reach_every_parameter_including_the_tied_decoder() {
         let g = grads.get(var.as_tensor());
         // Only token type 0 exists, so every embedding table is used.
         assert!(g.is_some(), "{name} gets no gradient");
+    }
+}
+
+/// The loss computed at the labelled rows only gives the gradients of the full logits' loss.
+#[test]
+fn the_loss_at_labelled_rows_has_the_full_logits_gradients() {
+    let e = expected();
+    let model = MaskedLm::load(&fixture("tiny-roberta-mlm"), true, &Device::Cpu).unwrap();
+    let ids = e["input_ids"].to_dtype(DType::U32).unwrap();
+    let mask = e["attention_mask"].to_dtype(DType::U32).unwrap();
+    let labels: Vec<i64> = e["labels"].flatten_all().unwrap().to_vec1().unwrap();
+    // Training mode (eval mode builds no graph); the same seed gives the same dropout masks.
+    let (rng_a, rng_b) = (DropoutRng::new(3), DropoutRng::new(3));
+    let full = masked_lm_loss(&model.forward(&ids, &mask, Mode::Train(&rng_a)).unwrap(), &labels).unwrap();
+    let full = full.backward().unwrap();
+    let rows = model.loss(&ids, &mask, &labels, Mode::Train(&rng_b)).unwrap().backward().unwrap();
+    let named = model.named_vars();
+    assert!(!named.is_empty());
+    for (name, var) in &named {
+        let (a, b) = (full.get(var.as_tensor()).unwrap(), rows.get(var.as_tensor()).unwrap());
+        let diff = a.sub(b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff <= 1e-5, "{name}: gradients differ by {diff}");
     }
 }
 

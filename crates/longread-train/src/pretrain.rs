@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use candle_core::{Device, Tensor, Var};
-use longread_model::masked_lm::{masked_lm_loss, MaskedLm};
+use longread_model::masked_lm::MaskedLm;
 use longread_model::{DropoutRng, Mode};
 use longread_text::mlm::{Masker, IGNORE};
 use longread_text::pad_batch;
@@ -164,8 +164,7 @@ fn evaluate(model: &MaskedLm, held_out: &[Vec<u32>], cfg: &PretrainConfig, devic
         if n == 0 {
             continue;
         }
-        let logits = model.forward(&ids, &mask, Mode::Eval)?;
-        sum += masked_lm_loss(&logits, &labels)?.to_scalar::<f32>()? as f64 * n as f64;
+        sum += model.loss(&ids, &mask, &labels, Mode::Eval)?.to_scalar::<f32>()? as f64 * n as f64;
         count += n;
     }
     if count == 0 {
@@ -307,7 +306,7 @@ impl TrainingTask for PretrainTask<'_> {
             return Ok(None);
         }
         let dropout = DropoutRng::new(mix(cfg.seed, at.step as u64, 3));
-        let loss = masked_lm_loss(&self.model.forward(&ids, &mask, Mode::Train(&dropout))?, &labels)?;
+        let loss = self.model.loss(&ids, &mask, &labels, Mode::Train(&dropout))?;
         BatchGradients::of_loss(&loss, &self.vars).map(Some)
     }
 
