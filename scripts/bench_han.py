@@ -2,12 +2,19 @@
 `cargo bench -p longread-train --bench han_step` uses: 32 documents × 64 sentences × 32 words,
 every word real, default sizes (embeddings 200, GRUs 2 × 50, attention 100, 1 hop, 2 labels,
 12,290 words). The model is the one of make_han_fixtures.py; with no padding, nn.GRU runs on
-the padded tensors directly (no packing: PyTorch's fastest path).
+the padded tensors directly (no packing: PyTorch's fastest path); Adam is the fused CPU kernel
+(`fused=True`, falling back to `foreach`). Both sides run in this script's run: longread's bench
+binary (built by cargo if needed) with RAYON_NUM_THREADS=--threads, then PyTorch in this process;
+each does one warm-up step and --repeat timed steps; min and median are printed, with the CPU.
+Memory: the workload's own, peak RSS minus RSS once model and batch are set up.
 
-Usage: python3 scripts/bench_han.py [--threads 2]
+Usage: python3 scripts/bench_han.py [--threads 2] [--repeat 5] [--json-out FILE]
 """
 import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
 import time
 
@@ -15,7 +22,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cpu import cpu_description  # noqa: E402
 from make_han_fixtures import HAN  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 BATCH, DOC, SENT, WORDS = 32, 64, 32, 12_288
 
@@ -36,11 +46,13 @@ def step(model, ids, gold, optimizer, dropout):
     optimizer.step()
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def rss(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+
+
+def pytorch_steps(threads, repeat):
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     config = dict(vocab_size=WORDS + 2, embedding_dim=200, word_hidden=50, sentence_hidden=50,
                   word_attention_size=100, sentence_attention_size=100, attention_hops=1, dropout=0.5,
@@ -48,17 +60,51 @@ def main():
     model = HAN(config).train()
     ids = torch.tensor([2 + (i * 7_919) % WORDS for i in range(BATCH * DOC * SENT)]).reshape(BATCH, DOC, SENT)
     gold = torch.tensor([i % 2 for i in range(BATCH)])
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    try:
+        optimizer, kind = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True), "fused"
+    except (RuntimeError, TypeError):
+        optimizer, kind = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True), "foreach"
     dropout = nn.Dropout(0.5)
-    times = []
-    for run in range(6):
+    loaded = rss("VmRSS:")
+    runs = []
+    for run in range(repeat + 1):
         started = time.perf_counter()
         step(model, ids, gold, optimizer, dropout)
         if run > 0:
-            times.append(time.perf_counter() - started)
-    times.sort()
-    print(f"PyTorch {torch.__version__} HAN step, batch {BATCH} × {DOC} sentences × {SENT} words, "
-          f"{args.threads} threads: {times[len(times) // 2]:.3f} s (median of {len(times)})")
+            runs.append(time.perf_counter() - started)
+    return {"runs": runs, "adam": kind, "added_bytes": rss("VmHWM:") - loaded}
+
+
+def longread_steps(threads, repeat):
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    out = subprocess.run(["cargo", "bench", "-q", "-p", "longread-train", "--bench", "han_step", "--",
+                          "--repeat", str(repeat), "--json"], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    added = (result["peak_rss_bytes"] or 0) - (result["loaded_rss_bytes"] or 0)
+    return {"runs": result["runs"], "added_bytes": added}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json-out", help="also write the figures as JSON to this file")
+    args = parser.parse_args()
+    ours = longread_steps(args.threads, args.repeat)
+    theirs = pytorch_steps(args.threads, args.repeat)
+    med = {k: statistics.median(v["runs"]) for k, v in (("longread", ours), ("pytorch", theirs))}
+    print(f"CPU: {cpu_description()}; threads {args.threads}; torch {torch.__version__}; Adam {theirs['adam']}; "
+          f"{args.repeat} steps after a warm-up; batch {BATCH} × {DOC} sentences × {SENT} words")
+    for name, r in (("longread", ours), ("PyTorch", theirs)):
+        print(f"{name}: median {statistics.median(r['runs']):.3f} s, min {min(r['runs']):.3f} s, workload memory "
+              f"{r['added_bytes'] / 2**20:.0f} MiB (runs {[round(x, 3) for x in r['runs']]})")
+    print(f"longread time / PyTorch time: {med['longread'] / med['pytorch']:.2f}×")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"cpu": cpu_description(), "threads": args.threads, "torch": torch.__version__,
+                       "adam": theirs["adam"], "longread": ours, "pytorch": theirs, "median": med,
+                       "time_ratio": med["longread"] / med["pytorch"]}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 //! One HAN training step (forward, backward, clipping, Adam) on a full 32 × 64 × 32 batch with
 //! the default sizes, as `scripts/bench_han.py` times it in PyTorch. Run:
-//! `cargo bench -p longread-train --bench han_step` (prints seconds per step, median of 5).
+//! `cargo bench -p longread-train --bench han_step [-- --repeat N] [--json]` (prints seconds per
+//! step, median of N runs after a warm-up, default 5; `--json`: one line with every run and the
+//! peak and loaded RSS, as `scripts/bench_han.py` reads it).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -19,6 +21,15 @@ const SENT: usize = 32;
 const WORDS: usize = 12_288;
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let repeat = args
+        .iter()
+        .position(|a| a == "--repeat")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<usize>().expect("--repeat takes a number"))
+        .unwrap_or(5)
+        .max(1);
+    let json = args.iter().any(|a| a == "--json");
     let device = Device::Cpu;
     let words: Vec<String> =
         ["<pad>", "<unk>"].iter().map(|w| w.to_string()).chain((0..WORDS).map(|i| format!("w{i}"))).collect();
@@ -35,8 +46,9 @@ fn main() {
     let mut optimizer = AdamW::new(vec![group], AdamWConfig::default()).expect("optimizer");
     let vars = model.named_vars();
     let rng = DropoutRng::new(7);
+    let loaded = longread_train::bench::loaded_rss_bytes();
     let mut times = Vec::new();
-    for run in 0..6 {
+    for run in 0..=repeat {
         let started = Instant::now();
         let out = model.forward(&ids, Mode::Train(&rng)).expect("forward");
         let loss = cross_entropy(&out.logits, &gold, None, &device).expect("loss");
@@ -51,10 +63,19 @@ fn main() {
             times.push(started.elapsed().as_secs_f64());
         }
     }
+    let runs = times.clone();
     times.sort_by(f64::total_cmp);
+    let threads = candle_core::utils::get_num_threads();
+    if json {
+        let line = serde_json::json!({
+            "seconds": times[times.len() / 2], "runs": runs, "threads": threads,
+            "peak_rss_bytes": longread_train::bench::peak_rss_bytes(), "loaded_rss_bytes": loaded,
+        });
+        println!("{line}");
+        return;
+    }
     println!(
-        "longread HAN step, batch {BATCH} × {DOC} sentences × {SENT} words, {} threads: {:.3} s (median of {})",
-        candle_core::utils::get_num_threads(),
+        "longread HAN step, batch {BATCH} × {DOC} sentences × {SENT} words, {threads} threads: {:.3} s (median of {})",
         times[times.len() / 2],
         times.len()
     );

@@ -137,6 +137,11 @@ pub fn peak_rss_bytes() -> Option<u64> {
     memory_bytes("VmHWM:")
 }
 
+/// The process's resident memory now (VmRSS), where the system reports it.
+pub fn loaded_rss_bytes() -> Option<u64> {
+    memory_bytes("VmRSS:")
+}
+
 /// A memory figure of `/proc/self/status` (`VmRSS:`, `VmHWM:`) in bytes, where there is one.
 fn memory_bytes(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
