@@ -1,10 +1,10 @@
-"""Times one HAN training step (forward, backward, clipping, Adam) in PyTorch on the batch that
-`cargo bench -p longread-train --bench han_step` uses: 32 documents × 64 sentences × 32 words,
+"""Times one HAN training step (forward, backward, clipping, Adam) in longread and in PyTorch on
+the batch that `longread bench --workload han-step --shape 32x64` uses: 32 documents × 64 sentences × 32 words,
 every word real, default sizes (embeddings 200, GRUs 2 × 50, attention 100, 1 hop, 2 labels,
 12,290 words). The model is the one of make_han_fixtures.py; with no padding, nn.GRU runs on
 the padded tensors directly (no packing: PyTorch's fastest path); Adam is the fused CPU kernel
-(`fused=True`, falling back to `foreach`). Both sides run in this script's run: longread's bench
-binary (built by cargo if needed) with RAYON_NUM_THREADS=--threads, then PyTorch in this process;
+(`fused=True`, falling back to `foreach`). Both sides run in this script's run: the release binary
+(`longread --threads N bench --workload han-step --json`), then PyTorch in this process;
 each does one warm-up step and --repeat timed steps; min and median are printed, with the CPU.
 Memory: the workload's own, peak RSS minus RSS once model and batch are set up.
 
@@ -26,6 +26,7 @@ from bench_cpu import cpu_description  # noqa: E402
 from make_han_fixtures import HAN  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+BINARY = os.path.join(ROOT, "target", "release", "longread")
 
 BATCH, DOC, SENT, WORDS = 32, 64, 32, 12_288
 
@@ -76,9 +77,8 @@ def pytorch_steps(threads, repeat):
 
 
 def longread_steps(threads, repeat):
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    out = subprocess.run(["cargo", "bench", "-q", "-p", "longread-train", "--bench", "han_step", "--",
-                          "--repeat", str(repeat), "--json"], cwd=ROOT, env=env, check=True,
+    out = subprocess.run([BINARY, "--threads", str(threads), "bench", "--workload", "han-step", "--shape",
+                          f"{BATCH}x{DOC}", "--repeat", str(repeat), "--json"], check=True,
                          capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     added = (result["peak_rss_bytes"] or 0) - (result["loaded_rss_bytes"] or 0)

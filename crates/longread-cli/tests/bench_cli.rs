@@ -8,7 +8,7 @@ use serde_json::Value;
 
 #[test]
 fn every_workload_reports_its_median_and_peak_memory() {
-    for workload in ["encoder-forward", "train-step", "optimizer-step"] {
+    for workload in ["encoder-forward", "train-step", "optimizer-step", "han-step"] {
         let out = longread(&[
             "bench",
             "--workload",
@@ -28,7 +28,7 @@ fn every_workload_reports_its_median_and_peak_memory() {
         let seconds = v["seconds"].as_f64().unwrap();
         assert!(runs.contains(&seconds) && seconds > 0.0, "the median is one of the runs: {v}");
         assert_eq!(v["workload"], workload);
-        assert!(v["parameters"].as_u64().unwrap() > 100_000, "the tiny preset: {v}");
+        assert!(v["parameters"].as_u64().unwrap() > 100_000, "the tiny preset or the HAN: {v}");
         assert!(v["peak_rss_bytes"].as_u64().unwrap() > 0, "{v}");
     }
 }
@@ -44,4 +44,8 @@ fn bad_bench_settings_are_refused() {
         "the encoder takes 1 to 512 tokens",
     );
     assert_clean_failure(&longread(&["bench", "--workload", "encoder-forward", "--preset", "huge"]), "unknown preset");
+    assert_clean_failure(
+        &longread(&["bench", "--workload", "han-step", "--shape", "100000x100"]),
+        "documents × sentences at most",
+    );
 }

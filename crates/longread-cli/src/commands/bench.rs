@@ -1,12 +1,13 @@
 //! `longread bench`: times one workload in this process (encoder forward, a training step,
-//! an optimizer step) and reports the median and the peak memory, for
-//! `scripts/bench_compare.py` to set next to PyTorch's time on the same workload.
+//! an optimizer step, a HAN training step) and reports the median and the peak memory, for
+//! `scripts/bench_compare.py` and `scripts/bench_han.py` to set next to PyTorch's time on the
+//! same workload.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use longread_train::bench::{peak_rss_bytes, run_workload, EncoderSource, Workload};
+use longread_train::bench::{peak_rss_bytes, run_han_step, run_workload, EncoderSource, Workload, HAN_SENTENCE_WORDS};
 
 /// Arguments of `longread bench`.
 #[derive(Debug, Args)]
@@ -21,7 +22,9 @@ pub struct BenchArgs {
     /// A pretrained encoder directory instead of --preset (e.g. ../shared/models/all-MiniLM-L6-v2).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Batch as BATCHxTOKENS (deterministic ids, no padding).
+    /// Batch as BATCHxTOKENS (deterministic ids, no padding); for han-step DOCUMENTSxSENTENCES,
+    /// each sentence of 32 words (the default sizes of `train --arch han`; --preset and --model
+    /// are not used).
     #[arg(long, default_value = "4x512")]
     shape: String,
     /// Timed runs after one warm-up run; the median is reported.
@@ -42,22 +45,31 @@ enum WorkloadArg {
     TrainStep,
     /// One AdamW step over every encoder parameter with given gradients.
     OptimizerStep,
+    /// One HAN training step (forward with dropout, cross-entropy, backward, clipping, Adam)
+    /// with the default sizes and a 12,290-word vocabulary.
+    HanStep,
 }
 
 /// Runs `longread bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     let (batch, tokens) = parse_shape(&args.shape)?;
-    let workload = match args.workload {
-        WorkloadArg::EncoderForward => Workload::EncoderForward,
-        WorkloadArg::TrainStep => Workload::TrainStep,
-        WorkloadArg::OptimizerStep => Workload::OptimizerStep,
-    };
     let (source, name) = match &args.model {
         Some(dir) => (EncoderSource::Dir(dir.clone()), dir.display().to_string()),
         None => (EncoderSource::Preset(args.preset.clone()), args.preset.clone()),
     };
-    let result =
-        run_workload(&source, workload, batch, tokens, args.repeat).with_context(|| format!("benchmarking {name}"))?;
+    let encoder = |workload| {
+        run_workload(&source, workload, batch, tokens, args.repeat).with_context(|| format!("benchmarking {name}"))
+    };
+    let result = match args.workload {
+        WorkloadArg::EncoderForward => encoder(Workload::EncoderForward)?,
+        WorkloadArg::TrainStep => encoder(Workload::TrainStep)?,
+        WorkloadArg::OptimizerStep => encoder(Workload::OptimizerStep)?,
+        WorkloadArg::HanStep => run_han_step(batch, tokens, args.repeat).context("benchmarking the HAN step")?,
+    };
+    let name = match args.workload {
+        WorkloadArg::HanStep => format!("HAN ({HAN_SENTENCE_WORDS} words per sentence)"),
+        _ => name,
+    };
     let peak = peak_rss_bytes();
     let what = args.workload.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
     if args.json {

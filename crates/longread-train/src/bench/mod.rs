@@ -1,5 +1,10 @@
 //! Timed workloads for `longread bench`: an encoder's forward pass, a training step and an
-//! AdamW step, on deterministic inputs, for comparison with PyTorch on the same workload.
+//! AdamW step, on deterministic inputs, and the HAN's training step ([`han_step`]), for
+//! comparison with PyTorch on the same workload.
+
+mod han_step;
+
+pub use han_step::{run_han_step, HAN_SENTENCE_WORDS};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -121,25 +126,27 @@ pub fn run_workload(
             runs.push(started.elapsed().as_secs_f64());
         }
     }
-    let mut sorted = runs.clone();
-    sorted.sort_by(f64::total_cmp);
-    Ok(BenchResult {
-        seconds: sorted[sorted.len() / 2],
-        runs,
-        parameters,
-        threads: candle_core::utils::get_num_threads(),
-        loaded_rss_bytes,
-    })
+    Ok(BenchResult::of_runs(runs, parameters, loaded_rss_bytes))
+}
+
+impl BenchResult {
+    /// The result of timed `runs` (at least one): their median, the pool's threads.
+    fn of_runs(runs: Vec<f64>, parameters: usize, loaded_rss_bytes: Option<u64>) -> Self {
+        let mut sorted = runs.clone();
+        sorted.sort_by(f64::total_cmp);
+        Self {
+            seconds: sorted[sorted.len() / 2],
+            runs,
+            parameters,
+            threads: candle_core::utils::get_num_threads(),
+            loaded_rss_bytes,
+        }
+    }
 }
 
 /// The process's peak resident memory so far (VmHWM), where the system reports it.
 pub fn peak_rss_bytes() -> Option<u64> {
     memory_bytes("VmHWM:")
-}
-
-/// The process's resident memory now (VmRSS), where the system reports it.
-pub fn loaded_rss_bytes() -> Option<u64> {
-    memory_bytes("VmRSS:")
 }
 
 /// A memory figure of `/proc/self/status` (`VmRSS:`, `VmHWM:`) in bytes, where there is one.

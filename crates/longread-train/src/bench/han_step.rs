@@ -1,0 +1,73 @@
+//! The HAN's training step as a timed workload (`longread bench --workload han-step`): forward
+//! in training mode, cross-entropy, backward, clipping at 0.5 and Adam, with the default sizes,
+//! on the batch `scripts/bench_han.py` gives PyTorch.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use candle_core::{Device, Tensor};
+use longread_model::han::{HanClassifier, HanConfig};
+use longread_model::{DropoutRng, Mode};
+use longread_text::words::Vocabulary;
+
+use super::{memory_bytes, BenchResult};
+use crate::clip::clip_grad_norm;
+use crate::error::{Result, TrainError};
+use crate::loss::cross_entropy;
+use crate::optim::{AdamW, AdamWConfig, ParamGroup};
+
+/// Words per sentence of the workload's batch.
+pub const HAN_SENTENCE_WORDS: usize = 32;
+/// Vocabulary of the workload's HAN (besides `<pad>` and `<unk>`).
+pub const HAN_WORDS: usize = 12_288;
+
+/// Runs one HAN training step untimed, then `repeat` timed, on `documents` documents of
+/// `sentences` sentences of [`HAN_SENTENCE_WORDS`] words, every word real (ids spread over the
+/// vocabulary in a fixed pattern), labels alternating.
+pub fn run_han_step(documents: usize, sentences: usize, repeat: usize) -> Result<BenchResult> {
+    if documents == 0 || sentences == 0 || repeat == 0 || documents * sentences > 1 << 20 {
+        return Err(TrainError::InvalidSetting(format!(
+            "{documents} documents of {sentences} sentences repeated {repeat} times: each must be at least 1 \
+             and documents × sentences at most 1,048,576"
+        )));
+    }
+    let device = Device::Cpu;
+    let words = ["<pad>", "<unk>"].iter().map(|w| w.to_string()).chain((0..HAN_WORDS).map(|i| format!("w{i}")));
+    let vocabulary = Vocabulary::from_words(words.collect())?;
+    let labels = vec!["false".to_string(), "true".to_string()];
+    let config = HanConfig {
+        vocab_size: vocabulary.len(),
+        doc_size: sentences,
+        sent_size: HAN_SENTENCE_WORDS,
+        labels,
+        ..HanConfig::default()
+    };
+    let model = HanClassifier::new(config, vocabulary, 1, &device)?;
+    let n = documents * sentences * HAN_SENTENCE_WORDS;
+    let ids: Vec<u32> = (0..n).map(|i| 2 + ((i * 7_919) % HAN_WORDS) as u32).collect();
+    let ids = Tensor::from_vec(ids, (documents, sentences, HAN_SENTENCE_WORDS), &device)?;
+    let gold: Vec<usize> = (0..documents).map(|i| i % 2).collect();
+    let vars = model.named_vars();
+    let parameters = vars.iter().map(|(_, v)| v.elem_count()).sum();
+    let group = ParamGroup { name: "han".into(), lr: 1e-3, weight_decay: 0.0, params: vars.clone() };
+    let mut optimizer = AdamW::new(vec![group], AdamWConfig::default())?;
+    let rng = DropoutRng::new(7);
+    let loaded_rss_bytes = memory_bytes("VmRSS:");
+    let mut runs = Vec::with_capacity(repeat);
+    for run in 0..=repeat {
+        let started = Instant::now();
+        let out = model.forward(&ids, Mode::Train(&rng))?;
+        let loss = cross_entropy(&out.logits, &gold, None, &device)?;
+        let grads = loss.backward()?;
+        let mut grads: HashMap<_, _> = vars
+            .iter()
+            .filter_map(|(_, v)| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone())))
+            .collect();
+        clip_grad_norm(&mut grads, 0.5)?;
+        optimizer.step_with(|v| grads.get(&v.as_tensor().id()).cloned())?;
+        if run > 0 {
+            runs.push(started.elapsed().as_secs_f64());
+        }
+    }
+    Ok(BenchResult::of_runs(runs, parameters, loaded_rss_bytes))
+}
