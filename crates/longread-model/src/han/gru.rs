@@ -105,18 +105,21 @@ mod tests {
 
     /// The fused time loop against the composition of candle ops: outputs, and the gradients of
     /// a weighted sum of the outputs with respect to the inputs and every weight, with padding
-    /// at both ends and in the middle and an all-padding row.
+    /// at both ends and in the middle and all-padding rows; 68 rows, so that the fused op's
+    /// rows are split over more than one task.
     #[test]
     fn fused_scan_matches_the_composed_loop_and_its_gradients() {
         let device = Device::Cpu;
         let vars = VarMap::new();
         let vb = crate::checkpoint::fresh_var_builder("han", 3, Some(vars.clone()), DType::F32, &device);
         let gru = BiGru::load(vb, 6, 5).unwrap();
-        let (n, t) = (4, 7);
+        let (n, t) = (68, 7);
         let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (n, t, 6), &device).unwrap()).unwrap();
         let mask: Vec<f32> =
             [[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0]]
                 .iter()
+                .cycle()
+                .take(n)
                 .flatten()
                 .map(|&m| m as f32)
                 .collect();

@@ -6,8 +6,10 @@
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::{gemm, Parallelism};
+use rayon::prelude::*;
 
-use crate::layers::fused::f32_slices;
+use crate::layers::fused::math::fast_exp;
+use crate::layers::fused::{f32_slices, multiversion};
 
 /// `torch.nn.GRU`'s recurrence over precomputed input projections, padding-aware (see
 /// [`crate::han::gru`]): at a padded position the state is carried and the output is 0.
@@ -26,6 +28,9 @@ struct Dims {
     h: usize,
 }
 
+/// Rows of a step handed to one rayon task.
+const ROWS_PER_TASK: usize = 64;
+
 impl GruScan {
     /// Steps in processing order.
     fn steps(&self, t: usize) -> Box<dyn Iterator<Item = usize>> {
@@ -36,37 +41,41 @@ impl GruScan {
         }
     }
 
-    /// Runs the recurrence; returns the outputs `[N, T, H]` and, with `keep_states` (for the
-    /// backward pass), the state before each step (`[T][N, H]`, indexed by time step).
-    fn scan(&self, gi: &[f32], w_hh: &[f32], b_hh: &[f32], d: Dims, keep_states: bool) -> (Vec<f32>, Vec<Vec<f32>>) {
+    /// Runs the recurrence; returns the outputs `[N, T, H]`.
+    fn scan(&self, gi: &[f32], w_hh: &[f32], b_hh: &[f32], d: Dims) -> Vec<f32> {
         let Dims { n, t, h } = d;
         let mut out = vec![0f32; n * t * h];
-        let mut before = vec![Vec::new(); t];
         let mut state = vec![0f32; n * h];
         let mut gh = vec![0f32; n * 3 * h];
         for step in self.steps(t) {
             recurrent_projection(&mut gh, &state, w_hh, b_hh, n, h);
-            if keep_states {
-                before[step] = state.clone();
-            }
-            for row in 0..n {
-                if self.mask[row * t + step] == 0.0 {
-                    continue;
-                }
-                let gi_row = &gi[(row * t + step) * 3 * h..][..3 * h];
-                let gh_row = &gh[row * 3 * h..][..3 * h];
-                let s = &mut state[row * h..][..h];
-                let o = &mut out[(row * t + step) * h..][..h];
-                for j in 0..h {
-                    let r = sigmoid(gi_row[j] + gh_row[j]);
-                    let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
-                    let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
-                    s[j] = c + z * (s[j] - c);
-                    o[j] = s[j];
+            let rows = ROWS_PER_TASK;
+            out.par_chunks_mut(rows * t * h).zip(state.par_chunks_mut(rows * h)).enumerate().for_each(
+                |(block, (out, state))| {
+                    let first = block * rows;
+                    let (gi, gh) = (&gi[first * t * 3 * h..], &gh[first * 3 * h..]);
+                    step_forward(gi, gh, &self.mask[first * t..], state, out, At { t, h, step });
+                },
+            );
+        }
+        out
+    }
+
+    /// The state before each step (`[T][N, H]`, indexed by time step), read off the outputs:
+    /// after a real step the state is that step's output, after a padded one it is carried.
+    fn states_before(&self, out: &[f32], d: Dims) -> Vec<Vec<f32>> {
+        let Dims { n, t, h } = d;
+        let mut before = vec![Vec::new(); t];
+        let mut state = vec![0f32; n * h];
+        for step in self.steps(t) {
+            before[step] = state.clone();
+            for (row, s) in state.chunks_mut(h).enumerate() {
+                if self.mask[row * t + step] != 0.0 {
+                    s.copy_from_slice(&out[(row * t + step) * h..][..h]);
                 }
             }
         }
-        (out, before)
+        before
     }
 }
 
@@ -92,7 +101,7 @@ impl CustomOp3 for GruScan {
         if self.mask.len() != n * t || l2.shape().dims() != [three_h, d.h] || b_hh.len() != three_h {
             candle_core::bail!("gru-scan: inconsistent shapes {:?}, {:?}, {:?}", l1.shape(), l2.shape(), l3.shape());
         }
-        let (out, _) = self.scan(gi, w_hh, b_hh, d, false);
+        let out = self.scan(gi, w_hh, b_hh, d);
         Ok((CpuStorage::F32(out), Shape::from((n, t, d.h))))
     }
 
@@ -101,7 +110,7 @@ impl CustomOp3 for GruScan {
         gi: &Tensor,
         w_hh: &Tensor,
         b_hh: &Tensor,
-        _res: &Tensor,
+        res: &Tensor,
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (n, t, three_h) = gi.dims3()?;
@@ -111,7 +120,7 @@ impl CustomOp3 for GruScan {
         let w_v = w_hh.flatten_all()?.to_vec1::<f32>()?;
         let b_v = b_hh.to_vec1::<f32>()?;
         let grad_out = grad_res.flatten_all()?.to_vec1::<f32>()?;
-        let (_, before) = self.scan(&gi_v, &w_v, &b_v, d, true);
+        let before = self.states_before(&res.flatten_all()?.to_vec1::<f32>()?, d);
 
         let mut d_gi = vec![0f32; n * t * three_h];
         let mut d_w = vec![0f32; three_h * h];
@@ -124,42 +133,23 @@ impl CustomOp3 for GruScan {
         for &step in order.iter().rev() {
             let prev = &before[step];
             recurrent_projection(&mut gh, prev, &w_v, &b_v, n, h);
-            for row in 0..n {
-                let ds = &d_state[row * h..][..h];
-                let dp = &mut d_prev[row * h..][..h];
-                let dgh = &mut d_gh[row * three_h..][..three_h];
-                if self.mask[row * t + step] == 0.0 {
-                    // The state was carried: its gradient passes through unchanged.
-                    dp.copy_from_slice(ds);
-                    dgh.fill(0.0);
-                    continue;
-                }
-                let gi_row = &gi_v[(row * t + step) * three_h..][..three_h];
-                let gh_row = &gh[row * three_h..][..three_h];
-                let go = &grad_out[(row * t + step) * h..][..h];
-                let hp = &prev[row * h..][..h];
-                let dgi = &mut d_gi[(row * t + step) * three_h..][..three_h];
-                for j in 0..h {
-                    let r = sigmoid(gi_row[j] + gh_row[j]);
-                    let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
-                    let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
-                    let dh = ds[j] + go[j];
-                    // h' = c + z (h − c)
-                    let dc = dh * (1.0 - z);
-                    let dz = dh * (hp[j] - c);
-                    let da_c = dc * (1.0 - c * c);
-                    let dr = da_c * gh_row[2 * h + j];
-                    let da_z = dz * z * (1.0 - z);
-                    let da_r = dr * r * (1.0 - r);
-                    dgi[j] = da_r;
-                    dgi[h + j] = da_z;
-                    dgi[2 * h + j] = da_c;
-                    dgh[j] = da_r;
-                    dgh[h + j] = da_z;
-                    dgh[2 * h + j] = da_c * r;
-                    dp[j] = dh * z;
-                }
-            }
+            let rows = ROWS_PER_TASK;
+            d_gi.par_chunks_mut(rows * t * three_h)
+                .zip(d_prev.par_chunks_mut(rows * h))
+                .zip(d_gh.par_chunks_mut(rows * three_h))
+                .enumerate()
+                .for_each(|(block, ((d_gi, d_prev), d_gh))| {
+                    let first = block * rows;
+                    let rows = Rows {
+                        gi: &gi_v[first * t * three_h..],
+                        gh: &gh[first * three_h..],
+                        prev: &prev[first * h..],
+                        d_state: &d_state[first * h..],
+                        grad_out: &grad_out[first * t * h..],
+                        mask: &self.mask[first * t..],
+                    };
+                    step_backward(rows, d_gi, d_prev, d_gh, At { t, h, step });
+                });
             // ∂W_hh += ∂ghᵀ · h_prev, ∂b_hh += Σ_rows ∂gh, ∂h_prev += ∂gh · W_hh.
             matmul(&mut d_w, (three_h, h, n), (&d_gh, 1, three_h), (prev, h, 1), true);
             for row in d_gh.chunks(three_h) {
@@ -176,6 +166,113 @@ impl CustomOp3 for GruScan {
             Some(Tensor::from_vec(d_w, (three_h, h), device)?),
             Some(Tensor::from_vec(d_b, three_h, device)?),
         ))
+    }
+}
+
+/// Where a step kernel is: the time steps `t`, the hidden size `h`, the step.
+#[derive(Clone, Copy)]
+struct At {
+    t: usize,
+    h: usize,
+    step: usize,
+}
+
+/// What the backward pass of one step reads for a block of rows (each slice starts at the
+/// block's first row).
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    /// `[rows, T, 3H]` input projections.
+    gi: &'a [f32],
+    /// `[rows, 3H]` recurrent projections of the state before the step.
+    gh: &'a [f32],
+    /// `[rows, H]` state before the step.
+    prev: &'a [f32],
+    /// `[rows, H]` ∂L/∂(state after the step).
+    d_state: &'a [f32],
+    /// `[rows, T, H]` ∂L/∂outputs.
+    grad_out: &'a [f32],
+    /// `[rows, T]` 1 = real.
+    mask: &'a [f32],
+}
+
+multiversion! {
+    /// One step of the recurrence for a block of rows (`state: [rows, H]`, `out: [rows, T, H]`,
+    /// `gi: [rows.., T, 3H]`, `gh: [rows.., 3H]`, `mask: [rows.., T]`): the gates with
+    /// [`fast_exp`], so that the loop over the hidden units vectorises.
+    fn step_forward(
+        gi: &[f32],
+        gh: &[f32],
+        mask: &[f32],
+        state: &mut [f32],
+        out: &mut [f32],
+        at: At,
+    ) {
+        let At { t, h, step } = at;
+        for (row, s) in state.chunks_mut(h).enumerate() {
+            if mask[row * t + step] == 0.0 {
+                continue;
+            }
+            let gi_row = &gi[(row * t + step) * 3 * h..][..3 * h];
+            let gh_row = &gh[row * 3 * h..][..3 * h];
+            let o = &mut out[(row * t + step) * h..][..h];
+            for j in 0..h {
+                let r = sigmoid(gi_row[j] + gh_row[j]);
+                let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
+                let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
+                s[j] = c + z * (s[j] - c);
+                o[j] = s[j];
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// The backward pass of one step for a block of rows: ∂L/∂gi at the step (into
+    /// `d_gi: [rows, T, 3H]`), ∂L/∂gh (`d_gh: [rows, 3H]`) and the part of ∂L/∂(state before)
+    /// that does not go through W_hh (`d_prev: [rows, H]`).
+    fn step_backward(
+        rows: Rows<'_>,
+        d_gi: &mut [f32],
+        d_prev: &mut [f32],
+        d_gh: &mut [f32],
+        at: At,
+    ) {
+        let At { t, h, step } = at;
+        let three_h = 3 * h;
+        for (row, (dp, dgh)) in d_prev.chunks_mut(h).zip(d_gh.chunks_mut(three_h)).enumerate() {
+            let ds = &rows.d_state[row * h..][..h];
+            if rows.mask[row * t + step] == 0.0 {
+                // The state was carried: its gradient passes through unchanged.
+                dp.copy_from_slice(ds);
+                dgh.fill(0.0);
+                continue;
+            }
+            let gi_row = &rows.gi[(row * t + step) * three_h..][..three_h];
+            let gh_row = &rows.gh[row * three_h..][..three_h];
+            let go = &rows.grad_out[(row * t + step) * h..][..h];
+            let hp = &rows.prev[row * h..][..h];
+            let dgi = &mut d_gi[(row * t + step) * three_h..][..three_h];
+            for j in 0..h {
+                let r = sigmoid(gi_row[j] + gh_row[j]);
+                let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
+                let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
+                let dh = ds[j] + go[j];
+                // h' = c + z (h − c)
+                let dc = dh * (1.0 - z);
+                let dz = dh * (hp[j] - c);
+                let da_c = dc * (1.0 - c * c);
+                let dr = da_c * gh_row[2 * h + j];
+                let da_z = dz * z * (1.0 - z);
+                let da_r = dr * r * (1.0 - r);
+                dgi[j] = da_r;
+                dgi[h + j] = da_z;
+                dgi[2 * h + j] = da_c;
+                dgh[j] = da_r;
+                dgh[h + j] = da_z;
+                dgh[2 * h + j] = da_c * r;
+                dp[j] = dh * z;
+            }
+        }
     }
 }
 
@@ -234,12 +331,15 @@ fn matmul(
     }
 }
 
+/// σ(x) with [`fast_exp`] (no libm call, so loops over it vectorise).
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + fast_exp(-x))
 }
 
 /// tanh(x) = 2σ(2x) − 1: one `exp` (libm's `tanhf` is several times slower); absolute error
 /// within a few f32 ulps of 1.
+#[inline(always)]
 fn tanh(x: f32) -> f32 {
     2.0 * sigmoid(2.0 * x) - 1.0
 }
