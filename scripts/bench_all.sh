@@ -5,8 +5,15 @@
 #
 #   bash scripts/bench_all.sh [PYTHON]        # PYTHON: an interpreter with torch + transformers
 #
-# Needs ../shared (MiniLM, hyperpartisan). Builds the release binary first. Takes about 15
-# minutes on 2 cores. OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are unset for the Python side (they
+# Covers: encoder forward, training step and AdamW step (bench_compare.py), predict against
+# the fair reference in f32 and int8 (bench_predict.py), embed against sentence-transformers
+# (bench_embed.py), MLM pretraining (bench_pretrain.py), the HAN step (bench_han.py) and the
+# hierarchical training step with its memory (bench_train.py). Every script runs both sides in
+# one run, min and median of at least 3 runs after a warm-up, and records the CPU.
+#
+# Needs ../shared (MiniLM, hyperpartisan) and, for PYTHON, torch, transformers,
+# sentence-transformers, tokenizers and safetensors. Builds the release binary first. Takes
+# about 25 minutes on 2 cores. OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are unset for the Python side (they
 # slow a current numpy; see the workplace notes), as the tables were measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,17 +26,22 @@ out="bench/results-${cpu}-f${family}m${model}.json"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p bench
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PYTHON" scripts/bench_compare.py --threads 2 --repeat 3 \
-  --markdown --json-out "$tmp/compare.json"
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PYTHON" scripts/bench_predict.py speed --docs 40 --threads 2 \
-  --repeats 3 --precision f32,int8 --no-seed-design --json-out "$tmp/predict.json"
+py() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PYTHON" "$@"; }
+py scripts/bench_compare.py --threads 2 --repeat 3 --markdown --json-out "$tmp/compare.json"
+py scripts/bench_predict.py speed --docs 40 --threads 2 --repeats 3 --precision f32,int8 --no-seed-design \
+  --json-out "$tmp/predict.json"
+py scripts/bench_embed.py --texts 1000 --threads 2 --batch-size 32 --repeats 3 --json-out "$tmp/embed.json"
+py scripts/bench_pretrain.py --presets tiny,small --steps 20 --repeats 3 --json-out "$tmp/pretrain.json"
+py scripts/bench_han.py --threads 2 --repeat 10 --json-out "$tmp/han.json"
+py scripts/bench_train.py --chunks 8,32 --torch-max 32 --repeat 3 --json-out "$tmp/train.json"
 "$PYTHON" - "$tmp" "$out" "$(git rev-parse --short HEAD)" <<'PY'
 import json, sys, time
 tmp, out, commit = sys.argv[1:4]
-result = {"commit": commit, "date": time.strftime("%Y-%m-%d"),
-          "bench_compare": json.load(open(f"{tmp}/compare.json")),
-          "bench_predict": json.load(open(f"{tmp}/predict.json"))}
+result = {"commit": commit, "date": time.strftime("%Y-%m-%d")}
+for name in ["compare", "predict", "embed", "pretrain", "han", "train"]:
+    result[f"bench_{name}"] = json.load(open(f"{tmp}/{name}.json"))
 with open(out, "w") as f:
     json.dump(result, f, indent=1)
 print("wrote", out)
 PY
+"$PYTHON" scripts/bench_report.py "$out"

@@ -59,7 +59,8 @@ enum Command {
     Pretrain(Box<commands::pretrain::PretrainArgs>),
     /// Start here: builds a synthetic long-document task, trains a tokenizer and a tiny
     /// RoBERTa with MLM, fine-tunes a hierarchical classifier and the single-chunk baseline,
-    /// and compares them (about 75 s on 2 cores). Prints every command it runs.
+    /// and compares them; the README's first example says how long it takes. Prints every
+    /// command it runs.
     #[command(args_override_self = true)]
     Quickstart(commands::quickstart::QuickstartArgs),
     /// HTTP server: POST /classify (whole documents with their evidence), TEI's /predict and
