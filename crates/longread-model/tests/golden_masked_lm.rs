@@ -12,6 +12,16 @@ fn expected() -> std::collections::HashMap<String, Tensor> {
     candle_core::safetensors::load(fixture("tiny-roberta-mlm/expected.safetensors"), &Device::Cpu).unwrap()
 }
 
+/// The fixture's model (trainable or not) and its input ids, attention mask and labels.
+fn model_and_inputs(trainable: bool) -> (MaskedLm, Tensor, Tensor, Vec<i64>) {
+    let e = expected();
+    let model = MaskedLm::load(&fixture("tiny-roberta-mlm"), trainable, &Device::Cpu).unwrap();
+    let ids = e["input_ids"].to_dtype(DType::U32).unwrap();
+    let mask = e["attention_mask"].to_dtype(DType::U32).unwrap();
+    let labels: Vec<i64> = e["labels"].flatten_all().unwrap().to_vec1().unwrap();
+    (model, ids, mask, labels)
+}
+
 #[test]
 fn logits_and_loss_match_roberta_for_masked_lm() {
     let e = expected();
@@ -46,13 +56,9 @@ fn logits_and_loss_match_roberta_for_masked_lm() {
 
 #[test]
 fn gradients_reach_every_parameter_including_the_tied_decoder() {
-    let e = expected();
-    let model = MaskedLm::load(&fixture("tiny-roberta-mlm"), true, &Device::Cpu).unwrap();
-    let ids = e["input_ids"].to_dtype(DType::U32).unwrap();
-    let mask = e["attention_mask"].to_dtype(DType::U32).unwrap();
+    let (model, ids, mask, labels) = model_and_inputs(true);
     let rng = DropoutRng::new(1);
     let logits = model.forward(&ids, &mask, Mode::Train(&rng)).unwrap();
-    let labels: Vec<i64> = e["labels"].flatten_all().unwrap().to_vec1().unwrap();
     let grads = masked_lm_loss(&logits, &labels).unwrap().backward().unwrap();
     let named = model.named_vars();
     assert!(named.iter().any(|(n, _)| n == "lm_head.bias"));
@@ -66,11 +72,7 @@ fn gradients_reach_every_parameter_including_the_tied_decoder() {
 /// The loss computed at the labelled rows only gives the gradients of the full logits' loss.
 #[test]
 fn the_loss_at_labelled_rows_has_the_full_logits_gradients() {
-    let e = expected();
-    let model = MaskedLm::load(&fixture("tiny-roberta-mlm"), true, &Device::Cpu).unwrap();
-    let ids = e["input_ids"].to_dtype(DType::U32).unwrap();
-    let mask = e["attention_mask"].to_dtype(DType::U32).unwrap();
-    let labels: Vec<i64> = e["labels"].flatten_all().unwrap().to_vec1().unwrap();
+    let (model, ids, mask, labels) = model_and_inputs(true);
     // Training mode (eval mode builds no graph); the same seed gives the same dropout masks.
     let (rng_a, rng_b) = (DropoutRng::new(3), DropoutRng::new(3));
     let full = masked_lm_loss(&model.forward(&ids, &mask, Mode::Train(&rng_a)).unwrap(), &labels).unwrap();
