@@ -416,6 +416,15 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// What a run's progress counts: documents for the models that read whole texts (HAN,
+    /// bag of words), encoder chunks for the others.
+    pub fn progress_unit(self) -> &'static str {
+        match self {
+            Self::Han | Self::Bow => "documents",
+            Self::Hierarchical | Self::Sequence => "chunks",
+        }
+    }
+
     /// The architecture of a model's section.
     pub fn of(section: &LongreadSection) -> Self {
         match section.architecture {
@@ -450,6 +459,12 @@ pub fn name_value<'a>(flag: &str, text: &'a str) -> Result<(&'a str, &'a str)> {
 }
 
 impl TrainSpec {
+    /// What this run's progress counts (see [`Arch::progress_unit`]; a run that takes its
+    /// architecture from the model directory trains an encoder model: chunks).
+    pub fn progress_unit(&self) -> &'static str {
+        self.arch.map_or("chunks", Arch::progress_unit)
+    }
+
     /// True for `--arch han`.
     pub fn is_han(&self) -> bool {
         self.arch == Some(Arch::Han)

@@ -39,8 +39,7 @@ pub enum LogFormat {
 pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
     let json = args.log_format == LogFormat::Json;
     let text = !quiet && !json;
-    let unit = if args.spec.arch == Some(longread_train::run::Arch::Han) { "documents" } else { "chunks" };
-    let mut reporter = Reporter::new(text, json, unit);
+    let mut reporter = Reporter::new(text, json, args.spec.progress_unit());
     let mut front = serde_json::Map::new();
     front.insert("log_format".into(), serde_json::to_value(args.log_format)?);
     let summary = train_run(&mut args.spec, front, &mut reporter);
