@@ -2,7 +2,6 @@
 //! in training mode, cross-entropy, backward, clipping at 0.5 and Adam, with the default sizes,
 //! on the batch `scripts/bench_han.py` gives PyTorch.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
@@ -15,6 +14,7 @@ use crate::clip::clip_grad_norm;
 use crate::error::{Result, TrainError};
 use crate::loss::cross_entropy;
 use crate::optim::{AdamW, AdamWConfig, ParamGroup};
+use crate::recompute::BatchGradients;
 
 /// Words per sentence of the workload's batch.
 pub const HAN_SENTENCE_WORDS: usize = 32;
@@ -47,9 +47,10 @@ pub fn run_han_step(documents: usize, sentences: usize, repeat: usize) -> Result
     let ids: Vec<u32> = (0..n).map(|i| 2 + ((i * 7_919) % HAN_WORDS) as u32).collect();
     let ids = Tensor::from_vec(ids, (documents, sentences, HAN_SENTENCE_WORDS), &device)?;
     let gold: Vec<usize> = (0..documents).map(|i| i % 2).collect();
-    let vars = model.named_vars();
-    let parameters = vars.iter().map(|(_, v)| v.elem_count()).sum();
-    let group = ParamGroup { name: "han".into(), lr: 1e-3, weight_decay: 0.0, params: vars.clone() };
+    let named = model.named_vars();
+    let parameters = named.iter().map(|(_, v)| v.elem_count()).sum();
+    let vars: Vec<_> = named.iter().map(|(_, v)| v.clone()).collect();
+    let group = ParamGroup { name: "han".into(), lr: 1e-3, weight_decay: 0.0, params: named };
     let mut optimizer = AdamW::new(vec![group], AdamWConfig::default())?;
     let rng = DropoutRng::new(7);
     let loaded_rss_bytes = memory_bytes("VmRSS:");
@@ -58,11 +59,7 @@ pub fn run_han_step(documents: usize, sentences: usize, repeat: usize) -> Result
         let started = Instant::now();
         let out = model.forward(&ids, Mode::Train(&rng))?;
         let loss = cross_entropy(&out.logits, &gold, None, &device)?;
-        let grads = loss.backward()?;
-        let mut grads: HashMap<_, _> = vars
-            .iter()
-            .filter_map(|(_, v)| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone())))
-            .collect();
+        let mut grads = BatchGradients::of_loss(&loss, &vars)?.grads;
         clip_grad_norm(&mut grads, 0.5)?;
         optimizer.step_with(|v| grads.get(&v.as_tensor().id()).cloned())?;
         if run > 0 {
