@@ -216,9 +216,7 @@ multiversion! {
             let gh_row = &gh[row * 3 * h..][..3 * h];
             let o = &mut out[(row * t + step) * h..][..h];
             for j in 0..h {
-                let r = sigmoid(gi_row[j] + gh_row[j]);
-                let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
-                let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
+                let (_, z, c) = gates(gi_row, gh_row, h, j);
                 s[j] = c + z * (s[j] - c);
                 o[j] = s[j];
             }
@@ -253,9 +251,7 @@ multiversion! {
             let hp = &rows.prev[row * h..][..h];
             let dgi = &mut d_gi[(row * t + step) * three_h..][..three_h];
             for j in 0..h {
-                let r = sigmoid(gi_row[j] + gh_row[j]);
-                let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
-                let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
+                let (r, z, c) = gates(gi_row, gh_row, h, j);
                 let dh = ds[j] + go[j];
                 // h' = c + z (h − c)
                 let dc = dh * (1.0 - z);
@@ -329,6 +325,17 @@ fn matmul(
             parallelism,
         );
     }
+}
+
+/// Unit `j`'s reset gate r, update gate z and candidate c from a row's input projections
+/// `gi_row` and recurrent projections `gh_row` (both `[3H]`: r, z, n blocks), as
+/// `torch.nn.GRU` computes them.
+#[inline(always)]
+fn gates(gi_row: &[f32], gh_row: &[f32], h: usize, j: usize) -> (f32, f32, f32) {
+    let r = sigmoid(gi_row[j] + gh_row[j]);
+    let z = sigmoid(gi_row[h + j] + gh_row[h + j]);
+    let c = tanh(gi_row[2 * h + j] + r * gh_row[2 * h + j]);
+    (r, z, c)
 }
 
 /// σ(x) with [`fast_exp`] (no libm call, so loops over it vectorise).
