@@ -5,7 +5,7 @@ the decision. The same library the `longread` command line and server run:
     >>> clf = longread.Classifier("path/to/model")
     >>> clf.predict(["a long transcript ..."])[0]["label"]
 
-Classifier, Embedder and evaluate are native (the GIL is released while the model runs);
+Classifier, Embedder, evaluate and ensemble are native (the GIL is released while the model runs);
 `longread.ray` classifies datasets on a Ray cluster. Training is the command line's:
 `longread train --help` (see README, "Python").
 """
@@ -17,6 +17,7 @@ from ._longread import (
     LongreadError,
     ModelLoadError,
     __version__,
+    ensemble,
     evaluate,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "InvalidDocumentError",
     "LongreadError",
     "ModelLoadError",
+    "ensemble",
     "evaluate",
     "__version__",
 ]

@@ -1,7 +1,7 @@
 """Type stubs of longread's native module."""
 
 from os import PathLike
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -60,3 +60,11 @@ def evaluate(
     max_batch_tokens: int = 2048,
 ) -> dict[str, Any]:
     """`longread eval` on one model: {"documents", "tasks": [{"name", "labels", "report"}]}."""
+
+def ensemble(
+    models: Sequence[Union[str, PathLike[str]]],
+    out: Union[str, PathLike[str]],
+    weights: Optional[Sequence[float]] = None,
+) -> dict[str, Any]:
+    """`longread ensemble`: a new model directory `out` whose probabilities are the weighted
+    mean of `models`' (any kinds, same labels); returns its ensemble.json."""

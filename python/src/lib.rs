@@ -1,5 +1,6 @@
 //! The `longread` Python package's native module (`longread._longread`): thin bindings over
-//! the library API every front uses (`longread_model::Classifier`, `Embedder`, evaluation).
+//! the library API every front uses (`longread_model::Classifier`, `Embedder`, evaluation,
+//! ensembles).
 //! Predictions cross into Python as the JSON `longread predict` writes, so the two agree to
 //! the digit; the GIL is released while the model runs; bad input raises a
 //! `longread.LongreadError` subclass with the CLI's message, never a crash.
@@ -7,6 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use longread_model::classifier::ensemble::build_ensemble;
 use longread_model::classifier::evaluate::evaluate_reader;
 use longread_model::classifier::PredictionLine;
 use longread_model::{
@@ -291,11 +293,35 @@ fn evaluate(
     }
 }
 
+/// ensemble(models, out, weights=None) -> dict
+///
+/// `longread ensemble`: copies the model directories `models` (any kinds, the same labels,
+/// one task each) into the new directory `out`, a model whose probabilities are their weighted
+/// mean (`weights`, one per model, divided by their sum; default equal). Returns ensemble.json
+/// as a dict; `Classifier(out)` loads it.
+#[pyfunction]
+#[pyo3(signature = (models, out, weights=None))]
+fn ensemble(py: Python<'_>, models: Vec<PathBuf>, out: PathBuf, weights: Option<Vec<f64>>) -> PyResult<PyObject> {
+    let weights = weights.unwrap_or_else(|| vec![1.0; models.len()]);
+    if weights.len() != models.len() {
+        return Err(LongreadError::new_err(format!(
+            "{} weights for {} models: give one per model, or none",
+            weights.len(),
+            models.len()
+        )));
+    }
+    let members: Vec<(PathBuf, f64)> = models.into_iter().zip(weights).collect();
+    let built = py.allow_threads(|| build_ensemble(&members, &out));
+    let spec = built.map_err(|e| ModelLoadError::new_err(format!("writing ensemble {}: {e}", out.display())))?;
+    from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
+}
+
 #[pymodule]
 fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Classifier>()?;
     m.add_class::<Embedder>()?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(ensemble, m)?)?;
     m.add("LongreadError", m.py().get_type::<LongreadError>())?;
     m.add("ModelLoadError", m.py().get_type::<ModelLoadError>())?;
     m.add("InvalidDocumentError", m.py().get_type::<InvalidDocumentError>())?;

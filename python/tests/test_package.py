@@ -126,3 +126,22 @@ def test_evaluate_equals_eval(tmp_path):
         assert report[key] == expected[key], key
     with pytest.raises(longread.LongreadError, match="missing.jsonl"):
         longread.evaluate(model, str(tmp_path / "missing.jsonl"))
+
+
+def test_ensemble_averages_members_like_the_cli(tmp_path):
+    hier, han = os.path.join(FIXTURES, "hier", "trained-bert-attention"), os.path.join(FIXTURES, "han")
+    spec = longread.ensemble([hier, han], tmp_path / "ens", weights=[3, 1])
+    assert [m["weight"] for m in spec["members"]] == [0.75, 0.25]
+    got = longread.Classifier(tmp_path / "ens").predict(texts())
+    cli = run_cli("predict", "--model", str(tmp_path / "ens"), "--input", DOCUMENTS)
+    assert cli.returncode == 0, cli.stderr
+    for g, e in zip(got, json_lines(cli.stdout)):
+        g, e = dict(g), dict(e)
+        g.pop("id"), e.pop("id")
+        assert_close(g, e, 1e-6)
+        mean = {k: 0.75 * g["members"][0]["scores"][k] + 0.25 * g["members"][1]["scores"][k] for k in g["scores"]}
+        assert_close(g["scores"], mean, 1e-6)
+    with pytest.raises(longread.ModelLoadError, match="already exists"):
+        longread.ensemble([hier, han], tmp_path / "ens")
+    with pytest.raises(longread.LongreadError, match="one per model"):
+        longread.ensemble([hier, han], tmp_path / "other", weights=[1])

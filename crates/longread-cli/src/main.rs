@@ -44,6 +44,9 @@ enum Command {
     /// Accuracy, per-class precision/recall/F1, macro/weighted F1 and confusion matrix on
     /// labelled documents.
     Eval(commands::eval::EvalArgs),
+    /// Combine trained models (any kinds, same labels) into one whose probabilities are their
+    /// weighted mean, e.g. a fine-tuned hierarchical model and the bag-of-words baseline.
+    Ensemble(commands::ensemble::EnsembleArgs),
     /// Write an HTML page per input showing the prediction and the chunks' attention.
     Report(commands::report::ReportArgs),
     /// Tokenizers: `tokenizer train` learns a byte-level BPE (RoBERTa) or WordPiece (BERT)
@@ -164,6 +167,7 @@ fn dispatch(command: Command, quiet: bool) -> anyhow::Result<usize> {
         Command::Predict(args) => commands::predict::run(args, quiet),
         Command::Report(args) => commands::report::run(args, quiet),
         Command::Eval(args) => commands::eval::run(args, quiet).map(|_| 0),
+        Command::Ensemble(args) => commands::ensemble::run(args).map(|_| 0),
         Command::Train(args) => commands::train::run(*args, quiet).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, quiet).map(|_| 0),
         Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),

@@ -9,6 +9,7 @@ use candle_core::Device;
 use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
+use crate::classifier::ensemble::{is_ensemble_dir, read_spec};
 use crate::error::Result;
 use crate::han::{HanClassifier, HAN_ARCHITECTURE};
 use crate::params::ParameterBreakdown;
@@ -24,6 +25,12 @@ pub struct ModelSummary {
 
 /// Summarises any model directory: a Hugging Face encoder, a longread classifier or a HAN.
 pub fn summarize(dir: &Path) -> Result<ModelSummary> {
+    if is_ensemble_dir(dir) {
+        return summarize_ensemble(dir);
+    }
+    if longread_bow::is_bow_dir(dir) {
+        return summarize_bow(dir);
+    }
     if crate::han::is_han_dir(dir) {
         return summarize_han(dir);
     }
@@ -233,6 +240,50 @@ fn summarize_han(dir: &Path) -> Result<ModelSummary> {
         writeln!(t, "  {part:<16} {:>14}", group(*count)).ok();
     }
     writeln!(t, "  {:<16} {:>14}  (all train)", "total", group(total)).ok();
+    Ok(ModelSummary { json: summary, table: t })
+}
+
+/// A bag-of-words model: its `bow.json` and its number of features.
+fn summarize_bow(dir: &Path) -> Result<ModelSummary> {
+    let invalid = |e: longread_bow::BowError| crate::error::ModelError::InvalidInput(e.to_string());
+    let model = longread_bow::BowModel::load(dir).map_err(invalid)?;
+    let path = longread_bow::bow_config_path(dir);
+    let text = std::fs::read_to_string(&path).map_err(crate::model_dir::io(&path))?;
+    let mut summary: Value =
+        serde_json::from_str(&text).map_err(|source| crate::error::ModelError::Json { path: path.clone(), source })?;
+    summary["model_dir"] = json!(dir.display().to_string());
+    summary["features"] = json!(model.features());
+    summary["parameters"] = json!({ "total": model.features() * model.labels().len() });
+    let mut t = String::new();
+    writeln!(t, "model            {}", dir.display()).ok();
+    writeln!(t, "type             bag of words (TF-IDF + L2 logistic regression, C {})", model.c()).ok();
+    writeln!(t, "features         {}", group(model.features())).ok();
+    writeln!(t, "labels           {}", model.labels().join(", ")).ok();
+    Ok(ModelSummary { json: summary, table: t })
+}
+
+/// An ensemble: its labels and each member's weight and summary.
+fn summarize_ensemble(dir: &Path) -> Result<ModelSummary> {
+    let spec = read_spec(dir)?;
+    let mut members = Vec::with_capacity(spec.members.len());
+    let mut t = String::new();
+    writeln!(t, "model            {}", dir.display()).ok();
+    writeln!(t, "type             ensemble of {} models (weighted mean of probabilities)", spec.members.len()).ok();
+    writeln!(t, "labels           {}", spec.labels.join(", ")).ok();
+    for m in &spec.members {
+        let member = summarize(&dir.join(&m.dir))?;
+        writeln!(t, "\nmember {} (weight {:.3}, copied from {})", m.dir, m.weight, m.source).ok();
+        for line in member.table.lines() {
+            writeln!(t, "  {line}").ok();
+        }
+        members.push(json!({ "dir": m.dir, "weight": m.weight, "source": m.source, "summary": member.json }));
+    }
+    let summary = json!({
+        "model_dir": dir.display().to_string(),
+        "architectures": ["LongreadEnsemble"],
+        "labels": spec.labels,
+        "members": members,
+    });
     Ok(ModelSummary { json: summary, table: t })
 }
 

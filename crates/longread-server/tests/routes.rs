@@ -13,9 +13,16 @@ fn hierarchical() -> ServerConfig {
 
 #[test]
 fn classify_answers_what_the_library_answers_for_every_model_kind() {
-    for model in ["hier/trained-bert-attention", "hier/trained-multitask", "han"] {
-        let server = TestServer::start(ServerConfig::new(fixture(model)));
-        let classifier = Classifier::load(&fixture(model), ClassifierOptions::default()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let ensemble = tmp.path().join("ensemble");
+    let members = [(fixture("hier/trained-bert-attention"), 1.0), (fixture("han"), 1.0)];
+    longread_model::classifier::ensemble::build_ensemble(&members, &ensemble).unwrap();
+    let mut kinds: Vec<(&str, std::path::PathBuf)> =
+        ["hier/trained-bert-attention", "hier/trained-multitask", "han"].map(|m| (m, fixture(m))).into();
+    kinds.push(("ensemble", ensemble));
+    for (model, dir) in kinds {
+        let server = TestServer::start(ServerConfig::new(dir.clone()));
+        let classifier = Classifier::load(&dir, ClassifierOptions::default()).unwrap();
         let docs = documents();
         let (status, body) = server.post_json("/classify", &json!({ "inputs": docs }));
         assert_eq!(status, 200, "{model}: {body}");
@@ -32,6 +39,7 @@ fn classify_answers_what_the_library_answers_for_every_model_kind() {
             };
             assert!(max_diff(&attention(served), &attention(&expected)) <= 1e-6, "{model}");
             assert_eq!(served.get("tasks").is_some(), model.contains("multitask"));
+            assert_eq!(served.get("members").is_some(), model == "ensemble");
         }
         // One text gives one object; chunks: false leaves the evidence out.
         let (status, one) = server.post_json("/classify", &json!({ "inputs": docs[0], "chunks": false }));

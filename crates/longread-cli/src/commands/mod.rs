@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod embed;
 pub mod encoder;
+pub mod ensemble;
 pub mod eval;
 pub mod init;
 pub mod inspect;

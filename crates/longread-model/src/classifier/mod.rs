@@ -2,6 +2,7 @@
 //! sequence, HAN): load it, classify documents, get [`Prediction`]s. The CLI, the server and
 //! the Python package call this and never look at the model kind.
 
+pub mod ensemble;
 pub mod evaluate;
 pub mod prediction;
 pub mod queue;
@@ -16,9 +17,10 @@ use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
 use crate::error::{ModelError, Result};
 use crate::han::{is_han_dir, score_texts, HanClassifier, HanScores};
 use crate::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache, DEFAULT_TASK};
+use ensemble::{is_ensemble_dir, Ensemble};
 pub use prediction::{
-    argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, Prediction, PredictionLine, SentenceEvidence,
-    TaskPrediction, WordEvidence,
+    argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, MemberPrediction, Prediction, PredictionLine,
+    SentenceEvidence, TaskPrediction, WordEvidence,
 };
 
 /// Precision of the encoder when classifying.
@@ -67,6 +69,8 @@ enum Model {
     Han(Box<HanClassifier>),
     /// The bag-of-words baseline (TF-IDF + logistic regression).
     Bow(Box<BowModel>),
+    /// Several models whose probabilities are averaged.
+    Ensemble(Box<Ensemble>),
 }
 
 /// A loaded model that classifies documents.
@@ -92,6 +96,16 @@ impl Classifier {
             return Err(ModelError::InvalidInput("max_batch_tokens must be at least 1".into()));
         }
         let device = Device::Cpu;
+        if is_ensemble_dir(dir) {
+            let ensemble = Ensemble::load(dir, options)?;
+            let tasks = vec![TaskSpec {
+                name: DEFAULT_TASK.into(),
+                column: DEFAULT_TASK.into(),
+                labels: ensemble.labels().to_vec(),
+            }];
+            let model = Model::Ensemble(Box::new(ensemble));
+            return Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None });
+        }
         if is_bow_dir(dir) {
             let model = BowModel::load(dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
             let labels = model.labels().to_vec();
@@ -131,8 +145,12 @@ impl Classifier {
     /// frozen encoder, or an earlier run — skip the encoder. Models without an encoder (HAN,
     /// bag of words) ignore it.
     pub fn set_vector_cache(&mut self, dir: &Path) -> Result<()> {
-        if let Model::Encoder { model, .. } = &self.model {
-            self.vector_cache = Some(VectorCache::open(dir, model, &format!("{:?}", self.options.precision))?);
+        match &mut self.model {
+            Model::Encoder { model, .. } => {
+                self.vector_cache = Some(VectorCache::open(dir, model, &format!("{:?}", self.options.precision))?);
+            }
+            Model::Ensemble(ensemble) => ensemble.set_vector_cache(dir)?,
+            Model::Han(_) | Model::Bow(_) => {}
         }
         Ok(())
     }
@@ -178,12 +196,15 @@ impl Classifier {
     }
 
     /// What a prediction's evidence is made of: `"chunk"`, `"sentence"`, or `"none"` (a
-    /// bag of words reads no parts).
+    /// bag of words reads no parts; an ensemble shows its first member's that has some).
     pub fn evidence_unit(&self) -> &'static str {
-        match self.model {
+        match &self.model {
             Model::Encoder { .. } => "chunk",
             Model::Han(_) => "sentence",
             Model::Bow(_) => "none",
+            Model::Ensemble(ensemble) => {
+                ensemble.classifiers().map(Classifier::evidence_unit).find(|u| *u != "none").unwrap_or("none")
+            }
         }
     }
 
@@ -212,7 +233,7 @@ impl Classifier {
         while start < documents.len() {
             let (end, results) = match &self.model {
                 Model::Encoder { model, chunker } => self.classify_encoder_group(model, chunker, documents, start)?,
-                Model::Han(_) | Model::Bow(_) => {
+                Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) => {
                     let end = (start + HAN_BATCH).min(documents.len());
                     (end, classify_whole(&self.model, &documents[start..end])?)
                 }
@@ -287,11 +308,13 @@ fn classify_han(model: &HanClassifier, group: &[Document]) -> Result<Vec<DocResu
         .collect())
 }
 
-/// Scores a group of documents with a model that reads each whole (HAN, bag of words).
+/// Scores a group of documents with a model that reads each whole (HAN, bag of words, an
+/// ensemble of any models).
 fn classify_whole(model: &Model, group: &[Document]) -> Result<Vec<DocResult>> {
     match model {
         Model::Han(model) => classify_han(model, group),
         Model::Bow(model) => Ok(classify_bow(model, group)),
+        Model::Ensemble(ensemble) => ensemble.classify(group),
         Model::Encoder { .. } => Err(ModelError::InvalidInput("an encoder model reads chunks, not whole texts".into())),
     }
 }
@@ -321,6 +344,7 @@ fn bow_prediction(labels: &[String], scores: BowScores) -> Prediction {
         total_sentences: None,
         sentences: None,
         tasks: None,
+        members: None,
         tokens: None,
     }
 }
@@ -357,6 +381,7 @@ fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<Doc
         total_sentences: None,
         sentences: None,
         tasks: (!other.is_empty()).then_some(other),
+        members: None,
         tokens: Some(doc.total_tokens),
     }
 }
@@ -388,6 +413,7 @@ fn han_prediction(labels: &[String], scores: HanScores) -> Prediction {
         total_sentences: Some(scores.total_sentences),
         sentences: Some(sentences),
         tasks: None,
+        members: None,
         tokens: None,
     }
 }

@@ -31,6 +31,9 @@ pub struct Prediction {
     /// Multi-task models: the other tasks' predictions, by task name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<BTreeMap<String, TaskPrediction>>,
+    /// Ensembles: what each member model predicted, in the ensemble's order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<MemberPrediction>>,
     /// Tokens the encoder read (encoder models; not part of the JSON output).
     #[serde(skip)]
     pub tokens: Option<usize>,
@@ -49,6 +52,21 @@ pub struct TaskPrediction {
     pub logits: Vec<f32>,
     /// This task's attention over the chunks, in chunk order.
     pub attention: Vec<f32>,
+}
+
+/// What one member of an ensemble predicted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MemberPrediction {
+    /// The member's directory inside the ensemble's (`members/…`).
+    pub model: String,
+    /// Its weight in the average (the weights sum to 1).
+    pub weight: f64,
+    /// Its most probable label.
+    pub label: String,
+    /// Its `{label: probability}`, in the ensemble's label order.
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::HashMap<String, f32>))]
+    pub scores: LabelScores,
 }
 
 /// A chunk the encoder read; offsets in characters (Unicode scalar values).
@@ -248,6 +266,7 @@ mod tests {
             total_sentences: None,
             sentences: None,
             tasks: None,
+            members: None,
             tokens: Some(30),
         }
     }

@@ -21,7 +21,7 @@ pub struct PreparedDocument {
 enum Prepared {
     /// An encoder model's chunks.
     Chunks(ChunkedDocument),
-    /// A HAN reads the whole text at once.
+    /// A HAN, a bag of words or an ensemble reads the whole text at once.
     Whole(String),
 }
 
@@ -52,7 +52,7 @@ enum Output {
     /// A chunk's vector, `[hidden]`.
     Vector(Tensor),
     /// A HAN document's whole result.
-    Done(DocResult),
+    Done(Box<DocResult>),
 }
 
 impl Classifier {
@@ -63,10 +63,10 @@ impl Classifier {
             Model::Encoder { chunker, .. } => {
                 Prepared::Chunks(chunker.chunk(text).map_err(|e| DocError::new(e.to_string()))?)
             }
-            Model::Han(_) | Model::Bow(_) if text.trim().is_empty() => {
+            Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) if text.trim().is_empty() => {
                 return Err(DocError::new("the document is empty"))
             }
-            Model::Han(_) | Model::Bow(_) => Prepared::Whole(text.to_owned()),
+            Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) => Prepared::Whole(text.to_owned()),
         };
         Ok(PreparedDocument { kind })
     }
@@ -104,13 +104,16 @@ impl Classifier {
                 }
                 Ok(outputs.into_iter().map(|o| o.expect("every unit is in a group")).collect())
             }
-            Model::Han(_) | Model::Bow(_) => {
+            Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) => {
                 let docs: Vec<longread_text::Document> = units
                     .iter()
                     .enumerate()
                     .map(|(i, (d, _))| longread_text::Document::new(i, whole_text(d)))
                     .collect();
-                Ok(classify_whole(&self.model, &docs)?.into_iter().map(|r| UnitOutput(Output::Done(r))).collect())
+                Ok(classify_whole(&self.model, &docs)?
+                    .into_iter()
+                    .map(|r| UnitOutput(Output::Done(Box::new(r))))
+                    .collect())
             }
         }
     }
@@ -129,10 +132,12 @@ impl Classifier {
                 let scores = model.score_tasks(&Tensor::stack(&rows, 0)?)?;
                 Ok(Ok(encoder_prediction(&self.tasks, chunked, scores)))
             }
-            (Model::Han(_) | Model::Bow(_), Prepared::Whole(_)) => match outputs.into_iter().next().map(|o| o.0) {
-                Some(Output::Done(result)) => Ok(result),
-                _ => Err(mismatch()),
-            },
+            (Model::Han(_) | Model::Bow(_) | Model::Ensemble(_), Prepared::Whole(_)) => {
+                match outputs.into_iter().next().map(|o| o.0) {
+                    Some(Output::Done(result)) => Ok(*result),
+                    _ => Err(mismatch()),
+                }
+            }
             _ => Err(mismatch()),
         }
     }

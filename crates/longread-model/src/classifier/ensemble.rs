@@ -1,0 +1,329 @@
+//! Ensembles: several model directories of any kind (hierarchical, single-chunk sequence, HAN,
+//! bag of words) whose label probabilities are averaged with weights. A fine-tuned encoder
+//! and a TF-IDF model make different mistakes; their average is often better than either (see
+//! BENCHMARKS.md, hyperpartisan).
+//!
+//! An ensemble is a directory of its own — `ensemble.json` plus a copy of every member under
+//! `members/` — so that it is loaded, served and moved like any other model directory.
+
+use std::path::{Component, Path, PathBuf};
+
+use longread_bow::is_bow_dir;
+use longread_text::Document;
+use serde::{Deserialize, Serialize};
+
+use super::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
+use crate::classifier::prediction::MemberPrediction;
+use crate::error::{ModelError, Result};
+use crate::han::is_han_dir;
+use crate::model_dir::io;
+
+/// The file that makes a directory an ensemble.
+pub const ENSEMBLE_FILE: &str = "ensemble.json";
+/// `format` of [`EnsembleSpec`].
+const FORMAT: &str = "longread-ensemble";
+/// Where the members' copies live inside the ensemble's directory.
+const MEMBERS_DIR: &str = "members";
+
+/// `ensemble.json`: the labels and the members with their weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnsembleSpec {
+    /// Always `longread-ensemble`.
+    pub format: String,
+    /// Format version (1).
+    pub version: u32,
+    /// Labels, in the order of the first member.
+    pub labels: Vec<String>,
+    /// The members, in order.
+    pub members: Vec<MemberSpec>,
+}
+
+/// One member of an ensemble.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberSpec {
+    /// Its directory, relative to the ensemble's (`members/…`).
+    pub dir: String,
+    /// Its weight in the average; the weights sum to 1.
+    pub weight: f64,
+    /// The directory it was copied from (for people; never read).
+    pub source: String,
+}
+
+/// Whether `dir` holds an ensemble (an `ensemble.json`).
+pub fn is_ensemble_dir(dir: &Path) -> bool {
+    dir.join(ENSEMBLE_FILE).is_file()
+}
+
+/// Reads and checks `dir/ensemble.json`.
+pub fn read_spec(dir: &Path) -> Result<EnsembleSpec> {
+    let path = dir.join(ENSEMBLE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let spec: EnsembleSpec =
+        serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.clone(), source })?;
+    let invalid = |message: String| ModelError::InvalidConfig { path: path.clone(), message };
+    if spec.format != FORMAT || spec.version != 1 {
+        return Err(invalid(format!(
+            "format {} version {} is not {FORMAT} version 1 (written by a newer longread?)",
+            spec.format, spec.version
+        )));
+    }
+    if spec.members.is_empty() || spec.labels.is_empty() {
+        return Err(invalid("an ensemble needs at least one member and one label".into()));
+    }
+    for member in &spec.members {
+        if !(member.weight.is_finite() && member.weight > 0.0) {
+            return Err(invalid(format!(
+                "member {} has weight {}: weights must be positive",
+                member.dir, member.weight
+            )));
+        }
+        if !Path::new(&member.dir).components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(invalid(format!(
+                "member directory {} must be a relative path inside the ensemble",
+                member.dir
+            )));
+        }
+    }
+    Ok(spec)
+}
+
+/// Copies the model directories `members` (with their weights, normalised to sum to 1) into
+/// the new ensemble directory `out`, which must not exist: assembled under a temporary name
+/// beside it and renamed into place, so a failure or a kill leaves nothing behind. Every
+/// member is loaded first: all must have the same labels (in any order) and one task each.
+pub fn build_ensemble(members: &[(PathBuf, f64)], out: &Path) -> Result<EnsembleSpec> {
+    if out.exists() {
+        return Err(ModelError::OutputExists { path: out.to_owned() });
+    }
+    let weights = normalised_weights(members)?;
+    let mut labels: Option<Vec<String>> = None;
+    for (dir, _) in members {
+        if is_ensemble_dir(dir) {
+            return Err(ModelError::InvalidInput(format!(
+                "{} is an ensemble itself: give its members instead",
+                dir.display()
+            )));
+        }
+        let classifier = Classifier::load(dir, member_options(dir, ClassifierOptions::default()))?;
+        let expected = labels.get_or_insert_with(|| classifier.labels().to_vec());
+        label_map(expected, &classifier)?;
+    }
+    let labels = labels.expect("at least one member");
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
+    let mut specs = Vec::with_capacity(members.len());
+    for (i, ((source, _), weight)) in members.iter().zip(weights).enumerate() {
+        let dir = format!("{MEMBERS_DIR}/{}-{}", i + 1, safe_name(source));
+        copy_model_files(source, &tmp.path().join(&dir))?;
+        specs.push(MemberSpec { dir, weight, source: source.display().to_string() });
+    }
+    let spec = EnsembleSpec { format: FORMAT.into(), version: 1, labels, members: specs };
+    let json = serde_json::to_string_pretty(&spec).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
+    let spec_path = tmp.path().join(ENSEMBLE_FILE);
+    std::fs::write(&spec_path, json).map_err(io(&spec_path))?;
+    std::fs::File::open(&spec_path).and_then(|f| f.sync_all()).map_err(io(&spec_path))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(io(tmp.path()))?;
+    }
+    let kept = tmp.keep();
+    std::fs::rename(&kept, out).map_err(io(out))?;
+    Ok(spec)
+}
+
+/// The weights of `members` divided by their sum (each must be positive and finite).
+fn normalised_weights(members: &[(PathBuf, f64)]) -> Result<Vec<f64>> {
+    if members.is_empty() {
+        return Err(ModelError::InvalidInput("an ensemble needs at least one member model".into()));
+    }
+    if let Some((dir, w)) = members.iter().find(|(_, w)| !(w.is_finite() && *w > 0.0)) {
+        return Err(ModelError::InvalidInput(format!("{} has weight {w}: weights must be positive", dir.display())));
+    }
+    let total: f64 = members.iter().map(|(_, w)| w).sum();
+    Ok(members.iter().map(|(_, w)| w / total).collect())
+}
+
+/// A directory name made of `source`'s last component (letters, digits, `.`, `_`, `-`; not
+/// hidden).
+fn safe_name(source: &Path) -> String {
+    let name = source.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let cleaned: String = name
+        .unwrap_or_default()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .collect::<String>()
+        .trim_start_matches('.')
+        .to_owned();
+    if cleaned.is_empty() {
+        "model".into()
+    } else {
+        cleaned
+    }
+}
+
+/// Copies the regular files of the model directory `source` (model directories are flat)
+/// into the new directory `target`, each synced.
+fn copy_model_files(source: &Path, target: &Path) -> Result<()> {
+    std::fs::create_dir_all(target).map_err(io(target))?;
+    for entry in std::fs::read_dir(source).map_err(io(source))? {
+        let entry = entry.map_err(io(source))?;
+        let from = entry.path();
+        if !from.is_file() {
+            continue;
+        }
+        let to = target.join(entry.file_name());
+        std::fs::copy(&from, &to).map_err(io(&from))?;
+        std::fs::File::open(&to).and_then(|f| f.sync_all()).map_err(io(&to))?;
+    }
+    Ok(())
+}
+
+/// How a member runs: encoder members at the ensemble's precision, the others in f32 (the
+/// only precision a HAN or a bag of words has).
+fn member_options(dir: &Path, options: ClassifierOptions) -> ClassifierOptions {
+    if is_bow_dir(dir) || is_han_dir(dir) {
+        ClassifierOptions { precision: Precision::F32, ..options }
+    } else {
+        options
+    }
+}
+
+/// For each of `member`'s labels, its index in `labels`; an error unless the member has one
+/// task with exactly those labels.
+fn label_map(labels: &[String], member: &Classifier) -> Result<Vec<usize>> {
+    let dir = member.dir().display();
+    if member.tasks().len() != 1 {
+        return Err(ModelError::InvalidInput(format!(
+            "{dir} is a multi-task model: an ensemble member must have one task"
+        )));
+    }
+    let own = member.labels();
+    let mut sorted_own = own.to_vec();
+    let mut sorted = labels.to_vec();
+    sorted_own.sort();
+    sorted.sort();
+    if sorted_own != sorted {
+        return Err(ModelError::InvalidInput(format!(
+            "{dir} has labels {own:?}, the ensemble {labels:?}: every member needs the same labels"
+        )));
+    }
+    Ok(own.iter().map(|l| labels.iter().position(|x| x == l).expect("same label sets")).collect())
+}
+
+/// A loaded ensemble.
+pub(super) struct Ensemble {
+    labels: Vec<String>,
+    members: Vec<Member>,
+}
+
+/// A loaded member.
+struct Member {
+    /// Its directory inside the ensemble's.
+    name: String,
+    weight: f64,
+    classifier: Classifier,
+    /// Index in the ensemble's labels of each of its labels.
+    to_ensemble: Vec<usize>,
+}
+
+impl Ensemble {
+    /// Loads the ensemble in `dir` and each member with `options` (precision applying to
+    /// encoder members).
+    pub(super) fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
+        let spec = read_spec(dir)?;
+        let members = spec
+            .members
+            .iter()
+            .map(|m| {
+                let member_dir = dir.join(&m.dir);
+                if is_ensemble_dir(&member_dir) {
+                    return Err(ModelError::InvalidInput(format!(
+                        "{}: an ensemble member cannot be an ensemble",
+                        member_dir.display()
+                    )));
+                }
+                let classifier = Classifier::load(&member_dir, member_options(&member_dir, options))?;
+                let to_ensemble = label_map(&spec.labels, &classifier)?;
+                Ok(Member { name: m.dir.clone(), weight: m.weight, classifier, to_ensemble })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let total: f64 = members.iter().map(|m| m.weight).sum();
+        let members = members.into_iter().map(|m| Member { weight: m.weight / total, ..m }).collect();
+        Ok(Self { labels: spec.labels, members })
+    }
+
+    /// The ensemble's labels.
+    pub(super) fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// The members' classifiers, in order.
+    pub(super) fn classifiers(&self) -> impl Iterator<Item = &Classifier> {
+        self.members.iter().map(|m| &m.classifier)
+    }
+
+    /// Reads chunk vectors from `cache` in every encoder member.
+    pub(super) fn set_vector_cache(&mut self, cache: &Path) -> Result<()> {
+        self.members.iter_mut().try_for_each(|m| m.classifier.set_vector_cache(cache))
+    }
+
+    /// Classifies `group` with every member and averages their probabilities; a document that
+    /// a member cannot classify gets that member's error.
+    pub(super) fn classify(&self, group: &[Document]) -> Result<Vec<DocResult>> {
+        let mut by_member = Vec::with_capacity(self.members.len());
+        for member in &self.members {
+            let mut results = Vec::with_capacity(group.len());
+            member.classifier.classify_documents(group, |_, r| {
+                results.push(r);
+                Ok::<(), ModelError>(())
+            })?;
+            by_member.push(results);
+        }
+        Ok((0..group.len()).map(|doc| self.combine(by_member.iter().map(|r| &r[doc]))).collect())
+    }
+
+    /// One document's ensemble prediction from its members' results, in member order: the
+    /// weighted mean of their probabilities, logits = ln(probability), and the evidence
+    /// (chunks or sentences) of the first member that shows some.
+    fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
+        let mut probabilities = vec![0f64; self.labels.len()];
+        let mut members = Vec::with_capacity(self.members.len());
+        let mut evidence: Option<&super::Prediction> = None;
+        let mut tokens = None;
+        for (member, result) in self.members.iter().zip(results) {
+            let prediction = result.as_ref().map_err(|e| DocError::new(format!("{}: {}", member.name, e.message)))?;
+            let mut own = vec![0f32; self.labels.len()];
+            for (&p, &k) in prediction.probabilities().iter().zip(&member.to_ensemble) {
+                own[k] = p;
+                probabilities[k] += member.weight * p as f64;
+            }
+            if evidence.is_none() && (prediction.chunks.is_some() || prediction.sentences.is_some()) {
+                evidence = Some(prediction);
+            }
+            tokens = tokens.or(prediction.tokens);
+            members.push(MemberPrediction {
+                model: member.name.clone(),
+                weight: member.weight,
+                label: self.labels[argmax(&own)].clone(),
+                scores: LabelScores { labels: self.labels.clone(), probabilities: own },
+            });
+        }
+        let probabilities: Vec<f32> = probabilities.into_iter().map(|p| p as f32).collect();
+        Ok(super::Prediction {
+            label: self.labels[argmax(&probabilities)].clone(),
+            logits: probabilities.iter().map(|p| p.max(f32::MIN_POSITIVE).ln()).collect(),
+            scores: LabelScores { labels: self.labels.clone(), probabilities },
+            chunks: evidence.and_then(|p| p.chunks.clone()),
+            total_sentences: evidence.and_then(|p| p.total_sentences),
+            sentences: evidence.and_then(|p| p.sentences.clone()),
+            tasks: None,
+            members: Some(members),
+            tokens,
+        })
+    }
+}
