@@ -157,8 +157,8 @@ pub struct TrainSpec {
     #[cfg_attr(feature = "clap", arg(long, value_name = "K"))]
     pub cv: Option<usize>,
     /// Most tokens per encoder batch. Training keeps one batch's graph at a time, so this
-    /// sets the memory plateau: 512 (one chunk) measured 1.8 GB on MiniLM vs 5.9 GB at 2048,
-    /// for 12% more time per step.
+    /// sets the memory plateau: a smaller budget holds less in memory and takes somewhat more
+    /// time per step (figures in BENCHMARKS.md, "Training step: memory and time vs PyTorch").
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
     pub max_batch_tokens: usize,
     /// Keep the whole graph instead of recomputing chunks (memory grows with document length).
