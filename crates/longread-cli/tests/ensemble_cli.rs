@@ -64,7 +64,7 @@ fn wrong_ensemble_arguments_are_refused_before_anything_is_written() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--model", hier], "at least two"),
         (vec!["--model", hier, "--model", han, "--weight", "1"], "one per model"),
-        (vec!["--model", hier, "--model", han, "--weight", "1", "--weight", "0"], "weights must be positive"),
+        (vec!["--model", hier, "--model", han, "--weight", "1", "--weight", "-2"], "weights must be positive"),
         (vec!["--model", hier, "--model", "/nonexistent/model"], "/nonexistent/model"),
     ];
     for (args, needle) in cases {

@@ -20,7 +20,7 @@ pub struct EnsembleArgs {
     models: Vec<PathBuf>,
     /// Weight of each member, in the order of --model (as many as models; they are divided by
     /// their sum). Default: equal weights.
-    #[arg(long = "weight", num_args = 1)]
+    #[arg(long = "weight", num_args = 1, allow_negative_numbers = true)]
     weights: Vec<f64>,
     /// Output directory; must not exist (written under a temporary name, then renamed).
     #[arg(long)]
