@@ -1,5 +1,5 @@
 //! `longread ensemble` end to end: members of different kinds combined into one directory that
-//! `inspect`, `predict` and `eval` accept; wrong arguments are refused before anything is written.
+//! `inspect`, `predict`, `report` and `eval` accept; wrong arguments are refused before anything is written.
 
 mod common;
 
@@ -39,6 +39,13 @@ fn an_ensemble_of_a_hierarchical_model_and_a_han_predicts_with_its_members_score
         }
         assert!(line["chunks"].is_array(), "the hierarchical member's evidence: {line}");
     }
+    let page = tmp.path().join("report.html");
+    let report =
+        longread(&["report", "--model", o, "--input", docs.to_str().unwrap(), "--out", page.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Ensemble of members/1-roberta-attention (weight 0.75)"), "members listed in the report");
+
     let data = tmp.path().join("labelled.jsonl");
     let labelled: String = std::fs::read_to_string(&docs)
         .unwrap()

@@ -2,16 +2,27 @@
 
 use longread_model::DocResult;
 
-use crate::{ChunkView, DocumentView, SentenceView, WordView};
+use crate::{ChunkView, DocumentView, MemberView, SentenceView, WordView};
 
 impl<'a> DocumentView<'a> {
     /// The view of document `id` with text `text` and its classification `result`.
     pub fn of_result(id: String, text: &'a str, result: DocResult) -> Self {
-        let mut view = DocumentView { id, text, scores: vec![], chunks: vec![], sentences: vec![], error: None };
+        let mut view =
+            DocumentView { id, text, scores: vec![], chunks: vec![], sentences: vec![], members: vec![], error: None };
         match result {
             Err(e) => view.error = Some(e.message),
             Ok(p) => {
                 view.scores = p.scores.labels.into_iter().zip(p.scores.probabilities).collect();
+                view.members = p
+                    .members
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|m| {
+                        let index = m.scores.labels.iter().position(|l| *l == m.label).unwrap_or(0);
+                        let probability = m.scores.probabilities.get(index).copied().unwrap_or(0.0);
+                        MemberView { model: m.model, weight: m.weight, label: m.label, probability }
+                    })
+                    .collect();
                 view.chunks = p
                     .chunks
                     .unwrap_or_default()

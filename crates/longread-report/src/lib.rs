@@ -66,8 +66,23 @@ pub struct DocumentView<'a> {
     pub chunks: Vec<ChunkView>,
     /// Its sentences (HAN models; then `chunks` is empty).
     pub sentences: Vec<SentenceView>,
+    /// Ensembles: each member's `(model, weight, label, probability of that label)`.
+    pub members: Vec<MemberView>,
     /// Why it could not be classified.
     pub error: Option<String>,
+}
+
+/// What one member of an ensemble predicted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberView {
+    /// The member's directory inside the ensemble's.
+    pub model: String,
+    /// Its weight in the average.
+    pub weight: f64,
+    /// Its most probable label.
+    pub label: String,
+    /// That label's probability.
+    pub probability: f32,
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#222}\
@@ -120,6 +135,21 @@ fn render_document(html: &mut String, doc: &DocumentView) {
         );
     }
     html.push_str("</table>");
+    if !doc.members.is_empty() {
+        html.push_str("<p class=\"legend\">Ensemble of ");
+        for (i, m) in doc.members.iter().enumerate() {
+            let _ = write!(
+                html,
+                "{}{} (weight {:.2}): {} ({:.1}%)",
+                if i > 0 { "; " } else { "" },
+                escape_html(&m.model),
+                m.weight,
+                escape_html(&m.label),
+                m.probability * 100.0
+            );
+        }
+        html.push_str("</p>");
+    }
     if doc.sentences.is_empty() {
         html.push_str(&svg::attention_chart(&doc.chunks, "chunk"));
         html.push_str("<div class=\"text\">");
@@ -226,8 +256,25 @@ mod tests {
             scores: vec![("a".into(), 0.25), ("b".into(), 0.75)],
             chunks,
             sentences: Vec::new(),
+            members: Vec::new(),
             error: None,
         }
+    }
+
+    #[test]
+    fn an_ensembles_members_are_listed_under_the_scores() {
+        let member = |model: &str, label: &str, probability| MemberView {
+            model: model.into(),
+            weight: 0.5,
+            label: label.into(),
+            probability,
+        };
+        let members = vec![member("members/1-<hier>", "b", 0.9), member("members/2-bow", "a", 0.6)];
+        let html = render_html("r", "m", &[DocumentView { members, ..doc("text", vec![]) }]);
+        assert!(
+            html.contains("members/1-&lt;hier&gt; (weight 0.50): b (90.0%); members/2-bow (weight 0.50): a (60.0%)")
+        );
+        assert!(!render_html("r", "m", &[doc("text", vec![])]).contains("Ensemble of"));
     }
 
     #[test]
