@@ -60,15 +60,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let encoder = |workload| {
         run_workload(&source, workload, batch, tokens, args.repeat).with_context(|| format!("benchmarking {name}"))
     };
-    let result = match args.workload {
-        WorkloadArg::EncoderForward => encoder(Workload::EncoderForward)?,
-        WorkloadArg::TrainStep => encoder(Workload::TrainStep)?,
-        WorkloadArg::OptimizerStep => encoder(Workload::OptimizerStep)?,
-        WorkloadArg::HanStep => run_han_step(batch, tokens, args.repeat).context("benchmarking the HAN step")?,
-    };
-    let name = match args.workload {
-        WorkloadArg::HanStep => format!("HAN ({HAN_SENTENCE_WORDS} words per sentence)"),
-        _ => name,
+    let (result, name) = match args.workload {
+        WorkloadArg::EncoderForward => (encoder(Workload::EncoderForward)?, name),
+        WorkloadArg::TrainStep => (encoder(Workload::TrainStep)?, name),
+        WorkloadArg::OptimizerStep => (encoder(Workload::OptimizerStep)?, name),
+        WorkloadArg::HanStep => (
+            run_han_step(batch, tokens, args.repeat).context("benchmarking the HAN step")?,
+            format!("HAN ({HAN_SENTENCE_WORDS} words per sentence)"),
+        ),
     };
     let peak = peak_rss_bytes();
     let what = args.workload.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
