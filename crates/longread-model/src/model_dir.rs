@@ -82,12 +82,7 @@ pub fn read_config_text(path: &Path) -> Result<String> {
 /// Writes `tensors` and `files` into a synced temporary directory beside `out` (named
 /// `.longread-save-*`) and returns its path, for the caller to rename into place.
 pub fn write_temporary_dir(out: &Path, tensors: &HashMap<String, Tensor>, files: &[(&str, &[u8])]) -> Result<PathBuf> {
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-    let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
+    let (tmp, parent) = temporary_dir_beside(out)?;
     let weights = tmp.path().join("model.safetensors");
     candle_core::safetensors::save(tensors, &weights)?;
     let mut written = vec![weights];
@@ -110,6 +105,19 @@ pub fn write_temporary_dir(out: &Path, tensors: &HashMap<String, Tensor>, files:
         let _ = dir.sync_all();
     }
     Ok(kept)
+}
+
+/// A new empty directory beside `out` (named `.longread-save-*`, removed when dropped) and
+/// `out`'s parent, created if missing: where a model directory is assembled before it is
+/// renamed to `out`.
+pub fn temporary_dir_beside(out: &Path) -> Result<(tempfile::TempDir, PathBuf)> {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
+    Ok((tmp, parent))
 }
 
 /// Maps an I/O error on `path` to [`ModelError::Io`].

@@ -109,7 +109,8 @@ fn bad_members_weights_and_files_are_clear_errors_that_leave_nothing_behind() {
     let out = tmp.path().join("ens");
     let hier = fixture("hier/roberta-attention");
     let cases: Vec<(Vec<(PathBuf, f64)>, &str)> = vec![
-        (vec![], "at least one member"),
+        (vec![], "at least two member models (got 0)"),
+        (vec![(hier.clone(), 1.0)], "at least two member models (got 1)"),
         (vec![(hier.clone(), 1.0), (fixture("han"), 0.0)], "weights must be positive"),
         (vec![(hier.clone(), 1.0), (fixture("han"), f64::NAN)], "weights must be positive"),
         (vec![(hier.clone(), 1.0), (fixture("hier/trained-multitask"), 1.0)], "multi-task"),

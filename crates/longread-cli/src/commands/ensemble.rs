@@ -32,9 +32,6 @@ pub struct EnsembleArgs {
 
 /// Runs `longread ensemble`.
 pub fn run(args: EnsembleArgs) -> Result<()> {
-    if args.models.len() < 2 {
-        bail!("an ensemble needs at least two --model directories (got {})", args.models.len());
-    }
     let weights = match args.weights.len() {
         0 => vec![1.0; args.models.len()],
         n if n == args.models.len() => args.weights.clone(),

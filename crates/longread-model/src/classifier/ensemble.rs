@@ -16,7 +16,7 @@ use super::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelSco
 use crate::classifier::prediction::MemberPrediction;
 use crate::error::{ModelError, Result};
 use crate::han::is_han_dir;
-use crate::model_dir::io;
+use crate::model_dir::{io, temporary_dir_beside};
 
 /// The file that makes a directory an ensemble.
 pub const ENSEMBLE_FILE: &str = "ensemble.json";
@@ -98,23 +98,12 @@ pub fn build_ensemble(members: &[(PathBuf, f64)], out: &Path) -> Result<Ensemble
     let weights = normalised_weights(members)?;
     let mut labels: Option<Vec<String>> = None;
     for (dir, _) in members {
-        if is_ensemble_dir(dir) {
-            return Err(ModelError::InvalidInput(format!(
-                "{} is an ensemble itself: give its members instead",
-                dir.display()
-            )));
-        }
-        let classifier = Classifier::load(dir, member_options(dir, ClassifierOptions::default()))?;
+        let classifier = load_member(dir, ClassifierOptions::default())?;
         let expected = labels.get_or_insert_with(|| classifier.labels().to_vec());
         label_map(expected, &classifier)?;
     }
-    let labels = labels.expect("at least one member");
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-    let tmp = tempfile::Builder::new().prefix(".longread-save-").tempdir_in(&parent).map_err(io(&parent))?;
+    let labels = labels.expect("at least two members");
+    let (tmp, _) = temporary_dir_beside(out)?;
     let mut specs = Vec::with_capacity(members.len());
     for (i, ((source, _), weight)) in members.iter().zip(weights).enumerate() {
         let dir = format!("{MEMBERS_DIR}/{}-{}", i + 1, safe_name(source));
@@ -138,8 +127,11 @@ pub fn build_ensemble(members: &[(PathBuf, f64)], out: &Path) -> Result<Ensemble
 
 /// The weights of `members` divided by their sum (each must be positive and finite).
 fn normalised_weights(members: &[(PathBuf, f64)]) -> Result<Vec<f64>> {
-    if members.is_empty() {
-        return Err(ModelError::InvalidInput("an ensemble needs at least one member model".into()));
+    if members.len() < 2 {
+        return Err(ModelError::InvalidInput(format!(
+            "an ensemble needs at least two member models (got {})",
+            members.len()
+        )));
     }
     if let Some((dir, w)) = members.iter().find(|(_, w)| !(w.is_finite() && *w > 0.0)) {
         return Err(ModelError::InvalidInput(format!("{} has weight {w}: weights must be positive", dir.display())));
@@ -183,14 +175,18 @@ fn copy_model_files(source: &Path, target: &Path) -> Result<()> {
     Ok(())
 }
 
-/// How a member runs: encoder members at the ensemble's precision, the others in f32 (the
-/// only precision a HAN or a bag of words has).
-fn member_options(dir: &Path, options: ClassifierOptions) -> ClassifierOptions {
-    if is_bow_dir(dir) || is_han_dir(dir) {
-        ClassifierOptions { precision: Precision::F32, ..options }
-    } else {
-        options
+/// Loads the member model in `dir` (when building an ensemble, or loading one): not itself an
+/// ensemble; encoder members at the ensemble's precision, the others in f32 (the only
+/// precision a HAN or a bag of words has).
+fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
+    if is_ensemble_dir(dir) {
+        return Err(ModelError::InvalidInput(format!(
+            "{} is an ensemble itself: an ensemble member cannot be one (give its members instead)",
+            dir.display()
+        )));
     }
+    let precision = if is_bow_dir(dir) || is_han_dir(dir) { Precision::F32 } else { options.precision };
+    Classifier::load(dir, ClassifierOptions { precision, ..options })
 }
 
 /// For each of `member`'s labels, its index in `labels`; an error unless the member has one
@@ -240,14 +236,7 @@ impl Ensemble {
             .members
             .iter()
             .map(|m| {
-                let member_dir = dir.join(&m.dir);
-                if is_ensemble_dir(&member_dir) {
-                    return Err(ModelError::InvalidInput(format!(
-                        "{}: an ensemble member cannot be an ensemble",
-                        member_dir.display()
-                    )));
-                }
-                let classifier = Classifier::load(&member_dir, member_options(&member_dir, options))?;
+                let classifier = load_member(&dir.join(&m.dir), options)?;
                 let to_ensemble = label_map(&spec.labels, &classifier)?;
                 Ok(Member { name: m.dir.clone(), weight: m.weight, classifier, to_ensemble })
             })
