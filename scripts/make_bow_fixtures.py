@@ -14,6 +14,7 @@ import os
 
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_union
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 DATA = os.path.join(ROOT, "..", "shared", "data", "hyperpartisan")
@@ -30,13 +31,24 @@ def main():
     train, train_labels = texts("train", 60)
     test, _ = texts("test", 20)
     out = {"c": 10.0, "train": train, "test": test, "tasks": {}}
-    for name, labels in [("binary", train_labels), ("three", [i % 3 for i in range(len(train))])]:
+    three = [i % 3 for i in range(len(train))]
+    for name, labels, char_ngrams in [
+        ("binary", train_labels, None),
+        ("three", three, None),
+        ("binary_chars", train_labels, [2, 5]),
+    ]:
         vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+        if char_ngrams:
+            chars = TfidfVectorizer(
+                analyzer="char_wb", ngram_range=tuple(char_ngrams), sublinear_tf=True, min_df=2
+            )
+            vec = make_union(vec, chars)
         x = vec.fit_transform(train)
         lr = LogisticRegression(C=10.0, tol=1e-12, max_iter=100000).fit(x, labels)
         out["tasks"][name] = {
             "labels": labels,
-            "features": len(vec.vocabulary_),
+            "char_ngrams": char_ngrams,
+            "features": x.shape[1],
             "probabilities": lr.predict_proba(vec.transform(test)).tolist(),
         }
     os.makedirs(OUT, exist_ok=True)

@@ -3,7 +3,12 @@
 
 use std::collections::HashMap;
 
-use crate::terms::{for_each_ngram, words};
+use crate::terms::{for_each_char_ngram, for_each_ngram, words};
+use crate::tfidf::TfidfSettings;
+
+/// What a character n-gram's vocabulary entry starts with, so it never meets a word n-gram
+/// (words are letters, digits and `_`, so none contains `:`).
+pub const CHAR_PREFIX: &str = "c:";
 
 /// Distinct n-grams of a corpus, each with an id.
 #[derive(Debug, Default)]
@@ -32,18 +37,36 @@ impl Interner {
     }
 }
 
-/// How often each term occurs in one document: (term id, count), ids ascending.
+/// How often each term occurs in one document: (term id, count), ids ascending, for each
+/// block of features.
 #[derive(Debug, Clone, Default)]
 pub struct TermCounts {
-    /// (term id, count) pairs.
-    pub terms: Vec<(u32, u32)>,
+    /// Word n-grams.
+    pub words: Vec<(u32, u32)>,
+    /// Character n-grams (empty unless the settings ask for them).
+    pub chars: Vec<(u32, u32)>,
 }
 
-/// Counts the 1..=`ngram_max`-grams of `text`, interning new ones.
-pub fn count_terms(text: &str, ngram_max: usize, interner: &mut Interner) -> TermCounts {
-    let mut counts: HashMap<u32, u32> = HashMap::new();
-    for_each_ngram(&words(text), ngram_max, |g| *counts.entry(interner.id(g)).or_default() += 1);
+/// Counts the word 1..=`ngram_max`-grams of `text` and, when `settings.char_ngrams` is set, its
+/// character n-grams (interned with [`CHAR_PREFIX`]), interning new ones.
+pub fn count_terms(text: &str, settings: &TfidfSettings, interner: &mut Interner) -> TermCounts {
+    let mut words_seen: HashMap<u32, u32> = HashMap::new();
+    for_each_ngram(&words(text), settings.ngram_max, |g| *words_seen.entry(interner.id(g)).or_default() += 1);
+    let mut chars_seen: HashMap<u32, u32> = HashMap::new();
+    if let Some([lo, hi]) = settings.char_ngrams {
+        let mut term = String::from(CHAR_PREFIX);
+        for_each_char_ngram(text, lo, hi, |g| {
+            term.truncate(CHAR_PREFIX.len());
+            term.push_str(g);
+            *chars_seen.entry(interner.id(&term)).or_default() += 1;
+        });
+    }
+    TermCounts { words: sorted(words_seen), chars: sorted(chars_seen) }
+}
+
+/// The (term, count) pairs, terms ascending.
+fn sorted(counts: HashMap<u32, u32>) -> Vec<(u32, u32)> {
     let mut terms: Vec<(u32, u32)> = counts.into_iter().collect();
     terms.sort_unstable();
-    TermCounts { terms }
+    terms
 }

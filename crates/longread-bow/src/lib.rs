@@ -1,5 +1,6 @@
 //! The bag-of-words baseline every longread user gets in seconds: TF-IDF word 1–2 grams
-//! (scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)`) and
+//! (scikit-learn's `TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)`),
+//! optionally with character n-grams inside words (`analyzer="char_wb"`) as a second block, and
 //! L2 logistic regression (`LogisticRegression(solver="lbfgs")`) with C chosen by stratified
 //! cross-validation on the training data. A light crate: no tensor framework.
 

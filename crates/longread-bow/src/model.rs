@@ -1,18 +1,22 @@
-//! The bag-of-words classifier: TF-IDF word n-grams and logistic regression, trained with C
+//! The bag-of-words classifier: TF-IDF word n-grams (and optionally character n-grams) and
+//! logistic regression, trained with C
 //! chosen by stratified cross-validation, saved as a model directory (`bow.json`,
 //! `vocabulary.txt`, `model.safetensors`) that longread's classifier loads like any other.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::counts::{count_terms, Interner, TermCounts};
+use crate::counts::{count_terms, Interner, TermCounts, CHAR_PREFIX};
 use crate::error::{BowError, Result};
 use crate::files::{read_bow_files, write_bow_files};
 use crate::logistic::{softmax, Data, LogisticRegression, Solver};
 use crate::sparse::SparseRow;
-use crate::terms::{for_each_ngram, words};
-use crate::tfidf::{weigh, Columns, TfidfSettings};
+use crate::terms::{for_each_char_ngram, for_each_ngram, words};
+use crate::tfidf::{blocks, Columns, TfidfSettings};
 use longread_metrics::folds::{mean_std, stratified_folds};
+
+/// Longest character n-gram accepted (longer ones are nearly whole words, and costly).
+pub const MAX_CHAR_NGRAM: usize = 16;
 
 /// How a bag-of-words model is trained.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,6 +100,11 @@ impl BowModel {
         self.c
     }
 
+    /// Which n-grams are its features.
+    pub fn tfidf(&self) -> &TfidfSettings {
+        &self.tfidf
+    }
+
     /// Number of n-gram features.
     pub fn features(&self) -> usize {
         self.idf.len()
@@ -115,18 +124,31 @@ impl BowModel {
     /// The TF-IDF row of a text.
     fn row(&self, text: &str) -> Result<SparseRow> {
         let words = words(text);
-        if words.is_empty() {
+        let chars = self.tfidf.char_ngrams.filter(|_| !text.trim().is_empty());
+        if words.is_empty() && chars.is_none() {
             return Err(BowError::InvalidInput(
                 "the document has no words (tokens of two or more letters or digits)".into(),
             ));
         }
-        let mut counts: HashMap<u32, u32> = HashMap::new();
+        let mut word_counts: HashMap<u32, u32> = HashMap::new();
         for_each_ngram(&words, self.tfidf.ngram_max, |g| {
             if let Some(&col) = self.vocabulary.get(g) {
-                *counts.entry(col).or_default() += 1;
+                *word_counts.entry(col).or_default() += 1;
             }
         });
-        Ok(weigh(counts.into_iter(), &self.idf, self.tfidf.sublinear_tf))
+        let mut char_counts: HashMap<u32, u32> = HashMap::new();
+        if let Some([lo, hi]) = chars {
+            let mut term = String::from(CHAR_PREFIX);
+            for_each_char_ngram(text, lo, hi, |g| {
+                term.truncate(CHAR_PREFIX.len());
+                term.push_str(g);
+                if let Some(&col) = self.vocabulary.get(&term) {
+                    *char_counts.entry(col).or_default() += 1;
+                }
+            });
+        }
+        let pairs = |m: HashMap<u32, u32>| m.into_iter().collect();
+        Ok(blocks(pairs(word_counts), pairs(char_counts), &self.idf, self.tfidf.sublinear_tf))
     }
 
     /// Writes the model into `dir` (created if missing), each file atomically.
@@ -162,8 +184,7 @@ pub fn train(
 ) -> Result<Trained> {
     check(texts, labels, label_names, options)?;
     let mut interner = Interner::default();
-    let counts: Vec<TermCounts> =
-        texts.iter().map(|t| count_terms(t, options.tfidf.ngram_max, &mut interner)).collect();
+    let counts: Vec<TermCounts> = texts.iter().map(|t| count_terms(t, &options.tfidf, &mut interner)).collect();
     let classes = label_names.len();
     let weights: Vec<f64> = labels.iter().map(|&l| options.class_weights.as_ref().map_or(1.0, |w| w[l])).collect();
     let total = if options.cs.len() > 1 { options.folds * options.cs.len() + 1 } else { 1 };
@@ -244,6 +265,13 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
     }
     if options.tfidf.ngram_max == 0 {
         return bad("ngram_max must be at least 1".into());
+    }
+    if let Some([lo, hi]) = options.tfidf.char_ngrams {
+        if lo == 0 || lo > hi || hi > MAX_CHAR_NGRAM {
+            return bad(format!(
+                "character n-grams {lo}-{hi}: give 1 <= shortest <= longest <= {MAX_CHAR_NGRAM}, e.g. 2-5"
+            ));
+        }
     }
     if let Some(w) = &options.class_weights {
         if w.len() != label_names.len() || w.iter().any(|v| !(v.is_finite() && *v > 0.0)) {

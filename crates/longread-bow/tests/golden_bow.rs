@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use longread_bow::{train, BowModel, BowOptions, Solver};
+use longread_bow::{train, BowModel, BowOptions, Solver, TfidfSettings};
 
 fn fixture() -> serde_json::Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bow/expected.json");
@@ -23,7 +23,9 @@ fn trained(task: &str) -> (BowModel, serde_json::Value) {
         expected["labels"].as_array().unwrap().iter().map(|l| l.as_u64().unwrap() as usize).collect();
     let classes = labels.iter().max().unwrap() + 1;
     let names: Vec<String> = (0..classes).map(|c| format!("c{c}")).collect();
+    let char_ngrams = expected["char_ngrams"].as_array().map(|r| [0, 1].map(|i| r[i].as_u64().unwrap() as usize));
     let options = BowOptions {
+        tfidf: TfidfSettings { char_ngrams, ..TfidfSettings::default() },
         cs: vec![fx["c"].as_f64().unwrap()],
         solver: Solver { max_iters: 5000, tolerance: 1e-12 },
         ..BowOptions::default()
@@ -56,6 +58,35 @@ fn multinomial_tfidf_logistic_regression_matches_scikit_learn() {
     let (model, expected) = trained("three");
     let diff = max_diff(&model, &expected);
     assert!(diff <= 1e-4, "max abs diff {diff}");
+}
+
+#[test]
+fn word_and_character_ngrams_match_scikit_learns_feature_union() {
+    let (model, expected) = trained("binary_chars");
+    assert_eq!(model.features() as u64, expected["features"].as_u64().unwrap());
+    let diff = max_diff(&model, &expected);
+    assert!(diff <= 1e-4, "max abs diff {diff}");
+    let dir = tempfile::tempdir().unwrap();
+    model.save(dir.path()).unwrap();
+    let loaded = BowModel::load(dir.path()).unwrap();
+    assert_eq!(max_diff(&loaded, &expected), diff, "the character block survives save and load");
+    assert!(loaded.scores("a ? b").is_ok(), "character n-grams score a text without words");
+    assert!(loaded.scores(" \t ").is_err(), "a blank text is refused");
+}
+
+#[test]
+fn absurd_character_ngram_ranges_are_refused() {
+    let fx = fixture();
+    let texts = strings(&fx["train"]);
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let labels: Vec<usize> = (0..texts.len()).map(|i| i % 2).collect();
+    let names = vec!["a".to_string(), "b".to_string()];
+    for range in [[0, 3], [4, 2], [2, 100]] {
+        let tfidf = TfidfSettings { char_ngrams: Some(range), ..TfidfSettings::default() };
+        let options = BowOptions { tfidf, cs: vec![1.0], ..BowOptions::default() };
+        let err = train(&texts, &labels, &names, &options, |_, _| {}).unwrap_err().to_string();
+        assert!(err.contains(&format!("character n-grams {}-{}", range[0], range[1])), "{err}");
+    }
 }
 
 #[test]

@@ -56,6 +56,50 @@ fn a_bag_of_words_model_trains_in_seconds_and_serves_predict_and_eval() {
 }
 
 #[test]
+fn character_ngrams_add_a_block_of_features_that_predict_uses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (train, test) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
+    let train_bow = |name: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        let mut args = vec!["train", "--arch", "bow", "--train", train.to_str().unwrap(), "--c-values", "10"];
+        args.extend_from_slice(&["--out", out.to_str().unwrap(), "--log-format", "json"]);
+        args.extend_from_slice(extra);
+        let run = longread(&args);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        (out, json_lines(&run.stdout).pop().unwrap()["bow"]["features"].as_u64().unwrap())
+    };
+    let (_, word_features) = train_bow("words", &[]);
+    let (out, features) = train_bow("chars", &["--char-ngrams", "2-4"]);
+    assert!(features > word_features, "{features} features with characters, {word_features} without");
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(out.join("bow.json")).unwrap()).unwrap();
+    assert_eq!(config["tfidf"]["char_ngrams"], serde_json::json!([2, 4]));
+    let vocabulary = std::fs::read_to_string(out.join("vocabulary.txt")).unwrap();
+    assert_eq!(vocabulary.lines().count() as u64, features);
+    assert!(vocabulary.lines().any(|l| l.starts_with("c: ")), "character n-grams are in the vocabulary");
+    let inspect = longread(&["inspect", "--model", out.to_str().unwrap()]);
+    let table = String::from_utf8_lossy(&inspect.stdout);
+    assert!(table.contains("word 1–2-grams + character 2–4-grams"), "{table}");
+    let eval = longread(&["eval", "--model", out.to_str().unwrap(), "--data", test.to_str().unwrap(), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let accuracy = serde_json::from_slice::<Value>(&eval.stdout).unwrap()["accuracy"].as_f64().unwrap();
+    assert!(accuracy >= 0.9, "accuracy {accuracy}");
+    let out = tmp.path().join("bad");
+    let args = ["train", "--arch", "bow", "--train", train.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    for bad in ["5-2", "0-3", "2-99", "two-five", "3"] {
+        let output = longread(&[&args[..], &["--char-ngrams", bad]].concat());
+        if bad.contains('-') && bad.chars().next().unwrap().is_ascii_digit() {
+            assert_clean_failure(&output, "--char-ngrams");
+        } else {
+            // clap's own usage error: exit code 2, the value and the expected form named.
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{stderr}");
+            assert!(stderr.contains("--char-ngrams") && stderr.contains("MIN-MAX, e.g. 2-5"), "{stderr}");
+        }
+        assert!(!out.exists(), "{bad}: nothing written");
+    }
+}
+
+#[test]
 fn flags_of_other_architectures_are_refused_for_bow() {
     let tmp = tempfile::tempdir().unwrap();
     let train = fixture("synthetic/train.jsonl");

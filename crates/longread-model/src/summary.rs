@@ -257,7 +257,10 @@ fn summarize_bow(dir: &Path) -> Result<ModelSummary> {
     let mut t = String::new();
     writeln!(t, "model            {}", dir.display()).ok();
     writeln!(t, "type             bag of words (TF-IDF + L2 logistic regression, C {})", model.c()).ok();
-    writeln!(t, "features         {}", group(model.features())).ok();
+    let tfidf = model.tfidf();
+    let chars = tfidf.char_ngrams.map_or(String::new(), |[lo, hi]| format!(" + character {lo}–{hi}-grams"));
+    let kinds = format!("word 1–{}-grams{chars}, min_df {}", tfidf.ngram_max, tfidf.min_df);
+    writeln!(t, "features         {} ({kinds})", group(model.features())).ok();
     writeln!(t, "labels           {}", model.labels().join(", ")).ok();
     Ok(ModelSummary { json: summary, table: t })
 }

@@ -101,7 +101,8 @@ pub fn labels_from_column(examples: &[Example], column: usize, source_name: &str
                 return Err(TextError::BadLine {
                     source_name: source_name.to_owned(),
                     line: e.line,
-                    message: "an integer label needs the label names from a model made by `longread init --labels`"
+                    message: "an integer label needs the label names: give `--labels A,B,...` (their order maps \
+                              0, 1, ...) to `train --arch`, or train a model made by `longread init --labels`"
                         .into(),
                 })
             }

@@ -1,4 +1,5 @@
-//! `train --arch bow`: the bag-of-words baseline (TF-IDF word n-grams + logistic regression),
+//! `train --arch bow`: the bag-of-words baseline (TF-IDF word n-grams, optionally character
+//! n-grams, + logistic regression),
 //! C chosen by stratified cross-validation on the training data, then refitted on all of it.
 //! Trained in seconds, saved as a model directory that predict, eval and serve load.
 
@@ -27,7 +28,7 @@ pub struct BowSummary {
     pub folds: usize,
     /// Training documents.
     pub documents: usize,
-    /// n-gram features of the saved model.
+    /// n-gram features of the saved model (words and characters).
     pub features: usize,
 }
 
@@ -50,7 +51,12 @@ pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dy
     let class_weights = spec.loss_class_weights(&ids, &labels)?.map(|w| w.iter().map(|&v| f64::from(v)).collect());
     let folds = spec.cv.unwrap_or(DEFAULT_FOLDS);
     let options = BowOptions {
-        tfidf: TfidfSettings { ngram_max: spec.bow.ngram_max, min_df: spec.bow.min_df, sublinear_tf: true },
+        tfidf: TfidfSettings {
+            ngram_max: spec.bow.ngram_max,
+            min_df: spec.bow.min_df,
+            sublinear_tf: true,
+            char_ngrams: spec.bow.char_ngrams,
+        },
         cs: spec.bow.c_values.clone(),
         folds,
         seed: spec.seed,

@@ -219,7 +219,7 @@ pub struct TrainSpec {
 }
 
 /// The flags of `--arch bow` alone (clap ids).
-const BOW_ONLY: [&str; 3] = ["c_values", "ngram_max", "min_df"];
+const BOW_ONLY: [&str; 4] = ["c_values", "ngram_max", "min_df", "char_ngrams"];
 
 /// Flags of the trained-by-gradient models (encoders and the HAN) that --arch bow cannot use
 /// (clap ids).
@@ -271,6 +271,19 @@ pub struct BowSpec {
     /// Least number of training documents an n-gram must occur in to be a feature.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 2))]
     pub min_df: usize,
+    /// Character n-grams inside words as a second block of features, `SHORTEST-LONGEST`
+    /// (scikit-learn's `char_wb`), e.g. `2-5`: robust to spelling, inflection and names; more
+    /// features (about 10× the words'), so slower to train. Default: words only.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "MIN-MAX", value_parser = parse_char_ngrams))]
+    pub char_ngrams: Option<[usize; 2]>,
+}
+
+/// `2-5` → `[2, 5]`.
+fn parse_char_ngrams(text: &str) -> std::result::Result<[usize; 2], String> {
+    let bad = || format!("{text:?}: give the shortest and longest length as MIN-MAX, e.g. 2-5");
+    let (lo, hi) = text.split_once('-').ok_or_else(bad)?;
+    let number = |v: &str| v.trim().parse::<usize>().map_err(|_| bad());
+    Ok([number(lo)?, number(hi)?])
 }
 
 /// The flags of `--arch han` alone (clap ids).
@@ -485,12 +498,18 @@ impl TrainSpec {
         if let Some(id) = refused {
             bail!(
                 "{} does not apply to --arch bow (TF-IDF + logistic regression, C chosen by --cv folds; see \
-                 --c-values, --ngram-max, --min-df)",
+                 --c-values, --ngram-max, --min-df, --char-ngrams)",
                 flag(id)
             );
         }
         if self.bow.ngram_max == 0 || self.bow.min_df == 0 {
             bail!("--ngram-max and --min-df must be at least 1");
+        }
+        if let Some([lo, hi]) = self.bow.char_ngrams {
+            let longest = longread_bow::model::MAX_CHAR_NGRAM;
+            if lo == 0 || lo > hi || hi > longest {
+                bail!("--char-ngrams {lo}-{hi}: give 1 <= MIN <= MAX <= {longest}, e.g. 2-5");
+            }
         }
         if self.bow.c_values.is_empty() || self.bow.c_values.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
             bail!("--c-values {:?}: give numbers above 0, e.g. --c-values 0.1,1,10", self.bow.c_values);
