@@ -272,8 +272,8 @@ pub struct BowSpec {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 2))]
     pub min_df: usize,
     /// Character n-grams inside words as a second block of features, `SHORTEST-LONGEST`
-    /// (scikit-learn's `char_wb`), e.g. `2-5`: robust to spelling, inflection and names; more
-    /// features (about 10× the words'), so slower to train. Default: words only.
+    /// (scikit-learn's `char_wb`), e.g. `2-5`: robust to spelling, inflection and names; many
+    /// more features than words alone, so slower to train. Default: words only.
     #[cfg_attr(feature = "clap", arg(long, value_name = "MIN-MAX", value_parser = parse_char_ngrams))]
     pub char_ngrams: Option<[usize; 2]>,
 }
