@@ -22,7 +22,8 @@ impl SentencePooling {
     /// `hidden: [batch, seq, hidden]`, `mask: [batch, seq]` (u32) → `[batch, hidden]`
     pub fn forward(self, hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
         match self {
-            Self::Cls => hidden.narrow(1, 0, 1)?.squeeze(1),
+            // A copy, not a view that would keep every token's state alive with the vector.
+            Self::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.force_contiguous(),
             Self::Mean => {
                 let mask = mask.to_dtype(hidden.dtype())?.unsqueeze(D::Minus1)?;
                 let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
@@ -57,6 +58,11 @@ mod tests {
         assert_eq!(mean.to_vec2::<f32>().unwrap(), vec![vec![2., 3.]]);
         let cls = SentencePooling::Cls.forward(&hidden, &mask).unwrap();
         assert_eq!(cls.to_vec2::<f32>().unwrap(), vec![vec![1., 2.]]);
+        let held = match &*cls.storage_and_layout().0 {
+            candle_core::Storage::Cpu(s) => s.as_slice::<f32>().unwrap().len(),
+            _ => unreachable!(),
+        };
+        assert_eq!(held, 2, "the [CLS] vector is a copy, not a view of every token's state");
         let unit = l2_normalize(&Tensor::new(&[[3f32, 4.]], &dev).unwrap()).unwrap();
         assert_eq!(unit.to_vec2::<f32>().unwrap(), vec![vec![0.6, 0.8]]);
     }

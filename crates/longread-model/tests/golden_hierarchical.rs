@@ -190,3 +190,29 @@ fn minilm_classifier_matches_the_reference() {
     let (chunked, scores) = run(&model_dir, &texts, 2048);
     compare("minilm", expected["head"].as_array().unwrap(), &chunked, &scores);
 }
+
+/// Elements held by the storage behind `t` (a view can hold far more than it shows).
+fn storage_elements(t: &candle_core::Tensor) -> usize {
+    match &*t.storage_and_layout().0 {
+        candle_core::Storage::Cpu(s) => s.as_slice::<f32>().unwrap().len(),
+        _ => unreachable!("CPU tests"),
+    }
+}
+
+#[test]
+fn cls_chunk_vectors_do_not_keep_the_token_states_alive() {
+    // A head-only run keeps every chunk vector of the training set in memory: a [CLS] vector
+    // that is a view of its chunk's [1, seq, hidden] states kept them all (5.6 GB for 6,800
+    // chunks of 512 tokens).
+    let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), false, &Device::Cpu).unwrap();
+    assert_eq!(model.config().longread.chunk_pooling, longread_model::hierarchical::ChunkPooling::Cls);
+    let hidden = model.config().encoder.hidden_size;
+    for chunks in [1u32, 3] {
+        let ids =
+            candle_core::Tensor::arange(0u32, 8 * chunks, &Device::Cpu).unwrap().reshape((chunks as usize, 8)).unwrap();
+        let mask = ids.ones_like().unwrap();
+        let vectors = model.chunk_vectors(&ids, &mask, longread_model::Mode::Eval).unwrap();
+        assert_eq!(vectors.dims(), [chunks as usize, hidden]);
+        assert_eq!(storage_elements(&vectors), chunks as usize * hidden, "{chunks} chunk(s)");
+    }
+}

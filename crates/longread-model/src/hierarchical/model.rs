@@ -244,8 +244,9 @@ impl HierarchicalClassifier {
         // Pooling and the heads run in f32 whatever the encoder's compute dtype.
         let hidden = &hidden.to_dtype(DType::F32)?;
         Ok(match self.config.longread.chunk_pooling {
-            // `contiguous` copies the rows so the full hidden states can be freed.
-            ChunkPooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.contiguous()?,
+            // A copy of the rows, so that the full hidden states can be freed: `contiguous`
+            // keeps the view (and all `[chunks, seq, hidden]` behind it) when there is one chunk.
+            ChunkPooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.force_contiguous()?,
             ChunkPooling::Mean => masked_mean(hidden, mask)?,
         })
     }
