@@ -5,9 +5,11 @@ the decision. The same library the `longread` command line and server run:
     >>> clf = longread.Classifier("path/to/model")
     >>> clf.predict(["a long transcript ..."])[0]["label"]
 
-Classifier, Embedder, evaluate and ensemble are native (the GIL is released while the model runs);
-`longread.ray` classifies datasets on a Ray cluster. Training is the command line's:
-`longread train --help` (see README, "Python").
+Classifier, Embedder, evaluate, ensemble and train are native (the GIL is released while the
+model runs); `longread.ray` classifies datasets on a Ray cluster. `longread.train` takes
+`longread train`'s flags as keywords (`longread train --help` lists them):
+
+    >>> longread.train("train.jsonl", "bow", arch="bow", char_ngrams="2-5")["bow"]["chosen_c"]
 """
 
 from ._longread import (
@@ -19,6 +21,7 @@ from ._longread import (
     __version__,
     ensemble,
     evaluate,
+    train,
 )
 
 __all__ = [
@@ -29,5 +32,6 @@ __all__ = [
     "ModelLoadError",
     "ensemble",
     "evaluate",
+    "train",
     "__version__",
 ]

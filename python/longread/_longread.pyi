@@ -68,3 +68,17 @@ def ensemble(
 ) -> dict[str, Any]:
     """`longread ensemble`: a new model directory `out` whose probabilities are the weighted
     mean of `models`' (any kinds, same labels); returns its ensemble.json."""
+
+def train(
+    train: Union[str, PathLike[str]],
+    out: Union[str, PathLike[str]],
+    threads: Optional[int] = None,
+    quiet: bool = False,
+    **flags: Any,
+) -> dict[str, Any]:
+    """`longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
+    keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
+    `lr=2e-5`, `c_values=[0.1, 1]`); True gives a switch, False or None leaves it out, a list
+    repeats the flag. Notes and a line per epoch go to stderr unless `quiet`.
+    Returns {"out", "epochs", "best_epoch", "stopped_for_resume", "bow", "cv"};
+    raises LongreadError with the command line's message for flags it refuses."""

@@ -1,6 +1,6 @@
 //! The `longread` Python package's native module (`longread._longread`): thin bindings over
 //! the library API every front uses (`longread_model::Classifier`, `Embedder`, evaluation,
-//! ensembles).
+//! ensembles, and `longread_train`'s training run).
 //! Predictions cross into Python as the JSON `longread predict` writes, so the two agree to
 //! the digit; the GIL is released while the model runs; bad input raises a
 //! `longread.LongreadError` subclass with the CLI's message, never a crash.
@@ -20,7 +20,7 @@ use numpy::{IntoPyArray, PyArray2};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -316,12 +316,99 @@ fn ensemble(py: Python<'_>, models: Vec<PathBuf>, out: PathBuf, weights: Option<
     from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
 }
 
+/// train(train, out, threads=None, **flags) -> dict
+///
+/// `longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
+/// keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
+/// `lr=2e-5`, `c_values=[0.1, 1, 10]`); True gives a switch, False or None leaves it out, a
+/// list repeats the flag. The same run as the command line's (checkpoints, resume, metrics
+/// files in OUT); set-up notes and a line per epoch go to stderr unless `quiet`. The run holds
+/// the call until it ends (Ctrl-C takes effect then): for long runs, `stop_after_epoch` and
+/// `resume="auto"` split it. Returns {"out", "epochs" (one dict per epoch run), "best_epoch",
+/// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv run's folds)}.
+#[pyfunction]
+#[pyo3(signature = (train, out, threads=None, quiet=false, **flags))]
+fn train(
+    py: Python<'_>,
+    train: PathBuf,
+    out: PathBuf,
+    threads: Option<usize>,
+    quiet: bool,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    set_threads(threads)?;
+    let mut args = vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
+    for (key, value) in flags.into_iter().flat_map(|d| d.iter()) {
+        let flag = format!("--{}", key.extract::<String>()?.replace('_', "-"));
+        if value.is_none() {
+            continue;
+        }
+        if value.is_instance_of::<PyBool>() {
+            if value.extract::<bool>()? {
+                args.push(flag);
+            }
+            continue;
+        }
+        let items: Vec<Bound<'_, PyAny>> = if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+            value.try_iter()?.collect::<PyResult<_>>()?
+        } else {
+            vec![value]
+        };
+        for item in items {
+            args.push(flag.clone());
+            args.push(item.str()?.to_string());
+        }
+    }
+    let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let run = py.allow_threads(move || -> Result<String, String> {
+        let mut hooks = Lines { quiet };
+        let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), &mut hooks)
+            .map_err(|e| e.to_string())?;
+        let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
+        let json = serde_json::json!({
+            "out": spec.out,
+            "epochs": summary.logs,
+            "best_epoch": best,
+            "stopped_for_resume": summary.stopped_for_resume,
+            "bow": summary.bow,
+            "cv": summary.cv,
+        });
+        Ok(json.to_string())
+    });
+    from_json(py, &run.map_err(LongreadError::new_err)?)
+}
+
+/// Training hooks for a Python session: the set-up notes and one line per epoch on stderr
+/// (nothing when `quiet`); the summary and OUT's metrics files hold the rest.
+struct Lines {
+    quiet: bool,
+}
+
+impl longread_train::run::RunHooks for Lines {
+    fn progress(&mut self, _: longread_train::trainer::Progress) {}
+    fn epoch(&mut self, log: &longread_train::trainer::EpochLog) {
+        if !self.quiet {
+            let best = if log.best { " (best)" } else { "" };
+            eprintln!(
+                "epoch {}: train loss {:.4}, dev loss {:.4}, dev macro-F1 {:.4}{best}, {:.0} s",
+                log.epoch, log.train_loss, log.dev_loss, log.dev.macro_f1, log.seconds
+            );
+        }
+    }
+    fn note(&mut self, line: &str) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+}
+
 #[pymodule]
 fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Classifier>()?;
     m.add_class::<Embedder>()?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(ensemble, m)?)?;
+    m.add_function(wrap_pyfunction!(train, m)?)?;
     m.add("LongreadError", m.py().get_type::<LongreadError>())?;
     m.add("ModelLoadError", m.py().get_type::<ModelLoadError>())?;
     m.add("InvalidDocumentError", m.py().get_type::<InvalidDocumentError>())?;

@@ -145,3 +145,40 @@ def test_ensemble_averages_members_like_the_cli(tmp_path):
         longread.ensemble([hier, han], tmp_path / "ens")
     with pytest.raises(longread.LongreadError, match="one per model"):
         longread.ensemble([hier, han], tmp_path / "other", weights=[1])
+
+
+def test_train_runs_the_clis_training_with_the_same_flags(tmp_path, capfd):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    test = os.path.join(FIXTURES, "synthetic", "test.jsonl")
+    summary = longread.train(train, tmp_path / "py", arch="bow", c_values=[0.1, 10], cv=4, char_ngrams="2-4")
+    cli = run_cli("train", "--arch", "bow", "--train", train, "--out", str(tmp_path / "cli"),
+                  "--c-values", "0.1,10", "--cv", "4", "--char-ngrams", "2-4")
+    assert cli.returncode == 0, cli.stderr
+    with open(tmp_path / "cli" / "cv.json") as f:
+        assert summary["bow"] == json.load(f)
+    assert summary["epochs"] == [] and summary["out"] == str(tmp_path / "py")
+    texts = [r["text"] for r in json_lines(open(test).read())]
+    got = longread.Classifier(tmp_path / "py").predict(texts)
+    expected = longread.Classifier(tmp_path / "cli").predict(texts)
+    assert [g["scores"] for g in got] == [e["scores"] for e in expected]
+
+    made = run_cli("init", "--encoder", os.path.join(FIXTURES, "tiny-bert"), "--labels", "rain,prices",
+                   "--out", str(tmp_path / "init"), "--chunk-size", "16", "--stride", "4", "--seed", "1")
+    assert made.returncode == 0, made.stderr
+    summary = longread.train(train, tmp_path / "hier", model=str(tmp_path / "init"), freeze_base=True,
+                             epochs=2, head_lr=1e-3, no_cache=False, seed=3, quiet=True)
+    assert [e["epoch"] for e in summary["epochs"]] == [1, 2] and summary["best_epoch"] in (1, 2)
+    assert longread.Classifier(tmp_path / "hier").labels == ["rain", "prices"]
+    err = capfd.readouterr().err
+    assert "bag of words on" in err and "epoch 1:" not in err, "the bow run spoke, the quiet one did not"
+
+
+def test_train_refuses_what_the_cli_refuses(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    with pytest.raises(longread.LongreadError, match="--lrr"):
+        longread.train(train, tmp_path / "a", arch="bow", lrr=1)
+    with pytest.raises(longread.LongreadError, match="--epochs does not apply to --arch bow"):
+        longread.train(train, tmp_path / "b", arch="bow", epochs=3)
+    with pytest.raises(longread.LongreadError, match="no-such.jsonl"):
+        longread.train(tmp_path / "no-such.jsonl", tmp_path / "c", arch="bow")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

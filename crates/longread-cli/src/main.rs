@@ -141,12 +141,8 @@ impl Cli {
     /// `--config` file) rather than left at their defaults, so that flags that do not apply
     /// can be refused.
     fn with_given_flags(mut self, matches: &clap::ArgMatches) -> Self {
-        let given = |name: &str| -> Vec<String> {
-            let Some(sub) = matches.subcommand_matches(name) else { return Vec::new() };
-            sub.ids()
-                .filter(|id| sub.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
-                .map(|id| id.as_str().to_owned())
-                .collect()
+        let given = |name: &str| {
+            matches.subcommand_matches(name).map(longread_train::run::flags::flags_given).unwrap_or_default()
         };
         match &mut self.command {
             Command::Train(args) => args.spec.given = given("train"),

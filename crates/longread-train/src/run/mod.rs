@@ -15,6 +15,8 @@ pub mod checkpoints;
 mod classifier;
 pub mod cross_validation;
 pub mod data;
+#[cfg(feature = "clap")]
+pub mod flags;
 mod han;
 pub mod output;
 pub mod pretrain_output;
