@@ -53,15 +53,21 @@ pub fn count_terms(text: &str, settings: &TfidfSettings, interner: &mut Interner
     let mut words_seen: HashMap<u32, u32> = HashMap::new();
     for_each_ngram(&words(text), settings.ngram_max, |g| *words_seen.entry(interner.id(g)).or_default() += 1);
     let mut chars_seen: HashMap<u32, u32> = HashMap::new();
-    if let Some([lo, hi]) = settings.char_ngrams {
-        let mut term = String::from(CHAR_PREFIX);
-        for_each_char_ngram(text, lo, hi, |g| {
-            term.truncate(CHAR_PREFIX.len());
-            term.push_str(g);
-            *chars_seen.entry(interner.id(&term)).or_default() += 1;
-        });
+    if let Some(range) = settings.char_ngrams {
+        for_each_char_term(text, range, |term| *chars_seen.entry(interner.id(term)).or_default() += 1);
     }
     TermCounts { words: sorted(words_seen), chars: sorted(chars_seen) }
+}
+
+/// Calls `f` with the vocabulary name of every character n-gram of `text` (the n-gram after
+/// [`CHAR_PREFIX`]), n in `[shortest, longest]`.
+pub fn for_each_char_term(text: &str, [shortest, longest]: [usize; 2], mut f: impl FnMut(&str)) {
+    let mut term = String::from(CHAR_PREFIX);
+    for_each_char_ngram(text, shortest, longest, |g| {
+        term.truncate(CHAR_PREFIX.len());
+        term.push_str(g);
+        f(&term);
+    });
 }
 
 /// The (term, count) pairs, terms ascending.

@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::counts::{count_terms, Interner, TermCounts, CHAR_PREFIX};
+use crate::counts::{count_terms, for_each_char_term, Interner, TermCounts};
 use crate::error::{BowError, Result};
 use crate::files::{read_bow_files, write_bow_files};
 use crate::logistic::{softmax, Data, LogisticRegression, Solver};
 use crate::sparse::SparseRow;
-use crate::terms::{for_each_char_ngram, for_each_ngram, words};
+use crate::terms::{for_each_ngram, words};
 use crate::tfidf::{blocks, Columns, TfidfSettings};
 use longread_metrics::folds::{mean_std, stratified_folds};
 
@@ -137,12 +137,9 @@ impl BowModel {
             }
         });
         let mut char_counts: HashMap<u32, u32> = HashMap::new();
-        if let Some([lo, hi]) = chars {
-            let mut term = String::from(CHAR_PREFIX);
-            for_each_char_ngram(text, lo, hi, |g| {
-                term.truncate(CHAR_PREFIX.len());
-                term.push_str(g);
-                if let Some(&col) = self.vocabulary.get(&term) {
+        if let Some(range) = chars {
+            for_each_char_term(text, range, |term| {
+                if let Some(&col) = self.vocabulary.get(term) {
                     *char_counts.entry(col).or_default() += 1;
                 }
             });
