@@ -35,10 +35,8 @@ impl Default for TfidfSettings {
 pub struct Columns {
     /// Term id (of the [`crate::counts::Interner`]) → column.
     pub of_term: HashMap<u32, u32>,
-    /// idf per column.
+    /// idf per column (the word block's columns, then the character block's).
     pub idf: Vec<f64>,
-    /// Columns of the word block (the character block follows).
-    pub word_columns: usize,
 }
 
 impl Columns {
@@ -54,7 +52,7 @@ impl Columns {
             of_term.insert(*term, idf.len() as u32);
             idf.push(((1.0 + n) / (1.0 + *df as f64)).ln() + 1.0);
         }
-        Self { of_term, idf, word_columns: words.len() }
+        Self { of_term, idf }
     }
 
     /// The TF-IDF row of a document's term counts (terms without a column are dropped).
