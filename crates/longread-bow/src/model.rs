@@ -18,6 +18,11 @@ use longread_metrics::folds::{mean_std, stratified_folds};
 /// Longest character n-gram accepted (longer ones are nearly whole words, and costly).
 pub const MAX_CHAR_NGRAM: usize = 16;
 
+/// True for a usable character n-gram range: 1 <= shortest <= longest <= [`MAX_CHAR_NGRAM`].
+pub fn char_ngrams_in_range([shortest, longest]: [usize; 2]) -> bool {
+    (1..=longest).contains(&shortest) && longest <= MAX_CHAR_NGRAM
+}
+
 /// How a bag-of-words model is trained.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BowOptions {
@@ -263,8 +268,8 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
     if options.tfidf.ngram_max == 0 {
         return bad("ngram_max must be at least 1".into());
     }
-    if let Some([lo, hi]) = options.tfidf.char_ngrams {
-        if lo == 0 || lo > hi || hi > MAX_CHAR_NGRAM {
+    if let Some(range @ [lo, hi]) = options.tfidf.char_ngrams {
+        if !char_ngrams_in_range(range) {
             return bad(format!(
                 "character n-grams {lo}-{hi}: give 1 <= shortest <= longest <= {MAX_CHAR_NGRAM}, e.g. 2-5"
             ));

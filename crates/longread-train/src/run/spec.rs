@@ -505,9 +505,9 @@ impl TrainSpec {
         if self.bow.ngram_max == 0 || self.bow.min_df == 0 {
             bail!("--ngram-max and --min-df must be at least 1");
         }
-        if let Some([lo, hi]) = self.bow.char_ngrams {
-            let longest = longread_bow::model::MAX_CHAR_NGRAM;
-            if lo == 0 || lo > hi || hi > longest {
+        if let Some(range @ [lo, hi]) = self.bow.char_ngrams {
+            if !longread_bow::model::char_ngrams_in_range(range) {
+                let longest = longread_bow::model::MAX_CHAR_NGRAM;
                 bail!("--char-ngrams {lo}-{hi}: give 1 <= MIN <= MAX <= {longest}, e.g. 2-5");
             }
         }
