@@ -117,16 +117,22 @@ impl SentenceEmbedder {
         })
     }
 
-    /// Embeds one batch of token-id sequences (padded here to the longest).
+    /// Embeds one batch of token-id sequences: on the CPU packed end to end without padding
+    /// (`Encoder::forward_packed`), elsewhere padded to the longest.
     ///
     /// # Shapes
     /// `seqs: batch × [len_i]` → `batch × [hidden]`
     pub fn embed_ids(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let (ids, mask, seq_len) = pad_batch(seqs, self.pad_id);
-        let ids = Tensor::from_vec(ids, (seqs.len(), seq_len), &self.device)?;
-        let mask = Tensor::from_vec(mask, (seqs.len(), seq_len), &self.device)?;
-        let hidden = self.encoder.forward(&ids, &mask, Mode::Eval)?;
-        let mut pooled = self.pooling.forward(&hidden, &mask)?;
+        let mut pooled = if self.device.is_cpu() {
+            let (hidden, segments) = self.encoder.forward_packed(seqs)?;
+            self.pooling.forward_packed(&hidden, &segments)?
+        } else {
+            let (ids, mask, seq_len) = pad_batch(seqs, self.pad_id);
+            let ids = Tensor::from_vec(ids, (seqs.len(), seq_len), &self.device)?;
+            let mask = Tensor::from_vec(mask, (seqs.len(), seq_len), &self.device)?;
+            let hidden = self.encoder.forward(&ids, &mask, Mode::Eval)?;
+            self.pooling.forward(&hidden, &mask)?
+        };
         if self.normalize {
             pooled = l2_normalize(&pooled)?;
         }

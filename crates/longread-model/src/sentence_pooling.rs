@@ -1,6 +1,8 @@
 //! Sentence embeddings from token states, as sentence-transformers' `Pooling` and
 //! `Normalize` modules compute them.
 
+use std::ops::Range;
+
 use candle_core::{DType, Result, Tensor, D};
 
 /// How token states become one vector.
@@ -32,6 +34,24 @@ impl SentencePooling {
                 summed.broadcast_div(&count)
             }
         }
+    }
+
+    /// Pools the token states of sequences packed end to end (`Encoder::forward_packed`).
+    ///
+    /// # Shapes
+    /// `hidden: [tokens, hidden]`, `segments: n` row ranges → `[n, hidden]`
+    pub fn forward_packed(self, hidden: &Tensor, segments: &[Range<usize>]) -> Result<Tensor> {
+        let pooled = segments
+            .iter()
+            .map(|seg| {
+                let rows = hidden.narrow(0, seg.start, seg.len())?;
+                match self {
+                    Self::Cls => rows.narrow(0, 0, 1)?.force_contiguous(),
+                    Self::Mean => rows.sum_keepdim(0)? / seg.len() as f64,
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::cat(&pooled, 0)
     }
 }
 

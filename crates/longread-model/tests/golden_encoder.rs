@@ -72,3 +72,44 @@ fn a_text_alone_equals_the_same_text_in_a_padded_batch() {
         assert!(diff <= 1e-5, "row {row}: {diff}");
     }
 }
+
+/// Packed without padding (`forward_packed`, the CPU embedding path), each text's rows equal
+/// transformers' rows of its real tokens in the padded batch, for BERT and RoBERTa positions.
+#[test]
+fn packed_sequences_match_transformers_real_tokens() {
+    for name in FIXTURES {
+        let exp = expected(name);
+        let checkpoint = Checkpoint::open(&fixture(name)).unwrap();
+        let encoder = checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
+        let ids = exp["input_ids"].to_dtype(DType::U32).unwrap().to_vec2::<u32>().unwrap();
+        let lengths: Vec<u32> = exp["attention_mask"].to_dtype(DType::U32).unwrap().sum(1).unwrap().to_vec1().unwrap();
+        assert!(lengths.iter().min() < lengths.iter().max(), "{name}: the fixture has padding");
+        let seqs: Vec<&[u32]> = ids.iter().zip(&lengths).map(|(row, &n)| &row[..n as usize]).collect();
+        let (hidden, segments) = encoder.forward_packed(&seqs).unwrap();
+        assert_eq!(hidden.dims()[0], lengths.iter().sum::<u32>() as usize, "{name}: one row per real token");
+        for (row, segment) in segments.iter().enumerate() {
+            assert_eq!(segment.len(), lengths[row] as usize);
+            let want = exp["last_hidden_state"].get(row).unwrap().narrow(0, 0, segment.len()).unwrap();
+            let got = hidden.narrow(0, segment.start, segment.len()).unwrap();
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff <= 1e-4, "{name} row {row}: max abs diff {diff}");
+        }
+    }
+}
+
+#[test]
+fn packed_sequences_refuse_bad_input_by_name() {
+    let checkpoint = Checkpoint::open(&fixture("tiny-bert")).unwrap();
+    let encoder = checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
+    let too_long = vec![1u32; checkpoint.config.max_sequence_length() + 1];
+    let cases: [(&[&[u32]], &str); 4] = [
+        (&[], "empty"),
+        (&[&[1, 2], &[]], "empty"),
+        (&[&[1, 2], &too_long], "exceeds"),
+        (&[&[1, 999_999]], "out of range"),
+    ];
+    for (seqs, words) in cases {
+        let err = encoder.forward_packed(seqs).unwrap_err().to_string();
+        assert!(err.contains(words), "{err}");
+    }
+}

@@ -1,12 +1,15 @@
 //! Multi-head self-attention with its output projection and post-LayerNorm.
 //! Reference: transformers `modeling_bert.py: BertSelfAttention`, `BertSelfOutput`.
 
+use std::ops::Range;
+
 use candle_core::{DType, Result, Tensor};
 use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
 use crate::encoder::block_output::BlockOutput;
-use crate::layers::fused::FusedAttention;
+use crate::encoder::Keys;
+use crate::layers::fused::{FusedAttention, PackedAttention};
 use crate::layers::{linear, softmax, Dropout, Linear};
 use crate::mode::Mode;
 
@@ -55,21 +58,44 @@ impl SelfAttention {
         xs.reshape((b, s, self.num_heads, self.head_size))?.transpose(1, 2)?.contiguous()
     }
 
-    /// Attends over the sequence; `mask_bias` is 0 for real tokens and a large negative
-    /// number for padding.
+    /// Attends over each sequence: padded sequences with `Keys::Masked` (the bias is 0 for
+    /// real tokens and a large negative number for padding), or sequences packed without
+    /// padding with `Keys::Packed` (inference, f32 on the CPU).
     ///
     /// # Shapes
-    /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
-    pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {
+    /// `Keys::Masked`: `xs: [batch, seq, hidden]`, bias `[batch, 1, 1, seq]` → `[batch, seq, hidden]`;
+    /// `Keys::Packed`: `xs: [tokens, hidden]` → `[tokens, hidden]`
+    pub fn forward(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
         let q = self.query.forward(xs)?;
         let k = self.key.forward(xs)?;
         let v = self.value.forward(xs)?;
-        let context = if xs.device().is_cpu() && xs.dtype() == DType::F32 {
-            self.attend_fused(&q, &k, &v, mask_bias, mode)?
-        } else {
-            self.attend_composed(&q, &k, &v, mask_bias, mode)?
+        let context = match keys {
+            Keys::Packed(segments) => self.attend_packed(&q, &k, &v, segments, mode)?,
+            Keys::Masked(bias) if xs.device().is_cpu() && xs.dtype() == DType::F32 => {
+                self.attend_fused(&q, &k, &v, bias, mode)?
+            }
+            Keys::Masked(bias) => self.attend_composed(&q, &k, &v, bias, mode)?,
         };
         self.output.forward(&context, xs, mode)
+    }
+
+    /// Attention of sequences packed end to end (`layers::fused::packed_attention`).
+    ///
+    /// # Shapes
+    /// `q, k, v: [tokens, hidden]` → `[tokens, hidden]`
+    fn attend_packed(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        segments: &[Range<usize>],
+        mode: Mode,
+    ) -> Result<Tensor> {
+        if mode.is_train() || !q.device().is_cpu() || q.dtype() != DType::F32 {
+            candle_core::bail!("packed sequences are an f32 CPU inference path");
+        }
+        let op = PackedAttention { heads: self.num_heads, scale: self.scale() as f32, segments: segments.to_vec() };
+        q.contiguous()?.apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &op)
     }
 
     fn scale(&self) -> f64 {

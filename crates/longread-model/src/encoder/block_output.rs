@@ -51,8 +51,15 @@ impl BlockOutput {
             None => (self.dense.forward(xs)?, Tensor::stack(&[gamma, beta], 0)?),
         };
         let op = FusedResidualNorm { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
+        let (product, residual) = (product.contiguous()?, residual.contiguous()?);
+        if !mode.is_train() && ![&product, &residual, &params].iter().any(|t| t.track_op()) {
+            // Nothing to differentiate: the product (made above, held nowhere else) becomes
+            // the output, with no new buffer.
+            product.inplace_op3(&residual, &params, &op)?;
+            return Ok(product);
+        }
         // No graph in inference: the layer's intermediates are freed as soon as it ends.
-        mode.apply_op3(&product.contiguous()?, &residual.contiguous()?, &params, op)
+        mode.apply_op3(&product, &residual, &params, op)
     }
 
     /// The same as a composition of ops (any device and dtype; the same dropout masks).

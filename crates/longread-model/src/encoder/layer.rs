@@ -8,6 +8,7 @@ use crate::activation::Activation;
 use crate::config::EncoderConfig;
 use crate::encoder::attention::SelfAttention;
 use crate::encoder::block_output::BlockOutput;
+use crate::encoder::Keys;
 use crate::layers::{linear, Linear};
 use crate::mode::Mode;
 
@@ -42,7 +43,15 @@ impl EncoderLayer {
     /// # Shapes
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
     pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {
-        let attended = self.attention.forward(xs, mask_bias, mode)?;
+        self.forward_keys(xs, Keys::Masked(mask_bias), mode)
+    }
+
+    /// The layer over padded (`Keys::Masked`) or packed (`Keys::Packed`) sequences.
+    ///
+    /// # Shapes
+    /// `xs: [batch, seq, hidden]` or, packed, `[tokens, hidden]` → the same shape
+    pub(crate) fn forward_keys(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
+        let attended = self.attention.forward(xs, keys, mode)?;
         let inner = self.intermediate.forward_activated(&attended, self.activation)?;
         self.output.forward(&inner, &attended, mode)
     }

@@ -7,6 +7,8 @@ mod block_output;
 mod embeddings;
 mod layer;
 
+use std::ops::Range;
+
 use candle_core::{DType, Result as CResult, Tensor};
 use candle_nn::VarBuilder;
 
@@ -16,6 +18,16 @@ pub use layer::EncoderLayer;
 use crate::config::{EncoderConfig, PositionScheme};
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
+
+/// Which keys each query attends to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Keys<'a> {
+    /// Padded sequences `[batch, seq, ...]`: an additive bias `[batch, 1, 1, seq]`, 0 for real
+    /// tokens and a large negative number for padding.
+    Masked(&'a Tensor),
+    /// Sequences packed end to end, `[tokens, ...]`: the row range of each (inference only).
+    Packed(&'a [Range<usize>]),
+}
 
 /// Embeddings followed by `num_hidden_layers` transformer layers.
 #[derive(Debug, Clone)]
@@ -96,6 +108,40 @@ impl Encoder {
         self.forward_from(&xs, attention_mask, 0, mode)
     }
 
+    /// Last hidden states of sequences packed end to end without padding (inference, f32 on
+    /// the CPU; all token types 0): the dense layers see real tokens only, and each sequence
+    /// attends to itself alone. Equal to [`Encoder::forward`]'s real-token rows of the same
+    /// sequences padded. Returns the states and each sequence's row range.
+    ///
+    /// # Shapes
+    /// `seqs: n × [len_i]` → `([Σ len_i, hidden], n ranges)`
+    pub fn forward_packed(&self, seqs: &[&[u32]]) -> Result<(Tensor, Vec<Range<usize>>)> {
+        let device = self.embeddings.word_embeddings().device().clone();
+        if !device.is_cpu() || self.compute_dtype != DType::F32 {
+            return Err(ModelError::InvalidInput("packed sequences need the CPU and f32 activations".into()));
+        }
+        if seqs.is_empty() || seqs.iter().any(|s| s.is_empty()) {
+            return Err(ModelError::InvalidInput("empty batch or empty sequence".into()));
+        }
+        let mut segments = Vec::with_capacity(seqs.len());
+        let mut positions = Vec::new();
+        for seq in seqs {
+            self.check_sequence(seq.len(), seq.iter())?;
+            let start = segments.last().map_or(0, |r: &Range<usize>| r.end);
+            segments.push(start..start + seq.len());
+            positions.extend(self.positions(seq));
+        }
+        let tokens = positions.len();
+        let ids = Tensor::from_vec(seqs.concat(), (1, tokens), &device)?;
+        let positions = Tensor::from_vec(positions, (1, tokens), &device)?;
+        let types = ids.zeros_like()?;
+        let mut xs = self.embeddings.forward(&ids, &positions, &types, Mode::Eval)?.squeeze(0)?;
+        for layer in &self.layers {
+            xs = layer.forward_keys(&xs, Keys::Packed(&segments), Mode::Eval)?;
+        }
+        Ok((xs, segments))
+    }
+
     /// Output of the embeddings and the bottom `layers` layers in inference mode (no dropout,
     /// no graph): what a frozen prefix of the encoder computes. [`Encoder::forward_from`] with
     /// `start = layers` finishes the pass.
@@ -151,19 +197,8 @@ impl Encoder {
         if seq == 0 || batch == 0 {
             return Err(ModelError::InvalidInput("empty batch or empty sequence".into()));
         }
-        if seq > cfg.max_sequence_length() {
-            return Err(ModelError::InvalidInput(format!(
-                "sequence of {seq} tokens exceeds the model's {} positions",
-                cfg.max_sequence_length()
-            )));
-        }
         let ids = input_ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
-        if let Some(bad) = ids.iter().flatten().find(|&&id| id as usize >= cfg.vocab_size) {
-            return Err(ModelError::InvalidInput(format!(
-                "token id {bad} is out of range for vocab_size {}",
-                cfg.vocab_size
-            )));
-        }
+        self.check_sequence(seq, ids.iter().flatten())?;
         let max_type = types.max_all()?.to_dtype(DType::U32)?.to_scalar::<u32>()?;
         if max_type as usize >= cfg.type_vocab_size {
             return Err(ModelError::InvalidInput(format!(
@@ -171,26 +206,47 @@ impl Encoder {
                 cfg.type_vocab_size
             )));
         }
-        let positions: Vec<u32> = match cfg.position_scheme() {
-            PositionScheme::Absolute => (0..batch).flat_map(|_| 0..seq as u32).collect(),
-            PositionScheme::PaddingOffset { padding_idx } => ids
-                .iter()
-                .flat_map(|row| {
-                    let mut count = 0u32;
-                    row.iter()
-                        .map(move |&id| {
-                            if id == padding_idx {
-                                padding_idx
-                            } else {
-                                count += 1;
-                                padding_idx + count
-                            }
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .collect(),
-        };
+        let positions: Vec<u32> = ids.iter().flat_map(|row| self.positions(row)).collect();
         Ok(Tensor::from_vec(positions, (batch, seq), input_ids.device())?)
+    }
+
+    /// Checks a sequence's length against the positions and its ids against the vocabulary.
+    fn check_sequence<'a>(&self, len: usize, mut ids: impl Iterator<Item = &'a u32>) -> Result<()> {
+        let cfg = &self.config;
+        if len > cfg.max_sequence_length() {
+            return Err(ModelError::InvalidInput(format!(
+                "sequence of {len} tokens exceeds the model's {} positions",
+                cfg.max_sequence_length()
+            )));
+        }
+        if let Some(bad) = ids.find(|&&id| id as usize >= cfg.vocab_size) {
+            return Err(ModelError::InvalidInput(format!(
+                "token id {bad} is out of range for vocab_size {}",
+                cfg.vocab_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Position ids of one sequence's row (padding included): 0, 1, … (BERT), or counting
+    /// real tokens after `padding_idx` with padding at `padding_idx` (RoBERTa).
+    fn positions(&self, row: &[u32]) -> Vec<u32> {
+        match self.config.position_scheme() {
+            PositionScheme::Absolute => (0..row.len() as u32).collect(),
+            PositionScheme::PaddingOffset { padding_idx } => {
+                let mut count = 0u32;
+                row.iter()
+                    .map(|&id| {
+                        if id == padding_idx {
+                            padding_idx
+                        } else {
+                            count += 1;
+                            padding_idx + count
+                        }
+                    })
+                    .collect()
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
 
 use crate::activation::Activation;
-use crate::layers::fused::{FusedBiasAdd, FusedBiasGeluErf};
+use crate::layers::fused::{FusedBiasAdd, FusedBiasGeluErf, InferenceProduct};
 use crate::layers::int8::Int8Weights;
 
 /// A dense layer (`x·Wᵀ + b`, as `torch.nn.Linear`) whose weights are cast to the input's
@@ -43,7 +43,12 @@ impl Linear {
         let fusable = xs.device().is_cpu() && xs.dtype() == DType::F32 && w.dtype() == DType::F32;
         match bias {
             Some(bias) if fusable && self.int8.is_none() => {
-                Ok(Some((candle_nn::Linear::new(w.clone(), None).forward(xs)?, bias.clone())))
+                let product = if xs.track_op() || w.track_op() {
+                    candle_nn::Linear::new(w.clone(), None).forward(xs)?
+                } else {
+                    xs.contiguous()?.apply_op2_no_bwd(&w.contiguous()?, &InferenceProduct)?
+                };
+                Ok(Some((product, bias.clone())))
             }
             _ => Ok(None),
         }
@@ -57,7 +62,7 @@ impl Linear {
     pub fn forward_activated(&self, xs: &Tensor, activation: Activation) -> Result<Tensor> {
         if activation == Activation::GeluErf {
             if let Some((product, bias)) = self.forward_unbiased(xs)? {
-                return product.apply_op2(&bias, FusedBiasGeluErf);
+                return in_place_without_gradients(product, &bias, FusedBiasGeluErf);
             }
         }
         activation.forward(&self.forward(xs)?)
@@ -74,7 +79,7 @@ impl Module for Linear {
             }
         }
         if let Some((product, bias)) = self.forward_unbiased(xs)? {
-            return product.apply_op2(&bias, FusedBiasAdd);
+            return in_place_without_gradients(product, &bias, FusedBiasAdd);
         }
         let w = self.dense.weight();
         if w.dtype() == xs.dtype() {
@@ -83,6 +88,20 @@ impl Module for Linear {
         let bias = self.dense.bias().map(|b| b.to_dtype(xs.dtype())).transpose()?;
         candle_nn::Linear::new(w.to_dtype(xs.dtype())?, bias).forward(xs)
     }
+}
+
+/// `op(product, bias)`: where neither carries a gradient, in place on the product (a tensor
+/// this layer just made and nobody else holds: no new buffer to allocate and fill), else as
+/// an op with its backward pass.
+fn in_place_without_gradients<Op>(product: Tensor, bias: &Tensor, op: Op) -> Result<Tensor>
+where
+    Op: candle_core::CustomOp2 + candle_core::InplaceOp2 + Send + Sync + 'static,
+{
+    if product.track_op() || bias.track_op() {
+        return product.apply_op2(bias, op);
+    }
+    product.inplace_op2(bias, &op)?;
+    Ok(product)
 }
 
 /// Loads `weight [out, in]` and `bias [out]`; new weights are drawn from `N(0, std²)`.

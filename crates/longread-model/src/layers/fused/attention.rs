@@ -18,7 +18,7 @@ use crate::layers::fused::math::{fast_exp, lanes_max, lanes_sum};
 use crate::layers::fused::{f32_slices, multiversion};
 
 /// Query rows whose scores are held at once per task.
-const QUERY_BLOCK: usize = 128;
+pub(super) const QUERY_BLOCK: usize = 128;
 
 /// Multi-head attention over `q, k, v: [batch, seq, heads·head_size]` (f32, contiguous), with
 /// an additive bias per key (`[batch, seq]`: 0 for tokens, a large negative number for padding,
@@ -57,7 +57,7 @@ impl Dims {
 multiversion! {
     /// Adds the key bias to each score row of `scores` (`[rows, bias.len()]`) and normalises
     /// the rows with softmax, in place.
-    fn softmax_rows(scores: &mut [f32], bias: &[f32]) {
+    pub(super) fn softmax_rows(scores: &mut [f32], bias: &[f32]) {
         for row in scores.chunks_mut(bias.len()) {
             row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
             let max = lanes_max(row);
@@ -78,7 +78,7 @@ fn multiply_by_mask(values: &mut [f32], mask: Option<&[f32]>) {
 
 /// A pointer that tasks writing disjoint parts of one buffer share.
 #[derive(Clone, Copy)]
-struct SharedMut(*mut f32);
+pub(super) struct SharedMut(pub(super) *mut f32);
 // SAFETY: every task writes a region no other task touches (its sequence's rows of its head).
 unsafe impl Send for SharedMut {}
 unsafe impl Sync for SharedMut {}
@@ -88,25 +88,25 @@ impl SharedMut {
     ///
     /// # Safety
     /// `offset` must lie inside the buffer.
-    unsafe fn out(self, offset: usize, row_stride: usize, accumulate: bool) -> Out {
+    pub(super) unsafe fn out(self, offset: usize, row_stride: usize, accumulate: bool) -> Out {
         // SAFETY: the caller guarantees `offset` lies inside the buffer (this function's contract).
         unsafe { Out(self.0.add(offset), row_stride, accumulate) }
     }
 }
 
 /// A matmul destination: pointer, row stride, and whether to add to what it holds.
-struct Out(*mut f32, usize, bool);
+pub(super) struct Out(pub(super) *mut f32, pub(super) usize, pub(super) bool);
 
 /// A strided matrix operand: pointer, column stride, row stride.
 #[derive(Clone, Copy)]
-struct Mat(*const f32, isize, isize);
+pub(super) struct Mat(pub(super) *const f32, pub(super) isize, pub(super) isize);
 
 /// `dst (m × n) = (accumulate ? dst : 0) + factor · lhs (m × k) · rhs (k × n)`,
 /// single-threaded (the tasks are the parallelism).
 ///
 /// # Safety
 /// Every pointer must address the whole strided matrix it stands for.
-unsafe fn matmul((m, n, k): (usize, usize, usize), dst: Out, lhs: Mat, rhs: Mat, factor: f32) {
+pub(super) unsafe fn matmul((m, n, k): (usize, usize, usize), dst: Out, lhs: Mat, rhs: Mat, factor: f32) {
     // SAFETY: the caller guarantees every pointer addresses its whole strided matrix, which is what gemm reads and writes.
     unsafe {
         gemm(

@@ -5,25 +5,29 @@
 //! are those of `broadcast_add` (one f32 addition per element; tested bit-identical).
 //! Reference: `torch.nn.Linear`'s bias.
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, InplaceOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::layers::fused::math::{rows_task_len, sum_partials};
 use crate::layers::fused::multiversion;
-use crate::layers::fused::storage::{last_dim, rows_and_bias};
+use crate::layers::fused::storage::{check_bias, f32_slice, f32_slice_mut, last_dim, rows_and_bias};
 
-/// `x + bias` with `bias` added to every row of `x` (f32, contiguous).
+/// `x + bias` with `bias` added to every row of `x` (f32, contiguous); as an in-place op
+/// (`inplace_op2`, no gradient), on `x`'s own storage.
 pub(crate) struct FusedBiasAdd;
 
 multiversion! {
-    /// `out = x + bias` for the rows of `x` (rows of `bias.len()`).
-    fn add_rows(out: &mut [f32], x: &[f32], bias: &[f32]) {
-        for (o, x) in out.chunks_mut(bias.len()).zip(x.chunks(bias.len())) {
-            for ((o, &x), &b) in o.iter_mut().zip(x).zip(bias) {
-                *o = x + b;
-            }
+    /// `xs += bias` for the rows of `xs` (rows of `bias.len()`).
+    fn add_rows(xs: &mut [f32], bias: &[f32]) {
+        for row in xs.chunks_mut(bias.len()) {
+            row.iter_mut().zip(bias).for_each(|(x, &b)| *x += b);
         }
     }
+}
+
+/// `xs += bias` on every row, in parallel.
+fn add_in_place(xs: &mut [f32], bias: &[f32]) {
+    xs.par_chunks_mut(rows_task_len(bias.len())).for_each(|rows| add_rows(rows, bias));
 }
 
 multiversion! {
@@ -41,10 +45,9 @@ impl CustomOp2 for FusedBiasAdd {
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (x, bias, n) = rows_and_bias((s1, l1), (s2, l2), self.name())?;
-        let mut out = vec![0f32; x.len()];
-        let chunk = rows_task_len(n);
-        out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, x)| add_rows(o, x, bias));
+        let (x, bias, _) = rows_and_bias((s1, l1), (s2, l2), CustomOp2::name(self))?;
+        let mut out = x.to_vec();
+        add_in_place(&mut out, bias);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -66,6 +69,19 @@ impl CustomOp2 for FusedBiasAdd {
         });
         let [dbias] = sum_partials(partials.collect::<Vec<_>>().into_iter(), n);
         Ok((Some(dy), Some(Tensor::from_vec(dbias, n, arg1.device())?)))
+    }
+}
+
+impl InplaceOp2 for FusedBiasAdd {
+    fn name(&self) -> &'static str {
+        "fused-bias-add"
+    }
+
+    fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<()> {
+        let bias = f32_slice(s2, l2, InplaceOp2::name(self))?;
+        check_bias(dst_l.shape(), bias, InplaceOp2::name(self))?;
+        add_in_place(f32_slice_mut(dst, dst_l, InplaceOp2::name(self))?, bias);
+        Ok(())
     }
 }
 
@@ -108,5 +124,17 @@ mod tests {
         let bias = Tensor::zeros(7, candle_core::DType::F32, &device).unwrap();
         let err = x.apply_op2(&bias, FusedBiasAdd).unwrap_err().to_string();
         assert!(err.contains("a bias of 7 for rows of 8"), "{err}");
+        let err = x.inplace_op2(&bias, &FusedBiasAdd).unwrap_err().to_string();
+        assert!(err.contains("a bias of 7 for rows of 8"), "{err}");
+    }
+
+    #[test]
+    fn in_place_bias_add_is_broadcast_add() {
+        let device = Device::Cpu;
+        let x = Tensor::randn(0f32, 3.0, (3, 70, 301), &device).unwrap();
+        let bias = Tensor::randn(0f32, 1.0, 301, &device).unwrap();
+        let want = x.broadcast_add(&bias).unwrap();
+        x.inplace_op2(&bias, &FusedBiasAdd).unwrap();
+        assert_eq!(max_diff(&x, &want), 0.0);
     }
 }

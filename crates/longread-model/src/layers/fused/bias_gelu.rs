@@ -4,25 +4,29 @@
 //! the whole tensor). Gradient-checked against `(x + bias).gelu_erf()` (tests below).
 //! Reference: transformers `modeling_bert.py: BertIntermediate` with `hidden_act="gelu"`.
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, InplaceOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative, rows_task_len, sum_partials};
 use crate::layers::fused::multiversion;
-use crate::layers::fused::storage::{last_dim, rows_and_bias};
+use crate::layers::fused::storage::{check_bias, f32_slice, f32_slice_mut, last_dim, rows_and_bias};
 
-/// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous).
+/// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous); as an
+/// in-place op (`inplace_op2`, no gradient), on the product's own storage.
 pub(crate) struct FusedBiasGeluErf;
 
 multiversion! {
-    /// `out = GELU(x + bias)` for the rows of `x` (rows of `bias.len()`).
-    fn bias_gelu(out: &mut [f32], x: &[f32], bias: &[f32]) {
-        for (o, x) in out.chunks_mut(bias.len()).zip(x.chunks(bias.len())) {
-            for ((o, &x), &b) in o.iter_mut().zip(x).zip(bias) {
-                *o = gelu_erf(x + b);
-            }
+    /// `xs = GELU(xs + bias)` for the rows of `xs` (rows of `bias.len()`).
+    fn bias_gelu(xs: &mut [f32], bias: &[f32]) {
+        for row in xs.chunks_mut(bias.len()) {
+            row.iter_mut().zip(bias).for_each(|(x, &b)| *x = gelu_erf(*x + b));
         }
     }
+}
+
+/// `xs = GELU(xs + bias)` on every row, in parallel.
+fn bias_gelu_in_place(xs: &mut [f32], bias: &[f32]) {
+    xs.par_chunks_mut(rows_task_len(bias.len())).for_each(|rows| bias_gelu(rows, bias));
 }
 
 multiversion! {
@@ -44,10 +48,9 @@ impl CustomOp2 for FusedBiasGeluErf {
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (x, bias, n) = rows_and_bias((s1, l1), (s2, l2), self.name())?;
-        let mut out = vec![0f32; x.len()];
-        let chunk = rows_task_len(n);
-        out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, x)| bias_gelu(o, x, bias));
+        let (x, bias, _) = rows_and_bias((s1, l1), (s2, l2), CustomOp2::name(self))?;
+        let mut out = x.to_vec();
+        bias_gelu_in_place(&mut out, bias);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -78,6 +81,19 @@ impl CustomOp2 for FusedBiasGeluErf {
         let [dbias] = sum_partials(partials.into_iter(), n);
         let device = arg1.device();
         Ok((Some(Tensor::from_vec(dx, arg1.shape(), device)?), Some(Tensor::from_vec(dbias, n, device)?)))
+    }
+}
+
+impl InplaceOp2 for FusedBiasGeluErf {
+    fn name(&self) -> &'static str {
+        "fused-bias-gelu-erf"
+    }
+
+    fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<()> {
+        let bias = f32_slice(s2, l2, InplaceOp2::name(self))?;
+        check_bias(dst_l.shape(), bias, InplaceOp2::name(self))?;
+        bias_gelu_in_place(f32_slice_mut(dst, dst_l, InplaceOp2::name(self))?, bias);
+        Ok(())
     }
 }
 
@@ -119,5 +135,17 @@ mod tests {
         let bias = Tensor::zeros(7, candle_core::DType::F32, &device).unwrap();
         let err = x.apply_op2(&bias, FusedBiasGeluErf).unwrap_err().to_string();
         assert!(err.contains("a bias of 7 for rows of 8"), "{err}");
+        let err = x.inplace_op2(&bias, &FusedBiasGeluErf).unwrap_err().to_string();
+        assert!(err.contains("a bias of 7 for rows of 8"), "{err}");
+    }
+
+    #[test]
+    fn in_place_bias_gelu_is_the_op() {
+        let device = Device::Cpu;
+        let x = Tensor::randn(0f32, 3.0, (2, 50, 301), &device).unwrap();
+        let bias = Tensor::randn(0f32, 1.0, 301, &device).unwrap();
+        let want = x.apply_op2_no_bwd(&bias, &FusedBiasGeluErf).unwrap();
+        x.inplace_op2(&bias, &FusedBiasGeluErf).unwrap();
+        assert_eq!(max_diff(&x, &want), 0.0);
     }
 }

@@ -4,7 +4,8 @@
 //! composition:
 //! - `softmax`: softmax over the last dimension; `layer_norm`: LayerNorm; `gelu`: exact GELU;
 //! - `attention`: scaled, masked multi-head attention (FlashAttention-style, no `seq × seq`
-//!   tensor kept for the backward pass);
+//!   tensor kept for the backward pass); `packed_attention`: the same over sequences packed
+//!   without padding (inference);
 //! - `bias_add`: a dense layer's bias (its gradient summed in one vectorised pass);
 //!   `bias_gelu`: a dense layer's bias + GELU; `residual_norm`: bias + dropout + residual +
 //!   LayerNorm at the end of a transformer block;
@@ -16,6 +17,8 @@ pub(crate) mod bias_gelu;
 pub(crate) mod gelu;
 pub(crate) mod layer_norm;
 pub(crate) mod math;
+pub(crate) mod packed_attention;
+pub(crate) mod product;
 pub(crate) mod residual_norm;
 pub(crate) mod softmax;
 pub(crate) mod storage;
@@ -25,6 +28,8 @@ pub(crate) use bias_add::FusedBiasAdd;
 pub(crate) use bias_gelu::FusedBiasGeluErf;
 pub(crate) use gelu::FusedGeluErf;
 pub(crate) use layer_norm::FusedLayerNorm;
+pub(crate) use packed_attention::PackedAttention;
+pub(crate) use product::InferenceProduct;
 pub(crate) use residual_norm::FusedResidualNorm;
 pub(crate) use softmax::FusedSoftmax;
 pub(crate) use storage::{f32_slice, f32_slices};

@@ -7,17 +7,18 @@
 //! (tests below).
 //! Reference: transformers `modeling_bert.py: BertSelfOutput`, `BertOutput`.
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, InplaceOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::layers::dropout::SeededDropout;
 use crate::layers::fused::math::{normalize_row, normalize_row_backward, sum_partials, ROWS_PER_TASK};
-use crate::layers::fused::storage::last_dim;
+use crate::layers::fused::storage::{f32_slice, f32_slice_mut, last_dim};
 use crate::layers::fused::{f32_slices, multiversion};
 
 /// `LayerNorm(dropout(x + bias) + residual) · γ + β` over rows of `n` (f32, contiguous):
 /// arguments `x`, `residual` (same shape) and `params`, the rows `[bias, γ, β]` (`[3, n]`) or,
-/// without a bias, `[γ, β]` (`[2, n]`).
+/// without a bias, `[γ, β]` (`[2, n]`). As an in-place op (`inplace_op3`, no gradient), the
+/// result replaces `x`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FusedResidualNorm {
     pub(crate) eps: f32,
@@ -51,10 +52,10 @@ impl<'a> Params<'a> {
 }
 
 multiversion! {
-    /// `z = keep ⊙ (x + bias) + residual` for one row.
-    fn residual_sum(z: &mut [f32], x: &[f32], residual: &[f32], bias: &[f32], keep: &[f32]) {
-        for ((((z, &x), &r), &b), &k) in z.iter_mut().zip(x).zip(residual).zip(bias).zip(keep) {
-            *z = k * (x + b) + r;
+    /// `z = keep ⊙ (z + bias) + residual` for one row (`z` holds `x` on entry).
+    fn residual_sum(z: &mut [f32], residual: &[f32], bias: &[f32], keep: &[f32]) {
+        for (((z, &r), &b), &k) in z.iter_mut().zip(residual).zip(bias).zip(keep) {
+            *z = k * (*z + b) + r;
         }
     }
 }
@@ -65,6 +66,28 @@ impl FusedResidualNorm {
         if let Some(dropout) = self.dropout {
             dropout.factors((row * keep.len()) as u64, keep);
         }
+    }
+
+    /// The op's output over `xs` (`x` on entry), in place, in parallel.
+    fn forward_in_place(&self, xs: &mut [f32], residual: &[f32], params: &[f32], n: usize) -> Result<()> {
+        if xs.len() != residual.len() {
+            candle_core::bail!(
+                "fused-residual-norm: input of {} and residual of {} values differ",
+                xs.len(),
+                residual.len()
+            );
+        }
+        let p = Params::split(params, n)?;
+        let chunk = n * ROWS_PER_TASK;
+        xs.par_chunks_mut(chunk).zip(residual.par_chunks(chunk)).enumerate().for_each(|(task, (xs, residual))| {
+            let mut keep = vec![1f32; n];
+            for (i, (z, r)) in xs.chunks_mut(n).zip(residual.chunks(n)).enumerate() {
+                self.keep_row(task * ROWS_PER_TASK + i, &mut keep);
+                residual_sum(z, r, &p.bias, &keep);
+                normalize_row(z, p.gamma, p.beta, self.eps);
+            }
+        });
+        Ok(())
     }
 }
 
@@ -82,24 +105,13 @@ impl CustomOp3 for FusedResidualNorm {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let [x, residual, params] = f32_slices([(s1, l1), (s2, l2), (s3, l3)], self.name())?;
+        let [x, residual, params] = f32_slices([(s1, l1), (s2, l2), (s3, l3)], CustomOp3::name(self))?;
         let n = last_dim(l1.shape())?;
         if l2.shape() != l1.shape() {
             candle_core::bail!("fused-residual-norm: input {:?} and residual {:?} differ", l1.shape(), l2.shape());
         }
-        let p = Params::split(params, n)?;
-        let mut out = vec![0f32; x.len()];
-        let chunk = n * ROWS_PER_TASK;
-        out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).zip(residual.par_chunks(chunk)).enumerate().for_each(
-            |(task, ((out, x), residual))| {
-                let mut keep = vec![1f32; n];
-                for (i, ((z, x), r)) in out.chunks_mut(n).zip(x.chunks(n)).zip(residual.chunks(n)).enumerate() {
-                    self.keep_row(task * ROWS_PER_TASK + i, &mut keep);
-                    residual_sum(z, x, r, &p.bias, &keep);
-                    normalize_row(z, p.gamma, p.beta, self.eps);
-                }
-            },
-        );
+        let mut out = x.to_vec();
+        self.forward_in_place(&mut out, residual, params, n)?;
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -140,7 +152,8 @@ impl CustomOp3 for FusedResidualNorm {
                 let rows = dz.chunks_mut(n).zip(x.chunks(n)).zip(residual.chunks(n)).zip(dy.chunks(n));
                 for (i, (((dz, x), r), dy)) in rows.enumerate() {
                     self.keep_row(task * ROWS_PER_TASK + i, &mut keep);
-                    residual_sum(&mut z, x, r, &p.bias, &keep);
+                    z.copy_from_slice(x);
+                    residual_sum(&mut z, r, &p.bias, &keep);
                     normalize_row_backward(dz, &mut z, dy, p.gamma, &mut dgamma, &mut dbeta, self.eps);
                     let d_input: &[f32] = match dx_rows.as_mut().and_then(Iterator::next) {
                         Some(dx) => {
@@ -161,6 +174,27 @@ impl CustomOp3 for FusedResidualNorm {
         let dparams = if p.has_bias { [dbias, dgamma, dbeta].concat() } else { [dgamma, dbeta].concat() };
         let dparams = Tensor::from_vec(dparams, arg3.shape(), device)?;
         Ok((Some(dx), Some(dz), Some(dparams)))
+    }
+}
+
+impl InplaceOp3 for FusedResidualNorm {
+    fn name(&self) -> &'static str {
+        "fused-residual-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        dst_l: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        let name = InplaceOp3::name(self);
+        let (residual, params) = (f32_slice(s2, l2, name)?, f32_slice(s3, l3, name)?);
+        let n = last_dim(dst_l.shape())?;
+        self.forward_in_place(f32_slice_mut(dst, dst_l, name)?, residual, params, n)
     }
 }
 
@@ -239,5 +273,21 @@ mod tests {
         let other = Tensor::zeros((2, 8), candle_core::DType::F32, &device).unwrap();
         let err = x.apply_op3(&other, &params.narrow(0, 0, 2).unwrap(), op).unwrap_err().to_string();
         assert!(err.contains("differ"), "{err}");
+        let err = x.inplace_op3(&other, &params.narrow(0, 0, 2).unwrap(), &op).unwrap_err().to_string();
+        assert!(err.contains("differ"), "{err}");
+        let err = x.inplace_op3(&x.zeros_like().unwrap(), &params, &op).unwrap_err().to_string();
+        assert!(err.contains("32 parameters for rows of 8"), "{err}");
+    }
+
+    #[test]
+    fn in_place_is_the_op() {
+        let device = Device::Cpu;
+        let op = FusedResidualNorm { eps: 1e-12, dropout: None };
+        let x = Tensor::randn(0.5f32, 2.0, (3, 13, 72), &device).unwrap();
+        let residual = Tensor::randn(-1f32, 1.0, (3, 13, 72), &device).unwrap();
+        let params = Tensor::randn(0.5f32, 0.7, (3, 72), &device).unwrap();
+        let want = x.apply_op3_no_bwd(&residual, &params, &op).unwrap();
+        x.inplace_op3(&residual, &params, &op).unwrap();
+        assert_eq!(max_diff(&x, &want), 0.0);
     }
 }

@@ -30,6 +30,26 @@ pub(crate) fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) 
     }
 }
 
+/// The f32 data of a contiguous tensor, to write in place (an in-place op's destination).
+pub(crate) fn f32_slice_mut<'a>(storage: &'a mut CpuStorage, layout: &Layout, op: &str) -> Result<&'a mut [f32]> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{op}: the input must be contiguous");
+    };
+    match storage {
+        CpuStorage::F32(v) => Ok(&mut v[start..end]),
+        _ => candle_core::bail!("{op}: f32 only"),
+    }
+}
+
+/// Checks that `bias` is as long as the rows of `shape`; returns the row length.
+pub(crate) fn check_bias(shape: &Shape, bias: &[f32], op: &str) -> Result<usize> {
+    let n = last_dim(shape)?;
+    if bias.len() != n {
+        candle_core::bail!("{op}: a bias of {} for rows of {n}", bias.len());
+    }
+    Ok(n)
+}
+
 /// The f32 data of `x` and of a bias added to each of its rows (a bias op's arguments), and the
 /// row length; the bias must be as long as a row.
 pub(crate) fn rows_and_bias<'a>(
@@ -38,9 +58,6 @@ pub(crate) fn rows_and_bias<'a>(
     op: &str,
 ) -> Result<(&'a [f32], &'a [f32], usize)> {
     let [x, bias] = f32_slices([(s1, l1), (s2, l2)], op)?;
-    let n = last_dim(l1.shape())?;
-    if bias.len() != n {
-        candle_core::bail!("{op}: a bias of {} for rows of {n}", bias.len());
-    }
+    let n = check_bias(l1.shape(), bias, op)?;
     Ok((x, bias, n))
 }
