@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use candle_core::{DType, Result, Tensor};
-use candle_nn::{Module, VarBuilder};
+use candle_nn::VarBuilder;
 
 use crate::config::EncoderConfig;
 use crate::encoder::block_output::BlockOutput;
@@ -66,9 +66,9 @@ impl SelfAttention {
     /// `Keys::Masked`: `xs: [batch, seq, hidden]`, bias `[batch, 1, 1, seq]` → `[batch, seq, hidden]`;
     /// `Keys::Packed`: `xs: [tokens, hidden]` → `[tokens, hidden]`
     pub fn forward(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
-        let q = self.query.forward(xs)?;
-        let k = self.key.forward(xs)?;
-        let v = self.value.forward(xs)?;
+        let q = self.query.forward_in(xs, mode)?;
+        let k = self.key.forward_in(xs, mode)?;
+        let v = self.value.forward_in(xs, mode)?;
         let context = match keys {
             Keys::Packed(segments) => self.attend_packed(&q, &k, &v, segments, mode)?,
             Keys::Masked(bias) if xs.device().is_cpu() && xs.dtype() == DType::F32 => {

@@ -45,21 +45,22 @@ impl BlockOutput {
             return self.forward_composed(xs, residual, mode);
         }
         let (gamma, beta) = self.norm.affine();
-        let (product, params) = match self.dense.forward_unbiased(xs)? {
+        let graph = mode.is_train()
+            && (self.dense.needs_graph(xs, mode) || [residual, gamma, beta].iter().any(|t| t.track_op()));
+        let (product, params) = match self.dense.forward_unbiased(xs, graph)? {
             Some((product, bias)) => (product, Tensor::stack(&[&bias, gamma, beta], 0)?),
             // int8 products add their bias inside the kernel.
             None => (self.dense.forward(xs)?, Tensor::stack(&[gamma, beta], 0)?),
         };
         let op = FusedResidualNorm { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
         let (product, residual) = (product.contiguous()?, residual.contiguous()?);
-        if !mode.is_train() && ![&product, &residual, &params].iter().any(|t| t.track_op()) {
-            // Nothing to differentiate: the product (made above, held nowhere else) becomes
-            // the output, with no new buffer.
-            product.inplace_op3(&residual, &params, &op)?;
-            return Ok(product);
+        if graph {
+            return product.apply_op3(&residual, &params, op);
         }
-        // No graph in inference: the layer's intermediates are freed as soon as it ends.
-        mode.apply_op3(&product, &residual, &params, op)
+        // Nothing to differentiate (always so in inference, whose output carries no graph): the
+        // product, made above and held nowhere else, becomes the output, with no new buffer.
+        product.inplace_op3(&residual, &params, &op)?;
+        Ok(product)
     }
 
     /// The same as a composition of ops (any device and dtype; the same dropout masks).

@@ -52,7 +52,7 @@ impl EncoderLayer {
     /// `xs: [batch, seq, hidden]` or, packed, `[tokens, hidden]` → the same shape
     pub(crate) fn forward_keys(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
         let attended = self.attention.forward(xs, keys, mode)?;
-        let inner = self.intermediate.forward_activated(&attended, self.activation)?;
+        let inner = self.intermediate.forward_activated(&attended, self.activation, mode)?;
         self.output.forward(&inner, &attended, mode)
     }
 }

@@ -8,6 +8,7 @@ use candle_nn::{Init, Module, VarBuilder};
 use crate::activation::Activation;
 use crate::layers::fused::{FusedBiasAdd, FusedBiasGeluErf, InferenceProduct};
 use crate::layers::int8::Int8Weights;
+use crate::mode::Mode;
 
 /// A dense layer (`x·Wᵀ + b`, as `torch.nn.Linear`) whose weights are cast to the input's
 /// dtype: with bf16 activations it computes in bf16 while the weights (and their gradients,
@@ -32,18 +33,31 @@ impl Linear {
         Ok(())
     }
 
+    /// Whether a product of `xs` with this layer can need a backward pass: when the input or a
+    /// parameter carries gradients.
+    fn tracks(&self, xs: &Tensor) -> bool {
+        xs.track_op() || self.dense.weight().track_op() || self.dense.bias().is_some_and(Tensor::track_op)
+    }
+
+    /// Whether the product needs a backward pass in `mode`: never in inference ([`Mode::Eval`]
+    /// builds no graph: the encoder's blocks end in ops without one), else as [`Self::tracks`].
+    pub(crate) fn needs_graph(&self, xs: &Tensor, mode: Mode) -> bool {
+        mode.is_train() && self.tracks(xs)
+    }
+
     /// The product `x·Wᵀ` without the bias, and the bias, for kernels that add the bias
     /// themselves: `Some` for f32 input and weights on the CPU (not int8) with a bias; `None`
-    /// where [`Module::forward`] is the way.
+    /// where [`Module::forward`] is the way. Without `graph`, the product is
+    /// [`InferenceProduct`] (no backward pass).
     ///
     /// # Shapes
     /// `xs: [..., in]` → `([..., out], [out])`
-    pub(crate) fn forward_unbiased(&self, xs: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    pub(crate) fn forward_unbiased(&self, xs: &Tensor, graph: bool) -> Result<Option<(Tensor, Tensor)>> {
         let (w, bias) = (self.dense.weight(), self.dense.bias());
         let fusable = xs.device().is_cpu() && xs.dtype() == DType::F32 && w.dtype() == DType::F32;
         match bias {
             Some(bias) if fusable && self.int8.is_none() => {
-                let product = if xs.track_op() || w.track_op() {
+                let product = if graph {
                     candle_nn::Linear::new(w.clone(), None).forward(xs)?
                 } else {
                     xs.contiguous()?.apply_op2_no_bwd(&w.contiguous()?, &InferenceProduct)?
@@ -54,32 +68,41 @@ impl Linear {
         }
     }
 
-    /// `activation(x·Wᵀ + b)`; with exact GELU on the CPU in f32, the bias and the activation
-    /// are one fused op (`layers::fused::bias_gelu`).
+    /// `x·Wᵀ + b` in `mode`: in inference without a graph (see [`Self::needs_graph`]).
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
-    pub fn forward_activated(&self, xs: &Tensor, activation: Activation) -> Result<Tensor> {
-        if activation == Activation::GeluErf {
-            if let Some((product, bias)) = self.forward_unbiased(xs)? {
-                return in_place_without_gradients(product, &bias, FusedBiasGeluErf);
-            }
-        }
-        activation.forward(&self.forward(xs)?)
+    pub(crate) fn forward_in(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_graph(xs, self.needs_graph(xs, mode))
     }
-}
 
-impl Module for Linear {
+    /// `activation(x·Wᵀ + b)` in `mode`; with exact GELU on the CPU in f32, the bias and the
+    /// activation are one fused op (`layers::fused::bias_gelu`).
+    ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
-    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+    pub fn forward_activated(&self, xs: &Tensor, activation: Activation, mode: Mode) -> Result<Tensor> {
+        let graph = self.needs_graph(xs, mode);
+        if activation == Activation::GeluErf {
+            if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
+                return bias_op(product, &bias, FusedBiasGeluErf, graph);
+            }
+        }
+        activation.forward(&self.forward_graph(xs, graph)?)
+    }
+
+    /// `x·Wᵀ + b`, with a backward pass if `graph`.
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    fn forward_graph(&self, xs: &Tensor, graph: bool) -> Result<Tensor> {
         if let Some(int8) = &self.int8 {
             if xs.device().is_cpu() && xs.dtype() == DType::F32 {
                 return int8.forward(xs);
             }
         }
-        if let Some((product, bias)) = self.forward_unbiased(xs)? {
-            return in_place_without_gradients(product, &bias, FusedBiasAdd);
+        if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
+            return bias_op(product, &bias, FusedBiasAdd, graph);
         }
         let w = self.dense.weight();
         if w.dtype() == xs.dtype() {
@@ -90,14 +113,24 @@ impl Module for Linear {
     }
 }
 
-/// `op(product, bias)`: where neither carries a gradient, in place on the product (a tensor
-/// this layer just made and nobody else holds: no new buffer to allocate and fill), else as
-/// an op with its backward pass.
-fn in_place_without_gradients<Op>(product: Tensor, bias: &Tensor, op: Op) -> Result<Tensor>
+impl Module for Linear {
+    /// With a backward pass wherever the input or a parameter carries gradients.
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        self.forward_graph(xs, self.tracks(xs))
+    }
+}
+
+/// `op(product, bias)`: as an op with its backward pass if `graph`, else in place on the
+/// product (a tensor this layer just made and nobody else holds: no new buffer to allocate
+/// and fill).
+fn bias_op<Op>(product: Tensor, bias: &Tensor, op: Op, graph: bool) -> Result<Tensor>
 where
     Op: candle_core::CustomOp2 + candle_core::InplaceOp2 + Send + Sync + 'static,
 {
-    if product.track_op() || bias.track_op() {
+    if graph {
         return product.apply_op2(bias, op);
     }
     product.inplace_op2(bias, &op)?;
