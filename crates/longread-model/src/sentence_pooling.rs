@@ -83,6 +83,13 @@ mod tests {
             _ => unreachable!(),
         };
         assert_eq!(held, 2, "the [CLS] vector is a copy, not a view of every token's state");
+        // Packed without the padding row, both poolings give the same vectors.
+        let packed = Tensor::new(&[[1f32, 2.], [3., 4.], [5., 7.]], &dev).unwrap();
+        let segments = [0..2, 2..3];
+        let mean = SentencePooling::Mean.forward_packed(&packed, &segments).unwrap();
+        assert_eq!(mean.to_vec2::<f32>().unwrap(), vec![vec![2., 3.], vec![5., 7.]]);
+        let cls = SentencePooling::Cls.forward_packed(&packed, &segments).unwrap();
+        assert_eq!(cls.to_vec2::<f32>().unwrap(), vec![vec![1., 2.], vec![5., 7.]]);
         let unit = l2_normalize(&Tensor::new(&[[3f32, 4.]], &dev).unwrap()).unwrap();
         assert_eq!(unit.to_vec2::<f32>().unwrap(), vec![vec![0.6, 0.8]]);
     }

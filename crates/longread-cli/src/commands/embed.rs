@@ -33,7 +33,8 @@ pub struct EmbedArgs {
     /// Scale each embedding to unit L2 norm (as sentence-transformers' Normalize module).
     #[arg(long)]
     normalize: bool,
-    /// Texts per forward pass. Batches are padded to their longest text, not to a fixed length.
+    /// Texts per forward pass, longest first. On the CPU their tokens are packed end to end
+    /// without padding (each text attends to itself); elsewhere a batch is padded to its longest.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65536))]
     batch_size: u64,
 }
