@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative, rows_task_len, sum_partials};
 use crate::layers::fused::multiversion;
-use crate::layers::fused::storage::{check_bias, f32_slice, f32_slice_mut, last_dim, rows_and_bias};
+use crate::layers::fused::storage::{last_dim, rows_and_bias, rows_and_bias_mut};
 
 /// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous); as an
 /// in-place op (`inplace_op2`, no gradient), on the product's own storage.
@@ -90,9 +90,8 @@ impl InplaceOp2 for FusedBiasGeluErf {
     }
 
     fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<()> {
-        let bias = f32_slice(s2, l2, InplaceOp2::name(self))?;
-        check_bias(dst_l.shape(), bias, InplaceOp2::name(self))?;
-        bias_gelu_in_place(f32_slice_mut(dst, dst_l, InplaceOp2::name(self))?, bias);
+        let (xs, bias) = rows_and_bias_mut((dst, dst_l), (s2, l2), InplaceOp2::name(self))?;
+        bias_gelu_in_place(xs, bias);
         Ok(())
     }
 }

@@ -50,6 +50,18 @@ pub(crate) fn check_bias(shape: &Shape, bias: &[f32], op: &str) -> Result<usize>
     Ok(n)
 }
 
+/// An in-place bias op's arguments: the destination's data, to write, and the bias, which must
+/// be as long as a row.
+pub(crate) fn rows_and_bias_mut<'a>(
+    (dst, dst_l): (&'a mut CpuStorage, &Layout),
+    (s2, l2): (&'a CpuStorage, &Layout),
+    op: &str,
+) -> Result<(&'a mut [f32], &'a [f32])> {
+    let bias = f32_slice(s2, l2, op)?;
+    check_bias(dst_l.shape(), bias, op)?;
+    Ok((f32_slice_mut(dst, dst_l, op)?, bias))
+}
+
 /// The f32 data of `x` and of a bias added to each of its rows (a bias op's arguments), and the
 /// row length; the bias must be as long as a row.
 pub(crate) fn rows_and_bias<'a>(
