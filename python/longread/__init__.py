@@ -5,11 +5,14 @@ the decision. The same library the `longread` command line and server run:
     >>> clf = longread.Classifier("path/to/model")
     >>> clf.predict(["a long transcript ..."])[0]["label"]
 
-Classifier, Embedder, evaluate, ensemble and train are native (the GIL is released while the
-model runs); `longread.ray` classifies datasets on a Ray cluster. `longread.train` takes
-`longread train`'s flags as keywords (`longread train --help` lists them):
+Classifier, Embedder, evaluate, ensemble, init and train are native (the GIL is released while the
+model runs); `longread.ray` classifies datasets on a Ray cluster. `longread.init` and
+`longread.train` take `longread init`'s and `longread train`'s flags as keywords (their
+`--help` lists them):
 
     >>> longread.train("train.jsonl", "bow", arch="bow", char_ngrams="2-5")["bow"]["chosen_c"]
+    >>> longread.init("all-MiniLM-L6-v2", ["neutral", "partisan"], "init", attention_top_k=3)
+    >>> longread.train("train.jsonl", "model", model="init", freeze_base=True, epochs=10)
 """
 
 from ._longread import (
@@ -21,6 +24,7 @@ from ._longread import (
     __version__,
     ensemble,
     evaluate,
+    init,
     train,
 )
 
@@ -32,6 +36,7 @@ __all__ = [
     "ModelLoadError",
     "ensemble",
     "evaluate",
+    "init",
     "train",
     "__version__",
 ]

@@ -69,6 +69,19 @@ def ensemble(
     """`longread ensemble`: a new model directory `out` whose probabilities are the weighted
     mean of `models`' (any kinds, same labels); returns its ensemble.json."""
 
+def init(
+    encoder: Union[str, PathLike[str]],
+    labels: Union[str, Sequence[str]],
+    out: Union[str, PathLike[str]],
+    **flags: Any,
+) -> dict[str, Any]:
+    """`longread init --encoder ENCODER --labels LABELS --out OUT ...`: a new classifier on a
+    pretrained encoder; every flag of `longread init --help` as a keyword, underscores for
+    dashes (`arch="sequence"`, `pooling="max-logits"`, `attention_top_k=3`, `stride=0`).
+    `labels`: names in id order (or one comma-separated string). Returns the new model's
+    config.json; raises LongreadError with the command line's message for settings it refuses,
+    ModelLoadError for an encoder it cannot read."""
+
 def train(
     train: Union[str, PathLike[str]],
     out: Union[str, PathLike[str]],

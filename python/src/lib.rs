@@ -1,6 +1,6 @@
 //! The `longread` Python package's native module (`longread._longread`): thin bindings over
 //! the library API every front uses (`longread_model::Classifier`, `Embedder`, evaluation,
-//! ensembles, and `longread_train`'s training run).
+//! ensembles, and `longread_train`'s new classifiers and training run).
 //! Predictions cross into Python as the JSON `longread predict` writes, so the two agree to
 //! the digit; the GIL is released while the model runs; bad input raises a
 //! `longread.LongreadError` subclass with the CLI's message, never a crash.
@@ -316,28 +316,11 @@ fn ensemble(py: Python<'_>, models: Vec<PathBuf>, out: PathBuf, weights: Option<
     from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
 }
 
-/// train(train, out, threads=None, **flags) -> dict
-///
-/// `longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
-/// keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
-/// `lr=2e-5`, `c_values=[0.1, 1, 10]`); True gives a switch, False or None leaves it out, a
-/// list repeats the flag. The same run as the command line's (checkpoints, resume, metrics
-/// files in OUT); set-up notes and a line per epoch go to stderr unless `quiet`. The run holds
-/// the call until it ends (Ctrl-C takes effect then): for long runs, `stop_after_epoch` and
-/// `resume="auto"` split it. Returns {"out", "epochs" (one dict per epoch run), "best_epoch",
-/// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv run's folds)}.
-#[pyfunction]
-#[pyo3(signature = (train, out, threads=None, quiet=false, **flags))]
-fn train(
-    py: Python<'_>,
-    train: PathBuf,
-    out: PathBuf,
-    threads: Option<usize>,
-    quiet: bool,
-    flags: Option<&Bound<'_, PyDict>>,
-) -> PyResult<PyObject> {
-    set_threads(threads)?;
-    let mut args = vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
+/// Keyword arguments as command-line flags (`freeze_base=True` → `--freeze-base`,
+/// `lr=2e-5` → `--lr 2e-05`, a list repeats the flag; False and None leave it out), for the
+/// library's own flag parser.
+fn flag_args(flags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
+    let mut args = Vec::new();
     for (key, value) in flags.into_iter().flat_map(|d| d.iter()) {
         let flag = format!("--{}", key.extract::<String>()?.replace('_', "-"));
         if value.is_none() {
@@ -359,11 +342,77 @@ fn train(
             args.push(item.str()?.to_string());
         }
     }
+    Ok(args)
+}
+
+/// init(encoder, labels, out, **flags) -> dict
+///
+/// `longread init --encoder ENCODER --labels LABELS --out OUT ...`: a new classifier on a
+/// pretrained encoder directory; every flag of `longread init --help` as a keyword,
+/// underscores for dashes (`arch="sequence"`, `pooling="max-logits"`, `attention_top_k=3`,
+/// `stride=0`, `seed=1`). `labels` is a list of names in id order (or one comma-separated
+/// string). The same checks and model as the command line's; `out` must not exist. Returns the
+/// new model's config.json as a dict; `train(..., model=out)` fine-tunes it.
+#[pyfunction]
+#[pyo3(signature = (encoder, labels, out, **flags))]
+fn init(
+    py: Python<'_>,
+    encoder: PathBuf,
+    labels: &Bound<'_, PyAny>,
+    out: PathBuf,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    let labels: Vec<String> = if labels.is_instance_of::<PyString>() {
+        vec![labels.extract()?]
+    } else {
+        labels
+            .extract()
+            .map_err(|_| LongreadError::new_err("labels must be a list of names or a comma-separated string"))?
+    };
+    let mut args =
+        vec!["--encoder".to_string(), encoder.display().to_string(), "--out".to_string(), out.display().to_string()];
+    for label in labels {
+        args.extend(["--labels".to_string(), label]);
+    }
+    args.extend(flag_args(flags)?);
+    let spec = longread_train::run::flags::init_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let made = py.allow_threads(|| longread_train::run::init::init_run(&spec));
+    let model = made.map_err(|e| match e {
+        longread_train::TrainError::Model(e) => ModelLoadError::new_err(e.to_string()),
+        other => LongreadError::new_err(other.to_string()),
+    })?;
+    from_json(py, &model.config().to_json().to_string())
+}
+
+/// train(train, out, threads=None, **flags) -> dict
+///
+/// `longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
+/// keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
+/// `lr=2e-5`, `c_values=[0.1, 1, 10]`); True gives a switch, False or None leaves it out, a
+/// list repeats the flag. The same run as the command line's (checkpoints, resume, metrics
+/// files in OUT); set-up notes and a line per epoch go to stderr unless `quiet`. The run holds
+/// the call until it ends (Ctrl-C takes effect then): for long runs, `stop_after_epoch` and
+/// `resume="auto"` split it. Returns {"out", "epochs" (one dict per epoch run), "best_epoch",
+/// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv run's folds)}.
+#[pyfunction]
+#[pyo3(signature = (train, out, threads=None, quiet=false, **flags))]
+fn train(
+    py: Python<'_>,
+    train: PathBuf,
+    out: PathBuf,
+    threads: Option<usize>,
+    quiet: bool,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    set_threads(threads)?;
+    let mut args =
+        vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
+    args.extend(flag_args(flags)?);
     let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
     let run = py.allow_threads(move || -> Result<String, String> {
         let mut hooks = Lines { quiet };
-        let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), &mut hooks)
-            .map_err(|e| e.to_string())?;
+        let summary =
+            longread_train::run::train_run(&mut spec, serde_json::Map::new(), &mut hooks).map_err(|e| e.to_string())?;
         let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
         let json = serde_json::json!({
             "out": spec.out,
@@ -408,6 +457,7 @@ fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Embedder>()?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(ensemble, m)?)?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
     m.add("LongreadError", m.py().get_type::<LongreadError>())?;
     m.add("ModelLoadError", m.py().get_type::<ModelLoadError>())?;

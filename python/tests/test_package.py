@@ -182,3 +182,39 @@ def test_train_refuses_what_the_cli_refuses(tmp_path):
     with pytest.raises(longread.LongreadError, match="no-such.jsonl"):
         longread.train(tmp_path / "no-such.jsonl", tmp_path / "c", arch="bow")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_init_makes_the_model_the_cli_makes(tmp_path):
+    encoder = os.path.join(FIXTURES, "tiny-bert")
+    config = longread.init(encoder, ["rain", "prices"], tmp_path / "py", chunk_size=16, stride=4,
+                           pooling="attention", attention_top_k=2, seed=1)
+    cli = run_cli("init", "--encoder", encoder, "--labels", "rain,prices", "--out", str(tmp_path / "cli"),
+                  "--chunk-size", "16", "--stride", "4", "--attention-top-k", "2", "--seed", "1")
+    assert cli.returncode == 0, cli.stderr
+    with open(tmp_path / "cli" / "config.json") as f:
+        assert config == json.load(f)
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    assert longread.Classifier(tmp_path / "py").labels == ["rain", "prices"]
+    seq = longread.init(encoder, "a,b,c", tmp_path / "seq", arch="sequence")
+    assert seq["id2label"] == {"0": "a", "1": "b", "2": "c"}
+
+
+def test_init_refuses_what_the_cli_refuses(tmp_path):
+    encoder = os.path.join(FIXTURES, "tiny-bert")
+    with pytest.raises(longread.LongreadError, match="contains a name twice"):
+        longread.init(encoder, ["a", "a"], tmp_path / "a")
+    with pytest.raises(longread.LongreadError, match="--attention-top-k applies only to --pooling attention"):
+        longread.init(encoder, ["a", "b"], tmp_path / "b", pooling="mean", attention_top_k=2)
+    with pytest.raises(longread.LongreadError, match="--poolin"):
+        longread.init(encoder, ["a", "b"], tmp_path / "c", poolin="mean")
+    with pytest.raises(longread.ModelLoadError, match="no-such-encoder"):
+        longread.init(tmp_path / "no-such-encoder", ["a", "b"], tmp_path / "d")
+    with pytest.raises(longread.LongreadError, match="labels must be"):
+        longread.init(encoder, 3, tmp_path / "e")
+    with pytest.raises(longread.LongreadError, match="chunk_size 512 exceeds the encoder's 64 positions"):
+        longread.init(encoder, ["a", "b"], tmp_path / "e", chunk_size=512)
+    longread.init(encoder, ["a", "b"], tmp_path / "f", chunk_size=16, stride=4)
+    with pytest.raises(longread.LongreadError, match="exists"):
+        longread.init(encoder, ["a", "b"], tmp_path / "f", chunk_size=16, stride=4)
+    assert not any((tmp_path / d).exists() for d in "abcde")

@@ -146,7 +146,7 @@ impl Cli {
         };
         match &mut self.command {
             Command::Train(args) => args.spec.given = given("train"),
-            Command::Init(args) => args.given = given("init"),
+            Command::Init(args) => args.spec.given = given("init"),
             _ => {}
         }
         self

@@ -18,6 +18,7 @@ pub mod data;
 #[cfg(feature = "clap")]
 pub mod flags;
 mod han;
+pub mod init;
 pub mod output;
 pub mod pretrain_output;
 pub mod pretrain_run;
@@ -29,6 +30,7 @@ use std::path::Path;
 
 pub use bow::BowSummary;
 pub use checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, save_checkpoint, Saved, CHECKPOINT};
+pub use init::{init_run, InitSpec};
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
 pub use pretrain_run::{pretrain_run, PretrainHooks, PretrainSpec, PretrainSummary};
