@@ -390,9 +390,9 @@ fn init(
 /// keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
 /// `lr=2e-5`, `c_values=[0.1, 1, 10]`); True gives a switch, False or None leaves it out, a
 /// list repeats the flag. The same run as the command line's (checkpoints, resume, metrics
-/// files in OUT); set-up notes and a line per epoch go to stderr unless `quiet`. The run holds
-/// the call until it ends (Ctrl-C takes effect then): for long runs, `stop_after_epoch` and
-/// `resume="auto"` split it. Returns {"out", "epochs" (one dict per epoch run), "best_epoch",
+/// files in OUT); set-up notes and a line per epoch go to stderr unless `quiet`. Ctrl-C
+/// (KeyboardInterrupt) stops the run after the step in progress and saves a checkpoint there
+/// before it is raised: the same call with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run), "best_epoch",
 /// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv run's folds)}.
 #[pyfunction]
 #[pyo3(signature = (train, out, threads=None, quiet=false, **flags))]
@@ -409,32 +409,67 @@ fn train(
         vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
     args.extend(flag_args(flags)?);
     let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
-    let run = py.allow_threads(move || -> Result<String, String> {
-        let mut hooks = Lines { quiet };
-        let summary =
-            longread_train::run::train_run(&mut spec, serde_json::Map::new(), &mut hooks).map_err(|e| e.to_string())?;
-        let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
-        let json = serde_json::json!({
-            "out": spec.out,
-            "epochs": summary.logs,
-            "best_epoch": best,
-            "stopped_for_resume": summary.stopped_for_resume,
-            "bow": summary.bow,
-            "cv": summary.cv,
+    longread_train::interrupt::clear_stop();
+    let (run, interrupted) = py.allow_threads(move || {
+        let mut hooks = Lines { quiet, interrupted: None };
+        let run = longread_train::run::train_run(&mut spec, serde_json::Map::new(), &mut hooks).map(|summary| {
+            let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
+            serde_json::json!({
+                "out": spec.out,
+                "epochs": summary.logs,
+                "best_epoch": best,
+                "stopped_for_resume": summary.stopped_for_resume,
+                "bow": summary.bow,
+                "cv": summary.cv,
+            })
+            .to_string()
         });
-        Ok(json.to_string())
+        (run, hooks.interrupted)
     });
-    from_json(py, &run.map_err(LongreadError::new_err)?)
+    longread_train::interrupt::clear_stop();
+    match (run, interrupted) {
+        (Ok(json), None) => from_json(py, &json),
+        // Ctrl-C during a run that ended anyway (its last step, or a bag of words): saved.
+        (Ok(_), Some(signal)) => Err(signal),
+        // Ctrl-C: the checkpoint is saved; the KeyboardInterrupt goes on, after the message
+        // that says how to resume.
+        (Err(e @ longread_train::TrainError::Interrupted(_)), Some(signal)) => {
+            eprintln!("{e}");
+            Err(signal)
+        }
+        (Err(e), _) => Err(LongreadError::new_err(e.to_string())),
+    }
 }
 
 /// Training hooks for a Python session: the set-up notes and one line per epoch on stderr
-/// (nothing when `quiet`); the summary and OUT's metrics files hold the rest.
+/// (nothing when `quiet`); the summary and OUT's metrics files hold the rest. At every report
+/// it lets Python handle pending signals: a Ctrl-C (KeyboardInterrupt) asks the run to stop
+/// after the step in progress and save a checkpoint, then is raised when the run returns.
 struct Lines {
     quiet: bool,
+    interrupted: Option<PyErr>,
+}
+
+impl Lines {
+    /// Runs Python's signal handlers; the first exception they raise stops the run.
+    fn poll_signals(&mut self) {
+        if self.interrupted.is_some() {
+            return;
+        }
+        if let Err(signal) = Python::with_gil(|py| py.check_signals()) {
+            self.interrupted = Some(signal);
+            longread_train::interrupt::request_stop();
+            if !self.quiet {
+                eprintln!("interrupted: stopping after the current step and saving a checkpoint");
+            }
+        }
+    }
 }
 
 impl longread_train::run::RunHooks for Lines {
-    fn progress(&mut self, _: longread_train::trainer::Progress) {}
+    fn progress(&mut self, _: longread_train::trainer::Progress) {
+        self.poll_signals();
+    }
     fn epoch(&mut self, log: &longread_train::trainer::EpochLog) {
         if !self.quiet {
             let best = if log.best { " (best)" } else { "" };
@@ -443,11 +478,13 @@ impl longread_train::run::RunHooks for Lines {
                 log.epoch, log.train_loss, log.dev_loss, log.dev.macro_f1, log.seconds
             );
         }
+        self.poll_signals();
     }
     fn note(&mut self, line: &str) {
         if !self.quiet {
             eprintln!("{line}");
         }
+        self.poll_signals();
     }
 }
 

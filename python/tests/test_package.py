@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import threading
 import time
 
@@ -218,3 +219,34 @@ def test_init_refuses_what_the_cli_refuses(tmp_path):
     with pytest.raises(longread.LongreadError, match="exists"):
         longread.init(encoder, ["a", "b"], tmp_path / "f", chunk_size=16, stride=4)
     assert not any((tmp_path / d).exists() for d in "abcde")
+
+
+def test_train_ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    init = tmp_path / "init"
+    longread.init(os.path.join(FIXTURES, "tiny-bert"), ["rain", "prices"], init, chunk_size=16, stride=4,
+                  attention_hidden_size=8, seed=1)
+    flags = dict(model=str(init), epochs=80, batch_size=2, seed=1, quiet=True)
+    longread.train(train, tmp_path / "full", **flags)
+
+    metrics = tmp_path / "part" / "metrics.jsonl"
+
+    def press_ctrl_c():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.02)
+
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
+    with pytest.raises(KeyboardInterrupt):
+        longread.train(train, tmp_path / "part", **flags)
+    presser.join()
+    assert (tmp_path / "part" / "checkpoint-last").exists()
+    assert len(metrics.read_text().splitlines()) < 80, "stopped early"
+    summary = longread.train(train, tmp_path / "part", resume="auto", **flags)
+    assert summary["epochs"][-1]["epoch"] == 80
+    weights = [(tmp_path / d / "model.safetensors").read_bytes() for d in ("full", "part")]
+    assert weights[0] == weights[1], "interrupted + resumed differs from the uninterrupted run"

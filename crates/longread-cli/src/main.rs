@@ -3,6 +3,7 @@
 mod allocator;
 mod commands;
 mod config_file;
+mod interrupt;
 mod io;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -39,6 +40,7 @@ enum Command {
     Predict(commands::predict::PredictArgs),
     /// Fine-tune a classifier made by `init` on labelled documents.
     /// `--config FILE.toml` supplies any flag (keys = flag names); command-line flags win.
+    /// Ctrl-C stops after the current step and saves a checkpoint (`--resume auto` continues).
     #[command(args_override_self = true)]
     Train(Box<commands::train::TrainArgs>),
     /// Accuracy, per-class precision/recall/F1, macro/weighted F1 and confusion matrix on
@@ -58,7 +60,8 @@ enum Command {
     #[command(subcommand)]
     Encoder(commands::encoder::EncoderCommand),
     /// Masked-language-model pretraining of a RoBERTa (preset or config.json) on a corpus, with
-    /// dynamic masking; the output loads in transformers as RobertaForMaskedLM.
+    /// dynamic masking; the output loads in transformers as RobertaForMaskedLM. Ctrl-C stops at
+    /// the next evaluation, where a checkpoint is saved (`--resume auto` continues).
     Pretrain(Box<commands::pretrain::PretrainArgs>),
     /// Start here: builds a synthetic long-document task, trains a tokenizer and a tiny
     /// RoBERTa with MLM, fine-tunes a hierarchical classifier and the single-chunk baseline,
@@ -103,7 +106,7 @@ fn main() {
         Ok(_) => std::process::exit(2),
         Err(err) => {
             eprintln!("error: {}", format_error(&err));
-            std::process::exit(1);
+            std::process::exit(if interrupt::is_interrupted(&err) { interrupt::EXIT_INTERRUPTED } else { 1 });
         }
     }
 }

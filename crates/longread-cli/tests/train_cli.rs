@@ -613,3 +613,53 @@ fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
         train(&model, &fixture("synthetic/train.jsonl"), &tmp.path().join("x"), &["--cv", "3", "--dev-split", "0.2"]);
     assert_clean_failure(&refused, "drop --dev and --dev-split");
 }
+
+/// Ctrl-C in the middle of a run saves a checkpoint and exits 130; `--resume auto` then ends
+/// with exactly the model of a run that was never interrupted.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("init");
+    init_tiny(&model);
+    let data = fixture("synthetic/train.jsonl");
+    let flags = ["--epochs", "80", "--batch-size", "2", "--seed", "1", "--threads", "1"];
+    let full = dir.path().join("full");
+    let done = train(&model, &data, &full, &flags);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+
+    let part = dir.path().join("part");
+    let mut args = vec!["train", "--model", model.to_str().unwrap(), "--train", data.to_str().unwrap()];
+    args.extend_from_slice(&["--out", part.to_str().unwrap()]);
+    args.extend_from_slice(&flags);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once two epochs are recorded (well before the 80th).
+    let metrics = part.join("metrics.jsonl");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&metrics).map_or(0, |m| m.lines().count()) < 2 {
+        assert!(started.elapsed().as_secs() < 120, "no epoch recorded in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: sends SIGINT to the child this test spawned and has not waited for yet.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let stopped = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert_eq!(stopped.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted after optimizer step") && stderr.contains("--resume auto"), "{stderr}");
+    let epochs_before = std::fs::read_to_string(&metrics).unwrap().lines().count();
+    assert!(epochs_before < 80, "the run stopped early ({epochs_before} epochs)");
+    assert!(part.join("checkpoint-last").exists(), "{stderr}");
+
+    let mut resumed_flags = flags.to_vec();
+    resumed_flags.extend_from_slice(&["--resume", "auto"]);
+    let resumed = train(&model, &data, &part, &resumed_flags);
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let weights = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(weights(&full) == weights(&part), "interrupted + resumed differs from the uninterrupted run");
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap().lines().count(), 80);
+}

@@ -9,6 +9,10 @@ pub enum TrainError {
     /// Training diverged: too many optimizer steps in a row had NaN/inf loss or gradients.
     #[error("{0}")]
     Diverged(String),
+    /// The run was asked to stop ([`crate::interrupt::request_stop`]); its last checkpoint
+    /// holds everything trained.
+    #[error("{0}")]
+    Interrupted(String),
     /// The output directory of a run cannot be used as asked (exists, nothing to resume,
     /// settings that differ from the run being resumed); the message says what to do.
     #[error("{0}")]

@@ -8,6 +8,7 @@ pub mod clip;
 pub mod error;
 pub mod groups;
 pub mod han_trainer;
+pub mod interrupt;
 pub mod loss;
 pub mod optim;
 pub mod prefix;

@@ -344,4 +344,8 @@ impl TrainingTask for PretrainTask<'_> {
     fn checkpoint_due(&self, _: usize, _: Duration) -> bool {
         false // every evaluation saves one
     }
+
+    fn mid_round_checkpoints(&self) -> bool {
+        false
+    }
 }

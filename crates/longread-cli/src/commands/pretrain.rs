@@ -77,6 +77,7 @@ pub fn run(args: PretrainArgs, quiet: bool) -> Result<()> {
     let mut printer = Printer { text, json, bar, since: std::time::Instant::now() };
     let mut front = serde_json::Map::new();
     front.insert("log_format".into(), serde_json::to_value(args.log_format)?);
+    crate::interrupt::stop_cleanly_on_ctrl_c(crate::interrupt::AT_NEXT_EVALUATION);
     let summary = pretrain_run(&args.spec, front, &mut printer);
     printer.bar.finish_and_clear();
     let summary = summary?;

@@ -146,6 +146,10 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
         TrainError::Diverged(why) => {
             TrainError::Diverged(format!("{why} Checkpoint: {}", spec.out.join(CHECKPOINT).display()))
         }
+        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
+            "{when}; checkpoint {}: the same command with --resume auto continues the run",
+            spec.out.join(CHECKPOINT).display()
+        )),
         other => other,
     })?;
     let epochs = spec.epochs.unwrap_or_default();

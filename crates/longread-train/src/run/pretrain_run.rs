@@ -17,7 +17,9 @@ use longread_text::{read_corpus, TextTokenizer};
 use crate::error::{Result, TrainError};
 use crate::pretrain::{pretrain, PretrainConfig, PretrainLog, PretrainResume, PretrainStep};
 use crate::run::spec::TrainPrecision;
-use crate::run::{check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
+use crate::run::{
+    check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput, CHECKPOINT,
+};
 use crate::schedule::Decay;
 use crate::AdamWConfig;
 
@@ -213,7 +215,14 @@ pub fn pretrain_run(
             hooks.borrow_mut().eval(e.log);
             Ok(())
         },
-    )?;
+    )
+    .map_err(|e| match e {
+        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
+            "{when}, at an evaluation; checkpoint {}: the same command with --resume auto continues the run",
+            spec.out.join(CHECKPOINT).display()
+        )),
+        other => other,
+    })?;
     let stopped_for_resume =
         logs.last().is_some_and(|l| Some(l.step) == spec.stop_after_step && l.step < spec.max_steps);
     if !stopped_for_resume {

@@ -279,6 +279,7 @@ pub struct BowSpec {
 }
 
 /// `2-5` → `[2, 5]`.
+#[cfg(feature = "clap")]
 fn parse_char_ngrams(text: &str) -> std::result::Result<[usize; 2], String> {
     let bad = || format!("{text:?}: give the shortest and longest length as MIN-MAX, e.g. 2-5");
     let (lo, hi) = text.split_once('-').ok_or_else(bad)?;

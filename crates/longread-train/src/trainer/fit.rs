@@ -103,6 +103,11 @@ pub(crate) trait TrainingTask {
     /// Whether a checkpoint inside the round is due after `steps_done` of its steps,
     /// `since_save` after the last one.
     fn checkpoint_due(&self, steps_done: usize, since_save: Duration) -> bool;
+    /// Whether a checkpoint can be taken inside a round (a stop asked for waits for the
+    /// round's end when it cannot).
+    fn mid_round_checkpoints(&self) -> bool {
+        true
+    }
 }
 
 /// Where the running round stands.
@@ -241,10 +246,12 @@ pub(crate) fn fit<T: TrainingTask>(
                     }));
                 }
             }
-            if run.steps_done < plan.steps.len() && task.checkpoint_due(run.steps_done, last_save.elapsed()) {
+            let stop = task.mid_round_checkpoints() && crate::interrupt::stop_requested();
+            if run.steps_done < plan.steps.len() && (stop || task.checkpoint_due(run.steps_done, last_save.elapsed())) {
                 let now = run.checkpoint_state(&state, step, &dropout);
                 on_checkpoint(MidEpoch { model: task.model(), state: &now, optimizer: &optimizer })?;
                 last_save = Instant::now();
+                crate::interrupt::check(step)?;
             }
         }
         let stats = run.stats(round, step);
@@ -255,6 +262,9 @@ pub(crate) fn fit<T: TrainingTask>(
         if task.stops(&state) {
             break;
         }
+        // A stop asked for during the round's last step or its evaluation: the round's end is
+        // saved.
+        crate::interrupt::check(step)?;
     }
     Ok(logs)
 }

@@ -42,6 +42,7 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
     let mut reporter = Reporter::new(text, json, args.spec.progress_unit());
     let mut front = serde_json::Map::new();
     front.insert("log_format".into(), serde_json::to_value(args.log_format)?);
+    crate::interrupt::stop_cleanly_on_ctrl_c(crate::interrupt::AFTER_THIS_STEP);
     let summary = train_run(&mut args.spec, front, &mut reporter);
     reporter.finish();
     let summary = summary?;
