@@ -72,14 +72,31 @@ fn an_ensemble_averages_its_members_probabilities_by_label_name() {
         assert_eq!(said[0].label, member_results[0][i].as_ref().unwrap().label);
     }
     // The queue's path (prepare, encode units, finish) gives the same prediction (up to the
-    // HAN's float rounding alone vs in a batch).
+    // HAN's float rounding alone vs in a batch): the document's units are the encoder
+    // member's chunks and one unit per HAN, encoded here in one batch with another
+    // document's units, in reverse order.
     let prepared = ensemble.prepare(texts[1]).unwrap();
-    let units: Vec<_> = (0..prepared.units()).map(|u| (&prepared, u)).collect();
-    let outputs = ensemble.encode_units(&units).unwrap();
+    let other = ensemble.prepare(texts[0]).unwrap();
+    let chunks = hier.prepare(texts[1]).unwrap().units();
+    assert_eq!(prepared.units(), chunks + 2, "the hierarchical member's chunks, then one unit per HAN");
+    assert_eq!(prepared.tokens(), hier.prepare(texts[1]).unwrap().tokens());
+    let mut units: Vec<_> = (0..prepared.units()).map(|u| (&prepared, u)).collect();
+    units.extend((0..other.units()).map(|u| (&other, u)));
+    units.reverse();
+    let mut outputs = ensemble.encode_units(&units).unwrap();
+    outputs.drain(..other.units()); // the other document's units came first
+    outputs.reverse();
     let queued = ensemble.finish(&prepared, outputs).unwrap().unwrap();
     let batched = results[1].as_ref().unwrap();
     assert!(max_diff(queued.probabilities(), batched.probabilities()) <= 1e-6);
     assert_eq!((&queued.label, &queued.chunks), (&batched.label, &batched.chunks));
+    let members = queued.members.as_ref().unwrap();
+    assert_eq!(members.len(), 3);
+    // Units of another document, or too few, are refused by name.
+    let single: Vec<_> = (0..other.units()).map(|u| (&other, u)).collect();
+    let outputs = ensemble.encode_units(&single).unwrap();
+    assert!(ensemble.finish(&prepared, outputs).is_err());
+    assert!(ensemble.encode_units(&[(&prepared, prepared.units())]).is_err());
 }
 
 #[test]

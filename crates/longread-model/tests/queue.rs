@@ -1,6 +1,7 @@
 //! The batching queue: documents submitted from many threads at once get exactly the scores
 //! `Classifier::classify` gives them alone; a short document submitted behind a long one is
 //! answered first (round-robin units); a cancelled document's remaining units are dropped.
+//! Ensembles queue their members' units (an encoder member's chunks among everyone's).
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{fixture, hier_documents as documents, max_diff};
+use longread_model::classifier::ensemble::build_ensemble;
 use longread_model::classifier::queue::{BatchQueue, JobOutcome};
 use longread_model::{Classifier, ClassifierOptions, Prediction};
 
@@ -34,12 +36,23 @@ fn classify_queued(queue: &BatchQueue, text: &str) -> JobOutcome {
     rx.recv_timeout(Duration::from_secs(60)).unwrap()
 }
 
+/// An ensemble of the RoBERTa hierarchical fixture (chunks) and the HAN (a whole-text unit),
+/// in a new temporary directory.
+fn ensemble() -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ens");
+    build_ensemble(&[(fixture("hier/roberta-attention"), 2.0), (fixture("han"), 1.0)], &out).unwrap();
+    (tmp, out)
+}
+
 #[test]
 fn documents_from_32_threads_get_the_scores_they_get_alone() {
-    for model in ["hier/trained-bert-attention", "hier/trained-multitask", "han"] {
+    let (_tmp, ensemble) = ensemble();
+    let models = [fixture("hier/trained-bert-attention"), fixture("hier/trained-multitask"), fixture("han"), ensemble];
+    for model in models {
         // A small budget: batches mix the chunks of many documents.
         let options = ClassifierOptions { max_batch_tokens: 96, ..ClassifierOptions::default() };
-        let classifier = Arc::new(Classifier::load(&fixture(model), options).unwrap());
+        let classifier = Arc::new(Classifier::load(&model, options).unwrap());
         let docs = documents();
         let queue = Arc::new(BatchQueue::start(Arc::clone(&classifier), |_| {}));
         let threads: Vec<_> = (0..32)
@@ -56,7 +69,7 @@ fn documents_from_32_threads_get_the_scores_they_get_alone() {
             same(&alone, &queued);
             answered += 1;
         }
-        assert_eq!(answered, 32, "{model}");
+        assert_eq!(answered, 32, "{}", model.display());
         assert_eq!(queue.documents(), 0);
         assert_eq!(queue.waiting_units(), 0);
     }
@@ -64,9 +77,16 @@ fn documents_from_32_threads_get_the_scores_they_get_alone() {
 
 #[test]
 fn a_short_document_behind_a_long_one_is_answered_first() {
-    // One chunk per batch: the long document's chunks and the short one's alternate.
+    let (_tmp, ensemble) = ensemble();
+    for model in [fixture("hier/trained-bert-attention"), ensemble] {
+        a_short_document_behind_a_long_one_is_answered_first_by(&model);
+    }
+}
+
+fn a_short_document_behind_a_long_one_is_answered_first_by(model: &std::path::Path) {
+    // One unit per batch: the long document's chunks and the short one's units alternate.
     let options = ClassifierOptions { max_batch_tokens: 1, ..ClassifierOptions::default() };
-    let classifier = Arc::new(Classifier::load(&fixture("hier/trained-bert-attention"), options).unwrap());
+    let classifier = Arc::new(Classifier::load(model, options).unwrap());
     let long = documents().join(" ").repeat(20);
     let long_doc = classifier.prepare(&long).unwrap();
     assert!(long_doc.units() >= 4, "{} chunks", long_doc.units());

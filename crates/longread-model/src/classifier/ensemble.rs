@@ -12,6 +12,7 @@ use longread_bow::is_bow_dir;
 use longread_text::Document;
 use serde::{Deserialize, Serialize};
 
+use super::units::PreparedDocument;
 use super::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
 use crate::classifier::prediction::MemberPrediction;
 use crate::error::{ModelError, Result};
@@ -276,10 +277,20 @@ impl Ensemble {
         Ok((0..group.len()).map(|doc| self.combine(by_member.iter().map(|r| &r[doc]))).collect())
     }
 
+    /// `text` as each member prepares it, in member order (for the serving queue: an encoder
+    /// member's chunks then share batches with other documents'); a member that cannot read
+    /// it names itself in the error, as [`Ensemble::classify`] does.
+    pub(super) fn prepare(&self, text: &str) -> std::result::Result<Vec<PreparedDocument>, DocError> {
+        self.members
+            .iter()
+            .map(|m| m.classifier.prepare(text).map_err(|e| DocError::new(format!("{}: {}", m.name, e.message))))
+            .collect()
+    }
+
     /// One document's ensemble prediction from its members' results, in member order: the
     /// weighted mean of their probabilities, logits = ln(probability), and the evidence
     /// (chunks or sentences) of the first member that shows some.
-    fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
+    pub(super) fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
         let mut probabilities = vec![0f64; self.labels.len()];
         let mut members = Vec::with_capacity(self.members.len());
         let mut evidence: Option<&super::Prediction> = None;

@@ -2,7 +2,10 @@
 //! ([`super::queue`]): a document is prepared once (tokenized and chunked), its units — an
 //! encoder model's chunks, or a HAN's whole document — are encoded in batches shared with
 //! other documents, and its prediction is made from its units' outputs. A unit's output does
-//! not depend on what else was in its batch, so a document gets the scores it gets alone.
+//! not depend on what else was in its batch, so a document gets the scores it gets alone. An
+//! ensemble's document is its members' prepared documents, one after the other: an encoder
+//! member's chunks are queued like any chunks (fair round-robin, cancellation between
+//! batches), and the members' predictions are combined when the last unit is in.
 
 use candle_core::{Device, Tensor};
 use longread_text::{pad_batch, ChunkedDocument};
@@ -21,25 +24,44 @@ pub struct PreparedDocument {
 enum Prepared {
     /// An encoder model's chunks.
     Chunks(ChunkedDocument),
-    /// A HAN, a bag of words or an ensemble reads the whole text at once.
+    /// A HAN or a bag of words reads the whole text at once.
     Whole(String),
+    /// An ensemble: each member's prepared document, in member order; the units are theirs,
+    /// one member's after the other's.
+    Members(Vec<PreparedDocument>),
 }
 
 impl PreparedDocument {
-    /// Units to encode (chunks; 1 for a HAN).
+    /// Units to encode (chunks; 1 for a HAN or a bag of words; an ensemble's members' units).
     pub fn units(&self) -> usize {
         match &self.kind {
             Prepared::Chunks(doc) => doc.chunks.len(),
             Prepared::Whole(_) => 1,
+            Prepared::Members(docs) => docs.iter().map(PreparedDocument::units).sum(),
         }
     }
 
-    /// Tokens of the document (encoder models; 0 for a HAN).
+    /// Tokens of the document (encoder models, and ensembles with one: the first such
+    /// member's; 0 for a HAN or a bag of words).
     pub fn tokens(&self) -> usize {
         match &self.kind {
             Prepared::Chunks(doc) => doc.total_tokens,
             Prepared::Whole(_) => 0,
+            Prepared::Members(docs) => docs.iter().map(PreparedDocument::tokens).find(|&t| t > 0).unwrap_or(0),
         }
+    }
+
+    /// The member and the member's unit that unit `unit` of an ensemble's document is.
+    fn member_unit(&self, unit: usize) -> Option<(usize, &PreparedDocument, usize)> {
+        let Prepared::Members(docs) = &self.kind else { return None };
+        let mut first = 0;
+        for (m, doc) in docs.iter().enumerate() {
+            if unit < first + doc.units() {
+                return Some((m, doc, unit - first));
+            }
+            first += doc.units();
+        }
+        None
     }
 }
 
@@ -51,22 +73,23 @@ pub struct UnitOutput(Output);
 enum Output {
     /// A chunk's vector, `[hidden]`.
     Vector(Tensor),
-    /// A HAN document's whole result.
+    /// A HAN or bag-of-words document's whole result.
     Done(Box<DocResult>),
 }
 
 impl Classifier {
-    /// Tokenizes and chunks `text` (a HAN checks only that it has text); an empty or unusable
-    /// text is a [`DocError`].
+    /// Tokenizes and chunks `text` (a HAN checks only that it has text; an ensemble's members
+    /// each prepare it); an empty or unusable text is a [`DocError`].
     pub fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
         let kind = match &self.model {
             Model::Encoder { chunker, .. } => {
                 Prepared::Chunks(chunker.chunk(text).map_err(|e| DocError::new(e.to_string()))?)
             }
-            Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) if text.trim().is_empty() => {
+            Model::Han(_) | Model::Bow(_) if text.trim().is_empty() => {
                 return Err(DocError::new("the document is empty"))
             }
-            Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) => Prepared::Whole(text.to_owned()),
+            Model::Han(_) | Model::Bow(_) => Prepared::Whole(text.to_owned()),
+            Model::Ensemble(ensemble) => Prepared::Members(ensemble.prepare(text)?),
         };
         Ok(PreparedDocument { kind })
     }
@@ -75,9 +98,14 @@ impl Classifier {
     /// stays within `max_batch_tokens`: its tokens, or for a HAN a share that fits the HAN's
     /// batch.
     pub fn unit_cost(&self, doc: &PreparedDocument, unit: usize) -> usize {
-        match &doc.kind {
-            Prepared::Chunks(d) => d.chunks[unit].ids.len(),
-            Prepared::Whole(_) => self.options.max_batch_tokens.div_ceil(HAN_BATCH),
+        match (&self.model, &doc.kind) {
+            (_, Prepared::Chunks(d)) => d.chunks.get(unit).map_or(0, |c| c.ids.len()),
+            (_, Prepared::Whole(_)) => self.options.max_batch_tokens.div_ceil(HAN_BATCH),
+            (Model::Ensemble(ensemble), Prepared::Members(_)) => match doc.member_unit(unit) {
+                Some((m, member_doc, u)) => ensemble.classifiers().nth(m).map_or(0, |c| c.unit_cost(member_doc, u)),
+                None => 0,
+            },
+            (_, Prepared::Members(_)) => 0,
         }
     }
 
@@ -104,7 +132,25 @@ impl Classifier {
                 }
                 Ok(outputs.into_iter().map(|o| o.expect("every unit is in a group")).collect())
             }
-            Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) => {
+            Model::Ensemble(ensemble) => {
+                // Each member encodes its own units of the batch, together.
+                let located =
+                    units.iter().map(|(d, u)| d.member_unit(*u).ok_or_else(mismatch)).collect::<Result<Vec<_>>>()?;
+                let mut outputs: Vec<Option<UnitOutput>> = (0..units.len()).map(|_| None).collect();
+                for (m, member) in ensemble.classifiers().enumerate() {
+                    let mine: Vec<usize> = (0..units.len()).filter(|&i| located[i].0 == m).collect();
+                    if mine.is_empty() {
+                        continue;
+                    }
+                    let member_units: Vec<(&PreparedDocument, usize)> =
+                        mine.iter().map(|&i| (located[i].1, located[i].2)).collect();
+                    for (i, output) in mine.into_iter().zip(member.encode_units(&member_units)?) {
+                        outputs[i] = Some(output);
+                    }
+                }
+                Ok(outputs.into_iter().map(|o| o.expect("every unit belongs to a member")).collect())
+            }
+            Model::Han(_) | Model::Bow(_) => {
                 let docs: Vec<longread_text::Document> = units
                     .iter()
                     .enumerate()
@@ -132,11 +178,21 @@ impl Classifier {
                 let scores = model.score_tasks(&Tensor::stack(&rows, 0)?)?;
                 Ok(Ok(encoder_prediction(&self.tasks, chunked, scores)))
             }
-            (Model::Han(_) | Model::Bow(_) | Model::Ensemble(_), Prepared::Whole(_)) => {
-                match outputs.into_iter().next().map(|o| o.0) {
-                    Some(Output::Done(result)) => Ok(*result),
-                    _ => Err(mismatch()),
+            (Model::Han(_) | Model::Bow(_), Prepared::Whole(_)) => match outputs.into_iter().next().map(|o| o.0) {
+                Some(Output::Done(result)) => Ok(*result),
+                _ => Err(mismatch()),
+            },
+            (Model::Ensemble(ensemble), Prepared::Members(docs)) => {
+                if outputs.len() != doc.units() {
+                    return Err(mismatch());
                 }
+                let mut outputs = outputs.into_iter();
+                let mut results = Vec::with_capacity(docs.len());
+                for (member, member_doc) in ensemble.classifiers().zip(docs) {
+                    let own: Vec<UnitOutput> = outputs.by_ref().take(member_doc.units()).collect();
+                    results.push(member.finish(member_doc, own)?);
+                }
+                Ok(ensemble.combine(results.iter()))
             }
             _ => Err(mismatch()),
         }
@@ -167,15 +223,15 @@ fn similar_lengths(seqs: &[&[u32]]) -> Vec<Vec<usize>> {
 fn chunk_ids(doc: &PreparedDocument, unit: usize) -> Result<&[u32]> {
     match &doc.kind {
         Prepared::Chunks(d) => d.chunks.get(unit).map(|c| c.ids.as_slice()).ok_or_else(mismatch),
-        Prepared::Whole(_) => Err(mismatch()),
+        Prepared::Whole(_) | Prepared::Members(_) => Err(mismatch()),
     }
 }
 
-/// A HAN document's text.
+/// A HAN or bag-of-words document's text.
 fn whole_text(doc: &PreparedDocument) -> &str {
     match &doc.kind {
         Prepared::Whole(text) => text,
-        Prepared::Chunks(_) => "",
+        Prepared::Chunks(_) | Prepared::Members(_) => "",
     }
 }
 
