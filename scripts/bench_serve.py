@@ -3,10 +3,13 @@
 documents, in one run. Standard library only (no PyTorch needed).
 
   python3 scripts/bench_serve.py [--docs 100] [--threads 2] [--concurrency 1,8,32]
-          [--long-tokens 100000] [--soak-seconds 0] [--json-out FILE]
+          [--long-tokens 100000] [--soak-seconds 0] [--ensemble] [--json-out FILE]
 
 A classifier is made with `longread init` on ../shared/models/all-MiniLM-L6-v2 (chunks of 512,
-stride 256, --max-chunks 0: every chunk of every document is read). Phases:
+stride 256, --max-chunks 0: every chunk of every document is read); with --ensemble, the
+served and predicted model is `longread ensemble` of that classifier and a bag of words
+(`train --arch bow` on the hyperpartisan training articles, seconds). LONGREAD_BIN overrides
+the binary (default target/release/longread). Phases:
   predict      `longread predict` on the first --docs hyperpartisan test articles: its own
                timing line (model loading excluded), documents/s.
   concurrency  the server (default flags, or --max-batch-tokens) answers the same articles, each POSTed once to
@@ -40,7 +43,7 @@ from bench_cpu import cpu_description  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 SHARED = os.path.join(ROOT, "..", "shared")
 MINILM = os.path.join(SHARED, "models", "all-MiniLM-L6-v2")
-BINARY = os.path.join(ROOT, "target", "release", "longread")
+BINARY = os.environ.get("LONGREAD_BIN", os.path.join(ROOT, "target", "release", "longread"))
 
 
 def articles():
@@ -137,6 +140,8 @@ def main():
     ap.add_argument("--long-tokens", type=int, default=100000)
     ap.add_argument("--soak-seconds", type=int, default=0)
     ap.add_argument("--max-batch-tokens", type=int, help="the server's (default: its own default)")
+    ap.add_argument("--ensemble", action="store_true",
+                    help="serve an ensemble of the classifier and a bag of words (the recipe's shape)")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     all_articles = articles()
@@ -147,8 +152,17 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "model")
-        subprocess.run([BINARY, "-q", "init", "--encoder", MINILM, "--labels", "no,yes", "--out", model,
+        labels = "0,1" if args.ensemble else "no,yes"
+        subprocess.run([BINARY, "-q", "init", "--encoder", MINILM, "--labels", labels, "--out", model,
                         "--max-chunks", "0"], check=True)
+        if args.ensemble:
+            train = os.path.join(SHARED, "data", "hyperpartisan", "train.jsonl")
+            bow, members = os.path.join(tmp, "bow"), model
+            subprocess.run([BINARY, "-q", "train", "--arch", "bow", "--labels", labels, "--train", train, "--out", bow],
+                           check=True)
+            model = os.path.join(tmp, "ensemble")
+            subprocess.run([BINARY, "-q", "ensemble", "--model", members, "--model", bow, "--out", model], check=True)
+        results["model"] = "ensemble (classifier + bag of words)" if args.ensemble else "classifier"
         path = os.path.join(tmp, "docs.jsonl")
         with open(path, "w") as f:
             for d in docs:
