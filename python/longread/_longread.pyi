@@ -92,7 +92,8 @@ def train(
     """`longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
     keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
     `lr=2e-5`, `c_values=[0.1, 1]`); True gives a switch, False or None leaves it out, a list
-    repeats the flag. Notes and a line per epoch go to stderr unless `quiet`. Ctrl-C
+    repeats the flag. Notes, a progress line at most every 10 s (step, loss, time left) and
+    a line per epoch go to stderr unless `quiet`. Ctrl-C
     stops the run after the step in progress, saves a checkpoint and raises
     KeyboardInterrupt; the same call with `resume="auto"` continues it.
     Returns {"out", "epochs", "best_epoch", "stopped_for_resume", "bow", "cv"};

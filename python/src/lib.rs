@@ -390,7 +390,8 @@ fn init(
 /// keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
 /// `lr=2e-5`, `c_values=[0.1, 1, 10]`); True gives a switch, False or None leaves it out, a
 /// list repeats the flag. The same run as the command line's (checkpoints, resume, metrics
-/// files in OUT); set-up notes and a line per epoch go to stderr unless `quiet`. Ctrl-C
+/// files in OUT); set-up notes, a progress line at most every 10 s (step, loss, time left) and
+/// a line per epoch go to stderr unless `quiet`. Ctrl-C
 /// (KeyboardInterrupt) stops the run after the step in progress and saves a checkpoint there
 /// before it is raised: the same call with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run), "best_epoch",
 /// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv run's folds)}.
@@ -411,7 +412,7 @@ fn train(
     let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
     longread_train::interrupt::clear_stop();
     let (run, interrupted) = py.allow_threads(move || {
-        let mut hooks = Lines { quiet, interrupted: None };
+        let mut hooks = Lines { quiet, interrupted: None, last_line: None, first_step: None };
         let run = longread_train::run::train_run(&mut spec, serde_json::Map::new(), &mut hooks).map(|summary| {
             let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
             serde_json::json!({
@@ -441,16 +442,51 @@ fn train(
     }
 }
 
-/// Training hooks for a Python session: the set-up notes and one line per epoch on stderr
-/// (nothing when `quiet`); the summary and OUT's metrics files hold the rest. At every report
-/// it lets Python handle pending signals: a Ctrl-C (KeyboardInterrupt) asks the run to stop
-/// after the step in progress and save a checkpoint, then is raised when the run returns.
+/// Training hooks for a Python session: the set-up notes, a progress line at most every
+/// [`PROGRESS_EVERY`] (steps with loss and time left, cache building) and one line per epoch on
+/// stderr (nothing when `quiet`); the summary and OUT's metrics files hold the rest. At every
+/// report it lets Python handle pending signals: a Ctrl-C (KeyboardInterrupt) asks the run to
+/// stop after the step in progress and save a checkpoint, then is raised when the run returns.
 struct Lines {
     quiet: bool,
     interrupted: Option<PyErr>,
+    /// When the last progress line was printed.
+    last_line: Option<std::time::Instant>,
+    /// The first step this call took, and when (for the time left).
+    first_step: Option<(usize, std::time::Instant)>,
 }
 
+/// Least time between two progress lines (a notebook's output stays readable).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Lines {
+    /// Whether a progress line is due (the first one, then every [`PROGRESS_EVERY`]).
+    fn line_due(&mut self, last: bool) -> bool {
+        let due = !self.quiet && (last || self.last_line.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY));
+        if due {
+            self.last_line = Some(std::time::Instant::now());
+        }
+        due
+    }
+
+    /// A line for an optimizer step: where the run is, the step's loss and the time left at
+    /// this call's pace so far.
+    fn step_line(&mut self, step: &longread_train::trainer::StepLog) {
+        let (first, started) = *self.first_step.get_or_insert((step.step, std::time::Instant::now()));
+        if !self.line_due(step.step == step.total_steps) {
+            return;
+        }
+        let done = step.step.saturating_sub(first);
+        let left = match done {
+            0 => String::new(),
+            _ => {
+                let per_step = started.elapsed().as_secs_f64() / done as f64;
+                format!(", ~{:.0} s left", per_step * step.total_steps.saturating_sub(step.step) as f64)
+            }
+        };
+        eprintln!("step {}/{}: loss {:.4}, lr {:.2e}{left}", step.step, step.total_steps, step.loss, step.lr);
+    }
+
     /// Runs Python's signal handlers; the first exception they raise stops the run.
     fn poll_signals(&mut self) {
         if self.interrupted.is_some() {
@@ -467,7 +503,18 @@ impl Lines {
 }
 
 impl longread_train::run::RunHooks for Lines {
-    fn progress(&mut self, _: longread_train::trainer::Progress) {
+    fn progress(&mut self, progress: longread_train::trainer::Progress) {
+        use longread_train::trainer::Progress;
+        match &progress {
+            Progress::Step(step) => self.step_line(step),
+            Progress::Caching { done, total } if self.line_due(done == total) => {
+                eprintln!("caching frozen layers: {done}/{total} chunks")
+            }
+            Progress::Fits { done, total } if self.line_due(done == total) => {
+                eprintln!("bag of words: {done}/{total} fits (cross-validation, then the final model)")
+            }
+            _ => {}
+        }
         self.poll_signals();
     }
     fn epoch(&mut self, log: &longread_train::trainer::EpochLog) {

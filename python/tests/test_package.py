@@ -221,7 +221,7 @@ def test_init_refuses_what_the_cli_refuses(tmp_path):
     assert not any((tmp_path / d).exists() for d in "abcde")
 
 
-def test_train_ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model(tmp_path):
+def test_train_ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model(tmp_path, capfd):
     train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
     init = tmp_path / "init"
     longread.init(os.path.join(FIXTURES, "tiny-bert"), ["rain", "prices"], init, chunk_size=16, stride=4,
@@ -246,7 +246,12 @@ def test_train_ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model(tmp_path
     presser.join()
     assert (tmp_path / "part" / "checkpoint-last").exists()
     assert len(metrics.read_text().splitlines()) < 80, "stopped early"
-    summary = longread.train(train, tmp_path / "part", resume="auto", **flags)
+    summary = longread.train(train, tmp_path / "part", resume="auto", **{**flags, "quiet": False})
     assert summary["epochs"][-1]["epoch"] == 80
     weights = [(tmp_path / d / "model.safetensors").read_bytes() for d in ("full", "part")]
     assert weights[0] == weights[1], "interrupted + resumed differs from the uninterrupted run"
+    # The resumed run (not quiet) reported its progress, ending with its last step.
+    steps = [line for line in capfd.readouterr().err.splitlines() if line.startswith("step ")]
+    assert steps, "progress lines"
+    done, total = steps[-1].split(":")[0].split()[1].split("/")
+    assert done == total and "s left" in steps[-1], steps[-1]
