@@ -5,7 +5,8 @@ the decision. The same library the `longread` command line and server run:
     >>> clf = longread.Classifier("path/to/model")
     >>> clf.predict(["a long transcript ..."])[0]["label"]
 
-Classifier, Embedder, evaluate, ensemble, init and train are native (the GIL is released while the
+Classifier, Embedder, evaluate, ensemble, init, train and the RoBERTa kit (train_tokenizer,
+new_encoder, pretrain) are native (the GIL is released while the
 model runs); `longread.ray` classifies datasets on a Ray cluster. `longread.init` and
 `longread.train` take `longread init`'s and `longread train`'s flags as keywords (their
 `--help` lists them):
@@ -25,7 +26,10 @@ from ._longread import (
     ensemble,
     evaluate,
     init,
+    new_encoder,
+    pretrain,
     train,
+    train_tokenizer,
 )
 
 __all__ = [
@@ -37,6 +41,9 @@ __all__ = [
     "ensemble",
     "evaluate",
     "init",
+    "new_encoder",
+    "pretrain",
     "train",
+    "train_tokenizer",
     "__version__",
 ]

@@ -82,6 +82,40 @@ def init(
     config.json; raises LongreadError with the command line's message for settings it refuses,
     ModelLoadError for an encoder it cannot read."""
 
+def train_tokenizer(
+    corpus: Union[str, PathLike[str], Sequence[Union[str, PathLike[str]]]],
+    out: Union[str, PathLike[str]],
+    **flags: Any,
+) -> dict[str, Any]:
+    """`longread tokenizer train`: a byte-level BPE (`kind="bpe"`, default) or WordPiece
+    (`kind="wordpiece"`) tokenizer learned from `corpus` (files or directories), written as
+    OUT/tokenizer.json; `vocab_size`, `min_frequency`, `lowercase` as the flags. Returns
+    {"path", "vocab_size", "texts", "bytes", "seconds"}."""
+
+def new_encoder(
+    preset: str,
+    tokenizer: Union[str, PathLike[str]],
+    out: Union[str, PathLike[str]],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """`longread encoder new`: a freshly initialised RoBERTa (roberta-base, roberta-large,
+    small, tiny) for `tokenizer`, written to `out` in RobertaForMaskedLM's layout. Returns
+    {"config", "parameters"}."""
+
+def pretrain(
+    corpus: Union[str, PathLike[str], Sequence[Union[str, PathLike[str]]]],
+    tokenizer: Union[str, PathLike[str]],
+    out: Union[str, PathLike[str]],
+    threads: Optional[int] = None,
+    quiet: bool = False,
+    **flags: Any,
+) -> dict[str, Any]:
+    """`longread pretrain`: MLM pretraining with dynamic masking; every flag of `longread
+    pretrain --help` as a keyword (`preset="small"`, `max_steps=2000`, `resume="auto"`).
+    Progress and an evaluation line per `eval_every` steps go to stderr unless `quiet`;
+    Ctrl-C stops at the next evaluation (checkpoint saved) and raises KeyboardInterrupt.
+    Returns {"out", "evaluations", "stopped_for_resume"}."""
+
 def train(
     train: Union[str, PathLike[str]],
     out: Union[str, PathLike[str]],

@@ -410,30 +410,127 @@ fn train(
         vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
     args.extend(flag_args(flags)?);
     let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    run_interruptibly(py, quiet, move |hooks| {
+        let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), hooks)?;
+        let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
+        Ok(serde_json::json!({
+            "out": spec.out,
+            "epochs": summary.logs,
+            "best_epoch": best,
+            "stopped_for_resume": summary.stopped_for_resume,
+            "bow": summary.bow,
+            "cv": summary.cv,
+        }))
+    })
+}
+
+/// `[flag, value, flag, value, ...]` for each value of a path or a list of paths.
+fn repeated(flag: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let items: Vec<Bound<'_, PyAny>> = if values.is_instance_of::<PyList>() || values.is_instance_of::<PyTuple>() {
+        values.try_iter()?.collect::<PyResult<_>>()?
+    } else {
+        vec![values.clone()]
+    };
+    let mut args = Vec::new();
+    for item in items {
+        args.extend([flag.to_string(), item.str()?.to_string()]);
+    }
+    Ok(args)
+}
+
+/// train_tokenizer(corpus, out, **flags) -> dict
+///
+/// `longread tokenizer train --corpus CORPUS... --out OUT ...`: a byte-level BPE (RoBERTa,
+/// `kind="bpe"`, the default) or WordPiece (`kind="wordpiece"`) tokenizer learned from
+/// `corpus` (a file or directory, or a list of them), written as OUT/tokenizer.json;
+/// `vocab_size`, `min_frequency`, `lowercase` as the command line's flags. Returns {"path",
+/// "vocab_size", "texts", "bytes", "seconds"}.
+#[pyfunction]
+#[pyo3(signature = (corpus, out, **flags))]
+fn train_tokenizer(
+    py: Python<'_>,
+    corpus: &Bound<'_, PyAny>,
+    out: PathBuf,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    let mut args = repeated("--corpus", corpus)?;
+    args.extend(["--out".to_string(), out.display().to_string()]);
+    args.extend(flag_args(flags)?);
+    let spec = longread_train::run::flags::tokenizer_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let made = py.allow_threads(|| longread_train::run::kit::train_tokenizer_run(&spec));
+    let made = made.map_err(|e| LongreadError::new_err(e.to_string()))?;
+    from_json(py, &serde_json::to_string(&made).unwrap_or_default())
+}
+
+/// new_encoder(preset, tokenizer, out, seed=0) -> dict
+///
+/// `longread encoder new`: a freshly initialised RoBERTa (`preset`: roberta-base,
+/// roberta-large, small or tiny) for `tokenizer` (a tokenizer.json or a directory holding one;
+/// its size sets the vocabulary), written to `out` (which must not exist) in
+/// RobertaForMaskedLM's layout. Returns {"config" (its config.json), "parameters"}.
+#[pyfunction]
+#[pyo3(signature = (preset, tokenizer, out, seed=0))]
+fn new_encoder(py: Python<'_>, preset: String, tokenizer: PathBuf, out: PathBuf, seed: u64) -> PyResult<PyObject> {
+    let spec = longread_train::run::kit::EncoderSpec { preset, tokenizer, out, seed };
+    let made = py.allow_threads(|| longread_train::run::kit::new_encoder_run(&spec));
+    let made = made.map_err(|e| LongreadError::new_err(e.to_string()))?;
+    from_json(py, &serde_json::to_string(&made).unwrap_or_default())
+}
+
+/// pretrain(corpus, tokenizer, out, threads=None, quiet=False, **flags) -> dict
+///
+/// `longread pretrain --corpus CORPUS... --tokenizer TOKENIZER --out OUT ...`: masked-language-
+/// model pretraining of a RoBERTa with dynamic masking; every flag of `longread pretrain
+/// --help` as a keyword (`preset="small"`, `max_steps=2000`, `eval_every=200`,
+/// `resume="auto"`). An evaluation line per --eval-every steps goes to stderr unless `quiet`;
+/// Ctrl-C stops at the next evaluation (where a checkpoint is saved) and raises
+/// KeyboardInterrupt. Returns {"out", "evaluations" (one dict each), "stopped_for_resume"}.
+#[pyfunction]
+#[pyo3(signature = (corpus, tokenizer, out, threads=None, quiet=false, **flags))]
+fn pretrain(
+    py: Python<'_>,
+    corpus: &Bound<'_, PyAny>,
+    tokenizer: PathBuf,
+    out: PathBuf,
+    threads: Option<usize>,
+    quiet: bool,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    set_threads(threads)?;
+    let mut args = repeated("--corpus", corpus)?;
+    args.extend(["--tokenizer".to_string(), tokenizer.display().to_string()]);
+    args.extend(["--out".to_string(), out.display().to_string()]);
+    args.extend(flag_args(flags)?);
+    let spec = longread_train::run::flags::pretrain_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    run_interruptibly(py, quiet, |hooks| {
+        let summary = longread_train::run::pretrain_run(&spec, serde_json::Map::new(), hooks)?;
+        Ok(serde_json::json!({
+            "out": spec.out,
+            "evaluations": summary.logs,
+            "stopped_for_resume": summary.stopped_for_resume,
+        }))
+    })
+}
+
+/// Runs a training `run` without the GIL, with [`Lines`] as its hooks (a Ctrl-C asks it to
+/// stop cleanly); returns its JSON summary, or its error: after a Ctrl-C, the
+/// KeyboardInterrupt (with the message that says how to resume on stderr).
+fn run_interruptibly(
+    py: Python<'_>,
+    quiet: bool,
+    run: impl FnOnce(&mut Lines) -> Result<serde_json::Value, longread_train::TrainError> + Send,
+) -> PyResult<PyObject> {
     longread_train::interrupt::clear_stop();
-    let (run, interrupted) = py.allow_threads(move || {
+    let (run, interrupted) = py.allow_threads(|| {
         let mut hooks = Lines { quiet, interrupted: None, last_line: None, first_step: None };
-        let run = longread_train::run::train_run(&mut spec, serde_json::Map::new(), &mut hooks).map(|summary| {
-            let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
-            serde_json::json!({
-                "out": spec.out,
-                "epochs": summary.logs,
-                "best_epoch": best,
-                "stopped_for_resume": summary.stopped_for_resume,
-                "bow": summary.bow,
-                "cv": summary.cv,
-            })
-            .to_string()
-        });
-        (run, hooks.interrupted)
+        let result = run(&mut hooks).map(|json| json.to_string());
+        (result, hooks.interrupted)
     });
     longread_train::interrupt::clear_stop();
     match (run, interrupted) {
         (Ok(json), None) => from_json(py, &json),
         // Ctrl-C during a run that ended anyway (its last step, or a bag of words): saved.
         (Ok(_), Some(signal)) => Err(signal),
-        // Ctrl-C: the checkpoint is saved; the KeyboardInterrupt goes on, after the message
-        // that says how to resume.
         (Err(e @ longread_train::TrainError::Interrupted(_)), Some(signal)) => {
             eprintln!("{e}");
             Err(signal)
@@ -535,6 +632,32 @@ impl longread_train::run::RunHooks for Lines {
     }
 }
 
+impl longread_train::run::PretrainHooks for Lines {
+    fn step(&mut self, step: &longread_train::pretrain::PretrainStep) {
+        let as_step = longread_train::trainer::StepLog {
+            step: step.step,
+            total_steps: step.total_steps,
+            loss: step.loss,
+            lr: step.lr,
+            chunks: step.tokens,
+        };
+        self.step_line(&as_step);
+        self.poll_signals();
+    }
+    fn eval(&mut self, log: &longread_train::pretrain::PretrainLog) {
+        if !self.quiet {
+            eprintln!(
+                "step {}: train loss {:.4}, held-out loss {:.4}, perplexity {:.2}, {:.0} tokens/s",
+                log.step, log.train_loss, log.eval_loss, log.perplexity, log.tokens_per_second
+            );
+        }
+        self.poll_signals();
+    }
+    fn note(&mut self, line: &str) {
+        <Self as longread_train::run::RunHooks>::note(self, line)
+    }
+}
+
 #[pymodule]
 fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Classifier>()?;
@@ -543,6 +666,9 @@ fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ensemble, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
+    m.add_function(wrap_pyfunction!(pretrain, m)?)?;
+    m.add_function(wrap_pyfunction!(train_tokenizer, m)?)?;
+    m.add_function(wrap_pyfunction!(new_encoder, m)?)?;
     m.add("LongreadError", m.py().get_type::<LongreadError>())?;
     m.add("ModelLoadError", m.py().get_type::<ModelLoadError>())?;
     m.add("InvalidDocumentError", m.py().get_type::<InvalidDocumentError>())?;

@@ -255,3 +255,49 @@ def test_train_ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model(tmp_path
     assert steps, "progress lines"
     done, total = steps[-1].split(":")[0].split()[1].split("/")
     assert done == total and "s left" in steps[-1], steps[-1]
+
+
+def test_the_roberta_kit_makes_what_the_cli_makes(tmp_path, capfd):
+    corpus = os.path.join(FIXTURES, "synthetic")
+    made = longread.train_tokenizer(corpus, tmp_path / "tok-py", vocab_size=400)
+    cli = run_cli("tokenizer", "train", "--corpus", corpus, "--out", str(tmp_path / "tok-cli"), "--vocab-size", "400")
+    assert cli.returncode == 0, cli.stderr
+    assert made["path"] == str(tmp_path / "tok-py" / "tokenizer.json") and made["vocab_size"] <= 400
+    assert made["texts"] > 0 and made["bytes"] > 0
+    assert (tmp_path / "tok-py" / "tokenizer.json").read_bytes() == (tmp_path / "tok-cli" / "tokenizer.json").read_bytes()
+
+    encoder = longread.new_encoder("tiny", tmp_path / "tok-py", tmp_path / "enc-py", seed=3)
+    cli = run_cli("encoder", "new", "--preset", "tiny", "--tokenizer", str(tmp_path / "tok-cli"),
+                  "--out", str(tmp_path / "enc-cli"), "--seed", "3")
+    assert cli.returncode == 0, cli.stderr
+    assert encoder["config"]["vocab_size"] == made["vocab_size"] and encoder["parameters"] > 0
+    for name in ("model.safetensors", "config.json"):
+        assert (tmp_path / "enc-py" / name).read_bytes() == (tmp_path / "enc-cli" / name).read_bytes(), name
+
+    flags = dict(preset="tiny", max_steps=6, eval_every=3, batch_size=4, seq_len=48, seed=1)
+    summary = longread.pretrain(corpus, tmp_path / "tok-py", tmp_path / "mlm", **flags)
+    assert [e["step"] for e in summary["evaluations"]] == [3, 6] and not summary["stopped_for_resume"]
+    assert all(e["perplexity"] > 1 for e in summary["evaluations"])
+    assert "perplexity" in capfd.readouterr().err
+    cli = run_cli("pretrain", "--corpus", corpus, "--tokenizer", str(tmp_path / "tok-py"), "--out",
+                  str(tmp_path / "mlm-cli"), "--preset", "tiny", "--max-steps", "6", "--eval-every", "3",
+                  "--batch-size", "4", "--seq-len", "48", "--seed", "1", "--log-format", "json")
+    assert cli.returncode == 0, cli.stderr
+    evals = [e for e in json_lines(cli.stdout) if e.get("event") == "eval"]
+    assert_close([e["eval_loss"] for e in evals], [e["eval_loss"] for e in summary["evaluations"]], tol=1e-4)
+
+
+def test_the_roberta_kit_refuses_what_the_cli_refuses(tmp_path):
+    corpus = os.path.join(FIXTURES, "synthetic")
+    with pytest.raises(longread.LongreadError, match="--kind"):
+        longread.train_tokenizer(corpus, tmp_path / "a", kind="unigram")
+    with pytest.raises(longread.LongreadError, match="no-such"):
+        longread.train_tokenizer(tmp_path / "no-such", tmp_path / "b")
+    tok = os.path.join(FIXTURES, "tiny-roberta")
+    with pytest.raises(longread.LongreadError, match="huge"):
+        longread.new_encoder("huge", tok, tmp_path / "c")
+    with pytest.raises(longread.LongreadError, match="give --preset NAME or --config FILE"):
+        longread.pretrain(corpus, tok, tmp_path / "d", max_steps=2)
+    with pytest.raises(longread.LongreadError, match="--max-stepz"):
+        longread.pretrain(corpus, tok, tmp_path / "e", preset="tiny", max_stepz=2)
+    assert not any((tmp_path / d).exists() for d in "bcde")

@@ -24,10 +24,12 @@ use crate::jsonl::read_records;
 
 /// Which tokenizer to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum TokenizerKind {
     /// Byte-level BPE with RoBERTa's special tokens and post-processor.
     Bpe,
     /// WordPiece with BERT's special tokens, normaliser and post-processor.
+    #[cfg_attr(feature = "clap", value(name = "wordpiece"))]
     WordPiece,
 }
 

@@ -1,11 +1,14 @@
-//! A [`TrainSpec`] or an [`InitSpec`] from `longread train`'s or `longread init`'s flags given
-//! as data (the Python package's `longread.train(..., lr=2e-5)`): the command line's own
-//! parser, defaults, checks and "given" bookkeeping, so that every front accepts and refuses
-//! the same flags.
+//! Settings from a command's flags given as data (the Python package's
+//! `longread.train(..., lr=2e-5)`): the command line's own parser, defaults, checks and
+//! "given" bookkeeping, so that every front accepts and refuses the same flags: `train`
+//! ([`TrainSpec`]), `init` ([`InitSpec`]), `pretrain` ([`PretrainSpec`]) and `tokenizer train`
+//! ([`TokenizerSpec`]).
 
 use clap::{Args, Command, FromArgMatches};
 
 use crate::run::init::InitSpec;
+use crate::run::kit::TokenizerSpec;
+use crate::run::pretrain_run::PretrainSpec;
 use crate::run::spec::TrainSpec;
 
 /// Parses `flags` (`["--train", "t.jsonl", "--out", "m", "--freeze-base", ...]`, no program
@@ -23,6 +26,16 @@ pub fn init_spec_from_flags(flags: &[String]) -> Result<InitSpec, String> {
     let (mut spec, given) = parse_flags::<InitSpec>("init", flags)?;
     spec.given = given;
     Ok(spec)
+}
+
+/// Parses `flags` as `longread pretrain` does; errors as [`spec_from_flags`]'s.
+pub fn pretrain_spec_from_flags(flags: &[String]) -> Result<PretrainSpec, String> {
+    parse_flags::<PretrainSpec>("pretrain", flags).map(|(spec, _)| spec)
+}
+
+/// Parses `flags` as `longread tokenizer train` does; errors as [`spec_from_flags`]'s.
+pub fn tokenizer_spec_from_flags(flags: &[String]) -> Result<TokenizerSpec, String> {
+    parse_flags::<TokenizerSpec>("tokenizer train", flags).map(|(spec, _)| spec)
 }
 
 /// Parses `flags` as the subcommand `name` whose flags are `T`'s; returns the settings and the

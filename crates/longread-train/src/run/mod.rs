@@ -19,6 +19,7 @@ pub mod data;
 pub mod flags;
 mod han;
 pub mod init;
+pub mod kit;
 pub mod output;
 pub mod pretrain_output;
 pub mod pretrain_run;
