@@ -5,7 +5,7 @@ the decision. The same library the `longread` command line and server run:
     >>> clf = longread.Classifier("path/to/model")
     >>> clf.predict(["a long transcript ..."])[0]["label"]
 
-Classifier, Embedder, evaluate, ensemble, init, train and the RoBERTa kit (train_tokenizer,
+Classifier, Embedder, evaluate, compare, ensemble, init, train and the RoBERTa kit (train_tokenizer,
 new_encoder, pretrain) are native (the GIL is released while the
 model runs); `longread.ray` classifies datasets on a Ray cluster. `longread.init` and
 `longread.train` take `longread init`'s and `longread train`'s flags as keywords (their
@@ -23,6 +23,7 @@ from ._longread import (
     LongreadError,
     ModelLoadError,
     __version__,
+    compare,
     ensemble,
     evaluate,
     init,
@@ -38,6 +39,7 @@ __all__ = [
     "InvalidDocumentError",
     "LongreadError",
     "ModelLoadError",
+    "compare",
     "ensemble",
     "evaluate",
     "init",

@@ -61,6 +61,19 @@ def evaluate(
 ) -> dict[str, Any]:
     """`longread eval` on one model: {"documents", "tasks": [{"name", "labels", "report"}]}."""
 
+def compare(
+    models: Sequence[Union[str, PathLike[str]]],
+    data: Union[str, PathLike[str]],
+    threads: Optional[int] = None,
+    precision: str = "f32",
+    max_batch_tokens: int = 2048,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """`longread eval --model A --model B ... --json`: accuracy, macro-F1 and per-label recall
+    of each model on the same labelled documents, with 95% bootstrap intervals and paired
+    bootstrap p-values against the first model."""
+
 def ensemble(
     models: Sequence[Union[str, PathLike[str]]],
     out: Union[str, PathLike[str]],

@@ -293,6 +293,62 @@ fn evaluate(
     }
 }
 
+/// compare(models, data, threads=None, precision="f32", max_batch_tokens=2048, bootstrap=1000,
+/// seed=0) -> dict
+///
+/// `longread eval --model A --model B ... --json`: the models (directories, same labels) on the
+/// same labelled documents: accuracy, macro-F1 and per-label recall with 95% bootstrap
+/// intervals (`bootstrap` resamples, seeded), and paired bootstrap p-values against the first
+/// model. Returns the JSON the command line prints.
+#[pyfunction]
+#[pyo3(signature = (models, data, threads=None, precision="f32", max_batch_tokens=2048, bootstrap=1000, seed=0))]
+#[allow(clippy::too_many_arguments)]
+fn compare(
+    py: Python<'_>,
+    models: Vec<PathBuf>,
+    data: PathBuf,
+    threads: Option<usize>,
+    precision: &str,
+    max_batch_tokens: usize,
+    bootstrap: usize,
+    seed: u64,
+) -> PyResult<PyObject> {
+    if !(100..=100_000).contains(&bootstrap) {
+        return Err(LongreadError::new_err(format!("bootstrap must be between 100 and 100000, not {bootstrap}")));
+    }
+    let loaded = models
+        .iter()
+        .map(|dir| {
+            Ok((
+                dir.display().to_string(),
+                Classifier::new(py, dir.clone(), threads, precision, max_batch_tokens)?.inner,
+            ))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let result = py.allow_threads(move || -> Result<String, String> {
+        let named: Vec<(String, &RustClassifier)> = loaded.iter().map(|(n, c)| (n.clone(), c.as_ref())).collect();
+        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        let settings = longread_metrics::bootstrap::Bootstrap {
+            resamples: bootstrap,
+            seed,
+            ..longread_metrics::bootstrap::Bootstrap::default()
+        };
+        let comparison = longread_model::classifier::evaluate::compare(
+            &named,
+            std::io::BufReader::new(file),
+            &data.display().to_string(),
+            settings,
+            || {},
+        )
+        .map_err(|e| e.to_string())?;
+        serde_json::to_string(&comparison).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(json) => from_json(py, &json),
+        Err(message) => Err(InvalidDocumentError::new_err(message)),
+    }
+}
+
 /// ensemble(models, out, weights=None) -> dict
 ///
 /// `longread ensemble`: copies the model directories `models` (any kinds, the same labels,
@@ -663,6 +719,7 @@ fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Classifier>()?;
     m.add_class::<Embedder>()?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(ensemble, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;

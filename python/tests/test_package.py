@@ -301,3 +301,21 @@ def test_the_roberta_kit_refuses_what_the_cli_refuses(tmp_path):
     with pytest.raises(longread.LongreadError, match="--max-stepz"):
         longread.pretrain(corpus, tok, tmp_path / "e", preset="tiny", max_stepz=2)
     assert not any((tmp_path / d).exists() for d in "bcde")
+
+
+def test_compare_gives_the_clis_comparison(tmp_path):
+    gold = ["general", "teen", "mature", "general"]
+    rows = json_lines(open(os.path.join(FIXTURES, "hier", "documents.jsonl")).read())
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(json.dumps({**r, "label": g}) + "\n" for r, g in zip(rows, gold)))
+    models = [os.path.join(FIXTURES, "hier", m) for m in ("bert-mean", "bert-attention")]
+    got = longread.compare(models, data, bootstrap=500, seed=3)
+    cli = run_cli("eval", "--model", models[0], "--model", models[1], "--data", str(data), "--json",
+                  "--bootstrap", "500", "--seed", "3")
+    assert cli.returncode == 0, cli.stderr
+    assert_close(got, json.loads(cli.stdout), tol=1e-9)
+    assert got["documents"] == 4 and got["models"][0]["accuracy_p_value"] is None
+    with pytest.raises(longread.LongreadError, match="bootstrap must be between"):
+        longread.compare(models, data, bootstrap=5)
+    with pytest.raises(longread.ModelLoadError):
+        longread.compare([models[0], str(tmp_path / "none")], data)
