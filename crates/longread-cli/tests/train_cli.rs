@@ -614,6 +614,59 @@ fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
     assert_clean_failure(&refused, "drop --dev and --dev-split");
 }
 
+/// Starts `longread ARGS`, sends it SIGINT once `metrics` has `lines` lines, and returns its
+/// output (stderr captured).
+#[cfg(unix)]
+fn interrupt_when(args: &[&str], metrics: &Path, lines: usize) -> std::process::Output {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(metrics).map_or(0, |m| m.lines().count()) < lines {
+        assert!(started.elapsed().as_secs() < 120, "no epoch recorded in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: sends SIGINT to the child this function spawned and has not waited for yet.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    child.wait_with_output().unwrap()
+}
+
+/// Ctrl-C in a `--cv` run stops it and says that it cannot be resumed.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_in_a_cv_run_says_to_run_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("init");
+    init_tiny(&model);
+    let data = fixture("synthetic/train.jsonl");
+    let out = dir.path().join("cv");
+    let args = [
+        "train",
+        "--model",
+        model.to_str().unwrap(),
+        "--train",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--cv",
+        "2",
+        "--epochs",
+        "80",
+        "--batch-size",
+        "2",
+        "--threads",
+        "1",
+    ];
+    let stopped = interrupt_when(&args, &out.join("fold-1/metrics.jsonl"), 1);
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert_eq!(stopped.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted in fold 1 of 2: a --cv run cannot be resumed"), "{stderr}");
+    assert!(!out.join("cv.json").exists());
+}
+
 /// Ctrl-C in the middle of a run saves a checkpoint and exits 130; `--resume auto` then ends
 /// with exactly the model of a run that was never interrupted.
 #[cfg(unix)]
@@ -632,22 +685,9 @@ fn ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model() {
     let mut args = vec!["train", "--model", model.to_str().unwrap(), "--train", data.to_str().unwrap()];
     args.extend_from_slice(&["--out", part.to_str().unwrap()]);
     args.extend_from_slice(&flags);
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
-        .args(&args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // Interrupt once two epochs are recorded (well before the 80th).
     let metrics = part.join("metrics.jsonl");
-    let started = std::time::Instant::now();
-    while std::fs::read_to_string(&metrics).map_or(0, |m| m.lines().count()) < 2 {
-        assert!(started.elapsed().as_secs() < 120, "no epoch recorded in 120 s");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    // SAFETY: sends SIGINT to the child this test spawned and has not waited for yet.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    let stopped = child.wait_with_output().unwrap();
+    let stopped = interrupt_when(&args, &metrics, 2);
     let stderr = String::from_utf8_lossy(&stopped.stderr);
     assert_eq!(stopped.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("interrupted after optimizer step") && stderr.contains("--resume auto"), "{stderr}");

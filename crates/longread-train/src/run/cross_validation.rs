@@ -101,7 +101,12 @@ pub(crate) fn run(
         fold_spec.train = train_path;
         fold_spec.dev = Some(dev_path);
         fold_spec.out = spec.out.join(format!("fold-{fold}"));
-        let summary = train_run(&mut fold_spec, front.clone(), hooks)?;
+        let summary = train_run(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
+            TrainError::Interrupted(_) => TrainError::Interrupted(format!(
+                "interrupted in fold {fold} of {k}: a --cv run cannot be resumed; run it again with a new --out"
+            )),
+            other => other,
+        })?;
         let best = best_of(&summary.logs).ok_or_else(|| TrainError::Run(format!("fold {fold} ran no epoch")))?;
         results.push(FoldResult {
             fold,
