@@ -90,13 +90,18 @@ fn an_ensemble_averages_its_members_probabilities_by_label_name() {
     let batched = results[1].as_ref().unwrap();
     assert!(max_diff(queued.probabilities(), batched.probabilities()) <= 1e-6);
     assert_eq!((&queued.label, &queued.chunks), (&batched.label, &batched.chunks));
-    let members = queued.members.as_ref().unwrap();
-    assert_eq!(members.len(), 3);
-    // Units of another document, or too few, are refused by name.
+    assert_eq!(queued.members.as_ref().unwrap().len(), 3);
+    // Units of another document, or too few, are refused.
     let single: Vec<_> = (0..other.units()).map(|u| (&other, u)).collect();
     let outputs = ensemble.encode_units(&single).unwrap();
     assert!(ensemble.finish(&prepared, outputs).is_err());
     assert!(ensemble.encode_units(&[(&prepared, prepared.units())]).is_err());
+    // A unit of a three-member ensemble's document given to a two-member ensemble: an error.
+    let two_dir = tmp.path().join("two");
+    build_ensemble(&members[..2], &two_dir).unwrap();
+    let two = load(&two_dir);
+    let last = prepared.units() - 1;
+    assert!(two.encode_units(&[(&prepared, last)]).is_err(), "the third member's unit");
 }
 
 #[test]

@@ -148,7 +148,8 @@ impl Classifier {
                         outputs[i] = Some(output);
                     }
                 }
-                Ok(outputs.into_iter().map(|o| o.expect("every unit belongs to a member")).collect())
+                // A unit of another ensemble's document (more members) has no output here.
+                outputs.into_iter().map(|o| o.ok_or_else(mismatch)).collect()
             }
             Model::Han(_) | Model::Bow(_) => {
                 let docs: Vec<longread_text::Document> = units
