@@ -447,10 +447,11 @@ fn init(
 /// `lr=2e-5`, `c_values=[0.1, 1, 10]`); True gives a switch, False or None leaves it out, a
 /// list repeats the flag. The same run as the command line's (checkpoints, resume, metrics
 /// files in OUT); set-up notes, a progress line at most every 10 s (step, loss, time left) and
-/// a line per epoch go to stderr unless `quiet`. Ctrl-C
-/// (KeyboardInterrupt) stops the run after the step in progress and saves a checkpoint there
-/// before it is raised: the same call with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run), "best_epoch",
-/// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv run's folds)}.
+/// a line per epoch go to stderr unless `quiet`. Ctrl-C (KeyboardInterrupt) stops the run
+/// after the step in progress and saves a checkpoint there before it is raised: the same call
+/// with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run),
+/// "best_epoch", "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
+/// run's folds)}.
 #[pyfunction]
 #[pyo3(signature = (train, out, threads=None, quiet=false, **flags))]
 fn train(
@@ -649,7 +650,9 @@ impl Lines {
             self.interrupted = Some(signal);
             longread_train::interrupt::request_stop();
             if !self.quiet {
-                eprintln!("interrupted: stopping after the current step and saving a checkpoint");
+                eprintln!(
+                    "interrupted: stopping at the next step boundary (pretraining: evaluation) and saving a checkpoint"
+                );
             }
         }
     }
