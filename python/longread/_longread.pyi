@@ -40,6 +40,10 @@ class Classifier:
         a text that cannot be classified."""
     def predict_batch(self, texts: Iterable[Text]) -> list[dict[str, Any]]:
         """As predict, with {"id", "error"} for a text that cannot be classified."""
+    def report(self, texts: Iterable[Text]) -> str:
+        """`longread report`: one self-contained HTML page with each text's prediction, its
+        chunks' (or sentences') attention and the text shaded by it; a text that cannot be
+        classified shows why. In a notebook: IPython.display.HTML(clf.report(texts))."""
 
 class Embedder:
     """Sentence embeddings (mean pooling), as sentence-transformers computes them."""

@@ -14,6 +14,7 @@ use longread_model::classifier::PredictionLine;
 use longread_model::{
     Classifier as RustClassifier, ClassifierOptions, Embedder as RustEmbedder, EmbedderOptions, Precision,
 };
+use longread_report::{render_html, DocumentView};
 use longread_text::Document;
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
@@ -157,6 +158,29 @@ impl Classifier {
     /// the others go on (as `longread predict` does).
     fn predict_batch(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         self.run(py, texts, false)
+    }
+
+    /// report(texts) -> str
+    ///
+    /// `longread report` for these texts: one self-contained HTML page with each text's
+    /// prediction, a bar chart of its chunks' attention (sentences for a HAN) and the text
+    /// shaded by that attention; a text that cannot be classified shows why. In a notebook:
+    /// `IPython.display.HTML(clf.report(texts))`.
+    fn report(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<String> {
+        let texts = self::texts(texts)?;
+        let classifier = Arc::clone(&self.inner);
+        let html = py.allow_threads(move || -> Result<String, String> {
+            let documents: Vec<Document> = texts.into_iter().enumerate().map(|(i, t)| Document::new(i, t)).collect();
+            let mut views = Vec::with_capacity(documents.len());
+            classifier
+                .classify_documents(&documents, |document, result| {
+                    views.push(DocumentView::of_result(document.id.to_string(), &document.text, result));
+                    Ok::<(), longread_model::ModelError>(())
+                })
+                .map_err(|e| format!("classifying: {e}"))?;
+            Ok(render_html("longread report", &classifier.dir().display().to_string(), &views))
+        });
+        html.map_err(InvalidDocumentError::new_err)
     }
 
     fn __repr__(&self) -> String {

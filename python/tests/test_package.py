@@ -319,3 +319,16 @@ def test_compare_gives_the_clis_comparison(tmp_path):
         longread.compare(models, data, bootstrap=5)
     with pytest.raises(longread.ModelLoadError):
         longread.compare([models[0], str(tmp_path / "none")], data)
+
+
+def test_report_is_the_clis_page(tmp_path):
+    model = os.path.join(FIXTURES, "hier", "trained-bert-attention")
+    texts = ["The committee met on Tuesday to discuss the budget.", "Rain is expected over the weekend."]
+    html = longread.Classifier(model).report(texts)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    cli = run_cli("report", "--model", model, "--input", str(docs), "--out", str(tmp_path / "r.html"))
+    assert cli.returncode == 0, cli.stderr
+    assert html == (tmp_path / "r.html").read_text()
+    with_error = longread.Classifier(model).report(["Rain is expected.", ""])
+    assert with_error.startswith("<!DOCTYPE html>") and "the document is empty" in with_error
