@@ -412,15 +412,7 @@ fn flag_args(flags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
             }
             continue;
         }
-        let items: Vec<Bound<'_, PyAny>> = if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-            value.try_iter()?.collect::<PyResult<_>>()?
-        } else {
-            vec![value]
-        };
-        for item in items {
-            args.push(flag.clone());
-            args.push(item.str()?.to_string());
-        }
+        args.extend(repeated(&flag, &value)?);
     }
     Ok(args)
 }
@@ -505,7 +497,7 @@ fn train(
     })
 }
 
-/// `[flag, value, flag, value, ...]` for each value of a path or a list of paths.
+/// `[flag, value, flag, value, ...]` for each value of a list or tuple, or `[flag, value]`.
 fn repeated(flag: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     let items: Vec<Bound<'_, PyAny>> = if values.is_instance_of::<PyList>() || values.is_instance_of::<PyTuple>() {
         values.try_iter()?.collect::<PyResult<_>>()?

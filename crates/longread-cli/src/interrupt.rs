@@ -2,11 +2,6 @@
 //! boundary and save a checkpoint there (`longread_train::interrupt`), so that `--resume auto`
 //! continues it; a second quits at once (exit status 130), as Ctrl-C does elsewhere.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Set by the handler on the first Ctrl-C.
-static PRESSED: AtomicBool = AtomicBool::new(false);
-
 /// What the first Ctrl-C prints (written from the handler with one `write`): the command's
 /// own notice (reading a set `OnceLock` is one atomic load).
 static NOTICE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
@@ -27,8 +22,8 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 pub fn stop_cleanly_on_ctrl_c(notice: &'static str) {
     let _ = NOTICE.set(notice);
     #[cfg(unix)]
-    // SAFETY: installs a handler that only does async-signal-safe work: atomic loads and
-    // stores, write(2) and _exit(2).
+    // SAFETY: installs a handler that only does async-signal-safe work: atomic swaps and
+    // loads, write(2) and _exit(2).
     unsafe {
         libc::signal(libc::SIGINT, on_ctrl_c as *const () as libc::sighandler_t);
     }
@@ -36,11 +31,10 @@ pub fn stop_cleanly_on_ctrl_c(notice: &'static str) {
 
 #[cfg(unix)]
 extern "C" fn on_ctrl_c(_: libc::c_int) {
-    if PRESSED.swap(true, Ordering::SeqCst) {
-        // SAFETY: _exit is async-signal-safe.
+    if longread_train::interrupt::request_stop() {
+        // The second Ctrl-C. SAFETY: _exit is async-signal-safe.
         unsafe { libc::_exit(EXIT_INTERRUPTED) }
     }
-    longread_train::interrupt::request_stop();
     if let Some(notice) = NOTICE.get() {
         // SAFETY: write(2) on stderr with a valid buffer is async-signal-safe; its result does
         // not matter.

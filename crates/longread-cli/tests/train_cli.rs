@@ -8,12 +8,17 @@ use std::path::Path;
 use common::{assert_clean_failure, fixture, json_lines, longread};
 use serde_json::Value;
 
-/// `longread train --model MODEL --train DATA --out OUT EXTRA...`.
-fn train(model: &Path, data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+/// The arguments of `longread train --model MODEL --train DATA --out OUT EXTRA...`.
+fn train_args<'a>(model: &'a Path, data: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["train", "--model", model.to_str().unwrap(), "--train", data.to_str().unwrap()];
     args.extend_from_slice(&["--out", out.to_str().unwrap()]);
     args.extend_from_slice(extra);
-    longread(&args)
+    args
+}
+
+/// Runs `longread train --model MODEL --train DATA --out OUT EXTRA...`.
+fn train(model: &Path, data: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    longread(&train_args(model, data, out, extra))
 }
 
 /// `longread init` on the tiny BERT for the synthetic task (chunks of 16 tokens, stride 4).
@@ -643,23 +648,7 @@ fn ctrl_c_in_a_cv_run_says_to_run_it_again() {
     init_tiny(&model);
     let data = fixture("synthetic/train.jsonl");
     let out = dir.path().join("cv");
-    let args = [
-        "train",
-        "--model",
-        model.to_str().unwrap(),
-        "--train",
-        data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--cv",
-        "2",
-        "--epochs",
-        "80",
-        "--batch-size",
-        "2",
-        "--threads",
-        "1",
-    ];
+    let args = train_args(&model, &data, &out, &["--cv", "2", "--epochs", "80", "--batch-size", "2", "--threads", "1"]);
     let stopped = interrupt_when(&args, &out.join("fold-1/metrics.jsonl"), 1);
     let stderr = String::from_utf8_lossy(&stopped.stderr);
     assert_eq!(stopped.status.code(), Some(130), "{stderr}");
@@ -682,12 +671,9 @@ fn ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model() {
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
 
     let part = dir.path().join("part");
-    let mut args = vec!["train", "--model", model.to_str().unwrap(), "--train", data.to_str().unwrap()];
-    args.extend_from_slice(&["--out", part.to_str().unwrap()]);
-    args.extend_from_slice(&flags);
     // Interrupt once two epochs are recorded (well before the 80th).
     let metrics = part.join("metrics.jsonl");
-    let stopped = interrupt_when(&args, &metrics, 2);
+    let stopped = interrupt_when(&train_args(&model, &data, &part, &flags), &metrics, 2);
     let stderr = String::from_utf8_lossy(&stopped.stderr);
     assert_eq!(stopped.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("interrupted after optimizer step") && stderr.contains("--resume auto"), "{stderr}");

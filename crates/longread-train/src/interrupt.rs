@@ -6,16 +6,19 @@
 //!
 //! One flag per process: a run in progress stops whichever front asked.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Result, TrainError};
+use crate::run::CHECKPOINT;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-/// Asks the training run in progress (or the next one) to stop at its next step boundary.
-/// Cheap and lock-free: safe to call from a signal handler's thread.
-pub fn request_stop() {
-    STOP.store(true, Ordering::SeqCst);
+/// Asks the training run in progress (or the next one) to stop at its next step boundary;
+/// returns whether a stop had already been asked for. Cheap and lock-free: safe to call from
+/// a signal handler.
+pub fn request_stop() -> bool {
+    STOP.swap(true, Ordering::SeqCst)
 }
 
 /// Whether a stop was asked for and not yet cleared.
@@ -32,6 +35,19 @@ pub fn clear_stop() {
 /// stop was asked for.
 pub(crate) fn check(step: usize) -> Result<()> {
     check_flag(&STOP, step)
+}
+
+/// `err`, when it is [`TrainError::Interrupted`], with where the run stopped (`at`, e.g.
+/// ", at an evaluation"), the checkpoint of the run in `out` and how to resume; other errors
+/// as they are.
+pub(crate) fn with_resume_hint(err: TrainError, out: &Path, at: &str) -> TrainError {
+    match err {
+        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
+            "{when}{at}; checkpoint {}: the same command with --resume auto continues the run",
+            out.join(CHECKPOINT).display()
+        )),
+        other => other,
+    }
 }
 
 fn check_flag(flag: &AtomicBool, step: usize) -> Result<()> {

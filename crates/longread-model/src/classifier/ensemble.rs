@@ -228,6 +228,13 @@ struct Member {
     to_ensemble: Vec<usize>,
 }
 
+impl Member {
+    /// A document error of this member, named by it.
+    fn error(&self, e: &DocError) -> DocError {
+        DocError::new(format!("{}: {}", self.name, e.message))
+    }
+}
+
 impl Ensemble {
     /// Loads the ensemble in `dir` and each member with `options` (precision applying to
     /// encoder members).
@@ -281,10 +288,7 @@ impl Ensemble {
     /// member's chunks then share batches with other documents'); a member that cannot read
     /// it names itself in the error, as [`Ensemble::classify`] does.
     pub(super) fn prepare(&self, text: &str) -> std::result::Result<Vec<PreparedDocument>, DocError> {
-        self.members
-            .iter()
-            .map(|m| m.classifier.prepare(text).map_err(|e| DocError::new(format!("{}: {}", m.name, e.message))))
-            .collect()
+        self.members.iter().map(|m| m.classifier.prepare(text).map_err(|e| m.error(&e))).collect()
     }
 
     /// One document's ensemble prediction from its members' results, in member order: the
@@ -296,7 +300,7 @@ impl Ensemble {
         let mut evidence: Option<&super::Prediction> = None;
         let mut tokens = None;
         for (member, result) in self.members.iter().zip(results) {
-            let prediction = result.as_ref().map_err(|e| DocError::new(format!("{}: {}", member.name, e.message)))?;
+            let prediction = result.as_ref().map_err(|e| member.error(e))?;
             let mut own = vec![0f32; self.labels.len()];
             for (&p, &k) in prediction.probabilities().iter().zip(&member.to_ensemble) {
                 own[k] = p;

@@ -12,8 +12,8 @@ use crate::run::pretrain_run::PretrainSpec;
 use crate::run::spec::TrainSpec;
 
 /// Parses `flags` (`["--train", "t.jsonl", "--out", "m", "--freeze-base", ...]`, no program
-/// name) as `longread train` does. The error is clap's message on one line, e.g. "unexpected argument
-/// '--lrr' found".
+/// name) as `longread train` does. The error is clap's message on one line, e.g.
+/// "unexpected argument '--lrr' found".
 pub fn spec_from_flags(flags: &[String]) -> Result<TrainSpec, String> {
     let (mut spec, given) = parse_flags::<TrainSpec>("train", flags)?;
     spec.given = given;
@@ -44,14 +44,14 @@ fn parse_flags<T: Args + FromArgMatches>(name: &'static str, flags: &[String]) -
     let command = T::augment_args(Command::new(name).no_binary_name(true));
     // clap's message without its usage and help lines, on one line ("the following required
     // arguments were not provided: --labels <LABELS>").
-    let first_line = |e: clap::Error| {
+    let one_line = |e: clap::Error| {
         let text = e.render().to_string();
         let lines = text.lines().map(str::trim).take_while(|l| !l.starts_with("Usage:") && !l.starts_with("tip:"));
         let message = lines.filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
         message.trim_start_matches("error: ").to_owned()
     };
-    let matches = command.try_get_matches_from(flags).map_err(first_line)?;
-    let spec = T::from_arg_matches(&matches).map_err(first_line)?;
+    let matches = command.try_get_matches_from(flags).map_err(one_line)?;
+    let spec = T::from_arg_matches(&matches).map_err(one_line)?;
     Ok((spec, flags_given(&matches)))
 }
 

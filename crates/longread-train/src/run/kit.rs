@@ -4,7 +4,7 @@
 //! [`new_encoder_run`]); MLM pretraining is [`super::pretrain_run`]. The settings derive clap
 //! behind the `clap` feature (the CLI's flags are these fields).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use longread_model::model_dir::{write_file_atomically, write_new_dir};
 use longread_model::presets::{init_masked_lm, preset_config};
@@ -12,6 +12,7 @@ use longread_model::EncoderConfig;
 use longread_text::{read_corpus, train_tokenizer, TextTokenizer, TokenizerKind, TokenizerTraining};
 
 use crate::error::{Result, TrainError};
+use crate::run::pretrain_run::pretty;
 
 /// Every setting of `longread tokenizer train`.
 #[derive(Debug, Clone)]
@@ -82,6 +83,15 @@ pub fn train_tokenizer_run(spec: &TokenizerSpec) -> Result<TokenizerSummary> {
     })
 }
 
+/// `path` itself, or the tokenizer.json in it when it is a directory.
+pub(crate) fn tokenizer_file(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join("tokenizer.json")
+    } else {
+        path.to_owned()
+    }
+}
+
 /// Every setting of `longread encoder new`.
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
@@ -116,15 +126,12 @@ pub fn new_encoder_run(spec: &EncoderSpec) -> Result<EncoderSummary> {
     if spec.out.exists() {
         bail!("{} already exists; choose another --out", spec.out.display());
     }
-    let tokenizer_path =
-        if spec.tokenizer.is_dir() { spec.tokenizer.join("tokenizer.json") } else { spec.tokenizer.clone() };
+    let tokenizer_path = tokenizer_file(&spec.tokenizer);
     let tokenizer = TextTokenizer::from_file(&tokenizer_path).map_err(|e| TrainError::Run(e.to_string()))?;
     let vocab_size = tokenizer.inner().get_vocab_size(true);
     let config = preset_config(&spec.preset, vocab_size)?;
     let tensors = init_masked_lm(&config, spec.seed)?;
-    let config_text = serde_json::to_string_pretty(&config)
-        .map_err(|e| TrainError::Run(format!("writing the encoder's config: {e}")))?
-        + "\n";
+    let config_text = pretty(&config);
     let tokenizer_json =
         std::fs::read(&tokenizer_path).map_err(|source| TrainError::Io { path: tokenizer_path.clone(), source })?;
     let files: [(&str, &[u8]); 2] = [("config.json", config_text.as_bytes()), ("tokenizer.json", &tokenizer_json)];

@@ -147,11 +147,7 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
         TrainError::Diverged(why) => {
             TrainError::Diverged(format!("{why} Checkpoint: {}", spec.out.join(CHECKPOINT).display()))
         }
-        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
-            "{when}; checkpoint {}: the same command with --resume auto continues the run",
-            spec.out.join(CHECKPOINT).display()
-        )),
-        other => other,
+        other => crate::interrupt::with_resume_hint(other, &spec.out, ""),
     })?;
     let epochs = spec.epochs.unwrap_or_default();
     let stopped_for_resume = logs.last().is_some_and(|l| Some(l.epoch) == spec.stop_after_epoch && l.epoch < epochs);

@@ -17,9 +17,7 @@ use longread_text::{read_corpus, TextTokenizer};
 use crate::error::{Result, TrainError};
 use crate::pretrain::{pretrain, PretrainConfig, PretrainLog, PretrainResume, PretrainStep};
 use crate::run::spec::TrainPrecision;
-use crate::run::{
-    check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput, CHECKPOINT,
-};
+use crate::run::{check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
 use crate::schedule::Decay;
 use crate::AdamWConfig;
 
@@ -158,8 +156,7 @@ pub fn pretrain_run(
     if checkpoint.is_some() {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     }
-    let tokenizer_path =
-        if spec.tokenizer.is_dir() { spec.tokenizer.join("tokenizer.json") } else { spec.tokenizer.clone() };
+    let tokenizer_path = crate::run::kit::tokenizer_file(&spec.tokenizer);
     let tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
     let special = specials(&tokenizer)?;
     let vocab = tokenizer.inner().get_vocab_size(true);
@@ -216,13 +213,7 @@ pub fn pretrain_run(
             Ok(())
         },
     )
-    .map_err(|e| match e {
-        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
-            "{when}, at an evaluation; checkpoint {}: the same command with --resume auto continues the run",
-            spec.out.join(CHECKPOINT).display()
-        )),
-        other => other,
-    })?;
+    .map_err(|e| crate::interrupt::with_resume_hint(e, &spec.out, ", at an evaluation"))?;
     let stopped_for_resume =
         logs.last().is_some_and(|l| Some(l.step) == spec.stop_after_step && l.step < spec.max_steps);
     if !stopped_for_resume {
@@ -272,7 +263,7 @@ fn new_encoder(
 }
 
 /// Pretty JSON with a final newline.
-fn pretty<T: serde::Serialize>(value: &T) -> String {
+pub(crate) fn pretty<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
 }
 
