@@ -337,9 +337,7 @@ fn compare(
     bootstrap: usize,
     seed: u64,
 ) -> PyResult<PyObject> {
-    if !(100..=100_000).contains(&bootstrap) {
-        return Err(LongreadError::new_err(format!("bootstrap must be between 100 and 100000, not {bootstrap}")));
-    }
+    let settings = longread_metrics::bootstrap::Bootstrap::new(bootstrap, seed).map_err(LongreadError::new_err)?;
     let loaded = models
         .iter()
         .map(|dir| {
@@ -352,11 +350,6 @@ fn compare(
     let result = py.allow_threads(move || -> Result<String, String> {
         let named: Vec<(String, &RustClassifier)> = loaded.iter().map(|(n, c)| (n.clone(), c.as_ref())).collect();
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-        let settings = longread_metrics::bootstrap::Bootstrap {
-            resamples: bootstrap,
-            seed,
-            ..longread_metrics::bootstrap::Bootstrap::default()
-        };
         let comparison = longread_model::classifier::evaluate::compare(
             &named,
             std::io::BufReader::new(file),

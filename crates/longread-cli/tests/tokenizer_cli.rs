@@ -60,6 +60,24 @@ fn a_trained_wordpiece_tokenizer_has_bert_specials() {
     let tokenizer = TextTokenizer::from_file(&out.join("tokenizer.json")).unwrap();
     let encoded = &tokenizer.encode_batch(&["Rain"]).unwrap()[0];
     assert_eq!((encoded.ids[0], *encoded.ids.last().unwrap()), (2, 3), "[CLS] … [SEP]");
+
+    // An encoder on it pads with [PAD] (0), not the preset's RoBERTa id (1, here [UNK]).
+    let enc = tmp.path().join("enc");
+    let o = longread(&[
+        "encoder",
+        "new",
+        "--preset",
+        "tiny",
+        "--tokenizer",
+        out.to_str().unwrap(),
+        "--out",
+        enc.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(enc.join("config.json")).unwrap()).unwrap();
+    let ids = |name: &str| config[name].as_u64();
+    assert_eq!((ids("pad_token_id"), ids("bos_token_id"), ids("eos_token_id")), (Some(0), Some(2), Some(3)));
 }
 
 #[test]
@@ -76,6 +94,8 @@ fn a_preset_encoder_on_a_trained_tokenizer_carries_a_classifier() {
         serde_json::from_str(&std::fs::read_to_string(p("enc").join("config.json")).unwrap()).unwrap();
     assert_eq!((config["model_type"].as_str(), config["num_hidden_layers"].as_u64()), (Some("roberta"), Some(2)));
     assert_eq!(config["architectures"][0], "RobertaForMaskedLM");
+    let ids = |name: &str| config[name].as_u64();
+    assert_eq!((ids("pad_token_id"), ids("bos_token_id"), ids("eos_token_id")), (Some(1), Some(0), Some(2)));
     let again = longread(&["encoder", "new", "--preset", "tiny", "--tokenizer", &s(&p("tok")), "--out", &s(&p("enc"))]);
     assert_clean_failure(&again, "already exists");
     let bad = longread(&["encoder", "new", "--preset", "giant", "--tokenizer", &s(&p("tok")), "--out", &s(&p("e2"))]);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
-use longread_metrics::bootstrap::{Bootstrap, Interval};
+use longread_metrics::bootstrap::{Bootstrap, Interval, RESAMPLES};
 use longread_model::classifier::evaluate::{compare, evaluate_reader, Comparison, TaskReport};
 use longread_model::Precision;
 use serde_json::Map;
@@ -45,7 +45,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "DIR")]
     vector_cache: Option<PathBuf>,
     /// Resamples of the bootstrap that gives the intervals and p-values (several models).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(*RESAMPLES.start() as u64..=*RESAMPLES.end() as u64))]
     bootstrap: u64,
     /// Seed of the bootstrap (the same seed, the same intervals).
     #[arg(long, default_value_t = 0)]
@@ -118,7 +119,7 @@ fn run_comparison(args: &EvalArgs, quiet: bool) -> Result<()> {
         .collect::<Result<_>>()?;
     let models: Vec<(String, &longread_model::Classifier)> = classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
     let progress = progress_bar(0, quiet);
-    let bootstrap = Bootstrap { resamples: args.bootstrap as usize, seed: args.seed, ..Bootstrap::default() };
+    let bootstrap = Bootstrap::new(args.bootstrap as usize, args.seed).map_err(anyhow::Error::msg)?;
     let comparison = compare(&models, open_input(&args.data)?, &input_name(&args.data), bootstrap, || progress.inc(1))?;
     progress.finish_and_clear();
     if args.json {

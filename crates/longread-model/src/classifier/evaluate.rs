@@ -132,8 +132,8 @@ pub struct Comparison {
 /// Scores every model on the labelled JSON lines of `reader` (primary task: the `"label"`
 /// column or the first model's primary column) and compares them: bootstrap intervals of
 /// accuracy, macro-F1 and per-label recall, and paired bootstrap p-values against the first
-/// model. The models must share the primary task's labels. `on_document` is called after each
-/// document of each model.
+/// model. The models must share the primary task's labels, and `bootstrap` must pass
+/// [`Bootstrap::check`]. `on_document` is called after each document of each model.
 pub fn compare(
     models: &[(String, &Classifier)],
     reader: impl std::io::BufRead,
@@ -141,6 +141,7 @@ pub fn compare(
     bootstrap: Bootstrap,
     mut on_document: impl FnMut(),
 ) -> Result<Comparison> {
+    bootstrap.check().map_err(ModelError::InvalidInput)?;
     let Some((first_name, first)) = models.first() else {
         return Err(ModelError::InvalidInput("compare needs at least one model".into()));
     };

@@ -83,6 +83,39 @@ pub fn train_tokenizer_run(spec: &TokenizerSpec) -> Result<TokenizerSummary> {
     })
 }
 
+/// Token ids the masking and packing need.
+pub(crate) struct Specials {
+    pub(crate) bos: u32,
+    pub(crate) eos: u32,
+    pub(crate) pad: u32,
+    pub(crate) mask: u32,
+    pub(crate) all: Vec<u32>,
+}
+
+/// The special tokens of `tokenizer` (RoBERTa's or BERT's names).
+pub(crate) fn specials(tokenizer: &TextTokenizer) -> Result<Specials> {
+    let inner = tokenizer.inner();
+    let find = |names: [&str; 2]| names.iter().find_map(|n| inner.token_to_id(n));
+    let (Some(bos), Some(eos), Some(pad), Some(mask)) =
+        (find(["<s>", "[CLS]"]), find(["</s>", "[SEP]"]), find(["<pad>", "[PAD]"]), find(["<mask>", "[MASK]"]))
+    else {
+        bail!("the tokenizer needs <s> </s> <pad> <mask> (or [CLS] [SEP] [PAD] [MASK]) for masked-LM pretraining");
+    };
+    let mut all = vec![bos, eos, pad, mask];
+    all.extend(find(["<unk>", "[UNK]"]));
+    Ok(Specials { bos, eos, pad, mask, all })
+}
+
+impl Specials {
+    /// Writes the padding, start and end ids into `config` (a preset's are RoBERTa's 1, 0, 2;
+    /// a WordPiece vocabulary has [PAD] at 0), so that padding and positions follow the tokenizer.
+    pub(crate) fn set_ids(&self, config: &mut EncoderConfig) {
+        config.pad_token_id = self.pad;
+        config.extra.insert("bos_token_id".into(), self.bos.into());
+        config.extra.insert("eos_token_id".into(), self.eos.into());
+    }
+}
+
 /// `path` itself, or the tokenizer.json in it when it is a directory.
 pub(crate) fn tokenizer_file(path: &Path) -> PathBuf {
     if path.is_dir() {
@@ -129,7 +162,8 @@ pub fn new_encoder_run(spec: &EncoderSpec) -> Result<EncoderSummary> {
     let tokenizer_path = tokenizer_file(&spec.tokenizer);
     let tokenizer = TextTokenizer::from_file(&tokenizer_path).map_err(|e| TrainError::Run(e.to_string()))?;
     let vocab_size = tokenizer.inner().get_vocab_size(true);
-    let config = preset_config(&spec.preset, vocab_size)?;
+    let mut config = preset_config(&spec.preset, vocab_size)?;
+    specials(&tokenizer)?.set_ids(&mut config);
     let tensors = init_masked_lm(&config, spec.seed)?;
     let config_text = pretty(&config);
     let tokenizer_json =

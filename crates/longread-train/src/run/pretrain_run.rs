@@ -16,6 +16,7 @@ use longread_text::{read_corpus, TextTokenizer};
 
 use crate::error::{Result, TrainError};
 use crate::pretrain::{pretrain, PretrainConfig, PretrainLog, PretrainResume, PretrainStep};
+use crate::run::kit::{specials, Specials};
 use crate::run::spec::TrainPrecision;
 use crate::run::{check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
 use crate::schedule::Decay;
@@ -110,29 +111,6 @@ pub struct PretrainSummary {
 
 /// Settings that may differ when a pretraining run is resumed.
 const MAY_CHANGE_ON_RESUME: [&str; 5] = ["resume", "out", "stop_after_step", "log_format", "max_bad_steps"];
-
-/// Token ids the masking and packing need.
-struct Specials {
-    bos: u32,
-    eos: u32,
-    pad: u32,
-    mask: u32,
-    all: Vec<u32>,
-}
-
-/// The special tokens of `tokenizer` (RoBERTa's or BERT's names).
-fn specials(tokenizer: &TextTokenizer) -> Result<Specials> {
-    let inner = tokenizer.inner();
-    let find = |names: [&str; 2]| names.iter().find_map(|n| inner.token_to_id(n));
-    let (Some(bos), Some(eos), Some(pad), Some(mask)) =
-        (find(["<s>", "[CLS]"]), find(["</s>", "[SEP]"]), find(["<pad>", "[PAD]"]), find(["<mask>", "[MASK]"]))
-    else {
-        bail!("the tokenizer needs <s> </s> <pad> <mask> (or [CLS] [SEP] [PAD] [MASK]) for masked-LM pretraining");
-    };
-    let mut all = vec![bos, eos, pad, mask];
-    all.extend(find(["<unk>", "[UNK]"]));
-    Ok(Specials { bos, eos, pad, mask, all })
-}
 
 /// Runs `spec`: a new encoder from the preset or config (written with training_args.json,
 /// `front` adding the front's own settings), or the run in `spec.out` resumed (refusing other
@@ -246,9 +224,7 @@ fn new_encoder(
     if spec.seq_len < 3 || spec.seq_len > config.max_sequence_length() {
         bail!("--seq-len must be between 3 and the model's {} positions", config.max_sequence_length());
     }
-    config.pad_token_id = special.pad;
-    config.extra.insert("bos_token_id".into(), special.bos.into());
-    config.extra.insert("eos_token_id".into(), special.eos.into());
+    special.set_ids(&mut config);
     let tensors = init_masked_lm(&config, spec.seed)?;
     let tokenizer =
         std::fs::read(tokenizer_path).map_err(|source| TrainError::Io { path: tokenizer_path.to_owned(), source })?;
