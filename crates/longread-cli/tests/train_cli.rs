@@ -639,21 +639,56 @@ fn interrupt_when(args: &[&str], metrics: &Path, lines: usize) -> std::process::
     child.wait_with_output().unwrap()
 }
 
-/// Ctrl-C in a `--cv` run stops it and says that it cannot be resumed.
+/// Ctrl-C in a `--cv` run stops it resumably: `--resume auto` reads back the finished fold,
+/// resumes the interrupted one and ends with the folds and summary of an uninterrupted run.
 #[cfg(unix)]
 #[test]
-fn ctrl_c_in_a_cv_run_says_to_run_it_again() {
+fn ctrl_c_in_a_cv_run_resumes_to_the_same_folds() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("init");
     init_tiny(&model);
     let data = fixture("synthetic/train.jsonl");
+    let flags = ["--cv", "2", "--epochs", "40", "--batch-size", "2", "--seed", "5", "--threads", "1"];
+    let full = dir.path().join("full");
+    let done = train(&model, &data, &full, &flags);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+
     let out = dir.path().join("cv");
-    let args = train_args(&model, &data, &out, &["--cv", "2", "--epochs", "80", "--batch-size", "2", "--threads", "1"]);
-    let stopped = interrupt_when(&args, &out.join("fold-1/metrics.jsonl"), 1);
+    // Interrupt in the second fold, once it has logged an epoch: the first is finished.
+    let stopped = interrupt_when(&train_args(&model, &data, &out, &flags), &out.join("fold-2/metrics.jsonl"), 1);
     let stderr = String::from_utf8_lossy(&stopped.stderr);
     assert_eq!(stopped.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("interrupted in fold 1 of 2: a --cv run cannot be resumed"), "{stderr}");
+    assert!(
+        stderr.contains("fold 2 of 2: interrupted after optimizer step") && stderr.contains("--resume auto"),
+        "{stderr}"
+    );
     assert!(!out.join("cv.json").exists());
+
+    let mut changed = flags.to_vec();
+    changed.extend_from_slice(&["--resume", "auto", "--lr", "1e-3"]);
+    let refused = train(&model, &data, &out, &changed);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("lr: the run used 0.00002, this command gives 0.001"), "{stderr}");
+    let mut resumed_flags = flags.to_vec();
+    resumed_flags.extend_from_slice(&["--resume", "auto"]);
+    let resumed = train(&model, &data, &out, &resumed_flags);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(stderr.contains("fold 1 of 2") && stderr.contains("finished before"), "{stderr}");
+    assert!(stderr.contains("resumed from its checkpoint"), "{stderr}");
+    for fold in ["fold-1", "fold-2"] {
+        let weights = |d: &Path| std::fs::read(d.join(fold).join("model.safetensors")).unwrap();
+        assert!(weights(&full) == weights(&out), "{fold}: interrupted + resumed differs from the uninterrupted run");
+    }
+    let summary = |d: &Path| {
+        let mut cv: Value = serde_json::from_str(&std::fs::read_to_string(d.join("cv.json")).unwrap()).unwrap();
+        cv["results"].as_array_mut().unwrap().iter_mut().for_each(|r| r["out"] = Value::Null);
+        cv
+    };
+    assert_eq!(summary(&full), summary(&out));
+    let again = train(&model, &data, &dir.path().join("nothing"), &resumed_flags);
+    assert_clean_failure(&again, "nothing to resume");
 }
 
 /// Ctrl-C in the middle of a run saves a checkpoint and exits 130; `--resume auto` then ends

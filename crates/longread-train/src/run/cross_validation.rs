@@ -2,7 +2,9 @@
 //! training data, each holding one fold out as its dev set (OUT/fold-1 … OUT/fold-K, each a
 //! complete run directory with its best model), and OUT/cv.json with each fold's best dev
 //! metric and their mean ± std — a dev estimate for small data sets, where a 10% dev split is
-//! a handful of documents.
+//! a handful of documents. OUT/training_args.json records the settings; a run stopped part-way
+//! (Ctrl-C, a kill) continues with `--resume auto`: finished folds are read back, the fold in
+//! progress resumes from its checkpoint, the rest start.
 
 use std::path::Path;
 
@@ -13,8 +15,7 @@ use crate::error::{Result, TrainError};
 use crate::run::data::read_examples;
 use crate::run::spec::{name_value, TrainSpec};
 use crate::run::start::training_labels;
-use crate::run::{train_run, RunHooks, RunSummary};
-use crate::trainer::EpochLog;
+use crate::run::{check_resumed_run, run_settings, train_run, RunHooks, RunSummary, CHECKPOINT, MAY_CHANGE_ON_RESUME};
 
 /// One fold's outcome.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -59,7 +60,7 @@ pub(crate) fn run(
     hooks: &mut dyn RunHooks,
 ) -> Result<RunSummary> {
     let k = spec.cv.unwrap_or_default();
-    check(spec, k)?;
+    let resuming = check(spec, k)?;
     let column = match spec.task.first() {
         Some(task) => name_value("--task", task)?.1.to_string(),
         None => "label".to_string(),
@@ -77,15 +78,37 @@ pub(crate) fn run(
     let text =
         std::fs::read_to_string(&spec.train).map_err(|source| TrainError::Io { path: spec.train.clone(), source })?;
     let lines: Vec<&str> = text.lines().collect();
-    std::fs::create_dir_all(&spec.out).map_err(|source| TrainError::Io { path: spec.out.clone(), source })?;
+    let mut settings = run_settings(spec)?;
+    if let Some(obj) = settings.as_object_mut() {
+        obj.extend(front.clone());
+    }
+    if resuming {
+        check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
+    } else {
+        std::fs::create_dir_all(&spec.out).map_err(|source| TrainError::Io { path: spec.out.clone(), source })?;
+        write(
+            &spec.out.join("training_args.json"),
+            &(serde_json::to_string_pretty(&settings).unwrap_or_default() + "\n"),
+        )?;
+    }
     let data_dir = spec.out.join("cv-data");
     std::fs::create_dir_all(&data_dir).map_err(|source| TrainError::Io { path: data_dir.clone(), source })?;
     let mut results = Vec::with_capacity(k);
     for (f, held_out) in stratified_folds(&ids, k, spec.seed).iter().enumerate() {
         let fold = f + 1;
-        hooks.note(&format!("fold {fold} of {k}: {} documents held out as dev", held_out.len()));
+        let fold_out = spec.out.join(format!("fold-{fold}"));
         let (train_path, dev_path) =
             (data_dir.join(format!("fold-{fold}-train.jsonl")), data_dir.join(format!("fold-{fold}-dev.jsonl")));
+        let state = fold_state(&fold_out)?;
+        hooks.note(&format!(
+            "fold {fold} of {k}: {} documents held out as dev{}",
+            held_out.len(),
+            match state {
+                FoldState::Finished(_) => ", finished before",
+                FoldState::Interrupted => ", resumed from its checkpoint",
+                FoldState::New => "",
+            }
+        ));
         let pick = |keep: &dyn Fn(usize) -> bool| -> String {
             examples
                 .iter()
@@ -94,28 +117,36 @@ pub(crate) fn run(
                 .map(|(_, e)| format!("{}\n", lines[e.line - 1]))
                 .collect()
         };
-        write(&train_path, &pick(&|i| held_out.binary_search(&i).is_err()))?;
-        write(&dev_path, &pick(&|i| held_out.binary_search(&i).is_ok()))?;
-        let mut fold_spec = spec.clone();
-        fold_spec.cv = None;
-        fold_spec.train = train_path;
-        fold_spec.dev = Some(dev_path);
-        fold_spec.out = spec.out.join(format!("fold-{fold}"));
-        let summary = train_run(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
-            TrainError::Interrupted(_) => TrainError::Interrupted(format!(
-                "interrupted in fold {fold} of {k}: a --cv run cannot be resumed; run it again with a new --out"
-            )),
-            other => other,
-        })?;
-        let best = best_of(&summary.logs).ok_or_else(|| TrainError::Run(format!("fold {fold} ran no epoch")))?;
+        write_fold_data(&train_path, &pick(&|i| held_out.binary_search(&i).is_err()), resuming)?;
+        write_fold_data(&dev_path, &pick(&|i| held_out.binary_search(&i).is_ok()), resuming)?;
+        let best = match state {
+            FoldState::Finished(best) => best,
+            FoldState::Interrupted | FoldState::New => {
+                let mut fold_spec = spec.clone();
+                fold_spec.cv = None;
+                fold_spec.train = train_path;
+                fold_spec.dev = Some(dev_path);
+                fold_spec.out = fold_out.clone();
+                fold_spec.resume = matches!(state, FoldState::Interrupted).then(|| "auto".to_string());
+                let summary = train_run(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
+                    TrainError::Interrupted(why) => TrainError::Interrupted(format!("fold {fold} of {k}: {why}")),
+                    other => other,
+                })?;
+                if summary.logs.is_empty() {
+                    return Err(TrainError::Run(format!("fold {fold} ran no epoch")));
+                }
+                // The whole run's best, epochs before an interruption included.
+                best_logged(&fold_out)?.ok_or_else(|| TrainError::Run(format!("fold {fold} logged no best epoch")))?
+            }
+        };
         results.push(FoldResult {
             fold,
-            out: fold_spec.out.clone(),
+            out: fold_out,
             train_documents: examples.len() - held_out.len(),
             dev_documents: held_out.len(),
             best_epoch: best.epoch,
-            accuracy: best.dev.accuracy,
-            macro_f1: best.dev.macro_f1,
+            accuracy: best.accuracy,
+            macro_f1: best.macro_f1,
         });
     }
     let (accuracy_mean, accuracy_std) = mean_std(&results.iter().map(|r| r.accuracy).collect::<Vec<_>>());
@@ -131,8 +162,8 @@ pub(crate) fn run(
     Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: None, cv: Some(cv) })
 }
 
-/// Refuses what cross-validation cannot combine with.
-fn check(spec: &TrainSpec, k: usize) -> Result<()> {
+/// Refuses what cross-validation cannot combine with; true when `spec` resumes a run.
+fn check(spec: &TrainSpec, k: usize) -> Result<bool> {
     let refuse = |m: &str| Err(TrainError::Run(m.to_string()));
     if k < 2 {
         return refuse("--cv needs at least 2 folds");
@@ -140,21 +171,106 @@ fn check(spec: &TrainSpec, k: usize) -> Result<()> {
     if spec.dev.is_some() || spec.given.iter().any(|g| g == "dev_split") {
         return refuse("--cv holds each fold out as the dev set in turn: drop --dev and --dev-split");
     }
-    if spec.resume.is_some() {
-        return refuse("--cv runs cannot be resumed; resume a fold's run (OUT/fold-N) with --resume auto instead");
+    if spec.stop_after_epoch.is_some() {
+        return refuse("--cv runs every fold to its end: drop --stop-after-epoch (Ctrl-C stops a --cv run resumably)");
     }
     if spec.train.as_os_str() == "-" {
         return refuse("--cv reads the training data twice: give a file, not standard input");
     }
-    if spec.out.exists() {
-        return Err(TrainError::Run(format!("{} already exists", spec.out.display())));
+    match spec.resume.as_deref() {
+        None if spec.out.exists() => Err(TrainError::Run(format!(
+            "{} already exists; choose another --out, or continue its --cv run with --resume auto",
+            spec.out.display()
+        ))),
+        None => Ok(false),
+        Some("auto") if spec.out.join("training_args.json").is_file() => Ok(true),
+        Some("auto") => Err(TrainError::Run(format!(
+            "nothing to resume: {} holds no --cv run (no training_args.json; runs of longread before 2026-11-25 \
+             cannot be resumed)",
+            spec.out.display()
+        ))),
+        Some(_) => refuse("--cv runs resume with --resume auto (each fold from its own checkpoint), not a checkpoint"),
     }
-    Ok(())
 }
 
-/// The best epoch of a run.
-fn best_of(logs: &[EpochLog]) -> Option<&EpochLog> {
-    logs.iter().rfind(|l| l.best)
+/// A fold's best epoch and its dev metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Best {
+    epoch: usize,
+    accuracy: f64,
+    macro_f1: f64,
+}
+
+/// Where a fold's run stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum FoldState {
+    /// Not started, or killed before it saved anything (its directory is removed).
+    New,
+    /// Stopped with a checkpoint to resume.
+    Interrupted,
+    /// Done: its best epoch.
+    Finished(Best),
+}
+
+/// The state of the fold run in `out`.
+fn fold_state(out: &Path) -> Result<FoldState> {
+    if !out.exists() {
+        return Ok(FoldState::New);
+    }
+    if out.join(CHECKPOINT).join("trainer_state.json").is_file() {
+        return Ok(FoldState::Interrupted);
+    }
+    if let Some(best) = best_logged(out)? {
+        return Ok(FoldState::Finished(best));
+    }
+    if out.join("model.safetensors").exists() {
+        return Err(TrainError::Run(format!(
+            "{}: a model without a checkpoint or logged epochs; move it away and resume again",
+            out.display()
+        )));
+    }
+    // Killed before its first checkpoint: only its settings were written.
+    std::fs::remove_dir_all(out).map_err(|source| TrainError::Io { path: out.to_owned(), source })?;
+    Ok(FoldState::New)
+}
+
+/// The last epoch marked best in `out/metrics.jsonl`, if any.
+fn best_logged(out: &Path) -> Result<Option<Best>> {
+    let path = out.join("metrics.jsonl");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(TrainError::Io { path, source }),
+    };
+    let mut best = None;
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let log: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| TrainError::Run(format!("{} line {}: {e}", path.display(), i + 1)))?;
+        if log["best"] == true {
+            let (epoch, accuracy, macro_f1) =
+                (log["epoch"].as_u64(), log["dev"]["accuracy"].as_f64(), log["dev"]["macro_f1"].as_f64());
+            let (Some(epoch), Some(accuracy), Some(macro_f1)) = (epoch, accuracy, macro_f1) else {
+                return Err(TrainError::Run(format!("{} line {}: not an epoch's log", path.display(), i + 1)));
+            };
+            best = Some(Best { epoch: epoch as usize, accuracy, macro_f1 });
+        }
+    }
+    Ok(best)
+}
+
+/// Writes a fold's data, or on a resumed run checks that it is what the run trained on.
+fn write_fold_data(path: &Path, text: &str, resuming: bool) -> Result<()> {
+    if resuming && path.is_file() {
+        let saved = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.to_owned(), source })?;
+        if saved != text {
+            return Err(TrainError::Run(format!(
+                "--resume: {} differs from the fold this command draws; the training data or --seed changed",
+                path.display()
+            )));
+        }
+        return Ok(());
+    }
+    write(path, text)
 }
 
 /// Writes a file atomically.

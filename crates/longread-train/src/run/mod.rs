@@ -100,7 +100,7 @@ pub fn train_run(
 /// What training_args.json records: every setting as resolved (defaults filled in) and a
 /// fingerprint of the training and dev data, so that a resumed run can be checked against it
 /// (data read from standard input cannot be fingerprinted).
-fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
+pub(crate) fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
     let mut settings =
         serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
     let fingerprint = |path: &Path| -> Result<serde_json::Value> {
@@ -119,7 +119,7 @@ fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
 
 /// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
 /// how much of the frozen-layer cache stays in memory (none changes the results).
-const MAY_CHANGE_ON_RESUME: [&str; 9] = [
+pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 9] = [
     "vector_cache",
     "resume",
     "out",

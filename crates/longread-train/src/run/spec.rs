@@ -153,7 +153,8 @@ pub struct TrainSpec {
     /// --arch bow: the folds that choose C [default: 5]. Otherwise: K runs, each holding out
     /// one fold as its dev set, in OUT/fold-1 … OUT/fold-K, and OUT/cv.json with the mean ± std
     /// of the best dev metric over the folds (for small data, where a 10% dev split is a
-    /// handful of documents); no --dev or --dev-split then.
+    /// handful of documents); no --dev, --dev-split or --stop-after-epoch then, and
+    /// --resume auto continues a stopped --cv run fold by fold.
     #[cfg_attr(feature = "clap", arg(long, value_name = "K"))]
     pub cv: Option<usize>,
     /// Most tokens per encoder batch. Training keeps one batch's graph at a time, so this
