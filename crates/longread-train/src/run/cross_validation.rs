@@ -15,7 +15,9 @@ use crate::error::{Result, TrainError};
 use crate::run::data::read_examples;
 use crate::run::spec::{name_value, TrainSpec};
 use crate::run::start::training_labels;
-use crate::run::{check_resumed_run, run_settings, train_run, RunHooks, RunSummary, CHECKPOINT, MAY_CHANGE_ON_RESUME};
+use crate::run::{
+    check_resumed_run, recorded_settings, train_run, RunHooks, RunOutput, RunSummary, CHECKPOINT, MAY_CHANGE_ON_RESUME,
+};
 
 /// One fold's outcome.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -78,18 +80,11 @@ pub(crate) fn run(
     let text =
         std::fs::read_to_string(&spec.train).map_err(|source| TrainError::Io { path: spec.train.clone(), source })?;
     let lines: Vec<&str> = text.lines().collect();
-    let mut settings = run_settings(spec)?;
-    if let Some(obj) = settings.as_object_mut() {
-        obj.extend(front.clone());
-    }
+    let settings = recorded_settings(spec, front.clone())?;
     if resuming {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     } else {
-        std::fs::create_dir_all(&spec.out).map_err(|source| TrainError::Io { path: spec.out.clone(), source })?;
-        write(
-            &spec.out.join("training_args.json"),
-            &(serde_json::to_string_pretty(&settings).unwrap_or_default() + "\n"),
-        )?;
+        RunOutput::create(&spec.out, &settings)?;
     }
     let data_dir = spec.out.join("cv-data");
     std::fs::create_dir_all(&data_dir).map_err(|source| TrainError::Io { path: data_dir.clone(), source })?;
@@ -128,14 +123,12 @@ pub(crate) fn run(
                 fold_spec.dev = Some(dev_path);
                 fold_spec.out = fold_out.clone();
                 fold_spec.resume = matches!(state, FoldState::Interrupted).then(|| "auto".to_string());
-                let summary = train_run(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
+                train_run(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
                     TrainError::Interrupted(why) => TrainError::Interrupted(format!("fold {fold} of {k}: {why}")),
                     other => other,
                 })?;
-                if summary.logs.is_empty() {
-                    return Err(TrainError::Run(format!("fold {fold} ran no epoch")));
-                }
-                // The whole run's best, epochs before an interruption included.
+                // The whole run's best, epochs before an interruption included (a fold resumed
+                // from its last epoch's checkpoint runs none).
                 best_logged(&fold_out)?.ok_or_else(|| TrainError::Run(format!("fold {fold} logged no best epoch")))?
             }
         };

@@ -78,10 +78,7 @@ pub fn train_run(
         return cross_validation::run(spec, &front, hooks);
     }
     let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
-    let mut settings = run_settings(spec)?;
-    if let Some(obj) = settings.as_object_mut() {
-        obj.extend(front);
-    }
+    let settings = recorded_settings(spec, front)?;
     if checkpoint.is_some() {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     }
@@ -100,7 +97,7 @@ pub fn train_run(
 /// What training_args.json records: every setting as resolved (defaults filled in) and a
 /// fingerprint of the training and dev data, so that a resumed run can be checked against it
 /// (data read from standard input cannot be fingerprinted).
-pub(crate) fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
+fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
     let mut settings =
         serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
     let fingerprint = |path: &Path| -> Result<serde_json::Value> {
@@ -114,6 +111,18 @@ pub(crate) fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
         data["dev"] = fingerprint(dev)?;
     }
     settings["data_fingerprints"] = data;
+    Ok(settings)
+}
+
+/// [`run_settings`] with the front's own settings (`front`) added: what training_args.json holds.
+pub(crate) fn recorded_settings(
+    spec: &TrainSpec,
+    front: serde_json::Map<String, serde_json::Value>,
+) -> Result<serde_json::Value> {
+    let mut settings = run_settings(spec)?;
+    if let Some(obj) = settings.as_object_mut() {
+        obj.extend(front);
+    }
     Ok(settings)
 }
 
