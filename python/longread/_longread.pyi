@@ -121,14 +121,16 @@ def new_encoder(
 
 def pretrain(
     corpus: Union[str, PathLike[str], Sequence[Union[str, PathLike[str]]]],
-    tokenizer: Union[str, PathLike[str]],
+    tokenizer: Optional[Union[str, PathLike[str]]],
     out: Union[str, PathLike[str]],
     threads: Optional[int] = None,
     quiet: bool = False,
     **flags: Any,
 ) -> dict[str, Any]:
-    """`longread pretrain`: MLM pretraining with dynamic masking; every flag of `longread
-    pretrain --help` as a keyword (`preset="small"`, `max_steps=2000`, `resume="auto"`).
+    """`longread pretrain`: MLM pretraining with dynamic masking, of a new RoBERTa
+    (`preset="small"`) or continued from a pretrained encoder (`model="DIR"`; `tokenizer=None`
+    takes the model's own); every flag of `longread pretrain --help` as a keyword
+    (`max_steps=2000`, `resume="auto"`).
     Progress and an evaluation line per `eval_every` steps go to stderr unless `quiet`;
     Ctrl-C stops at the next evaluation (checkpoint saved) and raises KeyboardInterrupt.
     Returns {"out", "evaluations", "stopped_for_resume"}."""

@@ -546,8 +546,9 @@ fn new_encoder(py: Python<'_>, preset: String, tokenizer: PathBuf, out: PathBuf,
 /// pretrain(corpus, tokenizer, out, threads=None, quiet=False, **flags) -> dict
 ///
 /// `longread pretrain --corpus CORPUS... --tokenizer TOKENIZER --out OUT ...`: masked-language-
-/// model pretraining of a RoBERTa with dynamic masking; every flag of `longread pretrain
-/// --help` as a keyword (`preset="small"`, `max_steps=2000`, `eval_every=200`,
+/// model pretraining with dynamic masking, of a new RoBERTa (`preset="small"`) or continued
+/// from a pretrained encoder (`model="DIR"`, with `tokenizer=None` for the model's own); every
+/// flag of `longread pretrain --help` as a keyword (`max_steps=2000`, `eval_every=200`,
 /// `resume="auto"`). An evaluation line per --eval-every steps goes to stderr unless `quiet`;
 /// Ctrl-C stops at the next evaluation (where a checkpoint is saved) and raises
 /// KeyboardInterrupt. Returns {"out", "evaluations" (one dict each), "stopped_for_resume"}.
@@ -556,7 +557,7 @@ fn new_encoder(py: Python<'_>, preset: String, tokenizer: PathBuf, out: PathBuf,
 fn pretrain(
     py: Python<'_>,
     corpus: &Bound<'_, PyAny>,
-    tokenizer: PathBuf,
+    tokenizer: Option<PathBuf>,
     out: PathBuf,
     threads: Option<usize>,
     quiet: bool,
@@ -564,7 +565,9 @@ fn pretrain(
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
     let mut args = repeated("--corpus", corpus)?;
-    args.extend(["--tokenizer".to_string(), tokenizer.display().to_string()]);
+    if let Some(tokenizer) = tokenizer {
+        args.extend(["--tokenizer".to_string(), tokenizer.display().to_string()]);
+    }
     args.extend(["--out".to_string(), out.display().to_string()]);
     args.extend(flag_args(flags)?);
     let spec = longread_train::run::flags::pretrain_spec_from_flags(&args).map_err(LongreadError::new_err)?;

@@ -59,9 +59,11 @@ enum Command {
     /// initialised RoBERTa (RobertaForMaskedLM layout) for a tokenizer.
     #[command(subcommand)]
     Encoder(commands::encoder::EncoderCommand),
-    /// Masked-language-model pretraining of a RoBERTa (preset or config.json) on a corpus, with
-    /// dynamic masking; the output loads in transformers as RobertaForMaskedLM. Ctrl-C stops at
-    /// the next evaluation, where a checkpoint is saved (`--resume auto` continues).
+    /// Masked-language-model pretraining on a corpus, with dynamic masking: of a new RoBERTa
+    /// (preset or config.json), or continued from a pretrained BERT/RoBERTa (`--model`, e.g. to
+    /// adapt it to your documents before fine-tuning); the output loads in transformers as
+    /// RobertaForMaskedLM (BertForMaskedLM). Ctrl-C stops at the next evaluation, where a
+    /// checkpoint is saved (`--resume auto` continues).
     Pretrain(Box<commands::pretrain::PretrainArgs>),
     /// Start here: builds a synthetic long-document task, trains a tokenizer and a tiny
     /// RoBERTa with MLM, fine-tunes a hierarchical classifier and the single-chunk baseline,

@@ -37,6 +37,38 @@ fn pretrain(tmp: &Path, out: &str, extra: &[&str]) -> std::process::Output {
     longread(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
+/// `longread init --encoder` accepts the pretrained `encoder` (a classifier beside it).
+fn assert_feeds_a_classifier(encoder: &Path) {
+    let clf = s(&encoder.with_file_name("clf"));
+    let init = longread(&[
+        "init",
+        "--encoder",
+        &s(encoder),
+        "--labels",
+        "rain,prices",
+        "--out",
+        &clf,
+        "--chunk-size",
+        "32",
+        "--stride",
+        "8",
+    ]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+}
+
+/// Both directories' model.safetensors hold the same tensors, bit for bit.
+fn assert_same_weights(a: &Path, b: &Path) {
+    let load =
+        |d: &Path| candle_core::safetensors::load(d.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let (a, b) = (load(a), load(b));
+    assert_eq!(a.len(), b.len());
+    for (name, t) in &a {
+        let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            == b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(same, "{name} differs after resuming");
+    }
+}
+
 #[test]
 fn pretraining_logs_perplexity_resumes_exactly_and_feeds_a_classifier() {
     let tmp = tempfile::tempdir().unwrap();
@@ -55,33 +87,12 @@ fn pretraining_logs_perplexity_resumes_exactly_and_feeds_a_classifier() {
     assert!(tmp.path().join("sliced/checkpoint-last/optimizer.safetensors").is_file());
     let rest = pretrain(tmp.path(), "sliced", &["--resume", "auto"]);
     assert!(rest.status.success(), "{}", String::from_utf8_lossy(&rest.stderr));
-    let load = |d: &str| {
-        candle_core::safetensors::load(tmp.path().join(d).join("model.safetensors"), &candle_core::Device::Cpu).unwrap()
-    };
-    let (a, b) = (load("whole"), load("sliced"));
-    for (name, t) in &a {
-        let same = t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-            == b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        assert!(same, "{name} differs after resuming");
-    }
+    assert_same_weights(&tmp.path().join("whole"), &tmp.path().join("sliced"));
     let lines = std::fs::read_to_string(tmp.path().join("sliced/metrics.jsonl")).unwrap().lines().count();
     assert_eq!(lines, 3);
     assert!(!tmp.path().join("whole/checkpoint-last").exists(), "checkpoints removed once complete");
 
-    let init = longread(&[
-        "init",
-        "--encoder",
-        &s(&tmp.path().join("whole")),
-        "--labels",
-        "rain,prices",
-        "--out",
-        &s(&tmp.path().join("clf")),
-        "--chunk-size",
-        "32",
-        "--stride",
-        "8",
-    ]);
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    assert_feeds_a_classifier(&tmp.path().join("whole"));
 }
 
 #[test]
@@ -103,5 +114,81 @@ fn pretraining_input_problems_are_clear_errors() {
     assert_clean_failure(&o, "must be a RoBERTa");
     let o = run(&["--corpus", &s(&tmp.path().join("none")), "--tokenizer", &roberta, "--preset", "tiny"]);
     assert_clean_failure(&o, "none");
+    assert!(!tmp.path().join("o").exists(), "nothing is written for bad input");
+}
+
+/// `pretrain --model` with tiny-bert (a bare BertModel: a new head) on the synthetic corpus,
+/// its own WordPiece tokenizer.
+fn continue_pretraining(tmp: &Path, out: &str, extra: &[&str]) -> std::process::Output {
+    let (corpus, model, out) = (s(&fixture("synthetic")), s(&fixture("tiny-bert")), s(&tmp.join(out)));
+    let mut args = vec!["pretrain", "--corpus", &corpus, "--model", &model, "--out", &out];
+    args.extend_from_slice(&["--max-steps", "20", "--batch-size", "4", "--seq-len", "48", "--eval-every", "10"]);
+    args.extend_from_slice(&["--lr", "1e-3", "--warmup-steps", "2"]);
+    args.extend_from_slice(extra);
+    longread(&args)
+}
+
+#[test]
+fn continued_pretraining_starts_from_the_checkpoint_resumes_exactly_and_feeds_a_classifier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = continue_pretraining(tmp.path(), "whole", &["--log-format", "json"]);
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    let evals: Vec<serde_json::Value> =
+        json_lines(&whole.stdout).into_iter().filter(|e| e["event"] == "eval").collect();
+    assert_eq!(evals.len(), 2);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("whole/config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (config["model_type"].as_str(), config["architectures"][0].as_str()),
+        (Some("bert"), Some("BertForMaskedLM"))
+    );
+    // Trained from the checkpoint's weights: moved, but not far (a re-initialised encoder
+    // would differ by the size of the weights themselves).
+    let load = |p: &Path| candle_core::safetensors::load(p, &candle_core::Device::Cpu).unwrap();
+    let (source, trained) =
+        (load(&fixture("tiny-bert/model.safetensors")), load(&tmp.path().join("whole/model.safetensors")));
+    let name = "encoder.layer.0.attention.self.query.weight";
+    let moved = trained[&format!("bert.{name}")].sub(&source[name]).unwrap().abs().unwrap();
+    let moved = moved.max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert!(moved > 1e-5 && moved < 0.1, "query weights moved by {moved}");
+
+    let first = continue_pretraining(tmp.path(), "sliced", &["--stop-after-step", "10"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(String::from_utf8_lossy(&first.stderr).contains("with a new masked-LM head"));
+    let changed = continue_pretraining(tmp.path(), "sliced", &["--resume", "auto", "--weight-decay", "0.05"]);
+    assert_eq!(changed.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&changed.stderr).contains("weight-decay: the run used 0.01, this command gives 0.05")
+    );
+    let rest = continue_pretraining(tmp.path(), "sliced", &["--resume", "auto"]);
+    assert!(rest.status.success(), "{}", String::from_utf8_lossy(&rest.stderr));
+    assert_same_weights(&tmp.path().join("whole"), &tmp.path().join("sliced"));
+
+    assert_feeds_a_classifier(&tmp.path().join("whole"));
+}
+
+#[test]
+fn continued_pretraining_problems_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (corpus, bert, roberta) = (s(&fixture("synthetic")), s(&fixture("tiny-bert")), s(&fixture("tiny-roberta")));
+    let out = s(&tmp.path().join("o"));
+    let run = |extra: &[&str]| {
+        let mut args = vec!["pretrain", "--corpus", &corpus, "--out", &out, "--max-steps", "2"];
+        args.extend_from_slice(extra);
+        longread(&args)
+    };
+    assert_clean_failure(&run(&[]), "give --tokenizer (or --model");
+    let usage = run(&["--model", &bert, "--preset", "tiny"]);
+    assert_eq!(usage.status.code(), Some(2), "a usage error");
+    assert!(
+        String::from_utf8_lossy(&usage.stderr).contains("'--model <MODEL>' cannot be used with '--preset <PRESET>'")
+    );
+    // tiny-roberta's tokenizer has 400 tokens, tiny-bert's embeddings 300 rows.
+    assert_clean_failure(&run(&["--model", &bert, "--tokenizer", &roberta]), "more than the 300 rows");
+    assert_clean_failure(&run(&["--model", &s(&tmp.path().join("missing"))]), "missing");
+    assert_clean_failure(
+        &run(&["--model", &bert, "--seq-len", "65"]),
+        "--seq-len must be between 3 and the model's 64",
+    );
     assert!(!tmp.path().join("o").exists(), "nothing is written for bad input");
 }

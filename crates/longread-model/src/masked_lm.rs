@@ -1,6 +1,8 @@
-//! Masked language modelling on top of the encoder, as transformers' `RobertaForMaskedLM` /
-//! `RobertaLMHead` computes it: dense → GELU → LayerNorm → decoder tied to the word
-//! embeddings, plus a bias. Loss: cross-entropy over the positions whose label is not −100.
+//! Masked language modelling on top of the encoder, as transformers' `RobertaForMaskedLM`
+//! (`RobertaLMHead`) and `BertForMaskedLM` (`BertLMPredictionHead`) compute it: dense →
+//! activation → LayerNorm → decoder tied to the word embeddings, plus a bias. The two differ
+//! only in the tensors' names and in the activation (RoBERTa: exact GELU; BERT: the config's
+//! `hidden_act`). Loss: cross-entropy over the positions whose label is not −100.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,6 +10,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, Module, VarMap};
 
+use crate::activation::Activation;
 use crate::checkpoint::{Checkpoint, LoadOptions};
 use crate::config::EncoderConfig;
 use crate::encoder::Encoder;
@@ -17,36 +20,90 @@ use crate::mode::Mode;
 use crate::model_dir::write_new_dir;
 use crate::variables;
 
-/// An encoder with its masked-language-model head (a `RobertaForMaskedLM` checkpoint).
+/// An encoder with its masked-language-model head (a `RobertaForMaskedLM` or
+/// `BertForMaskedLM` checkpoint).
 pub struct MaskedLm {
     encoder: Encoder,
     config: EncoderConfig,
     /// tokenizer.json as read at load time (written again by [`MaskedLm::save`]).
     tokenizer_json: Option<Vec<u8>>,
     dense: Linear,
+    activation: Activation,
     norm: LayerNorm,
     bias: Tensor,
-    /// Variables (`encoder` without prefix, `lm_head.…`), when loaded to be trained.
+    /// Variables (`encoder` without prefix, the head's under their file names), when loaded
+    /// to be trained.
     vars: Option<(VarMap, VarMap)>,
 }
 
+/// Where a model family keeps its masked-LM head, and the head's activation.
+struct HeadLayout {
+    /// `lm_head` (RoBERTa) or `cls.predictions` (BERT): the bias lives here.
+    prefix: &'static str,
+    /// The dense layer and the LayerNorm under `prefix`.
+    dense: &'static str,
+    norm: &'static str,
+    activation: Activation,
+}
+
+impl HeadLayout {
+    fn of(config: &EncoderConfig) -> Self {
+        if config.is_roberta() {
+            Self { prefix: "lm_head", dense: "dense", norm: "layer_norm", activation: Activation::GeluErf }
+        } else {
+            let activation = config.activation();
+            Self { prefix: "cls.predictions", dense: "transform.dense", norm: "transform.LayerNorm", activation }
+        }
+    }
+}
+
 impl MaskedLm {
-    /// Loads `config.json` + `model.safetensors` with `lm_head.{dense, layer_norm, bias}`.
+    /// Loads `config.json` + `model.safetensors` with the masked-LM head
+    /// (`lm_head.{dense, layer_norm, bias}` for RoBERTa, `cls.predictions.{transform.dense,
+    /// transform.LayerNorm, bias}` for BERT); a missing head is an error.
     pub fn load(dir: &Path, trainable: bool, device: &Device) -> Result<Self> {
+        Self::load_with(dir, trainable, None, device).map(|(model, _)| model)
+    }
+
+    /// Loads a pretrained encoder to continue its masked-LM pretraining (trainable): its head
+    /// when the checkpoint has one (e.g. `bert-base-uncased`), else a new head initialised from
+    /// `seed` (e.g. a sentence-transformers model, saved without one). Returns the model and
+    /// whether the head came from the checkpoint. The configuration names the `*ForMaskedLM`
+    /// architecture, so that [`MaskedLm::save`] writes a checkpoint transformers loads as one.
+    pub fn continue_from(dir: &Path, seed: u64, device: &Device) -> Result<(Self, bool)> {
+        let (mut model, stored) = Self::load_with(dir, true, Some(seed), device)?;
+        let architecture = if model.config.is_roberta() { "RobertaForMaskedLM" } else { "BertForMaskedLM" };
+        model.config.extra.insert("architectures".into(), serde_json::json!([architecture]));
+        Ok((model, stored))
+    }
+
+    /// [`MaskedLm::load`], initialising a missing head from `head_seed` when given; also
+    /// returns whether the head's bias was stored.
+    fn load_with(dir: &Path, trainable: bool, head_seed: Option<u64>, device: &Device) -> Result<(Self, bool)> {
         let checkpoint = Checkpoint::open(dir)?;
         let vars = trainable.then(|| (VarMap::new(), VarMap::new()));
-        let options = |v: Option<&VarMap>| LoadOptions { trainable: v.cloned(), ..LoadOptions::default() };
+        let options =
+            |v: Option<&VarMap>| LoadOptions { trainable: v.cloned(), init_seed: head_seed, ..LoadOptions::default() };
         let encoder = checkpoint.load_encoder(&options(vars.as_ref().map(|v| &v.0)), device)?;
         let cfg = &checkpoint.config;
-        let vb = checkpoint.var_builder("", &options(vars.as_ref().map(|v| &v.1)), device).pp("lm_head");
+        let layout = HeadLayout::of(cfg);
+        let stored = checkpoint.store.contains(&format!("{}.bias", layout.prefix));
+        let vb = checkpoint.var_builder("", &options(vars.as_ref().map(|v| &v.1)), device).pp(layout.prefix);
         let (h, std) = (cfg.hidden_size, cfg.initializer_range);
-        let dense = linear(vb.pp("dense"), h, h, std)?;
-        let norm = LayerNorm::load(vb.pp("layer_norm"), h, cfg.layer_norm_eps)?;
-        let bias = vb.get_with_hints(cfg.vocab_size, "bias", Init::Const(0.0)).map_err(|e| {
-            ModelError::InvalidInput(format!("{}: no masked-LM head (lm_head.bias): {e}", dir.display()))
-        })?;
+        let no_head = |e: candle_core::Error| {
+            ModelError::InvalidInput(format!(
+                "{}: no masked-LM head ({}.*): {e}; to continue pretraining an encoder saved without one, \
+                 start a new run from it (`longread pretrain --model DIR`)",
+                dir.display(),
+                layout.prefix
+            ))
+        };
+        let dense = linear(vb.pp(layout.dense), h, h, std).map_err(no_head)?;
+        let norm = LayerNorm::load(vb.pp(layout.norm), h, cfg.layer_norm_eps).map_err(no_head)?;
+        let bias = vb.get_with_hints(cfg.vocab_size, "bias", Init::Const(0.0)).map_err(no_head)?;
         let tokenizer_json = checkpoint.files.tokenizer.as_ref().and_then(|p| std::fs::read(p).ok());
-        Ok(Self { encoder, config: cfg.clone(), tokenizer_json, dense, norm, bias, vars })
+        let activation = layout.activation;
+        Ok((Self { encoder, config: cfg.clone(), tokenizer_json, dense, activation, norm, bias, vars }, stored))
     }
 
     /// The encoder's configuration.
@@ -59,21 +116,25 @@ impl MaskedLm {
         self.encoder.set_compute_dtype(dtype);
     }
 
-    /// The tensors under the names `RobertaForMaskedLM.save_pretrained` writes (`roberta.…`
-    /// or `bert.…`, `lm_head.…`; the decoder is tied to the word embeddings and not stored).
+    /// The tensors under the names `save_pretrained` writes (`roberta.…` and `lm_head.…`, or
+    /// `bert.…` and `cls.predictions.…`; the decoder is tied to the word embeddings and not
+    /// stored).
     pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
         variables::named_tensors(self.vars.as_ref(), self.config.weight_prefix())
     }
 
-    /// Writes config.json, model.safetensors, tokenizer.json and `extra` files as the new
-    /// directory `out` (atomically; `out` must not exist).
+    /// Writes config.json, model.safetensors, tokenizer.json (the model's own unless `extra`
+    /// has one) and `extra` files as the new directory `out` (atomically; `out` must not exist).
     pub fn save(&self, out: &Path, extra: &[(&str, &[u8])]) -> Result<()> {
         let config = serde_json::to_string_pretty(&self.config).unwrap_or_default() + "\n";
-        let tokenizer = self
-            .tokenizer_json
-            .as_deref()
-            .ok_or_else(|| ModelError::InvalidInput("the model was loaded without a tokenizer.json".into()))?;
-        let mut files: Vec<(&str, &[u8])> = vec![("config.json", config.as_bytes()), ("tokenizer.json", tokenizer)];
+        let mut files: Vec<(&str, &[u8])> = vec![("config.json", config.as_bytes())];
+        if !extra.iter().any(|(name, _)| *name == "tokenizer.json") {
+            let tokenizer = self
+                .tokenizer_json
+                .as_deref()
+                .ok_or_else(|| ModelError::InvalidInput("the model was loaded without a tokenizer.json".into()))?;
+            files.push(("tokenizer.json", tokenizer));
+        }
         files.extend_from_slice(extra);
         write_new_dir(out, &self.named_tensors()?, &files)
     }
@@ -83,7 +144,7 @@ impl MaskedLm {
         &self.encoder
     }
 
-    /// Every variable (`encoder:…` and `lm_head.…`), when loaded as trainable.
+    /// Every variable (`encoder:…` and the head's, e.g. `lm_head.…`), when loaded as trainable.
     pub fn named_vars(&self) -> Vec<(String, candle_core::Var)> {
         variables::named_vars(self.vars.as_ref())
     }
@@ -112,12 +173,12 @@ impl MaskedLm {
         cross_entropy_at(&self.head(&chosen, mode)?, targets)
     }
 
-    /// The head on hidden states: dense → GELU → LayerNorm → tied decoder + bias.
+    /// The head on hidden states: dense → activation → LayerNorm → tied decoder + bias.
     ///
     /// # Shapes
     /// `hidden: [.., hidden]` → `[.., vocab]`
     fn head(&self, hidden: &Tensor, mode: Mode) -> Result<Tensor> {
-        let x = self.dense.forward(hidden)?.gelu_erf()?;
+        let x = self.activation.forward(&self.dense.forward(hidden)?)?;
         let x = self.norm.forward(&x, mode)?;
         let decoder = self.encoder.embeddings().word_embeddings();
         Ok(x.broadcast_matmul(&decoder.t()?)?.broadcast_add(&self.bias)?)

@@ -1,6 +1,7 @@
-//! `longread pretrain`: masked-language-model pretraining of a RoBERTa from a preset (or a
-//! config.json) on a corpus, with dynamic masking; the output is a `RobertaForMaskedLM`
-//! directory that transformers loads and `longread init --encoder` accepts. The run is the
+//! `longread pretrain`: masked-language-model pretraining on a corpus, with dynamic masking, of
+//! a RoBERTa from a preset (or a config.json) or continued from a pretrained encoder
+//! (`--model`); the output is a `RobertaForMaskedLM` (`BertForMaskedLM`) directory that
+//! transformers loads and `longread init --encoder` accepts. The run is the
 //! library's (`longread_train::run::pretrain_run`); this command parses flags and prints.
 
 use anyhow::Result;

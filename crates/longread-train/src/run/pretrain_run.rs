@@ -1,12 +1,14 @@
-//! A masked-language-model pretraining run of a RoBERTa from a preset (or a config.json) on a
-//! corpus, with dynamic masking, owned by the library like [`crate::run::train_run`]: the
-//! output is a `RobertaForMaskedLM` directory that transformers loads and `longread init
-//! --encoder` accepts.
+//! A masked-language-model pretraining run on a corpus, with dynamic masking, owned by the
+//! library like [`crate::run::train_run`]: of a new RoBERTa from a preset (or a config.json),
+//! or continued from a pretrained BERT- or RoBERTa-family checkpoint (domain- or task-adaptive
+//! pretraining, Gururangan et al. 2020). The output is a `RobertaForMaskedLM` (or
+//! `BertForMaskedLM`) directory that transformers loads and `longread init --encoder` accepts.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
 
 use candle_core::Device;
+use longread_model::checkpoint::resolve_model_dir;
 use longread_model::masked_lm::MaskedLm;
 use longread_model::model_dir::write_new_dir;
 use longread_model::presets::{init_masked_lm, preset_config};
@@ -30,15 +32,24 @@ pub struct PretrainSpec {
     /// line's "text"; other files give each non-empty line.
     #[cfg_attr(feature = "clap", arg(long, required = true, num_args = 1..))]
     pub corpus: Vec<PathBuf>,
-    /// tokenizer.json or a directory holding one (e.g. from `longread tokenizer train`).
+    /// tokenizer.json or a directory holding one (e.g. from `longread tokenizer train`). With
+    /// --model, default: the model's own tokenizer.
     #[cfg_attr(feature = "clap", arg(long))]
-    pub tokenizer: PathBuf,
-    /// Model shape: roberta-base, roberta-large, small or tiny (see `longread encoder new`).
-    #[cfg_attr(feature = "clap", arg(long, conflicts_with = "config"))]
+    pub tokenizer: Option<PathBuf>,
+    /// A new model's shape: roberta-base, roberta-large, small or tiny (see `longread encoder new`).
+    #[cfg_attr(feature = "clap", arg(long, conflicts_with_all = ["config", "model"]))]
     pub preset: Option<String>,
-    /// Model shape from a RoBERTa config.json instead of a preset.
-    #[cfg_attr(feature = "clap", arg(long))]
+    /// A new model's shape from a RoBERTa config.json instead of a preset.
+    #[cfg_attr(feature = "clap", arg(long, conflicts_with = "model"))]
     pub config: Option<PathBuf>,
+    /// Continue the pretraining of this encoder instead of starting a new one: a Hugging Face
+    /// checkpoint directory (BERT or RoBERTa family; config.json, model.safetensors,
+    /// tokenizer.json) or a Hub id (with the `hub` feature). Its masked-LM head is used when it
+    /// has one, else a new head is initialised (sentence-transformers models have none). Adapting
+    /// an encoder to the task's own texts before fine-tuning ("task-adaptive pretraining") wants a
+    /// lower --lr than from scratch: 1e-4 or less.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub model: Option<String>,
     /// Output directory: config.json, model.safetensors (latest weights), tokenizer.json,
     /// metrics.jsonl, trainer_state.json, training_args.json and checkpoint-last/.
     #[cfg_attr(feature = "clap", arg(long))]
@@ -112,9 +123,9 @@ pub struct PretrainSummary {
 /// Settings that may differ when a pretraining run is resumed.
 const MAY_CHANGE_ON_RESUME: [&str; 5] = ["resume", "out", "stop_after_step", "log_format", "max_bad_steps"];
 
-/// Runs `spec`: a new encoder from the preset or config (written with training_args.json,
-/// `front` adding the front's own settings), or the run in `spec.out` resumed (refusing other
-/// settings); pretrains and saves at every evaluation.
+/// Runs `spec`: a new encoder from the preset or config, or a copy of `--model` to continue
+/// (written with training_args.json, `front` adding the front's own settings), or the run in
+/// `spec.out` resumed (refusing other settings); pretrains and saves at every evaluation.
 pub fn pretrain_run(
     spec: &PretrainSpec,
     front: serde_json::Map<String, serde_json::Value>,
@@ -134,7 +145,12 @@ pub fn pretrain_run(
     if checkpoint.is_some() {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     }
-    let tokenizer_path = crate::run::kit::tokenizer_file(&spec.tokenizer);
+    let continued = spec.model.as_deref().map(resolve_model_dir).transpose()?;
+    let tokenizer_path = match (&spec.tokenizer, &continued) {
+        (Some(path), _) => crate::run::kit::tokenizer_file(path),
+        (None, Some(model)) => crate::run::kit::tokenizer_file(model),
+        (None, None) => bail!("give --tokenizer (or --model, whose tokenizer is then used)"),
+    };
     let tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
     let special = specials(&tokenizer)?;
     let vocab = tokenizer.inner().get_vocab_size(true);
@@ -145,7 +161,14 @@ pub fn pretrain_run(
         .map_err(|e| TrainError::Run(format!("tokenizing the corpus: {e}")))?;
     let ids: Vec<Vec<u32>> = encoded.iter().map(|e| e.get_ids().to_vec()).collect();
     if checkpoint.is_none() {
-        new_encoder(spec, &special, vocab, &tokenizer_path, &settings)?;
+        match &continued {
+            Some(model) => {
+                let stored_head = continued_encoder(spec, model, &special, vocab, &tokenizer_path, &settings)?;
+                let head = if stored_head { "its masked-LM head" } else { "a new masked-LM head" };
+                hooks.note(&format!("continuing the pretraining of {} with {head}", model.display()));
+            }
+            None => new_encoder(spec, &special, vocab, &tokenizer_path, &settings)?,
+        }
     }
     let source = checkpoint.clone().unwrap_or_else(|| spec.out.clone());
     let mut model = MaskedLm::load(&source, true, &device)?;
@@ -212,7 +235,7 @@ fn new_encoder(
     let mut config = match (&spec.preset, &spec.config) {
         (Some(name), None) => preset_config(name, vocab)?,
         (None, Some(path)) => EncoderConfig::from_file(path)?,
-        _ => bail!("give --preset NAME or --config FILE (a RoBERTa config.json)"),
+        _ => bail!("give --preset NAME or --config FILE (a RoBERTa config.json) for a new model, or --model DIR to continue one"),
     };
     if config.model_type != "roberta" || config.vocab_size != vocab {
         bail!(
@@ -236,6 +259,48 @@ fn new_encoder(
     ];
     let files: Vec<(&str, &[u8])> = files.iter().map(|(n, b)| (*n, b.as_slice())).collect();
     Ok(write_new_dir(&spec.out, &tensors, &files)?)
+}
+
+/// Writes `model` (a pretrained encoder, with its masked-LM head or a new one) into `spec.out`
+/// with the tokenizer and settings; returns whether the head was the checkpoint's.
+fn continued_encoder(
+    spec: &PretrainSpec,
+    model: &std::path::Path,
+    special: &Specials,
+    vocab: usize,
+    tokenizer_path: &std::path::Path,
+    settings: &serde_json::Value,
+) -> Result<bool> {
+    if spec.preset.is_some() || spec.config.is_some() {
+        bail!("--model continues a pretrained encoder: give no --preset or --config with it");
+    }
+    let (lm, stored_head) = MaskedLm::continue_from(model, spec.seed, &Device::Cpu)?;
+    let config = lm.config();
+    if vocab > config.vocab_size {
+        bail!(
+            "the tokenizer has {vocab} tokens, more than the {} rows of {}'s embeddings: give the model's own tokenizer",
+            config.vocab_size,
+            model.display()
+        );
+    }
+    if config.pad_token_id != special.pad {
+        bail!(
+            "the tokenizer pads with id {} but {} pads with {}: give the model's own tokenizer",
+            special.pad,
+            model.display(),
+            config.pad_token_id
+        );
+    }
+    if spec.seq_len < 3 || spec.seq_len > config.max_sequence_length() {
+        bail!("--seq-len must be between 3 and the model's {} positions", config.max_sequence_length());
+    }
+    let tokenizer =
+        std::fs::read(tokenizer_path).map_err(|source| TrainError::Io { path: tokenizer_path.to_owned(), source })?;
+    let args = pretty(settings);
+    let files: [(&str, &[u8]); 3] =
+        [("tokenizer.json", &tokenizer), ("training_args.json", args.as_bytes()), ("metrics.jsonl", b"")];
+    lm.save(&spec.out, &files)?;
+    Ok(stored_head)
 }
 
 /// Pretty JSON with a final newline.
