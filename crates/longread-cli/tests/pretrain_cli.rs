@@ -192,3 +192,45 @@ fn continued_pretraining_problems_are_clear_errors() {
     );
     assert!(!tmp.path().join("o").exists(), "nothing is written for bad input");
 }
+
+/// A tokenizer.json that truncates (as many on the Hub do: all-MiniLM-L6-v2's stops at 128
+/// tokens) still gives pretraining whole documents to pack.
+#[test]
+fn pretraining_reads_whole_documents_whatever_the_tokenizer_truncates_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let truncating = tmp.path().join("truncating");
+    std::fs::create_dir(&truncating).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture("tiny-bert").join(file), truncating.join(file)).unwrap();
+    }
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("tiny-bert/tokenizer.json")).unwrap()).unwrap();
+    tokenizer["truncation"] =
+        serde_json::json!({"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0});
+    std::fs::write(truncating.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let corpus = s(&fixture("synthetic"));
+    let setup = |model: &Path, out: &str| {
+        let (model, out) = (s(model), s(&tmp.path().join(out)));
+        let o = longread(&[
+            "pretrain",
+            "--corpus",
+            &corpus,
+            "--model",
+            &model,
+            "--out",
+            &out,
+            "--max-steps",
+            "1",
+            "--eval-every",
+            "1",
+            "--seq-len",
+            "48",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        stderr.lines().find(|l| l.starts_with("pretraining on")).unwrap().to_owned()
+    };
+    let (whole, truncated) = (setup(&fixture("tiny-bert"), "a"), setup(&truncating, "b"));
+    assert_eq!(whole, truncated);
+    assert!(whole.starts_with("pretraining on 50 sequences"), "{whole}");
+}

@@ -151,7 +151,10 @@ pub fn pretrain_run(
         (None, Some(model)) => crate::run::kit::tokenizer_file(model),
         (None, None) => bail!("give --tokenizer (or --model, whose tokenizer is then used)"),
     };
-    let tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
+    let mut tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
+    // Hub tokenizers often truncate (all-MiniLM-L6-v2's to 128 tokens): the corpus is packed
+    // into sequences, so every document must be tokenized whole.
+    tokenizer.disable_truncation_and_padding()?;
     let special = specials(&tokenizer)?;
     let vocab = tokenizer.inner().get_vocab_size(true);
     let texts = read_corpus(&spec.corpus)?;
