@@ -300,7 +300,24 @@ def test_the_roberta_kit_refuses_what_the_cli_refuses(tmp_path):
         longread.pretrain(corpus, tok, tmp_path / "d", max_steps=2)
     with pytest.raises(longread.LongreadError, match="--max-stepz"):
         longread.pretrain(corpus, tok, tmp_path / "e", preset="tiny", max_stepz=2)
-    assert not any((tmp_path / d).exists() for d in "bcde")
+    with pytest.raises(longread.LongreadError, match="give --tokenizer"):
+        longread.pretrain(corpus, None, tmp_path / "f", max_steps=2)
+    assert not any((tmp_path / d).exists() for d in "bcdef")
+
+
+def test_pretraining_continues_a_pretrained_encoder_as_the_cli_does(tmp_path):
+    corpus, bert = os.path.join(FIXTURES, "synthetic"), os.path.join(FIXTURES, "tiny-bert")
+    flags = dict(model=bert, max_steps=4, eval_every=2, batch_size=4, seq_len=48, seed=2, lr=1e-3)
+    summary = longread.pretrain(corpus, None, tmp_path / "py", quiet=True, **flags)
+    assert [e["step"] for e in summary["evaluations"]] == [2, 4]
+    cli = run_cli("pretrain", "--corpus", corpus, "--model", bert, "--out", str(tmp_path / "cli"),
+                  "--max-steps", "4", "--eval-every", "2", "--batch-size", "4", "--seq-len", "48", "--seed", "2",
+                  "--lr", "1e-3", "--log-format", "json")
+    assert cli.returncode == 0, cli.stderr
+    evals = [e for e in json_lines(cli.stdout) if e.get("event") == "eval"]
+    assert_close([e["eval_loss"] for e in evals], [e["eval_loss"] for e in summary["evaluations"]], tol=1e-4)
+    config = json.loads((tmp_path / "py" / "config.json").read_text())
+    assert config["model_type"] == "bert" and config["architectures"] == ["BertForMaskedLM"]
 
 
 def test_compare_gives_the_clis_comparison(tmp_path):
