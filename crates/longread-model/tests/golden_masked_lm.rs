@@ -92,13 +92,7 @@ fn the_loss_at_labelled_rows_has_the_full_logits_gradients() {
 #[test]
 fn a_pretrained_output_gives_the_logits_transformers_computes_from_it() {
     let e = candle_core::safetensors::load(fixture("pretrained-mlm/expected.safetensors"), &Device::Cpu).unwrap();
-    let model = MaskedLm::load(&fixture("pretrained-mlm"), false, &Device::Cpu).unwrap();
-    let ids = e["input_ids"].to_dtype(DType::U32).unwrap();
-    let mask = e["attention_mask"].to_dtype(DType::U32).unwrap();
-    let logits = model.forward(&ids, &mask, Mode::Eval).unwrap();
-    let keep = e["attention_mask"].to_dtype(DType::F32).unwrap().unsqueeze(2).unwrap();
-    let diff = logits.sub(&e["logits"]).unwrap().broadcast_mul(&keep).unwrap().abs().unwrap();
-    let diff = diff.max_all().unwrap().to_scalar::<f32>().unwrap();
+    let diff = logits_diff("pretrained-mlm", &e);
     assert!(diff <= 1e-4, "logits differ by {diff}");
     // Trained, not fresh: the LM bias moved away from its zero initialisation.
     let bias = candle_core::safetensors::load(fixture("pretrained-mlm/model.safetensors"), &Device::Cpu).unwrap();

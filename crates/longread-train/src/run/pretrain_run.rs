@@ -176,9 +176,7 @@ pub fn pretrain_run(
     let source = checkpoint.clone().unwrap_or_else(|| spec.out.clone());
     let mut model = MaskedLm::load(&source, true, &device)?;
     model.set_precision(spec.precision.dtype());
-    if spec.seq_len < 3 || spec.seq_len > model.config().max_sequence_length() {
-        bail!("--seq-len must be between 3 and the model's {} positions", model.config().max_sequence_length());
-    }
+    check_seq_len(spec, model.config())?;
     let resume = checkpoint
         .as_deref()
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| PretrainResume { state, moments, steps }))
@@ -247,9 +245,7 @@ fn new_encoder(
             config.vocab_size
         );
     }
-    if spec.seq_len < 3 || spec.seq_len > config.max_sequence_length() {
-        bail!("--seq-len must be between 3 and the model's {} positions", config.max_sequence_length());
-    }
+    check_seq_len(spec, &config)?;
     special.set_ids(&mut config);
     let tensors = init_masked_lm(&config, spec.seed)?;
     let tokenizer =
@@ -294,9 +290,7 @@ fn continued_encoder(
             config.pad_token_id
         );
     }
-    if spec.seq_len < 3 || spec.seq_len > config.max_sequence_length() {
-        bail!("--seq-len must be between 3 and the model's {} positions", config.max_sequence_length());
-    }
+    check_seq_len(spec, config)?;
     let tokenizer =
         std::fs::read(tokenizer_path).map_err(|source| TrainError::Io { path: tokenizer_path.to_owned(), source })?;
     let args = pretty(settings);
@@ -304,6 +298,15 @@ fn continued_encoder(
         [("tokenizer.json", &tokenizer), ("training_args.json", args.as_bytes()), ("metrics.jsonl", b"")];
     lm.save(&spec.out, &files)?;
     Ok(stored_head)
+}
+
+/// Refuses a `--seq-len` the model's positions cannot hold (checked before a new run writes
+/// anything, and again on the loaded model, resumed runs included).
+fn check_seq_len(spec: &PretrainSpec, config: &EncoderConfig) -> Result<()> {
+    if spec.seq_len < 3 || spec.seq_len > config.max_sequence_length() {
+        bail!("--seq-len must be between 3 and the model's {} positions", config.max_sequence_length());
+    }
+    Ok(())
 }
 
 /// Pretty JSON with a final newline.
