@@ -104,7 +104,7 @@ fn from_json(py: Python<'_>, text: &str) -> PyResult<PyObject> {
 /// Classifier(model_dir, threads=None, precision="f32", max_batch_tokens=2048)
 ///
 /// threads: CPU threads for the whole process (default: every core; set once).
-/// precision: "f32", "int8" (faster on CPUs with AVX-512 VNNI or AVX2) or "bf16".
+/// precision: "f32", "int8" (faster than f32 with AVX-512 VNNI, about level on AVX2-only CPUs) or "bf16".
 /// max_batch_tokens: most tokens (chunks x padded length) per encoder batch.
 #[pyclass(module = "longread._longread", frozen)]
 struct Classifier {

@@ -33,8 +33,9 @@ pub struct PredictArgs {
     /// share batches, longest first. Lower it to save memory.
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_tokens: u64,
-    /// Encoder precision: f32; int8 (the dense layers' products in int8; faster on CPUs with
-    /// AVX-512 VNNI or AVX2, speed and accuracy change in BENCHMARKS.md); or bf16 (for parity
+    /// Encoder precision: f32; int8 (the dense layers' products in int8; faster than f32 on
+    /// CPUs with AVX-512 VNNI, about level with it on AVX2-only CPUs; speed and accuracy change
+    /// in BENCHMARKS.md); or bf16 (for parity
     /// with a model trained in bf16: slower than f32 on the CPU, there is no fast bf16 CPU
     /// matmul). HAN models take f32 only.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
