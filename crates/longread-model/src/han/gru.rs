@@ -10,6 +10,7 @@ use candle_core::{DType, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
 
 use crate::han::gru_scan::GruScan;
+use crate::layers::fused::FusedBiasAdd;
 
 /// One direction's weights: `weight_ih [3H, in]`, `weight_hh [3H, H]`, biases `[3H]`.
 #[derive(Debug, Clone)]
@@ -62,11 +63,15 @@ impl BiGru {
     fn run(&self, w: &Direction, x: &Tensor, mask: &Tensor, reverse: bool, fused: bool) -> Result<Tensor> {
         let (n, t, input) = x.dims3()?;
         let h_size = self.hidden;
-        let gi = x.reshape((n * t, input))?.matmul(&w.weight_ih.t()?)?.broadcast_add(&w.bias_ih)?.reshape((
-            n,
-            t,
-            3 * h_size,
-        ))?;
+        let product = x.reshape((n * t, input))?.matmul(&w.weight_ih.t()?)?;
+        // On the fused path the bias gradient is one vectorised sum over rows (candle's
+        // broadcast_add backward reduces with a strided loop: 8% of a HAN step).
+        let gi = if fused {
+            product.apply_op2(&w.bias_ih.contiguous()?, FusedBiasAdd)?
+        } else {
+            product.broadcast_add(&w.bias_ih)?
+        };
+        let gi = gi.reshape((n, t, 3 * h_size))?;
         if fused {
             let scan = GruScan { mask: mask.flatten_all()?.to_vec1::<f32>()?, reverse };
             return gi.contiguous()?.apply_op3(&w.weight_hh.contiguous()?, &w.bias_hh.contiguous()?, scan);
