@@ -6,7 +6,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
 
 use crate::activation::Activation;
-use crate::layers::fused::{FusedBiasAdd, FusedBiasGeluErf, InferenceProduct};
+use crate::layers::fused::{FusedBiasAdd, FusedBiasGeluErf, InferenceProduct, TrainingProduct};
 use crate::layers::int8::Int8Weights;
 use crate::mode::Mode;
 
@@ -47,8 +47,8 @@ impl Linear {
 
     /// The product `x·Wᵀ` without the bias, and the bias, for kernels that add the bias
     /// themselves: `Some` for f32 input and weights on the CPU (not int8) with a bias; `None`
-    /// where [`Module::forward`] is the way. Without `graph`, the product is
-    /// [`InferenceProduct`] (no backward pass).
+    /// where [`Module::forward`] is the way. The product is [`TrainingProduct`] with `graph`,
+    /// else [`InferenceProduct`] (no backward pass).
     ///
     /// # Shapes
     /// `xs: [..., in]` → `([..., out], [out])`
@@ -57,10 +57,11 @@ impl Linear {
         let fusable = xs.device().is_cpu() && xs.dtype() == DType::F32 && w.dtype() == DType::F32;
         match bias {
             Some(bias) if fusable && self.int8.is_none() => {
+                let (xs, w) = (xs.contiguous()?, w.contiguous()?);
                 let product = if graph {
-                    candle_nn::Linear::new(w.clone(), None).forward(xs)?
+                    xs.apply_op2(&w, TrainingProduct)?
                 } else {
-                    xs.contiguous()?.apply_op2_no_bwd(&w.contiguous()?, &InferenceProduct)?
+                    xs.apply_op2_no_bwd(&w, &InferenceProduct)?
                 };
                 Ok(Some((product, bias.clone())))
             }

@@ -29,7 +29,7 @@ pub(crate) use bias_gelu::FusedBiasGeluErf;
 pub(crate) use gelu::FusedGeluErf;
 pub(crate) use layer_norm::FusedLayerNorm;
 pub(crate) use packed_attention::PackedAttention;
-pub(crate) use product::InferenceProduct;
+pub(crate) use product::{InferenceProduct, TrainingProduct};
 pub(crate) use residual_norm::FusedResidualNorm;
 pub(crate) use softmax::FusedSoftmax;
 pub(crate) use storage::{f32_slice, f32_slices};
