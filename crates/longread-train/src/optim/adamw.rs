@@ -167,6 +167,17 @@ impl AdamW {
 
     /// Like [`AdamW::step`], with gradients from any source (e.g. accumulated over batches).
     pub fn step_with(&mut self, gradient: impl Fn(&Var) -> Option<candle_core::Tensor>) -> Result<()> {
+        self.step_scaled(1.0, gradient)
+    }
+
+    /// Like [`AdamW::step_with`], every gradient multiplied by `grad_scale` first (gradient
+    /// clipping's factor, [`crate::clip::clip_factor`]): the same update as scaling the
+    /// gradients beforehand, in the update's own pass over them.
+    pub fn step_scaled(
+        &mut self,
+        grad_scale: f32,
+        gradient: impl Fn(&Var) -> Option<candle_core::Tensor>,
+    ) -> Result<()> {
         let AdamWConfig { beta1, beta2, eps } = self.config;
         for group in &self.groups {
             for (name, var) in &group.params {
@@ -184,6 +195,7 @@ impl AdamW {
                 let update = Update {
                     moments: Mutex::new((&mut state.exp_avg, &mut state.exp_avg_sq)),
                     coefficients: Coefficients {
+                        grad_scale,
                         decay: (1.0 - group.lr * group.weight_decay) as f32,
                         one_minus_beta1: (1.0 - beta1) as f32,
                         beta2: beta2 as f32,
@@ -209,6 +221,7 @@ struct Update<'a> {
 /// The constants of one parameter's update at one step.
 #[derive(Debug, Clone, Copy)]
 struct Coefficients {
+    grad_scale: f32,
     decay: f32,
     one_minus_beta1: f32,
     beta2: f32,
@@ -259,9 +272,11 @@ longread_model::multiversion! {
         for i in 0..n {
             // torch: p.mul_(1 - lr·wd); m.lerp_(g, 1 - β1); v.mul_(β2).addcmul_(g, g, 1 - β2);
             // p.addcdiv_(m, sqrt(v)/sqrt(bc2) + eps, value = -lr/bc1)
+            // (clip_grad_norm_ scales g in place first: g · 1 is g)
+            let g = g[i] * k.grad_scale;
             p[i] *= k.decay;
-            m[i] += k.one_minus_beta1 * (g[i] - m[i]);
-            v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g[i] * g[i];
+            m[i] += k.one_minus_beta1 * (g - m[i]);
+            v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
             p[i] -= k.step_size * m[i] / (v[i].sqrt() / k.bias2_sqrt + k.eps);
         }
     }

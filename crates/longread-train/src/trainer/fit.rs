@@ -225,7 +225,7 @@ pub(crate) fn fit<T: TrainingTask>(
             }
             run.lr = task.reported_lr() * stepper.schedule.factor(step);
             let stepped = match learned {
-                true => stepper.step(&mut optimizer, &mut summed, step_loss, round, step, |gr| task.group_lr(gr))?,
+                true => stepper.step(&mut optimizer, &summed, step_loss, round, step, |gr| task.group_lr(gr))?,
                 false => None,
             };
             step += 1;

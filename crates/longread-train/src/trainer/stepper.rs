@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use candle_core::{Tensor, TensorId};
 
-use crate::clip::clip_grad_norm;
+use crate::clip::{clip_factor, grad_norm};
 use crate::error::{Result, TrainError};
 use crate::optim::{AdamW, ParamGroup};
 use crate::schedule::Schedule;
@@ -39,19 +39,19 @@ impl Stepper {
         Self { schedule, max_grad_norm, bad_in_a_row: 0, max_bad: max_bad_steps.max(1) }
     }
 
-    /// Clips `summed`, then steps `optimizer` with each group's rate `lr_of(group)` times the
+    /// Clips `summed` (the optimizer scales each gradient as it reads it), then steps `optimizer` with each group's rate `lr_of(group)` times the
     /// schedule's factor at `step`; returns that factor, or `None` when a NaN/inf loss or
     /// gradient made it skip the step (an error when too many were skipped in a row).
     pub(crate) fn step(
         &mut self,
         optimizer: &mut AdamW,
-        summed: &mut HashMap<TensorId, Tensor>,
+        summed: &HashMap<TensorId, Tensor>,
         step_loss: f64,
         epoch: usize,
         step: usize,
         lr_of: impl Fn(&ParamGroup) -> f64,
     ) -> Result<Option<f64>> {
-        let norm = clip_grad_norm(summed, self.max_grad_norm)?;
+        let norm = grad_norm(summed.values())?;
         if !(step_loss.is_finite() && norm.is_finite()) {
             self.bad_in_a_row += 1;
             if self.bad_in_a_row >= self.max_bad {
@@ -67,7 +67,8 @@ impl Stepper {
         self.bad_in_a_row = 0;
         let factor = self.schedule.factor(step);
         optimizer.set_lr(|g| lr_of(g) * factor);
-        optimizer.step_with(|v| summed.get(&v.as_tensor().id()).cloned())?;
+        let clip = clip_factor(norm, self.max_grad_norm) as f32;
+        optimizer.step_scaled(clip, |v| summed.get(&v.as_tensor().id()).cloned())?;
         Ok(Some(factor))
     }
 }
@@ -79,7 +80,7 @@ pub(crate) fn accumulate(
     parts: usize,
 ) -> Result<()> {
     for (id, g) in grads {
-        let g = (g / parts as f64)?;
+        let g = if parts == 1 { g } else { (g / parts as f64)? };
         let total = match summed.remove(&id) {
             Some(prev) => (prev + g)?,
             None => g,
