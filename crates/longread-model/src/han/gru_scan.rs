@@ -9,7 +9,7 @@ use gemm::{gemm, Parallelism};
 use rayon::prelude::*;
 
 use crate::layers::fused::math::fast_exp;
-use crate::layers::fused::{f32_slices, multiversion};
+use crate::layers::fused::{f32_data, f32_slices, multiversion};
 
 /// `torch.nn.GRU`'s recurrence over precomputed input projections, padding-aware (see
 /// [`crate::han::gru`]): at a padded position the state is carried and the output is 0.
@@ -116,11 +116,8 @@ impl CustomOp3 for GruScan {
         let (n, t, three_h) = gi.dims3()?;
         let h = three_h / 3;
         let d = Dims { n, t, h };
-        let gi_v = gi.flatten_all()?.to_vec1::<f32>()?;
-        let w_v = w_hh.flatten_all()?.to_vec1::<f32>()?;
-        let b_v = b_hh.to_vec1::<f32>()?;
-        let grad_out = grad_res.flatten_all()?.to_vec1::<f32>()?;
-        let before = self.states_before(&res.flatten_all()?.to_vec1::<f32>()?, d);
+        let (gi_v, w_v, b_v, grad_out) = (f32_data(gi)?, f32_data(w_hh)?, f32_data(b_hh)?, f32_data(grad_res)?);
+        let before = self.states_before(&f32_data(res)?, d);
 
         let mut d_gi = vec![0f32; n * t * three_h];
         let mut d_w = vec![0f32; three_h * h];

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::layers::dropout::SeededDropout;
 use crate::layers::fused::math::{fast_exp, lanes_max, lanes_sum};
-use crate::layers::fused::{f32_slices, multiversion};
+use crate::layers::fused::{f32_data, f32_slices, multiversion};
 
 /// Query rows whose scores are held at once per task.
 pub(super) const QUERY_BLOCK: usize = 128;
@@ -265,12 +265,12 @@ impl CustomOp3 for FusedAttention {
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let d = self.dims(arg1.layout(), arg2.layout(), arg3.layout())?;
-        let flat = |t: &Tensor| t.contiguous()?.flatten_all()?.to_vec1::<f32>();
-        let (q, k, v, o, d_o) = (flat(arg1)?, flat(arg2)?, flat(arg3)?, flat(res)?, flat(grad_res)?);
+        let (q, k, v, o, d_o) =
+            (f32_data(arg1)?, f32_data(arg2)?, f32_data(arg3)?, f32_data(res)?, f32_data(grad_res)?);
         let (mut dq, mut dk, mut dv) = (vec![0f32; q.len()], vec![0f32; q.len()], vec![0f32; q.len()]);
         let grads = (SharedMut(dq.as_mut_ptr()), SharedMut(dk.as_mut_ptr()), SharedMut(dv.as_mut_ptr()));
         let inputs = (q.as_ptr() as usize, k.as_ptr() as usize, v.as_ptr() as usize);
-        let (o, d_o) = (o.as_slice(), d_o.as_slice());
+        let (o, d_o) = (&*o, &*d_o);
         let tasks: Vec<(usize, usize)> = (0..d.batch).flat_map(|b| (0..self.heads).map(move |h| (b, h))).collect();
         tasks.into_par_iter().for_each(|(b, h)| {
             let (dq_ptr, dk_ptr, dv_ptr) = grads;

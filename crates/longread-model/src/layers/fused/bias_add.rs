@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use crate::layers::fused::math::{rows_task_len, sum_partials};
 use crate::layers::fused::multiversion;
-use crate::layers::fused::storage::{last_dim, rows_and_bias, rows_and_bias_mut};
+use crate::layers::fused::storage::{f32_data, last_dim, rows_and_bias, rows_and_bias_mut};
 
 /// `x + bias` with `bias` added to every row of `x` (f32, contiguous); as an in-place op
 /// (`inplace_op2`, no gradient), on `x`'s own storage.
@@ -61,13 +61,15 @@ impl CustomOp2 for FusedBiasAdd {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let n = last_dim(arg1.shape())?;
         let dy = grad_res.contiguous()?;
-        let values = dy.flatten_all()?.to_vec1::<f32>()?;
-        let partials = values.par_chunks(rows_task_len(n)).map(|rows| {
-            let mut sums = vec![0f32; n];
-            sum_rows(&mut sums, rows);
-            [sums]
-        });
-        let [dbias] = sum_partials(partials.collect::<Vec<_>>().into_iter(), n);
+        let [dbias] = {
+            let values = f32_data(&dy)?;
+            let partials = values.par_chunks(rows_task_len(n)).map(|rows| {
+                let mut sums = vec![0f32; n];
+                sum_rows(&mut sums, rows);
+                [sums]
+            });
+            sum_partials(partials.collect::<Vec<_>>().into_iter(), n)
+        };
         Ok((Some(dy), Some(Tensor::from_vec(dbias, n, arg1.device())?)))
     }
 }

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative, rows_task_len, sum_partials};
 use crate::layers::fused::multiversion;
-use crate::layers::fused::storage::{last_dim, rows_and_bias, rows_and_bias_mut};
+use crate::layers::fused::storage::{f32_data, last_dim, rows_and_bias, rows_and_bias_mut};
 
 /// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous); as an
 /// in-place op (`inplace_op2`, no gradient), on the product's own storage.
@@ -63,9 +63,7 @@ impl CustomOp2 for FusedBiasGeluErf {
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let n = last_dim(arg1.shape())?;
-        let x = arg1.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-        let bias = arg2.to_vec1::<f32>()?;
-        let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let (x, bias, dy) = (f32_data(arg1)?, f32_data(arg2)?, f32_data(grad_res)?);
         let mut dx = vec![0f32; x.len()];
         let chunk = rows_task_len(n);
         let partials = dx

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative, ELEMENTS_PER_TASK};
 use crate::layers::fused::multiversion;
-use crate::layers::fused::storage::f32_slice;
+use crate::layers::fused::storage::{f32_data, f32_slice};
 
 /// Exact GELU, `x · Φ(x)` with `Φ(x) = (1 + erf(x/√2)) / 2` (f32, contiguous), with a vectorised
 /// erf (see [`gelu_erf`]); backward `dy · (Φ(x) + x · φ(x))`.
@@ -31,8 +31,7 @@ impl CustomOp1 for FusedGeluErf {
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let x = arg.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-        let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let (x, dy) = (f32_data(arg)?, f32_data(grad_res)?);
         let mut dx = vec![0f32; x.len()];
         dx.par_chunks_mut(ELEMENTS_PER_TASK)
             .zip(x.par_chunks(ELEMENTS_PER_TASK))

@@ -4,7 +4,7 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::layers::fused::math::{normalize_row, normalize_row_backward, sum_partials, ROWS_PER_TASK};
-use crate::layers::fused::storage::{f32_slices, last_dim};
+use crate::layers::fused::storage::{f32_data, f32_slices, last_dim};
 
 /// `LayerNorm(x) · weight + bias` over the last dimension (as torch: biased variance, eps
 /// inside the square root); f32, contiguous.
@@ -49,9 +49,7 @@ impl CustomOp3 for FusedLayerNorm {
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let n = last_dim(arg1.shape())?;
-        let x = arg1.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-        let w = arg2.to_vec1::<f32>()?;
-        let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let (x, w, dy) = (f32_data(arg1)?, f32_data(arg2)?, f32_data(grad_res)?);
         let mut dx = vec![0f32; x.len()];
         let eps = self.eps;
         // Partial sums of dw and db per block of rows, added up in block order: the result does

@@ -32,7 +32,7 @@ pub(crate) use packed_attention::PackedAttention;
 pub(crate) use product::{InferenceProduct, TrainingProduct};
 pub(crate) use residual_norm::FusedResidualNorm;
 pub(crate) use softmax::FusedSoftmax;
-pub(crate) use storage::{f32_slice, f32_slices};
+pub(crate) use storage::{f32_data, f32_slice, f32_slices};
 
 /// Defines a function whose body is compiled three times, for the build's baseline (SSE2),
 /// AVX2 + FMA and AVX-512 (F + DQ: DQ's 64-bit multiply vectorises the dropout-mask hash), and

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::layers::dropout::SeededDropout;
 use crate::layers::fused::math::{normalize_row, normalize_row_backward, sum_partials, ROWS_PER_TASK};
 use crate::layers::fused::storage::{f32_slice, f32_slice_mut, last_dim};
-use crate::layers::fused::{f32_slices, multiversion};
+use crate::layers::fused::{f32_data, f32_slices, multiversion};
 
 /// `LayerNorm(dropout(x + bias) + residual) · γ + β` over rows of `n` (f32, contiguous):
 /// arguments `x`, `residual` (same shape) and `params`, the rows `[bias, γ, β]` (`[3, n]`) or,
@@ -126,8 +126,7 @@ impl CustomOp3 for FusedResidualNorm {
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let n = last_dim(arg1.shape())?;
-        let flat = |t: &Tensor| t.contiguous()?.flatten_all()?.to_vec1::<f32>();
-        let (x, residual, params, dy) = (flat(arg1)?, flat(arg2)?, flat(arg3)?, flat(grad_res)?);
+        let (x, residual, params, dy) = (f32_data(arg1)?, f32_data(arg2)?, f32_data(arg3)?, f32_data(grad_res)?);
         let p = Params::split(&params, n)?;
         let mut dz = vec![0f32; x.len()];
         let chunk = n * ROWS_PER_TASK;

@@ -4,7 +4,7 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::layers::fused::math::{fast_exp, lanes_max, lanes_sum, ROWS_PER_TASK};
-use crate::layers::fused::storage::{f32_slice, last_dim};
+use crate::layers::fused::storage::{f32_data, f32_slice, last_dim};
 
 /// Softmax over the last dimension (f32, contiguous).
 pub(crate) struct FusedSoftmax;
@@ -35,8 +35,7 @@ impl CustomOp1 for FusedSoftmax {
     /// `dx = y ⊙ (dy − Σ dy ⊙ y)` per row.
     fn bwd(&self, _arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         let n = last_dim(res.shape())?;
-        let y = res.flatten_all()?.to_vec1::<f32>()?;
-        let dy = grad_res.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let (y, dy) = (f32_data(res)?, f32_data(grad_res)?);
         let mut dx = vec![0f32; y.len()];
         dx.par_chunks_mut(n * ROWS_PER_TASK)
             .zip(y.par_chunks(n * ROWS_PER_TASK))

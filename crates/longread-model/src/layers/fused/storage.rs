@@ -1,6 +1,8 @@
 //! Reading a custom op's arguments: f32 data of contiguous tensors, and shape checks.
 
-use candle_core::{CpuStorage, Layout, Result, Shape};
+use std::ops::{Deref, Range};
+
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor};
 
 /// Size of the last dimension (at least 1).
 pub(crate) fn last_dim(shape: &Shape) -> Result<usize> {
@@ -72,4 +74,64 @@ pub(crate) fn rows_and_bias<'a>(
     let [x, bias] = f32_slices([(s1, l1), (s2, l2)], op)?;
     let n = check_bias(l1.shape(), bias, op)?;
     Ok((x, bias, n))
+}
+
+/// A tensor's elements as f32, for a backward pass to read: borrowed in place from a
+/// contiguous f32 tensor on the CPU (the usual case: no copy), else an f32 copy.
+pub(crate) enum F32Data<'a> {
+    /// A read lock on the tensor's storage and the range of its elements.
+    Borrowed(StorageRef<'a>, Range<usize>),
+    /// A contiguous f32 copy.
+    Copied(Vec<f32>),
+}
+
+impl Deref for F32Data<'_> {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match self {
+            F32Data::Borrowed(storage, range) => match &**storage {
+                Storage::Cpu(CpuStorage::F32(values)) => &values[range.clone()],
+                _ => &[], // not constructed: `f32_data` borrows f32 CPU storage only
+            },
+            F32Data::Copied(values) => values,
+        }
+    }
+}
+
+/// The elements of `t` as f32 in row-major order (see [`F32Data`]).
+pub(crate) fn f32_data(t: &Tensor) -> Result<F32Data<'_>> {
+    let (storage, layout) = t.storage_and_layout();
+    let range = match (&*storage, layout.contiguous_offsets()) {
+        (Storage::Cpu(CpuStorage::F32(_)), Some((start, end))) => Some(start..end),
+        _ => None,
+    };
+    match range {
+        Some(range) => Ok(F32Data::Borrowed(storage, range)),
+        None => {
+            drop(storage);
+            Ok(F32Data::Copied(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn contiguous_f32_tensors_are_read_in_place_others_copied_in_row_major_order() {
+        let t = Tensor::arange(0f32, 12.0, &Device::Cpu).unwrap().reshape((3, 4)).unwrap();
+        let row = t.narrow(0, 1, 1).unwrap(); // contiguous, at an offset
+        let data = f32_data(&row).unwrap();
+        assert!(matches!(data, F32Data::Borrowed(..)));
+        assert_eq!(&*data, &[4.0, 5.0, 6.0, 7.0]);
+        let transposed = t.t().unwrap();
+        let data = f32_data(&transposed).unwrap();
+        assert!(matches!(data, F32Data::Copied(_)));
+        assert_eq!(&data[..4], &[0.0, 4.0, 8.0, 1.0]);
+        let wide = t.to_dtype(DType::F64).unwrap();
+        assert_eq!(&*f32_data(&wide).unwrap(), &*f32_data(&t).unwrap());
+    }
 }
