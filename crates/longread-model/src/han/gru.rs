@@ -10,7 +10,7 @@ use candle_core::{DType, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
 
 use crate::han::gru_scan::GruScan;
-use crate::layers::fused::FusedBiasAdd;
+use crate::layers::fused::{FusedBiasAdd, TrainingProduct};
 
 /// One direction's weights: `weight_ih [3H, in]`, `weight_hh [3H, H]`, biases `[3H]`.
 #[derive(Debug, Clone)]
@@ -63,7 +63,13 @@ impl BiGru {
     fn run(&self, w: &Direction, x: &Tensor, mask: &Tensor, reverse: bool, fused: bool) -> Result<Tensor> {
         let (n, t, input) = x.dims3()?;
         let h_size = self.hidden;
-        let product = x.reshape((n * t, input))?.matmul(&w.weight_ih.t()?)?;
+        let rows = x.reshape((n * t, input))?;
+        let product = if fused && (x.track_op() || w.weight_ih.track_op()) {
+            // In training: the weights' gradient in their own layout, no zeroed buffers.
+            rows.contiguous()?.apply_op2(&w.weight_ih.contiguous()?, TrainingProduct)?
+        } else {
+            rows.matmul(&w.weight_ih.t()?)?
+        };
         if fused {
             // The fused bias add sums the bias gradient over rows in one vectorised pass
             // (candle's broadcast_add backward reduces with a strided loop: 8% of a HAN step).
