@@ -33,6 +33,12 @@ impl Linear {
         Ok(())
     }
 
+    /// The int8 weights, when [`Self::quantize_int8`] made them and `xs` can use them (f32 on
+    /// the CPU).
+    fn int8_for(&self, xs: &Tensor) -> Option<&Int8Weights> {
+        self.int8.as_deref().filter(|_| xs.device().is_cpu() && xs.dtype() == DType::F32)
+    }
+
     /// Whether a product of `xs` with this layer can need a backward pass: when the input or a
     /// parameter carries gradients.
     fn tracks(&self, xs: &Tensor) -> bool {
@@ -85,6 +91,9 @@ impl Linear {
     pub fn forward_activated(&self, xs: &Tensor, activation: Activation, mode: Mode) -> Result<Tensor> {
         let graph = self.needs_graph(xs, mode);
         if activation == Activation::GeluErf {
+            if let Some(int8) = self.int8_for(xs) {
+                return int8.forward_gelu(xs);
+            }
             if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
                 return bias_op(product, &bias, FusedBiasGeluErf, graph);
             }
@@ -97,10 +106,8 @@ impl Linear {
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn forward_graph(&self, xs: &Tensor, graph: bool) -> Result<Tensor> {
-        if let Some(int8) = &self.int8 {
-            if xs.device().is_cpu() && xs.dtype() == DType::F32 {
-                return int8.forward(xs);
-            }
+        if let Some(int8) = self.int8_for(xs) {
+            return int8.forward(xs);
         }
         if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
             return bias_op(product, &bias, FusedBiasAdd, graph);

@@ -7,6 +7,15 @@ use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative, ELEMENTS_PER_TAS
 use crate::layers::fused::multiversion;
 use crate::layers::fused::storage::{f32_data, f32_slice};
 
+multiversion! {
+    /// `xs = GELU(xs)` (exact, [`gelu_erf`]), on the calling thread.
+    pub(crate) fn gelu_in_place(xs: &mut [f32]) {
+        for x in xs.iter_mut() {
+            *x = gelu_erf(*x);
+        }
+    }
+}
+
 /// Exact GELU, `x · Φ(x)` with `Φ(x) = (1 + erf(x/√2)) / 2` (f32, contiguous), with a vectorised
 /// erf (see [`gelu_erf`]); backward `dy · (Φ(x) + x · φ(x))`.
 pub(crate) struct FusedGeluErf;
@@ -17,16 +26,8 @@ impl CustomOp1 for FusedGeluErf {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let xs = f32_slice(storage, layout, self.name())?;
-        let mut out = vec![0f32; xs.len()];
-        multiversion! {
-            fn gelu(o: &mut [f32], x: &[f32]) {
-                for (o, &x) in o.iter_mut().zip(x) {
-                    *o = gelu_erf(x);
-                }
-            }
-        }
-        out.par_chunks_mut(ELEMENTS_PER_TASK).zip(xs.par_chunks(ELEMENTS_PER_TASK)).for_each(|(o, x)| gelu(o, x));
+        let mut out = f32_slice(storage, layout, self.name())?.to_vec();
+        out.par_chunks_mut(ELEMENTS_PER_TASK).for_each(gelu_in_place);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 

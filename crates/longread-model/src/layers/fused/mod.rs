@@ -26,7 +26,7 @@ pub(crate) mod storage;
 pub(crate) use attention::FusedAttention;
 pub(crate) use bias_add::FusedBiasAdd;
 pub(crate) use bias_gelu::FusedBiasGeluErf;
-pub(crate) use gelu::FusedGeluErf;
+pub(crate) use gelu::{gelu_in_place, FusedGeluErf};
 pub(crate) use layer_norm::FusedLayerNorm;
 pub(crate) use packed_attention::PackedAttention;
 pub(crate) use product::{InferenceProduct, TrainingProduct};

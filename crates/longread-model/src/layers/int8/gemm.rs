@@ -6,6 +6,7 @@
 
 use rayon::prelude::*;
 
+use crate::layers::fused::gelu_in_place;
 use crate::layers::int8::packed::{PackedWeights, QuantizedRows, GROUP, PANEL};
 
 /// Rows of a register tile.
@@ -93,6 +94,30 @@ impl Kernel {
 }
 
 /// One tile's operands: `rows` activation rows from `a` and `panels` weight panels from `w`.
+/// What the product's output goes through before it is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    /// Nothing: `x · Wᵀ + b`.
+    None,
+    /// Exact GELU of `x · Wᵀ + b` (a feed-forward block's first layer).
+    GeluErf,
+}
+
+/// The output buffer, shared by the tasks that write disjoint rows of it.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+
+// SAFETY: each task writes its own rows only (see `matmul`).
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper, not the field).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Tile {
     a: *const u8,
@@ -105,13 +130,20 @@ struct Tile {
     row: usize,
 }
 
-/// `[rows, out]` = the layer applied to the quantised rows.
-pub(crate) fn matmul(x: &QuantizedRows, w: &PackedWeights, kernel: Kernel) -> Vec<f32> {
+/// `[rows, out]` = the layer applied to the quantised rows, then `activation` (in each task's
+/// rows while they are in cache).
+pub(crate) fn matmul(x: &QuantizedRows, w: &PackedWeights, kernel: Kernel, activation: Epilogue) -> Vec<f32> {
     let padded_out = w.panels * PANEL;
-    let mut y = vec![0f32; x.rows * padded_out];
+    let mut y: Vec<f32> = Vec::with_capacity(x.rows * padded_out);
     let kernel = if kernel.available() { kernel } else { Kernel::Portable };
-    y.par_chunks_mut(TASK_ROWS * padded_out).enumerate().for_each(|(chunk, y)| {
-        let (first_row, rows) = (chunk * TASK_ROWS, y.len() / padded_out);
+    // The tiles below write every element of every row (all panels of all rows) before anything
+    // reads them, so the output is not zero-filled first.
+    let out = SharedOut(y.spare_capacity_mut().as_mut_ptr() as *mut f32);
+    let tasks = x.rows.div_ceil(TASK_ROWS);
+    (0..tasks).into_par_iter().for_each(|chunk| {
+        let (first_row, rows) = (chunk * TASK_ROWS, (x.rows - chunk * TASK_ROWS).min(TASK_ROWS));
+        // SAFETY: tasks own disjoint row ranges of the allocation (rows × padded_out values).
+        let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(first_row * padded_out), rows * padded_out) };
         for panel in (0..w.panels).step_by(TILE_PANELS) {
             let panels = (w.panels - panel).min(TILE_PANELS);
             for r in (0..rows).step_by(TILE_ROWS) {
@@ -127,7 +159,12 @@ pub(crate) fn matmul(x: &QuantizedRows, w: &PackedWeights, kernel: Kernel) -> Ve
                 unsafe { run_tile(kernel, tile, (tile_rows, panels), x, w, padded_out) };
             }
         }
+        if activation == Epilogue::GeluErf {
+            gelu_in_place(y);
+        }
     });
+    // SAFETY: every element was written above.
+    unsafe { y.set_len(x.rows * padded_out) };
     if padded_out == w.out {
         return y;
     }

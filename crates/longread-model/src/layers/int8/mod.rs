@@ -7,6 +7,7 @@ mod packed;
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
+use gemm::Epilogue;
 pub(crate) use gemm::Kernel;
 use packed::{PackedWeights, QuantizedRows};
 
@@ -38,8 +39,21 @@ impl Int8Weights {
         self.forward_with(xs, Kernel::best())
     }
 
+    /// `GELU(xs · Wᵀ + b)` (exact GELU), the activation applied to each block of rows as the
+    /// product finishes it, while it is in cache (no second pass over the output).
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    pub fn forward_gelu(&self, xs: &Tensor) -> Result<Tensor> {
+        self.op(xs, Kernel::best(), Epilogue::GeluErf)
+    }
+
     pub(crate) fn forward_with(&self, xs: &Tensor, kernel: Kernel) -> Result<Tensor> {
-        xs.contiguous()?.apply_op1_no_bwd(&Int8Matmul { weights: self, kernel })
+        self.op(xs, kernel, Epilogue::None)
+    }
+
+    fn op(&self, xs: &Tensor, kernel: Kernel, activation: Epilogue) -> Result<Tensor> {
+        xs.contiguous()?.apply_op1_no_bwd(&Int8Matmul { weights: self, kernel, activation })
     }
 }
 
@@ -47,6 +61,7 @@ impl Int8Weights {
 struct Int8Matmul<'a> {
     weights: &'a Int8Weights,
     kernel: Kernel,
+    activation: Epilogue,
 }
 
 impl CustomOp1 for Int8Matmul<'_> {
@@ -62,7 +77,7 @@ impl CustomOp1 for Int8Matmul<'_> {
             candle_core::bail!("int8-matmul: input {:?} for a layer of {} inputs", layout.shape(), w.inputs);
         }
         let rows = QuantizedRows::new(xs, w.inputs, w.groups, self.kernel.vectorised());
-        let y = gemm::matmul(&rows, w, self.kernel);
+        let y = gemm::matmul(&rows, w, self.kernel, self.activation);
         let mut out_dims = dims.to_vec();
         *out_dims.last_mut().expect("checked above") = w.out;
         Ok((CpuStorage::F32(y), Shape::from(out_dims)))
@@ -102,6 +117,19 @@ mod tests {
         let (w, b) = layer(16, 8);
         let xs = Tensor::randn(0f32, 1.0, (2, 3, 8), &Device::Cpu).unwrap();
         assert_eq!(Int8Weights::new(&w, Some(&b)).unwrap().forward(&xs).unwrap().dims(), [2, 3, 16]);
+    }
+
+    #[test]
+    fn the_gelu_epilogue_is_gelu_of_the_product_exactly() {
+        // More rows than one task and a partial one, outputs not a multiple of the panels.
+        let (w, b) = layer(37, 24);
+        let xs = Tensor::randn(0f32, 1.0, (2, 150, 24), &Device::Cpu).unwrap();
+        let weights = Int8Weights::new(&w, Some(&b)).unwrap();
+        let fused = weights.forward_gelu(&xs).unwrap();
+        let apart = crate::activation::Activation::GeluErf.forward(&weights.forward(&xs).unwrap()).unwrap();
+        assert_eq!(fused.dims(), [2, 150, 37]);
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(flat(&fused), flat(&apart));
     }
 
     #[test]
