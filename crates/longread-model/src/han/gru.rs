@@ -10,7 +10,7 @@ use candle_core::{DType, Result, Tensor, D};
 use candle_nn::{Init, VarBuilder};
 
 use crate::han::gru_scan::GruScan;
-use crate::layers::fused::{FusedBiasAdd, TrainingProduct};
+use crate::layers::fused::{DenseProduct, FusedBiasAdd};
 
 /// One direction's weights: `weight_ih [3H, in]`, `weight_hh [3H, H]`, biases `[3H]`.
 #[derive(Debug, Clone)]
@@ -66,7 +66,7 @@ impl BiGru {
         let rows = x.reshape((n * t, input))?;
         let product = if fused && (x.track_op() || w.weight_ih.track_op()) {
             // In training: the weights' gradient in their own layout, no zeroed buffers.
-            rows.contiguous()?.apply_op2(&w.weight_ih.contiguous()?, TrainingProduct)?
+            rows.contiguous()?.apply_op2(&w.weight_ih.contiguous()?, DenseProduct)?
         } else {
             rows.matmul(&w.weight_ih.t()?)?
         };

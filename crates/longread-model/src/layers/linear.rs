@@ -6,7 +6,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
 
 use crate::activation::Activation;
-use crate::layers::fused::{FusedBiasAdd, FusedBiasGeluErf, InferenceProduct, TrainingProduct};
+use crate::layers::fused::{DenseProduct, FusedBiasAdd, FusedBiasGeluErf};
 use crate::layers::int8::Int8Weights;
 use crate::mode::Mode;
 
@@ -53,8 +53,8 @@ impl Linear {
 
     /// The product `x·Wᵀ` without the bias, and the bias, for kernels that add the bias
     /// themselves: `Some` for f32 input and weights on the CPU (not int8) with a bias; `None`
-    /// where [`Module::forward`] is the way. The product is [`TrainingProduct`] with `graph`,
-    /// else [`InferenceProduct`] (no backward pass).
+    /// where [`Module::forward`] is the way. The product is [`DenseProduct`], with its backward
+    /// pass if `graph`.
     ///
     /// # Shapes
     /// `xs: [..., in]` → `([..., out], [out])`
@@ -64,11 +64,8 @@ impl Linear {
         match bias {
             Some(bias) if fusable && self.int8.is_none() => {
                 let (xs, w) = (xs.contiguous()?, w.contiguous()?);
-                let product = if graph {
-                    xs.apply_op2(&w, TrainingProduct)?
-                } else {
-                    xs.apply_op2_no_bwd(&w, &InferenceProduct)?
-                };
+                let product =
+                    if graph { xs.apply_op2(&w, DenseProduct)? } else { xs.apply_op2_no_bwd(&w, &DenseProduct)? };
                 Ok(Some((product, bias.clone())))
             }
             _ => Ok(None),

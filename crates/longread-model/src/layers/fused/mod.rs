@@ -29,7 +29,7 @@ pub(crate) use bias_gelu::FusedBiasGeluErf;
 pub(crate) use gelu::{gelu_in_place, FusedGeluErf};
 pub(crate) use layer_norm::FusedLayerNorm;
 pub(crate) use packed_attention::PackedAttention;
-pub(crate) use product::{InferenceProduct, TrainingProduct};
+pub(crate) use product::DenseProduct;
 pub(crate) use residual_norm::FusedResidualNorm;
 pub(crate) use softmax::FusedSoftmax;
 pub(crate) use storage::{f32_data, f32_slice, f32_slices};

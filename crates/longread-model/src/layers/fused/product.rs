@@ -4,11 +4,12 @@
 //! on the calling thread when it has few rows). Here every output is written once, and the
 //! product is computed transposed (`(W · xᵀ)ᵀ`), so the operand gemm packs up front is the
 //! small weight matrix and the activations are read in place.
-//! - [`InferenceProduct`]: no backward pass (inputs that carry no gradient);
-//! - [`TrainingProduct`]: with one. Composed from candle ops (`x.matmul(&w.t())`), the weight's
-//!   gradient comes out as `xᵀ · g` and is transposed back by a strided copy (one element at a
-//!   time: ~8% of a small MLM pretraining step); here it is computed in the weight's own layout
-//!   (`gᵀ · x`), and the input's (`g · W`) into an unzeroed buffer, as PyTorch's `linear` does.
+//! [`DenseProduct`] runs without a backward pass (`apply_op2_no_bwd`: inference, inputs that
+//! carry no gradient) or with one (`apply_op2`). Composed from candle ops (`x.matmul(&w.t())`),
+//! the weight's gradient comes out as `xᵀ · g` and is transposed back by a strided copy (one
+//! element at a time: ~8% of a small MLM pretraining step); here it is computed in the weight's
+//! own layout (`gᵀ · x`), and the input's (`g · W`) into an unzeroed buffer, as PyTorch's
+//! `linear` does.
 //!
 //! Same values as `x.matmul(&w.t())` and its gradients up to the order of the k-sums (tests below).
 
@@ -17,34 +18,35 @@ use gemm::{gemm, Parallelism};
 
 use crate::layers::fused::f32_slices;
 
-/// `x · Wᵀ` over the rows of `x: [..., k]` with `W: [n, k]` (f32, contiguous) → `[..., n]`.
-/// No backward pass: for inputs that carry no gradient.
+/// `x · Wᵀ` over the rows of `x: [..., k]` with `W: [n, k]` (f32, contiguous) → `[..., n]`;
+/// its backward pass (with `apply_op2`): `dx = g · W`, `dW = gᵀ · x` (each only where its
+/// argument carries gradients), both computed in their own layouts.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct InferenceProduct;
+pub(crate) struct DenseProduct;
 
-impl CustomOp2 for InferenceProduct {
+impl CustomOp2 for DenseProduct {
     fn name(&self) -> &'static str {
-        "inference-product"
+        "dense-product"
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        forward(self.name(), s1, l1, s2, l2)
-    }
-}
-
-/// `x · Wᵀ` over the rows of `x: [..., k]` with `W: [n, k]` (f32, contiguous) → `[..., n]`,
-/// with a backward pass: `dx = g · W`, `dW = gᵀ · x` (each only where its argument carries
-/// gradients), both computed in their own layouts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TrainingProduct;
-
-impl CustomOp2 for TrainingProduct {
-    fn name(&self) -> &'static str {
-        "training-product"
-    }
-
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-        forward(self.name(), s1, l1, s2, l2)
+        let [x, w] = f32_slices([(s1, l1), (s2, l2)], self.name())?;
+        let (n, k) = l2.shape().dims2()?;
+        let m = rows(self.name(), l1.shape(), k)?;
+        // outᵀ (n × m) = W (n × k) · xᵀ (k × m), stored column-major: out [m, n] row-major.
+        let (n_, k_) = (n as isize, k as isize);
+        let out = product(
+            n,
+            m,
+            k,
+            Operand { data: w, col_stride: 1, row_stride: k_ },
+            Operand { data: x, col_stride: k_, row_stride: 1 },
+            n_,
+            1,
+        );
+        let mut shape = l1.shape().dims().to_vec();
+        *shape.last_mut().expect("checked by rows") = n;
+        Ok((CpuStorage::F32(out), Shape::from(shape)))
     }
 
     /// # Shapes
@@ -63,7 +65,7 @@ struct InputGradient;
 
 impl CustomOp2 for InputGradient {
     fn name(&self) -> &'static str {
-        "training-product-input-gradient"
+        "dense-product-input-gradient"
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
@@ -93,7 +95,7 @@ struct WeightGradient;
 
 impl CustomOp2 for WeightGradient {
     fn name(&self) -> &'static str {
-        "training-product-weight-gradient"
+        "dense-product-weight-gradient"
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
@@ -117,27 +119,6 @@ impl CustomOp2 for WeightGradient {
         );
         Ok((CpuStorage::F32(dw), Shape::from((n, k))))
     }
-}
-
-/// The forward product of both ops.
-fn forward(name: &str, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)> {
-    let [x, w] = f32_slices([(s1, l1), (s2, l2)], name)?;
-    let (n, k) = l2.shape().dims2()?;
-    let m = rows(name, l1.shape(), k)?;
-    // outᵀ (n × m) = W (n × k) · xᵀ (k × m), stored column-major: out [m, n] row-major.
-    let (n_, k_) = (n as isize, k as isize);
-    let out = product(
-        n,
-        m,
-        k,
-        Operand { data: w, col_stride: 1, row_stride: k_ },
-        Operand { data: x, col_stride: k_, row_stride: 1 },
-        n_,
-        1,
-    );
-    let mut shape = l1.shape().dims().to_vec();
-    *shape.last_mut().expect("checked by rows") = n;
-    Ok((CpuStorage::F32(out), Shape::from(shape)))
 }
 
 /// The number of rows of `shape` whose last dimension must be `width` (> 0).
@@ -225,7 +206,7 @@ mod tests {
             let x = Tensor::randn(0f32, 1.0, (batch, rows, k), &device).unwrap();
             let w = Tensor::randn(0f32, 1.0, (n, k), &device).unwrap();
             let want = x.broadcast_matmul(&w.t().unwrap()).unwrap();
-            for got in [x.apply_op2_no_bwd(&w, &InferenceProduct).unwrap(), x.apply_op2(&w, TrainingProduct).unwrap()] {
+            for got in [x.apply_op2_no_bwd(&w, &DenseProduct).unwrap(), x.apply_op2(&w, DenseProduct).unwrap()] {
                 assert_eq!(got.dims(), want.dims());
                 let d = max_diff(&got, &want);
                 assert!(d < 1e-4, "{batch}×{rows}×{k} · {n}: max abs diff {d}");
@@ -242,7 +223,7 @@ mod tests {
             // A non-uniform upstream gradient, through a strided view (a transpose) of the output.
             let up = Tensor::randn(0f32, 1.0, (batch, n, rows), &device).unwrap();
             let loss = |y: Tensor| y.transpose(1, 2).unwrap().mul(&up).unwrap().sum_all().unwrap();
-            let fused = loss(x.as_tensor().apply_op2(w.as_tensor(), TrainingProduct).unwrap()).backward().unwrap();
+            let fused = loss(x.as_tensor().apply_op2(w.as_tensor(), DenseProduct).unwrap()).backward().unwrap();
             let composed = loss(x.broadcast_matmul(&w.t().unwrap()).unwrap()).backward().unwrap();
             for (name, var) in [("x", &x), ("w", &w)] {
                 let (a, b) = (fused.get(var).unwrap(), composed.get(var).unwrap());
@@ -259,7 +240,7 @@ mod tests {
         let device = Device::Cpu;
         let x = Var::randn(0f32, 1.0, (4, 6), &device).unwrap();
         let frozen = Tensor::randn(0f32, 1.0, (3, 6), &device).unwrap();
-        let grads = x.as_tensor().apply_op2(&frozen, TrainingProduct).unwrap().sum_all().unwrap().backward().unwrap();
+        let grads = x.as_tensor().apply_op2(&frozen, DenseProduct).unwrap().sum_all().unwrap().backward().unwrap();
         assert!(grads.get(&frozen).is_none());
         // d(sum(x·Wᵀ))/dx = the column sums of W, for every row.
         let want = frozen.sum_keepdim(0).unwrap().broadcast_as((4, 6)).unwrap();
@@ -270,9 +251,9 @@ mod tests {
     fn mismatched_widths_are_errors() {
         let x = Tensor::zeros((3, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
         let w = Tensor::zeros((4, 7), candle_core::DType::F32, &Device::Cpu).unwrap();
-        let err = x.apply_op2_no_bwd(&w, &InferenceProduct).unwrap_err().to_string();
-        assert!(err.contains("inference-product"), "{err}");
-        let err = x.apply_op2(&w, TrainingProduct).unwrap_err().to_string();
-        assert!(err.contains("training-product"), "{err}");
+        let err = x.apply_op2_no_bwd(&w, &DenseProduct).unwrap_err().to_string();
+        assert!(err.contains("dense-product"), "{err}");
+        let err = x.apply_op2(&w, DenseProduct).unwrap_err().to_string();
+        assert!(err.contains("dense-product"), "{err}");
     }
 }
