@@ -76,14 +76,20 @@ fn multiply_by_mask(values: &mut [f32], mask: Option<&[f32]>) {
     }
 }
 
-/// A pointer that tasks writing disjoint parts of one buffer share.
+/// A pointer that tasks writing disjoint parts of one buffer share (here: each sequence's rows
+/// of each head; in `int8::gemm`: each task's rows).
 #[derive(Clone, Copy)]
-pub(super) struct SharedMut(pub(super) *mut f32);
-// SAFETY: every task writes a region no other task touches (its sequence's rows of its head).
+pub(crate) struct SharedMut(pub(crate) *mut f32);
+// SAFETY: every task writes a region no other task touches.
 unsafe impl Send for SharedMut {}
 unsafe impl Sync for SharedMut {}
 
 impl SharedMut {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper, not its field).
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+
     /// The output `offset` elements in, with the row stride and accumulation of `Out`.
     ///
     /// # Safety

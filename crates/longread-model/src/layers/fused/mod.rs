@@ -23,7 +23,7 @@ pub(crate) mod residual_norm;
 pub(crate) mod softmax;
 pub(crate) mod storage;
 
-pub(crate) use attention::FusedAttention;
+pub(crate) use attention::{FusedAttention, SharedMut};
 pub(crate) use bias_add::FusedBiasAdd;
 pub(crate) use bias_gelu::FusedBiasGeluErf;
 pub(crate) use gelu::{gelu_in_place, FusedGeluErf};

@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::layers::fused::gelu_in_place;
+use crate::layers::fused::{gelu_in_place, SharedMut};
 use crate::layers::int8::packed::{PackedWeights, QuantizedRows, GROUP, PANEL};
 
 /// Rows of a register tile.
@@ -103,21 +103,6 @@ pub(crate) enum Epilogue {
     GeluErf,
 }
 
-/// The output buffer, shared by the tasks that write disjoint rows of it.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-
-// SAFETY: each task writes its own rows only (see `matmul`).
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    /// The pointer (a method, so that closures capture the `Sync` wrapper, not the field).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
 #[derive(Clone, Copy)]
 struct Tile {
     a: *const u8,
@@ -138,7 +123,7 @@ pub(crate) fn matmul(x: &QuantizedRows, w: &PackedWeights, kernel: Kernel, activ
     let kernel = if kernel.available() { kernel } else { Kernel::Portable };
     // The tiles below write every element of every row (all panels of all rows) before anything
     // reads them, so the output is not zero-filled first.
-    let out = SharedOut(y.spare_capacity_mut().as_mut_ptr() as *mut f32);
+    let out = SharedMut(y.spare_capacity_mut().as_mut_ptr() as *mut f32);
     let tasks = x.rows.div_ceil(TASK_ROWS);
     (0..tasks).into_par_iter().for_each(|chunk| {
         let (first_row, rows) = (chunk * TASK_ROWS, (x.rows - chunk * TASK_ROWS).min(TASK_ROWS));
