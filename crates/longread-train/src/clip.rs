@@ -3,27 +3,11 @@
 //! The training loops measure the norm with [`grad_norm`] and hand the factor of
 //! [`clip_factor`] to the optimizer ([`crate::optim::AdamW::step_scaled`]), which scales each
 //! gradient in its own pass over it: no scaled copy of every gradient is made.
-//! [`clip_grad_norm`] scales the gradients themselves, for other optimizers.
 
-use std::collections::HashMap;
-
-use candle_core::{CpuStorage, DType, Storage, Tensor, TensorId};
+use candle_core::{CpuStorage, DType, Storage, Tensor};
 use rayon::prelude::*;
 
 use crate::error::Result;
-
-/// Scales every gradient by `max_norm / (norm + 1e-6)` when the global norm exceeds
-/// `max_norm`; returns the norm before clipping (NaN or infinite when a gradient is).
-pub fn clip_grad_norm(grads: &mut HashMap<TensorId, Tensor>, max_norm: f64) -> Result<f64> {
-    let norm = grad_norm(grads.values())?;
-    let factor = clip_factor(norm, max_norm);
-    if factor != 1.0 {
-        for g in grads.values_mut() {
-            *g = (&*g * factor)?;
-        }
-    }
-    Ok(norm)
-}
 
 /// The global L2 norm of `grads` (summed in f64; NaN or infinite when a gradient is).
 pub fn grad_norm<'a>(grads: impl IntoIterator<Item = &'a Tensor>) -> Result<f64> {
@@ -93,14 +77,15 @@ mod tests {
     fn clips_to_the_global_norm() {
         let a = Tensor::new(&[3f32, 0.0], &Device::Cpu).unwrap();
         let b = Tensor::new(&[4f32], &Device::Cpu).unwrap();
-        let mut grads = HashMap::from([(a.id(), a.clone()), (b.id(), b.clone())]);
-        let norm = clip_grad_norm(&mut grads, 1.0).unwrap();
+        let norm = grad_norm([&a, &b]).unwrap();
         assert!((norm - 5.0).abs() < 1e-9);
-        let after: f32 = grads.values().map(|g| g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap()).sum();
+        let factor = clip_factor(norm, 1.0);
+        let scaled = [(&a * factor).unwrap(), (&b * factor).unwrap()];
+        let after: f32 = scaled.iter().map(|g| g.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap()).sum();
         assert!((after.sqrt() - 1.0).abs() < 1e-5);
-        let mut small = HashMap::from([(a.id(), a.clone())]);
-        clip_grad_norm(&mut small, 10.0).unwrap();
-        assert_eq!(small[&a.id()].to_vec1::<f32>().unwrap(), vec![3.0, 0.0], "under the limit: unchanged");
+        let small = grad_norm([&a]).unwrap();
+        let unchanged = (&a * clip_factor(small, 10.0)).unwrap();
+        assert_eq!(unchanged.to_vec1::<f32>().unwrap(), vec![3.0, 0.0], "under the limit: unchanged");
     }
 
     #[test]

@@ -39,9 +39,10 @@ impl Stepper {
         Self { schedule, max_grad_norm, bad_in_a_row: 0, max_bad: max_bad_steps.max(1) }
     }
 
-    /// Clips `summed` (the optimizer scales each gradient as it reads it), then steps `optimizer` with each group's rate `lr_of(group)` times the
-    /// schedule's factor at `step`; returns that factor, or `None` when a NaN/inf loss or
-    /// gradient made it skip the step (an error when too many were skipped in a row).
+    /// Clips `summed` (the optimizer scales each gradient as it reads it), then steps
+    /// `optimizer` with each group's rate `lr_of(group)` times the schedule's factor at `step`;
+    /// returns that factor, or `None` when a NaN/inf loss or gradient made it skip the step (an
+    /// error when too many were skipped in a row).
     pub(crate) fn step(
         &mut self,
         optimizer: &mut AdamW,
