@@ -149,5 +149,5 @@ def train(
     a line per epoch go to stderr unless `quiet`. Ctrl-C
     stops the run after the step in progress, saves a checkpoint and raises
     KeyboardInterrupt; the same call with `resume="auto"` continues it.
-    Returns {"out", "epochs", "best_epoch", "stopped_for_resume", "bow", "cv"};
+    Returns {"out", "epochs", "best_epoch", "kept_epoch", "stopped_for_resume", "bow", "cv"};
     raises LongreadError with the command line's message for flags it refuses."""

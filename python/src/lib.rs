@@ -459,7 +459,8 @@ fn init(
 /// a line per epoch go to stderr unless `quiet`. Ctrl-C (KeyboardInterrupt) stops the run
 /// after the step in progress and saves a checkpoint there before it is raised: the same call
 /// with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run),
-/// "best_epoch", "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
+/// "best_epoch", "kept_epoch" (the model in OUT: the best, or the last with keep="last"),
+/// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
 /// run's folds)}.
 #[pyfunction]
 #[pyo3(signature = (train, out, threads=None, quiet=false, **flags))]
@@ -479,10 +480,12 @@ fn train(
     run_interruptibly(py, quiet, move |hooks| {
         let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), hooks)?;
         let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
+        let kept = summary.logs.iter().rfind(|l| l.saved).map(|l| l.epoch);
         Ok(serde_json::json!({
             "out": spec.out,
             "epochs": summary.logs,
             "best_epoch": best,
+            "kept_epoch": kept,
             "stopped_for_resume": summary.stopped_for_resume,
             "bow": summary.bow,
             "cv": summary.cv,
@@ -687,7 +690,11 @@ impl longread_train::run::RunHooks for Lines {
     }
     fn epoch(&mut self, log: &longread_train::trainer::EpochLog) {
         if !self.quiet {
-            let best = if log.best { " (best)" } else { "" };
+            let best = match (log.best, log.saved) {
+                (true, _) => " (best)",
+                (false, true) => " (kept: last)",
+                (false, false) => "",
+            };
             eprintln!(
                 "epoch {}: train loss {:.4}, dev loss {:.4}, dev macro-F1 {:.4}{best}, {:.0} s",
                 log.epoch, log.train_loss, log.dev_loss, log.dev.macro_f1, log.seconds

@@ -167,8 +167,9 @@ def test_train_runs_the_clis_training_with_the_same_flags(tmp_path, capfd):
                    "--out", str(tmp_path / "init"), "--chunk-size", "16", "--stride", "4", "--seed", "1")
     assert made.returncode == 0, made.stderr
     summary = longread.train(train, tmp_path / "hier", model=str(tmp_path / "init"), freeze_base=True,
-                             epochs=2, head_lr=1e-3, no_cache=False, seed=3, quiet=True)
+                             epochs=2, head_lr=1e-3, no_cache=False, seed=3, keep="last", quiet=True)
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2] and summary["best_epoch"] in (1, 2)
+    assert summary["kept_epoch"] == 2 and all(e["saved"] for e in summary["epochs"])
     assert longread.Classifier(tmp_path / "hier").labels == ["rain", "prices"]
     err = capfd.readouterr().err
     assert "bag of words on" in err and "epoch 1:" not in err, "the bow run spoke, the quiet one did not"

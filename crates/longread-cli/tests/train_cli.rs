@@ -619,6 +619,36 @@ fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
     assert_clean_failure(&refused, "drop --dev and --dev-split");
 }
 
+#[test]
+fn keep_last_keeps_the_last_epoch_in_runs_and_cv_folds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("init");
+    init_tiny(&model);
+    let data = fixture("synthetic/train.jsonl");
+    let head = ["--freeze-base", "--epochs", "4", "--head-lr", "3e-2", "--seed", "3", "--keep", "last"];
+    let run = train(&model, &data, &tmp.path().join("last"), &[&head[..], &["--log-format", "json"]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let done = json_lines(&run.stdout).pop().unwrap();
+    assert_eq!((done["event"].as_str(), done["kept_epoch"].as_u64()), (Some("done"), Some(4)));
+    let metrics = json_lines(&std::fs::read(tmp.path().join("last/metrics.jsonl")).unwrap());
+    assert_eq!(metrics.len(), 4);
+    assert!(metrics.iter().all(|m| m["saved"] == true), "every epoch saved in turn: {metrics:?}");
+    // A --cv fold reports the epoch it kept: the last, with its dev metrics.
+    let cv = tmp.path().join("cv");
+    let run = train(&model, &data, &cv, &[&head[..], &["--cv", "2"]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(cv.join("cv.json")).unwrap()).unwrap();
+    for fold in summary["results"].as_array().unwrap() {
+        assert_eq!(fold["best_epoch"], 4, "{fold}");
+        let dir = fold["out"].as_str().unwrap();
+        let last = json_lines(&std::fs::read(Path::new(dir).join("metrics.jsonl")).unwrap()).pop().unwrap();
+        assert_eq!(fold["macro_f1"], last["dev"]["macro_f1"]);
+    }
+    let (data, bow) = (data.to_str().unwrap(), tmp.path().join("bow"));
+    let bow = longread(&["train", "--arch", "bow", "--train", data, "--out", bow.to_str().unwrap(), "--keep", "last"]);
+    assert_clean_failure(&bow, "--keep does not apply to --arch bow");
+}
+
 /// Starts `longread ARGS`, sends it SIGINT once `metrics` has `lines` lines, and returns its
 /// output (stderr captured).
 #[cfg(unix)]

@@ -7,7 +7,7 @@ use longread_text::words::{split_document, GridShape, Sentence, Vocabulary};
 use longread_train::groups::{Freezing, GroupSettings};
 use longread_train::han_trainer::{train_han, HanSplit};
 use longread_train::schedule::Decay;
-use longread_train::trainer::{CacheSettings, EpochLog, Metric, Resume, TrainConfig};
+use longread_train::trainer::{CacheSettings, EpochLog, Keep, Metric, Resume, TrainConfig};
 use longread_train::AdamWConfig;
 
 fn config(epochs: usize) -> TrainConfig {
@@ -37,6 +37,7 @@ fn config(epochs: usize) -> TrainConfig {
         adamw: AdamWConfig::default(),
         max_bad_steps: 3,
         stop_after_epoch: None,
+        keep: Keep::Best,
     }
 }
 

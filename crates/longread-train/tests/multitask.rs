@@ -10,7 +10,7 @@ use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use longread_train::groups::{Freezing, GroupSettings};
 use longread_train::loss::{task_loss, TaskLoss};
 use longread_train::schedule::Decay;
-use longread_train::trainer::{train, CacheSettings, EpochLog, Metric, Split, TrainConfig};
+use longread_train::trainer::{train, CacheSettings, EpochLog, Keep, Metric, Split, TrainConfig};
 use longread_train::AdamWConfig;
 
 fn fixture(name: &str) -> PathBuf {
@@ -71,6 +71,7 @@ fn config(epochs: usize) -> TrainConfig {
         adamw: AdamWConfig::default(),
         max_bad_steps: 3,
         stop_after_epoch: None,
+        keep: Keep::Best,
     }
 }
 

@@ -7,7 +7,7 @@ use longread_model::hierarchical::HierarchicalClassifier;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use longread_train::groups::{Freezing, GroupSettings};
 use longread_train::schedule::Decay;
-use longread_train::trainer::{train, CacheSettings, EpochLog, Metric, Progress, Split, TrainConfig};
+use longread_train::trainer::{train, CacheSettings, EpochLog, Keep, Metric, Progress, Split, TrainConfig};
 use longread_train::unfreeze::UnfreezeSchedule;
 use longread_train::AdamWConfig;
 
@@ -68,6 +68,7 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         adamw: AdamWConfig::default(),
         max_bad_steps: 3,
         stop_after_epoch: None,
+        keep: Keep::Best,
     }
 }
 
@@ -82,6 +83,24 @@ fn train_quietly(
     train(model, train_split, dev_split, cfg, &Device::Cpu, None, |_| {}, |_| Ok(()), |_| Ok(())).unwrap()
 }
 
+/// Trains, noting for every epoch end whether its model was to be saved: the epoch logs and
+/// those flags.
+fn train_noting_saves(
+    model: &HierarchicalClassifier,
+    (train_docs, train_labels): (&[ChunkedDocument], &[usize]),
+    (dev_docs, dev_labels): (&[ChunkedDocument], &[usize]),
+    cfg: &TrainConfig,
+) -> (Vec<EpochLog>, Vec<bool>) {
+    let (train_split, dev_split) = (Split::new(train_docs, train_labels), Split::new(dev_docs, dev_labels));
+    let mut saved = Vec::new();
+    let on_epoch = |end: longread_train::trainer::EpochEnd| {
+        saved.push(end.log.saved);
+        Ok(())
+    };
+    let logs = train(model, train_split, dev_split, cfg, &Device::Cpu, None, |_| {}, on_epoch, |_| Ok(())).unwrap();
+    (logs, saved)
+}
+
 fn chunk_all(chunker: &Chunker, texts: &[String]) -> Vec<ChunkedDocument> {
     texts.iter().map(|t| chunker.chunk(t).unwrap()).collect()
 }
@@ -93,30 +112,38 @@ fn head_only_training_learns_a_separable_task() {
     let (dev_texts, dev_labels) = dataset("test", 12);
     let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
     let cfg = config(Freezing { freeze_base: true, ..Freezing::default() }, 30, 0.0, 3e-2);
-    let mut best_epochs = 0;
-    let logs = train(
-        &model,
-        Split::new(&train_docs, &train_labels),
-        Split::new(&dev_docs, &dev_labels),
-        &cfg,
-        &Device::Cpu,
-        None,
-        |_| {},
-        |end| {
-            best_epochs += end.log.best as usize;
-            Ok(())
-        },
-        |_| Ok(()),
-    )
-    .unwrap();
+    let (logs, saved) = train_noting_saves(&model, (&train_docs, &train_labels), (&dev_docs, &dev_labels), &cfg);
     assert_eq!(logs.len(), 30);
-    assert!(best_epochs >= 1);
+    assert!(saved.iter().any(|&s| s), "the best epoch is saved");
     let (first, last) = (&logs[0], &logs[logs.len() - 1]);
     assert!(last.train_loss < first.train_loss * 0.7, "loss {} -> {}", first.train_loss, last.train_loss);
     assert!(last.dev.accuracy >= 0.9, "dev accuracy {}", last.dev.accuracy);
     let head_params: usize =
         model.named_vars().iter().filter(|(n, _)| !n.starts_with("encoder:")).map(|(_, v)| v.elem_count()).sum();
     assert_eq!(first.trainable_parameters, head_params, "only the head trains");
+}
+
+#[test]
+fn keep_last_saves_every_epoch_and_trains_the_same() {
+    // `Keep::Best` saves the epochs that beat every earlier one; `Keep::Last` every epoch, so
+    // the output holds the last. Which epoch is kept must not change the training itself.
+    let (train_texts, train_labels) = dataset("train", 32);
+    let (dev_texts, dev_labels) = dataset("test", 12);
+    let flags = |keep: Keep| {
+        let (model, chunker) = load();
+        let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
+        let cfg = TrainConfig { keep, ..config(Freezing { freeze_base: true, ..Freezing::default() }, 8, 0.0, 3e-2) };
+        let (logs, saved) = train_noting_saves(&model, (&train_docs, &train_labels), (&dev_docs, &dev_labels), &cfg);
+        let best: Vec<bool> = logs.iter().map(|l| l.best).collect();
+        let losses: Vec<f64> = logs.iter().map(|l| l.train_loss).collect();
+        (best, saved, losses)
+    };
+    let (best, saved, losses) = flags(Keep::Best);
+    assert_eq!(saved, best, "--keep best saves exactly the best epochs");
+    assert!(best.iter().any(|b| !b), "some epoch is not the best, or the test shows nothing: {best:?}");
+    let (last_best, last_saved, last_losses) = flags(Keep::Last);
+    assert!(last_saved.iter().all(|&s| s), "--keep last saves every epoch: {last_saved:?}");
+    assert_eq!((last_best, last_losses), (best, losses), "the same run either way");
 }
 
 #[test]

@@ -30,9 +30,10 @@ pub struct FoldResult {
     pub train_documents: usize,
     /// Held-out (dev) documents.
     pub dev_documents: usize,
-    /// The best epoch (by the run's --metric).
+    /// The epoch whose model the fold kept: the best by the run's --metric, or the last with
+    /// --keep last.
     pub best_epoch: usize,
-    /// Dev accuracy and macro-F1 at the best epoch.
+    /// Dev accuracy and macro-F1 at that epoch.
     pub accuracy: f64,
     /// See `accuracy`.
     pub macro_f1: f64,
@@ -227,7 +228,7 @@ fn fold_state(out: &Path) -> Result<FoldState> {
     Ok(FoldState::New)
 }
 
-/// The last epoch marked best in `out/metrics.jsonl`, if any.
+/// The last epoch whose model was kept (marked `saved`) in `out/metrics.jsonl`, if any.
 fn best_logged(out: &Path) -> Result<Option<Best>> {
     let path = out.join("metrics.jsonl");
     let text = match std::fs::read_to_string(&path) {
@@ -239,7 +240,9 @@ fn best_logged(out: &Path) -> Result<Option<Best>> {
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let log: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| TrainError::Run(format!("{} line {}: {e}", path.display(), i + 1)))?;
-        if log["best"] == true {
+        // The epoch whose model the fold kept (logs before `saved` existed: the best one).
+        let kept = if log.get("saved").is_some() { &log["saved"] } else { &log["best"] };
+        if kept == true {
             let (epoch, accuracy, macro_f1) =
                 (log["epoch"].as_u64(), log["dev"]["accuracy"].as_f64(), log["dev"]["macro_f1"].as_f64());
             let (Some(epoch), Some(accuracy), Some(macro_f1)) = (epoch, accuracy, macro_f1) else {

@@ -121,7 +121,7 @@ impl RunOutput {
         ] {
             write_file_atomically(&self.out.join(name), bytes)?;
         }
-        if end.log.best {
+        if end.log.saved {
             // The weights last: the model loads only once all of it is there.
             for (name, bytes) in end.model.model_files() {
                 write_file_atomically(&self.out.join(name), &bytes)?;

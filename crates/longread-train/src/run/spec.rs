@@ -10,7 +10,7 @@ use longread_model::EncoderConfig;
 use crate::error::{Result, TrainError};
 use crate::groups::{Freezing, GroupSettings};
 use crate::schedule::Decay;
-use crate::trainer::{balanced_class_weights, CacheSettings, Metric, TrainConfig};
+use crate::trainer::{balanced_class_weights, CacheSettings, Keep, Metric, TrainConfig};
 use crate::unfreeze::UnfreezeSchedule;
 use crate::AdamWConfig;
 
@@ -137,6 +137,11 @@ pub struct TrainSpec {
     /// Dev metric that picks the best epoch.
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = MetricArg::MacroF1))]
     pub metric: MetricArg,
+    /// Which epoch's model OUT keeps: `best` by --metric on the dev set, or `last` — for a
+    /// fixed schedule when the dev set is too small to choose between epochs (dev metrics are
+    /// still logged every epoch; with --patience, the epoch the run stopped at).
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = KeepArg::Best))]
+    pub keep: KeepArg,
     /// Stop after this many epochs without improvement, 0 = never [default: 0; 3 with
     /// --arch han].
     #[cfg_attr(feature = "clap", arg(long))]
@@ -224,7 +229,7 @@ const BOW_ONLY: [&str; 4] = ["c_values", "ngram_max", "min_df", "char_ngrams"];
 
 /// Flags of the trained-by-gradient models (encoders and the HAN) that --arch bow cannot use
 /// (clap ids).
-const GRADIENT_ONLY: [&str; 29] = [
+const GRADIENT_ONLY: [&str; 30] = [
     "patience_min_steps",
     "epochs",
     "batch_size",
@@ -242,6 +247,7 @@ const GRADIENT_ONLY: [&str; 29] = [
     "train_embeddings",
     "layer_lr_decay",
     "metric",
+    "keep",
     "patience",
     "no_recompute",
     "max_bad_steps",
@@ -408,6 +414,17 @@ pub enum MetricArg {
     Accuracy,
     /// Dev loss (lower is better).
     DevLoss,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+/// Which epoch's model a run keeps (`--keep`).
+pub enum KeepArg {
+    /// The best by the dev metric.
+    Best,
+    /// The last epoch run.
+    Last,
 }
 
 /// The classifier a run trains.
@@ -679,6 +696,10 @@ impl TrainSpec {
                 MetricArg::WeightedF1 => Metric::WeightedF1,
                 MetricArg::Accuracy => Metric::Accuracy,
                 MetricArg::DevLoss => Metric::DevLoss,
+            },
+            keep: match self.keep {
+                KeepArg::Best => Keep::Best,
+                KeepArg::Last => Keep::Last,
             },
             patience: self.patience.unwrap_or_default(),
             patience_min_steps: self.patience_min_steps,

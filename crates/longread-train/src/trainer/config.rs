@@ -24,6 +24,17 @@ pub enum Metric {
     DevLoss,
 }
 
+/// Which epoch's model a run keeps as its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Keep {
+    /// The best epoch by the dev metric.
+    #[default]
+    Best,
+    /// The last epoch run: for a fixed schedule when the dev set is too small to choose
+    /// between epochs (its metrics are still logged).
+    Last,
+}
+
 /// Everything that shapes a run.
 #[derive(Debug, Clone)]
 pub struct TrainConfig {
@@ -57,6 +68,8 @@ pub struct TrainConfig {
     pub class_weights: Option<Vec<f32>>,
     /// Metric for the best epoch.
     pub metric: Metric,
+    /// Which epoch's model the run keeps.
+    pub keep: Keep,
     /// Stop after this many epochs without improvement (0 = never).
     pub patience: usize,
     /// Patience only counts once this many optimizer steps have run: on small data an epoch

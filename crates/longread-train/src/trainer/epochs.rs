@@ -17,7 +17,7 @@ use crate::optim::{AdamW, ParamGroup};
 use crate::recompute::BatchGradients;
 use crate::trainer::fit::{RoundPlan, RoundStats, StepAt, TrainingTask};
 use crate::trainer::state::{epoch_score, epoch_seed};
-use crate::trainer::{EpochLog, Progress, Resume, Stepper, TaskLog, TrainConfig, TrainerState};
+use crate::trainer::{EpochLog, Keep, Progress, Resume, Stepper, TaskLog, TrainConfig, TrainerState};
 
 /// The dev evaluation after an epoch.
 pub(crate) struct DevResult {
@@ -139,6 +139,7 @@ impl<T: EpochTask> TrainingTask for Epochs<T> {
     fn end_round(&mut self, stats: &RoundStats, state: &mut TrainerState) -> Result<EpochLog> {
         let dev = self.0.evaluate()?;
         let best = state.record(stats.round, stats.step, dev.score);
+        let saved = best || self.0.config().keep == Keep::Last;
         let (trainable_parameters, total_parameters) = self.0.parameters();
         Ok(EpochLog {
             epoch: stats.round,
@@ -147,6 +148,7 @@ impl<T: EpochTask> TrainingTask for Epochs<T> {
             dev: dev.dev,
             tasks: dev.tasks,
             best,
+            saved,
             seconds: stats.seconds(),
             train_seconds: stats.train_seconds,
             skipped_steps: stats.skipped,

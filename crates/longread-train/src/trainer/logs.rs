@@ -86,6 +86,9 @@ pub struct EpochLog {
     pub tasks: Vec<TaskLog>,
     /// True when this epoch is the best so far by the chosen metric.
     pub best: bool,
+    /// True when this epoch's model was saved as the run's output: the best so far, or every
+    /// epoch with `Keep::Last`.
+    pub saved: bool,
     /// Wall-clock seconds of the epoch (training and evaluation).
     pub seconds: f64,
     /// Wall-clock seconds of the training steps alone.

@@ -2,7 +2,8 @@
 //! cached chunk vectors when the whole encoder is frozen), accumulation, clipping, AdamW with
 //! a warm-up schedule, phases of gradual unfreezing with frozen-prefix caches, evaluation on
 //! the dev set after every epoch, best-epoch tracking and early stopping. Saving is the
-//! caller's: `on_epoch` is told when an epoch is the best.
+//! caller's: `on_epoch` is told when an epoch's model is to be kept (the best, or
+//! every epoch with `Keep::Last`).
 //!
 //! The loop is here; its settings and splits are in `config`, what it reports in `logs`, the
 //! state that resumes it in `state`, the optimizer step in `stepper`, what trains when in
@@ -24,7 +25,7 @@ use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
-pub use config::{balanced_class_weights, CacheSettings, Metric, Split, TrainConfig};
+pub use config::{balanced_class_weights, CacheSettings, Keep, Metric, Split, TrainConfig};
 pub(crate) use epochs::{DevResult, EpochTask, Epochs};
 pub(crate) use fit::{fit, RoundPlan, RoundStats, StepAt, TrainingTask};
 pub use logs::{EpochEnd, EpochLog, MidEpoch, PhaseLog, Progress, StepLog, TaskLog};

@@ -47,12 +47,14 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
     reporter.finish();
     let summary = summary?;
     let best = summary.logs.iter().rfind(|l| l.best);
+    let kept = summary.logs.iter().rfind(|l| l.saved);
     let out = &args.spec.out;
     if json {
         let done = serde_json::json!({
             "event": "done",
             "epochs_run": summary.logs.len(),
             "best_epoch": best.map(|b| b.epoch),
+            "kept_epoch": kept.map(|k| k.epoch),
             "stopped_for_resume": summary.stopped_for_resume,
             "out": out,
         });
@@ -183,7 +185,11 @@ impl Reporter {
                     log.dev_loss,
                     log.dev.accuracy,
                     log.dev.macro_f1,
-                    if log.best { ", best so far: saved" } else { "" },
+                    match (log.best, log.saved) {
+                        (true, _) => ", best so far: saved",
+                        (false, true) => ", saved (--keep last)",
+                        (false, false) => "",
+                    },
                     log.seconds,
                     if log.skipped_steps > 0 {
                         format!(", {} NaN/inf steps skipped", log.skipped_steps)
