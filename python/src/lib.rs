@@ -479,13 +479,11 @@ fn train(
     let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
     run_interruptibly(py, quiet, move |hooks| {
         let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), hooks)?;
-        let best = summary.logs.iter().rfind(|l| l.best).map(|l| l.epoch);
-        let kept = summary.logs.iter().rfind(|l| l.saved).map(|l| l.epoch);
         Ok(serde_json::json!({
             "out": spec.out,
             "epochs": summary.logs,
-            "best_epoch": best,
-            "kept_epoch": kept,
+            "best_epoch": summary.best().map(|l| l.epoch),
+            "kept_epoch": summary.kept().map(|l| l.epoch),
             "stopped_for_resume": summary.stopped_for_resume,
             "bow": summary.bow,
             "cv": summary.cv,

@@ -64,6 +64,19 @@ pub struct RunSummary {
     pub cv: Option<cross_validation::CvSummary>,
 }
 
+impl RunSummary {
+    /// The log of the last epoch run here that was the best so far by the dev metric.
+    pub fn best(&self) -> Option<&EpochLog> {
+        self.logs.iter().rfind(|l| l.best)
+    }
+
+    /// The log of the epoch whose model is in the output directory (of those run here): the
+    /// best, or the last with `--keep last`.
+    pub fn kept(&self) -> Option<&EpochLog> {
+        self.logs.iter().rfind(|l| l.saved)
+    }
+}
+
 /// Runs `spec`: fills in the defaults of its architecture (`given`: the settings given
 /// explicitly, so that ones that do not apply are refused), starts or resumes its run
 /// directory (`front` adds settings of the front to training_args.json, e.g. its log format),

@@ -140,8 +140,8 @@ pub struct TrainSpec {
     /// Which epoch's model OUT keeps: `best` by --metric on the dev set, or `last` — for a
     /// fixed schedule when the dev set is too small to choose between epochs (dev metrics are
     /// still logged every epoch; with --patience, the epoch the run stopped at).
-    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = KeepArg::Best))]
-    pub keep: KeepArg,
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = Keep::Best))]
+    pub keep: Keep,
     /// Stop after this many epochs without improvement, 0 = never [default: 0; 3 with
     /// --arch han].
     #[cfg_attr(feature = "clap", arg(long))]
@@ -416,17 +416,6 @@ pub enum MetricArg {
     DevLoss,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-/// Which epoch's model a run keeps (`--keep`).
-pub enum KeepArg {
-    /// The best by the dev metric.
-    Best,
-    /// The last epoch run.
-    Last,
-}
-
 /// The classifier a run trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -697,10 +686,7 @@ impl TrainSpec {
                 MetricArg::Accuracy => Metric::Accuracy,
                 MetricArg::DevLoss => Metric::DevLoss,
             },
-            keep: match self.keep {
-                KeepArg::Best => Keep::Best,
-                KeepArg::Last => Keep::Last,
-            },
+            keep: self.keep,
             patience: self.patience.unwrap_or_default(),
             patience_min_steps: self.patience_min_steps,
             freezing: Freezing {

@@ -24,8 +24,10 @@ pub enum Metric {
     DevLoss,
 }
 
-/// Which epoch's model a run keeps as its output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which epoch's model a run keeps as its output (`--keep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum Keep {
     /// The best epoch by the dev metric.
     #[default]

@@ -46,15 +46,13 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
     let summary = train_run(&mut args.spec, front, &mut reporter);
     reporter.finish();
     let summary = summary?;
-    let best = summary.logs.iter().rfind(|l| l.best);
-    let kept = summary.logs.iter().rfind(|l| l.saved);
     let out = &args.spec.out;
     if json {
         let done = serde_json::json!({
             "event": "done",
             "epochs_run": summary.logs.len(),
-            "best_epoch": best.map(|b| b.epoch),
-            "kept_epoch": kept.map(|k| k.epoch),
+            "best_epoch": summary.best().map(|l| l.epoch),
+            "kept_epoch": summary.kept().map(|l| l.epoch),
             "stopped_for_resume": summary.stopped_for_resume,
             "out": out,
         });
@@ -70,7 +68,7 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
     if text && summary.stopped_for_resume {
         eprintln!("stopped after epoch {}; continue with --resume auto", summary.logs.last().map_or(0, |l| l.epoch));
     }
-    if let (true, Some(best)) = (text, best) {
+    if let (true, Some(best)) = (text, summary.best()) {
         eprintln!("best epoch {} (macro-F1 {:.4}); model in {}", best.epoch, best.dev.macro_f1, out.display());
     }
     Ok(())
