@@ -633,6 +633,10 @@ fn keep_last_keeps_the_last_epoch_in_runs_and_cv_folds() {
     let metrics = json_lines(&std::fs::read(tmp.path().join("last/metrics.jsonl")).unwrap());
     assert_eq!(metrics.len(), 4);
     assert!(metrics.iter().all(|m| m["saved"] == true), "every epoch saved in turn: {metrics:?}");
+    // For people, the last line names the epoch in OUT: the last, best or not.
+    let run = train(&model, &data, &tmp.path().join("last-text"), &head);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("best epoch 4 (") || stderr.contains("last epoch (--keep last) 4 ("), "{stderr}");
     // A --cv fold reports the epoch it kept: the last, with its dev metrics.
     let cv = tmp.path().join("cv");
     let run = train(&model, &data, &cv, &[&head[..], &["--cv", "2"]].concat());

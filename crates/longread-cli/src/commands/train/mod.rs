@@ -68,8 +68,10 @@ pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
     if text && summary.stopped_for_resume {
         eprintln!("stopped after epoch {}; continue with --resume auto", summary.logs.last().map_or(0, |l| l.epoch));
     }
-    if let (true, Some(best)) = (text, summary.best()) {
-        eprintln!("best epoch {} (macro-F1 {:.4}); model in {}", best.epoch, best.dev.macro_f1, out.display());
+    if let (true, Some(kept)) = (text, summary.kept()) {
+        // With --keep last, OUT holds the last epoch whether or not it was the best.
+        let which = if kept.best { "best epoch" } else { "last epoch (--keep last)" };
+        eprintln!("{which} {} (macro-F1 {:.4}); model in {}", kept.epoch, kept.dev.macro_f1, out.display());
     }
     Ok(())
 }
