@@ -26,9 +26,13 @@ class Classifier:
         self,
         model_dir: Union[str, PathLike[str]],
         threads: Optional[int] = None,
-        precision: str = "f32",
-        max_batch_tokens: int = 2048,
+        precision: Optional[str] = None,
+        max_batch_tokens: Optional[int] = None,
+        device: str = "auto",
     ) -> None: ...
+    @property
+    def device(self) -> str:
+        """Where the encoder runs: "cpu", or "cuda:N (GPU name)"."""
     @property
     def labels(self) -> list[str]:
         """Labels of the primary task, in id order."""
@@ -48,7 +52,13 @@ class Classifier:
 class Embedder:
     """Sentence embeddings (mean pooling), as sentence-transformers computes them."""
 
-    def __init__(self, model_dir: Union[str, PathLike[str]], threads: Optional[int] = None) -> None: ...
+    def __init__(
+        self,
+        model_dir: Union[str, PathLike[str]],
+        threads: Optional[int] = None,
+        device: str = "auto",
+        precision: Optional[str] = None,
+    ) -> None: ...
     @property
     def dimension(self) -> int: ...
     def embed(
@@ -60,8 +70,9 @@ def evaluate(
     model_dir: Union[str, PathLike[str]],
     data: Union[str, PathLike[str]],
     threads: Optional[int] = None,
-    precision: str = "f32",
-    max_batch_tokens: int = 2048,
+    precision: Optional[str] = None,
+    max_batch_tokens: Optional[int] = None,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """`longread eval` on one model: {"documents", "tasks": [{"name", "labels", "report"}]}."""
 
@@ -69,10 +80,11 @@ def compare(
     models: Sequence[Union[str, PathLike[str]]],
     data: Union[str, PathLike[str]],
     threads: Optional[int] = None,
-    precision: str = "f32",
-    max_batch_tokens: int = 2048,
+    precision: Optional[str] = None,
+    max_batch_tokens: Optional[int] = None,
     bootstrap: int = 1000,
     seed: int = 0,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """`longread eval --model A --model B ... --json`: accuracy, macro-F1 and per-label recall
     of each model on the same labelled documents, with 95% bootstrap intervals and paired

@@ -9,6 +9,10 @@ or, inside your own pipeline:
     ds.map_batches(longread.ray.LongreadPredictor, fn_constructor_kwargs={"model_dir": "..."},
                    concurrency=4, num_cpus=2, batch_size=16)
 
+On GPUs (a longread built with `cuda`): `classify(..., num_gpus_per_actor=1)` gives each actor
+a GPU; Ray sets CUDA_VISIBLE_DEVICES per actor, so each sees its own as cuda:0 and
+device="auto" picks it.
+
 Each output row has the input's `id`, the `label` (None for a document that failed), the
 whole prediction as `longread predict` writes it (`prediction`, a JSON string) and `error`
 (None, or why the document failed). Actors that die are restarted and their batches retried,
@@ -27,9 +31,10 @@ from ._longread import Classifier
 class LongreadPredictor:
     """A callable class for `Dataset.map_batches`: loads the model once per actor."""
 
-    def __init__(self, model_dir: str, threads: Optional[int] = 1, precision: str = "f32",
-                 text_column: str = "text", id_column: str = "id", _fail_once_file: Optional[str] = None):
-        self.classifier = Classifier(model_dir, threads=threads, precision=precision)
+    def __init__(self, model_dir: str, threads: Optional[int] = 1, precision: Optional[str] = None,
+                 text_column: str = "text", id_column: str = "id", _fail_once_file: Optional[str] = None,
+                 device: str = "auto"):
+        self.classifier = Classifier(model_dir, threads=threads, precision=precision, device=device)
         self.text_column, self.id_column = text_column, id_column
         # Tests only: the first batch served after this file is created kills the actor.
         self._fail_once_file = _fail_once_file
@@ -52,14 +57,16 @@ class LongreadPredictor:
 
 
 def classify(input: str, output: str, model_dir: str, concurrency: int = 2, threads_per_actor: int = 1,
-             batch_size: int = 16, precision: str = "f32", output_format: Optional[str] = None,
-             num_cpus_per_actor: Optional[float] = None, **predictor_kwargs: Any):
+             batch_size: int = 16, precision: Optional[str] = None, output_format: Optional[str] = None,
+             num_cpus_per_actor: Optional[float] = None, num_gpus_per_actor: float = 0,
+             **predictor_kwargs: Any):
     """Reads `input` (JSON lines, or Parquet when it ends in .parquet or is a directory of
     them) with columns `id` and `text`, classifies every document on `concurrency` actors of
     `threads_per_actor` CPUs each, and writes the predictions to the directory `output` as
     Parquet (default) or JSON lines (`output_format="json"`). Each actor reserves
     `num_cpus_per_actor` of Ray's CPUs (default `threads_per_actor`; leave some for Ray's read
-    and write tasks, or they wait for the actors). Returns the output Dataset."""
+    and write tasks, or they wait for the actors) and `num_gpus_per_actor` of its GPUs (default
+    0: the CPU; with 1, each actor classifies on its own GPU). Returns the output Dataset."""
     import ray
 
     if input.endswith(".parquet") or (os.path.isdir(input) and any(f.endswith(".parquet") for f in os.listdir(input))):
@@ -74,6 +81,7 @@ def classify(input: str, output: str, model_dir: str, concurrency: int = 2, thre
                                **predictor_kwargs},
         concurrency=concurrency,
         num_cpus=threads_per_actor if num_cpus_per_actor is None else num_cpus_per_actor,
+        num_gpus=num_gpus_per_actor,
         batch_size=batch_size,
         batch_format="numpy",
         max_restarts=-1,

@@ -12,7 +12,7 @@ use longread_model::classifier::ensemble::build_ensemble;
 use longread_model::classifier::evaluate::evaluate_reader;
 use longread_model::classifier::PredictionLine;
 use longread_model::{
-    Classifier as RustClassifier, ClassifierOptions, Embedder as RustEmbedder, EmbedderOptions, Precision,
+    Classifier as RustClassifier, ClassifierOptions, DeviceChoice, Embedder as RustEmbedder, EmbedderOptions, Precision,
 };
 use longread_report::{render_html, DocumentView};
 use longread_text::Document;
@@ -51,6 +51,20 @@ fn set_threads(threads: Option<usize>) -> PyResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Classifier options from Python's arguments (`None`: the device's default).
+fn classifier_options(precision: Option<&str>, max_batch_tokens: Option<usize>, device: &str) -> PyResult<ClassifierOptions> {
+    Ok(ClassifierOptions {
+        precision: precision.map(parse_precision).transpose()?,
+        max_batch_tokens,
+        device: parse_device(device)?,
+    })
+}
+
+/// `"auto"`, `"cpu"`, `"cuda"` or `"cuda:N"`.
+fn parse_device(device: &str) -> PyResult<DeviceChoice> {
+    device.parse().map_err(LongreadError::new_err)
 }
 
 fn parse_precision(precision: &str) -> PyResult<Precision> {
@@ -101,11 +115,15 @@ fn from_json(py: Python<'_>, text: &str) -> PyResult<PyObject> {
 /// A model that classifies long documents: any directory `longread train` or `longread init`
 /// writes (hierarchical, single-chunk sequence or HAN).
 ///
-/// Classifier(model_dir, threads=None, precision="f32", max_batch_tokens=2048)
+/// Classifier(model_dir, threads=None, precision=None, max_batch_tokens=None, device="auto")
 ///
 /// threads: CPU threads for the whole process (default: every core; set once).
-/// precision: "f32", "int8" (faster than f32 with AVX-512 VNNI, about level on AVX2-only CPUs) or "bf16".
-/// max_batch_tokens: most tokens (chunks x padded length) per encoder batch.
+/// precision: "f32", "int8" (CPU only; faster than f32 with AVX-512 VNNI, about level on
+/// AVX2-only CPUs) or "bf16"; default f32 on the CPU, bf16 on a GPU.
+/// max_batch_tokens: most tokens (chunks x padded length) per encoder batch; default 2048 on
+/// the CPU, 65536 on a GPU.
+/// device: "auto" (a GPU when built with `cuda` and one is visible, else the CPU), "cpu",
+/// "cuda" or "cuda:N". HAN and bag-of-words models run on the CPU.
 #[pyclass(module = "longread._longread", frozen)]
 struct Classifier {
     inner: Arc<RustClassifier>,
@@ -114,20 +132,27 @@ struct Classifier {
 #[pymethods]
 impl Classifier {
     #[new]
-    #[pyo3(signature = (model_dir, threads=None, precision="f32", max_batch_tokens=2048))]
+    #[pyo3(signature = (model_dir, threads=None, precision=None, max_batch_tokens=None, device="auto"))]
     fn new(
         py: Python<'_>,
         model_dir: PathBuf,
         threads: Option<usize>,
-        precision: &str,
-        max_batch_tokens: usize,
+        precision: Option<&str>,
+        max_batch_tokens: Option<usize>,
+        device: &str,
     ) -> PyResult<Self> {
         set_threads(threads)?;
-        let options = ClassifierOptions { precision: parse_precision(precision)?, max_batch_tokens };
+        let options = classifier_options(precision, max_batch_tokens, device)?;
         let loaded = py.allow_threads(|| RustClassifier::load(&model_dir, options));
         let inner =
             loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
         Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// Where the encoder runs: "cpu", or "cuda:N (GPU name)".
+    #[getter]
+    fn device(&self) -> String {
+        longread_model::device::describe(self.inner.device())
     }
 
     /// Labels of the primary task, in id order.
@@ -228,10 +253,21 @@ struct Embedder {
 #[pymethods]
 impl Embedder {
     #[new]
-    #[pyo3(signature = (model_dir, threads=None))]
-    fn new(py: Python<'_>, model_dir: PathBuf, threads: Option<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (model_dir, threads=None, device="auto", precision=None))]
+    fn new(
+        py: Python<'_>,
+        model_dir: PathBuf,
+        threads: Option<usize>,
+        device: &str,
+        precision: Option<&str>,
+    ) -> PyResult<Self> {
         set_threads(threads)?;
-        let options = EmbedderOptions { normalize: false, ..EmbedderOptions::default() };
+        let options = EmbedderOptions {
+            normalize: false,
+            device: parse_device(device)?,
+            precision: precision.map(parse_precision).transpose()?,
+            ..EmbedderOptions::default()
+        };
         let loaded = py.allow_threads(|| RustEmbedder::open(&model_dir, options));
         let inner =
             loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
@@ -283,22 +319,23 @@ fn texts_checked(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     Ok(texts)
 }
 
-/// evaluate(model_dir, data, threads=None, precision="f32", max_batch_tokens=2048) -> dict
+/// evaluate(model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto") -> dict
 ///
 /// `longread eval` on one model: classifies the labelled JSON lines in `data` (each task's
 /// label in its column) and returns {"documents": n, "tasks": [{"name", "labels", "report"}]}
 /// with accuracy, per-class precision/recall/F1, macro/weighted F1 and the confusion matrix.
 #[pyfunction]
-#[pyo3(signature = (model_dir, data, threads=None, precision="f32", max_batch_tokens=2048))]
+#[pyo3(signature = (model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto"))]
 fn evaluate(
     py: Python<'_>,
     model_dir: PathBuf,
     data: PathBuf,
     threads: Option<usize>,
-    precision: &str,
-    max_batch_tokens: usize,
+    precision: Option<&str>,
+    max_batch_tokens: Option<usize>,
+    device: &str,
 ) -> PyResult<PyObject> {
-    let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens)?.inner;
+    let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens, device)?.inner;
     let result = py.allow_threads(move || -> Result<String, String> {
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
         let mut documents = 0usize;
@@ -317,25 +354,26 @@ fn evaluate(
     }
 }
 
-/// compare(models, data, threads=None, precision="f32", max_batch_tokens=2048, bootstrap=1000,
-/// seed=0) -> dict
+/// compare(models, data, threads=None, precision=None, max_batch_tokens=None, bootstrap=1000,
+/// seed=0, device="auto") -> dict
 ///
 /// `longread eval --model A --model B ... --json`: the models (directories, same labels) on the
 /// same labelled documents: accuracy, macro-F1 and per-label recall with 95% bootstrap
 /// intervals (`bootstrap` resamples, seeded), and paired bootstrap p-values against the first
 /// model. Returns the JSON the command line prints.
 #[pyfunction]
-#[pyo3(signature = (models, data, threads=None, precision="f32", max_batch_tokens=2048, bootstrap=1000, seed=0))]
+#[pyo3(signature = (models, data, threads=None, precision=None, max_batch_tokens=None, bootstrap=1000, seed=0, device="auto"))]
 #[allow(clippy::too_many_arguments)]
 fn compare(
     py: Python<'_>,
     models: Vec<PathBuf>,
     data: PathBuf,
     threads: Option<usize>,
-    precision: &str,
-    max_batch_tokens: usize,
+    precision: Option<&str>,
+    max_batch_tokens: Option<usize>,
     bootstrap: usize,
     seed: u64,
+    device: &str,
 ) -> PyResult<PyObject> {
     let settings = longread_metrics::bootstrap::Bootstrap::new(bootstrap, seed).map_err(LongreadError::new_err)?;
     let loaded = models
@@ -343,7 +381,7 @@ fn compare(
         .map(|dir| {
             Ok((
                 dir.display().to_string(),
-                Classifier::new(py, dir.clone(), threads, precision, max_batch_tokens)?.inner,
+                Classifier::new(py, dir.clone(), threads, precision, max_batch_tokens, device)?.inner,
             ))
         })
         .collect::<PyResult<Vec<_>>>()?;

@@ -23,6 +23,11 @@ struct Cli {
     /// Only print errors (no progress bars, no warnings).
     #[arg(long, short, global = true)]
     quiet: bool,
+    /// Where encoders run for predict, eval, report, embed, serve and bench: auto (a GPU when
+    /// this longread was built with `cuda` and one is visible, else the CPU), cpu, cuda or
+    /// cuda:N. HAN and bag-of-words models, training and pretraining run on the CPU.
+    #[arg(long, global = true, env = "LONGREAD_DEVICE", default_value = "auto", value_name = "auto|cpu|cuda[:N]")]
+    device: longread_model::DeviceChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -103,7 +108,7 @@ fn main() {
         // Read by the tensor library's and rayon's thread pools on first use; nothing has started yet.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     }
-    match dispatch(cli.command, cli.quiet) {
+    match dispatch(cli.command, cli.quiet, cli.device) {
         Ok(0) => {}
         Ok(_) => std::process::exit(2),
         Err(err) => {
@@ -138,7 +143,7 @@ pub(crate) fn run_command_line(args: &[String], quiet: bool) -> anyhow::Result<u
     let matches =
         Cli::command().try_get_matches_from(std::iter::once("longread".to_string()).chain(args.iter().cloned()))?;
     let cli = Cli::from_arg_matches(&matches)?.with_given_flags(&matches);
-    dispatch(cli.command, quiet || cli.quiet)
+    dispatch(cli.command, quiet || cli.quiet, cli.device)
 }
 
 impl Cli {
@@ -159,22 +164,22 @@ impl Cli {
 }
 
 /// Runs a command; `Ok(n > 0)` when some inputs failed (exit status 2).
-fn dispatch(command: Command, quiet: bool) -> anyhow::Result<usize> {
+fn dispatch(command: Command, quiet: bool, device: longread_model::DeviceChoice) -> anyhow::Result<usize> {
     match command {
-        Command::Embed(args) => commands::embed::run(args, quiet).map(|_| 0),
-        Command::Serve(args) => commands::serve::run(args).map(|_| 0),
+        Command::Embed(args) => commands::embed::run(args, quiet, device).map(|_| 0),
+        Command::Serve(args) => commands::serve::run(args, device).map(|_| 0),
         Command::Inspect(args) => commands::inspect::run(args).map(|_| 0),
         Command::Init(args) => commands::init::run(args, quiet).map(|_| 0),
-        Command::Predict(args) => commands::predict::run(args, quiet),
-        Command::Report(args) => commands::report::run(args, quiet),
-        Command::Eval(args) => commands::eval::run(args, quiet).map(|_| 0),
+        Command::Predict(args) => commands::predict::run(args, quiet, device),
+        Command::Report(args) => commands::report::run(args, quiet, device),
+        Command::Eval(args) => commands::eval::run(args, quiet, device).map(|_| 0),
         Command::Ensemble(args) => commands::ensemble::run(args).map(|_| 0),
         Command::Train(args) => commands::train::run(*args, quiet).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, quiet).map(|_| 0),
         Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),
         Command::Pretrain(args) => commands::pretrain::run(*args, quiet).map(|_| 0),
         Command::Quickstart(args) => commands::quickstart::run(args, quiet).map(|_| 0),
-        Command::Bench(args) => commands::bench::run(args).map(|_| 0),
+        Command::Bench(args) => commands::bench::run(args, device).map(|_| 0),
     }
 }
 

@@ -3,12 +3,14 @@
 
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use longread_text::{pad_batch, Encoded, TextTokenizer};
 
 use crate::checkpoint::{sentence_max_seq_length, Checkpoint, LoadOptions};
+use crate::classifier::Precision;
+use crate::device::DeviceChoice;
 use crate::encoder::Encoder;
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 use crate::mode::Mode;
 use crate::sentence_pooling::{l2_normalize, SentencePooling};
 
@@ -41,9 +43,14 @@ pub struct EmbedderOptions {
     pub pooling: SentencePooling,
     /// Scale each embedding to unit L2 norm (sentence-transformers' Normalize module).
     pub normalize: bool,
+    /// Where the encoder runs.
+    pub device: DeviceChoice,
+    /// Encoder precision (f32 or bf16); `None`: bf16 on a GPU (as text-embeddings-inference
+    /// runs half precision there), f32 on the CPU.
+    pub precision: Option<Precision>,
 }
 
-/// The sentence embedder every front uses (CPU).
+/// The sentence embedder every front uses.
 pub type Embedder = SentenceEmbedder;
 
 /// An encoder with its tokenizer, ready to embed texts.
@@ -59,9 +66,25 @@ pub struct SentenceEmbedder {
 }
 
 impl SentenceEmbedder {
-    /// Loads a checkpoint directory to embed on the CPU (see [`SentenceEmbedder::load`]).
+    /// Loads a checkpoint directory to embed on the device and in the precision of `options`
+    /// (see [`SentenceEmbedder::load`]).
     pub fn open(dir: &Path, options: EmbedderOptions) -> Result<Self> {
-        Self::load(dir, options.pooling, options.normalize, &Device::Cpu)
+        let device = options.device.resolve()?;
+        let mut embedder = Self::load(dir, options.pooling, options.normalize, &device)?;
+        let precision = options.precision.unwrap_or(if device.is_cpu() { Precision::F32 } else { Precision::Bf16 });
+        match precision {
+            Precision::F32 => {}
+            Precision::Bf16 => embedder.encoder.set_inference_dtype(DType::BF16)?,
+            Precision::Int8 => {
+                return Err(ModelError::InvalidInput("embeddings are computed in f32 or bf16, not int8".into()))
+            }
+        }
+        Ok(embedder)
+    }
+
+    /// Where the encoder runs.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// Loads a checkpoint directory. The maximum length is, in order of precedence,
@@ -123,14 +146,15 @@ impl SentenceEmbedder {
     /// # Shapes
     /// `seqs: batch × [len_i]` → `batch × [hidden]`
     pub fn embed_ids(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let mut pooled = if self.device.is_cpu() {
+        let packed = self.device.is_cpu() && self.encoder.compute_dtype() == DType::F32;
+        let mut pooled = if packed {
             let (hidden, segments) = self.encoder.forward_packed(seqs)?;
             self.pooling.forward_packed(&hidden, &segments)?
         } else {
             let (ids, mask, seq_len) = pad_batch(seqs, self.pad_id);
             let ids = Tensor::from_vec(ids, (seqs.len(), seq_len), &self.device)?;
             let mask = Tensor::from_vec(mask, (seqs.len(), seq_len), &self.device)?;
-            let hidden = self.encoder.forward(&ids, &mask, Mode::Eval)?;
+            let hidden = self.encoder.forward(&ids, &mask, Mode::Eval)?.to_dtype(DType::F32)?;
             self.pooling.forward(&hidden, &mask)?
         };
         if self.normalize {

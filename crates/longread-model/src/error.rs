@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// Everything that can go wrong while loading or running a model.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// The device asked for cannot be used (no GPU, a build without `cuda`, missing libraries).
+    #[error("{0}")]
+    Device(String),
     /// A file the checkpoint needs is not there.
     #[error("{path}: file not found ({what})")]
     MissingFile {

@@ -11,7 +11,7 @@ use longread_model::{Classifier, ClassifierOptions, Precision};
 fn a_document_alone_and_amid_others_gets_the_same_scores() {
     for model in ["hier/roberta-attention", "hier/bert-multihead", "hier/trained-multitask"] {
         // A small token budget: the batch mixes chunks of several documents.
-        let options = ClassifierOptions { max_batch_tokens: 64, ..ClassifierOptions::default() };
+        let options = ClassifierOptions { max_batch_tokens: Some(64), ..ClassifierOptions::default() };
         let classifier = Classifier::load(&fixture(model), options).unwrap();
         let docs = documents();
         let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
@@ -65,10 +65,10 @@ fn a_han_loads_through_the_same_api_and_shows_sentences() {
 
 #[test]
 fn reduced_precision_is_refused_for_a_han_and_bad_options_are_errors() {
-    let int8 = ClassifierOptions { precision: Precision::Int8, ..ClassifierOptions::default() };
+    let int8 = ClassifierOptions { precision: Some(Precision::Int8), ..ClassifierOptions::default() };
     let err = Classifier::load(&fixture("han"), int8).unwrap_err().to_string();
     assert!(err.contains("is a HAN"), "{err}");
-    let zero = ClassifierOptions { max_batch_tokens: 0, ..ClassifierOptions::default() };
+    let zero = ClassifierOptions { max_batch_tokens: Some(0), ..ClassifierOptions::default() };
     let err = Classifier::load(&fixture("hier/roberta-attention"), zero).unwrap_err().to_string();
     assert!(err.contains("max_batch_tokens"), "{err}");
     let err = Classifier::load(&fixture("tiny-bert"), ClassifierOptions::default()).unwrap_err().to_string();

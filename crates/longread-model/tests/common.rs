@@ -7,7 +7,7 @@ use candle_core::{Device, Tensor};
 
 /// `tests/fixtures/NAME` at the repository root.
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+    repo().join("tests/fixtures").join(name)
 }
 
 /// Largest absolute difference between two tensors of one shape.
@@ -33,9 +33,14 @@ pub fn scratch_copy(name: &str) -> tempfile::TempDir {
     dir
 }
 
-/// The repository root.
+/// The repository root: `LONGREAD_REPO` when set (test executables built on one machine and
+/// run from a copy of the repository on another, as scripts/gpu_check.sh does), else the
+/// checkout the tests were built in.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    match std::env::var_os("LONGREAD_REPO") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    }
 }
 
 /// The texts of `tests/fixtures/hier/documents.jsonl`.

@@ -120,7 +120,7 @@ fn precision_applies_to_encoder_members_only() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("ens");
     build_ensemble(&[(fixture("hier/roberta-attention"), 1.0), (fixture("han"), 1.0)], &out).unwrap();
-    let int8 = ClassifierOptions { precision: Precision::Int8, ..ClassifierOptions::default() };
+    let int8 = ClassifierOptions { precision: Some(Precision::Int8), ..ClassifierOptions::default() };
     let classifier = Classifier::load(&out, int8).unwrap();
     assert!(classifier.classify(&["Rain is expected."]).unwrap()[0].is_ok());
 }

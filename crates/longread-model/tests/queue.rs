@@ -51,7 +51,7 @@ fn documents_from_32_threads_get_the_scores_they_get_alone() {
     let models = [fixture("hier/trained-bert-attention"), fixture("hier/trained-multitask"), fixture("han"), ensemble];
     for model in models {
         // A small budget: batches mix the chunks of many documents.
-        let options = ClassifierOptions { max_batch_tokens: 96, ..ClassifierOptions::default() };
+        let options = ClassifierOptions { max_batch_tokens: Some(96), ..ClassifierOptions::default() };
         let classifier = Arc::new(Classifier::load(&model, options).unwrap());
         let docs = documents();
         let queue = Arc::new(BatchQueue::start(Arc::clone(&classifier), |_| {}));
@@ -85,7 +85,7 @@ fn a_short_document_behind_a_long_one_is_answered_first() {
 
 fn a_short_document_behind_a_long_one_is_answered_first_by(model: &std::path::Path) {
     // One unit per batch: the long document's chunks and the short one's units alternate.
-    let options = ClassifierOptions { max_batch_tokens: 1, ..ClassifierOptions::default() };
+    let options = ClassifierOptions { max_batch_tokens: Some(1), ..ClassifierOptions::default() };
     let classifier = Arc::new(Classifier::load(model, options).unwrap());
     let long = documents().join(" ").repeat(20);
     let long_doc = classifier.prepare(&long).unwrap();
@@ -106,7 +106,7 @@ fn a_cancelled_document_is_dropped_and_the_queue_goes_on() {
     // Deterministic: the worker is held inside its first batch (a one-unit blocker) while the
     // long document is submitted and cancelled, so none of its units can have been taken
     // (without the hold, a loaded machine could let the worker finish it first).
-    let options = ClassifierOptions { max_batch_tokens: 1, ..ClassifierOptions::default() };
+    let options = ClassifierOptions { max_batch_tokens: Some(1), ..ClassifierOptions::default() };
     let classifier = Arc::new(Classifier::load(&fixture("hier/trained-bert-attention"), options).unwrap());
     let batches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = Arc::clone(&batches);

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use longread_model::Precision;
+use longread_model::{DeviceChoice, Precision};
 
 /// Everything that shapes a server.
 #[derive(Debug, Clone)]
@@ -23,9 +23,9 @@ pub struct ServerConfig {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 8080))]
     pub port: u16,
     /// Most tokens (chunks × padded length) per encoder batch; chunks of concurrent requests
-    /// share batches.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 8192))]
-    pub max_batch_tokens: usize,
+    /// share batches. Default: 8192 on the CPU, 65536 on a GPU.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub max_batch_tokens: Option<usize>,
     /// Requests classified or embedded at once; more are answered 429.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 64))]
     pub max_concurrent_requests: usize,
@@ -38,10 +38,14 @@ pub struct ServerConfig {
     /// Most bytes in one request body; larger bodies are answered 413.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 32 * 1024 * 1024))]
     pub max_body_bytes: usize,
-    /// Encoder precision (as for `predict`): f32, or int8 (faster on CPUs with AVX-512 VNNI or
-    /// AVX2). HAN models take f32 only.
-    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = Precision::F32))]
-    pub precision: Precision,
+    /// Encoder precision (as for `predict`). Default: f32 on the CPU, bf16 on a GPU; int8 (CPU
+    /// only) is faster on CPUs with AVX-512 VNNI or AVX2. HAN and bag-of-words models take f32
+    /// only and run on the CPU.
+    #[cfg_attr(feature = "clap", arg(long, value_enum))]
+    pub precision: Option<Precision>,
+    /// Where the encoders run (the global `--device`).
+    #[cfg_attr(feature = "clap", arg(skip))]
+    pub device: DeviceChoice,
 }
 
 impl ServerConfig {
@@ -52,19 +56,20 @@ impl ServerConfig {
             embedding_model: None,
             host: "127.0.0.1".into(),
             port: 8080,
-            max_batch_tokens: 8192,
+            max_batch_tokens: None,
             max_concurrent_requests: 64,
             max_input_chars: 2_000_000,
             max_client_batch_size: 32,
             max_body_bytes: 32 * 1024 * 1024,
-            precision: Precision::F32,
+            precision: None,
+            device: DeviceChoice::default(),
         }
     }
 
     /// Refuses settings that cannot work (zero limits).
     pub fn validate(&self) -> Result<(), crate::ServerError> {
         let zero = [
-            ("--max-batch-tokens", self.max_batch_tokens),
+            ("--max-batch-tokens", self.max_batch_tokens.unwrap_or(1)),
             ("--max-concurrent-requests", self.max_concurrent_requests),
             ("--max-input-chars", self.max_input_chars),
             ("--max-client-batch-size", self.max_client_batch_size),

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use longread_model::classifier::queue::BatchQueue;
+use longread_model::device::serving_batch_tokens;
 use longread_model::{Classifier, ClassifierOptions, Embedder, EmbedderOptions};
 
 use crate::config::ServerConfig;
@@ -96,7 +97,13 @@ impl Drop for InFlight {
 
 /// Loads the classifier (with its batching queue) and the embedder.
 fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, String> {
-    let options = ClassifierOptions { precision: config.precision, max_batch_tokens: config.max_batch_tokens };
+    let device = config.device.resolve().map_err(|e| e.to_string())?;
+    let max_batch_tokens = config.max_batch_tokens.unwrap_or_else(|| serving_batch_tokens(&device));
+    let options = ClassifierOptions {
+        precision: config.precision,
+        max_batch_tokens: Some(max_batch_tokens),
+        device: config.device,
+    };
     let classifier =
         Classifier::load(&config.model, options).map_err(|e| format!("{}: {e}", config.model.display()))?;
     let classifier = Arc::new(classifier);
@@ -105,7 +112,7 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
     let embedder = match &config.embedding_model {
         None => None,
         Some(dir) => {
-            let options = EmbedderOptions { normalize: false, ..EmbedderOptions::default() };
+            let options = EmbedderOptions { normalize: false, device: config.device, ..EmbedderOptions::default() };
             Some(Arc::new(Embedder::open(dir, options).map_err(|e| format!("{}: {e}", dir.display()))?))
         }
     };

@@ -8,7 +8,7 @@ use longread_server::ServerConfig;
 use serde_json::json;
 
 fn hierarchical() -> ServerConfig {
-    ServerConfig { max_batch_tokens: 128, ..ServerConfig::new(fixture("hier/trained-bert-attention")) }
+    ServerConfig { max_batch_tokens: Some(128), ..ServerConfig::new(fixture("hier/trained-bert-attention")) }
 }
 
 #[test]

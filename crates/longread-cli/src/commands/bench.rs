@@ -7,7 +7,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use longread_train::bench::{peak_rss_bytes, run_han_step, run_workload, EncoderSource, Workload, HAN_SENTENCE_WORDS};
+use longread_model::{Classifier, ClassifierOptions, DeviceChoice, Precision};
+use longread_train::bench::{
+    peak_rss_bytes, run_han_step, run_predict, run_workload, EncoderSource, Workload, HAN_SENTENCE_WORDS,
+};
 
 /// Arguments of `longread bench`.
 #[derive(Debug, Args)]
@@ -19,14 +22,22 @@ pub struct BenchArgs {
     /// BERT-base shape: 12 layers, hidden 768, 12 heads, FFN 3072), roberta-large, small, tiny.
     #[arg(long, default_value = "roberta-base")]
     preset: String,
-    /// A pretrained encoder directory instead of --preset (e.g. ../shared/models/all-MiniLM-L6-v2).
+    /// A pretrained encoder directory instead of --preset (e.g. ../shared/models/all-MiniLM-L6-v2);
+    /// for `predict`, the classifier's model directory (required).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Batch as BATCHxTOKENS (deterministic ids, no padding); for han-step DOCUMENTSxSENTENCES,
     /// each sentence of 32 words (the default sizes of `train --arch han`; --preset and --model
-    /// are not used).
+    /// are not used); for predict DOCUMENTSxCHUNKS, each chunk full (the model's chunk size),
+    /// e.g. 64x20.
     #[arg(long, default_value = "4x512")]
     shape: String,
+    /// predict: the encoder's precision (default: f32 on the CPU, bf16 on a GPU).
+    #[arg(long, value_enum)]
+    precision: Option<Precision>,
+    /// predict: most tokens per encoder batch (default: 2048 on the CPU, 65536 on a GPU).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_batch_tokens: Option<u64>,
     /// Timed runs after one warm-up run; the median is reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -48,11 +59,18 @@ enum WorkloadArg {
     /// One HAN training step (forward with dropout, cross-entropy, backward, clipping, Adam)
     /// with the default sizes and a 12,290-word vocabulary.
     HanStep,
+    /// A classifier (--model) over DOCUMENTSxCHUNKS synthetic documents on --device: chunk
+    /// vectors, pooling and head, as `predict` runs them without tokenization. Reports
+    /// documents/s.
+    Predict,
 }
 
 /// Runs `longread bench`.
-pub fn run(args: BenchArgs) -> Result<()> {
+pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
     let (batch, tokens) = parse_shape(&args.shape)?;
+    if args.workload == WorkloadArg::Predict {
+        return run_predict_bench(&args, batch, tokens, device);
+    }
     let (source, name) = match &args.model {
         Some(dir) => (EncoderSource::Dir(dir.clone()), dir.display().to_string()),
         None => (EncoderSource::Preset(args.preset.clone()), args.preset.clone()),
@@ -68,6 +86,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             run_han_step(batch, tokens, args.repeat).context("benchmarking the HAN step")?,
             format!("HAN ({HAN_SENTENCE_WORDS} words per sentence)"),
         ),
+        WorkloadArg::Predict => unreachable!("handled above"),
     };
     let peak = peak_rss_bytes();
     let what = args.workload.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
@@ -86,6 +105,45 @@ pub fn run(args: BenchArgs) -> Result<()> {
             result.seconds,
             result.runs.len(),
             peak.map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64))
+        );
+    }
+    Ok(())
+}
+
+/// `bench --workload predict`: documents/s of a classifier on `device`.
+fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: DeviceChoice) -> Result<()> {
+    let Some(dir) = &args.model else { bail!("--workload predict needs --model (a classifier's model directory)") };
+    let options = ClassifierOptions {
+        precision: args.precision,
+        max_batch_tokens: args.max_batch_tokens.map(|n| n as usize),
+        device,
+    };
+    let classifier = Classifier::load(dir, options).with_context(|| format!("loading model {}", dir.display()))?;
+    let result = run_predict(&classifier, docs, chunks, args.repeat).context("benchmarking predict")?;
+    let device = longread_model::device::describe(classifier.device());
+    let (chunk_size, _) = classifier.chunk_layout().unwrap_or((0, 0));
+    let docs_per_s = docs as f64 / result.seconds;
+    if args.json {
+        let mut line = serde_json::to_value(&result)?;
+        line["workload"] = "predict".into();
+        line["model"] = dir.display().to_string().into();
+        line["device"] = device.into();
+        line["precision"] = serde_json::to_value(classifier.precision())?;
+        line["max_batch_tokens"] = classifier.max_batch_tokens().into();
+        line["docs"] = docs.into();
+        line["chunks_per_doc"] = chunks.into();
+        line["chunk_tokens"] = chunk_size.into();
+        line["docs_per_s"] = docs_per_s.into();
+        line["tokens_per_s"] = (docs_per_s * (chunks * chunk_size) as f64).into();
+        println!("{line}");
+    } else {
+        println!(
+            "predict {} {docs}x{chunks} chunks of {chunk_size} on {device}, {:?}: {:.3} s (median of {}), {:.1} documents/s",
+            dir.display(),
+            classifier.precision(),
+            result.seconds,
+            result.runs.len(),
+            docs_per_s
         );
     }
     Ok(())

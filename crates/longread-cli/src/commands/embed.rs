@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use longread_model::sentence_pooling::SentencePooling;
-use longread_model::{Embedder, EmbedderOptions};
+use longread_model::{DeviceChoice, Embedder, EmbedderOptions, Precision};
 use serde_json::{Map, Value};
 
 use crate::io::{input_name, open_input, Output};
@@ -37,6 +37,10 @@ pub struct EmbedArgs {
     /// without padding (each text attends to itself); elsewhere a batch is padded to its longest.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65536))]
     batch_size: u64,
+    /// Encoder precision: f32 or bf16. Default: f32 on the CPU, bf16 on a GPU (as
+    /// text-embeddings-inference runs half precision there).
+    #[arg(long, value_enum)]
+    precision: Option<Precision>,
 }
 
 /// One output line: the input's fields (id first, text dropped) and the embedding, written as
@@ -49,11 +53,12 @@ struct OutputLine<'a> {
 }
 
 /// Runs `longread embed`.
-pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
+pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     let name = input_name(&args.input);
     let records = longread_text::read_records(open_input(&args.input)?, &name)?;
     let dir = longread_model::resolve_model_dir(&args.model)?;
-    let options = EmbedderOptions { pooling: args.pooling, normalize: args.normalize };
+    let options =
+        EmbedderOptions { pooling: args.pooling, normalize: args.normalize, device, precision: args.precision };
     let embedder = Embedder::open(&dir, options).with_context(|| format!("loading model {}", dir.display()))?;
 
     let progress = if quiet { ProgressBar::hidden() } else { ProgressBar::new(records.len() as u64) };
@@ -69,10 +74,11 @@ pub fn run(args: EmbedArgs, quiet: bool) -> Result<()> {
     if !quiet {
         let tokens: usize = result.token_counts.iter().sum();
         eprintln!(
-            "embedded {} texts ({tokens} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s",
+            "embedded {} texts ({tokens} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s on {}",
             texts.len(),
             texts.len() as f64 / seconds,
-            tokens as f64 / seconds
+            tokens as f64 / seconds,
+            longread_model::device::describe(embedder.device())
         );
     }
 

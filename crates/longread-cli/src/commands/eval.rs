@@ -7,10 +7,10 @@ use anyhow::Result;
 use clap::Args;
 use longread_metrics::bootstrap::{Bootstrap, Interval, RESAMPLES};
 use longread_model::classifier::evaluate::{compare, evaluate_reader, Comparison, TaskReport};
-use longread_model::Precision;
+use longread_model::{ClassifierOptions, DeviceChoice};
 use serde_json::Map;
 
-use crate::commands::predict::{load, progress_bar};
+use crate::commands::predict::{load, progress_bar, EncodingArgs};
 use crate::io::{input_name, open_input};
 
 /// Arguments of `longread eval`.
@@ -34,12 +34,8 @@ pub struct EvalArgs {
     /// holds one such object per task.
     #[arg(long)]
     json: bool,
-    /// Most tokens per encoder batch (as for `predict`).
-    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
-    max_batch_tokens: u64,
-    /// Encoder precision (as for `predict`).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    precision: Precision,
+    #[command(flatten)]
+    encoding: EncodingArgs,
     /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`):
     /// models on the same frozen encoder share them, and a second eval skips the encoder.
     #[arg(long, value_name = "DIR")]
@@ -54,18 +50,12 @@ pub struct EvalArgs {
 }
 
 /// Runs `longread eval`.
-pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
+pub fn run(args: EvalArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
+    let options = args.encoding.options(device);
     if args.model.len() > 1 {
-        return run_comparison(&args, quiet);
+        return run_comparison(&args, options, quiet);
     }
-    let reports = evaluate_file(
-        &args.model[0],
-        &args.data,
-        args.max_batch_tokens,
-        args.precision,
-        args.vector_cache.as_deref(),
-        quiet,
-    )?;
+    let reports = evaluate_file(&args.model[0], &args.data, options, args.vector_cache.as_deref(), quiet)?;
     if args.json {
         let mut value = serde_json::to_value(&reports[0].report)?;
         if reports.len() > 1 {
@@ -93,12 +83,11 @@ pub fn run(args: EvalArgs, quiet: bool) -> Result<()> {
 pub fn evaluate_file(
     model_dir: &Path,
     data: &Path,
-    max_batch_tokens: u64,
-    precision: Precision,
+    options: ClassifierOptions,
     vector_cache: Option<&Path>,
     quiet: bool,
 ) -> Result<Vec<TaskReport>> {
-    let classifier = load(model_dir, max_batch_tokens, precision, vector_cache)?;
+    let classifier = load(model_dir, options, vector_cache)?;
     let progress = progress_bar(0, quiet);
     let reports = evaluate_reader(&classifier, open_input(data)?, &input_name(data), || progress.inc(1))?;
     progress.finish_and_clear();
@@ -106,16 +95,11 @@ pub fn evaluate_file(
 }
 
 /// `eval` with several models: the comparison table, or its JSON.
-fn run_comparison(args: &EvalArgs, quiet: bool) -> Result<()> {
+fn run_comparison(args: &EvalArgs, options: ClassifierOptions, quiet: bool) -> Result<()> {
     let classifiers: Vec<(String, longread_model::Classifier)> = args
         .model
         .iter()
-        .map(|dir| {
-            Ok((
-                dir.display().to_string(),
-                load(dir, args.max_batch_tokens, args.precision, args.vector_cache.as_deref())?,
-            ))
-        })
+        .map(|dir| Ok((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?)))
         .collect::<Result<_>>()?;
     let models: Vec<(String, &longread_model::Classifier)> = classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
     let progress = progress_bar(0, quiet);

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use longread_model::classifier::{DocResult, PredictionLine};
-use longread_model::{Classifier, ClassifierOptions, Precision};
+use longread_model::{Classifier, ClassifierOptions, DeviceChoice, Precision};
 use longread_text::{read_documents, Document, Shard};
 use serde_json::Value;
 
@@ -29,17 +29,8 @@ pub struct PredictArgs {
     /// `json`: one JSON line per document; `table`: a readable table.
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
-    /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
-    /// share batches, longest first. Lower it to save memory.
-    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_batch_tokens: u64,
-    /// Encoder precision: f32; int8 (the dense layers' products in int8; faster than f32 on
-    /// CPUs with AVX-512 VNNI, about level with it on AVX2-only CPUs; speed and accuracy change
-    /// in BENCHMARKS.md); or bf16 (for parity
-    /// with a model trained in bf16: slower than f32 on the CPU, there is no fast bf16 CPU
-    /// matmul). HAN models take f32 only.
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub encoding: EncodingArgs,
     /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`):
     /// documents already encoded by the same encoder weights, chunking and precision skip the
     /// encoder. Models without an encoder ignore it.
@@ -57,6 +48,36 @@ pub struct PredictArgs {
     pub shard: Option<Shard>,
 }
 
+/// How the encoder runs: the flags `predict`, `eval`, `report` and `serve` share (the device is
+/// the global `--device`).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct EncodingArgs {
+    /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
+    /// share batches, longest first. Lower it to save memory. Default: 2048 on the CPU, 65536
+    /// on a GPU.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batch_tokens: Option<u64>,
+    /// Encoder precision. Default: f32 on the CPU, bf16 on a GPU (bf16 matrix products; softmax,
+    /// LayerNorm statistics, pooling and head in f32). f32 on a GPU uses TF32 matrix products.
+    /// int8 (CPU only): the dense layers' products in int8, faster than f32 on CPUs with
+    /// AVX-512 VNNI, about level with it on AVX2-only CPUs (BENCHMARKS.md). bf16 on the CPU is
+    /// for parity with a model trained in bf16 and slower than f32 (no fast bf16 CPU matmul).
+    /// HAN and bag-of-words models take f32 only and run on the CPU.
+    #[arg(long, value_enum)]
+    pub precision: Option<Precision>,
+}
+
+impl EncodingArgs {
+    /// The classifier options these flags give on `device`.
+    pub fn options(&self, device: DeviceChoice) -> ClassifierOptions {
+        ClassifierOptions {
+            precision: self.precision,
+            max_batch_tokens: self.max_batch_tokens.map(|n| n as usize),
+            device,
+        }
+    }
+}
+
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -66,15 +87,13 @@ pub enum Format {
     Table,
 }
 
-/// Loads the model in `dir` to classify with these batch size and precision, reading and
-/// keeping chunk vectors in `vector_cache` when given.
+/// Loads the model in `dir` to classify with `options`, reading and keeping chunk vectors in
+/// `vector_cache` when given.
 pub fn load(
     dir: &std::path::Path,
-    max_batch_tokens: u64,
-    precision: Precision,
+    options: ClassifierOptions,
     vector_cache: Option<&std::path::Path>,
 ) -> Result<Classifier> {
-    let options = ClassifierOptions { precision, max_batch_tokens: max_batch_tokens as usize };
     let mut classifier = Classifier::load(dir, options).with_context(|| format!("loading model {}", dir.display()))?;
     if let Some(cache) = vector_cache {
         classifier.set_vector_cache(cache).with_context(|| format!("opening vector cache {}", cache.display()))?;
@@ -95,8 +114,8 @@ pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
 }
 
 /// Runs `longread predict`; returns the number of documents that failed.
-pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
-    let classifier = load(&args.model, args.max_batch_tokens, args.precision, args.vector_cache.as_deref())?;
+pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
+    let classifier = load(&args.model, args.encoding.options(device), args.vector_cache.as_deref())?;
     let mut documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
     if let Some(shard) = args.shard {
         documents = shard.select(documents);
@@ -135,7 +154,8 @@ pub fn run(args: PredictArgs, quiet: bool) -> Result<usize> {
         } else {
             format!(" in {secs:.2} s: {:.2} documents/s", done as f64 / secs)
         };
-        eprintln!("classified {done} documents{token_rate}");
+        let on = longread_model::device::describe(classifier.device());
+        eprintln!("classified {done} documents{token_rate} on {on}, {:?}", classifier.precision());
     }
     warn_failed(failed, documents.len());
     Ok(failed)

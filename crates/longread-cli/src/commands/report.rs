@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use longread_model::classifier::DocResult;
-use longread_model::Precision;
+use longread_model::DeviceChoice;
 use longread_report::{render_html, DocumentView};
 use longread_text::{read_documents, Document};
 
-use crate::commands::predict::{id_text, load, progress_bar};
+use crate::commands::predict::{id_text, load, progress_bar, EncodingArgs};
 use crate::io::Output;
 
 /// Arguments of `longread report`.
@@ -26,14 +26,13 @@ pub struct ReportArgs {
     /// The HTML file to write (atomically).
     #[arg(long)]
     out: PathBuf,
-    /// Most tokens per encoder batch (as for `predict`).
-    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
-    max_batch_tokens: u64,
+    #[command(flatten)]
+    encoding: EncodingArgs,
 }
 
 /// Runs `longread report`; returns the number of documents that failed.
-pub fn run(args: ReportArgs, quiet: bool) -> Result<usize> {
-    let classifier = load(&args.model, args.max_batch_tokens, Precision::F32, None)?;
+pub fn run(args: ReportArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
+    let classifier = load(&args.model, args.encoding.options(device), None)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader, true)?;
     let progress = progress_bar(documents.len(), quiet);
     let mut views = Vec::with_capacity(documents.len());

@@ -15,7 +15,8 @@ pub struct ServeArgs {
 
 /// Serves until SIGTERM or Ctrl-C; prints `listening on http://ADDRESS` once the models are
 /// loaded (stdout, flushed, so that scripts can wait for it).
-pub fn run(args: ServeArgs) -> Result<()> {
+pub fn run(mut args: ServeArgs, device: longread_model::DeviceChoice) -> Result<()> {
+    args.config.device = device;
     let model = args.config.model.display().to_string();
     longread_server::run(args.config, move |address| {
         let mut out = std::io::stdout().lock();

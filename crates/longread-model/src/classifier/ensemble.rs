@@ -186,7 +186,7 @@ fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
             dir.display()
         )));
     }
-    let precision = if is_bow_dir(dir) || is_han_dir(dir) { Precision::F32 } else { options.precision };
+    let precision = if is_bow_dir(dir) || is_han_dir(dir) { Some(Precision::F32) } else { options.precision };
     Classifier::load(dir, ClassifierOptions { precision, ..options })
 }
 

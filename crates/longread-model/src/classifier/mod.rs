@@ -14,6 +14,7 @@ use candle_core::{DType, Device};
 use longread_bow::{is_bow_dir, BowModel, BowScores};
 use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
 
+use crate::device::{self, DeviceChoice};
 use crate::error::{ModelError, Result};
 use crate::han::{is_han_dir, score_texts, HanClassifier, HanScores};
 use crate::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache, DEFAULT_TASK};
@@ -40,18 +41,44 @@ pub enum Precision {
 }
 
 /// How a [`Classifier`] runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClassifierOptions {
-    /// Encoder precision (encoder models only; a HAN accepts only f32).
-    pub precision: Precision,
+    /// Encoder precision (encoder models only; a HAN accepts only f32). `None`: bf16 on a GPU,
+    /// f32 on the CPU.
+    pub precision: Option<Precision>,
     /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
-    /// share batches, longest first.
-    pub max_batch_tokens: usize,
+    /// share batches, longest first. `None`: the device's default
+    /// ([`device::default_batch_tokens`]: 2,048 on the CPU, 65,536 on a GPU).
+    pub max_batch_tokens: Option<usize>,
+    /// Where the encoder runs (HAN and bag-of-words models always run on the CPU).
+    pub device: DeviceChoice,
 }
 
-impl Default for ClassifierOptions {
-    fn default() -> Self {
-        Self { precision: Precision::F32, max_batch_tokens: 2048 }
+impl ClassifierOptions {
+    /// The precision these options give on `device`.
+    pub fn precision_on(&self, device: &Device) -> Precision {
+        self.precision.unwrap_or(if device.is_cpu() { Precision::F32 } else { Precision::Bf16 })
+    }
+
+    /// The options with every default decided for `device` (what [`Classifier::options`]
+    /// reports); refuses a zero batch budget and int8 on a GPU.
+    fn resolved(self, device: &Device) -> Result<Self> {
+        let max_batch_tokens = self.max_batch_tokens.unwrap_or_else(|| device::default_batch_tokens(device));
+        if max_batch_tokens == 0 {
+            return Err(ModelError::InvalidInput("max_batch_tokens must be at least 1".into()));
+        }
+        let precision = self.precision_on(device);
+        if precision == Precision::Int8 && !device.is_cpu() {
+            return Err(ModelError::InvalidInput(
+                "precision int8 is a CPU mode; on a GPU use bf16 (the default there) or f32".into(),
+            ));
+        }
+        Ok(Self { precision: Some(precision), max_batch_tokens: Some(max_batch_tokens), device: self.device })
+    }
+
+    /// The resolved batch budget (after [`Classifier::load`]).
+    fn batch_tokens(&self) -> usize {
+        self.max_batch_tokens.unwrap_or(2048)
     }
 }
 
@@ -81,6 +108,8 @@ pub struct Classifier {
     dir: PathBuf,
     /// Chunk vectors kept on disk between runs ([`Classifier::set_vector_cache`]).
     vector_cache: Option<VectorCache>,
+    /// Where the encoder runs.
+    device: Device,
 }
 
 impl std::fmt::Debug for Classifier {
@@ -92,10 +121,17 @@ impl std::fmt::Debug for Classifier {
 impl Classifier {
     /// Loads any model directory made by `longread init` or `longread train`.
     pub fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
-        if options.max_batch_tokens == 0 {
-            return Err(ModelError::InvalidInput("max_batch_tokens must be at least 1".into()));
+        if is_bow_dir(dir) || is_han_dir(dir) {
+            // Models without an encoder run on the CPU whatever the device asked for.
+            return Self::load_on(dir, options, Device::Cpu);
         }
-        let device = Device::Cpu;
+        let device = options.device.resolve()?;
+        Self::load_on(dir, options, device)
+    }
+
+    /// [`Classifier::load`] on a resolved device.
+    fn load_on(dir: &Path, options: ClassifierOptions, device: Device) -> Result<Self> {
+        let options = options.resolved(&device)?;
         if is_ensemble_dir(dir) {
             let ensemble = Ensemble::load(dir, options)?;
             let tasks = vec![TaskSpec {
@@ -104,7 +140,7 @@ impl Classifier {
                 labels: ensemble.labels().to_vec(),
             }];
             let model = Model::Ensemble(Box::new(ensemble));
-            return Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None });
+            return Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None, device });
         }
         if is_bow_dir(dir) {
             let model = BowModel::load(dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
@@ -112,13 +148,14 @@ impl Classifier {
             return Self::without_encoder(Model::Bow(Box::new(model)), labels, "a bag-of-words model", options, dir);
         }
         if is_han_dir(dir) {
-            let model = HanClassifier::load(dir, &device)?;
+            let model = HanClassifier::load(dir, &Device::Cpu)?;
             let labels = model.labels().to_vec();
             return Self::without_encoder(Model::Han(Box::new(model)), labels, "a HAN (f32 only)", options, dir);
         }
         let mut model = HierarchicalClassifier::load(dir, false, &device)?;
-        match options.precision {
+        match options.precision_on(&device) {
             Precision::F32 => {}
+            Precision::Bf16 if !device.is_cpu() => model.set_precision(DType::BF16)?,
             Precision::Bf16 => {
                 tracing::warn!(
                     "precision bf16 on the CPU is slower than f32 (candle has no fast bf16 CPU matmul); \
@@ -137,6 +174,7 @@ impl Classifier {
             options,
             dir: dir.to_owned(),
             vector_cache: None,
+            device,
         })
     }
 
@@ -147,7 +185,8 @@ impl Classifier {
     pub fn set_vector_cache(&mut self, dir: &Path) -> Result<()> {
         match &mut self.model {
             Model::Encoder { model, .. } => {
-                self.vector_cache = Some(VectorCache::open(dir, model, &format!("{:?}", self.options.precision))?);
+                let precision = self.options.precision_on(&self.device);
+                self.vector_cache = Some(VectorCache::open(dir, model, &format!("{precision:?}"))?);
             }
             Model::Ensemble(ensemble) => ensemble.set_vector_cache(dir)?,
             Model::Han(_) | Model::Bow(_) => {}
@@ -164,15 +203,15 @@ impl Classifier {
         options: ClassifierOptions,
         dir: &Path,
     ) -> Result<Self> {
-        if options.precision != Precision::F32 {
+        let precision = options.precision_on(&Device::Cpu);
+        if precision != Precision::F32 {
             return Err(ModelError::InvalidInput(format!(
-                "precision {:?} applies to encoder models; {} is {what}",
-                options.precision,
+                "precision {precision:?} applies to encoder models; {} is {what}",
                 dir.display()
             )));
         }
         let tasks = vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels }];
-        Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None })
+        Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None, device: Device::Cpu })
     }
 
     /// The model directory.
@@ -190,9 +229,24 @@ impl Classifier {
         &self.tasks
     }
 
-    /// The options it runs with.
+    /// The options it runs with, every default decided (precision and batch budget `Some`).
     pub fn options(&self) -> ClassifierOptions {
         self.options
+    }
+
+    /// Where its encoder runs (the CPU for models without one).
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The precision its encoder runs in (f32 for models without one).
+    pub fn precision(&self) -> Precision {
+        self.options.precision_on(&self.device)
+    }
+
+    /// Most tokens per encoder batch.
+    pub fn max_batch_tokens(&self) -> usize {
+        self.options.batch_tokens()
     }
 
     /// What a prediction's evidence is made of: `"chunk"`, `"sentence"`, or `"none"` (a
@@ -269,16 +323,26 @@ impl Classifier {
             chunked.push(one);
             end += 1;
         }
+        Ok((end, self.score_chunked(model, chunked)?))
+    }
+
+    /// Scores documents already cut into chunks (documents that failed to chunk keep their
+    /// error): their chunks encoded in shared batches, then each document pooled and classified.
+    fn score_chunked(
+        &self,
+        model: &HierarchicalClassifier,
+        chunked: Vec<std::result::Result<ChunkedDocument, DocError>>,
+    ) -> Result<Vec<DocResult>> {
         let ok: Vec<&ChunkedDocument> = chunked.iter().filter_map(|c| c.as_ref().ok()).collect();
         let vectors = model.encode_documents_cached(
             &ok,
-            self.options.max_batch_tokens,
-            &Device::Cpu,
+            self.options.batch_tokens(),
+            &self.device,
             self.vector_cache.as_ref(),
             |_| {},
         )?;
         let mut vectors = vectors.iter();
-        let results = chunked
+        chunked
             .into_iter()
             .map(|c| match c {
                 Err(e) => Ok(Err(e)),
@@ -288,8 +352,27 @@ impl Classifier {
                     Ok(Ok(encoder_prediction(&self.tasks, &doc, scores)))
                 }
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok((end, results))
+            .collect()
+    }
+
+    /// Classifies documents already tokenized and cut into chunks (benchmarks and callers with
+    /// their own tokenization): encoder models only, every document in one group.
+    pub fn classify_chunked(&self, documents: Vec<ChunkedDocument>) -> Result<Vec<DocResult>> {
+        match &self.model {
+            Model::Encoder { model, .. } => self.score_chunked(model, documents.into_iter().map(Ok).collect()),
+            _ => Err(ModelError::InvalidInput("only encoder models classify pre-chunked documents".into())),
+        }
+    }
+
+    /// An encoder model's chunk size in tokens (special tokens included) and vocabulary size
+    /// (`None` for other kinds): what [`Classifier::classify_chunked`]'s callers need.
+    pub fn chunk_layout(&self) -> Option<(usize, usize)> {
+        match &self.model {
+            Model::Encoder { model, .. } => {
+                Some((model.config().longread.chunking().chunk_size, model.config().encoder.vocab_size))
+            }
+            _ => None,
+        }
     }
 }
 

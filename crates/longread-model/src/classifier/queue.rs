@@ -232,7 +232,7 @@ fn drop_cancelled(state: &mut State) {
 /// Picks the next batch: one unit from each document in turn, starting at the cursor, while
 /// units × the costliest stays within the budget (at least one unit).
 fn next_batch(classifier: &Classifier, state: &mut State) -> Vec<(u64, usize)> {
-    let budget = classifier.options().max_batch_tokens;
+    let budget = classifier.max_batch_tokens();
     let n = state.jobs.len();
     let mut picked: Vec<(u64, usize)> = Vec::new();
     let mut costliest = 0;

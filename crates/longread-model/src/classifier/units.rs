@@ -7,7 +7,7 @@
 //! member's chunks are queued like any chunks (fair round-robin, cancellation between
 //! batches), and the members' predictions are combined when the last unit is in.
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use longread_text::{pad_batch, ChunkedDocument};
 
 use super::{classify_whole, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
@@ -100,7 +100,7 @@ impl Classifier {
     pub fn unit_cost(&self, doc: &PreparedDocument, unit: usize) -> usize {
         match (&self.model, &doc.kind) {
             (_, Prepared::Chunks(d)) => d.chunks.get(unit).map_or(0, |c| c.ids.len()),
-            (_, Prepared::Whole(_)) => self.options.max_batch_tokens.div_ceil(HAN_BATCH),
+            (_, Prepared::Whole(_)) => self.max_batch_tokens().div_ceil(HAN_BATCH),
             (Model::Ensemble(ensemble), Prepared::Members(_)) => match doc.member_unit(unit) {
                 Some((m, member_doc, u)) => ensemble.classifiers().nth(m).map_or(0, |c| c.unit_cost(member_doc, u)),
                 None => 0,
@@ -123,8 +123,8 @@ impl Classifier {
                     let chosen: Vec<&[u32]> = group.iter().map(|&i| seqs[i]).collect();
                     let (ids, mask, seq) = pad_batch(&chosen, model.config().encoder.pad_token_id);
                     let n = chosen.len();
-                    let ids = Tensor::from_vec(ids, (n, seq), &Device::Cpu)?;
-                    let mask = Tensor::from_vec(mask, (n, seq), &Device::Cpu)?;
+                    let ids = Tensor::from_vec(ids, (n, seq), &self.device)?;
+                    let mask = Tensor::from_vec(mask, (n, seq), &self.device)?;
                     let vectors = model.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
                     for (row, &i) in group.iter().enumerate() {
                         outputs[i] = Some(UnitOutput(Output::Vector(vectors.get(row)?)));

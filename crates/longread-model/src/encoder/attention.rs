@@ -9,6 +9,7 @@ use candle_nn::VarBuilder;
 use crate::config::EncoderConfig;
 use crate::encoder::block_output::BlockOutput;
 use crate::encoder::Keys;
+use crate::layers::cuda::AttentionSoftmax;
 use crate::layers::fused::{FusedAttention, PackedAttention};
 use crate::layers::{linear, softmax, Dropout, Linear};
 use crate::mode::Mode;
@@ -39,6 +40,14 @@ impl SelfAttention {
             num_heads: cfg.num_attention_heads,
             head_size: cfg.head_size(),
         })
+    }
+
+    /// Keeps the four projections' weights in `dtype` (inference; see [`Linear::cast_weight`]).
+    pub(crate) fn cast_weights(&mut self, dtype: DType) -> Result<()> {
+        for layer in [&mut self.query, &mut self.key, &mut self.value] {
+            layer.cast_weight(dtype)?;
+        }
+        self.output.cast_weight(dtype)
     }
 
     /// Switches the four projections to int8 products (inference) or back to f32.
@@ -74,6 +83,7 @@ impl SelfAttention {
             Keys::Masked(bias) if xs.device().is_cpu() && xs.dtype() == DType::F32 => {
                 self.attend_fused(&q, &k, &v, bias, mode)?
             }
+            Keys::Masked(bias) if xs.device().is_cuda() && !mode.is_train() => self.attend_cuda(&q, &k, &v, bias)?,
             Keys::Masked(bias) => self.attend_composed(&q, &k, &v, bias, mode)?,
         };
         self.output.forward(&context, xs, mode)
@@ -119,6 +129,20 @@ impl SelfAttention {
         let key_bias = mask_bias.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         let op = FusedAttention { heads: self.num_heads, scale: self.scale() as f32, key_bias, dropout };
         q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    }
+
+    /// Inference on a GPU: the two products by cuBLAS (in the activations' dtype) and between
+    /// them scale, mask and softmax as one in-place kernel (`layers::cuda`, f32 arithmetic).
+    ///
+    /// # Shapes
+    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    pub(crate) fn attend_cuda(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask_bias: &Tensor) -> Result<Tensor> {
+        let (b, s, h) = q.dims3()?;
+        let (q, k, v) = (self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?);
+        let scores = q.matmul(&k.t()?)?;
+        let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?;
+        scores.inplace_op2(&key_bias, &AttentionSoftmax { scale: self.scale() as f32 })?;
+        scores.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
     }
 
     /// Attention composed of candle ops (any device and dtype; the same dropout masks as the

@@ -5,6 +5,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
+use crate::layers::cuda;
 use crate::layers::fused::FusedResidualNorm;
 use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
@@ -28,6 +29,11 @@ impl BlockOutput {
         })
     }
 
+    /// Keeps the dense weight in `dtype` (inference; see [`Linear::cast_weight`]).
+    pub(crate) fn cast_weight(&mut self, dtype: DType) -> Result<()> {
+        self.dense.cast_weight(dtype)
+    }
+
     /// Switches the dense layer to int8 products (inference) or back to f32.
     pub(crate) fn quantize_int8(&mut self, on: bool) -> Result<()> {
         self.dense.quantize_int8(on)
@@ -41,6 +47,12 @@ impl BlockOutput {
     /// # Shapes
     /// `xs: [batch, seq, in]`, `residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
     pub(crate) fn forward(&self, xs: &Tensor, residual: &Tensor, mode: Mode) -> Result<Tensor> {
+        if xs.device().is_cuda() && !mode.is_train() && residual.dtype() == xs.dtype() {
+            if let Some((product, bias)) = self.dense.forward_unbiased(xs, false)? {
+                let (gamma, beta) = self.norm.affine();
+                return cuda::residual_layer_norm(product, residual, &bias, gamma, beta, self.norm.eps());
+            }
+        }
         if !(xs.device().is_cpu() && xs.dtype() == DType::F32 && residual.dtype() == DType::F32) {
             return self.forward_composed(xs, residual, mode);
         }

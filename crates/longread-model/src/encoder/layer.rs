@@ -33,6 +33,13 @@ impl EncoderLayer {
         })
     }
 
+    /// Keeps every dense weight in `dtype` (inference; see [`crate::layers::Linear`]).
+    pub(crate) fn cast_weights(&mut self, dtype: candle_core::DType) -> Result<()> {
+        self.attention.cast_weights(dtype)?;
+        self.intermediate.cast_weight(dtype)?;
+        self.output.cast_weight(dtype)
+    }
+
     /// Switches every dense layer to int8 products (inference) or back to f32.
     pub(crate) fn quantize_int8(&mut self, on: bool) -> Result<()> {
         self.attention.quantize_int8(on)?;

@@ -62,6 +62,19 @@ impl Encoder {
         self.layers.iter_mut().try_for_each(|layer| layer.quantize_int8(on))
     }
 
+    /// For inference: runs in `dtype` with the dense weights stored in it, cast once here
+    /// rather than at every product (the weights stop being the trained variables; LayerNorm
+    /// and biases stay f32).
+    pub fn set_inference_dtype(&mut self, dtype: DType) -> CResult<()> {
+        self.compute_dtype = dtype;
+        self.layers.iter_mut().try_for_each(|layer| layer.cast_weights(dtype))
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &candle_core::Device {
+        self.embeddings.word_embeddings().device()
+    }
+
     /// dtype of the activations between layers.
     pub fn compute_dtype(&self) -> DType {
         self.compute_dtype

@@ -207,8 +207,18 @@ impl HierarchicalClassifier {
         if !matches!(dtype, DType::F32 | DType::BF16) {
             return Err(ModelError::InvalidInput(format!("precision {dtype:?} is not supported (f32 or bf16)")));
         }
-        self.encoder.set_compute_dtype(dtype);
+        if self.vars.is_none() {
+            // Inference only: the dense weights are cast once, not at every product.
+            self.encoder.set_inference_dtype(dtype)?;
+        } else {
+            self.encoder.set_compute_dtype(dtype);
+        }
         Ok(())
+    }
+
+    /// The device the model's weights live on.
+    pub fn device(&self) -> &Device {
+        self.encoder.device()
     }
 
     /// Runs the encoder's dense layers with int8 products (`--precision int8`, inference only:
@@ -242,12 +252,11 @@ impl HierarchicalClassifier {
     /// `hidden: [chunks, seq, hidden]`, `mask: [chunks, seq]` → `[chunks, hidden]`
     fn pool_chunk_tokens(&self, hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
         // Pooling and the heads run in f32 whatever the encoder's compute dtype.
-        let hidden = &hidden.to_dtype(DType::F32)?;
         Ok(match self.config.longread.chunk_pooling {
             // A copy of the rows, so that the full hidden states can be freed: `contiguous`
             // keeps the view (and all `[chunks, seq, hidden]` behind it) when there is one chunk.
-            ChunkPooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.force_contiguous()?,
-            ChunkPooling::Mean => masked_mean(hidden, mask)?,
+            ChunkPooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?.to_dtype(DType::F32)?.force_contiguous()?,
+            ChunkPooling::Mean => masked_mean(&hidden.to_dtype(DType::F32)?, mask)?,
         })
     }
 

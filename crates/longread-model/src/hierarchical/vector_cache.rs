@@ -40,8 +40,8 @@ impl VectorCache {
             .map_err(|e| ModelError::InvalidInput(format!("vector cache {}: {e}", dir.display())))?;
         let vocab = model.config().encoder.vocab_size as u32;
         let probe: Vec<u32> = (0..PROBE_TOKENS).map(|i| (i * 7919 + 3) % vocab).collect();
-        let ids = Tensor::from_vec(probe, (1, PROBE_TOKENS as usize), &Device::Cpu)?;
-        let mask = Tensor::ones((1, PROBE_TOKENS as usize), DType::U32, &Device::Cpu)?;
+        let ids = Tensor::from_vec(probe, (1, PROBE_TOKENS as usize), model.device())?;
+        let mask = Tensor::ones((1, PROBE_TOKENS as usize), DType::U32, model.device())?;
         let vector: Vec<f32> =
             model.chunk_vectors(&ids, &mask, Mode::Eval)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let mut hashers = seeded_hashers();

@@ -6,6 +6,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::{Init, Module, VarBuilder};
 
 use crate::activation::Activation;
+use crate::layers::cuda;
 use crate::layers::fused::{DenseProduct, FusedBiasAdd, FusedBiasGeluErf};
 use crate::layers::int8::Int8Weights;
 use crate::mode::Mode;
@@ -31,6 +32,34 @@ impl Linear {
     pub fn quantize_int8(&mut self, on: bool) -> Result<()> {
         self.int8 = if on { Some(Arc::new(Int8Weights::new(self.dense.weight(), self.dense.bias())?)) } else { None };
         Ok(())
+    }
+
+    /// Keeps the weight matrix in `dtype` (e.g. bf16 for inference on a GPU), so that it is not
+    /// cast at every product; the bias stays f32 (the kernels add it in f32). Inference only:
+    /// the weight is no longer the trained variable.
+    pub(crate) fn cast_weight(&mut self, dtype: DType) -> Result<()> {
+        let weight = self.dense.weight().to_dtype(dtype)?.detach();
+        self.dense = candle_nn::Linear::new(weight, self.dense.bias().cloned());
+        Ok(())
+    }
+
+    /// The weight in `dtype` (cast unless it is stored so).
+    fn weight_in(&self, dtype: DType) -> Result<Tensor> {
+        self.dense.weight().to_dtype(dtype)
+    }
+
+    /// `x·Wᵀ` on a GPU as one two-dimensional product (one cuBLAS call over every row).
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    fn product_rows(&self, xs: &Tensor) -> Result<Tensor> {
+        let w = self.weight_in(xs.dtype())?;
+        let mut dims = xs.dims().to_vec();
+        let k = dims.pop().unwrap_or(1);
+        let rows = xs.elem_count() / k.max(1);
+        let out = xs.reshape((rows, k))?.matmul(&w.t()?)?;
+        dims.push(w.dim(0)?);
+        out.reshape(dims)
     }
 
     /// The int8 weights, when [`Self::quantize_int8`] made them and `xs` can use them (f32 on
@@ -60,6 +89,13 @@ impl Linear {
     /// `xs: [..., in]` → `([..., out], [out])`
     pub(crate) fn forward_unbiased(&self, xs: &Tensor, graph: bool) -> Result<Option<(Tensor, Tensor)>> {
         let (w, bias) = (self.dense.weight(), self.dense.bias());
+        if xs.device().is_cuda() {
+            // Inference on a GPU: the product in the input's dtype; the CUDA kernels add the bias.
+            return match bias {
+                Some(bias) if !graph => Ok(Some((self.product_rows(xs)?, bias.clone()))),
+                _ => Ok(None),
+            };
+        }
         let fusable = xs.device().is_cpu() && xs.dtype() == DType::F32 && w.dtype() == DType::F32;
         match bias {
             Some(bias) if fusable && self.int8.is_none() => {
@@ -92,6 +128,9 @@ impl Linear {
                 return int8.forward_gelu(xs);
             }
             if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
+                if product.device().is_cuda() {
+                    return cuda::bias_activation(product, &bias, true);
+                }
                 return bias_op(product, &bias, FusedBiasGeluErf, graph);
             }
         }
@@ -107,14 +146,17 @@ impl Linear {
             return int8.forward(xs);
         }
         if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
+            if product.device().is_cuda() {
+                return cuda::bias_activation(product, &bias, false);
+            }
             return bias_op(product, &bias, FusedBiasAdd, graph);
         }
-        let w = self.dense.weight();
-        if w.dtype() == xs.dtype() {
+        let (w, bias) = (self.dense.weight(), self.dense.bias());
+        if w.dtype() == xs.dtype() && bias.is_none_or(|b| b.dtype() == xs.dtype()) {
             return self.dense.forward(xs);
         }
-        let bias = self.dense.bias().map(|b| b.to_dtype(xs.dtype())).transpose()?;
-        candle_nn::Linear::new(w.to_dtype(xs.dtype())?, bias).forward(xs)
+        let bias = bias.map(|b| b.to_dtype(xs.dtype())).transpose()?;
+        candle_nn::Linear::new(self.weight_in(xs.dtype())?, bias).forward(xs)
     }
 }
 

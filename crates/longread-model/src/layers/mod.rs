@@ -1,5 +1,8 @@
-//! Building blocks with backward passes (candle-nn's fused LayerNorm has none).
+//! Building blocks with backward passes (candle-nn's fused LayerNorm has none), and the kernels
+//! behind them by backend: `fused` (CPU, with backward passes), `int8` (CPU inference), `cuda`
+//! (NVIDIA GPUs, inference).
 
+pub(crate) mod cuda;
 pub(crate) mod dropout;
 pub(crate) mod fused;
 pub mod int8;

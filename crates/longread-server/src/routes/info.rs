@@ -33,6 +33,8 @@ pub(crate) struct Info {
     /// The server's limits.
     #[schema(value_type = Object)]
     limits: serde_json::Value,
+    /// Where the encoder runs: `cpu`, or `cuda:N (GPU name)`.
+    device: String,
     /// longread's version.
     version: &'static str,
 }
@@ -66,13 +68,14 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Result<Json<Info
         model: loaded.summary.clone(),
         embedding_model: cfg.embedding_model.as_ref().map(|p| p.display().to_string()),
         limits: serde_json::json!({
-            "max_batch_tokens": cfg.max_batch_tokens,
+            "max_batch_tokens": classifier.max_batch_tokens(),
             "max_concurrent_requests": cfg.max_concurrent_requests,
             "max_input_chars": cfg.max_input_chars,
             "max_client_batch_size": cfg.max_client_batch_size,
             "max_body_bytes": cfg.max_body_bytes,
-            "precision": cfg.precision,
+            "precision": classifier.precision(),
         }),
+        device: longread_model::device::describe(classifier.device()),
         version: env!("CARGO_PKG_VERSION"),
     }))
 }

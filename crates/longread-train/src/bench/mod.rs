@@ -3,8 +3,10 @@
 //! comparison with PyTorch on the same workload.
 
 mod han_step;
+mod predict;
 
 pub use han_step::{run_han_step, HAN_SENTENCE_WORDS};
+pub use predict::{run_predict, synthetic_documents};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

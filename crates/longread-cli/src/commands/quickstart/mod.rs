@@ -15,7 +15,11 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_metrics::Report;
-use longread_model::Precision;
+use longread_model::{ClassifierOptions, DeviceChoice, Precision};
+
+/// The quickstart trains on the CPU and evaluates there too, in f32.
+const QUICKSTART_EVAL: ClassifierOptions =
+    ClassifierOptions { precision: Some(Precision::F32), max_batch_tokens: Some(4096), device: DeviceChoice::Cpu };
 use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};
 
 use crate::commands::eval::evaluate_file;
@@ -251,7 +255,7 @@ impl Tour {
         let test_data = out.join("data/test.jsonl");
         let mut reports: Vec<Report> = Vec::new();
         for (arch, _) in MODELS {
-            let mut by_task = evaluate_file(&out.join(arch), &test_data, 4096, Precision::F32, None, self.quiet)?;
+            let mut by_task = evaluate_file(&out.join(arch), &test_data, QUICKSTART_EVAL, None, self.quiet)?;
             reports.push(by_task.remove(0).report);
         }
         self.run(

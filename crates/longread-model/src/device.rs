@@ -1,0 +1,256 @@
+//! Where tensors live: the one place that turns a device choice (`--device auto|cpu|cuda[:N]`,
+//! `LONGREAD_DEVICE`, Python's `device=`) into a candle [`Device`], and the defaults that follow
+//! from it (precision, batch budget). Fronts pass the choice down; nothing else names a device.
+
+use std::fmt;
+use std::str::FromStr;
+
+use candle_core::Device;
+
+use crate::error::{ModelError, Result};
+
+/// A device as the user names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// The first GPU when longread was built with `cuda` and one is visible, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU (all cores, or `--threads`).
+    Cpu,
+    /// NVIDIA GPU number N (`cuda` = `cuda:0`).
+    Cuda(usize),
+}
+
+impl FromStr for DeviceChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("device {s:?}: expected auto, cpu, cuda or cuda:N (N = 0, 1, ...)");
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "cuda" | "gpu" => Ok(Self::Cuda(0)),
+            other => match other.strip_prefix("cuda:") {
+                Some(n) => n.parse().map(Self::Cuda).map_err(|_| bad()),
+                None => Err(bad()),
+            },
+        }
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl serde::Serialize for DeviceChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DeviceChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl DeviceChoice {
+    /// The device to run on: the CPU, or GPU N (one shared handle per GPU, so that tensors made
+    /// by different models in one process can meet). `cuda` without the `cuda` build feature,
+    /// or without that GPU, is an error that says which.
+    pub fn resolve(self) -> Result<Device> {
+        match self {
+            Self::Cpu => Ok(Device::Cpu),
+            Self::Auto if cuda_device_count() > 0 => cuda::device(0),
+            Self::Auto => Ok(Device::Cpu),
+            Self::Cuda(n) => {
+                if !cfg!(feature = "cuda") {
+                    return Err(ModelError::Device(format!(
+                        "device cuda:{n} asked for, but this longread was built without the `cuda` feature \
+                         (build it with scripts/build_cuda.sh, or use --device cpu)"
+                    )));
+                }
+                let count = cuda_device_count();
+                if n >= count {
+                    return Err(ModelError::Device(format!(
+                        "device cuda:{n} asked for, but {} (use --device cpu)",
+                        match count {
+                            0 => "no CUDA GPU is visible (driver, CUDA_VISIBLE_DEVICES)".to_string(),
+                            1 => "only cuda:0 is visible".to_string(),
+                            c => format!("only cuda:0 to cuda:{} are visible", c - 1),
+                        }
+                    )));
+                }
+                cuda::device(n)
+            }
+        }
+    }
+}
+
+/// How many CUDA GPUs this build can use (0 without the `cuda` feature or without a driver).
+pub fn cuda_device_count() -> usize {
+    cuda::device_count()
+}
+
+/// A device as people read it: `cpu`, or `cuda:0 (NVIDIA H200)`.
+pub fn describe(device: &Device) -> String {
+    match device {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(_) => cuda::describe(device),
+        other => format!("{:?}", other.location()),
+    }
+}
+
+/// Tokens (chunks × padded length) per encoder batch when the user does not say: 2,048 on the
+/// CPU (its caches), 65,536 on a GPU (128 chunks of 512, enough to keep its matrix units busy).
+pub fn default_batch_tokens(device: &Device) -> usize {
+    if device.is_cpu() {
+        2048
+    } else {
+        65_536
+    }
+}
+
+/// The server's batch budget when the user does not say: 8,192 tokens on the CPU (chunks of
+/// concurrent requests share a batch), 65,536 on a GPU.
+pub fn serving_batch_tokens(device: &Device) -> usize {
+    if device.is_cpu() {
+        8192
+    } else {
+        65_536
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    use candle_core::cuda_backend::cudarc;
+    use candle_core::Device;
+    use cudarc::driver::{result, CudaContext};
+
+    use crate::error::{ModelError, Result};
+
+    /// GPUs opened so far: candle tells devices apart by handle, so each GPU is opened once.
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Device>>> = OnceLock::new();
+
+    pub(super) fn device_count() -> usize {
+        // SAFETY: only tries to open the driver library (libcuda); no CUDA call is made.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return 0;
+        }
+        result::init().and_then(|_| result::device::get_count()).map_or(0, |n| n.max(0) as usize)
+    }
+
+    /// The CUDA libraries candle loads when it opens a GPU (it panics on a missing one).
+    fn check_libraries() -> Result<()> {
+        // SAFETY: each only tries to open a shared library; no function of it is called.
+        let present = unsafe {
+            [
+                ("libcublas", cudarc::cublas::sys::is_culib_present()),
+                ("libcurand", cudarc::curand::sys::is_culib_present()),
+            ]
+        };
+        match present.iter().find(|(_, found)| !found) {
+            Some((name, _)) => Err(ModelError::Device(format!(
+                "{name} (CUDA 13) was not found: put the CUDA libraries' folder on LD_LIBRARY_PATH \
+                 (README \"GPU\"), or use --device cpu"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn device(n: usize) -> Result<Device> {
+        let mut devices = DEVICES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(device) = devices.get(&n) {
+            return Ok(device.clone());
+        }
+        check_libraries()?;
+        let device = Device::new_cuda(n).map_err(|e| ModelError::Device(format!("opening cuda:{n}: {e}")))?;
+        // f32 matrix products on tensor cores (TF32), as PyTorch with allow_tf32: `--precision
+        // f32` on a GPU trades the last mantissa bits for ~8× the speed.
+        candle_core::cuda_backend::set_gemm_reduced_precision_f32(true);
+        devices.insert(n, device.clone());
+        Ok(device)
+    }
+
+    pub(super) fn describe(device: &Device) -> String {
+        let ordinal = match device.location() {
+            candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
+            _ => 0,
+        };
+        let name = CudaContext::new(ordinal).ok().and_then(|c| c.name().ok());
+        match name {
+            Some(name) => format!("cuda:{ordinal} ({name})"),
+            None => format!("cuda:{ordinal}"),
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod cuda {
+    use candle_core::Device;
+
+    use crate::error::{ModelError, Result};
+
+    pub(super) fn device_count() -> usize {
+        0
+    }
+
+    pub(super) fn device(n: usize) -> Result<Device> {
+        Err(ModelError::Device(format!("cuda:{n}: built without the `cuda` feature")))
+    }
+
+    pub(super) fn describe(_: &Device) -> String {
+        "cuda".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices_parse_and_print_back() {
+        for (text, choice) in [
+            ("auto", DeviceChoice::Auto),
+            ("cpu", DeviceChoice::Cpu),
+            ("CUDA", DeviceChoice::Cuda(0)),
+            ("cuda:3", DeviceChoice::Cuda(3)),
+        ] {
+            assert_eq!(text.parse::<DeviceChoice>().unwrap(), choice);
+            assert_eq!(choice.to_string().parse::<DeviceChoice>().unwrap(), choice);
+        }
+        for bad in ["", "tpu", "cuda:", "cuda:-1", "cuda:x"] {
+            let err = bad.parse::<DeviceChoice>().unwrap_err();
+            assert!(err.contains("expected auto, cpu, cuda or cuda:N"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn cpu_resolves_to_the_cpu_and_auto_to_what_is_there() {
+        assert!(DeviceChoice::Cpu.resolve().unwrap().is_cpu());
+        let auto = DeviceChoice::Auto.resolve().unwrap();
+        assert_eq!(auto.is_cuda(), cuda_device_count() > 0);
+    }
+
+    /// Asking for a GPU that is not there is one error that says why, never a panic.
+    #[test]
+    fn a_missing_gpu_is_a_clear_error() {
+        let n = cuda_device_count();
+        let err = DeviceChoice::Cuda(n).resolve().unwrap_err().to_string();
+        if cfg!(feature = "cuda") {
+            assert!(err.contains("visible"), "{err}");
+        } else {
+            assert!(err.contains("without the `cuda` feature"), "{err}");
+        }
+    }
+}

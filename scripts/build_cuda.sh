@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the `cuda` longread binary (and, with --tests, the GPU test executables) on a machine
+# without a GPU, with the CUDA 13.0 compiler from PyPI (../shared/gpu/README.md, "Building a
+# CUDA binary"). Output: target-cuda/release/longread.
+#   scripts/build_cuda.sh            # the binary
+#   scripts/build_cuda.sh --tests    # also the test executables of the GPU tests (gpu_check.sh)
+# Env: CUDA_VENV (default .venv-cuda) where the compiler is installed; CUDA_COMPUTE_CAP (default
+# 90: H100/H200).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${CUDA_VENV:-.venv-cuda}"
+if [ ! -x "$venv/bin/pip" ]; then
+  python3 -m venv "$venv"
+fi
+# Pinned: the GPU driver runs PTX up to ISA 9.0; an unpinned nvidia-nvvm emits a newer PTX.
+"$venv/bin/pip" install -q nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
+  nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
+venv=$(cd "$venv" && pwd)
+cuda_root=$(echo "$venv"/lib/python3*/site-packages/nvidia/cu13)
+if [ ! -x "$cuda_root/bin/nvcc" ]; then
+  echo "build_cuda: no nvcc under $cuda_root" >&2
+  exit 1
+fi
+export PATH="$cuda_root/bin:$PATH" CUDA_ROOT="$cuda_root" CUDA_PATH="$cuda_root"
+export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
+mode="${1:-}"
+case "$mode" in
+  --check) exec cargo check --workspace --locked --features longread-cli/cuda --target-dir target-cuda ;;
+  --tests) cargo test --release --locked -p longread-model --features cuda --target-dir target-cuda --no-run ;;
+  "") ;;
+  *) echo "usage: scripts/build_cuda.sh [--tests|--check]" >&2; exit 2 ;;
+esac
+cargo build --release --locked -p longread-cli --features cuda --target-dir target-cuda
