@@ -62,6 +62,16 @@ def test_bad_input_raises_the_documented_errors():
     assert issubclass(longread.ModelLoadError, longread.LongreadError)
 
 
+def test_device_is_chosen_and_a_missing_gpu_is_a_clear_error():
+    model = os.path.join(FIXTURES, "hier", "trained-bert-attention")
+    assert longread.Classifier(model, device="cpu").device == "cpu"
+    with pytest.raises(longread.LongreadError, match="expected auto, cpu, cuda or cuda:N"):
+        longread.Classifier(model, device="tpu")
+    # No machine here has 64 GPUs, and CI's build has no `cuda` feature: either way one clear error.
+    with pytest.raises(longread.ModelLoadError, match="cuda:63"):
+        longread.Classifier(model, device="cuda:63")
+
+
 def test_predict_batch_keeps_going_past_a_bad_document():
     clf = longread.Classifier(os.path.join(FIXTURES, "hier", "trained-bert-attention"))
     results = clf.predict_batch(["The committee met.", "", b"Rain is expected."])
