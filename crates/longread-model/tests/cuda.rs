@@ -51,7 +51,7 @@ fn models() -> Vec<PathBuf> {
     dirs
 }
 
-fn load(dir: &PathBuf, device: DeviceChoice, precision: Precision, max_batch_tokens: usize) -> Classifier {
+fn load(dir: &std::path::Path, device: DeviceChoice, precision: Precision, max_batch_tokens: usize) -> Classifier {
     let options = ClassifierOptions { precision: Some(precision), max_batch_tokens: Some(max_batch_tokens), device };
     Classifier::load(dir, options).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
 }
