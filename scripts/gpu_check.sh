@@ -42,9 +42,18 @@ lr="$work/longread"
 "$lr" -q encoder new --preset roberta-base --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$work/rb-encoder"
 "$lr" -q init --encoder "$work/rb-encoder" --labels general,teen,mature --out "$work/rb-model"
 
+echo "== PyTorch's own bf16 error on the test models (the reference of a GPU test)"
+refs=()
+for m in hier/roberta-attention hier/bert-attention hier/bert-mean hier/trained-multitask seq/bert seq/roberta; do
+  refs+=("$repo/tests/fixtures/$m")
+done
+${PYTHON:-python3} scripts/gpu_bf16_reference.py "$work/bf16-reference.json" "${refs[@]}" "$work/rb-encoder" 2>&1 \
+  | grep -v -i "warn\|unused\|initialized\|TRAIN this model\|^- \|^$" || true
+
 echo "== GPU tests"
 set +e
 LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
+  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
   "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee "$work/tests.log"
 tests_status=${PIPESTATUS[0]}
 set -e
@@ -58,16 +67,23 @@ for precision in bf16 f32; do
       --precision "$precision" --max-batch-tokens "$tokens" --json | tee -a "$work/longread.jsonl"
   done
 done
-nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1
+# Diagnostics: one document of 1,280 chunks (one head call instead of 64: the head's share),
+# and the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
+: > "$work/diagnostics.jsonl"
+"$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 1x1280 --repeat 3 \
+  --precision bf16 --json | tee -a "$work/diagnostics.jsonl"
+LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 8x20 --repeat 1 \
+  --precision bf16 --json | tee -a "$work/diagnostics.jsonl"
 
 echo "== PyTorch"
 ${PYTHON:-python3} scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500 | tee "$work/torch.jsonl"
 
 mkdir -p bench
 out="bench/results-gpu-$slug.json"
-${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" <<'PY'
+${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+diagnostics = [json.loads(l) for l in open(sys.argv[6]) if l.strip()]
 torch = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 def best(rows, key, value):
     rows = [r for r in rows if r[key] == value]
@@ -86,6 +102,7 @@ result = {
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
     "longread": ours,
     "pytorch": torch,
+    "longread_diagnostics": diagnostics,
 }
 json.dump(result, open(sys.argv[3], "w"), indent=1)
 print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch")}, indent=1))

@@ -73,6 +73,8 @@ impl SentenceEmbedder {
         let mut embedder = Self::load(dir, options.pooling, options.normalize, &device)?;
         let precision = options.precision.unwrap_or(if device.is_cpu() { Precision::F32 } else { Precision::Bf16 });
         match precision {
+            // On a GPU the weights are prepared for inference (q/k/v fused into one product).
+            Precision::F32 if device.is_cuda() => embedder.encoder.set_inference_dtype(DType::F32)?,
             Precision::F32 => {}
             Precision::Bf16 => embedder.encoder.set_inference_dtype(DType::BF16)?,
             Precision::Int8 => {

@@ -19,6 +19,7 @@ pub mod mode;
 pub mod model_dir;
 pub mod params;
 pub mod presets;
+pub mod profile;
 pub mod sentence_pooling;
 pub mod summary;
 pub mod variables;

@@ -108,6 +108,17 @@ fn cuda_f32_equals_cpu_f32_on_every_encoder_model() {
     }
 }
 
+/// Hidden size of a model directory's encoder.
+fn hidden_size(dir: &std::path::Path) -> usize {
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    config["hidden_size"].as_u64().unwrap() as usize
+}
+
+/// The bf16 check on full-size encoders (hidden ≥ 256: the roberta-base-shaped model of
+/// gpu_check.sh): logits within 1e-2 of f32's relative to their scale, the same labels. The tiny
+/// fixtures (hidden 32, two layers), whose bf16 error is larger for PyTorch too, are held to
+/// PyTorch's own bf16 error instead (the next test).
 #[test]
 fn cuda_bf16_agrees_with_f32_to_one_percent_with_the_same_labels() {
     if !gpu("cuda_bf16_agrees_with_f32_to_one_percent_with_the_same_labels") {
@@ -115,7 +126,13 @@ fn cuda_bf16_agrees_with_f32_to_one_percent_with_the_same_labels() {
     }
     let docs = texts();
     let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
-    for dir in models() {
+    let full_size: Vec<PathBuf> = models().into_iter().filter(|d| hidden_size(d) >= 256).collect();
+    if full_size.is_empty() {
+        assert!(std::env::var_os("LONGREAD_REQUIRE_GPU").is_none(), "no full-size model: set LONGREAD_GPU_MODELS");
+        println!("cuda_bf16_agrees_with_f32_to_one_percent_with_the_same_labels: skipped: no full-size model");
+        return;
+    }
+    for dir in full_size {
         let f32s = predictions(&load(&dir, DeviceChoice::Cpu, Precision::F32, 2048), &texts);
         let bf16s = predictions(&load(&dir, DeviceChoice::Cuda(0), Precision::Bf16, 65_536), &texts);
         for (a, b) in f32s.iter().zip(&bf16s) {
@@ -134,6 +151,46 @@ fn cuda_bf16_agrees_with_f32_to_one_percent_with_the_same_labels() {
                 assert_eq!(a.label, b.label, "{}", dir.display());
             }
         }
+    }
+}
+
+/// bf16 on the GPU is as close to f32 as PyTorch's bf16 autocast is, on the same weights and
+/// ids: the encoder's last hidden states, max|bf16 − f32| / max|f32|, at most 1.25× PyTorch's
+/// + 1e-3 (scripts/gpu_bf16_reference.py measures PyTorch's; gpu_check.sh passes its output
+/// in LONGREAD_BF16_REFERENCE).
+#[test]
+fn cuda_bf16_encoder_is_as_close_to_f32_as_pytorch_autocast() {
+    let test = "cuda_bf16_encoder_is_as_close_to_f32_as_pytorch_autocast";
+    if !gpu(test) {
+        return;
+    }
+    let Some(path) = std::env::var_os("LONGREAD_BF16_REFERENCE") else {
+        assert!(std::env::var_os("LONGREAD_REQUIRE_GPU").is_none(), "{test}: LONGREAD_BF16_REFERENCE is not set");
+        println!("{test}: skipped: no PyTorch reference (LONGREAD_BF16_REFERENCE)");
+        return;
+    };
+    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let device = DeviceChoice::Cuda(0).resolve().unwrap();
+    for (dir, entry) in reference["models"].as_object().unwrap() {
+        let ids: Vec<Vec<u32>> = serde_json::from_value(entry["ids"].clone()).unwrap();
+        let (batch, length) = (ids.len(), ids[0].len());
+        let ids = candle_core::Tensor::from_vec(ids.concat(), (batch, length), &device).unwrap();
+        let mask = ids.ones_like().unwrap();
+        let checkpoint = longread_model::Checkpoint::open(std::path::Path::new(dir)).unwrap();
+        let mut encoder = checkpoint.load_encoder(&longread_model::LoadOptions::default(), &device).unwrap();
+        encoder.set_inference_dtype(candle_core::DType::F32).unwrap();
+        tf32(false);
+        let f32s = encoder.forward(&ids, &mask, longread_model::Mode::Eval).unwrap();
+        tf32(true);
+        encoder.set_inference_dtype(candle_core::DType::BF16).unwrap();
+        let bf16s = encoder.forward(&ids, &mask, longread_model::Mode::Eval).unwrap();
+        let bf16s = bf16s.to_dtype(candle_core::DType::F32).unwrap();
+        let scale = f32s.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        let diff = (&bf16s - &f32s).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        let ours = diff.to_scalar::<f32>().unwrap() / scale;
+        let theirs = entry["error"].as_f64().unwrap() as f32;
+        println!("{dir}: bf16 error of the last hidden states: longread {ours:.2e}, PyTorch autocast {theirs:.2e}");
+        assert!(ours <= 1.25 * theirs + 1e-3, "{dir}: longread's bf16 error {ours} vs PyTorch's {theirs}");
     }
 }
 

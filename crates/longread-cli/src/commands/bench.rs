@@ -61,7 +61,8 @@ enum WorkloadArg {
     HanStep,
     /// A classifier (--model) over DOCUMENTSxCHUNKS synthetic documents on --device: chunk
     /// vectors, pooling and head, as `predict` runs them without tokenization. Reports
-    /// documents/s.
+    /// documents/s; with LONGREAD_PROFILE=1 also the time of each step (each waited for on its
+    /// own: slower overall, for the shares).
     Predict,
 }
 
@@ -135,6 +136,13 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         line["chunk_tokens"] = chunk_size.into();
         line["docs_per_s"] = docs_per_s.into();
         line["tokens_per_s"] = (docs_per_s * (chunks * chunk_size) as f64).into();
+        if longread_model::profile::enabled() {
+            let steps: Vec<serde_json::Value> = longread_model::profile::report()
+                .into_iter()
+                .map(|(step, seconds, calls)| serde_json::json!({"step": step, "seconds": seconds, "calls": calls}))
+                .collect();
+            line["profile"] = steps.into();
+        }
         println!("{line}");
     } else {
         println!(

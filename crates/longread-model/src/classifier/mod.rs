@@ -154,6 +154,8 @@ impl Classifier {
         }
         let mut model = HierarchicalClassifier::load(dir, false, &device)?;
         match options.precision_on(&device) {
+            // On a GPU the weights are prepared for inference (q/k/v fused into one product).
+            Precision::F32 if device.is_cuda() => model.set_precision(DType::F32)?,
             Precision::F32 => {}
             Precision::Bf16 if !device.is_cpu() => model.set_precision(DType::BF16)?,
             Precision::Bf16 => {
@@ -334,13 +336,15 @@ impl Classifier {
         chunked: Vec<std::result::Result<ChunkedDocument, DocError>>,
     ) -> Result<Vec<DocResult>> {
         let ok: Vec<&ChunkedDocument> = chunked.iter().filter_map(|c| c.as_ref().ok()).collect();
-        let vectors = model.encode_documents_cached(
-            &ok,
-            self.options.batch_tokens(),
-            &self.device,
-            self.vector_cache.as_ref(),
-            |_| {},
-        )?;
+        let vectors = crate::profile::timed("encoder, every batch (total)", &self.device, || {
+            model.encode_documents_cached(
+                &ok,
+                self.options.batch_tokens(),
+                &self.device,
+                self.vector_cache.as_ref(),
+                |_| {},
+            )
+        })?;
         let mut vectors = vectors.iter();
         chunked
             .into_iter()
@@ -348,7 +352,9 @@ impl Classifier {
                 Err(e) => Ok(Err(e)),
                 Ok(doc) => {
                     let chunk_vectors = vectors.next().expect("one vector set per chunked document");
-                    let scores = model.score_tasks(chunk_vectors)?;
+                    let scores = crate::profile::timed("pooling + head, per document", &self.device, || {
+                        model.score_tasks(chunk_vectors)
+                    })?;
                     Ok(Ok(encoder_prediction(&self.tasks, &doc, scores)))
                 }
             })

@@ -9,10 +9,11 @@ use candle_nn::VarBuilder;
 use crate::config::EncoderConfig;
 use crate::encoder::block_output::BlockOutput;
 use crate::encoder::Keys;
-use crate::layers::cuda::AttentionSoftmax;
+use crate::layers::cuda::{self, AttentionSoftmax};
 use crate::layers::fused::{FusedAttention, PackedAttention};
 use crate::layers::{linear, softmax, Dropout, Linear};
 use crate::mode::Mode;
+use crate::profile::timed;
 
 /// `LayerNorm(x + dropout(dense(attention(x))))`.
 #[derive(Debug, Clone)]
@@ -24,6 +25,10 @@ pub struct SelfAttention {
     probs_dropout: Dropout,
     num_heads: usize,
     head_size: usize,
+    /// Inference on a GPU: the query, key and value weights concatenated (`[3·hidden, hidden]`,
+    /// in the products' dtype) and their biases (`[3·hidden]`, f32), for one product instead of
+    /// three (made by [`SelfAttention::cast_weights`]).
+    fused_qkv: Option<(Tensor, Tensor)>,
 }
 
 impl SelfAttention {
@@ -39,6 +44,7 @@ impl SelfAttention {
             probs_dropout: Dropout::new(cfg.attention_probs_dropout_prob),
             num_heads: cfg.num_attention_heads,
             head_size: cfg.head_size(),
+            fused_qkv: None,
         })
     }
 
@@ -46,6 +52,16 @@ impl SelfAttention {
     pub(crate) fn cast_weights(&mut self, dtype: DType) -> Result<()> {
         for layer in [&mut self.query, &mut self.key, &mut self.value] {
             layer.cast_weight(dtype)?;
+        }
+        let (q, k, v) = (self.query.parts(), self.key.parts(), self.value.parts());
+        // The fused kernels move whole 16-byte vectors of a head's row.
+        let vector = if dtype == DType::BF16 { 8 } else { 4 };
+        if q.0.device().is_cuda() && self.head_size % vector == 0 {
+            if let (Some(qb), Some(kb), Some(vb)) = (q.1, k.1, v.1) {
+                let weight = Tensor::cat(&[q.0, k.0, v.0], 0)?.contiguous()?;
+                let bias = Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()?;
+                self.fused_qkv = Some((weight, bias));
+            }
         }
         self.output.cast_weight(dtype)
     }
@@ -75,9 +91,20 @@ impl SelfAttention {
     /// `Keys::Masked`: `xs: [batch, seq, hidden]`, bias `[batch, 1, 1, seq]` → `[batch, seq, hidden]`;
     /// `Keys::Packed`: `xs: [tokens, hidden]` → `[tokens, hidden]`
     pub fn forward(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
-        let q = self.query.forward_in(xs, mode)?;
-        let k = self.key.forward_in(xs, mode)?;
-        let v = self.value.forward_in(xs, mode)?;
+        if let (Some((weight, bias)), Keys::Masked(mask_bias), false) = (&self.fused_qkv, keys, mode.is_train()) {
+            return self.forward_fused(xs, weight, bias, mask_bias, mode);
+        }
+        // On a GPU in bf16 the residual stream is f32: cast it once for the three projections.
+        let input =
+            if xs.device().is_cuda() && !mode.is_train() { &xs.to_dtype(self.query.weight_dtype())? } else { xs };
+        let device = xs.device();
+        let (q, k, v) = timed("qkv projections", device, || -> Result<_> {
+            Ok((
+                self.query.forward_in(input, mode)?,
+                self.key.forward_in(input, mode)?,
+                self.value.forward_in(input, mode)?,
+            ))
+        })?;
         let context = match keys {
             Keys::Packed(segments) => self.attend_packed(&q, &k, &v, segments, mode)?,
             Keys::Masked(bias) if xs.device().is_cpu() && xs.dtype() == DType::F32 => {
@@ -86,7 +113,30 @@ impl SelfAttention {
             Keys::Masked(bias) if xs.device().is_cuda() && !mode.is_train() => self.attend_cuda(&q, &k, &v, bias)?,
             Keys::Masked(bias) => self.attend_composed(&q, &k, &v, bias, mode)?,
         };
-        self.output.forward(&context, xs, mode)
+        timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
+    }
+
+    /// Inference on a GPU with the fused projection: one product for q, k and v, the bias added
+    /// as the heads are split, attention (`layers::cuda::fused_attention`), then the output block.
+    ///
+    /// # Shapes
+    /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    fn forward_fused(
+        &self,
+        xs: &Tensor,
+        weight: &Tensor,
+        bias: &Tensor,
+        mask_bias: &Tensor,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let (b, s, h) = xs.dims3()?;
+        let device = xs.device();
+        let product = timed("qkv projection (fused)", device, || {
+            xs.to_dtype(weight.dtype())?.reshape((b * s, h))?.matmul(&weight.t()?)
+        })?;
+        let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?;
+        let context = cuda::fused_attention(&product, bias, &key_bias, (b, s, self.num_heads), self.scale() as f32)?;
+        timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
     }
 
     /// Attention of sequences packed end to end (`layers::fused::packed_attention`).
@@ -138,11 +188,17 @@ impl SelfAttention {
     /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
     pub(crate) fn attend_cuda(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask_bias: &Tensor) -> Result<Tensor> {
         let (b, s, h) = q.dims3()?;
-        let (q, k, v) = (self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?);
-        let scores = q.matmul(&k.t()?)?;
+        let device = q.device();
+        let (q, k, v) = timed("attention: split heads", device, || -> Result<_> {
+            Ok((self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?))
+        })?;
+        let scores = timed("attention: q·kᵀ", device, || q.matmul(&k.t()?))?;
         let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?;
-        scores.inplace_op2(&key_bias, &AttentionSoftmax { scale: self.scale() as f32 })?;
-        scores.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
+        timed("attention: softmax", device, || {
+            scores.inplace_op2(&key_bias, &AttentionSoftmax { scale: self.scale() as f32 })
+        })?;
+        let context = timed("attention: p·v", device, || scores.matmul(&v))?;
+        timed("attention: merge heads", device, || context.transpose(1, 2)?.reshape((b, s, h)))
     }
 
     /// Attention composed of candle ops (any device and dtype; the same dropout masks as the

@@ -47,7 +47,7 @@ impl BlockOutput {
     /// # Shapes
     /// `xs: [batch, seq, in]`, `residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
     pub(crate) fn forward(&self, xs: &Tensor, residual: &Tensor, mode: Mode) -> Result<Tensor> {
-        if xs.device().is_cuda() && !mode.is_train() && residual.dtype() == xs.dtype() {
+        if xs.device().is_cuda() && !mode.is_train() {
             if let Some((product, bias)) = self.dense.forward_unbiased(xs, false)? {
                 let (gamma, beta) = self.norm.affine();
                 return cuda::residual_layer_norm(product, residual, &bias, gamma, beta, self.norm.eps());

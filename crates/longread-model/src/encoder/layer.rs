@@ -11,6 +11,7 @@ use crate::encoder::block_output::BlockOutput;
 use crate::encoder::Keys;
 use crate::layers::{linear, Linear};
 use crate::mode::Mode;
+use crate::profile::timed;
 
 /// `encoder.layer.{i}` of a BERT/RoBERTa checkpoint.
 #[derive(Debug, Clone)]
@@ -59,7 +60,10 @@ impl EncoderLayer {
     /// `xs: [batch, seq, hidden]` or, packed, `[tokens, hidden]` → the same shape
     pub(crate) fn forward_keys(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
         let attended = self.attention.forward(xs, keys, mode)?;
-        let inner = self.intermediate.forward_activated(&attended, self.activation, mode)?;
-        self.output.forward(&inner, &attended, mode)
+        let device = xs.device();
+        let inner = timed("feed-forward in + GELU", device, || {
+            self.intermediate.forward_activated(&attended, self.activation, mode)
+        })?;
+        timed("feed-forward out + residual LayerNorm", device, || self.output.forward(&inner, &attended, mode))
     }
 }

@@ -48,12 +48,24 @@ impl Linear {
         self.dense.weight().to_dtype(dtype)
     }
 
-    /// `x·Wᵀ` on a GPU as one two-dimensional product (one cuBLAS call over every row).
+    /// The weight `[out, in]` and the bias `[out]`, as stored.
+    pub(crate) fn parts(&self) -> (&Tensor, Option<&Tensor>) {
+        (self.dense.weight(), self.dense.bias())
+    }
+
+    /// The dtype the weight matrix is stored in (bf16 after [`Self::cast_weight`] for bf16).
+    pub(crate) fn weight_dtype(&self) -> DType {
+        self.dense.weight().dtype()
+    }
+
+    /// `x·Wᵀ` on a GPU as one two-dimensional product (one cuBLAS call over every row), in
+    /// the weight's dtype: an f32 input (the residual stream) is cast to a bf16 weight's.
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn product_rows(&self, xs: &Tensor) -> Result<Tensor> {
-        let w = self.weight_in(xs.dtype())?;
+        let w = self.dense.weight();
+        let xs = &xs.to_dtype(w.dtype())?;
         let mut dims = xs.dims().to_vec();
         let k = dims.pop().unwrap_or(1);
         let rows = xs.elem_count() / k.max(1);

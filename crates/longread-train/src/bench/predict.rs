@@ -53,6 +53,8 @@ pub fn run_predict(classifier: &Classifier, docs: usize, chunks: usize, repeat: 
         Ok(started.elapsed().as_secs_f64())
     };
     run()?;
+    // With LONGREAD_PROFILE=1 the step times (longread_model::profile) cover the timed runs only.
+    longread_model::profile::reset();
     let runs = (0..repeat.max(1)).map(|_| run()).collect::<Result<Vec<f64>>>()?;
     let mut sorted = runs.clone();
     sorted.sort_by(f64::total_cmp);

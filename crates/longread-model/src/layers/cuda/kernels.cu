@@ -41,6 +41,68 @@ __device__ void attention_softmax(T* scores, const float* key_bias, long rows, l
   for (int j = lane; j < cols; j += 32) store(x, j, expf(load(x, j) * scale + bias[j] - m) * inv);
 }
 
+// The same with the row held in registers: lane l loads vectors l, l + 32, ... of VEC elements
+// (16 bytes each: 8 bf16 or 4 f32), NV of them, so the row is read once and written once with
+// full-width coalesced accesses. cols = NV · 32 · VEC.
+template <typename T> struct Vec16;
+template <> struct Vec16<float> { static constexpr int N = 4; };
+template <> struct Vec16<__nv_bfloat16> { static constexpr int N = 8; };
+
+template <typename T, int NV>
+__device__ void attention_softmax_regs(T* scores, const float* key_bias, long rows, long rows_per_item, float scale) {
+  constexpr int VEC = Vec16<T>::N;
+  constexpr int COLS = NV * 32 * VEC;
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  T* x = scores + row * COLS;
+  const float* bias = key_bias + (row / rows_per_item) * COLS;
+  float v[NV * VEC];
+  float m = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int base = (n * 32 + lane) * VEC;
+    uint4 raw = *reinterpret_cast<const uint4*>(x + base);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float t = load(e, i) * scale + bias[base + i];
+      v[n * VEC + i] = t;
+      m = fmaxf(m, t);
+    }
+  }
+  m = warp_max(m);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV * VEC; ++i) {
+    v[i] = expf(v[i] - m);
+    s += v[i];
+  }
+  const float inv = 1.f / warp_sum(s);
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int base = (n * 32 + lane) * VEC;
+    uint4 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) store(e, i, v[n * VEC + i] * inv);
+    *reinterpret_cast<uint4*>(x + base) = raw;
+  }
+}
+
+#define SOFTMAX_REGS(NAME, T)                                                                               \
+  extern "C" __global__ void NAME(T* scores, const float* key_bias, long rows, long rows_per_item, int cols, \
+                                  float scale) {                                                            \
+    switch (cols / (32 * Vec16<T>::N)) {                                                                    \
+      case 1: attention_softmax_regs<T, 1>(scores, key_bias, rows, rows_per_item, scale); break;          \
+      case 2: attention_softmax_regs<T, 2>(scores, key_bias, rows, rows_per_item, scale); break;          \
+      case 3: attention_softmax_regs<T, 3>(scores, key_bias, rows, rows_per_item, scale); break;          \
+      case 4: attention_softmax_regs<T, 4>(scores, key_bias, rows, rows_per_item, scale); break;          \
+    }                                                                                                       \
+  }
+SOFTMAX_REGS(attention_softmax_regs_f32, float)
+SOFTMAX_REGS(attention_softmax_regs_bf16, __nv_bfloat16)
+
 extern "C" __global__ void attention_softmax_f32(float* scores, const float* key_bias, long rows,
                                                  long rows_per_item, int cols, float scale) {
   attention_softmax(scores, key_bias, rows, rows_per_item, cols, scale);
@@ -89,6 +151,33 @@ extern "C" __global__ void residual_layer_norm_bf16(__nv_bfloat16* x, const __nv
   residual_layer_norm(x, residual, params, rows, cols, eps);
 }
 
+// out[row, :] = LayerNorm(x[row, :] + bias + residual[row, :]) · gamma + beta into a new f32
+// tensor, for a bf16 product x and an f32 residual stream (what PyTorch's autocast keeps: its
+// LayerNorm outputs f32).
+extern "C" __global__ void residual_layer_norm_bf16_f32(const __nv_bfloat16* x, const float* residual,
+                                                        const float* params, float* out, long rows, int cols,
+                                                        float eps) {
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const __nv_bfloat16* xr = x + row * cols;
+  const float* rr = residual + row * cols;
+  float* o = out + row * cols;
+  const float* bias = params;
+  const float* gamma = params + cols;
+  const float* beta = params + 2 * cols;
+  float s = 0.f;
+  for (int j = lane; j < cols; j += 32) s += load(xr, j) + bias[j] + rr[j];
+  const float mean = warp_sum(s) / cols;
+  float q = 0.f;
+  for (int j = lane; j < cols; j += 32) {
+    const float d = load(xr, j) + bias[j] + rr[j] - mean;
+    q += d * d;
+  }
+  const float rstd = rsqrtf(warp_sum(q) / cols + eps);
+  for (int j = lane; j < cols; j += 32) o[j] = (load(xr, j) + bias[j] + rr[j] - mean) * rstd * gamma[j] + beta[j];
+}
+
 // In place over x [n / cols, cols]: x = x + bias (gelu = 0) or gelu_erf(x + bias) (gelu = 1),
 // bias [cols] f32.
 template <typename T>
@@ -100,6 +189,33 @@ __device__ void bias_activation(T* x, const float* bias, long n, int cols, int g
   }
 }
 
+// The same over 16-byte vectors (cols a multiple of VEC): one column computation per vector.
+template <typename T>
+__device__ void bias_activation_vec(T* x, const float* bias, long n, int cols, int gelu) {
+  constexpr int VEC = Vec16<T>::N;
+  const long vectors = n / VEC;
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += (long)gridDim.x * blockDim.x) {
+    const int col = (int)((i * VEC) % cols);
+    uint4 raw = *reinterpret_cast<const uint4*>(x + i * VEC);
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      float v = load(e, j) + bias[col + j];
+      if (gelu) v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+      store(e, j, v);
+    }
+    *reinterpret_cast<uint4*>(x + i * VEC) = raw;
+  }
+}
+
+extern "C" __global__ void bias_activation_vec_f32(float* x, const float* bias, long n, int cols, int gelu) {
+  bias_activation_vec(x, bias, n, cols, gelu);
+}
+
+extern "C" __global__ void bias_activation_vec_bf16(__nv_bfloat16* x, const float* bias, long n, int cols, int gelu) {
+  bias_activation_vec(x, bias, n, cols, gelu);
+}
+
 extern "C" __global__ void bias_activation_f32(float* x, const float* bias, long n, int cols, int gelu) {
   bias_activation(x, bias, n, cols, gelu);
 }
@@ -107,3 +223,71 @@ extern "C" __global__ void bias_activation_f32(float* x, const float* bias, long
 extern "C" __global__ void bias_activation_bf16(__nv_bfloat16* x, const float* bias, long n, int cols, int gelu) {
   bias_activation(x, bias, n, cols, gelu);
 }
+
+// ---- Attention layout and f32 scores (bf16 inference) ----
+
+// q, k and v of every head from one fused projection: x [batch · seq, 3 · hidden] (the product of
+// the concatenated query, key and value weights, without bias), bias [3 · hidden] f32 →
+// out [3, batch, heads, seq, head_size] (q, k, v, each head's rows contiguous). One thread per
+// 16-byte vector of the output (head_size is a multiple of the vector's VEC elements).
+template <typename T>
+__device__ void split_qkv(const T* x, const float* bias, T* out, long batch, int seq, int heads, int head_size) {
+  constexpr int VEC = Vec16<T>::N;
+  const int hidden = heads * head_size;
+  const int vecs_per_head = head_size / VEC;
+  const long total = 3L * batch * heads * seq * vecs_per_head;
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+    long t = i;
+    const int dv = t % vecs_per_head; t /= vecs_per_head;
+    const int ss = t % seq; t /= seq;
+    const int hh = t % heads; t /= heads;
+    const long bb = t % batch;
+    const int which = t / batch;
+    const int col = which * hidden + hh * head_size + dv * VEC;
+    const uint4 raw = *reinterpret_cast<const uint4*>(x + (bb * seq + ss) * 3L * hidden + col);
+    const T* e = reinterpret_cast<const T*>(&raw);
+    uint4 res;
+    T* r = reinterpret_cast<T*>(&res);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) store(r, j, load(e, j) + bias[col + j]);
+    *reinterpret_cast<uint4*>(out + i * VEC) = res;
+  }
+}
+
+extern "C" __global__ void split_qkv_f32(const float* x, const float* bias, float* out, long batch, int seq, int heads,
+                                         int head_size) {
+  split_qkv(x, bias, out, batch, seq, heads, head_size);
+}
+
+extern "C" __global__ void split_qkv_bf16(const __nv_bfloat16* x, const float* bias, __nv_bfloat16* out, long batch,
+                                          int seq, int heads, int head_size) {
+  split_qkv(x, bias, out, batch, seq, heads, head_size);
+}
+
+// context [batch, heads, seq, head_size] → [batch, seq, heads · head_size]; one thread per
+// 16-byte vector.
+template <typename T>
+__device__ void merge_heads(const T* x, T* out, long batch, int seq, int heads, int head_size) {
+  constexpr int VEC = Vec16<T>::N;
+  const int vecs_per_head = head_size / VEC;
+  const long total = batch * heads * seq * vecs_per_head;
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+    long t = i;
+    const int dv = t % vecs_per_head; t /= vecs_per_head;
+    const int hh = t % heads; t /= heads;
+    const int ss = t % seq; t /= seq;
+    const long bb = t;
+    const long src = ((bb * heads + hh) * seq + ss) * head_size + dv * VEC;
+    *reinterpret_cast<uint4*>(out + i * VEC) = *reinterpret_cast<const uint4*>(x + src);
+  }
+}
+
+extern "C" __global__ void merge_heads_f32(const float* x, float* out, long batch, int seq, int heads, int head_size) {
+  merge_heads(x, out, batch, seq, heads, head_size);
+}
+
+extern "C" __global__ void merge_heads_bf16(const __nv_bfloat16* x, __nv_bfloat16* out, long batch, int seq, int heads,
+                                            int head_size) {
+  merge_heads(x, out, batch, seq, heads, head_size);
+}
+

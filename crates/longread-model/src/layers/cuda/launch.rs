@@ -61,7 +61,12 @@ pub(super) fn attention_softmax(
         );
     }
     let (scores_r, bias_r) = (range(scores_l, op)?, range(bias_l, op)?);
-    let func = kernel(&scores.device, "attention_softmax", scores.dtype())?;
+    // Rows that fit the register kernel: whole 16-byte vectors, 1 to 4 per lane, aligned.
+    let (size, vec) = if scores.dtype() == DType::BF16 { (2, 8) } else { (4, 4) };
+    let per_lane = keys / (32 * vec);
+    let in_registers = keys % (32 * vec) == 0 && (1..=4).contains(&per_lane) && (scores_r.start * size) % 16 == 0;
+    let name = if in_registers { "attention_softmax_regs" } else { "attention_softmax" };
+    let func = kernel(&scores.device, name, scores.dtype())?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
     let (rows_i, per_item, keys_i) = (rows as i64, (rows / items) as i64, keys as i32);
     fn go<T: CudaDType>(
@@ -132,6 +137,47 @@ pub(super) fn residual_layer_norm(
     }
 }
 
+/// `LayerNorm(x + bias + residual)` of a bf16 `x` and an f32 `residual` into a new f32 buffer.
+pub(super) fn residual_layer_norm_into(
+    eps: f32,
+    (x, x_l): (&CudaStorage, &Layout),
+    (residual, residual_l): (&CudaStorage, &Layout),
+    (params, params_l): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let op = "cuda-residual-layer-norm-into";
+    let (rows, n) = rows_of(x_l)?;
+    if residual_l.shape() != x_l.shape()
+        || x.dtype() != DType::BF16
+        || residual.dtype() != DType::F32
+        || params_l.shape().dims() != [3, n]
+        || params.dtype() != DType::F32
+    {
+        candle_core::bail!(
+            "{op}: x {:?} ({:?}), residual {:?} ({:?}) and params {:?} disagree",
+            x_l.shape(),
+            x.dtype(),
+            residual_l.shape(),
+            residual.dtype(),
+            params_l.shape()
+        );
+    }
+    let (x_r, residual_r, params_r) = (range(x_l, op)?, range(residual_l, op)?, range(params_l, op)?);
+    let dev = x.device.clone();
+    let func = dev.get_or_load_custom_func("residual_layer_norm_bf16_f32", MODULE, PTX)?.into_cuda_function();
+    let stream = dev.cuda_stream();
+    let x = x.as_cuda_slice::<bf16>()?.slice(x_r);
+    let residual = residual.as_cuda_slice::<f32>()?.slice(residual_r);
+    let params = params.as_cuda_slice::<f32>()?.slice(params_r);
+    // SAFETY: every element is written by the kernel below before it is read.
+    let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
+    let (rows_i, n_i) = (rows as i64, n as i32);
+    let mut b = stream.launch_builder(&func);
+    b.arg(&x).arg(&residual).arg(&params).arg(&mut out).arg(&rows_i).arg(&n_i).arg(&eps);
+    // SAFETY: x and residual hold `rows × n` elements, params `3 × n`, out `rows × n`.
+    unsafe { b.launch(rows_config(rows)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
 pub(super) fn bias_activation(
     gelu: bool,
     (x, x_l): (&mut CudaStorage, &Layout),
@@ -143,7 +189,9 @@ pub(super) fn bias_activation(
         candle_core::bail!("{op}: x {:?} and bias {:?} ({:?}) disagree", x_l.shape(), bias_l.shape(), bias.dtype());
     }
     let (x_r, bias_r) = (range(x_l, op)?, range(bias_l, op)?);
-    let func = kernel(&x.device, "bias_activation", x.dtype())?;
+    let (size, vec) = if x.dtype() == DType::BF16 { (2, 8) } else { (4, 4) };
+    let vectorised = n % vec == 0 && (x_r.start * size) % 16 == 0;
+    let func = kernel(&x.device, if vectorised { "bias_activation_vec" } else { "bias_activation" }, x.dtype())?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
     let total = x_l.shape().elem_count();
     fn go<T: CudaDType>(
@@ -167,4 +215,129 @@ pub(super) fn bias_activation(
         DType::BF16 => go::<bf16>(&func, x, x_r, &bias, args),
         _ => go::<f32>(&func, x, x_r, &bias, args),
     }
+}
+
+/// Elements per 16-byte vector of `dtype`.
+fn vec_of(dtype: DType) -> usize {
+    if dtype == DType::BF16 {
+        8
+    } else {
+        4
+    }
+}
+
+/// A grid-stride launch over `items` threads' worth of work.
+fn items_config(items: usize) -> LaunchConfig {
+    let blocks = items.div_ceil(256).clamp(1, 132 * 32) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// A new buffer of `n` elements of `dtype` on `dev` (every element written by a kernel).
+fn alloc_like(dev: &CudaDevice, dtype: DType, n: usize) -> Result<CudaStorage> {
+    // SAFETY: the caller's kernel writes every element before anything reads it.
+    Ok(match dtype {
+        DType::BF16 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<bf16>(n) }?, dev.clone()),
+        _ => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<f32>(n) }?, dev.clone()),
+    })
+}
+
+/// The 16-byte-aligned contiguous range of a layout, or an error naming the op.
+fn aligned_range(layout: &Layout, dtype: DType, op: &str) -> Result<std::ops::Range<usize>> {
+    let r = range(layout, op)?;
+    if (r.start * dtype.size_in_bytes()) % 16 != 0 {
+        candle_core::bail!("{op}: the tensor does not start on a 16-byte boundary");
+    }
+    Ok(r)
+}
+
+/// q, k, v `[3, batch, heads, seq, head_size]` from a fused projection `[batch · seq, 3 · hidden]`
+/// and its bias.
+pub(super) fn split_qkv(
+    (batch, seq, heads, head_size): (usize, usize, usize, usize),
+    (x, x_l): (&CudaStorage, &Layout),
+    (bias, bias_l): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let op = "cuda-split-qkv";
+    let hidden = heads * head_size;
+    let vec = vec_of(x.dtype());
+    if x_l.shape().dims() != [batch * seq, 3 * hidden]
+        || bias_l.shape().dims() != [3 * hidden]
+        || bias.dtype() != DType::F32
+        || head_size % vec != 0
+    {
+        candle_core::bail!(
+            "{op}: x {:?} and bias {:?} do not fit {batch}×{seq}, {heads} heads of {head_size}",
+            x_l.shape(),
+            bias_l.shape()
+        );
+    }
+    let (x_r, bias_r) = (aligned_range(x_l, x.dtype(), op)?, range(bias_l, op)?);
+    let dev = x.device.clone();
+    let (stream, func) = kernel(&dev, "split_qkv", x.dtype())?;
+    let total = 3 * batch * seq * hidden;
+    let mut out = alloc_like(&dev, x.dtype(), total)?;
+    let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
+    let args = (batch as i64, seq as i32, heads as i32, head_size as i32);
+    fn go<T: CudaDType>(
+        stream: &CudaStream,
+        func: &CudaFunction,
+        (x, x_r): (&CudaStorage, std::ops::Range<usize>),
+        bias: &CudaView<f32>,
+        out: &mut CudaStorage,
+        args: (i64, i32, i32, i32),
+        vectors: usize,
+    ) -> Result<()> {
+        let x = x.as_cuda_slice::<T>()?.slice(x_r);
+        let out = out.as_cuda_slice_mut::<T>()?;
+        let mut b = stream.launch_builder(func);
+        b.arg(&x).arg(bias).arg(out).arg(&args.0).arg(&args.1).arg(&args.2).arg(&args.3);
+        // SAFETY: x holds batch·seq rows of 3·hidden, bias 3·hidden, out 3·batch·seq·hidden
+        // elements (checked above); head_size is a multiple of the vector width.
+        unsafe { b.launch(items_config(vectors)) }.w()?;
+        Ok(())
+    }
+    let vectors = total / vec;
+    match x.dtype() {
+        DType::BF16 => go::<bf16>(&stream, &func, (x, x_r), &bias, &mut out, args, vectors)?,
+        _ => go::<f32>(&stream, &func, (x, x_r), &bias, &mut out, args, vectors)?,
+    }
+    Ok(out)
+}
+
+/// `[batch, heads, seq, head_size]` → `[batch, seq, heads · head_size]`.
+pub(super) fn merge_heads(heads: usize, (x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorage> {
+    let op = "cuda-merge-heads";
+    let (batch, h, seq, head_size) = x_l.shape().dims4()?;
+    let vec = vec_of(x.dtype());
+    if h != heads || head_size % vec != 0 {
+        candle_core::bail!("{op}: {:?} is not [batch, {heads}, seq, a multiple of {vec}]", x_l.shape());
+    }
+    let x_r = aligned_range(x_l, x.dtype(), op)?;
+    let dev = x.device.clone();
+    let (stream, func) = kernel(&dev, "merge_heads", x.dtype())?;
+    let total = batch * heads * seq * head_size;
+    let mut out = alloc_like(&dev, x.dtype(), total)?;
+    let args = (batch as i64, seq as i32, heads as i32, head_size as i32);
+    fn go<T: CudaDType>(
+        stream: &CudaStream,
+        func: &CudaFunction,
+        (x, x_r): (&CudaStorage, std::ops::Range<usize>),
+        out: &mut CudaStorage,
+        args: (i64, i32, i32, i32),
+        vectors: usize,
+    ) -> Result<()> {
+        let x = x.as_cuda_slice::<T>()?.slice(x_r);
+        let out = out.as_cuda_slice_mut::<T>()?;
+        let mut b = stream.launch_builder(func);
+        b.arg(&x).arg(out).arg(&args.0).arg(&args.1).arg(&args.2).arg(&args.3);
+        // SAFETY: x and out hold batch·heads·seq·head_size elements (the layout above).
+        unsafe { b.launch(items_config(vectors)) }.w()?;
+        Ok(())
+    }
+    let vectors = total / vec;
+    match x.dtype() {
+        DType::BF16 => go::<bf16>(&stream, &func, (x, x_r), &mut out, args, vectors)?,
+        _ => go::<f32>(&stream, &func, (x, x_r), &mut out, args, vectors)?,
+    }
+    Ok(out)
 }

@@ -1,9 +1,12 @@
 //! CUDA kernels of the inference path (`cuda` feature), beside the CPU kernels of
 //! `layers::fused`: `kernels.cu`, compiled to PTX at build time by nvcc (build.rs) and loaded
-//! once per GPU by candle. Each is an in-place candle op over a tensor the caller just made:
-//! - [`AttentionSoftmax`]: scale + key mask + softmax of attention scores, in one pass (candle's
-//!   composition takes six passes over the `[batch, heads, seq, seq]` scores);
-//! - [`residual_layer_norm`]: bias + residual + LayerNorm at the end of a transformer block;
+//! once per GPU by candle. Most are in-place candle ops over a tensor the caller just made:
+//! - [`fused_attention`]: [`SplitQkv`] (bias of one fused q/k/v product + the heads split),
+//!   scores by cuBLAS, [`AttentionSoftmax`] (scale + key mask + softmax in one pass, where
+//!   candle's composition takes six over the `[batch, heads, seq, seq]` scores; the row in
+//!   registers when it is 256 to 1024 keys), the second product, [`MergeHeads`];
+//! - [`residual_layer_norm`]: bias + residual + LayerNorm at the end of a transformer block (in
+//!   bf16 mode from a bf16 product and the f32 residual stream into f32, as under autocast);
 //! - [`bias_activation`]: a dense layer's bias, with exact GELU or without.
 //!
 //! All accumulate in f32 for f32 and bf16 tensors. Built with nvcc rather than NVRTC at run
@@ -12,7 +15,7 @@
 #[cfg(feature = "cuda")]
 mod launch;
 
-use candle_core::{InplaceOp2, InplaceOp3, Layout, Result, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp2, InplaceOp3, Layout, Result, Shape, Tensor};
 
 /// In place: `scores = softmax(scores · scale + key_bias)` over the last dimension.
 /// `scores: [items, rows_per_item…, keys]` (f32 or bf16, contiguous), `key_bias: [items, keys]`
@@ -89,6 +92,47 @@ impl InplaceOp3 for ResidualLayerNorm {
     }
 }
 
+/// `LayerNorm(x + bias + residual) · γ + β` of a bf16 `x` and an f32 `residual` into a new f32
+/// tensor (the residual stream stays f32 between layers, as under PyTorch's autocast);
+/// `params = [bias, γ, β]` (`[3, n]`, f32).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct ResidualLayerNormInto {
+    pub(crate) eps: f32,
+}
+
+impl CustomOp3 for ResidualLayerNormInto {
+    fn name(&self) -> &'static str {
+        "cuda-residual-layer-norm-into"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        candle_core::bail!("{} runs on CUDA only", self.name())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_l: &Layout,
+        residual: &candle_core::CudaStorage,
+        residual_l: &Layout,
+        params: &candle_core::CudaStorage,
+        params_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        let out = launch::residual_layer_norm_into(self.eps, (x, x_l), (residual, residual_l), (params, params_l))?;
+        Ok((out, x_l.shape().clone()))
+    }
+}
+
 /// In place: `x = x + bias`, or `gelu_erf(x + bias)` with `gelu`; `bias: [n]` (f32) over rows
 /// of `n`.
 #[derive(Debug, Clone, Copy)]
@@ -124,10 +168,11 @@ impl InplaceOp2 for BiasActivation {
     }
 }
 
-/// `LayerNorm(x + bias + residual)` into `x` (a tensor the caller made and holds alone).
+/// `LayerNorm(x + bias + residual)`: into `x` (a tensor the caller made and holds alone) when
+/// both have one dtype; into a new f32 tensor for a bf16 `x` and an f32 `residual`.
 ///
 /// # Shapes
-/// `x, residual: [..., n]`, `bias, gamma, beta: [n]` → `x`
+/// `x, residual: [..., n]`, `bias, gamma, beta: [n]` → `[..., n]`
 pub(crate) fn residual_layer_norm(
     x: Tensor,
     residual: &Tensor,
@@ -137,7 +182,11 @@ pub(crate) fn residual_layer_norm(
     eps: f64,
 ) -> Result<Tensor> {
     let params = Tensor::stack(&[bias, gamma, beta], 0)?.to_dtype(candle_core::DType::F32)?;
-    x.inplace_op3(&residual.contiguous()?, &params, &ResidualLayerNorm { eps: eps as f32 })?;
+    let residual = residual.contiguous()?;
+    if x.dtype() != residual.dtype() {
+        return x.apply_op3_no_bwd(&residual, &params, &ResidualLayerNormInto { eps: eps as f32 });
+    }
+    x.inplace_op3(&residual, &params, &ResidualLayerNorm { eps: eps as f32 })?;
     Ok(x)
 }
 
@@ -148,4 +197,95 @@ pub(crate) fn residual_layer_norm(
 pub(crate) fn bias_activation(x: Tensor, bias: &Tensor, gelu: bool) -> Result<Tensor> {
     x.inplace_op2(&bias.to_dtype(candle_core::DType::F32)?, &BiasActivation { gelu })?;
     Ok(x)
+}
+
+/// Defines a CUDA-only op (its CPU side refuses) whose `cuda_fwd` returns a new storage.
+macro_rules! cuda_only_op2 {
+    ($ty:ident, $name:literal, |$op:ident, $a:ident, $al:ident, $b:ident, $bl:ident| $shape:expr, $body:expr) => {
+        impl CustomOp2 for $ty {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+                candle_core::bail!("{} runs on CUDA only", $name)
+            }
+
+            #[cfg(feature = "cuda")]
+            fn cuda_fwd(
+                &self,
+                $a: &candle_core::CudaStorage,
+                $al: &Layout,
+                $b: &candle_core::CudaStorage,
+                $bl: &Layout,
+            ) -> Result<(candle_core::CudaStorage, Shape)> {
+                let $op = self;
+                Ok(($body?, $shape))
+            }
+        }
+    };
+}
+
+/// q, k, v `[3, batch, heads, seq, head_size]` from a fused projection `[batch · seq, 3 · hidden]`
+/// and its f32 bias `[3 · hidden]`.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct SplitQkv {
+    pub(crate) batch: usize,
+    pub(crate) seq: usize,
+    pub(crate) heads: usize,
+    pub(crate) head_size: usize,
+}
+
+cuda_only_op2!(
+    SplitQkv,
+    "cuda-split-qkv",
+    |op, x, x_l, bias, bias_l| Shape::from((3, op.batch, op.heads, op.seq, op.head_size)),
+    launch::split_qkv((op.batch, op.seq, op.heads, op.head_size), (x, x_l), (bias, bias_l))
+);
+
+/// `[batch, heads, seq, head_size]` → `[batch, seq, heads · head_size]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MergeHeads;
+
+impl CustomOp1 for MergeHeads {
+    fn name(&self) -> &'static str {
+        "cuda-merge-heads"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("{} runs on CUDA only", self.name())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (b, h, s, d) = x_l.shape().dims4()?;
+        Ok((launch::merge_heads(h, (x, x_l))?, Shape::from((b, s, h * d))))
+    }
+}
+
+/// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the
+/// scores in the activations' dtype, softmax in place with f32 arithmetic. (Keeping bf16 scores
+/// in f32 was measured: 15% slower, no closer to f32; BENCHMARKS.md "GPU".)
+///
+/// # Shapes
+/// `qkv: [batch · seq, 3 · hidden]` (no bias yet), `bias: [3 · hidden]`, `key_bias: [batch, seq]`
+/// (f32) → `[batch, seq, hidden]`
+pub(crate) fn fused_attention(
+    qkv: &Tensor,
+    bias: &Tensor,
+    key_bias: &Tensor,
+    (batch, seq, heads): (usize, usize, usize),
+    scale: f32,
+) -> Result<Tensor> {
+    use crate::profile::timed;
+    let device = qkv.device();
+    let hidden = qkv.dim(1)? / 3;
+    let split = SplitQkv { batch, seq, heads, head_size: hidden / heads };
+    let qkv = timed("attention: bias + split heads", device, || qkv.apply_op2_no_bwd(bias, &split))?;
+    let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
+    let scores = timed("attention: q·kᵀ", device, || q.matmul(&k.t()?))?;
+    timed("attention: softmax", device, || scores.inplace_op2(key_bias, &AttentionSoftmax { scale }))?;
+    let context = timed("attention: p·v", device, || scores.matmul(&v))?;
+    timed("attention: merge heads", device, || context.apply_op1_no_bwd(&MergeHeads))
 }
