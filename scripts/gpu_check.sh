@@ -56,6 +56,11 @@ LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model
   LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
   "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee "$work/tests.log"
 tests_status=${PIPESTATUS[0]}
+echo "== GPU tests again with the flash attention kernel (LONGREAD_CUDA_ATTENTION=flash)"
+LONGREAD_CUDA_ATTENTION=flash LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
+  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
+  "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
+[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 set -e
 tests_ok=$([ "$tests_status" = 0 ] && echo true || echo false)
 
@@ -67,9 +72,11 @@ for precision in bf16 f32; do
       --precision "$precision" --max-batch-tokens "$tokens" --json | tee -a "$work/longread.jsonl"
   done
 done
-# Diagnostics: one document of 1,280 chunks (one head call instead of 64: the head's share),
+# Diagnostics: bf16 with the flash attention kernel instead of materialised scores; one document of 1,280 chunks (one head call instead of 64: the head's share),
 # and the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
 : > "$work/diagnostics.jsonl"
+LONGREAD_CUDA_ATTENTION=flash "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 64x20 \
+  --repeat 3 --precision bf16 --max-batch-tokens 65536 --json | tee -a "$work/diagnostics.jsonl"
 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 1x1280 --repeat 3 \
   --precision bf16 --json | tee -a "$work/diagnostics.jsonl"
 LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 8x20 --repeat 1 \
@@ -78,11 +85,18 @@ LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/r
 echo "== PyTorch"
 ${PYTHON:-python3} scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500 | tee "$work/torch.jsonl"
 
+echo "== embed: longread vs sentence-transformers"
+${PYTHON:-python3} scripts/gpu_bench_embed.py "$lr" "$work" 2>&1 | grep '^{' | tee "$work/embed.jsonl" || true
+
 mkdir -p bench
 out="bench/results-gpu-$slug.json"
-${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" <<'PY'
+${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+embed = [json.loads(l) for l in open(sys.argv[7]) if l.strip()]
+def embed_rate(side, dtype):
+    rows = [r for r in embed if r["side"] == side and r["dtype"] == dtype]
+    return rows[0]["texts_per_s"] if rows else None
 diagnostics = [json.loads(l) for l in open(sys.argv[6]) if l.strip()]
 torch = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 def best(rows, key, value):
@@ -100,12 +114,15 @@ result = {
     "pytorch_eager_bf16_docs_per_s": torch_bf16["docs_per_s"],
     "bf16_share_of_gemm_limit": round(ours_bf16["docs_per_s"] / limit, 3) if limit else None,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
+    "embed_bf16_ratio": round(embed_rate("longread", "bf16") / embed_rate("sentence-transformers", "bf16"), 3)
+        if embed_rate("longread", "bf16") and embed_rate("sentence-transformers", "bf16") else None,
+    "embed": embed,
     "longread": ours,
     "pytorch": torch,
     "longread_diagnostics": diagnostics,
 }
 json.dump(result, open(sys.argv[3], "w"), indent=1)
-print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch")}, indent=1))
+print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch", "longread_diagnostics", "embed")}, indent=1))
 PY
 cp "$work/tests.log" "bench/gpu-tests-$slug.log"
 echo "gpu_check: wrote $out"

@@ -341,3 +341,57 @@ pub(super) fn merge_heads(heads: usize, (x, x_l): (&CudaStorage, &Layout)) -> Re
     }
     Ok(out)
 }
+
+/// Flash-style attention of a fused bf16 projection `[batch · seq, 3 · hidden]` with its bias,
+/// under `key_bias: [batch, seq]`, into the merged context `[batch · seq, hidden]`.
+pub(super) fn flash_attention(
+    (heads, scale): (usize, f32),
+    (qkv, qkv_l): (&CudaStorage, &Layout),
+    (bias, bias_l): (&CudaStorage, &Layout),
+    (key_bias, key_bias_l): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let op = "cuda-flash-attention";
+    let (batch, seq) = key_bias_l.shape().dims2()?;
+    let (rows, width) = qkv_l.shape().dims2()?;
+    let hidden = width / 3;
+    let head_size = hidden / heads.max(1);
+    if rows != batch * seq
+        || width != 3 * hidden
+        || head_size * heads != hidden
+        || !matches!(head_size, 32 | 64)
+        || bias_l.shape().dims() != [width]
+        || qkv.dtype() != DType::BF16
+        || bias.dtype() != DType::F32
+        || key_bias.dtype() != DType::F32
+    {
+        candle_core::bail!(
+            "{op}: qkv {:?} ({:?}), bias {:?}, key bias {:?} do not fit {heads} heads of 32 or 64",
+            qkv_l.shape(),
+            qkv.dtype(),
+            bias_l.shape(),
+            key_bias_l.shape()
+        );
+    }
+    let (qkv_r, bias_r, key_r) = (aligned_range(qkv_l, DType::BF16, op)?, range(bias_l, op)?, range(key_bias_l, op)?);
+    let dev = qkv.device.clone();
+    let name = if head_size == 64 { "flash_attention_bf16_d64" } else { "flash_attention_bf16_d32" };
+    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
+    let stream = dev.cuda_stream();
+    // SAFETY: the kernel writes every element of the context.
+    let mut out = unsafe { dev.alloc::<bf16>(rows * hidden) }?;
+    let qkv = qkv.as_cuda_slice::<bf16>()?.slice(qkv_r);
+    let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
+    let key_bias = key_bias.as_cuda_slice::<f32>()?.slice(key_r);
+    let (seq_i, heads_i) = (seq as i32, heads as i32);
+    let mut b = stream.launch_builder(&func);
+    b.arg(&qkv).arg(&bias).arg(&key_bias).arg(&mut out).arg(&seq_i).arg(&heads_i).arg(&scale);
+    let cfg = LaunchConfig {
+        grid_dim: (seq.div_ceil(64) as u32, heads as u32, batch as u32),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: qkv holds batch·seq rows of 3·hidden, bias 3·hidden, key_bias batch·seq, out
+    // batch·seq·hidden elements (checked above); the kernel's shared memory is static.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}

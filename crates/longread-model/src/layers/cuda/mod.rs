@@ -264,9 +264,64 @@ impl CustomOp1 for MergeHeads {
     }
 }
 
+/// Flash-style attention of a fused bf16 q/k/v projection (heads of 32 or 64):
+/// `(qkv [batch·seq, 3·hidden], bias [3·hidden], key_bias [batch, seq])` → `[batch, seq, hidden]`.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct FlashAttention {
+    pub(crate) heads: usize,
+    pub(crate) scale: f32,
+}
+
+impl CustomOp3 for FlashAttention {
+    fn name(&self) -> &'static str {
+        "cuda-flash-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("{} runs on CUDA only", self.name())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        qkv: &candle_core::CudaStorage,
+        qkv_l: &Layout,
+        bias: &candle_core::CudaStorage,
+        bias_l: &Layout,
+        key_bias: &candle_core::CudaStorage,
+        key_bias_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (batch, seq) = key_bias_l.shape().dims2()?;
+        let hidden = qkv_l.shape().dims2()?.1 / 3;
+        let out =
+            launch::flash_attention((self.heads, self.scale), (qkv, qkv_l), (bias, bias_l), (key_bias, key_bias_l))?;
+        Ok((out, Shape::from((batch, seq, hidden))))
+    }
+}
+
+/// How bf16 attention runs on a GPU, from LONGREAD_CUDA_ATTENTION: `materialized` (the default:
+/// the scores as a tensor between two cuBLAS products) or `flash` ([`FlashAttention`], heads of
+/// 32 or 64). The flash kernel is correct (the GPU tests run both) and closer to f32, but this
+/// first WMMA version is slower on an H200 (74 against 128 documents/s, BENCHMARKS.md "GPU"):
+/// it is opt-in until it is tuned.
+fn flash_enabled() -> bool {
+    static FLASH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FLASH.get_or_init(|| std::env::var("LONGREAD_CUDA_ATTENTION").is_ok_and(|v| v == "flash"))
+}
+
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the
-/// scores in the activations' dtype, softmax in place with f32 arithmetic. (Keeping bf16 scores
-/// in f32 was measured: 15% slower, no closer to f32; BENCHMARKS.md "GPU".)
+/// scores in the activations' dtype, softmax in place with f32 arithmetic (or, opted in, bf16
+/// with heads of 32 or 64: [`FlashAttention`]). (Keeping bf16 scores in f32 was measured: 15% slower,
+/// no closer to f32; BENCHMARKS.md "GPU".)
 ///
 /// # Shapes
 /// `qkv: [batch · seq, 3 · hidden]` (no bias yet), `bias: [3 · hidden]`, `key_bias: [batch, seq]`
@@ -281,6 +336,10 @@ pub(crate) fn fused_attention(
     use crate::profile::timed;
     let device = qkv.device();
     let hidden = qkv.dim(1)? / 3;
+    if qkv.dtype() == candle_core::DType::BF16 && matches!(hidden / heads, 32 | 64) && flash_enabled() {
+        let op = FlashAttention { heads, scale };
+        return timed("attention (flash)", device, || qkv.apply_op3_no_bwd(bias, key_bias, &op));
+    }
     let split = SplitQkv { batch, seq, heads, head_size: hidden / heads };
     let qkv = timed("attention: bias + split heads", device, || qkv.apply_op2_no_bwd(bias, &split))?;
     let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
