@@ -155,9 +155,9 @@ fn cuda_bf16_agrees_with_f32_to_one_percent_with_the_same_labels() {
 }
 
 /// bf16 on the GPU is as close to f32 as PyTorch's bf16 autocast is, on the same weights and
-/// ids: the encoder's last hidden states, max|bf16 − f32| / max|f32|, at most 1.25× PyTorch's
-/// + 1e-3 (scripts/gpu_bf16_reference.py measures PyTorch's; gpu_check.sh passes its output
-/// in LONGREAD_BF16_REFERENCE).
+/// ids: the encoder's last hidden states, max|bf16 − f32| / max|f32|, at most 1.25 times
+/// PyTorch's plus 1e-3 (scripts/gpu_bf16_reference.py measures PyTorch's; gpu_check.sh passes
+/// its output in LONGREAD_BF16_REFERENCE).
 #[test]
 fn cuda_bf16_encoder_is_as_close_to_f32_as_pytorch_autocast() {
     let test = "cuda_bf16_encoder_is_as_close_to_f32_as_pytorch_autocast";

@@ -56,7 +56,7 @@ impl SelfAttention {
         let (q, k, v) = (self.query.parts(), self.key.parts(), self.value.parts());
         // The fused kernels move whole 16-byte vectors of a head's row.
         let vector = if dtype == DType::BF16 { 8 } else { 4 };
-        if q.0.device().is_cuda() && self.head_size % vector == 0 {
+        if q.0.device().is_cuda() && self.head_size.is_multiple_of(vector) {
             if let (Some(qb), Some(kb), Some(vb)) = (q.1, k.1, v.1) {
                 let weight = Tensor::cat(&[q.0, k.0, v.0], 0)?.contiguous()?;
                 let bias = Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()?;
