@@ -52,7 +52,7 @@ pub(super) fn attention_softmax(
     let op = "cuda-attention-softmax";
     let (rows, keys) = rows_of(scores_l)?;
     let (items, bias_keys) = rows_of(bias_l)?;
-    if bias_keys != keys || items == 0 || rows % items != 0 || bias.dtype() != DType::F32 {
+    if bias_keys != keys || items == 0 || !rows.is_multiple_of(items) || bias.dtype() != DType::F32 {
         candle_core::bail!(
             "{op}: scores {:?} and key bias {:?} ({:?}) disagree",
             scores_l.shape(),
@@ -64,7 +64,8 @@ pub(super) fn attention_softmax(
     // Rows that fit the register kernel: whole 16-byte vectors, 1 to 4 per lane, aligned.
     let (size, vec) = if scores.dtype() == DType::BF16 { (2, 8) } else { (4, 4) };
     let per_lane = keys / (32 * vec);
-    let in_registers = keys % (32 * vec) == 0 && (1..=4).contains(&per_lane) && (scores_r.start * size) % 16 == 0;
+    let in_registers =
+        keys.is_multiple_of(32 * vec) && (1..=4).contains(&per_lane) && (scores_r.start * size).is_multiple_of(16);
     let name = if in_registers { "attention_softmax_regs" } else { "attention_softmax" };
     let func = kernel(&scores.device, name, scores.dtype())?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
@@ -190,7 +191,7 @@ pub(super) fn bias_activation(
     }
     let (x_r, bias_r) = (range(x_l, op)?, range(bias_l, op)?);
     let (size, vec) = if x.dtype() == DType::BF16 { (2, 8) } else { (4, 4) };
-    let vectorised = n % vec == 0 && (x_r.start * size) % 16 == 0;
+    let vectorised = n.is_multiple_of(vec) && (x_r.start * size).is_multiple_of(16);
     let func = kernel(&x.device, if vectorised { "bias_activation_vec" } else { "bias_activation" }, x.dtype())?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
     let total = x_l.shape().elem_count();
@@ -244,7 +245,7 @@ fn alloc_like(dev: &CudaDevice, dtype: DType, n: usize) -> Result<CudaStorage> {
 /// The 16-byte-aligned contiguous range of a layout, or an error naming the op.
 fn aligned_range(layout: &Layout, dtype: DType, op: &str) -> Result<std::ops::Range<usize>> {
     let r = range(layout, op)?;
-    if (r.start * dtype.size_in_bytes()) % 16 != 0 {
+    if !(r.start * dtype.size_in_bytes()).is_multiple_of(16) {
         candle_core::bail!("{op}: the tensor does not start on a 16-byte boundary");
     }
     Ok(r)
@@ -263,7 +264,7 @@ pub(super) fn split_qkv(
     if x_l.shape().dims() != [batch * seq, 3 * hidden]
         || bias_l.shape().dims() != [3 * hidden]
         || bias.dtype() != DType::F32
-        || head_size % vec != 0
+        || !head_size.is_multiple_of(vec)
     {
         candle_core::bail!(
             "{op}: x {:?} and bias {:?} do not fit {batch}×{seq}, {heads} heads of {head_size}",
@@ -309,7 +310,7 @@ pub(super) fn merge_heads(heads: usize, (x, x_l): (&CudaStorage, &Layout)) -> Re
     let op = "cuda-merge-heads";
     let (batch, h, seq, head_size) = x_l.shape().dims4()?;
     let vec = vec_of(x.dtype());
-    if h != heads || head_size % vec != 0 {
+    if h != heads || !head_size.is_multiple_of(vec) {
         candle_core::bail!("{op}: {:?} is not [batch, {heads}, seq, a multiple of {vec}]", x_l.shape());
     }
     let x_r = aligned_range(x_l, x.dtype(), op)?;
