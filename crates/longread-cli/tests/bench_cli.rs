@@ -49,3 +49,63 @@ fn bad_bench_settings_are_refused() {
         "documents × sentences at most",
     );
 }
+
+/// `bench --workload predict` classifies synthetic documents of full chunks with a model
+/// directory and reports documents/s with the device and precision it ran on.
+#[test]
+fn predict_workload_reports_documents_per_second_and_the_device() {
+    let model = common::fixture("hier/roberta-attention");
+    let out = longread(&[
+        "--device",
+        "cpu",
+        "bench",
+        "--workload",
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--shape",
+        "3x2",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["workload"].as_str(), v["device"].as_str(), v["precision"].as_str()),
+        (Some("predict"), Some("cpu"), Some("f32"))
+    );
+    assert_eq!((v["docs"].as_u64(), v["chunks_per_doc"].as_u64()), (Some(3), Some(2)));
+    let seconds = v["seconds"].as_f64().unwrap();
+    assert!((v["docs_per_s"].as_f64().unwrap() - 3.0 / seconds).abs() < 1e-6 * (3.0 / seconds), "{v}");
+    assert!(v.get("profile").is_none(), "no step times unless LONGREAD_PROFILE is set: {v}");
+    assert_clean_failure(
+        &longread(&["bench", "--workload", "predict", "--shape", "3x2"]),
+        "--workload predict needs --model",
+    );
+}
+
+/// Asking for a GPU this build or machine does not have is one clear line and exit code 1,
+/// for every command that loads an encoder.
+#[test]
+fn a_missing_gpu_is_a_one_line_error() {
+    let model = common::fixture("hier/roberta-attention");
+    let docs = common::fixture("hier/documents.jsonl");
+    let out = longread(&[
+        "--device",
+        "cuda:63",
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        docs.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&out, "cuda:63");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`cuda` feature") || stderr.contains("visible"), "{stderr}");
+    // A device that is not one is a usage error, as clap reports any bad flag value (exit code 2).
+    let out = longread(&["--device", "tpu", "predict", "--model", "x", "--input", "y"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("expected auto, cpu, cuda or cuda:N") && !stderr.contains("panicked"), "{stderr}");
+}

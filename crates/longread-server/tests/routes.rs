@@ -112,6 +112,10 @@ fn health_info_metrics_openapi_and_the_page() {
     assert_eq!(info["labels"], json!(["general", "teen", "mature"]));
     assert_eq!(info["evidence_unit"], "chunk");
     assert_eq!(info["limits"]["max_batch_tokens"], 128);
+    // The device the encoder runs on, and the precision chosen for it (the CPU's f32 here).
+    let on_gpu = longread_model::device::cuda_device_count() > 0;
+    assert_eq!(info["device"].as_str().unwrap().starts_with("cuda:"), on_gpu, "{info}");
+    assert_eq!(info["limits"]["precision"], if on_gpu { "bf16" } else { "f32" });
     assert!(info["model"]["longread"].is_object() || info["model"].is_object(), "{info}");
 
     server.post_json("/classify", &json!({ "inputs": documents() }));
