@@ -4,6 +4,8 @@
 # CUDA binary"). Output: target-cuda/release/longread.
 #   scripts/build_cuda.sh            # the binary
 #   scripts/build_cuda.sh --tests    # also the test executables of the GPU tests (gpu_check.sh)
+#   scripts/build_cuda.sh --python   # the Python package with `cuda` as a wheel in target-cuda/wheels
+#   scripts/build_cuda.sh --check    # `cargo check` of the feature only (CI)
 # Env: CUDA_VENV (default .venv-cuda) where the compiler is installed; CUDA_COMPUTE_CAP (default
 # 90: H100/H200).
 set -euo pipefail
@@ -26,8 +28,12 @@ export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 mode="${1:-}"
 case "$mode" in
   --check) exec cargo check --workspace --locked --features longread-cli/cuda --target-dir target-cuda ;;
+  --python)
+    "$venv/bin/pip" install -q "maturin>=1.5,<2"
+    exec "$venv/bin/maturin" build --release --features cuda -m python/Cargo.toml --target-dir target-cuda \
+      --out target-cuda/wheels ;;
   --tests) cargo test --release --locked -p longread-model --features cuda --target-dir target-cuda --no-run ;;
   "") ;;
-  *) echo "usage: scripts/build_cuda.sh [--tests|--check]" >&2; exit 2 ;;
+  *) echo "usage: scripts/build_cuda.sh [--tests|--python|--check]" >&2; exit 2 ;;
 esac
 cargo build --release --locked -p longread-cli --features cuda --target-dir target-cuda

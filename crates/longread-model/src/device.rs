@@ -74,13 +74,13 @@ impl DeviceChoice {
                 if !cfg!(feature = "cuda") {
                     return Err(ModelError::Device(format!(
                         "device cuda:{n} asked for, but this longread was built without the `cuda` feature \
-                         (build it with scripts/build_cuda.sh, or use --device cpu)"
+                         (build it with scripts/build_cuda.sh, or use the CPU: --device cpu, device=\"cpu\")"
                     )));
                 }
                 let count = cuda_device_count();
                 if n >= count {
                     return Err(ModelError::Device(format!(
-                        "device cuda:{n} asked for, but {} (use --device cpu)",
+                        "device cuda:{n} asked for, but {} (use the CPU: --device cpu, device=\"cpu\")",
                         match count {
                             0 => "no CUDA GPU is visible (driver, CUDA_VISIBLE_DEVICES)".to_string(),
                             1 => "only cuda:0 is visible".to_string(),
@@ -162,7 +162,7 @@ mod cuda {
         match present.iter().find(|(_, found)| !found) {
             Some((name, _)) => Err(ModelError::Device(format!(
                 "{name} (CUDA 13) was not found: put the CUDA libraries' folder on LD_LIBRARY_PATH \
-                 (README \"GPU\"), or use --device cpu"
+                 (README \"GPU\"), or use the CPU: --device cpu, device=\"cpu\""
             ))),
             None => Ok(()),
         }
