@@ -71,8 +71,7 @@ impl SentenceEmbedder {
     pub fn open(dir: &Path, options: EmbedderOptions) -> Result<Self> {
         let device = options.device.resolve()?;
         let mut embedder = Self::load(dir, options.pooling, options.normalize, &device)?;
-        let precision = options.precision.unwrap_or(if device.is_cpu() { Precision::F32 } else { Precision::Bf16 });
-        match precision {
+        match options.precision.unwrap_or_else(|| Precision::default_on(&device)) {
             // On a GPU the weights are prepared for inference (q/k/v fused into one product).
             Precision::F32 if device.is_cuda() => embedder.encoder.set_inference_dtype(DType::F32)?,
             Precision::F32 => {}

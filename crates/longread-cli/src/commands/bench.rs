@@ -7,10 +7,12 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use longread_model::{Classifier, ClassifierOptions, DeviceChoice, Precision};
+use longread_model::{Classifier, DeviceChoice};
 use longread_train::bench::{
     peak_rss_bytes, run_han_step, run_predict, run_workload, EncoderSource, Workload, HAN_SENTENCE_WORDS,
 };
+
+use crate::commands::predict::EncodingArgs;
 
 /// Arguments of `longread bench`.
 #[derive(Debug, Args)]
@@ -32,12 +34,9 @@ pub struct BenchArgs {
     /// e.g. 64x20.
     #[arg(long, default_value = "4x512")]
     shape: String,
-    /// predict: the encoder's precision (default: f32 on the CPU, bf16 on a GPU).
-    #[arg(long, value_enum)]
-    precision: Option<Precision>,
-    /// predict: most tokens per encoder batch (default: 2048 on the CPU, 65536 on a GPU).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    max_batch_tokens: Option<u64>,
+    /// The predict workload's batch budget and precision, as for `predict`.
+    #[command(flatten)]
+    encoding: EncodingArgs,
     /// Timed runs after one warm-up run; the median is reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -60,7 +59,8 @@ enum WorkloadArg {
     /// with the default sizes and a 12,290-word vocabulary.
     HanStep,
     /// A classifier (--model) over DOCUMENTSxCHUNKS synthetic documents on --device: chunk
-    /// vectors, pooling and head, as `predict` runs them without tokenization. Reports
+    /// vectors, pooling and head, as `predict` runs them without tokenization (--precision and
+    /// --max-batch-tokens apply to this workload alone). Reports
     /// documents/s; with LONGREAD_PROFILE=1 also the time of each step (each waited for on its
     /// own: slower overall, for the shares).
     Predict,
@@ -114,12 +114,8 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
 /// `bench --workload predict`: documents/s of a classifier on `device`.
 fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: DeviceChoice) -> Result<()> {
     let Some(dir) = &args.model else { bail!("--workload predict needs --model (a classifier's model directory)") };
-    let options = ClassifierOptions {
-        precision: args.precision,
-        max_batch_tokens: args.max_batch_tokens.map(|n| n as usize),
-        device,
-    };
-    let classifier = Classifier::load(dir, options).with_context(|| format!("loading model {}", dir.display()))?;
+    let classifier = Classifier::load(dir, args.encoding.options(device))
+        .with_context(|| format!("loading model {}", dir.display()))?;
     let result = run_predict(&classifier, docs, chunks, args.repeat).context("benchmarking predict")?;
     let device = longread_model::device::describe(classifier.device());
     let (chunk_size, _) = classifier.chunk_layout().unwrap_or((0, 0));

@@ -48,8 +48,8 @@ pub struct PredictArgs {
     pub shard: Option<Shard>,
 }
 
-/// How the encoder runs: the flags `predict`, `eval`, `report` and `serve` share (the device is
-/// the global `--device`).
+/// How the encoder runs: the flags `predict`, `eval`, `report` and `bench --workload predict`
+/// share (the device is the global `--device`; `serve` has its own, with other defaults).
 #[derive(Debug, Clone, Copy, Args)]
 pub struct EncodingArgs {
     /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents

@@ -40,6 +40,17 @@ pub enum Precision {
     Int8,
 }
 
+impl Precision {
+    /// The precision when the user does not choose: f32 on the CPU, bf16 on a GPU.
+    pub fn default_on(device: &Device) -> Self {
+        if device.is_cpu() {
+            Self::F32
+        } else {
+            Self::Bf16
+        }
+    }
+}
+
 /// How a [`Classifier`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClassifierOptions {
@@ -57,7 +68,7 @@ pub struct ClassifierOptions {
 impl ClassifierOptions {
     /// The precision these options give on `device`.
     pub fn precision_on(&self, device: &Device) -> Precision {
-        self.precision.unwrap_or(if device.is_cpu() { Precision::F32 } else { Precision::Bf16 })
+        self.precision.unwrap_or_else(|| Precision::default_on(device))
     }
 
     /// The options with every default decided for `device` (what [`Classifier::options`]

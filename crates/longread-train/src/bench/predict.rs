@@ -56,15 +56,7 @@ pub fn run_predict(classifier: &Classifier, docs: usize, chunks: usize, repeat: 
     // With LONGREAD_PROFILE=1 the step times (longread_model::profile) cover the timed runs only.
     longread_model::profile::reset();
     let runs = (0..repeat.max(1)).map(|_| run()).collect::<Result<Vec<f64>>>()?;
-    let mut sorted = runs.clone();
-    sorted.sort_by(f64::total_cmp);
-    Ok(BenchResult {
-        seconds: sorted[sorted.len() / 2],
-        runs,
-        parameters: 0,
-        threads: rayon::current_num_threads(),
-        loaded_rss_bytes: None,
-    })
+    Ok(BenchResult::of_runs(runs, 0, None))
 }
 
 #[cfg(test)]

@@ -16,14 +16,14 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_metrics::Report;
 use longread_model::{ClassifierOptions, DeviceChoice, Precision};
-
-/// The quickstart trains on the CPU and evaluates there too, in f32.
-const QUICKSTART_EVAL: ClassifierOptions =
-    ClassifierOptions { precision: Some(Precision::F32), max_batch_tokens: Some(4096), device: DeviceChoice::Cpu };
 use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};
 
 use crate::commands::eval::evaluate_file;
 use longread_text::synthetic::{transcripts, Transcript, LABELS};
+
+/// The quickstart trains on the CPU and evaluates there too, in f32.
+const QUICKSTART_EVAL: ClassifierOptions =
+    ClassifierOptions { precision: Some(Precision::F32), max_batch_tokens: Some(4096), device: DeviceChoice::Cpu };
 
 /// Arguments of `longread quickstart`.
 #[derive(Debug, Args)]

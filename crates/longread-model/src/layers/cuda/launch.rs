@@ -62,10 +62,11 @@ pub(super) fn attention_softmax(
     }
     let (scores_r, bias_r) = (range(scores_l, op)?, range(bias_l, op)?);
     // Rows that fit the register kernel: whole 16-byte vectors, 1 to 4 per lane, aligned.
-    let (size, vec) = if scores.dtype() == DType::BF16 { (2, 8) } else { (4, 4) };
+    let vec = vec_of(scores.dtype());
     let per_lane = keys / (32 * vec);
-    let in_registers =
-        keys.is_multiple_of(32 * vec) && (1..=4).contains(&per_lane) && (scores_r.start * size).is_multiple_of(16);
+    let in_registers = keys.is_multiple_of(32 * vec)
+        && (1..=4).contains(&per_lane)
+        && (scores_r.start * scores.dtype().size_in_bytes()).is_multiple_of(16);
     let name = if in_registers { "attention_softmax_regs" } else { "attention_softmax" };
     let func = kernel(&scores.device, name, scores.dtype())?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
@@ -190,8 +191,7 @@ pub(super) fn bias_activation(
         candle_core::bail!("{op}: x {:?} and bias {:?} ({:?}) disagree", x_l.shape(), bias_l.shape(), bias.dtype());
     }
     let (x_r, bias_r) = (range(x_l, op)?, range(bias_l, op)?);
-    let (size, vec) = if x.dtype() == DType::BF16 { (2, 8) } else { (4, 4) };
-    let vectorised = n.is_multiple_of(vec) && (x_r.start * size).is_multiple_of(16);
+    let vectorised = n.is_multiple_of(vec_of(x.dtype())) && (x_r.start * x.dtype().size_in_bytes()).is_multiple_of(16);
     let func = kernel(&x.device, if vectorised { "bias_activation_vec" } else { "bias_activation" }, x.dtype())?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
     let total = x_l.shape().elem_count();
