@@ -11,7 +11,9 @@ Runs alternate (longread, sentence-transformers, ...) --repeats times after one 
 min and median are printed, with the CPU.
 
 Usage: python3 scripts/bench_embed.py [--texts 1000] [--threads 2] [--batch-size 32] [--repeats 3]
-                                      [--json-out FILE]
+                                      [--model DIR] [--json-out FILE]
+--model defaults to ../shared/models/all-MiniLM-L6-v2; any sentence-transformers directory
+longread reads works (e.g. all-mpnet-base-v2 from ../shared/models/fetch-all-mpnet-base-v2.sh).
 Needs: a release build (cargo build --release), torch, sentence-transformers.
 """
 import argparse
@@ -45,8 +47,8 @@ def paragraphs(n):
     return out
 
 
-def run_longread(path, threads, batch_size):
-    cmd = [BINARY, "embed", "--model", MODEL, "--input", path, "--output", os.devnull, "--normalize",
+def run_longread(model, path, threads, batch_size):
+    cmd = [BINARY, "embed", "--model", model, "--input", path, "--output", os.devnull, "--normalize",
            "--threads", str(threads), "--batch-size", str(batch_size)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     m = re.search(r"embedded (\d+) texts \((\d+) tokens\) in ([\d.]+) s", res.stderr)
@@ -59,6 +61,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", default=MODEL, help="sentence-transformers model directory")
     ap.add_argument("--json-out", help="also write the figures as JSON to this file")
     args = ap.parse_args()
 
@@ -72,13 +75,13 @@ def main():
             f.write(json.dumps({"id": i, "text": t}) + "\n")
         path = f.name
 
-    st = SentenceTransformer(MODEL, device="cpu")
+    st = SentenceTransformer(args.model, device="cpu")
     with torch.inference_mode():
         st.encode(texts, batch_size=args.batch_size, normalize_embeddings=True)  # warm-up
-    run_longread(path, args.threads, args.batch_size)  # warm-up (page cache, CPU clocks)
+    run_longread(args.model, path, args.threads, args.batch_size)  # warm-up (page cache, CPU clocks)
     lr_times, st_times, tokens = [], [], 0
     for _ in range(args.repeats):
-        tokens, t = run_longread(path, args.threads, args.batch_size)
+        tokens, t = run_longread(args.model, path, args.threads, args.batch_size)
         lr_times.append(t)
         start = time.perf_counter()
         with torch.inference_mode():
@@ -88,7 +91,7 @@ def main():
 
     lr, pt = statistics.median(lr_times), statistics.median(st_times)
     n = len(texts)
-    print(f"CPU: {cpu_description()}; texts {n}, tokens {tokens} (mean {tokens / n:.1f}), threads {args.threads}, "
+    print(f"model {os.path.basename(os.path.normpath(args.model))}; CPU: {cpu_description()}; texts {n}, tokens {tokens} (mean {tokens / n:.1f}), threads {args.threads}, "
           f"batch {args.batch_size}, torch {torch.__version__}")
     print("| | min (s) | median (s) | texts/s (median) | tokens/s (median) |")
     print("|---|---|---|---|---|")
@@ -98,7 +101,7 @@ def main():
           f"{[round(x, 2) for x in lr_times]}, st {[round(x, 2) for x in st_times]})")
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"cpu": cpu_description(), "texts": n, "tokens": tokens, "threads": args.threads,
+            json.dump({"model": os.path.basename(os.path.normpath(args.model)), "cpu": cpu_description(), "texts": n, "tokens": tokens, "threads": args.threads,
                        "batch_size": args.batch_size, "torch": torch.__version__,
                        "runs": {"longread": lr_times, "sentence_transformers": st_times},
                        "median": {"longread": lr, "sentence_transformers": pt}, "time_ratio": lr / pt}, f, indent=1)

@@ -32,6 +32,24 @@ pub fn minilm() -> Option<PathBuf> {
     None
 }
 
+/// sentence-transformers/all-mpnet-base-v2 where `../shared/models/fetch-all-mpnet-base-v2.sh`
+/// installs it (`LONGREAD_MPNET`, else `~/.cache/longread/models/all-mpnet-base-v2`), or `None`
+/// with a note saying how to get it (it is not part of ../shared, so CI skips too).
+pub fn all_mpnet() -> Option<PathBuf> {
+    let dir = match std::env::var_os("LONGREAD_MPNET") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/longread/models/all-mpnet-base-v2"),
+    };
+    if dir.join("model.safetensors").is_file() {
+        return Some(dir);
+    }
+    eprintln!(
+        "skipping: {} not found; install it with ../shared/models/fetch-all-mpnet-base-v2.sh (or set LONGREAD_MPNET)",
+        dir.display()
+    );
+    None
+}
+
 /// Runs `longread ARGS...`.
 pub fn longread(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_longread")).args(args).output().expect("running longread")

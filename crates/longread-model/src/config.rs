@@ -1,6 +1,8 @@
-//! `config.json` of BERT/RoBERTa-family checkpoints, with Hugging Face's field names.
+//! `config.json` of the encoder families longread reads (see [`crate::encoder::Family`]), with
+//! Hugging Face's field names.
 //!
-//! Mirrors `transformers.BertConfig` / `RobertaConfig`; every field that may be missing has a
+//! Mirrors `transformers.BertConfig` / `RobertaConfig`, and reads the other families' configs
+//! through their own names (DistilBERT's `dim`, `n_layers`, … are aliases); every field that may be missing has a
 //! `#[serde(default)]` and its default is stated. Unknown fields are kept in `extra` so that a
 //! model directory round-trips without losing them.
 
@@ -9,33 +11,39 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
+use crate::encoder::Family;
 use crate::error::{ModelError, Result};
 
 /// Encoder architecture parameters, as in Hugging Face `config.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EncoderConfig {
-    /// `"bert"` or `"roberta"` (also `"xlm-roberta"`, `"camembert"`). Default `"bert"`.
+    /// The family: `"bert"`, `"roberta"` (also `"xlm-roberta"`, `"camembert"`), `"distilbert"`,
+    /// `"electra"` or `"mpnet"`. Default `"bert"`.
     #[serde(default = "default_model_type")]
     pub model_type: String,
     /// Vocabulary size. Required.
     pub vocab_size: usize,
-    /// Hidden size. Required.
+    /// Hidden size (DistilBERT: `dim`). Required.
+    #[serde(alias = "dim")]
     pub hidden_size: usize,
-    /// Number of transformer layers. Required.
+    /// Number of transformer layers (DistilBERT: `n_layers`). Required.
+    #[serde(alias = "n_layers")]
     pub num_hidden_layers: usize,
-    /// Number of attention heads. Required.
+    /// Number of attention heads (DistilBERT: `n_heads`). Required.
+    #[serde(alias = "n_heads")]
     pub num_attention_heads: usize,
-    /// Feed-forward inner size. Default `4 * hidden_size`.
-    #[serde(default)]
+    /// Feed-forward inner size (DistilBERT: `hidden_dim`). Default `4 * hidden_size`.
+    #[serde(default, alias = "hidden_dim")]
     pub intermediate_size: Option<usize>,
-    /// Activation of the feed-forward layer. Default `"gelu"` (exact, erf-based).
-    #[serde(default = "default_hidden_act")]
+    /// Activation of the feed-forward layer (DistilBERT: `activation`). Default `"gelu"` (exact,
+    /// erf-based).
+    #[serde(default = "default_hidden_act", alias = "activation")]
     pub hidden_act: String,
-    /// Dropout on hidden states. Default 0.1.
-    #[serde(default = "default_dropout")]
+    /// Dropout on hidden states (DistilBERT: `dropout`). Default 0.1.
+    #[serde(default = "default_dropout", alias = "dropout")]
     pub hidden_dropout_prob: f64,
-    /// Dropout on attention probabilities. Default 0.1.
-    #[serde(default = "default_dropout")]
+    /// Dropout on attention probabilities (DistilBERT: `attention_dropout`). Default 0.1.
+    #[serde(default = "default_dropout", alias = "attention_dropout")]
     pub attention_probs_dropout_prob: f64,
     /// Number of position embeddings. Default 512.
     #[serde(default = "default_max_positions")]
@@ -55,6 +63,16 @@ pub struct EncoderConfig {
     /// Standard deviation used to initialise new weights. Default 0.02.
     #[serde(default = "default_initializer_range")]
     pub initializer_range: f64,
+    /// ELECTRA: width of the embeddings, projected to `hidden_size` by `embeddings_project` when
+    /// they differ. Default `hidden_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding_size: Option<usize>,
+    /// MPNet: buckets of the relative-position attention bias. Default 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relative_attention_num_buckets: Option<usize>,
+    /// DistilBERT: fixed sinusoidal position embeddings instead of learnt ones. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sinusoidal_pos_embds: Option<bool>,
     /// Every other field of config.json, kept so that it is written back unchanged.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -110,8 +128,11 @@ impl EncoderConfig {
 
     /// Checks that the numbers are consistent; returns a message naming the problem.
     pub fn validate(&self) -> std::result::Result<(), String> {
+        Family::of(&self.model_type)?;
         let positive = [
             ("vocab_size", self.vocab_size),
+            ("embedding_size", self.embedding_size()),
+            ("relative_attention_num_buckets", self.relative_attention_num_buckets()),
             ("hidden_size", self.hidden_size),
             ("num_hidden_layers", self.num_hidden_layers),
             ("num_attention_heads", self.num_attention_heads),
@@ -174,14 +195,30 @@ impl EncoderConfig {
         Activation::from_hf_name(&self.hidden_act).unwrap_or(Activation::GeluErf)
     }
 
+    /// The encoder family of `model_type` ([`Self::validate`] refuses a model type of no known
+    /// family; an unvalidated config of an unknown one reads as BERT).
+    pub fn family(&self) -> Family {
+        Family::of(&self.model_type).unwrap_or(Family::Bert)
+    }
+
     /// True for RoBERTa-style models (XLM-R and CamemBERT included).
     pub fn is_roberta(&self) -> bool {
-        matches!(self.model_type.as_str(), "roberta" | "xlm-roberta" | "camembert")
+        self.family() == Family::Roberta
+    }
+
+    /// Width of the embedding tables (ELECTRA's `embedding_size`; else `hidden_size`).
+    pub fn embedding_size(&self) -> usize {
+        self.embedding_size.unwrap_or(self.hidden_size)
+    }
+
+    /// Buckets of MPNet's relative-position attention bias (default 32).
+    pub fn relative_attention_num_buckets(&self) -> usize {
+        self.relative_attention_num_buckets.unwrap_or(32)
     }
 
     /// How position ids are computed.
     pub fn position_scheme(&self) -> PositionScheme {
-        if self.is_roberta() {
+        if self.family().offsets_positions() {
             PositionScheme::PaddingOffset { padding_idx: self.pad_token_id }
         } else {
             PositionScheme::Absolute
@@ -199,7 +236,8 @@ impl EncoderConfig {
     /// Dropout of a transformers classification head: `classifier_dropout` when config.json
     /// sets it, else `hidden_dropout_prob` (as transformers decides).
     pub fn classifier_dropout(&self) -> f64 {
-        self.extra.get("classifier_dropout").and_then(serde_json::Value::as_f64).unwrap_or(self.hidden_dropout_prob)
+        let key = if self.model_type == "distilbert" { "seq_classif_dropout" } else { "classifier_dropout" };
+        self.extra.get(key).and_then(serde_json::Value::as_f64).unwrap_or(self.hidden_dropout_prob)
     }
 
     /// The prefix under which `*ForSequenceClassification` checkpoints store the encoder.

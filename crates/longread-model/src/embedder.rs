@@ -147,7 +147,8 @@ impl SentenceEmbedder {
     /// # Shapes
     /// `seqs: batch × [len_i]` → `batch × [hidden]`
     pub fn embed_ids(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let packed = self.device.is_cpu() && self.encoder.compute_dtype() == DType::F32;
+        let packed =
+            self.device.is_cpu() && self.encoder.compute_dtype() == DType::F32 && self.encoder.supports_packed();
         let mut pooled = if packed {
             let (hidden, segments) = self.encoder.forward_packed(seqs)?;
             self.pooling.forward_packed(&hidden, &segments)?

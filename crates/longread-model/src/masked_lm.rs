@@ -14,6 +14,7 @@ use crate::activation::Activation;
 use crate::checkpoint::{Checkpoint, LoadOptions};
 use crate::config::EncoderConfig;
 use crate::encoder::Encoder;
+use crate::encoder::Family;
 use crate::error::{ModelError, Result};
 use crate::layers::{linear, LayerNorm, Linear};
 use crate::mode::Mode;
@@ -81,6 +82,14 @@ impl MaskedLm {
     /// returns whether the head's bias was stored.
     fn load_with(dir: &Path, trainable: bool, head_seed: Option<u64>, device: &Device) -> Result<(Self, bool)> {
         let checkpoint = Checkpoint::open(dir)?;
+        let family = checkpoint.config.family();
+        if !matches!(family, Family::Bert | Family::Roberta) {
+            return Err(ModelError::InvalidInput(format!(
+                "{}: masked-LM pretraining reads BERT and RoBERTa encoders, not {family} (model_type \"{}\")",
+                dir.display(),
+                checkpoint.config.model_type
+            )));
+        }
         let vars = trainable.then(|| (VarMap::new(), VarMap::new()));
         let options =
             |v: Option<&VarMap>| LoadOptions { trainable: v.cloned(), init_seed: head_seed, ..LoadOptions::default() };
@@ -120,7 +129,7 @@ impl MaskedLm {
     /// `bert.…` and `cls.predictions.…`; the decoder is tied to the word embeddings and not
     /// stored).
     pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
-        variables::named_tensors(self.vars.as_ref(), self.config.weight_prefix())
+        variables::named_tensors(self.vars.as_ref(), self.config.weight_prefix(), self.config.family())
     }
 
     /// Writes config.json, model.safetensors, tokenizer.json (the model's own unless `extra`

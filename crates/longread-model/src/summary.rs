@@ -88,6 +88,7 @@ fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Va
     json!({
         "model_dir": dir.display().to_string(),
         "model_type": cfg.model_type,
+        "family": cfg.family().to_string(),
         "architectures": architectures,
         "num_hidden_layers": cfg.num_hidden_layers,
         "hidden_size": cfg.hidden_size,
@@ -97,7 +98,8 @@ fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Va
         "vocab_size": cfg.vocab_size,
         "max_position_embeddings": cfg.max_position_embeddings,
         "max_sequence_length": cfg.max_sequence_length(),
-        "type_vocab_size": cfg.type_vocab_size,
+        "type_vocab_size": if cfg.family().has_token_types() { cfg.type_vocab_size } else { 0 },
+        "embedding_size": cfg.embedding_size(),
         "layer_norm_eps": cfg.layer_norm_eps,
         "hidden_dropout_prob": cfg.hidden_dropout_prob,
         "attention_probs_dropout_prob": cfg.attention_probs_dropout_prob,
@@ -117,7 +119,7 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
 
     let arch = architectures.as_array().and_then(|a| a.first()).and_then(|v| v.as_str()).unwrap_or("-");
     writeln!(t, "model            {}", dir.display()).ok();
-    writeln!(t, "type             {} ({arch})", cfg.model_type).ok();
+    writeln!(t, "family           {} (model_type {}, {arch})", cfg.family(), cfg.model_type).ok();
     writeln!(
         t,
         "shape            {} layers, hidden {}, {} heads × {}, FFN {}, {}",
@@ -135,7 +137,7 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
         cfg.vocab_size,
         cfg.max_position_embeddings,
         cfg.max_sequence_length(),
-        cfg.type_vocab_size
+        if cfg.family().has_token_types() { cfg.type_vocab_size } else { 0 }
     )
     .ok();
     writeln!(

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
 
+use crate::encoder::Family;
 use crate::error::{ModelError, Result};
 
 /// Every variable by canonical name: encoder ones as `encoder:embeddings.…`, head ones by
@@ -23,14 +24,19 @@ pub fn named_vars(vars: Option<&(VarMap, VarMap)>) -> Vec<(String, Var)> {
 }
 
 /// All tensors under their file names: the encoder's with `encoder_prefix.` (`bert`,
-/// `roberta`), the head's as they are. An error for a model loaded for inference only.
-pub fn named_tensors(vars: Option<&(VarMap, VarMap)>, encoder_prefix: &str) -> Result<HashMap<String, Tensor>> {
+/// `roberta`, …) and the family's own names (see [`Family::file_name`]), the head's as they
+/// are. An error for a model loaded for inference only.
+pub fn named_tensors(
+    vars: Option<&(VarMap, VarMap)>,
+    encoder_prefix: &str,
+    family: Family,
+) -> Result<HashMap<String, Tensor>> {
     let (encoder, head) = vars.ok_or_else(|| {
         ModelError::InvalidInput("this model was loaded for inference only; load it as trainable to save it".into())
     })?;
     let mut out = HashMap::new();
     for (name, var) in encoder.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
-        out.insert(format!("{encoder_prefix}.{name}"), var.as_tensor().detach());
+        out.insert(format!("{encoder_prefix}.{}", family.file_name(name)), var.as_tensor().detach());
     }
     for (name, var) in head.data().lock().unwrap_or_else(|p| p.into_inner()).iter() {
         out.insert(name.clone(), var.as_tensor().detach());

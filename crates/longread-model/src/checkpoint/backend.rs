@@ -10,6 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::checkpoint::store::TensorStore;
+use crate::encoder::Family;
 use crate::error::ModelError;
 
 /// How tensors requested by a model are served.
@@ -20,17 +21,25 @@ pub(crate) struct StoreBackend {
     /// When set, tensors absent from the store are initialised from this generator.
     pub(crate) init_rng: Option<Mutex<StdRng>>,
     pub(crate) model_type: String,
+    /// The encoder family whose file names the canonical names map to (none for the HAN).
+    pub(crate) family: Option<Family>,
     /// Prepended to every name when looking it up in the store (e.g. `"bert."`); variables are
     /// registered under the name without it.
     pub(crate) lookup_prefix: String,
 }
 
 impl StoreBackend {
-    /// Names to try for `name`: itself, then the pre-2019 LayerNorm names `gamma`/`beta`.
+    /// Names to try for the canonical `name`: the family's own name for it, the canonical name,
+    /// then the pre-2019 LayerNorm names `gamma`/`beta`.
     fn candidates(&self, name: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        if let Some(family) = self.family {
+            names.push(format!("{}{}", self.lookup_prefix, family.file_name(name)));
+        }
         let name = format!("{}{name}", self.lookup_prefix);
-        let name = name.as_str();
-        let mut names = vec![name.to_owned()];
+        if !names.contains(&name) {
+            names.push(name.clone());
+        }
         if let Some(stem) = name.strip_suffix("LayerNorm.weight") {
             names.push(format!("{stem}LayerNorm.gamma"));
         } else if let Some(stem) = name.strip_suffix("LayerNorm.bias") {

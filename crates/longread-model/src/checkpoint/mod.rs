@@ -89,6 +89,7 @@ impl Checkpoint {
             vars: options.trainable.clone(),
             init_rng: options.init_seed.map(backend::init_rng),
             model_type: self.config.model_type.clone(),
+            family: Some(self.config.family()),
             lookup_prefix: if prefix.is_empty() { String::new() } else { format!("{prefix}.") },
         };
         VarBuilder::from_backend(Box::new(backend), options.dtype, device.clone())
@@ -115,6 +116,7 @@ pub fn fresh_var_builder(
         vars: trainable,
         init_rng: Some(backend::init_rng(seed)),
         model_type: model_type.to_owned(),
+        family: crate::encoder::Family::of(model_type).ok(),
         lookup_prefix: String::new(),
     };
     VarBuilder::from_backend(Box::new(backend), dtype, device.clone())
@@ -132,6 +134,7 @@ pub fn files_var_builder(
         vars: trainable,
         init_rng: None,
         model_type: String::new(),
+        family: None,
         lookup_prefix: String::new(),
     };
     Ok(VarBuilder::from_backend(Box::new(backend), DType::F32, device.clone()))

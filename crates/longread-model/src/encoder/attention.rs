@@ -91,8 +91,10 @@ impl SelfAttention {
     /// `Keys::Masked`: `xs: [batch, seq, hidden]`, bias `[batch, 1, 1, seq]` → `[batch, seq, hidden]`;
     /// `Keys::Packed`: `xs: [tokens, hidden]` → `[tokens, hidden]`
     pub fn forward(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
-        if let (Some((weight, bias)), Keys::Masked(mask_bias), false) = (&self.fused_qkv, keys, mode.is_train()) {
-            return self.forward_fused(xs, weight, bias, mask_bias, mode);
+        if let (Some((weight, bias)), Keys::Masked { mask, position: None }, false) =
+            (&self.fused_qkv, keys, mode.is_train())
+        {
+            return self.forward_fused(xs, weight, bias, mask, mode);
         }
         // On a GPU in bf16 the residual stream is f32: cast it once for the three projections.
         let input =
@@ -107,11 +109,18 @@ impl SelfAttention {
         })?;
         let context = match keys {
             Keys::Packed(segments) => self.attend_packed(&q, &k, &v, segments, mode)?,
-            Keys::Masked(bias) if xs.device().is_cpu() && xs.dtype() == DType::F32 => {
-                self.attend_fused(&q, &k, &v, bias, mode)?
+            // The fused CPU op adds a relative-position bias in inference; training needs its gradient.
+            Keys::Masked { mask, position } if xs.device().is_cpu() && xs.dtype() == DType::F32 => match position {
+                Some(position) if mode.is_train() => self.attend_composed(&q, &k, &v, mask, Some(position), mode)?,
+                _ => self.attend_fused(&q, &k, &v, mask, position, mode)?,
+            },
+            Keys::Masked { mask, position: Some(position) } => {
+                self.attend_composed(&q, &k, &v, mask, Some(position), mode)?
             }
-            Keys::Masked(bias) if xs.device().is_cuda() && !mode.is_train() => self.attend_cuda(&q, &k, &v, bias)?,
-            Keys::Masked(bias) => self.attend_composed(&q, &k, &v, bias, mode)?,
+            Keys::Masked { mask, position: None } if xs.device().is_cuda() && !mode.is_train() => {
+                self.attend_cuda(&q, &k, &v, mask)?
+            }
+            Keys::Masked { mask, position: None } => self.attend_composed(&q, &k, &v, mask, None, mode)?,
         };
         timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
     }
@@ -163,22 +172,37 @@ impl SelfAttention {
     }
 
     /// Attention as one CPU op (f32) that reads the heads in place and never holds the
-    /// scores of all heads: see `layers::fused::attention`.
+    /// scores of all heads: see `layers::fused::attention`. A relative-position bias (MPNet)
+    /// is added in inference only (the op has no gradient for it).
     ///
     /// # Shapes
-    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]`, `position_bias:
+    /// [1, heads, seq, seq]` → `[batch, seq, hidden]`
     pub(crate) fn attend_fused(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
         mask_bias: &Tensor,
+        position_bias: Option<&Tensor>,
         mode: Mode,
     ) -> Result<Tensor> {
         let dropout = self.probs_dropout.seeded(mode);
         let key_bias = mask_bias.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-        let op = FusedAttention { heads: self.num_heads, scale: self.scale() as f32, key_bias, dropout };
-        q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+        let score_bias = match position_bias {
+            Some(_) if mode.is_train() => {
+                candle_core::bail!("the fused attention adds a position bias in inference only")
+            }
+            Some(bias) => Some(bias.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
+        let with_bias = score_bias.is_some();
+        let op = FusedAttention { heads: self.num_heads, scale: self.scale() as f32, key_bias, score_bias, dropout };
+        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        if with_bias {
+            return q.apply_op3_no_bwd(&k, &v, &op);
+        }
+        q.apply_op3(&k, &v, op)
     }
 
     /// Inference on a GPU: the two products by cuBLAS (in the activations' dtype) and between
@@ -202,21 +226,28 @@ impl SelfAttention {
     }
 
     /// Attention composed of candle ops (any device and dtype; the same dropout masks as the
-    /// fused op).
+    /// fused op), with MPNet's relative-position bias when given (added after scaling, before
+    /// the mask, as `MPNetSelfAttention` does).
     ///
     /// # Shapes
-    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]`, `position_bias:
+    /// [1, heads, seq, seq]` → `[batch, seq, hidden]`
     pub(crate) fn attend_composed(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
         mask_bias: &Tensor,
+        position_bias: Option<&Tensor>,
         mode: Mode,
     ) -> Result<Tensor> {
         let (b, s, h) = q.dims3()?;
         let (q, k, v) = (self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?);
-        let scores = (q.matmul(&k.t()?)? * self.scale())?.broadcast_add(mask_bias)?;
+        let mut scores = (q.matmul(&k.t()?)? * self.scale())?;
+        if let Some(position) = position_bias {
+            scores = scores.broadcast_add(&position.to_dtype(scores.dtype())?)?;
+        }
+        let scores = scores.broadcast_add(mask_bias)?;
         let mut probs = softmax(&scores, mode)?;
         if let Some(dropout) = self.probs_dropout.seeded(mode) {
             probs = dropout.apply(&probs)?;

@@ -1,44 +1,82 @@
-//! Word + position + token-type embeddings, LayerNorm, dropout.
-//! Reference: transformers `models/bert/modeling_bert.py: BertEmbeddings` and
-//! `models/roberta/modeling_roberta.py: RobertaEmbeddings`.
+//! Word + position (+ token-type) embeddings, LayerNorm, dropout (+ ELECTRA's projection).
+//! Reference: transformers `models/bert/modeling_bert.py: BertEmbeddings`,
+//! `models/roberta/modeling_roberta.py: RobertaEmbeddings`, `models/distilbert/modeling_distilbert.py:
+//! Embeddings` (no token types; sinusoidal positions computed when the checkpoint has none), `models/electra/modeling_electra.py:
+//! ElectraEmbeddings` + `ElectraModel.embeddings_project`, `models/mpnet/modeling_mpnet.py:
+//! MPNetEmbeddings` (no token types).
 
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Embedding, Init, Module, VarBuilder};
 
 use crate::config::EncoderConfig;
-use crate::layers::{Dropout, LayerNorm};
+use crate::encoder::Family;
+use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
-/// The embedding block of a BERT/RoBERTa encoder.
+/// The embedding block of an encoder.
 #[derive(Debug, Clone)]
 pub struct Embeddings {
     word: Embedding,
     position: Embedding,
-    token_type: Embedding,
+    /// Absent in families without token types (DistilBERT, MPNet).
+    token_type: Option<Embedding>,
     norm: LayerNorm,
     dropout: Dropout,
+    /// ELECTRA's `embeddings_project` (embedding size → hidden size), when they differ.
+    project: Option<Linear>,
+    /// transformers' `padding_idx`: the rows of this id get no gradient (word table, and the
+    /// position table where positions are offset from it).
+    padding_idx: u32,
+    offset_positions: bool,
 }
 
 impl Embeddings {
-    /// Loads `word_embeddings`, `position_embeddings`, `token_type_embeddings` and `LayerNorm`.
+    /// Loads `embeddings.{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}`
+    /// and ELECTRA's `embeddings_project` from the encoder's root builder `vb`.
     pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        let family = cfg.family();
+        let width = cfg.embedding_size();
         let init = Init::Randn { mean: 0.0, stdev: cfg.initializer_range };
+        let emb = vb.pp("embeddings");
         let table = |name: &str, rows: usize| -> Result<Embedding> {
-            let w = vb.pp(name).get_with_hints((rows, cfg.hidden_size), "weight", init)?;
-            Ok(Embedding::new(w, cfg.hidden_size))
+            let w = emb.pp(name).get_with_hints((rows, width), "weight", init)?;
+            Ok(Embedding::new(w, width))
+        };
+        let sinusoidal = family == Family::DistilBert && cfg.sinusoidal_pos_embds == Some(true);
+        let position = if sinusoidal && !emb.pp("position_embeddings").contains_tensor("weight") {
+            // The fixed table transformers initialises (a checkpoint stores it, and is read as is).
+            let table = sinusoidal_positions(cfg.max_position_embeddings, width, vb.device())?;
+            Embedding::new(table.to_dtype(vb.dtype())?, width)
+        } else {
+            table("position_embeddings", cfg.max_position_embeddings)?
+        };
+        let token_type =
+            if family.has_token_types() { Some(table("token_type_embeddings", cfg.type_vocab_size)?) } else { None };
+        let project = if width != cfg.hidden_size {
+            Some(linear(vb.pp("embeddings_project"), width, cfg.hidden_size, cfg.initializer_range)?)
+        } else {
+            None
         };
         Ok(Self {
             word: table("word_embeddings", cfg.vocab_size)?,
-            position: table("position_embeddings", cfg.max_position_embeddings)?,
-            token_type: table("token_type_embeddings", cfg.type_vocab_size)?,
-            norm: LayerNorm::load(vb.pp("LayerNorm"), cfg.hidden_size, cfg.layer_norm_eps)?,
+            position,
+            token_type,
+            norm: LayerNorm::load(emb.pp("LayerNorm"), width, cfg.layer_norm_eps)?,
             dropout: Dropout::new(cfg.hidden_dropout_prob),
+            project,
+            padding_idx: cfg.pad_token_id,
+            offset_positions: family.offsets_positions(),
         })
     }
 
     /// The word-embedding matrix (tied to the MLM decoder).
     pub fn word_embeddings(&self) -> &Tensor {
         self.word.embeddings()
+    }
+
+    /// Whether the block adds token-type embeddings.
+    pub fn has_token_types(&self) -> bool {
+        self.token_type.is_some()
     }
 
     /// Embeds token ids.
@@ -52,10 +90,47 @@ impl Embeddings {
         token_type_ids: &Tensor,
         mode: Mode,
     ) -> Result<Tensor> {
-        let x = self.word.forward(input_ids)?;
-        let x = (x + self.position.forward(position_ids)?)?;
-        let x = (x + self.token_type.forward(token_type_ids)?)?;
+        // As `nn.Embedding(padding_idx=…)`: in training, padding rows pass no gradient.
+        let padding = if mode.is_train() {
+            let (b, s) = input_ids.dims2()?;
+            let width = self.word.embeddings().dim(1)?;
+            Some(input_ids.eq(self.padding_idx)?.unsqueeze(2)?.broadcast_as((b, s, width))?)
+        } else {
+            None
+        };
+        let lookup = |table: &Embedding, ids: &Tensor, frozen_at_padding: bool| -> Result<Tensor> {
+            let x = table.forward(ids)?;
+            match &padding {
+                Some(padding) if frozen_at_padding && x.track_op() => padding.where_cond(&x.detach(), &x),
+                _ => Ok(x),
+            }
+        };
+        let x = lookup(&self.word, input_ids, true)?;
+        let mut x = (x + lookup(&self.position, position_ids, self.offset_positions)?)?;
+        if let Some(token_type) = &self.token_type {
+            x = (x + token_type.forward(token_type_ids)?)?;
+        }
         let x = self.norm.forward(&x, mode)?;
-        self.dropout.forward(&x, mode)
+        let x = self.dropout.forward(&x, mode)?;
+        match &self.project {
+            Some(project) => project.forward_in(&x, mode),
+            None => Ok(x),
+        }
     }
+}
+
+/// DistilBERT's fixed position table: `sin(pos / 10000^(2⌊j/2⌋/dim))` in even columns, `cos` in
+/// odd ones (transformers `create_sinusoidal_embeddings`, computed in f64 as numpy does).
+///
+/// # Shapes
+/// → `[positions, dim]` (f32)
+fn sinusoidal_positions(positions: usize, dim: usize, device: &Device) -> Result<Tensor> {
+    let mut values = Vec::with_capacity(positions * dim);
+    for pos in 0..positions {
+        for j in 0..dim {
+            let angle = pos as f64 / 10000f64.powf(2.0 * (j / 2) as f64 / dim as f64);
+            values.push(if j % 2 == 0 { angle.sin() } else { angle.cos() } as f32);
+        }
+    }
+    Tensor::from_vec(values, (positions, dim), device)?.to_dtype(DType::F32)
 }

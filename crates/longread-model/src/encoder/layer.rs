@@ -1,5 +1,6 @@
 //! One transformer layer: self-attention then the feed-forward block, both post-LN.
-//! Reference: transformers `modeling_bert.py: BertLayer`, `BertIntermediate`, `BertOutput`.
+//! Reference: transformers `modeling_bert.py: BertLayer`, `BertIntermediate`, `BertOutput`
+//! (DistilBERT's `TransformerBlock` and MPNet's `MPNetLayer` are the same computation).
 
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
@@ -13,7 +14,7 @@ use crate::layers::{linear, Linear};
 use crate::mode::Mode;
 use crate::profile::timed;
 
-/// `encoder.layer.{i}` of a BERT/RoBERTa checkpoint.
+/// `encoder.layer.{i}` (canonical names) of an encoder checkpoint.
 #[derive(Debug, Clone)]
 pub struct EncoderLayer {
     attention: SelfAttention,
@@ -49,9 +50,16 @@ impl EncoderLayer {
     }
 
     /// # Shapes
-    /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
-    pub fn forward(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Tensor> {
-        self.forward_keys(xs, Keys::Masked(mask_bias), mode)
+    /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]`, `position_bias` (MPNet's
+    /// relative-position bias): `[1, heads, seq, seq]` → `[batch, seq, hidden]`
+    pub fn forward(
+        &self,
+        xs: &Tensor,
+        mask_bias: &Tensor,
+        position_bias: Option<&Tensor>,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        self.forward_keys(xs, Keys::Masked { mask: mask_bias, position: position_bias }, mode)
     }
 
     /// The layer over padded (`Keys::Masked`) or packed (`Keys::Packed`) sequences.

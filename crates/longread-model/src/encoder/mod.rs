@@ -1,10 +1,12 @@
-//! BERT/RoBERTa encoder written for training: every op has a backward pass and dropout is
-//! real in [`Mode::Train`]. Matches transformers' `BertModel` / `RobertaModel` (without the
-//! pooler) to float precision.
+//! The encoder of every family longread reads (BERT, RoBERTa, DistilBERT, ELECTRA, MPNet: see
+//! [`Family`]), written for training: every op has a backward pass and dropout is real in
+//! [`Mode::Train`]. Matches transformers' `BertModel`, `RobertaModel`, `DistilBertModel`,
+//! `ElectraModel` and `MPNetModel` (without poolers) to float precision.
 
 mod attention;
 mod block_output;
 mod embeddings;
+mod family;
 mod layer;
 
 use std::ops::Range;
@@ -13,6 +15,7 @@ use candle_core::{DType, Result as CResult, Tensor};
 use candle_nn::VarBuilder;
 
 pub use embeddings::Embeddings;
+pub use family::{relative_position_bucket, Family, SequenceHeadStyle, MODEL_TYPES};
 pub use layer::EncoderLayer;
 
 use crate::config::{EncoderConfig, PositionScheme};
@@ -23,10 +26,49 @@ use crate::mode::Mode;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Keys<'a> {
     /// Padded sequences `[batch, seq, ...]`: an additive bias `[batch, 1, 1, seq]`, 0 for real
-    /// tokens and a large negative number for padding.
-    Masked(&'a Tensor),
+    /// tokens and a large negative number for padding, and MPNet's relative-position bias
+    /// `[1, heads, seq, seq]`.
+    Masked {
+        /// `[batch, 1, 1, seq]`.
+        mask: &'a Tensor,
+        /// `[1, heads, seq, seq]`, in families that have one.
+        position: Option<&'a Tensor>,
+    },
     /// Sequences packed end to end, `[tokens, ...]`: the row range of each (inference only).
     Packed(&'a [Range<usize>]),
+}
+
+/// MPNet's `encoder.relative_attention_bias`: one learnt score per (relative-position bucket,
+/// head), added to every layer's attention scores.
+#[derive(Debug, Clone)]
+struct RelativeAttentionBias {
+    /// `[buckets, heads]`.
+    table: Tensor,
+    buckets: usize,
+}
+
+/// transformers' MPNet `compute_position_bias` bounds the log buckets at this distance.
+const RELATIVE_MAX_DISTANCE: usize = 128;
+
+impl RelativeAttentionBias {
+    /// # Shapes
+    /// → `[1, heads, seq, seq]` in `dtype`
+    fn forward(&self, seq: usize, dtype: DType) -> CResult<Tensor> {
+        let buckets: Vec<u32> = (0..seq as i64)
+            .flat_map(|q| {
+                (0..seq as i64)
+                    .map(move |k| relative_position_bucket(k - q, self.buckets, RELATIVE_MAX_DISTANCE) as u32)
+            })
+            .collect();
+        let buckets = Tensor::from_vec(buckets, seq * seq, self.table.device())?;
+        let heads = self.table.dim(1)?;
+        self.table
+            .index_select(&buckets, 0)?
+            .reshape((seq, seq, heads))?
+            .permute((2, 0, 1))?
+            .unsqueeze(0)?
+            .to_dtype(dtype)
+    }
 }
 
 /// Embeddings followed by `num_hidden_layers` transformer layers.
@@ -34,19 +76,52 @@ pub(crate) enum Keys<'a> {
 pub struct Encoder {
     embeddings: Embeddings,
     layers: Vec<EncoderLayer>,
+    relative_bias: Option<RelativeAttentionBias>,
     config: EncoderConfig,
     /// dtype of the activations between layers (f32, or bf16 for mixed precision).
     compute_dtype: DType,
 }
 
 impl Encoder {
-    /// Loads `embeddings.*` and `encoder.layer.{i}.*` under `vb` (the checkpoint's encoder prefix).
+    /// Loads `embeddings.*` and `encoder.layer.{i}.*` under `vb` (the checkpoint's encoder
+    /// prefix; canonical names, which the builder maps to the family's own).
     pub fn load(vb: VarBuilder, config: &EncoderConfig) -> CResult<Self> {
-        let embeddings = Embeddings::load(vb.pp("embeddings"), config)?;
+        let family = config.family();
+        let embeddings = Embeddings::load(vb.clone(), config)?;
         let layers = (0..config.num_hidden_layers)
             .map(|i| EncoderLayer::load(vb.pp("encoder").pp("layer").pp(i), config))
             .collect::<CResult<Vec<_>>>()?;
-        Ok(Self { embeddings, layers, config: config.clone(), compute_dtype: DType::F32 })
+        let relative_bias = if family.has_relative_attention_bias() {
+            let buckets = config.relative_attention_num_buckets();
+            let init = candle_nn::Init::Randn { mean: 0.0, stdev: config.initializer_range };
+            let table = vb.pp("encoder").pp("relative_attention_bias").get_with_hints(
+                (buckets, config.num_attention_heads),
+                "weight",
+                init,
+            )?;
+            Some(RelativeAttentionBias { table, buckets })
+        } else {
+            None
+        };
+        Ok(Self { embeddings, layers, relative_bias, config: config.clone(), compute_dtype: DType::F32 })
+    }
+
+    /// The attention biases of a padded batch: the mask's, and the relative-position bias of
+    /// families that have one.
+    ///
+    /// # Shapes
+    /// `attention_mask: [batch, seq]` → (`[batch, 1, 1, seq]`, `[1, heads, seq, seq]`)
+    fn attention_biases(&self, attention_mask: &Tensor) -> CResult<(Tensor, Option<Tensor>)> {
+        let mask = mask_bias(attention_mask, self.compute_dtype)?;
+        let seq = attention_mask.dim(1)?;
+        let position = self.relative_bias.as_ref().map(|bias| bias.forward(seq, self.compute_dtype)).transpose()?;
+        Ok((mask, position))
+    }
+
+    /// Whether [`Encoder::forward_packed`] can run this encoder (not with a relative-position
+    /// bias, which packed attention does not add).
+    pub fn supports_packed(&self) -> bool {
+        self.relative_bias.is_none()
     }
 
     /// Runs the layers in `dtype` (e.g. bf16) over f32 weights, which are cast as they are used
@@ -135,8 +210,10 @@ impl Encoder {
     /// `seqs: n × [len_i]` → `([Σ len_i, hidden], n ranges)`
     pub fn forward_packed(&self, seqs: &[&[u32]]) -> Result<(Tensor, Vec<Range<usize>>)> {
         let device = self.embeddings.word_embeddings().device().clone();
-        if !device.is_cpu() || self.compute_dtype != DType::F32 {
-            return Err(ModelError::InvalidInput("packed sequences need the CPU and f32 activations".into()));
+        if !device.is_cpu() || self.compute_dtype != DType::F32 || !self.supports_packed() {
+            return Err(ModelError::InvalidInput(
+                "packed sequences need the CPU, f32 activations and no relative-position bias".into(),
+            ));
         }
         if seqs.is_empty() || seqs.iter().any(|s| s.is_empty()) {
             return Err(ModelError::InvalidInput("empty batch or empty sequence".into()));
@@ -170,10 +247,11 @@ impl Encoder {
         let token_type_ids = input_ids.zeros_like()?;
         let position_ids = self.validate_and_position(input_ids, attention_mask, &token_type_ids)?;
         let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, Mode::Eval)?;
-        let mask_bias = mask_bias(attention_mask, self.compute_dtype)?;
+        let (mask, position) = self.attention_biases(attention_mask)?;
+        let keys = Keys::Masked { mask: &mask, position: position.as_ref() };
         let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
         for layer in self.layers.iter().take(layers) {
-            xs = layer.forward(&xs, &mask_bias, Mode::Eval)?.detach();
+            xs = layer.forward_keys(&xs, keys, Mode::Eval)?.detach();
         }
         Ok(xs)
     }
@@ -192,10 +270,11 @@ impl Encoder {
                 attention_mask.dims()
             )));
         }
-        let mask_bias = mask_bias(attention_mask, self.compute_dtype)?;
+        let (mask, position) = self.attention_biases(attention_mask)?;
+        let keys = Keys::Masked { mask: &mask, position: position.as_ref() };
         let mut xs = hidden.to_dtype(self.stream_dtype(hidden, mode))?;
         for layer in self.layers.iter().skip(start) {
-            xs = layer.forward(&xs, &mask_bias, mode)?;
+            xs = layer.forward_keys(&xs, keys, mode)?;
         }
         Ok(xs)
     }
@@ -229,7 +308,13 @@ impl Encoder {
         let ids = input_ids.to_dtype(DType::U32)?.to_vec2::<u32>()?;
         self.check_sequence(seq, ids.iter().flatten())?;
         let max_type = types.max_all()?.to_dtype(DType::U32)?.to_scalar::<u32>()?;
-        if max_type as usize >= cfg.type_vocab_size {
+        if !self.embeddings.has_token_types() && max_type > 0 {
+            return Err(ModelError::InvalidInput(format!(
+                "token type {max_type} given, but a {} encoder has no token types",
+                self.config.model_type
+            )));
+        }
+        if self.embeddings.has_token_types() && max_type as usize >= cfg.type_vocab_size {
             return Err(ModelError::InvalidInput(format!(
                 "token type {max_type} is out of range for type_vocab_size {}",
                 cfg.type_vocab_size

@@ -368,12 +368,9 @@ impl ClassifierConfig {
     /// The `architectures` entry of config.json: longread's own name for the hierarchical
     /// model; for the single-chunk baseline the transformers class that loads it.
     pub fn hf_architecture(&self) -> &'static str {
-        match (self.longread.architecture, self.encoder.model_type.as_str()) {
-            (Architecture::Hierarchical, _) => ARCHITECTURE,
-            (Architecture::Sequence, "roberta") => "RobertaForSequenceClassification",
-            (Architecture::Sequence, "xlm-roberta") => "XLMRobertaForSequenceClassification",
-            (Architecture::Sequence, "camembert") => "CamembertForSequenceClassification",
-            (Architecture::Sequence, _) => "BertForSequenceClassification",
+        match self.longread.architecture {
+            Architecture::Hierarchical => ARCHITECTURE,
+            Architecture::Sequence => crate::encoder::Family::sequence_class(&self.encoder.model_type),
         }
     }
 

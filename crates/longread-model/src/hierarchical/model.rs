@@ -138,7 +138,8 @@ impl HierarchicalClassifier {
     /// `BertForSequenceClassification.from_pretrained` does.
     fn start_from_pretrained_pooler(&self, checkpoint: &Checkpoint, device: &Device) -> Result<()> {
         let config = &self.config;
-        if config.longread.architecture != Architecture::Sequence || config.encoder.is_roberta() {
+        let bert_pooler = config.encoder.family().sequence_head() == crate::encoder::SequenceHeadStyle::BertPooler;
+        if config.longread.architecture != Architecture::Sequence || !bert_pooler {
             return Ok(());
         }
         let Some((_, head_vars)) = &self.vars else { return Ok(()) };
@@ -364,7 +365,7 @@ impl HierarchicalClassifier {
 
     /// All tensors under their file names: the encoder's with the `bert.`/`roberta.` prefix.
     pub fn named_tensors(&self) -> Result<HashMap<String, Tensor>> {
-        variables::named_tensors(self.vars.as_ref(), self.config.encoder.weight_prefix())
+        variables::named_tensors(self.vars.as_ref(), self.config.encoder.weight_prefix(), self.config.encoder.family())
     }
 
     /// Writes the model directory (config.json, model.safetensors, tokenizer.json) atomically:

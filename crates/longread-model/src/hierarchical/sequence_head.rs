@@ -3,7 +3,11 @@
 //! - RoBERTa family (`RobertaClassificationHead`): `dropout → classifier.dense (H → H) → tanh →
 //!   dropout → classifier.out_proj (→ labels)`;
 //! - BERT (`BertPooler` + `BertForSequenceClassification`): `bert.pooler.dense (H → H) → tanh →
-//!   dropout → classifier (→ labels)`.
+//!   dropout → classifier (→ labels)`;
+//! - MPNet (`MPNetClassificationHead`): as RoBERTa;
+//! - ELECTRA (`ElectraClassificationHead`): as RoBERTa with GELU for tanh;
+//! - DistilBERT (`DistilBertForSequenceClassification`): `pre_classifier (H → H) → ReLU → dropout
+//!   (seq_classif_dropout) → classifier (→ labels)`.
 //!
 //! Tensor names are transformers' own, so the saved directory loads with `from_pretrained`.
 
@@ -11,34 +15,57 @@ use candle_core::{Result, Tensor};
 use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
+use crate::encoder::SequenceHeadStyle;
 use crate::layers::{linear, Dropout, Linear};
 use crate::mode::Mode;
 
 /// The head of a `*ForSequenceClassification` model.
 #[derive(Debug, Clone)]
 pub struct SequenceHead {
-    /// RoBERTa's dropout in front of `dense` (BERT has none).
+    /// The dropout in front of `dense` (RoBERTa, MPNet, ELECTRA; BERT and DistilBERT have none).
     input_dropout: Option<Dropout>,
     dense: Linear,
+    activation: HeadActivation,
     dropout: Dropout,
     out_proj: Linear,
 }
 
+/// The activation between the head's two dense layers.
+#[derive(Debug, Clone, Copy)]
+enum HeadActivation {
+    Tanh,
+    Gelu,
+    Relu,
+}
+
 impl SequenceHead {
-    /// Loads (or, from a fresh builder, creates) the head from the root builder.
+    /// Loads (or, from a fresh builder, creates) the head from the root builder, shaped and
+    /// named as transformers has it for the encoder's family ([`SequenceHeadStyle`]).
     pub fn load(vb: VarBuilder, encoder: &EncoderConfig, labels: usize, dropout: f64) -> Result<Self> {
         let (h, std) = (encoder.hidden_size, encoder.initializer_range);
-        let (input_dropout, dense, out_proj) = if encoder.is_roberta() {
-            let vb = vb.pp("classifier");
-            (
+        let style = encoder.family().sequence_head();
+        let classifier = vb.pp("classifier");
+        let (input_dropout, dense, activation, out_proj) = match style {
+            SequenceHeadStyle::Classifier | SequenceHeadStyle::ClassifierGelu => (
                 Some(Dropout::new(dropout)),
-                linear(vb.pp("dense"), h, h, std)?,
-                linear(vb.pp("out_proj"), h, labels, std)?,
-            )
-        } else {
-            (None, linear(vb.pp(Self::bert_pooler(encoder)), h, h, std)?, linear(vb.pp("classifier"), h, labels, std)?)
+                linear(classifier.pp("dense"), h, h, std)?,
+                if style == SequenceHeadStyle::Classifier { HeadActivation::Tanh } else { HeadActivation::Gelu },
+                linear(classifier.pp("out_proj"), h, labels, std)?,
+            ),
+            SequenceHeadStyle::BertPooler => (
+                None,
+                linear(vb.pp(Self::bert_pooler(encoder)), h, h, std)?,
+                HeadActivation::Tanh,
+                linear(classifier, h, labels, std)?,
+            ),
+            SequenceHeadStyle::PreClassifier => (
+                None,
+                linear(vb.pp("pre_classifier"), h, h, std)?,
+                HeadActivation::Relu,
+                linear(classifier, h, labels, std)?,
+            ),
         };
-        Ok(Self { input_dropout, dense, dropout: Dropout::new(dropout), out_proj })
+        Ok(Self { input_dropout, dense, activation, dropout: Dropout::new(dropout), out_proj })
     }
 
     /// Where a BERT checkpoint keeps its pooler (`bert.pooler.dense`); a new BERT baseline
@@ -54,7 +81,12 @@ impl SequenceHead {
         if let Some(dropout) = &self.input_dropout {
             x = dropout.forward(&x, mode)?;
         }
-        let x = self.dense.forward(&x)?.tanh()?;
+        let x = self.dense.forward(&x)?;
+        let x = match self.activation {
+            HeadActivation::Tanh => x.tanh()?,
+            HeadActivation::Gelu => x.gelu_erf()?,
+            HeadActivation::Relu => x.relu()?,
+        };
         let x = self.dropout.forward(&x, mode)?;
         self.out_proj.forward(&x)?.squeeze(0)
     }

@@ -30,6 +30,9 @@ pub(crate) struct FusedAttention {
     pub(crate) scale: f32,
     /// `[batch, seq]`.
     pub(crate) key_bias: Vec<f32>,
+    /// MPNet's relative-position bias, `[heads, seq, seq]`, added to the scaled scores before
+    /// the key bias (its own gradient is not computed: with one, training composes candle ops).
+    pub(crate) score_bias: Option<Vec<f32>>,
     pub(crate) dropout: Option<SeededDropout>,
 }
 
@@ -151,6 +154,9 @@ impl FusedAttention {
         if self.key_bias.len() != batch * seq {
             candle_core::bail!("fused-attention: a key bias of {} for {batch} × {seq} keys", self.key_bias.len());
         }
+        if self.score_bias.as_ref().is_some_and(|bias| bias.len() != self.heads * seq * seq) {
+            candle_core::bail!("fused-attention: a score bias that is not [{} heads, {seq}, {seq}]", self.heads);
+        }
         Ok(Dims { batch, seq, heads: self.heads, head_size: width / self.heads })
     }
 
@@ -176,6 +182,10 @@ impl FusedAttention {
             // rhs(k = feature, n = key) = K[key, feature].
             let k_t = Mat(k.add(base), w, 1);
             matmul((rows.len(), s, d.head_size), Out(probs.as_mut_ptr(), s, false), q_rows, k_t, self.scale);
+            if let Some(bias) = &self.score_bias {
+                let head_rows = &bias[(h * s + rows.start) * s..(h * s + rows.end) * s];
+                probs.iter_mut().zip(head_rows).for_each(|(x, b)| *x += b);
+            }
             softmax_rows(probs, &self.key_bias[b * s..(b + 1) * s]);
         }
     }
@@ -393,7 +403,13 @@ mod tests {
         let bias = key_bias(seq, padding);
         let run = |fused: bool| {
             let out = if fused {
-                let op = FusedAttention { heads: HEADS, scale: 1.0 / 8f32.sqrt(), key_bias: bias.clone(), dropout };
+                let op = FusedAttention {
+                    heads: HEADS,
+                    scale: 1.0 / 8f32.sqrt(),
+                    key_bias: bias.clone(),
+                    score_bias: None,
+                    dropout,
+                };
                 q.as_tensor().apply_op3(k.as_tensor(), v.as_tensor(), op).unwrap()
             } else {
                 let keep = dropout.map(|d| d.keep_mask(padding.len() * HEADS * seq * seq));

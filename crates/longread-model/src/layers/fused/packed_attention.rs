@@ -129,7 +129,7 @@ mod tests {
         let (q, k, v) = (padded(0.1), padded(-0.2), padded(0.3));
         let key_bias: Vec<f32> =
             lengths.iter().flat_map(|&n| (0..seq).map(move |j| if j < n { 0.0 } else { f32::MIN })).collect();
-        let op = FusedAttention { heads: HEADS, scale: 1.0 / 8f32.sqrt(), key_bias, dropout: None };
+        let op = FusedAttention { heads: HEADS, scale: 1.0 / 8f32.sqrt(), key_bias, score_bias: None, dropout: None };
         let reference = q.apply_op3_no_bwd(&k, &v, &op).unwrap();
         let pack = |t: &Tensor| {
             let rows: Vec<Tensor> =
