@@ -15,8 +15,8 @@ each with texts.json and expected.safetensors:
 
 and, with --mpnet DIR (sentence-transformers/all-mpnet-base-v2 as
 ../shared/models/fetch-all-mpnet-base-v2.sh installs it):
-  mpnet/expected.json  sentence-transformers' embeddings (mean pooling + Normalize) of
-                       minilm/inputs.jsonl, and its max_seq_length
+  mpnet/inputs.jsonl, expected.json  sentence-transformers' embeddings (mean pooling +
+                       Normalize) of six texts (one longer than its 384 tokens), max_seq_length
 
 Usage: python3 scripts/make_family_fixtures.py [--mpnet ~/.cache/longread/models/all-mpnet-base-v2]
 Needs: torch, transformers, tokenizers, safetensors (and sentence-transformers for --mpnet).
@@ -124,11 +124,16 @@ def all_mpnet(path):
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(path, device="cpu")
-    emb = st.encode(MINILM_TEXTS, batch_size=4, convert_to_numpy=True)
+    # MiniLM's texts, the longest made longer than all-mpnet-base-v2's 384 tokens (~480).
+    texts = MINILM_TEXTS[:-1] + [" ".join(["Attention weights show which parts of a document drove the decision."] * 37)]
+    emb = st.encode(texts, batch_size=4, convert_to_numpy=True)
     out = os.path.join(FIXTURES, "mpnet")
     os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "inputs.jsonl"), "w") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": f"s{i}", "text": t, "source": "fixture"}, ensure_ascii=False) + "\n")
     with open(os.path.join(out, "expected.json"), "w") as f:
-        json.dump({"inputs": "minilm/inputs.jsonl", "max_seq_length": st.max_seq_length, "embeddings": emb.tolist()}, f)
+        json.dump({"max_seq_length": st.max_seq_length, "embeddings": emb.tolist()}, f)
     print(f"mpnet: {emb.shape}, max_seq_length {st.max_seq_length}")
 
 

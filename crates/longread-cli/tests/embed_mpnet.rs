@@ -14,7 +14,7 @@ fn all_mpnet_base_v2_embeddings_match_sentence_transformers() {
         serde_json::from_str(&std::fs::read_to_string(fixture("mpnet/expected.json")).unwrap()).unwrap();
     let expected: Vec<Vec<f32>> = serde_json::from_value(reference["embeddings"].clone()).unwrap();
     assert_eq!(reference["max_seq_length"], 384);
-    let input = fixture("minilm/inputs.jsonl");
+    let input = fixture("mpnet/inputs.jsonl");
     let out = longread(&[
         "embed",
         "--model",
