@@ -1,17 +1,17 @@
 """Golden fixtures for the single-chunk baseline (`longread train --arch sequence`).
 
-For each tiny encoder (tiny-bert, tiny-roberta) this trains a sequence classifier with the Rust
+For each tiny encoder (tiny-bert, tiny-roberta, tiny-distilbert, tiny-electra, tiny-mpnet) this trains a sequence classifier with the Rust
 CLI, then loads the output with transformers' `AutoModelForSequenceClassification.from_pretrained`
 (which must report no missing, unexpected or mismatched keys and pick the
 `BertForSequenceClassification` / `RobertaForSequenceClassification` class) and records its logits
 on the documents of `tests/fixtures/hier/documents.jsonl`, truncated to the model's chunk size by
 the HF tokenizer:
 
-  tests/fixtures/seq/{bert,roberta}/  config.json, model.safetensors, tokenizer.json,
+  tests/fixtures/seq/{bert,roberta,distilbert,electra,mpnet}/  config.json, model.safetensors, tokenizer.json,
                                       provenance.json, expected.json ({id, ids, logits} per document)
 
 Usage: cargo build --release -p longread-cli &&
-       python3 scripts/make_sequence_fixtures.py [--longread target/release/longread]
+       python3 scripts/make_sequence_fixtures.py [--longread target/release/longread] [--cases bert,mpnet]
 """
 import argparse
 import json
@@ -28,7 +28,10 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 OUT = os.path.join(FIXTURES, "seq")
 CASES = {"bert": ("tiny-bert", "BertForSequenceClassification"),
-         "roberta": ("tiny-roberta", "RobertaForSequenceClassification")}
+         "roberta": ("tiny-roberta", "RobertaForSequenceClassification"),
+         "distilbert": ("tiny-distilbert", "DistilBertForSequenceClassification"),
+         "electra": ("tiny-electra", "ElectraForSequenceClassification"),
+         "mpnet": ("tiny-mpnet", "MPNetForSequenceClassification")}
 TRAIN_FLAGS = ["--arch", "sequence", "--dev-split", "0.25", "--epochs", "2", "--lr", "1e-3", "--batch-size", "4",
                "--seed", "7", "--train-embeddings"]
 
@@ -72,11 +75,13 @@ def expected(out, architecture):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--longread", default=os.path.join(ROOT, "target", "release", "longread"))
+    ap.add_argument("--cases", default=",".join(CASES), help="which of them to (re)write")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
-    shutil.rmtree(OUT, ignore_errors=True)
-    for name, (encoder, architecture) in CASES.items():
+    for name in args.cases.split(","):
+        encoder, architecture = CASES[name]
         out = os.path.join(OUT, name)
+        shutil.rmtree(out, ignore_errors=True)
         train(args.longread, encoder, out)
         rows = expected(out, architecture)
         with open(os.path.join(out, "expected.json"), "w") as f:

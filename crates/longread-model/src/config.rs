@@ -233,6 +233,33 @@ impl EncoderConfig {
         }
     }
 
+    /// config.json's encoder keys under the family's own names (DistilBERT's `dim`, `n_layers`,
+    /// `n_heads`, `hidden_dim`, `activation`, `dropout`, `attention_dropout`), so that
+    /// transformers reads back the same model.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if self.family() != Family::DistilBert {
+            return value;
+        }
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("intermediate_size".into(), self.intermediate_size().into());
+            for (ours, theirs) in [
+                ("hidden_size", "dim"),
+                ("num_hidden_layers", "n_layers"),
+                ("num_attention_heads", "n_heads"),
+                ("intermediate_size", "hidden_dim"),
+                ("hidden_act", "activation"),
+                ("hidden_dropout_prob", "dropout"),
+                ("attention_probs_dropout_prob", "attention_dropout"),
+            ] {
+                if let Some(v) = obj.remove(ours) {
+                    obj.insert(theirs.into(), v);
+                }
+            }
+        }
+        value
+    }
+
     /// Dropout of a transformers classification head: `classifier_dropout` when config.json
     /// sets it, else `hidden_dropout_prob` (as transformers decides).
     pub fn classifier_dropout(&self) -> f64 {
@@ -298,6 +325,26 @@ mod tests {
         let c: EncoderConfig = serde_json::from_value(v).unwrap();
         assert_eq!(c.position_scheme(), PositionScheme::PaddingOffset { padding_idx: 1 });
         assert_eq!(c.max_sequence_length(), 512);
+    }
+
+    #[test]
+    fn distilbert_configs_are_read_and_written_in_distilberts_names() {
+        let v = serde_json::json!({
+            "model_type": "distilbert", "vocab_size": 100, "dim": 32, "n_layers": 2, "n_heads": 4,
+            "hidden_dim": 64, "activation": "relu", "dropout": 0.2, "attention_dropout": 0.3, "qa_dropout": 0.1
+        });
+        let c: EncoderConfig = serde_json::from_value(v).unwrap();
+        assert_eq!((c.hidden_size, c.num_hidden_layers, c.num_attention_heads), (32, 2, 4));
+        assert_eq!((c.intermediate_size(), c.hidden_act.as_str()), (64, "relu"));
+        assert_eq!((c.hidden_dropout_prob, c.attention_probs_dropout_prob), (0.2, 0.3));
+        let back = c.to_json();
+        for (key, want) in [("dim", 32.0), ("n_layers", 2.0), ("n_heads", 4.0), ("hidden_dim", 64.0), ("dropout", 0.2)]
+        {
+            assert_eq!(back[key].as_f64(), Some(want), "{key}");
+        }
+        assert!(back.get("hidden_size").is_none() && back.get("intermediate_size").is_none());
+        assert_eq!(back["qa_dropout"], 0.1);
+        assert_eq!(serde_json::from_value::<EncoderConfig>(back).unwrap(), c);
     }
 
     #[test]

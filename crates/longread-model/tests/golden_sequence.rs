@@ -1,7 +1,8 @@
 //! The single-chunk baseline against transformers (fixtures by `scripts/make_sequence_fixtures.py`:
 //! models trained by `longread train --arch sequence`, loaded by
 //! `AutoModelForSequenceClassification.from_pretrained` with no missing or unexpected keys):
-//! the same truncated token ids and logits within 1e-4, in the BERT and the RoBERTa layout.
+//! the same truncated token ids and logits within 1e-4, in the BERT, RoBERTa, DistilBERT, ELECTRA
+//! and MPNet layouts.
 
 mod common;
 
@@ -22,7 +23,13 @@ fn documents() -> Vec<String> {
 
 #[test]
 fn sequence_classifiers_match_transformers() {
-    for (case, class) in [("bert", "BertForSequenceClassification"), ("roberta", "RobertaForSequenceClassification")] {
+    for (case, class) in [
+        ("bert", "BertForSequenceClassification"),
+        ("roberta", "RobertaForSequenceClassification"),
+        ("distilbert", "DistilBertForSequenceClassification"),
+        ("electra", "ElectraForSequenceClassification"),
+        ("mpnet", "MPNetForSequenceClassification"),
+    ] {
         let dir = fixture(&format!("seq/{case}"));
         let model = HierarchicalClassifier::load(&dir, false, &Device::Cpu).unwrap();
         assert_eq!(model.config().longread.architecture, Architecture::Sequence);

@@ -376,7 +376,7 @@ impl ClassifierConfig {
 
     /// The full config.json: encoder keys, architectures, labels and the longread section.
     pub fn to_json(&self) -> serde_json::Value {
-        let mut value = serde_json::to_value(&self.encoder).unwrap_or_default();
+        let mut value = self.encoder.to_json();
         let id2label: BTreeMap<String, &String> =
             self.labels.iter().enumerate().map(|(i, l)| (i.to_string(), l)).collect();
         let label2id: BTreeMap<&String, usize> = self.labels.iter().enumerate().map(|(i, l)| (l, i)).collect();
