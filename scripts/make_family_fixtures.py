@@ -7,6 +7,8 @@ Writes under tests/fixtures/:
                     hidden_size 32 (embeddings_project), WordPiece
   tiny-mpnet/       MPNetForMaskedLM ("mpnet." prefix), byte-level BPE with <pad> = 1 (RoBERTa
                     positions), 32 relative-position buckets over sequences of up to ~30 tokens
+  tiny-modernbert/  ModernBertForMaskedLM ("model." prefix), byte-level BPE, 3 layers: global,
+                    sliding window ±4 (local_attention 8), global
 each with texts.json and expected.safetensors:
   input_ids, attention_mask, last_hidden_state   the padded batch in eval mode (eager attention)
   probe, loss                                    loss = Σ last_hidden_state ⊙ probe in train mode
@@ -118,6 +120,16 @@ def main():
     write_case("tiny-mpnet", MPNetForMaskedLM(mpnet), bpe, pad_id=1, seed=13,
                grads=["embeddings.word_embeddings.weight", "encoder.relative_attention_bias.weight",
                       "encoder.layer.0.attention.attn.q.weight", "encoder.layer.1.attention.LayerNorm.weight"])
+
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+    modern = ModernBertConfig(vocab_size=bpe.get_vocab_size(), hidden_size=32, intermediate_size=48,
+                              num_hidden_layers=3, num_attention_heads=4, global_attn_every_n_layers=2,
+                              local_attention=8, max_position_embeddings=128, norm_eps=1e-5, pad_token_id=1,
+                              bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2,
+                              hidden_activation="gelu", attn_implementation="eager")
+    write_case("tiny-modernbert", ModernBertForMaskedLM(modern), bpe, pad_id=1, seed=14,
+               grads=["embeddings.tok_embeddings.weight", "layers.1.attn.Wqkv.weight", "layers.2.mlp.Wi.weight",
+                      "final_norm.weight"])
 
 
 def all_mpnet(path):

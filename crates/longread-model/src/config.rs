@@ -18,7 +18,7 @@ use crate::error::{ModelError, Result};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EncoderConfig {
     /// The family: `"bert"`, `"roberta"` (also `"xlm-roberta"`, `"camembert"`), `"distilbert"`,
-    /// `"electra"` or `"mpnet"`. Default `"bert"`.
+    /// `"electra"`, `"mpnet"` or `"modernbert"`. Default `"bert"`.
     #[serde(default = "default_model_type")]
     pub model_type: String,
     /// Vocabulary size. Required.
@@ -35,9 +35,9 @@ pub struct EncoderConfig {
     /// Feed-forward inner size (DistilBERT: `hidden_dim`). Default `4 * hidden_size`.
     #[serde(default, alias = "hidden_dim")]
     pub intermediate_size: Option<usize>,
-    /// Activation of the feed-forward layer (DistilBERT: `activation`). Default `"gelu"` (exact,
-    /// erf-based).
-    #[serde(default = "default_hidden_act", alias = "activation")]
+    /// Activation of the feed-forward layer (DistilBERT: `activation`, ModernBERT:
+    /// `hidden_activation`). Default `"gelu"` (exact, erf-based).
+    #[serde(default = "default_hidden_act", alias = "activation", alias = "hidden_activation")]
     pub hidden_act: String,
     /// Dropout on hidden states (DistilBERT: `dropout`). Default 0.1.
     #[serde(default = "default_dropout", alias = "dropout")]
@@ -51,8 +51,8 @@ pub struct EncoderConfig {
     /// Number of token types. Default 2.
     #[serde(default = "default_type_vocab")]
     pub type_vocab_size: usize,
-    /// LayerNorm epsilon. Default 1e-12.
-    #[serde(default = "default_layer_norm_eps")]
+    /// LayerNorm epsilon (ModernBERT: `norm_eps`). Default 1e-12.
+    #[serde(default = "default_layer_norm_eps", alias = "norm_eps")]
     pub layer_norm_eps: f64,
     /// Padding token id (RoBERTa positions are counted from it). Default 0.
     #[serde(default)]
@@ -238,12 +238,8 @@ impl EncoderConfig {
     /// transformers reads back the same model.
     pub fn to_json(&self) -> serde_json::Value {
         let mut value = serde_json::to_value(self).unwrap_or_default();
-        if self.family() != Family::DistilBert {
-            return value;
-        }
-        if let Some(obj) = value.as_object_mut() {
-            obj.insert("intermediate_size".into(), self.intermediate_size().into());
-            for (ours, theirs) in [
+        let renames: &[(&str, &str)] = match self.family() {
+            Family::DistilBert => &[
                 ("hidden_size", "dim"),
                 ("num_hidden_layers", "n_layers"),
                 ("num_attention_heads", "n_heads"),
@@ -251,7 +247,17 @@ impl EncoderConfig {
                 ("hidden_act", "activation"),
                 ("hidden_dropout_prob", "dropout"),
                 ("attention_probs_dropout_prob", "attention_dropout"),
-            ] {
+            ],
+            Family::ModernBert => &[
+                ("hidden_act", "hidden_activation"),
+                ("layer_norm_eps", "norm_eps"),
+                ("attention_probs_dropout_prob", "attention_dropout"),
+            ],
+            _ => return value,
+        };
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("intermediate_size".into(), self.intermediate_size().into());
+            for &(ours, theirs) in renames {
                 if let Some(v) = obj.remove(ours) {
                     obj.insert(theirs.into(), v);
                 }
@@ -271,6 +277,7 @@ impl EncoderConfig {
     pub fn weight_prefix(&self) -> &str {
         match self.model_type.as_str() {
             "xlm-roberta" | "camembert" => "roberta",
+            "modernbert" => "model",
             other => other,
         }
     }

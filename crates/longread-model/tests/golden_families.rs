@@ -1,4 +1,4 @@
-//! DistilBERT, ELECTRA and MPNet encoders against transformers (fixtures from
+//! DistilBERT, ELECTRA, MPNet and ModernBERT encoders against transformers (fixtures from
 //! `scripts/make_family_fixtures.py`): the same token ids, the same last hidden states to 1e-4 on
 //! a padded batch, and in training mode (dropout 0) the same loss and parameter gradients.
 
@@ -11,8 +11,12 @@ use longread_model::encoder::Family;
 use longread_model::{Checkpoint, DropoutRng, LoadOptions, Mode};
 use longread_text::{pad_batch, TextTokenizer};
 
-const FIXTURES: [(&str, Family); 3] =
-    [("tiny-distilbert", Family::DistilBert), ("tiny-electra", Family::Electra), ("tiny-mpnet", Family::MPNet)];
+const FIXTURES: [(&str, Family); 4] = [
+    ("tiny-distilbert", Family::DistilBert),
+    ("tiny-electra", Family::Electra),
+    ("tiny-mpnet", Family::MPNet),
+    ("tiny-modernbert", Family::ModernBert),
+];
 
 fn texts(name: &str) -> Vec<String> {
     serde_json::from_str(&std::fs::read_to_string(fixture(name).join("texts.json")).unwrap()).unwrap()

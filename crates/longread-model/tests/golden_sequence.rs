@@ -1,8 +1,8 @@
 //! The single-chunk baseline against transformers (fixtures by `scripts/make_sequence_fixtures.py`:
 //! models trained by `longread train --arch sequence`, loaded by
 //! `AutoModelForSequenceClassification.from_pretrained` with no missing or unexpected keys):
-//! the same truncated token ids and logits within 1e-4, in the BERT, RoBERTa, DistilBERT, ELECTRA
-//! and MPNet layouts.
+//! the same truncated token ids and logits within 1e-4, in the BERT, RoBERTa, DistilBERT, ELECTRA,
+//! MPNet and ModernBERT layouts.
 
 mod common;
 
@@ -29,6 +29,7 @@ fn sequence_classifiers_match_transformers() {
         ("distilbert", "DistilBertForSequenceClassification"),
         ("electra", "ElectraForSequenceClassification"),
         ("mpnet", "MPNetForSequenceClassification"),
+        ("modernbert", "ModernBertForSequenceClassification"),
     ] {
         let dir = fixture(&format!("seq/{case}"));
         let model = HierarchicalClassifier::load(&dir, false, &Device::Cpu).unwrap();

@@ -74,7 +74,8 @@ impl Checkpoint {
     /// `"bert"`/`"roberta"` for one saved by a `*For...` head model.
     pub fn encoder_prefix(&self) -> &str {
         let prefix = self.config.weight_prefix();
-        if self.store.contains(&format!("{prefix}.embeddings.word_embeddings.weight")) {
+        let word_table = self.config.family().file_name("embeddings.word_embeddings.weight");
+        if self.store.contains(&format!("{prefix}.{word_table}")) {
             prefix
         } else {
             ""

@@ -3,13 +3,14 @@
 //! `models/roberta/modeling_roberta.py: RobertaEmbeddings`, `models/distilbert/modeling_distilbert.py:
 //! Embeddings` (no token types; sinusoidal positions computed when the checkpoint has none), `models/electra/modeling_electra.py:
 //! ElectraEmbeddings` + `ElectraModel.embeddings_project`, `models/mpnet/modeling_mpnet.py:
-//! MPNetEmbeddings` (no token types).
+//! MPNetEmbeddings` (no token types), `models/modernbert/modeling_modernbert.py: ModernBertEmbeddings`
+//! (no positions, no token types, a norm without bias).
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Embedding, Init, Module, VarBuilder};
 
 use crate::config::EncoderConfig;
-use crate::encoder::Family;
+use crate::encoder::{modern, Family, ModernSettings};
 use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
@@ -17,7 +18,8 @@ use crate::mode::Mode;
 #[derive(Debug, Clone)]
 pub struct Embeddings {
     word: Embedding,
-    position: Embedding,
+    /// Absent in ModernBERT (rotary positions, in the layers).
+    position: Option<Embedding>,
     /// Absent in families without token types (DistilBERT, MPNet).
     token_type: Option<Embedding>,
     norm: LayerNorm,
@@ -43,12 +45,23 @@ impl Embeddings {
             Ok(Embedding::new(w, width))
         };
         let sinusoidal = family == Family::DistilBert && cfg.sinusoidal_pos_embds == Some(true);
-        let position = if sinusoidal && !emb.pp("position_embeddings").contains_tensor("weight") {
+        let position = if family == Family::ModernBert {
+            None
+        } else if sinusoidal && !emb.pp("position_embeddings").contains_tensor("weight") {
             // The fixed table transformers initialises (a checkpoint stores it, and is read as is).
             let table = sinusoidal_positions(cfg.max_position_embeddings, width, vb.device())?;
-            Embedding::new(table.to_dtype(vb.dtype())?, width)
+            Some(Embedding::new(table.to_dtype(vb.dtype())?, width))
         } else {
-            table("position_embeddings", cfg.max_position_embeddings)?
+            Some(table("position_embeddings", cfg.max_position_embeddings)?)
+        };
+        let (norm, dropout) = if family == Family::ModernBert {
+            let settings = ModernSettings::of(cfg);
+            (
+                modern::norm(emb.pp("LayerNorm"), width, cfg.layer_norm_eps, settings.norm_bias)?,
+                settings.embedding_dropout,
+            )
+        } else {
+            (LayerNorm::load(emb.pp("LayerNorm"), width, cfg.layer_norm_eps)?, cfg.hidden_dropout_prob)
         };
         let token_type =
             if family.has_token_types() { Some(table("token_type_embeddings", cfg.type_vocab_size)?) } else { None };
@@ -61,8 +74,8 @@ impl Embeddings {
             word: table("word_embeddings", cfg.vocab_size)?,
             position,
             token_type,
-            norm: LayerNorm::load(emb.pp("LayerNorm"), width, cfg.layer_norm_eps)?,
-            dropout: Dropout::new(cfg.hidden_dropout_prob),
+            norm,
+            dropout: Dropout::new(dropout),
             project,
             padding_idx: cfg.pad_token_id,
             offset_positions: family.offsets_positions(),
@@ -105,8 +118,10 @@ impl Embeddings {
                 _ => Ok(x),
             }
         };
-        let x = lookup(&self.word, input_ids, true)?;
-        let mut x = (x + lookup(&self.position, position_ids, self.offset_positions)?)?;
+        let mut x = lookup(&self.word, input_ids, true)?;
+        if let Some(position) = &self.position {
+            x = (x + lookup(position, position_ids, self.offset_positions)?)?;
+        }
         if let Some(token_type) = &self.token_type {
             x = (x + token_type.forward(token_type_ids)?)?;
         }

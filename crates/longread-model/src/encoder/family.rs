@@ -22,10 +22,13 @@ pub enum Family {
     /// `mpnet`: RoBERTa positions, no token types, a relative-position attention bias shared by
     /// every layer.
     MPNet,
+    /// `modernbert`: pre-norm layers without biases, rotary positions (up to 8,192), GeGLU,
+    /// global attention every few layers and a sliding window in the others.
+    ModernBert,
 }
 
 /// Every `model_type` longread reads, with its family.
-pub const MODEL_TYPES: [(&str, Family); 7] = [
+pub const MODEL_TYPES: [(&str, Family); 8] = [
     ("bert", Family::Bert),
     ("roberta", Family::Roberta),
     ("xlm-roberta", Family::Roberta),
@@ -33,6 +36,7 @@ pub const MODEL_TYPES: [(&str, Family); 7] = [
     ("distilbert", Family::DistilBert),
     ("electra", Family::Electra),
     ("mpnet", Family::MPNet),
+    ("modernbert", Family::ModernBert),
 ];
 
 /// How a single-chunk (`*ForSequenceClassification`) head is shaped, as transformers has it.
@@ -46,6 +50,8 @@ pub enum SequenceHeadStyle {
     ClassifierGelu,
     /// DistilBERT: `pre_classifier → ReLU → dropout → classifier`.
     PreClassifier,
+    /// ModernBERT: `head.dense → GELU → head.norm → dropout → classifier`.
+    PredictionHead,
 }
 
 impl Family {
@@ -86,6 +92,7 @@ impl Family {
             Self::Roberta | Self::MPNet => SequenceHeadStyle::Classifier,
             Self::Electra => SequenceHeadStyle::ClassifierGelu,
             Self::DistilBert => SequenceHeadStyle::PreClassifier,
+            Self::ModernBert => SequenceHeadStyle::PredictionHead,
         }
     }
 
@@ -98,6 +105,7 @@ impl Family {
             "distilbert" => "DistilBertForSequenceClassification",
             "electra" => "ElectraForSequenceClassification",
             "mpnet" => "MPNetForSequenceClassification",
+            "modernbert" => "ModernBertForSequenceClassification",
             _ => "BertForSequenceClassification",
         }
     }
@@ -105,8 +113,15 @@ impl Family {
     /// The file name of a canonical (BERT-layout) encoder tensor name, both relative to the
     /// encoder's prefix: `encoder.layer.0.attention.self.query.weight` is
     /// `transformer.layer.0.attention.q_lin.weight` in DistilBERT and
-    /// `encoder.layer.0.attention.attn.q.weight` in MPNet; other names are the same everywhere.
+    /// `encoder.layer.0.attention.attn.q.weight` in MPNet; ModernBERT keeps its layers under
+    /// `layers.{i}` (canonical `encoder.layer.{i}`, same sub-names), its word table as
+    /// `embeddings.tok_embeddings`, its embedding norm as `embeddings.norm` and its final norm
+    /// (canonical `encoder.layer.{last}.final_norm`, so that it trains with the top layer) as
+    /// `final_norm`; other names are the same everywhere.
     pub fn file_name(self, canonical: &str) -> String {
+        if self == Self::ModernBert {
+            return modernbert_file_name(canonical);
+        }
         let renames: &[(&str, &str)] = match self {
             Self::DistilBert => &[
                 ("attention.self.query.", "attention.q_lin."),
@@ -125,7 +140,7 @@ impl Family {
                 ("attention.output.dense.", "attention.attn.o."),
                 ("attention.output.LayerNorm.", "attention.LayerNorm."),
             ],
-            Self::Bert | Self::Roberta | Self::Electra => &[],
+            Self::Bert | Self::Roberta | Self::Electra | Self::ModernBert => &[],
         };
         let Some((layer, tail)) = canonical.strip_prefix("encoder.layer.").and_then(|rest| rest.split_once('.')) else {
             return canonical.to_owned();
@@ -147,7 +162,23 @@ impl fmt::Display for Family {
             Self::DistilBert => "DistilBERT",
             Self::Electra => "ELECTRA",
             Self::MPNet => "MPNet",
+            Self::ModernBert => "ModernBERT",
         })
+    }
+}
+
+/// [`Family::file_name`] for ModernBERT.
+fn modernbert_file_name(canonical: &str) -> String {
+    if let Some(rest) = canonical.strip_prefix("embeddings.word_embeddings.") {
+        return format!("embeddings.tok_embeddings.{rest}");
+    }
+    if let Some(rest) = canonical.strip_prefix("embeddings.LayerNorm.") {
+        return format!("embeddings.norm.{rest}");
+    }
+    match canonical.strip_prefix("encoder.layer.").and_then(|rest| rest.split_once('.')) {
+        Some((_, tail)) if tail.starts_with("final_norm.") => tail.to_owned(),
+        Some((layer, tail)) => format!("layers.{layer}.{tail}"),
+        None => canonical.to_owned(),
     }
 }
 
@@ -201,6 +232,11 @@ mod tests {
             "encoder.layer.1.output.dense.weight"
         );
         assert_eq!(Family::MPNet.file_name("embeddings.word_embeddings.weight"), "embeddings.word_embeddings.weight");
+        let modern = Family::ModernBert;
+        assert_eq!(modern.file_name("embeddings.word_embeddings.weight"), "embeddings.tok_embeddings.weight");
+        assert_eq!(modern.file_name("embeddings.LayerNorm.weight"), "embeddings.norm.weight");
+        assert_eq!(modern.file_name("encoder.layer.2.attn.Wqkv.weight"), "layers.2.attn.Wqkv.weight");
+        assert_eq!(modern.file_name("encoder.layer.2.final_norm.weight"), "final_norm.weight");
     }
 
     #[test]

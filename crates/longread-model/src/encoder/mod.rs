@@ -8,6 +8,7 @@ mod block_output;
 mod embeddings;
 mod family;
 mod layer;
+mod modern;
 
 use std::ops::Range;
 
@@ -17,6 +18,7 @@ use candle_nn::VarBuilder;
 pub use embeddings::Embeddings;
 pub use family::{relative_position_bucket, Family, SequenceHeadStyle, MODEL_TYPES};
 pub use layer::EncoderLayer;
+pub use modern::{norm as modern_norm, ModernLayer, ModernSettings};
 
 use crate::config::{EncoderConfig, PositionScheme};
 use crate::error::{ModelError, Result};
@@ -71,11 +73,22 @@ impl RelativeAttentionBias {
     }
 }
 
+/// ModernBERT's layers and final norm (see [`modern`]).
+#[derive(Debug, Clone)]
+struct ModernStack {
+    layers: Vec<ModernLayer>,
+    final_norm: crate::layers::LayerNorm,
+    settings: ModernSettings,
+}
+
 /// Embeddings followed by `num_hidden_layers` transformer layers.
 #[derive(Debug, Clone)]
 pub struct Encoder {
     embeddings: Embeddings,
+    /// BERT-style post-norm layers (every family but ModernBERT).
     layers: Vec<EncoderLayer>,
+    /// ModernBERT's pre-norm layers (then `layers` is empty).
+    modern: Option<ModernStack>,
     relative_bias: Option<RelativeAttentionBias>,
     config: EncoderConfig,
     /// dtype of the activations between layers (f32, or bf16 for mixed precision).
@@ -88,9 +101,24 @@ impl Encoder {
     pub fn load(vb: VarBuilder, config: &EncoderConfig) -> CResult<Self> {
         let family = config.family();
         let embeddings = Embeddings::load(vb.clone(), config)?;
-        let layers = (0..config.num_hidden_layers)
-            .map(|i| EncoderLayer::load(vb.pp("encoder").pp("layer").pp(i), config))
-            .collect::<CResult<Vec<_>>>()?;
+        let stack = vb.pp("encoder").pp("layer");
+        let (layers, modern) = if family == Family::ModernBert {
+            let settings = ModernSettings::of(config);
+            if let Some(problem) = settings.problem(config.num_hidden_layers) {
+                candle_core::bail!("{problem}");
+            }
+            let layers = (0..config.num_hidden_layers)
+                .map(|i| ModernLayer::load(stack.pp(i), config, &settings, i))
+                .collect::<CResult<Vec<_>>>()?;
+            let top = stack.pp(config.num_hidden_layers.saturating_sub(1)).pp("final_norm");
+            let final_norm = modern::norm(top, config.hidden_size, config.layer_norm_eps, settings.norm_bias)?;
+            (Vec::new(), Some(ModernStack { layers, final_norm, settings }))
+        } else {
+            let layers = (0..config.num_hidden_layers)
+                .map(|i| EncoderLayer::load(stack.pp(i), config))
+                .collect::<CResult<Vec<_>>>()?;
+            (layers, None)
+        };
         let relative_bias = if family.has_relative_attention_bias() {
             let buckets = config.relative_attention_num_buckets();
             let init = candle_nn::Init::Randn { mean: 0.0, stdev: config.initializer_range };
@@ -103,7 +131,7 @@ impl Encoder {
         } else {
             None
         };
-        Ok(Self { embeddings, layers, relative_bias, config: config.clone(), compute_dtype: DType::F32 })
+        Ok(Self { embeddings, layers, modern, relative_bias, config: config.clone(), compute_dtype: DType::F32 })
     }
 
     /// The attention biases of a padded batch: the mask's, and the relative-position bias of
@@ -119,9 +147,9 @@ impl Encoder {
     }
 
     /// Whether [`Encoder::forward_packed`] can run this encoder (not with a relative-position
-    /// bias, which packed attention does not add).
+    /// bias, which packed attention does not add, nor ModernBERT's layers).
     pub fn supports_packed(&self) -> bool {
-        self.relative_bias.is_none()
+        self.relative_bias.is_none() && self.modern.is_none()
     }
 
     /// Runs the layers in `dtype` (e.g. bf16) over f32 weights, which are cast as they are used
@@ -134,6 +162,9 @@ impl Encoder {
     /// quantised int8 activations (`--precision int8`: inference only, f32 elsewhere; the f32
     /// weights are kept and `false` returns to them). Attention, LayerNorm and embeddings stay f32.
     pub fn quantize_int8(&mut self, on: bool) -> CResult<()> {
+        if let Some(modern) = &mut self.modern {
+            modern.layers.iter_mut().try_for_each(|layer| layer.quantize_int8(on))?;
+        }
         self.layers.iter_mut().try_for_each(|layer| layer.quantize_int8(on))
     }
 
@@ -247,9 +278,16 @@ impl Encoder {
         let token_type_ids = input_ids.zeros_like()?;
         let position_ids = self.validate_and_position(input_ids, attention_mask, &token_type_ids)?;
         let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, Mode::Eval)?;
+        let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
+        if let Some(modern) = &self.modern {
+            let context = self.modern_context(modern, attention_mask)?;
+            for layer in modern.layers.iter().take(layers) {
+                xs = layer.forward(&xs, &context, Mode::Eval)?.detach();
+            }
+            return Ok(xs);
+        }
         let (mask, position) = self.attention_biases(attention_mask)?;
         let keys = Keys::Masked { mask: &mask, position: position.as_ref() };
-        let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
         for layer in self.layers.iter().take(layers) {
             xs = layer.forward_keys(&xs, keys, Mode::Eval)?.detach();
         }
@@ -270,6 +308,14 @@ impl Encoder {
                 attention_mask.dims()
             )));
         }
+        if let Some(modern) = &self.modern {
+            let context = self.modern_context(modern, attention_mask)?;
+            let mut xs = hidden.to_dtype(self.compute_dtype)?;
+            for layer in modern.layers.iter().skip(start) {
+                xs = layer.forward(&xs, &context, mode)?;
+            }
+            return Ok(modern.final_norm.forward(&xs, mode)?);
+        }
         let (mask, position) = self.attention_biases(attention_mask)?;
         let keys = Keys::Masked { mask: &mask, position: position.as_ref() };
         let mut xs = hidden.to_dtype(self.stream_dtype(hidden, mode))?;
@@ -277,6 +323,11 @@ impl Encoder {
             xs = layer.forward_keys(&xs, keys, mode)?;
         }
         Ok(xs)
+    }
+
+    /// ModernBERT's per-pass tables and biases.
+    fn modern_context(&self, modern: &ModernStack, attention_mask: &Tensor) -> CResult<modern::ModernContext> {
+        modern::ModernContext::new(&modern.settings, self.config.head_size(), attention_mask, self.compute_dtype)
     }
 
     /// dtype of the hidden states between layers: the compute dtype, except in inference on a
@@ -371,11 +422,16 @@ impl Encoder {
 /// `mask: [batch, seq]` → `[batch, 1, 1, seq]`
 pub fn mask_bias(mask: &Tensor, dtype: DType) -> CResult<Tensor> {
     let (b, s) = mask.dims2()?;
-    let min = match dtype {
+    let min = mask_minimum(dtype);
+    let inverted = (1.0 - mask.to_dtype(DType::F32)?)?;
+    (inverted * min)?.to_dtype(dtype)?.reshape((b, 1, 1, s))
+}
+
+/// The additive bias of a masked key: the dtype's most negative finite number.
+pub(crate) fn mask_minimum(dtype: DType) -> f64 {
+    match dtype {
         DType::F16 => -65504.0,
         DType::BF16 => -3.3895e38,
         _ => f32::MIN as f64,
-    };
-    let inverted = (1.0 - mask.to_dtype(DType::F32)?)?;
-    (inverted * min)?.to_dtype(dtype)?.reshape((b, 1, 1, s))
+    }
 }

@@ -385,6 +385,13 @@ impl ClassifierConfig {
             obj.insert("id2label".into(), serde_json::json!(id2label));
             obj.insert("label2id".into(), serde_json::json!(label2id));
             obj.insert("longread".into(), serde_json::to_value(&self.longread).unwrap_or_default());
+            if self.longread.architecture == Architecture::Sequence
+                && self.encoder.family() == crate::encoder::Family::ModernBert
+            {
+                // The head reads the first token's state (transformers' "cls" pooling), whatever
+                // the pretrained checkpoint chose.
+                obj.insert("classifier_pooling".into(), "cls".into());
+            }
         }
         value
     }

@@ -7,7 +7,9 @@
 //! - MPNet (`MPNetClassificationHead`): as RoBERTa;
 //! - ELECTRA (`ElectraClassificationHead`): as RoBERTa with GELU for tanh;
 //! - DistilBERT (`DistilBertForSequenceClassification`): `pre_classifier (H → H) → ReLU → dropout
-//!   (seq_classif_dropout) → classifier (→ labels)`.
+//!   (seq_classif_dropout) → classifier (→ labels)`;
+//! - ModernBERT (`ModernBertForSequenceClassification` with `classifier_pooling` "cls"):
+//!   `head.dense (H → H) → GELU → head.norm → dropout → classifier (→ labels)`.
 //!
 //! Tensor names are transformers' own, so the saved directory loads with `from_pretrained`.
 
@@ -16,7 +18,7 @@ use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
 use crate::encoder::SequenceHeadStyle;
-use crate::layers::{linear, Dropout, Linear};
+use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// The head of a `*ForSequenceClassification` model.
@@ -26,6 +28,8 @@ pub struct SequenceHead {
     input_dropout: Option<Dropout>,
     dense: Linear,
     activation: HeadActivation,
+    /// ModernBERT's `head.norm` after the activation.
+    norm: Option<LayerNorm>,
     dropout: Dropout,
     out_proj: Linear,
 }
@@ -45,6 +49,7 @@ impl SequenceHead {
         let (h, std) = (encoder.hidden_size, encoder.initializer_range);
         let style = encoder.family().sequence_head();
         let classifier = vb.pp("classifier");
+        let mut norm = None;
         let (input_dropout, dense, activation, out_proj) = match style {
             SequenceHeadStyle::Classifier | SequenceHeadStyle::ClassifierGelu => (
                 Some(Dropout::new(dropout)),
@@ -58,6 +63,20 @@ impl SequenceHead {
                 HeadActivation::Tanh,
                 linear(classifier, h, labels, std)?,
             ),
+            SequenceHeadStyle::PredictionHead => {
+                let settings = crate::encoder::ModernSettings::of(encoder);
+                let bias = encoder.extra.get("classifier_bias").and_then(serde_json::Value::as_bool).unwrap_or(false);
+                let head = vb.pp("head");
+                let dense = if bias {
+                    linear(head.pp("dense"), h, h, std)?
+                } else {
+                    let init = candle_nn::Init::Randn { mean: 0.0, stdev: std };
+                    Linear::new(head.pp("dense").get_with_hints((h, h), "weight", init)?, None)
+                };
+                norm =
+                    Some(crate::encoder::modern_norm(head.pp("norm"), h, encoder.layer_norm_eps, settings.norm_bias)?);
+                (None, dense, HeadActivation::Gelu, linear(classifier, h, labels, std)?)
+            }
             SequenceHeadStyle::PreClassifier => (
                 None,
                 linear(vb.pp("pre_classifier"), h, h, std)?,
@@ -65,7 +84,7 @@ impl SequenceHead {
                 linear(classifier, h, labels, std)?,
             ),
         };
-        Ok(Self { input_dropout, dense, activation, dropout: Dropout::new(dropout), out_proj })
+        Ok(Self { input_dropout, dense, activation, norm, dropout: Dropout::new(dropout), out_proj })
     }
 
     /// Where a BERT checkpoint keeps its pooler (`bert.pooler.dense`); a new BERT baseline
@@ -86,6 +105,10 @@ impl SequenceHead {
             HeadActivation::Tanh => x.tanh()?,
             HeadActivation::Gelu => x.gelu_erf()?,
             HeadActivation::Relu => x.relu()?,
+        };
+        let x = match &self.norm {
+            Some(norm) => norm.forward(&x, mode)?,
+            None => x,
         };
         let x = self.dropout.forward(&x, mode)?;
         self.out_proj.forward(&x)?.squeeze(0)

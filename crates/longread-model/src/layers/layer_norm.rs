@@ -16,6 +16,11 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
+    /// A LayerNorm of these parameters (`weight`, `bias`: `[size]`).
+    pub fn new(weight: Tensor, bias: Tensor, eps: f64) -> Self {
+        Self { weight, bias, eps }
+    }
+
     /// Loads `weight` and `bias` of size `size` (initialised to 1 and 0 when new).
     pub fn load(vb: VarBuilder, size: usize, eps: f64) -> Result<Self> {
         let weight = vb.get_with_hints(size, "weight", candle_nn::Init::Const(1.0))?;
