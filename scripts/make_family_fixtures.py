@@ -9,6 +9,12 @@ Writes under tests/fixtures/:
                     positions), 32 relative-position buckets over sequences of up to ~30 tokens
   tiny-modernbert/  ModernBertForMaskedLM ("model." prefix), byte-level BPE, 3 layers: global,
                     sliding window ±4 (local_attention 8), global
+  tiny-deberta-v3/  DebertaV2ForSequenceClassification ("deberta." prefix) as v3 is set up: shared
+                    attention keys, 8 log position buckets, normalised relative table, no absolute
+                    positions or token types; embedding_size 24 < hidden 32 (embed_proj); a
+                    SentencePiece-style Unigram tokenizer.json (Metaspace)
+  tiny-deberta-v2/  DebertaV2Model as v2 is set up: pos_key_proj/pos_query_proj, "c2p|p2c",
+                    16 relative positions without buckets, absolute positions, 2 token types
 each with texts.json and expected.safetensors:
   input_ids, attention_mask, last_hidden_state   the padded batch in eval mode (eager attention)
   probe, loss                                    loss = Σ last_hidden_state ⊙ probe in train mode
@@ -149,6 +155,44 @@ def all_mpnet(path):
     print(f"mpnet: {emb.shape}, max_seq_length {st.max_seq_length}")
 
 
+def unigram_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    from make_encoder_fixtures import CORPUS
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=300, special_tokens=["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"],
+                                      unk_token="[UNK]")
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    tok.decoder = decoders.Metaspace()
+    return tok
+
+
+def deberta():
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Model
+
+    sp = unigram_tokenizer()
+    v3 = DebertaV2Config(vocab_size=sp.get_vocab_size(), hidden_size=32, embedding_size=24, intermediate_size=64,
+                         max_position_embeddings=64, relative_attention=True, position_buckets=8,
+                         max_relative_positions=-1, pos_att_type=["p2c", "c2p"], share_att_key=True,
+                         norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
+                         layer_norm_eps=1e-7, hidden_act="gelu", pad_token_id=0, num_labels=3, **COMMON)
+    write_case("tiny-deberta-v3", DebertaV2ForSequenceClassification(v3), sp, pad_id=0, seed=15,
+               grads=["embeddings.word_embeddings.weight", "embeddings.embed_proj.weight",
+                      "encoder.rel_embeddings.weight", "encoder.layer.0.attention.self.query_proj.weight"])
+    v2 = DebertaV2Config(vocab_size=sp.get_vocab_size(), hidden_size=32, intermediate_size=64,
+                         max_position_embeddings=64, relative_attention=True, max_relative_positions=16,
+                         pos_att_type="c2p|p2c", share_att_key=False, position_biased_input=True, type_vocab_size=2,
+                         layer_norm_eps=1e-7, hidden_act="gelu", pad_token_id=0, **COMMON)
+    write_case("tiny-deberta-v2", DebertaV2Model(v2), sp, pad_id=0, seed=16,
+               grads=["embeddings.position_embeddings.weight", "encoder.rel_embeddings.weight",
+                      "encoder.layer.1.attention.self.pos_key_proj.weight",
+                      "encoder.layer.0.attention.self.pos_query_proj.weight"])
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -156,5 +200,6 @@ if __name__ == "__main__":
     ap.add_argument("--mpnet", help="all-mpnet-base-v2 directory: also write mpnet/expected.json")
     args = ap.parse_args()
     main()
+    deberta()
     if args.mpnet:
         all_mpnet(args.mpnet)

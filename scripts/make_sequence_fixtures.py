@@ -1,14 +1,14 @@
 """Golden fixtures for the single-chunk baseline (`longread train --arch sequence`).
 
 For each tiny encoder (tiny-bert, tiny-roberta, tiny-distilbert, tiny-electra, tiny-mpnet,
-tiny-modernbert) this trains a sequence classifier with the Rust
+tiny-modernbert, tiny-deberta-v3) this trains a sequence classifier with the Rust
 CLI, then loads the output with transformers' `AutoModelForSequenceClassification.from_pretrained`
 (which must report no missing, unexpected or mismatched keys and pick the
 `BertForSequenceClassification` / `RobertaForSequenceClassification` class) and records its logits
 on the documents of `tests/fixtures/hier/documents.jsonl`, truncated to the model's chunk size by
 the HF tokenizer:
 
-  tests/fixtures/seq/{bert,roberta,distilbert,electra,mpnet,modernbert}/  config.json, model.safetensors, tokenizer.json,
+  tests/fixtures/seq/{bert,roberta,distilbert,electra,mpnet,modernbert,deberta}/  config.json, model.safetensors, tokenizer.json,
                                       provenance.json, expected.json ({id, ids, logits} per document)
 
 Usage: cargo build --release -p longread-cli &&
@@ -33,7 +33,8 @@ CASES = {"bert": ("tiny-bert", "BertForSequenceClassification"),
          "distilbert": ("tiny-distilbert", "DistilBertForSequenceClassification"),
          "electra": ("tiny-electra", "ElectraForSequenceClassification"),
          "mpnet": ("tiny-mpnet", "MPNetForSequenceClassification"),
-         "modernbert": ("tiny-modernbert", "ModernBertForSequenceClassification")}
+         "modernbert": ("tiny-modernbert", "ModernBertForSequenceClassification"),
+         "deberta": ("tiny-deberta-v3", "DebertaV2ForSequenceClassification")}
 TRAIN_FLAGS = ["--arch", "sequence", "--dev-split", "0.25", "--epochs", "2", "--lr", "1e-3", "--batch-size", "4",
                "--seed", "7", "--train-embeddings"]
 

@@ -1,4 +1,4 @@
-//! DistilBERT, ELECTRA and MPNet encoders through the binary: `train` (hierarchical and
+//! DistilBERT, ELECTRA, MPNet, ModernBERT and DeBERTa-v3 encoders through the binary: `train` (hierarchical and
 //! single-chunk, layers frozen and not), `eval`, `predict`, `inspect` and `embed`, with the saved
 //! directories under the family's own tensor names and transformers' class.
 
@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// (fixture, model_type, family as `inspect` names it, an encoder tensor as the family saves it,
 /// transformers' single-chunk class)
-const FAMILIES: [(&str, &str, &str, &str, &str); 3] = [
+const FAMILIES: [(&str, &str, &str, &str, &str); 5] = [
     (
         "tiny-distilbert",
         "distilbert",
@@ -21,6 +21,14 @@ const FAMILIES: [(&str, &str, &str, &str, &str); 3] = [
     ),
     ("tiny-electra", "electra", "ELECTRA", "electra.embeddings_project.weight", "ElectraForSequenceClassification"),
     ("tiny-mpnet", "mpnet", "MPNet", "mpnet.encoder.relative_attention_bias.weight", "MPNetForSequenceClassification"),
+    ("tiny-modernbert", "modernbert", "ModernBERT", "model.final_norm.weight", "ModernBertForSequenceClassification"),
+    (
+        "tiny-deberta-v3",
+        "deberta-v2",
+        "DeBERTa-v2",
+        "deberta.encoder.layer.1.attention.self.query_proj.weight",
+        "DebertaV2ForSequenceClassification",
+    ),
 ];
 
 fn run(args: &[&str]) -> Vec<u8> {

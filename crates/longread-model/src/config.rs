@@ -18,7 +18,7 @@ use crate::error::{ModelError, Result};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EncoderConfig {
     /// The family: `"bert"`, `"roberta"` (also `"xlm-roberta"`, `"camembert"`), `"distilbert"`,
-    /// `"electra"`, `"mpnet"` or `"modernbert"`. Default `"bert"`.
+    /// `"electra"`, `"mpnet"`, `"modernbert"` or `"deberta-v2"`. Default `"bert"`.
     #[serde(default = "default_model_type")]
     pub model_type: String,
     /// Vocabulary size. Required.
@@ -137,7 +137,7 @@ impl EncoderConfig {
             ("num_hidden_layers", self.num_hidden_layers),
             ("num_attention_heads", self.num_attention_heads),
             ("max_position_embeddings", self.max_position_embeddings),
-            ("type_vocab_size", self.type_vocab_size),
+            ("type_vocab_size", if self.model_type == "deberta-v2" { 1 } else { self.type_vocab_size }),
             ("intermediate_size", self.intermediate_size()),
         ];
         for (name, value) in positive {
@@ -206,6 +206,12 @@ impl EncoderConfig {
         self.family() == Family::Roberta
     }
 
+    /// Whether the embeddings add a token-type table (DeBERTa-v2: when `type_vocab_size` > 0).
+    pub fn has_token_types(&self) -> bool {
+        let family = self.family();
+        family.has_token_types() && (family != Family::DebertaV2 || self.type_vocab_size > 0)
+    }
+
     /// Width of the embedding tables (ELECTRA's `embedding_size`; else `hidden_size`).
     pub fn embedding_size(&self) -> usize {
         self.embedding_size.unwrap_or(self.hidden_size)
@@ -269,7 +275,11 @@ impl EncoderConfig {
     /// Dropout of a transformers classification head: `classifier_dropout` when config.json
     /// sets it, else `hidden_dropout_prob` (as transformers decides).
     pub fn classifier_dropout(&self) -> f64 {
-        let key = if self.model_type == "distilbert" { "seq_classif_dropout" } else { "classifier_dropout" };
+        let key = match self.model_type.as_str() {
+            "distilbert" => "seq_classif_dropout",
+            "deberta-v2" => "cls_dropout",
+            _ => "classifier_dropout",
+        };
         self.extra.get(key).and_then(serde_json::Value::as_f64).unwrap_or(self.hidden_dropout_prob)
     }
 
@@ -278,6 +288,7 @@ impl EncoderConfig {
         match self.model_type.as_str() {
             "xlm-roberta" | "camembert" => "roberta",
             "modernbert" => "model",
+            "deberta-v2" => "deberta",
             other => other,
         }
     }

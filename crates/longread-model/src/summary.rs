@@ -98,7 +98,7 @@ fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Va
         "vocab_size": cfg.vocab_size,
         "max_position_embeddings": cfg.max_position_embeddings,
         "max_sequence_length": cfg.max_sequence_length(),
-        "type_vocab_size": if cfg.family().has_token_types() { cfg.type_vocab_size } else { 0 },
+        "type_vocab_size": if cfg.has_token_types() { cfg.type_vocab_size } else { 0 },
         "embedding_size": cfg.embedding_size(),
         "layer_norm_eps": cfg.layer_norm_eps,
         "hidden_dropout_prob": cfg.hidden_dropout_prob,
@@ -137,7 +137,7 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
         cfg.vocab_size,
         cfg.max_position_embeddings,
         cfg.max_sequence_length(),
-        if cfg.family().has_token_types() { cfg.type_vocab_size } else { 0 }
+        if cfg.has_token_types() { cfg.type_vocab_size } else { 0 }
     )
     .ok();
     writeln!(

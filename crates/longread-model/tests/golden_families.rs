@@ -1,4 +1,4 @@
-//! DistilBERT, ELECTRA, MPNet and ModernBERT encoders against transformers (fixtures from
+//! DistilBERT, ELECTRA, MPNet, ModernBERT and DeBERTa-v2/v3 encoders against transformers (fixtures from
 //! `scripts/make_family_fixtures.py`): the same token ids, the same last hidden states to 1e-4 on
 //! a padded batch, and in training mode (dropout 0) the same loss and parameter gradients.
 
@@ -11,11 +11,13 @@ use longread_model::encoder::Family;
 use longread_model::{Checkpoint, DropoutRng, LoadOptions, Mode};
 use longread_text::{pad_batch, TextTokenizer};
 
-const FIXTURES: [(&str, Family); 4] = [
+const FIXTURES: [(&str, Family); 6] = [
     ("tiny-distilbert", Family::DistilBert),
     ("tiny-electra", Family::Electra),
     ("tiny-mpnet", Family::MPNet),
     ("tiny-modernbert", Family::ModernBert),
+    ("tiny-deberta-v3", Family::DebertaV2),
+    ("tiny-deberta-v2", Family::DebertaV2),
 ];
 
 fn texts(name: &str) -> Vec<String> {

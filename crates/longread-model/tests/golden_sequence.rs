@@ -2,7 +2,7 @@
 //! models trained by `longread train --arch sequence`, loaded by
 //! `AutoModelForSequenceClassification.from_pretrained` with no missing or unexpected keys):
 //! the same truncated token ids and logits within 1e-4, in the BERT, RoBERTa, DistilBERT, ELECTRA,
-//! MPNet and ModernBERT layouts.
+//! MPNet, ModernBERT and DeBERTa-v2 layouts.
 
 mod common;
 
@@ -30,6 +30,7 @@ fn sequence_classifiers_match_transformers() {
         ("electra", "ElectraForSequenceClassification"),
         ("mpnet", "MPNetForSequenceClassification"),
         ("modernbert", "ModernBertForSequenceClassification"),
+        ("deberta", "DebertaV2ForSequenceClassification"),
     ] {
         let dir = fixture(&format!("seq/{case}"));
         let model = HierarchicalClassifier::load(&dir, false, &Device::Cpu).unwrap();

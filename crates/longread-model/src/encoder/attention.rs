@@ -8,7 +8,8 @@ use candle_nn::VarBuilder;
 
 use crate::config::EncoderConfig;
 use crate::encoder::block_output::BlockOutput;
-use crate::encoder::Keys;
+use crate::encoder::deberta::RelativeContext;
+use crate::encoder::{DebertaSettings, Keys};
 use crate::layers::cuda::{self, AttentionSoftmax};
 use crate::layers::fused::{FusedAttention, PackedAttention};
 use crate::layers::{linear, softmax, Dropout, Linear};
@@ -29,6 +30,11 @@ pub struct SelfAttention {
     /// in the products' dtype) and their biases (`[3·hidden]`, f32), for one product instead of
     /// three (made by [`SelfAttention::cast_weights`]).
     fused_qkv: Option<(Tensor, Tensor)>,
+    /// DeBERTa-v2 without `share_att_key`: `pos_key_proj` (c2p) and `pos_query_proj` (p2c).
+    pos_key: Option<Linear>,
+    pos_query: Option<Linear>,
+    /// DeBERTa-v2's relative-position dropout (`hidden_dropout_prob`) on the shared table.
+    pos_dropout: Dropout,
 }
 
 impl SelfAttention {
@@ -36,6 +42,19 @@ impl SelfAttention {
     pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
         let h = cfg.hidden_size;
         let std = cfg.initializer_range;
+        let deberta = (cfg.family() == crate::encoder::Family::DebertaV2).then(|| DebertaSettings::of(cfg));
+        let separate = deberta.filter(|d| d.relative_attention && !d.share_att_key);
+        let own = |name: &str, wanted: bool| -> Result<Option<Linear>> {
+            if wanted {
+                Ok(Some(linear(vb.pp("self").pp(name), h, h, std)?))
+            } else {
+                Ok(None)
+            }
+        };
+        let pos = (
+            own("pos_key_proj", separate.as_ref().is_some_and(|d| d.c2p))?,
+            own("pos_query_proj", separate.as_ref().is_some_and(|d| d.p2c))?,
+        );
         Ok(Self {
             query: linear(vb.pp("self").pp("query"), h, h, std)?,
             key: linear(vb.pp("self").pp("key"), h, h, std)?,
@@ -45,6 +64,9 @@ impl SelfAttention {
             num_heads: cfg.num_attention_heads,
             head_size: cfg.head_size(),
             fused_qkv: None,
+            pos_key: pos.0,
+            pos_query: pos.1,
+            pos_dropout: Dropout::new(cfg.hidden_dropout_prob),
         })
     }
 
@@ -91,7 +113,7 @@ impl SelfAttention {
     /// `Keys::Masked`: `xs: [batch, seq, hidden]`, bias `[batch, 1, 1, seq]` → `[batch, seq, hidden]`;
     /// `Keys::Packed`: `xs: [tokens, hidden]` → `[tokens, hidden]`
     pub fn forward(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
-        if let (Some((weight, bias)), Keys::Masked { mask, position: None }, false) =
+        if let (Some((weight, bias)), Keys::Masked { mask, position: None, relative: None }, false) =
             (&self.fused_qkv, keys, mode.is_train())
         {
             return self.forward_fused(xs, weight, bias, mask, mode);
@@ -109,18 +131,19 @@ impl SelfAttention {
         })?;
         let context = match keys {
             Keys::Packed(segments) => self.attend_packed(&q, &k, &v, segments, mode)?,
+            Keys::Masked { relative: Some(relative), .. } => self.attend_disentangled(&q, &k, &v, relative, mode)?,
             // The fused CPU op adds a relative-position bias in inference; training needs its gradient.
-            Keys::Masked { mask, position } if xs.device().is_cpu() && xs.dtype() == DType::F32 => match position {
+            Keys::Masked { mask, position, .. } if xs.device().is_cpu() && xs.dtype() == DType::F32 => match position {
                 Some(position) if mode.is_train() => self.attend_composed(&q, &k, &v, mask, Some(position), mode)?,
                 _ => self.attend_fused(&q, &k, &v, mask, position, mode)?,
             },
-            Keys::Masked { mask, position: Some(position) } => {
+            Keys::Masked { mask, position: Some(position), .. } => {
                 self.attend_composed(&q, &k, &v, mask, Some(position), mode)?
             }
-            Keys::Masked { mask, position: None } if xs.device().is_cuda() && !mode.is_train() => {
+            Keys::Masked { mask, position: None, .. } if xs.device().is_cuda() && !mode.is_train() => {
                 self.attend_cuda(&q, &k, &v, mask)?
             }
-            Keys::Masked { mask, position: None } => self.attend_composed(&q, &k, &v, mask, None, mode)?,
+            Keys::Masked { mask, position: None, .. } => self.attend_composed(&q, &k, &v, mask, None, mode)?,
         };
         timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
     }
@@ -223,6 +246,66 @@ impl SelfAttention {
         })?;
         let context = timed("attention: p·v", device, || scores.matmul(&v))?;
         timed("attention: merge heads", device, || context.transpose(1, 2)?.reshape((b, s, h)))
+    }
+
+    /// DeBERTa-v2's disentangled attention, composed of candle ops (any device and dtype,
+    /// training included): `(q·kᵀ + c2p + p2c) / sqrt(head_size · factor)`, where c2p gathers
+    /// `q·posKᵀ` and p2c `k·posQᵀ` at each pair's bucketed relative position, `posK`/`posQ`
+    /// being the shared relative table through the key/query projections (or DeBERTa's own
+    /// `pos_key_proj`/`pos_query_proj`); masked where query or key is padding.
+    ///
+    /// # Shapes
+    /// `q, k, v: [batch, seq, hidden]` → `[batch, seq, hidden]`
+    fn attend_disentangled(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        relative: &RelativeContext,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let (b, s, h) = q.dims3()?;
+        let (qh, kh, vh) = (self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?);
+        let settings = &relative.settings;
+        let scale = ((self.head_size * settings.scale_factor()) as f64).sqrt();
+        let mut scores = (qh.matmul(&kh.t()?)? / scale)?;
+        if let Some(table) = &relative.table {
+            let table = self.pos_dropout.forward(&table.to_dtype(q.dtype())?, mode)?.unsqueeze(0)?;
+            let rows = table.dim(1)?;
+            // [2span, hidden] → [1, heads, 2span, head_size]
+            let heads_of = |x: Tensor| -> Result<Tensor> { self.split_heads(&x) };
+            let gathered = |product: Tensor, index: &Tensor| -> Result<Tensor> {
+                product.reshape((b * self.num_heads, s * rows))?.index_select(index, 1)?.reshape((
+                    b,
+                    self.num_heads,
+                    s,
+                    s,
+                ))
+            };
+            if settings.c2p {
+                let proj = self.pos_key.as_ref().unwrap_or(&self.key);
+                let pos_key = heads_of(proj.forward_in(&table, mode)?)?;
+                let c2p = qh.broadcast_matmul(&pos_key.t()?)?.contiguous()?;
+                scores = (scores + (gathered(c2p, &relative.c2p_index)? / scale)?)?;
+            }
+            if settings.p2c {
+                let proj = self.pos_query.as_ref().unwrap_or(&self.query);
+                let pos_query = heads_of(proj.forward_in(&table, mode)?)?;
+                let p2c = kh.broadcast_matmul(&pos_query.t()?)?.contiguous()?;
+                scores = (scores + (gathered(p2c, &relative.p2c_index)? / scale)?)?;
+            }
+        }
+        // Filled, not added (as transformers' masked_fill): no gradient reaches a masked score.
+        let keep = relative.pair_keep.broadcast_as(scores.shape())?;
+        let fill = Tensor::new(crate::encoder::mask_minimum(scores.dtype()) as f32, scores.device())?
+            .to_dtype(scores.dtype())?
+            .broadcast_as(scores.shape())?;
+        let scores = keep.where_cond(&scores, &fill)?;
+        let mut probs = softmax(&scores, mode)?;
+        if let Some(dropout) = self.probs_dropout.seeded(mode) {
+            probs = dropout.apply(&probs)?;
+        }
+        probs.matmul(&vh)?.transpose(1, 2)?.reshape((b, s, h))
     }
 
     /// Attention composed of candle ops (any device and dtype; the same dropout masks as the

@@ -4,13 +4,15 @@
 //! Embeddings` (no token types; sinusoidal positions computed when the checkpoint has none), `models/electra/modeling_electra.py:
 //! ElectraEmbeddings` + `ElectraModel.embeddings_project`, `models/mpnet/modeling_mpnet.py:
 //! MPNetEmbeddings` (no token types), `models/modernbert/modeling_modernbert.py: ModernBertEmbeddings`
-//! (no positions, no token types, a norm without bias).
+//! (no positions, no token types, a norm without bias), `models/deberta_v2/modeling_deberta_v2.py:
+//! DebertaV2Embeddings` (optional positions and token types, `embed_proj` before the norm, padding
+//! zeroed).
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Embedding, Init, Module, VarBuilder};
 
 use crate::config::EncoderConfig;
-use crate::encoder::{modern, Family, ModernSettings};
+use crate::encoder::{modern, DebertaSettings, Family, ModernSettings};
 use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
@@ -24,8 +26,12 @@ pub struct Embeddings {
     token_type: Option<Embedding>,
     norm: LayerNorm,
     dropout: Dropout,
-    /// ELECTRA's `embeddings_project` (embedding size → hidden size), when they differ.
+    /// ELECTRA's `embeddings_project` (embedding size → hidden size, after the norm), or
+    /// DeBERTa-v2's `embed_proj` (without bias, before the norm), when the sizes differ.
     project: Option<Linear>,
+    project_before_norm: bool,
+    /// DeBERTa-v2 zeroes padding positions after the norm.
+    zero_padding: bool,
     /// transformers' `padding_idx`: the rows of this id get no gradient (word table, and the
     /// position table where positions are offset from it).
     padding_idx: u32,
@@ -45,7 +51,8 @@ impl Embeddings {
             Ok(Embedding::new(w, width))
         };
         let sinusoidal = family == Family::DistilBert && cfg.sinusoidal_pos_embds == Some(true);
-        let position = if family == Family::ModernBert {
+        let deberta = (family == Family::DebertaV2).then(|| DebertaSettings::of(cfg));
+        let position = if family == Family::ModernBert || deberta.as_ref().is_some_and(|d| !d.position_biased_input) {
             None
         } else if sinusoidal && !emb.pp("position_embeddings").contains_tensor("weight") {
             // The fixed table transformers initialises (a checkpoint stores it, and is read as is).
@@ -54,6 +61,8 @@ impl Embeddings {
         } else {
             Some(table("position_embeddings", cfg.max_position_embeddings)?)
         };
+        // DeBERTa-v2 projects first, then normalises at the hidden size.
+        let norm_width = if deberta.is_some() { cfg.hidden_size } else { width };
         let (norm, dropout) = if family == Family::ModernBert {
             let settings = ModernSettings::of(cfg);
             (
@@ -61,14 +70,17 @@ impl Embeddings {
                 settings.embedding_dropout,
             )
         } else {
-            (LayerNorm::load(emb.pp("LayerNorm"), width, cfg.layer_norm_eps)?, cfg.hidden_dropout_prob)
+            (LayerNorm::load(emb.pp("LayerNorm"), norm_width, cfg.layer_norm_eps)?, cfg.hidden_dropout_prob)
         };
         let token_type =
-            if family.has_token_types() { Some(table("token_type_embeddings", cfg.type_vocab_size)?) } else { None };
-        let project = if width != cfg.hidden_size {
-            Some(linear(vb.pp("embeddings_project"), width, cfg.hidden_size, cfg.initializer_range)?)
-        } else {
-            None
+            if cfg.has_token_types() { Some(table("token_type_embeddings", cfg.type_vocab_size)?) } else { None };
+        let project = match (width != cfg.hidden_size, deberta.is_some()) {
+            (false, _) => None,
+            (true, false) => Some(linear(vb.pp("embeddings_project"), width, cfg.hidden_size, cfg.initializer_range)?),
+            (true, true) => {
+                let init = Init::Randn { mean: 0.0, stdev: cfg.initializer_range };
+                Some(Linear::new(emb.pp("embed_proj").get_with_hints((cfg.hidden_size, width), "weight", init)?, None))
+            }
         };
         Ok(Self {
             word: table("word_embeddings", cfg.vocab_size)?,
@@ -77,6 +89,8 @@ impl Embeddings {
             norm,
             dropout: Dropout::new(dropout),
             project,
+            project_before_norm: deberta.is_some(),
+            zero_padding: deberta.is_some(),
             padding_idx: cfg.pad_token_id,
             offset_positions: family.offsets_positions(),
         })
@@ -92,15 +106,16 @@ impl Embeddings {
         self.token_type.is_some()
     }
 
-    /// Embeds token ids.
+    /// Embeds token ids (`attention_mask`: 1 = token, 0 = padding).
     ///
     /// # Shapes
-    /// `input_ids, position_ids, token_type_ids: [batch, seq]` (u32) → `[batch, seq, hidden]`
+    /// `input_ids, position_ids, token_type_ids, attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
     pub fn forward(
         &self,
         input_ids: &Tensor,
         position_ids: &Tensor,
         token_type_ids: &Tensor,
+        attention_mask: &Tensor,
         mode: Mode,
     ) -> Result<Tensor> {
         // As `nn.Embedding(padding_idx=…)`: in training, padding rows pass no gradient.
@@ -125,11 +140,18 @@ impl Embeddings {
         if let Some(token_type) = &self.token_type {
             x = (x + token_type.forward(token_type_ids)?)?;
         }
-        let x = self.norm.forward(&x, mode)?;
+        let x = match (&self.project, self.project_before_norm) {
+            (Some(project), true) => project.forward_in(&x, mode)?,
+            _ => x,
+        };
+        let mut x = self.norm.forward(&x, mode)?;
+        if self.zero_padding {
+            x = x.broadcast_mul(&attention_mask.to_dtype(x.dtype())?.unsqueeze(2)?)?;
+        }
         let x = self.dropout.forward(&x, mode)?;
-        match &self.project {
-            Some(project) => project.forward_in(&x, mode),
-            None => Ok(x),
+        match (&self.project, self.project_before_norm) {
+            (Some(project), false) => project.forward_in(&x, mode),
+            _ => Ok(x),
         }
     }
 }

@@ -25,10 +25,13 @@ pub enum Family {
     /// `modernbert`: pre-norm layers without biases, rotary positions (up to 8,192), GeGLU,
     /// global attention every few layers and a sliding window in the others.
     ModernBert,
+    /// `deberta-v2` (DeBERTa-v2 and v3): disentangled attention over relative positions (c2p,
+    /// p2c, log buckets), usually no absolute positions and no token types.
+    DebertaV2,
 }
 
 /// Every `model_type` longread reads, with its family.
-pub const MODEL_TYPES: [(&str, Family); 8] = [
+pub const MODEL_TYPES: [(&str, Family); 9] = [
     ("bert", Family::Bert),
     ("roberta", Family::Roberta),
     ("xlm-roberta", Family::Roberta),
@@ -37,6 +40,7 @@ pub const MODEL_TYPES: [(&str, Family); 8] = [
     ("electra", Family::Electra),
     ("mpnet", Family::MPNet),
     ("modernbert", Family::ModernBert),
+    ("deberta-v2", Family::DebertaV2),
 ];
 
 /// How a single-chunk (`*ForSequenceClassification`) head is shaped, as transformers has it.
@@ -52,6 +56,8 @@ pub enum SequenceHeadStyle {
     PreClassifier,
     /// ModernBERT: `head.dense → GELU → head.norm → dropout → classifier`.
     PredictionHead,
+    /// DeBERTa-v2: `dropout → pooler.dense → GELU → dropout → classifier`.
+    ContextPooler,
 }
 
 impl Family {
@@ -72,7 +78,8 @@ impl Family {
 
     /// Whether the embeddings add a token-type table.
     pub fn has_token_types(self) -> bool {
-        matches!(self, Self::Bert | Self::Roberta | Self::Electra)
+        // DeBERTa-v2's table exists when type_vocab_size > 0 (see EncoderConfig::has_token_types).
+        matches!(self, Self::Bert | Self::Roberta | Self::Electra | Self::DebertaV2)
     }
 
     /// Whether position ids count real tokens after the padding id (RoBERTa's scheme).
@@ -93,6 +100,7 @@ impl Family {
             Self::Electra => SequenceHeadStyle::ClassifierGelu,
             Self::DistilBert => SequenceHeadStyle::PreClassifier,
             Self::ModernBert => SequenceHeadStyle::PredictionHead,
+            Self::DebertaV2 => SequenceHeadStyle::ContextPooler,
         }
     }
 
@@ -106,6 +114,7 @@ impl Family {
             "electra" => "ElectraForSequenceClassification",
             "mpnet" => "MPNetForSequenceClassification",
             "modernbert" => "ModernBertForSequenceClassification",
+            "deberta-v2" => "DebertaV2ForSequenceClassification",
             _ => "BertForSequenceClassification",
         }
     }
@@ -140,6 +149,11 @@ impl Family {
                 ("attention.output.dense.", "attention.attn.o."),
                 ("attention.output.LayerNorm.", "attention.LayerNorm."),
             ],
+            Self::DebertaV2 => &[
+                ("attention.self.query.", "attention.self.query_proj."),
+                ("attention.self.key.", "attention.self.key_proj."),
+                ("attention.self.value.", "attention.self.value_proj."),
+            ],
             Self::Bert | Self::Roberta | Self::Electra | Self::ModernBert => &[],
         };
         let Some((layer, tail)) = canonical.strip_prefix("encoder.layer.").and_then(|rest| rest.split_once('.')) else {
@@ -163,6 +177,7 @@ impl fmt::Display for Family {
             Self::Electra => "ELECTRA",
             Self::MPNet => "MPNet",
             Self::ModernBert => "ModernBERT",
+            Self::DebertaV2 => "DeBERTa-v2",
         })
     }
 }
@@ -237,6 +252,13 @@ mod tests {
         assert_eq!(modern.file_name("embeddings.LayerNorm.weight"), "embeddings.norm.weight");
         assert_eq!(modern.file_name("encoder.layer.2.attn.Wqkv.weight"), "layers.2.attn.Wqkv.weight");
         assert_eq!(modern.file_name("encoder.layer.2.final_norm.weight"), "final_norm.weight");
+        let deberta = Family::DebertaV2;
+        assert_eq!(
+            deberta.file_name("encoder.layer.0.attention.self.key.bias"),
+            "encoder.layer.0.attention.self.key_proj.bias"
+        );
+        let pos_key = "encoder.layer.0.attention.self.pos_key_proj.weight";
+        assert_eq!(deberta.file_name(pos_key), pos_key);
     }
 
     #[test]

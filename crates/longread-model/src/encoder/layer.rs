@@ -59,7 +59,7 @@ impl EncoderLayer {
         position_bias: Option<&Tensor>,
         mode: Mode,
     ) -> Result<Tensor> {
-        self.forward_keys(xs, Keys::Masked { mask: mask_bias, position: position_bias }, mode)
+        self.forward_keys(xs, Keys::Masked { mask: mask_bias, position: position_bias, relative: None }, mode)
     }
 
     /// The layer over padded (`Keys::Masked`) or packed (`Keys::Packed`) sequences.

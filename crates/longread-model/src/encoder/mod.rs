@@ -5,6 +5,7 @@
 
 mod attention;
 mod block_output;
+mod deberta;
 mod embeddings;
 mod family;
 mod layer;
@@ -15,6 +16,7 @@ use std::ops::Range;
 use candle_core::{DType, Result as CResult, Tensor};
 use candle_nn::VarBuilder;
 
+pub use deberta::DebertaSettings;
 pub use embeddings::Embeddings;
 pub use family::{relative_position_bucket, Family, SequenceHeadStyle, MODEL_TYPES};
 pub use layer::EncoderLayer;
@@ -35,6 +37,9 @@ pub(crate) enum Keys<'a> {
         mask: &'a Tensor,
         /// `[1, heads, seq, seq]`, in families that have one.
         position: Option<&'a Tensor>,
+        /// DeBERTa-v2's relative table, gather indexes and pairwise mask (which then replaces
+        /// `mask`).
+        relative: Option<&'a deberta::RelativeContext>,
     },
     /// Sequences packed end to end, `[tokens, ...]`: the row range of each (inference only).
     Packed(&'a [Range<usize>]),
@@ -81,9 +86,20 @@ struct ModernStack {
     settings: ModernSettings,
 }
 
+/// DeBERTa-v2's encoder-level parts: `encoder.rel_embeddings` and its `encoder.LayerNorm`.
+#[derive(Debug, Clone)]
+struct DebertaStack {
+    settings: DebertaSettings,
+    /// `[2·span, hidden]` (with `relative_attention`).
+    table: Option<Tensor>,
+    norm: Option<crate::layers::LayerNorm>,
+}
+
 /// Embeddings followed by `num_hidden_layers` transformer layers.
 #[derive(Debug, Clone)]
 pub struct Encoder {
+    /// DeBERTa-v2's relative table.
+    deberta: Option<DebertaStack>,
     embeddings: Embeddings,
     /// BERT-style post-norm layers (every family but ModernBERT).
     layers: Vec<EncoderLayer>,
@@ -131,7 +147,44 @@ impl Encoder {
         } else {
             None
         };
-        Ok(Self { embeddings, layers, modern, relative_bias, config: config.clone(), compute_dtype: DType::F32 })
+        let deberta = if family == Family::DebertaV2 {
+            let settings = DebertaSettings::of(config);
+            if let Some(problem) = settings.problem() {
+                candle_core::bail!("{problem}");
+            }
+            let init = candle_nn::Init::Randn { mean: 0.0, stdev: config.initializer_range };
+            let table = settings
+                .relative_attention
+                .then(|| {
+                    vb.pp("encoder").pp("rel_embeddings").get_with_hints(
+                        (2 * settings.span(), config.hidden_size),
+                        "weight",
+                        init,
+                    )
+                })
+                .transpose()?;
+            let norm = (settings.relative_attention && settings.norm_rel_ebd)
+                .then(|| {
+                    crate::layers::LayerNorm::load(
+                        vb.pp("encoder").pp("LayerNorm"),
+                        config.hidden_size,
+                        config.layer_norm_eps,
+                    )
+                })
+                .transpose()?;
+            Some(DebertaStack { settings, table, norm })
+        } else {
+            None
+        };
+        Ok(Self {
+            embeddings,
+            layers,
+            modern,
+            relative_bias,
+            deberta,
+            config: config.clone(),
+            compute_dtype: DType::F32,
+        })
     }
 
     /// The attention biases of a padded batch: the mask's, and the relative-position bias of
@@ -149,7 +202,19 @@ impl Encoder {
     /// Whether [`Encoder::forward_packed`] can run this encoder (not with a relative-position
     /// bias, which packed attention does not add, nor ModernBERT's layers).
     pub fn supports_packed(&self) -> bool {
-        self.relative_bias.is_none() && self.modern.is_none()
+        self.relative_bias.is_none() && self.modern.is_none() && self.deberta.is_none()
+    }
+
+    /// DeBERTa-v2's per-pass context: the relative table (normalised, with dropout in
+    /// training), indexes and pairwise mask.
+    fn relative_context(&self, attention_mask: &Tensor, mode: Mode) -> CResult<Option<deberta::RelativeContext>> {
+        let Some(stack) = &self.deberta else { return Ok(None) };
+        let table = match (&stack.table, &stack.norm) {
+            (Some(table), Some(norm)) => Some(norm.forward(table, mode)?),
+            (table, _) => table.clone(),
+        };
+        let device = attention_mask.device();
+        Ok(Some(deberta::RelativeContext::new(&stack.settings, table, attention_mask, device)?))
     }
 
     /// Runs the layers in `dtype` (e.g. bf16) over f32 weights, which are cast as they are used
@@ -227,7 +292,7 @@ impl Encoder {
             self.validate_and_position(input_ids, attention_mask, token_type_ids)
         })?;
         let xs = crate::profile::timed("embeddings", device, || -> Result<Tensor> {
-            Ok(self.embeddings.forward(input_ids, &position_ids, token_type_ids, mode)?)
+            Ok(self.embeddings.forward(input_ids, &position_ids, token_type_ids, attention_mask, mode)?)
         })?;
         self.forward_from(&xs, attention_mask, 0, mode)
     }
@@ -261,7 +326,7 @@ impl Encoder {
         let ids = Tensor::from_vec(seqs.concat(), (1, tokens), &device)?;
         let positions = Tensor::from_vec(positions, (1, tokens), &device)?;
         let types = ids.zeros_like()?;
-        let mut xs = self.embeddings.forward(&ids, &positions, &types, Mode::Eval)?.squeeze(0)?;
+        let mut xs = self.embeddings.forward(&ids, &positions, &types, &ids.ones_like()?, Mode::Eval)?.squeeze(0)?;
         for layer in &self.layers {
             xs = layer.forward_keys(&xs, Keys::Packed(&segments), Mode::Eval)?;
         }
@@ -277,7 +342,7 @@ impl Encoder {
     pub fn prefix(&self, input_ids: &Tensor, attention_mask: &Tensor, layers: usize) -> Result<Tensor> {
         let token_type_ids = input_ids.zeros_like()?;
         let position_ids = self.validate_and_position(input_ids, attention_mask, &token_type_ids)?;
-        let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, Mode::Eval)?;
+        let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, attention_mask, Mode::Eval)?;
         let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
         if let Some(modern) = &self.modern {
             let context = self.modern_context(modern, attention_mask)?;
@@ -287,7 +352,8 @@ impl Encoder {
             return Ok(xs);
         }
         let (mask, position) = self.attention_biases(attention_mask)?;
-        let keys = Keys::Masked { mask: &mask, position: position.as_ref() };
+        let relative = self.relative_context(attention_mask, Mode::Eval)?;
+        let keys = Keys::Masked { mask: &mask, position: position.as_ref(), relative: relative.as_ref() };
         for layer in self.layers.iter().take(layers) {
             xs = layer.forward_keys(&xs, keys, Mode::Eval)?.detach();
         }
@@ -317,7 +383,8 @@ impl Encoder {
             return Ok(modern.final_norm.forward(&xs, mode)?);
         }
         let (mask, position) = self.attention_biases(attention_mask)?;
-        let keys = Keys::Masked { mask: &mask, position: position.as_ref() };
+        let relative = self.relative_context(attention_mask, mode)?;
+        let keys = Keys::Masked { mask: &mask, position: position.as_ref(), relative: relative.as_ref() };
         let mut xs = hidden.to_dtype(self.stream_dtype(hidden, mode))?;
         for layer in self.layers.iter().skip(start) {
             xs = layer.forward_keys(&xs, keys, mode)?;

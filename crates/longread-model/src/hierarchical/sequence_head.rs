@@ -9,7 +9,9 @@
 //! - DistilBERT (`DistilBertForSequenceClassification`): `pre_classifier (H → H) → ReLU → dropout
 //!   (seq_classif_dropout) → classifier (→ labels)`;
 //! - ModernBERT (`ModernBertForSequenceClassification` with `classifier_pooling` "cls"):
-//!   `head.dense (H → H) → GELU → head.norm → dropout → classifier (→ labels)`.
+//!   `head.dense (H → H) → GELU → head.norm → dropout → classifier (→ labels)`;
+//! - DeBERTa-v2 (`ContextPooler` + `DebertaV2ForSequenceClassification`): `dropout (pooler_dropout)
+//!   → pooler.dense (H → H) → GELU → dropout (cls_dropout) → classifier (→ labels)`.
 //!
 //! Tensor names are transformers' own, so the saved directory loads with `from_pretrained`.
 
@@ -76,6 +78,16 @@ impl SequenceHead {
                 norm =
                     Some(crate::encoder::modern_norm(head.pp("norm"), h, encoder.layer_norm_eps, settings.norm_bias)?);
                 (None, dense, HeadActivation::Gelu, linear(classifier, h, labels, std)?)
+            }
+            SequenceHeadStyle::ContextPooler => {
+                let pooler_dropout =
+                    encoder.extra.get("pooler_dropout").and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+                (
+                    Some(Dropout::new(pooler_dropout)),
+                    linear(vb.pp("pooler").pp("dense"), h, h, std)?,
+                    HeadActivation::Gelu,
+                    linear(classifier, h, labels, std)?,
+                )
             }
             SequenceHeadStyle::PreClassifier => (
                 None,
