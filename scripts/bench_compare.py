@@ -10,7 +10,7 @@ set up (so PyTorch's Python runtime and both sides' weights are left out); the w
 printed too. PyTorch's AdamW is the fused CPU kernel (`fused=True`), falling back to `foreach`.
 
     python3 scripts/bench_compare.py [--threads 2] [--repeat 3] [--only forward,train,optimizer]
-        [--markdown]
+        [--markdown] [--encoder DIR]
 
 "BERT-base shape" is RoBERTa-base (12 layers, hidden 768, 12 heads, FFN 3072, 50,265 tokens):
 the same computation as BERT-base. PyTorch runs transformers' RobertaModel/BertModel with its
@@ -102,9 +102,15 @@ def main():
     parser.add_argument("--only", default="forward,train,optimizer")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json-out", help="also write the rows as JSON to this file")
+    parser.add_argument("--encoder", help="instead of the default cases: forward (4x512, 32x128) and a training "
+                        "step (2x512) of this encoder directory (e.g. all-mpnet-base-v2)")
     args = parser.parse_args()
     wanted = set(args.only.split(","))
     cases = []
+    if args.encoder:
+        cases = [("encoder-forward", args.encoder, "4x512"), ("encoder-forward", args.encoder, "32x128"),
+                 ("train-step", args.encoder, "2x512")]
+        wanted = set()
     if "forward" in wanted:
         for encoder in ["roberta-base", MINILM]:
             for shape in ["4x512", "32x128"]:

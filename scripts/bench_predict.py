@@ -4,9 +4,10 @@ weights, same run; and peak memory of `predict` on one very long document.
 
   speed:  python3 scripts/bench_predict.py speed [--docs 100] [--threads 2] [--repeats 3]
           [--precision f32,int8] [--no-seed-design] [--no-per-document] [--max-batch-tokens 2048]
+          [--encoder DIR]
   memory: python3 scripts/bench_predict.py memory [--tokens 25000,50000,100000,200000]
 
-speed: a classifier is made with `longread init` on ../shared/models/all-MiniLM-L6-v2 (defaults:
+speed: a classifier is made with `longread init` on --encoder (default ../shared/models/all-MiniLM-L6-v2;
 chunks of 512, stride 256, max 20 chunks, attention pooling); the documents are the first --docs
 articles of ../shared/data/hyperpartisan/test.jsonl. Timed: tokenization + chunking + encoding
 + pooling + head, model loading excluded (longread reports its own timing line; the Python
@@ -47,8 +48,8 @@ MINILM = os.path.join(SHARED, "models", "all-MiniLM-L6-v2")
 BINARY = os.path.join(ROOT, "target", "release", "longread")
 
 
-def init_model(out, *extra):
-    subprocess.run([BINARY, "-q", "init", "--encoder", MINILM, "--labels", "no,yes", "--out", out, *extra], check=True)
+def init_model(out, *extra, encoder=MINILM):
+    subprocess.run([BINARY, "-q", "init", "--encoder", encoder, "--labels", "no,yes", "--out", out, *extra], check=True)
 
 
 def articles(split="test"):
@@ -126,7 +127,7 @@ def speed(args):
     precisions = args.precision.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = os.path.join(tmp, "model")
-        init_model(model_dir)
+        init_model(model_dir, encoder=args.encoder)
         path = os.path.join(tmp, "docs.jsonl")
         with open(path, "w") as f:
             for d in docs:
@@ -158,7 +159,7 @@ def speed(args):
         tokens = run_longread(model_dir, path, args.threads)[0]
     med = {k: statistics.median(v) for k, v in times.items()}
     n = len(docs)
-    print(f"CPU: {cpu_description()}")
+    print(f"encoder {os.path.basename(os.path.normpath(args.encoder))}; CPU: {cpu_description()}")
     print(f"{n} documents, {tokens} tokens, {n_chunks} chunks (max 20 per document), threads {args.threads}, "
           f"max batch tokens {args.max_batch_tokens}, torch {torch.__version__}, {args.repeats} runs after a warm-up")
     print("| system | min (s) | median (s) | documents/s (median) | time / PyTorch (fair) of the same precision |")
@@ -211,6 +212,7 @@ def main():
     ap.add_argument("what", choices=["speed", "memory"])
     ap.add_argument("--json-out", help="speed: also write the timings as JSON to this file")
     ap.add_argument("--docs", type=int, default=100)
+    ap.add_argument("--encoder", default=MINILM, help="speed: the encoder directory (default all-MiniLM-L6-v2)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--precision", default="f32",

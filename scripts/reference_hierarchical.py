@@ -93,7 +93,8 @@ class HierarchicalReference(torch.nn.Module):
         section = {**SECTION_DEFAULTS, **cfg["longread"]}
         labels = [cfg["id2label"][str(i)] for i in range(len(cfg["id2label"]))]
         tensors = load_file(os.path.join(model_dir, "model.safetensors"))
-        prefix = "roberta." if cfg["model_type"] in ("roberta", "xlm-roberta", "camembert") else "bert."
+        prefix = {"xlm-roberta": "roberta", "camembert": "roberta", "modernbert": "model",
+                  "deberta-v2": "deberta"}.get(cfg["model_type"], cfg["model_type"]) + "."
         enc_cfg = AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in ("longread", "architectures")})
         enc_cfg._attn_implementation = attn_implementation
         encoder = AutoModel.from_config(enc_cfg, add_pooling_layer=False)

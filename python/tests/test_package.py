@@ -121,6 +121,31 @@ def test_embeddings_equal_the_clis(tmp_path):
         embedder.embed(["fine", " "])
 
 
+@pytest.mark.parametrize("encoder", ["tiny-distilbert", "tiny-electra", "tiny-mpnet", "tiny-modernbert",
+                                     "tiny-deberta-v3"])
+def test_every_encoder_family_embeds_and_classifies_as_the_cli_does(tmp_path, encoder):
+    directory = os.path.join(FIXTURES, encoder)
+    sentences = ["The committee met on Tuesday.", "Rain is expected over the weekend."]
+    got = longread.Embedder(directory).embed(sentences)
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": s}) + "\n" for i, s in enumerate(sentences)))
+    cli = run_cli("embed", "--model", directory, "--input", str(path), "--normalize")
+    assert cli.returncode == 0, cli.stderr
+    expected = np.array([line["embedding"] for line in json_lines(cli.stdout)], dtype=np.float32)
+    assert np.abs(got - expected).max() <= 1e-6
+    model = tmp_path / "model"
+    made = run_cli("init", "--encoder", directory, "--labels", "a,b", "--out", str(model), "--chunk-size", "16",
+                   "--stride", "4")
+    assert made.returncode == 0, made.stderr
+    got = longread.Classifier(str(model)).predict(texts())
+    cli = run_cli("predict", "--model", str(model), "--input", DOCUMENTS)
+    assert cli.returncode == 0, cli.stderr
+    for g, e in zip(got, json_lines(cli.stdout)):
+        g, e = dict(g), dict(e)
+        g.pop("id"), e.pop("id")
+        assert_close(g, e, 1e-5)
+
+
 def test_evaluate_equals_eval(tmp_path):
     model = os.path.join(FIXTURES, "hier", "trained-bert-attention")
     labelled = tmp_path / "labelled.jsonl"

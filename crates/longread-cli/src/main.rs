@@ -13,7 +13,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[command(
     name = "longread",
     version,
-    about = "longread: classify long documents with hierarchical transformers (BERT/RoBERTa family)",
+    about = "longread: classify long documents with hierarchical transformers (BERT, RoBERTa, DistilBERT, ELECTRA, MPNet, ModernBERT, DeBERTa-v2/v3 encoders)",
     long_about = None
 )]
 struct Cli {

@@ -1,12 +1,13 @@
-//! DistilBERT, ELECTRA, MPNet, ModernBERT and DeBERTa-v3 encoders through the binary: `train` (hierarchical and
-//! single-chunk, layers frozen and not), `eval`, `predict`, `inspect` and `embed`, with the saved
-//! directories under the family's own tensor names and transformers' class.
+//! DistilBERT, ELECTRA, MPNet, ModernBERT and DeBERTa-v3 encoders through the binary: `train`
+//! (hierarchical and single-chunk, layers frozen and not), `eval`, `predict`, `serve`, `inspect`
+//! and `embed`, with the saved directories under the family's own tensor names and transformers'
+//! class.
 
 mod common;
 
 use std::path::Path;
 
-use common::{fixture, json_lines, longread};
+use common::{fixture, json_lines, longread, Served};
 use serde_json::Value;
 
 /// (fixture, model_type, family as `inspect` names it, an encoder tensor as the family saves it,
@@ -81,6 +82,18 @@ fn each_family_trains_predicts_evaluates_and_is_inspected() {
         assert!(eval["accuracy"].as_f64().is_some(), "{name}: {eval}");
         let predictions = json_lines(&run(&["predict", "--model", hier_s, "--input", test_data]));
         assert!(!predictions.is_empty() && predictions.iter().all(|p| p["label"].is_string()), "{name}");
+        // The server answers what predict wrote.
+        let first: Value =
+            serde_json::from_str(std::fs::read_to_string(test_data).unwrap().lines().next().unwrap()).unwrap();
+        let served = Served::start(&["--model", hier_s]);
+        let (status, got) = served.post("/classify", &serde_json::json!({ "inputs": first["text"] }));
+        assert_eq!(status, 200, "{name}: {got}");
+        assert_eq!(got["label"], predictions[0]["label"], "{name}");
+        let logits =
+            |v: &Value| -> Vec<f64> { v["logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+        let diff = logits(&got).iter().zip(logits(&predictions[0])).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(diff <= 1e-5, "{name}: served logits differ by {diff}");
+        drop(served);
         let inspect = String::from_utf8_lossy(&run(&["inspect", "--model", hier_s])).into_owned();
         assert!(inspect.contains(&format!("family           {family} (model_type {model_type}")), "{inspect}");
         let json: Value = serde_json::from_slice(&run(&["inspect", "--model", hier_s, "--json"])).unwrap();

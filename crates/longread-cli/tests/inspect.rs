@@ -33,7 +33,7 @@ fn table_names_every_part() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for needle in [
-        "bert (BertForMaskedLM)",
+        "BERT (model_type bert, BertForMaskedLM)",
         "gelu_pytorch_tanh",
         "model-00001-of-00004.safetensors",
         "embeddings",

@@ -1,5 +1,6 @@
-//! longread's models on candle: a BERT/RoBERTa encoder that trains (every op differentiable,
-//! real dropout), loaded from Hugging Face checkpoints, and the pooling on top of it.
+//! longread's models on candle: encoders of seven families (BERT, RoBERTa, DistilBERT, ELECTRA,
+//! MPNet, ModernBERT, DeBERTa-v2) that train (every op differentiable, real dropout), loaded from
+//! Hugging Face checkpoints, and the pooling on top of it.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

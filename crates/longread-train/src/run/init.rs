@@ -52,7 +52,8 @@ pub struct InitSpec {
     /// from the truth. With --pooling max-logits the document's score is its highest chunk's.
     #[cfg_attr(feature = "clap", arg(long))]
     pub ordinal: bool,
-    /// Tokens per chunk, special tokens included (at most the encoder's positions).
+    /// Tokens per chunk, special tokens included (at most the encoder's positions: 512 for BERT and
+    /// RoBERTa, up to 8,192 for ModernBERT).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
     pub chunk_size: usize,
     /// Overlap in tokens between consecutive chunks.

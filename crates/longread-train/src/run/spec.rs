@@ -425,7 +425,7 @@ pub enum Arch {
     Hierarchical,
     /// The single-chunk baseline: the first chunk only (the first --chunk-size tokens),
     /// transformers' sequence-classification head, saved in the
-    /// RobertaForSequenceClassification / BertForSequenceClassification layout.
+    /// encoder family's transformers layout (BertForSequenceClassification, …).
     Sequence,
     /// The classic Hierarchical Attention Network (Yang et al. 2016): word BiGRU + attention,
     /// sentence BiGRU + attention, trained from scratch on the training data's words (no
