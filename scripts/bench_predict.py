@@ -13,7 +13,8 @@ articles of ../shared/data/hyperpartisan/test.jsonl. Timed: tokenization + chunk
 + pooling + head, model loading excluded (longread reports its own timing line; the Python
 sides are timed around their loops). Systems:
   longread            the release binary, chunks of several documents batched together by length
-  PyTorch (fair)      what a practitioner would write: torch.inference_mode(), SDPA attention,
+  PyTorch (fair)      what a practitioner would write: torch.inference_mode(), SDPA attention
+                      (eager where transformers has no SDPA for the encoder, e.g. MPNet),
                       the chunks of all documents sorted by length and packed into batches of at
                       most --max-batch-tokens padded tokens (as longread does), same threads;
                       with int8, torch.ao.quantization.quantize_dynamic on the same Linear layers
@@ -133,7 +134,12 @@ def speed(args):
             for d in docs:
                 f.write(json.dumps(d) + "\n")
         eager = HierarchicalReference.from_dir(model_dir)
-        sdpa = HierarchicalReference.from_dir(model_dir, attn_implementation="sdpa")
+        try:
+            sdpa = HierarchicalReference.from_dir(model_dir, attn_implementation="sdpa")
+            attention = "sdpa"
+        except ValueError:  # transformers has no SDPA for some encoders (MPNet): its default, eager
+            sdpa = HierarchicalReference.from_dir(model_dir, attn_implementation="eager")
+            attention = "eager"
         chunker = Chunker(os.path.join(model_dir, "tokenizer.json"), sdpa.s)
         n_chunks = sum(len(chunker.chunk(d["text"])) for d in docs)
         systems = {}
@@ -142,7 +148,7 @@ def speed(args):
             if p == "f32":
                 systems["PyTorch (fair) f32"] = lambda: run_fair(sdpa, chunker, docs, args.max_batch_tokens)
             elif p == "int8":
-                quantized = HierarchicalReference.from_dir(model_dir, attn_implementation="sdpa")
+                quantized = HierarchicalReference.from_dir(model_dir, attn_implementation=attention)
                 quantized.encoder = torch.ao.quantization.quantize_dynamic(
                     quantized.encoder, {torch.nn.Linear}, dtype=torch.qint8)
                 systems["PyTorch (fair) int8"] = lambda q=quantized: run_fair(q, chunker, docs, args.max_batch_tokens)
@@ -161,7 +167,8 @@ def speed(args):
     n = len(docs)
     print(f"encoder {os.path.basename(os.path.normpath(args.encoder))}; CPU: {cpu_description()}")
     print(f"{n} documents, {tokens} tokens, {n_chunks} chunks (max 20 per document), threads {args.threads}, "
-          f"max batch tokens {args.max_batch_tokens}, torch {torch.__version__}, {args.repeats} runs after a warm-up")
+          f"max batch tokens {args.max_batch_tokens}, torch {torch.__version__} ({attention} attention), "
+          f"{args.repeats} runs after a warm-up")
     print("| system | min (s) | median (s) | documents/s (median) | time / PyTorch (fair) of the same precision |")
     print("|---|---|---|---|---|")
     for k, t in med.items():
