@@ -50,6 +50,9 @@ impl Output {
             None => Ok(Self::Stdout(BufWriter::new(std::io::stdout()))),
             Some(p) if p.as_os_str() == "-" => Ok(Self::Stdout(BufWriter::new(std::io::stdout()))),
             Some(p) => {
+                if p.is_dir() {
+                    anyhow::bail!("{} is a directory: give the output a file name", p.display());
+                }
                 let dir = match p.parent() {
                     Some(d) if !d.as_os_str().is_empty() => d,
                     _ => Path::new("."),
@@ -71,7 +74,11 @@ impl Output {
             Self::File { writer, target } => {
                 let tmp = writer.into_inner().map_err(|e| e.into_error()).context("writing output")?;
                 tmp.as_file().sync_all().context("syncing output")?;
-                tmp.persist(&target).with_context(|| format!("moving output into place at {}", target.display()))?;
+                // On failure the temporary file is dropped here, which deletes it (kept inside
+                // the error, it would outlive the process, holding the whole output).
+                tmp.persist(&target)
+                    .map_err(|e| e.error)
+                    .with_context(|| format!("moving output into place at {}", target.display()))?;
                 Ok(())
             }
         }

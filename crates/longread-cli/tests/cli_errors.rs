@@ -199,3 +199,64 @@ fn stdin_input_and_file_output_work() {
     assert_eq!(v.len(), 32);
     assert!((v.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-5);
 }
+
+/// Issue 36: an output path that is a directory left a `.longread-XXXXXX` temporary file
+/// holding the whole output in the parent directory.
+#[test]
+fn an_output_path_that_is_a_directory_is_refused_and_leaves_no_temporary_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = good_input(&tmp);
+    let target = tmp.path().join("out");
+    std::fs::create_dir(&target).unwrap();
+    let model = fixture("hier/trained-bert-attention");
+    let out = longread(&[
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        target.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&out, "is a directory");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".longread-"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
+/// Issue 36: `train` wrote the final model.safetensors with mode 0600, so another user's
+/// `predict` failed. Every file of a trained model directory is readable by all (less the umask).
+#[test]
+fn a_trained_model_is_readable_by_other_users() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("trained");
+    let model = fixture("hier/bert-attention");
+    // The fixture model's labels are general/teen/mature: map the synthetic labels onto them.
+    let text = std::fs::read_to_string(fixture("synthetic/train.jsonl")).unwrap();
+    let data =
+        write(&tmp, "train.jsonl", text.replace("\"rain\"", "\"teen\"").replace("\"prices\"", "\"mature\"").as_bytes());
+    let run = longread(&[
+        "train",
+        "--model",
+        model.to_str().unwrap(),
+        "--train",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--dev-split",
+        "0.25",
+        "-q",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    for name in ["model.safetensors", "config.json", "tokenizer.json"] {
+        let mode = std::fs::metadata(out.join(name)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o044, 0o044, "{name}: mode {mode:o}");
+    }
+}

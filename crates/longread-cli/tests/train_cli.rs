@@ -286,6 +286,41 @@ fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
     assert_eq!((lines("whole"), lines("sliced")), (3, 3));
 }
 
+/// Issue 36: a flipped byte in checkpoint weights was resumed from silently.
+#[test]
+fn a_checkpoint_with_a_flipped_byte_is_refused_not_resumed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    let text: String = std::fs::read_to_string(fixture("synthetic/train.jsonl"))
+        .unwrap()
+        .lines()
+        .take(12)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(p("train.jsonl"), text.replace("\"rain\"", "\"teen\"").replace("\"prices\"", "\"mature\"")).unwrap();
+    let model = fixture("hier/bert-attention");
+    let args = ["--dev-split", "0.25", "--epochs", "2", "--lr", "1e-3", "--batch-size", "3", "--seed", "5"];
+    let first = train(&model, &p("train.jsonl"), &p("run"), &[&args[..], &["--stop-after-epoch", "1"]].concat());
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let checkpoint = p("run").join("checkpoint-last");
+    let sums: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(checkpoint.join("checksums.json")).unwrap()).unwrap();
+    assert!(sums["crc32"]["model.safetensors"].is_string() && sums["crc32"]["optimizer.safetensors"].is_string());
+    // Flip one bit in the middle of the weights (still a finite number: only the checksum sees it).
+    let weights = checkpoint.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&weights, &bytes).unwrap();
+    let resumed = train(&model, &p("train.jsonl"), &p("run"), &[&args[..], &["--resume", "auto"]].concat());
+    assert_clean_failure(&resumed, "model.safetensors does not match its checksum");
+    // Put the byte back: the run resumes.
+    bytes[middle] ^= 0x01;
+    std::fs::write(&weights, &bytes).unwrap();
+    let resumed = train(&model, &p("train.jsonl"), &p("run"), &[&args[..], &["--resume", "auto"]].concat());
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+}
+
 #[test]
 fn flags_come_from_a_toml_file_and_the_command_line_wins() {
     let tmp = tempfile::tempdir().unwrap();

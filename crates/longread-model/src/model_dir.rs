@@ -62,7 +62,10 @@ fn write_atomically(target: &Path, write: impl FnOnce(&Path) -> Result<()>) -> R
         builder.permissions(std::fs::Permissions::from_mode(0o644));
     }
     let tmp = builder.tempfile_in(&dir).map_err(io(&dir))?;
+    let mode = std::fs::metadata(tmp.path()).map_err(io(tmp.path()))?.permissions();
     write(tmp.path())?;
+    // The safetensors writer replaces the file with a rw------- one of its own: restore the mode.
+    std::fs::set_permissions(tmp.path(), mode).map_err(io(tmp.path()))?;
     std::fs::File::open(tmp.path()).and_then(|f| f.sync_all()).map_err(io(tmp.path()))?;
     tmp.persist(target).map_err(|e| ModelError::Io { path: target.to_owned(), source: e.error })?;
     Ok(())
@@ -98,7 +101,13 @@ pub fn write_temporary_dir(out: &Path, tensors: &HashMap<String, Tensor>, files:
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(io(tmp.path()))?;
-        std::fs::set_permissions(&written[0], std::fs::Permissions::from_mode(0o644)).map_err(io(&written[0]))?;
+        // The safetensors writer makes a rw------- file: give it the other files' mode (rw-r--r--
+        // less the umask, as a plain File::create gives), or rw-r--r-- when there are none.
+        let mode = match written.get(1) {
+            Some(other) => std::fs::metadata(other).map_err(io(other))?.permissions(),
+            None => std::fs::Permissions::from_mode(0o644),
+        };
+        std::fs::set_permissions(&written[0], mode).map_err(io(&written[0]))?;
     }
     let kept = tmp.keep();
     if let Ok(dir) = std::fs::File::open(&parent) {

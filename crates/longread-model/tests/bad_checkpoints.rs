@@ -96,3 +96,45 @@ fn out_of_range_inputs_are_errors() {
     let err = encoder.forward(&long, &long.ones_like().unwrap(), Mode::Eval).unwrap_err().to_string();
     assert!(err.contains("exceeds the model's 64 positions"), "{err}");
 }
+
+#[test]
+fn nan_bytes_in_the_weights_are_refused_at_load_naming_the_tensor() {
+    // Issue 36: NaN bytes written into model.safetensors gave exit 0, label "general" and null
+    // scores. Overwrite one value of a layer's weight in place, as a corrupting write would.
+    let dir = scratch_copy("tiny-bert");
+    let path = dir.path().join("model.safetensors");
+    let name = "encoder.layer.1.output.dense.weight";
+    let mut tensors = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
+    let w = &tensors[name];
+    let mut values = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    values[7] = f32::NAN;
+    tensors.insert(name.into(), Tensor::from_vec(values, w.shape(), &Device::Cpu).unwrap());
+    candle_core::safetensors::save(&tensors, &path).unwrap();
+    let err = load_err(dir.path());
+    assert!(err.contains(name) && err.contains("NaN or infinite"), "{err}");
+    // And an infinity in the embeddings.
+    let name = "embeddings.word_embeddings.weight";
+    let mut tensors =
+        candle_core::safetensors::load(fixture("tiny-bert").join("model.safetensors"), &Device::Cpu).unwrap();
+    let w = &tensors[name];
+    let mut values = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    values[0] = f32::INFINITY;
+    tensors.insert(name.into(), Tensor::from_vec(values, w.shape(), &Device::Cpu).unwrap());
+    candle_core::safetensors::save(&tensors, &path).unwrap();
+    assert!(load_err(dir.path()).contains(name));
+}
+
+/// Issue 36: a pickle named model.safetensors said only "header too large".
+#[test]
+fn a_pytorch_pickle_named_model_safetensors_is_refused_as_pickle() {
+    let dir = scratch_copy("tiny-bert");
+    // The first bytes of a protocol-2 pickle, then anything.
+    let mut bytes = vec![0x80, 0x02, b'}', b'q', 0x00];
+    bytes.extend(std::iter::repeat_n(b'x', 4096));
+    std::fs::write(dir.path().join("model.safetensors"), &bytes).unwrap();
+    let err = load_err(dir.path());
+    assert!(err.contains("refusing to load PyTorch pickle weights") && err.contains("model.safetensors"), "{err}");
+    // torch.save's zip format too.
+    std::fs::write(dir.path().join("model.safetensors"), b"PK\x03\x04archive/data.pkl").unwrap();
+    assert!(load_err(dir.path()).contains("refusing to load PyTorch pickle weights"));
+}

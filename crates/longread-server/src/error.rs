@@ -103,6 +103,11 @@ impl ApiError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, ErrorType::NotFound, message)
     }
+
+    /// 405: a route that exists, with another method.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, ErrorType::NotFound, message)
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -101,7 +101,18 @@ pub(crate) fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiErro
     if body.is_empty() {
         return Err(ApiError::invalid("the request body is empty; send a JSON object"));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("the request body is not valid: {e}")))
+    // serde reads a struct from a JSON list too (its fields in order): only objects are requests.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::invalid("the request body must be a JSON object, such as {\"inputs\": \"...\"}"));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let hint = if e.to_string().contains("hex escape") || e.to_string().contains("surrogate") {
+            " (a \\uD800–\\uDFFF escape must be one half of a surrogate pair: a lone surrogate is not text)"
+        } else {
+            ""
+        };
+        ApiError::invalid(format!("the request body is not valid: {e}{hint}"))
+    })
 }
 
 /// What a JSON value is, in words.

@@ -102,6 +102,51 @@ fn bad_requests_get_tei_codes_and_the_server_goes_on() {
     assert_eq!(status, 200, "{ok}");
 }
 
+/// Issue 36's minor findings: a 405 had an empty body, a top-level JSON list was read as a
+/// request, /predict took unknown fields that /classify refuses, and a lone surrogate escape got
+/// serde's bare "unexpected end of hex escape".
+#[test]
+fn every_error_has_the_error_shape_and_requests_are_objects() {
+    let server = TestServer::start(hierarchical());
+    let error = |path: &str, body: &str| -> (u16, String, String) {
+        let (status, text) = server.post(path, body);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status}: {text}"));
+        (status, v["error"].as_str().unwrap().to_owned(), v["error_type"].as_str().unwrap().to_owned())
+    };
+    for (path, body, needle) in [
+        ("/classify", r#"["The committee met.", true]"#, "must be a JSON object"),
+        ("/predict", r#"  ["The committee met."]"#, "must be a JSON object"),
+        ("/predict", r#"{"inputs": "a", "raw_score": true}"#, "unknown field `raw_score`"),
+        ("/classify", r#"{"inputs": "\ud800"}"#, "lone surrogate"),
+    ] {
+        let (status, message, kind) = error(path, body);
+        assert_eq!((status, kind.as_str()), (422, "validation"), "{path} {body}: {message}");
+        assert!(message.contains(needle), "{path} {body}: {message}");
+    }
+    // TEI's own fields are still taken.
+    let (status, _) =
+        server.post("/predict", r#"{"inputs": "a b", "truncate": true, "truncation_direction": "Right"}"#);
+    assert_eq!(status, 200);
+    let (status, text) = server.get("/classify");
+    assert_eq!(status, 405, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("/classify does not take GET"), "{text}");
+}
+
+/// Issue 36: axum's own 2 MiB body limit applied whatever --max-body-bytes said (a 2.8 MB
+/// Cyrillic document inside the character limit got 413).
+#[test]
+fn the_body_limit_is_max_body_bytes_above_two_mebibytes() {
+    let config = ServerConfig { max_input_chars: 1_000, max_body_bytes: 4 * 1024 * 1024, ..hierarchical() };
+    let server = TestServer::start(config);
+    // 3 MB of Cyrillic (2 bytes a character): read whole, then refused by the character limit.
+    let body = format!(r#"{{"inputs": "{}"}}"#, "ж".repeat(1_500_000));
+    assert!(body.len() > 3_000_000);
+    let (status, text) = server.post("/classify", &body);
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("at most 1000") && !text.contains("--max-body-bytes"), "{text}");
+}
+
 #[test]
 fn health_info_metrics_openapi_and_the_page() {
     let server = TestServer::start(hierarchical());

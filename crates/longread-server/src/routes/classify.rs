@@ -29,8 +29,9 @@ pub(crate) struct ClassifyRequest {
     chunks: bool,
 }
 
-/// POST /predict's body (TEI's).
+/// POST /predict's body (TEI's fields; others are refused, as /classify refuses them).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct PredictRequest {
     /// One document, or a list of documents.
     #[schema(value_type = Object, example = json!("The whole transcript ..."))]
@@ -42,6 +43,10 @@ pub(crate) struct PredictRequest {
     #[serde(default)]
     #[allow(dead_code)]
     truncate: Option<bool>,
+    /// Accepted for TEI compatibility (`Left`/`Right`); unused, as `truncate`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    truncation_direction: Option<String>,
 }
 
 /// One label's score in TEI's answer.

@@ -35,7 +35,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/openapi.json", get(info::openapi))
         .fallback(not_found)
-        // The last layer is the outermost: the limit's 413s are reshaped, then counted.
+        .method_not_allowed_fallback(method_not_allowed)
+        // The last layer is the outermost: the limit's 413s are reshaped, then counted. axum's
+        // extractors have a default limit of their own (2 MiB): --max-body-bytes replaces it.
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))
         .layer(axum::middleware::map_response(too_large_as_json))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), track))
@@ -45,6 +48,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 /// 404 in the errors' shape.
 async fn not_found() -> ApiError {
     ApiError::not_found("no such route; GET /openapi.json lists them")
+}
+
+/// 405 in the errors' shape (axum's own has an empty body).
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::method_not_allowed(format!("{} does not take {method}; GET /openapi.json lists the routes", uri.path()))
 }
 
 /// The body limit's bare 413 in the errors' shape.

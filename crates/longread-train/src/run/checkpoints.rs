@@ -29,6 +29,7 @@ pub fn save_checkpoint(out: &Path, name: &str, write: impl FnOnce(&Path) -> Resu
         std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
     write(&dir)?;
+    write_checksums(&dir)?;
     if link.is_dir() && std::fs::symlink_metadata(&link).is_ok_and(|m| m.is_dir()) {
         // A checkpoint directory from an older version of longread.
         std::fs::remove_dir_all(&link).map_err(io(&link))?;
@@ -107,7 +108,70 @@ pub fn resume_from(out: &Path, resume: Option<&str>) -> Result<Option<PathBuf>> 
             out.display()
         )));
     }
+    verify_checksums(&checkpoint)?;
     Ok(Some(checkpoint))
+}
+
+/// The file in a checkpoint directory that lists a CRC-32 per file.
+pub const CHECKSUMS: &str = "checksums.json";
+
+/// CRC-32 of a file, streamed.
+fn crc32_of(path: &Path) -> Result<u32> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(io(path))?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer).map_err(io(path))?;
+        if n == 0 {
+            return Ok(hasher.finalize());
+        }
+        hasher.update(&buffer[..n]);
+    }
+}
+
+/// Writes `dir/checksums.json`: `{"crc32": {file: "8 hex digits"}}` for every file of the
+/// checkpoint (written atomically, before the checkpoint is linked as the last one).
+fn write_checksums(dir: &Path) -> Result<()> {
+    let mut sums = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == CHECKSUMS || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        sums.insert(name, format!("{:08x}", crc32_of(&entry.path())?));
+    }
+    let text = serde_json::to_string_pretty(&serde_json::json!({ "crc32": sums })).unwrap_or_default() + "\n";
+    longread_model::model_dir::write_file_atomically(&dir.join(CHECKSUMS), text.as_bytes())?;
+    Ok(())
+}
+
+/// Checks every file `checksums.json` lists against its CRC-32 (checkpoints written before
+/// checksums existed have none and pass): a flipped byte or a truncated file is refused,
+/// naming the file, instead of being resumed from.
+pub fn verify_checksums(dir: &Path) -> Result<()> {
+    let path = dir.join(CHECKSUMS);
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
+    let corrupt = |why: String| {
+        TrainError::Run(format!(
+            "{}: {why}; the checkpoint is corrupt: resume from an earlier one (--resume DIR) or start again",
+            dir.display()
+        ))
+    };
+    let listed: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| corrupt(format!("{CHECKSUMS} is not valid JSON ({e})")))?;
+    let sums = listed["crc32"].as_object().ok_or_else(|| corrupt(format!("{CHECKSUMS} has no \"crc32\" object")))?;
+    for (name, want) in sums {
+        let file = dir.join(name);
+        if !file.is_file() {
+            return Err(corrupt(format!("{name} is missing")));
+        }
+        let got = format!("{:08x}", crc32_of(&file)?);
+        if Some(got.as_str()) != want.as_str() {
+            return Err(corrupt(format!("{name} does not match its checksum (CRC-32 {got}, recorded {want})")));
+        }
+    }
+    Ok(())
 }
 
 /// What a checkpoint holds besides the model: the run's state, AdamW's steps per parameter
