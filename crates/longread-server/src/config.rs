@@ -46,6 +46,19 @@ pub struct ServerConfig {
     /// Where the encoders run (the global `--device`).
     #[cfg_attr(feature = "clap", arg(skip))]
     pub device: DeviceChoice,
+    /// Require `Authorization: Bearer KEY` on every route but GET /health (compared in
+    /// constant time; 401 otherwise). Default: none. Prefer the environment variable to the
+    /// flag, which other users can read in the process list.
+    #[cfg_attr(feature = "clap", arg(long, env = "LONGREAD_API_KEY", hide_env_values = true))]
+    pub api_key: Option<String>,
+    /// Let pages from this origin (e.g. `https://app.example.com`, or `*`) call the server from
+    /// a browser (CORS headers and preflight answers). Default: none, so other sites' pages
+    /// cannot read its answers.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub cors_allow_origin: Option<String>,
+    /// Show the model directories' full paths in GET /info (default: their names only).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub info_paths: bool,
 }
 
 impl ServerConfig {
@@ -63,6 +76,9 @@ impl ServerConfig {
             max_body_bytes: 32 * 1024 * 1024,
             precision: None,
             device: DeviceChoice::default(),
+            api_key: None,
+            cors_allow_origin: None,
+            info_paths: false,
         }
     }
 
@@ -75,9 +91,19 @@ impl ServerConfig {
             ("--max-client-batch-size", self.max_client_batch_size),
             ("--max-body-bytes", self.max_body_bytes),
         ];
-        match zero.iter().find(|(_, v)| *v == 0) {
-            Some((flag, _)) => Err(crate::ServerError::Config(format!("{flag} must be at least 1"))),
-            None => Ok(()),
+        if let Some((flag, _)) = zero.iter().find(|(_, v)| *v == 0) {
+            return Err(crate::ServerError::Config(format!("{flag} must be at least 1")));
         }
+        if self.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+            return Err(crate::ServerError::Config("--api-key must not be empty".into()));
+        }
+        Ok(())
+    }
+
+    /// Whether the server listens on a loopback address only (then the Host header must name
+    /// the machine itself: a guard against DNS rebinding).
+    pub fn on_loopback(&self) -> bool {
+        matches!(self.host.as_str(), "localhost" | "::1" | "[::1]")
+            || self.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
     }
 }

@@ -33,6 +33,8 @@ pub enum ErrorType {
     Unhealthy,
     /// No such route or model.
     NotFound,
+    /// A missing or wrong API key, or a request for another host.
+    Unauthorized,
 }
 
 /// The JSON body of every error.
@@ -102,6 +104,21 @@ impl ApiError {
     /// 404: a route or model the server does not have.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, ErrorType::NotFound, message)
+    }
+
+    /// 401: no valid `Authorization: Bearer` key.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, ErrorType::Unauthorized, message)
+    }
+
+    /// 403: a Host header that does not name the machine (a loopback server).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, ErrorType::Unauthorized, message)
+    }
+
+    /// 415: a request body that is not declared as JSON.
+    pub fn not_json(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, ErrorType::Validation, message)
     }
 
     /// 405: a route that exists, with another method.

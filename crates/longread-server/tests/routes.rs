@@ -276,7 +276,8 @@ fn every_route_answers_503_until_the_model_is_loaded() {
     let (code, body) = status(ureq::get(&format!("{url}/health")).call());
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("\"error_type\":\"unhealthy\"") && body.contains("loading"), "{body}");
-    let (code, body) = status(ureq::post(&format!("{url}/classify")).send_string(r#"{"inputs": "text"}"#));
+    let request = ureq::post(&format!("{url}/classify")).set("Content-Type", "application/json");
+    let (code, body) = status(request.send_string(r#"{"inputs": "text"}"#));
     assert_eq!(code, 503, "{body}");
     assert_eq!(status(ureq::get(&format!("{url}/info")).call()).0, 503);
     release_tx.send(()).unwrap();

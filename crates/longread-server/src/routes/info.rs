@@ -16,7 +16,7 @@ use crate::state::AppState;
 pub(crate) struct Info {
     /// The model directory's name.
     model_id: String,
-    /// Its directory.
+    /// Its directory: the name, or with `--info-paths` the path as given.
     model_dir: String,
     /// What its evidence is made of: "chunk" or "sentence".
     evidence_unit: &'static str,
@@ -28,7 +28,7 @@ pub(crate) struct Info {
     /// The model's configuration, chunking and parameters, as `longread inspect --json` shows them.
     #[schema(value_type = Object)]
     model: serde_json::Value,
-    /// The embedding model's directory, if any.
+    /// The embedding model's directory (name or path, as `model_dir`), if any.
     embedding_model: Option<String>,
     /// The server's limits.
     #[schema(value_type = Object)]
@@ -59,14 +59,26 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Result<Json<Info
     let classifier = &loaded.classifier;
     let tasks: Vec<serde_json::Value> =
         classifier.tasks().iter().map(|t| serde_json::json!({"name": t.name, "labels": t.labels})).collect();
+    // Full paths tell a caller about the host's file system: only with --info-paths.
+    let shown = |path: &std::path::Path| {
+        if cfg.info_paths {
+            path.display().to_string()
+        } else {
+            path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+        }
+    };
+    let mut summary = loaded.summary.clone();
+    if let Some(dir) = summary.get_mut("model_dir") {
+        *dir = shown(&cfg.model).into();
+    }
     Ok(Json(Info {
         model_id: cfg.model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-        model_dir: cfg.model.display().to_string(),
+        model_dir: shown(&cfg.model),
         evidence_unit: classifier.evidence_unit(),
         labels: classifier.labels().to_vec(),
         tasks: serde_json::Value::from(tasks),
-        model: loaded.summary.clone(),
-        embedding_model: cfg.embedding_model.as_ref().map(|p| p.display().to_string()),
+        model: summary,
+        embedding_model: cfg.embedding_model.as_deref().map(shown),
         limits: serde_json::json!({
             "max_batch_tokens": classifier.max_batch_tokens(),
             "max_concurrent_requests": cfg.max_concurrent_requests,

@@ -2,6 +2,7 @@
 
 pub(crate) mod classify;
 pub(crate) mod embed;
+mod guard;
 pub(crate) mod info;
 pub(crate) mod page;
 
@@ -20,7 +21,8 @@ use crate::error::ApiError;
 use crate::metrics::{Route, RouteStatus};
 use crate::state::AppState;
 
-/// Every route over `state`, with the body limit and the metrics layer.
+/// Every route over `state`, with the body limit, the guard (host, API key, JSON, CORS) and
+/// the metrics layer.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
     Router::new()
@@ -41,6 +43,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))
         .layer(axum::middleware::map_response(too_large_as_json))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), guard::guard))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), track))
         .with_state(state)
 }
