@@ -128,6 +128,31 @@ fn sigterm_lets_the_request_in_flight_finish() {
     assert!(exit.success(), "{exit:?}");
 }
 
+/// Issue 36: SIGTERM drained for 43 s with no deadline. With --shutdown-timeout 1 a request
+/// that would take much longer is dropped and the server exits soon after the signal.
+#[test]
+fn sigterm_drains_for_at_most_the_shutdown_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = slow_model(tmp.path());
+    let mut served = Served::start(&["--model", &model, "--max-batch-tokens", "16", "--shutdown-timeout", "1"]);
+    let url = served.url.clone();
+    // ~14,000 chunks, one per batch: far more than a second of work.
+    let slow = std::thread::spawn(move || post(&url, "/predict", &json!({ "inputs": long_text(200_000) }), None));
+    served.wait_until("longread_queue_units", |units| units > 0.0);
+    let signalled = Instant::now();
+    let killed = Command::new("kill").args(["-TERM", &served.child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let exit = loop {
+        if let Some(status) = served.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(20), "the server did not exit within its deadline");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
+    assert!(slow.join().unwrap().is_err(), "the dropped request gets no answer");
+}
+
 #[test]
 fn a_client_that_goes_away_cancels_its_remaining_chunks() {
     let tmp = tempfile::tempdir().unwrap();
@@ -150,6 +175,9 @@ fn a_client_that_goes_away_cancels_its_remaining_chunks() {
     let encoded = served.metric("longread_batch_units_sum");
     assert!(encoded < 12_000.0, "{encoded} chunks encoded for a cancelled document");
     assert_eq!(served.metric("longread_documents_total"), 0.0);
+    // Issue 36: aborted requests were invisible in the metrics.
+    served.wait_until("longread_requests_cancelled_total{route=\"/predict\"}", |n| n == 1.0);
+    assert_eq!(served.metric("longread_requests_total{route=\"/predict\",status=\"499\"}"), 1.0);
     let (status, _) = served.post("/predict", &json!({ "inputs": "still serving" }));
     assert_eq!(status, 200);
 }

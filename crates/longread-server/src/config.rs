@@ -59,6 +59,17 @@ pub struct ServerConfig {
     /// Show the model directories' full paths in GET /info (default: their names only).
     #[cfg_attr(feature = "clap", arg(long))]
     pub info_paths: bool,
+    /// Seconds that requests in flight get to finish after SIGTERM or Ctrl-C; then they are
+    /// dropped and the server exits (Kubernetes' default grace period is 30 s).
+    #[cfg_attr(feature = "clap", arg(long = "shutdown-timeout", value_parser = parse_seconds, default_value = "25"))]
+    pub shutdown_timeout: std::time::Duration,
+}
+
+/// Seconds (a non-negative number) as a duration.
+#[cfg(feature = "clap")]
+fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is not a number of seconds ≥ 0"))
 }
 
 impl ServerConfig {
@@ -79,6 +90,7 @@ impl ServerConfig {
             api_key: None,
             cors_allow_origin: None,
             info_paths: false,
+            shutdown_timeout: std::time::Duration::from_secs(25),
         }
     }
 

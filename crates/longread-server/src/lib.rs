@@ -83,16 +83,30 @@ impl Server {
         let app = routes::router(Arc::clone(&self.state));
         let failed = Arc::new(tokio::sync::Mutex::new(None::<String>));
         let failed_in = Arc::clone(&failed);
+        let stopping = Arc::new(tokio::sync::Notify::new());
+        let stopping_in = Arc::clone(&stopping);
         let stop = async move {
             tokio::select! {
                 () = shutdown => {}
                 Ok(message) = failed_rx => { *failed_in.lock().await = Some(message); }
             }
+            stopping_in.notify_one();
         };
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-            .map_err(|e| ServerError::Io(format!("serving on {address}: {e}")))?;
+        let serving = axum::serve(self.listener, app).with_graceful_shutdown(stop);
+        // Requests in flight get --shutdown-timeout to finish once the signal came; then the
+        // server returns and drops them (as Kubernetes would kill it after its grace period).
+        let deadline = self.state.config.shutdown_timeout;
+        let drained = async move {
+            stopping.notified().await;
+            tokio::time::sleep(deadline).await;
+        };
+        tokio::select! {
+            served = serving => served.map_err(|e| ServerError::Io(format!("serving on {address}: {e}")))?,
+            () = drained => tracing::warn!(
+                "requests still in flight {:.0} s after the stop signal were dropped (--shutdown-timeout)",
+                deadline.as_secs_f64()
+            ),
+        }
         let load_failure = failed.lock().await.take();
         match load_failure {
             Some(message) => Err(ServerError::Config(format!("the model failed to load: {message}"))),

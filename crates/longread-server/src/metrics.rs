@@ -28,6 +28,7 @@ pub(crate) struct Metrics {
     registry: Registry,
     pub(crate) requests: Family<RouteStatus, Counter>,
     pub(crate) request_seconds: Family<Route, Histogram>,
+    pub(crate) cancelled: Family<Route, Counter>,
     queue_seconds: Histogram,
     pub(crate) tokenize_seconds: Histogram,
     inference_seconds: Histogram,
@@ -58,6 +59,7 @@ impl Metrics {
             registry: Registry::with_prefix("longread"),
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(seconds),
+            cancelled: Family::default(),
             queue_seconds: seconds(),
             tokenize_seconds: seconds(),
             inference_seconds: seconds(),
@@ -74,6 +76,11 @@ impl Metrics {
         let mut registry = m.registry;
         registry.register("requests", "HTTP requests by route and status", m.requests.clone());
         registry.register("request_duration_seconds", "HTTP request durations by route", m.request_seconds.clone());
+        registry.register(
+            "requests_cancelled",
+            "Requests whose client went away before the answer (also in requests, status 499)",
+            m.cancelled.clone(),
+        );
         registry.register(
             "queue_duration_seconds",
             "From submission to a document's first batch",

@@ -306,7 +306,7 @@ impl Classifier {
                 }
             };
             for (document, result) in documents[start..end].iter().zip(results) {
-                on_result(document, result)?;
+                on_result(document, prediction::finite_or_error(result))?;
             }
             start = end;
         }
@@ -376,7 +376,11 @@ impl Classifier {
     /// their own tokenization): encoder models only, every document in one group.
     pub fn classify_chunked(&self, documents: Vec<ChunkedDocument>) -> Result<Vec<DocResult>> {
         match &self.model {
-            Model::Encoder { model, .. } => self.score_chunked(model, documents.into_iter().map(Ok).collect()),
+            Model::Encoder { model, .. } => Ok(self
+                .score_chunked(model, documents.into_iter().map(Ok).collect())?
+                .into_iter()
+                .map(prediction::finite_or_error)
+                .collect()),
             _ => Err(ModelError::InvalidInput("only encoder models classify pre-chunked documents".into())),
         }
     }

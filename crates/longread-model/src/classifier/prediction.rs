@@ -216,6 +216,26 @@ impl DocError {
 /// A document's result: its prediction or why it has none.
 pub type DocResult = std::result::Result<Prediction, DocError>;
 
+/// A prediction whose scores are all finite, or the document's error: a NaN or an infinity in
+/// the logits, probabilities or attention (broken weights or arithmetic) must not come out as
+/// a confident label.
+pub fn finite_or_error(result: DocResult) -> DocResult {
+    let prediction = result?;
+    let finite = |values: &[f32]| values.iter().all(|v| v.is_finite());
+    let tasks_finite = prediction
+        .tasks
+        .as_ref()
+        .is_none_or(|tasks| tasks.values().all(|t| finite(&t.logits) && finite(&t.scores.probabilities)));
+    let chunks_finite = prediction.chunks.as_ref().is_none_or(|chunks| chunks.iter().all(|c| c.attention.is_finite()));
+    if finite(&prediction.logits) && finite(&prediction.scores.probabilities) && tasks_finite && chunks_finite {
+        Ok(prediction)
+    } else {
+        Err(DocError::new(
+            "the model produced non-finite scores (NaN or infinity) for this document: its weights or arithmetic are broken",
+        ))
+    }
+}
+
 /// The JSON line `predict` writes for one document: `{"id", ...prediction}`, `{"id", "error"}`,
 /// or `{"line", "error"}` for an input line that could not be read as a document.
 #[derive(Debug, Serialize)]
@@ -288,6 +308,22 @@ mod tests {
         let failed: DocResult = Err(DocError::new("invalid JSON"));
         let line = serde_json::to_string(&PredictionLine::new(&unreadable, &failed)).unwrap();
         assert_eq!(line, r#"{"line":9,"error":"invalid JSON"}"#);
+    }
+
+    /// Issue 36: NaN weights gave exit 0 with label "general" and null scores.
+    #[test]
+    fn a_non_finite_score_makes_the_document_an_error() {
+        assert!(finite_or_error(Ok(prediction())).is_ok());
+        let mut nan = prediction();
+        nan.logits[1] = f32::NAN;
+        assert!(finite_or_error(Ok(nan)).unwrap_err().message.contains("non-finite scores"));
+        let mut inf = prediction();
+        inf.scores.probabilities[0] = f32::INFINITY;
+        assert!(finite_or_error(Ok(inf)).is_err());
+        let mut attention = prediction();
+        attention.chunks.as_mut().unwrap()[0].attention = f32::NAN;
+        assert!(finite_or_error(Ok(attention)).is_err());
+        assert_eq!(finite_or_error(Err(DocError::new("empty"))).unwrap_err().message, "empty");
     }
 
     #[test]

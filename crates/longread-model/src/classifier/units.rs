@@ -165,8 +165,13 @@ impl Classifier {
         }
     }
 
-    /// The prediction of `doc` from its units' outputs, in unit order.
+    /// The prediction of `doc` from its units' outputs, in unit order (a non-finite score is
+    /// the document's error: [`super::prediction::finite_or_error`]).
     pub fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
+        Ok(super::prediction::finite_or_error(self.finish_unchecked(doc, outputs)?))
+    }
+
+    fn finish_unchecked(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
         match (&self.model, &doc.kind) {
             (Model::Encoder { model, .. }, Prepared::Chunks(chunked)) => {
                 let rows = outputs
@@ -191,7 +196,7 @@ impl Classifier {
                 let mut results = Vec::with_capacity(docs.len());
                 for (member, member_doc) in ensemble.classifiers().zip(docs) {
                     let own: Vec<UnitOutput> = outputs.by_ref().take(member_doc.units()).collect();
-                    results.push(member.finish(member_doc, own)?);
+                    results.push(member.finish_unchecked(member_doc, own)?);
                 }
                 Ok(ensemble.combine(results.iter()))
             }

@@ -67,13 +67,37 @@ async fn too_large_as_json(response: Response) -> Response {
     response
 }
 
-/// Counts every request by route and status and times it.
+/// Counts every request by route and status and times it; a request whose client goes away
+/// before the answer (its future dropped) counts as status 499 and in `requests_cancelled`.
 async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
-    let started = Instant::now();
+    let mut pending = Pending { state, route, started: Instant::now(), status: None };
     let response = next.run(request).await;
-    let metrics = &state.metrics;
-    metrics.requests.get_or_create(&RouteStatus { route: route.clone(), status: response.status().as_u16() }).inc();
-    metrics.request_seconds.get_or_create(&Route { route }).observe(started.elapsed().as_secs_f64());
+    pending.status = Some(response.status().as_u16());
     response
+}
+
+/// A request being answered: recorded when it ends, answered or dropped.
+struct Pending {
+    state: Arc<AppState>,
+    route: String,
+    started: Instant,
+    /// The answer's status; `None` while (and if never) answered.
+    status: Option<u16>,
+}
+
+/// nginx's "client closed request".
+const CLIENT_CLOSED: u16 = 499;
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let metrics = &self.state.metrics;
+        let route = std::mem::take(&mut self.route);
+        if self.status.is_none() {
+            metrics.cancelled.get_or_create(&Route { route: route.clone() }).inc();
+        }
+        let status = self.status.unwrap_or(CLIENT_CLOSED);
+        metrics.requests.get_or_create(&RouteStatus { route: route.clone(), status }).inc();
+        metrics.request_seconds.get_or_create(&Route { route }).observe(self.started.elapsed().as_secs_f64());
+    }
 }
