@@ -21,6 +21,7 @@ so every document appears once in the output.
 
 import json
 import os
+import sys
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -69,6 +70,21 @@ def classify(input: str, output: str, model_dir: str, concurrency: int = 2, thre
     0: the CPU; with 1, each actor classifies on its own GPU). Returns the output Dataset."""
     import ray
 
+    if not ray.is_initialized():
+        ray.init()
+    cpus_per_actor = threads_per_actor if num_cpus_per_actor is None else num_cpus_per_actor
+    cluster_cpus = ray.cluster_resources().get("CPU", 0)
+    reserved = concurrency * cpus_per_actor
+    # Ray Data's read, repartition and write tasks need a CPU each: with every CPU reserved by
+    # the actors they never start, and the run waits forever without a word.
+    if cluster_cpus - reserved < 1:
+        raise ValueError(
+            f"concurrency={concurrency} actors × num_cpus_per_actor={cpus_per_actor:g} reserve {reserved:g} of the "
+            f"cluster's {cluster_cpus:g} CPUs, leaving none for Ray's own read and write tasks: the run would wait "
+            f"forever. Lower concurrency or num_cpus_per_actor (e.g. num_cpus_per_actor="
+            f"{max(cluster_cpus - 1, 0) / max(concurrency, 1):g})")
+    print(f"longread.ray: classifying {input} with {model_dir} on {concurrency} actors "
+          f"({cpus_per_actor:g} CPUs and {num_gpus_per_actor:g} GPUs each) into {output}", file=sys.stderr, flush=True)
     if input.endswith(".parquet") or (os.path.isdir(input) and any(f.endswith(".parquet") for f in os.listdir(input))):
         ds = ray.data.read_parquet(input)
     else:

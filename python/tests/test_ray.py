@@ -67,6 +67,15 @@ def test_two_actors_classify_every_document_once_as_the_cli_does(cluster, docume
     check(read_rows(str(out), "json"), expected)
 
 
+def test_defaults_that_would_wait_forever_are_refused_naming_both_numbers(cluster, documents, tmp_path):
+    """Issue 36: concurrency=2 with the defaults on ray.init(num_cpus=2) hung forever at
+    "Repartition: 0/1": the actors reserved both CPUs and Ray's own tasks never got one."""
+    path, _ = documents
+    with pytest.raises(ValueError, match=r"concurrency=2 actors × num_cpus_per_actor=1 reserve 2 of the cluster's 2 CPUs"):
+        longread.ray.classify(str(path), str(tmp_path / "out"), MODEL, concurrency=2)
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_actor_that_dies_mid_run_is_restarted_and_nothing_is_lost(cluster, documents, tmp_path):
     path, expected = documents
     import pyarrow as pa
