@@ -10,10 +10,15 @@
 //!   `spread` keeps windows `floor(i·(n−1)/(m−1) + 0.5)` for i in 0..m (m = 1 keeps window 0).
 //! - each chunk is `prefix + window + suffix` (`[CLS] … [SEP]`, `<s> … </s>`).
 
+mod segmented;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TextError};
 use crate::tokenizer::TextTokenizer;
+
+/// Texts longer than this (bytes) are tokenized in segments (bounded memory; the same chunks).
+pub const WHOLE_TEXT_BYTES: usize = 256 * 1024;
 
 /// Which windows to keep when a document has more than `max_chunks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -105,12 +110,22 @@ impl Chunker {
         self.config.chunk_size - self.prefix.len() - self.suffix.len()
     }
 
-    /// Cuts one document. An empty or whitespace-only document (no tokens) is an error.
+    /// Cuts one document. An empty or whitespace-only document (no tokens) is an error. Texts
+    /// over [`WHOLE_TEXT_BYTES`] are tokenized segment by segment in bounded memory (the same
+    /// chunks: `segmented`).
     pub fn chunk(&self, text: &str) -> Result<ChunkedDocument> {
         // Checked on the text: byte-level BPE turns pure whitespace into tokens.
         if text.trim().is_empty() {
             return Err(TextError::EmptyDocument);
         }
+        if text.len() > WHOLE_TEXT_BYTES {
+            return self.chunk_segmented(text, segmented::SEGMENT_CHARS);
+        }
+        self.chunk_whole(text)
+    }
+
+    /// [`Chunker::chunk`] with the whole text tokenized at once.
+    fn chunk_whole(&self, text: &str) -> Result<ChunkedDocument> {
         let encoding =
             self.tokenizer.inner().encode_char_offsets(text, false).map_err(|e| TextError::Tokenize(e.to_string()))?;
         let ids = encoding.get_ids();
