@@ -13,6 +13,9 @@ use crate::error::{Result, TextError};
 /// Characters per segment (a cut moves back to the last whitespace in its final quarter).
 pub(crate) const SEGMENT_CHARS: usize = 65_536;
 
+/// A token's characters in the whole text: `(start, end)`.
+type CharSpan = (usize, usize);
+
 /// A segment of the text: its byte range and the character offset where it starts.
 #[derive(Debug, Clone, Copy)]
 struct Segment {
@@ -52,7 +55,7 @@ fn segments(text: &str, size: usize) -> Vec<Segment> {
 
 impl Chunker {
     /// Ids and character offsets (in the whole text) of one segment.
-    fn encode_segment(&self, text: &str, segment: Segment) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+    fn encode_segment(&self, text: &str, segment: Segment) -> Result<(Vec<u32>, Vec<CharSpan>)> {
         let piece = &text[segment.bytes.0..segment.bytes.1];
         let encoding =
             self.tokenizer.inner().encode_char_offsets(piece, false).map_err(|e| TextError::Tokenize(e.to_string()))?;
@@ -76,7 +79,7 @@ impl Chunker {
         let spans: Vec<(usize, usize)> = keep.iter().map(|&i| (starts[i], (starts[i] + window).min(total))).collect();
         // Second pass: only the segments the kept windows touch.
         let mut ids: Vec<Vec<u32>> = spans.iter().map(|(s, e)| Vec::with_capacity(e - s)).collect();
-        let mut offsets: Vec<Vec<(usize, usize)>> = spans.iter().map(|_| Vec::new()).collect();
+        let mut offsets: Vec<Vec<CharSpan>> = spans.iter().map(|_| Vec::new()).collect();
         let mut first_token = 0;
         for (&segment, &count) in segments.iter().zip(&counts) {
             let range = (first_token, first_token + count);
