@@ -59,6 +59,15 @@ pub struct ServerConfig {
     /// Show the model directories' full paths in GET /info (default: their names only).
     #[cfg_attr(feature = "clap", arg(long))]
     pub info_paths: bool,
+    /// Seconds a client has to send a request's headers, and then its body (from the
+    /// connection's start or its previous request's end); slower clients are disconnected (a
+    /// slow body is answered 408).
+    #[cfg_attr(feature = "clap", arg(long = "request-timeout", value_parser = parse_seconds, default_value = "30"))]
+    pub request_timeout: std::time::Duration,
+    /// Most connections open at once; more are closed as they arrive (keeps slow or idle
+    /// clients from using up the file descriptors).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
+    pub max_connections: usize,
     /// Seconds that requests in flight get to finish after SIGTERM or Ctrl-C; then they are
     /// dropped and the server exits (Kubernetes' default grace period is 30 s).
     #[cfg_attr(feature = "clap", arg(long = "shutdown-timeout", value_parser = parse_seconds, default_value = "25"))]
@@ -91,6 +100,8 @@ impl ServerConfig {
             cors_allow_origin: None,
             info_paths: false,
             shutdown_timeout: std::time::Duration::from_secs(25),
+            request_timeout: std::time::Duration::from_secs(30),
+            max_connections: 512,
         }
     }
 
@@ -102,6 +113,8 @@ impl ServerConfig {
             ("--max-input-chars", self.max_input_chars),
             ("--max-client-batch-size", self.max_client_batch_size),
             ("--max-body-bytes", self.max_body_bytes),
+            ("--max-connections", self.max_connections),
+            ("--request-timeout (ms)", self.request_timeout.as_millis().min(usize::MAX as u128) as usize),
         ];
         if let Some((flag, _)) = zero.iter().find(|(_, v)| *v == 0) {
             return Err(crate::ServerError::Config(format!("{flag} must be at least 1")));

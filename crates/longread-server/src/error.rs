@@ -121,6 +121,16 @@ impl ApiError {
         Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, ErrorType::Validation, message)
     }
 
+    /// 408: a request body that did not arrive within `--request-timeout`.
+    pub fn body_timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, ErrorType::Validation, message)
+    }
+
+    /// Another client error of the HTTP stack, with its status.
+    pub fn with_status(status: StatusCode, message: impl Into<String>) -> Self {
+        Self::new(status, ErrorType::Validation, message)
+    }
+
     /// 405: a route that exists, with another method.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, ErrorType::NotFound, message)

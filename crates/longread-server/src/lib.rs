@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod connections;
 mod error;
 mod input;
 mod metrics;
@@ -92,7 +93,11 @@ impl Server {
             }
             stopping_in.notify_one();
         };
-        let serving = axum::serve(self.listener, app).with_graceful_shutdown(stop);
+        let limits = connections::ConnectionLimits {
+            max_connections: self.state.config.max_connections,
+            header_timeout: self.state.config.request_timeout,
+        };
+        let serving = connections::serve(self.listener, app, stop, limits);
         // Requests in flight get --shutdown-timeout to finish once the signal came; then the
         // server returns and drops them (as Kubernetes would kill it after its grace period).
         let deadline = self.state.config.shutdown_timeout;
@@ -101,7 +106,7 @@ impl Server {
             tokio::time::sleep(deadline).await;
         };
         tokio::select! {
-            served = serving => served.map_err(|e| ServerError::Io(format!("serving on {address}: {e}")))?,
+            () = serving => {}
             () = drained => tracing::warn!(
                 "requests still in flight {:.0} s after the stop signal were dropped (--shutdown-timeout)",
                 deadline.as_secs_f64()

@@ -117,3 +117,68 @@ fn info_shows_model_names_not_paths_unless_asked() {
     let info: serde_json::Value = serde_json::from_str(&info).unwrap();
     assert_eq!(info["model_dir"], model.display().to_string());
 }
+
+/// Reads until the server closes the connection or `limit` passes; returns what came and
+/// whether it closed.
+fn read_until_closed(stream: &mut std::net::TcpStream, limit: std::time::Duration) -> (String, bool) {
+    stream.set_read_timeout(Some(std::time::Duration::from_millis(100))).unwrap();
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while started.elapsed() < limit {
+        match stream.read(&mut buffer) {
+            Ok(0) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(n) => got.extend_from_slice(&buffer[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), true),
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), false)
+}
+
+/// Issue 36, item 4: 300 clients sending one byte every 0.5 s were never closed, and with few
+/// file descriptors slow clients made normal requests fail.
+#[test]
+fn slow_and_silent_clients_are_disconnected_and_connections_are_capped() {
+    let timeout = std::time::Duration::from_secs(1);
+    let server = TestServer::start(ServerConfig { request_timeout: timeout, max_connections: 3, ..config() });
+    let address = server.url.trim_start_matches("http://").to_owned();
+    // Silent: nothing sent.
+    let mut silent = std::net::TcpStream::connect(&address).unwrap();
+    // Trickling headers: a byte every 200 ms, never finished.
+    let mut trickle = std::net::TcpStream::connect(&address).unwrap();
+    let started = std::time::Instant::now();
+    let mut cut_off = false;
+    for byte in b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+        if trickle.write_all(&[*byte]).is_err() {
+            cut_off = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let closed = cut_off || read_until_closed(&mut trickle, std::time::Duration::from_secs(10)).1;
+    assert!(closed, "a client trickling its headers is disconnected");
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+    let (_, closed) = read_until_closed(&mut silent, std::time::Duration::from_secs(10));
+    assert!(closed, "a silent client is disconnected");
+
+    // A body that stalls is answered 408 in the errors' shape.
+    let mut stalled = std::net::TcpStream::connect(&address).unwrap();
+    stalled
+        .write_all(b"POST /classify HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        .unwrap();
+    let (answer, _) = read_until_closed(&mut stalled, std::time::Duration::from_secs(10));
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("--request-timeout") && answer.contains("\"error_type\""), "{answer}");
+
+    // Three connections held open: a fourth is closed at once; once they go, requests work.
+    let held: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(&address).unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut fourth = std::net::TcpStream::connect(&address).unwrap();
+    let (answer, closed) = read_until_closed(&mut fourth, std::time::Duration::from_millis(800));
+    assert!(closed && answer.is_empty(), "over the cap: closed without an answer ({answer:?})");
+    drop(held);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (status, _, body) = raw(&server, "GET /health HTTP/1.1\r\nHost: localhost", "");
+    assert_eq!(status, 200, "{body}");
+}

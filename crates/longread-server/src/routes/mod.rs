@@ -42,6 +42,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         // extractors have a default limit of their own (2 MiB): --max-body-bytes replaces it.
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(RequestBodyLimitLayer::new(limit))
+        // A body that trickles in is cut off (408) after --request-timeout.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.request_timeout))
         .layer(axum::middleware::map_response(too_large_as_json))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), guard::guard))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), track))
@@ -58,13 +60,26 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     ApiError::method_not_allowed(format!("{} does not take {method}; GET /openapi.json lists the routes", uri.path()))
 }
 
-/// The body limit's bare 413 in the errors' shape.
+/// The HTTP stack's bare errors in the errors' shape: the body limit's 413, and a body that
+/// could not be read (too slow: 408; cut off: 400).
 async fn too_large_as_json(response: Response) -> Response {
     let is_json = response.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
+    if is_json || !response.status().is_client_error() {
+        return response;
+    }
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
         return ApiError::too_large("the request body is over the limit (--max-body-bytes)").into_response();
     }
-    response
+    let status = response.status();
+    let text = match axum::body::to_bytes(response.into_body(), 64 * 1024).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => String::new(),
+    };
+    if text.contains("timed out") || text.contains("timeout") {
+        return ApiError::body_timeout("the request body arrived too slowly (--request-timeout)").into_response();
+    }
+    ApiError::with_status(status, if text.is_empty() { "the request could not be read".into() } else { text })
+        .into_response()
 }
 
 /// Counts every request by route and status and times it; a request whose client goes away
