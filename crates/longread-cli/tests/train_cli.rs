@@ -793,3 +793,55 @@ fn ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model() {
     assert!(weights(&full) == weights(&part), "interrupted + resumed differs from the uninterrupted run");
     assert_eq!(std::fs::read_to_string(&metrics).unwrap().lines().count(), 80);
 }
+
+/// Issue 37: filling the frozen-encoder cache printed nothing for 27 minutes when stderr was not
+/// a terminal, and `--log-format json` gave one event at the end. Plain lines now come at most
+/// every LONGREAD_PROGRESS_SECONDS (10 s by default; 0 here), and JSON `caching` events.
+#[test]
+fn progress_is_reported_when_stderr_is_not_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("init");
+    init_tiny(&model);
+    let data = fixture("synthetic/train.jsonl");
+    let run = |out: &str, extra: &[&str]| {
+        let out = tmp.path().join(out);
+        std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+            .args(train_args(&model, &data, &out, extra))
+            .env("LONGREAD_PROGRESS_SECONDS", "0")
+            .output()
+            .unwrap()
+    };
+    let flags = ["--freeze-base", "--epochs", "1", "--dev-split", "0.25", "--max-batch-tokens", "16"];
+    let text = run("text", &flags);
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let stderr = String::from_utf8_lossy(&text.stderr);
+    assert!(stderr.contains("caching frozen layers: ") && stderr.contains("cached "), "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with("step ")), "{stderr}");
+    let json = run("json", &[&flags[..], &["--log-format", "json"]].concat());
+    assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+    let events = json_lines(&json.stdout);
+    let caching = events.iter().filter(|e| e["event"] == "caching").count();
+    assert!(caching >= 1, "{events:?}");
+    assert!(events.iter().any(|e| e["event"] == "cached"));
+}
+
+/// Issue 37: a failed `train --arch bow` (integer labels, no `--labels`) left
+/// `OUT/training_args.json`, and the rerun with `--labels` was refused ("already exists").
+#[test]
+fn a_run_that_fails_before_keeping_anything_leaves_no_output_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture("synthetic/train.jsonl")).unwrap();
+    let data = tmp.path().join("int.jsonl");
+    std::fs::write(&data, text.replace("\"rain\"", "0").replace("\"prices\"", "1")).unwrap();
+    let out = tmp.path().join("bow");
+    let args = |extra: &[&str]| {
+        let mut a = vec!["train", "--arch", "bow", "--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        a.extend_from_slice(extra);
+        longread(&a)
+    };
+    assert_clean_failure(&args(&[]), "an integer label needs the label names");
+    assert!(!out.exists(), "nothing kept, nothing left");
+    let rerun = args(&["--labels", "rain,prices"]);
+    assert!(rerun.status.success(), "{}", String::from_utf8_lossy(&rerun.stderr));
+    assert!(out.join("bow.json").exists() && out.join("model.safetensors").exists());
+}

@@ -27,7 +27,7 @@ pub mod settings;
 pub mod spec;
 pub mod start;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use bow::BowSummary;
 pub use checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, save_checkpoint, Saved, CHECKPOINT};
@@ -91,6 +91,23 @@ pub fn train_run(
         return cross_validation::run(spec, &front, hooks);
     }
     let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
+    let new_output = checkpoint.is_none() && !spec.out.exists();
+    let result = run_from(spec, front, checkpoint, hooks);
+    if result.is_err() && new_output {
+        // A run that failed before it kept anything (bad data, say) leaves no --out behind: a
+        // rerun with the fix would otherwise be refused as "already exists".
+        remove_if_nothing_kept(&spec.out);
+    }
+    result
+}
+
+/// [`train_run`] once the checkpoint to resume from (if any) is known.
+fn run_from(
+    spec: &mut TrainSpec,
+    front: serde_json::Map<String, serde_json::Value>,
+    checkpoint: Option<PathBuf>,
+    hooks: &mut dyn RunHooks,
+) -> Result<RunSummary> {
     let settings = recorded_settings(spec, front)?;
     if checkpoint.is_some() {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
@@ -105,6 +122,19 @@ pub fn train_run(
         classifier::run(spec, checkpoint.as_deref(), &settings, hooks)
     };
     finish(spec, logs)
+}
+
+/// Removes a run directory that holds nothing but its settings and logs (no model, no
+/// checkpoint, no cross-validation folds).
+fn remove_if_nothing_kept(out: &Path) {
+    let Ok(entries) = std::fs::read_dir(out) else { return };
+    let kept = entries.flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.starts_with("checkpoint") || name == "model.safetensors" || name.starts_with("fold")
+    });
+    if !kept {
+        let _ = std::fs::remove_dir_all(out);
+    }
 }
 
 /// What training_args.json records: every setting as resolved (defaults filled in) and a

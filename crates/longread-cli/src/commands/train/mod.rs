@@ -2,6 +2,7 @@
 //! pretrained encoder (`--arch`), or the HAN. The run itself is the library's
 //! (`longread_train::run::train_run`); this command parses the flags and prints progress.
 
+use std::io::IsTerminal;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -90,15 +91,27 @@ impl RunHooks for Reporter {
     }
 }
 
-/// Progress for people (bar and lines on stderr) or machines (JSON lines on stdout).
+/// Progress for people (bar and lines on stderr) or machines (JSON lines on stdout). When
+/// stderr is not a terminal (a log file, a job scheduler) the bar draws nothing: plain lines
+/// then say how far a long phase is, at most every [`plain_interval`].
 struct Reporter {
     text: bool,
     json: bool,
     bar: ProgressBar,
+    /// Plain progress lines instead of the bar (stderr is not a terminal).
+    plain: bool,
+    /// When the last plain line or periodic JSON event was written.
+    last_report: Option<Instant>,
     /// When the last step (or phase set-up) ended, for items/s.
     since: Instant,
     /// What a step's `chunks` count: "chunks" or "documents".
     unit: &'static str,
+}
+
+/// Seconds between plain progress lines: 10, or `LONGREAD_PROGRESS_SECONDS`.
+fn plain_interval() -> std::time::Duration {
+    let seconds = std::env::var("LONGREAD_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0);
+    std::time::Duration::from_secs_f64(seconds.max(0.0))
 }
 
 impl Reporter {
@@ -108,7 +121,17 @@ impl Reporter {
             ProgressStyle::with_template("{spinner} step {pos}/{len} [{elapsed_precise}, eta {eta}] {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        Self { text, json, bar, since: Instant::now(), unit }
+        let plain = text && !std::io::stderr().is_terminal();
+        Self { text, json, bar, plain, last_report: None, since: Instant::now(), unit }
+    }
+
+    /// Whether a periodic report is due (the first one at once), and if so starts the next interval.
+    fn report_due(&mut self) -> bool {
+        let due = self.last_report.is_none_or(|t| t.elapsed() >= plain_interval());
+        if due {
+            self.last_report = Some(Instant::now());
+        }
+        due
     }
 
     fn progress(&mut self, p: Progress) {
@@ -118,8 +141,20 @@ impl Reporter {
                 self.phase(&phase);
             }
             Progress::Caching { done, total } => {
-                self.bar.set_message(format!("caching frozen layers: {done}/{total} chunks"));
+                let message = format!("caching frozen layers: {done}/{total} chunks");
+                if (self.plain || self.json) && done < total && self.report_due() {
+                    if self.plain {
+                        eprintln!("{message}");
+                    }
+                    if self.json {
+                        println!("{}", serde_json::json!({"event": "caching", "done": done, "total": total}));
+                    }
+                }
+                self.bar.set_message(message);
                 if done == total {
+                    if self.plain {
+                        eprintln!("cached {total} chunks");
+                    }
                     if self.json {
                         println!("{}", serde_json::json!({"event": "cached", "chunks": total}));
                     }
@@ -137,7 +172,11 @@ impl Reporter {
                 let per_second = s.chunks as f64 / seconds;
                 self.bar.set_length(s.total_steps as u64);
                 self.bar.set_position(s.step as u64);
-                self.bar.set_message(format!("loss {:.4}, lr {:.2e}, {per_second:.1} {}/s", s.loss, s.lr, self.unit));
+                let message = format!("loss {:.4}, lr {:.2e}, {per_second:.1} {}/s", s.loss, s.lr, self.unit);
+                if self.plain && self.report_due() {
+                    eprintln!("step {}/{}: {message}", s.step, s.total_steps);
+                }
+                self.bar.set_message(message);
                 if self.json {
                     let mut line = serde_json::json!({
                         "event": "step", "step": s.step, "total_steps": s.total_steps, "loss": s.loss, "lr": s.lr,
