@@ -845,3 +845,22 @@ fn a_run_that_fails_before_keeping_anything_leaves_no_output_directory() {
     assert!(rerun.status.success(), "{}", String::from_utf8_lossy(&rerun.stderr));
     assert!(out.join("bow.json").exists() && out.join("model.safetensors").exists());
 }
+
+/// Issue 37: `train --cv` on a model made by `init --labels` with integer labels in the data
+/// asked for `--labels` (cross-validation read the labels from the data, not the model).
+#[test]
+fn cross_validation_reads_integer_labels_through_the_models_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("init");
+    init_tiny(&model);
+    let text = std::fs::read_to_string(fixture("synthetic/train.jsonl")).unwrap();
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap();
+    let (zero, one) = (config["id2label"]["0"].as_str().unwrap(), config["id2label"]["1"].as_str().unwrap());
+    let data = tmp.path().join("int.jsonl");
+    std::fs::write(&data, text.replace(&format!("\"{zero}\""), "0").replace(&format!("\"{one}\""), "1")).unwrap();
+    let out = tmp.path().join("cv");
+    let run = train(&model, &data, &out, &["--cv", "2", "--freeze-base", "--epochs", "1", "-q"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let cv: Value = serde_json::from_str(&std::fs::read_to_string(out.join("cv.json")).unwrap()).unwrap();
+    assert_eq!(cv["results"].as_array().unwrap().len(), 2);
+}

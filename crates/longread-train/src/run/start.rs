@@ -66,6 +66,11 @@ pub fn training_labels(spec: &TrainSpec) -> Result<Vec<String>> {
         }
         return Ok(spec.labels.clone());
     }
+    // A model made by `init --labels` (or trained) knows its labels: integer labels in the data
+    // are ids into them, as when training that model without --cv.
+    if let Some(labels) = spec.model.as_deref().map(model_labels).transpose()?.flatten() {
+        return Ok(labels);
+    }
     let column = match spec.task.first() {
         Some(task) => name_value("--task", task)?.1.to_string(),
         None => DEFAULT_TASK.to_string(),
@@ -78,4 +83,20 @@ pub fn training_labels(spec: &TrainSpec) -> Result<Vec<String>> {
         )));
     }
     Ok(labels)
+}
+
+/// The primary task's labels of a longread classifier directory (config.json `id2label`, in
+/// id order), or `None` for a plain encoder.
+fn model_labels(dir: &Path) -> Result<Option<Vec<String>>> {
+    if !dir.is_dir() || !is_classifier_dir(dir)? {
+        return Ok(None);
+    }
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| TrainError::Io { path: path.clone(), source })?;
+    let config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| TrainError::Run(format!("{}: {e}", path.display())))?;
+    let Some(id2label) = config.get("id2label").and_then(serde_json::Value::as_object) else { return Ok(None) };
+    let labels: Option<Vec<String>> =
+        (0..id2label.len()).map(|i| id2label.get(&i.to_string()).and_then(|v| v.as_str()).map(str::to_owned)).collect();
+    Ok(labels.filter(|l| l.len() >= 2))
 }
