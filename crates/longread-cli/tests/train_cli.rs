@@ -864,3 +864,52 @@ fn cross_validation_reads_integer_labels_through_the_models_labels() {
     let cv: Value = serde_json::from_str(&std::fs::read_to_string(out.join("cv.json")).unwrap()).unwrap();
     assert_eq!(cv["results"].as_array().unwrap().len(), 2);
 }
+
+/// Issue 37: the bag of words' cross-validation picked the edge of its grid (C = 1000, then
+/// 0.1) without a word; and `init` said "pooling attention" for top-k and ordinal models alike.
+#[test]
+fn an_edge_of_the_c_grid_is_warned_and_init_names_top_k_and_ordinal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bow");
+    let data = fixture("synthetic/train.jsonl");
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--c-values",
+        "1000,10000",
+        "--cv",
+        "2",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("is at the edge of --c-values [1000.0, 10000.0]"), "{stderr}");
+    let cv: Value = serde_json::from_str(&std::fs::read_to_string(out.join("cv.json")).unwrap()).unwrap();
+    assert_eq!(cv["chosen_at_edge"], true);
+
+    let encoder = fixture("tiny-bert");
+    let made = tmp.path().join("ordinal");
+    let init = longread(&[
+        "init",
+        "--encoder",
+        encoder.to_str().unwrap(),
+        "--labels",
+        "general,teen,mature",
+        "--out",
+        made.to_str().unwrap(),
+        "--chunk-size",
+        "16",
+        "--stride",
+        "4",
+        "--ordinal",
+        "--attention-top-k",
+        "2",
+    ]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let said = String::from_utf8_lossy(&init.stderr);
+    assert!(said.contains("pooling attention over the top 2 chunks, ordinal head"), "{said}");
+}

@@ -30,6 +30,8 @@ pub struct BowSummary {
     pub documents: usize,
     /// n-gram features of the saved model (words and characters).
     pub features: usize,
+    /// The chosen C is the smallest or largest of several tried: the best may lie beyond.
+    pub chosen_at_edge: bool,
 }
 
 /// Trains the bag-of-words model `spec` describes into `spec.out` (training_args.json,
@@ -77,12 +79,17 @@ pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dy
         hooks.note(&format!("C {:>8}: macro-F1 {:.4} ± {:.4}", s.c, s.macro_f1_mean, s.macro_f1_std));
     }
     trained.model.save(&spec.out).map_err(|e| TrainError::Run(e.to_string()))?;
+    let chosen_c = trained.model.c();
+    let (lowest, highest) =
+        options.cs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
+    let chosen_at_edge = options.cs.len() > 1 && (chosen_c == lowest || chosen_c == highest);
     let summary = BowSummary {
         cv: trained.cv,
-        chosen_c: trained.model.c(),
+        chosen_c,
         folds,
         documents: texts.len(),
         features: trained.model.features(),
+        chosen_at_edge,
     };
     output.write_json("cv.json", &summary)?;
     hooks.note(&format!(
@@ -91,5 +98,23 @@ pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dy
         summary.features,
         spec.out.display()
     ));
+    if chosen_at_edge {
+        let beyond = if chosen_c == highest { format!("{}", highest * 10.0) } else { format!("{}", lowest / 10.0) };
+        let rarest = (0..labels.len()).map(|c| ids.iter().filter(|&&l| l == c).count()).min().unwrap_or(0);
+        let weights = if options.class_weights.is_none() && rarest * labels.len() * 2 < ids.len() {
+            format!(
+                "; the rarest label has {rarest} of {} documents: --class-weights balanced keeps the model from \
+                 predicting the majority label alone",
+                ids.len()
+            )
+        } else {
+            String::new()
+        };
+        hooks.note(&format!(
+            "warning: C {chosen_c} is at the edge of --c-values {:?}: the best C may lie beyond it (try adding \
+             {beyond}){weights}",
+            options.cs
+        ));
+    }
     Ok(summary)
 }

@@ -166,12 +166,16 @@ pub fn describe(model: &HierarchicalClassifier) -> String {
     let section = &config.longread;
     let shape = if section.architecture == longread_model::hierarchical::Architecture::Hierarchical {
         let pooling = serde_json::to_value(section.pooling_strategy).ok();
+        let mut pooling = pooling.as_ref().and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        if section.attention_top_k > 0 {
+            pooling.push_str(&format!(" over the top {} chunks", section.attention_top_k));
+        }
+        if section.ordinal {
+            pooling.push_str(", ordinal head");
+        }
         format!(
-            "pooling {}, chunks of {} tokens, stride {}, max {}",
-            pooling.as_ref().and_then(|v| v.as_str()).unwrap_or_default(),
-            section.chunk_size,
-            section.stride,
-            section.max_chunks
+            "pooling {pooling}, chunks of {} tokens, stride {}, max {}",
+            section.chunk_size, section.stride, section.max_chunks
         )
     } else {
         format!("single chunk: the first {} tokens, {}", section.chunk_size, config.hf_architecture())
