@@ -47,7 +47,13 @@ fn writes_a_classifier_with_the_settings_asked_for() {
     assert_eq!((section.attention_top_k, section.attention_temperature), (2, 0.5));
     assert_eq!(section.chunk_selection, ChunkSelection::Spread);
     assert_eq!(section.chunk_pooling, ChunkPooling::Mean);
-    assert!(describe(&loaded).starts_with("3 labels: general, teen, mature, pooling attention, chunks of 64 tokens"));
+    let said = describe(&loaded);
+    assert!(
+        said.starts_with(
+            "3 labels: general, teen, mature, pooling attention over the top 2 chunks, chunks of 64 tokens"
+        ),
+        "{said}"
+    );
 
     // Same seed, same weights; the directory is never overwritten.
     let again = dir.path().join("again");
