@@ -218,3 +218,19 @@ fn report_writes_one_self_contained_page() {
     assert!(html.contains("<svg") && html.contains("Predicted: <span class=\"label\">"));
     assert!(html.contains("Ünïcödé 🙂"), "text kept verbatim");
 }
+
+/// Issue 37: with stderr not a terminal the progress bar drew nothing; plain lines now say how
+/// far `predict` is (every 10 s by default; LONGREAD_PROGRESS_SECONDS=0 here).
+#[test]
+fn predict_reports_progress_in_plain_lines_when_stderr_is_not_a_terminal() {
+    let model = fixture("hier/trained-bert-attention");
+    let documents = fixture("hier/documents.jsonl");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+        .args(["predict", "--model", model.to_str().unwrap(), "--input", documents.to_str().unwrap()])
+        .env("LONGREAD_PROGRESS_SECONDS", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.lines().any(|l| l.contains(" documents done (")), "{stderr}");
+}

@@ -101,8 +101,10 @@ pub fn load(
     Ok(classifier)
 }
 
-/// A progress bar over documents on stderr (hidden when quiet).
-pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
+/// A progress bar over documents on stderr (hidden when quiet); when stderr is not a terminal
+/// (a log file, a job scheduler) the bar draws nothing, and plain lines say how far it is, at
+/// most every 10 s (`LONGREAD_PROGRESS_SECONDS`).
+pub fn progress_bar(len: usize, quiet: bool) -> DocProgress {
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(len as u64) };
     bar.set_style(
         ProgressStyle::with_template(
@@ -110,7 +112,39 @@ pub fn progress_bar(len: usize, quiet: bool) -> ProgressBar {
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    bar
+    let plain = !quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    DocProgress { bar, plain, last: std::sync::Mutex::new(None), started: std::time::Instant::now() }
+}
+
+/// [`progress_bar`]'s bar, with its plain lines.
+pub struct DocProgress {
+    bar: ProgressBar,
+    plain: bool,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    started: std::time::Instant,
+}
+
+impl DocProgress {
+    /// Counts `n` more documents done.
+    pub fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        if !self.plain {
+            return;
+        }
+        let interval =
+            std::env::var("LONGREAD_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0);
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.unwrap_or(self.started).elapsed().as_secs_f64() >= interval {
+            *last = Some(std::time::Instant::now());
+            let total = self.bar.length().filter(|&l| l > 0).map_or(String::new(), |l| format!(" of {l}"));
+            eprintln!("{}{total} documents done ({:.0} s)", self.bar.position(), self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish_and_clear(&self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 /// Runs `longread predict`; returns the number of documents that failed.

@@ -102,6 +102,8 @@ struct Reporter {
     plain: bool,
     /// When the last plain line or periodic JSON event was written.
     last_report: Option<Instant>,
+    /// When the run started.
+    started: Instant,
     /// When the last step (or phase set-up) ended, for items/s.
     since: Instant,
     /// What a step's `chunks` count: "chunks" or "documents".
@@ -122,12 +124,13 @@ impl Reporter {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let plain = text && !std::io::stderr().is_terminal();
-        Self { text, json, bar, plain, last_report: None, since: Instant::now(), unit }
+        Self { text, json, bar, plain, last_report: None, started: Instant::now(), since: Instant::now(), unit }
     }
 
-    /// Whether a periodic report is due (the first one at once), and if so starts the next interval.
+    /// Whether a periodic report is due (an interval after the start or the last one), and if
+    /// so starts the next interval.
     fn report_due(&mut self) -> bool {
-        let due = self.last_report.is_none_or(|t| t.elapsed() >= plain_interval());
+        let due = self.last_report.unwrap_or(self.started).elapsed() >= plain_interval();
         if due {
             self.last_report = Some(Instant::now());
         }
