@@ -245,18 +245,23 @@ fn flags_that_do_not_apply_and_numbers_out_of_range_are_refused() {
     assert_clean_failure(&init, "--attention-heads applies only to --pooling multihead");
 }
 
-#[test]
-fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
-    let tmp = tempfile::tempdir().unwrap();
-    let p = |n: &str| tmp.path().join(n);
-    // The fixture model's labels are general/teen/mature: map the synthetic labels onto them.
+/// The first 12 synthetic training documents with their labels mapped onto the fixture model's
+/// (general/teen/mature), written to `path`.
+fn write_mapped_training_data(path: &Path) {
     let text: String = std::fs::read_to_string(fixture("synthetic/train.jsonl"))
         .unwrap()
         .lines()
         .take(12)
         .map(|l| format!("{l}\n"))
         .collect();
-    std::fs::write(p("train.jsonl"), text.replace("\"rain\"", "\"teen\"").replace("\"prices\"", "\"mature\"")).unwrap();
+    std::fs::write(path, text.replace("\"rain\"", "\"teen\"").replace("\"prices\"", "\"mature\"")).unwrap();
+}
+
+#[test]
+fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    write_mapped_training_data(&p("train.jsonl"));
     let model = fixture("hier/bert-attention");
     let run = |out: &str, extra: &[&str]| {
         let mut args = vec!["--dev-split", "0.25", "--epochs", "3", "--lr", "1e-3", "--batch-size", "3", "--seed", "5"];
@@ -291,13 +296,7 @@ fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
 fn a_checkpoint_with_a_flipped_byte_is_refused_not_resumed() {
     let tmp = tempfile::tempdir().unwrap();
     let p = |n: &str| tmp.path().join(n);
-    let text: String = std::fs::read_to_string(fixture("synthetic/train.jsonl"))
-        .unwrap()
-        .lines()
-        .take(12)
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(p("train.jsonl"), text.replace("\"rain\"", "\"teen\"").replace("\"prices\"", "\"mature\"")).unwrap();
+    write_mapped_training_data(&p("train.jsonl"));
     let model = fixture("hier/bert-attention");
     let args = ["--dev-split", "0.25", "--epochs", "2", "--lr", "1e-3", "--batch-size", "3", "--seed", "5"];
     let first = train(&model, &p("train.jsonl"), &p("run"), &[&args[..], &["--stop-after-epoch", "1"]].concat());

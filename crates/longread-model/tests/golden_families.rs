@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::collections::HashMap;
+
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use common::{expected, fixture, max_abs_diff};
@@ -56,14 +58,20 @@ fn tokenizer_ids_match_the_reference() {
     }
 }
 
+/// A fixture's encoder (inference), its padded batch and transformers' outputs.
+fn inference_case(name: &str) -> (longread_model::Encoder, Tensor, Tensor, HashMap<String, Tensor>) {
+    let exp = expected(name);
+    let encoder =
+        Checkpoint::open(&fixture(name)).unwrap().load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
+    let ids = exp["input_ids"].to_dtype(DType::U32).unwrap();
+    let mask = exp["attention_mask"].to_dtype(DType::U32).unwrap();
+    (encoder, ids, mask, exp)
+}
+
 #[test]
 fn hidden_states_match_transformers_on_a_padded_batch() {
     for (name, _) in FIXTURES {
-        let exp = expected(name);
-        let checkpoint = Checkpoint::open(&fixture(name)).unwrap();
-        let encoder = checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
-        let ids = exp["input_ids"].to_dtype(DType::U32).unwrap();
-        let mask = exp["attention_mask"].to_dtype(DType::U32).unwrap();
+        let (encoder, ids, mask, exp) = inference_case(name);
         let hidden = encoder.forward(&ids, &mask, Mode::Eval).unwrap();
         let diff = max_abs_diff(&hidden, &exp["last_hidden_state"]);
         assert!(diff <= 1e-4, "{name}: max abs diff {diff}");
@@ -73,11 +81,7 @@ fn hidden_states_match_transformers_on_a_padded_batch() {
 #[test]
 fn a_frozen_prefix_then_the_rest_equals_the_whole_pass() {
     for (name, _) in FIXTURES {
-        let exp = expected(name);
-        let checkpoint = Checkpoint::open(&fixture(name)).unwrap();
-        let encoder = checkpoint.load_encoder(&LoadOptions::default(), &Device::Cpu).unwrap();
-        let ids = exp["input_ids"].to_dtype(DType::U32).unwrap();
-        let mask = exp["attention_mask"].to_dtype(DType::U32).unwrap();
+        let (encoder, ids, mask, exp) = inference_case(name);
         let prefix = encoder.prefix(&ids, &mask, 1).unwrap();
         let hidden = encoder.forward_from(&prefix, &mask, 1, Mode::Eval).unwrap();
         let diff = max_abs_diff(&hidden, &exp["last_hidden_state"]);
