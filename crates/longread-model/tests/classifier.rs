@@ -106,3 +106,44 @@ fn the_vector_cache_gives_the_same_scores_and_is_shared_by_models_on_one_encoder
     }
     assert_eq!(scores("hier/bert-attention", true), plain);
 }
+
+/// Issue 37: the chunk-vector cache was written only after every document of a split was
+/// encoded, so an interrupt 25 minutes into filling it lost all of it. Now it is written group by
+/// group: files appear while the encoder is still working.
+#[test]
+fn the_vector_cache_fills_group_by_group_while_encoding() {
+    use candle_core::Device;
+    use longread_model::hierarchical::{HierarchicalClassifier, VectorCache};
+    use longread_text::{Chunker, TextTokenizer};
+
+    let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), false, &Device::Cpu).unwrap();
+    let chunker =
+        Chunker::new(TextTokenizer::from_file(model.tokenizer_path()).unwrap(), model.config().longread.chunking())
+            .unwrap();
+    let base = documents();
+    // Distinct token ids for each (the tiny vocabulary maps digits to [UNK]).
+    let texts: Vec<String> =
+        (0..60).map(|i| format!("{}{}", "rain ".repeat(i / base.len() + 1), base[i % base.len()])).collect();
+    let chunked: Vec<_> = texts.iter().map(|t| chunker.chunk(t).unwrap()).collect();
+    let refs: Vec<_> = chunked.iter().collect();
+    let total_chunks: usize = chunked.iter().map(|d| d.chunks.len()).sum();
+    assert!(total_chunks > 2 * 64, "{total_chunks} chunks: more than two cache groups");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = VectorCache::open(dir.path(), &model, "f32").unwrap();
+    let files = || std::fs::read_dir(dir.path()).unwrap().count();
+    let mut seen_midway = Vec::new();
+    let vectors =
+        model.encode_documents_cached(&refs, 64, &Device::Cpu, Some(&cache), |_| seen_midway.push(files())).unwrap();
+    assert_eq!(vectors.len(), texts.len());
+    assert_eq!(files(), texts.len());
+    assert!(
+        seen_midway.iter().any(|&n| n > 0 && n < texts.len()),
+        "vectors were stored while encoding went on: {seen_midway:?}"
+    );
+    // And they are the vectors a plain pass computes.
+    let plain = model.encode_documents(&refs, 64, &Device::Cpu, |_| {}).unwrap();
+    for (a, b) in vectors.iter().zip(&plain) {
+        let diff = a.sub(b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff <= 1e-6, "{diff}");
+    }
+}

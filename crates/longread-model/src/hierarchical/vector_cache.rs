@@ -114,9 +114,14 @@ fn seeded_hashers() -> [DefaultHasher; 2] {
     [a, b]
 }
 
+/// Chunks encoded between writes to the cache: an interrupted fill keeps what was encoded up
+/// to the last group, and the next run starts there.
+const CACHE_GROUP_CHUNKS: usize = 64;
+
 impl HierarchicalClassifier {
     /// [`Self::encode_documents`] through `cache`: documents found there are read, the others
-    /// encoded (batched together) and stored.
+    /// encoded (batched together, in groups of about [`CACHE_GROUP_CHUNKS`] chunks) and stored
+    /// group by group (vectors do not depend on batching).
     pub fn encode_documents_cached(
         &self,
         docs: &[&ChunkedDocument],
@@ -131,11 +136,22 @@ impl HierarchicalClassifier {
         let mut out: Vec<Option<Tensor>> = docs.iter().map(|d| cache.get(d, device)).collect();
         let missing: Vec<usize> = (0..docs.len()).filter(|&i| out[i].is_none()).collect();
         on_chunks(docs.iter().zip(&out).filter(|(_, v)| v.is_some()).map(|(d, _)| d.chunks.len()).sum());
-        let todo: Vec<&ChunkedDocument> = missing.iter().map(|&i| docs[i]).collect();
-        let encoded = self.encode_documents(&todo, max_batch_tokens, device, on_chunks)?;
-        for (&i, vectors) in missing.iter().zip(encoded) {
-            cache.put(docs[i], &vectors)?;
-            out[i] = Some(vectors);
+        let mut start = 0;
+        while start < missing.len() {
+            let mut end = start;
+            let mut chunks = 0;
+            while end < missing.len() && (end == start || chunks < CACHE_GROUP_CHUNKS) {
+                chunks += docs[missing[end]].chunks.len();
+                end += 1;
+            }
+            let group = &missing[start..end];
+            let todo: Vec<&ChunkedDocument> = group.iter().map(|&i| docs[i]).collect();
+            let encoded = self.encode_documents(&todo, max_batch_tokens, device, &mut on_chunks)?;
+            for (&i, vectors) in group.iter().zip(encoded) {
+                cache.put(docs[i], &vectors)?;
+                out[i] = Some(vectors);
+            }
+            start = end;
         }
         Ok(out.into_iter().map(|v| v.expect("every document encoded or cached")).collect())
     }
