@@ -113,13 +113,26 @@ pub fn progress_bar(len: usize, quiet: bool) -> DocProgress {
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let plain = !quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
-    DocProgress { bar, plain, last: std::sync::Mutex::new(None), started: std::time::Instant::now() }
+    DocProgress {
+        bar,
+        plain,
+        interval: plain_interval(),
+        last: std::sync::Mutex::new(None),
+        started: std::time::Instant::now(),
+    }
+}
+
+/// Time between plain progress lines: 10 s, or `LONGREAD_PROGRESS_SECONDS`.
+pub fn plain_interval() -> std::time::Duration {
+    let seconds = std::env::var("LONGREAD_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0);
+    std::time::Duration::from_secs_f64(seconds.max(0.0))
 }
 
 /// [`progress_bar`]'s bar, with its plain lines.
 pub struct DocProgress {
     bar: ProgressBar,
     plain: bool,
+    interval: std::time::Duration,
     last: std::sync::Mutex<Option<std::time::Instant>>,
     started: std::time::Instant,
 }
@@ -131,10 +144,8 @@ impl DocProgress {
         if !self.plain {
             return;
         }
-        let interval =
-            std::env::var("LONGREAD_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0);
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.unwrap_or(self.started).elapsed().as_secs_f64() >= interval {
+        if last.unwrap_or(self.started).elapsed() >= self.interval {
             *last = Some(std::time::Instant::now());
             let total = self.bar.length().filter(|&l| l > 0).map_or(String::new(), |l| format!(" of {l}"));
             eprintln!("{}{total} documents done ({:.0} s)", self.bar.position(), self.started.elapsed().as_secs_f64());

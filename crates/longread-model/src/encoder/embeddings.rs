@@ -13,7 +13,7 @@ use candle_nn::{Embedding, Init, Module, VarBuilder};
 
 use crate::config::EncoderConfig;
 use crate::encoder::{modern, DebertaSettings, Family, ModernSettings};
-use crate::layers::{linear, Dropout, LayerNorm, Linear};
+use crate::layers::{linear, linear_with_bias, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// The embedding block of an encoder.
@@ -78,8 +78,7 @@ impl Embeddings {
             (false, _) => None,
             (true, false) => Some(linear(vb.pp("embeddings_project"), width, cfg.hidden_size, cfg.initializer_range)?),
             (true, true) => {
-                let init = Init::Randn { mean: 0.0, stdev: cfg.initializer_range };
-                Some(Linear::new(emb.pp("embed_proj").get_with_hints((cfg.hidden_size, width), "weight", init)?, None))
+                Some(linear_with_bias(emb.pp("embed_proj"), width, cfg.hidden_size, cfg.initializer_range, false)?)
             }
         };
         Ok(Self {

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::activation::Activation;
 use crate::config::EncoderConfig;
-use crate::layers::{linear, softmax, Dropout, LayerNorm, Linear};
+use crate::layers::{linear_with_bias, softmax, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// ModernBERT's settings beyond BERT's keys, read from config.json with transformers' defaults.
@@ -87,15 +87,6 @@ pub fn norm(vb: VarBuilder, size: usize, eps: f64, bias: bool) -> Result<LayerNo
     }
     let weight = vb.get_with_hints(size, "weight", Init::Const(1.0))?;
     Ok(LayerNorm::new(weight, Tensor::zeros(size, DType::F32, vb.device())?, eps))
-}
-
-/// A dense layer with or without its bias.
-fn dense(vb: VarBuilder, in_dim: usize, out_dim: usize, std: f64, bias: bool) -> Result<Linear> {
-    if bias {
-        return linear(vb, in_dim, out_dim, std);
-    }
-    let weight = vb.get_with_hints((out_dim, in_dim), "weight", Init::Randn { mean: 0.0, stdev: std })?;
-    Ok(Linear::new(weight, None))
 }
 
 /// The cosines and sines of rotary positions 0..seq for one base.
@@ -202,11 +193,11 @@ impl ModernLayer {
         let attn_norm = if index == 0 { None } else { Some(norm(vb.pp("attn_norm"), h, eps, settings.norm_bias)?) };
         Ok(Self {
             attn_norm,
-            qkv: dense(vb.pp("attn").pp("Wqkv"), h, 3 * h, std, settings.attention_bias)?,
-            attn_out: dense(vb.pp("attn").pp("Wo"), h, h, std, settings.attention_bias)?,
+            qkv: linear_with_bias(vb.pp("attn").pp("Wqkv"), h, 3 * h, std, settings.attention_bias)?,
+            attn_out: linear_with_bias(vb.pp("attn").pp("Wo"), h, h, std, settings.attention_bias)?,
             mlp_norm: norm(vb.pp("mlp_norm"), h, eps, settings.norm_bias)?,
-            mlp_in: dense(vb.pp("mlp").pp("Wi"), h, 2 * i, std, settings.mlp_bias)?,
-            mlp_out: dense(vb.pp("mlp").pp("Wo"), i, h, std, settings.mlp_bias)?,
+            mlp_in: linear_with_bias(vb.pp("mlp").pp("Wi"), h, 2 * i, std, settings.mlp_bias)?,
+            mlp_out: linear_with_bias(vb.pp("mlp").pp("Wo"), i, h, std, settings.mlp_bias)?,
             activation: cfg.activation(),
             heads: cfg.num_attention_heads,
             head_size: cfg.head_size(),

@@ -20,7 +20,7 @@ use candle_nn::{Module, VarBuilder};
 
 use crate::config::EncoderConfig;
 use crate::encoder::SequenceHeadStyle;
-use crate::layers::{linear, Dropout, LayerNorm, Linear};
+use crate::layers::{linear, linear_with_bias, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// The head of a `*ForSequenceClassification` model.
@@ -69,12 +69,7 @@ impl SequenceHead {
                 let settings = crate::encoder::ModernSettings::of(encoder);
                 let bias = encoder.extra.get("classifier_bias").and_then(serde_json::Value::as_bool).unwrap_or(false);
                 let head = vb.pp("head");
-                let dense = if bias {
-                    linear(head.pp("dense"), h, h, std)?
-                } else {
-                    let init = candle_nn::Init::Randn { mean: 0.0, stdev: std };
-                    Linear::new(head.pp("dense").get_with_hints((h, h), "weight", init)?, None)
-                };
+                let dense = linear_with_bias(head.pp("dense"), h, h, std, bias)?;
                 norm =
                     Some(crate::encoder::modern_norm(head.pp("norm"), h, encoder.layer_norm_eps, settings.norm_bias)?);
                 (None, dense, HeadActivation::Gelu, linear(classifier, h, labels, std)?)

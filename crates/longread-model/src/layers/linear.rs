@@ -198,7 +198,13 @@ where
 
 /// Loads `weight [out, in]` and `bias [out]`; new weights are drawn from `N(0, std²)`.
 pub fn linear(vb: VarBuilder, in_dim: usize, out_dim: usize, std: f64) -> Result<Linear> {
+    linear_with_bias(vb, in_dim, out_dim, std, true)
+}
+
+/// [`linear`], or without a bias (`weight` only) when `bias` is false (ModernBERT's layers and
+/// head, DeBERTa's `embed_proj`).
+pub fn linear_with_bias(vb: VarBuilder, in_dim: usize, out_dim: usize, std: f64, bias: bool) -> Result<Linear> {
     let weight = vb.get_with_hints((out_dim, in_dim), "weight", Init::Randn { mean: 0.0, stdev: std })?;
-    let bias = vb.get_with_hints(out_dim, "bias", Init::Const(0.0))?;
-    Ok(Linear::new(weight, Some(bias)))
+    let bias = if bias { Some(vb.get_with_hints(out_dim, "bias", Init::Const(0.0))?) } else { None };
+    Ok(Linear::new(weight, bias))
 }

@@ -12,5 +12,5 @@ mod softmax;
 
 pub use dropout::Dropout;
 pub use layer_norm::LayerNorm;
-pub use linear::{linear, Linear};
+pub use linear::{linear, linear_with_bias, Linear};
 pub use softmax::{softmax, softmax_last_dim};

@@ -44,7 +44,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .layer(RequestBodyLimitLayer::new(limit))
         // A body that trickles in is cut off (408) after --request-timeout.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.request_timeout))
-        .layer(axum::middleware::map_response(too_large_as_json))
+        .layer(axum::middleware::map_response(plain_errors_as_json))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), guard::guard))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), track))
         .with_state(state)
@@ -62,7 +62,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 /// The HTTP stack's bare errors in the errors' shape: the body limit's 413, and a body that
 /// could not be read (too slow: 408; cut off: 400).
-async fn too_large_as_json(response: Response) -> Response {
+async fn plain_errors_as_json(response: Response) -> Response {
     let is_json = response.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     if is_json || !response.status().is_client_error() {
         return response;

@@ -5,6 +5,7 @@
 use std::io::IsTerminal;
 use std::time::Instant;
 
+use crate::commands::predict::plain_interval;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -104,16 +105,12 @@ struct Reporter {
     last_report: Option<Instant>,
     /// When the run started.
     started: Instant,
+    /// Time between plain lines ([`plain_interval`]).
+    interval: std::time::Duration,
     /// When the last step (or phase set-up) ended, for items/s.
     since: Instant,
     /// What a step's `chunks` count: "chunks" or "documents".
     unit: &'static str,
-}
-
-/// Seconds between plain progress lines: 10, or `LONGREAD_PROGRESS_SECONDS`.
-fn plain_interval() -> std::time::Duration {
-    let seconds = std::env::var("LONGREAD_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0);
-    std::time::Duration::from_secs_f64(seconds.max(0.0))
 }
 
 impl Reporter {
@@ -124,13 +121,24 @@ impl Reporter {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let plain = text && !std::io::stderr().is_terminal();
-        Self { text, json, bar, plain, last_report: None, started: Instant::now(), since: Instant::now(), unit }
+        let interval = plain_interval();
+        Self {
+            text,
+            json,
+            bar,
+            plain,
+            last_report: None,
+            started: Instant::now(),
+            interval,
+            since: Instant::now(),
+            unit,
+        }
     }
 
     /// Whether a periodic report is due (an interval after the start or the last one), and if
     /// so starts the next interval.
     fn report_due(&mut self) -> bool {
-        let due = self.last_report.unwrap_or(self.started).elapsed() >= plain_interval();
+        let due = self.last_report.unwrap_or(self.started).elapsed() >= self.interval;
         if due {
             self.last_report = Some(Instant::now());
         }
