@@ -3,7 +3,7 @@
 # without a GPU, with the CUDA 13.0 compiler from PyPI (../shared/gpu/README.md, "Building a
 # CUDA binary"). Output: target-cuda/release/longread.
 #   scripts/build_cuda.sh            # the binary
-#   scripts/build_cuda.sh --tests    # also the test executables of the GPU tests (gpu_check.sh)
+#   scripts/build_cuda.sh --tests    # also the GPU tests' executables (cuda, cuda_train: gpu_check.sh)
 #   scripts/build_cuda.sh --python   # the Python package with `cuda` as a wheel in target-cuda/wheels
 #   scripts/build_cuda.sh --check    # `cargo check` of the feature only (CI)
 # Env: CUDA_VENV (default .venv-cuda) where the compiler is installed; CUDA_COMPUTE_CAP (default
@@ -32,7 +32,9 @@ case "$mode" in
     "$venv/bin/pip" install -q "maturin>=1.5,<2"
     exec "$venv/bin/maturin" build --release --features cuda -m python/Cargo.toml --target-dir target-cuda \
       --out target-cuda/wheels ;;
-  --tests) cargo test --release --locked -p longread-model --features cuda --target-dir target-cuda --no-run ;;
+  --tests)
+    cargo test --release --locked -p longread-model --features cuda --target-dir target-cuda --no-run --test cuda
+    cargo test --release --locked -p longread-train --features cuda,clap --target-dir target-cuda --no-run --test cuda_train ;;
   "") ;;
   *) echo "usage: scripts/build_cuda.sh [--tests|--python|--check]" >&2; exit 2 ;;
 esac

@@ -7,7 +7,14 @@
 #   scripts/build_cuda.sh --tests && scripts/gpu_pack.sh     # fills gpu-run/ (git-ignored)
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
-# Needs: gpu-run/longread.xz and gpu-run/cuda-tests.xz, python3 with torch + transformers
+# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train serve"):
+#   tests    the inference GPU tests (crates/longread-model/tests/cuda.rs)
+#   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
+#   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
+#   embed    longread embed vs sentence-transformers
+#   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json)
+#   serve    serve at concurrency 32 vs predict, GPU memory over a soak (in the train file)
+# Needs: gpu-run/longread.xz, gpu-run/cuda-tests.xz and gpu-run/cuda-train-tests.xz, python3 with torch + transformers
 # (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND), found
 # under /usr and /opt and put on LD_LIBRARY_PATH.
 set -euo pipefail
@@ -18,7 +25,9 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
-for f in longread.xz cuda-tests.xz; do
+parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train serve} "
+part() { case "$parts" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+for f in longread.xz cuda-tests.xz cuda-train-tests.xz; do
   [ -f "$run/$f" ] || fail "missing gpu-run/$f: build and pack on a CPU machine first (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh)"
 done
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -35,6 +44,7 @@ trap 'rm -rf "$work"' EXIT
 unxz() { ${PYTHON:-python3} -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"; }
 unxz "$run/longread.xz" "$work/longread" && chmod +x "$work/longread"
 unxz "$run/cuda-tests.xz" "$work/cuda-tests" && chmod +x "$work/cuda-tests"
+unxz "$run/cuda-train-tests.xz" "$work/cuda-train-tests" && chmod +x "$work/cuda-train-tests"
 lr="$work/longread"
 "$lr" --version
 
@@ -42,6 +52,8 @@ lr="$work/longread"
 "$lr" -q encoder new --preset roberta-base --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$work/rb-encoder"
 "$lr" -q init --encoder "$work/rb-encoder" --labels general,teen,mature --out "$work/rb-model"
 
+tests_status=0
+if part tests; then
 echo "== PyTorch's own bf16 error on the test models (the reference of a GPU test)"
 refs=()
 for m in hier/roberta-attention hier/bert-attention hier/bert-mean hier/trained-multitask seq/bert seq/roberta; do
@@ -62,8 +74,17 @@ LONGREAD_CUDA_ATTENTION=flash LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGR
   "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 set -e
+fi
+if part train-tests; then
+echo "== GPU training tests"
+set +e
+LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
+[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+set -e
+fi
 tests_ok=$([ "$tests_status" = 0 ] && echo true || echo false)
 
+if part predict; then
 echo "== longread"
 : > "$work/longread.jsonl"
 for precision in bf16 f32; do
@@ -85,10 +106,14 @@ LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/r
 echo "== PyTorch"
 ${PYTHON:-python3} scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500 | tee "$work/torch.jsonl"
 
+fi
+if part embed; then
 echo "== embed: longread vs sentence-transformers"
 ${PYTHON:-python3} scripts/gpu_bench_embed.py "$lr" "$work" 2>&1 | grep '^{' | tee "$work/embed.jsonl" || true
 
+fi
 mkdir -p bench
+if part predict; then
 out="bench/results-gpu-$slug.json"
 ${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" <<'PY'
 import json, sys
@@ -124,6 +149,65 @@ result = {
 json.dump(result, open(sys.argv[3], "w"), indent=1)
 print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch", "longread_diagnostics", "embed")}, indent=1))
 PY
-cp "$work/tests.log" "bench/gpu-tests-$slug.log"
-echo "gpu_check: wrote $out"
-[ "$tests_ok" = true ] || fail "GPU tests failed (bench/gpu-tests-$slug.log)"
+fi
+if part train; then
+  echo "== training: longread (hierarchical roberta-base shape, 4 documents x 20 chunks x 512 tokens per step)"
+  : > "$work/train.jsonl"
+  bench_train() { timeout 240 "$lr" --device cuda bench --workload train --repeat "${TRAIN_REPEAT:-3}" --json "$@" | tee -a "$work/train.jsonl" || echo "bench_train $*: failed or timed out" >&2; }
+  bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 65536
+  bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
+  bench_train --model "$work/rb-model" --shape 4x20 --precision f32 --max-batch-tokens 65536
+  # Peak memory against document length (chunk batches of 20 chunks, recomputation on).
+  for chunks in 8 32 128; do
+    bench_train --model "$work/rb-model" --shape "1x$chunks" --precision bf16 --max-batch-tokens 10240
+  done
+  "$lr" -q encoder new --preset roberta-large --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$work/rl-encoder"
+  "$lr" -q init --encoder "$work/rl-encoder" --labels general,teen,mature --out "$work/rl-model"
+  bench_train --model "$work/rl-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  echo "== training: PyTorch"
+  (cd scripts && timeout 240 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-base --settings bf16:ckpt bf16:nockpt f32:ckpt \
+    && timeout 120 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-large --settings bf16:ckpt) | tee "$work/torch-train.jsonl" || true
+fi
+if part serve; then
+  echo "== serve at concurrency 32 vs predict (roberta-base shape, bf16)"
+  timeout 300 ${PYTHON:-python3} scripts/gpu_bench_serve.py "$lr" "$work/rb-model" "$work" --docs 384 --words 4000 \
+    --concurrency 32 --soak-seconds "${SERVE_SOAK_SECONDS:-60}" | tee "$work/serve.jsonl" || echo "serve bench failed" >&2
+fi
+if part train || part serve; then
+  touch "$work/train.jsonl" "$work/torch-train.jsonl" "$work/serve.jsonl"
+  ${PYTHON:-python3} - "$work/train.jsonl" "$work/torch-train.jsonl" "$work/serve.jsonl" "bench/results-gpu-$slug-train.json" "$card" "$tests_status" <<'PY'
+import json, sys
+rows = lambda p: [json.loads(l) for l in open(p) if l.strip().startswith("{")]
+ours, torch, serve = rows(sys.argv[1]), rows(sys.argv[2]), rows(sys.argv[3])
+def pick(side, **kw):
+    found = [r for r in side if all(r.get(k) == v for k, v in kw.items())]
+    return found[0] if found else None
+torch_nockpt = pick(torch, preset="roberta-base", dtype="bf16", checkpointing=False)
+torch_ckpt = pick(torch, preset="roberta-base", dtype="bf16", checkpointing=True)
+base = [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 and "rb-model" in r.get("model", "")]
+best = max(base, key=lambda r: r["docs_per_s"]) if base else None
+gib = lambda b: round(b / 2**30, 2) if b else None
+result = {
+    "card": sys.argv[5],
+    "gpu_tests_passed": sys.argv[6] == "0",
+    "workload": "hierarchical roberta-base shape, 4 documents x 20 chunks x 512 tokens per training step, random weights",
+    "train_bf16_speed_ratio": round(best["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best and torch_nockpt else None,
+    "train_bf16_memory_ratio": round(gib(best["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if best and torch_ckpt and best.get("peak_gpu_bytes") else None,
+    "longread_best_bf16": {k: best[k] for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes")} if best else None,
+    "serve": serve[0] if serve else None,
+    "longread": ours,
+    "pytorch": torch,
+}
+json.dump(result, open(sys.argv[4], "w"), indent=1)
+print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch")}, indent=1))
+for r in ours:
+    print("longread", r.get("model", "").split("/")[-1], r["precision"], "recompute" if r["recompute"] else "no-recompute",
+          r["max_batch_tokens"], f'{r["docs"]}x{r["chunks_per_doc"]}', round(r["docs_per_s"], 2), "docs/s", gib(r.get("peak_gpu_bytes")), "GiB")
+for r in torch:
+    print("pytorch", r["preset"], r["dtype"], "ckpt" if r["checkpointing"] else "no-ckpt", r["docs_per_s"], "docs/s", r["peak_gib"], "GiB")
+PY
+fi
+[ -f "$work/tests.log" ] && cp "$work/tests.log" "bench/gpu-tests-$slug.log"
+echo "gpu_check: results in bench/ (parts:$parts)"
+[ "$tests_status" = 0 ] || fail "GPU tests failed (bench/gpu-tests-$slug.log)"

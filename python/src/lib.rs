@@ -487,7 +487,7 @@ fn init(
     from_json(py, &model.config().to_json().to_string())
 }
 
-/// train(train, out, threads=None, **flags) -> dict
+/// train(train, out, threads=None, quiet=False, device="auto", **flags) -> dict
 ///
 /// `longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
 /// keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
@@ -499,15 +499,18 @@ fn init(
 /// with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run),
 /// "best_epoch", "kept_epoch" (the model in OUT: the best, or the last with keep="last"),
 /// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
-/// run's folds)}.
+/// run's folds)}. `device` as for `Classifier`: where the encoder trains (the HAN and the bag
+/// of words train on the CPU).
 #[pyfunction]
-#[pyo3(signature = (train, out, threads=None, quiet=false, **flags))]
+#[pyo3(signature = (train, out, threads=None, quiet=false, device="auto", **flags))]
+#[allow(clippy::too_many_arguments)]
 fn train(
     py: Python<'_>,
     train: PathBuf,
     out: PathBuf,
     threads: Option<usize>,
     quiet: bool,
+    device: &str,
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
@@ -515,6 +518,7 @@ fn train(
         vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
     args.extend(flag_args(flags)?);
     let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    spec.device = parse_device(device)?;
     run_interruptibly(py, quiet, move |hooks| {
         let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), hooks)?;
         Ok(serde_json::json!({
@@ -582,7 +586,7 @@ fn new_encoder(py: Python<'_>, preset: String, tokenizer: PathBuf, out: PathBuf,
     from_json(py, &serde_json::to_string(&made).unwrap_or_default())
 }
 
-/// pretrain(corpus, tokenizer, out, threads=None, quiet=False, **flags) -> dict
+/// pretrain(corpus, tokenizer, out, threads=None, quiet=False, device="auto", **flags) -> dict
 ///
 /// `longread pretrain --corpus CORPUS... --tokenizer TOKENIZER --out OUT ...`: masked-language-
 /// model pretraining with dynamic masking, of a new RoBERTa (`preset="small"`) or continued
@@ -591,8 +595,10 @@ fn new_encoder(py: Python<'_>, preset: String, tokenizer: PathBuf, out: PathBuf,
 /// `resume="auto"`). An evaluation line per --eval-every steps goes to stderr unless `quiet`;
 /// Ctrl-C stops at the next evaluation (where a checkpoint is saved) and raises
 /// KeyboardInterrupt. Returns {"out", "evaluations" (one dict each), "stopped_for_resume"}.
+/// `device` as for `train`.
 #[pyfunction]
-#[pyo3(signature = (corpus, tokenizer, out, threads=None, quiet=false, **flags))]
+#[pyo3(signature = (corpus, tokenizer, out, threads=None, quiet=false, device="auto", **flags))]
+#[allow(clippy::too_many_arguments)]
 fn pretrain(
     py: Python<'_>,
     corpus: &Bound<'_, PyAny>,
@@ -600,6 +606,7 @@ fn pretrain(
     out: PathBuf,
     threads: Option<usize>,
     quiet: bool,
+    device: &str,
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
@@ -609,7 +616,8 @@ fn pretrain(
     }
     args.extend(["--out".to_string(), out.display().to_string()]);
     args.extend(flag_args(flags)?);
-    let spec = longread_train::run::flags::pretrain_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let mut spec = longread_train::run::flags::pretrain_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    spec.device = parse_device(device)?;
     run_interruptibly(py, quiet, |hooks| {
         let summary = longread_train::run::pretrain_run(&spec, serde_json::Map::new(), hooks)?;
         Ok(serde_json::json!({

@@ -23,9 +23,9 @@ struct Cli {
     /// Only print errors (no progress bars, no warnings).
     #[arg(long, short, global = true)]
     quiet: bool,
-    /// Where encoders run for predict, eval, report, embed, serve and bench: auto (a GPU when
-    /// this longread was built with `cuda` and one is visible, else the CPU), cpu, cuda or
-    /// cuda:N. HAN and bag-of-words models, training and pretraining run on the CPU.
+    /// Where encoders run for predict, eval, report, embed, serve, train, pretrain and bench:
+    /// auto (a GPU when this longread was built with `cuda` and one is visible, else the CPU),
+    /// cpu, cuda or cuda:N. HAN and bag-of-words models run and train on the CPU.
     #[arg(long, global = true, env = "LONGREAD_DEVICE", default_value = "auto", value_name = "auto|cpu|cuda[:N]")]
     device: longread_model::DeviceChoice,
     #[command(subcommand)]
@@ -174,10 +174,10 @@ fn dispatch(command: Command, quiet: bool, device: longread_model::DeviceChoice)
         Command::Report(args) => commands::report::run(args, quiet, device),
         Command::Eval(args) => commands::eval::run(args, quiet, device).map(|_| 0),
         Command::Ensemble(args) => commands::ensemble::run(args).map(|_| 0),
-        Command::Train(args) => commands::train::run(*args, quiet).map(|_| 0),
+        Command::Train(args) => commands::train::run(*args, quiet, device).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, quiet).map(|_| 0),
         Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),
-        Command::Pretrain(args) => commands::pretrain::run(*args, quiet).map(|_| 0),
+        Command::Pretrain(args) => commands::pretrain::run(*args, quiet, device).map(|_| 0),
         Command::Quickstart(args) => commands::quickstart::run(args, quiet).map(|_| 0),
         Command::Bench(args) => commands::bench::run(args, device).map(|_| 0),
     }

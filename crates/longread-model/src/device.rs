@@ -108,6 +108,24 @@ pub fn describe(device: &Device) -> String {
     }
 }
 
+/// The most GPU memory in use at once since the last [`reset_peak_memory`] (or since the
+/// GPU was opened), in bytes: the high-water mark of the device's memory pool, which every
+/// tensor comes from (as `torch.cuda.max_memory_allocated`, without the CUDA context). `None`
+/// on the CPU, or where the driver does not say.
+pub fn peak_memory_bytes(device: &Device) -> Option<u64> {
+    match device {
+        Device::Cuda(_) => cuda::peak_memory_bytes(device),
+        _ => None,
+    }
+}
+
+/// Starts a new [`peak_memory_bytes`] measurement (the peak is set to what is in use now).
+pub fn reset_peak_memory(device: &Device) {
+    if device.is_cuda() {
+        cuda::reset_peak_memory(device);
+    }
+}
+
 /// Tokens (chunks × padded length) per encoder batch when the user does not say: 2,048 on the
 /// CPU (its caches), 65,536 on a GPU (128 chunks of 512, enough to keep its matrix units busy).
 pub fn default_batch_tokens(device: &Device) -> usize {
@@ -182,6 +200,47 @@ mod cuda {
         Ok(device)
     }
 
+    /// The device's default memory pool (candle allocates with `cuMemAllocAsync` from it).
+    fn memory_pool(device: &Device) -> Option<cudarc::driver::sys::CUmemoryPool> {
+        use cudarc::driver::sys;
+        let ctx = device.as_cuda_device().ok()?.cuda_stream().context().clone();
+        ctx.bind_to_thread().ok()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: writes one pool handle for a device of a live context.
+        let status = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
+        (status == sys::CUresult::CUDA_SUCCESS && !pool.is_null()).then_some(pool)
+    }
+
+    pub(super) fn peak_memory_bytes(device: &Device) -> Option<u64> {
+        use cudarc::driver::sys;
+        let pool = memory_pool(device)?;
+        let mut high: u64 = 0;
+        // SAFETY: USED_MEM_HIGH is a cuuint64_t written into `high`.
+        let status = unsafe {
+            sys::cuMemPoolGetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                (&mut high as *mut u64).cast(),
+            )
+        };
+        (status == sys::CUresult::CUDA_SUCCESS).then_some(high)
+    }
+
+    pub(super) fn reset_peak_memory(device: &Device) {
+        use cudarc::driver::sys;
+        let Some(pool) = memory_pool(device) else { return };
+        let _ = device.synchronize();
+        let mut zero: u64 = 0;
+        // SAFETY: USED_MEM_HIGH may only be set to 0 (it then restarts from the current use).
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                (&mut zero as *mut u64).cast(),
+            )
+        };
+    }
+
     pub(super) fn describe(device: &Device) -> String {
         let ordinal = match device.location() {
             candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
@@ -212,6 +271,12 @@ mod cuda {
     pub(super) fn describe(_: &Device) -> String {
         "cuda".into()
     }
+
+    pub(super) fn peak_memory_bytes(_: &Device) -> Option<u64> {
+        None
+    }
+
+    pub(super) fn reset_peak_memory(_: &Device) {}
 }
 
 #[cfg(test)]

@@ -9,11 +9,21 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 
-/// The global L2 norm of `grads` (summed in f64; NaN or infinite when a gradient is).
+/// The global L2 norm of `grads` (summed in f64; NaN or infinite when a gradient is). GPU
+/// gradients are each summed on their device (in f32) and read back together, in one wait.
 pub fn grad_norm<'a>(grads: impl IntoIterator<Item = &'a Tensor>) -> Result<f64> {
     let mut sum = 0f64;
+    let mut on_gpu = Vec::new();
     for g in grads {
-        sum += sum_of_squares(g)?;
+        if g.device().is_cuda() {
+            on_gpu.push(g.to_dtype(DType::F32)?.sqr()?.sum_all()?);
+        } else {
+            sum += sum_of_squares(g)?;
+        }
+    }
+    if !on_gpu.is_empty() {
+        let sums = Tensor::stack(&on_gpu, 0)?.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        sum += sums.iter().sum::<f64>();
     }
     Ok(sum.sqrt())
 }

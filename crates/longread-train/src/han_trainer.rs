@@ -95,6 +95,10 @@ struct HanTask<'a> {
 impl EpochTask for HanTask<'_> {
     type Model = HanClassifier;
 
+    fn device(&self) -> &candle_core::Device {
+        self.device
+    }
+
     fn config(&self) -> &TrainConfig {
         self.cfg
     }

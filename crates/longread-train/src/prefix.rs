@@ -80,6 +80,8 @@ pub struct PrefixCache {
     hidden: usize,
     /// dtype of the states (the encoder's compute dtype); kept in it in memory, f32 on disk.
     dtype: DType,
+    /// Where the encoder runs (entries read back from the scratch file go there).
+    device: Device,
     entries: Vec<Vec<Entry>>,
     /// Scratch file for what did not fit in memory (deleted when the cache is dropped).
     file: Option<tempfile::NamedTempFile>,
@@ -118,8 +120,16 @@ impl PrefixCache {
         let mut entries: Vec<Vec<Option<Entry>>> =
             docs.iter().map(|d| d.chunks.iter().map(|_| None).collect()).collect();
         let dtype = model.encoder().compute_dtype();
-        let mut cache =
-            Self { layers, hidden, dtype, entries: Vec::new(), file: None, bytes_in_memory: 0, bytes_on_disk: 0 };
+        let mut cache = Self {
+            layers,
+            hidden,
+            dtype,
+            device: device.clone(),
+            entries: Vec::new(),
+            file: None,
+            bytes_in_memory: 0,
+            bytes_on_disk: 0,
+        };
         let mut writer: Option<BufWriter<File>> = None;
         for batch in &batches {
             let (ids, mask) = batch_tensors(&refs_docs, &refs, batch, model.config().encoder.pad_token_id, device)?;
@@ -205,7 +215,7 @@ impl PrefixCache {
         let mut bytes = vec![0u8; len * self.hidden * 4];
         file.as_file().read_exact_at(&mut bytes, offset).map_err(|e| scratch_error(file.path(), e))?;
         let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        Ok(Tensor::from_vec(values, (len, self.hidden), &Device::Cpu)?.to_dtype(self.dtype)?)
+        Ok(Tensor::from_vec(values, (len, self.hidden), &self.device)?.to_dtype(self.dtype)?)
     }
 }
 

@@ -7,9 +7,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use longread_model::Precision;
 use longread_model::{Classifier, DeviceChoice};
 use longread_train::bench::{
-    peak_rss_bytes, run_han_step, run_predict, run_workload, EncoderSource, Workload, HAN_SENTENCE_WORDS,
+    peak_rss_bytes, run_han_step, run_predict, run_train_step, run_workload, EncoderSource, TrainStepSettings,
+    Workload, HAN_SENTENCE_WORDS,
 };
 
 use crate::commands::predict::EncodingArgs;
@@ -37,6 +39,10 @@ pub struct BenchArgs {
     /// The predict workload's batch budget and precision, as for `predict`.
     #[command(flatten)]
     encoding: EncodingArgs,
+    /// For --workload train: keep every chunk's graph instead of re-encoding chunk batches in
+    /// the backward pass (faster, memory grows with the step's chunks).
+    #[arg(long)]
+    no_recompute: bool,
     /// Timed runs after one warm-up run; the median is reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -64,6 +70,13 @@ enum WorkloadArg {
     /// documents/s; with LONGREAD_PROFILE=1 also the time of each step (each waited for on its
     /// own: slower overall, for the shares).
     Predict,
+    /// A classifier's (--model) whole training step over DOCUMENTSxCHUNKS synthetic documents
+    /// on --device, as `train` runs it: forward with dropout, pooling, head, cross-entropy,
+    /// backward into every parameter (embeddings included), clipping to norm 1, AdamW.
+    /// --precision f32 (default) or bf16 (bf16 products over f32 master weights),
+    /// --max-batch-tokens as for `train`, --no-recompute. Reports documents/s and, on a GPU,
+    /// the peak GPU memory of the timed steps.
+    Train,
 }
 
 /// Runs `longread bench`.
@@ -71,6 +84,9 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
     let (batch, tokens) = parse_shape(&args.shape)?;
     if args.workload == WorkloadArg::Predict {
         return run_predict_bench(&args, batch, tokens, device);
+    }
+    if args.workload == WorkloadArg::Train {
+        return run_train_bench(&args, batch, tokens, device);
     }
     let (source, name) = match &args.model {
         Some(dir) => (EncoderSource::Dir(dir.clone()), dir.display().to_string()),
@@ -87,7 +103,7 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
             run_han_step(batch, tokens, args.repeat).context("benchmarking the HAN step")?,
             format!("HAN ({HAN_SENTENCE_WORDS} words per sentence)"),
         ),
-        WorkloadArg::Predict => unreachable!("handled above"),
+        WorkloadArg::Predict | WorkloadArg::Train => unreachable!("handled above"),
     };
     let peak = peak_rss_bytes();
     let what = args.workload.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
@@ -148,6 +164,49 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
             result.seconds,
             result.runs.len(),
             docs_per_s
+        );
+    }
+    Ok(())
+}
+
+/// `bench --workload train`: documents/s and peak memory of a classifier's training step.
+fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceChoice) -> Result<()> {
+    let Some(dir) = &args.model else { bail!("--workload train needs --model (a classifier's model directory)") };
+    let device = choice.resolve()?;
+    let bf16 = match args.encoding.precision {
+        None | Some(Precision::F32) => false,
+        Some(Precision::Bf16) => true,
+        Some(other) => bail!("--workload train takes --precision f32 or bf16, not {other:?}"),
+    };
+    let max_batch_tokens =
+        args.encoding.max_batch_tokens.map_or(longread_model::device::default_batch_tokens(&device), |n| n as usize);
+    let settings =
+        TrainStepSettings { docs, chunks, bf16, recompute: !args.no_recompute, max_batch_tokens, repeat: args.repeat };
+    let result = run_train_step(dir, settings, &device)
+        .with_context(|| format!("benchmarking a training step of {}", dir.display()))?;
+    let described = longread_model::device::describe(&device);
+    let precision = if bf16 { "bf16" } else { "f32" };
+    if args.json {
+        let mut line = serde_json::to_value(&result)?;
+        line["workload"] = "train".into();
+        line["model"] = dir.display().to_string().into();
+        line["device"] = described.into();
+        line["precision"] = precision.into();
+        line["recompute"] = (!args.no_recompute).into();
+        line["max_batch_tokens"] = max_batch_tokens.into();
+        line["docs"] = docs.into();
+        line["chunks_per_doc"] = chunks.into();
+        line["peak_rss_bytes"] = peak_rss_bytes().into();
+        println!("{line}");
+    } else {
+        println!(
+            "train {} {docs}x{chunks} chunks on {described}, {precision}{}: {:.3} s per step (median of {}), {:.2} documents/s{}",
+            dir.display(),
+            if args.no_recompute { ", no recompute" } else { "" },
+            result.timing.seconds,
+            result.timing.runs.len(),
+            result.docs_per_s,
+            result.peak_gpu_bytes.map_or(String::new(), |b| format!(", peak GPU memory {:.2} GiB", b as f64 / (1u64 << 30) as f64))
         );
     }
     Ok(())

@@ -67,7 +67,8 @@ impl PretrainHooks for Printer {
 }
 
 /// Runs `longread pretrain`.
-pub fn run(args: PretrainArgs, quiet: bool) -> Result<()> {
+pub fn run(mut args: PretrainArgs, quiet: bool, device: longread_model::DeviceChoice) -> Result<()> {
+    args.spec.device = device;
     let json = args.log_format == LogFormat::Json;
     let text = !quiet && !json;
     let bar = if text { ProgressBar::new(args.spec.max_steps as u64) } else { ProgressBar::hidden() };

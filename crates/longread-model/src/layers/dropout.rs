@@ -106,6 +106,12 @@ impl SeededDropout {
     /// # Shapes
     /// any → same shape
     pub(crate) fn apply(&self, xs: &Tensor) -> Result<Tensor> {
+        if xs.device().is_cuda() {
+            // The same mask, made on the GPU instead of uploaded.
+            let op =
+                crate::layers::cuda::DropoutMask { seed: self.seed, threshold: self.threshold(), scale: self.scale() };
+            return xs.mul(&xs.apply_op1_no_bwd(&op)?);
+        }
         let mask = Tensor::from_vec(self.keep_mask(xs.elem_count()), xs.shape(), xs.device())?;
         xs.mul(&mask.to_dtype(xs.dtype())?)
     }

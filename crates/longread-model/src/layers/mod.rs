@@ -1,6 +1,6 @@
 //! Building blocks with backward passes (candle-nn's fused LayerNorm has none), and the kernels
 //! behind them by backend: `fused` (CPU, with backward passes), `int8` (CPU inference), `cuda`
-//! (NVIDIA GPUs, inference).
+//! (NVIDIA GPUs: inference, dropout masks and the AdamW step).
 
 pub(crate) mod cuda;
 pub(crate) mod dropout;
@@ -10,6 +10,7 @@ mod layer_norm;
 mod linear;
 mod softmax;
 
+pub use cuda::AdamWStep;
 pub use dropout::Dropout;
 pub use layer_norm::LayerNorm;
 pub use linear::{linear, linear_with_bias, Linear};

@@ -1,12 +1,15 @@
 //! Timed workloads for `longread bench`: an encoder's forward pass, a training step and an
-//! AdamW step, on deterministic inputs, and the HAN's training step ([`han_step`]), for
+//! AdamW step, on deterministic inputs, a classifier's predict ([`predict`]) and whole
+//! training step ([`train_step`]), and the HAN's training step ([`han_step`]), for
 //! comparison with PyTorch on the same workload.
 
 mod han_step;
 mod predict;
+mod train_step;
 
 pub use han_step::{run_han_step, HAN_SENTENCE_WORDS};
 pub use predict::{run_predict, synthetic_documents};
+pub use train_step::{run_train_step, TrainStepResult, TrainStepSettings};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -133,7 +136,7 @@ pub fn run_workload(
 
 impl BenchResult {
     /// The result of timed `runs` (at least one): their median, the pool's threads.
-    fn of_runs(runs: Vec<f64>, parameters: usize, loaded_rss_bytes: Option<u64>) -> Self {
+    pub(crate) fn of_runs(runs: Vec<f64>, parameters: usize, loaded_rss_bytes: Option<u64>) -> Self {
         let mut sorted = runs.clone();
         sorted.sort_by(f64::total_cmp);
         Self {

@@ -1,7 +1,8 @@
 //! AdamW (Loshchilov & Hutter 2019) with PyTorch's exact update order
 //! (`torch/optim/adam.py: _single_tensor_adam`, decoupled weight decay), updating each
-//! parameter in place in one multi-threaded pass. Moments live on the host as plain vectors,
-//! so checkpoints can save and restore them.
+//! parameter in place in one multi-threaded pass. Moments of CPU parameters live on the host as
+//! plain vectors; those of GPU parameters on the GPU, updated by one kernel per parameter
+//! (`longread_model::layers::AdamWStep`, the same formula). Checkpoints save and restore both.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -47,9 +48,9 @@ pub struct ParamGroup {
 pub struct ParamState {
     /// Steps taken by this parameter (PyTorch counts per parameter).
     pub step: u64,
-    /// First moment.
+    /// First moment (empty while the moments live on the GPU: see [`AdamW::export_state`]).
     pub exp_avg: Vec<f32>,
-    /// Second moment.
+    /// Second moment (empty while the moments live on the GPU).
     pub exp_avg_sq: Vec<f32>,
 }
 
@@ -59,10 +60,12 @@ pub struct AdamW {
     config: AdamWConfig,
     groups: Vec<ParamGroup>,
     state: HashMap<String, ParamState>,
+    /// The moments of GPU parameters, `[2, n]` (first, second) on the parameter's device.
+    device_moments: HashMap<String, candle_core::Tensor>,
 }
 
 impl AdamW {
-    /// An optimizer over `groups`; parameters must be f32 and on the CPU.
+    /// An optimizer over `groups`; parameters must be f32 (on the CPU or a GPU).
     pub fn new(groups: Vec<ParamGroup>, config: AdamWConfig) -> Result<Self> {
         let (b1, b2) = (config.beta1, config.beta2);
         if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) || config.eps <= 0.0 {
@@ -71,7 +74,7 @@ impl AdamW {
                 config.eps
             )));
         }
-        Ok(Self { config, groups, state: HashMap::new() })
+        Ok(Self { config, groups, state: HashMap::new(), device_moments: HashMap::new() })
     }
 
     /// The parameter groups.
@@ -119,10 +122,21 @@ impl AdamW {
         let mut tensors = HashMap::new();
         let mut steps = HashMap::new();
         for (name, st) in &self.state {
-            let n = st.exp_avg.len();
-            let dev = &candle_core::Device::Cpu;
-            tensors.insert(format!("exp_avg.{name}"), candle_core::Tensor::from_slice(&st.exp_avg, n, dev)?);
-            tensors.insert(format!("exp_avg_sq.{name}"), candle_core::Tensor::from_slice(&st.exp_avg_sq, n, dev)?);
+            let (m, v) = match self.device_moments.get(name) {
+                Some(both) => {
+                    let both = both.to_device(&candle_core::Device::Cpu)?;
+                    (both.get(0)?, both.get(1)?)
+                }
+                None => {
+                    let (n, dev) = (st.exp_avg.len(), &candle_core::Device::Cpu);
+                    (
+                        candle_core::Tensor::from_slice(&st.exp_avg, n, dev)?,
+                        candle_core::Tensor::from_slice(&st.exp_avg_sq, n, dev)?,
+                    )
+                }
+            };
+            tensors.insert(format!("exp_avg.{name}"), m);
+            tensors.insert(format!("exp_avg_sq.{name}"), v);
             steps.insert(name.clone(), st.step);
         }
         Ok((tensors, steps))
@@ -138,6 +152,7 @@ impl AdamW {
         let sizes: HashMap<&str, usize> =
             self.groups.iter().flat_map(|g| g.params.iter().map(|(n, v)| (n.as_str(), v.elem_count()))).collect();
         self.state.clear();
+        self.device_moments.clear();
         for (name, &step) in steps {
             let bad = |what: &str| TrainError::InvalidSetting(format!("optimizer state for `{name}`: {what}"));
             let size = *sizes.get(name.as_str()).ok_or_else(|| bad("no such trainable parameter"))?;
@@ -192,19 +207,31 @@ impl AdamW {
                 state.step += 1;
                 let bias1 = 1.0 - beta1.powi(state.step as i32);
                 let bias2 = 1.0 - beta2.powi(state.step as i32);
-                let update = Update {
-                    moments: Mutex::new((&mut state.exp_avg, &mut state.exp_avg_sq)),
-                    coefficients: Coefficients {
-                        grad_scale,
-                        decay: (1.0 - group.lr * group.weight_decay) as f32,
-                        one_minus_beta1: (1.0 - beta1) as f32,
-                        beta2: beta2 as f32,
-                        one_minus_beta2: (1.0 - beta2) as f32,
-                        bias2_sqrt: bias2.sqrt() as f32,
-                        eps: eps as f32,
-                        step_size: (group.lr / bias1) as f32,
-                    },
+                let coefficients = Coefficients {
+                    grad_scale,
+                    decay: (1.0 - group.lr * group.weight_decay) as f32,
+                    one_minus_beta1: (1.0 - beta1) as f32,
+                    beta2: beta2 as f32,
+                    one_minus_beta2: (1.0 - beta2) as f32,
+                    bias2_sqrt: bias2.sqrt() as f32,
+                    eps: eps as f32,
+                    step_size: (group.lr / bias1) as f32,
                 };
+                if var.device().is_cuda() {
+                    let moments = match self.device_moments.entry(name.clone()) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            // Zeros, or the moments a checkpoint restored on the host.
+                            let mut host = std::mem::take(&mut state.exp_avg);
+                            host.append(&mut std::mem::take(&mut state.exp_avg_sq));
+                            host.resize(2 * n, 0.0);
+                            e.insert(candle_core::Tensor::from_vec(host, (2, n), var.device())?)
+                        }
+                    };
+                    var.as_tensor().inplace_op3(&grad, moments, &coefficients.on_gpu())?;
+                    continue;
+                }
+                let update = Update { moments: Mutex::new((&mut state.exp_avg, &mut state.exp_avg_sq)), coefficients };
                 var.as_tensor().inplace_op2(&grad, &update)?;
             }
         }
@@ -229,6 +256,22 @@ struct Coefficients {
     bias2_sqrt: f32,
     eps: f32,
     step_size: f32,
+}
+
+impl Coefficients {
+    /// The same constants for the GPU's kernel.
+    fn on_gpu(self) -> longread_model::layers::AdamWStep {
+        longread_model::layers::AdamWStep {
+            grad_scale: self.grad_scale,
+            decay: self.decay,
+            one_minus_beta1: self.one_minus_beta1,
+            beta2: self.beta2,
+            one_minus_beta2: self.one_minus_beta2,
+            bias2_sqrt: self.bias2_sqrt,
+            eps: self.eps,
+            step_size: self.step_size,
+        }
+    }
 }
 
 /// Elements per parallel task: large enough to amortise scheduling, small enough to balance.

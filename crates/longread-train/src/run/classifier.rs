@@ -4,7 +4,6 @@
 use std::cell::RefCell;
 use std::path::Path;
 
-use candle_core::Device;
 use longread_text::{Chunker, TextTokenizer};
 
 use crate::error::Result;
@@ -22,7 +21,7 @@ pub(crate) fn run(
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
 ) -> Result<Vec<EpochLog>> {
-    let device = Device::Cpu;
+    let device = spec.device.resolve()?;
     let model_dir = spec.model.clone().unwrap_or_default();
     let source = checkpoint.unwrap_or(&model_dir);
     let mut model = starting_model(spec, source, &device)?;
@@ -39,7 +38,9 @@ pub(crate) fn run(
     let cfg = spec.config(&primary, &labels, &tasks)?;
     let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
     hooks.note(&format!(
-        "training on {} documents ({} chunks), dev {} documents; {}",
+        "training on {} ({}) with {} documents ({} chunks), dev {} documents; {}",
+        longread_model::device::describe(&device),
+        spec.precision.name(),
         train_docs.len(),
         train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
         dev_docs.len(),

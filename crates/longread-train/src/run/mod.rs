@@ -170,8 +170,11 @@ pub(crate) fn recorded_settings(
 }
 
 /// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
-/// how much of the frozen-layer cache stays in memory (none changes the results).
-pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 9] = [
+/// how much of the frozen-layer cache stays in memory (none changes the results), and the
+/// device (a run moved to another device continues from the same state, though not
+/// bit-identically to staying put: the devices round differently).
+pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 10] = [
+    "device",
     "vector_cache",
     "resume",
     "out",

@@ -99,6 +99,9 @@ pub struct PretrainSpec {
     /// Encoder precision (as for `train`).
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = TrainPrecision::F32))]
     pub precision: TrainPrecision,
+    /// Where the encoder trains: the front's global `--device`, resolved when the run starts.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    pub device: longread_model::DeviceChoice,
 }
 
 /// What a front hears of a pretraining run.
@@ -121,7 +124,9 @@ pub struct PretrainSummary {
 }
 
 /// Settings that may differ when a pretraining run is resumed.
-const MAY_CHANGE_ON_RESUME: [&str; 5] = ["resume", "out", "stop_after_step", "log_format", "max_bad_steps"];
+/// The device too: a run moved to another device continues from the same state (documented as
+/// not bit-identical to staying put).
+const MAY_CHANGE_ON_RESUME: [&str; 6] = ["resume", "out", "stop_after_step", "log_format", "max_bad_steps", "device"];
 
 /// Runs `spec`: a new encoder from the preset or config, or a copy of `--model` to continue
 /// (written with training_args.json, `front` adding the front's own settings), or the run in
@@ -131,7 +136,7 @@ pub fn pretrain_run(
     front: serde_json::Map<String, serde_json::Value>,
     hooks: &mut dyn PretrainHooks,
 ) -> Result<PretrainSummary> {
-    let device = Device::Cpu;
+    let device = spec.device.resolve()?;
     let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
     let in_unit = |x: f64| 0.0 < x && x < 1.0;
     if !in_unit(spec.mask_prob) || !in_unit(spec.held_out) {

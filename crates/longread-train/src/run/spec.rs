@@ -196,8 +196,8 @@ pub struct TrainSpec {
     /// Encoder precision: f32, or bf16 (bf16 activations and matmuls over f32 master weights;
     /// LayerNorm, softmax, pooling, heads and the optimizer in f32). Halves the activation and
     /// frozen-layer-cache memory; not faster on the CPU (candle has no fast bf16 CPU matmul,
-    /// even with AVX512_BF16: measured slower than f32), only on GPUs. A step with NaN/inf
-    /// gradients is skipped (see --max-bad-steps).
+    /// even with AVX512_BF16: measured slower than f32), only on GPUs (f32 there uses TF32
+    /// products). A step with NaN/inf gradients is skipped (see --max-bad-steps).
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = TrainPrecision::F32))]
     pub precision: TrainPrecision,
     /// Warm-up in optimizer steps (instead of --warmup-ratio).
@@ -218,6 +218,10 @@ pub struct TrainSpec {
     #[cfg_attr(feature = "clap", command(flatten))]
     #[allow(missing_docs)]
     pub bow: BowSpec,
+    /// Where the encoder trains: the front's global `--device` (`LONGREAD_DEVICE`, Python's
+    /// `device=`), resolved when the run starts. The HAN and the bag of words train on the CPU.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    pub device: longread_model::DeviceChoice,
     /// Flags given explicitly (on the command line or in --config), filled in after parsing.
     #[cfg_attr(feature = "clap", arg(skip))]
     #[serde(skip)]
@@ -379,6 +383,14 @@ pub enum TrainPrecision {
 }
 
 impl TrainPrecision {
+    /// As the flag names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+        }
+    }
+
     /// The encoder's compute dtype.
     pub fn dtype(self) -> candle_core::DType {
         match self {

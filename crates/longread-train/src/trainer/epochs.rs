@@ -72,6 +72,8 @@ pub(crate) trait EpochTask {
     fn evaluate(&self) -> Result<DevResult>;
     /// Parameters trained now, and all of the model's.
     fn parameters(&self) -> (usize, usize);
+    /// Where the model trains (for the epoch's peak GPU memory).
+    fn device(&self) -> &candle_core::Device;
 }
 
 /// An [`EpochTask`] in the shared loop: a round is an epoch.
@@ -103,7 +105,9 @@ impl<T: EpochTask> TrainingTask for Epochs<T> {
         optimizer: &mut AdamW,
         on_progress: &mut dyn FnMut(Progress),
     ) -> Result<()> {
-        self.0.begin_epoch(epoch, optimizer, on_progress)
+        self.0.begin_epoch(epoch, optimizer, on_progress)?;
+        longread_model::device::reset_peak_memory(self.0.device());
+        Ok(())
     }
 
     /// The epoch's documents in a shuffle seeded by the run's seed and the epoch, in steps of
@@ -154,6 +158,7 @@ impl<T: EpochTask> TrainingTask for Epochs<T> {
             skipped_steps: stats.skipped,
             trainable_parameters,
             total_parameters,
+            peak_gpu_bytes: longread_model::device::peak_memory_bytes(self.0.device()),
         })
     }
 

@@ -99,6 +99,9 @@ pub struct EpochLog {
     pub trainable_parameters: usize,
     /// All parameters of the model.
     pub total_parameters: usize,
+    /// Peak GPU memory of the epoch (training and evaluation), in bytes; absent on the CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_gpu_bytes: Option<u64>,
 }
 
 /// What `on_epoch` receives (and pretraining's `on_eval`: a round's end, with its log `L`).

@@ -90,6 +90,10 @@ struct ClassifierTask<'a> {
 impl EpochTask for ClassifierTask<'_> {
     type Model = HierarchicalClassifier;
 
+    fn device(&self) -> &candle_core::Device {
+        self.run.device
+    }
+
     fn config(&self) -> &TrainConfig {
         self.run.cfg
     }

@@ -38,7 +38,8 @@ pub enum LogFormat {
 }
 
 /// Runs `longread train`.
-pub fn run(mut args: TrainArgs, quiet: bool) -> Result<()> {
+pub fn run(mut args: TrainArgs, quiet: bool, device: longread_model::DeviceChoice) -> Result<()> {
+    args.spec.device = device;
     let json = args.log_format == LogFormat::Json;
     let text = !quiet && !json;
     let mut reporter = Reporter::new(text, json, args.spec.progress_unit());
@@ -245,7 +246,10 @@ impl Reporter {
                         format!(", {} NaN/inf steps skipped", log.skipped_steps)
                     } else {
                         String::new()
-                    }
+                    } + &log.peak_gpu_bytes.map_or(String::new(), |b| format!(
+                        ", peak GPU memory {:.2} GiB",
+                        b as f64 / (1u64 << 30) as f64
+                    ))
                 );
             });
         }

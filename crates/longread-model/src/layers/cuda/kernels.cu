@@ -441,3 +441,52 @@ extern "C" __global__ void __launch_bounds__(128) flash_attention_bf16_d32(const
                                                                            int seq, int heads, float scale) {
   flash_attention<32>(qkv, bias, key_bias, out, seq, heads, scale);
 }
+
+// ---- Training ----
+
+// The dropout mask of layers/dropout.rs, element by element: element i is kept (factor
+// 1 / (1 - p)) when 24 bits of SplitMix64's output of seed + i·γ reach the threshold, else 0.
+// The same mask as the CPU's for the same seed, so the devices' gradients can be compared.
+__device__ __forceinline__ float dropout_factor(unsigned long long seed, unsigned long long i, unsigned int threshold,
+                                                float scale) {
+  unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (unsigned int)(z >> 40) >= threshold ? scale : 0.f;
+}
+
+template <typename T>
+__device__ void dropout_mask(T* out, long n, unsigned long long seed, unsigned int threshold, float scale) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+    store(out, i, dropout_factor(seed, (unsigned long long)i, threshold, scale));
+}
+
+extern "C" __global__ void dropout_mask_f32(float* out, long n, unsigned long long seed, unsigned int threshold,
+                                            float scale) {
+  dropout_mask(out, n, seed, threshold, scale);
+}
+extern "C" __global__ void dropout_mask_bf16(__nv_bfloat16* out, long n, unsigned long long seed,
+                                             unsigned int threshold, float scale) {
+  dropout_mask(out, n, seed, threshold, scale);
+}
+
+// One AdamW update of an f32 parameter in place, torch's formula (optim/adamw.rs's CPU loop):
+// g = grad · grad_scale; p ·= decay; m += (1 - β1)(g - m); v = v·β2 + (1 - β2)g²;
+// p -= step_size · m / (sqrt(v) / bias2_sqrt + eps). moments: [2, n] (m, then v), updated too.
+// Plain IEEE sqrt and division (no fast-math), no FMA contraction: the CPU's numbers.
+extern "C" __global__ void adamw_step_f32(float* p, const float* grad, float* moments, long n, float grad_scale,
+                                          float decay, float one_minus_beta1, float beta2, float one_minus_beta2,
+                                          float bias2_sqrt, float eps, float step_size) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    const float g = __fmul_rn(grad[i], grad_scale);
+    float pi = __fmul_rn(p[i], decay);
+    float m = __fadd_rn(moments[i], __fmul_rn(one_minus_beta1, __fsub_rn(g, moments[i])));
+    float v = __fadd_rn(__fmul_rn(moments[n + i], beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bias2_sqrt), eps);
+    pi = __fsub_rn(pi, __fdiv_rn(__fmul_rn(step_size, m), denom));
+    p[i] = pi;
+    moments[i] = m;
+    moments[n + i] = v;
+  }
+}

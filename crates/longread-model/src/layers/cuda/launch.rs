@@ -396,3 +396,70 @@ pub(super) fn flash_attention(
     unsafe { b.launch(cfg) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
+
+pub(super) fn dropout_mask(
+    dev: &CudaDevice,
+    dtype: DType,
+    n: usize,
+    (seed, threshold, scale): (u64, u32, f32),
+) -> Result<CudaStorage> {
+    let out = alloc_like(dev, dtype, n)?;
+    let func = kernel(dev, "dropout_mask", dtype)?;
+    fn go<T: CudaDType>(
+        (stream, func): &(std::sync::Arc<CudaStream>, CudaFunction),
+        mut out: CudaStorage,
+        n: usize,
+        (seed, threshold, scale): (u64, u32, f32),
+    ) -> Result<CudaStorage> {
+        let n_i = n as i64;
+        {
+            let slice = out.as_cuda_slice_mut::<T>()?;
+            let mut b = stream.launch_builder(func);
+            b.arg(slice).arg(&n_i).arg(&seed).arg(&threshold).arg(&scale);
+            // SAFETY: the kernel writes the `n` elements of `out` and reads nothing.
+            unsafe { b.launch(items_config(n)) }.w()?;
+        }
+        Ok(out)
+    }
+    match dtype {
+        DType::BF16 => go::<bf16>(&func, out, n, (seed, threshold, scale)),
+        _ => go::<f32>(&func, out, n, (seed, threshold, scale)),
+    }
+}
+
+pub(super) fn adamw_step(
+    k: &super::AdamWStep,
+    (p, p_l): (&mut CudaStorage, &Layout),
+    (grad, grad_l): (&CudaStorage, &Layout),
+    (moments, moments_l): (&CudaStorage, &Layout),
+) -> Result<()> {
+    let op = "cuda-adamw-step";
+    let n = p_l.shape().elem_count();
+    if grad_l.shape().elem_count() != n
+        || moments_l.shape().elem_count() != 2 * n
+        || [p.dtype(), grad.dtype(), moments.dtype()] != [DType::F32; 3]
+    {
+        candle_core::bail!(
+            "{op}: parameter {:?}, gradient {:?} and moments {:?} disagree (f32, moments [2, n])",
+            p_l.shape(),
+            grad_l.shape(),
+            moments_l.shape()
+        );
+    }
+    let (p_r, grad_r, moments_r) = (range(p_l, op)?, range(grad_l, op)?, range(moments_l, op)?);
+    let (stream, func) = kernel(&p.device, "adamw_step", DType::F32)?;
+    let grad = grad.as_cuda_slice::<f32>()?.slice(grad_r);
+    let moments = moments.as_cuda_slice::<f32>()?.slice(moments_r);
+    let mut p = p.as_cuda_slice_mut::<f32>()?.slice_mut(p_r);
+    let n_i = n as i64;
+    let mut b = stream.launch_builder(&func);
+    b.arg(&mut p).arg(&grad).arg(&moments).arg(&n_i);
+    let c = [k.grad_scale, k.decay, k.one_minus_beta1, k.beta2, k.one_minus_beta2, k.bias2_sqrt, k.eps, k.step_size];
+    for v in &c {
+        b.arg(v);
+    }
+    // SAFETY: p and grad hold n elements, moments 2n (checked above). The kernel also writes
+    // the moments: they are the optimizer's own buffer, which nothing else reads or holds.
+    unsafe { b.launch(items_config(n)) }.w()?;
+    Ok(())
+}

@@ -348,3 +348,88 @@ pub(crate) fn fused_attention(
     let context = timed("attention: p·v", device, || scores.matmul(&v))?;
     timed("attention: merge heads", device, || context.apply_op1_no_bwd(&MergeHeads))
 }
+
+/// A dropout mask on the GPU: the factors of [`crate::layers::dropout::SeededDropout`] (the
+/// CPU's mask for the same seed), in `xs`' shape and dtype, made on the device instead of
+/// uploaded. `xs` only gives the shape, dtype and device.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct DropoutMask {
+    pub(crate) seed: u64,
+    pub(crate) threshold: u32,
+    pub(crate) scale: f32,
+}
+
+impl CustomOp1 for DropoutMask {
+    fn name(&self) -> &'static str {
+        "cuda-dropout-mask"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("{} runs on CUDA only", CustomOp1::name(self))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, xs: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::backend::BackendStorage;
+        let n = l.shape().elem_count();
+        let out = launch::dropout_mask(&xs.device, xs.dtype(), n, (self.seed, self.threshold, self.scale))?;
+        Ok((out, l.shape().clone()))
+    }
+}
+
+/// One AdamW update of an f32 parameter on the GPU, in place, with torch's formula (the same
+/// coefficients and order of operations as the CPU's loop in longread-train's `optim::adamw`):
+/// `param.inplace_op3(&grad, &moments, &step)`, `moments: [2, n]` (first, second moment),
+/// which the kernel updates too (the optimizer's own buffer: nothing else holds it).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub struct AdamWStep {
+    /// The gradient's factor (clipping).
+    pub grad_scale: f32,
+    /// `1 - lr · weight_decay`.
+    pub decay: f32,
+    /// `1 - β1`.
+    pub one_minus_beta1: f32,
+    /// β2.
+    pub beta2: f32,
+    /// `1 - β2`.
+    pub one_minus_beta2: f32,
+    /// `sqrt(1 - β2^step)`.
+    pub bias2_sqrt: f32,
+    /// ε.
+    pub eps: f32,
+    /// `lr / (1 - β1^step)`.
+    pub step_size: f32,
+}
+
+impl InplaceOp3 for AdamWStep {
+    fn name(&self) -> &'static str {
+        "cuda-adamw-step"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &mut CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> Result<()> {
+        candle_core::bail!("{} runs on CUDA only (the CPU's AdamW is longread-train's)", InplaceOp3::name(self))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        p: &mut candle_core::CudaStorage,
+        p_l: &Layout,
+        grad: &candle_core::CudaStorage,
+        grad_l: &Layout,
+        moments: &candle_core::CudaStorage,
+        moments_l: &Layout,
+    ) -> Result<()> {
+        launch::adamw_step(self, (p, p_l), (grad, grad_l), (moments, moments_l))
+    }
+}

@@ -1,0 +1,106 @@
+//! `longread bench --workload train`: the hierarchical classifier's whole training step on
+//! `docs × chunks × chunk_size` deterministic token ids, as ../shared/gpu/anchor_torch.py's
+//! `train` times PyTorch's: forward with dropout through every chunk, pooling, head,
+//! cross-entropy, backward into every parameter (embeddings included), clipping to norm 1,
+//! AdamW. On a GPU also the peak memory of the timed steps.
+
+use std::time::Instant;
+
+use candle_core::{DType, Device};
+use longread_model::hierarchical::HierarchicalClassifier;
+use longread_model::DropoutRng;
+use longread_text::ChunkedDocument;
+
+use crate::bench::{synthetic_documents, BenchResult};
+use crate::clip::{clip_factor, grad_norm};
+use crate::error::{Result, TrainError};
+use crate::loss::TaskLoss;
+use crate::optim::{AdamW, AdamWConfig, ParamGroup};
+use crate::prefix::Prefix;
+use crate::recompute::{batch_gradients, BatchSettings};
+
+/// How the timed step runs.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainStepSettings {
+    /// Documents per step.
+    pub docs: usize,
+    /// Full chunks per document.
+    pub chunks: usize,
+    /// bf16 encoder products over f32 master weights (`train --precision bf16`), else f32.
+    pub bf16: bool,
+    /// Chunk-level recomputation (`train`'s default) instead of keeping the whole graph.
+    pub recompute: bool,
+    /// Most tokens per encoder batch.
+    pub max_batch_tokens: usize,
+    /// Timed steps after one untimed warm-up step.
+    pub repeat: usize,
+}
+
+/// A timed training step and its memory.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TrainStepResult {
+    /// The steps' timings (median, runs).
+    #[serde(flatten)]
+    pub timing: BenchResult,
+    /// Documents per second at the median step.
+    pub docs_per_s: f64,
+    /// Peak GPU memory of the timed steps in bytes (`None` on the CPU).
+    pub peak_gpu_bytes: Option<u64>,
+    /// The last step's loss (finite, or the step is an error).
+    pub loss: f32,
+}
+
+/// Loads `model_dir` (a classifier directory) trainable on `device` and times its step.
+pub fn run_train_step(
+    model_dir: &std::path::Path,
+    settings: TrainStepSettings,
+    device: &Device,
+) -> Result<TrainStepResult> {
+    let mut model = HierarchicalClassifier::load(model_dir, true, device)?;
+    model.set_precision(if settings.bf16 { DType::BF16 } else { DType::F32 })?;
+    let (chunk_size, vocab) = (model.config().longread.chunking().chunk_size, model.config().encoder.vocab_size);
+    let documents = synthetic_documents(settings.docs, settings.chunks, chunk_size, vocab);
+    let docs: Vec<&ChunkedDocument> = documents.iter().collect();
+    let classes = model.labels().len().max(1);
+    let labels = vec![(0..settings.docs).map(|d| Some(d % classes)).collect::<Vec<_>>()];
+    let named = model.named_vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let parameters = vars.iter().map(|v| v.elem_count()).sum();
+    let group = ParamGroup { name: "all".into(), lr: 2e-5, weight_decay: 0.01, params: named };
+    let mut optimizer = AdamW::new(vec![group], AdamWConfig::default())?;
+    let rng = DropoutRng::new(1);
+    let batch = BatchSettings {
+        max_batch_tokens: settings.max_batch_tokens,
+        recompute: settings.recompute,
+        loss: TaskLoss { task_weights: &[], class_weights: None },
+        prefix: Prefix::None,
+    };
+    let mut step = || -> Result<(f64, f32)> {
+        let started = Instant::now();
+        let out = batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device)?;
+        let norm = grad_norm(out.grads.values())?;
+        let factor = clip_factor(norm, 1.0) as f32;
+        optimizer.step_scaled(factor, |v| out.grads.get(&v.as_tensor().id()).cloned())?;
+        device.synchronize()?;
+        if !out.loss.is_finite() || !norm.is_finite() {
+            return Err(TrainError::Run(format!(
+                "the step's loss ({}) or gradient norm ({norm}) is not finite",
+                out.loss
+            )));
+        }
+        Ok((started.elapsed().as_secs_f64(), out.loss))
+    };
+    step()?;
+    longread_model::device::reset_peak_memory(device);
+    let mut runs = Vec::with_capacity(settings.repeat.max(1));
+    let mut loss = 0.0;
+    for _ in 0..settings.repeat.max(1) {
+        let (seconds, l) = step()?;
+        runs.push(seconds);
+        loss = l;
+    }
+    let peak_gpu_bytes = longread_model::device::peak_memory_bytes(device);
+    let timing = BenchResult::of_runs(runs, parameters, None);
+    let docs_per_s = settings.docs as f64 / timing.seconds;
+    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss })
+}

@@ -1,0 +1,332 @@
+//! GPU training tests (issue 34): on a CUDA device, training computes the CPU's numbers. They
+//! run where a GPU is visible to a `cuda` build and otherwise print "skipped: no CUDA device"
+//! (scripts/gpu_check.sh sets LONGREAD_REQUIRE_GPU=1, which turns a skip into a failure).
+//!
+//! f32 on the GPU is compared with TF32 matrix products switched off. Dropout masks are the
+//! same on both devices (a hash of the seed and the element's index), so training-mode
+//! gradients are compared too.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use longread_model::device::cuda_device_count;
+use longread_model::hierarchical::HierarchicalClassifier;
+use longread_model::masked_lm::MaskedLm;
+use longread_model::{DeviceChoice, DropoutRng, Mode};
+use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
+use longread_train::clip::{clip_factor, grad_norm};
+use longread_train::loss::TaskLoss;
+use longread_train::optim::{AdamW, AdamWConfig, ParamGroup};
+use longread_train::prefix::Prefix;
+use longread_train::recompute::{batch_gradients, BatchSettings};
+#[cfg(feature = "clap")]
+use longread_train::run::{train_run, RunHooks};
+#[cfg(feature = "clap")]
+use longread_train::trainer::{EpochLog, Progress};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+}
+
+/// Whether a GPU is there; prints why a test is skipped when not.
+fn gpu(test: &str) -> bool {
+    if cuda_device_count() > 0 {
+        return true;
+    }
+    let why = if cfg!(feature = "cuda") { "no CUDA device is visible" } else { "built without the `cuda` feature" };
+    assert!(std::env::var_os("LONGREAD_REQUIRE_GPU").is_none(), "{test}: LONGREAD_REQUIRE_GPU is set but {why}");
+    println!("{test}: skipped: no CUDA device ({why})");
+    false
+}
+
+fn cuda() -> Device {
+    DeviceChoice::Cuda(0).resolve().unwrap()
+}
+
+fn tf32(on: bool) {
+    #[cfg(feature = "cuda")]
+    candle_core::cuda_backend::set_gemm_reduced_precision_f32(on);
+    let _ = on;
+}
+
+fn flat(t: &Tensor) -> Vec<f32> {
+    t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+/// The first `n` documents of the synthetic training set, chunked for `model`.
+fn documents(model: &HierarchicalClassifier, n: usize) -> Vec<ChunkedDocument> {
+    let chunker =
+        Chunker::new(TextTokenizer::from_file(model.tokenizer_path()).unwrap(), model.config().longread.chunking())
+            .unwrap();
+    std::fs::read_to_string(fixture("synthetic/train.jsonl"))
+        .unwrap()
+        .lines()
+        .take(n)
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            // Several chunks per document: the text three times.
+            chunker.chunk(&v["text"].as_str().unwrap().repeat(3)).unwrap()
+        })
+        .collect()
+}
+
+/// Classifier fixtures of every head and both encoder families.
+const MODELS: [&str; 6] = [
+    "hier/roberta-attention",
+    "hier/bert-attention",
+    "hier/bert-mean",
+    "hier/trained-multitask",
+    "seq/bert",
+    "seq/roberta",
+];
+
+/// Loss, every gradient and every parameter after one clipped AdamW step, by name.
+fn one_step(dir: &Path, device: &Device, recompute: bool) -> (f32, Vec<(String, Vec<f32>)>, Vec<(String, Vec<f32>)>) {
+    let model = HierarchicalClassifier::load(dir, true, device).unwrap();
+    let docs = documents(&model, 4);
+    let refs: Vec<&ChunkedDocument> = docs.iter().collect();
+    let labels: Vec<Vec<Option<usize>>> = model
+        .config()
+        .tasks()
+        .iter()
+        .enumerate()
+        .map(|(t, task)| (0..4).map(|d| Some((d + t) % task.labels.len())).collect())
+        .collect();
+    let named = model.named_vars();
+    let vars: Vec<candle_core::Var> = named.iter().map(|(_, v)| v.clone()).collect();
+    let settings = BatchSettings {
+        max_batch_tokens: 64,
+        recompute,
+        loss: TaskLoss { task_weights: &[], class_weights: None },
+        prefix: Prefix::None,
+    };
+    let out = batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(7), settings, device).unwrap();
+    let grads =
+        named.iter().filter_map(|(n, v)| out.grads.get(&v.as_tensor().id()).map(|g| (n.clone(), flat(g)))).collect();
+    let factor = clip_factor(grad_norm(out.grads.values()).unwrap(), 0.5) as f32;
+    let group = ParamGroup { name: "all".into(), lr: 1e-3, weight_decay: 0.01, params: named.clone() };
+    let mut optimizer = AdamW::new(vec![group], AdamWConfig::default()).unwrap();
+    optimizer.step_scaled(factor, |v| out.grads.get(&v.as_tensor().id()).cloned()).unwrap();
+    let params = named.iter().map(|(n, v)| (n.clone(), flat(v.as_tensor()))).collect();
+    (out.loss, grads, params)
+}
+
+#[test]
+fn cuda_f32_training_step_equals_the_cpus_on_every_fixture_model() {
+    if !gpu("cuda_f32_training_step_equals_the_cpus_on_every_fixture_model") {
+        return;
+    }
+    let device = cuda();
+    for name in MODELS {
+        let dir = fixture(name);
+        for recompute in [true, false] {
+            let (cpu_loss, cpu_grads, cpu_params) = one_step(&dir, &Device::Cpu, recompute);
+            tf32(false);
+            let (gpu_loss, gpu_grads, gpu_params) = one_step(&dir, &device, recompute);
+            tf32(true);
+            assert!((cpu_loss - gpu_loss).abs() <= 1e-4, "{name}: loss {cpu_loss} vs {gpu_loss}");
+            assert_eq!(cpu_grads.len(), gpu_grads.len(), "{name}: the same parameters get gradients");
+            let mut worst = 0f32;
+            for ((n, c), (m, g)) in cpu_grads.iter().zip(&gpu_grads) {
+                assert_eq!(n, m);
+                let d = max_diff(c, g);
+                assert!(d <= 1e-4, "{name} (recompute {recompute}): gradient of {n} differs by {d}");
+                worst = worst.max(d);
+            }
+            let mut worst_param = 0f32;
+            for ((n, c), (_, g)) in cpu_params.iter().zip(&gpu_params) {
+                let d = max_diff(c, g);
+                assert!(d <= 1e-4, "{name}: {n} after the AdamW step differs by {d}");
+                worst_param = worst_param.max(d);
+            }
+            println!(
+                "{name} (recompute {recompute}): loss {cpu_loss:.6} vs {gpu_loss:.6}, {} gradients max abs diff {worst:.2e}, \
+                 parameters after AdamW {worst_param:.2e}",
+                cpu_grads.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn cuda_mlm_loss_and_gradients_equal_the_cpus_on_the_same_masks() {
+    if !gpu("cuda_mlm_loss_and_gradients_equal_the_cpus_on_the_same_masks") {
+        return;
+    }
+    let device = cuda();
+    let run = |device: &Device| {
+        let model = MaskedLm::load(&fixture("tiny-roberta-mlm"), true, device).unwrap();
+        let vocab = model.config().vocab_size as u32;
+        let (batch, seq) = (3, 24);
+        let ids: Vec<u32> = (0..batch * seq).map(|i| 5 + (i as u32 * 37) % (vocab - 5)).collect();
+        // Every fifth position is a masked target (its label the original id).
+        let labels: Vec<i64> =
+            ids.iter().enumerate().map(|(i, &id)| if i % 5 == 2 { id as i64 } else { -100 }).collect();
+        let ids = Tensor::from_vec(ids, (batch, seq), device).unwrap();
+        let mask = ids.ones_like().unwrap();
+        let rng = DropoutRng::new(3);
+        let loss = model.loss(&ids, &mask, &labels, Mode::Train(&rng)).unwrap();
+        let grads = loss.backward().unwrap();
+        let mut named: Vec<(String, Vec<f32>)> = model
+            .named_vars()
+            .into_iter()
+            .filter_map(|(n, v)| grads.get(v.as_tensor()).map(|g| (n, flat(g))))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        (loss.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap(), named)
+    };
+    let (cpu_loss, cpu_grads) = run(&Device::Cpu);
+    tf32(false);
+    let (gpu_loss, gpu_grads) = run(&device);
+    tf32(true);
+    println!("MLM masked-token loss: cpu {cpu_loss:.6}, cuda {gpu_loss:.6}");
+    assert!((cpu_loss - gpu_loss).abs() <= 1e-4, "MLM loss {cpu_loss} vs {gpu_loss}");
+    assert!(!cpu_grads.is_empty());
+    for ((n, c), (_, g)) in cpu_grads.iter().zip(&gpu_grads) {
+        let d = max_diff(c, g);
+        assert!(d <= 1e-4, "MLM gradient of {n} differs by {d}");
+    }
+}
+
+/// Hooks that keep the epochs' logs.
+#[cfg(feature = "clap")]
+#[derive(Default)]
+struct Logs(Vec<EpochLog>);
+
+#[cfg(feature = "clap")]
+impl RunHooks for Logs {
+    fn progress(&mut self, _: Progress) {}
+    fn epoch(&mut self, log: &EpochLog) {
+        self.0.push(log.clone());
+    }
+    fn note(&mut self, line: &str) {
+        println!("{line}");
+    }
+}
+
+/// A new classifier on the tiny RoBERTa fixture (`init`, chunks of 32 tokens) beside `out`.
+#[cfg(feature = "clap")]
+fn new_model(out: &Path) -> PathBuf {
+    let dir = out.with_extension("init");
+    if !dir.exists() {
+        let flags: Vec<String> = [
+            "--encoder",
+            fixture("tiny-roberta").to_str().unwrap(),
+            "--labels",
+            "prices,rain",
+            "--chunk-size",
+            "32",
+            "--stride",
+            "8",
+            "--out",
+            dir.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let spec = longread_train::run::flags::init_spec_from_flags(&flags).unwrap();
+        longread_train::run::init_run(&spec).unwrap();
+    }
+    dir
+}
+
+/// `train` through the library, as the command line runs it, on `device` (its flags need
+/// the `clap` feature, which the workspace's and scripts/build_cuda.sh's builds turn on).
+#[cfg(feature = "clap")]
+fn train(out: &Path, device: DeviceChoice, extra: &[&str]) -> Vec<EpochLog> {
+    let mut args: Vec<String> = [
+        "--train",
+        fixture("synthetic/train.jsonl").to_str().unwrap(),
+        "--dev",
+        fixture("synthetic/test.jsonl").to_str().unwrap(),
+        "--model",
+        new_model(out).to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seed",
+        "5",
+        "--lr",
+        "1e-3",
+        "--head-lr",
+        "1e-2",
+        "--warmup-ratio",
+        "0",
+        "--batch-size",
+        "4",
+        "--train-embeddings",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(extra.iter().map(|s| s.to_string()))
+    .collect();
+    args.retain(|a| !a.is_empty());
+    let mut spec = longread_train::run::flags::spec_from_flags(&args).unwrap();
+    spec.device = device;
+    let mut logs = Logs::default();
+    train_run(&mut spec, serde_json::Map::new(), &mut logs).unwrap();
+    logs.0
+}
+
+#[cfg(feature = "clap")]
+#[test]
+fn cuda_bf16_training_follows_the_f32_loss_curve() {
+    if !gpu("cuda_bf16_training_follows_the_f32_loss_curve") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f32s = train(&dir.path().join("f32"), DeviceChoice::Cuda(0), &["--epochs", "3"]);
+    let bf16s = train(&dir.path().join("bf16"), DeviceChoice::Cuda(0), &["--epochs", "3", "--precision", "bf16"]);
+    assert_eq!(f32s.len(), 3);
+    assert_eq!(bf16s.len(), 3);
+    for (a, b) in f32s.iter().zip(&bf16s) {
+        let relative = (a.train_loss - b.train_loss).abs() / a.train_loss;
+        println!(
+            "epoch {}: train loss f32 {:.5}, bf16 {:.5} ({:.2}% apart), peak GPU memory {:?} / {:?} bytes",
+            a.epoch,
+            a.train_loss,
+            b.train_loss,
+            100.0 * relative,
+            a.peak_gpu_bytes,
+            b.peak_gpu_bytes
+        );
+        assert!(relative <= 0.02, "epoch {}: bf16 loss {} vs f32 {}", a.epoch, b.train_loss, a.train_loss);
+        assert!(a.peak_gpu_bytes.is_some_and(|b| b > 0), "the epoch log reports peak GPU memory");
+    }
+    assert!(f32s[2].train_loss < f32s[0].train_loss, "the loss falls");
+}
+
+/// Every tensor of a saved model, by name.
+fn weights(dir: &Path) -> Vec<(String, Vec<f32>)> {
+    let tensors = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
+    let mut all: Vec<(String, Vec<f32>)> = tensors.iter().map(|(n, t)| (n.clone(), flat(t))).collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+#[cfg(feature = "clap")]
+#[test]
+fn a_gpu_run_stopped_after_an_epoch_and_resumed_on_the_gpu_ends_bit_identical() {
+    if !gpu("a_gpu_run_stopped_after_an_epoch_and_resumed_on_the_gpu_ends_bit_identical") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let common = ["--epochs", "2", "--keep", "last"];
+    let whole = dir.path().join("whole");
+    train(&whole, DeviceChoice::Cuda(0), &common);
+    let split = dir.path().join("split");
+    let first = train(&split, DeviceChoice::Cuda(0), &[&common[..], &["--stop-after-epoch", "1"]].concat());
+    assert_eq!(first.len(), 1);
+    let rest = train(&split, DeviceChoice::Cuda(0), &[&common[..], &["--resume", "auto"]].concat());
+    assert_eq!(rest.len(), 1);
+    let (a, b) = (weights(&whole), weights(&split));
+    assert_eq!(a.len(), b.len());
+    for ((n, x), (_, y)) in a.iter().zip(&b) {
+        assert!(x == y, "{n} differs after resuming on the GPU (max {:.2e})", max_diff(x, y));
+    }
+    println!("resumed on the GPU: {} tensors bit-identical to the uninterrupted run", a.len());
+}
