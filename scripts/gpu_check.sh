@@ -156,6 +156,7 @@ if part train; then
   bench_train() { timeout 240 "$lr" --device cuda bench --workload train --repeat "${TRAIN_REPEAT:-3}" --json "$@" | tee -a "$work/train.jsonl" || echo "bench_train $*: failed or timed out" >&2; }
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 65536
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 4096
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
   bench_train --model "$work/rb-model" --shape 4x20 --precision f32 --max-batch-tokens 65536
   # Peak memory against document length (chunk batches of 20 chunks, recomputation on).

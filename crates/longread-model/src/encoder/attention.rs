@@ -143,6 +143,9 @@ impl SelfAttention {
             Keys::Masked { mask, position: None, .. } if xs.device().is_cuda() && !mode.is_train() => {
                 self.attend_cuda(&q, &k, &v, mask)?
             }
+            Keys::Masked { mask, position: None, .. } if xs.device().is_cuda() => {
+                self.attend_cuda_train(&q, &k, &v, mask, mode)?
+            }
             Keys::Masked { mask, position: None, .. } => self.attend_composed(&q, &k, &v, mask, None, mode)?,
         };
         timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
@@ -246,6 +249,32 @@ impl SelfAttention {
         })?;
         let context = timed("attention: p·v", device, || scores.matmul(&v))?;
         timed("attention: merge heads", device, || context.transpose(1, 2)?.reshape((b, s, h)))
+    }
+
+    /// Training on a GPU: the two products by cuBLAS with their backward passes, and between
+    /// them scale, mask, softmax and dropout as one op whose backward pass recomputes the
+    /// softmax from the scores (`layers::cuda::AttentionProbsTrain`): two `[batch, heads,
+    /// seq, seq]` tensors kept per layer instead of the composition's seven. The same dropout
+    /// masks as the CPU's.
+    ///
+    /// # Shapes
+    /// `q, k, v: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    pub(crate) fn attend_cuda_train(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask_bias: &Tensor,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let (b, s, h) = q.dims3()?;
+        let (q, k, v) = (self.split_heads(q)?, self.split_heads(k)?, self.split_heads(v)?);
+        let scores = q.matmul(&k.t()?)?.contiguous()?;
+        let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?.detach().contiguous()?;
+        let dropout = self.probs_dropout.seeded(mode).map_or((0, 0, 1.0), |d| (d.seed, d.threshold(), d.scale()));
+        let op = cuda::AttentionProbsTrain { scale: self.scale() as f32, dropout };
+        let probs = scores.apply_op2(&key_bias, op)?;
+        probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
     }
 
     /// DeBERTa-v2's disentangled attention, composed of candle ops (any device and dtype,

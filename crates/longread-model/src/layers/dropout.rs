@@ -59,12 +59,12 @@ pub(crate) struct SeededDropout {
 
 impl SeededDropout {
     /// The hash value below which an element is dropped (24-bit uniform numbers).
-    fn threshold(&self) -> u32 {
+    pub(crate) fn threshold(&self) -> u32 {
         (self.p as f64 * (1u64 << 24) as f64).round() as u32
     }
 
     /// The factor of kept elements.
-    fn scale(&self) -> f32 {
+    pub(crate) fn scale(&self) -> f32 {
         1.0 / (1.0 - self.p)
     }
 

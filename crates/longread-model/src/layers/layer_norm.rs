@@ -42,6 +42,10 @@ impl LayerNorm {
         }
         if xs.device().is_cpu() {
             self.forward_fused(xs, mode)
+        } else if mode.is_train() && xs.device().is_cuda() {
+            // One kernel each way (`layers::cuda::LayerNormTrain`).
+            let op = crate::layers::cuda::LayerNormTrain { eps: self.eps as f32 };
+            xs.contiguous()?.apply_op3(&self.weight.contiguous()?, &self.bias.contiguous()?, op)
         } else if mode.is_train() {
             self.forward_differentiable(xs)
         } else {

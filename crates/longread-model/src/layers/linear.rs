@@ -135,6 +135,11 @@ impl Linear {
     /// `xs: [..., in]` → `[..., out]`
     pub fn forward_activated(&self, xs: &Tensor, activation: Activation, mode: Mode) -> Result<Tensor> {
         let graph = self.needs_graph(xs, mode);
+        if graph && xs.device().is_cuda() {
+            let gelu = activation == Activation::GeluErf;
+            let out = self.forward_cuda_train(xs, gelu)?;
+            return if gelu { Ok(out) } else { activation.forward(&out) };
+        }
         if activation == Activation::GeluErf {
             if let Some(int8) = self.int8_for(xs) {
                 return int8.forward_gelu(xs);
@@ -154,6 +159,9 @@ impl Linear {
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn forward_graph(&self, xs: &Tensor, graph: bool) -> Result<Tensor> {
+        if graph && xs.device().is_cuda() {
+            return self.forward_cuda_train(xs, false);
+        }
         if let Some(int8) = self.int8_for(xs) {
             return int8.forward(xs);
         }
@@ -179,6 +187,31 @@ impl Module for Linear {
     /// `xs: [..., in]` → `[..., out]`
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         self.forward_graph(xs, self.tracks(xs))
+    }
+}
+
+impl Linear {
+    /// Training on a GPU: one two-dimensional product over every row in the input's dtype (the
+    /// f32 weight cast to it; the weight's gradient is then one GEMM, where candle's product
+    /// with a broadcast weight sums per-sequence gradients in the input's dtype), then the bias
+    /// and, with `gelu`, exact GELU as one op whose bias gradient is summed in f32
+    /// (`layers::cuda::BiasActivationTrain`).
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    fn forward_cuda_train(&self, xs: &Tensor, gelu: bool) -> Result<Tensor> {
+        let w = self.weight_in(xs.dtype())?;
+        let mut dims = xs.dims().to_vec();
+        let k = dims.pop().unwrap_or(1);
+        let rows = xs.elem_count() / k.max(1);
+        let product = xs.reshape((rows, k))?.matmul(&w.t()?)?;
+        let out = match self.dense.bias() {
+            Some(bias) => product.apply_op2(&bias.to_dtype(DType::F32)?, cuda::BiasActivationTrain { gelu })?,
+            None if gelu => product.gelu_erf()?,
+            None => product,
+        };
+        dims.push(w.dim(0)?);
+        out.reshape(dims)
     }
 }
 

@@ -490,3 +490,161 @@ extern "C" __global__ void adamw_step_f32(float* p, const float* grad, float* mo
     moments[n + i] = v;
   }
 }
+
+// Attention probabilities in training, forward: out[row, j] = softmax(scores[row, :] · scale +
+// key_bias[item, :])[j] · dropout factor of element row · cols + j (the CPU's mask; threshold 0
+// and keep_scale 1: no dropout). One warp per row; f32 arithmetic. scores and out: [rows, cols]
+// (rows = batch · heads · queries, rows_per_item = heads · queries), key_bias: [batch, cols] f32.
+template <typename T>
+__device__ void attention_probs_train(const T* scores, const float* key_bias, T* out, long rows,
+                                      long rows_per_item, int cols, float scale, unsigned long long seed,
+                                      unsigned int threshold, float keep_scale) {
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const T* x = scores + row * cols;
+  const float* bias = key_bias + (row / rows_per_item) * cols;
+  float m = -INFINITY;
+  for (int j = lane; j < cols; j += 32) m = fmaxf(m, load(x, j) * scale + bias[j]);
+  m = warp_max(m);
+  float s = 0.f;
+  for (int j = lane; j < cols; j += 32) s += expf(load(x, j) * scale + bias[j] - m);
+  const float inv = 1.f / warp_sum(s);
+  const unsigned long long first = (unsigned long long)row * cols;
+  for (int j = lane; j < cols; j += 32) {
+    const float p = expf(load(x, j) * scale + bias[j] - m) * inv;
+    store(out + row * cols, j, p * dropout_factor(seed, first + j, threshold, keep_scale));
+  }
+}
+
+// Backward of attention_probs_train: with p = softmax (recomputed from the scores) and f the
+// dropout factors, grad_scores[j] = scale · p_j · (dy_j f_j − Σ_k dy_k f_k p_k).
+template <typename T>
+__device__ void attention_probs_train_grad(const T* scores, const float* key_bias, const T* dy, T* dx, long rows,
+                                           long rows_per_item, int cols, float scale, unsigned long long seed,
+                                           unsigned int threshold, float keep_scale) {
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const T* x = scores + row * cols;
+  const T* g = dy + row * cols;
+  const float* bias = key_bias + (row / rows_per_item) * cols;
+  float m = -INFINITY;
+  for (int j = lane; j < cols; j += 32) m = fmaxf(m, load(x, j) * scale + bias[j]);
+  m = warp_max(m);
+  float s = 0.f;
+  for (int j = lane; j < cols; j += 32) s += expf(load(x, j) * scale + bias[j] - m);
+  const float inv = 1.f / warp_sum(s);
+  const unsigned long long first = (unsigned long long)row * cols;
+  float dot = 0.f;
+  for (int j = lane; j < cols; j += 32) {
+    const float p = expf(load(x, j) * scale + bias[j] - m) * inv;
+    dot += load(g, j) * dropout_factor(seed, first + j, threshold, keep_scale) * p;
+  }
+  dot = warp_sum(dot);
+  for (int j = lane; j < cols; j += 32) {
+    const float p = expf(load(x, j) * scale + bias[j] - m) * inv;
+    const float dp = load(g, j) * dropout_factor(seed, first + j, threshold, keep_scale);
+    store(dx + row * cols, j, scale * p * (dp - dot));
+  }
+}
+
+#define ATTENTION_PROBS_TRAIN(SUFFIX, T)                                                                         \
+  extern "C" __global__ void attention_probs_train_##SUFFIX(const T* scores, const float* key_bias, T* out,     \
+                                                            long rows, long rows_per_item, int cols, float scale, \
+                                                            unsigned long long seed, unsigned int threshold,     \
+                                                            float keep_scale) {                                  \
+    attention_probs_train(scores, key_bias, out, rows, rows_per_item, cols, scale, seed, threshold, keep_scale); \
+  }                                                                                                              \
+  extern "C" __global__ void attention_probs_train_grad_##SUFFIX(                                                \
+      const T* scores, const float* key_bias, const T* dy, T* dx, long rows, long rows_per_item, int cols,      \
+      float scale, unsigned long long seed, unsigned int threshold, float keep_scale) {                          \
+    attention_probs_train_grad(scores, key_bias, dy, dx, rows, rows_per_item, cols, scale, seed, threshold,     \
+                               keep_scale);                                                                      \
+  }
+ATTENTION_PROBS_TRAIN(f32, float)
+ATTENTION_PROBS_TRAIN(bf16, __nv_bfloat16)
+
+// LayerNorm in training (f32), forward: y = (x − mean) / sqrt(var + eps) · gamma + beta per row
+// (biased variance, two passes over the row, as torch.nn.LayerNorm). One warp per row.
+extern "C" __global__ void layer_norm_train_f32(const float* x, const float* gamma, const float* beta, float* y,
+                                                long rows, int cols, float eps) {
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const float* xr = x + row * cols;
+  float s = 0.f;
+  for (int j = lane; j < cols; j += 32) s += xr[j];
+  const float mean = warp_sum(s) / cols;
+  float v = 0.f;
+  for (int j = lane; j < cols; j += 32) v += (xr[j] - mean) * (xr[j] - mean);
+  const float rstd = rsqrtf(warp_sum(v) / cols + eps);
+  for (int j = lane; j < cols; j += 32) y[row * cols + j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
+}
+
+// Its backward: with x̂ = (x − mean)·rstd and g = dy·gamma, dx = rstd · (g − mean(g) − x̂ · mean(g·x̂)).
+// out: [2, rows, cols]: dx, then x̂ (for gamma's gradient Σ_rows dy·x̂, summed by the caller).
+extern "C" __global__ void layer_norm_train_grad_f32(const float* x, const float* gamma, const float* dy, float* out,
+                                                     long rows, int cols, float eps) {
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const float* xr = x + row * cols;
+  const float* gr = dy + row * cols;
+  float s = 0.f;
+  for (int j = lane; j < cols; j += 32) s += xr[j];
+  const float mean = warp_sum(s) / cols;
+  float v = 0.f;
+  for (int j = lane; j < cols; j += 32) v += (xr[j] - mean) * (xr[j] - mean);
+  const float rstd = rsqrtf(warp_sum(v) / cols + eps);
+  float a = 0.f, b = 0.f;
+  for (int j = lane; j < cols; j += 32) {
+    const float xh = (xr[j] - mean) * rstd;
+    const float g = gr[j] * gamma[j];
+    a += g;
+    b += g * xh;
+  }
+  a = warp_sum(a) / cols;
+  b = warp_sum(b) / cols;
+  float* dx = out + row * cols;
+  float* xhat = out + rows * cols + row * cols;
+  for (int j = lane; j < cols; j += 32) {
+    const float xh = (xr[j] - mean) * rstd;
+    dx[j] = rstd * (gr[j] * gamma[j] - a - xh * b);
+    xhat[j] = xh;
+  }
+}
+
+// A dense layer's bias in training, out of place: out = x + bias, or gelu_erf(x + bias);
+// x, out [n / cols, cols], bias [cols] f32.
+template <typename T>
+__device__ void bias_activation_train(const T* x, const float* bias, T* out, long n, int cols, int gelu) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    float v = load(x, i) + bias[i % cols];
+    if (gelu) v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    store(out, i, v);
+  }
+}
+
+// The GELU's backward: dz = dy · gelu'(x + bias), gelu'(z) = Φ(z) + z·φ(z).
+template <typename T>
+__device__ void bias_gelu_train_grad(const T* x, const float* bias, const T* dy, T* dz, long n, int cols) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+    const float z = load(x, i) + bias[i % cols];
+    const float cdf = 0.5f * (1.f + erff(z * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
+    store(dz, i, load(dy, i) * (cdf + z * pdf));
+  }
+}
+
+#define BIAS_TRAIN(SUFFIX, T)                                                                                   \
+  extern "C" __global__ void bias_activation_train_##SUFFIX(const T* x, const float* bias, T* out, long n,     \
+                                                            int cols, int gelu) {                              \
+    bias_activation_train(x, bias, out, n, cols, gelu);                                                        \
+  }                                                                                                             \
+  extern "C" __global__ void bias_gelu_train_grad_##SUFFIX(const T* x, const float* bias, const T* dy, T* dz,  \
+                                                           long n, int cols) {                                 \
+    bias_gelu_train_grad(x, bias, dy, dz, n, cols);                                                            \
+  }
+BIAS_TRAIN(f32, float)
+BIAS_TRAIN(bf16, __nv_bfloat16)

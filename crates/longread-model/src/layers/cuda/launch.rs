@@ -463,3 +463,169 @@ pub(super) fn adamw_step(
     unsafe { b.launch(items_config(n)) }.w()?;
     Ok(())
 }
+
+/// The dropout of a training kernel: (seed, threshold, keep factor); no dropout is threshold
+/// 0 and factor 1 (every element kept as it is).
+pub(super) type DropoutArgs = (u64, u32, f32);
+
+/// `attention_probs_train` (`grad: None`) or its backward (`grad: Some(dy)`) into a new
+/// buffer. `scores: [rows, keys]` contiguous, `key_bias: [items, keys]` f32.
+pub(super) fn attention_probs_train(
+    scale: f32,
+    dropout: DropoutArgs,
+    (scores, scores_l): (&CudaStorage, &Layout),
+    (bias, bias_l): (&CudaStorage, &Layout),
+    grad: Option<(&CudaStorage, &Layout)>,
+) -> Result<CudaStorage> {
+    let op = "cuda-attention-probs-train";
+    let (rows, keys) = rows_of(scores_l)?;
+    let (items, bias_keys) = rows_of(bias_l)?;
+    if bias_keys != keys || items == 0 || !rows.is_multiple_of(items) || bias.dtype() != DType::F32 {
+        candle_core::bail!("{op}: scores {:?} and key bias {:?} disagree", scores_l.shape(), bias_l.shape());
+    }
+    if let Some((dy, dy_l)) = grad {
+        if dy_l.shape() != scores_l.shape() || dy.dtype() != scores.dtype() {
+            candle_core::bail!("{op}: gradient {:?} and scores {:?} disagree", dy_l.shape(), scores_l.shape());
+        }
+    }
+    let dtype = scores.dtype();
+    let dev = &scores.device;
+    let out = alloc_like(dev, dtype, rows * keys)?;
+    let name = if grad.is_some() { "attention_probs_train_grad" } else { "attention_probs_train" };
+    let func = kernel(dev, name, dtype)?;
+    let (scores_r, bias_r) = (range(scores_l, op)?, range(bias_l, op)?);
+    let grad_r = grad.map(|(_, l)| range(l, op)).transpose()?;
+    let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
+    #[allow(clippy::too_many_arguments)]
+    fn go<T: CudaDType>(
+        (stream, func): &(std::sync::Arc<CudaStream>, CudaFunction),
+        scores: &CudaStorage,
+        scores_r: std::ops::Range<usize>,
+        bias: &CudaView<f32>,
+        grad: Option<(&CudaStorage, std::ops::Range<usize>)>,
+        mut out: CudaStorage,
+        (rows, per_item, keys, scale): (i64, i64, i32, f32),
+        (seed, threshold, keep): DropoutArgs,
+    ) -> Result<CudaStorage> {
+        let scores = scores.as_cuda_slice::<T>()?.slice(scores_r);
+        let dy = grad.map(|(g, r)| g.as_cuda_slice::<T>().map(|s| s.slice(r))).transpose()?;
+        {
+            let slice = out.as_cuda_slice_mut::<T>()?;
+            let mut b = stream.launch_builder(func);
+            b.arg(&scores).arg(bias);
+            if let Some(dy) = &dy {
+                b.arg(dy);
+            }
+            b.arg(slice).arg(&rows).arg(&per_item).arg(&keys).arg(&scale).arg(&seed).arg(&threshold).arg(&keep);
+            // SAFETY: the kernel reads `rows × keys` scores (and gradients), `items × keys`
+            // biases (sizes checked above) and writes the `rows × keys` elements of `out`.
+            unsafe { b.launch(rows_config(rows as usize)) }.w()?;
+        }
+        Ok(out)
+    }
+    let shape = (rows as i64, (rows / items) as i64, keys as i32, scale);
+    let grad = grad.map(|(g, _)| g).zip(grad_r);
+    match dtype {
+        DType::BF16 => go::<bf16>(&func, scores, scores_r, &bias, grad, out, shape, dropout),
+        _ => go::<f32>(&func, scores, scores_r, &bias, grad, out, shape, dropout),
+    }
+}
+
+/// `layer_norm_train` (`grad: None`: `y [rows, cols]`) or its backward (`grad: Some(dy)`:
+/// `[2, rows, cols]`, dx and x̂), f32, into a new buffer; `params = (gamma, beta or dy)`.
+pub(super) fn layer_norm_train(
+    eps: f32,
+    (x, x_l): (&CudaStorage, &Layout),
+    (gamma, gamma_l): (&CudaStorage, &Layout),
+    (other, other_l): (&CudaStorage, &Layout),
+    backward: bool,
+) -> Result<CudaStorage> {
+    let op = "cuda-layer-norm-train";
+    let (rows, cols) = rows_of(x_l)?;
+    let other_ok = if backward { other_l.shape() == x_l.shape() } else { other_l.shape().dims() == [cols] };
+    if gamma_l.shape().dims() != [cols] || !other_ok || [x.dtype(), gamma.dtype(), other.dtype()] != [DType::F32; 3] {
+        candle_core::bail!(
+            "{op}: x {:?}, gamma {:?} and {:?} disagree (f32)",
+            x_l.shape(),
+            gamma_l.shape(),
+            other_l.shape()
+        );
+    }
+    let dev = &x.device;
+    let mut out = alloc_like(dev, DType::F32, if backward { 2 } else { 1 } * rows * cols)?;
+    let (stream, func) =
+        kernel(dev, if backward { "layer_norm_train_grad" } else { "layer_norm_train" }, DType::F32)?;
+    let x = x.as_cuda_slice::<f32>()?.slice(range(x_l, op)?);
+    let gamma = gamma.as_cuda_slice::<f32>()?.slice(range(gamma_l, op)?);
+    let other = other.as_cuda_slice::<f32>()?.slice(range(other_l, op)?);
+    let (rows_i, cols_i) = (rows as i64, cols as i32);
+    {
+        let slice = out.as_cuda_slice_mut::<f32>()?;
+        let mut b = stream.launch_builder(&func);
+        b.arg(&x).arg(&gamma).arg(&other).arg(slice).arg(&rows_i).arg(&cols_i).arg(&eps);
+        // SAFETY: x (and dy) hold rows × cols, gamma (and beta) cols (checked above); the
+        // kernel writes the rows × cols (backward: 2 × rows × cols) elements of `out`.
+        unsafe { b.launch(rows_config(rows)) }.w()?;
+    }
+    Ok(out)
+}
+
+/// `bias_activation_train` (`grad: None`) or `bias_gelu_train_grad` (`grad: Some(dy)`) into a
+/// new buffer. `x: [rows, cols]` contiguous, `bias: [cols]` f32.
+pub(super) fn bias_activation_train(
+    gelu: bool,
+    (x, x_l): (&CudaStorage, &Layout),
+    (bias, bias_l): (&CudaStorage, &Layout),
+    grad: Option<(&CudaStorage, &Layout)>,
+) -> Result<CudaStorage> {
+    let op = "cuda-bias-activation-train";
+    let (_, cols) = rows_of(x_l)?;
+    if bias_l.shape().dims() != [cols] || bias.dtype() != DType::F32 {
+        candle_core::bail!("{op}: x {:?} and bias {:?} disagree", x_l.shape(), bias_l.shape());
+    }
+    if let Some((dy, dy_l)) = grad {
+        if dy_l.shape() != x_l.shape() || dy.dtype() != x.dtype() {
+            candle_core::bail!("{op}: gradient {:?} and x {:?} disagree", dy_l.shape(), x_l.shape());
+        }
+    }
+    let (dtype, dev) = (x.dtype(), &x.device);
+    let total = x_l.shape().elem_count();
+    let out = alloc_like(dev, dtype, total)?;
+    let func = kernel(dev, if grad.is_some() { "bias_gelu_train_grad" } else { "bias_activation_train" }, dtype)?;
+    let x_r = range(x_l, op)?;
+    let grad_r = grad.map(|(_, l)| range(l, op)).transpose()?;
+    let bias = bias.as_cuda_slice::<f32>()?.slice(range(bias_l, op)?);
+    fn go<T: CudaDType>(
+        (stream, func): &(std::sync::Arc<CudaStream>, CudaFunction),
+        x: (&CudaStorage, std::ops::Range<usize>),
+        bias: &CudaView<f32>,
+        grad: Option<(&CudaStorage, std::ops::Range<usize>)>,
+        mut out: CudaStorage,
+        (total, cols, gelu): (i64, i32, i32),
+    ) -> Result<CudaStorage> {
+        let xs = x.0.as_cuda_slice::<T>()?.slice(x.1);
+        let dy = grad.map(|(g, r)| g.as_cuda_slice::<T>().map(|s| s.slice(r))).transpose()?;
+        {
+            let slice = out.as_cuda_slice_mut::<T>()?;
+            let mut b = stream.launch_builder(func);
+            b.arg(&xs).arg(bias);
+            if let Some(dy) = &dy {
+                b.arg(dy);
+            }
+            b.arg(slice).arg(&total).arg(&cols);
+            if dy.is_none() {
+                b.arg(&gelu);
+            }
+            // SAFETY: x (and dy) hold `total` elements, a multiple of cols; bias holds cols
+            // (checked above); the kernel writes the `total` elements of `out`.
+            unsafe { b.launch(items_config(total as usize)) }.w()?;
+        }
+        Ok(out)
+    }
+    let args = (total as i64, cols as i32, gelu as i32);
+    let grad = grad.map(|(g, _)| g).zip(grad_r);
+    match dtype {
+        DType::BF16 => go::<bf16>(&func, (x, x_r), &bias, grad, out, args),
+        _ => go::<f32>(&func, (x, x_r), &bias, grad, out, args),
+    }
+}
