@@ -13,6 +13,7 @@
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json)
+#   train-profile  one training step in parts (bench/train-profile-<card>.jsonl)
 #   serve    serve at concurrency 32 vs predict, GPU memory over a soak (in the train file)
 # Needs: gpu-run/longread.xz, gpu-run/cuda-tests.xz and gpu-run/cuda-train-tests.xz, python3 with torch + transformers
 # (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND), found
@@ -169,6 +170,15 @@ if part train; then
   echo "== training: PyTorch"
   (cd scripts && timeout 240 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-base --settings bf16:ckpt bf16:nockpt f32:ckpt \
     && timeout 120 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-large --settings bf16:ckpt) | tee "$work/torch-train.jsonl" || true
+fi
+if part train-profile; then
+  echo "== training step in parts (LONGREAD_PROFILE=1: forward, gradients, norm, AdamW; each waited for)"
+  : > "$work/train-profile.jsonl"
+  for tokens in 10240 65536; do
+    LONGREAD_PROFILE=1 timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --json --model "$work/rb-model" \
+      --shape 4x20 --precision bf16 --max-batch-tokens "$tokens" | tee -a "$work/train-profile.jsonl" || true
+  done
+  mkdir -p bench && cp "$work/train-profile.jsonl" "bench/train-profile-$slug.jsonl"
 fi
 if part serve; then
   echo "== serve at concurrency 32 vs predict (roberta-base shape, bf16)"

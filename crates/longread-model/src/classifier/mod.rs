@@ -4,6 +4,7 @@
 
 pub mod ensemble;
 pub mod evaluate;
+mod pipeline;
 pub mod prediction;
 pub mod queue;
 pub mod units;
@@ -296,47 +297,15 @@ impl Classifier {
         documents: &'d [Document],
         mut on_result: impl FnMut(&'d Document, DocResult) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let mut start = 0;
-        while start < documents.len() {
-            let (end, results) = match &self.model {
-                Model::Encoder { model, chunker } => self.classify_encoder_group(model, chunker, documents, start)?,
-                Model::Han(_) | Model::Bow(_) | Model::Ensemble(_) => {
-                    let end = (start + HAN_BATCH).min(documents.len());
-                    (end, classify_whole(&self.model, &documents[start..end])?)
-                }
-            };
-            for (document, result) in documents[start..end].iter().zip(results) {
+        if let Model::Encoder { model, chunker } = &self.model {
+            return self.classify_encoder_documents(model, chunker, documents, &mut on_result);
+        }
+        for group in documents.chunks(HAN_BATCH) {
+            for (document, result) in group.iter().zip(classify_whole(&self.model, group)?) {
                 on_result(document, prediction::finite_or_error(result))?;
             }
-            start = end;
         }
         Ok(())
-    }
-
-    /// Chunks documents from `start` until about [`GROUP_CHUNKS`] chunks (at least one
-    /// document), encodes their chunks batched together and scores them; returns where the
-    /// group ended and one result per document of it.
-    fn classify_encoder_group(
-        &self,
-        model: &HierarchicalClassifier,
-        chunker: &Chunker,
-        documents: &[Document],
-        start: usize,
-    ) -> Result<(usize, Vec<DocResult>)> {
-        let mut chunked: Vec<std::result::Result<ChunkedDocument, DocError>> = Vec::new();
-        let mut chunks = 0;
-        let mut end = start;
-        while end < documents.len() && (chunked.is_empty() || chunks < GROUP_CHUNKS) {
-            let doc = &documents[end];
-            let one = match &doc.error {
-                Some(e) => Err(DocError::new(e.clone())),
-                None => chunker.chunk(&doc.text).map_err(|e| DocError::new(e.to_string())),
-            };
-            chunks += one.as_ref().map_or(0, |c| c.chunks.len());
-            chunked.push(one);
-            end += 1;
-        }
-        Ok((end, self.score_chunked(model, chunked)?))
     }
 
     /// Scores documents already cut into chunks (documents that failed to chunk keep their

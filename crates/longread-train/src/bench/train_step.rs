@@ -7,8 +7,9 @@
 use std::time::Instant;
 
 use candle_core::{DType, Device};
+use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::hierarchical::HierarchicalClassifier;
-use longread_model::DropoutRng;
+use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
 use crate::bench::{synthetic_documents, BenchResult};
@@ -16,7 +17,7 @@ use crate::clip::{clip_factor, grad_norm};
 use crate::error::{Result, TrainError};
 use crate::loss::TaskLoss;
 use crate::optim::{AdamW, AdamWConfig, ParamGroup};
-use crate::prefix::Prefix;
+use crate::prefix::{encode_batch, Prefix};
 use crate::recompute::{batch_gradients, BatchSettings};
 
 /// How the timed step runs.
@@ -48,6 +49,25 @@ pub struct TrainStepResult {
     pub peak_gpu_bytes: Option<u64>,
     /// The last step's loss (finite, or the step is an error).
     pub loss: f32,
+    /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
+    /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
+    /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
+    /// norm, and of the AdamW update.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<StepProfile>,
+}
+
+/// The parts of one training step (see [`TrainStepResult::profile`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepProfile {
+    /// Encoding every chunk in training mode, building the graph, without the backward pass.
+    pub forward_s: f64,
+    /// Loss and gradients of the whole batch (`batch_gradients`).
+    pub gradients_s: f64,
+    /// The global gradient norm (clipping).
+    pub grad_norm_s: f64,
+    /// The AdamW update of every parameter.
+    pub optimizer_s: f64,
 }
 
 /// Loads `model_dir` (a classifier directory) trainable on `device` and times its step.
@@ -100,7 +120,42 @@ pub fn run_train_step(
         loss = l;
     }
     let peak_gpu_bytes = longread_model::device::peak_memory_bytes(device);
+    let profile = if longread_model::profile::enabled() {
+        let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+            device.synchronize()?;
+            let started = Instant::now();
+            f()?;
+            device.synchronize()?;
+            Ok(started.elapsed().as_secs_f64())
+        };
+        let forward_s = timed(&mut || {
+            let (refs, batches) = chunk_batches(&docs, settings.max_batch_tokens);
+            let vectors = gather_chunk_vectors(&docs, &refs, &batches, |batch| {
+                encode_batch(&model, &docs, &refs, batch, Prefix::None, Mode::Train(&rng), device)
+            })?;
+            drop(vectors);
+            Ok(())
+        })?;
+        let mut out = None;
+        let gradients_s = timed(&mut || {
+            out = Some(batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device)?);
+            Ok(())
+        })?;
+        let out = out.expect("set by the timed closure");
+        let mut norm = 0.0;
+        let grad_norm_s = timed(&mut || {
+            norm = grad_norm(out.grads.values())?;
+            Ok(())
+        })?;
+        let optimizer_s = timed(&mut || {
+            let factor = clip_factor(norm, 1.0) as f32;
+            optimizer.step_scaled(factor, |v| out.grads.get(&v.as_tensor().id()).cloned())
+        })?;
+        Some(StepProfile { forward_s, gradients_s, grad_norm_s, optimizer_s })
+    } else {
+        None
+    };
     let timing = BenchResult::of_runs(runs, parameters, None);
     let docs_per_s = settings.docs as f64 / timing.seconds;
-    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss })
+    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, profile })
 }

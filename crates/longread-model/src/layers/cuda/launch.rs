@@ -553,8 +553,7 @@ pub(super) fn layer_norm_train(
     }
     let dev = &x.device;
     let mut out = alloc_like(dev, DType::F32, if backward { 2 } else { 1 } * rows * cols)?;
-    let (stream, func) =
-        kernel(dev, if backward { "layer_norm_train_grad" } else { "layer_norm_train" }, DType::F32)?;
+    let (stream, func) = kernel(dev, if backward { "layer_norm_train_grad" } else { "layer_norm_train" }, DType::F32)?;
     let x = x.as_cuda_slice::<f32>()?.slice(range(x_l, op)?);
     let gamma = gamma.as_cuda_slice::<f32>()?.slice(range(gamma_l, op)?);
     let other = other.as_cuda_slice::<f32>()?.slice(range(other_l, op)?);

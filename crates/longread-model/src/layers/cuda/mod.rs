@@ -470,7 +470,13 @@ impl CustomOp2 for AttentionProbsTrain {
         Ok((out, scores_l.shape().clone()))
     }
 
-    fn bwd(&self, scores: &Tensor, bias: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        scores: &Tensor,
+        bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad_op = AttentionProbsTrainGrad(*self);
         let d_scores = scores.contiguous()?.apply_op3_no_bwd(bias, &grad.contiguous()?, &grad_op)?;
         Ok((Some(d_scores), None))
@@ -510,7 +516,8 @@ impl CustomOp3 for AttentionProbsTrainGrad {
         grad_l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let AttentionProbsTrain { scale, dropout } = self.0;
-        let out = launch::attention_probs_train(scale, dropout, (scores, scores_l), (bias, bias_l), Some((grad, grad_l)))?;
+        let out =
+            launch::attention_probs_train(scale, dropout, (scores, scores_l), (bias, bias_l), Some((grad, grad_l)))?;
         Ok((out, scores_l.shape().clone()))
     }
 }
@@ -610,7 +617,8 @@ impl CustomOp3 for LayerNormTrainGrad {
         grad_l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let out = launch::layer_norm_train(self.0.eps, (x, x_l), (gamma, gamma_l), (grad, grad_l), true)?;
-        let (rows, cols) = (x_l.shape().elem_count() / gamma_l.shape().elem_count().max(1), gamma_l.shape().elem_count());
+        let (rows, cols) =
+            (x_l.shape().elem_count() / gamma_l.shape().elem_count().max(1), gamma_l.shape().elem_count());
         Ok((out, Shape::from((2, rows, cols))))
     }
 }
