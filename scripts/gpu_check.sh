@@ -14,7 +14,7 @@
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json)
 #   train-profile  one training step in parts (bench/train-profile-<card>.jsonl)
-#   serve    serve at concurrency 32 vs predict, GPU memory over a soak (in the train file)
+#   serve    serve at concurrency 32 vs predict, GPU memory over a soak (bench/results-gpu-<card>-serve.json)
 # Needs: gpu-run/longread.xz, gpu-run/cuda-tests.xz and gpu-run/cuda-train-tests.xz, python3 with torch + transformers
 # (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND), found
 # under /usr and /opt and put on LD_LIBRARY_PATH.
@@ -185,12 +185,16 @@ if part serve; then
   timeout 300 ${PYTHON:-python3} scripts/gpu_bench_serve.py "$lr" "$work/rb-model" "$work" --docs 384 --words 4000 \
     --concurrency 32 --soak-seconds "${SERVE_SOAK_SECONDS:-60}" | tee "$work/serve.jsonl" || echo "serve bench failed" >&2
 fi
-if part train || part serve; then
-  touch "$work/train.jsonl" "$work/torch-train.jsonl" "$work/serve.jsonl"
-  ${PYTHON:-python3} - "$work/train.jsonl" "$work/torch-train.jsonl" "$work/serve.jsonl" "bench/results-gpu-$slug-train.json" "$card" "$tests_status" <<'PY'
+if part serve; then
+  mkdir -p bench
+  grep '^{' "$work/serve.jsonl" | tail -1 > "bench/results-gpu-$slug-serve.json" || true
+fi
+if part train; then
+  touch "$work/train.jsonl" "$work/torch-train.jsonl"
+  ${PYTHON:-python3} - "$work/train.jsonl" "$work/torch-train.jsonl" "bench/results-gpu-$slug-train.json" "$card" "$tests_status" <<'PY'
 import json, sys
 rows = lambda p: [json.loads(l) for l in open(p) if l.strip().startswith("{")]
-ours, torch, serve = rows(sys.argv[1]), rows(sys.argv[2]), rows(sys.argv[3])
+ours, torch = rows(sys.argv[1]), rows(sys.argv[2])
 def pick(side, **kw):
     found = [r for r in side if all(r.get(k) == v for k, v in kw.items())]
     return found[0] if found else None
@@ -200,17 +204,16 @@ base = [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 a
 best = max(base, key=lambda r: r["docs_per_s"]) if base else None
 gib = lambda b: round(b / 2**30, 2) if b else None
 result = {
-    "card": sys.argv[5],
-    "gpu_tests_passed": sys.argv[6] == "0",
+    "card": sys.argv[4],
+    "gpu_tests_passed": sys.argv[5] == "0",
     "workload": "hierarchical roberta-base shape, 4 documents x 20 chunks x 512 tokens per training step, random weights",
     "train_bf16_speed_ratio": round(best["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best and torch_nockpt else None,
     "train_bf16_memory_ratio": round(gib(best["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if best and torch_ckpt and best.get("peak_gpu_bytes") else None,
     "longread_best_bf16": {k: best[k] for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes")} if best else None,
-    "serve": serve[0] if serve else None,
     "longread": ours,
     "pytorch": torch,
 }
-json.dump(result, open(sys.argv[4], "w"), indent=1)
+json.dump(result, open(sys.argv[3], "w"), indent=1)
 print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch")}, indent=1))
 for r in ours:
     print("longread", r.get("model", "").split("/")[-1], r["precision"], "recompute" if r["recompute"] else "no-recompute",
