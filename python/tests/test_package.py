@@ -206,6 +206,13 @@ def test_train_runs_the_clis_training_with_the_same_flags(tmp_path, capfd):
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2] and summary["best_epoch"] in (1, 2)
     assert summary["kept_epoch"] == 2 and all(e["saved"] for e in summary["epochs"])
     assert longread.Classifier(tmp_path / "hier").labels == ["rain", "prices"]
+    # Training takes the device too: a GPU this build or machine lacks is one clear error, and
+    # nothing is left behind.
+    with pytest.raises(longread.LongreadError, match="cuda:63"):
+        longread.train(train, tmp_path / "gpu", model=str(tmp_path / "init"), device="cuda:63", quiet=True)
+    assert not (tmp_path / "gpu").exists()
+    with pytest.raises(longread.LongreadError, match="expected auto, cpu, cuda or cuda:N"):
+        longread.train(train, tmp_path / "gpu", model=str(tmp_path / "init"), device="tpu", quiet=True)
     err = capfd.readouterr().err
     assert "bag of words on" in err and "epoch 1:" not in err, "the bow run spoke, the quiet one did not"
 

@@ -103,9 +103,53 @@ fn a_missing_gpu_is_a_one_line_error() {
     assert_clean_failure(&out, "cuda:63");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("`cuda` feature") || stderr.contains("visible"), "{stderr}");
+    // Training too, and it leaves no output directory behind.
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let train = common::fixture("synthetic/train.jsonl");
+    let out = longread(&[
+        "--device",
+        "cuda:63",
+        "train",
+        "--train",
+        train.to_str().unwrap(),
+        "--model",
+        common::fixture("tiny-bert").to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&out, "cuda:63");
+    assert!(!run.exists(), "a run that could not start leaves no --out");
     // A device that is not one is a usage error, as clap reports any bad flag value (exit code 2).
     let out = longread(&["--device", "tpu", "predict", "--model", "x", "--input", "y"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("expected auto, cpu, cuda or cuda:N") && !stderr.contains("panicked"), "{stderr}");
+}
+
+/// `--workload train`: a classifier's whole training step on the CPU here (the GPU check runs
+/// it on CUDA), with and without recomputation, in f32 and bf16; the loss is finite.
+#[test]
+fn the_training_step_workload_reports_documents_per_second() {
+    let model = common::fixture("hier/roberta-attention");
+    for extra in [&[][..], &["--no-recompute"][..], &["--precision", "bf16"][..]] {
+        let mut args = vec!["bench", "--workload", "train", "--model", model.to_str().unwrap(), "--shape", "2x3"];
+        args.extend_from_slice(&["--repeat", "2", "--json"]);
+        args.extend_from_slice(extra);
+        let out = longread(&args);
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let seconds = v["seconds"].as_f64().unwrap();
+        assert!((v["docs_per_s"].as_f64().unwrap() - 2.0 / seconds).abs() < 1e-6 * (2.0 / seconds), "{v}");
+        assert!(v["loss"].as_f64().unwrap().is_finite() && v["loss"].as_f64().unwrap() > 0.0, "{v}");
+        assert_eq!(v["recompute"], !extra.contains(&"--no-recompute"), "{v}");
+        assert_eq!(v["device"], "cpu");
+        assert!(v["peak_gpu_bytes"].is_null(), "no GPU memory on the CPU: {v}");
+        assert!(v.get("profile").is_none(), "{v}");
+    }
+    assert_clean_failure(
+        &longread(&["bench", "--workload", "train", "--model", model.to_str().unwrap(), "--precision", "int8"]),
+        "--precision f32 or bf16",
+    );
+    assert_clean_failure(&longread(&["bench", "--workload", "train", "--shape", "2x3"]), "needs --model");
 }

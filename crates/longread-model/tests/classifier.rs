@@ -32,6 +32,32 @@ fn a_document_alone_and_amid_others_gets_the_same_scores() {
     }
 }
 
+/// Many documents (several cutting windows and encoder groups, bad ones among them): results
+/// come back one per document, in input order, each as the document alone gets it, while the
+/// next documents are cut on another thread.
+#[test]
+fn many_documents_come_back_in_order_with_their_own_scores() {
+    let classifier = Classifier::load(&fixture("hier/roberta-attention"), ClassifierOptions::default()).unwrap();
+    let docs = documents();
+    let mut texts: Vec<String> =
+        (0..150).map(|i| format!("{} {}", docs[i % docs.len()], "word ".repeat(i % 40))).collect();
+    for bad in [0, 37, 149] {
+        texts[bad] = String::new();
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let all = classifier.classify(&refs).unwrap();
+    assert_eq!(all.len(), texts.len());
+    for (i, (text, result)) in refs.iter().zip(&all).enumerate() {
+        let alone = classifier.classify(&[text]).unwrap().remove(0);
+        match (alone, result) {
+            (Ok(a), Ok(b)) => assert!(max_diff(&a.logits, &b.logits) <= 1e-6, "document {i}"),
+            (Err(a), Err(b)) => assert_eq!(a.message, b.message, "document {i}"),
+            (a, b) => panic!("document {i}: alone {a:?}, amid others {b:?}"),
+        }
+    }
+    assert!(all[37].is_err() && all[36].is_ok(), "the empty document fails alone");
+}
+
 #[test]
 fn one_bad_document_fails_alone() {
     let classifier = Classifier::load(&fixture("hier/roberta-attention"), ClassifierOptions::default()).unwrap();
