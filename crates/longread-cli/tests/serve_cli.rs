@@ -181,3 +181,51 @@ fn a_client_that_goes_away_cancels_its_remaining_chunks() {
     let (status, _) = served.post("/predict", &json!({ "inputs": "still serving" }));
     assert_eq!(status, 200);
 }
+
+/// Issue 36: memory grew with the text of every request in flight (16 concurrent 2M-character
+/// requests: 4 GB). Over --max-inflight-text-bytes a request is answered 429 (with
+/// Retry-After) while a long one is in flight; alone, a request is served whatever its size.
+#[test]
+fn text_over_the_in_flight_budget_is_429_and_a_lone_request_is_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = slow_model(tmp.path());
+    let served = Served::start(&["--model", &model, "--max-batch-tokens", "16", "--max-inflight-text-bytes", "200000"]);
+    let url = served.url.clone();
+    // ~400 KB of text: over the budget, admitted because it is alone.
+    let slow = std::thread::spawn(move || post(&url, "/predict", &json!({ "inputs": long_text(60_000) }), None));
+    served.wait_for("longread_requests_in_flight", 1.0);
+    let refused = ureq::post(&format!("{}/predict", served.url)).send_json(json!({ "inputs": "short" }));
+    let Err(ureq::Error::Status(429, response)) = refused else { panic!("expected 429: {refused:?}") };
+    assert_eq!(response.header("retry-after"), Some("1"));
+    let body: Value = response.into_json().unwrap();
+    assert_eq!(body["error_type"], "overloaded");
+    assert!(body["error"].as_str().unwrap().contains("--max-inflight-text-bytes"), "{body}");
+    let (status, _) = slow.join().unwrap().unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = served.post("/predict", &json!({ "inputs": "short" }));
+    assert_eq!(status, 200, "the budget is free again");
+    let info: Value = ureq::get(&format!("{}/info", served.url)).call().unwrap().into_json().unwrap();
+    assert_eq!(info["limits"]["max_inflight_text_bytes"], 200000);
+}
+
+/// Issue 36: overload had no deadline (48 of 51 long documents ran past their clients'
+/// timeouts, their chunks encoded for nobody). Past --max-queue-time a request is answered 503,
+/// its remaining chunks leave the queue, and the metrics count it.
+#[test]
+fn a_request_past_the_max_queue_time_is_503_and_its_work_is_cancelled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = slow_model(tmp.path());
+    let served = Served::start(&["--model", &model, "--max-batch-tokens", "16", "--max-queue-time", "0.5"]);
+    // ~14,000 chunks, one per batch: far more than half a second of work.
+    let started = Instant::now();
+    let (status, body) = served.post("/predict", &json!({ "inputs": long_text(200_000) }));
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("--max-queue-time"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(20), "answered at the deadline, not after the work");
+    served.wait_for("longread_queue_documents", 0.0);
+    assert!(served.metric("longread_batch_units_sum") < 12_000.0, "the rest of its chunks were not encoded");
+    assert_eq!(served.metric("longread_requests_deadline_expired_total"), 1.0);
+    assert_eq!(served.metric("longread_requests_total{route=\"/predict\",status=\"503\"}"), 1.0);
+    let (status, _) = served.post("/predict", &json!({ "inputs": "still serving" }));
+    assert_eq!(status, 200);
+}

@@ -29,6 +29,15 @@ pub struct ServerConfig {
     /// Requests classified or embedded at once; more are answered 429.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 64))]
     pub max_concurrent_requests: usize,
+    /// Most bytes of input text held by the requests in flight, all together (the server's
+    /// memory grows with the text it is tokenizing and encoding, tens of bytes per byte of
+    /// text); a request that would go over it is answered 429 unless it would be alone.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 64 * 1024 * 1024))]
+    pub max_inflight_text_bytes: usize,
+    /// Seconds a classify request may wait for its answer (queueing and encoding); past it its
+    /// remaining work is cancelled and it is answered 503 with Retry-After (0: no limit).
+    #[cfg_attr(feature = "clap", arg(long = "max-queue-time", value_parser = parse_seconds, default_value = "300"))]
+    pub max_queue_time: std::time::Duration,
     /// Most characters in one input text; longer ones are answered 413.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 2_000_000))]
     pub max_input_chars: usize,
@@ -91,6 +100,8 @@ impl ServerConfig {
             port: 8080,
             max_batch_tokens: None,
             max_concurrent_requests: 64,
+            max_inflight_text_bytes: 64 * 1024 * 1024,
+            max_queue_time: std::time::Duration::from_secs(300),
             max_input_chars: 2_000_000,
             max_client_batch_size: 32,
             max_body_bytes: 32 * 1024 * 1024,
@@ -110,6 +121,7 @@ impl ServerConfig {
         let zero = [
             ("--max-batch-tokens", self.max_batch_tokens.unwrap_or(1)),
             ("--max-concurrent-requests", self.max_concurrent_requests),
+            ("--max-inflight-text-bytes", self.max_inflight_text_bytes),
             ("--max-input-chars", self.max_input_chars),
             ("--max-client-batch-size", self.max_client_batch_size),
             ("--max-body-bytes", self.max_body_bytes),

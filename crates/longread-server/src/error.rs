@@ -91,6 +91,34 @@ impl ApiError {
         )
     }
 
+    /// 429: the text in flight would go over `--max-inflight-text-bytes`.
+    pub fn memory_full(held: usize, asked: usize, budget: usize) -> Self {
+        let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorType::Overloaded,
+            format!(
+                "the server is overloaded: {:.1} MiB of text are in flight and this request brings {:.1} MiB, over \
+                 the {:.1} MiB of --max-inflight-text-bytes; retry later",
+                mib(held),
+                mib(asked),
+                mib(budget)
+            ),
+        )
+    }
+
+    /// 503: a request that waited `--max-queue-time` for its answer (its work is cancelled).
+    pub fn deadline(waited: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorType::Overloaded,
+            format!(
+                "no answer within {:.0} s (--max-queue-time): the request was cancelled; retry later",
+                waited.as_secs_f64()
+            ),
+        )
+    }
+
     /// 424: the model failed while running (TEI's backend error).
     pub fn backend(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FAILED_DEPENDENCY, ErrorType::Backend, message)
@@ -139,6 +167,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
+        let mut response = (self.status, Json(self.body)).into_response();
+        if matches!(self.status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE) {
+            // Overload and loading pass: a client may retry after a moment.
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        response
     }
 }

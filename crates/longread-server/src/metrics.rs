@@ -29,6 +29,7 @@ pub(crate) struct Metrics {
     pub(crate) requests: Family<RouteStatus, Counter>,
     pub(crate) request_seconds: Family<Route, Histogram>,
     pub(crate) cancelled: Family<Route, Counter>,
+    pub(crate) deadline_expired: Counter,
     queue_seconds: Histogram,
     pub(crate) tokenize_seconds: Histogram,
     inference_seconds: Histogram,
@@ -60,6 +61,7 @@ impl Metrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(seconds),
             cancelled: Family::default(),
+            deadline_expired: Counter::default(),
             queue_seconds: seconds(),
             tokenize_seconds: seconds(),
             inference_seconds: seconds(),
@@ -80,6 +82,11 @@ impl Metrics {
             "requests_cancelled",
             "Requests whose client went away before the answer (also in requests, status 499)",
             m.cancelled.clone(),
+        );
+        registry.register(
+            "requests_deadline_expired",
+            "Classify requests cancelled at --max-queue-time (also in requests, status 503)",
+            m.deadline_expired.clone(),
         );
         registry.register(
             "queue_duration_seconds",

@@ -27,6 +27,8 @@ pub(crate) struct AppState {
     loaded: OnceLock<Loaded>,
     load_error: Mutex<Option<String>>,
     in_flight: AtomicUsize,
+    /// Bytes of input text held by the requests in flight.
+    in_flight_bytes: AtomicUsize,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -37,6 +39,7 @@ impl AppState {
             loaded: OnceLock::new(),
             load_error: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
+            in_flight_bytes: AtomicUsize::new(0),
             metrics: Arc::new(Metrics::new()),
         }
     }
@@ -71,27 +74,40 @@ impl AppState {
         }
     }
 
-    /// Counts a classify or embed request in flight until the guard drops; 429 when
-    /// `--max-concurrent-requests` are already.
-    pub(crate) fn admit(self: &Arc<Self>) -> Result<InFlight, ApiError> {
+    /// Counts a classify or embed request with `text_bytes` of input text in flight until the
+    /// guard drops; 429 when `--max-concurrent-requests` are already, or when its text would
+    /// take the text in flight over `--max-inflight-text-bytes` (a request alone is always
+    /// admitted: its own size is bounded by the body and text limits).
+    pub(crate) fn admit(self: &Arc<Self>, text_bytes: usize) -> Result<InFlight, ApiError> {
         let limit = self.config.max_concurrent_requests;
         let before = self.in_flight.fetch_add(1, Ordering::SeqCst);
         if before >= limit {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(ApiError::overloaded(limit));
         }
+        let budget = self.config.max_inflight_text_bytes;
+        let held = self.in_flight_bytes.fetch_add(text_bytes, Ordering::SeqCst);
+        if held > 0 && held + text_bytes > budget {
+            self.in_flight_bytes.fetch_sub(text_bytes, Ordering::SeqCst);
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::memory_full(held, text_bytes, budget));
+        }
         self.metrics.in_flight.inc();
-        Ok(InFlight(Arc::clone(self)))
+        Ok(InFlight { state: Arc::clone(self), text_bytes })
     }
 }
 
 /// A request in flight (see [`AppState::admit`]).
-pub(crate) struct InFlight(Arc<AppState>);
+pub(crate) struct InFlight {
+    state: Arc<AppState>,
+    text_bytes: usize,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.0.metrics.in_flight.dec();
+        self.state.in_flight_bytes.fetch_sub(self.text_bytes, Ordering::SeqCst);
+        self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.state.metrics.in_flight.dec();
     }
 }
 
@@ -140,9 +156,24 @@ mod tests {
     fn requests_over_the_limit_are_refused_until_one_ends() {
         let config = ServerConfig { max_concurrent_requests: 2, ..ServerConfig::new("m") };
         let state = Arc::new(AppState::new(config));
-        let (a, _b) = (state.admit().ok().unwrap(), state.admit().ok().unwrap());
-        assert_eq!(state.admit().err().unwrap().status.as_u16(), 429);
+        let (a, _b) = (state.admit(1).ok().unwrap(), state.admit(1).ok().unwrap());
+        assert_eq!(state.admit(1).err().unwrap().status.as_u16(), 429);
         drop(a);
-        assert!(state.admit().is_ok());
+        assert!(state.admit(1).is_ok());
+    }
+
+    #[test]
+    fn text_over_the_budget_is_refused_unless_alone_and_freed_when_done() {
+        let config = ServerConfig { max_inflight_text_bytes: 100, ..ServerConfig::new("m") };
+        let state = Arc::new(AppState::new(config));
+        let big = state.admit(500).unwrap_or_else(|e| panic!("alone, any size is admitted: {}", e.body.error));
+        let refused = state.admit(1).err().unwrap();
+        assert_eq!((refused.status.as_u16(), refused.body.error_type), (429, crate::error::ErrorType::Overloaded));
+        assert!(refused.body.error.contains("--max-inflight-text-bytes"), "{}", refused.body.error);
+        drop(big);
+        let (a, b) = (state.admit(60).ok().unwrap(), state.admit(40).ok().unwrap());
+        assert!(state.admit(1).is_err(), "60 + 40 fill the 100 bytes");
+        drop((a, b));
+        assert!(state.admit(100).is_ok(), "a refused request held nothing");
     }
 }

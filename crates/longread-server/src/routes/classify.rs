@@ -70,8 +70,8 @@ fn yes() -> bool {
         (status = 400, description = "Empty batch", body = ErrorBody),
         (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
         (status = 422, description = "Invalid JSON, wrong types, an empty or unreadable text", body = ErrorBody),
-        (status = 429, description = "Too many requests in flight", body = ErrorBody),
-        (status = 503, description = "The model is loading or failed to load", body = ErrorBody),
+        (status = 429, description = "Too many requests or too much text in flight", body = ErrorBody),
+        (status = 503, description = "The model is loading or failed to load, or no answer within --max-queue-time (the request's work is cancelled)", body = ErrorBody),
     ))]
 pub(crate) async fn classify(
     State(state): State<Arc<AppState>>,
@@ -96,8 +96,8 @@ pub(crate) async fn classify(
         (status = 400, description = "Empty batch", body = ErrorBody),
         (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
         (status = 422, description = "Invalid JSON, wrong types, an empty or unreadable text", body = ErrorBody),
-        (status = 429, description = "Too many requests in flight", body = ErrorBody),
-        (status = 503, description = "The model is loading or failed to load", body = ErrorBody),
+        (status = 429, description = "Too many requests or too much text in flight", body = ErrorBody),
+        (status = 503, description = "The model is loading or failed to load, or no answer within --max-queue-time (the request's work is cancelled)", body = ErrorBody),
     ))]
 pub(crate) async fn predict(
     State(state): State<Arc<AppState>>,
@@ -123,13 +123,13 @@ fn ranked(p: &Prediction, raw: bool) -> Vec<LabelScore> {
 /// document that cannot be classified fails the request with 422 naming it.
 pub(crate) async fn classify_inputs(state: &Arc<AppState>, inputs: &Inputs) -> Result<Vec<Prediction>, ApiError> {
     let loaded = state.loaded()?;
-    let _in_flight = state.admit()?;
     let cfg = &state.config;
     let texts: Vec<String> = inputs
         .texts("inputs", cfg.max_client_batch_size, cfg.max_input_chars)?
         .into_iter()
         .map(str::to_owned)
         .collect();
+    let _in_flight = state.admit(texts.iter().map(String::len).sum())?;
 
     let started = Instant::now();
     let classifier = Arc::clone(&loaded.classifier);
@@ -151,8 +151,22 @@ pub(crate) async fn classify_inputs(state: &Arc<AppState>, inputs: &Inputs) -> R
         waiting.push((rx, units, tokens));
     }
     let mut predictions = Vec::with_capacity(waiting.len());
+    // Past --max-queue-time the request is answered 503 and, as its guards drop, its documents
+    // leave the queue.
+    let limit = cfg.max_queue_time;
+    let deadline = (!limit.is_zero()).then(|| tokio::time::Instant::from(started) + limit);
     for (i, (rx, units, tokens)) in waiting.into_iter().enumerate() {
-        let (outcome, timings) = rx.await.map_err(|_| ApiError::backend("the inference worker stopped"))?;
+        let answer = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, rx).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    state.metrics.deadline_expired.inc();
+                    return Err(ApiError::deadline(limit));
+                }
+            },
+            None => rx.await,
+        };
+        let (outcome, timings) = answer.map_err(|_| ApiError::backend("the inference worker stopped"))?;
         let result = outcome.map_err(ApiError::backend)?;
         let prediction =
             result.map_err(|e| ApiError::tokenizer(format!("{}: {}", inputs.name("inputs", i), e.message)))?;

@@ -142,10 +142,10 @@ async fn embed_inputs(
     let Some(embedder) = loaded.embedder.as_ref().map(Arc::clone) else {
         return Err(ApiError::not_found("this server has no embedding model (start it with --embedding-model DIR)"));
     };
-    let _in_flight = state.admit()?;
     let cfg = &state.config;
     let texts: Vec<String> =
         inputs.texts(field, cfg.max_client_batch_size, cfg.max_input_chars)?.into_iter().map(str::to_owned).collect();
+    let _in_flight = state.admit(texts.iter().map(String::len).sum())?;
     let mut embeddings = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         embedder.embed(&refs, EMBED_BATCH, |_| {})

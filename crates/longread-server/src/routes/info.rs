@@ -82,6 +82,8 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Result<Json<Info
         limits: serde_json::json!({
             "max_batch_tokens": classifier.max_batch_tokens(),
             "max_concurrent_requests": cfg.max_concurrent_requests,
+            "max_inflight_text_bytes": cfg.max_inflight_text_bytes,
+            "max_queue_time_seconds": cfg.max_queue_time.as_secs_f64(),
             "max_input_chars": cfg.max_input_chars,
             "max_client_batch_size": cfg.max_client_batch_size,
             "max_body_bytes": cfg.max_body_bytes,
