@@ -94,9 +94,14 @@ def ensemble(
     models: Sequence[Union[str, PathLike[str]]],
     out: Union[str, PathLike[str]],
     weights: Optional[Sequence[float]] = None,
+    calibrate: Optional[Union[str, PathLike[str]]] = None,
+    fit_weights: bool = False,
+    folds: int = 5,
 ) -> dict[str, Any]:
     """`longread ensemble`: a new model directory `out` whose probabilities are the weighted
-    mean of `models`' (any kinds, same labels); returns its ensemble.json."""
+    mean of `models`' (any kinds, same labels); with `calibrate` (labelled held-out JSON lines)
+    each member is tempered first, and with `fit_weights` the weights are fitted; returns its
+    ensemble.json."""
 
 def init(
     encoder: Union[str, PathLike[str]],
@@ -137,6 +142,7 @@ def pretrain(
     out: Union[str, PathLike[str]],
     threads: Optional[int] = None,
     quiet: bool = False,
+    device: str = "auto",
     **flags: Any,
 ) -> dict[str, Any]:
     """`longread pretrain`: MLM pretraining with dynamic masking, of a new RoBERTa
@@ -152,6 +158,7 @@ def train(
     out: Union[str, PathLike[str]],
     threads: Optional[int] = None,
     quiet: bool = False,
+    device: str = "auto",
     **flags: Any,
 ) -> dict[str, Any]:
     """`longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use longread_model::classifier::ensemble::build_ensemble;
+use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
 use longread_model::classifier::evaluate::evaluate_reader;
 use longread_model::classifier::PredictionLine;
 use longread_model::{
@@ -404,15 +404,32 @@ fn compare(
     }
 }
 
-/// ensemble(models, out, weights=None) -> dict
+/// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5) -> dict
 ///
 /// `longread ensemble`: copies the model directories `models` (any kinds, the same labels,
 /// one task each) into the new directory `out`, a model whose probabilities are their weighted
-/// mean (`weights`, one per model, divided by their sum; default equal). Returns ensemble.json
-/// as a dict; `Classifier(out)` loads it.
+/// mean (`weights`, one per model, divided by their sum; default equal). With `calibrate` (a
+/// labelled held-out JSON lines file) each member's temperature is fitted on it first, and
+/// with `fit_weights=True` the weights too, kept when they beat equal weights over `folds`
+/// folds (`calibration` in the result says how each way scored). Returns ensemble.json as a
+/// dict; `Classifier(out)` loads it.
 #[pyfunction]
-#[pyo3(signature = (models, out, weights=None))]
-fn ensemble(py: Python<'_>, models: Vec<PathBuf>, out: PathBuf, weights: Option<Vec<f64>>) -> PyResult<PyObject> {
+#[pyo3(signature = (models, out, weights=None, calibrate=None, fit_weights=false, folds=5))]
+fn ensemble(
+    py: Python<'_>,
+    models: Vec<PathBuf>,
+    out: PathBuf,
+    weights: Option<Vec<f64>>,
+    calibrate: Option<PathBuf>,
+    fit_weights: bool,
+    folds: usize,
+) -> PyResult<PyObject> {
+    if fit_weights && (calibrate.is_none() || weights.is_some()) {
+        return Err(LongreadError::new_err("fit_weights=True needs calibrate=DEV and no weights"));
+    }
+    if folds < 2 {
+        return Err(LongreadError::new_err(format!("folds={folds}: at least 2")));
+    }
     let weights = weights.unwrap_or_else(|| vec![1.0; models.len()]);
     if weights.len() != models.len() {
         return Err(LongreadError::new_err(format!(
@@ -422,7 +439,10 @@ fn ensemble(py: Python<'_>, models: Vec<PathBuf>, out: PathBuf, weights: Option<
         )));
     }
     let members: Vec<(PathBuf, f64)> = models.into_iter().zip(weights).collect();
-    let built = py.allow_threads(|| build_ensemble(&members, &out));
+    let built = py.allow_threads(|| match &calibrate {
+        None => build_ensemble(&members, &out),
+        Some(data) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, |_| {}),
+    });
     let spec = built.map_err(|e| ModelLoadError::new_err(format!("writing ensemble {}: {e}", out.display())))?;
     from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
 }

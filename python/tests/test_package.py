@@ -206,6 +206,14 @@ def test_train_runs_the_clis_training_with_the_same_flags(tmp_path, capfd):
     assert [e["epoch"] for e in summary["epochs"]] == [1, 2] and summary["best_epoch"] in (1, 2)
     assert summary["kept_epoch"] == 2 and all(e["saved"] for e in summary["epochs"])
     assert longread.Classifier(tmp_path / "hier").labels == ["rain", "prices"]
+    # A calibrated ensemble of the two: tempered members, weights fitted or equal.
+    spec = longread.ensemble([tmp_path / "py", tmp_path / "hier"], tmp_path / "ens",
+                             calibrate=os.path.join(FIXTURES, "synthetic", "test.jsonl"), fit_weights=True, folds=3)
+    assert len(spec["members"]) == 2 and all(m["temperature"] > 0 for m in spec["members"])
+    assert len(spec["calibration"]["out_of_fold"]) == 3
+    assert sorted(longread.Classifier(tmp_path / "ens").labels) == ["prices", "rain"]
+    with pytest.raises(longread.LongreadError, match="fit_weights"):
+        longread.ensemble([tmp_path / "py", tmp_path / "hier"], tmp_path / "ens2", fit_weights=True)
     # Training takes the device too: a GPU this build or machine lacks is one clear error, and
     # nothing is left behind.
     with pytest.raises(longread.LongreadError, match="cuda:63"):

@@ -82,3 +82,126 @@ fn wrong_ensemble_arguments_are_refused_before_anything_is_written() {
     }
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "no temporary directory left");
 }
+
+/// Issue 37: equal-weight ensembles followed the confident member (the bag of words'
+/// probabilities were near uniform): members are calibrated on held-out documents first, each
+/// tempered by its fitted temperature, and the weights fitted when they beat equal weights out
+/// of fold.
+#[test]
+fn calibrated_ensembles_temper_each_member_before_averaging() {
+    let tmp = tempfile::tempdir().unwrap();
+    let train = fixture("synthetic/train.jsonl");
+    let dev = fixture("synthetic/test.jsonl");
+    let bow = tmp.path().join("bow");
+    let trained = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        train.to_str().unwrap(),
+        "--out",
+        bow.to_str().unwrap(),
+        "--c-values",
+        "1",
+    ]);
+    assert!(trained.status.success(), "{}", String::from_utf8_lossy(&trained.stderr));
+    let seq = fixture("seq/roberta");
+    let out = tmp.path().join("ens");
+    let (bow, seq, o) = (bow.to_str().unwrap(), seq.to_str().unwrap(), out.to_str().unwrap());
+    let made = longread(&[
+        "ensemble",
+        "--model",
+        seq,
+        "--model",
+        bow,
+        "--out",
+        o,
+        "--calibrate",
+        dev.to_str().unwrap(),
+        "--fit-weights",
+        "--folds",
+        "3",
+        "--json",
+    ]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let spec: Value = serde_json::from_slice(&made.stdout).unwrap();
+    let temperatures: Vec<f64> =
+        spec["members"].as_array().unwrap().iter().map(|m| m["temperature"].as_f64().unwrap()).collect();
+    assert!(temperatures.iter().all(|t| *t > 0.0) && temperatures.iter().any(|t| (t - 1.0).abs() > 1e-3), "{spec}");
+    let calibration = &spec["calibration"];
+    assert_eq!(calibration["documents"], 12);
+    assert_eq!(calibration["out_of_fold"].as_array().unwrap().len(), 3, "{calibration}");
+    let weights: Vec<f64> = spec["members"].as_array().unwrap().iter().map(|m| m["weight"].as_f64().unwrap()).collect();
+    assert!((weights.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    if calibration["weights_fitted"] == false {
+        assert_eq!(weights, vec![0.5, 0.5], "equal weights unless the fitted ones won");
+    }
+
+    // Predictions: each member's shown scores are its own tempered, the ensemble's their
+    // weighted mean.
+    let docs = tmp.path().join("docs.jsonl");
+    std::fs::copy(&dev, &docs).unwrap();
+    let ensemble = json_lines(&longread(&["predict", "--model", o, "--input", docs.to_str().unwrap()]).stdout);
+    let raw = json_lines(&longread(&["predict", "--model", seq, "--input", docs.to_str().unwrap()]).stdout);
+    assert_eq!(ensemble.len(), 12);
+    for (line, own) in ensemble.iter().zip(&raw) {
+        let members = line["members"].as_array().unwrap();
+        let p: Vec<f64> = ["prices", "rain"].iter().map(|l| own["scores"][l].as_f64().unwrap()).collect();
+        let t = temperatures[0];
+        let logs: Vec<f64> = p.iter().map(|x| x.max(1e-12).ln() / t).collect();
+        let z: f64 = logs.iter().map(|l| l.exp()).sum();
+        for (k, label) in ["prices", "rain"].iter().enumerate() {
+            let tempered = logs[k].exp() / z;
+            assert!((members[0]["scores"][label].as_f64().unwrap() - tempered).abs() < 1e-5, "{line}");
+            let mean: f64 = members.iter().zip(&weights).map(|(m, w)| w * m["scores"][label].as_f64().unwrap()).sum();
+            assert!((line["scores"][label].as_f64().unwrap() - mean).abs() < 1e-5, "{line}");
+        }
+    }
+
+    // Refusals that name the way out.
+    let again = tmp.path().join("again");
+    let a = again.to_str().unwrap();
+    // Flag combinations are usage errors, as clap reports them (exit code 2).
+    let usage = |out: std::process::Output, needle: &str| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(needle) && !stderr.contains("panicked"), "{stderr}");
+    };
+    usage(longread(&["ensemble", "--model", seq, "--model", bow, "--out", a, "--fit-weights"]), "--calibrate");
+    usage(
+        longread(&[
+            "ensemble",
+            "--model",
+            seq,
+            "--model",
+            bow,
+            "--out",
+            a,
+            "--calibrate",
+            dev.to_str().unwrap(),
+            "--fit-weights",
+            "--weight",
+            "1",
+            "--weight",
+            "2",
+        ]),
+        "--weight",
+    );
+    assert_clean_failure(
+        &longread(&[
+            "ensemble",
+            "--model",
+            seq,
+            "--model",
+            bow,
+            "--out",
+            a,
+            "--calibrate",
+            dev.to_str().unwrap(),
+            "--folds",
+            "10",
+        ]),
+        "too few to calibrate",
+    );
+    assert!(!again.exists(), "nothing written");
+}

@@ -5,14 +5,15 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use longread_model::classifier::ensemble::build_ensemble;
+use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
 
 /// Arguments of `longread ensemble`.
 #[derive(Debug, Args)]
 #[command(after_help = "The ensemble is a model directory like any other: predict, eval, report and serve \
 accept it, and each prediction lists what every member said (\"members\"). Members may be of any kind \
-(hierarchical, sequence, HAN, bag of words) but need the same labels and one task each. Compare the \
-ensemble with its members on held-out data: longread eval --model ENSEMBLE --model MEMBER ... --data DEV")]
+(hierarchical, sequence, HAN, bag of words) but need the same labels and one task each. Calibrate on \
+held-out documents the members did not train on (--calibrate DEV.jsonl [--fit-weights]), then compare the \
+ensemble with its members on other held-out data: longread eval --model ENSEMBLE --model MEMBER ... --data TEST")]
 pub struct EnsembleArgs {
     /// A model directory made by `longread train` or `init`; give it once per member (at least
     /// two). Each is copied into OUT/members/.
@@ -25,6 +26,19 @@ pub struct EnsembleArgs {
     /// Output directory; must not exist (written under a temporary name, then renamed).
     #[arg(long)]
     out: PathBuf,
+    /// Labelled held-out documents (JSON lines with "text" and "label", not the members'
+    /// training data): fit each member's temperature on them, so that probabilities are on one
+    /// scale before they are averaged (an overconfident member otherwise decides alone).
+    /// Prints how equal weights, calibrated, and fitted weights score out of fold.
+    #[arg(long, value_name = "DEV.jsonl")]
+    calibrate: Option<PathBuf>,
+    /// With --calibrate: also fit the members' weights (the likeliest mixture), kept only when
+    /// they beat equal weights out of fold.
+    #[arg(long, requires = "calibrate", conflicts_with = "weights")]
+    fit_weights: bool,
+    /// Folds of the out-of-fold scores of --calibrate.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..))]
+    folds: u64,
     /// Print ensemble.json (labels, members and their normalised weights) instead of a summary.
     #[arg(long)]
     json: bool,
@@ -38,8 +52,15 @@ pub fn run(args: EnsembleArgs) -> Result<()> {
         n => bail!("{n} --weight values for {} --model directories: give one per model, or none", args.models.len()),
     };
     let members: Vec<(PathBuf, f64)> = args.models.iter().cloned().zip(weights).collect();
-    let spec =
-        build_ensemble(&members, &args.out).with_context(|| format!("writing ensemble {}", args.out.display()))?;
+    let spec = match &args.calibrate {
+        None => build_ensemble(&members, &args.out),
+        Some(data) => {
+            build_calibrated_ensemble(&members, &args.out, data, args.fit_weights, args.folds as usize, |m| {
+                eprintln!("calibration: {} classified the held-out documents", members[m].0.display())
+            })
+        }
+    }
+    .with_context(|| format!("writing ensemble {}", args.out.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&spec)?);
     } else {
@@ -50,7 +71,24 @@ pub fn run(args: EnsembleArgs) -> Result<()> {
             spec.labels.join(", ")
         );
         for m in &spec.members {
-            println!("  {:<40} weight {:.3}  from {}", m.dir, m.weight, m.source);
+            println!("  {:<40} weight {:.3}  temperature {:.3}  from {}", m.dir, m.weight, m.temperature, m.source);
+        }
+        if let Some(c) = &spec.calibration {
+            println!("out of fold ({} documents, {} folds):", c.documents, c.folds);
+            println!("  {:<30} {:>8} {:>9} {:>9}", "combination", "log loss", "accuracy", "macro-F1");
+            for row in &c.out_of_fold {
+                println!("  {:<30} {:>8.4} {:>9.4} {:>9.4}", row.combination, row.log_loss, row.accuracy, row.macro_f1);
+            }
+            if args.fit_weights {
+                println!(
+                    "  {}",
+                    if c.weights_fitted {
+                        "kept the fitted weights (lower out-of-fold log loss than equal weights)"
+                    } else {
+                        "kept equal weights: the fitted ones did not beat them out of fold"
+                    }
+                );
+            }
         }
     }
     Ok(())

@@ -9,14 +9,16 @@
 use std::path::{Component, Path, PathBuf};
 
 use longread_bow::is_bow_dir;
-use longread_text::Document;
+use longread_text::{read_labelled_columns, resolve_column, Document};
 use serde::{Deserialize, Serialize};
 
 use super::units::PreparedDocument;
 use super::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
+use crate::classifier::calibration::{calibrate, temper, Calibration, MemberScores};
 use crate::classifier::prediction::MemberPrediction;
 use crate::error::{ModelError, Result};
 use crate::han::is_han_dir;
+use crate::hierarchical::DEFAULT_TASK;
 use crate::model_dir::{io, temporary_dir_beside};
 
 /// The file that makes a directory an ensemble.
@@ -37,6 +39,10 @@ pub struct EnsembleSpec {
     pub labels: Vec<String>,
     /// The members, in order.
     pub members: Vec<MemberSpec>,
+    /// How the temperatures (and weights) were fitted, when they were
+    /// (`longread ensemble --calibrate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
 }
 
 /// One member of an ensemble.
@@ -46,8 +52,16 @@ pub struct MemberSpec {
     pub dir: String,
     /// Its weight in the average; the weights sum to 1.
     pub weight: f64,
+    /// Its probabilities are tempered before averaging: `softmax(ln p / temperature)` (1: as
+    /// they are; fitted by `longread ensemble --calibrate`).
+    #[serde(default = "unit_temperature")]
+    pub temperature: f64,
     /// The directory it was copied from (for people; never read).
     pub source: String,
+}
+
+fn unit_temperature() -> f64 {
+    1.0
 }
 
 /// Whether `dir` holds an ensemble (an `ensemble.json`).
@@ -78,6 +92,12 @@ pub fn read_spec(dir: &Path) -> Result<EnsembleSpec> {
                 member.dir, member.weight
             )));
         }
+        if !(member.temperature.is_finite() && member.temperature > 0.0) {
+            return Err(invalid(format!(
+                "member {} has temperature {}: temperatures must be positive",
+                member.dir, member.temperature
+            )));
+        }
         if !Path::new(&member.dir).components().all(|c| matches!(c, Component::Normal(_))) {
             return Err(invalid(format!(
                 "member directory {} must be a relative path inside the ensemble",
@@ -97,21 +117,109 @@ pub fn build_ensemble(members: &[(PathBuf, f64)], out: &Path) -> Result<Ensemble
         return Err(ModelError::OutputExists { path: out.to_owned() });
     }
     let weights = normalised_weights(members)?;
+    let (labels, _) = load_members(members)?;
+    let temperatures = vec![1.0; members.len()];
+    write_ensemble(members, &weights, &temperatures, labels, None, out)
+}
+
+/// Like [`build_ensemble`], with each member's temperature fitted on the labelled JSON lines
+/// `data` (held-out documents: the `"label"` column) and, with `fit_weights`, the weights too
+/// (kept only when they beat equal weights out of fold; the given weights are then not used).
+/// `folds` folds score every choice out of fold ([`calibrate`]). `on_member(i)` is called
+/// after member i has classified the documents.
+pub fn build_calibrated_ensemble(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    data: &Path,
+    fit_weights: bool,
+    folds: usize,
+    mut on_member: impl FnMut(usize),
+) -> Result<EnsembleSpec> {
+    if out.exists() {
+        return Err(ModelError::OutputExists { path: out.to_owned() });
+    }
+    let given = normalised_weights(members)?;
+    let (labels, loaded) = load_members(members)?;
+    let source = data.display().to_string();
+    let file = std::fs::File::open(data).map_err(io(data))?;
+    let examples = read_labelled_columns(std::io::BufReader::new(file), &source, &[DEFAULT_TASK.to_string()])?;
+    let gold = resolve_column(&examples, 0, &labels, &source)?;
+    let labelled: Vec<usize> = (0..examples.len()).filter(|&i| gold[i].is_some()).collect();
+    if labelled.len() < 2 * folds.max(2) {
+        return Err(ModelError::InvalidInput(format!(
+            "{source}: {} labelled documents are too few to calibrate with {folds} folds (at least {})",
+            labelled.len(),
+            2 * folds.max(2)
+        )));
+    }
+    let documents: Vec<Document> =
+        labelled.iter().map(|&i| Document::new(examples[i].id.clone(), examples[i].text.clone())).collect();
+    let mut probs = Vec::with_capacity(loaded.len());
+    for (m, (classifier, to_ensemble)) in loaded.iter().enumerate() {
+        let mut rows = Vec::with_capacity(documents.len());
+        classifier.classify_documents(&documents, |document, result| {
+            let prediction = result.map_err(|e| {
+                ModelError::InvalidInput(format!(
+                    "{source}: document {}: {}: {}",
+                    document.id,
+                    members[m].0.display(),
+                    e.message
+                ))
+            })?;
+            let mut row = vec![0f64; labels.len()];
+            for (&p, &k) in prediction.probabilities().iter().zip(to_ensemble) {
+                row[k] = p as f64;
+            }
+            rows.push(row);
+            Ok::<(), ModelError>(())
+        })?;
+        probs.push(rows);
+        on_member(m);
+    }
+    let scores = MemberScores { probs, gold: labelled.iter().map(|&i| gold[i].expect("labelled")).collect() };
+    let calibration = calibrate(&scores, labels.len(), fit_weights, folds);
+    let weights = if calibration.weights_fitted { calibration.weights.clone() } else { given };
+    let temperatures = calibration.temperatures.clone();
+    write_ensemble(members, &weights, &temperatures, labels, Some(calibration), out)
+}
+
+/// A member loaded to build an ensemble, with the index among the ensemble's labels of each
+/// of its labels.
+type LoadedMember = (Classifier, Vec<usize>);
+
+/// Loads every member: all must have the same labels (in any order) and one task each.
+/// Returns the ensemble's labels (the first member's order) and each member with the index
+/// of each of its labels among them.
+fn load_members(members: &[(PathBuf, f64)]) -> Result<(Vec<String>, Vec<LoadedMember>)> {
     let mut labels: Option<Vec<String>> = None;
+    let mut loaded = Vec::with_capacity(members.len());
     for (dir, _) in members {
         let classifier = load_member(dir, ClassifierOptions::default())?;
         let expected = labels.get_or_insert_with(|| classifier.labels().to_vec());
-        label_map(expected, &classifier)?;
+        let map = label_map(expected, &classifier)?;
+        loaded.push((classifier, map));
     }
-    let labels = labels.expect("at least two members");
+    Ok((labels.expect("at least two members"), loaded))
+}
+
+/// Writes the ensemble directory `out` (under a temporary name, then renamed): a copy of every
+/// member and ensemble.json.
+fn write_ensemble(
+    members: &[(PathBuf, f64)],
+    weights: &[f64],
+    temperatures: &[f64],
+    labels: Vec<String>,
+    calibration: Option<Calibration>,
+    out: &Path,
+) -> Result<EnsembleSpec> {
     let (tmp, _) = temporary_dir_beside(out)?;
     let mut specs = Vec::with_capacity(members.len());
-    for (i, ((source, _), weight)) in members.iter().zip(weights).enumerate() {
+    for (i, (((source, _), &weight), &temperature)) in members.iter().zip(weights).zip(temperatures).enumerate() {
         let dir = format!("{MEMBERS_DIR}/{}-{}", i + 1, safe_name(source));
         copy_model_files(source, &tmp.path().join(&dir))?;
-        specs.push(MemberSpec { dir, weight, source: source.display().to_string() });
+        specs.push(MemberSpec { dir, weight, temperature, source: source.display().to_string() });
     }
-    let spec = EnsembleSpec { format: FORMAT.into(), version: 1, labels, members: specs };
+    let spec = EnsembleSpec { format: FORMAT.into(), version: 1, labels, members: specs, calibration };
     let json = serde_json::to_string_pretty(&spec).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
     let spec_path = tmp.path().join(ENSEMBLE_FILE);
     std::fs::write(&spec_path, json).map_err(io(&spec_path))?;
@@ -223,6 +331,8 @@ struct Member {
     /// Its directory inside the ensemble's.
     name: String,
     weight: f64,
+    /// Its probabilities are tempered by it before averaging (1: as they are).
+    temperature: f64,
     classifier: Classifier,
     /// Index in the ensemble's labels of each of its labels.
     to_ensemble: Vec<usize>,
@@ -246,7 +356,13 @@ impl Ensemble {
             .map(|m| {
                 let classifier = load_member(&dir.join(&m.dir), options)?;
                 let to_ensemble = label_map(&spec.labels, &classifier)?;
-                Ok(Member { name: m.dir.clone(), weight: m.weight, classifier, to_ensemble })
+                Ok(Member {
+                    name: m.dir.clone(),
+                    weight: m.weight,
+                    temperature: m.temperature,
+                    classifier,
+                    to_ensemble,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         let total: f64 = members.iter().map(|m| m.weight).sum();
@@ -292,7 +408,8 @@ impl Ensemble {
     }
 
     /// One document's ensemble prediction from its members' results, in member order: the
-    /// weighted mean of their probabilities, logits = ln(probability), and the evidence
+    /// weighted mean of their probabilities (each tempered by its member's temperature; the
+    /// members' own scores shown are the tempered ones), logits = ln(probability), and the evidence
     /// (chunks or sentences) of the first member that shows some.
     pub(super) fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
         let mut probabilities = vec![0f64; self.labels.len()];
@@ -301,10 +418,12 @@ impl Ensemble {
         let mut tokens = None;
         for (member, result) in self.members.iter().zip(results) {
             let prediction = result.as_ref().map_err(|e| member.error(e))?;
+            let raw: Vec<f64> = prediction.probabilities().iter().map(|&p| p as f64).collect();
+            let tempered = if member.temperature == 1.0 { raw } else { temper(&raw, member.temperature) };
             let mut own = vec![0f32; self.labels.len()];
-            for (&p, &k) in prediction.probabilities().iter().zip(&member.to_ensemble) {
-                own[k] = p;
-                probabilities[k] += member.weight * p as f64;
+            for (&p, &k) in tempered.iter().zip(&member.to_ensemble) {
+                own[k] = p as f32;
+                probabilities[k] += member.weight * p;
             }
             if evidence.is_none() && (prediction.chunks.is_some() || prediction.sentences.is_some()) {
                 evidence = Some(prediction);
