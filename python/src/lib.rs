@@ -441,7 +441,7 @@ fn ensemble(
     let members: Vec<(PathBuf, f64)> = models.into_iter().zip(weights).collect();
     let built = py.allow_threads(|| match &calibrate {
         None => build_ensemble(&members, &out),
-        Some(data) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, |_| {}),
+        Some(data) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, None, |_| {}),
     });
     let spec = built.map_err(|e| ModelLoadError::new_err(format!("writing ensemble {}: {e}", out.display())))?;
     from_json(py, &serde_json::to_string(&spec).unwrap_or_default())

@@ -36,6 +36,10 @@ pub struct EnsembleArgs {
     /// they beat equal weights out of fold.
     #[arg(long, requires = "calibrate", conflicts_with = "weights")]
     fit_weights: bool,
+    /// With --calibrate: read and keep encoder members' chunk vectors in this directory (as
+    /// `predict --vector-cache`).
+    #[arg(long, requires = "calibrate", value_name = "DIR")]
+    vector_cache: Option<PathBuf>,
     /// Folds of the out-of-fold scores of --calibrate.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..))]
     folds: u64,
@@ -55,7 +59,8 @@ pub fn run(args: EnsembleArgs) -> Result<()> {
     let spec = match &args.calibrate {
         None => build_ensemble(&members, &args.out),
         Some(data) => {
-            build_calibrated_ensemble(&members, &args.out, data, args.fit_weights, args.folds as usize, |m| {
+            let cache = args.vector_cache.as_deref();
+            build_calibrated_ensemble(&members, &args.out, data, args.fit_weights, args.folds as usize, cache, |m| {
                 eprintln!("calibration: {} classified the held-out documents", members[m].0.display())
             })
         }

@@ -125,21 +125,26 @@ pub fn build_ensemble(members: &[(PathBuf, f64)], out: &Path) -> Result<Ensemble
 /// Like [`build_ensemble`], with each member's temperature fitted on the labelled JSON lines
 /// `data` (held-out documents: the `"label"` column) and, with `fit_weights`, the weights too
 /// (kept only when they beat equal weights out of fold; the given weights are then not used).
-/// `folds` folds score every choice out of fold ([`calibrate`]). `on_member(i)` is called
-/// after member i has classified the documents.
+/// `folds` folds score every choice out of fold ([`calibrate`]). Encoder members read and
+/// keep chunk vectors in `vector_cache` when given. `on_member(i)` is called after member i
+/// has classified the documents.
 pub fn build_calibrated_ensemble(
     members: &[(PathBuf, f64)],
     out: &Path,
     data: &Path,
     fit_weights: bool,
     folds: usize,
+    vector_cache: Option<&Path>,
     mut on_member: impl FnMut(usize),
 ) -> Result<EnsembleSpec> {
     if out.exists() {
         return Err(ModelError::OutputExists { path: out.to_owned() });
     }
     let given = normalised_weights(members)?;
-    let (labels, loaded) = load_members(members)?;
+    let (labels, mut loaded) = load_members(members)?;
+    if let Some(dir) = vector_cache {
+        loaded.iter_mut().try_for_each(|(classifier, _)| classifier.set_vector_cache(dir))?;
+    }
     let source = data.display().to_string();
     let file = std::fs::File::open(data).map_err(io(data))?;
     let examples = read_labelled_columns(std::io::BufReader::new(file), &source, &[DEFAULT_TASK.to_string()])?;
