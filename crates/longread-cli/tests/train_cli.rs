@@ -616,6 +616,92 @@ fn bf16_training_and_prediction_run_and_stay_close_to_f32() {
     assert!(largest < 0.05, "probabilities differ by {largest}");
 }
 
+/// Issue 37: `train` could not fill its cache with the int8 encoder that makes `predict`
+/// faster. Head-only training with `--precision int8` encodes the chunks with int8 products,
+/// keeps them in the vector cache under their own key, and `predict --precision int8` then
+/// reuses them; fine-tuning and pretraining in int8 are refused with the way out.
+#[test]
+fn head_only_training_fills_the_vector_cache_with_the_int8_encoder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 12);
+    let (out, cache) = (tmp.path().join("int8"), tmp.path().join("vectors"));
+    let args = [
+        "--dev-split",
+        "0.25",
+        "--epochs",
+        "2",
+        "--precision",
+        "int8",
+        "--freeze-base",
+        "--seed",
+        "2",
+        "--vector-cache",
+        cache.to_str().unwrap(),
+    ];
+    let o = train(&fixture("hier/bert-attention"), &data, &out, &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files = |dir: &Path| -> usize { walk(dir).into_iter().filter(|p| p.is_file()).count() };
+    let filled = files(&cache);
+    assert!(filled > 0, "the cache was filled");
+    let predict = |precision: &str| {
+        let o = longread(&[
+            "predict",
+            "--model",
+            out.to_str().unwrap(),
+            "--input",
+            data.to_str().unwrap(),
+            "--precision",
+            precision,
+            "--vector-cache",
+            cache.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        json_lines(&o.stdout)
+    };
+    let int8 = predict("int8");
+    assert!(!int8.is_empty());
+    assert_eq!(files(&cache), filled, "predict --precision int8 read the vectors training made");
+    let full = predict("f32");
+    assert_eq!(full.len(), int8.len());
+    assert!(files(&cache) > filled, "f32 vectors are kept apart from int8 ones");
+
+    let refused = train(&fixture("hier/bert-attention"), &data, &tmp.path().join("x"), &["--precision", "int8"]);
+    assert_clean_failure(&refused, "--freeze-base");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("f32 or bf16"));
+    assert!(!tmp.path().join("x").exists());
+    let tokenizer = fixture("tiny-roberta/tokenizer.json");
+    let y = tmp.path().join("y");
+    let pretrain = longread(&[
+        "pretrain",
+        "--corpus",
+        data.to_str().unwrap(),
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+        "--preset",
+        "tiny",
+        "--out",
+        y.to_str().unwrap(),
+        "--precision",
+        "int8",
+    ]);
+    assert_clean_failure(&pretrain, "f32 or bf16");
+    assert!(!y.exists(), "nothing written");
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            all.extend(walk(&path));
+        }
+        all.push(path);
+    }
+    all
+}
+
 #[test]
 fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
     let tmp = tempfile::tempdir().unwrap();

@@ -26,6 +26,15 @@ pub(crate) fn run(
     let source = checkpoint.unwrap_or(&model_dir);
     let mut model = starting_model(spec, source, &device)?;
     model.set_precision(spec.precision.dtype())?;
+    if spec.precision == crate::run::spec::TrainPrecision::Int8 {
+        if !device.is_cpu() {
+            return Err(crate::error::TrainError::InvalidSetting(
+                "--precision int8 runs on the CPU (give --device cpu); a GPU trains in f32 or bf16".into(),
+            ));
+        }
+        // Head-only (checked with the settings): the frozen encoder only ever runs forward.
+        model.set_int8(true)?;
+    }
     let resume = checkpoint
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
         .transpose()?;

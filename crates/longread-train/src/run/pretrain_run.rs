@@ -138,6 +138,9 @@ pub fn pretrain_run(
 ) -> Result<PretrainSummary> {
     let device = spec.device.resolve()?;
     let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
+    if spec.precision == TrainPrecision::Int8 {
+        bail!("--precision int8 does not train an encoder: pretrain in f32 or bf16");
+    }
     let in_unit = |x: f64| 0.0 < x && x < 1.0;
     if !in_unit(spec.mask_prob) || !in_unit(spec.held_out) {
         bail!("--mask-prob and --held-out must be between 0 and 1");

@@ -380,6 +380,11 @@ pub enum TrainPrecision {
     F32,
     /// bfloat16 activations and matmuls, f32 weights.
     Bf16,
+    /// Head-only training (--freeze-base) on the CPU with the frozen encoder's dense products
+    /// in int8, as `predict --precision int8` runs them: the chunk vectors are made faster (and
+    /// kept in --vector-cache under their own key); the model then predicts best with
+    /// `--precision int8`.
+    Int8,
 }
 
 impl TrainPrecision {
@@ -388,13 +393,14 @@ impl TrainPrecision {
         match self {
             Self::F32 => "f32",
             Self::Bf16 => "bf16",
+            Self::Int8 => "int8",
         }
     }
 
-    /// The encoder's compute dtype.
+    /// The encoder's compute dtype (int8 products take f32 activations).
     pub fn dtype(self) -> candle_core::DType {
         match self {
-            Self::F32 => candle_core::DType::F32,
+            Self::F32 | Self::Int8 => candle_core::DType::F32,
             Self::Bf16 => candle_core::DType::BF16,
         }
     }
@@ -575,7 +581,7 @@ impl TrainSpec {
                 ("--task", !self.task.is_empty()),
                 ("--task-weight", !self.task_weight.is_empty()),
                 ("--freeze-task", !self.freeze_task.is_empty()),
-                ("--precision bf16", self.precision != TrainPrecision::F32),
+                ("--precision", self.precision != TrainPrecision::F32),
                 ("--no-recompute", self.no_recompute),
                 ("--no-cache", self.no_cache),
             ];
@@ -595,6 +601,12 @@ impl TrainSpec {
             if self.model.is_none() {
                 bail!("--model is required (a model made by `longread init`, or a pretrained encoder)");
             }
+        }
+        if self.precision == TrainPrecision::Int8 && !self.is_bow() && !self.freeze_base {
+            bail!(
+                "--precision int8 trains the head only: give --freeze-base (int8 products have no backward pass; to \
+                 fine-tune the encoder use --precision f32 or bf16)"
+            );
         }
         if self.train_embeddings && self.freeze_bottom > 0 {
             bail!(
