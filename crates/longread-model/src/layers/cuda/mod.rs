@@ -9,11 +9,45 @@
 //!   bf16 mode from a bf16 product and the f32 residual stream into f32, as under autocast);
 //! - [`bias_activation`]: a dense layer's bias, with exact GELU or without.
 //!
-//! All accumulate in f32 for f32 and bf16 tensors. Built with nvcc rather than NVRTC at run
+//! All accumulate in f32 for f32 and bf16 tensors. The training path's ops (with their
+//! backward passes) are in [`training`]. Built with nvcc rather than NVRTC at run
 //! time: the GPU machine then needs no compiler library, and a syntax error fails the build.
 
 #[cfg(feature = "cuda")]
 mod launch;
+mod training;
+
+pub use training::AdamWStep;
+pub(crate) use training::{AttentionProbsTrain, BiasActivationTrain, DropoutMask, LayerNormTrain};
+
+/// `fn cpu_fwd` of an op that runs on CUDA only, for a custom op of 1, 2 or 3 inputs: an error
+/// naming the op.
+macro_rules! cuda_only {
+    (CustomOp1) => {
+        fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+            candle_core::bail!("{} runs on CUDA only", CustomOp1::name(self))
+        }
+    };
+    (CustomOp2) => {
+        fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+            candle_core::bail!("{} runs on CUDA only", CustomOp2::name(self))
+        }
+    };
+    (CustomOp3) => {
+        fn cpu_fwd(
+            &self,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> Result<(CpuStorage, Shape)> {
+            candle_core::bail!("{} runs on CUDA only", CustomOp3::name(self))
+        }
+    };
+}
+pub(crate) use cuda_only;
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp2, InplaceOp3, Layout, Result, Shape, Tensor};
 
@@ -347,355 +381,4 @@ pub(crate) fn fused_attention(
     timed("attention: softmax", device, || scores.inplace_op2(key_bias, &AttentionSoftmax { scale }))?;
     let context = timed("attention: p·v", device, || scores.matmul(&v))?;
     timed("attention: merge heads", device, || context.apply_op1_no_bwd(&MergeHeads))
-}
-
-/// A dropout mask on the GPU: the factors of [`crate::layers::dropout::SeededDropout`] (the
-/// CPU's mask for the same seed), in `xs`' shape and dtype, made on the device instead of
-/// uploaded. `xs` only gives the shape, dtype and device.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct DropoutMask {
-    pub(crate) seed: u64,
-    pub(crate) threshold: u32,
-    pub(crate) scale: f32,
-}
-
-impl CustomOp1 for DropoutMask {
-    fn name(&self) -> &'static str {
-        "cuda-dropout-mask"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", CustomOp1::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, xs: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::backend::BackendStorage;
-        let n = l.shape().elem_count();
-        let out = launch::dropout_mask(&xs.device, xs.dtype(), n, (self.seed, self.threshold, self.scale))?;
-        Ok((out, l.shape().clone()))
-    }
-}
-
-/// One AdamW update of an f32 parameter on the GPU, in place, with torch's formula (the same
-/// coefficients and order of operations as the CPU's loop in longread-train's `optim::adamw`):
-/// `param.inplace_op3(&grad, &moments, &step)`, `moments: [2, n]` (first, second moment),
-/// which the kernel updates too (the optimizer's own buffer: nothing else holds it).
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub struct AdamWStep {
-    /// The gradient's factor (clipping).
-    pub grad_scale: f32,
-    /// `1 - lr · weight_decay`.
-    pub decay: f32,
-    /// `1 - β1`.
-    pub one_minus_beta1: f32,
-    /// β2.
-    pub beta2: f32,
-    /// `1 - β2`.
-    pub one_minus_beta2: f32,
-    /// `sqrt(1 - β2^step)`.
-    pub bias2_sqrt: f32,
-    /// ε.
-    pub eps: f32,
-    /// `lr / (1 - β1^step)`.
-    pub step_size: f32,
-}
-
-impl InplaceOp3 for AdamWStep {
-    fn name(&self) -> &'static str {
-        "cuda-adamw-step"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &mut CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<()> {
-        candle_core::bail!("{} runs on CUDA only (the CPU's AdamW is longread-train's)", InplaceOp3::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        p: &mut candle_core::CudaStorage,
-        p_l: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_l: &Layout,
-        moments: &candle_core::CudaStorage,
-        moments_l: &Layout,
-    ) -> Result<()> {
-        launch::adamw_step(self, (p, p_l), (grad, grad_l), (moments, moments_l))
-    }
-}
-
-/// Attention probabilities in training on a GPU, with their backward pass:
-/// `dropout(softmax(scores · scale + key_bias))` as one kernel, where candle's composition
-/// keeps five `[batch, heads, seq, seq]` intermediates for the backward pass. The backward
-/// recomputes the softmax from the scores (kept as the op's input) and the dropout factors from
-/// their seed (the CPU's masks), so the probabilities are not kept.
-/// `scores.apply_op2(&key_bias, op)`: `scores: [batch, heads, seq, keys]` (f32 or bf16),
-/// `key_bias: [batch, keys]` (f32; no gradient).
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct AttentionProbsTrain {
-    pub(crate) scale: f32,
-    /// (seed, threshold, keep factor) of `SeededDropout`; `(0, 0, 1.0)` for none.
-    pub(crate) dropout: (u64, u32, f32),
-}
-
-impl CustomOp2 for AttentionProbsTrain {
-    fn name(&self) -> &'static str {
-        "cuda-attention-probs-train"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", CustomOp2::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        scores: &candle_core::CudaStorage,
-        scores_l: &Layout,
-        bias: &candle_core::CudaStorage,
-        bias_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let out = launch::attention_probs_train(self.scale, self.dropout, (scores, scores_l), (bias, bias_l), None)?;
-        Ok((out, scores_l.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        scores: &Tensor,
-        bias: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let grad_op = AttentionProbsTrainGrad(*self);
-        let d_scores = scores.contiguous()?.apply_op3_no_bwd(bias, &grad.contiguous()?, &grad_op)?;
-        Ok((Some(d_scores), None))
-    }
-}
-
-/// The backward pass of [`AttentionProbsTrain`]: `(scores, key_bias, grad) → grad of scores`.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct AttentionProbsTrainGrad(AttentionProbsTrain);
-
-impl CustomOp3 for AttentionProbsTrainGrad {
-    fn name(&self) -> &'static str {
-        "cuda-attention-probs-train-grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", CustomOp3::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        scores: &candle_core::CudaStorage,
-        scores_l: &Layout,
-        bias: &candle_core::CudaStorage,
-        bias_l: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let AttentionProbsTrain { scale, dropout } = self.0;
-        let out =
-            launch::attention_probs_train(scale, dropout, (scores, scores_l), (bias, bias_l), Some((grad, grad_l)))?;
-        Ok((out, scores_l.shape().clone()))
-    }
-}
-
-/// LayerNorm in training on a GPU (f32), with its backward pass: one kernel each way where
-/// candle's composition keeps six `[rows, hidden]` intermediates. The backward recomputes the
-/// statistics from the input (kept as the op's argument).
-/// `x.apply_op3(&gamma, &beta, op)`: `x: [..., hidden]`, `gamma, beta: [hidden]`, f32, contiguous.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct LayerNormTrain {
-    pub(crate) eps: f32,
-}
-
-impl CustomOp3 for LayerNormTrain {
-    fn name(&self) -> &'static str {
-        "cuda-layer-norm-train"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", CustomOp3::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        x_l: &Layout,
-        gamma: &candle_core::CudaStorage,
-        gamma_l: &Layout,
-        beta: &candle_core::CudaStorage,
-        beta_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let y = launch::layer_norm_train(self.eps, (x, x_l), (gamma, gamma_l), (beta, beta_l), false)?;
-        Ok((y, x_l.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        gamma: &Tensor,
-        _beta: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
-        let both = x.apply_op3_no_bwd(gamma, &grad, &LayerNormTrainGrad(*self))?;
-        let cols = gamma.dim(0)?;
-        let rows = x.elem_count() / cols.max(1);
-        let dx = both.get(0)?.reshape(x.shape())?;
-        let xhat = both.get(1)?;
-        let dy = grad.reshape((rows, cols))?;
-        let d_gamma = (dy.mul(&xhat)?).sum(0)?;
-        let d_beta = dy.sum(0)?;
-        Ok((Some(dx), Some(d_gamma), Some(d_beta)))
-    }
-}
-
-/// The backward pass of [`LayerNormTrain`]: `(x, gamma, grad) → [2, rows, hidden]` (dx, x̂).
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct LayerNormTrainGrad(LayerNormTrain);
-
-impl CustomOp3 for LayerNormTrainGrad {
-    fn name(&self) -> &'static str {
-        "cuda-layer-norm-train-grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", CustomOp3::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        x_l: &Layout,
-        gamma: &candle_core::CudaStorage,
-        gamma_l: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let out = launch::layer_norm_train(self.0.eps, (x, x_l), (gamma, gamma_l), (grad, grad_l), true)?;
-        let (rows, cols) =
-            (x_l.shape().elem_count() / gamma_l.shape().elem_count().max(1), gamma_l.shape().elem_count());
-        Ok((out, Shape::from((2, rows, cols))))
-    }
-}
-
-/// A dense layer's bias (and exact GELU) in training on a GPU, with its backward pass:
-/// `product.apply_op2(&bias, op)`, `product: [rows, out]` (f32 or bf16, contiguous), `bias:
-/// [out]` (f32). The bias's gradient is summed over the rows in f32 (candle sums a bf16
-/// broadcast's gradient in bf16, slowly); GELU's derivative is computed from the product,
-/// kept as the op's input.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct BiasActivationTrain {
-    pub(crate) gelu: bool,
-}
-
-impl CustomOp2 for BiasActivationTrain {
-    fn name(&self) -> &'static str {
-        "cuda-bias-activation-train"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", CustomOp2::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        x_l: &Layout,
-        bias: &candle_core::CudaStorage,
-        bias_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let out = launch::bias_activation_train(self.gelu, (x, x_l), (bias, bias_l), None)?;
-        Ok((out, x_l.shape().clone()))
-    }
-
-    fn bwd(&self, x: &Tensor, bias: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
-        let dz = if self.gelu { x.apply_op3_no_bwd(bias, &grad, &BiasGeluTrainGrad)? } else { grad };
-        let d_bias = dz.to_dtype(candle_core::DType::F32)?.sum(0)?;
-        Ok((Some(dz), Some(d_bias)))
-    }
-}
-
-/// GELU's backward pass for [`BiasActivationTrain`]: `(product, bias, grad) → grad of product`.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct BiasGeluTrainGrad;
-
-impl CustomOp3 for BiasGeluTrainGrad {
-    fn name(&self) -> &'static str {
-        "cuda-bias-gelu-train-grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", CustomOp3::name(self))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        x_l: &Layout,
-        bias: &candle_core::CudaStorage,
-        bias_l: &Layout,
-        grad: &candle_core::CudaStorage,
-        grad_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let out = launch::bias_activation_train(true, (x, x_l), (bias, bias_l), Some((grad, grad_l)))?;
-        Ok((out, x_l.shape().clone()))
-    }
 }
