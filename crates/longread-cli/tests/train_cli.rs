@@ -63,6 +63,8 @@ fn a_trained_head_classifies_held_out_documents() {
         "--freeze-base",
         "--epochs",
         "30",
+        "--patience",
+        "0",
         "--head-lr",
         "3e-2",
         "--batch-size",
@@ -441,7 +443,7 @@ fn killing_a_run_at_any_moment_leaves_a_loadable_model_and_checkpoint() {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_longread"));
         c.args(["--quiet", "train", "--model", fixture("hier/bert-attention").to_str().unwrap()]);
         c.args(["--train", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--dev-split", "0.25"]);
-        c.args(["--epochs", epochs, "--freeze-base", "--batch-size", "2", "--seed", "4"]);
+        c.args(["--epochs", epochs, "--patience", "0", "--freeze-base", "--batch-size", "2", "--seed", "4"]);
         if resume {
             c.args(["--resume", "auto"]);
         }
@@ -687,6 +689,34 @@ fn head_only_training_fills_the_vector_cache_with_the_int8_encoder() {
     ]);
     assert_clean_failure(&pretrain, "f32 or bf16");
     assert!(!y.exists(), "nothing written");
+}
+
+/// Issue 37: the single-chunk baseline's defaults (3 epochs at 2e-5) undertrained and head-only
+/// runs had no epoch count. The defaults now depend on what trains, and training_args.json
+/// records them.
+#[test]
+fn defaults_depend_on_what_trains_and_are_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 12);
+    let raw = fixture("synthetic/train.jsonl");
+    let cases: [(&str, &Path, &[&str], (u64, u64, f64)); 3] = [
+        ("hier/bert-attention", &data, &["--freeze-base"], (30, 8, 2e-5)),
+        ("seq/bert", &raw, &[], (6, 0, 5e-5)),
+        ("hier/bert-attention", &data, &[], (3, 0, 2e-5)),
+    ];
+    for (i, (model, data, extra, (epochs, patience, lr))) in cases.into_iter().enumerate() {
+        let out = tmp.path().join(format!("run{i}"));
+        let mut args = vec!["--stop-after-epoch", "1", "--dev-split", "0.25"];
+        args.extend_from_slice(extra);
+        let o = train(&fixture(model), data, &out, &args);
+        assert!(o.status.success(), "{model}: {}", String::from_utf8_lossy(&o.stderr));
+        let recorded: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("training_args.json")).unwrap()).unwrap();
+        assert_eq!(recorded["epochs"], epochs, "{model} {extra:?}: {recorded}");
+        assert_eq!(recorded["patience"], patience, "{model} {extra:?}");
+        assert_eq!(recorded["lr"].as_f64(), Some(lr), "{model} {extra:?}");
+    }
 }
 
 /// Every path under `dir`.
