@@ -700,7 +700,9 @@ fn defaults_depend_on_what_trains_and_are_recorded() {
     let data = tmp.path().join("train.jsonl");
     synthetic_for_fixture_models(&data, 12);
     let raw = fixture("synthetic/train.jsonl");
-    let cases: [(&str, &Path, &[&str], (u64, u64, f64)); 3] = [
+    // (model, data, flags, expected (epochs, patience, lr))
+    type Case<'a> = (&'a str, &'a Path, &'a [&'a str], (u64, u64, f64));
+    let cases: [Case; 3] = [
         ("hier/bert-attention", &data, &["--freeze-base"], (30, 8, 2e-5)),
         ("seq/bert", &raw, &[], (6, 0, 5e-5)),
         ("hier/bert-attention", &data, &[], (3, 0, 2e-5)),
