@@ -234,3 +234,36 @@ fn pretraining_reads_whole_documents_whatever_the_tokenizer_truncates_to() {
     assert_eq!(whole, truncated);
     assert!(whole.starts_with("pretraining on 50 sequences"), "{whole}");
 }
+
+/// Issue 37: with stderr not a terminal (a log file, a job scheduler) the bar drew nothing;
+/// `pretrain` and `embed` now write plain progress lines (every 10 s, here every step).
+#[test]
+fn pretrain_and_embed_report_progress_when_stderr_is_not_a_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config.json");
+    let c = serde_json::json!({"model_type": "roberta", "vocab_size": 400, "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+        "max_position_embeddings": 66, "type_vocab_size": 1, "layer_norm_eps": 1e-5, "pad_token_id": 1});
+    std::fs::write(&config, c.to_string()).unwrap();
+    let out = tmp.path().join("mlm");
+    let pretrained = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+        .args(["pretrain", "--corpus", &s(&fixture("synthetic")), "--tokenizer", &s(&fixture("tiny-roberta"))])
+        .args(["--config", &s(&config), "--out", &s(&out), "--max-steps", "6", "--batch-size", "2"])
+        .args(["--seq-len", "32", "--eval-every", "6"])
+        .env("LONGREAD_PROGRESS_SECONDS", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&pretrained.stderr);
+    assert!(pretrained.status.success(), "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with("step 3 of 6: loss ")), "{stderr}");
+
+    let embedded = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+        .args(["embed", "--model", &s(&fixture("tiny-bert")), "--input", &s(&fixture("synthetic/train.jsonl"))])
+        .args(["--batch-size", "4"])
+        .env("LONGREAD_PROGRESS_SECONDS", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&embedded.stderr);
+    assert!(embedded.status.success(), "{stderr}");
+    assert!(stderr.lines().any(|l| l.contains("of 32 documents done")), "{stderr}");
+}

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{DeviceChoice, Embedder, EmbedderOptions, Precision};
 use serde_json::{Map, Value};
@@ -61,11 +60,8 @@ pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
         EmbedderOptions { pooling: args.pooling, normalize: args.normalize, device, precision: args.precision };
     let embedder = Embedder::open(&dir, options).with_context(|| format!("loading model {}", dir.display()))?;
 
-    let progress = if quiet { ProgressBar::hidden() } else { ProgressBar::new(records.len() as u64) };
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} embedding {pos}/{len} texts [{elapsed_precise}, {per_sec}] {wide_bar}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    // A bar on a terminal, plain lines every 10 s otherwise (as predict's).
+    let progress = crate::commands::predict::progress_bar(records.len(), quiet);
     let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
     let started = std::time::Instant::now();
     let result = embedder.embed(&texts, args.batch_size as usize, |n| progress.inc(n as u64))?;

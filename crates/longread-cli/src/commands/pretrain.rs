@@ -10,6 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use longread_train::pretrain::{PretrainLog, PretrainStep};
 use longread_train::run::{pretrain_run, PretrainHooks, PretrainSpec};
 
+use crate::commands::predict::plain_interval;
+
 use crate::commands::train::LogFormat;
 
 /// Arguments of `longread pretrain`.
@@ -28,6 +30,9 @@ struct Printer {
     json: bool,
     bar: ProgressBar,
     since: std::time::Instant,
+    /// Plain step lines instead of the bar (stderr is not a terminal), at most every
+    /// [`plain_interval`]; when the last one was written.
+    plain: Option<std::time::Instant>,
 }
 
 impl PretrainHooks for Printer {
@@ -40,6 +45,10 @@ impl PretrainHooks for Printer {
         if self.json {
             let line = serde_json::json!({"event": "step", "step": s.step, "loss": s.loss, "lr": s.lr, "tokens_per_second": tps});
             println!("{line}");
+        }
+        if self.plain.is_some_and(|last| last.elapsed() >= plain_interval()) {
+            self.plain = Some(std::time::Instant::now());
+            eprintln!("step {} of {}: loss {:.4}, lr {:.2e}, {tps:.0} tokens/s", s.step, s.total_steps, s.loss, s.lr);
         }
     }
 
@@ -76,7 +85,8 @@ pub fn run(mut args: PretrainArgs, quiet: bool, device: longread_model::DeviceCh
         ProgressStyle::with_template("{spinner} step {pos}/{len} [{elapsed_precise}, eta {eta}] {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut printer = Printer { text, json, bar, since: std::time::Instant::now() };
+    let plain = (text && !std::io::IsTerminal::is_terminal(&std::io::stderr())).then(std::time::Instant::now);
+    let mut printer = Printer { text, json, bar, since: std::time::Instant::now(), plain };
     let mut front = serde_json::Map::new();
     front.insert("log_format".into(), serde_json::to_value(args.log_format)?);
     crate::interrupt::stop_cleanly_on_ctrl_c(crate::interrupt::AT_NEXT_EVALUATION);
