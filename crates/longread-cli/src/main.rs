@@ -173,7 +173,7 @@ fn dispatch(command: Command, quiet: bool, device: longread_model::DeviceChoice)
         Command::Predict(args) => commands::predict::run(args, quiet, device),
         Command::Report(args) => commands::report::run(args, quiet, device),
         Command::Eval(args) => commands::eval::run(args, quiet, device).map(|_| 0),
-        Command::Ensemble(args) => commands::ensemble::run(args).map(|_| 0),
+        Command::Ensemble(args) => commands::ensemble::run(args, quiet).map(|_| 0),
         Command::Train(args) => commands::train::run(*args, quiet, device).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, quiet).map(|_| 0),
         Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),

@@ -16,6 +16,7 @@ fn an_ensemble_of_a_hierarchical_model_and_a_han_predicts_with_its_members_score
         "ensemble", "--model", hier, "--model", han, "--weight", "3", "--weight", "1", "--out", o, "--json",
     ]);
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(String::from_utf8_lossy(&made.stderr).contains("--calibrate DEV.jsonl"), "uncalibrated: a note");
     let spec: Value = serde_json::from_slice(&made.stdout).unwrap();
     assert_eq!(
         (spec["members"][0]["weight"].as_f64(), spec["members"][1]["weight"].as_f64()),

@@ -49,7 +49,7 @@ pub struct EnsembleArgs {
 }
 
 /// Runs `longread ensemble`.
-pub fn run(args: EnsembleArgs) -> Result<()> {
+pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
     let weights = match args.weights.len() {
         0 => vec![1.0; args.models.len()],
         n if n == args.models.len() => args.weights.clone(),
@@ -66,6 +66,12 @@ pub fn run(args: EnsembleArgs) -> Result<()> {
         }
     }
     .with_context(|| format!("writing ensemble {}", args.out.display()))?;
+    if spec.calibration.is_none() && !quiet {
+        eprintln!(
+            "note: the members' probabilities are averaged as they are; if one member is much more confident \
+             than the others it decides alone. Calibrate them on held-out labelled documents: --calibrate DEV.jsonl"
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&spec)?);
     } else {
