@@ -691,6 +691,48 @@ fn head_only_training_fills_the_vector_cache_with_the_int8_encoder() {
     assert!(!y.exists(), "nothing written");
 }
 
+/// Issue 37: every long phase is resumable. With `--freeze-bottom K` and `--vector-cache DIR`
+/// the frozen layers' outputs are kept in DIR document by document as they are computed, so a
+/// run stopped while filling them (or any later run on the same encoder) reads them back; the
+/// model trained is the one trained without the store.
+#[test]
+fn frozen_layer_outputs_are_kept_in_the_vector_cache_and_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 12);
+    let store = tmp.path().join("store");
+    let base = ["--dev-split", "0.25", "--epochs", "2", "--freeze-bottom", "1", "--seed", "3"];
+    let run = |name: &str, with_store: bool| {
+        let out = tmp.path().join(name);
+        let mut args = base.to_vec();
+        if with_store {
+            args.extend(["--vector-cache", store.to_str().unwrap()]);
+        }
+        let o = train(&fixture("hier/bert-attention"), &data, &out, &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (std::fs::read(out.join("model.safetensors")).unwrap(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let reused_chunks = |log: &str| -> usize {
+        let before = log.split(" chunks reused)").next().unwrap();
+        before.rsplit('(').next().unwrap().parse().unwrap_or_else(|_| panic!("no reuse count in {log}"))
+    };
+    let cached_chunks = |log: &str| -> usize {
+        let after = log.split("cached ").nth(1).unwrap();
+        after.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (plain, _) = run("plain", false);
+    let (filled, log) = run("filled", true);
+    // The synthetic documents repeat texts: a repeated document is read back even in the
+    // first run, the others are computed.
+    let total = cached_chunks(&log);
+    assert!(reused_chunks(&log) < total / 2, "the first run computes most chunks: {log}");
+    let stored = walk(&store).into_iter().filter(|p| p.extension().is_some_and(|e| e == "pfx")).count();
+    assert!(stored > 0 && stored <= 12, "one file per distinct document: {stored}");
+    let (reused, log) = run("reused", true);
+    assert_eq!(reused_chunks(&log), total, "the second run reads every chunk back: {log}");
+    assert!(plain == filled && filled == reused, "the store does not change the model trained");
+}
+
 /// Issue 37: the single-chunk baseline's defaults (3 epochs at 2e-5) undertrained and head-only
 /// runs had no epoch count. The defaults now depend on what trains, and training_args.json
 /// records them.

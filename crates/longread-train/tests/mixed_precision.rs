@@ -7,7 +7,7 @@ use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::DropoutRng;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use longread_train::loss::TaskLoss;
-use longread_train::prefix::{Prefix, PrefixCache};
+use longread_train::prefix::{Prefix, PrefixCache, Storage};
 use longread_train::recompute::{batch_gradients, BatchSettings};
 
 fn fixture(name: &str) -> PathBuf {
@@ -103,15 +103,15 @@ fn a_bf16_prefix_cache_takes_half_the_memory() {
         .map(|&dtype| {
             let m = model(dtype);
             let docs = documents(&m);
-            PrefixCache::build(&m, &docs, 1, 64, usize::MAX, spill.path(), &Device::Cpu, |_| {})
-                .unwrap()
-                .bytes_in_memory()
+            let storage = Storage { memory_limit: usize::MAX, spill_dir: spill.path(), store: None };
+            PrefixCache::build(&m, &docs, 1, 64, storage, &Device::Cpu, |_| {}).unwrap().bytes_in_memory()
         })
         .collect();
     assert_eq!(sizes[0], 2 * sizes[1]);
     // Spilled to disk (as f32) and read back, a bf16 cache still serves bf16 states.
     let m = model(DType::BF16);
     let docs = documents(&m);
-    let on_disk = PrefixCache::build(&m, &docs, 1, 64, 0, spill.path(), &Device::Cpu, |_| {}).unwrap();
+    let storage = Storage { memory_limit: 0, spill_dir: spill.path(), store: None };
+    let on_disk = PrefixCache::build(&m, &docs, 1, 64, storage, &Device::Cpu, |_| {}).unwrap();
     assert_eq!(on_disk.get(0, 0, 20).unwrap().dtype(), DType::BF16);
 }

@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use candle_core::{Device, Tensor, Var};
-use longread_model::hierarchical::HierarchicalClassifier;
+use longread_model::hierarchical::{DocumentStore, HierarchicalClassifier};
 use longread_model::DropoutRng;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use longread_train::loss::TaskLoss;
-use longread_train::prefix::{Prefix, PrefixCache};
+use longread_train::prefix::{open_store, Prefix, PrefixCache, Storage};
 use longread_train::recompute::{batch_gradients, BatchSettings};
 
 fn fixture(name: &str) -> PathBuf {
@@ -94,10 +94,21 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         .collect();
     let doc_ids: Vec<usize> = (0..docs.len()).collect();
     let spill = tempfile::tempdir().unwrap();
-    let in_memory = PrefixCache::build(&model, &docs, 1, 40, usize::MAX, spill.path(), &Device::Cpu, |_| {}).unwrap();
-    let on_disk = PrefixCache::build(&model, &docs, 1, 40, 0, spill.path(), &Device::Cpu, |_| {}).unwrap();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = open_store(&model, store_dir.path(), 1, "F32").unwrap();
+    let build = |memory_limit: usize, store: Option<&DocumentStore>| {
+        let storage = Storage { memory_limit, spill_dir: spill.path(), store };
+        PrefixCache::build(&model, &docs, 1, 40, storage, &Device::Cpu, |_| {}).unwrap()
+    };
+    let in_memory = build(usize::MAX, None);
+    let on_disk = build(0, None);
     assert_eq!(on_disk.bytes_in_memory(), 0);
     assert!(on_disk.bytes_on_disk() > 0 && in_memory.bytes_on_disk() == 0);
+    let stored = build(0, Some(&store));
+    assert_eq!((stored.bytes_in_memory(), stored.bytes_on_disk(), stored.chunks_reused()), (0, 0, 0));
+    let read_back = build(0, Some(&store));
+    let chunks: usize = docs.iter().map(|d| d.chunks.len()).sum();
+    assert_eq!(read_back.chunks_reused(), chunks, "the second build reads every chunk from the store");
     let run = |recompute: bool, prefix: Prefix| {
         let settings = BatchSettings {
             max_batch_tokens: 40,
@@ -113,6 +124,8 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         ("recomputed", run(true, Prefix::Frozen { layers: 1 })),
         ("cached in memory", run(true, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
         ("cached on disk", run(true, Prefix::Cached { cache: &on_disk, doc_ids: &doc_ids })),
+        ("stored", run(true, Prefix::Cached { cache: &stored, doc_ids: &doc_ids })),
+        ("read back from the store", run(true, Prefix::Cached { cache: &read_back, doc_ids: &doc_ids })),
         ("cached, full graph", run(false, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
     ] {
         assert!((out.loss - reference.loss).abs() < 1e-6, "{what}: loss {} vs {}", out.loss, reference.loss);
@@ -140,4 +153,58 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
     )
     .unwrap();
     assert!((other.loss - reference.loss).abs() > 1e-6, "dropout above the frozen layers is on");
+}
+
+/// The largest absolute difference between two caches' states of every chunk.
+fn largest_state_difference(a: &PrefixCache, b: &PrefixCache, docs: &[ChunkedDocument]) -> f32 {
+    let mut largest = 0f32;
+    for (d, doc) in docs.iter().enumerate() {
+        for c in 0..doc.chunks.len() {
+            let (x, y) = (a.get(d, c, 0).unwrap(), b.get(d, c, 0).unwrap());
+            assert_eq!(x.dims(), y.dims());
+            let diff = x.sub(&y).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+            largest = largest.max(diff.to_scalar::<f32>().unwrap());
+        }
+    }
+    largest
+}
+
+#[test]
+fn an_interrupted_prefix_store_fill_resumes_where_it_stopped() {
+    let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();
+    let docs = documents(&model);
+    let spill = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(&model, dir.path(), 1, "F32").unwrap();
+    let build = |docs: &[ChunkedDocument], store: Option<&DocumentStore>, encoded: &mut usize| {
+        let storage = Storage { memory_limit: usize::MAX, spill_dir: spill.path(), store };
+        let mut ticks = 0;
+        let cache = PrefixCache::build(&model, docs, 1, 40, storage, &Device::Cpu, |n| ticks += n).unwrap();
+        assert_eq!(ticks, docs.iter().map(|d| d.chunks.len()).sum::<usize>(), "progress counts every chunk");
+        *encoded = ticks - cache.chunks_reused();
+        cache
+    };
+    let mut encoded = 0;
+    // A fill stopped after the first two documents left their files in the store.
+    build(&docs[..2], Some(&store), &mut encoded);
+    let first_two: usize = docs[..2].iter().map(|d| d.chunks.len()).sum();
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "one file per document");
+    let resumed = build(&docs, Some(&store), &mut encoded);
+    assert_eq!(resumed.chunks_reused(), first_two, "the rerun reads what was stored");
+    assert_eq!(encoded, docs.iter().map(|d| d.chunks.len()).sum::<usize>() - first_two, "and encodes the rest");
+    let fresh = build(&docs, None, &mut encoded);
+    assert!(largest_state_difference(&resumed, &fresh, &docs) == 0.0, "stored states equal fresh ones");
+
+    // A damaged file is a miss (recomputed), never a wrong hit.
+    let victim = store.path(&docs[0]);
+    let bytes = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &bytes[..bytes.len() - 4]).unwrap();
+    let repaired = build(&docs, Some(&store), &mut encoded);
+    assert_eq!(encoded, docs[0].chunks.len(), "only the damaged document is encoded again");
+    assert!(largest_state_difference(&repaired, &fresh, &docs) == 0.0);
+    assert_eq!(std::fs::read(&victim).unwrap(), bytes, "and its file is written whole again");
+
+    // Another number of frozen layers is another key.
+    let two_layers = open_store(&model, dir.path(), 2, "F32").unwrap();
+    assert_ne!(two_layers.path(&docs[0]), store.path(&docs[0]));
 }

@@ -22,12 +22,76 @@ const PROBE_TOKENS: u32 = 48;
 /// File header: magic, then chunks and hidden size as u32 LE.
 const MAGIC: &[u8; 8] = b"LRVEC001";
 
+/// A directory of per-document files for one state of what computes them, keyed by that
+/// state's fingerprint and the document's token ids (shared by the chunk-vector cache and the
+/// trainer's frozen-prefix store).
+#[derive(Debug, Clone)]
+pub struct DocumentStore {
+    dir: PathBuf,
+    /// Hash of the fingerprint and variant.
+    key: [u64; 2],
+    /// File extension of this kind of entry.
+    extension: &'static str,
+}
+
+impl DocumentStore {
+    /// Opens (creating) `dir` for the state whose output on a fixed probe is `fingerprint`;
+    /// `variant` names anything else that changes the stored values (the precision).
+    pub fn open(dir: &Path, fingerprint: &[f32], variant: &str, extension: &'static str) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ModelError::InvalidInput(format!("vector cache {}: {e}", dir.display())))?;
+        let mut hashers = seeded_hashers();
+        for h in &mut hashers {
+            fingerprint.iter().for_each(|v| v.to_bits().hash(h));
+            variant.hash(h);
+        }
+        Ok(Self { dir: dir.to_owned(), key: hashers.map(|h| h.finish()), extension })
+    }
+
+    /// Where the entry of `doc` lives.
+    pub fn path(&self, doc: &ChunkedDocument) -> PathBuf {
+        let mut hashers = seeded_hashers();
+        for h in &mut hashers {
+            self.key.hash(h);
+            for chunk in &doc.chunks {
+                chunk.ids.hash(h);
+            }
+        }
+        let [a, b] = hashers.map(|h| h.finish());
+        self.dir.join(format!("{a:016x}{b:016x}.{}", self.extension))
+    }
+
+    /// The stored bytes of `doc`, if any.
+    pub fn read(&self, doc: &ChunkedDocument) -> Option<Vec<u8>> {
+        std::fs::read(self.path(doc)).ok()
+    }
+
+    /// Stores `bytes` as the entry of `doc` (atomically: temporary file, then rename).
+    pub fn write(&self, doc: &ChunkedDocument, bytes: &[u8]) -> Result<()> {
+        let path = self.path(doc);
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let io = |e: std::io::Error| ModelError::InvalidInput(format!("vector cache {}: {e}", path.display()));
+        std::fs::write(&tmp, bytes).map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)
+    }
+}
+
+/// The token ids of the probe sequence that identifies an encoder state.
+///
+/// # Shapes
+/// → `ids, mask: [1, PROBE_TOKENS]` (u32)
+pub fn probe_batch(model: &HierarchicalClassifier) -> Result<(Tensor, Tensor)> {
+    let vocab = model.config().encoder.vocab_size as u32;
+    let probe: Vec<u32> = (0..PROBE_TOKENS).map(|i| (i * 7919 + 3) % vocab).collect();
+    let ids = Tensor::from_vec(probe, (1, PROBE_TOKENS as usize), model.device())?;
+    let mask = Tensor::ones((1, PROBE_TOKENS as usize), DType::U32, model.device())?;
+    Ok((ids, mask))
+}
+
 /// A directory of cached chunk vectors for one encoder state.
 #[derive(Debug, Clone)]
 pub struct VectorCache {
-    dir: PathBuf,
-    /// Hash of the encoder weights, chunk pooling and `variant`.
-    model_key: [u64; 2],
+    store: DocumentStore,
 }
 
 impl VectorCache {
@@ -36,33 +100,10 @@ impl VectorCache {
     /// exact bits of its chunk vector for a fixed probe sequence, which any change of weights,
     /// chunk pooling or precision changes. Open it again after the encoder has trained.
     pub fn open(dir: &Path, model: &HierarchicalClassifier, variant: &str) -> Result<Self> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| ModelError::InvalidInput(format!("vector cache {}: {e}", dir.display())))?;
-        let vocab = model.config().encoder.vocab_size as u32;
-        let probe: Vec<u32> = (0..PROBE_TOKENS).map(|i| (i * 7919 + 3) % vocab).collect();
-        let ids = Tensor::from_vec(probe, (1, PROBE_TOKENS as usize), model.device())?;
-        let mask = Tensor::ones((1, PROBE_TOKENS as usize), DType::U32, model.device())?;
+        let (ids, mask) = probe_batch(model)?;
         let vector: Vec<f32> =
             model.chunk_vectors(&ids, &mask, Mode::Eval)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        let mut hashers = seeded_hashers();
-        for h in &mut hashers {
-            vector.iter().for_each(|v| v.to_bits().hash(h));
-            variant.hash(h);
-        }
-        Ok(Self { dir: dir.to_owned(), model_key: hashers.map(|h| h.finish()) })
-    }
-
-    /// Where the vectors of `doc` live.
-    fn path(&self, doc: &ChunkedDocument) -> PathBuf {
-        let mut hashers = seeded_hashers();
-        for h in &mut hashers {
-            self.model_key.hash(h);
-            for chunk in &doc.chunks {
-                chunk.ids.hash(h);
-            }
-        }
-        let [a, b] = hashers.map(|h| h.finish());
-        self.dir.join(format!("{a:016x}{b:016x}.vec"))
+        Ok(Self { store: DocumentStore::open(dir, &vector, variant, "vec")? })
     }
 
     /// The cached vectors of `doc`, if any (a damaged file counts as missing).
@@ -70,7 +111,7 @@ impl VectorCache {
     /// # Shapes
     /// → `[n_chunks, hidden]`
     pub fn get(&self, doc: &ChunkedDocument, device: &Device) -> Option<Tensor> {
-        let bytes = std::fs::read(self.path(doc)).ok()?;
+        let bytes = self.store.read(doc)?;
         let (header, body) = bytes.split_at_checked(16)?;
         if &header[..8] != MAGIC {
             return None;
@@ -97,11 +138,7 @@ impl VectorCache {
         for v in vectors.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()? {
             bytes.extend_from_slice(&v.to_le_bytes());
         }
-        let path = self.path(doc);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let io = |e: std::io::Error| ModelError::InvalidInput(format!("vector cache {}: {e}", path.display()));
-        std::fs::write(&tmp, &bytes).map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)
+        self.store.write(doc, &bytes)
     }
 }
 
@@ -116,7 +153,7 @@ fn seeded_hashers() -> [DefaultHasher; 2] {
 
 /// Chunks encoded between writes to the cache: an interrupted fill keeps what was encoded up
 /// to the last group, and the next run starts there.
-const CACHE_GROUP_CHUNKS: usize = 64;
+pub const CACHE_GROUP_CHUNKS: usize = 64;
 
 impl HierarchicalClassifier {
     /// [`Self::encode_documents`] through `cache`: documents found there are read, the others

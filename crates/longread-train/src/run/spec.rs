@@ -114,13 +114,17 @@ pub struct TrainSpec {
     /// optimizer with their group's learning rate.
     #[cfg_attr(feature = "clap", arg(long))]
     pub unfreeze: Option<String>,
-    /// MiB of frozen-layer outputs kept in memory; the rest goes to a scratch file in --out.
+    /// MiB of frozen-layer outputs kept in memory; the rest goes to a scratch file in --out
+    /// (or, with --vector-cache, is read from DIR).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 4096))]
     pub cache_memory: usize,
     /// Keep the chunk vectors of a frozen encoder (--freeze-base, or the head phase of
     /// --unfreeze) in DIR and reuse them in later runs and in `eval`/`predict --vector-cache`:
     /// trying other heads, poolings or seeds on the same documents skips the encoder. Keyed by
     /// the encoder's weights, chunking and precision (a change is a miss, never a stale hit).
+    /// With --freeze-bottom K (or a topN phase) DIR also keeps the outputs of the frozen
+    /// layers (4 bytes × hidden size per token: ~1.5 MiB per 512-token chunk of a 768-wide
+    /// encoder). Both fill as the encoder goes: a run stopped while filling resumes there.
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub vector_cache: Option<PathBuf>,
     /// Recompute frozen layers every epoch instead of caching their outputs (same results).

@@ -6,7 +6,7 @@ use longread_text::ChunkedDocument;
 
 use crate::error::Result;
 use crate::groups::{frozen_layers, param_groups, Freezing};
-use crate::prefix::{Prefix, PrefixCache};
+use crate::prefix::{open_store, Prefix, PrefixCache, Storage};
 use crate::trainer::{PhaseLog, Progress, Split, TrainConfig};
 
 /// What trains during a phase, and the caches of what does not.
@@ -108,8 +108,13 @@ impl Run<'_> {
             }
             Some(k) if k >= 1 => {
                 let c = &self.cfg.cache;
-                let mut build = |docs: &[ChunkedDocument], limit: usize| {
-                    PrefixCache::build(self.model, docs, k, tokens, limit, &c.spill_dir, self.device, &mut tick)
+                let store = match &c.vectors {
+                    Some(dir) => Some(open_store(self.model, dir, k, &c.variant)?),
+                    None => None,
+                };
+                let mut build = |docs: &[ChunkedDocument], memory_limit: usize| {
+                    let storage = Storage { memory_limit, spill_dir: &c.spill_dir, store: store.as_ref() };
+                    PrefixCache::build(self.model, docs, k, tokens, storage, self.device, &mut tick)
                 };
                 let train = build(self.train.docs, c.memory_limit)?;
                 let dev = build(self.dev.docs, c.memory_limit.saturating_sub(train.bytes_in_memory()))?;
@@ -129,12 +134,20 @@ impl Run<'_> {
         };
         let cache = match (&phase.vectors, &phase.prefix) {
             (Some(_), _) => "chunk vectors".to_string(),
-            (None, Some((t, d))) => format!(
-                "outputs of embeddings + {} frozen layers: {:.1} MiB in memory, {:.1} MiB on disk",
-                t.layers(),
-                (t.bytes_in_memory() + d.bytes_in_memory()) as f64 / (1 << 20) as f64,
-                (t.bytes_on_disk() + d.bytes_on_disk()) as f64 / (1 << 20) as f64
-            ),
+            (None, Some((t, d))) => {
+                let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+                let memory = mib((t.bytes_in_memory() + d.bytes_in_memory()) as u64);
+                let mut line =
+                    format!("outputs of embeddings + {} frozen layers: {memory:.1} MiB in memory", t.layers());
+                match &self.cfg.cache.vectors {
+                    Some(dir) => {
+                        let reused = t.chunks_reused() + d.chunks_reused();
+                        line += &format!(", the rest read from {} ({reused} chunks reused)", dir.display());
+                    }
+                    None => line += &format!(", {:.1} MiB on disk", mib(t.bytes_on_disk() + d.bytes_on_disk())),
+                }
+                line
+            }
             (None, None) => String::new(),
         };
         PhaseLog {
