@@ -173,3 +173,60 @@ fn the_vector_cache_fills_group_by_group_while_encoding() {
         assert!(diff <= 1e-6, "{diff}");
     }
 }
+
+/// Issue 36: with `max_chunks` 0 a long text used to be held cut into chunks (every window's
+/// ids) before the encoder saw any of it. Texts over 1 MiB are now streamed: windows are
+/// tokenized as the encoder needs them, group by group. The prediction equals the one of the
+/// document cut first (same chunks, spans and token count; logits within batching noise), and
+/// documents around it keep their order and their own results.
+#[test]
+fn a_long_text_read_whole_is_streamed_with_the_prediction_of_cutting_it_first() {
+    use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};
+    let dir = tempfile::tempdir().unwrap();
+    let source = fixture("hier/roberta-attention");
+    for file in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap()).unwrap();
+    config["longread"]["max_chunks"] = 0.into();
+    config["longread"]["chunk_size"] = 64.into();
+    config["longread"]["stride"] = 16.into();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+
+    let docs = documents();
+    let mut long = String::new();
+    while long.len() <= 1 << 20 {
+        long.push_str(&docs[long.len() % docs.len()]);
+        long.push(' ');
+    }
+    let classifier = Classifier::load(dir.path(), ClassifierOptions::default()).unwrap();
+    let texts = [docs[0].as_str(), long.as_str(), "", docs[1].as_str()];
+    let results = classifier.classify(&texts).unwrap();
+    assert!(results[2].is_err(), "the empty text keeps its own error");
+    for i in [0, 3] {
+        let alone = classifier.classify(&[texts[i]]).unwrap().remove(0).unwrap();
+        assert!(max_diff(&alone.logits, &results[i].as_ref().unwrap().logits) <= 1e-6, "document {i}");
+    }
+
+    let chunker = Chunker::new(
+        TextTokenizer::from_file(&dir.path().join("tokenizer.json")).unwrap(),
+        ChunkingConfig { chunk_size: 64, stride: 16, max_chunks: 0, selection: ChunkSelection::Head },
+    )
+    .unwrap();
+    let cut = chunker.chunk(&long).unwrap();
+    assert!(cut.chunks.len() > 1000, "{} chunks: many encoder groups", cut.chunks.len());
+    let reference = classifier.classify_chunked(vec![cut]).unwrap().remove(0).unwrap();
+    let streamed = results[1].as_ref().unwrap();
+    assert_eq!(streamed.tokens, reference.tokens);
+    assert_eq!(streamed.label, reference.label);
+    assert!(max_diff(&streamed.logits, &reference.logits) <= 1e-5);
+    let spans = |p: &longread_model::Prediction| -> Vec<(usize, usize, usize)> {
+        p.chunks.as_ref().unwrap().iter().map(|c| (c.index, c.start, c.end)).collect()
+    };
+    assert_eq!(spans(streamed), spans(&reference), "the same chunks, in order");
+    let attention = |p: &longread_model::Prediction| -> Vec<f32> {
+        p.chunks.as_ref().unwrap().iter().map(|c| c.attention).collect()
+    };
+    assert!(max_diff(&attention(streamed), &attention(&reference)) <= 1e-5);
+}

@@ -11,6 +11,9 @@
 //! - each chunk is `prefix + window + suffix` (`[CLS] … [SEP]`, `<s> … </s>`).
 
 mod segmented;
+mod stream;
+
+pub use stream::ChunkStream;
 
 use serde::{Deserialize, Serialize};
 

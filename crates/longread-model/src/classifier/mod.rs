@@ -8,6 +8,7 @@ pub mod evaluate;
 mod pipeline;
 pub mod prediction;
 pub mod queue;
+mod streamed;
 pub mod units;
 
 use std::path::{Path, PathBuf};

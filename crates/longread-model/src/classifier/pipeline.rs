@@ -9,7 +9,7 @@ use std::sync::mpsc::sync_channel;
 use longread_text::{ChunkedDocument, Chunker, Document};
 use rayon::prelude::*;
 
-use super::{prediction, Classifier, DocError, DocResult, GROUP_CHUNKS};
+use super::{prediction, streamed, Classifier, DocError, DocResult, GROUP_CHUNKS};
 use crate::error::ModelError;
 use crate::hierarchical::HierarchicalClassifier;
 
@@ -18,8 +18,15 @@ const CUT_WINDOW: usize = 32;
 /// Cut documents waiting for the encoder, at most (bounds memory).
 const CUT_AHEAD: usize = 64;
 
-/// A document cut into chunks, or why it could not be.
-type Cut = std::result::Result<ChunkedDocument, DocError>;
+/// What the cutting thread hands the encoder for one document.
+enum Cut {
+    /// Cut into chunks.
+    Chunked(ChunkedDocument),
+    /// Too long to hold cut: the encoder side streams its chunks ([`streamed`]).
+    Stream,
+    /// Why it could not be cut.
+    Failed(DocError),
+}
 
 impl Classifier {
     /// [`Classifier::classify_documents`] for an encoder model: groups of about
@@ -44,27 +51,39 @@ impl Classifier {
                     }
                 }
             });
+            // Documents before `start` have their results; `group` holds the next ones, cut.
             let (mut start, mut chunks) = (0, 0);
-            let mut group: Vec<Cut> = Vec::new();
-            let mut flush = |group: &mut Vec<Cut>, start: &mut usize| -> std::result::Result<(), E> {
-                let n = group.len();
+            let mut group: Vec<std::result::Result<ChunkedDocument, DocError>> = Vec::new();
+            // Scores `group` and hands its results on, then `streamed`'s (the document after it).
+            let mut flush = |group: &mut Vec<_>, start: &mut usize, streamed: Option<DocResult>| {
                 let results = self.score_chunked(model, std::mem::take(group))?;
-                for (document, result) in documents[*start..*start + n].iter().zip(results) {
-                    on_result(document, prediction::finite_or_error(result))?;
+                for result in results.into_iter().chain(streamed) {
+                    on_result(&documents[*start], prediction::finite_or_error(result))?;
+                    *start += 1;
                 }
-                *start += n;
-                Ok(())
+                Ok::<(), E>(())
             };
             for one in cut {
+                let one = match one {
+                    Cut::Chunked(doc) => Ok(doc),
+                    Cut::Failed(e) => Err(e),
+                    Cut::Stream => {
+                        let text = &documents[start + group.len()].text;
+                        let result = self.classify_streamed(model, chunker, text)?;
+                        flush(&mut group, &mut start, Some(result))?;
+                        chunks = 0;
+                        continue;
+                    }
+                };
                 chunks += one.as_ref().map_or(0, |c| c.chunks.len());
                 group.push(one);
                 if chunks >= GROUP_CHUNKS {
-                    flush(&mut group, &mut start)?;
+                    flush(&mut group, &mut start, None)?;
                     chunks = 0;
                 }
             }
             if !group.is_empty() {
-                flush(&mut group, &mut start)?;
+                flush(&mut group, &mut start, None)?;
             }
             Ok(())
         })
@@ -74,7 +93,11 @@ impl Classifier {
 /// One document cut into chunks, or its read error.
 fn cut_one(chunker: &Chunker, doc: &Document) -> Cut {
     match &doc.error {
-        Some(e) => Err(DocError::new(e.clone())),
-        None => chunker.chunk(&doc.text).map_err(|e| DocError::new(e.to_string())),
+        Some(e) => Cut::Failed(DocError::new(e.clone())),
+        None if streamed::streams(chunker, &doc.text) => Cut::Stream,
+        None => match chunker.chunk(&doc.text) {
+            Ok(doc) => Cut::Chunked(doc),
+            Err(e) => Cut::Failed(DocError::new(e.to_string())),
+        },
     }
 }

@@ -14,11 +14,11 @@ use crate::error::{Result, TextError};
 pub(crate) const SEGMENT_CHARS: usize = 65_536;
 
 /// A token's characters in the whole text: `(start, end)`.
-type CharSpan = (usize, usize);
+pub(super) type CharSpan = (usize, usize);
 
 /// A segment of the text: its byte range and the character offset where it starts.
 #[derive(Debug, Clone, Copy)]
-struct Segment {
+pub(super) struct Segment {
     bytes: (usize, usize),
     first_char: usize,
 }
@@ -26,7 +26,7 @@ struct Segment {
 /// Cuts `text` into segments of about `size` characters, each (but the first) starting with a
 /// space when one lies in the last quarter of the previous segment's span (else cut at `size`:
 /// a text without spaces, where a word may then be split differently at the cut).
-fn segments(text: &str, size: usize) -> Vec<Segment> {
+pub(super) fn segments(text: &str, size: usize) -> Vec<Segment> {
     let mut out = Vec::new();
     let (mut start, mut first_char) = (0, 0);
     while start < text.len() {
@@ -55,7 +55,7 @@ fn segments(text: &str, size: usize) -> Vec<Segment> {
 
 impl Chunker {
     /// Ids and character offsets (in the whole text) of one segment.
-    fn encode_segment(&self, text: &str, segment: Segment) -> Result<(Vec<u32>, Vec<CharSpan>)> {
+    pub(super) fn encode_segment(&self, text: &str, segment: Segment) -> Result<(Vec<u32>, Vec<CharSpan>)> {
         let piece = &text[segment.bytes.0..segment.bytes.1];
         let encoding =
             self.tokenizer.inner().encode_char_offsets(piece, false).map_err(|e| TextError::Tokenize(e.to_string()))?;
@@ -114,14 +114,14 @@ impl Chunker {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::chunking::{ChunkSelection, ChunkingConfig};
     use crate::tokenizer::TextTokenizer;
 
     /// A long text of the hierarchical fixtures' documents, with newlines, runs of spaces,
     /// tabs, accents and emoji between them.
-    fn long_text() -> String {
+    pub(crate) fn long_text() -> String {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         let docs = std::fs::read_to_string(root.join("hier/documents.jsonl")).unwrap();
         let texts: Vec<String> = docs
