@@ -79,8 +79,7 @@ impl ChunkPooler {
         let dev = chunks.device();
         match (self.strategy, &self.attention) {
             (PoolingStrategy::Attention | PoolingStrategy::Multihead, Some(p)) => {
-                let u = p.projection.forward(chunks)?.tanh()?; // [n, A]
-                let scores = p.context.forward(&u)?.t()?.contiguous()?; // [K, n]
+                let scores = p.scores(chunks)?; // [K, n]
                 let scores = if p.temperature == 1.0 { scores } else { (scores / p.temperature)? };
                 let scores = if p.top_k > 0 && p.top_k < n { keep_top_k(&scores, p.top_k)? } else { scores };
                 let alpha = softmax_last_dim(&scores)?; // [K, n]
@@ -106,6 +105,33 @@ impl ChunkPooler {
             // Max-logits pooling scores the chunks with the head: see `HierarchicalClassifier`.
             _ => Ok(Pooled { vector: chunks.get(0)?, attention: first_chunk_only(n, dev)? }),
         }
+    }
+}
+
+/// Chunks scored at a time: a document of many thousand chunks (every chunk of a 50 MB text)
+/// never holds its whole `[n, A]` projection, twice (before and after tanh); each chunk's
+/// score depends on its own vector only, so the scores are those of one pass.
+const SCORE_BLOCK: usize = 4096;
+
+impl AttentionPooler {
+    /// Each context vector's score of each chunk, `e = c·tanh(W h + b)`, block by block.
+    ///
+    /// # Shapes
+    /// `chunks: [n, H]` → `[K, n]`
+    fn scores(&self, chunks: &Tensor) -> Result<Tensor> {
+        let block = |chunks: &Tensor| -> Result<Tensor> {
+            let u = self.projection.forward(chunks)?.tanh()?; // [b, A]
+            self.context.forward(&u)?.t()?.contiguous() // [K, b]
+        };
+        let n = chunks.dim(0)?;
+        if n <= SCORE_BLOCK {
+            return block(chunks);
+        }
+        let blocks: Vec<Tensor> = (0..n)
+            .step_by(SCORE_BLOCK)
+            .map(|start| block(&chunks.narrow(0, start, SCORE_BLOCK.min(n - start))?))
+            .collect::<Result<_>>()?;
+        Tensor::cat(&blocks, 1)
     }
 }
 
@@ -162,4 +188,32 @@ pub fn max_over_chunks(chunk_logits: &Tensor) -> Result<(Tensor, Tensor)> {
 pub fn masked_mean(hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let mask = mask.to_dtype(hidden.dtype())?.unsqueeze(D::Minus1)?;
     hidden.broadcast_mul(&mask)?.sum(1)?.broadcast_div(&mask.sum(1)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+    use candle_nn::VarMap;
+
+    /// Scores of a document longer than a block equal those of one pass over every chunk.
+    #[test]
+    fn block_by_block_scores_equal_one_pass() {
+        let map = VarMap::new();
+        let vb = VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu);
+        let section: LongreadSection = serde_json::from_value(serde_json::json!({
+            "pooling_strategy": "multihead", "attention_heads": 2, "attention_hidden_size": 8
+        }))
+        .unwrap();
+        let pooler = ChunkPooler::load(vb.pp("pooler"), &section, 16, 0.5).unwrap();
+        let p = pooler.attention.as_ref().unwrap();
+        let n = 2 * SCORE_BLOCK + 123;
+        let chunks = Tensor::randn(0f32, 1.0, (n, 16), &Device::Cpu).unwrap();
+        let blocked = p.scores(&chunks).unwrap();
+        let u = p.projection.forward(&chunks).unwrap().tanh().unwrap();
+        let whole = p.context.forward(&u).unwrap().t().unwrap().contiguous().unwrap();
+        assert_eq!(blocked.dims(), &[2, n]);
+        let diff = blocked.sub(&whole).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        assert!(diff.to_scalar::<f32>().unwrap() <= 1e-6);
+    }
 }
