@@ -206,3 +206,78 @@ fn calibrated_ensembles_temper_each_member_before_averaging() {
     );
     assert!(!again.exists(), "nothing written");
 }
+
+/// Issue 38: a stacked ensemble's temperatures and weights are fitted by cross-validation on
+/// the training set: every member is retrained on K − 1 folds with its recorded settings and
+/// scores the fold it did not see; no held-out set is spent. Members without a recorded run
+/// are refused with the way out.
+#[test]
+fn stacked_ensembles_are_fitted_on_out_of_fold_scores_of_the_training_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let train = fixture("synthetic/train.jsonl");
+    let p = |name: &str| tmp.path().join(name).to_str().unwrap().to_owned();
+    let run = |args: &[&str]| {
+        let out = longread(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let encoder = fixture("tiny-bert");
+    run(&[
+        "init",
+        "--encoder",
+        encoder.to_str().unwrap(),
+        "--labels",
+        "prices,rain",
+        "--out",
+        &p("init"),
+        "--chunk-size",
+        "64",
+        "--stride",
+        "16",
+    ]);
+    let t = train.to_str().unwrap();
+    run(&["train", "--model", &p("init"), "--train", t, "--out", &p("head"), "--freeze-base", "--epochs", "3"]);
+    run(&["train", "--arch", "bow", "--train", t, "--out", &p("bow"), "--c-values", "1"]);
+    let made = run(&[
+        "ensemble",
+        "--model",
+        &p("head"),
+        "--model",
+        &p("bow"),
+        "--out",
+        &p("stacked"),
+        "--stack",
+        t,
+        "--folds",
+        "3",
+        "--fit-weights",
+        "--vector-cache",
+        &p("vectors"),
+        "--json",
+    ]);
+    let spec: Value = serde_json::from_slice(&made.stdout).unwrap();
+    let calibration = &spec["calibration"];
+    assert_eq!(calibration["documents"], 32, "every training document scored out of fold: {calibration}");
+    assert_eq!(calibration["out_of_fold"].as_array().unwrap().len(), 3);
+    let weights: Vec<f64> = spec["members"].as_array().unwrap().iter().map(|m| m["weight"].as_f64().unwrap()).collect();
+    assert!((weights.iter().sum::<f64>() - 1.0).abs() < 1e-9 && weights.iter().all(|w| *w > 0.0), "{spec}");
+    let stderr = String::from_utf8_lossy(&made.stderr);
+    assert_eq!(stderr.matches("retrained and scored").count(), 6, "3 folds for each of 2 members: {stderr}");
+    assert!(std::fs::read_dir(tmp.path().join("vectors")).unwrap().count() > 0, "the head's refits used the cache");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(".longread-stack"))
+        .collect();
+    assert!(left.is_empty(), "the refits' scratch directory is removed: {left:?}");
+    let predicted =
+        run(&["predict", "--model", &p("stacked"), "--input", fixture("synthetic/test.jsonl").to_str().unwrap()]);
+    assert_eq!(json_lines(&predicted.stdout).len(), 12);
+
+    // A member made without `longread train` has no recipe to retrain.
+    let seq = fixture("seq/roberta");
+    let refused =
+        longread(&["ensemble", "--model", seq.to_str().unwrap(), "--model", &p("bow"), "--out", &p("x"), "--stack", t]);
+    assert_clean_failure(&refused, "--calibrate DEV.jsonl");
+    assert!(!tmp.path().join("x").exists());
+}

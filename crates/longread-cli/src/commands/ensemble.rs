@@ -5,15 +5,24 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
+use longread_model::classifier::calibrated::ensemble_labels;
+use longread_model::classifier::ensemble::{
+    build_calibrated_ensemble, build_ensemble, build_ensemble_from_scores, EnsembleSpec,
+};
+use longread_train::run::stacking::{out_of_fold_scores, StackSettings};
+use longread_train::run::RunHooks;
+use longread_train::trainer::{EpochLog, Progress};
 
 /// Arguments of `longread ensemble`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("scored").args(["calibrate", "stack"])))]
 #[command(after_help = "The ensemble is a model directory like any other: predict, eval, report and serve \
 accept it, and each prediction lists what every member said (\"members\"). Members may be of any kind \
 (hierarchical, sequence, HAN, bag of words) but need the same labels and one task each. Calibrate on \
-held-out documents the members did not train on (--calibrate DEV.jsonl [--fit-weights]), then compare the \
-ensemble with its members on other held-out data: longread eval --model ENSEMBLE --model MEMBER ... --data TEST")]
+held-out documents the members did not train on (--calibrate DEV.jsonl [--fit-weights]), or stack them by \
+cross-validation on their own training data (--stack TRAIN.jsonl [--fit-weights]: each member is retrained \
+--folds times with its recorded settings; no held-out data is spent), then compare the ensemble with its \
+members on held-out data: longread eval --model ENSEMBLE --model MEMBER ... --data TEST")]
 pub struct EnsembleArgs {
     /// A model directory made by `longread train` or `init`; give it once per member (at least
     /// two). Each is copied into OUT/members/.
@@ -30,19 +39,31 @@ pub struct EnsembleArgs {
     /// training data): fit each member's temperature on them, so that probabilities are on one
     /// scale before they are averaged (an overconfident member otherwise decides alone).
     /// Prints how equal weights, calibrated, and fitted weights score out of fold.
-    #[arg(long, value_name = "DEV.jsonl")]
+    #[arg(long, value_name = "DEV.jsonl", conflicts_with = "stack")]
     calibrate: Option<PathBuf>,
-    /// With --calibrate: also fit the members' weights (the likeliest mixture), kept only when
-    /// they beat equal weights out of fold.
-    #[arg(long, requires = "calibrate", conflicts_with = "weights")]
+    /// The members' training data (JSON lines with "text" and "label"): retrain every member
+    /// --folds times on stratified folds of it with the settings its run recorded
+    /// (training_args.json), score each fold with the model that did not see it, and fit the
+    /// temperatures (and with --fit-weights the weights) on those out-of-fold scores — stacking
+    /// by cross-validation on the training set. Costs --folds trainings per member (seconds
+    /// for a bag of words or a head on --vector-cache; full fine-tunings otherwise).
+    #[arg(long, value_name = "TRAIN.jsonl")]
+    stack: Option<PathBuf>,
+    /// With --calibrate or --stack: also fit the members' weights (the likeliest mixture), kept
+    /// only when they beat equal weights out of fold.
+    #[arg(long, requires = "scored", conflicts_with = "weights")]
     fit_weights: bool,
-    /// With --calibrate: read and keep encoder members' chunk vectors in this directory (as
-    /// `predict --vector-cache`).
-    #[arg(long, requires = "calibrate", value_name = "DIR")]
+    /// With --calibrate or --stack: read and keep encoder members' chunk vectors in this
+    /// directory (as `predict --vector-cache`; with --stack the refits of a frozen encoder
+    /// share them).
+    #[arg(long, requires = "scored", value_name = "DIR")]
     vector_cache: Option<PathBuf>,
-    /// Folds of the out-of-fold scores of --calibrate.
+    /// Folds of --stack's refits, and of the out-of-fold scores of every choice.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..))]
     folds: u64,
+    /// Seed of --stack's stratified folds.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
     /// Print ensemble.json (labels, members and their normalised weights) instead of a summary.
     #[arg(long)]
     json: bool,
@@ -56,16 +77,19 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
         n => bail!("{n} --weight values for {} --model directories: give one per model, or none", args.models.len()),
     };
     let members: Vec<(PathBuf, f64)> = args.models.iter().cloned().zip(weights).collect();
-    let spec = match &args.calibrate {
-        None => build_ensemble(&members, &args.out),
-        Some(data) => {
+    let spec = match (&args.calibrate, &args.stack) {
+        (Some(data), _) => {
             let cache = args.vector_cache.as_deref();
             build_calibrated_ensemble(&members, &args.out, data, args.fit_weights, args.folds as usize, cache, |m| {
                 eprintln!("calibration: {} classified the held-out documents", members[m].0.display())
             })
+            .with_context(|| format!("writing ensemble {}", args.out.display()))?
         }
-    }
-    .with_context(|| format!("writing ensemble {}", args.out.display()))?;
+        (None, Some(train)) => stack(&args, &members, train, quiet)?,
+        (None, None) => {
+            build_ensemble(&members, &args.out).with_context(|| format!("writing ensemble {}", args.out.display()))?
+        }
+    };
     if spec.calibration.is_none() && !quiet {
         eprintln!(
             "note: the members' probabilities are averaged as they are; if one member is much more confident \
@@ -103,4 +127,48 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--stack`: out-of-fold scores of every member on its training data, then the ensemble
+/// calibrated on them.
+fn stack(
+    args: &EnsembleArgs,
+    members: &[(PathBuf, f64)],
+    train: &std::path::Path,
+    quiet: bool,
+) -> Result<EnsembleSpec> {
+    if args.out.exists() {
+        bail!("{} already exists: give a new --out", args.out.display());
+    }
+    let dirs: Vec<PathBuf> = members.iter().map(|(dir, _)| dir.clone()).collect();
+    let labels = ensemble_labels(&dirs).context("loading the members")?;
+    let parent = args.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let scratch = tempfile::Builder::new()
+        .prefix(".longread-stack-")
+        .tempdir_in(parent)
+        .with_context(|| format!("creating a scratch directory in {}", parent.display()))?;
+    let settings = StackSettings {
+        folds: args.folds as usize,
+        seed: args.seed,
+        vector_cache: args.vector_cache.as_deref(),
+        scratch: scratch.path(),
+    };
+    let folds = args.folds;
+    let scores = out_of_fold_scores(&dirs, &labels, train, settings, &mut Quiet, |m, f| {
+        if !quiet {
+            eprintln!("stacking: {} fold {}/{folds} retrained and scored", dirs[m].display(), f + 1);
+        }
+    })
+    .context("stacking")?;
+    build_ensemble_from_scores(members, &args.out, &scores, args.fit_weights, folds as usize)
+        .with_context(|| format!("writing ensemble {}", args.out.display()))
+}
+
+/// The refits' training runs, unheard (one line per fold is printed instead).
+struct Quiet;
+
+impl RunHooks for Quiet {
+    fn progress(&mut self, _: Progress) {}
+    fn epoch(&mut self, _: &EpochLog) {}
+    fn note(&mut self, _: &str) {}
 }

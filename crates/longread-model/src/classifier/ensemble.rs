@@ -9,16 +9,15 @@
 use std::path::{Component, Path, PathBuf};
 
 use longread_bow::is_bow_dir;
-use longread_text::{read_labelled_columns, resolve_column, Document};
+use longread_text::Document;
 use serde::{Deserialize, Serialize};
 
 use super::units::PreparedDocument;
 use super::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
-use crate::classifier::calibration::{calibrate, temper, Calibration, MemberScores};
+use crate::classifier::calibration::{temper, Calibration};
 use crate::classifier::prediction::MemberPrediction;
 use crate::error::{ModelError, Result};
 use crate::han::is_han_dir;
-use crate::hierarchical::DEFAULT_TASK;
 use crate::model_dir::{io, temporary_dir_beside};
 
 /// The file that makes a directory an ensemble.
@@ -122,80 +121,16 @@ pub fn build_ensemble(members: &[(PathBuf, f64)], out: &Path) -> Result<Ensemble
     write_ensemble(members, &weights, &temperatures, labels, None, out)
 }
 
-/// Like [`build_ensemble`], with each member's temperature fitted on the labelled JSON lines
-/// `data` (held-out documents: the `"label"` column) and, with `fit_weights`, the weights too
-/// (kept only when they beat equal weights out of fold; the given weights are then not used).
-/// `folds` folds score every choice out of fold ([`calibrate`]). Encoder members read and
-/// keep chunk vectors in `vector_cache` when given. `on_member(i)` is called after member i
-/// has classified the documents.
-pub fn build_calibrated_ensemble(
-    members: &[(PathBuf, f64)],
-    out: &Path,
-    data: &Path,
-    fit_weights: bool,
-    folds: usize,
-    vector_cache: Option<&Path>,
-    mut on_member: impl FnMut(usize),
-) -> Result<EnsembleSpec> {
-    if out.exists() {
-        return Err(ModelError::OutputExists { path: out.to_owned() });
-    }
-    let given = normalised_weights(members)?;
-    let (labels, mut loaded) = load_members(members)?;
-    if let Some(dir) = vector_cache {
-        loaded.iter_mut().try_for_each(|(classifier, _)| classifier.set_vector_cache(dir))?;
-    }
-    let source = data.display().to_string();
-    let file = std::fs::File::open(data).map_err(io(data))?;
-    let examples = read_labelled_columns(std::io::BufReader::new(file), &source, &[DEFAULT_TASK.to_string()])?;
-    let gold = resolve_column(&examples, 0, &labels, &source)?;
-    let labelled: Vec<usize> = (0..examples.len()).filter(|&i| gold[i].is_some()).collect();
-    if labelled.len() < 2 * folds.max(2) {
-        return Err(ModelError::InvalidInput(format!(
-            "{source}: {} labelled documents are too few to calibrate with {folds} folds (at least {})",
-            labelled.len(),
-            2 * folds.max(2)
-        )));
-    }
-    let documents: Vec<Document> =
-        labelled.iter().map(|&i| Document::new(examples[i].id.clone(), examples[i].text.clone())).collect();
-    let mut probs = Vec::with_capacity(loaded.len());
-    for (m, (classifier, to_ensemble)) in loaded.iter().enumerate() {
-        let mut rows = Vec::with_capacity(documents.len());
-        classifier.classify_documents(&documents, |document, result| {
-            let prediction = result.map_err(|e| {
-                ModelError::InvalidInput(format!(
-                    "{source}: document {}: {}: {}",
-                    document.id,
-                    members[m].0.display(),
-                    e.message
-                ))
-            })?;
-            let mut row = vec![0f64; labels.len()];
-            for (&p, &k) in prediction.probabilities().iter().zip(to_ensemble) {
-                row[k] = p as f64;
-            }
-            rows.push(row);
-            Ok::<(), ModelError>(())
-        })?;
-        probs.push(rows);
-        on_member(m);
-    }
-    let scores = MemberScores { probs, gold: labelled.iter().map(|&i| gold[i].expect("labelled")).collect() };
-    let calibration = calibrate(&scores, labels.len(), fit_weights, folds);
-    let weights = if calibration.weights_fitted { calibration.weights.clone() } else { given };
-    let temperatures = calibration.temperatures.clone();
-    write_ensemble(members, &weights, &temperatures, labels, Some(calibration), out)
-}
+pub use super::calibrated::{build_calibrated_ensemble, build_ensemble_from_scores};
 
 /// A member loaded to build an ensemble, with the index among the ensemble's labels of each
 /// of its labels.
-type LoadedMember = (Classifier, Vec<usize>);
+pub(super) type LoadedMember = (Classifier, Vec<usize>);
 
 /// Loads every member: all must have the same labels (in any order) and one task each.
 /// Returns the ensemble's labels (the first member's order) and each member with the index
 /// of each of its labels among them.
-fn load_members(members: &[(PathBuf, f64)]) -> Result<(Vec<String>, Vec<LoadedMember>)> {
+pub(super) fn load_members(members: &[(PathBuf, f64)]) -> Result<(Vec<String>, Vec<LoadedMember>)> {
     let mut labels: Option<Vec<String>> = None;
     let mut loaded = Vec::with_capacity(members.len());
     for (dir, _) in members {
@@ -209,7 +144,7 @@ fn load_members(members: &[(PathBuf, f64)]) -> Result<(Vec<String>, Vec<LoadedMe
 
 /// Writes the ensemble directory `out` (under a temporary name, then renamed): a copy of every
 /// member and ensemble.json.
-fn write_ensemble(
+pub(super) fn write_ensemble(
     members: &[(PathBuf, f64)],
     weights: &[f64],
     temperatures: &[f64],
@@ -240,7 +175,7 @@ fn write_ensemble(
 }
 
 /// The weights of `members` divided by their sum (each must be positive and finite).
-fn normalised_weights(members: &[(PathBuf, f64)]) -> Result<Vec<f64>> {
+pub(super) fn normalised_weights(members: &[(PathBuf, f64)]) -> Result<Vec<f64>> {
     if members.len() < 2 {
         return Err(ModelError::InvalidInput(format!(
             "an ensemble needs at least two member models (got {})",
@@ -292,7 +227,7 @@ fn copy_model_files(source: &Path, target: &Path) -> Result<()> {
 /// Loads the member model in `dir` (when building an ensemble, or loading one): not itself an
 /// ensemble; encoder members at the ensemble's precision, the others in f32 (the only
 /// precision a HAN or a bag of words has).
-fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
+pub(super) fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
     if is_ensemble_dir(dir) {
         return Err(ModelError::InvalidInput(format!(
             "{} is an ensemble itself: an ensemble member cannot be one (give its members instead)",
@@ -305,7 +240,7 @@ fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
 
 /// For each of `member`'s labels, its index in `labels`; an error unless the member has one
 /// task with exactly those labels.
-fn label_map(labels: &[String], member: &Classifier) -> Result<Vec<usize>> {
+pub(super) fn label_map(labels: &[String], member: &Classifier) -> Result<Vec<usize>> {
     let dir = member.dir().display();
     if member.tasks().len() != 1 {
         return Err(ModelError::InvalidInput(format!(

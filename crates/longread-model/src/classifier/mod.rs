@@ -2,6 +2,7 @@
 //! sequence, HAN): load it, classify documents, get [`Prediction`]s. The CLI, the server and
 //! the Python package call this and never look at the model kind.
 
+pub mod calibrated;
 pub mod calibration;
 pub mod ensemble;
 pub mod evaluate;

@@ -25,6 +25,8 @@ pub mod pretrain_output;
 pub mod pretrain_run;
 pub mod settings;
 pub mod spec;
+#[cfg(feature = "clap")]
+pub mod stacking;
 pub mod start;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,136 @@
+//! Building a calibrated ensemble: the members' probabilities on labelled documents they did
+//! not train on — held-out documents (`--calibrate DEV`), or each member's out-of-fold
+//! predictions on its own training data (`--stack TRAIN`, refitted fold by fold by the
+//! training crate) — then a temperature per member (and, when asked, the weights) fitted on
+//! them ([`calibrate`]) and written with the ensemble.
+
+use std::path::{Path, PathBuf};
+
+use longread_text::{read_labelled_columns, resolve_column, Document};
+
+use super::calibration::{calibrate, MemberScores};
+use super::ensemble::{label_map, load_members, normalised_weights, write_ensemble, EnsembleSpec};
+use super::Classifier;
+use crate::error::{ModelError, Result};
+use crate::hierarchical::DEFAULT_TASK;
+use crate::model_dir::io;
+
+/// Like [`super::ensemble::build_ensemble`], with each member's temperature fitted on the
+/// labelled JSON lines `data` (held-out documents: the `"label"` column) and, with
+/// `fit_weights`, the weights too (kept only when they beat equal weights out of fold; the
+/// given weights are then not used). `folds` folds score every choice out of fold
+/// ([`calibrate`]). Encoder members read and keep chunk vectors in `vector_cache` when given.
+/// `on_member(i)` is called after member i has classified the documents.
+pub fn build_calibrated_ensemble(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    data: &Path,
+    fit_weights: bool,
+    folds: usize,
+    vector_cache: Option<&Path>,
+    mut on_member: impl FnMut(usize),
+) -> Result<EnsembleSpec> {
+    if out.exists() {
+        return Err(ModelError::OutputExists { path: out.to_owned() });
+    }
+    normalised_weights(members)?;
+    let (labels, mut loaded) = load_members(members)?;
+    if let Some(dir) = vector_cache {
+        loaded.iter_mut().try_for_each(|(classifier, _)| classifier.set_vector_cache(dir))?;
+    }
+    let (documents, gold) = labelled_documents(data, &labels)?;
+    check_enough(documents.len(), folds, &data.display().to_string())?;
+    let mut probs = Vec::with_capacity(loaded.len());
+    for (m, (classifier, _)) in loaded.iter().enumerate() {
+        probs.push(member_probabilities(classifier, &labels, &documents, &data.display().to_string())?);
+        on_member(m);
+    }
+    build_ensemble_from_scores(members, out, &MemberScores { probs, gold }, fit_weights, folds)
+}
+
+/// Writes the ensemble of `members` with temperatures (and, with `fit_weights`, weights) fitted
+/// on `scores` (the members' probabilities, in the first member's label order, on documents
+/// none of them trained on); see [`build_calibrated_ensemble`].
+pub fn build_ensemble_from_scores(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    scores: &MemberScores,
+    fit_weights: bool,
+    folds: usize,
+) -> Result<EnsembleSpec> {
+    if out.exists() {
+        return Err(ModelError::OutputExists { path: out.to_owned() });
+    }
+    let given = normalised_weights(members)?;
+    let (labels, _) = load_members(members)?;
+    if scores.probs.len() != members.len() || scores.probs.iter().any(|p| p.len() != scores.gold.len()) {
+        return Err(ModelError::InvalidInput("one row of probabilities per member and document is needed".into()));
+    }
+    check_enough(scores.gold.len(), folds, "the scored documents")?;
+    let calibration = calibrate(scores, labels.len(), fit_weights, folds);
+    let weights = if calibration.weights_fitted { calibration.weights.clone() } else { given };
+    let temperatures = calibration.temperatures.clone();
+    write_ensemble(members, &weights, &temperatures, labels, Some(calibration), out)
+}
+
+/// The labels an ensemble of `members` has (the first member's order), after checking that
+/// every member loads, has one task and the same labels.
+pub fn ensemble_labels(members: &[PathBuf]) -> Result<Vec<String>> {
+    let weighted: Vec<(PathBuf, f64)> = members.iter().map(|m| (m.clone(), 1.0)).collect();
+    Ok(load_members(&weighted)?.0)
+}
+
+/// The labelled documents of the JSON lines `data` (the `"label"` column, names or ids into
+/// `labels`) and each one's label index; unlabelled lines are left out.
+pub fn labelled_documents(data: &Path, labels: &[String]) -> Result<(Vec<Document>, Vec<usize>)> {
+    let source = data.display().to_string();
+    let file = std::fs::File::open(data).map_err(io(data))?;
+    let examples = read_labelled_columns(std::io::BufReader::new(file), &source, &[DEFAULT_TASK.to_string()])?;
+    let gold = resolve_column(&examples, 0, labels, &source)?;
+    Ok(examples
+        .into_iter()
+        .zip(gold)
+        .filter_map(|(example, gold)| Some((Document::new(example.id, example.text), gold?)))
+        .unzip())
+}
+
+/// `member`'s probabilities of `documents`, one row per document in the order of `labels`
+/// (which must be the member's labels in some order). A document it cannot classify is an
+/// error naming it (`source`: where the documents come from).
+pub fn member_probabilities(
+    member: &Classifier,
+    labels: &[String],
+    documents: &[Document],
+    source: &str,
+) -> Result<Vec<Vec<f64>>> {
+    let to_labels = label_map(labels, member)?;
+    let mut rows = Vec::with_capacity(documents.len());
+    member.classify_documents(documents, |document, result| {
+        let prediction = result.map_err(|e| {
+            ModelError::InvalidInput(format!(
+                "{source}: document {}: {}: {}",
+                document.id,
+                member.dir().display(),
+                e.message
+            ))
+        })?;
+        let mut row = vec![0f64; labels.len()];
+        for (&p, &k) in prediction.probabilities().iter().zip(&to_labels) {
+            row[k] = p as f64;
+        }
+        rows.push(row);
+        Ok::<(), ModelError>(())
+    })?;
+    Ok(rows)
+}
+
+/// Refuses fewer than two documents per fold (at least 4).
+fn check_enough(documents: usize, folds: usize, source: &str) -> Result<()> {
+    if documents < 2 * folds.max(2) {
+        return Err(ModelError::InvalidInput(format!(
+            "{source}: {documents} labelled documents are too few to calibrate with {folds} folds (at least {})",
+            2 * folds.max(2)
+        )));
+    }
+    Ok(())
+}
