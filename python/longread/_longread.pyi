@@ -97,11 +97,15 @@ def ensemble(
     calibrate: Optional[Union[str, PathLike[str]]] = None,
     fit_weights: bool = False,
     folds: int = 5,
+    stack: Optional[Union[str, PathLike[str]]] = None,
+    vector_cache: Optional[Union[str, PathLike[str]]] = None,
+    seed: int = 42,
 ) -> dict[str, Any]:
     """`longread ensemble`: a new model directory `out` whose probabilities are the weighted
     mean of `models`' (any kinds, same labels); with `calibrate` (labelled held-out JSON lines)
-    each member is tempered first, and with `fit_weights` the weights are fitted; returns its
-    ensemble.json."""
+    each member is tempered first, and with `fit_weights` the weights are fitted; with `stack`
+    (the members' training data) they are fitted on out-of-fold scores instead, each member
+    retrained `folds` times with its recorded settings; returns its ensemble.json."""
 
 def init(
     encoder: Union[str, PathLike[str]],

@@ -5,10 +5,14 @@
 //! the digit; the GIL is released while the model runs; bad input raises a
 //! `longread.LongreadError` subclass with the CLI's message, never a crash.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
+use longread_model::classifier::calibrated::ensemble_labels;
+use longread_model::classifier::ensemble::{
+    build_calibrated_ensemble, build_ensemble, build_ensemble_from_scores, EnsembleSpec,
+};
+use longread_train::run::stacking::{out_of_fold_scores, StackSettings};
 use longread_model::classifier::evaluate::evaluate_reader;
 use longread_model::classifier::PredictionLine;
 use longread_model::{
@@ -404,17 +408,22 @@ fn compare(
     }
 }
 
-/// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5) -> dict
+/// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5, stack=None,
+///          vector_cache=None, seed=42) -> dict
 ///
 /// `longread ensemble`: copies the model directories `models` (any kinds, the same labels,
 /// one task each) into the new directory `out`, a model whose probabilities are their weighted
 /// mean (`weights`, one per model, divided by their sum; default equal). With `calibrate` (a
 /// labelled held-out JSON lines file) each member's temperature is fitted on it first, and
 /// with `fit_weights=True` the weights too, kept when they beat equal weights over `folds`
-/// folds (`calibration` in the result says how each way scored). Returns ensemble.json as a
-/// dict; `Classifier(out)` loads it.
+/// folds (`calibration` in the result says how each way scored). With `stack` (the members'
+/// labelled training data) they are fitted instead on out-of-fold scores: every member is
+/// retrained `folds` times with its recorded settings on stratified folds (seeded by `seed`)
+/// and scores the fold it did not see. `vector_cache` lets encoder members reuse chunk
+/// vectors. Returns ensemble.json as a dict; `Classifier(out)` loads it.
 #[pyfunction]
-#[pyo3(signature = (models, out, weights=None, calibrate=None, fit_weights=false, folds=5))]
+#[pyo3(signature = (models, out, weights=None, calibrate=None, fit_weights=false, folds=5, stack=None, vector_cache=None, seed=42))]
+#[allow(clippy::too_many_arguments)]
 fn ensemble(
     py: Python<'_>,
     models: Vec<PathBuf>,
@@ -423,9 +432,19 @@ fn ensemble(
     calibrate: Option<PathBuf>,
     fit_weights: bool,
     folds: usize,
+    stack: Option<PathBuf>,
+    vector_cache: Option<PathBuf>,
+    seed: u64,
 ) -> PyResult<PyObject> {
-    if fit_weights && (calibrate.is_none() || weights.is_some()) {
-        return Err(LongreadError::new_err("fit_weights=True needs calibrate=DEV and no weights"));
+    let scored = calibrate.is_some() || stack.is_some();
+    if fit_weights && (!scored || weights.is_some()) {
+        return Err(LongreadError::new_err("fit_weights=True needs calibrate=DEV or stack=TRAIN, and no weights"));
+    }
+    if calibrate.is_some() && stack.is_some() {
+        return Err(LongreadError::new_err("give calibrate=DEV or stack=TRAIN, not both"));
+    }
+    if vector_cache.is_some() && !scored {
+        return Err(LongreadError::new_err("vector_cache needs calibrate=DEV or stack=TRAIN"));
     }
     if folds < 2 {
         return Err(LongreadError::new_err(format!("folds={folds}: at least 2")));
@@ -439,12 +458,47 @@ fn ensemble(
         )));
     }
     let members: Vec<(PathBuf, f64)> = models.into_iter().zip(weights).collect();
-    let built = py.allow_threads(|| match &calibrate {
-        None => build_ensemble(&members, &out),
-        Some(data) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, None, |_| {}),
+    let cache = vector_cache.as_deref();
+    let built = py.allow_threads(|| match (&calibrate, &stack) {
+        (Some(data), _) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, cache, |_| {})
+            .map_err(|e| e.to_string()),
+        (None, Some(train)) => stack_ensemble(&members, &out, train, fit_weights, folds, cache, seed),
+        (None, None) => build_ensemble(&members, &out).map_err(|e| e.to_string()),
     });
     let spec = built.map_err(|e| ModelLoadError::new_err(format!("writing ensemble {}: {e}", out.display())))?;
     from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
+}
+
+/// `ensemble(..., stack=TRAIN)`: the members' out-of-fold scores on their training data, then
+/// the ensemble calibrated on them (as `longread ensemble --stack`).
+fn stack_ensemble(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    train: &Path,
+    fit_weights: bool,
+    folds: usize,
+    vector_cache: Option<&Path>,
+    seed: u64,
+) -> std::result::Result<EnsembleSpec, String> {
+    if out.exists() {
+        return Err("it already exists: give a new out".into());
+    }
+    let dirs: Vec<PathBuf> = members.iter().map(|(dir, _)| dir.clone()).collect();
+    let labels = ensemble_labels(&dirs).map_err(|e| e.to_string())?;
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let scratch = tempfile::Builder::new().prefix(".longread-stack-").tempdir_in(parent).map_err(|e| e.to_string())?;
+    let settings = StackSettings { folds, seed, vector_cache, scratch: scratch.path() };
+    let scores = out_of_fold_scores(&dirs, &labels, train, settings, &mut SilentRun, |_, _| {}).map_err(|e| e.to_string())?;
+    build_ensemble_from_scores(members, out, &scores, fit_weights, folds).map_err(|e| e.to_string())
+}
+
+/// A training run nobody listens to (the refits of `stack`).
+struct SilentRun;
+
+impl longread_train::run::RunHooks for SilentRun {
+    fn progress(&mut self, _: longread_train::trainer::Progress) {}
+    fn epoch(&mut self, _: &longread_train::trainer::EpochLog) {}
+    fn note(&mut self, _: &str) {}
 }
 
 /// Keyword arguments as command-line flags (`freeze_base=True` → `--freeze-base`,

@@ -214,6 +214,15 @@ def test_train_runs_the_clis_training_with_the_same_flags(tmp_path, capfd):
     assert sorted(longread.Classifier(tmp_path / "ens").labels) == ["prices", "rain"]
     with pytest.raises(longread.LongreadError, match="fit_weights"):
         longread.ensemble([tmp_path / "py", tmp_path / "hier"], tmp_path / "ens2", fit_weights=True)
+    # Stacked by cross-validation on the training data: each member retrained per fold with its
+    # recorded settings, every training document scored out of fold.
+    spec = longread.ensemble([tmp_path / "py", tmp_path / "hier"], tmp_path / "stacked", stack=train,
+                             fit_weights=True, folds=3, vector_cache=tmp_path / "vectors")
+    assert spec["calibration"]["documents"] == len(json_lines(open(train).read()))
+    assert sorted(longread.Classifier(tmp_path / "stacked").labels) == ["prices", "rain"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".longread-stack")]
+    with pytest.raises(longread.LongreadError, match="not both"):
+        longread.ensemble([tmp_path / "py", tmp_path / "hier"], tmp_path / "ens3", stack=train, calibrate=train)
     # Training takes the device too: a GPU this build or machine lacks is one clear error, and
     # nothing is left behind.
     with pytest.raises(longread.LongreadError, match="cuda:63"):

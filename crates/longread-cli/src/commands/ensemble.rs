@@ -114,16 +114,13 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
             for row in &c.out_of_fold {
                 println!("  {:<30} {:>8.4} {:>9.4} {:>9.4}", row.combination, row.log_loss, row.accuracy, row.macro_f1);
             }
-            if args.fit_weights {
-                println!(
-                    "  {}",
-                    if c.weights_fitted {
-                        "kept the fitted weights (lower out-of-fold log loss than equal weights)"
-                    } else {
-                        "kept equal weights: the fitted ones did not beat them out of fold"
-                    }
-                );
-            }
+            let kept = match (c.temperatures_fitted, c.weights_fitted) {
+                (false, _) => "the members' own probabilities, equal weights: calibrating did not beat them",
+                (true, false) if args.fit_weights => "calibrated, equal weights: the fitted ones did not beat them",
+                (true, false) => "calibrated, equal weights",
+                (true, true) => "calibrated, fitted weights",
+            };
+            println!("  kept: {kept} (the lowest out-of-fold log loss)");
         }
     }
     Ok(())

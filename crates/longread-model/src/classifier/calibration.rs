@@ -6,8 +6,9 @@
 //! nothing beside a fine-tuned encoder's); calibration puts them on one scale first.
 //!
 //! Every choice is checked out of fold: the documents are split into k folds, fitted on k − 1
-//! and scored on the one left; fitted weights are kept only when their out-of-fold log loss
-//! beats equal weights'.
+//! and scored on the one left; the way of combining with the lowest out-of-fold log loss is
+//! kept — the members' own probabilities (temperature 1) when calibrating does not beat them,
+//! fitted weights only when they beat equal weights.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +25,12 @@ pub struct MemberScores {
 /// What was fitted and how it scored out of fold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
-    /// Each member's temperature (fitted on every document).
+    /// Each member's temperature: fitted on every document, or 1 when calibrating did not beat
+    /// the members' own probabilities out of fold.
     pub temperatures: Vec<f64>,
+    /// Whether the temperatures are the fitted ones (files written before this field: yes).
+    #[serde(default = "fitted_before")]
+    pub temperatures_fitted: bool,
     /// The members' weights (sum 1): fitted, or equal when fitting did not beat equal weights
     /// out of fold (or was not asked for).
     pub weights: Vec<f64>,
@@ -38,6 +43,10 @@ pub struct Calibration {
     /// Out-of-fold scores of each way of combining, in order: equal weights uncalibrated,
     /// equal weights calibrated, fitted weights calibrated (when asked).
     pub out_of_fold: Vec<CombinationScore>,
+}
+
+fn fitted_before() -> bool {
+    true
 }
 
 /// The out-of-fold score of one way of combining.
@@ -127,8 +136,9 @@ fn mixture(tempered: &[Vec<Vec<f64>>], weights: &[f64], d: usize) -> Vec<f64> {
     (0..labels).map(|k| tempered.iter().zip(weights).map(|(p, w)| w * p[d][k]).sum()).collect()
 }
 
-/// Fits the temperatures (and, with `fit`, the weights) on every document and scores each way
-/// of combining out of fold over `folds` folds (documents `i` with `i % folds == f`).
+/// Scores each way of combining out of fold over `folds` folds (documents `i` with
+/// `i % folds == f`) and fits the one with the lowest log loss on every document: equal weights
+/// uncalibrated, calibrated (temperatures), or (with `fit`) calibrated with fitted weights.
 pub fn calibrate(scores: &MemberScores, labels: usize, fit: bool, folds: usize) -> Calibration {
     let (m, n) = (scores.probs.len(), scores.gold.len());
     let folds = folds.clamp(2, n.max(2));
@@ -166,8 +176,14 @@ pub fn calibrate(scores: &MemberScores, labels: usize, fit: bool, folds: usize) 
     }
     let scored: Vec<CombinationScore> =
         combos.iter().map(|(name, probs)| score(name, probs, &scores.gold, labels)).collect();
-    let temperatures: Vec<f64> = scores.probs.iter().map(|p| fit_temperature(p, &scores.gold, &all)).collect();
-    let weights_fitted = fit && scored.len() == 3 && scored[2].log_loss < scored[1].log_loss;
+    // The way of combining with the lowest out-of-fold log loss (on a tie, the simpler one).
+    let best = (0..scored.len()).fold(0, |best, k| if scored[k].log_loss < scored[best].log_loss { k } else { best });
+    let temperatures_fitted = best != 0;
+    let weights_fitted = best == 2;
+    let temperatures: Vec<f64> = match temperatures_fitted {
+        true => scores.probs.iter().map(|p| fit_temperature(p, &scores.gold, &all)).collect(),
+        false => vec![1.0; m],
+    };
     let weights = if weights_fitted {
         let tempered: Vec<Vec<Vec<f64>>> = scores
             .probs
@@ -179,7 +195,7 @@ pub fn calibrate(scores: &MemberScores, labels: usize, fit: bool, folds: usize) 
     } else {
         equal
     };
-    Calibration { temperatures, weights, weights_fitted, documents: n, folds, out_of_fold: scored }
+    Calibration { temperatures, temperatures_fitted, weights, weights_fitted, documents: n, folds, out_of_fold: scored }
 }
 
 /// Log loss, accuracy and macro-F1 of `probs` (`[doc][label]`) against `gold`.
@@ -278,5 +294,32 @@ mod tests {
         let hot = temper(&p, 100.0);
         assert!((hot.iter().sum::<f64>() - 1.0).abs() < 1e-12 && hot.iter().all(|x| (x - 1.0 / 3.0).abs() < 0.01));
         assert!(temper(&[1.0, 0.0], 2.0)[1] > 0.0, "a zero is floored, not -inf");
+    }
+
+    /// Members whose probabilities are already calibrated (a document said to be 80% likely
+    /// is right 80% of the time): fitted temperatures only add noise out of fold, so the
+    /// members' own probabilities are kept (temperature 1, equal weights).
+    #[test]
+    fn calibration_that_does_not_help_out_of_fold_is_not_applied() {
+        let mut probs = vec![Vec::new(), Vec::new()];
+        let mut gold = Vec::new();
+        for d in 0..400 {
+            let g = d % 2;
+            gold.push(g);
+            for (m, row) in probs.iter_mut().enumerate() {
+                // Right in 8 of 10 documents at 0.8 (member 0) or in 6 of 10 at 0.6 (member 1).
+                let (p, right) = if m == 0 { (0.8, (d / 2) % 10 < 8) } else { (0.6, (d / 2 + 3) % 10 < 6) };
+                let toward_gold = if right { p } else { 1.0 - p };
+                row.push(if g == 0 {
+                    vec![toward_gold, 1.0 - toward_gold]
+                } else {
+                    vec![1.0 - toward_gold, toward_gold]
+                });
+            }
+        }
+        let c = calibrate(&MemberScores { probs, gold }, 2, false, 5);
+        assert!(!c.temperatures_fitted, "{:?}", c.out_of_fold);
+        assert_eq!(c.temperatures, vec![1.0, 1.0]);
+        assert!(c.out_of_fold[0].log_loss <= c.out_of_fold[1].log_loss);
     }
 }
