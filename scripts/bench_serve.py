@@ -60,13 +60,14 @@ def rss_kib(pid, field):
 
 
 def post(url, body, timeout=600):
+    """POSTs `body` as JSON; returns (status, seconds, the response body)."""
     data = json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     start = time.perf_counter()
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        response.read()
+        answer = response.read()
         status = response.status
-    return status, time.perf_counter() - start
+    return status, time.perf_counter() - start, answer
 
 
 def percentile(values, p):
@@ -78,9 +79,10 @@ def percentile(values, p):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-def load(url, texts, concurrency, deadline=None):
+def load(url, texts, concurrency, deadline=None, labels=None):
     """Each text POSTed once (or again and again until `deadline`) by `concurrency` threads;
-    returns (wall seconds, latencies, failures)."""
+    returns (wall seconds, latencies, failures). With a dict `labels`, each text's predicted
+    label is kept there under its index."""
     lock = threading.Lock()
     queue = list(enumerate(texts))
     latencies, failures = [], []
@@ -92,11 +94,14 @@ def load(url, texts, concurrency, deadline=None):
                     if deadline is None or time.time() >= deadline:
                         return
                     queue.extend(enumerate(texts))
-                _, text = queue.pop(0)
+                i, text = queue.pop(0)
             try:
-                status, seconds = post(url + "/predict", {"inputs": text})
+                status, seconds, answer = post(url + "/predict", {"inputs": text})
                 with lock:
                     latencies.append(seconds)
+                    if labels is not None:
+                        answer = json.loads(answer)
+                        labels[i] = answer[0]["label"] if isinstance(answer, list) else answer.get("label")
             except (urllib.error.URLError, OSError) as e:
                 with lock:
                     failures.append(str(e))
@@ -126,7 +131,7 @@ def keep_long_in_flight(url, text, stop, done):
     """POSTs the long document again and again until `stop` is set; records each duration."""
     while not stop.is_set():
         try:
-            _, seconds = post(url + "/predict", {"inputs": text})
+            _, seconds, _ = post(url + "/predict", {"inputs": text})
             done.append(seconds)
         except (urllib.error.URLError, OSError):
             return

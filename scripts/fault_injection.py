@@ -236,27 +236,22 @@ def main():
         finally:
             srv.stop()
 
-    def text_budget():
-        srv = Server(lr, slow, "--max-batch-tokens", "16", "--max-inflight-text-bytes", "200000")
-        try:
-            s = raw_post(srv, json.dumps({"inputs": long_text(60_000)}).encode())
-            srv.wait_metric("longread_requests_in_flight", lambda v: v == 1)
-            status, _ = srv.request("/predict", {"inputs": "short"})
-            s.close()
-            return status == 429, f"second request got {status}", srv.peak()
-        finally:
-            srv.stop()
+    def refused_while_busy(limit_flags, chars):
+        """A long request holds the server busy; a second one must get 429 under `limit_flags`."""
+        def run():
+            srv = Server(lr, slow, "--max-batch-tokens", "16", *limit_flags)
+            try:
+                s = raw_post(srv, json.dumps({"inputs": long_text(chars)}).encode())
+                srv.wait_metric("longread_requests_in_flight", lambda v: v == 1)
+                status, _ = srv.request("/predict", {"inputs": "short"})
+                s.close()
+                return status == 429, f"second request got {status}", srv.peak()
+            finally:
+                srv.stop()
+        return run
 
-    def overload():
-        srv = Server(lr, slow, "--max-batch-tokens", "16", "--max-concurrent-requests", "1")
-        try:
-            s = raw_post(srv, json.dumps({"inputs": long_text(40_000)}).encode())
-            srv.wait_metric("longread_requests_in_flight", lambda v: v == 1)
-            status, _ = srv.request("/predict", {"inputs": "short"})
-            s.close()
-            return status == 429, f"second request got {status}", srv.peak()
-        finally:
-            srv.stop()
+    text_budget = refused_while_busy(("--max-inflight-text-bytes", "200000"), 60_000)
+    overload = refused_while_busy(("--max-concurrent-requests", "1"), 40_000)
 
     def status_probe(body, headers, want, flags=()):
         def run():

@@ -26,6 +26,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_serve import load  # noqa: E402
+
 WORDS = ("the a of rain prices market storm city council report said week year new film "
          "music school game team season player coach police court judge law vote bill "
          "state river bridge road train station doctor patient study data model result").split()
@@ -45,12 +48,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def post(url, body, timeout=600):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
 def gpu_memory_mib():
     if subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode != 0:
         return None
@@ -60,33 +57,10 @@ def gpu_memory_mib():
 
 
 def run_clients(url, texts, concurrency, deadline=None):
-    lock = threading.Lock()
-    queue = list(enumerate(texts))
-    labels, failures = {}, []
-
-    def worker():
-        while True:
-            with lock:
-                if not queue:
-                    if deadline is None or time.time() >= deadline:
-                        return
-                    queue.extend(enumerate(texts))
-                i, t = queue.pop(0)
-            try:
-                answer = post(url + "/predict", {"inputs": t})
-                with lock:
-                    labels[i] = answer[0]["label"] if isinstance(answer, list) else answer.get("label")
-            except Exception as e:  # noqa: BLE001 - every failure is counted and reported
-                with lock:
-                    failures.append(str(e))
-
-    start = time.perf_counter()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - start, labels, failures
+    """bench_serve's load, keeping each text's label: (wall seconds, labels by index, failures)."""
+    labels = {}
+    wall, _, failures = load(url, texts, concurrency, deadline=deadline, labels=labels)
+    return wall, labels, failures
 
 
 def main():
