@@ -14,11 +14,13 @@ use longread_text::ChunkedDocument;
 
 use crate::bench::{synthetic_documents, BenchResult};
 use crate::clip::{clip_factor, grad_norm};
-use crate::error::{Result, TrainError};
+use crate::error::Result;
 use crate::loss::TaskLoss;
 use crate::optim::{AdamW, AdamWConfig, ParamGroup};
 use crate::prefix::{encode_batch, Prefix};
 use crate::recompute::{batch_gradients, BatchSettings};
+use crate::schedule::{Decay, Schedule};
+use crate::trainer::Stepper;
 
 /// How the timed step runs.
 #[derive(Debug, Clone, Copy)]
@@ -95,19 +97,17 @@ pub fn run_train_step(
         loss: TaskLoss { task_weights: &[], class_weights: None },
         prefix: Prefix::None,
     };
+    // The trainer's own stepping (clipping to norm 1, the NaN/inf guard), at a constant rate.
+    let schedule = Schedule { warmup_steps: 0, total_steps: settings.repeat + 1, decay: Decay::Constant };
+    let mut stepper = Stepper::from_schedule(schedule, 1.0, 1);
+    let mut steps_done = 0;
     let mut step = || -> Result<(f64, f32)> {
         let started = Instant::now();
         let out = batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device)?;
-        let norm = grad_norm(out.grads.values())?;
-        let factor = clip_factor(norm, 1.0) as f32;
-        optimizer.step_scaled(factor, |v| out.grads.get(&v.as_tensor().id()).cloned())?;
+        // One non-finite step is an error (a limit of 1 skipped step in a row).
+        stepper.step(&mut optimizer, &out.grads, out.loss as f64, 1, steps_done, |g| g.lr)?;
         device.synchronize()?;
-        if !out.loss.is_finite() || !norm.is_finite() {
-            return Err(TrainError::Run(format!(
-                "the step's loss ({}) or gradient norm ({norm}) is not finite",
-                out.loss
-            )));
-        }
+        steps_done += 1;
         Ok((started.elapsed().as_secs_f64(), out.loss))
     };
     step()?;
