@@ -46,6 +46,24 @@ macro_rules! cuda_only {
             candle_core::bail!("{} runs on CUDA only", CustomOp3::name(self))
         }
     };
+    (InplaceOp2) => {
+        fn cpu_fwd(&self, _: &mut CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<()> {
+            candle_core::bail!("{} runs on CUDA only", InplaceOp2::name(self))
+        }
+    };
+    (InplaceOp3) => {
+        fn cpu_fwd(
+            &self,
+            _: &mut CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> Result<()> {
+            candle_core::bail!("{} runs on CUDA only", InplaceOp3::name(self))
+        }
+    };
 }
 pub(crate) use cuda_only;
 
@@ -65,15 +83,7 @@ impl InplaceOp2 for AttentionSoftmax {
         "cuda-attention-softmax"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &mut candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> Result<()> {
-        candle_core::bail!("{} runs on CUDA only", InplaceOp2::name(self))
-    }
+    cuda_only!(InplaceOp2);
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
@@ -100,17 +110,7 @@ impl InplaceOp3 for ResidualLayerNorm {
         "cuda-residual-layer-norm"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &mut candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> Result<()> {
-        candle_core::bail!("{} runs on CUDA only", InplaceOp3::name(self))
-    }
+    cuda_only!(InplaceOp3);
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
@@ -140,17 +140,7 @@ impl CustomOp3 for ResidualLayerNormInto {
         "cuda-residual-layer-norm-into"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        candle_core::bail!("{} runs on CUDA only", self.name())
-    }
+    cuda_only!(CustomOp3);
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
@@ -180,15 +170,7 @@ impl InplaceOp2 for BiasActivation {
         "cuda-bias-activation"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &mut candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> Result<()> {
-        candle_core::bail!("{} runs on CUDA only", InplaceOp2::name(self))
-    }
+    cuda_only!(InplaceOp2);
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
@@ -241,9 +223,7 @@ macro_rules! cuda_only_op2 {
                 $name
             }
 
-            fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-                candle_core::bail!("{} runs on CUDA only", $name)
-            }
+            cuda_only!(CustomOp2);
 
             #[cfg(feature = "cuda")]
             fn cuda_fwd(
@@ -287,9 +267,7 @@ impl CustomOp1 for MergeHeads {
         "cuda-merge-heads"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", self.name())
-    }
+    cuda_only!(CustomOp1);
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
@@ -312,17 +290,7 @@ impl CustomOp3 for FlashAttention {
         "cuda-flash-attention"
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        candle_core::bail!("{} runs on CUDA only", self.name())
-    }
+    cuda_only!(CustomOp3);
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
