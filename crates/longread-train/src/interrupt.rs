@@ -6,11 +6,9 @@
 //!
 //! One flag per process: a run in progress stops whichever front asked.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Result, TrainError};
-use crate::run::CHECKPOINT;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -35,19 +33,6 @@ pub fn clear_stop() {
 /// stop was asked for.
 pub(crate) fn check(step: usize) -> Result<()> {
     check_flag(&STOP, step)
-}
-
-/// `err`, when it is [`TrainError::Interrupted`], with where the run stopped (`at`, e.g.
-/// ", at an evaluation"), the checkpoint of the run in `out` and how to resume; other errors
-/// as they are.
-pub(crate) fn with_resume_hint(err: TrainError, out: &Path, at: &str) -> TrainError {
-    match err {
-        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
-            "{when}{at}; checkpoint {}: the same command with --resume auto continues the run",
-            out.join(CHECKPOINT).display()
-        )),
-        other => other,
-    }
 }
 
 fn check_flag(flag: &AtomicBool, step: usize) -> Result<()> {

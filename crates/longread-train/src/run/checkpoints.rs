@@ -195,3 +195,16 @@ pub fn read_checkpoint<S: serde::de::DeserializeOwned>(dir: &Path) -> Result<Sav
         .map_err(|e| TrainError::Run(format!("reading {}: {e}", moments_path.display())))?;
     Ok((saved.state, saved.optimizer_steps, moments))
 }
+
+/// `err`, when it is [`TrainError::Interrupted`], with where the run stopped (`at`, e.g.
+/// ", at an evaluation"), the checkpoint of the run in `out` and how to resume; other errors
+/// as they are.
+pub(crate) fn with_resume_hint(err: TrainError, out: &Path, at: &str) -> TrainError {
+    match err {
+        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
+            "{when}{at}; checkpoint {}: the same command with --resume auto continues the run",
+            out.join(CHECKPOINT).display()
+        )),
+        other => other,
+    }
+}

@@ -204,7 +204,7 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
         TrainError::Diverged(why) => {
             TrainError::Diverged(format!("{why} Checkpoint: {}", spec.out.join(CHECKPOINT).display()))
         }
-        other => crate::interrupt::with_resume_hint(other, &spec.out, ""),
+        other => checkpoints::with_resume_hint(other, &spec.out, ""),
     })?;
     let epochs = spec.epochs.unwrap_or_default();
     let stopped_for_resume = logs.last().is_some_and(|l| Some(l.epoch) == spec.stop_after_epoch && l.epoch < epochs);

@@ -223,7 +223,7 @@ pub fn pretrain_run(
             Ok(())
         },
     )
-    .map_err(|e| crate::interrupt::with_resume_hint(e, &spec.out, ", at an evaluation"))?;
+    .map_err(|e| crate::run::checkpoints::with_resume_hint(e, &spec.out, ", at an evaluation"))?;
     let stopped_for_resume =
         logs.last().is_some_and(|l| Some(l.step) == spec.stop_after_step && l.step < spec.max_steps);
     if !stopped_for_resume {
