@@ -315,6 +315,20 @@ def main():
         return (done.returncode != 0 and named and served_ok,
                 f"predict exit {done.returncode} ({reason}); {serve_what}", None)
 
+    def predict_peaks(model_dir, sizes, timeout):
+        """`predict`'s peak RSS (MiB) on one single-line document of each (name, characters)."""
+        peaks = {}
+        for name, chars in sizes:
+            path = os.path.join(work, f"doc-{chars}.txt")
+            unit = "the committee met on tuesday to discuss the budget for next year. "
+            with open(path, "w") as f:
+                f.write((unit * (chars // len(unit) + 1))[:chars])
+            run = subprocess.Popen(["/usr/bin/time", "-f", "%M", lr, "-q", "predict", "--model", model_dir, "--input", path],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            _, err = run.communicate(timeout=timeout)
+            peaks[name] = int(err.strip().splitlines()[-1]) / 1024
+        return peaks
+
     def big_document():
         # The issue's setting: a real encoder (all-MiniLM-L6-v2 from ../shared, as in
         # BENCHMARKS.md), chunks of 512, max_chunks 4. Without ../shared the tiny fixture
@@ -327,16 +341,7 @@ def main():
         else:
             flags = ["--encoder", os.path.join(FIXTURES, "tiny-bert"), "--chunk-size", "64", "--stride", "16"]
         subprocess.run([lr, "-q", "init", *flags, "--labels", "a,b", "--out", limited, "--max-chunks", "4"], check=True)
-        peaks = {}
-        for name, chars in [("50 KB", 50_000), ("50 MB", 50_000_000)]:
-            path = os.path.join(work, f"doc-{chars}.txt")
-            unit = "the committee met on tuesday to discuss the budget for next year. "
-            with open(path, "w") as f:
-                f.write((unit * (chars // len(unit) + 1))[:chars])
-            run = subprocess.Popen(["/usr/bin/time", "-f", "%M", lr, "-q", "predict", "--model", limited, "--input", path],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            _, err = run.communicate(timeout=600)
-            peaks[name] = int(err.strip().splitlines()[-1]) / 1024
+        peaks = predict_peaks(limited, [("50 KB", 50_000), ("50 MB", 50_000_000)], 600)
         ratio = peaks["50 MB"] / peaks["50 KB"]
         encoder = "all-MiniLM-L6-v2" if os.path.isdir(minilm) else "tiny fixture encoder"
         return (ratio <= 2.0, f"{encoder}: peak RSS 50 KB {peaks['50 KB']:.0f} MiB, 50 MB {peaks['50 MB']:.0f} MiB "
@@ -361,16 +366,7 @@ def main():
         every = os.path.join(work, "every")
         subprocess.run([lr, "-q", "init", "--encoder", os.path.join(FIXTURES, "tiny-bert"), "--chunk-size", "64",
                         "--stride", "16", "--labels", "a,b", "--out", every, "--max-chunks", "0"], check=True)
-        peaks = {}
-        for name, chars in [("5 MB", 5_000_000), ("50 MB", 50_000_000)]:
-            path = os.path.join(work, f"every-{chars}.txt")
-            unit = "the committee met on tuesday to discuss the budget for next year. "
-            with open(path, "w") as f:
-                f.write((unit * (chars // len(unit) + 1))[:chars])
-            run = subprocess.Popen(["/usr/bin/time", "-f", "%M", lr, "-q", "predict", "--model", every, "--input", path],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            _, err = run.communicate(timeout=900)
-            peaks[name] = int(err.strip().splitlines()[-1]) / 1024
+        peaks = predict_peaks(every, [("5 MB", 5_000_000), ("50 MB", 50_000_000)], 900)
         ratio = peaks["50 MB"] / peaks["5 MB"]
         return (ratio <= 3.0, f"tiny fixture encoder: peak RSS 5 MB {peaks['5 MB']:.0f} MiB, 50 MB "
                 f"{peaks['50 MB']:.0f} MiB ({ratio:.2f}x)", peaks["50 MB"])
