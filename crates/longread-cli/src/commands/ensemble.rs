@@ -38,7 +38,9 @@ pub struct EnsembleArgs {
     /// Labelled held-out documents (JSON lines with "text" and "label", not the members'
     /// training data): fit each member's temperature on them, so that probabilities are on one
     /// scale before they are averaged (an overconfident member otherwise decides alone).
-    /// Prints how equal weights, calibrated, and fitted weights score out of fold.
+    /// Prints how equal weights, calibrated, and fitted weights score out of fold, and keeps
+    /// the one with the lowest out-of-fold log loss (the members' own probabilities when
+    /// calibrating does not beat them).
     #[arg(long, value_name = "DEV.jsonl", conflicts_with = "stack")]
     calibrate: Option<PathBuf>,
     /// The members' training data (JSON lines with "text" and "label"): retrain every member
@@ -50,7 +52,7 @@ pub struct EnsembleArgs {
     #[arg(long, value_name = "TRAIN.jsonl")]
     stack: Option<PathBuf>,
     /// With --calibrate or --stack: also fit the members' weights (the likeliest mixture), kept
-    /// only when they beat equal weights out of fold.
+    /// only when they have the lowest out-of-fold log loss.
     #[arg(long, requires = "scored", conflicts_with = "weights")]
     fit_weights: bool,
     /// With --calibrate or --stack: read and keep encoder members' chunk vectors in this
