@@ -238,12 +238,18 @@ fn stacked_ensembles_are_fitted_on_out_of_fold_scores_of_the_training_data() {
     let t = train.to_str().unwrap();
     run(&["train", "--model", &p("init"), "--train", t, "--out", &p("head"), "--freeze-base", "--epochs", "3"]);
     run(&["train", "--arch", "bow", "--train", t, "--out", &p("bow"), "--c-values", "1"]);
+    // A HAN with settings of its own: the refits must rebuild them from training_args.json.
+    let han =
+        ["--arch", "han", "--labels", "prices,rain", "--epochs", "2", "--embedding-dim", "16", "--gru-hidden", "8"];
+    run(&[&["train", "--train", t, "--out", &p("han")][..], &han].concat());
     let made = run(&[
         "ensemble",
         "--model",
         &p("head"),
         "--model",
         &p("bow"),
+        "--model",
+        &p("han"),
         "--out",
         &p("stacked"),
         "--stack",
@@ -262,7 +268,7 @@ fn stacked_ensembles_are_fitted_on_out_of_fold_scores_of_the_training_data() {
     let weights: Vec<f64> = spec["members"].as_array().unwrap().iter().map(|m| m["weight"].as_f64().unwrap()).collect();
     assert!((weights.iter().sum::<f64>() - 1.0).abs() < 1e-9 && weights.iter().all(|w| *w > 0.0), "{spec}");
     let stderr = String::from_utf8_lossy(&made.stderr);
-    assert_eq!(stderr.matches("retrained and scored").count(), 6, "3 folds for each of 2 members: {stderr}");
+    assert_eq!(stderr.matches("retrained and scored").count(), 9, "3 folds for each of 3 members: {stderr}");
     assert!(std::fs::read_dir(tmp.path().join("vectors")).unwrap().count() > 0, "the head's refits used the cache");
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
