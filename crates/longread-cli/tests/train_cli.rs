@@ -867,6 +867,58 @@ fn interrupt_when(args: &[&str], metrics: &Path, lines: usize) -> std::process::
     child.wait_with_output().unwrap()
 }
 
+/// Issue 37: Ctrl-C while a frozen encoder fills `--vector-cache` stops the fill between
+/// groups (it used to run on to the end, however long); what the cache holds is kept, and the
+/// same command starts again from there (nothing had trained, so there is no checkpoint and
+/// the message says so).
+#[cfg(unix)]
+#[test]
+fn ctrl_c_while_filling_the_vector_cache_stops_and_the_rerun_reads_what_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("init");
+    init_tiny(&model);
+    // Thousands of distinct documents of many chunks: seconds of encoding on one thread.
+    let words = ["rain", "prices", "wind", "market", "coast", "budget", "storm", "shares", "cloud", "rates"];
+    let data = dir.path().join("many.jsonl");
+    let lines: String = (0..2000)
+        .map(|i| {
+            let text: Vec<&str> = (0..300).map(|k| words[(i * 7 + k * (i % 5 + 1)) % words.len()]).collect();
+            let label = if i % 2 == 0 { "rain" } else { "prices" };
+            format!("{}\n", serde_json::json!({"id": i, "text": format!("{i} {}", text.join(" ")), "label": label}))
+        })
+        .collect();
+    std::fs::write(&data, lines).unwrap();
+    let (out, cache) = (dir.path().join("head"), dir.path().join("vectors"));
+    let flags = ["--freeze-base", "--epochs", "1", "--threads", "1", "--vector-cache", cache.to_str().unwrap()];
+    let args = train_args(&model, &data, &out, &flags);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let stored = || std::fs::read_dir(&cache).map_or(0, |d| d.count());
+    while stored() == 0 {
+        assert!(started.elapsed().as_secs() < 120, "nothing cached in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: sends SIGINT to the child spawned above, not yet waited for.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let stopped = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert_eq!(stopped.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted while filling the chunk-vector cache"), "{stderr}");
+    assert!(stderr.contains("the same command starts the run again") && !stderr.contains("--resume auto"), "{stderr}");
+    let kept = stored();
+    assert!(kept > 0 && kept < 2000, "the fill stopped part-way: {kept} documents stored");
+    assert!(!out.exists(), "nothing trained: no run directory left to refuse the rerun");
+
+    let rerun = train(&model, &data, &out, &flags);
+    assert!(rerun.status.success(), "{}", String::from_utf8_lossy(&rerun.stderr));
+    assert!(stored() > kept, "the rerun filled the rest");
+}
+
 /// Ctrl-C in a `--cv` run stops it resumably: `--resume auto` reads back the finished fold,
 /// resumes the interrupted one and ends with the folds and summary of an uninterrupted run.
 #[cfg(unix)]

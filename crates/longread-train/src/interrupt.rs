@@ -35,6 +35,15 @@ pub(crate) fn check(step: usize) -> Result<()> {
     check_flag(&STOP, step)
 }
 
+/// `Err(Interrupted)` saying what was being filled and how far (`done` of `total` chunks), when
+/// a stop was asked for: long cache fills stop between groups instead of running to the end.
+pub(crate) fn check_filling(what: &str, done: usize, total: usize) -> Result<()> {
+    match stop_requested() {
+        true => Err(TrainError::Interrupted(format!("interrupted while {what} ({done} of {total} chunks done)"))),
+        false => Ok(()),
+    }
+}
+
 fn check_flag(flag: &AtomicBool, step: usize) -> Result<()> {
     match flag.load(Ordering::SeqCst) {
         true => Err(TrainError::Interrupted(format!("interrupted after optimizer step {step}"))),

@@ -174,8 +174,14 @@ impl PrefixCache {
         // With a store, documents are encoded and written group by group (an interrupted
         // fill keeps what was written); without one, all in one go.
         let group_chunks = if storage.store.is_some() { CACHE_GROUP_CHUNKS } else { usize::MAX };
+        let total: usize = docs.iter().map(|d| d.chunks.len()).sum();
+        let mut done = total - todo.iter().map(|&d| docs[d].chunks.len()).sum::<usize>();
         let mut start = 0;
         while start < todo.len() {
+            // A stop asked for (Ctrl-C) ends the fill here; what the store holds is kept.
+            if storage.store.is_some() {
+                crate::interrupt::check_filling("storing the frozen layers' outputs", done, total)?;
+            }
             let mut end = start;
             let mut chunks = 0;
             while end < todo.len() && (end == start || chunks < group_chunks) {
@@ -183,6 +189,7 @@ impl PrefixCache {
                 end += 1;
             }
             cache.encode_group(model, docs, &todo[start..end], max_batch_tokens, storage, &mut on_chunks)?;
+            done += chunks;
             start = end;
         }
         if let Some(mut w) = cache.writer.take() {

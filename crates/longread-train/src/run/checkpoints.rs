@@ -197,13 +197,17 @@ pub fn read_checkpoint<S: serde::de::DeserializeOwned>(dir: &Path) -> Result<Sav
 }
 
 /// `err`, when it is [`TrainError::Interrupted`], with where the run stopped (`at`, e.g.
-/// ", at an evaluation"), the checkpoint of the run in `out` and how to resume; other errors
-/// as they are.
+/// ", at an evaluation"), the checkpoint of the run in `out` and how to resume — or, when the
+/// run stopped before its first checkpoint (filling a cache), that the same command starts it
+/// again; other errors as they are.
 pub(crate) fn with_resume_hint(err: TrainError, out: &Path, at: &str) -> TrainError {
     match err {
-        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
+        TrainError::Interrupted(when) if out.join(CHECKPOINT).exists() => TrainError::Interrupted(format!(
             "{when}{at}; checkpoint {}: the same command with --resume auto continues the run",
             out.join(CHECKPOINT).display()
+        )),
+        TrainError::Interrupted(when) => TrainError::Interrupted(format!(
+            "{when}{at}, before anything was trained (no checkpoint): the same command starts the run again"
         )),
         other => other,
     }

@@ -124,7 +124,8 @@ pub struct TrainSpec {
     /// the encoder's weights, chunking and precision (a change is a miss, never a stale hit).
     /// With --freeze-bottom K (or a topN phase) DIR also keeps the outputs of the frozen
     /// layers (4 bytes × hidden size per token: ~1.5 MiB per 512-token chunk of a 768-wide
-    /// encoder). Both fill as the encoder goes: a run stopped while filling resumes there.
+    /// encoder). Both fill as the encoder goes: Ctrl-C stops the fill within ~64 chunks and the
+    /// same command starts again from what was stored.
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub vector_cache: Option<PathBuf>,
     /// Recompute frozen layers every epoch instead of caching their outputs (same results).

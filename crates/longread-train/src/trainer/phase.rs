@@ -1,7 +1,7 @@
 //! Phases of a run: what trains (gradual unfreezing) and the caches of what does not.
 
 use candle_core::{Device, Tensor, Var};
-use longread_model::hierarchical::{HierarchicalClassifier, VectorCache};
+use longread_model::hierarchical::{HierarchicalClassifier, VectorCache, CACHE_GROUP_CHUNKS};
 use longread_text::ChunkedDocument;
 
 use crate::error::Result;
@@ -100,9 +100,21 @@ impl Run<'_> {
                     Some(dir) => Some(VectorCache::open(dir, model, &self.cfg.cache.variant)?),
                     None => None,
                 };
-                let mut encode = |docs: &[ChunkedDocument]| {
+                let mut encode = |docs: &[ChunkedDocument]| -> Result<Vec<Tensor>> {
                     let docs: Vec<&ChunkedDocument> = docs.iter().collect();
-                    model.encode_documents_cached(&docs, tokens, device, cache.as_ref(), &mut tick)
+                    let Some(cache) = &cache else {
+                        return Ok(model.encode_documents_cached(&docs, tokens, device, None, &mut tick)?);
+                    };
+                    // Group by group, so that a stop asked for (Ctrl-C) ends the fill between
+                    // groups; what the cache holds is kept and read back by the next run.
+                    let total: usize = docs.iter().map(|d| d.chunks.len()).sum();
+                    let (mut vectors, mut done) = (Vec::with_capacity(docs.len()), 0);
+                    for group in cache_groups(&docs) {
+                        crate::interrupt::check_filling("filling the chunk-vector cache", done, total)?;
+                        vectors.extend(model.encode_documents_cached(group, tokens, device, Some(cache), &mut tick)?);
+                        done += group.iter().map(|d| d.chunks.len()).sum::<usize>();
+                    }
+                    Ok(vectors)
                 };
                 phase.vectors = Some((encode(self.train.docs)?, encode(self.dev.docs)?));
             }
@@ -158,4 +170,21 @@ impl Run<'_> {
             cache,
         }
     }
+}
+
+/// `docs` in consecutive groups of about [`CACHE_GROUP_CHUNKS`] chunks (at least one document).
+fn cache_groups<'a, 'd>(docs: &'a [&'d ChunkedDocument]) -> Vec<&'a [&'d ChunkedDocument]> {
+    let mut groups = Vec::new();
+    let (mut start, mut chunks) = (0, 0);
+    for (i, doc) in docs.iter().enumerate() {
+        chunks += doc.chunks.len();
+        if chunks >= CACHE_GROUP_CHUNKS {
+            groups.push(&docs[start..=i]);
+            (start, chunks) = (i + 1, 0);
+        }
+    }
+    if start < docs.len() {
+        groups.push(&docs[start..]);
+    }
+    groups
 }
