@@ -9,9 +9,10 @@ use candle_core::Device;
 use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
-use crate::classifier::ensemble::{is_ensemble_dir, read_spec};
+use crate::classifier::ensemble::read_spec;
 use crate::error::Result;
 use crate::han::{HanClassifier, HAN_ARCHITECTURE};
+use crate::model_kind::ModelKind;
 use crate::params::ParameterBreakdown;
 
 /// A model directory's summary: as one JSON object, and as a table for people.
@@ -25,14 +26,11 @@ pub struct ModelSummary {
 
 /// Summarises any model directory: a Hugging Face encoder, a longread classifier or a HAN.
 pub fn summarize(dir: &Path) -> Result<ModelSummary> {
-    if is_ensemble_dir(dir) {
-        return summarize_ensemble(dir);
-    }
-    if longread_bow::is_bow_dir(dir) {
-        return summarize_bow(dir);
-    }
-    if crate::han::is_han_dir(dir) {
-        return summarize_han(dir);
+    match ModelKind::of(dir) {
+        ModelKind::Ensemble => return summarize_ensemble(dir),
+        ModelKind::Bow => return summarize_bow(dir),
+        ModelKind::Han => return summarize_han(dir),
+        ModelKind::Encoder => {}
     }
     let checkpoint = Checkpoint::open(dir)?;
     let facts = EncoderFacts::of(&checkpoint);

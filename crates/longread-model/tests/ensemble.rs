@@ -182,6 +182,28 @@ fn bow(dir: &Path) {
     trained.model.save(dir).unwrap();
 }
 
+/// Every reader (the `Classifier`, `inspect`, an ensemble's members) tells kinds apart by
+/// `ModelKind::of`: each kind's own files decide, and a directory of none of them is an encoder.
+#[test]
+fn each_kind_of_model_directory_is_recognised_by_its_files() {
+    use longread_model::ModelKind;
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, bow_dir) = (tmp.path().join("ens"), tmp.path().join("bow"));
+    bow(&bow_dir);
+    build_ensemble(&[(bow_dir.clone(), 1.0), (fixture("han"), 3.0)], &out).unwrap();
+    let kinds = [
+        (out.clone(), ModelKind::Ensemble),
+        (bow_dir, ModelKind::Bow),
+        (fixture("han"), ModelKind::Han),
+        (fixture("hier/roberta-attention"), ModelKind::Encoder),
+        (fixture("tiny-bert"), ModelKind::Encoder),
+    ];
+    for (dir, kind) in kinds {
+        assert_eq!(ModelKind::of(&dir), kind, "{}", dir.display());
+        assert_eq!(kind.has_encoder(), matches!(kind, ModelKind::Ensemble | ModelKind::Encoder));
+    }
+}
+
 #[test]
 fn an_ensemble_with_a_bag_of_words_member_shows_the_evidence_of_the_next_and_inspect_lists_all() {
     let tmp = tempfile::tempdir().unwrap();

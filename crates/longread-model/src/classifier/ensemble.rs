@@ -8,7 +8,6 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use longread_bow::is_bow_dir;
 use longread_text::Document;
 use serde::{Deserialize, Serialize};
 
@@ -17,8 +16,8 @@ use super::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelSco
 use crate::classifier::calibration::{temper, Calibration};
 use crate::classifier::prediction::MemberPrediction;
 use crate::error::{ModelError, Result};
-use crate::han::is_han_dir;
 use crate::model_dir::{io, temporary_dir_beside};
+use crate::model_kind::ModelKind;
 
 /// The file that makes a directory an ensemble.
 pub const ENSEMBLE_FILE: &str = "ensemble.json";
@@ -228,13 +227,14 @@ fn copy_model_files(source: &Path, target: &Path) -> Result<()> {
 /// ensemble; encoder members at the ensemble's precision, the others in f32 (the only
 /// precision a HAN or a bag of words has).
 pub(super) fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
-    if is_ensemble_dir(dir) {
+    let kind = ModelKind::of(dir);
+    if kind == ModelKind::Ensemble {
         return Err(ModelError::InvalidInput(format!(
             "{} is an ensemble itself: an ensemble member cannot be one (give its members instead)",
             dir.display()
         )));
     }
-    let precision = if is_bow_dir(dir) || is_han_dir(dir) { Some(Precision::F32) } else { options.precision };
+    let precision = if kind.has_encoder() { options.precision } else { Some(Precision::F32) };
     Classifier::load(dir, ClassifierOptions { precision, ..options })
 }
 

@@ -15,14 +15,15 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
-use longread_bow::{is_bow_dir, BowModel, BowScores};
+use longread_bow::{BowModel, BowScores};
 use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
 
 use crate::device::{self, DeviceChoice};
 use crate::error::{ModelError, Result};
-use crate::han::{is_han_dir, score_texts, HanClassifier, HanScores};
+use crate::han::{score_texts, HanClassifier, HanScores};
 use crate::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache, DEFAULT_TASK};
-use ensemble::{is_ensemble_dir, Ensemble};
+use crate::model_kind::ModelKind;
+use ensemble::Ensemble;
 pub use prediction::{
     argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, MemberPrediction, Prediction, PredictionLine,
     SentenceEvidence, TaskPrediction, WordEvidence,
@@ -136,18 +137,16 @@ impl std::fmt::Debug for Classifier {
 impl Classifier {
     /// Loads any model directory made by `longread init` or `longread train`.
     pub fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
-        if is_bow_dir(dir) || is_han_dir(dir) {
-            // Models without an encoder run on the CPU whatever the device asked for.
-            return Self::load_on(dir, options, Device::Cpu);
-        }
-        let device = options.device.resolve()?;
-        Self::load_on(dir, options, device)
+        let kind = ModelKind::of(dir);
+        // Models without an encoder run on the CPU whatever the device asked for.
+        let device = if kind.has_encoder() { options.device.resolve()? } else { Device::Cpu };
+        Self::load_on(dir, kind, options, device)
     }
 
-    /// [`Classifier::load`] on a resolved device.
-    fn load_on(dir: &Path, options: ClassifierOptions, device: Device) -> Result<Self> {
+    /// [`Classifier::load`] of a directory of `kind` on a resolved device.
+    fn load_on(dir: &Path, kind: ModelKind, options: ClassifierOptions, device: Device) -> Result<Self> {
         let options = options.resolved(&device)?;
-        if is_ensemble_dir(dir) {
+        if kind == ModelKind::Ensemble {
             let ensemble = Ensemble::load(dir, options)?;
             let tasks = vec![TaskSpec {
                 name: DEFAULT_TASK.into(),
@@ -157,12 +156,12 @@ impl Classifier {
             let model = Model::Ensemble(Box::new(ensemble));
             return Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None, device });
         }
-        if is_bow_dir(dir) {
+        if kind == ModelKind::Bow {
             let model = BowModel::load(dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
             let labels = model.labels().to_vec();
             return Self::without_encoder(Model::Bow(Box::new(model)), labels, "a bag-of-words model", options, dir);
         }
-        if is_han_dir(dir) {
+        if kind == ModelKind::Han {
             let model = HanClassifier::load(dir, &Device::Cpu)?;
             let labels = model.labels().to_vec();
             return Self::without_encoder(Model::Han(Box::new(model)), labels, "a HAN (f32 only)", options, dir);
