@@ -5,14 +5,11 @@
 //! the digit; the GIL is released while the model runs; bad input raises a
 //! `longread.LongreadError` subclass with the CLI's message, never a crash.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use longread_model::classifier::calibrated::ensemble_labels;
-use longread_model::classifier::ensemble::{
-    build_calibrated_ensemble, build_ensemble, build_ensemble_from_scores, EnsembleSpec,
-};
-use longread_train::run::stacking::{out_of_fold_scores, StackSettings};
+use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
+use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 use longread_model::classifier::evaluate::evaluate_reader;
 use longread_model::classifier::PredictionLine;
 use longread_model::{
@@ -462,43 +459,14 @@ fn ensemble(
     let built = py.allow_threads(|| match (&calibrate, &stack) {
         (Some(data), _) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, cache, |_| {})
             .map_err(|e| e.to_string()),
-        (None, Some(train)) => stack_ensemble(&members, &out, train, fit_weights, folds, cache, seed),
+        (None, Some(train)) => {
+            let settings = StackSettings { folds, seed, vector_cache: cache };
+            build_stacked_ensemble(&members, &out, train, fit_weights, settings, |_, _| {}).map_err(|e| e.to_string())
+        }
         (None, None) => build_ensemble(&members, &out).map_err(|e| e.to_string()),
     });
     let spec = built.map_err(|e| ModelLoadError::new_err(format!("writing ensemble {}: {e}", out.display())))?;
     from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
-}
-
-/// `ensemble(..., stack=TRAIN)`: the members' out-of-fold scores on their training data, then
-/// the ensemble calibrated on them (as `longread ensemble --stack`).
-fn stack_ensemble(
-    members: &[(PathBuf, f64)],
-    out: &Path,
-    train: &Path,
-    fit_weights: bool,
-    folds: usize,
-    vector_cache: Option<&Path>,
-    seed: u64,
-) -> std::result::Result<EnsembleSpec, String> {
-    if out.exists() {
-        return Err("it already exists: give a new out".into());
-    }
-    let dirs: Vec<PathBuf> = members.iter().map(|(dir, _)| dir.clone()).collect();
-    let labels = ensemble_labels(&dirs).map_err(|e| e.to_string())?;
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let scratch = tempfile::Builder::new().prefix(".longread-stack-").tempdir_in(parent).map_err(|e| e.to_string())?;
-    let settings = StackSettings { folds, seed, vector_cache, scratch: scratch.path() };
-    let scores = out_of_fold_scores(&dirs, &labels, train, settings, &mut SilentRun, |_, _| {}).map_err(|e| e.to_string())?;
-    build_ensemble_from_scores(members, out, &scores, fit_weights, folds).map_err(|e| e.to_string())
-}
-
-/// A training run nobody listens to (the refits of `stack`).
-struct SilentRun;
-
-impl longread_train::run::RunHooks for SilentRun {
-    fn progress(&mut self, _: longread_train::trainer::Progress) {}
-    fn epoch(&mut self, _: &longread_train::trainer::EpochLog) {}
-    fn note(&mut self, _: &str) {}
 }
 
 /// Keyword arguments as command-line flags (`freeze_base=True` → `--freeze-base`,

@@ -5,13 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use longread_model::classifier::calibrated::ensemble_labels;
-use longread_model::classifier::ensemble::{
-    build_calibrated_ensemble, build_ensemble, build_ensemble_from_scores, EnsembleSpec,
-};
-use longread_train::run::stacking::{out_of_fold_scores, StackSettings};
-use longread_train::run::RunHooks;
-use longread_train::trainer::{EpochLog, Progress};
+use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble, EnsembleSpec};
+use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 
 /// Arguments of `longread ensemble`.
 #[derive(Debug, Args)]
@@ -128,46 +123,20 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-/// `--stack`: out-of-fold scores of every member on its training data, then the ensemble
-/// calibrated on them.
+/// `--stack`: the ensemble fitted on every member's out-of-fold scores of its training data,
+/// a line per refit.
 fn stack(
     args: &EnsembleArgs,
     members: &[(PathBuf, f64)],
     train: &std::path::Path,
     quiet: bool,
 ) -> Result<EnsembleSpec> {
-    if args.out.exists() {
-        bail!("{} already exists: give a new --out", args.out.display());
-    }
-    let dirs: Vec<PathBuf> = members.iter().map(|(dir, _)| dir.clone()).collect();
-    let labels = ensemble_labels(&dirs).context("loading the members")?;
-    let parent = args.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let scratch = tempfile::Builder::new()
-        .prefix(".longread-stack-")
-        .tempdir_in(parent)
-        .with_context(|| format!("creating a scratch directory in {}", parent.display()))?;
-    let settings = StackSettings {
-        folds: args.folds as usize,
-        seed: args.seed,
-        vector_cache: args.vector_cache.as_deref(),
-        scratch: scratch.path(),
-    };
-    let folds = args.folds;
-    let scores = out_of_fold_scores(&dirs, &labels, train, settings, &mut Quiet, |m, f| {
+    let settings =
+        StackSettings { folds: args.folds as usize, seed: args.seed, vector_cache: args.vector_cache.as_deref() };
+    build_stacked_ensemble(members, &args.out, train, args.fit_weights, settings, |m, f| {
         if !quiet {
-            eprintln!("stacking: {} fold {}/{folds} retrained and scored", dirs[m].display(), f + 1);
+            eprintln!("stacking: {} fold {}/{} retrained and scored", members[m].0.display(), f + 1, args.folds);
         }
     })
-    .context("stacking")?;
-    build_ensemble_from_scores(members, &args.out, &scores, args.fit_weights, folds as usize)
-        .with_context(|| format!("writing ensemble {}", args.out.display()))
-}
-
-/// The refits' training runs, unheard (one line per fold is printed instead).
-struct Quiet;
-
-impl RunHooks for Quiet {
-    fn progress(&mut self, _: Progress) {}
-    fn epoch(&mut self, _: &EpochLog) {}
-    fn note(&mut self, _: &str) {}
+    .with_context(|| format!("writing ensemble {}", args.out.display()))
 }

@@ -33,27 +33,30 @@ pub fn build_calibrated_ensemble(
     if out.exists() {
         return Err(ModelError::OutputExists { path: out.to_owned() });
     }
-    normalised_weights(members)?;
+    let given = normalised_weights(members)?;
     let (labels, mut loaded) = load_members(members)?;
     if let Some(dir) = vector_cache {
         loaded.iter_mut().try_for_each(|(classifier, _)| classifier.set_vector_cache(dir))?;
     }
     let (documents, gold) = labelled_documents(data, &labels)?;
-    check_enough(documents.len(), folds, &data.display().to_string())?;
+    let source = data.display().to_string();
+    check_enough(documents.len(), folds, &source)?;
     let mut probs = Vec::with_capacity(loaded.len());
     for (m, (classifier, _)) in loaded.iter().enumerate() {
-        probs.push(member_probabilities(classifier, &labels, &documents, &data.display().to_string())?);
+        probs.push(member_probabilities(classifier, &labels, &documents, &source)?);
         on_member(m);
     }
-    build_ensemble_from_scores(members, out, &MemberScores { probs, gold }, fit_weights, folds)
+    write_calibrated(members, out, labels, given, &MemberScores { probs, gold }, fit_weights, folds)
 }
 
 /// Writes the ensemble of `members` with temperatures (and, with `fit_weights`, weights) fitted
-/// on `scores` (the members' probabilities, in the first member's label order, on documents
-/// none of them trained on); see [`build_calibrated_ensemble`].
+/// on `scores`: the members' probabilities, in the order of `labels` (the ensemble's labels, as
+/// [`ensemble_labels`] gives them), on documents none of them trained on; see
+/// [`build_calibrated_ensemble`].
 pub fn build_ensemble_from_scores(
     members: &[(PathBuf, f64)],
     out: &Path,
+    labels: Vec<String>,
     scores: &MemberScores,
     fit_weights: bool,
     folds: usize,
@@ -62,11 +65,28 @@ pub fn build_ensemble_from_scores(
         return Err(ModelError::OutputExists { path: out.to_owned() });
     }
     let given = normalised_weights(members)?;
-    let (labels, _) = load_members(members)?;
-    if scores.probs.len() != members.len() || scores.probs.iter().any(|p| p.len() != scores.gold.len()) {
-        return Err(ModelError::InvalidInput("one row of probabilities per member and document is needed".into()));
+    let shaped = scores.probs.len() == members.len()
+        && scores.probs.iter().all(|p| p.len() == scores.gold.len() && p.iter().all(|row| row.len() == labels.len()));
+    if !shaped {
+        return Err(ModelError::InvalidInput(
+            "one row of probabilities over the labels per member and document is needed".into(),
+        ));
     }
     check_enough(scores.gold.len(), folds, "the scored documents")?;
+    write_calibrated(members, out, labels, given, scores, fit_weights, folds)
+}
+
+/// Fits the calibration on `scores` and writes the ensemble: the fitted weights when they won
+/// out of fold, else the `given` ones.
+fn write_calibrated(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    labels: Vec<String>,
+    given: Vec<f64>,
+    scores: &MemberScores,
+    fit_weights: bool,
+    folds: usize,
+) -> Result<EnsembleSpec> {
     let calibration = calibrate(scores, labels.len(), fit_weights, folds);
     let weights = if calibration.weights_fitted { calibration.weights.clone() } else { given };
     let temperatures = calibration.temperatures.clone();

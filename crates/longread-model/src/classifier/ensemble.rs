@@ -226,7 +226,7 @@ fn copy_model_files(source: &Path, target: &Path) -> Result<()> {
 /// Loads the member model in `dir` (when building an ensemble, or loading one): not itself an
 /// ensemble; encoder members at the ensemble's precision, the others in f32 (the only
 /// precision a HAN or a bag of words has).
-pub(super) fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
+fn load_member(dir: &Path, options: ClassifierOptions) -> Result<Classifier> {
     let kind = ModelKind::of(dir);
     if kind == ModelKind::Ensemble {
         return Err(ModelError::InvalidInput(format!(

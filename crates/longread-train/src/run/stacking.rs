@@ -2,22 +2,26 @@
 //! (`longread ensemble --stack TRAIN.jsonl`): every member is retrained K times with the
 //! settings its run recorded (training_args.json), each time on K − 1 stratified folds of
 //! TRAIN, and scores the fold it did not see. The ensemble's temperatures and weights are then
-//! fitted on those scores (`build_ensemble_from_scores`), so no held-out set is spent on them:
+//! fitted on those scores ([`build_stacked_ensemble`]), so no held-out set is spent on them:
 //! the weights are fitted by cross-validation on the training set, as a stacked ensemble's are.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use longread_metrics::folds::stratified_folds;
-use longread_model::classifier::calibrated::{labelled_documents, member_probabilities};
+use longread_model::classifier::calibrated::{
+    build_ensemble_from_scores, ensemble_labels, labelled_documents, member_probabilities,
+};
 use longread_model::classifier::calibration::MemberScores;
-use longread_model::{Classifier, ClassifierOptions};
+use longread_model::classifier::ensemble::EnsembleSpec;
+use longread_model::{Classifier, ClassifierOptions, ModelError};
 use longread_text::Document;
 use serde_json::Value;
 
 use crate::error::{Result, TrainError};
 use crate::run::flags::spec_from_flags;
 use crate::run::{train_run, RunHooks};
+use crate::trainer::{EpochLog, Progress};
 
 /// Recorded settings that are not a member's recipe: where it read and wrote, how it was
 /// resumed, logged, stopped and cached, and the data's fingerprints.
@@ -47,30 +51,56 @@ pub struct StackSettings<'a> {
     /// Encoder members' chunk vectors are read and kept here (a frozen encoder then runs once
     /// per document, not once per fold).
     pub vector_cache: Option<&'a Path>,
-    /// Scratch directory for the folds' data and models (each removed once scored).
-    pub scratch: &'a Path,
 }
 
-/// The labels of the ensemble (the first member's order) are `labels`; returns every member's
-/// out-of-fold probabilities of the labelled documents of `data`, and their labels.
-/// `on_fold(member, fold)` is called after each refit has scored its fold.
-pub fn out_of_fold_scores(
+/// `longread ensemble --stack TRAIN` (and Python's `ensemble(stack=TRAIN)`): the ensemble of
+/// `members` in the new directory `out`, its temperatures (and with `fit_weights` its weights)
+/// fitted on every member's out-of-fold scores of the labelled documents of `train`. The
+/// refits work in a scratch directory beside `out`, removed however the call ends; their
+/// training runs are silent, and `on_fold(member, fold)` is called after each has scored its
+/// fold.
+pub fn build_stacked_ensemble(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    train: &Path,
+    fit_weights: bool,
+    settings: StackSettings,
+    on_fold: impl FnMut(usize, usize),
+) -> Result<EnsembleSpec> {
+    if out.exists() {
+        return Err(ModelError::OutputExists { path: out.to_owned() }.into());
+    }
+    let dirs: Vec<PathBuf> = members.iter().map(|(dir, _)| dir.clone()).collect();
+    let labels = ensemble_labels(&dirs)?;
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let scratch = tempfile::Builder::new()
+        .prefix(".longread-stack-")
+        .tempdir_in(parent)
+        .map_err(|e| TrainError::Io { path: parent.to_owned(), source: e })?;
+    let scores = out_of_fold_scores(&dirs, &labels, train, settings, scratch.path(), on_fold)?;
+    Ok(build_ensemble_from_scores(members, out, labels, &scores, fit_weights, settings.folds)?)
+}
+
+/// Every member's out-of-fold probabilities (in the order of `labels`, the ensemble's) of the
+/// labelled documents of `data`, the refits working in `scratch`.
+fn out_of_fold_scores(
     members: &[PathBuf],
     labels: &[String],
     data: &Path,
     settings: StackSettings,
-    hooks: &mut dyn RunHooks,
+    scratch: &Path,
     mut on_fold: impl FnMut(usize, usize),
 ) -> Result<MemberScores> {
+    // Every recipe first: a member that cannot be retrained is refused before any refit.
+    let recipes: Vec<Recipe> = members.iter().map(|m| member_recipe(m)).collect::<Result<_>>()?;
     let (documents, gold) = labelled_documents(data, labels)?;
     let folds = stratified_folds(&gold, settings.folds, settings.seed);
     let mut probs = Vec::with_capacity(members.len());
-    for (m, member) in members.iter().enumerate() {
-        let recipe = member_recipe(member)?;
+    for (m, recipe) in recipes.iter().enumerate() {
         let mut rows: Vec<Option<Vec<f64>>> = vec![None; documents.len()];
         for (f, held_out) in folds.iter().enumerate() {
-            let dir = settings.scratch.join(format!("member-{}-fold-{}", m + 1, f + 1));
-            let model = refit(&recipe, &dir, &documents, &gold, labels, held_out, settings.vector_cache, hooks)?;
+            let dir = scratch.join(format!("member-{}-fold-{}", m + 1, f + 1));
+            let model = refit(recipe, &dir, &documents, &gold, labels, held_out, settings.vector_cache)?;
             let mut classifier = Classifier::load(&model, ClassifierOptions::default())?;
             if let (Some(cache), true) = (settings.vector_cache, recipe.reads_chunks) {
                 classifier.set_vector_cache(cache)?;
@@ -87,6 +117,15 @@ pub fn out_of_fold_scores(
         probs.push(rows.into_iter().map(|r| r.expect("every document is in one fold")).collect());
     }
     Ok(MemberScores { probs, gold })
+}
+
+/// The refits' training runs, unheard (the caller hears of each fold instead).
+struct Silent;
+
+impl RunHooks for Silent {
+    fn progress(&mut self, _: Progress) {}
+    fn epoch(&mut self, _: &EpochLog) {}
+    fn note(&mut self, _: &str) {}
 }
 
 /// What it takes to train a member again on other data.
@@ -181,7 +220,6 @@ fn push_flag(flags: &mut Vec<String>, key: &str, value: &Value) {
 
 /// Trains `recipe` on every document of `documents` outside `held_out` (written as JSON lines
 /// with label names into `dir`); returns the trained model's directory.
-#[allow(clippy::too_many_arguments)]
 fn refit(
     recipe: &Recipe,
     dir: &Path,
@@ -190,7 +228,6 @@ fn refit(
     labels: &[String],
     held_out: &[usize],
     vector_cache: Option<&Path>,
-    hooks: &mut dyn RunHooks,
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| TrainError::Io { path: dir.to_owned(), source: e })?;
     let train = dir.join("train.jsonl");
@@ -211,6 +248,6 @@ fn refit(
         flags.extend(["--vector-cache".into(), cache.display().to_string()]);
     }
     let mut spec = spec_from_flags(&flags).map_err(|e| TrainError::Run(format!("{}: {e}", recipe.dir.display())))?;
-    train_run(&mut spec, serde_json::Map::new(), hooks)?;
+    train_run(&mut spec, serde_json::Map::new(), &mut Silent)?;
     Ok(model)
 }
