@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use longread_model::hierarchical::predictor::{batch_tensors, chunk_batches};
-use longread_model::hierarchical::{probe_batch, DocumentStore, HierarchicalClassifier, CACHE_GROUP_CHUNKS};
+use longread_model::hierarchical::{
+    chunk_groups, probe_batch, DocumentStore, HierarchicalClassifier, CACHE_GROUP_CHUNKS,
+};
 use longread_model::Mode;
 use longread_text::ChunkedDocument;
 
@@ -176,21 +178,14 @@ impl PrefixCache {
         let group_chunks = if storage.store.is_some() { CACHE_GROUP_CHUNKS } else { usize::MAX };
         let total: usize = docs.iter().map(|d| d.chunks.len()).sum();
         let mut done = total - todo.iter().map(|&d| docs[d].chunks.len()).sum::<usize>();
-        let mut start = 0;
-        while start < todo.len() {
+        let sizes: Vec<usize> = todo.iter().map(|&d| docs[d].chunks.len()).collect();
+        for range in chunk_groups(&sizes, group_chunks) {
             // A stop asked for (Ctrl-C) ends the fill here; what the store holds is kept.
             if storage.store.is_some() {
                 crate::interrupt::check_filling("storing the frozen layers' outputs", done, total)?;
             }
-            let mut end = start;
-            let mut chunks = 0;
-            while end < todo.len() && (end == start || chunks < group_chunks) {
-                chunks += docs[todo[end]].chunks.len();
-                end += 1;
-            }
-            cache.encode_group(model, docs, &todo[start..end], max_batch_tokens, storage, &mut on_chunks)?;
-            done += chunks;
-            start = end;
+            done += sizes[range.clone()].iter().sum::<usize>();
+            cache.encode_group(model, docs, &todo[range], max_batch_tokens, storage, &mut on_chunks)?;
         }
         if let Some(mut w) = cache.writer.take() {
             w.flush().map_err(|e| scratch_error(storage.spill_dir, e))?;

@@ -15,4 +15,4 @@ pub use config::{
 };
 pub use model::{Classified, HierarchicalClassifier};
 pub use predictor::DocumentScores;
-pub use vector_cache::{probe_batch, DocumentStore, VectorCache, CACHE_GROUP_CHUNKS};
+pub use vector_cache::{chunk_groups, probe_batch, DocumentStore, VectorCache, CACHE_GROUP_CHUNKS};

@@ -155,6 +155,24 @@ fn seeded_hashers() -> [DefaultHasher; 2] {
 /// to the last group, and the next run starts there.
 pub const CACHE_GROUP_CHUNKS: usize = 64;
 
+/// Consecutive ranges of items whose chunk counts are `chunks`, each closed once it holds
+/// `per_group` chunks or more (so at least one item each): the groups a cache fills by.
+pub fn chunk_groups(chunks: &[usize], per_group: usize) -> Vec<std::ops::Range<usize>> {
+    let mut groups = Vec::new();
+    let (mut start, mut held) = (0, 0);
+    for (i, &n) in chunks.iter().enumerate() {
+        held += n;
+        if held >= per_group {
+            groups.push(start..i + 1);
+            (start, held) = (i + 1, 0);
+        }
+    }
+    if start < chunks.len() {
+        groups.push(start..chunks.len());
+    }
+    groups
+}
+
 impl HierarchicalClassifier {
     /// [`Self::encode_documents`] through `cache`: documents found there are read, the others
     /// encoded (batched together, in groups of about [`CACHE_GROUP_CHUNKS`] chunks) and stored
@@ -173,23 +191,29 @@ impl HierarchicalClassifier {
         let mut out: Vec<Option<Tensor>> = docs.iter().map(|d| cache.get(d, device)).collect();
         let missing: Vec<usize> = (0..docs.len()).filter(|&i| out[i].is_none()).collect();
         on_chunks(docs.iter().zip(&out).filter(|(_, v)| v.is_some()).map(|(d, _)| d.chunks.len()).sum());
-        let mut start = 0;
-        while start < missing.len() {
-            let mut end = start;
-            let mut chunks = 0;
-            while end < missing.len() && (end == start || chunks < CACHE_GROUP_CHUNKS) {
-                chunks += docs[missing[end]].chunks.len();
-                end += 1;
-            }
-            let group = &missing[start..end];
+        let sizes: Vec<usize> = missing.iter().map(|&i| docs[i].chunks.len()).collect();
+        for range in chunk_groups(&sizes, CACHE_GROUP_CHUNKS) {
+            let group = &missing[range];
             let todo: Vec<&ChunkedDocument> = group.iter().map(|&i| docs[i]).collect();
             let encoded = self.encode_documents(&todo, max_batch_tokens, device, &mut on_chunks)?;
             for (&i, vectors) in group.iter().zip(encoded) {
                 cache.put(docs[i], &vectors)?;
                 out[i] = Some(vectors);
             }
-            start = end;
         }
         Ok(out.into_iter().map(|v| v.expect("every document encoded or cached")).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_groups;
+
+    #[test]
+    fn groups_close_once_they_hold_enough_chunks() {
+        assert_eq!(chunk_groups(&[30, 30, 10, 70, 5, 5], 64), vec![0..3, 3..4, 4..6]);
+        assert_eq!(chunk_groups(&[100], 64), vec![0..1]);
+        assert_eq!(chunk_groups(&[], 64), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(chunk_groups(&[3, 4, 5], usize::MAX), vec![0..3], "one group when unbounded");
     }
 }

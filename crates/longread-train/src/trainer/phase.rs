@@ -1,7 +1,7 @@
 //! Phases of a run: what trains (gradual unfreezing) and the caches of what does not.
 
 use candle_core::{Device, Tensor, Var};
-use longread_model::hierarchical::{HierarchicalClassifier, VectorCache, CACHE_GROUP_CHUNKS};
+use longread_model::hierarchical::{chunk_groups, HierarchicalClassifier, VectorCache, CACHE_GROUP_CHUNKS};
 use longread_text::ChunkedDocument;
 
 use crate::error::Result;
@@ -109,10 +109,12 @@ impl Run<'_> {
                     // groups; what the cache holds is kept and read back by the next run.
                     let total: usize = docs.iter().map(|d| d.chunks.len()).sum();
                     let (mut vectors, mut done) = (Vec::with_capacity(docs.len()), 0);
-                    for group in cache_groups(&docs) {
+                    let sizes: Vec<usize> = docs.iter().map(|d| d.chunks.len()).collect();
+                    for range in chunk_groups(&sizes, CACHE_GROUP_CHUNKS) {
                         crate::interrupt::check_filling("filling the chunk-vector cache", done, total)?;
+                        done += sizes[range.clone()].iter().sum::<usize>();
+                        let group = &docs[range];
                         vectors.extend(model.encode_documents_cached(group, tokens, device, Some(cache), &mut tick)?);
-                        done += group.iter().map(|d| d.chunks.len()).sum::<usize>();
                     }
                     Ok(vectors)
                 };
@@ -170,21 +172,4 @@ impl Run<'_> {
             cache,
         }
     }
-}
-
-/// `docs` in consecutive groups of about [`CACHE_GROUP_CHUNKS`] chunks (at least one document).
-fn cache_groups<'a, 'd>(docs: &'a [&'d ChunkedDocument]) -> Vec<&'a [&'d ChunkedDocument]> {
-    let mut groups = Vec::new();
-    let (mut start, mut chunks) = (0, 0);
-    for (i, doc) in docs.iter().enumerate() {
-        chunks += doc.chunks.len();
-        if chunks >= CACHE_GROUP_CHUNKS {
-            groups.push(&docs[start..=i]);
-            (start, chunks) = (i + 1, 0);
-        }
-    }
-    if start < docs.len() {
-        groups.push(&docs[start..]);
-    }
-    groups
 }
