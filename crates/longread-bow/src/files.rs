@@ -18,6 +18,7 @@ const FORMAT: &str = "longread-bow";
 const VERSION: u32 = 1;
 const VOCABULARY: &str = "vocabulary.txt";
 const WEIGHTS: &str = "model.safetensors";
+const CONFIG: &str = "bow.json";
 
 /// `bow.json`.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -31,6 +32,15 @@ struct BowConfig {
 
 pub(crate) fn write_bow_files(model: &BowModel, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|source| BowError::Io { path: dir.to_owned(), source })?;
+    // In order, the config last: a directory is a model once bow.json is there.
+    for (name, bytes) in bow_files(model)? {
+        write_atomically(&dir.join(name), &bytes)?;
+    }
+    Ok(())
+}
+
+/// The model directory's files (name, contents), `bow.json` last.
+pub(crate) fn bow_files(model: &BowModel) -> Result<Vec<(&'static str, Vec<u8>)>> {
     let mut terms: Vec<(&String, &u32)> = model.vocabulary.iter().collect();
     terms.sort_unstable_by_key(|(_, &col)| col);
     let mut vocabulary = String::new();
@@ -38,7 +48,6 @@ pub(crate) fn write_bow_files(model: &BowModel, dir: &Path) -> Result<()> {
         vocabulary.push_str(term);
         vocabulary.push('\n');
     }
-    write_atomically(&dir.join(VOCABULARY), vocabulary.as_bytes())?;
     let r = &model.regression;
     let bytes = |v: &[f64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let (idf, weights, intercepts) = (bytes(&model.idf), bytes(&r.weights), bytes(&r.intercepts));
@@ -48,10 +57,8 @@ pub(crate) fn write_bow_files(model: &BowModel, dir: &Path) -> Result<()> {
         ("weights", view(&weights, vec![outputs, r.features])?),
         ("intercepts", view(&intercepts, vec![outputs])?),
     ];
-    let path = dir.join(WEIGHTS);
     let data = safetensors::serialize(tensors, None)
-        .map_err(|e| BowError::Format { path: path.clone(), message: e.to_string() })?;
-    write_atomically(&path, &data)?;
+        .map_err(|e| BowError::Format { path: WEIGHTS.into(), message: e.to_string() })?;
     let config = BowConfig {
         format: FORMAT.into(),
         version: VERSION,
@@ -60,8 +67,7 @@ pub(crate) fn write_bow_files(model: &BowModel, dir: &Path) -> Result<()> {
         c: model.c,
     };
     let json = serde_json::to_vec_pretty(&config).map_err(|e| BowError::Solver(e.to_string()))?;
-    // The config last: a directory is a model once bow.json is there.
-    write_atomically(&bow_config_path(dir), &json)
+    Ok(vec![(VOCABULARY, vocabulary.into_bytes()), (WEIGHTS, data), (CONFIG, json)])
 }
 
 pub(crate) fn read_bow_files(dir: &Path) -> Result<BowModel> {

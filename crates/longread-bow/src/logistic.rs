@@ -141,6 +141,13 @@ fn linear(weights: &[f64], intercepts: &[f64], features: usize, row: &SparseRow)
     intercepts.iter().enumerate().map(|(k, b)| row.dot(&weights[k * features..(k + 1) * features]) + b).collect()
 }
 
+/// `ln softmax(z)`, stable.
+pub fn log_softmax(z: &[f64]) -> Vec<f64> {
+    let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let lse = max + z.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+    z.iter().map(|v| v - lse).collect()
+}
+
 /// Softmax, stable.
 pub fn softmax(z: &[f64]) -> Vec<f64> {
     let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -250,6 +257,16 @@ impl Gradient for Objective<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_softmax_is_the_log_of_softmax() {
+        let z = [0.0, 2.0, -1.0];
+        for (l, p) in log_softmax(&z).iter().zip(softmax(&z)) {
+            assert!((l.exp() - p).abs() < 1e-12);
+        }
+        // Stable for large logits.
+        assert!(log_softmax(&[1000.0, 0.0])[1].is_finite());
+    }
 
     fn row(pairs: &[(u32, f64)]) -> SparseRow {
         SparseRow { indices: pairs.iter().map(|p| p.0).collect(), values: pairs.iter().map(|p| p.1).collect() }

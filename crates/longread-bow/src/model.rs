@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::counts::{count_terms, for_each_char_term, Interner, TermCounts};
 use crate::error::{BowError, Result};
-use crate::files::{read_bow_files, write_bow_files};
+use crate::files::{bow_files, read_bow_files, write_bow_files};
 use crate::logistic::{softmax, Data, LogisticRegression, Solver};
 use crate::sparse::SparseRow;
 use crate::terms::{for_each_ngram, words};
@@ -156,6 +156,12 @@ impl BowModel {
     /// Writes the model into `dir` (created if missing), each file atomically.
     pub fn save(&self, dir: &Path) -> Result<()> {
         write_bow_files(self, dir)
+    }
+
+    /// The model directory's files as [`Self::save`] writes them (name, contents; `bow.json`
+    /// last), for a model that keeps a bag of words inside its own directory.
+    pub fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>> {
+        bow_files(self)
     }
 
     /// Reads a model written by [`Self::save`].

@@ -91,6 +91,10 @@ pub fn write_temporary_dir(out: &Path, tensors: &HashMap<String, Tensor>, files:
     let mut written = vec![weights];
     for (name, bytes) in files {
         let path = tmp.path().join(name);
+        // A name may hold a folder (a wide-and-deep model's `wide/…`).
+        if let Some(folder) = path.parent().filter(|p| *p != tmp.path()) {
+            std::fs::create_dir_all(folder).map_err(io(folder))?;
+        }
         std::fs::write(&path, bytes).map_err(io(&path))?;
         written.push(path);
     }

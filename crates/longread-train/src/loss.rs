@@ -32,6 +32,9 @@ pub struct TaskLoss<'a> {
     pub task_weights: &'a [f64],
     /// Per-class weights of the first task's loss (`[labels]`).
     pub class_weights: Option<&'a Tensor>,
+    /// Added to the first task's logits, one `[labels]` tensor per document of the batch (a
+    /// wide-and-deep model's wide side; see [`crate::trainer::Split::offsets`]).
+    pub offsets: Option<&'a [Tensor]>,
 }
 
 /// `Σ_t w_t · cross_entropy_t` over the documents that have a label for task t.
@@ -55,8 +58,11 @@ pub fn task_loss(
         if weight == 0.0 || chosen.is_empty() {
             continue;
         }
-        let logits: Vec<Tensor> =
-            chosen.iter().map(|&(d, _)| Ok(model.classify_task(chunks[d], t, mode)?.logits)).collect::<Result<_>>()?;
+        let offsets = if t == 0 { how.offsets } else { None };
+        let logits: Vec<Tensor> = chosen
+            .iter()
+            .map(|&(d, _)| offset_logits(model.classify_task(chunks[d], t, mode)?.logits, offsets, d))
+            .collect::<Result<_>>()?;
         let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
         let class_weights = if t == 0 { how.class_weights } else { None };
         let loss = (cross_entropy(&Tensor::stack(&logits, 0)?, &gold, class_weights, device)? * weight)?;
@@ -66,6 +72,21 @@ pub fn task_loss(
         });
     }
     total.ok_or_else(|| TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into()))
+}
+
+/// `logits` plus document `d`'s offset, when there are offsets.
+///
+/// # Shapes
+/// `logits: [labels]`, `offsets[d]: [labels]` → `[labels]`
+pub fn offset_logits(logits: Tensor, offsets: Option<&[Tensor]>, d: usize) -> Result<Tensor> {
+    Ok(match offsets {
+        Some(o) => {
+            let offset =
+                o.get(d).ok_or_else(|| TrainError::InvalidSetting(format!("no logit offset for document {d}")))?;
+            logits.add(offset)?
+        }
+        None => logits,
+    })
 }
 
 /// The attention penalty of Lin et al. (2017), `P = ‖A Aᵀ − I‖²_F` for each document's r

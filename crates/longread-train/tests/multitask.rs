@@ -91,8 +91,9 @@ fn run(
 ) -> Vec<EpochLog> {
     let (docs, labels) = data(model, 12);
     let (dev_docs, dev_labels) = (docs[8..].to_vec(), labels.iter().map(|l| l[8..].to_vec()).collect::<Vec<_>>());
-    let train_split = Split { docs: &docs[..8], labels: labels_of(labels.iter().map(|l| l[..8].to_vec()).collect()) };
-    let dev_split = Split { docs: &dev_docs, labels: labels_of(dev_labels) };
+    let train_split =
+        Split { docs: &docs[..8], labels: labels_of(labels.iter().map(|l| l[..8].to_vec()).collect()), offsets: None };
+    let dev_split = Split { docs: &dev_docs, labels: labels_of(dev_labels), offsets: None };
     train(model, train_split, dev_split, cfg, &Device::Cpu, None, |_| {}, |_| Ok(()), |_| Ok(())).unwrap()
 }
 
@@ -104,10 +105,17 @@ fn the_loss_is_the_weighted_sum_of_the_task_losses() {
     let vectors = model.encode_documents(&refs, 64, &Device::Cpu, |_| {}).unwrap();
     let chunks: Vec<&Tensor> = vectors.iter().collect();
     let loss = |w: &[f64]| {
-        task_loss(&model, &chunks, &labels, TaskLoss { task_weights: w, class_weights: None }, Mode::Eval, &Device::Cpu)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
+        task_loss(
+            &model,
+            &chunks,
+            &labels,
+            TaskLoss { task_weights: w, class_weights: None, offsets: None },
+            Mode::Eval,
+            &Device::Cpu,
+        )
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
     };
     let (first, second, both) = (loss(&[1.0, 0.0]), loss(&[0.0, 1.0]), loss(&[1.0, 2.0]));
     assert!((both - (first + 2.0 * second)).abs() < 1e-5, "{both} vs {first} + 2·{second}");

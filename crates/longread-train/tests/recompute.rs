@@ -42,7 +42,7 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
             let settings = BatchSettings {
                 max_batch_tokens: 40,
                 recompute,
-                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights) },
+                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights), offsets: None },
                 prefix: Prefix::None,
             };
             batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(11), settings, &Device::Cpu).unwrap()
@@ -69,7 +69,7 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
             BatchSettings {
                 max_batch_tokens: 40,
                 recompute: true,
-                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights) },
+                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights), offsets: None },
                 prefix: Prefix::None,
             },
             &Device::Cpu,
@@ -113,7 +113,7 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         let settings = BatchSettings {
             max_batch_tokens: 40,
             recompute,
-            loss: TaskLoss { task_weights: &[], class_weights: None },
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
             prefix,
         };
         batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(5), settings, &Device::Cpu).unwrap()
@@ -146,7 +146,7 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         BatchSettings {
             max_batch_tokens: 40,
             recompute: true,
-            loss: TaskLoss { task_weights: &[], class_weights: None },
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
             prefix: Prefix::Frozen { layers: 1 },
         },
         &Device::Cpu,

@@ -519,3 +519,52 @@ fn nan_steps_are_skipped_and_counted_and_too_many_in_a_row_stop_the_run() {
         assert_eq!(t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), before[&name], "{name} changed");
     }
 }
+
+#[test]
+fn logit_offsets_enter_the_loss_and_the_dev_metrics() {
+    // A wide-and-deep run adds each document's bag-of-words scores to its logits: the loss and
+    // the dev metrics must see them. Offsets of +20 on the gold label make the training loss
+    // vanish; −20 on the dev set's gold labels make every dev prediction wrong.
+    let (model, chunker) = load();
+    let (train_texts, train_labels) = dataset("train", 8);
+    let (dev_texts, dev_labels) = dataset("test", 8);
+    let (train_docs, dev_docs) = (chunk_all(&chunker, &train_texts), chunk_all(&chunker, &dev_texts));
+    let n = model.labels().len();
+    let offsets = |labels: &[usize], push: f32| -> Vec<candle_core::Tensor> {
+        labels
+            .iter()
+            .map(|&l| {
+                let mut v = vec![0f32; n];
+                v[l] = push;
+                candle_core::Tensor::from_vec(v, n, &Device::Cpu).unwrap()
+            })
+            .collect()
+    };
+    let cfg = config(Freezing { freeze_base: true, ..Freezing::default() }, 1, 0.0, 1e-6);
+    let run = |train_offsets, dev_offsets| {
+        let train_split = Split { offsets: train_offsets, ..Split::new(&train_docs, &train_labels) };
+        let dev_split = Split { offsets: dev_offsets, ..Split::new(&dev_docs, &dev_labels) };
+        train(&model, train_split, dev_split, &cfg, &Device::Cpu, None, |_| {}, |_| Ok(()), |_| Ok(())).unwrap()
+    };
+    let plain = run(None, None);
+    let offset = run(Some(offsets(&train_labels, 20.0)), Some(offsets(&dev_labels, -20.0)));
+    assert!(plain[0].train_loss > 0.3, "an untrained head is unsure: {}", plain[0].train_loss);
+    assert!(offset[0].train_loss < 1e-3, "the offsets decide: {}", offset[0].train_loss);
+    assert_eq!(offset[0].dev.accuracy, 0.0);
+    assert!(offset[0].dev_loss > 10.0, "dev loss {}", offset[0].dev_loss);
+    // One offset per document, or a clear refusal.
+    let short = Split { offsets: Some(offsets(&train_labels[..3], 1.0)), ..Split::new(&train_docs, &train_labels) };
+    let err = train(
+        &model,
+        short,
+        Split::new(&dev_docs, &dev_labels),
+        &cfg,
+        &Device::Cpu,
+        None,
+        |_| {},
+        |_| Ok(()),
+        |_| Ok(()),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("one logit offset per document"), "{err}");
+}

@@ -8,6 +8,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use longread_bow::logistic::log_softmax;
 use longread_text::Document;
 use serde::{Deserialize, Serialize};
 
@@ -260,10 +261,22 @@ pub(super) fn label_map(labels: &[String], member: &Classifier) -> Result<Vec<us
     Ok(own.iter().map(|l| labels.iter().position(|x| x == l).expect("same label sets")).collect())
 }
 
+/// How an ensemble combines its members' scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Combination {
+    /// The weighted mean of their probabilities (a mixture; every `ensemble.json`).
+    Mean,
+    /// The weighted sum of their log-probabilities, renormalised (a product of experts): a
+    /// wide-and-deep model, whose deep side's logits get its bag of words' log-probabilities
+    /// times the fitted scale added.
+    LogLinear,
+}
+
 /// A loaded ensemble.
 pub(super) struct Ensemble {
     labels: Vec<String>,
     members: Vec<Member>,
+    combination: Combination,
 }
 
 /// A loaded member.
@@ -307,7 +320,20 @@ impl Ensemble {
             .collect::<Result<Vec<_>>>()?;
         let total: f64 = members.iter().map(|m| m.weight).sum();
         let members = members.into_iter().map(|m| Member { weight: m.weight / total, ..m }).collect();
-        Ok(Self { labels: spec.labels, members })
+        Ok(Self { labels: spec.labels, members, combination: Combination::Mean })
+    }
+
+    /// A wide-and-deep model as two members combined log-linearly: `deep` (the encoder model,
+    /// weight 1) and `wide` (its bag of words, weight `scale`), so the prediction is
+    /// `softmax(deep logits + scale · ln p_wide)`, what the model was trained on.
+    pub(super) fn wide_and_deep(deep: Classifier, wide: Classifier, scale: f64) -> Result<Self> {
+        let labels = deep.labels().to_vec();
+        let member = |name: &str, weight: f64, classifier: Classifier| -> Result<Member> {
+            let to_ensemble = label_map(&labels, &classifier)?;
+            Ok(Member { name: name.into(), weight, temperature: 1.0, classifier, to_ensemble })
+        };
+        let members = vec![member("deep", 1.0, deep)?, member("wide", scale, wide)?];
+        Ok(Self { labels, members, combination: Combination::LogLinear })
     }
 
     /// The ensemble's labels.
@@ -352,18 +378,32 @@ impl Ensemble {
     /// members' own scores shown are the tempered ones), logits = ln(probability), and the evidence
     /// (chunks or sentences) of the first member that shows some.
     pub(super) fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
-        let mut probabilities = vec![0f64; self.labels.len()];
+        // Mean: Σ w·p; log-linear: Σ w·ln p (renormalised below).
+        let mut combined = vec![0f64; self.labels.len()];
         let mut members = Vec::with_capacity(self.members.len());
         let mut evidence: Option<&super::Prediction> = None;
         let mut tokens = None;
         for (member, result) in self.members.iter().zip(results) {
             let prediction = result.as_ref().map_err(|e| member.error(e))?;
-            let raw: Vec<f64> = prediction.probabilities().iter().map(|&p| p as f64).collect();
-            let tempered = if member.temperature == 1.0 { raw } else { temper(&raw, member.temperature) };
             let mut own = vec![0f32; self.labels.len()];
-            for (&p, &k) in tempered.iter().zip(&member.to_ensemble) {
-                own[k] = p as f32;
-                probabilities[k] += member.weight * p;
+            match self.combination {
+                Combination::Mean => {
+                    let raw: Vec<f64> = prediction.probabilities().iter().map(|&p| p as f64).collect();
+                    let tempered = if member.temperature == 1.0 { raw } else { temper(&raw, member.temperature) };
+                    for (&p, &k) in tempered.iter().zip(&member.to_ensemble) {
+                        own[k] = p as f32;
+                        combined[k] += member.weight * p;
+                    }
+                }
+                Combination::LogLinear => {
+                    // From the logits, not ln of f32 probabilities (which floor at 1e-38).
+                    let scaled: Vec<f64> =
+                        prediction.logits.iter().map(|&z| f64::from(z) / member.temperature).collect();
+                    for (l, &k) in log_softmax(&scaled).into_iter().zip(&member.to_ensemble) {
+                        own[k] = l.exp() as f32;
+                        combined[k] += member.weight * l;
+                    }
+                }
             }
             if evidence.is_none() && (prediction.chunks.is_some() || prediction.sentences.is_some()) {
                 evidence = Some(prediction);
@@ -376,10 +416,16 @@ impl Ensemble {
                 scores: LabelScores { labels: self.labels.clone(), probabilities: own },
             });
         }
-        let probabilities: Vec<f32> = probabilities.into_iter().map(|p| p as f32).collect();
+        let (probabilities, logits): (Vec<f32>, Vec<f32>) = match self.combination {
+            Combination::Mean => combined.iter().map(|&p| (p as f32, (p as f32).max(f32::MIN_POSITIVE).ln())).unzip(),
+            Combination::LogLinear => {
+                let lp = log_softmax(&combined);
+                lp.iter().zip(&combined).map(|(&l, &z)| (l.exp() as f32, z as f32)).unzip()
+            }
+        };
         Ok(super::Prediction {
             label: self.labels[argmax(&probabilities)].clone(),
-            logits: probabilities.iter().map(|p| p.max(f32::MIN_POSITIVE).ln()).collect(),
+            logits,
             scores: LabelScores { labels: self.labels.clone(), probabilities },
             chunks: evidence.and_then(|p| p.chunks.clone()),
             total_sentences: evidence.and_then(|p| p.total_sentences),

@@ -184,14 +184,32 @@ impl Classifier {
         let tokenizer = TextTokenizer::from_file(model.tokenizer_path())?;
         let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
         let tasks = model.config().tasks();
-        Ok(Self {
+        let wide = model.config().longread.wide;
+        let deep = Self {
             model: Model::Encoder { model: Box::new(model), chunker: Box::new(chunker) },
             tasks,
             options,
             dir: dir.to_owned(),
             vector_cache: None,
             device,
-        })
+        };
+        match wide {
+            None => Ok(deep),
+            Some(wide) => Self::wide_and_deep(deep, wide.scale),
+        }
+    }
+
+    /// A wide-and-deep model (`train --wide-bow`): its encoder model `deep` and the bag of
+    /// words in its `wide/`, combined as trained (see [`Ensemble::wide_and_deep`]).
+    fn wide_and_deep(deep: Self, scale: f64) -> Result<Self> {
+        let dir = deep.dir.join(crate::hierarchical::WIDE_DIR);
+        let bow = BowModel::load(&dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
+        let labels = bow.labels().to_vec();
+        let options = ClassifierOptions { precision: Some(Precision::F32), ..deep.options };
+        let wide = Self::without_encoder(Model::Bow(Box::new(bow)), labels, "a bag-of-words model", options, &dir)?;
+        let (tasks, options, dir, device) = (deep.tasks.clone(), deep.options, deep.dir.clone(), deep.device.clone());
+        let model = Model::Ensemble(Box::new(Ensemble::wide_and_deep(deep, wide, scale)?));
+        Ok(Self { model, tasks, options, dir, vector_cache: None, device })
     }
 
     /// Reads and keeps chunk vectors in `dir` (see [`VectorCache`]): documents already encoded

@@ -116,7 +116,23 @@ pub struct LongreadSection {
     /// `classifier.`) and its labels are `id2label`; task t ≥ 1 is stored under `tasks.NAME.`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskSpec>,
+    /// The wide side of a wide-and-deep model (absent: none): a bag of words kept in the
+    /// model directory's `wide/` whose log-probabilities, times `scale`, are added to the
+    /// primary task's logits (`train --wide-bow`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wide: Option<WideSection>,
 }
+
+/// `longread.wide`: how a wide-and-deep model adds its bag of words' scores.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WideSection {
+    /// The bag of words' log-probabilities are multiplied by this before they are added to the
+    /// logits (the inverse of the temperature fitted on its out-of-fold scores), > 0.
+    pub scale: f64,
+}
+
+/// Where a wide-and-deep model keeps its bag of words, inside its directory.
+pub const WIDE_DIR: &str = "wide";
 
 /// One task of a multi-task model: its own pooling, LayerNorm and head over a shared encoder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,6 +170,7 @@ impl Default for LongreadSection {
             classifier_dropout: 0.3,
             layer_norm_eps: 1e-5,
             tasks: Vec::new(),
+            wide: None,
         }
     }
 }
@@ -216,6 +233,14 @@ impl LongreadSection {
         }
         if self.ordinal && (self.architecture == Architecture::Sequence || self.tasks.len() > 1) {
             return Err("longread.ordinal applies to a hierarchical model with one task".into());
+        }
+        if let Some(wide) = self.wide {
+            if !(wide.scale.is_finite() && wide.scale > 0.0) {
+                return Err(format!("longread.wide.scale {} must be above 0", wide.scale));
+            }
+            if self.tasks.len() > 1 {
+                return Err("longread.wide applies to a model with one task".into());
+            }
         }
         if self.attention_hidden_size == 0 || self.classifier_hidden_size == Some(0) {
             return Err("longread.attention_hidden_size and classifier_hidden_size must be positive".into());

@@ -11,7 +11,7 @@ pub mod vector_cache;
 
 pub use config::{
     is_classifier_dir, Architecture, ChunkPooling, ClassifierConfig, LongreadSection, PoolingStrategy, TaskSpec,
-    ARCHITECTURE, DEFAULT_TASK,
+    WideSection, ARCHITECTURE, DEFAULT_TASK, WIDE_DIR,
 };
 pub use model::{Classified, HierarchicalClassifier};
 pub use predictor::DocumentScores;

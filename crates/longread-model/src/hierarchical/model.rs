@@ -54,7 +54,18 @@ pub struct HierarchicalClassifier {
     /// Variables by canonical name (`embeddings.…` for the encoder, `pooler.…` etc. for the
     /// head), present when the model was built to be trained or saved.
     vars: Option<(VarMap, VarMap)>,
+    /// A wide-and-deep model's bag of words as its files (path inside the model directory,
+    /// contents), written with the model; empty without a wide side.
+    wide_files: Vec<(&'static str, Vec<u8>)>,
 }
+
+/// The files of a wide-and-deep model's bag of words: (name in a bag-of-words directory,
+/// path inside the model directory).
+const WIDE_FILES: [(&str, &str); 3] = [
+    ("vocabulary.txt", "wide/vocabulary.txt"),
+    ("model.safetensors", "wide/model.safetensors"),
+    ("bow.json", "wide/bow.json"),
+];
 
 impl std::fmt::Debug for HierarchicalClassifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -102,7 +113,11 @@ impl HierarchicalClassifier {
         let options = |v: Option<&VarMap>| LoadOptions { trainable: v.cloned(), ..LoadOptions::default() };
         let encoder = checkpoint.load_encoder(&options(vars.as_ref().map(|v| &v.0)), device)?;
         let head_vb = checkpoint.var_builder("", &options(vars.as_ref().map(|v| &v.1)), device);
-        Self::assemble(encoder, head_vb, config, tokenizer_path, vars)
+        let mut model = Self::assemble(encoder, head_vb, config, tokenizer_path, vars)?;
+        if model.config.longread.wide.is_some() {
+            model.wide_files = read_wide_files(dir)?;
+        }
+        Ok(model)
     }
 
     /// A new classifier on a pretrained encoder; the pooler and head are initialised as
@@ -178,7 +193,36 @@ impl HierarchicalClassifier {
             .collect::<Result<Vec<_>>>()?;
         let chunk_dropout = Dropout::new(config.longread.hidden_dropout);
         let tokenizer_json = std::fs::read(&tokenizer_path).map_err(io(&tokenizer_path))?;
-        Ok(Self { encoder, heads, chunk_dropout, config, tokenizer_path, tokenizer_json, vars })
+        Ok(Self { encoder, heads, chunk_dropout, config, tokenizer_path, tokenizer_json, vars, wide_files: Vec::new() })
+    }
+
+    /// Makes this a wide-and-deep model: `bow` (fitted on the training documents, with the
+    /// primary task's labels in the same order) is kept in the model directory's `wide/`, and
+    /// its log-probabilities times `scale` are added to the primary task's logits wherever the
+    /// model is loaded as a [`crate::Classifier`]. Trainers add them themselves (see
+    /// `longread-train`'s logit offsets): [`Self::classify`] gives the deep side's logits alone.
+    pub fn set_wide(&mut self, bow: &longread_bow::BowModel, scale: f64) -> Result<()> {
+        if bow.labels() != self.labels() {
+            return Err(ModelError::InvalidInput(format!(
+                "the wide bag of words has labels {:?}, the model {:?}: they must be the same, in the same order",
+                bow.labels(),
+                self.labels()
+            )));
+        }
+        let mut section = self.config.longread.clone();
+        section.wide = Some(crate::hierarchical::WideSection { scale });
+        section.validate(&self.config.encoder).map_err(ModelError::InvalidInput)?;
+        let files = bow.files().map_err(|e| ModelError::InvalidInput(format!("the wide bag of words: {e}")))?;
+        self.wide_files = files
+            .into_iter()
+            .map(|(name, bytes)| {
+                let path = WIDE_FILES.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
+                path.map(|p| (p, bytes))
+                    .ok_or_else(|| ModelError::InvalidInput(format!("unexpected bag-of-words file {name}")))
+            })
+            .collect::<Result<_>>()?;
+        self.config.longread = section;
+        Ok(())
     }
 
     /// The configuration.
@@ -399,7 +443,9 @@ impl HierarchicalClassifier {
     /// (read-only in a shared folder), and a later save over it would fail.
     pub fn model_files(&self) -> Vec<(&'static str, Vec<u8>)> {
         let config = serde_json::to_string_pretty(&self.config.to_json()).unwrap_or_default() + "\n";
-        vec![("config.json", config.into_bytes()), ("tokenizer.json", self.tokenizer_json.clone())]
+        let mut files = vec![("config.json", config.into_bytes()), ("tokenizer.json", self.tokenizer_json.clone())];
+        files.extend(self.wide_files.iter().cloned());
+        files
     }
 
     /// Writes everything into a synced temporary directory beside `out`; returns its path.
@@ -409,4 +455,16 @@ impl HierarchicalClassifier {
         files.extend_from_slice(extra);
         write_temporary_dir(out, &self.named_tensors()?, &files)
     }
+}
+
+/// A wide-and-deep model's bag-of-words files from `dir/wide/`.
+fn read_wide_files(dir: &Path) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    WIDE_FILES
+        .iter()
+        .map(|&(_, path)| {
+            let file = dir.join(path);
+            let bytes = std::fs::read(&file).map_err(|source| ModelError::Io { path: file.clone(), source })?;
+            Ok((path, bytes))
+        })
+        .collect()
 }

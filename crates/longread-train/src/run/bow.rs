@@ -34,6 +34,25 @@ pub struct BowSummary {
     pub chosen_at_edge: bool,
 }
 
+/// The bag of words `spec` describes, for documents labelled `ids`, C chosen by `folds`-fold
+/// cross-validation (the class weights of `--class-weights`).
+pub(crate) fn bow_options(spec: &TrainSpec, ids: &[usize], labels: &[String], folds: usize) -> Result<BowOptions> {
+    let class_weights = spec.loss_class_weights(ids, labels)?.map(|w| w.iter().map(|&v| f64::from(v)).collect());
+    Ok(BowOptions {
+        tfidf: TfidfSettings {
+            ngram_max: spec.bow.ngram_max,
+            min_df: spec.bow.min_df,
+            sublinear_tf: true,
+            char_ngrams: spec.bow.char_ngrams,
+        },
+        cs: spec.bow.c_values.clone(),
+        folds,
+        seed: spec.seed,
+        class_weights,
+        ..BowOptions::default()
+    })
+}
+
 /// Trains the bag-of-words model `spec` describes into `spec.out` (training_args.json,
 /// cv.json and the model files).
 pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dyn RunHooks) -> Result<BowSummary> {
@@ -50,21 +69,8 @@ pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dy
         texts.push(example.text.as_str());
         ids.push(label);
     }
-    let class_weights = spec.loss_class_weights(&ids, &labels)?.map(|w| w.iter().map(|&v| f64::from(v)).collect());
     let folds = spec.cv.unwrap_or(DEFAULT_FOLDS);
-    let options = BowOptions {
-        tfidf: TfidfSettings {
-            ngram_max: spec.bow.ngram_max,
-            min_df: spec.bow.min_df,
-            sublinear_tf: true,
-            char_ngrams: spec.bow.char_ngrams,
-        },
-        cs: spec.bow.c_values.clone(),
-        folds,
-        seed: spec.seed,
-        class_weights,
-        ..BowOptions::default()
-    };
+    let options = bow_options(spec, &ids, &labels, folds)?;
     hooks.note(&format!(
         "bag of words on {} documents ({}): C from {:?} by {folds}-fold cross-validation",
         texts.len(),

@@ -39,7 +39,7 @@ pub(crate) fn run(
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
         .transpose()?;
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
-    let (train_data, dev_data) = load_data(spec, &mut model, &chunker, &device)?;
+    let (train_data, dev_data) = load_data(spec, &mut model, &chunker, &device, &mut |line| hooks.note(line))?;
     let model = model;
     let labels = model.labels().to_vec();
     let tasks: Vec<String> = model.config().tasks().into_iter().map(|t| t.name).collect();
@@ -66,8 +66,8 @@ pub(crate) fn run(
     let hooks = RefCell::new(hooks);
     train(
         &model,
-        Split { docs: train_docs, labels: train_data.labels.clone() },
-        Split { docs: dev_docs, labels: dev_data.labels.clone() },
+        Split { docs: train_docs, labels: train_data.labels.clone(), offsets: train_data.offsets.clone() },
+        Split { docs: dev_docs, labels: dev_data.labels.clone(), offsets: dev_data.offsets.clone() },
         &cfg,
         &device,
         resume,

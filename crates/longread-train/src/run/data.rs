@@ -4,12 +4,13 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec, DEFAULT_TASK};
 use longread_text::{labels_from_column, read_labelled_columns, ChunkedDocument, Chunker, Example, LabelledDataset};
 
 use crate::error::{Result, TrainError};
 use crate::run::spec::{name_value, TrainSpec};
+use crate::run::wide::fit_wide;
 
 /// Opens labelled data (`-` is standard input); returns it with its name for messages.
 pub fn open_data(path: &Path) -> Result<(Box<dyn BufRead>, String)> {
@@ -32,6 +33,8 @@ pub struct Labelled {
     pub docs: Vec<ChunkedDocument>,
     /// Gold labels per task.
     pub labels: Vec<Vec<Option<usize>>>,
+    /// A wide-and-deep run's primary-task logit offsets, one `[labels]` per document.
+    pub offsets: Option<Vec<Tensor>>,
 }
 
 impl Labelled {
@@ -45,7 +48,7 @@ impl Labelled {
                 chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{}:{}: {err}", data.source, e.line)))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { docs, labels: data.labels })
+        Ok(Self { docs, labels: data.labels, offsets: None })
     }
 }
 
@@ -64,12 +67,15 @@ pub fn train_and_dev(
 
 /// Sets up the tasks named by `--task` on `model` (renaming the primary task, adding heads for
 /// new ones with labels from the training data), then reads, labels and chunks the training
-/// and dev documents. Returns (train, dev).
+/// and dev documents; with `--wide-bow`, fits the wide side on the training documents, gives
+/// it to `model` and the documents their logit offsets (`note` hears what it fitted).
+/// Returns (train, dev).
 pub fn load_data(
     spec: &TrainSpec,
     model: &mut HierarchicalClassifier,
     chunker: &Chunker,
     device: &Device,
+    note: &mut dyn FnMut(&str),
 ) -> Result<(Labelled, Labelled)> {
     let requested: Vec<(&str, &str)> = spec.task.iter().map(|t| name_value("--task", t)).collect::<Result<Vec<_>>>()?;
     let mut new_tasks: Vec<(String, String)> = Vec::new();
@@ -107,5 +113,31 @@ pub fn load_data(
         let (examples, source) = read_examples(path, &columns)?;
         Ok(LabelledDataset::resolve(examples, &names, &source)?)
     })?;
-    Ok((Labelled::chunk(train, chunker)?, Labelled::chunk(dev, chunker)?))
+    let wide = match (spec.wide_bow, model.config().longread.wide) {
+        (true, _) if model.task_count() > 1 => {
+            return Err(TrainError::Run(
+                "--wide-bow applies to a model with one task (its bag of words scores the primary task)".into(),
+            ))
+        }
+        (true, _) => Some(fit_wide(spec, &train, &dev, model.labels(), note)?),
+        (false, Some(_)) => {
+            return Err(TrainError::Run(format!(
+                "{} is a wide-and-deep model (a bag of words in its wide/): train it again with --wide-bow, which \
+                 refits its bag of words on this training data",
+                spec.model.as_deref().unwrap_or(Path::new("--model")).display()
+            )))
+        }
+        (false, None) => None,
+    };
+    let (mut train, mut dev) = (Labelled::chunk(train, chunker)?, Labelled::chunk(dev, chunker)?);
+    if let Some(wide) = wide {
+        model.set_wide(&wide.bow, wide.scale)?;
+        let labels = model.labels().len();
+        let tensors = |rows: Vec<Vec<f32>>| -> Result<Vec<Tensor>> {
+            Ok(rows.into_iter().map(|r| Tensor::from_vec(r, labels, device)).collect::<candle_core::Result<_>>()?)
+        };
+        train.offsets = Some(tensors(wide.train)?);
+        dev.offsets = Some(tensors(wide.dev)?);
+    }
+    Ok((train, dev))
 }

@@ -28,6 +28,7 @@ pub mod spec;
 #[cfg(feature = "clap")]
 pub mod stacking;
 pub mod start;
+pub mod wide;
 
 use std::path::{Path, PathBuf};
 

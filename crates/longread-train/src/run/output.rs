@@ -124,7 +124,13 @@ impl RunOutput {
         if end.log.saved {
             // The weights last: the model loads only once all of it is there.
             for (name, bytes) in end.model.model_files() {
-                write_file_atomically(&self.out.join(name), &bytes)?;
+                let path = self.out.join(name);
+                // A name may hold a folder (a wide-and-deep model's `wide/…`).
+                if let Some(folder) = path.parent() {
+                    std::fs::create_dir_all(folder)
+                        .map_err(|source| TrainError::Io { path: folder.to_owned(), source })?;
+                }
+                write_file_atomically(&path, &bytes)?;
             }
             end.model.save_weights(&self.out)?;
         }

@@ -221,6 +221,16 @@ pub struct TrainSpec {
     #[cfg_attr(feature = "clap", command(flatten))]
     #[allow(missing_docs)]
     pub han: HanSpec,
+    /// Wide and deep (encoder models): a bag of words (the flags below) is fitted on the
+    /// training documents first, and its log-probabilities, times a scale fitted on its
+    /// out-of-fold scores, are added to the logits while the encoder model trains, so the deep
+    /// side learns what the words miss. Training documents get out-of-fold scores (from bags of
+    /// words fitted without them). The model directory keeps the bag of words in `wide/`, and
+    /// every front predicts with both (shown as members "deep" and "wide"). Best with
+    /// --freeze-base: a fine-tuned encoder on a few hundred documents learns to overrule the
+    /// words (docs/recipes.md). One task only.
+    #[cfg_attr(feature = "clap", arg(long, help_heading = BOW_HEADING))]
+    pub wide_bow: bool,
     #[cfg_attr(feature = "clap", command(flatten))]
     #[allow(missing_docs)]
     pub bow: BowSpec,
@@ -272,10 +282,14 @@ const GRADIENT_ONLY: [&str; 30] = [
     "dev_split",
 ];
 
+/// The help section of the bag-of-words flags.
+#[cfg(feature = "clap")]
+const BOW_HEADING: &str = "Bag of words (--arch bow, or the wide side of --wide-bow)";
+
 /// Settings of the bag-of-words baseline.
 #[derive(Debug, Clone, serde::Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
-#[cfg_attr(feature = "clap", command(next_help_heading = "Bag of words (--arch bow)"))]
+#[cfg_attr(feature = "clap", command(next_help_heading = BOW_HEADING))]
 pub struct BowSpec {
     /// Inverse L2 regularisation strengths of the logistic regression, comma-separated; the one
     /// with the best mean macro-F1 over --cv folds of the training data is refitted on all of
@@ -526,6 +540,9 @@ impl TrainSpec {
         if self.model.is_some() {
             bail!("--model does not apply to --arch bow, which learns from the training data's words alone");
         }
+        if self.wide_bow {
+            bail!("--wide-bow adds a bag of words to an encoder model; --arch bow is the bag of words alone");
+        }
         let refused = GRADIENT_ONLY.iter().chain(&ENCODER_ONLY).chain(&HAN_ONLY).find(|id| self.given(id));
         if let Some(id) = refused {
             bail!(
@@ -576,8 +593,13 @@ impl TrainSpec {
         if self.is_bow() {
             return self.check_bow();
         }
-        if let Some(id) = BOW_ONLY.iter().find(|id| self.given(id)) {
-            bail!("{} applies only to --arch bow", flag(id));
+        if self.wide_bow && self.is_han() {
+            bail!(
+                "--wide-bow applies to encoder models; for a HAN beside a bag of words, build an ensemble of the two"
+            );
+        }
+        if let Some(id) = BOW_ONLY.iter().find(|id| self.given(id)).filter(|_| !self.wide_bow) {
+            bail!("{} applies only to --arch bow or with --wide-bow", flag(id));
         }
         // Defaults chosen on data (issue 37): head-only runs take seconds an epoch and stop
         // early (hyperpartisan, MiniLM and MPNet heads, 3 seeds each: 30 epochs with patience

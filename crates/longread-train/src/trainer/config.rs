@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use candle_core::Tensor;
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_text::ChunkedDocument;
 
@@ -134,17 +135,26 @@ pub struct Split<'a> {
     pub docs: &'a [ChunkedDocument],
     /// Gold label indices, `labels[task][doc]`; `None` where a document has no label for a task.
     pub labels: Vec<Vec<Option<usize>>>,
+    /// Added to each document's primary-task logits before the loss and the dev metrics, one
+    /// `[labels]` tensor per document: the wide side of a wide-and-deep model (its bag of
+    /// words' scaled log-probabilities; out of fold for training documents). `None`: nothing.
+    pub offsets: Option<Vec<Tensor>>,
 }
 
 impl<'a> Split<'a> {
     /// Documents of a single-task model, every one labelled.
     pub fn new(docs: &'a [ChunkedDocument], labels: &[usize]) -> Self {
-        Self { docs, labels: vec![labels.iter().map(|&l| Some(l)).collect()] }
+        Self { docs, labels: vec![labels.iter().map(|&l| Some(l)).collect()], offsets: None }
     }
 
     /// Labels of the documents in `batch`, `[task][position in batch]`.
     pub(super) fn batch_labels(&self, batch: &[usize]) -> Vec<Vec<Option<usize>>> {
         self.labels.iter().map(|task| batch.iter().map(|&i| task[i]).collect()).collect()
+    }
+
+    /// Logit offsets of the documents in `batch`, in batch order (see [`Split::offsets`]).
+    pub(super) fn batch_offsets(&self, batch: &[usize]) -> Option<Vec<Tensor>> {
+        self.offsets.as_ref().map(|o| batch.iter().map(|&i| o[i].clone()).collect())
     }
 }
 
@@ -152,6 +162,9 @@ impl<'a> Split<'a> {
 /// every task has at least one labelled document.
 pub(super) fn check_labels(model: &HierarchicalClassifier, split: &Split, what: &str) -> Result<()> {
     let tasks = model.config().tasks();
+    if split.offsets.as_ref().is_some_and(|o| o.len() != split.docs.len()) {
+        return Err(TrainError::InvalidSetting(format!("{what} data needs one logit offset per document")));
+    }
     if split.labels.len() != tasks.len() {
         return Err(TrainError::InvalidSetting(format!(
             "{what} data has labels for {} tasks; the model has {}",

@@ -6,7 +6,7 @@ use longread_model::Mode;
 use longread_text::ChunkedDocument;
 
 use crate::error::{Result, TrainError};
-use crate::loss::cross_entropy;
+use crate::loss::{cross_entropy, offset_logits};
 use crate::prefix::{encode_batch, Prefix};
 use crate::trainer::phase::{Phase, Run};
 use crate::trainer::TaskLog;
@@ -34,9 +34,10 @@ pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
         .map(|(t, spec)| {
             let chosen: Vec<(usize, usize)> =
                 split.labels[t].iter().enumerate().filter_map(|(d, l)| l.map(|l| (d, l))).collect();
+            let offsets = if t == 0 { split.offsets.as_deref() } else { None };
             let logits: Vec<Tensor> = chosen
                 .iter()
-                .map(|&(d, _)| Ok(model.classify_task(&vectors[d], t, Mode::Eval)?.logits))
+                .map(|&(d, _)| offset_logits(model.classify_task(&vectors[d], t, Mode::Eval)?.logits, offsets, d))
                 .collect::<Result<_>>()?;
             let logits = Tensor::stack(&logits, 0)?;
             let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();

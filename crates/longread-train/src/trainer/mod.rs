@@ -134,7 +134,12 @@ impl EpochTask for ClassifierTask<'_> {
     fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng) -> Result<BatchGradients> {
         let (run, phase) = (&self.run, self.phase.as_ref().expect("begin_epoch sets the phase"));
         let labels = run.train.batch_labels(batch);
-        let how = TaskLoss { task_weights: &run.cfg.task_weights, class_weights: self.weights.as_ref() };
+        let offsets = run.train.batch_offsets(batch);
+        let how = TaskLoss {
+            task_weights: &run.cfg.task_weights,
+            class_weights: self.weights.as_ref(),
+            offsets: offsets.as_deref(),
+        };
         match &phase.vectors {
             Some((vectors, _)) => {
                 let chosen: Vec<&Tensor> = batch.iter().map(|&i| &vectors[i]).collect();

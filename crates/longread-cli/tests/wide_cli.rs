@@ -1,0 +1,95 @@
+//! `train --wide-bow`: a wide-and-deep model trains, saves its bag of words inside its
+//! directory, and predicts with `softmax(deep logits + scale · ln p_bow)` everywhere.
+
+mod common;
+
+use common::{assert_clean_failure, fixture, json_lines, longread};
+use serde_json::Value;
+
+fn softmax(z: &[f64]) -> Vec<f64> {
+    let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = z.iter().map(|v| (v - max).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|v| v / s).collect()
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+#[test]
+fn a_wide_and_deep_model_adds_its_bag_of_words_to_the_deep_logits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |name: &str| tmp.path().join(name).to_str().unwrap().to_owned();
+    let run = |args: &[&str]| {
+        let out = longread(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let (train, test) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
+    let (t, test) = (train.to_str().unwrap(), test.to_str().unwrap());
+    let encoder = fixture("tiny-bert");
+    let init = ["--labels", "prices,rain", "--out", &p("init"), "--chunk-size", "64", "--stride", "16"];
+    run(&[&["init", "--encoder", encoder.to_str().unwrap()][..], &init].concat());
+    let trained = run(&[
+        "train",
+        "--model",
+        &p("init"),
+        "--train",
+        t,
+        "--out",
+        &p("wd"),
+        "--freeze-base",
+        "--epochs",
+        "3",
+        "--wide-bow",
+        "--c-values",
+        "0.1,1,10",
+    ]);
+    let stderr = String::from_utf8_lossy(&trained.stderr);
+    assert!(stderr.contains("wide side: bag of words on"), "{stderr}");
+    let wd = tmp.path().join("wd");
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(wd.join("config.json")).unwrap()).unwrap();
+    let scale = config["longread"]["wide"]["scale"].as_f64().unwrap();
+    assert!(scale > 0.0, "{config}");
+    assert!(wd.join("wide/bow.json").is_file(), "the bag of words lives in the model directory");
+
+    // The deep side alone (the same directory without its wide side) and the bag of words
+    // alone, predicted separately, give the wide-and-deep prediction.
+    let deep = tmp.path().join("deep");
+    std::fs::create_dir(&deep).unwrap();
+    for name in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(wd.join(name), deep.join(name)).unwrap();
+    }
+    let mut plain = config.clone();
+    plain["longread"].as_object_mut().unwrap().remove("wide");
+    std::fs::write(deep.join("config.json"), plain.to_string()).unwrap();
+    let predict = |model: &str| json_lines(&run(&["predict", "--model", model, "--input", test]).stdout);
+    let (both, deep_only, bow_only) = (predict(&p("wd")), predict(&p("deep")), predict(&p("wd/wide")));
+    assert_eq!(both.len(), 12);
+    for ((b, d), w) in both.iter().zip(&deep_only).zip(&bow_only) {
+        let wide_logits = numbers(&w["logits"]);
+        let deep_logits = numbers(&d["logits"]);
+        let lse = |z: &[f64]| softmax(z).iter().map(|p| p.ln()).collect::<Vec<_>>();
+        let z: Vec<f64> = deep_logits.iter().zip(lse(&wide_logits)).map(|(a, l)| a + scale * l).collect();
+        let expected = softmax(&z);
+        let got: Vec<f64> = ["prices", "rain"].iter().map(|l| b["scores"][l].as_f64().unwrap()).collect();
+        for (g, e) in got.iter().zip(&expected) {
+            assert!((g - e).abs() < 1e-5, "{got:?} vs {expected:?}");
+        }
+        let members: Vec<&str> =
+            b["members"].as_array().unwrap().iter().map(|m| m["model"].as_str().unwrap()).collect();
+        assert_eq!(members, ["deep", "wide"]);
+        assert!(b["chunks"].is_array(), "the deep side's chunk evidence is shown: {b}");
+    }
+    let eval: Value =
+        serde_json::from_slice(&run(&["eval", "--model", &p("wd"), "--data", test, "--json"]).stdout).unwrap();
+    assert!(eval.to_string().contains("accuracy"), "{eval}");
+
+    // Training it again needs its bag of words refitted; the flag needs an encoder model.
+    let again = longread(&["train", "--model", &p("wd"), "--train", t, "--out", &p("again"), "--freeze-base"]);
+    assert_clean_failure(&again, "--wide-bow");
+    let bow = longread(&["train", "--arch", "bow", "--train", t, "--out", &p("bow"), "--wide-bow"]);
+    assert_clean_failure(&bow, "--arch bow is the bag of words alone");
+    assert!(!tmp.path().join("again").exists() && !tmp.path().join("bow").exists());
+}

@@ -1,0 +1,101 @@
+//! `train --wide-bow`: the wide side of a wide-and-deep model. A bag of words (the `--arch bow`
+//! settings) is fitted on the training documents first, and its scores become fixed offsets of
+//! the encoder model's logits while the deep side trains: `logits = deep + s · ln p_bow`.
+//!
+//! Designed against what lost on rating data (issue 38: out-of-fold TF-IDF log-probabilities
+//! through a learned 3×3 layer on a fully fine-tuned encoder, below both parts): the wide side
+//! is fitted first and then held fixed — no layer on it for the deep side's gradients to bend;
+//! the training documents get out-of-fold scores (a bag of words scored on its own training
+//! documents is near-perfect, and the deep side would learn to leave everything to it); its one
+//! scale `s` is the inverse temperature of least out-of-fold log loss, so the offsets are
+//! calibrated log-probabilities; and the deep side learns only what they miss.
+
+use longread_bow::logistic::{log_softmax, softmax};
+use longread_bow::{out_of_fold_logits, train, BowModel};
+use longread_model::classifier::calibration::fit_temperature;
+use longread_text::LabelledDataset;
+
+use crate::error::{Result, TrainError};
+use crate::run::bow::bow_options;
+use crate::run::spec::TrainSpec;
+
+/// Most folds of the wide side's cross-validation (C and the out-of-fold scores).
+const WIDE_FOLDS: usize = 5;
+
+/// The fitted wide side and the offsets of the training and dev documents.
+pub struct WideSide {
+    /// The bag of words fitted on every training document (kept in the model's `wide/`).
+    pub bow: BowModel,
+    /// Its log-probabilities' multiplier.
+    pub scale: f64,
+    /// `s · ln p` of each training document, out of fold, `[doc][label]`.
+    pub train: Vec<Vec<f32>>,
+    /// `s · ln p` of each dev document from `bow`, `[doc][label]`.
+    pub dev: Vec<Vec<f32>>,
+}
+
+/// Fits the wide side on `train` (primary-task labels `labels`) and scores `dev`; `note` hears
+/// what was fitted.
+pub fn fit_wide(
+    spec: &TrainSpec,
+    train_data: &LabelledDataset,
+    dev: &LabelledDataset,
+    labels: &[String],
+    note: &mut dyn FnMut(&str),
+) -> Result<WideSide> {
+    let mut texts = Vec::with_capacity(train_data.examples.len());
+    let mut ids = Vec::with_capacity(train_data.examples.len());
+    for (example, label) in train_data.examples.iter().zip(&train_data.labels[0]) {
+        let label = label.ok_or_else(|| {
+            TrainError::Run(format!(
+                "{}:{}: no label: --wide-bow fits its bag of words on every training document, so each needs one",
+                train_data.source, example.line
+            ))
+        })?;
+        texts.push(example.text.as_str());
+        ids.push(label);
+    }
+    let rarest = (0..labels.len()).map(|c| ids.iter().filter(|&&l| l == c).count()).min().unwrap_or(0);
+    let folds = rarest.min(WIDE_FOLDS);
+    if folds < 2 {
+        return Err(TrainError::Run(format!(
+            "--wide-bow scores every training document by a bag of words fitted without it: that needs at least 2 \
+             training documents of every label (the rarest has {rarest})"
+        )));
+    }
+    let bow_error = |e: longread_bow::BowError| TrainError::Run(format!("--wide-bow: {e}"));
+    let options = bow_options(spec, &ids, labels, folds)?;
+    let fitted = train(&texts, &ids, labels, &options, |_, _| {}).map_err(bow_error)?;
+    let c = fitted.model.c();
+    let oof = out_of_fold_logits(&texts, &ids, labels.len(), c, &options, |_, _| {}).map_err(bow_error)?;
+    let probabilities: Vec<Vec<f64>> = oof.iter().map(|z| softmax(z)).collect();
+    let all: Vec<usize> = (0..texts.len()).collect();
+    let scale = 1.0 / fit_temperature(&probabilities, &ids, &all);
+    let offsets = |z: &[f64]| log_softmax(z).into_iter().map(|l| (scale * l) as f32).collect::<Vec<f32>>();
+    let dev_offsets = dev
+        .examples
+        .iter()
+        .map(|e| {
+            let scores = fitted.model.scores(&e.text).map_err(|err| {
+                TrainError::Run(format!("{}:{}: the wide bag of words cannot read it: {err}", dev.source, e.line))
+            })?;
+            Ok(offsets(&scores.logits.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let correct = oof.iter().zip(&ids).filter(|(z, &l)| argmax(z) == l).count();
+    let log_loss =
+        probabilities.iter().zip(&ids).map(|(p, &l)| -(p[l].max(1e-12)).ln()).sum::<f64>() / ids.len() as f64;
+    note(&format!(
+        "wide side: bag of words on {} documents, {} features, C {c} ({folds}-fold CV); out of fold accuracy {:.4}, \
+         log loss {log_loss:.4}; its log-probabilities × {scale:.3} are added to the logits",
+        texts.len(),
+        fitted.model.features(),
+        correct as f64 / ids.len() as f64,
+    ));
+    Ok(WideSide { bow: fitted.model, scale, train: oof.iter().map(|z| offsets(z)).collect(), dev: dev_offsets })
+}
+
+/// Index of the largest value.
+fn argmax(v: &[f64]) -> usize {
+    v.iter().enumerate().fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
+}
