@@ -223,6 +223,12 @@ def test_train_runs_the_clis_training_with_the_same_flags(tmp_path, capfd):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".longread-stack")]
     with pytest.raises(longread.LongreadError, match="not both"):
         longread.ensemble([tmp_path / "py", tmp_path / "hier"], tmp_path / "ens3", stack=train, calibrate=train)
+    # Wide and deep: the bag of words travels inside the model and shows as a member.
+    longread.train(train, tmp_path / "wide", model=str(tmp_path / "init"), freeze_base=True, epochs=2,
+                   wide_bow=True, c_values=[1], quiet=True)
+    assert (tmp_path / "wide" / "wide" / "bow.json").is_file()
+    got = longread.Classifier(tmp_path / "wide").predict(texts[:2])
+    assert [m["model"] for m in got[0]["members"]] == ["deep", "wide"]
     # Training takes the device too: a GPU this build or machine lacks is one clear error, and
     # nothing is left behind.
     with pytest.raises(longread.LongreadError, match="cuda:63"):

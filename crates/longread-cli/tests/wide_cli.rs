@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_clean_failure, fixture, json_lines, longread};
+use common::{assert_clean_failure, fixture, json_lines, longread, Served};
 use serde_json::Value;
 
 fn softmax(z: &[f64]) -> Vec<f64> {
@@ -82,9 +82,46 @@ fn a_wide_and_deep_model_adds_its_bag_of_words_to_the_deep_logits() {
         assert_eq!(members, ["deep", "wide"]);
         assert!(b["chunks"].is_array(), "the deep side's chunk evidence is shown: {b}");
     }
+    // The server gives the same prediction (its batch queue prepares both members).
+    let first_text: Value =
+        serde_json::from_str(std::fs::read_to_string(test).unwrap().lines().next().unwrap()).unwrap();
+    let served = Served::start(&["--model", &p("wd")]);
+    let (status, body) = served.post("/predict", &serde_json::json!({ "inputs": first_text["text"] }));
+    assert_eq!(status, 200, "{body}");
+    for entry in body.as_array().unwrap() {
+        let label = entry["label"].as_str().unwrap();
+        let (served_p, predicted_p) = (entry["score"].as_f64().unwrap(), both[0]["scores"][label].as_f64().unwrap());
+        assert!((served_p - predicted_p).abs() < 1e-6, "{label}: served {served_p}, predict {predicted_p}");
+    }
+    drop(served);
+    let inspected = String::from_utf8(run(&["inspect", "--model", &p("wd")]).stdout).unwrap();
+    assert!(inspected.contains("a bag of words in wide/"), "{inspected}");
     let eval: Value =
         serde_json::from_slice(&run(&["eval", "--model", &p("wd"), "--data", test, "--json"]).stdout).unwrap();
     assert!(eval.to_string().contains("accuracy"), "{eval}");
+
+    // A stopped run keeps the bag of words in its checkpoint and resumes with it.
+    let resumable = [
+        "train",
+        "--model",
+        &p("init"),
+        "--train",
+        t,
+        "--out",
+        &p("wd2"),
+        "--freeze-base",
+        "--epochs",
+        "2",
+        "--wide-bow",
+        "--c-values",
+        "1",
+    ];
+    run(&[&resumable[..], &["--stop-after-epoch", "1"]].concat());
+    assert!(tmp.path().join("wd2/checkpoint-00001/wide/bow.json").is_file(), "the checkpoint is a whole model");
+    run(&[&resumable[..], &["--resume", "auto"]].concat());
+    let metrics = std::fs::read_to_string(tmp.path().join("wd2/metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2, "{metrics}");
+    assert_eq!(predict(&p("wd2")).len(), 12);
 
     // Training it again needs its bag of words refitted; the flag needs an encoder model.
     let again = longread(&["train", "--model", &p("wd"), "--train", t, "--out", &p("again"), "--freeze-base"]);

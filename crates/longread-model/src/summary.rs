@@ -45,6 +45,8 @@ struct EncoderFacts {
     architectures: Value,
     tasks: Vec<Value>,
     weight_files: Vec<String>,
+    /// A wide-and-deep model's `longread.wide` (null otherwise).
+    wide: Value,
 }
 
 impl EncoderFacts {
@@ -75,14 +77,15 @@ impl EncoderFacts {
             .iter()
             .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
             .collect();
-        Self { prefix, params, pooler_used, architectures, tasks, weight_files }
+        let wide = cfg.extra.get("longread").and_then(|l| l.get("wide")).cloned().unwrap_or(Value::Null);
+        Self { prefix, params, pooler_used, architectures, tasks, weight_files, wide }
     }
 }
 
 /// The summary as one JSON object.
 fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Value {
     let cfg = &checkpoint.config;
-    let EncoderFacts { prefix, params, architectures, tasks, weight_files, .. } = facts;
+    let EncoderFacts { prefix, params, architectures, tasks, weight_files, wide, .. } = facts;
     json!({
         "model_dir": dir.display().to_string(),
         "model_type": cfg.model_type,
@@ -106,13 +109,14 @@ fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Va
         "tokenizer": checkpoint.files.tokenizer.is_some(),
         "parameters": params,
         "tasks": tasks,
+        "wide": wide,
     })
 }
 
 /// The summary as a table for people.
 fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> String {
     let cfg = &checkpoint.config;
-    let EncoderFacts { prefix, params, pooler_used, architectures, tasks, weight_files } = facts;
+    let EncoderFacts { prefix, params, pooler_used, architectures, tasks, weight_files, wide } = facts;
     let mut t = String::new();
 
     let arch = architectures.as_array().and_then(|a| a.first()).and_then(|v| v.as_str()).unwrap_or("-");
@@ -166,6 +170,10 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
                 .unwrap_or_default()
         )
         .ok();
+    }
+    if let Some(scale) = wide["scale"].as_f64() {
+        writeln!(t, "wide             a bag of words in wide/: its log-probabilities × {scale:.3} join the logits")
+            .ok();
     }
     writeln!(t).ok();
     writeln!(t, "{:<18} {:>14}", "parameters", "count").ok();
