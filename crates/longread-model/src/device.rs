@@ -94,6 +94,14 @@ impl DeviceChoice {
     }
 }
 
+/// The host: where the parts that never run on a GPU live — the HAN and the bag of words (their
+/// recurrent and sparse work is CPU work), files read or written (checkpoints, optimizer state,
+/// word vectors) and models built only to be saved (`init`, presets). The one other place besides
+/// [`DeviceChoice::resolve`] that names a device.
+pub fn host() -> Device {
+    Device::Cpu
+}
+
 /// How many CUDA GPUs this build can use (0 without the `cuda` feature or without a driver).
 pub fn cuda_device_count() -> usize {
     cuda::device_count()

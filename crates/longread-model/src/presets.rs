@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use candle_nn::{Init, VarMap};
 
 use crate::checkpoint::fresh_var_builder;
@@ -76,7 +76,7 @@ pub fn preset_config(name: &str, vocab_size: usize) -> Result<EncoderConfig> {
 pub fn init_masked_lm(config: &EncoderConfig, seed: u64) -> Result<HashMap<String, Tensor>> {
     config.validate().map_err(ModelError::InvalidInput)?;
     let vars = VarMap::new();
-    let vb = fresh_var_builder(&config.model_type, seed, Some(vars.clone()), DType::F32, &Device::Cpu);
+    let vb = fresh_var_builder(&config.model_type, seed, Some(vars.clone()), DType::F32, &crate::device::host());
     Encoder::load(vb.pp("roberta"), config)?;
     let (h, std) = (config.hidden_size, config.initializer_range);
     let head = vb.pp("lm_head");
@@ -95,7 +95,7 @@ pub fn init_masked_lm(config: &EncoderConfig, seed: u64) -> Result<HashMap<Strin
     let pad = config.pad_token_id as usize;
     for table in ["roberta.embeddings.word_embeddings.weight", "roberta.embeddings.position_embeddings.weight"] {
         let t = tensors.get(table).ok_or_else(|| ModelError::InvalidInput(format!("{table} was not created")))?;
-        let zero = Tensor::zeros((1, h), DType::F32, &Device::Cpu)?;
+        let zero = Tensor::zeros((1, h), DType::F32, &crate::device::host())?;
         let zeroed = t.slice_assign(&[pad..pad + 1, 0..h], &zero)?;
         tensors.insert(table.to_string(), zeroed);
     }

@@ -5,7 +5,6 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use candle_core::Device;
 use serde_json::{json, Value};
 
 use crate::checkpoint::Checkpoint;
@@ -204,7 +203,7 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
 
 /// A HAN model directory's summary: its sizes, grid, labels and parameters per part.
 fn summarize_han(dir: &Path) -> Result<ModelSummary> {
-    let model = HanClassifier::load(dir, &Device::Cpu)?;
+    let model = HanClassifier::load(dir, &crate::device::host())?;
     let c = model.config();
     let mut parts: Vec<(String, usize)> = Vec::new();
     for (name, var) in model.named_vars() {

@@ -139,7 +139,7 @@ impl Classifier {
     pub fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
         let kind = ModelKind::of(dir);
         // Models without an encoder run on the CPU whatever the device asked for.
-        let device = if kind.has_encoder() { options.device.resolve()? } else { Device::Cpu };
+        let device = if kind.has_encoder() { options.device.resolve()? } else { crate::device::host() };
         Self::load_on(dir, kind, options, device)
     }
 
@@ -162,7 +162,7 @@ impl Classifier {
             return Self::without_encoder(Model::Bow(Box::new(model)), labels, "a bag-of-words model", options, dir);
         }
         if kind == ModelKind::Han {
-            let model = HanClassifier::load(dir, &Device::Cpu)?;
+            let model = HanClassifier::load(dir, &crate::device::host())?;
             let labels = model.labels().to_vec();
             return Self::without_encoder(Model::Han(Box::new(model)), labels, "a HAN (f32 only)", options, dir);
         }
@@ -237,7 +237,7 @@ impl Classifier {
         options: ClassifierOptions,
         dir: &Path,
     ) -> Result<Self> {
-        let precision = options.precision_on(&Device::Cpu);
+        let precision = options.precision_on(&crate::device::host());
         if precision != Precision::F32 {
             return Err(ModelError::InvalidInput(format!(
                 "precision {precision:?} applies to encoder models; {} is {what}",
@@ -245,7 +245,7 @@ impl Classifier {
             )));
         }
         let tasks = vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels }];
-        Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None, device: Device::Cpu })
+        Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None, device: crate::device::host() })
     }
 
     /// The model directory.
@@ -389,7 +389,7 @@ impl Classifier {
 /// Scores one group of documents with a HAN.
 fn classify_han(model: &HanClassifier, group: &[Document]) -> Result<Vec<DocResult>> {
     let texts: Vec<&str> = group.iter().map(|d| d.text.as_str()).collect();
-    let scored = score_texts(model, &texts, HAN_BATCH, &Device::Cpu)?;
+    let scored = score_texts(model, &texts, HAN_BATCH, &crate::device::host())?;
     Ok(group
         .iter()
         .zip(scored)

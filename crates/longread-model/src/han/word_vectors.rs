@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use longread_text::words::{Vocabulary, PAD};
 use longread_text::TextTokenizer;
 
@@ -32,7 +32,7 @@ pub fn encoder_word_vectors(dir: &Path, vocabulary: &Vocabulary) -> Result<Encod
     } else {
         format!("{prefix}.embeddings.word_embeddings.weight")
     };
-    let table = checkpoint.store.load(&name, &Device::Cpu)?.to_dtype(DType::F32)?;
+    let table = checkpoint.store.load(&name, &crate::device::host())?.to_dtype(DType::F32)?;
     let (rows, hidden) = table.dims2()?;
     let tokenizer = TextTokenizer::from_file(checkpoint.files.require_tokenizer()?)?;
     let tokenizer = tokenizer.inner();
@@ -72,6 +72,6 @@ pub fn encoder_word_vectors(dir: &Path, vocabulary: &Vocabulary) -> Result<Encod
         };
         data.extend(vector);
     }
-    let vectors = Tensor::from_vec(data, (vocabulary.len(), hidden), &Device::Cpu)?;
+    let vectors = Tensor::from_vec(data, (vocabulary.len(), hidden), &crate::device::host())?;
     Ok(EncoderWordVectors { vectors, single_piece })
 }

@@ -96,7 +96,7 @@ impl HierarchicalClassifier {
         seed: u64,
         out: &Path,
     ) -> Result<Self> {
-        let model = Self::init(encoder_dir, labels, section, seed, &Device::Cpu)?;
+        let model = Self::init(encoder_dir, labels, section, seed, &crate::device::host())?;
         let tokenizer = longread_text::TextTokenizer::from_file(model.tokenizer_path())?;
         longread_text::Chunker::new(tokenizer, model.config().longread.chunking())?;
         model.save(out)?;

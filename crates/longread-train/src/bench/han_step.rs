@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use longread_model::han::{HanClassifier, HanConfig};
 use longread_model::{DropoutRng, Mode};
 use longread_text::words::Vocabulary;
@@ -31,7 +31,7 @@ pub fn run_han_step(documents: usize, sentences: usize, repeat: usize) -> Result
              and documents × sentences at most 1,048,576"
         )));
     }
-    let device = Device::Cpu;
+    let device = longread_model::device::host();
     let words = ["<pad>", "<unk>"].iter().map(|w| w.to_string()).chain((0..HAN_WORDS).map(|i| format!("w{i}")));
     let vocabulary = Vocabulary::from_words(words.collect())?;
     let labels = vec!["false".to_string(), "true".to_string()];

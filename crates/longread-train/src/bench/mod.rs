@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor, TensorId, Var};
+use candle_core::{DType, Tensor, TensorId, Var};
 use candle_nn::VarMap;
 use longread_model::checkpoint::fresh_var_builder;
 use longread_model::presets::preset_config;
@@ -73,7 +73,7 @@ pub fn run_workload(
     tokens: usize,
     repeat: usize,
 ) -> Result<BenchResult> {
-    let device = Device::Cpu;
+    let device = longread_model::device::host();
     let vars = VarMap::new();
     let encoder = match source {
         EncoderSource::Dir(dir) => {

@@ -124,11 +124,11 @@ impl AdamW {
         for (name, st) in &self.state {
             let (m, v) = match self.device_moments.get(name) {
                 Some(both) => {
-                    let both = both.to_device(&candle_core::Device::Cpu)?;
+                    let both = both.to_device(&longread_model::device::host())?;
                     (both.get(0)?, both.get(1)?)
                 }
                 None => {
-                    let (n, dev) = (st.exp_avg.len(), &candle_core::Device::Cpu);
+                    let (n, dev) = (st.exp_avg.len(), &longread_model::device::host());
                     (
                         candle_core::Tensor::from_slice(&st.exp_avg, n, dev)?,
                         candle_core::Tensor::from_slice(&st.exp_avg_sq, n, dev)?,

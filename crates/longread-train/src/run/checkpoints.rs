@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
 use crate::error::{Result, TrainError};
 
@@ -191,7 +191,7 @@ pub fn read_checkpoint<S: serde::de::DeserializeOwned>(dir: &Path) -> Result<Sav
     let saved: State<S> = serde_json::from_str(&text)
         .map_err(|e| TrainError::Run(format!("{}: not a trainer state ({e})", path.display())))?;
     let moments_path = dir.join("optimizer.safetensors");
-    let moments = candle_core::safetensors::load(&moments_path, &Device::Cpu)
+    let moments = candle_core::safetensors::load(&moments_path, &longread_model::device::host())
         .map_err(|e| TrainError::Run(format!("reading {}: {e}", moments_path.display())))?;
     Ok((saved.state, saved.optimizer_steps, moments))
 }

@@ -5,7 +5,6 @@
 use std::cell::RefCell;
 use std::path::Path;
 
-use candle_core::Device;
 use longread_model::han::{encoder_word_vectors, HanClassifier, HanConfig};
 use longread_text::words::{split_document, GridShape, Sentence, Vocabulary, UNK};
 use longread_text::LabelledDataset;
@@ -42,7 +41,7 @@ pub(crate) fn run(
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
 ) -> Result<Vec<EpochLog>> {
-    let device = Device::Cpu;
+    let device = longread_model::device::host();
     let resumed = checkpoint.map(|dir| HanClassifier::load(dir, &device)).transpose()?;
     let resume = checkpoint
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
@@ -166,7 +165,7 @@ fn new_model(
             why(h.sent_size, "--sent-size")
         ));
     }
-    let model = HanClassifier::new(config, vocabulary, spec.seed, &Device::Cpu)?;
+    let model = HanClassifier::new(config, vocabulary, spec.seed, &longread_model::device::host())?;
     if let Some(v) = vectors {
         model.set_word_vectors(&v.vectors)?;
         {

@@ -7,7 +7,6 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 
-use candle_core::Device;
 use longread_model::checkpoint::resolve_model_dir;
 use longread_model::masked_lm::MaskedLm;
 use longread_model::model_dir::write_new_dir;
@@ -281,7 +280,7 @@ fn continued_encoder(
     if spec.preset.is_some() || spec.config.is_some() {
         bail!("--model continues a pretrained encoder: give no --preset or --config with it");
     }
-    let (lm, stored_head) = MaskedLm::continue_from(model, spec.seed, &Device::Cpu)?;
+    let (lm, stored_head) = MaskedLm::continue_from(model, spec.seed, &longread_model::device::host())?;
     let config = lm.config();
     if vocab > config.vocab_size {
         bail!(
