@@ -4,7 +4,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod activation;
 pub mod checkpoint;
 pub mod classifier;
 pub mod config;
@@ -14,17 +13,18 @@ pub mod encoder;
 pub mod error;
 pub mod han;
 pub mod hierarchical;
-pub mod layers;
 pub mod masked_lm;
-pub mod mode;
 pub mod model_dir;
 pub mod model_kind;
 pub mod params;
 pub mod presets;
-pub mod profile;
 pub mod sentence_pooling;
 pub mod summary;
 pub mod variables;
+
+// The building blocks, kernels and modes live in their own crate, below this one; re-exported
+// so `longread_model::layers` (and `crate::layers` here) name them.
+pub use longread_kernels::{activation, layers, mode, multiversion, profile};
 
 pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};
 pub use classifier::{Classifier, ClassifierOptions, DocError, DocResult, Precision, Prediction};

@@ -18,7 +18,7 @@ mod launch;
 mod training;
 
 pub use training::AdamWStep;
-pub(crate) use training::{AttentionProbsTrain, BiasActivationTrain, DropoutMask, LayerNormTrain};
+pub use training::{AttentionProbsTrain, BiasActivationTrain, DropoutMask, LayerNormTrain};
 
 /// `fn cpu_fwd` of an op that runs on CUDA only, for a custom op of 1, 2 or 3 inputs: an error
 /// naming the op.
@@ -74,8 +74,9 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp2, Inpla
 /// (f32: 0 for a real key, a large negative number for padding).
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct AttentionSoftmax {
-    pub(crate) scale: f32,
+pub struct AttentionSoftmax {
+    /// Multiplier of the scores (1/√head_size).
+    pub scale: f32,
 }
 
 impl InplaceOp2 for AttentionSoftmax {
@@ -101,8 +102,9 @@ impl InplaceOp2 for AttentionSoftmax {
 /// `params = [bias, γ, β]` (`[3, n]`, f32).
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct ResidualLayerNorm {
-    pub(crate) eps: f32,
+pub struct ResidualLayerNorm {
+    /// LayerNorm epsilon, inside the square root.
+    pub eps: f32,
 }
 
 impl InplaceOp3 for ResidualLayerNorm {
@@ -131,8 +133,9 @@ impl InplaceOp3 for ResidualLayerNorm {
 /// `params = [bias, γ, β]` (`[3, n]`, f32).
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct ResidualLayerNormInto {
-    pub(crate) eps: f32,
+pub struct ResidualLayerNormInto {
+    /// LayerNorm epsilon, inside the square root.
+    pub eps: f32,
 }
 
 impl CustomOp3 for ResidualLayerNormInto {
@@ -161,8 +164,9 @@ impl CustomOp3 for ResidualLayerNormInto {
 /// of `n`.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct BiasActivation {
-    pub(crate) gelu: bool,
+pub struct BiasActivation {
+    /// Apply GELU (erf) after adding the bias.
+    pub gelu: bool,
 }
 
 impl InplaceOp2 for BiasActivation {
@@ -189,7 +193,7 @@ impl InplaceOp2 for BiasActivation {
 ///
 /// # Shapes
 /// `x, residual: [..., n]`, `bias, gamma, beta: [n]` → `[..., n]`
-pub(crate) fn residual_layer_norm(
+pub fn residual_layer_norm(
     x: Tensor,
     residual: &Tensor,
     bias: &Tensor,
@@ -210,7 +214,7 @@ pub(crate) fn residual_layer_norm(
 ///
 /// # Shapes
 /// `x: [..., n]`, `bias: [n]` → `x`
-pub(crate) fn bias_activation(x: Tensor, bias: &Tensor, gelu: bool) -> Result<Tensor> {
+pub fn bias_activation(x: Tensor, bias: &Tensor, gelu: bool) -> Result<Tensor> {
     x.inplace_op2(&bias.to_dtype(candle_core::DType::F32)?, &BiasActivation { gelu })?;
     Ok(x)
 }
@@ -244,11 +248,15 @@ macro_rules! cuda_only_op2 {
 /// and its f32 bias `[3 · hidden]`.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct SplitQkv {
-    pub(crate) batch: usize,
-    pub(crate) seq: usize,
-    pub(crate) heads: usize,
-    pub(crate) head_size: usize,
+pub struct SplitQkv {
+    /// Sequences in the batch.
+    pub batch: usize,
+    /// Tokens per sequence (padded).
+    pub seq: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Size of one head.
+    pub head_size: usize,
 }
 
 cuda_only_op2!(
@@ -260,7 +268,7 @@ cuda_only_op2!(
 
 /// `[batch, heads, seq, head_size]` → `[batch, seq, heads · head_size]`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct MergeHeads;
+pub struct MergeHeads;
 
 impl CustomOp1 for MergeHeads {
     fn name(&self) -> &'static str {
@@ -280,9 +288,11 @@ impl CustomOp1 for MergeHeads {
 /// `(qkv [batch·seq, 3·hidden], bias [3·hidden], key_bias [batch, seq])` → `[batch, seq, hidden]`.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct FlashAttention {
-    pub(crate) heads: usize,
-    pub(crate) scale: f32,
+pub struct FlashAttention {
+    /// Attention heads.
+    pub heads: usize,
+    /// Multiplier of the scores (1/√head_size).
+    pub scale: f32,
 }
 
 impl CustomOp3 for FlashAttention {
@@ -328,7 +338,7 @@ fn flash_enabled() -> bool {
 /// # Shapes
 /// `qkv: [batch · seq, 3 · hidden]` (no bias yet), `bias: [3 · hidden]`, `key_bias: [batch, seq]`
 /// (f32) → `[batch, seq, hidden]`
-pub(crate) fn fused_attention(
+pub fn fused_attention(
     qkv: &Tensor,
     bias: &Tensor,
     key_bias: &Tensor,

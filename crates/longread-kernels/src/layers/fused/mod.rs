@@ -11,28 +11,28 @@
 //!   LayerNorm at the end of a transformer block;
 //! - `math`: the vectorisable f32 math they share; `storage`: reading their arguments.
 
-pub(crate) mod attention;
-pub(crate) mod bias_add;
-pub(crate) mod bias_gelu;
-pub(crate) mod gelu;
-pub(crate) mod layer_norm;
-pub(crate) mod math;
-pub(crate) mod packed_attention;
-pub(crate) mod product;
-pub(crate) mod residual_norm;
-pub(crate) mod softmax;
-pub(crate) mod storage;
+pub mod attention;
+pub mod bias_add;
+pub mod bias_gelu;
+pub mod gelu;
+pub mod layer_norm;
+pub mod math;
+pub mod packed_attention;
+pub mod product;
+pub mod residual_norm;
+pub mod softmax;
+pub mod storage;
 
-pub(crate) use attention::{FusedAttention, SharedMut};
-pub(crate) use bias_add::FusedBiasAdd;
-pub(crate) use bias_gelu::FusedBiasGeluErf;
-pub(crate) use gelu::{gelu_in_place, FusedGeluErf};
-pub(crate) use layer_norm::FusedLayerNorm;
-pub(crate) use packed_attention::PackedAttention;
-pub(crate) use product::DenseProduct;
-pub(crate) use residual_norm::FusedResidualNorm;
-pub(crate) use softmax::FusedSoftmax;
-pub(crate) use storage::{f32_data, f32_slice, f32_slices};
+pub use attention::{FusedAttention, SharedMut};
+pub use bias_add::FusedBiasAdd;
+pub use bias_gelu::FusedBiasGeluErf;
+pub use gelu::{gelu_in_place, FusedGeluErf};
+pub use layer_norm::FusedLayerNorm;
+pub use packed_attention::PackedAttention;
+pub use product::DenseProduct;
+pub use residual_norm::FusedResidualNorm;
+pub use softmax::FusedSoftmax;
+pub use storage::{f32_data, f32_slice, f32_slices};
 
 /// Defines a function whose body is compiled three times, for the build's baseline (SSE2),
 /// AVX2 + FMA and AVX-512 (F + DQ: DQ's 64-bit multiply vectorises the dropout-mask hash), and
@@ -70,10 +70,10 @@ macro_rules! multiversion {
         }
     };
 }
-pub(crate) use crate::multiversion;
+pub use crate::multiversion;
 
 /// Largest absolute difference between two tensors (tests of the fused ops).
 #[cfg(test)]
-pub(crate) fn max_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
+pub fn max_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
     (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
 }

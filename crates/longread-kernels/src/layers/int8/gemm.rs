@@ -19,7 +19,7 @@ const AVX2_ROWS: usize = 2;
 const TASK_ROWS: usize = 96;
 
 /// Whether this CPU runs the VNNI kernel.
-pub(crate) fn has_vnni() -> bool {
+pub fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni")
@@ -31,7 +31,7 @@ pub(crate) fn has_vnni() -> bool {
 }
 
 /// Whether this CPU has AVX-512 BW and VL (byte-granular masked stores on 128-bit vectors).
-pub(crate) fn has_avx512_bw_vl() -> bool {
+pub fn has_avx512_bw_vl() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl")
@@ -43,7 +43,7 @@ pub(crate) fn has_avx512_bw_vl() -> bool {
 }
 
 /// Whether this CPU runs the AVX2 kernel.
-pub(crate) fn has_avx2() -> bool {
+pub fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
@@ -56,7 +56,7 @@ pub(crate) fn has_avx2() -> bool {
 
 /// Which kernel computes the tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kernel {
+pub enum Kernel {
     /// AVX-512 VNNI.
     Vnni,
     /// AVX2 and FMA.
@@ -68,12 +68,12 @@ pub(crate) enum Kernel {
 impl Kernel {
     /// Whether the activations are quantised with AVX-512 (F, BW and VL: every CPU with VNNI
     /// has them, but each is checked).
-    pub(crate) fn vectorised(self) -> bool {
+    pub fn vectorised(self) -> bool {
         self == Self::Vnni && has_vnni() && has_avx512_bw_vl()
     }
 
     /// The fastest kernel this CPU runs.
-    pub(crate) fn best() -> Self {
+    pub fn best() -> Self {
         if has_vnni() {
             Self::Vnni
         } else if has_avx2() {
@@ -84,7 +84,7 @@ impl Kernel {
     }
 
     /// Whether this CPU runs the kernel.
-    pub(crate) fn available(self) -> bool {
+    pub fn available(self) -> bool {
         match self {
             Self::Vnni => has_vnni(),
             Self::Avx2 => has_avx2(),
@@ -96,7 +96,7 @@ impl Kernel {
 /// One tile's operands: `rows` activation rows from `a` and `panels` weight panels from `w`.
 /// What the product's output goes through before it is returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Epilogue {
+pub enum Epilogue {
     /// Nothing: `x · Wᵀ + b`.
     None,
     /// Exact GELU of `x · Wᵀ + b` (a feed-forward block's first layer).
@@ -117,7 +117,7 @@ struct Tile {
 
 /// `[rows, out]` = the layer applied to the quantised rows, then `activation` (in each task's
 /// rows while they are in cache).
-pub(crate) fn matmul(x: &QuantizedRows, w: &PackedWeights, kernel: Kernel, activation: Epilogue) -> Vec<f32> {
+pub fn matmul(x: &QuantizedRows, w: &PackedWeights, kernel: Kernel, activation: Epilogue) -> Vec<f32> {
     let padded_out = w.panels * PANEL;
     let mut y: Vec<f32> = Vec::with_capacity(x.rows * padded_out);
     let kernel = if kernel.available() { kernel } else { Kernel::Portable };

@@ -8,7 +8,7 @@ mod packed;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 use gemm::Epilogue;
-pub(crate) use gemm::Kernel;
+pub use gemm::Kernel;
 use packed::{PackedWeights, QuantizedRows};
 
 use crate::layers::fused::f32_slice;
@@ -48,7 +48,11 @@ impl Int8Weights {
         self.op(xs, Kernel::best(), Epilogue::GeluErf)
     }
 
-    pub(crate) fn forward_with(&self, xs: &Tensor, kernel: Kernel) -> Result<Tensor> {
+    /// [`Self::forward`] with a chosen kernel (benchmarks and tests compare them).
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    pub fn forward_with(&self, xs: &Tensor, kernel: Kernel) -> Result<Tensor> {
         self.op(xs, kernel, Epilogue::None)
     }
 

@@ -13,10 +13,13 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp3, Layou
 /// uploaded. `xs` only gives the shape, dtype and device.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct DropoutMask {
-    pub(crate) seed: u64,
-    pub(crate) threshold: u32,
-    pub(crate) scale: f32,
+pub struct DropoutMask {
+    /// Seed of the mask (the same as the CPU mask for it).
+    pub seed: u64,
+    /// An element is dropped when its hash is below this.
+    pub threshold: u32,
+    /// Factor applied to the elements kept (1 / keep probability).
+    pub scale: f32,
 }
 
 impl CustomOp1 for DropoutMask {
@@ -100,10 +103,11 @@ impl InplaceOp3 for AdamWStep {
 /// `key_bias: [batch, keys]` (f32; no gradient).
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct AttentionProbsTrain {
-    pub(crate) scale: f32,
+pub struct AttentionProbsTrain {
+    /// Multiplier of the scores (1/√head_size).
+    pub scale: f32,
     /// (seed, threshold, keep factor) of `SeededDropout`; `(0, 0, 1.0)` for none.
-    pub(crate) dropout: (u64, u32, f32),
+    pub dropout: (u64, u32, f32),
 }
 
 impl CustomOp2 for AttentionProbsTrain {
@@ -173,8 +177,9 @@ impl CustomOp3 for AttentionProbsTrainGrad {
 /// `x.apply_op3(&gamma, &beta, op)`: `x: [..., hidden]`, `gamma, beta: [hidden]`, f32, contiguous.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct LayerNormTrain {
-    pub(crate) eps: f32,
+pub struct LayerNormTrain {
+    /// LayerNorm epsilon, inside the square root.
+    pub eps: f32,
 }
 
 impl CustomOp3 for LayerNormTrain {
@@ -255,8 +260,9 @@ impl CustomOp3 for LayerNormTrainGrad {
 /// kept as the op's input.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct BiasActivationTrain {
-    pub(crate) gelu: bool,
+pub struct BiasActivationTrain {
+    /// Apply GELU (erf) after adding the bias.
+    pub gelu: bool,
 }
 
 impl CustomOp2 for BiasActivationTrain {

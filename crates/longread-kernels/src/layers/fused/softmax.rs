@@ -7,7 +7,7 @@ use crate::layers::fused::math::{fast_exp, lanes_max, lanes_sum, ROWS_PER_TASK};
 use crate::layers::fused::storage::{f32_data, f32_slice, last_dim};
 
 /// Softmax over the last dimension (f32, contiguous).
-pub(crate) struct FusedSoftmax;
+pub struct FusedSoftmax;
 
 impl CustomOp1 for FusedSoftmax {
     fn name(&self) -> &'static str {

@@ -16,10 +16,13 @@ use crate::layers::fused::f32_slices;
 /// row ranges of the sequences, in order, covering every row. Output `[tokens, heads·head_size]`.
 /// No backward pass: training pads (`FusedAttention`).
 #[derive(Debug)]
-pub(crate) struct PackedAttention {
-    pub(crate) heads: usize,
-    pub(crate) scale: f32,
-    pub(crate) segments: Vec<Range<usize>>,
+pub struct PackedAttention {
+    /// Attention heads.
+    pub heads: usize,
+    /// Multiplier of the scores (1/√head_size).
+    pub scale: f32,
+    /// Each sequence's row range, in order, covering every row.
+    pub segments: Vec<Range<usize>>,
 }
 
 impl PackedAttention {

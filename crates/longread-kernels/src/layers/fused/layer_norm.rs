@@ -8,8 +8,9 @@ use crate::layers::fused::storage::{f32_data, f32_slices, last_dim};
 
 /// `LayerNorm(x) · weight + bias` over the last dimension (as torch: biased variance, eps
 /// inside the square root); f32, contiguous.
-pub(crate) struct FusedLayerNorm {
-    pub(crate) eps: f32,
+pub struct FusedLayerNorm {
+    /// LayerNorm epsilon, inside the square root.
+    pub eps: f32,
 }
 
 impl CustomOp3 for FusedLayerNorm {

@@ -6,33 +6,33 @@
 use crate::layers::fused::multiversion;
 
 /// Outputs per panel: one 512-bit register of i32 lanes.
-pub(crate) const PANEL: usize = 16;
+pub const PANEL: usize = 16;
 /// Inputs per group: the bytes one `vpdpbusd` lane adds up.
-pub(crate) const GROUP: usize = 4;
+pub const GROUP: usize = 4;
 
 /// `W [out, in]` as int8 in panels: `data[panel][group][lane][byte]` holds
 /// `Wq[panel·16 + lane, group·4 + byte]` (zero past `out` and `in`).
 #[derive(Debug, Clone)]
-pub(crate) struct PackedWeights {
-    pub(crate) out: usize,
-    pub(crate) inputs: usize,
+pub struct PackedWeights {
+    pub out: usize,
+    pub inputs: usize,
     /// `ceil(in / 4)`.
-    pub(crate) groups: usize,
+    pub groups: usize,
     /// `ceil(out / 16)`.
-    pub(crate) panels: usize,
-    pub(crate) data: Vec<i8>,
+    pub panels: usize,
+    pub data: Vec<i8>,
     /// Per output (padded to `panels · 16`): `max |W[o, :]| / 127`.
-    pub(crate) scale: Vec<f32>,
+    pub scale: Vec<f32>,
     /// Per output (padded): `128 · Σ_k Wq[o, k]`, which the kernel subtracts because the
     /// activations are stored with an offset of 128 (as unsigned bytes).
-    pub(crate) offset_correction: Vec<i32>,
+    pub offset_correction: Vec<i32>,
     /// Per output (padded): the layer's bias, 0 without one.
-    pub(crate) bias: Vec<f32>,
+    pub bias: Vec<f32>,
 }
 
 impl PackedWeights {
     /// Quantises `weight` (`[out, in]`, row-major) and packs it; `bias` has `out` entries.
-    pub(crate) fn new(weight: &[f32], out: usize, inputs: usize, bias: Option<&[f32]>) -> Self {
+    pub fn new(weight: &[f32], out: usize, inputs: usize, bias: Option<&[f32]>) -> Self {
         let (groups, panels) = (inputs.div_ceil(GROUP), out.div_ceil(PANEL));
         let padded = panels * PANEL;
         let mut data = vec![0i8; panels * groups * PANEL * GROUP];
@@ -57,7 +57,7 @@ impl PackedWeights {
     }
 
     /// Bytes of one panel.
-    pub(crate) fn panel_len(&self) -> usize {
+    pub fn panel_len(&self) -> usize {
         self.groups * PANEL * GROUP
     }
 }
@@ -65,18 +65,18 @@ impl PackedWeights {
 /// Activations `[rows, in]` quantised per row (symmetric, `max |x| / 127`) and stored as
 /// unsigned bytes `q + 128`, rows padded to `4 · groups` bytes with the value of 0 (128).
 #[derive(Debug)]
-pub(crate) struct QuantizedRows {
-    pub(crate) rows: usize,
+pub struct QuantizedRows {
+    pub rows: usize,
     /// Bytes per row: `4 · groups`.
-    pub(crate) stride: usize,
-    pub(crate) data: Vec<u8>,
-    pub(crate) scale: Vec<f32>,
+    pub stride: usize,
+    pub data: Vec<u8>,
+    pub scale: Vec<f32>,
 }
 
 impl QuantizedRows {
     /// Quantises `xs` (`[rows, inputs]`, row-major) for weights of `groups` input groups;
     /// `vectorised` uses AVX-512 (the same values: round half to even in both).
-    pub(crate) fn new(xs: &[f32], inputs: usize, groups: usize, vectorised: bool) -> Self {
+    pub fn new(xs: &[f32], inputs: usize, groups: usize, vectorised: bool) -> Self {
         use rayon::prelude::*;
         let rows = xs.len() / inputs;
         let stride = groups * GROUP;

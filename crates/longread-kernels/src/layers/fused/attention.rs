@@ -25,15 +25,18 @@ pub(super) const QUERY_BLOCK: usize = 128;
 /// as transformers' extended attention mask). Output `[batch, seq, heads·head_size]`, heads
 /// side by side as the output projection reads them.
 #[derive(Debug)]
-pub(crate) struct FusedAttention {
-    pub(crate) heads: usize,
-    pub(crate) scale: f32,
+pub struct FusedAttention {
+    /// Attention heads.
+    pub heads: usize,
+    /// Multiplier of the scores (1/√head_size).
+    pub scale: f32,
     /// `[batch, seq]`.
-    pub(crate) key_bias: Vec<f32>,
+    pub key_bias: Vec<f32>,
     /// MPNet's relative-position bias, `[heads, seq, seq]`, added to the scaled scores before
     /// the key bias (its own gradient is not computed: with one, training composes candle ops).
-    pub(crate) score_bias: Option<Vec<f32>>,
-    pub(crate) dropout: Option<SeededDropout>,
+    pub score_bias: Option<Vec<f32>>,
+    /// Dropout on the attention probabilities in training (`None`: none).
+    pub dropout: Option<SeededDropout>,
 }
 
 /// Sizes of one call.
@@ -82,14 +85,14 @@ fn multiply_by_mask(values: &mut [f32], mask: Option<&[f32]>) {
 /// A pointer that tasks writing disjoint parts of one buffer share (here: each sequence's rows
 /// of each head; in `int8::gemm`: each task's rows).
 #[derive(Clone, Copy)]
-pub(crate) struct SharedMut(pub(crate) *mut f32);
+pub struct SharedMut(pub *mut f32);
 // SAFETY: every task writes a region no other task touches.
 unsafe impl Send for SharedMut {}
 unsafe impl Sync for SharedMut {}
 
 impl SharedMut {
     /// The pointer (a method, so that closures capture the `Sync` wrapper, not its field).
-    pub(crate) fn get(self) -> *mut f32 {
+    pub fn get(self) -> *mut f32 {
         self.0
     }
 

@@ -2,9 +2,9 @@
 //! behind them by backend: `fused` (CPU, with backward passes), `int8` (CPU inference), `cuda`
 //! (NVIDIA GPUs: inference, dropout masks and the AdamW step).
 
-pub(crate) mod cuda;
-pub(crate) mod dropout;
-pub(crate) mod fused;
+pub mod cuda;
+pub mod dropout;
+pub mod fused;
 pub mod int8;
 mod layer_norm;
 mod linear;

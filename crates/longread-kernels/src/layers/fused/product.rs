@@ -22,7 +22,7 @@ use crate::layers::fused::f32_slices;
 /// its backward pass (with `apply_op2`): `dx = g · W`, `dW = gᵀ · x` (each only where its
 /// argument carries gradients), both computed in their own layouts.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DenseProduct;
+pub struct DenseProduct;
 
 impl CustomOp2 for DenseProduct {
     fn name(&self) -> &'static str {

@@ -20,10 +20,11 @@ use crate::layers::fused::{f32_data, f32_slices, multiversion};
 /// without a bias, `[γ, β]` (`[2, n]`). As an in-place op (`inplace_op3`, no gradient), the
 /// result replaces `x`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct FusedResidualNorm {
-    pub(crate) eps: f32,
+pub struct FusedResidualNorm {
+    /// LayerNorm epsilon, inside the square root.
+    pub eps: f32,
     /// Hidden dropout in training (`None`: identity).
-    pub(crate) dropout: Option<SeededDropout>,
+    pub dropout: Option<SeededDropout>,
 }
 
 /// The rows of `params`: the bias (zeros when there is none), γ and β.

@@ -5,7 +5,7 @@ use std::ops::{Deref, Range};
 use candle_core::{CpuStorage, DType, Layout, Result, Shape, Storage, StorageRef, Tensor};
 
 /// Size of the last dimension (at least 1).
-pub(crate) fn last_dim(shape: &Shape) -> Result<usize> {
+pub fn last_dim(shape: &Shape) -> Result<usize> {
     match shape.dims().last() {
         Some(&n) if n > 0 => Ok(n),
         _ => candle_core::bail!("fused kernels need a non-empty last dimension, got {shape:?}"),
@@ -13,7 +13,7 @@ pub(crate) fn last_dim(shape: &Shape) -> Result<usize> {
 }
 
 /// The f32 data of several contiguous tensors (a custom op's arguments).
-pub(crate) fn f32_slices<'a, const N: usize>(args: [(&'a CpuStorage, &Layout); N], op: &str) -> Result<[&'a [f32]; N]> {
+pub fn f32_slices<'a, const N: usize>(args: [(&'a CpuStorage, &Layout); N], op: &str) -> Result<[&'a [f32]; N]> {
     let mut out = [&[][..]; N];
     for (slot, (storage, layout)) in out.iter_mut().zip(args) {
         *slot = f32_slice(storage, layout, op)?;
@@ -22,7 +22,7 @@ pub(crate) fn f32_slices<'a, const N: usize>(args: [(&'a CpuStorage, &Layout); N
 }
 
 /// The f32 data of a contiguous tensor.
-pub(crate) fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
+pub fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
     let Some((start, end)) = layout.contiguous_offsets() else {
         candle_core::bail!("{op}: the input must be contiguous");
     };
@@ -33,7 +33,7 @@ pub(crate) fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) 
 }
 
 /// The f32 data of a contiguous tensor, to write in place (an in-place op's destination).
-pub(crate) fn f32_slice_mut<'a>(storage: &'a mut CpuStorage, layout: &Layout, op: &str) -> Result<&'a mut [f32]> {
+pub fn f32_slice_mut<'a>(storage: &'a mut CpuStorage, layout: &Layout, op: &str) -> Result<&'a mut [f32]> {
     let Some((start, end)) = layout.contiguous_offsets() else {
         candle_core::bail!("{op}: the input must be contiguous");
     };
@@ -44,7 +44,7 @@ pub(crate) fn f32_slice_mut<'a>(storage: &'a mut CpuStorage, layout: &Layout, op
 }
 
 /// Checks that `bias` is as long as the rows of `shape`; returns the row length.
-pub(crate) fn check_bias(shape: &Shape, bias: &[f32], op: &str) -> Result<usize> {
+pub fn check_bias(shape: &Shape, bias: &[f32], op: &str) -> Result<usize> {
     let n = last_dim(shape)?;
     if bias.len() != n {
         candle_core::bail!("{op}: a bias of {} for rows of {n}", bias.len());
@@ -54,7 +54,7 @@ pub(crate) fn check_bias(shape: &Shape, bias: &[f32], op: &str) -> Result<usize>
 
 /// An in-place bias op's arguments: the destination's data, to write, and the bias, which must
 /// be as long as a row.
-pub(crate) fn rows_and_bias_mut<'a>(
+pub fn rows_and_bias_mut<'a>(
     (dst, dst_l): (&'a mut CpuStorage, &Layout),
     (s2, l2): (&'a CpuStorage, &Layout),
     op: &str,
@@ -66,7 +66,7 @@ pub(crate) fn rows_and_bias_mut<'a>(
 
 /// The f32 data of `x` and of a bias added to each of its rows (a bias op's arguments), and the
 /// row length; the bias must be as long as a row.
-pub(crate) fn rows_and_bias<'a>(
+pub fn rows_and_bias<'a>(
     (s1, l1): (&'a CpuStorage, &Layout),
     (s2, l2): (&'a CpuStorage, &Layout),
     op: &str,
@@ -78,7 +78,7 @@ pub(crate) fn rows_and_bias<'a>(
 
 /// A tensor's elements as f32, for a backward pass to read: borrowed in place from a
 /// contiguous f32 tensor on the CPU (the usual case: no copy), else an f32 copy.
-pub(crate) enum F32Data<'a> {
+pub enum F32Data<'a> {
     /// A read lock on the tensor's storage and the range of its elements.
     Borrowed(StorageRef<'a>, Range<usize>),
     /// A contiguous f32 copy.
@@ -100,7 +100,7 @@ impl Deref for F32Data<'_> {
 }
 
 /// The elements of `t` as f32 in row-major order (see [`F32Data`]).
-pub(crate) fn f32_data(t: &Tensor) -> Result<F32Data<'_>> {
+pub fn f32_data(t: &Tensor) -> Result<F32Data<'_>> {
     let (storage, layout) = t.storage_and_layout();
     let range = match (&*storage, layout.contiguous_offsets()) {
         (Storage::Cpu(CpuStorage::F32(_)), Some((start, end))) => Some(start..end),

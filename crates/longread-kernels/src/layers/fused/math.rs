@@ -4,20 +4,20 @@
 use crate::layers::fused::multiversion;
 
 /// Rows handed to one rayon task at a time.
-pub(crate) const ROWS_PER_TASK: usize = 16;
+pub const ROWS_PER_TASK: usize = 16;
 
 /// Elements handed to one rayon task at a time by element-wise kernels.
-pub(crate) const ELEMENTS_PER_TASK: usize = 1 << 14;
+pub const ELEMENTS_PER_TASK: usize = 1 << 14;
 
 /// Elements per rayon task for rows of `n`: whole rows, about [`ELEMENTS_PER_TASK`] elements.
-pub(crate) fn rows_task_len(n: usize) -> usize {
+pub fn rows_task_len(n: usize) -> usize {
     n * (ELEMENTS_PER_TASK / n).max(1)
 }
 
 /// Partial sums of per-column gradients (one set per block of rows), added up in block
 /// order, so that the result does not depend on how rayon scheduled the blocks (runs stay
 /// bit-reproducible).
-pub(crate) fn sum_partials<const K: usize>(partials: impl Iterator<Item = [Vec<f32>; K]>, n: usize) -> [Vec<f32>; K] {
+pub fn sum_partials<const K: usize>(partials: impl Iterator<Item = [Vec<f32>; K]>, n: usize) -> [Vec<f32>; K] {
     let mut total: [Vec<f32>; K] = std::array::from_fn(|_| vec![0f32; n]);
     for part in partials {
         for (t, p) in total.iter_mut().zip(part) {
@@ -29,7 +29,7 @@ pub(crate) fn sum_partials<const K: usize>(partials: impl Iterator<Item = [Vec<f
 
 /// Mean and 1/std of a row (biased variance, eps inside the square root, as torch).
 #[inline(always)]
-pub(crate) fn moments(x: &[f32], eps: f32) -> (f32, f32) {
+pub fn moments(x: &[f32], eps: f32) -> (f32, f32) {
     let n = x.len() as f32;
     let mean = lanes_sum(x) / n;
     let mut lanes = [0f32; 16];
@@ -46,7 +46,7 @@ pub(crate) fn moments(x: &[f32], eps: f32) -> (f32, f32) {
 
 multiversion! {
     /// LayerNorm of one row, in place: `(x − μ) · rstd · γ + β`.
-    pub(crate) fn normalize_row(row: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
+    pub fn normalize_row(row: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
         let (mean, rstd) = moments(row, eps);
         for ((x, &g), &b) in row.iter_mut().zip(gamma).zip(beta) {
             *x = (*x - mean) * rstd * g + b;
@@ -58,7 +58,7 @@ multiversion! {
     /// The backward pass of [`normalize_row`] for one row. With `x̂ = (x − μ)·rstd` and
     /// `g = dy ⊙ γ`: `dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))`; adds `dy ⊙ x̂` to `dgamma`
     /// and `dy` to `dbeta`. `x` is overwritten with `x̂`.
-    pub(crate) fn normalize_row_backward(
+    pub fn normalize_row_backward(
         dx: &mut [f32],
         x: &mut [f32],
         dy: &[f32],
@@ -86,7 +86,7 @@ multiversion! {
 /// erf(x) by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7), with [`fast_exp`]: no
 /// libm call, so loops over it vectorise.
 #[inline(always)]
-pub(crate) fn fast_erf(x: f32) -> f32 {
+pub fn fast_erf(x: f32) -> f32 {
     let a = x.abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152 + t * 1.061_405_4))));
@@ -96,13 +96,13 @@ pub(crate) fn fast_erf(x: f32) -> f32 {
 
 /// Exact GELU, `u · Φ(u)` with `Φ(u) = (1 + erf(u/√2)) / 2`, with [`fast_erf`].
 #[inline(always)]
-pub(crate) fn gelu_erf(u: f32) -> f32 {
+pub fn gelu_erf(u: f32) -> f32 {
     0.5 * u * (1.0 + fast_erf(u * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// The derivative of [`gelu_erf`]: `Φ(u) + u · φ(u)`.
 #[inline(always)]
-pub(crate) fn gelu_erf_derivative(u: f32) -> f32 {
+pub fn gelu_erf_derivative(u: f32) -> f32 {
     const INV_SQRT_2PI: f32 = 0.398_942_3;
     let cdf = 0.5 * (1.0 + fast_erf(u * std::f32::consts::FRAC_1_SQRT_2));
     let pdf = INV_SQRT_2PI * fast_exp(-0.5 * u * u);
@@ -115,7 +115,7 @@ pub(crate) fn gelu_erf_derivative(u: f32) -> f32 {
 /// `expf` on [−87, 88]; below −87.3 the result is 0 (as `expf` underflows to denormals there),
 /// above 88.7 it saturates (+∞ gives +∞), and NaN gives NaN.
 #[inline(always)]
-pub(crate) fn fast_exp(x: f32) -> f32 {
+pub fn fast_exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
@@ -144,7 +144,7 @@ pub(crate) fn fast_exp(x: f32) -> f32 {
 
 /// The largest value, with 16 independent partial maxima (vectorises).
 #[inline]
-pub(crate) fn lanes_max(values: &[f32]) -> f32 {
+pub fn lanes_max(values: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 16];
     let mut chunks = values.chunks_exact(16);
     for c in &mut chunks {
@@ -158,7 +158,7 @@ pub(crate) fn lanes_max(values: &[f32]) -> f32 {
 /// Σ values with 16 independent partial sums (vectorises; the order is fixed, so the result is
 /// reproducible).
 #[inline]
-pub(crate) fn lanes_sum(values: &[f32]) -> f32 {
+pub fn lanes_sum(values: &[f32]) -> f32 {
     let mut lanes = [0f32; 16];
     let mut chunks = values.chunks_exact(16);
     for c in &mut chunks {
@@ -171,7 +171,7 @@ pub(crate) fn lanes_sum(values: &[f32]) -> f32 {
 
 /// Σ a ⊙ b with 16 independent partial sums (vectorises; fixed order).
 #[inline]
-pub(crate) fn lanes_dot(a: &[f32], b: &[f32]) -> f32 {
+pub fn lanes_dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 16];
     let (mut ca, mut cb) = (a.chunks_exact(16), b.chunks_exact(16));
     for (x, y) in (&mut ca).zip(&mut cb) {

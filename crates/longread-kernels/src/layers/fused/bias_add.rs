@@ -14,7 +14,7 @@ use crate::layers::fused::storage::{f32_data, last_dim, rows_and_bias, rows_and_
 
 /// `x + bias` with `bias` added to every row of `x` (f32, contiguous); as an in-place op
 /// (`inplace_op2`, no gradient), on `x`'s own storage.
-pub(crate) struct FusedBiasAdd;
+pub struct FusedBiasAdd;
 
 multiversion! {
     /// `xs += bias` for the rows of `xs` (rows of `bias.len()`).

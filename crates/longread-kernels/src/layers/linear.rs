@@ -37,7 +37,7 @@ impl Linear {
     /// Keeps the weight matrix in `dtype` (e.g. bf16 for inference on a GPU), so that it is not
     /// cast at every product; the bias stays f32 (the kernels add it in f32). Inference only:
     /// the weight is no longer the trained variable.
-    pub(crate) fn cast_weight(&mut self, dtype: DType) -> Result<()> {
+    pub fn cast_weight(&mut self, dtype: DType) -> Result<()> {
         let weight = self.dense.weight().to_dtype(dtype)?.detach();
         self.dense = candle_nn::Linear::new(weight, self.dense.bias().cloned());
         Ok(())
@@ -49,12 +49,12 @@ impl Linear {
     }
 
     /// The weight `[out, in]` and the bias `[out]`, as stored.
-    pub(crate) fn parts(&self) -> (&Tensor, Option<&Tensor>) {
+    pub fn parts(&self) -> (&Tensor, Option<&Tensor>) {
         (self.dense.weight(), self.dense.bias())
     }
 
     /// The dtype the weight matrix is stored in (bf16 after [`Self::cast_weight`] for bf16).
-    pub(crate) fn weight_dtype(&self) -> DType {
+    pub fn weight_dtype(&self) -> DType {
         self.dense.weight().dtype()
     }
 
@@ -88,7 +88,7 @@ impl Linear {
 
     /// Whether the product needs a backward pass in `mode`: never in inference ([`Mode::Eval`]
     /// builds no graph: the encoder's blocks end in ops without one), else as [`Self::tracks`].
-    pub(crate) fn needs_graph(&self, xs: &Tensor, mode: Mode) -> bool {
+    pub fn needs_graph(&self, xs: &Tensor, mode: Mode) -> bool {
         mode.is_train() && self.tracks(xs)
     }
 
@@ -99,7 +99,7 @@ impl Linear {
     ///
     /// # Shapes
     /// `xs: [..., in]` → `([..., out], [out])`
-    pub(crate) fn forward_unbiased(&self, xs: &Tensor, graph: bool) -> Result<Option<(Tensor, Tensor)>> {
+    pub fn forward_unbiased(&self, xs: &Tensor, graph: bool) -> Result<Option<(Tensor, Tensor)>> {
         let (w, bias) = (self.dense.weight(), self.dense.bias());
         if xs.device().is_cuda() {
             // Inference on a GPU: the product in the input's dtype; the CUDA kernels add the bias.
@@ -124,7 +124,7 @@ impl Linear {
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
-    pub(crate) fn forward_in(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
+    pub fn forward_in(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
         self.forward_graph(xs, self.needs_graph(xs, mode))
     }
 

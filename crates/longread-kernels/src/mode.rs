@@ -80,7 +80,7 @@ impl Mode<'_> {
     /// Applies a fused op to `(a, b, c)`: with its backward pass in training, without one in
     /// inference, where the output then carries no graph (so the intermediates that produced
     /// it are freed as soon as they go out of scope).
-    pub(crate) fn apply_op3<C: CustomOp3 + Send + Sync + 'static>(
+    pub fn apply_op3<C: CustomOp3 + Send + Sync + 'static>(
         &self,
         a: &Tensor,
         b: &Tensor,

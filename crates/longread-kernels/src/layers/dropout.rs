@@ -28,7 +28,7 @@ impl Dropout {
 
     /// This call's mask in training (a seed drawn from the run's generator); `None` in
     /// inference or when `p` is 0.
-    pub(crate) fn seeded(&self, mode: Mode) -> Option<SeededDropout> {
+    pub fn seeded(&self, mode: Mode) -> Option<SeededDropout> {
         match mode {
             Mode::Train(rng) if self.p > 0.0 => Some(SeededDropout { p: self.p as f32, seed: rng.next_seed() }),
             _ => None,
@@ -50,32 +50,32 @@ impl Dropout {
 /// One dropout mask: element `i` is kept (and scaled by `1 / (1 − p)`) when 24 bits of
 /// SplitMix64's output of `seed + i·γ` reach the drop threshold.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SeededDropout {
+pub struct SeededDropout {
     /// Drop probability in `(0, 1)`.
-    pub(crate) p: f32,
+    pub p: f32,
     /// Seed of this mask (drawn from the training run's dropout generator).
-    pub(crate) seed: u64,
+    pub seed: u64,
 }
 
 impl SeededDropout {
     /// The hash value below which an element is dropped (24-bit uniform numbers).
-    pub(crate) fn threshold(&self) -> u32 {
+    pub fn threshold(&self) -> u32 {
         (self.p as f64 * (1u64 << 24) as f64).round() as u32
     }
 
     /// The factor of kept elements.
-    pub(crate) fn scale(&self) -> f32 {
+    pub fn scale(&self) -> f32 {
         1.0 / (1.0 - self.p)
     }
 
     /// The mask's factor for elements `first..first + out.len()`: `1/(1−p)` where kept, 0
     /// where dropped.
-    pub(crate) fn factors(&self, first: u64, out: &mut [f32]) {
+    pub fn factors(&self, first: u64, out: &mut [f32]) {
         self.for_each_factor(first, out, false);
     }
 
     /// Multiplies elements `first..first + values.len()` of a tensor by the mask, in place.
-    pub(crate) fn multiply(&self, first: u64, values: &mut [f32]) {
+    pub fn multiply(&self, first: u64, values: &mut [f32]) {
         self.for_each_factor(first, values, true);
     }
 
@@ -94,7 +94,7 @@ impl SeededDropout {
     ///
     /// # Shapes
     /// → `[n]`
-    pub(crate) fn keep_mask(&self, n: usize) -> Vec<f32> {
+    pub fn keep_mask(&self, n: usize) -> Vec<f32> {
         const CHUNK: usize = 1 << 14;
         let mut mask = vec![0f32; n];
         mask.par_chunks_mut(CHUNK).enumerate().for_each(|(i, chunk)| self.factors((i * CHUNK) as u64, chunk));
@@ -105,7 +105,7 @@ impl SeededDropout {
     ///
     /// # Shapes
     /// any → same shape
-    pub(crate) fn apply(&self, xs: &Tensor) -> Result<Tensor> {
+    pub fn apply(&self, xs: &Tensor) -> Result<Tensor> {
         if xs.device().is_cuda() {
             // The same mask, made on the GPU instead of uploaded.
             let op =

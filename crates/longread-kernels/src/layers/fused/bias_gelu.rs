@@ -13,7 +13,7 @@ use crate::layers::fused::storage::{f32_data, last_dim, rows_and_bias, rows_and_
 
 /// `x · Φ(x)` of `x = product + bias` over rows of `bias.len()` (f32, contiguous); as an
 /// in-place op (`inplace_op2`, no gradient), on the product's own storage.
-pub(crate) struct FusedBiasGeluErf;
+pub struct FusedBiasGeluErf;
 
 multiversion! {
     /// `xs = GELU(xs + bias)` for the rows of `xs` (rows of `bias.len()`).

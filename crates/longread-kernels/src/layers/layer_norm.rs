@@ -54,12 +54,12 @@ impl LayerNorm {
     }
 
     /// `weight` (γ) and `bias` (β).
-    pub(crate) fn affine(&self) -> (&Tensor, &Tensor) {
+    pub fn affine(&self) -> (&Tensor, &Tensor) {
         (&self.weight, &self.bias)
     }
 
     /// The epsilon added to the variance.
-    pub(crate) fn eps(&self) -> f64 {
+    pub fn eps(&self) -> f64 {
         self.eps
     }
 
@@ -68,7 +68,7 @@ impl LayerNorm {
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
-    pub(crate) fn forward_fused(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
+    pub fn forward_fused(&self, xs: &Tensor, mode: Mode) -> Result<Tensor> {
         let op = FusedLayerNorm { eps: self.eps as f32 };
         mode.apply_op3(&xs.contiguous()?, &self.weight.contiguous()?, &self.bias.contiguous()?, op)
     }
@@ -77,7 +77,7 @@ impl LayerNorm {
     ///
     /// # Shapes
     /// `xs: [..., hidden]` → `[..., hidden]`
-    pub(crate) fn forward_differentiable(&self, xs: &Tensor) -> Result<Tensor> {
+    pub fn forward_differentiable(&self, xs: &Tensor) -> Result<Tensor> {
         let mean = xs.mean_keepdim(D::Minus1)?;
         let centered = xs.broadcast_sub(&mean)?;
         let var = centered.sqr()?.mean_keepdim(D::Minus1)?;

@@ -9,7 +9,7 @@ use crate::layers::fused::storage::{f32_data, f32_slice};
 
 multiversion! {
     /// `xs = GELU(xs)` (exact, [`gelu_erf`]), on the calling thread.
-    pub(crate) fn gelu_in_place(xs: &mut [f32]) {
+    pub fn gelu_in_place(xs: &mut [f32]) {
         for x in xs.iter_mut() {
             *x = gelu_erf(*x);
         }
@@ -18,7 +18,7 @@ multiversion! {
 
 /// Exact GELU, `x · Φ(x)` with `Φ(x) = (1 + erf(x/√2)) / 2` (f32, contiguous), with a vectorised
 /// erf (see [`gelu_erf`]); backward `dy · (Φ(x) + x · φ(x))`.
-pub(crate) struct FusedGeluErf;
+pub struct FusedGeluErf;
 
 impl CustomOp1 for FusedGeluErf {
     fn name(&self) -> &'static str {
