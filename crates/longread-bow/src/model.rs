@@ -202,26 +202,14 @@ pub fn train(
         let folds = stratified_folds(labels, options.folds, options.seed);
         let mut per_c: Vec<Vec<f64>> = vec![Vec::new(); options.cs.len()];
         for held_out in &folds {
-            let train_idx: Vec<usize> = (0..texts.len()).filter(|i| held_out.binary_search(i).is_err()).collect();
-            let fit_docs: Vec<&TermCounts> = train_idx.iter().map(|&i| &counts[i]).collect();
-            let columns = Columns::fit(&fit_docs, &options.tfidf);
-            let rows: Vec<SparseRow> = fit_docs.iter().map(|d| columns.row(d, options.tfidf.sublinear_tf)).collect();
-            let fit_labels: Vec<usize> = train_idx.iter().map(|&i| labels[i]).collect();
-            let fit_weights: Vec<f64> = train_idx.iter().map(|&i| weights[i]).collect();
+            let fold = FoldFit::without(held_out, &counts, labels, &weights, &options.tfidf);
             let mut previous: Option<LogisticRegression> = None;
             for (ci, &c) in options.cs.iter().enumerate() {
-                let data = Data {
-                    rows: &rows,
-                    labels: &fit_labels,
-                    sample_weights: &fit_weights,
-                    classes,
-                    features: columns.idf.len(),
-                };
-                let model = LogisticRegression::fit(data, c, previous.as_ref(), options.solver)?;
+                let model = LogisticRegression::fit(fold.data(classes), c, previous.as_ref(), options.solver)?;
                 let truth: Vec<usize> = held_out.iter().map(|&i| labels[i]).collect();
                 let predicted: Vec<usize> = held_out
                     .iter()
-                    .map(|&i| argmax(&model.logits(&columns.row(&counts[i], options.tfidf.sublinear_tf))))
+                    .map(|&i| argmax(&model.logits(&fold.columns.row(&counts[i], options.tfidf.sublinear_tf))))
                     .collect();
                 let report =
                     longread_metrics::evaluate(label_names, &truth, &predicted).map_err(BowError::InvalidInput)?;
@@ -254,6 +242,46 @@ pub fn train(
     let model =
         BowModel { labels: label_names.to_vec(), tfidf: options.tfidf, c, vocabulary, idf: columns.idf, regression };
     Ok(Trained { model, cv })
+}
+
+/// What one cross-validation fold fits on: the features fitted on every document but the
+/// held-out ones, and those documents' rows, labels and weights.
+pub(crate) struct FoldFit {
+    /// The fold's TF-IDF columns (score held-out documents with them).
+    pub(crate) columns: Columns,
+    rows: Vec<SparseRow>,
+    labels: Vec<usize>,
+    weights: Vec<f64>,
+}
+
+impl FoldFit {
+    /// The fold that holds out `held_out` (sorted indices into `counts`).
+    pub(crate) fn without(
+        held_out: &[usize],
+        counts: &[TermCounts],
+        labels: &[usize],
+        weights: &[f64],
+        tfidf: &TfidfSettings,
+    ) -> Self {
+        let kept: Vec<usize> = (0..counts.len()).filter(|i| held_out.binary_search(i).is_err()).collect();
+        let docs: Vec<&TermCounts> = kept.iter().map(|&i| &counts[i]).collect();
+        let columns = Columns::fit(&docs, tfidf);
+        let rows = docs.iter().map(|d| columns.row(d, tfidf.sublinear_tf)).collect();
+        let labels = kept.iter().map(|&i| labels[i]).collect();
+        let weights = kept.iter().map(|&i| weights[i]).collect();
+        Self { columns, rows, labels, weights }
+    }
+
+    /// The fit's data for the logistic regression.
+    pub(crate) fn data(&self, classes: usize) -> Data<'_> {
+        Data {
+            rows: &self.rows,
+            labels: &self.labels,
+            sample_weights: &self.weights,
+            classes,
+            features: self.columns.idf.len(),
+        }
+    }
 }
 
 /// Refuses input the training cannot use, with what to do.

@@ -5,10 +5,8 @@
 
 use crate::counts::{count_terms, Interner, TermCounts};
 use crate::error::{BowError, Result};
-use crate::logistic::{Data, LogisticRegression};
-use crate::model::BowOptions;
-use crate::sparse::SparseRow;
-use crate::tfidf::Columns;
+use crate::logistic::LogisticRegression;
+use crate::model::{BowOptions, FoldFit};
 use longread_metrics::folds::stratified_folds;
 
 /// Class logits of every document of `texts` (`[doc][label]`), each from a model fitted on the
@@ -38,22 +36,10 @@ pub fn out_of_fold_logits(
     let folds = stratified_folds(labels, options.folds, options.seed);
     let mut logits = vec![Vec::new(); texts.len()];
     for (done, held_out) in folds.iter().enumerate() {
-        let fit_idx: Vec<usize> = (0..texts.len()).filter(|i| held_out.binary_search(i).is_err()).collect();
-        let fit_docs: Vec<&TermCounts> = fit_idx.iter().map(|&i| &counts[i]).collect();
-        let columns = Columns::fit(&fit_docs, &options.tfidf);
-        let rows: Vec<SparseRow> = fit_docs.iter().map(|d| columns.row(d, options.tfidf.sublinear_tf)).collect();
-        let fit_labels: Vec<usize> = fit_idx.iter().map(|&i| labels[i]).collect();
-        let fit_weights: Vec<f64> = fit_idx.iter().map(|&i| weights[i]).collect();
-        let data = Data {
-            rows: &rows,
-            labels: &fit_labels,
-            sample_weights: &fit_weights,
-            classes,
-            features: columns.idf.len(),
-        };
-        let model = LogisticRegression::fit(data, c, None, options.solver)?;
+        let fold = FoldFit::without(held_out, &counts, labels, &weights, &options.tfidf);
+        let model = LogisticRegression::fit(fold.data(classes), c, None, options.solver)?;
         for &i in held_out {
-            logits[i] = model.logits(&columns.row(&counts[i], options.tfidf.sublinear_tf));
+            logits[i] = model.logits(&fold.columns.row(&counts[i], options.tfidf.sublinear_tf));
         }
         on_fit(done + 1, folds.len());
     }
