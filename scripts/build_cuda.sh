@@ -33,7 +33,7 @@ case "$mode" in
     exec "$venv/bin/maturin" build --release --features cuda -m python/Cargo.toml --target-dir target-cuda \
       --out target-cuda/wheels ;;
   --tests)
-    cargo test --release --locked -p longread-model --features cuda --target-dir target-cuda --no-run --test cuda
+    cargo test --release --locked -p longread-classifier --features cuda --target-dir target-cuda --no-run --test cuda
     cargo test --release --locked -p longread-train --features cuda,clap --target-dir target-cuda --no-run --test cuda_train ;;
   "") ;;
   *) echo "usage: scripts/build_cuda.sh [--tests|--python|--check]" >&2; exit 2 ;;

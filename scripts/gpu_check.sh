@@ -8,7 +8,7 @@
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
 # GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train serve"):
-#   tests    the inference GPU tests (crates/longread-model/tests/cuda.rs)
+#   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
 #   embed    longread embed vs sentence-transformers

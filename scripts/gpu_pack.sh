@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu_check.sh needs from a CPU machine's `cuda` build into gpu-run/
 # (git-ignored; a few MB with xz): the longread binary and the GPU test executables
-# (crates/longread-model/tests/cuda.rs, crates/longread-train/tests/cuda_train.rs), stripped.
+# (crates/longread-classifier/tests/cuda.rs, crates/longread-train/tests/cuda_train.rs), stripped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=target-cuda/release/longread

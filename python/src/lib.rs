@@ -1,5 +1,5 @@
 //! The `longread` Python package's native module (`longread._longread`): thin bindings over
-//! the library API every front uses (`longread_model::Classifier`, `Embedder`, evaluation,
+//! the library API every front uses (`longread_classifier::Classifier`, `Embedder`, evaluation,
 //! ensembles, and `longread_train`'s new classifiers and training run).
 //! Predictions cross into Python as the JSON `longread predict` writes, so the two agree to
 //! the digit; the GIL is released while the model runs; bad input raises a
@@ -8,15 +8,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
-use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
-use longread_model::classifier::evaluate::evaluate_reader;
-use longread_model::classifier::PredictionLine;
-use longread_model::{
-    Classifier as RustClassifier, ClassifierOptions, DeviceChoice, Embedder as RustEmbedder, EmbedderOptions, Precision,
-};
+use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
+use longread_classifier::evaluate::evaluate_reader;
+use longread_classifier::Classifier as RustClassifier;
+use longread_classifier::ClassifierOptions;
+use longread_classifier::PredictionLine;
+use longread_model::{DeviceChoice, Embedder as RustEmbedder, EmbedderOptions, Precision};
 use longread_report::{render_html, DocumentView};
 use longread_text::Document;
+use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::create_exception;
@@ -55,7 +55,11 @@ fn set_threads(threads: Option<usize>) -> PyResult<()> {
 }
 
 /// Classifier options from Python's arguments (`None`: the device's default).
-fn classifier_options(precision: Option<&str>, max_batch_tokens: Option<usize>, device: &str) -> PyResult<ClassifierOptions> {
+fn classifier_options(
+    precision: Option<&str>,
+    max_batch_tokens: Option<usize>,
+    device: &str,
+) -> PyResult<ClassifierOptions> {
     Ok(ClassifierOptions {
         precision: precision.map(parse_precision).transpose()?,
         max_batch_tokens,
@@ -389,7 +393,7 @@ fn compare(
     let result = py.allow_threads(move || -> Result<String, String> {
         let named: Vec<(String, &RustClassifier)> = loaded.iter().map(|(n, c)| (n.clone(), c.as_ref())).collect();
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-        let comparison = longread_model::classifier::evaluate::compare(
+        let comparison = longread_classifier::evaluate::compare(
             &named,
             std::io::BufReader::new(file),
             &data.display().to_string(),

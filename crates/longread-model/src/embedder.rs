@@ -7,11 +7,11 @@ use candle_core::{DType, Device, Tensor};
 use longread_text::{pad_batch, Encoded, TextTokenizer};
 
 use crate::checkpoint::{sentence_max_seq_length, Checkpoint, LoadOptions};
-use crate::classifier::Precision;
 use crate::device::DeviceChoice;
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
 use crate::mode::Mode;
+use crate::precision::Precision;
 use crate::sentence_pooling::{l2_normalize, SentencePooling};
 
 /// Embeddings of a list of texts, in input order.

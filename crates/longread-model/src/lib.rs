@@ -5,7 +5,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod checkpoint;
-pub mod classifier;
 pub mod config;
 pub mod device;
 pub mod embedder;
@@ -15,11 +14,10 @@ pub mod han;
 pub mod hierarchical;
 pub mod masked_lm;
 pub mod model_dir;
-pub mod model_kind;
 pub mod params;
+pub mod precision;
 pub mod presets;
 pub mod sentence_pooling;
-pub mod summary;
 pub mod variables;
 
 // The building blocks, kernels and modes live in their own crate, below this one; re-exported
@@ -27,11 +25,10 @@ pub mod variables;
 pub use longread_kernels::{activation, layers, mode, multiversion, profile};
 
 pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};
-pub use classifier::{Classifier, ClassifierOptions, DocError, DocResult, Precision, Prediction};
 pub use config::EncoderConfig;
 pub use device::DeviceChoice;
 pub use embedder::{Embedder, EmbedderOptions};
 pub use encoder::Encoder;
 pub use error::{ModelError, Result};
 pub use mode::{DropoutRng, Mode};
-pub use model_kind::ModelKind;
+pub use precision::Precision;

@@ -134,7 +134,7 @@ pub fn temporary_dir_beside(out: &Path) -> Result<(tempfile::TempDir, PathBuf)> 
 }
 
 /// Maps an I/O error on `path` to [`ModelError::Io`].
-pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError {
+pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError {
     let path = path.to_owned();
     move |source| ModelError::Io { path, source }
 }

@@ -1,6 +1,6 @@
 //! A document's view from a classifier's result, for the CLI's report and the server's page.
 
-use longread_model::DocResult;
+use longread_classifier::DocResult;
 
 use crate::{ChunkView, DocumentView, MemberView, SentenceView, WordView};
 

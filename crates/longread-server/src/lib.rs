@@ -1,7 +1,7 @@
 //! longread's HTTP server: whole long documents classified through one batching queue
 //! (chunks of concurrent requests share encoder batches), with longread's own route,
 //! text-embeddings-inference's and OpenAI's, health, info, Prometheus metrics, an OpenAPI
-//! document and a web page. A thin front over `longread_model::Classifier` and `Embedder`.
+//! document and a web page. A thin front over `longread_classifier::Classifier` and `Embedder`.
 #![deny(missing_docs)]
 
 mod config;

@@ -8,7 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use longread_model::classifier::queue::{BatchStats, JobTimings};
+use longread_classifier::queue::{BatchStats, JobTimings};
 
 /// A request's route and status.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

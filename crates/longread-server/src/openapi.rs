@@ -33,7 +33,7 @@ use crate::routes::{classify, embed, info, page};
         embed::OpenAiResponse,
         info::Info,
         page::ReportRequest,
-        longread_model::Prediction
+        longread_classifier::Prediction
     ))
 )]
 pub(crate) struct ApiDoc;

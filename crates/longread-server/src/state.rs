@@ -4,9 +4,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use longread_model::classifier::queue::BatchQueue;
+use longread_classifier::queue::BatchQueue;
+use longread_classifier::{Classifier, ClassifierOptions};
 use longread_model::device::serving_batch_tokens;
-use longread_model::{Classifier, ClassifierOptions, Embedder, EmbedderOptions};
+use longread_model::{Embedder, EmbedderOptions};
 
 use crate::config::ServerConfig;
 use crate::error::ApiError;
@@ -123,8 +124,8 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
     let classifier =
         Classifier::load(&config.model, options).map_err(|e| format!("{}: {e}", config.model.display()))?;
     let classifier = Arc::new(classifier);
-    let summary =
-        longread_model::summary::summarize(&config.model).map_err(|e| format!("{}: {e}", config.model.display()))?;
+    let summary = longread_classifier::summary::summarize(&config.model)
+        .map_err(|e| format!("{}: {e}", config.model.display()))?;
     let embedder = match &config.embedding_model {
         None => None,
         Some(dir) => {

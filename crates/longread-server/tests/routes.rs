@@ -3,7 +3,8 @@
 mod common;
 
 use common::{documents, fixture, max_diff, minilm, numbers, TestServer};
-use longread_model::{Classifier, ClassifierOptions, Embedder, EmbedderOptions};
+use longread_classifier::{Classifier, ClassifierOptions};
+use longread_model::{Embedder, EmbedderOptions};
 use longread_server::ServerConfig;
 use serde_json::json;
 
@@ -16,7 +17,7 @@ fn classify_answers_what_the_library_answers_for_every_model_kind() {
     let tmp = tempfile::tempdir().unwrap();
     let ensemble = tmp.path().join("ensemble");
     let members = [(fixture("hier/trained-bert-attention"), 1.0), (fixture("han"), 1.0)];
-    longread_model::classifier::ensemble::build_ensemble(&members, &ensemble).unwrap();
+    longread_classifier::ensemble::build_ensemble(&members, &ensemble).unwrap();
     let mut kinds: Vec<(&str, std::path::PathBuf)> =
         ["hier/trained-bert-attention", "hier/trained-multitask", "han"].map(|m| (m, fixture(m))).into();
     kinds.push(("ensemble", ensemble));

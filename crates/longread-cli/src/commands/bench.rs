@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use longread_classifier::Classifier;
+use longread_model::DeviceChoice;
 use longread_model::Precision;
-use longread_model::{Classifier, DeviceChoice};
 use longread_train::bench::{
     peak_rss_bytes, run_han_step, run_predict, run_train_step, run_workload, EncoderSource, TrainStepSettings,
     Workload, HAN_SENTENCE_WORDS,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use longread_model::classifier::ensemble::{build_calibrated_ensemble, build_ensemble, EnsembleSpec};
+use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble, EnsembleSpec};
 use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 
 /// Arguments of `longread ensemble`.

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
+use longread_classifier::evaluate::{compare, evaluate_reader, Comparison, TaskReport};
+use longread_classifier::ClassifierOptions;
 use longread_metrics::bootstrap::{Bootstrap, Interval, RESAMPLES};
-use longread_model::classifier::evaluate::{compare, evaluate_reader, Comparison, TaskReport};
-use longread_model::{ClassifierOptions, DeviceChoice};
+use longread_model::DeviceChoice;
 use serde_json::Map;
 
 use crate::commands::predict::{load, progress_bar, EncodingArgs};
@@ -96,12 +97,13 @@ pub fn evaluate_file(
 
 /// `eval` with several models: the comparison table, or its JSON.
 fn run_comparison(args: &EvalArgs, options: ClassifierOptions, quiet: bool) -> Result<()> {
-    let classifiers: Vec<(String, longread_model::Classifier)> = args
+    let classifiers: Vec<(String, longread_classifier::Classifier)> = args
         .model
         .iter()
         .map(|dir| Ok((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?)))
         .collect::<Result<_>>()?;
-    let models: Vec<(String, &longread_model::Classifier)> = classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
+    let models: Vec<(String, &longread_classifier::Classifier)> =
+        classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
     let progress = progress_bar(0, quiet);
     let bootstrap = Bootstrap::new(args.bootstrap as usize, args.seed).map_err(anyhow::Error::msg)?;
     let comparison = compare(&models, open_input(&args.data)?, &input_name(&args.data), bootstrap, || progress.inc(1))?;

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use longread_model::summary::summarize;
+use longread_classifier::summary::summarize;
 
 /// Arguments of `longread inspect`.
 #[derive(Debug, Args)]

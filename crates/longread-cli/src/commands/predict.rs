@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use longread_model::classifier::{DocResult, PredictionLine};
-use longread_model::{Classifier, ClassifierOptions, DeviceChoice, Precision};
+use longread_classifier::{Classifier, ClassifierOptions};
+use longread_classifier::{DocResult, PredictionLine};
+use longread_model::{DeviceChoice, Precision};
 use longread_text::{read_documents, Document, Shard};
 use serde_json::Value;
 

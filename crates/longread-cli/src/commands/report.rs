@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use longread_model::classifier::DocResult;
+use longread_classifier::DocResult;
 use longread_model::DeviceChoice;
 use longread_report::{render_html, DocumentView};
 use longread_text::{read_documents, Document};

@@ -196,23 +196,22 @@ impl HierarchicalClassifier {
         Ok(Self { encoder, heads, chunk_dropout, config, tokenizer_path, tokenizer_json, vars, wide_files: Vec::new() })
     }
 
-    /// Makes this a wide-and-deep model: `bow` (fitted on the training documents, with the
-    /// primary task's labels in the same order) is kept in the model directory's `wide/`, and
+    /// Makes this a wide-and-deep model: a bag of words (fitted on the training documents, with
+    /// the primary task's labels `labels` in the same order), given as its model directory's
+    /// files (`longread_bow::BowModel::files`), is kept in the model directory's `wide/`, and
     /// its log-probabilities times `scale` are added to the primary task's logits wherever the
-    /// model is loaded as a [`crate::Classifier`]. Trainers add them themselves (see
+    /// model is loaded as a classifier (`longread-classifier`). Trainers add them themselves (see
     /// `longread-train`'s logit offsets): [`Self::classify`] gives the deep side's logits alone.
-    pub fn set_wide(&mut self, bow: &longread_bow::BowModel, scale: f64) -> Result<()> {
-        if bow.labels() != self.labels() {
+    pub fn set_wide(&mut self, files: Vec<(&'static str, Vec<u8>)>, labels: &[String], scale: f64) -> Result<()> {
+        if labels != self.labels() {
             return Err(ModelError::InvalidInput(format!(
-                "the wide bag of words has labels {:?}, the model {:?}: they must be the same, in the same order",
-                bow.labels(),
+                "the wide bag of words has labels {labels:?}, the model {:?}: they must be the same, in the same order",
                 self.labels()
             )));
         }
         let mut section = self.config.longread.clone();
         section.wide = Some(crate::hierarchical::WideSection { scale });
         section.validate(&self.config.encoder).map_err(ModelError::InvalidInput)?;
-        let files = bow.files().map_err(|e| ModelError::InvalidInput(format!("the wide bag of words: {e}")))?;
         self.wide_files = files
             .into_iter()
             .map(|(name, bytes)| {

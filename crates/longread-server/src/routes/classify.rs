@@ -8,7 +8,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::Json;
-use longread_model::Prediction;
+use longread_classifier::Prediction;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::oneshot;

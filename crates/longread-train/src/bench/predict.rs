@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use longread_model::Classifier;
+use longread_classifier::Classifier;
 use longread_text::{Chunk, ChunkedDocument};
 
 use crate::bench::BenchResult;

@@ -131,7 +131,8 @@ pub fn load_data(
     };
     let (mut train, mut dev) = (Labelled::chunk(train, chunker)?, Labelled::chunk(dev, chunker)?);
     if let Some(wide) = wide {
-        model.set_wide(&wide.bow, wide.scale)?;
+        let files = wide.bow.files().map_err(|e| TrainError::Run(format!("--wide-bow: {e}")))?;
+        model.set_wide(files, wide.bow.labels(), wide.scale)?;
         let labels = model.labels().len();
         let tensors = |rows: Vec<Vec<f32>>| -> Result<Vec<Tensor>> {
             Ok(rows.into_iter().map(|r| Tensor::from_vec(r, labels, device)).collect::<candle_core::Result<_>>()?)

@@ -8,13 +8,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use longread_metrics::folds::stratified_folds;
-use longread_model::classifier::calibrated::{
+use longread_classifier::calibrated::{
     build_ensemble_from_scores, ensemble_labels, labelled_documents, member_probabilities,
 };
-use longread_model::classifier::calibration::MemberScores;
-use longread_model::classifier::ensemble::EnsembleSpec;
-use longread_model::{Classifier, ClassifierOptions, ModelError};
+use longread_classifier::calibration::MemberScores;
+use longread_classifier::ensemble::EnsembleSpec;
+use longread_classifier::{Classifier, ClassifierOptions};
+use longread_metrics::folds::stratified_folds;
+use longread_model::ModelError;
 use longread_text::Document;
 use serde_json::Value;
 

@@ -12,7 +12,7 @@
 
 use longread_bow::logistic::{log_softmax, softmax};
 use longread_bow::{out_of_fold_logits, train, BowModel};
-use longread_model::classifier::calibration::fit_temperature;
+use longread_classifier::calibration::fit_temperature;
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};

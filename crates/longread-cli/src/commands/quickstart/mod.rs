@@ -14,8 +14,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use longread_classifier::ClassifierOptions;
 use longread_metrics::Report;
-use longread_model::{ClassifierOptions, DeviceChoice, Precision};
+use longread_model::{DeviceChoice, Precision};
 use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};
 
 use crate::commands::eval::evaluate_file;

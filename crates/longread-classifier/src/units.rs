@@ -1,5 +1,5 @@
 //! Documents in pieces, for a queue that batches the work of many requests together
-//! ([`super::queue`]): a document is prepared once (tokenized and chunked), its units — an
+//! ([`crate::queue`]): a document is prepared once (tokenized and chunked), its units — an
 //! encoder model's chunks, or a HAN's whole document — are encoded in batches shared with
 //! other documents, and its prediction is made from its units' outputs. A unit's output does
 //! not depend on what else was in its batch, so a document gets the scores it gets alone. An
@@ -10,9 +10,9 @@
 use candle_core::Tensor;
 use longread_text::{pad_batch, ChunkedDocument};
 
-use super::{classify_whole, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
-use crate::error::Result;
-use crate::mode::Mode;
+use crate::{classify_whole, encoder_prediction, Classifier, DocError, DocResult, Model, HAN_BATCH};
+use longread_model::error::Result;
+use longread_model::mode::Mode;
 
 /// A document ready to be encoded unit by unit.
 #[derive(Debug)]
@@ -166,9 +166,9 @@ impl Classifier {
     }
 
     /// The prediction of `doc` from its units' outputs, in unit order (a non-finite score is
-    /// the document's error: [`super::prediction::finite_or_error`]).
+    /// the document's error: [`crate::prediction::finite_or_error`]).
     pub fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
-        Ok(super::prediction::finite_or_error(self.finish_unchecked(doc, outputs)?))
+        Ok(crate::prediction::finite_or_error(self.finish_unchecked(doc, outputs)?))
     }
 
     fn finish_unchecked(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
@@ -242,8 +242,8 @@ fn whole_text(doc: &PreparedDocument) -> &str {
 }
 
 /// A prepared document or output from another model.
-fn mismatch() -> crate::error::ModelError {
-    crate::error::ModelError::InvalidInput("a prepared document or unit output of another model".into())
+fn mismatch() -> longread_model::error::ModelError {
+    longread_model::error::ModelError::InvalidInput("a prepared document or unit output of another model".into())
 }
 
 #[cfg(test)]

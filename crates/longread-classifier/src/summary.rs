@@ -7,12 +7,12 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::checkpoint::Checkpoint;
-use crate::classifier::ensemble::read_spec;
-use crate::error::Result;
-use crate::han::{HanClassifier, HAN_ARCHITECTURE};
+use crate::ensemble::read_spec;
 use crate::model_kind::ModelKind;
-use crate::params::ParameterBreakdown;
+use longread_model::checkpoint::Checkpoint;
+use longread_model::error::Result;
+use longread_model::han::{HanClassifier, HAN_ARCHITECTURE};
+use longread_model::params::ParameterBreakdown;
 
 /// A model directory's summary: as one JSON object, and as a table for people.
 #[derive(Debug, Clone)]
@@ -203,7 +203,7 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
 
 /// A HAN model directory's summary: its sizes, grid, labels and parameters per part.
 fn summarize_han(dir: &Path) -> Result<ModelSummary> {
-    let model = HanClassifier::load(dir, &crate::device::host())?;
+    let model = HanClassifier::load(dir, &longread_model::device::host())?;
     let c = model.config();
     let mut parts: Vec<(String, usize)> = Vec::new();
     for (name, var) in model.named_vars() {
@@ -252,12 +252,12 @@ fn summarize_han(dir: &Path) -> Result<ModelSummary> {
 
 /// A bag-of-words model: its `bow.json` and its number of features.
 fn summarize_bow(dir: &Path) -> Result<ModelSummary> {
-    let invalid = |e: longread_bow::BowError| crate::error::ModelError::InvalidInput(e.to_string());
+    let invalid = |e: longread_bow::BowError| longread_model::error::ModelError::InvalidInput(e.to_string());
     let model = longread_bow::BowModel::load(dir).map_err(invalid)?;
     let path = longread_bow::bow_config_path(dir);
-    let text = std::fs::read_to_string(&path).map_err(crate::model_dir::io(&path))?;
-    let mut summary: Value =
-        serde_json::from_str(&text).map_err(|source| crate::error::ModelError::Json { path: path.clone(), source })?;
+    let text = std::fs::read_to_string(&path).map_err(longread_model::model_dir::io(&path))?;
+    let mut summary: Value = serde_json::from_str(&text)
+        .map_err(|source| longread_model::error::ModelError::Json { path: path.clone(), source })?;
     summary["model_dir"] = json!(dir.display().to_string());
     summary["features"] = json!(model.features());
     summary["parameters"] = json!({ "total": model.features() * model.labels().len() });

@@ -7,9 +7,9 @@
 use candle_core::Tensor;
 use longread_text::{Chunk, ChunkedDocument, Chunker};
 
-use super::{encoder_prediction, Classifier, DocError, DocResult, GROUP_CHUNKS};
-use crate::error::Result;
-use crate::hierarchical::HierarchicalClassifier;
+use crate::{encoder_prediction, Classifier, DocError, DocResult, GROUP_CHUNKS};
+use longread_model::error::Result;
+use longread_model::hierarchical::HierarchicalClassifier;
 
 /// Texts over this many bytes are streamed when the model reads every chunk.
 pub(super) const STREAM_TEXT_BYTES: usize = 1 << 20;

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{fixture, hier_documents as documents, max_diff};
-use longread_model::classifier::ensemble::build_ensemble;
-use longread_model::classifier::queue::{BatchQueue, JobOutcome};
-use longread_model::{Classifier, ClassifierOptions, Prediction};
+use longread_classifier::ensemble::build_ensemble;
+use longread_classifier::queue::{BatchQueue, JobOutcome};
+use longread_classifier::{Classifier, ClassifierOptions, Prediction};
 
 fn same(alone: &Prediction, queued: &Prediction) {
     assert_eq!(alone.label, queued.label);

@@ -5,9 +5,9 @@ use longread_metrics::bootstrap::{Bootstrap, Interval, Metric};
 use longread_metrics::Report;
 use longread_text::{read_labelled_columns, resolve_column, Document, Example};
 
-use crate::classifier::Classifier;
-use crate::error::{ModelError, Result};
-use crate::hierarchical::TaskSpec;
+use crate::Classifier;
+use longread_model::error::{ModelError, Result};
+use longread_model::hierarchical::TaskSpec;
 
 /// One task's evaluation.
 #[derive(Debug, Clone)]
@@ -84,7 +84,7 @@ fn classify_labelled(
     classifier: &Classifier,
     documents: &[Document],
     source_name: &str,
-    mut on_prediction: impl FnMut(&crate::classifier::Prediction),
+    mut on_prediction: impl FnMut(&crate::Prediction),
 ) -> Result<()> {
     classifier.classify_documents(documents, |document, result| {
         let prediction = result

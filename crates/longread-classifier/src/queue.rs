@@ -13,8 +13,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::units::{PreparedDocument, UnitOutput};
-use super::{Classifier, DocResult};
+use crate::units::{PreparedDocument, UnitOutput};
+use crate::{Classifier, DocResult};
 
 /// A document's outcome: its result, or why the model could not run (a backend failure).
 pub type JobOutcome = std::result::Result<DocResult, String>;
@@ -126,7 +126,7 @@ impl BatchQueue {
         let units = doc.units();
         if units == 0 {
             let nothing = JobTimings { queued: Duration::ZERO, inference: Duration::ZERO };
-            reply(Ok(Err(super::DocError::new("the document has nothing to encode"))), nothing);
+            reply(Ok(Err(crate::DocError::new("the document has nothing to encode"))), nothing);
             return CancelOnDrop(cancelled);
         }
         let mut state = self.lock();
@@ -207,7 +207,7 @@ fn run_worker(shared: &Shared) {
         let started = Instant::now();
         let refs: Vec<(&PreparedDocument, usize)> = units.iter().map(|(d, u)| (d.as_ref(), *u)).collect();
         let outputs = catch_unwind(AssertUnwindSafe(|| shared.classifier.encode_units(&refs)))
-            .unwrap_or_else(|_| Err(crate::error::ModelError::InvalidInput("the encoder panicked".into())))
+            .unwrap_or_else(|_| Err(longread_model::error::ModelError::InvalidInput("the encoder panicked".into())))
             .map_err(|e| format!("running the model: {e}"));
         let stats = BatchStats {
             units: refs.len(),

@@ -9,9 +9,9 @@ use std::sync::mpsc::sync_channel;
 use longread_text::{ChunkedDocument, Chunker, Document};
 use rayon::prelude::*;
 
-use super::{prediction, streamed, Classifier, DocError, DocResult, GROUP_CHUNKS};
-use crate::error::ModelError;
-use crate::hierarchical::HierarchicalClassifier;
+use crate::{prediction, streamed, Classifier, DocError, DocResult, GROUP_CHUNKS};
+use longread_model::error::ModelError;
+use longread_model::hierarchical::HierarchicalClassifier;
 
 /// Documents cut in parallel at a time.
 const CUT_WINDOW: usize = 32;

@@ -1,15 +1,20 @@
 //! One entry point for every model directory longread writes (hierarchical, single-chunk
-//! sequence, HAN): load it, classify documents, get [`Prediction`]s. The CLI, the server and
-//! the Python package call this and never look at the model kind.
+//! sequence, HAN, bag of words, ensembles, wide-and-deep): load it, classify documents, get
+//! [`Prediction`]s; with the batching queue the server drives, evaluation, ensembles and model
+//! summaries. The CLI, the server and the Python package call this and never look at the model
+//! kind. Above `longread-model` (encoders and model kinds) and `longread-bow`.
+#![deny(missing_docs)]
 
 pub mod calibrated;
 pub mod calibration;
 pub mod ensemble;
 pub mod evaluate;
+pub mod model_kind;
 mod pipeline;
 pub mod prediction;
 pub mod queue;
 mod streamed;
+pub mod summary;
 pub mod units;
 
 use std::path::{Path, PathBuf};
@@ -18,43 +23,17 @@ use candle_core::{DType, Device};
 use longread_bow::{BowModel, BowScores};
 use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
 
-use crate::device::{self, DeviceChoice};
-use crate::error::{ModelError, Result};
-use crate::han::{score_texts, HanClassifier, HanScores};
-use crate::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache, DEFAULT_TASK};
-use crate::model_kind::ModelKind;
 use ensemble::Ensemble;
+use longread_model::device::{self, DeviceChoice};
+use longread_model::error::{ModelError, Result};
+use longread_model::han::{score_texts, HanClassifier, HanScores};
+use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache, DEFAULT_TASK};
+pub use longread_model::Precision;
+pub use model_kind::ModelKind;
 pub use prediction::{
     argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, MemberPrediction, Prediction, PredictionLine,
     SentenceEvidence, TaskPrediction, WordEvidence,
 };
-
-/// Precision of the encoder when classifying.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// 32-bit floats throughout.
-    #[default]
-    F32,
-    /// bfloat16 activations and matmuls, f32 weights (for parity with a model trained in
-    /// bf16; on the CPU slower than f32, see BENCHMARKS.md).
-    Bf16,
-    /// int8 weights (one scale per output) and int8 activations (one scale per token) in the
-    /// encoder's dense layers, summed exactly in i32; attention, LayerNorm and head in f32.
-    Int8,
-}
-
-impl Precision {
-    /// The precision when the user does not choose: f32 on the CPU, bf16 on a GPU.
-    pub fn default_on(device: &Device) -> Self {
-        if device.is_cpu() {
-            Self::F32
-        } else {
-            Self::Bf16
-        }
-    }
-}
 
 /// How a [`Classifier`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -139,7 +118,7 @@ impl Classifier {
     pub fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
         let kind = ModelKind::of(dir);
         // Models without an encoder run on the CPU whatever the device asked for.
-        let device = if kind.has_encoder() { options.device.resolve()? } else { crate::device::host() };
+        let device = if kind.has_encoder() { options.device.resolve()? } else { longread_model::device::host() };
         Self::load_on(dir, kind, options, device)
     }
 
@@ -162,7 +141,7 @@ impl Classifier {
             return Self::without_encoder(Model::Bow(Box::new(model)), labels, "a bag-of-words model", options, dir);
         }
         if kind == ModelKind::Han {
-            let model = HanClassifier::load(dir, &crate::device::host())?;
+            let model = HanClassifier::load(dir, &longread_model::device::host())?;
             let labels = model.labels().to_vec();
             return Self::without_encoder(Model::Han(Box::new(model)), labels, "a HAN (f32 only)", options, dir);
         }
@@ -202,7 +181,7 @@ impl Classifier {
     /// A wide-and-deep model (`train --wide-bow`): its encoder model `deep` and the bag of
     /// words in its `wide/`, combined as trained (see [`Ensemble::wide_and_deep`]).
     fn wide_and_deep(deep: Self, scale: f64) -> Result<Self> {
-        let dir = deep.dir.join(crate::hierarchical::WIDE_DIR);
+        let dir = deep.dir.join(longread_model::hierarchical::WIDE_DIR);
         let bow = BowModel::load(&dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
         let labels = bow.labels().to_vec();
         let options = ClassifierOptions { precision: Some(Precision::F32), ..deep.options };
@@ -237,7 +216,7 @@ impl Classifier {
         options: ClassifierOptions,
         dir: &Path,
     ) -> Result<Self> {
-        let precision = options.precision_on(&crate::device::host());
+        let precision = options.precision_on(&longread_model::device::host());
         if precision != Precision::F32 {
             return Err(ModelError::InvalidInput(format!(
                 "precision {precision:?} applies to encoder models; {} is {what}",
@@ -245,7 +224,14 @@ impl Classifier {
             )));
         }
         let tasks = vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels }];
-        Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None, device: crate::device::host() })
+        Ok(Self {
+            model,
+            tasks,
+            options,
+            dir: dir.to_owned(),
+            vector_cache: None,
+            device: longread_model::device::host(),
+        })
     }
 
     /// The model directory.
@@ -336,7 +322,7 @@ impl Classifier {
         chunked: Vec<std::result::Result<ChunkedDocument, DocError>>,
     ) -> Result<Vec<DocResult>> {
         let ok: Vec<&ChunkedDocument> = chunked.iter().filter_map(|c| c.as_ref().ok()).collect();
-        let vectors = crate::profile::timed("encoder, every batch (total)", &self.device, || {
+        let vectors = longread_model::profile::timed("encoder, every batch (total)", &self.device, || {
             model.encode_documents_cached(
                 &ok,
                 self.options.batch_tokens(),
@@ -352,7 +338,7 @@ impl Classifier {
                 Err(e) => Ok(Err(e)),
                 Ok(doc) => {
                     let chunk_vectors = vectors.next().expect("one vector set per chunked document");
-                    let scores = crate::profile::timed("pooling + head, per document", &self.device, || {
+                    let scores = longread_model::profile::timed("pooling + head, per document", &self.device, || {
                         model.score_tasks(chunk_vectors)
                     })?;
                     Ok(Ok(encoder_prediction(&self.tasks, &doc, scores)))
@@ -389,7 +375,7 @@ impl Classifier {
 /// Scores one group of documents with a HAN.
 fn classify_han(model: &HanClassifier, group: &[Document]) -> Result<Vec<DocResult>> {
     let texts: Vec<&str> = group.iter().map(|d| d.text.as_str()).collect();
-    let scored = score_texts(model, &texts, HAN_BATCH, &crate::device::host())?;
+    let scored = score_texts(model, &texts, HAN_BATCH, &longread_model::device::host())?;
     Ok(group
         .iter()
         .zip(scored)

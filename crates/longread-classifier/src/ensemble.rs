@@ -12,13 +12,13 @@ use longread_bow::logistic::log_softmax;
 use longread_text::Document;
 use serde::{Deserialize, Serialize};
 
-use super::units::PreparedDocument;
-use super::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
-use crate::classifier::calibration::{temper, Calibration};
-use crate::classifier::prediction::MemberPrediction;
-use crate::error::{ModelError, Result};
-use crate::model_dir::{io, temporary_dir_beside};
+use crate::calibration::{temper, Calibration};
 use crate::model_kind::ModelKind;
+use crate::prediction::MemberPrediction;
+use crate::units::PreparedDocument;
+use crate::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
+use longread_model::error::{ModelError, Result};
+use longread_model::model_dir::{io, temporary_dir_beside};
 
 /// The file that makes a directory an ensemble.
 pub const ENSEMBLE_FILE: &str = "ensemble.json";
@@ -121,7 +121,7 @@ pub fn build_ensemble(members: &[(PathBuf, f64)], out: &Path) -> Result<Ensemble
     write_ensemble(members, &weights, &temperatures, labels, None, out)
 }
 
-pub use super::calibrated::{build_calibrated_ensemble, build_ensemble_from_scores};
+pub use crate::calibrated::{build_calibrated_ensemble, build_ensemble_from_scores};
 
 /// A member loaded to build an ensemble, with the index among the ensemble's labels of each
 /// of its labels.
@@ -381,7 +381,7 @@ impl Ensemble {
         // Mean: Σ w·p; log-linear: Σ w·ln p (renormalised below).
         let mut combined = vec![0f64; self.labels.len()];
         let mut members = Vec::with_capacity(self.members.len());
-        let mut evidence: Option<&super::Prediction> = None;
+        let mut evidence: Option<&crate::Prediction> = None;
         let mut tokens = None;
         for (member, result) in self.members.iter().zip(results) {
             let prediction = result.as_ref().map_err(|e| member.error(e))?;
@@ -423,7 +423,7 @@ impl Ensemble {
                 lp.iter().zip(&combined).map(|(&l, &z)| (l.exp() as f32, z as f32)).unzip()
             }
         };
-        Ok(super::Prediction {
+        Ok(crate::Prediction {
             label: self.labels[argmax(&probabilities)].clone(),
             logits,
             scores: LabelScores { labels: self.labels.clone(), probabilities },

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{fixture, hier_documents as documents, max_diff};
-use longread_model::{Classifier, ClassifierOptions, Precision};
+use longread_classifier::{Classifier, ClassifierOptions};
+use longread_model::Precision;
 
 #[test]
 fn a_document_alone_and_amid_others_gets_the_same_scores() {
@@ -22,7 +23,7 @@ fn a_document_alone_and_amid_others_gets_the_same_scores() {
             let batched = batched.as_ref().unwrap();
             assert!(max_diff(alone.probabilities(), batched.probabilities()) <= 1e-6, "{model}");
             assert!(max_diff(&alone.logits, &batched.logits) <= 1e-6, "{model}");
-            let attention = |p: &longread_model::Prediction| -> Vec<f32> {
+            let attention = |p: &longread_classifier::Prediction| -> Vec<f32> {
                 p.chunks.as_ref().unwrap().iter().map(|c| c.attention).collect()
             };
             assert!(max_diff(&attention(&alone), &attention(batched)) <= 1e-6, "{model}");
@@ -221,11 +222,11 @@ fn a_long_text_read_whole_is_streamed_with_the_prediction_of_cutting_it_first() 
     assert_eq!(streamed.tokens, reference.tokens);
     assert_eq!(streamed.label, reference.label);
     assert!(max_diff(&streamed.logits, &reference.logits) <= 1e-5);
-    let spans = |p: &longread_model::Prediction| -> Vec<(usize, usize, usize)> {
+    let spans = |p: &longread_classifier::Prediction| -> Vec<(usize, usize, usize)> {
         p.chunks.as_ref().unwrap().iter().map(|c| (c.index, c.start, c.end)).collect()
     };
     assert_eq!(spans(streamed), spans(&reference), "the same chunks, in order");
-    let attention = |p: &longread_model::Prediction| -> Vec<f32> {
+    let attention = |p: &longread_classifier::Prediction| -> Vec<f32> {
         p.chunks.as_ref().unwrap().iter().map(|c| c.attention).collect()
     };
     assert!(max_diff(&attention(streamed), &attention(&reference)) <= 1e-5);

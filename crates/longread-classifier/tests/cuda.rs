@@ -12,8 +12,9 @@ mod common;
 use std::path::PathBuf;
 
 use common::{fixture, hier_documents, max_diff};
+use longread_classifier::{Classifier, ClassifierOptions, Prediction};
 use longread_model::device::cuda_device_count;
-use longread_model::{Classifier, ClassifierOptions, DeviceChoice, Embedder, EmbedderOptions, Precision, Prediction};
+use longread_model::{DeviceChoice, Embedder, EmbedderOptions, Precision};
 
 /// Whether a GPU is there; prints why a test is skipped when not.
 fn gpu(test: &str) -> bool {

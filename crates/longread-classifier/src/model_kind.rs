@@ -5,8 +5,8 @@ use std::path::Path;
 
 use longread_bow::is_bow_dir;
 
-use crate::classifier::ensemble::is_ensemble_dir;
-use crate::han::is_han_dir;
+use crate::ensemble::is_ensemble_dir;
+use longread_model::han::is_han_dir;
 
 /// The kinds of model directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

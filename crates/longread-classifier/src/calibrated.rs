@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 
 use longread_text::{read_labelled_columns, resolve_column, Document};
 
-use super::calibration::{calibrate, MemberScores};
-use super::ensemble::{label_map, load_members, normalised_weights, write_ensemble, EnsembleSpec};
-use super::Classifier;
-use crate::error::{ModelError, Result};
-use crate::hierarchical::DEFAULT_TASK;
-use crate::model_dir::io;
+use crate::calibration::{calibrate, MemberScores};
+use crate::ensemble::{label_map, load_members, normalised_weights, write_ensemble, EnsembleSpec};
+use crate::Classifier;
+use longread_model::error::{ModelError, Result};
+use longread_model::hierarchical::DEFAULT_TASK;
+use longread_model::model_dir::io;
 
-/// Like [`super::ensemble::build_ensemble`], with each member's temperature fitted on the
+/// Like [`crate::ensemble::build_ensemble`], with each member's temperature fitted on the
 /// labelled JSON lines `data` (held-out documents: the `"label"` column) and, with
 /// `fit_weights`, the weights too (kept only when they beat equal weights out of fold; the
 /// given weights are then not used). `folds` folds score every choice out of fold

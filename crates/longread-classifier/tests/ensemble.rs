@@ -8,9 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{fixture, hier_documents as documents, max_diff, scratch_copy};
-use longread_model::classifier::ensemble::{build_ensemble, read_spec, ENSEMBLE_FILE};
-use longread_model::summary::summarize;
-use longread_model::{Classifier, ClassifierOptions, ModelError, Precision};
+use longread_classifier::ensemble::{build_ensemble, read_spec, ENSEMBLE_FILE};
+use longread_classifier::summary::summarize;
+use longread_classifier::{Classifier, ClassifierOptions};
+use longread_model::{ModelError, Precision};
 
 fn load(dir: &Path) -> Classifier {
     Classifier::load(dir, ClassifierOptions::default()).unwrap()
@@ -186,7 +187,7 @@ fn bow(dir: &Path) {
 /// `ModelKind::of`: each kind's own files decide, and a directory of none of them is an encoder.
 #[test]
 fn each_kind_of_model_directory_is_recognised_by_its_files() {
-    use longread_model::ModelKind;
+    use longread_classifier::ModelKind;
     let tmp = tempfile::tempdir().unwrap();
     let (out, bow_dir) = (tmp.path().join("ens"), tmp.path().join("bow"));
     bow(&bow_dir);
