@@ -292,8 +292,9 @@ const BOW_HEADING: &str = "Bag of words (--arch bow, or the wide side of --wide-
 #[cfg_attr(feature = "clap", command(next_help_heading = BOW_HEADING))]
 pub struct BowSpec {
     /// Inverse L2 regularisation strengths of the logistic regression, comma-separated; the one
-    /// with the best mean macro-F1 over --cv folds of the training data is refitted on all of
-    /// it (one value: no cross-validation).
+    /// with the best mean macro-F1 over --cv folds of the training data (with --wide-bow: 5, or
+    /// fewer when a label has fewer documents) is refitted on all of it (one value: no
+    /// cross-validation).
     #[cfg_attr(feature = "clap", arg(long = "c-values", value_delimiter = ',', default_value = "0.1,1,10,100,1000"))]
     pub c_values: Vec<f64>,
     /// Longest word n-gram used as a feature (1: words; 2: words and word pairs).
