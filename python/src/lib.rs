@@ -768,6 +768,16 @@ impl longread_train::run::RunHooks for Lines {
         use longread_train::trainer::Progress;
         match &progress {
             Progress::Step(step) => self.step_line(step),
+            Progress::PretrainStep(step) => {
+                let as_step = longread_train::trainer::StepLog {
+                    step: step.step,
+                    total_steps: step.total_steps,
+                    loss: step.loss,
+                    lr: step.lr,
+                    chunks: step.tokens,
+                };
+                self.step_line(&as_step)
+            }
             Progress::Caching { done, total } if self.line_due(done == total) => {
                 eprintln!("caching frozen layers: {done}/{total} chunks")
             }
@@ -798,21 +808,8 @@ impl longread_train::run::RunHooks for Lines {
         }
         self.poll_signals();
     }
-}
 
-impl longread_train::run::PretrainHooks for Lines {
-    fn step(&mut self, step: &longread_train::pretrain::PretrainStep) {
-        let as_step = longread_train::trainer::StepLog {
-            step: step.step,
-            total_steps: step.total_steps,
-            loss: step.loss,
-            lr: step.lr,
-            chunks: step.tokens,
-        };
-        self.step_line(&as_step);
-        self.poll_signals();
-    }
-    fn eval(&mut self, log: &longread_train::pretrain::PretrainLog) {
+    fn evaluation(&mut self, log: &longread_train::pretrain::PretrainLog) {
         if !self.quiet {
             eprintln!(
                 "step {}: train loss {:.4}, held-out loss {:.4}, perplexity {:.2}, {:.0} tokens/s",
@@ -820,9 +817,6 @@ impl longread_train::run::PretrainHooks for Lines {
             );
         }
         self.poll_signals();
-    }
-    fn note(&mut self, line: &str) {
-        <Self as longread_train::run::RunHooks>::note(self, line)
     }
 }
 

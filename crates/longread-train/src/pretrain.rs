@@ -24,6 +24,8 @@ use crate::schedule::{Decay, Schedule};
 use crate::trainer::{
     fit, EpochEnd, MidEpoch, Progress, Resume, RoundPlan, RoundStats, StepAt, Stepper, TrainerState, TrainingTask,
 };
+// The logs of a pretraining run live with the other runs' logs.
+pub use crate::trainer::{PretrainLog, PretrainStep};
 
 /// Everything that shapes a pretraining run.
 #[derive(Debug, Clone)]
@@ -56,40 +58,6 @@ pub struct PretrainConfig {
     pub stop_after_step: Option<usize>,
     /// Padding id of the batches.
     pub pad_id: u32,
-}
-
-/// One evaluation.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PretrainLog {
-    /// Steps taken.
-    pub step: usize,
-    /// Mean training MLM loss since the previous evaluation.
-    pub train_loss: f64,
-    /// Held-out MLM loss (the same masks every time).
-    pub eval_loss: f64,
-    /// `exp(eval_loss)`.
-    pub perplexity: f64,
-    /// Learning rate at the last step.
-    pub lr: f64,
-    /// Training tokens per second since the previous evaluation (padding excluded).
-    pub tokens_per_second: f64,
-    /// Steps skipped for NaN/inf since the previous evaluation.
-    pub skipped_steps: usize,
-}
-
-/// One optimizer step, for progress displays.
-#[derive(Debug, Clone, Copy)]
-pub struct PretrainStep {
-    /// Steps taken (1-based).
-    pub step: usize,
-    /// All steps.
-    pub total_steps: usize,
-    /// The step's MLM loss.
-    pub loss: f64,
-    /// Its learning rate.
-    pub lr: f64,
-    /// Tokens in the step's batch (padding excluded).
-    pub tokens: usize,
 }
 
 /// A run to continue (its state, with `step` the steps taken, and the optimizer's).

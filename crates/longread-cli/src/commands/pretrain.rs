@@ -7,8 +7,9 @@
 use anyhow::Result;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use longread_train::pretrain::{PretrainLog, PretrainStep};
-use longread_train::run::{pretrain_run, PretrainHooks, PretrainSpec};
+use longread_train::pretrain::PretrainLog;
+use longread_train::run::{pretrain_run, PretrainSpec, RunHooks};
+use longread_train::trainer::Progress;
 
 use crate::commands::predict::plain_interval;
 
@@ -35,8 +36,9 @@ struct Printer {
     plain: Option<std::time::Instant>,
 }
 
-impl PretrainHooks for Printer {
-    fn step(&mut self, s: &PretrainStep) {
+impl RunHooks for Printer {
+    fn progress(&mut self, progress: Progress) {
+        let Progress::PretrainStep(s) = progress else { return };
         let tps = s.tokens as f64 / self.since.elapsed().as_secs_f64().max(1e-9);
         self.since = std::time::Instant::now();
         self.bar.set_length(s.total_steps as u64);
@@ -52,7 +54,7 @@ impl PretrainHooks for Printer {
         }
     }
 
-    fn eval(&mut self, log: &PretrainLog) {
+    fn evaluation(&mut self, log: &PretrainLog) {
         if self.json {
             let mut v = serde_json::to_value(log).unwrap_or_default();
             v["event"] = "eval".into();

@@ -37,19 +37,22 @@ pub use checkpoints::{read_checkpoint, remove_other_checkpoints, resume_from, sa
 pub use init::{init_run, InitSpec};
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
-pub use pretrain_run::{pretrain_run, PretrainHooks, PretrainSpec, PretrainSummary};
+pub use pretrain_run::{pretrain_run, PretrainSpec, PretrainSummary};
 pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 pub use spec::{Arch, HanSpec, TrainPrecision, TrainSpec};
 
 use crate::error::{Result, TrainError};
-use crate::trainer::{EpochLog, Progress};
+use crate::trainer::{EpochLog, PretrainLog, Progress};
 
-/// What a front hears of a run.
+/// What a front hears of a run — any run: training ([`train_run`]) or pretraining
+/// ([`pretrain_run`]); the CLI and Python implement this one trait.
 pub trait RunHooks {
-    /// Phases, cache building and optimizer steps.
+    /// Phases, cache building, fits and optimizer steps (pretraining's too).
     fn progress(&mut self, progress: Progress);
-    /// An epoch ended (its outputs are saved).
-    fn epoch(&mut self, log: &EpochLog);
+    /// An epoch of a training run ended (its outputs are saved).
+    fn epoch(&mut self, _log: &EpochLog) {}
+    /// A held-out evaluation of a pretraining run ended (its outputs are saved).
+    fn evaluation(&mut self, _log: &PretrainLog) {}
     /// A line for people about the set-up (data sizes, tasks, the HAN's grid and vocabulary).
     fn note(&mut self, line: &str);
 }

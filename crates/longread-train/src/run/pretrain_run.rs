@@ -16,11 +16,12 @@ use longread_text::mlm::{pack_sequences, split_held_out, Masker};
 use longread_text::{read_corpus, TextTokenizer};
 
 use crate::error::{Result, TrainError};
-use crate::pretrain::{pretrain, PretrainConfig, PretrainLog, PretrainResume, PretrainStep};
+use crate::pretrain::{pretrain, PretrainConfig, PretrainLog, PretrainResume};
 use crate::run::kit::{specials, Specials};
 use crate::run::spec::TrainPrecision;
-use crate::run::{check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput};
+use crate::run::{check_resumed_run, read_checkpoint, remove_other_checkpoints, resume_from, PretrainOutput, RunHooks};
 use crate::schedule::Decay;
+use crate::trainer::Progress;
 use crate::AdamWConfig;
 
 /// Every setting of a pretraining run (`longread pretrain`'s flags).
@@ -103,16 +104,6 @@ pub struct PretrainSpec {
     pub device: longread_model::DeviceChoice,
 }
 
-/// What a front hears of a pretraining run.
-pub trait PretrainHooks {
-    /// An optimizer step.
-    fn step(&mut self, step: &PretrainStep);
-    /// An evaluation (its outputs are saved).
-    fn eval(&mut self, log: &PretrainLog);
-    /// A line for people about the set-up.
-    fn note(&mut self, line: &str);
-}
-
 /// How a pretraining run ended.
 #[derive(Debug)]
 pub struct PretrainSummary {
@@ -133,7 +124,7 @@ const MAY_CHANGE_ON_RESUME: [&str; 6] = ["resume", "out", "stop_after_step", "lo
 pub fn pretrain_run(
     spec: &PretrainSpec,
     front: serde_json::Map<String, serde_json::Value>,
-    hooks: &mut dyn PretrainHooks,
+    hooks: &mut dyn RunHooks,
 ) -> Result<PretrainSummary> {
     let device = spec.device.resolve()?;
     let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
@@ -215,10 +206,10 @@ pub fn pretrain_run(
         &cfg,
         &device,
         resume,
-        |s| hooks.borrow_mut().step(&s),
+        |s| hooks.borrow_mut().progress(Progress::PretrainStep(s)),
         |e| {
             output.eval_end(&e)?;
-            hooks.borrow_mut().eval(e.log);
+            hooks.borrow_mut().evaluation(e.log);
             Ok(())
         },
     )

@@ -61,6 +61,8 @@ pub enum Progress {
     },
     /// An optimizer step was taken.
     Step(StepLog),
+    /// An optimizer step of a pretraining run (its loss and tokens).
+    PretrainStep(PretrainStep),
     /// A model of a cross-validation was fitted (the bag-of-words baseline).
     Fits {
         /// Fits done so far.
@@ -125,4 +127,38 @@ pub struct MidEpoch<'a, M = HierarchicalClassifier> {
     pub state: &'a TrainerState,
     /// The optimizer (its moments go into the checkpoint).
     pub optimizer: &'a AdamW,
+}
+
+/// One evaluation of a pretraining run (masked-token loss on the held-out sequences).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PretrainLog {
+    /// Steps taken.
+    pub step: usize,
+    /// Mean training MLM loss since the previous evaluation.
+    pub train_loss: f64,
+    /// Held-out MLM loss (the same masks every time).
+    pub eval_loss: f64,
+    /// `exp(eval_loss)`.
+    pub perplexity: f64,
+    /// Learning rate at the last step.
+    pub lr: f64,
+    /// Training tokens per second since the previous evaluation (padding excluded).
+    pub tokens_per_second: f64,
+    /// Steps skipped for NaN/inf since the previous evaluation.
+    pub skipped_steps: usize,
+}
+
+/// One optimizer step of a pretraining run, for progress displays.
+#[derive(Debug, Clone, Copy)]
+pub struct PretrainStep {
+    /// Steps taken (1-based).
+    pub step: usize,
+    /// All steps.
+    pub total_steps: usize,
+    /// The step's MLM loss.
+    pub loss: f64,
+    /// Its learning rate.
+    pub lr: f64,
+    /// Tokens in the step's batch (padding excluded).
+    pub tokens: usize,
 }

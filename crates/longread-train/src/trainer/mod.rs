@@ -28,7 +28,7 @@ use longread_text::ChunkedDocument;
 pub use config::{balanced_class_weights, CacheSettings, Keep, Metric, Split, TrainConfig};
 pub(crate) use epochs::{DevResult, EpochTask, Epochs};
 pub(crate) use fit::{fit, RoundPlan, RoundStats, StepAt, TrainingTask};
-pub use logs::{EpochEnd, EpochLog, MidEpoch, PhaseLog, Progress, StepLog, TaskLog};
+pub use logs::{EpochEnd, EpochLog, MidEpoch, PhaseLog, PretrainLog, PretrainStep, Progress, StepLog, TaskLog};
 pub(crate) use state::epoch_score;
 pub use state::{EpochProgress, Resume, TrainerState};
 pub(crate) use stepper::Stepper;

@@ -198,6 +198,8 @@ impl Reporter {
                     println!("{line}");
                 }
             }
+            // A training run takes no pretraining steps (`longread pretrain` reports those).
+            Progress::PretrainStep(_) => {}
         }
     }
 
