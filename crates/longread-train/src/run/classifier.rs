@@ -11,7 +11,7 @@ use crate::run::checkpoints::read_checkpoint;
 use crate::run::data::load_data;
 use crate::run::spec::TrainSpec;
 use crate::run::start::starting_model;
-use crate::run::{start_output, RunHooks};
+use crate::run::{RunHooks, RunOutput};
 use crate::trainer::{train, EpochLog, Resume, Split};
 
 /// Trains a classifier as `spec` says, new or resumed from `checkpoint`.
@@ -61,7 +61,7 @@ pub(crate) fn run(
             .collect::<Vec<_>>()
             .join("; ")
     ));
-    let output = RefCell::new(start_output(spec, resume.as_ref().map(|r| r.state.epoch), settings)?);
+    let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
     // Both callbacks report: the hooks are shared.
     let hooks = RefCell::new(hooks);
     train(

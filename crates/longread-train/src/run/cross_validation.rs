@@ -13,11 +13,10 @@ use longread_text::resolve_labels;
 
 use crate::error::{Result, TrainError};
 use crate::run::data::read_examples;
+use crate::run::settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use crate::run::spec::{name_value, TrainSpec};
 use crate::run::start::training_labels;
-use crate::run::{
-    check_resumed_run, recorded_settings, train_run, RunHooks, RunOutput, RunSummary, CHECKPOINT, MAY_CHANGE_ON_RESUME,
-};
+use crate::run::{check_resumed_run, train_run, RunHooks, RunOutput, RunSummary, CHECKPOINT};
 
 /// One fold's outcome.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -15,7 +15,7 @@ use crate::run::checkpoints::read_checkpoint;
 use crate::run::data::read_examples;
 use crate::run::spec::TrainSpec;
 use crate::run::start::training_labels;
-use crate::run::{start_output, RunHooks};
+use crate::run::{RunHooks, RunOutput};
 use crate::trainer::{EpochLog, Resume};
 
 /// Documents as sentences of words, with their labels.
@@ -77,7 +77,7 @@ pub(crate) fn run(
     let (train_grids, dev_grids) = (grids(&train), grids(&dev));
     describe(&model, &train, &dev, spec, hooks);
     let cfg = spec.config(&train.labels, model.labels(), &["label".to_string()])?;
-    let output = RefCell::new(start_output(spec, resume.as_ref().map(|r| r.state.epoch), settings)?);
+    let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
     let hooks = RefCell::new(hooks);
     train_han(
         &model,

@@ -39,6 +39,7 @@ pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
 pub use pretrain_run::{pretrain_run, PretrainSpec, PretrainSummary};
 pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
+use settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 pub use spec::{Arch, HanSpec, TrainPrecision, TrainSpec};
 
 use crate::error::{Result, TrainError};
@@ -141,64 +142,6 @@ fn remove_if_nothing_kept(out: &Path) {
     if !kept {
         let _ = std::fs::remove_dir_all(out);
     }
-}
-
-/// What training_args.json records: every setting as resolved (defaults filled in) and a
-/// fingerprint of the training and dev data, so that a resumed run can be checked against it
-/// (data read from standard input cannot be fingerprinted).
-fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
-    let mut settings =
-        serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
-    let fingerprint = |path: &Path| -> Result<serde_json::Value> {
-        if path.as_os_str() == "-" {
-            return Ok(serde_json::Value::Null);
-        }
-        Ok(fingerprint_file(path)?.into())
-    };
-    let mut data = serde_json::json!({"train": fingerprint(&spec.train)?});
-    if let Some(dev) = &spec.dev {
-        data["dev"] = fingerprint(dev)?;
-    }
-    settings["data_fingerprints"] = data;
-    Ok(settings)
-}
-
-/// [`run_settings`] with the front's own settings (`front`) added: what training_args.json holds.
-pub(crate) fn recorded_settings(
-    spec: &TrainSpec,
-    front: serde_json::Map<String, serde_json::Value>,
-) -> Result<serde_json::Value> {
-    let mut settings = run_settings(spec)?;
-    if let Some(obj) = settings.as_object_mut() {
-        obj.extend(front);
-    }
-    Ok(settings)
-}
-
-/// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
-/// how much of the frozen-layer cache stays in memory (none changes the results), and the
-/// device (a run moved to another device continues from the same state, though not
-/// bit-identically to staying put: the devices round differently).
-pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 10] = [
-    "device",
-    "vector_cache",
-    "resume",
-    "out",
-    "stop_after_epoch",
-    "save_every_steps",
-    "log_format",
-    "cache_memory",
-    "no_cache",
-    "max_bad_steps",
-];
-
-/// The output directory of a new run (training_args.json only: no model before the first
-/// epoch ends) or of a resumed one (`resumed_epoch` epochs of metrics kept).
-fn start_output(spec: &TrainSpec, resumed_epoch: Option<usize>, settings: &serde_json::Value) -> Result<RunOutput> {
-    Ok(match resumed_epoch {
-        None => RunOutput::create(&spec.out, settings)?,
-        Some(epoch) => RunOutput::resume(&spec.out, epoch),
-    })
 }
 
 /// How a run ended: a divergence names the checkpoint kept; a completed run's resumable

@@ -70,6 +70,15 @@ impl RunOutput {
         Ok(Self::resume(out, 0))
     }
 
+    /// The output directory of a new run (training_args.json only: no model before the first
+    /// epoch ends) or of a resumed one (`resumed_epoch` epochs of metrics kept).
+    pub fn start(out: &Path, resumed_epoch: Option<usize>, settings: &serde_json::Value) -> Result<Self> {
+        Ok(match resumed_epoch {
+            None => Self::create(out, settings)?,
+            Some(epoch) => Self::resume(out, epoch),
+        })
+    }
+
     /// Writes `value` as `name` (pretty JSON) in the run directory, atomically.
     pub fn write_json(&self, name: &str, value: &impl serde::Serialize) -> Result<()> {
         let text = serde_json::to_string_pretty(value).map_err(|e| json_err(&self.out, e))? + "\n";

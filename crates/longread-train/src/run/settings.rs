@@ -6,6 +6,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{Result, TrainError};
+use crate::run::spec::TrainSpec;
 
 /// A stable fingerprint of a file's bytes (64-bit FNV-1a, as hex), to notice that the data of a
 /// resumed run changed. Not a security hash.
@@ -62,6 +63,55 @@ pub fn check_resumed_run(out: &Path, settings: &Value, may_change: &[&str]) -> R
     ignored.extend(unrecorded.iter().map(String::as_str));
     check_resume_settings(&saved, settings, &ignored)
 }
+
+/// What training_args.json records: every setting as resolved (defaults filled in) and a
+/// fingerprint of the training and dev data, so that a resumed run can be checked against it
+/// (data read from standard input cannot be fingerprinted).
+fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
+    let mut settings =
+        serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
+    let fingerprint = |path: &Path| -> Result<serde_json::Value> {
+        if path.as_os_str() == "-" {
+            return Ok(serde_json::Value::Null);
+        }
+        Ok(fingerprint_file(path)?.into())
+    };
+    let mut data = serde_json::json!({"train": fingerprint(&spec.train)?});
+    if let Some(dev) = &spec.dev {
+        data["dev"] = fingerprint(dev)?;
+    }
+    settings["data_fingerprints"] = data;
+    Ok(settings)
+}
+
+/// [`run_settings`] with the front's own settings (`front`) added: what training_args.json holds.
+pub(crate) fn recorded_settings(
+    spec: &TrainSpec,
+    front: serde_json::Map<String, serde_json::Value>,
+) -> Result<serde_json::Value> {
+    let mut settings = run_settings(spec)?;
+    if let Some(obj) = settings.as_object_mut() {
+        obj.extend(front);
+    }
+    Ok(settings)
+}
+
+/// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
+/// how much of the frozen-layer cache stays in memory (none changes the results), and the
+/// device (a run moved to another device continues from the same state, though not
+/// bit-identically to staying put: the devices round differently).
+pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 10] = [
+    "device",
+    "vector_cache",
+    "resume",
+    "out",
+    "stop_after_epoch",
+    "save_every_steps",
+    "log_format",
+    "cache_memory",
+    "no_cache",
+    "max_bad_steps",
+];
 
 #[cfg(test)]
 mod tests {
