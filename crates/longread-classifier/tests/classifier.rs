@@ -2,6 +2,7 @@
 //! HAN directories alike, classifies texts with per-document errors, and a document's scores do
 //! not depend on the other documents it is batched with.
 
+#[path = "../../longread-model/tests/common.rs"]
 mod common;
 
 use common::{fixture, hier_documents as documents, max_diff};

@@ -7,6 +7,7 @@
 //! arithmetic up to summation order. `LONGREAD_GPU_MODELS` adds model directories (a
 //! random-weight roberta-base-shaped classifier in gpu_check.sh) to the fixtures.
 
+#[path = "../../longread-model/tests/common.rs"]
 mod common;
 
 use std::path::PathBuf;

@@ -3,6 +3,7 @@
 //! members' probabilities (matched by label name), with the first member's evidence and what
 //! every member said; bad members, weights and files are clear errors that leave nothing behind.
 
+#[path = "../../longread-model/tests/common.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

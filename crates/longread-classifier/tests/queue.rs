@@ -3,6 +3,7 @@
 //! answered first (round-robin units); a cancelled document's remaining units are dropped.
 //! Ensembles queue their members' units (an encoder member's chunks among everyone's).
 
+#[path = "../../longread-model/tests/common.rs"]
 mod common;
 
 use std::sync::mpsc;

@@ -1,4 +1,5 @@
-//! Shared helpers for the model crate's integration tests.
+//! Shared helpers for the integration tests of the model crate and the classifier crate (which
+//! includes this file by path).
 #![allow(dead_code)]
 
 use std::path::PathBuf;

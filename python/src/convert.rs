@@ -1,0 +1,98 @@
+//! Conversions between Python values and the library's: texts, options, devices, JSON.
+
+use longread_classifier::ClassifierOptions;
+use longread_model::{DeviceChoice, Precision};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+use crate::{InvalidDocumentError, LongreadError};
+
+/// Sizes the thread pools on first use: `threads` applies to the whole process and can be
+/// set once (a later, different value is an error).
+pub(crate) fn set_threads(threads: Option<usize>) -> PyResult<()> {
+    let Some(n) = threads else { return Ok(()) };
+    if n == 0 {
+        return Err(LongreadError::new_err("threads must be at least 1"));
+    }
+    // The tensor library reads RAYON_NUM_THREADS at each call; rayon's pool is built once.
+    std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_err() && rayon::current_num_threads() != n {
+        return Err(LongreadError::new_err(format!(
+            "threads is set once per process; this one already runs {} threads",
+            rayon::current_num_threads()
+        )));
+    }
+    Ok(())
+}
+
+/// Classifier options from Python's arguments (`None`: the device's default).
+pub(crate) fn classifier_options(
+    precision: Option<&str>,
+    max_batch_tokens: Option<usize>,
+    device: &str,
+) -> PyResult<ClassifierOptions> {
+    Ok(ClassifierOptions {
+        precision: precision.map(parse_precision).transpose()?,
+        max_batch_tokens,
+        device: parse_device(device)?,
+    })
+}
+
+/// `"auto"`, `"cpu"`, `"cuda"` or `"cuda:N"`.
+pub(crate) fn parse_device(device: &str) -> PyResult<DeviceChoice> {
+    device.parse().map_err(LongreadError::new_err)
+}
+
+pub(crate) fn parse_precision(precision: &str) -> PyResult<Precision> {
+    match precision {
+        "f32" => Ok(Precision::F32),
+        "int8" => Ok(Precision::Int8),
+        "bf16" => Ok(Precision::Bf16),
+        other => Err(LongreadError::new_err(format!("precision must be \"f32\", \"int8\" or \"bf16\", not {other:?}"))),
+    }
+}
+
+/// The texts of a list (or other iterable) of `str` (or UTF-8 `bytes`); a single string is
+/// refused rather than read as characters.
+pub(crate) fn texts(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if items.is_instance_of::<PyString>() || items.is_instance_of::<PyBytes>() {
+        return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one string"));
+    }
+    let iter = items.try_iter().map_err(|_| {
+        InvalidDocumentError::new_err(format!("texts must be a list of strings, not {}", type_name(items)))
+    })?;
+    iter.enumerate()
+        .map(|(i, item)| {
+            let item = item?;
+            if let Ok(s) = item.downcast::<PyString>() {
+                return s.to_cow().map(|c| c.into_owned()).map_err(|_| {
+                    InvalidDocumentError::new_err(format!("document {i} is not valid UTF-8 text (lone surrogates)"))
+                });
+            }
+            if let Ok(b) = item.downcast::<PyBytes>() {
+                return std::str::from_utf8(b.as_bytes())
+                    .map(str::to_owned)
+                    .map_err(|e| InvalidDocumentError::new_err(format!("document {i} is not valid UTF-8: {e}")));
+            }
+            Err(InvalidDocumentError::new_err(format!("document {i} is {}, not str", type_name(&item))))
+        })
+        .collect()
+}
+
+pub(crate) fn type_name(item: &Bound<'_, PyAny>) -> String {
+    item.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "an object".into())
+}
+
+/// `json.loads(text)`.
+pub(crate) fn from_json(py: Python<'_>, text: &str) -> PyResult<PyObject> {
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+}
+
+/// Texts that are not empty (embedding an empty text is refused as predict refuses it).
+pub(crate) fn texts_checked(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let texts = texts(items)?;
+    if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
+        return Err(InvalidDocumentError::new_err(format!("document {i} is empty")));
+    }
+    Ok(texts)
+}

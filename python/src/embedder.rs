@@ -1,0 +1,79 @@
+//! `longread.Embedder`: sentence embeddings as numpy arrays.
+
+use longread_model::{Embedder as RustEmbedder, EmbedderOptions};
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray2};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::convert::*;
+use crate::{LongreadError, ModelLoadError};
+
+/// Sentence embeddings (mean pooling, as sentence-transformers computes them).
+///
+/// Embedder(model_dir, threads=None)
+#[pyclass(module = "longread._longread", frozen)]
+pub(crate) struct Embedder {
+    inner: Arc<RustEmbedder>,
+}
+
+#[pymethods]
+impl Embedder {
+    #[new]
+    #[pyo3(signature = (model_dir, threads=None, device="auto", precision=None))]
+    fn new(
+        py: Python<'_>,
+        model_dir: PathBuf,
+        threads: Option<usize>,
+        device: &str,
+        precision: Option<&str>,
+    ) -> PyResult<Self> {
+        set_threads(threads)?;
+        let options = EmbedderOptions {
+            normalize: false,
+            device: parse_device(device)?,
+            precision: precision.map(parse_precision).transpose()?,
+            ..EmbedderOptions::default()
+        };
+        let loaded = py.allow_threads(|| RustEmbedder::open(&model_dir, options));
+        let inner =
+            loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// Size of the vectors.
+    #[getter]
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    /// embed(texts, normalize=True, batch_size=32) -> numpy.ndarray
+    ///
+    /// One float32 row per text (shape [len(texts), dimension]); normalize scales each to
+    /// unit length. Texts longer than the model's positions are truncated.
+    #[pyo3(signature = (texts, normalize=true, batch_size=32))]
+    fn embed<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        normalize: bool,
+        batch_size: usize,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let texts = texts_checked(texts)?;
+        let embedder = Arc::clone(&self.inner);
+        let dim = embedder.dimension();
+        let embedded = py.allow_threads(move || {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            embedder.embed(&refs, batch_size, |_| {})
+        });
+        let mut embedded = embedded.map_err(|e| LongreadError::new_err(format!("embedding: {e}")))?;
+        if normalize {
+            embedded.normalize();
+        }
+        let n = embedded.vectors.len();
+        let flat: Vec<f32> = embedded.vectors.into_iter().flatten().collect();
+        let array = Array2::from_shape_vec((n, dim), flat).map_err(|e| LongreadError::new_err(e.to_string()))?;
+        Ok(array.into_pyarray(py))
+    }
+}

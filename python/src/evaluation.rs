@@ -1,0 +1,161 @@
+//! `evaluate`, `compare` and `ensemble`: the CLI's `eval` and `ensemble`.
+
+use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
+use longread_classifier::evaluate::evaluate_reader;
+use longread_classifier::Classifier as RustClassifier;
+use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
+use pyo3::prelude::*;
+use std::path::PathBuf;
+
+use crate::classifier::*;
+use crate::convert::*;
+use crate::{InvalidDocumentError, LongreadError, ModelLoadError};
+
+/// evaluate(model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto") -> dict
+///
+/// `longread eval` on one model: classifies the labelled JSON lines in `data` (each task's
+/// label in its column) and returns {"documents": n, "tasks": [{"name", "labels", "report"}]}
+/// with accuracy, per-class precision/recall/F1, macro/weighted F1 and the confusion matrix.
+#[pyfunction]
+#[pyo3(signature = (model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto"))]
+pub(crate) fn evaluate(
+    py: Python<'_>,
+    model_dir: PathBuf,
+    data: PathBuf,
+    threads: Option<usize>,
+    precision: Option<&str>,
+    max_batch_tokens: Option<usize>,
+    device: &str,
+) -> PyResult<PyObject> {
+    let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens, device)?.inner;
+    let result = py.allow_threads(move || -> Result<String, String> {
+        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        let mut documents = 0usize;
+        let reports =
+            evaluate_reader(&classifier, std::io::BufReader::new(file), &data.display().to_string(), || documents += 1)
+                .map_err(|e| e.to_string())?;
+        let tasks: Vec<serde_json::Value> = reports
+            .iter()
+            .map(|r| serde_json::json!({"name": r.task.name, "labels": r.task.labels, "report": r.report}))
+            .collect();
+        Ok(serde_json::json!({"documents": documents, "tasks": tasks}).to_string())
+    });
+    match result {
+        Ok(json) => from_json(py, &json),
+        Err(message) => Err(InvalidDocumentError::new_err(message)),
+    }
+}
+
+/// compare(models, data, threads=None, precision=None, max_batch_tokens=None, bootstrap=1000,
+/// seed=0, device="auto") -> dict
+///
+/// `longread eval --model A --model B ... --json`: the models (directories, same labels) on the
+/// same labelled documents: accuracy, macro-F1 and per-label recall with 95% bootstrap
+/// intervals (`bootstrap` resamples, seeded), and paired bootstrap p-values against the first
+/// model. Returns the JSON the command line prints.
+#[pyfunction]
+#[pyo3(signature = (models, data, threads=None, precision=None, max_batch_tokens=None, bootstrap=1000, seed=0, device="auto"))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn compare(
+    py: Python<'_>,
+    models: Vec<PathBuf>,
+    data: PathBuf,
+    threads: Option<usize>,
+    precision: Option<&str>,
+    max_batch_tokens: Option<usize>,
+    bootstrap: usize,
+    seed: u64,
+    device: &str,
+) -> PyResult<PyObject> {
+    let settings = longread_metrics::bootstrap::Bootstrap::new(bootstrap, seed).map_err(LongreadError::new_err)?;
+    let loaded = models
+        .iter()
+        .map(|dir| {
+            Ok((
+                dir.display().to_string(),
+                Classifier::new(py, dir.clone(), threads, precision, max_batch_tokens, device)?.inner,
+            ))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let result = py.allow_threads(move || -> Result<String, String> {
+        let named: Vec<(String, &RustClassifier)> = loaded.iter().map(|(n, c)| (n.clone(), c.as_ref())).collect();
+        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        let comparison = longread_classifier::evaluate::compare(
+            &named,
+            std::io::BufReader::new(file),
+            &data.display().to_string(),
+            settings,
+            || {},
+        )
+        .map_err(|e| e.to_string())?;
+        serde_json::to_string(&comparison).map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(json) => from_json(py, &json),
+        Err(message) => Err(InvalidDocumentError::new_err(message)),
+    }
+}
+
+/// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5, stack=None,
+///          vector_cache=None, seed=42) -> dict
+///
+/// `longread ensemble`: copies the model directories `models` (any kinds, the same labels,
+/// one task each) into the new directory `out`, a model whose probabilities are their weighted
+/// mean (`weights`, one per model, divided by their sum; default equal). With `calibrate` (a
+/// labelled held-out JSON lines file) each member's temperature is fitted on it first, and
+/// with `fit_weights=True` the weights too, kept when they beat equal weights over `folds`
+/// folds (`calibration` in the result says how each way scored). With `stack` (the members'
+/// labelled training data) they are fitted instead on out-of-fold scores: every member is
+/// retrained `folds` times with its recorded settings on stratified folds (seeded by `seed`)
+/// and scores the fold it did not see. `vector_cache` lets encoder members reuse chunk
+/// vectors. Returns ensemble.json as a dict; `Classifier(out)` loads it.
+#[pyfunction]
+#[pyo3(signature = (models, out, weights=None, calibrate=None, fit_weights=false, folds=5, stack=None, vector_cache=None, seed=42))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ensemble(
+    py: Python<'_>,
+    models: Vec<PathBuf>,
+    out: PathBuf,
+    weights: Option<Vec<f64>>,
+    calibrate: Option<PathBuf>,
+    fit_weights: bool,
+    folds: usize,
+    stack: Option<PathBuf>,
+    vector_cache: Option<PathBuf>,
+    seed: u64,
+) -> PyResult<PyObject> {
+    let scored = calibrate.is_some() || stack.is_some();
+    if fit_weights && (!scored || weights.is_some()) {
+        return Err(LongreadError::new_err("fit_weights=True needs calibrate=DEV or stack=TRAIN, and no weights"));
+    }
+    if calibrate.is_some() && stack.is_some() {
+        return Err(LongreadError::new_err("give calibrate=DEV or stack=TRAIN, not both"));
+    }
+    if vector_cache.is_some() && !scored {
+        return Err(LongreadError::new_err("vector_cache needs calibrate=DEV or stack=TRAIN"));
+    }
+    if folds < 2 {
+        return Err(LongreadError::new_err(format!("folds={folds}: at least 2")));
+    }
+    let weights = weights.unwrap_or_else(|| vec![1.0; models.len()]);
+    if weights.len() != models.len() {
+        return Err(LongreadError::new_err(format!(
+            "{} weights for {} models: give one per model, or none",
+            weights.len(),
+            models.len()
+        )));
+    }
+    let members: Vec<(PathBuf, f64)> = models.into_iter().zip(weights).collect();
+    let cache = vector_cache.as_deref();
+    let built = py.allow_threads(|| match (&calibrate, &stack) {
+        (Some(data), _) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, cache, |_| {})
+            .map_err(|e| e.to_string()),
+        (None, Some(train)) => {
+            let settings = StackSettings { folds, seed, vector_cache: cache };
+            build_stacked_ensemble(&members, &out, train, fit_weights, settings, |_, _| {}).map_err(|e| e.to_string())
+        }
+        (None, None) => build_ensemble(&members, &out).map_err(|e| e.to_string()),
+    });
+    let spec = built.map_err(|e| ModelLoadError::new_err(format!("writing ensemble {}: {e}", out.display())))?;
+    from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
+}

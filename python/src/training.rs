@@ -1,0 +1,244 @@
+//! `init`, `train`, `train_tokenizer`, `new_encoder` and `pretrain`: the CLI's training
+//! commands, keyword arguments as their flags, interruptible with Ctrl-C.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
+use std::path::PathBuf;
+
+use crate::convert::*;
+use crate::progress::*;
+use crate::{LongreadError, ModelLoadError};
+
+/// Keyword arguments as command-line flags (`freeze_base=True` → `--freeze-base`,
+/// `lr=2e-5` → `--lr 2e-05`, a list repeats the flag; False and None leave it out), for the
+/// library's own flag parser.
+pub(crate) fn flag_args(flags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
+    let mut args = Vec::new();
+    for (key, value) in flags.into_iter().flat_map(|d| d.iter()) {
+        let flag = format!("--{}", key.extract::<String>()?.replace('_', "-"));
+        if value.is_none() {
+            continue;
+        }
+        if value.is_instance_of::<PyBool>() {
+            if value.extract::<bool>()? {
+                args.push(flag);
+            }
+            continue;
+        }
+        args.extend(repeated(&flag, &value)?);
+    }
+    Ok(args)
+}
+
+/// init(encoder, labels, out, **flags) -> dict
+///
+/// `longread init --encoder ENCODER --labels LABELS --out OUT ...`: a new classifier on a
+/// pretrained encoder directory; every flag of `longread init --help` as a keyword,
+/// underscores for dashes (`arch="sequence"`, `pooling="max-logits"`, `attention_top_k=3`,
+/// `stride=0`, `seed=1`). `labels` is a list of names in id order (or one comma-separated
+/// string). The same checks and model as the command line's; `out` must not exist. Returns the
+/// new model's config.json as a dict; `train(..., model=out)` fine-tunes it.
+#[pyfunction]
+#[pyo3(signature = (encoder, labels, out, **flags))]
+pub(crate) fn init(
+    py: Python<'_>,
+    encoder: PathBuf,
+    labels: &Bound<'_, PyAny>,
+    out: PathBuf,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    let labels: Vec<String> = if labels.is_instance_of::<PyString>() {
+        vec![labels.extract()?]
+    } else {
+        labels
+            .extract()
+            .map_err(|_| LongreadError::new_err("labels must be a list of names or a comma-separated string"))?
+    };
+    let mut args =
+        vec!["--encoder".to_string(), encoder.display().to_string(), "--out".to_string(), out.display().to_string()];
+    for label in labels {
+        args.extend(["--labels".to_string(), label]);
+    }
+    args.extend(flag_args(flags)?);
+    let spec = longread_train::run::flags::init_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let made = py.allow_threads(|| longread_train::run::init::init_run(&spec));
+    let model = made.map_err(|e| match e {
+        longread_train::TrainError::Model(e) => ModelLoadError::new_err(e.to_string()),
+        other => LongreadError::new_err(other.to_string()),
+    })?;
+    from_json(py, &model.config().to_json().to_string())
+}
+
+/// train(train, out, threads=None, quiet=False, device="auto", **flags) -> dict
+///
+/// `longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
+/// keyword, underscores for dashes (`arch="bow"`, `model="init"`, `freeze_base=True`,
+/// `lr=2e-5`, `c_values=[0.1, 1, 10]`); True gives a switch, False or None leaves it out, a
+/// list repeats the flag. The same run as the command line's (checkpoints, resume, metrics
+/// files in OUT); set-up notes, a progress line at most every 10 s (step, loss, time left) and
+/// a line per epoch go to stderr unless `quiet`. Ctrl-C (KeyboardInterrupt) stops the run
+/// after the step in progress and saves a checkpoint there before it is raised: the same call
+/// with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run),
+/// "best_epoch", "kept_epoch" (the model in OUT: the best, or the last with keep="last"),
+/// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
+/// run's folds)}. `device` as for `Classifier`: where the encoder trains (the HAN and the bag
+/// of words train on the CPU).
+#[pyfunction]
+#[pyo3(signature = (train, out, threads=None, quiet=false, device="auto", **flags))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn train(
+    py: Python<'_>,
+    train: PathBuf,
+    out: PathBuf,
+    threads: Option<usize>,
+    quiet: bool,
+    device: &str,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    set_threads(threads)?;
+    let mut args =
+        vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
+    args.extend(flag_args(flags)?);
+    let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    spec.device = parse_device(device)?;
+    run_interruptibly(py, quiet, move |hooks| {
+        let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), hooks)?;
+        Ok(serde_json::json!({
+            "out": spec.out,
+            "epochs": summary.logs,
+            "best_epoch": summary.best().map(|l| l.epoch),
+            "kept_epoch": summary.kept().map(|l| l.epoch),
+            "stopped_for_resume": summary.stopped_for_resume,
+            "bow": summary.bow,
+            "cv": summary.cv,
+        }))
+    })
+}
+
+/// `[flag, value, flag, value, ...]` for each value of a list or tuple, or `[flag, value]`.
+pub(crate) fn repeated(flag: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let items: Vec<Bound<'_, PyAny>> = if values.is_instance_of::<PyList>() || values.is_instance_of::<PyTuple>() {
+        values.try_iter()?.collect::<PyResult<_>>()?
+    } else {
+        vec![values.clone()]
+    };
+    let mut args = Vec::new();
+    for item in items {
+        args.extend([flag.to_string(), item.str()?.to_string()]);
+    }
+    Ok(args)
+}
+
+/// train_tokenizer(corpus, out, **flags) -> dict
+///
+/// `longread tokenizer train --corpus CORPUS... --out OUT ...`: a byte-level BPE (RoBERTa,
+/// `kind="bpe"`, the default) or WordPiece (`kind="wordpiece"`) tokenizer learned from
+/// `corpus` (a file or directory, or a list of them), written as OUT/tokenizer.json;
+/// `vocab_size`, `min_frequency`, `lowercase` as the command line's flags. Returns {"path",
+/// "vocab_size", "texts", "bytes", "seconds"}.
+#[pyfunction]
+#[pyo3(signature = (corpus, out, **flags))]
+pub(crate) fn train_tokenizer(
+    py: Python<'_>,
+    corpus: &Bound<'_, PyAny>,
+    out: PathBuf,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    let mut args = repeated("--corpus", corpus)?;
+    args.extend(["--out".to_string(), out.display().to_string()]);
+    args.extend(flag_args(flags)?);
+    let spec = longread_train::run::flags::tokenizer_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let made = py.allow_threads(|| longread_train::run::kit::train_tokenizer_run(&spec));
+    let made = made.map_err(|e| LongreadError::new_err(e.to_string()))?;
+    from_json(py, &serde_json::to_string(&made).unwrap_or_default())
+}
+
+/// new_encoder(preset, tokenizer, out, seed=0) -> dict
+///
+/// `longread encoder new`: a freshly initialised RoBERTa (`preset`: roberta-base,
+/// roberta-large, small or tiny) for `tokenizer` (a tokenizer.json or a directory holding one;
+/// its size sets the vocabulary), written to `out` (which must not exist) in
+/// RobertaForMaskedLM's layout. Returns {"config" (its config.json), "parameters"}.
+#[pyfunction]
+#[pyo3(signature = (preset, tokenizer, out, seed=0))]
+pub(crate) fn new_encoder(
+    py: Python<'_>,
+    preset: String,
+    tokenizer: PathBuf,
+    out: PathBuf,
+    seed: u64,
+) -> PyResult<PyObject> {
+    let spec = longread_train::run::kit::EncoderSpec { preset, tokenizer, out, seed };
+    let made = py.allow_threads(|| longread_train::run::kit::new_encoder_run(&spec));
+    let made = made.map_err(|e| LongreadError::new_err(e.to_string()))?;
+    from_json(py, &serde_json::to_string(&made).unwrap_or_default())
+}
+
+/// pretrain(corpus, tokenizer, out, threads=None, quiet=False, device="auto", **flags) -> dict
+///
+/// `longread pretrain --corpus CORPUS... --tokenizer TOKENIZER --out OUT ...`: masked-language-
+/// model pretraining with dynamic masking, of a new RoBERTa (`preset="small"`) or continued
+/// from a pretrained encoder (`model="DIR"`, with `tokenizer=None` for the model's own); every
+/// flag of `longread pretrain --help` as a keyword (`max_steps=2000`, `eval_every=200`,
+/// `resume="auto"`). An evaluation line per --eval-every steps goes to stderr unless `quiet`;
+/// Ctrl-C stops at the next evaluation (where a checkpoint is saved) and raises
+/// KeyboardInterrupt. Returns {"out", "evaluations" (one dict each), "stopped_for_resume"}.
+/// `device` as for `train`.
+#[pyfunction]
+#[pyo3(signature = (corpus, tokenizer, out, threads=None, quiet=false, device="auto", **flags))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pretrain(
+    py: Python<'_>,
+    corpus: &Bound<'_, PyAny>,
+    tokenizer: Option<PathBuf>,
+    out: PathBuf,
+    threads: Option<usize>,
+    quiet: bool,
+    device: &str,
+    flags: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyObject> {
+    set_threads(threads)?;
+    let mut args = repeated("--corpus", corpus)?;
+    if let Some(tokenizer) = tokenizer {
+        args.extend(["--tokenizer".to_string(), tokenizer.display().to_string()]);
+    }
+    args.extend(["--out".to_string(), out.display().to_string()]);
+    args.extend(flag_args(flags)?);
+    let mut spec = longread_train::run::flags::pretrain_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    spec.device = parse_device(device)?;
+    run_interruptibly(py, quiet, |hooks| {
+        let summary = longread_train::run::pretrain_run(&spec, serde_json::Map::new(), hooks)?;
+        Ok(serde_json::json!({
+            "out": spec.out,
+            "evaluations": summary.logs,
+            "stopped_for_resume": summary.stopped_for_resume,
+        }))
+    })
+}
+
+/// Runs a training `run` without the GIL, with [`Lines`] as its hooks (a Ctrl-C asks it to
+/// stop cleanly); returns its JSON summary, or its error: after a Ctrl-C, the
+/// KeyboardInterrupt (with the message that says how to resume on stderr).
+pub(crate) fn run_interruptibly(
+    py: Python<'_>,
+    quiet: bool,
+    run: impl FnOnce(&mut Lines) -> Result<serde_json::Value, longread_train::TrainError> + Send,
+) -> PyResult<PyObject> {
+    longread_train::interrupt::clear_stop();
+    let (run, interrupted) = py.allow_threads(|| {
+        let mut hooks = Lines { quiet, interrupted: None, last_line: None, first_step: None };
+        let result = run(&mut hooks).map(|json| json.to_string());
+        (result, hooks.interrupted)
+    });
+    longread_train::interrupt::clear_stop();
+    match (run, interrupted) {
+        (Ok(json), None) => from_json(py, &json),
+        // Ctrl-C during a run that ended anyway (its last step, or a bag of words): saved.
+        (Ok(_), Some(signal)) => Err(signal),
+        (Err(e @ longread_train::TrainError::Interrupted(_)), Some(signal)) => {
+            eprintln!("{e}");
+            Err(signal)
+        }
+        (Err(e), _) => Err(LongreadError::new_err(e.to_string())),
+    }
+}
