@@ -1,14 +1,15 @@
 //! `longread.Classifier`: any model directory, predictions as the CLI's JSON.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use longread_classifier::Classifier as RustClassifier;
 use longread_classifier::PredictionLine;
 use longread_report::{render_html, DocumentView};
 use longread_text::Document;
 use pyo3::prelude::*;
-use std::path::PathBuf;
-use std::sync::Arc;
 
-use crate::convert::*;
+use crate::convert::{classifier_options, from_json, set_threads, texts};
 use crate::{InvalidDocumentError, ModelLoadError};
 
 /// A model that classifies long documents: any directory `longread train` or `longread init`

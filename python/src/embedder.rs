@@ -1,13 +1,14 @@
 //! `longread.Embedder`: sentence embeddings as numpy arrays.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use longread_model::{Embedder as RustEmbedder, EmbedderOptions};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
-use std::path::PathBuf;
-use std::sync::Arc;
 
-use crate::convert::*;
+use crate::convert::{parse_device, parse_precision, set_threads, texts_checked};
 use crate::{LongreadError, ModelLoadError};
 
 /// Sentence embeddings (mean pooling, as sentence-transformers computes them).

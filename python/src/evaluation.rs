@@ -1,14 +1,15 @@
 //! `evaluate`, `compare` and `ensemble`: the CLI's `eval` and `ensemble`.
 
+use std::path::PathBuf;
+
 use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
 use longread_classifier::evaluate::evaluate_reader;
 use longread_classifier::Classifier as RustClassifier;
 use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 use pyo3::prelude::*;
-use std::path::PathBuf;
 
-use crate::classifier::*;
-use crate::convert::*;
+use crate::classifier::Classifier;
+use crate::convert::from_json;
 use crate::{InvalidDocumentError, LongreadError, ModelLoadError};
 
 /// evaluate(model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto") -> dict

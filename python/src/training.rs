@@ -1,12 +1,13 @@
 //! `init`, `train`, `train_tokenizer`, `new_encoder` and `pretrain`: the CLI's training
 //! commands, keyword arguments as their flags, interruptible with Ctrl-C.
 
-use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 use std::path::PathBuf;
 
-use crate::convert::*;
-use crate::progress::*;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
+
+use crate::convert::{from_json, parse_device, set_threads};
+use crate::progress::Lines;
 use crate::{LongreadError, ModelLoadError};
 
 /// Keyword arguments as command-line flags (`freeze_base=True` → `--freeze-base`,
