@@ -34,7 +34,7 @@ pub struct WideSide {
     pub dev: Vec<Vec<f32>>,
 }
 
-/// Fits the wide side on `train` (primary-task labels `labels`) and scores `dev`; `note` hears
+/// Fits the wide side on `train_data` (primary-task labels `labels`) and scores `dev`; `note` hears
 /// what was fitted.
 pub fn fit_wide(
     spec: &TrainSpec,
