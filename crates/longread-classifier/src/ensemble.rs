@@ -405,7 +405,7 @@ impl Ensemble {
                     }
                 }
             }
-            if evidence.is_none() && (prediction.chunks.is_some() || prediction.sentences.is_some()) {
+            if evidence.is_none() && prediction.parts.any() {
                 evidence = Some(prediction);
             }
             tokens = tokens.or(prediction.tokens);
@@ -427,9 +427,7 @@ impl Ensemble {
             label: self.labels[argmax(&probabilities)].clone(),
             logits,
             scores: LabelScores { labels: self.labels.clone(), probabilities },
-            chunks: evidence.and_then(|p| p.chunks.clone()),
-            total_sentences: evidence.and_then(|p| p.total_sentences),
-            sentences: evidence.and_then(|p| p.sentences.clone()),
+            parts: evidence.map_or(crate::Parts::Whole {}, |p| p.parts.clone()),
             tasks: None,
             members: Some(members),
             tokens,

@@ -31,8 +31,8 @@ use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier, TaskS
 pub use longread_model::Precision;
 pub use model_kind::ModelKind;
 pub use prediction::{
-    argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, MemberPrediction, Prediction, PredictionLine,
-    SentenceEvidence, TaskPrediction, WordEvidence,
+    argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, MemberPrediction, Parts, Prediction,
+    PredictionLine, SentenceEvidence, TaskPrediction, WordEvidence,
 };
 
 /// How a [`Classifier`] runs.
@@ -419,9 +419,7 @@ fn bow_prediction(labels: &[String], scores: BowScores) -> Prediction {
         label: labels[argmax(&scores.probabilities)].clone(),
         scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
         logits: scores.logits,
-        chunks: None,
-        total_sentences: None,
-        sentences: None,
+        parts: Parts::Whole {},
         tasks: None,
         members: None,
         tokens: None,
@@ -448,17 +446,16 @@ fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<Doc
     let labels = &tasks[0].labels;
     Prediction {
         label: labels[argmax(&primary.probabilities)].clone(),
-        chunks: Some(
-            doc.chunks
+        parts: Parts::Chunks {
+            chunks: doc
+                .chunks
                 .iter()
                 .zip(&primary.attention)
                 .map(|(c, &attention)| ChunkEvidence { index: c.index, start: c.start, end: c.end, attention })
                 .collect(),
-        ),
+        },
         scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },
         logits: primary.logits,
-        total_sentences: None,
-        sentences: None,
         tasks: (!other.is_empty()).then_some(other),
         members: None,
         tokens: Some(doc.total_tokens),
@@ -488,9 +485,7 @@ fn han_prediction(labels: &[String], scores: HanScores) -> Prediction {
         label: labels[argmax(&scores.probabilities)].clone(),
         scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
         logits: scores.logits,
-        chunks: None,
-        total_sentences: Some(scores.total_sentences),
-        sentences: Some(sentences),
+        parts: Parts::Sentences { total_sentences: scores.total_sentences, sentences },
         tasks: None,
         members: None,
         tokens: None,

@@ -19,15 +19,12 @@ pub struct Prediction {
     pub scores: LabelScores,
     /// Raw logits, one per label.
     pub logits: Vec<f32>,
-    /// Encoder models: the chunks read, with their character spans and attention.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chunks: Option<Vec<ChunkEvidence>>,
-    /// HAN models: sentences in the whole text (those beyond the model's `doc_size` are not read).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub total_sentences: Option<usize>,
-    /// HAN models: the sentences read, with their words.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sentences: Option<Vec<SentenceEvidence>>,
+    /// What the model read and how much each part weighed: chunks (encoder models), sentences
+    /// and words (HAN), or nothing (a bag of words). Serialised in place as `chunks`, or
+    /// `total_sentences` and `sentences`, or no field.
+    #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(inline))]
+    pub parts: Parts,
     /// Multi-task models: the other tasks' predictions, by task name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<BTreeMap<String, TaskPrediction>>,
@@ -37,6 +34,67 @@ pub struct Prediction {
     /// Tokens the encoder read (encoder models; not part of the JSON output).
     #[serde(skip)]
     pub tokens: Option<usize>,
+}
+
+/// The parts of a document a model read, with their weights: one kind per model kind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum Parts {
+    /// Encoder models: the chunks read, with their character spans and attention.
+    Chunks {
+        /// In chunk order.
+        chunks: Vec<ChunkEvidence>,
+    },
+    /// HAN models: the sentences read, with their words.
+    Sentences {
+        /// Sentences in the whole text (those beyond the model's `doc_size` are not read).
+        total_sentences: usize,
+        /// The sentences read.
+        sentences: Vec<SentenceEvidence>,
+    },
+    /// A HAN's prediction with its sentences left out (the server's `"chunks": false`): how
+    /// many the text has.
+    Counted {
+        /// Sentences in the whole text.
+        total_sentences: usize,
+    },
+    /// A model that reads no parts (a bag of words), or an encoder model's prediction with its
+    /// chunks left out.
+    Whole {},
+}
+
+impl Parts {
+    /// The chunks, for an encoder model's prediction.
+    pub fn chunks(&self) -> Option<&[ChunkEvidence]> {
+        match self {
+            Self::Chunks { chunks } => Some(chunks),
+            _ => None,
+        }
+    }
+
+    /// The sentences read, for a HAN's prediction.
+    pub fn sentences(&self) -> Option<&[SentenceEvidence]> {
+        match self {
+            Self::Sentences { sentences, .. } => Some(sentences),
+            _ => None,
+        }
+    }
+
+    /// Whether there is evidence to show (chunks or sentences).
+    pub fn any(&self) -> bool {
+        matches!(self, Self::Chunks { .. } | Self::Sentences { .. })
+    }
+
+    /// The same without the chunks or sentences themselves (a HAN's sentence count stays).
+    pub fn without_evidence(&self) -> Self {
+        match self {
+            Self::Sentences { total_sentences, .. } | Self::Counted { total_sentences } => {
+                Self::Counted { total_sentences: *total_sentences }
+            }
+            Self::Chunks { .. } | Self::Whole {} => Self::Whole {},
+        }
+    }
 }
 
 /// One more task's prediction in a multi-task model.
@@ -152,7 +210,7 @@ impl Prediction {
 
     /// The most attended chunk or sentence (none for a prediction without evidence).
     pub fn top_evidence(&self) -> Option<Evidence> {
-        if let Some(chunks) = &self.chunks {
+        if let Some(chunks) = self.parts.chunks() {
             let attention: Vec<f32> = chunks.iter().map(|c| c.attention).collect();
             let c = chunks.get(argmax(&attention))?;
             return Some(Evidence {
@@ -164,7 +222,7 @@ impl Prediction {
                 count: chunks.len(),
             });
         }
-        let sentences = self.sentences.as_ref()?;
+        let sentences = self.parts.sentences()?;
         let attention: Vec<f32> = sentences.iter().map(|s| s.attention).collect();
         let s = sentences.get(argmax(&attention))?;
         Some(Evidence {
@@ -226,7 +284,7 @@ pub fn finite_or_error(result: DocResult) -> DocResult {
         .tasks
         .as_ref()
         .is_none_or(|tasks| tasks.values().all(|t| finite(&t.logits) && finite(&t.scores.probabilities)));
-    let chunks_finite = prediction.chunks.as_ref().is_none_or(|chunks| chunks.iter().all(|c| c.attention.is_finite()));
+    let chunks_finite = prediction.parts.chunks().is_none_or(|chunks| chunks.iter().all(|c| c.attention.is_finite()));
     if finite(&prediction.logits) && finite(&prediction.scores.probabilities) && tasks_finite && chunks_finite {
         Ok(prediction)
     } else {
@@ -279,12 +337,12 @@ mod tests {
             label: "b".into(),
             scores: LabelScores { labels: vec!["a".into(), "b".into()], probabilities: vec![0.25, 0.75] },
             logits: vec![-1.0, 0.5],
-            chunks: Some(vec![
-                ChunkEvidence { index: 0, start: 0, end: 10, attention: 0.2 },
-                ChunkEvidence { index: 1, start: 5, end: 20, attention: 0.8 },
-            ]),
-            total_sentences: None,
-            sentences: None,
+            parts: Parts::Chunks {
+                chunks: vec![
+                    ChunkEvidence { index: 0, start: 0, end: 10, attention: 0.2 },
+                    ChunkEvidence { index: 1, start: 5, end: 20, attention: 0.8 },
+                ],
+            },
             tasks: None,
             members: None,
             tokens: Some(30),
@@ -321,7 +379,9 @@ mod tests {
         inf.scores.probabilities[0] = f32::INFINITY;
         assert!(finite_or_error(Ok(inf)).is_err());
         let mut attention = prediction();
-        attention.chunks.as_mut().unwrap()[0].attention = f32::NAN;
+        if let Parts::Chunks { chunks } = &mut attention.parts {
+            chunks[0].attention = f32::NAN;
+        }
         assert!(finite_or_error(Ok(attention)).is_err());
         assert_eq!(finite_or_error(Err(DocError::new("empty"))).unwrap_err().message, "empty");
     }

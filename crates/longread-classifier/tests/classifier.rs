@@ -25,7 +25,7 @@ fn a_document_alone_and_amid_others_gets_the_same_scores() {
             assert!(max_diff(alone.probabilities(), batched.probabilities()) <= 1e-6, "{model}");
             assert!(max_diff(&alone.logits, &batched.logits) <= 1e-6, "{model}");
             let attention = |p: &longread_classifier::Prediction| -> Vec<f32> {
-                p.chunks.as_ref().unwrap().iter().map(|c| c.attention).collect()
+                p.parts.chunks().unwrap().iter().map(|c| c.attention).collect()
             };
             assert!(max_diff(&attention(&alone), &attention(batched)) <= 1e-6, "{model}");
             assert_eq!(alone.label, batched.label);
@@ -80,9 +80,9 @@ fn a_han_loads_through_the_same_api_and_shows_sentences() {
     assert_eq!(classifier.tasks().len(), 1);
     let results = classifier.classify(&["The film was long. The ending was good.", ""]).unwrap();
     let p = results[0].as_ref().unwrap();
-    let sentences = p.sentences.as_ref().unwrap();
-    assert!(p.chunks.is_none() && !sentences.is_empty());
-    assert_eq!(p.total_sentences, Some(2));
+    let sentences = p.parts.sentences().unwrap();
+    assert!(p.parts.chunks().is_none() && !sentences.is_empty());
+    assert!(matches!(p.parts, longread_classifier::Parts::Sentences { total_sentences: 2, .. }));
     let top = p.top_evidence().unwrap();
     assert_eq!((top.unit, top.count), ("sentence", sentences.len()));
     assert!(results[1].as_ref().unwrap_err().message.contains("no words"));
@@ -224,11 +224,11 @@ fn a_long_text_read_whole_is_streamed_with_the_prediction_of_cutting_it_first() 
     assert_eq!(streamed.label, reference.label);
     assert!(max_diff(&streamed.logits, &reference.logits) <= 1e-5);
     let spans = |p: &longread_classifier::Prediction| -> Vec<(usize, usize, usize)> {
-        p.chunks.as_ref().unwrap().iter().map(|c| (c.index, c.start, c.end)).collect()
+        p.parts.chunks().unwrap().iter().map(|c| (c.index, c.start, c.end)).collect()
     };
     assert_eq!(spans(streamed), spans(&reference), "the same chunks, in order");
     let attention = |p: &longread_classifier::Prediction| -> Vec<f32> {
-        p.chunks.as_ref().unwrap().iter().map(|c| c.attention).collect()
+        p.parts.chunks().unwrap().iter().map(|c| c.attention).collect()
     };
     assert!(max_diff(&attention(streamed), &attention(&reference)) <= 1e-5);
 }

@@ -66,7 +66,7 @@ fn predictions(classifier: &Classifier, texts: &[&str]) -> Vec<Prediction> {
 fn numbers(p: &Prediction) -> Vec<f32> {
     let mut all: Vec<f32> = p.probabilities().to_vec();
     all.extend(&p.logits);
-    all.extend(p.chunks.iter().flatten().map(|c| c.attention));
+    all.extend(p.parts.chunks().unwrap_or_default().iter().map(|c| c.attention));
     for task in p.tasks.iter().flat_map(|t| t.values()) {
         all.extend(&task.scores.probabilities);
         all.extend(&task.logits);

@@ -67,7 +67,7 @@ fn an_ensemble_averages_its_members_probabilities_by_label_name() {
         let logits: Vec<f32> = expected.iter().map(|x| x.ln()).collect();
         assert!(max_diff(&p.logits, &logits) <= 1e-5);
         assert_eq!(p.label, ensemble.labels()[p.label_index()]);
-        assert_eq!(p.chunks, member_results[0][i].as_ref().unwrap().chunks, "evidence of the first member");
+        assert_eq!(p.parts, member_results[0][i].as_ref().unwrap().parts, "evidence of the first member");
         let said = p.members.as_ref().unwrap();
         assert_eq!(said.len(), 3);
         assert_eq!(said[2].scores.probabilities, r, "members' scores in the ensemble's label order");
@@ -91,7 +91,7 @@ fn an_ensemble_averages_its_members_probabilities_by_label_name() {
     let queued = ensemble.finish(&prepared, outputs).unwrap().unwrap();
     let batched = results[1].as_ref().unwrap();
     assert!(max_diff(queued.probabilities(), batched.probabilities()) <= 1e-6);
-    assert_eq!((&queued.label, &queued.chunks), (&batched.label, &batched.chunks));
+    assert_eq!((&queued.label, &queued.parts), (&batched.label, &batched.parts));
     assert_eq!(queued.members.as_ref().unwrap().len(), 3);
     // Units of another document, or too few, are refused.
     let single: Vec<_> = (0..other.units()).map(|u| (&other, u)).collect();
@@ -215,7 +215,7 @@ fn an_ensemble_with_a_bag_of_words_member_shows_the_evidence_of_the_next_and_ins
     let ensemble = load(&out);
     assert_eq!(ensemble.evidence_unit(), "sentence", "the bag of words reads no parts; the HAN does");
     let p = ensemble.classify(&["A brutal war. Blood at school."]).unwrap().remove(0).unwrap();
-    assert!(p.sentences.is_some() && p.chunks.is_none());
+    assert!(p.parts.sentences().is_some() && p.parts.chunks().is_none());
     assert!((p.probabilities().iter().sum::<f32>() - 1.0).abs() < 1e-5);
 
     let summary = summarize(&out).unwrap();

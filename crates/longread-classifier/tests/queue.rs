@@ -20,7 +20,7 @@ fn same(alone: &Prediction, queued: &Prediction) {
     assert!(max_diff(alone.probabilities(), queued.probabilities()) <= 1e-6);
     assert!(max_diff(&alone.logits, &queued.logits) <= 1e-6);
     let evidence = |p: &Prediction| -> Vec<f32> {
-        match (&p.chunks, &p.sentences) {
+        match (p.parts.chunks(), p.parts.sentences()) {
             (Some(c), _) => c.iter().map(|c| c.attention).collect(),
             (None, Some(s)) => s.iter().map(|s| s.attention).collect(),
             _ => Vec::new(),

@@ -24,15 +24,17 @@ impl<'a> DocumentView<'a> {
                     })
                     .collect();
                 view.chunks = p
-                    .chunks
+                    .parts
+                    .chunks()
                     .unwrap_or_default()
-                    .into_iter()
+                    .iter()
                     .map(|c| ChunkView { index: c.index, start: c.start, end: c.end, attention: c.attention })
                     .collect();
                 view.sentences = p
-                    .sentences
+                    .parts
+                    .sentences()
                     .unwrap_or_default()
-                    .into_iter()
+                    .iter()
                     .map(|s| SentenceView {
                         start: s.start,
                         end: s.end,

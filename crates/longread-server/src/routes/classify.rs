@@ -82,7 +82,7 @@ pub(crate) async fn classify(
     let mut predictions = classify_inputs(&state, &inputs).await?;
     if !request.chunks {
         for p in &mut predictions {
-            (p.chunks, p.sentences) = (None, None);
+            p.parts = p.parts.without_evidence();
         }
     }
     Ok(Json(inputs.shape(predictions)))
