@@ -141,6 +141,11 @@ fn linear(weights: &[f64], intercepts: &[f64], features: usize, row: &SparseRow)
     intercepts.iter().enumerate().map(|(k, b)| row.dot(&weights[k * features..(k + 1) * features]) + b).collect()
 }
 
+/// Index of the largest value (the first on ties).
+pub fn argmax(v: &[f64]) -> usize {
+    v.iter().enumerate().fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
+}
+
 /// `ln softmax(z)`, stable.
 pub fn log_softmax(z: &[f64]) -> Vec<f64> {
     let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::counts::{count_terms, for_each_char_term, Interner, TermCounts};
 use crate::error::{BowError, Result};
 use crate::files::{bow_files, read_bow_files, write_bow_files};
-use crate::logistic::{softmax, Data, LogisticRegression, Solver};
+use crate::logistic::{argmax, softmax, Data, LogisticRegression, Solver};
 use crate::sparse::SparseRow;
 use crate::terms::{for_each_ngram, words};
 use crate::tfidf::{blocks, Columns, TfidfSettings};
@@ -336,9 +336,4 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
 fn cv_score(c: f64, scores: &[f64]) -> CvScore {
     let (macro_f1_mean, macro_f1_std) = mean_std(scores);
     CvScore { c, macro_f1_mean, macro_f1_std }
-}
-
-/// Index of the largest value (the first on ties).
-fn argmax(v: &[f64]) -> usize {
-    v.iter().enumerate().fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
 }

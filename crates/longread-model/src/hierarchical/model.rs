@@ -55,7 +55,8 @@ pub struct HierarchicalClassifier {
     /// head), present when the model was built to be trained or saved.
     vars: Option<(VarMap, VarMap)>,
     /// A wide-and-deep model's bag of words as its files (path inside the model directory,
-    /// contents), written with the model; empty without a wide side.
+    /// contents), written with the model; empty without a wide side or when loaded for
+    /// inference only (which cannot be saved).
     wide_files: Vec<(&'static str, Vec<u8>)>,
 }
 
@@ -114,7 +115,9 @@ impl HierarchicalClassifier {
         let encoder = checkpoint.load_encoder(&options(vars.as_ref().map(|v| &v.0)), device)?;
         let head_vb = checkpoint.var_builder("", &options(vars.as_ref().map(|v| &v.1)), device);
         let mut model = Self::assemble(encoder, head_vb, config, tokenizer_path, vars)?;
-        if model.config.longread.wide.is_some() {
+        // Kept only to be saved again, and only a trainable model can be saved: a classifier
+        // loads the bag of words itself.
+        if trainable && model.config.longread.wide.is_some() {
             model.wide_files = read_wide_files(dir)?;
         }
         Ok(model)

@@ -34,6 +34,21 @@ pub struct BowSummary {
     pub chosen_at_edge: bool,
 }
 
+/// The texts of `data` and their primary-task label ids; a document without a label is an error
+/// naming its line, `why` completing the message.
+pub(crate) fn labelled_texts<'d>(data: &'d LabelledDataset, why: &str) -> Result<(Vec<&'d str>, Vec<usize>)> {
+    data.examples
+        .iter()
+        .zip(&data.labels[0])
+        .map(|(example, label)| {
+            let label =
+                label.ok_or_else(|| TrainError::Run(format!("{}:{}: no label{why}", data.source, example.line)))?;
+            Ok((example.text.as_str(), label))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(|pairs| pairs.into_iter().unzip())
+}
+
 /// The bag of words `spec` describes, for documents labelled `ids`, C chosen by `folds`-fold
 /// cross-validation (the class weights of `--class-weights`).
 pub(crate) fn bow_options(spec: &TrainSpec, ids: &[usize], labels: &[String], folds: usize) -> Result<BowOptions> {
@@ -60,15 +75,7 @@ pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dy
     let labels = training_labels(spec)?;
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
     let data = LabelledDataset::resolve(examples, &[labels.as_slice()], &source)?;
-    let mut texts = Vec::with_capacity(data.examples.len());
-    let mut ids = Vec::with_capacity(data.examples.len());
-    for (example, label) in data.examples.iter().zip(&data.labels[0]) {
-        let label = label.ok_or_else(|| {
-            TrainError::Run(format!("{source}:{}: no label (every training document needs one)", example.line))
-        })?;
-        texts.push(example.text.as_str());
-        ids.push(label);
-    }
+    let (texts, ids) = labelled_texts(&data, " (every training document needs one)")?;
     let folds = spec.cv.unwrap_or(DEFAULT_FOLDS);
     let options = bow_options(spec, &ids, &labels, folds)?;
     hooks.note(&format!(

@@ -10,13 +10,13 @@
 //! scale `s` is the inverse temperature of least out-of-fold log loss, so the offsets are
 //! calibrated log-probabilities; and the deep side learns only what they miss.
 
-use longread_bow::logistic::{log_softmax, softmax};
+use longread_bow::logistic::{argmax, log_softmax, softmax};
 use longread_bow::{out_of_fold_logits, train, BowModel};
 use longread_classifier::calibration::fit_temperature;
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
-use crate::run::bow::bow_options;
+use crate::run::bow::{bow_options, labelled_texts};
 use crate::run::spec::TrainSpec;
 
 /// Most folds of the wide side's cross-validation (C and the out-of-fold scores).
@@ -43,18 +43,8 @@ pub fn fit_wide(
     labels: &[String],
     note: &mut dyn FnMut(&str),
 ) -> Result<WideSide> {
-    let mut texts = Vec::with_capacity(train_data.examples.len());
-    let mut ids = Vec::with_capacity(train_data.examples.len());
-    for (example, label) in train_data.examples.iter().zip(&train_data.labels[0]) {
-        let label = label.ok_or_else(|| {
-            TrainError::Run(format!(
-                "{}:{}: no label: --wide-bow fits its bag of words on every training document, so each needs one",
-                train_data.source, example.line
-            ))
-        })?;
-        texts.push(example.text.as_str());
-        ids.push(label);
-    }
+    let (texts, ids) =
+        labelled_texts(train_data, ": --wide-bow fits its bag of words on every training document, so each needs one")?;
     let rarest = (0..labels.len()).map(|c| ids.iter().filter(|&&l| l == c).count()).min().unwrap_or(0);
     let folds = rarest.min(WIDE_FOLDS);
     if folds < 2 {
@@ -93,9 +83,4 @@ pub fn fit_wide(
         correct as f64 / ids.len() as f64,
     ));
     Ok(WideSide { bow: fitted.model, scale, train: oof.iter().map(|z| offsets(z)).collect(), dev: dev_offsets })
-}
-
-/// Index of the largest value.
-fn argmax(v: &[f64]) -> usize {
-    v.iter().enumerate().fold(0, |best, (i, &x)| if x > v[best] { i } else { best })
 }
