@@ -9,14 +9,14 @@
 use std::path::{Component, Path, PathBuf};
 
 use longread_bow::logistic::log_softmax;
-use longread_text::Document;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::{temper, Calibration};
+use crate::kinds::{mismatch, DocumentModel, Prepared, PreparedDocument, UnitOutput};
 use crate::model_kind::ModelKind;
 use crate::prediction::MemberPrediction;
-use crate::units::PreparedDocument;
 use crate::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
+use longread_model::batching::UnitKey;
 use longread_model::error::{ModelError, Result};
 use longread_model::model_dir::{io, temporary_dir_beside};
 
@@ -346,38 +346,11 @@ impl Ensemble {
         self.members.iter().map(|m| &m.classifier)
     }
 
-    /// Reads chunk vectors from `cache` in every encoder member.
-    pub(super) fn set_vector_cache(&mut self, cache: &Path) -> Result<()> {
-        self.members.iter_mut().try_for_each(|m| m.classifier.set_vector_cache(cache))
-    }
-
-    /// Classifies `group` with every member and averages their probabilities; a document that
-    /// a member cannot classify gets that member's error.
-    pub(super) fn classify(&self, group: &[Document]) -> Result<Vec<DocResult>> {
-        let mut by_member = Vec::with_capacity(self.members.len());
-        for member in &self.members {
-            let mut results = Vec::with_capacity(group.len());
-            member.classifier.classify_documents(group, |_, r| {
-                results.push(r);
-                Ok::<(), ModelError>(())
-            })?;
-            by_member.push(results);
-        }
-        Ok((0..group.len()).map(|doc| self.combine(by_member.iter().map(|r| &r[doc]))).collect())
-    }
-
-    /// `text` as each member prepares it, in member order (for the serving queue: an encoder
-    /// member's chunks then share batches with other documents'); a member that cannot read
-    /// it names itself in the error, as [`Ensemble::classify`] does.
-    pub(super) fn prepare(&self, text: &str) -> std::result::Result<Vec<PreparedDocument>, DocError> {
-        self.members.iter().map(|m| m.classifier.prepare(text).map_err(|e| m.error(&e))).collect()
-    }
-
     /// One document's ensemble prediction from its members' results, in member order: the
     /// weighted mean of their probabilities (each tempered by its member's temperature; the
     /// members' own scores shown are the tempered ones), logits = ln(probability), and the evidence
     /// (chunks or sentences) of the first member that shows some.
-    pub(super) fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
+    fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
         // Mean: Σ w·p; log-linear: Σ w·ln p (renormalised below).
         let mut combined = vec![0f64; self.labels.len()];
         let mut members = Vec::with_capacity(self.members.len());
@@ -432,5 +405,121 @@ impl Ensemble {
             members: Some(members),
             tokens,
         })
+    }
+}
+
+impl Ensemble {
+    /// The member and the member's unit that unit `unit` of an ensemble's document is.
+    fn member_unit<'d>(&self, doc: &'d PreparedDocument, unit: usize) -> Option<(usize, &'d PreparedDocument, usize)> {
+        let Prepared::Members(docs) = &doc.kind else { return None };
+        let mut first = 0;
+        for (m, doc) in docs.iter().enumerate() {
+            if unit < first + doc.units() {
+                return Some((m, doc, unit - first));
+            }
+            first += doc.units();
+        }
+        None
+    }
+
+    /// Each member's prepared part of an ensemble's document, with the member.
+    fn parts<'d>(&self, doc: &'d PreparedDocument) -> Result<impl Iterator<Item = (&Member, &'d PreparedDocument)>> {
+        match &doc.kind {
+            Prepared::Members(docs) if docs.len() == self.members.len() => Ok(self.members.iter().zip(docs)),
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+/// An ensemble's units are its members' (a batch holds one member's: lanes by member), its
+/// prediction their combination.
+impl DocumentModel for Ensemble {
+    /// `text` as each member prepares it, in member order (in the server's queue an encoder
+    /// member's chunks then share batches with other documents'); a member that cannot read
+    /// it names itself in the error.
+    fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
+        let parts = self.members.iter().map(|m| m.classifier.prepare(text).map_err(|e| m.error(&e)));
+        Ok(PreparedDocument::new(Prepared::Members(parts.collect::<std::result::Result<_, _>>()?)))
+    }
+
+    fn unit_key(&self, doc: &PreparedDocument, unit: usize) -> UnitKey {
+        match self.member_unit(doc, unit) {
+            Some((m, part, u)) => {
+                let key = self.members[m].classifier.unit_key(part, u);
+                UnitKey { lane: m + self.members.len() * key.lane, cost: key.cost }
+            }
+            None => UnitKey { lane: 0, cost: 0 },
+        }
+    }
+
+    /// Each member encodes its own units of the batch, together.
+    fn encode_units(&self, units: &[(&PreparedDocument, usize)]) -> Result<Vec<UnitOutput>> {
+        let located =
+            units.iter().map(|(d, u)| self.member_unit(d, *u).ok_or_else(mismatch)).collect::<Result<Vec<_>>>()?;
+        let mut outputs: Vec<Option<UnitOutput>> = (0..units.len()).map(|_| None).collect();
+        for (m, member) in self.members.iter().enumerate() {
+            let mine: Vec<usize> = (0..units.len()).filter(|&i| located[i].0 == m).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let member_units: Vec<(&PreparedDocument, usize)> =
+                mine.iter().map(|&i| (located[i].1, located[i].2)).collect();
+            for (i, output) in mine.into_iter().zip(member.classifier.encode_units(&member_units)?) {
+                outputs[i] = Some(output);
+            }
+        }
+        // A unit of another ensemble's document (more members) has no output here.
+        outputs.into_iter().map(|o| o.ok_or_else(mismatch)).collect()
+    }
+
+    fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
+        if outputs.len() != doc.units() {
+            return Err(mismatch());
+        }
+        let mut outputs = outputs.into_iter();
+        let mut results = Vec::with_capacity(self.members.len());
+        for (member, part) in self.parts(doc)? {
+            let own: Vec<UnitOutput> = outputs.by_ref().take(part.units()).collect();
+            results.push(member.classifier.finish_unchecked(part, own)?);
+        }
+        Ok(self.combine(results.iter()))
+    }
+
+    /// The first member's that has some.
+    fn evidence_unit(&self) -> &'static str {
+        self.classifiers().map(Classifier::evidence_unit).find(|u| *u != "none").unwrap_or("none")
+    }
+
+    fn recall(&self, doc: &PreparedDocument) -> Vec<Option<UnitOutput>> {
+        match self.parts(doc) {
+            Ok(parts) => parts.flat_map(|(member, part)| member.classifier.recall(part)).collect(),
+            Err(_) => (0..doc.units()).map(|_| None).collect(),
+        }
+    }
+
+    fn remember(&self, doc: &PreparedDocument, outputs: &[UnitOutput], fresh: &[bool]) -> Result<()> {
+        let mut first = 0;
+        for (member, part) in self.parts(doc)? {
+            let range = first..first + part.units();
+            member.classifier.remember(part, &outputs[range.clone()], &fresh[range.clone()])?;
+            first = range.end;
+        }
+        Ok(())
+    }
+
+    /// Reads chunk vectors from `dir` in every encoder member.
+    fn set_vector_cache(&mut self, dir: &Path) -> Result<()> {
+        self.members.iter_mut().try_for_each(|m| m.classifier.set_vector_cache(dir))
+    }
+
+    /// When a member streams it: each member classifies it in its own way.
+    fn streams(&self, text: &str) -> bool {
+        self.classifiers().any(|c| c.model.streams(text))
+    }
+
+    fn classify_streamed(&self, text: &str) -> Result<DocResult> {
+        let results =
+            self.classifiers().map(|c| c.classify(&[text]).map(|mut r| r.remove(0))).collect::<Result<Vec<_>>>()?;
+        Ok(self.combine(results.iter()))
     }
 }

@@ -9,25 +9,28 @@ pub mod calibrated;
 pub mod calibration;
 pub mod ensemble;
 pub mod evaluate;
+pub mod kinds;
 pub mod model_kind;
-mod pipeline;
 pub mod prediction;
 pub mod queue;
-mod streamed;
+mod route;
 pub mod summary;
 pub mod units;
 
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
-use longread_bow::{BowModel, BowScores};
+use longread_bow::BowModel;
 use longread_text::{ChunkedDocument, Chunker, Document, TextTokenizer};
 
 use ensemble::Ensemble;
+use kinds::encoder::EncoderModel;
+use kinds::whole::WholeText;
+use kinds::{DocumentModel, Prepared, PreparedDocument};
 use longread_model::device::{self, DeviceChoice};
 use longread_model::error::{ModelError, Result};
-use longread_model::han::{score_texts, HanClassifier, HanScores};
-use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache, DEFAULT_TASK};
+use longread_model::han::HanClassifier;
+use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec, DEFAULT_TASK};
 pub use longread_model::Precision;
 pub use model_kind::ModelKind;
 pub use prediction::{
@@ -83,26 +86,13 @@ const GROUP_CHUNKS: usize = 256;
 /// Documents per HAN forward pass.
 const HAN_BATCH: usize = 32;
 
-/// The model behind a [`Classifier`].
-enum Model {
-    /// Hierarchical or single-chunk sequence classifier on a transformer encoder.
-    Encoder { model: Box<HierarchicalClassifier>, chunker: Box<Chunker> },
-    /// Hierarchical attention network (word/sentence BiGRU).
-    Han(Box<HanClassifier>),
-    /// The bag-of-words baseline (TF-IDF + logistic regression).
-    Bow(Box<BowModel>),
-    /// Several models whose probabilities are averaged.
-    Ensemble(Box<Ensemble>),
-}
-
 /// A loaded model that classifies documents.
 pub struct Classifier {
-    model: Model,
+    /// The model, of whichever kind (the only place that knows: [`Classifier::load`]).
+    model: Box<dyn DocumentModel>,
     tasks: Vec<TaskSpec>,
     options: ClassifierOptions,
     dir: PathBuf,
-    /// Chunk vectors kept on disk between runs ([`Classifier::set_vector_cache`]).
-    vector_cache: Option<VectorCache>,
     /// Where the encoder runs.
     device: Device,
 }
@@ -132,18 +122,19 @@ impl Classifier {
                 column: DEFAULT_TASK.into(),
                 labels: ensemble.labels().to_vec(),
             }];
-            let model = Model::Ensemble(Box::new(ensemble));
-            return Ok(Self { model, tasks, options, dir: dir.to_owned(), vector_cache: None, device });
+            return Ok(Self { model: Box::new(ensemble), tasks, options, dir: dir.to_owned(), device });
         }
         if kind == ModelKind::Bow {
             let model = BowModel::load(dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
             let labels = model.labels().to_vec();
-            return Self::without_encoder(Model::Bow(Box::new(model)), labels, "a bag-of-words model", options, dir);
+            let model = Box::new(WholeText::new(model, options.batch_tokens()));
+            return Self::without_encoder(model, labels, "a bag-of-words model", options, dir);
         }
         if kind == ModelKind::Han {
             let model = HanClassifier::load(dir, &longread_model::device::host())?;
             let labels = model.labels().to_vec();
-            return Self::without_encoder(Model::Han(Box::new(model)), labels, "a HAN (f32 only)", options, dir);
+            let model = Box::new(WholeText::new(model, options.batch_tokens()));
+            return Self::without_encoder(model, labels, "a HAN (f32 only)", options, dir);
         }
         let mut model = HierarchicalClassifier::load(dir, false, &device)?;
         match options.precision_on(&device) {
@@ -164,14 +155,9 @@ impl Classifier {
         let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
         let tasks = model.config().tasks();
         let wide = model.config().longread.wide;
-        let deep = Self {
-            model: Model::Encoder { model: Box::new(model), chunker: Box::new(chunker) },
-            tasks,
-            options,
-            dir: dir.to_owned(),
-            vector_cache: None,
-            device,
-        };
+        let precision = options.precision_on(&device);
+        let model = EncoderModel::new(model, chunker, device.clone(), options.batch_tokens(), precision);
+        let deep = Self { model: Box::new(model), tasks, options, dir: dir.to_owned(), device };
         match wide {
             None => Ok(deep),
             Some(wide) => Self::wide_and_deep(deep, wide.scale),
@@ -185,10 +171,11 @@ impl Classifier {
         let bow = BowModel::load(&dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
         let labels = bow.labels().to_vec();
         let options = ClassifierOptions { precision: Some(Precision::F32), ..deep.options };
-        let wide = Self::without_encoder(Model::Bow(Box::new(bow)), labels, "a bag-of-words model", options, &dir)?;
+        let bow = Box::new(WholeText::new(bow, options.batch_tokens()));
+        let wide = Self::without_encoder(bow, labels, "a bag-of-words model", options, &dir)?;
         let (tasks, options, dir, device) = (deep.tasks.clone(), deep.options, deep.dir.clone(), deep.device.clone());
-        let model = Model::Ensemble(Box::new(Ensemble::wide_and_deep(deep, wide, scale)?));
-        Ok(Self { model, tasks, options, dir, vector_cache: None, device })
+        let model = Box::new(Ensemble::wide_and_deep(deep, wide, scale)?);
+        Ok(Self { model, tasks, options, dir, device })
     }
 
     /// Reads and keeps chunk vectors in `dir` (see [`VectorCache`]): documents already encoded
@@ -196,21 +183,13 @@ impl Classifier {
     /// frozen encoder, or an earlier run — skip the encoder. Models without an encoder (HAN,
     /// bag of words) ignore it.
     pub fn set_vector_cache(&mut self, dir: &Path) -> Result<()> {
-        match &mut self.model {
-            Model::Encoder { model, .. } => {
-                let precision = self.options.precision_on(&self.device);
-                self.vector_cache = Some(VectorCache::open(dir, model, &format!("{precision:?}"))?);
-            }
-            Model::Ensemble(ensemble) => ensemble.set_vector_cache(dir)?,
-            Model::Han(_) | Model::Bow(_) => {}
-        }
-        Ok(())
+        self.model.set_vector_cache(dir)
     }
 
     /// A model without an encoder (HAN, bag of words): one task, f32 only (`what` names it
     /// in the error).
     fn without_encoder(
-        model: Model,
+        model: Box<dyn DocumentModel>,
         labels: Vec<String>,
         what: &str,
         options: ClassifierOptions,
@@ -224,14 +203,7 @@ impl Classifier {
             )));
         }
         let tasks = vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels }];
-        Ok(Self {
-            model,
-            tasks,
-            options,
-            dir: dir.to_owned(),
-            vector_cache: None,
-            device: longread_model::device::host(),
-        })
+        Ok(Self { model, tasks, options, dir: dir.to_owned(), device: longread_model::device::host() })
     }
 
     /// The model directory.
@@ -272,14 +244,7 @@ impl Classifier {
     /// What a prediction's evidence is made of: `"chunk"`, `"sentence"`, or `"none"` (a
     /// bag of words reads no parts; an ensemble shows its first member's that has some).
     pub fn evidence_unit(&self) -> &'static str {
-        match &self.model {
-            Model::Encoder { .. } => "chunk",
-            Model::Han(_) => "sentence",
-            Model::Bow(_) => "none",
-            Model::Ensemble(ensemble) => {
-                ensemble.classifiers().map(Classifier::evidence_unit).find(|u| *u != "none").unwrap_or("none")
-            }
-        }
+        self.model.evidence_unit()
     }
 
     /// Classifies texts; a text that cannot be classified (empty, no words) gets its own
@@ -294,200 +259,19 @@ impl Classifier {
         Ok(results)
     }
 
-    /// Classifies `documents` in groups (memory bounded whatever their number), calling
-    /// `on_result` once per document in input order; a document read with an error, or one
-    /// that cannot be classified, gets a [`DocError`]. Stops at the first error `on_result`
-    /// returns.
-    pub fn classify_documents<'d, E: From<ModelError>>(
-        &self,
-        documents: &'d [Document],
-        mut on_result: impl FnMut(&'d Document, DocResult) -> std::result::Result<(), E>,
-    ) -> std::result::Result<(), E> {
-        if let Model::Encoder { model, chunker } = &self.model {
-            return self.classify_encoder_documents(model, chunker, documents, &mut on_result);
-        }
-        for group in documents.chunks(HAN_BATCH) {
-            for (document, result) in group.iter().zip(classify_whole(&self.model, group)?) {
-                on_result(document, prediction::finite_or_error(result))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Scores documents already cut into chunks (documents that failed to chunk keep their
-    /// error): their chunks encoded in shared batches, then each document pooled and classified.
-    fn score_chunked(
-        &self,
-        model: &HierarchicalClassifier,
-        chunked: Vec<std::result::Result<ChunkedDocument, DocError>>,
-    ) -> Result<Vec<DocResult>> {
-        let ok: Vec<&ChunkedDocument> = chunked.iter().filter_map(|c| c.as_ref().ok()).collect();
-        let vectors = longread_model::profile::timed("encoder, every batch (total)", &self.device, || {
-            model.encode_documents_cached(
-                &ok,
-                self.options.batch_tokens(),
-                &self.device,
-                self.vector_cache.as_ref(),
-                |_| {},
-            )
-        })?;
-        let mut vectors = vectors.iter();
-        chunked
-            .into_iter()
-            .map(|c| match c {
-                Err(e) => Ok(Err(e)),
-                Ok(doc) => {
-                    let chunk_vectors = vectors.next().expect("one vector set per chunked document");
-                    let scores = longread_model::profile::timed("pooling + head, per document", &self.device, || {
-                        model.score_tasks(chunk_vectors)
-                    })?;
-                    Ok(Ok(encoder_prediction(&self.tasks, &doc, scores)))
-                }
-            })
-            .collect()
-    }
-
     /// Classifies documents already tokenized and cut into chunks (benchmarks and callers with
     /// their own tokenization): encoder models only, every document in one group.
     pub fn classify_chunked(&self, documents: Vec<ChunkedDocument>) -> Result<Vec<DocResult>> {
-        match &self.model {
-            Model::Encoder { model, .. } => Ok(self
-                .score_chunked(model, documents.into_iter().map(Ok).collect())?
-                .into_iter()
-                .map(prediction::finite_or_error)
-                .collect()),
-            _ => Err(ModelError::InvalidInput("only encoder models classify pre-chunked documents".into())),
+        if self.chunk_layout().is_none() {
+            return Err(ModelError::InvalidInput("only encoder models classify pre-chunked documents".into()));
         }
+        let prepared = documents.into_iter().map(|d| Ok(PreparedDocument::new(Prepared::Chunks(d)))).collect();
+        Ok(self.score_prepared(prepared)?.into_iter().map(prediction::finite_or_error).collect())
     }
 
     /// An encoder model's chunk size in tokens (special tokens included) and vocabulary size
     /// (`None` for other kinds): what [`Classifier::classify_chunked`]'s callers need.
     pub fn chunk_layout(&self) -> Option<(usize, usize)> {
-        match &self.model {
-            Model::Encoder { model, .. } => {
-                Some((model.config().longread.chunking().chunk_size, model.config().encoder.vocab_size))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// Scores one group of documents with a HAN.
-fn classify_han(model: &HanClassifier, group: &[Document]) -> Result<Vec<DocResult>> {
-    let texts: Vec<&str> = group.iter().map(|d| d.text.as_str()).collect();
-    let scored = score_texts(model, &texts, HAN_BATCH, &longread_model::device::host())?;
-    Ok(group
-        .iter()
-        .zip(scored)
-        .map(|(doc, outcome)| match (&doc.error, outcome) {
-            (Some(e), _) => Err(DocError::new(e.clone())),
-            (None, Err(message)) => Err(DocError::new(message)),
-            (None, Ok(scores)) => Ok(han_prediction(model.labels(), scores)),
-        })
-        .collect())
-}
-
-/// Scores a group of documents with a model that reads each whole (HAN, bag of words, an
-/// ensemble of any models).
-fn classify_whole(model: &Model, group: &[Document]) -> Result<Vec<DocResult>> {
-    match model {
-        Model::Han(model) => classify_han(model, group),
-        Model::Bow(model) => Ok(classify_bow(model, group)),
-        Model::Ensemble(ensemble) => ensemble.classify(group),
-        Model::Encoder { .. } => Err(ModelError::InvalidInput("an encoder model reads chunks, not whole texts".into())),
-    }
-}
-
-/// Scores documents with the bag-of-words model (in parallel: each is independent).
-fn classify_bow(model: &BowModel, group: &[Document]) -> Vec<DocResult> {
-    use rayon::prelude::*;
-    group
-        .par_iter()
-        .map(|doc| match &doc.error {
-            Some(e) => Err(DocError::new(e.clone())),
-            None => model
-                .scores(&doc.text)
-                .map(|s| bow_prediction(model.labels(), s))
-                .map_err(|e| DocError::new(e.to_string())),
-        })
-        .collect()
-}
-
-/// A bag-of-words prediction: scores only.
-fn bow_prediction(labels: &[String], scores: BowScores) -> Prediction {
-    Prediction {
-        label: labels[argmax(&scores.probabilities)].clone(),
-        scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
-        logits: scores.logits,
-        parts: Parts::Whole {},
-        tasks: None,
-        members: None,
-        tokens: None,
-    }
-}
-
-/// An encoder model's prediction: `scores` holds one score set per task, the primary first.
-fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<DocumentScores>) -> Prediction {
-    let mut scores = scores.into_iter();
-    let primary = scores.next().expect("one score set per task");
-    let other: std::collections::BTreeMap<String, TaskPrediction> = tasks[1..]
-        .iter()
-        .zip(scores)
-        .map(|(spec, s)| {
-            let task = TaskPrediction {
-                label: spec.labels[argmax(&s.probabilities)].clone(),
-                scores: LabelScores { labels: spec.labels.clone(), probabilities: s.probabilities },
-                logits: s.logits,
-                attention: s.attention,
-            };
-            (spec.name.clone(), task)
-        })
-        .collect();
-    let labels = &tasks[0].labels;
-    Prediction {
-        label: labels[argmax(&primary.probabilities)].clone(),
-        parts: Parts::Chunks {
-            chunks: doc
-                .chunks
-                .iter()
-                .zip(&primary.attention)
-                .map(|(c, &attention)| ChunkEvidence { index: c.index, start: c.start, end: c.end, attention })
-                .collect(),
-        },
-        scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },
-        logits: primary.logits,
-        tasks: (!other.is_empty()).then_some(other),
-        members: None,
-        tokens: Some(doc.total_tokens),
-    }
-}
-
-/// A HAN's prediction, with every sentence read and its words.
-fn han_prediction(labels: &[String], scores: HanScores) -> Prediction {
-    let sentences = scores
-        .sentences
-        .into_iter()
-        .enumerate()
-        .map(|(index, s)| SentenceEvidence {
-            index,
-            start: s.start,
-            end: s.end,
-            attention: s.attention,
-            hops: (s.hops.len() > 1).then_some(s.hops),
-            words: s
-                .words
-                .iter()
-                .map(|w| WordEvidence { start: w.start, end: w.end, attention: w.attention })
-                .collect(),
-        })
-        .collect();
-    Prediction {
-        label: labels[argmax(&scores.probabilities)].clone(),
-        scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
-        logits: scores.logits,
-        parts: Parts::Sentences { total_sentences: scores.total_sentences, sentences },
-        tasks: None,
-        members: None,
-        tokens: None,
+        self.model.chunk_layout()
     }
 }

@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod batching;
 pub mod checkpoint;
 pub mod config;
 pub mod device;

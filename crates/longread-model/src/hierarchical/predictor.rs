@@ -5,6 +5,7 @@
 use candle_core::{Device, Tensor};
 use longread_text::{pad_batch, ChunkedDocument};
 
+use crate::batching::{plan_by_cost, Split};
 use crate::error::Result;
 use crate::hierarchical::model::HierarchicalClassifier;
 use crate::layers::softmax_last_dim;
@@ -21,34 +22,14 @@ pub struct DocumentScores {
     pub attention: Vec<f32>,
 }
 
-/// Groups `lengths` (sorted longest first) into batches whose padded size
-/// `count × longest` stays within `max_batch_tokens` (at least one chunk per batch).
-pub fn plan_batches(order: &[usize], lengths: &[usize], max_batch_tokens: usize) -> Vec<Vec<usize>> {
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut current: Vec<usize> = Vec::new();
-    for &i in order {
-        let longest = current.first().map_or(lengths[i], |&f| lengths[f]);
-        if !current.is_empty() && (current.len() + 1) * longest > max_batch_tokens {
-            batches.push(std::mem::take(&mut current));
-        }
-        current.push(i);
-    }
-    if !current.is_empty() {
-        batches.push(current);
-    }
-    batches
-}
-
 /// Every chunk of `docs` as `(document, position)`, and encoder batches of indices into that
-/// list: longest chunks first, each batch within `max_batch_tokens` (see [`plan_batches`]).
+/// list planned by [`plan_by_cost`] (longest first, within `max_batch_tokens`; the training
+/// rule, [`Split::Budget`]).
 pub fn chunk_batches(docs: &[&ChunkedDocument], max_batch_tokens: usize) -> (Vec<(usize, usize)>, Vec<Vec<usize>>) {
     let refs: Vec<(usize, usize)> =
         docs.iter().enumerate().flat_map(|(d, doc)| (0..doc.chunks.len()).map(move |c| (d, c))).collect();
     let lengths: Vec<usize> = refs.iter().map(|&(d, c)| docs[d].chunks[c].ids.len()).collect();
-    let mut order: Vec<usize> = (0..refs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
-    let batches = plan_batches(&order, &lengths, max_batch_tokens);
-    (refs, batches)
+    (refs, plan_by_cost(lengths, max_batch_tokens, Split::Budget))
 }
 
 /// Padded ids and mask of one batch from [`chunk_batches`].
@@ -152,18 +133,4 @@ fn scores_of(classified: &crate::hierarchical::Classified) -> Result<DocumentSco
         logits: classified.logits.to_vec1()?,
         attention: classified.attention.to_vec1()?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_respect_the_token_budget() {
-        let lengths = [512, 512, 300, 300, 300, 20];
-        let order: Vec<usize> = (0..6).collect();
-        assert_eq!(plan_batches(&order, &lengths, 1024), vec![vec![0, 1], vec![2, 3, 4], vec![5]]);
-        // A chunk longer than the budget still gets a batch of its own.
-        assert_eq!(plan_batches(&order[..2], &lengths, 100), vec![vec![0], vec![1]]);
-    }
 }

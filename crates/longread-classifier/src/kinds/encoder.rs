@@ -1,0 +1,184 @@
+//! A hierarchical or single-chunk sequence classifier on a transformer encoder: a document's
+//! units are its chunks, each encoded to one vector; the document is pooled and classified
+//! from its chunk vectors, which the vector cache can keep between runs.
+
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+use longread_model::batching::{plan_by_cost, Split, UnitKey};
+use longread_model::error::Result;
+use longread_model::hierarchical::{DocumentScores, HierarchicalClassifier, TaskSpec, VectorCache};
+use longread_model::mode::Mode;
+use longread_text::{pad_batch, ChunkedDocument, Chunker};
+
+use super::{mismatch, DocumentModel, Output, Prepared, PreparedDocument, UnitOutput};
+use crate::prediction::{argmax, ChunkEvidence, LabelScores, Parts, Prediction, TaskPrediction};
+use crate::{DocError, DocResult, Precision};
+
+/// An encoder model ready to classify.
+pub(crate) struct EncoderModel {
+    pub(super) model: HierarchicalClassifier,
+    pub(super) chunker: Chunker,
+    pub(super) tasks: Vec<TaskSpec>,
+    pub(super) device: Device,
+    pub(super) max_batch_tokens: usize,
+    precision: Precision,
+    vector_cache: Option<VectorCache>,
+}
+
+impl EncoderModel {
+    /// `model` with the chunker of its tokenizer and settings.
+    pub(crate) fn new(
+        model: HierarchicalClassifier,
+        chunker: Chunker,
+        device: Device,
+        max_batch_tokens: usize,
+        precision: Precision,
+    ) -> Self {
+        let tasks = model.config().tasks();
+        Self { model, chunker, tasks, device, max_batch_tokens, precision, vector_cache: None }
+    }
+
+    /// Token ids of chunk `unit` of `doc`.
+    fn chunk_ids<'d>(doc: &'d PreparedDocument, unit: usize) -> Result<&'d [u32]> {
+        match &doc.kind {
+            Prepared::Chunks(d) => d.chunks.get(unit).map(|c| c.ids.as_slice()).ok_or_else(mismatch),
+            Prepared::Whole(_) | Prepared::Members(_) => Err(mismatch()),
+        }
+    }
+
+    /// The prediction of a document from its chunk vectors, `[n_chunks, hidden]`.
+    pub(super) fn predict(&self, doc: &ChunkedDocument, vectors: &Tensor) -> Result<Prediction> {
+        let scores = longread_model::profile::timed("pooling + head, per document", &self.device, || {
+            self.model.score_tasks(vectors)
+        })?;
+        Ok(encoder_prediction(&self.tasks, doc, scores))
+    }
+}
+
+impl DocumentModel for EncoderModel {
+    fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
+        let chunked = self.chunker.chunk(text).map_err(|e| DocError::new(e.to_string()))?;
+        Ok(PreparedDocument::new(Prepared::Chunks(chunked)))
+    }
+
+    fn unit_key(&self, doc: &PreparedDocument, unit: usize) -> UnitKey {
+        UnitKey { lane: 0, cost: Self::chunk_ids(doc, unit).map_or(0, <[u32]>::len) }
+    }
+
+    fn encode_units(&self, units: &[(&PreparedDocument, usize)]) -> Result<Vec<UnitOutput>> {
+        let seqs = units.iter().map(|(d, u)| Self::chunk_ids(d, *u)).collect::<Result<Vec<&[u32]>>>()?;
+        let mut outputs: Vec<Option<UnitOutput>> = (0..seqs.len()).map(|_| None).collect();
+        // The batch a caller hands over is within the budget; it is split where padding would
+        // waste work (the outputs do not depend on the split).
+        for batch in plan_by_cost(seqs.iter().map(|s| s.len()), self.max_batch_tokens, Split::Padding) {
+            let chosen: Vec<&[u32]> = batch.iter().map(|&i| seqs[i]).collect();
+            let (ids, mask, seq) = pad_batch(&chosen, self.model.config().encoder.pad_token_id);
+            let n = chosen.len();
+            let ids = Tensor::from_vec(ids, (n, seq), &self.device)?;
+            let mask = Tensor::from_vec(mask, (n, seq), &self.device)?;
+            // Detached: nothing here is differentiated, and no graph is kept alive.
+            let vectors = self.model.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
+            for (row, &i) in batch.iter().enumerate() {
+                outputs[i] = Some(UnitOutput(Output::Vector(vectors.get(row)?)));
+            }
+        }
+        Ok(outputs.into_iter().map(|o| o.expect("every unit is in a batch")).collect())
+    }
+
+    fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
+        let Prepared::Chunks(chunked) = &doc.kind else { return Err(mismatch()) };
+        let rows = outputs
+            .into_iter()
+            .map(|o| match o.0 {
+                Output::Vector(v) => Ok(v),
+                Output::Done(_) => Err(mismatch()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Ok(self.predict(chunked, &Tensor::stack(&rows, 0)?)?))
+    }
+
+    fn evidence_unit(&self) -> &'static str {
+        "chunk"
+    }
+
+    fn recall(&self, doc: &PreparedDocument) -> Vec<Option<UnitOutput>> {
+        let cached = match (&self.vector_cache, &doc.kind) {
+            (Some(cache), Prepared::Chunks(chunked)) => cache.get(chunked, &self.device),
+            _ => None,
+        };
+        let rows = cached.and_then(|v| (0..doc.units()).map(|i| v.get(i).ok()).collect::<Option<Vec<Tensor>>>());
+        match rows {
+            Some(rows) => rows.into_iter().map(|v| Some(UnitOutput(Output::Vector(v)))).collect(),
+            None => (0..doc.units()).map(|_| None).collect(),
+        }
+    }
+
+    fn remember(&self, doc: &PreparedDocument, outputs: &[UnitOutput], fresh: &[bool]) -> Result<()> {
+        let (Some(cache), Prepared::Chunks(chunked)) = (&self.vector_cache, &doc.kind) else { return Ok(()) };
+        if !fresh.iter().all(|&f| f) || outputs.is_empty() {
+            return Ok(());
+        }
+        let rows = outputs
+            .iter()
+            .map(|o| match &o.0 {
+                Output::Vector(v) => Ok(v.clone()),
+                Output::Done(_) => Err(mismatch()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        cache.put(chunked, &Tensor::stack(&rows, 0)?)
+    }
+
+    fn set_vector_cache(&mut self, dir: &Path) -> Result<()> {
+        self.vector_cache = Some(VectorCache::open(dir, &self.model, &format!("{:?}", self.precision))?);
+        Ok(())
+    }
+
+    fn streams(&self, text: &str) -> bool {
+        super::streamed::streams(&self.chunker, text)
+    }
+
+    fn classify_streamed(&self, text: &str) -> Result<DocResult> {
+        super::streamed::classify_streamed(self, text)
+    }
+
+    fn chunk_layout(&self) -> Option<(usize, usize)> {
+        Some((self.model.config().longread.chunking().chunk_size, self.model.config().encoder.vocab_size))
+    }
+}
+
+/// An encoder model's prediction: `scores` holds one score set per task, the primary first.
+fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<DocumentScores>) -> Prediction {
+    let mut scores = scores.into_iter();
+    let primary = scores.next().expect("one score set per task");
+    let other: std::collections::BTreeMap<String, TaskPrediction> = tasks[1..]
+        .iter()
+        .zip(scores)
+        .map(|(spec, s)| {
+            let task = TaskPrediction {
+                label: spec.labels[argmax(&s.probabilities)].clone(),
+                scores: LabelScores { labels: spec.labels.clone(), probabilities: s.probabilities },
+                logits: s.logits,
+                attention: s.attention,
+            };
+            (spec.name.clone(), task)
+        })
+        .collect();
+    let labels = &tasks[0].labels;
+    Prediction {
+        label: labels[argmax(&primary.probabilities)].clone(),
+        parts: Parts::Chunks {
+            chunks: doc
+                .chunks
+                .iter()
+                .zip(&primary.attention)
+                .map(|(c, &attention)| ChunkEvidence { index: c.index, start: c.start, end: c.end, attention })
+                .collect(),
+        },
+        scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },
+        logits: primary.logits,
+        tasks: (!other.is_empty()).then_some(other),
+        members: None,
+        tokens: Some(doc.total_tokens),
+    }
+}

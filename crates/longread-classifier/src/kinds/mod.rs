@@ -1,0 +1,136 @@
+//! The kinds of model behind a [`Classifier`](crate::Classifier), each implementing one trait,
+//! [`DocumentModel`]: how a text is prepared into units (an encoder's chunks, a HAN's or a bag
+//! of words' whole text, an ensemble's members' units), what a unit costs in a batch, how a
+//! batch of units is encoded, how a document's prediction is made from its units' outputs, and
+//! what its evidence is made of. Every front drives that one protocol — `predict` and Python
+//! through [`crate::route`], the server through [`crate::queue`] — and only
+//! [`Classifier::load`](crate::Classifier::load) knows which kind it loaded.
+
+pub(crate) mod bow;
+pub(crate) mod encoder;
+pub(crate) mod han;
+mod streamed;
+pub(crate) mod whole;
+
+use std::path::Path;
+
+use candle_core::Tensor;
+use longread_model::batching::UnitKey;
+use longread_model::error::{ModelError, Result};
+use longread_text::ChunkedDocument;
+
+use crate::{DocError, DocResult};
+
+/// A document ready to be encoded unit by unit (see [`crate::Classifier::prepare`]).
+#[derive(Debug)]
+pub struct PreparedDocument {
+    pub(crate) kind: Prepared,
+}
+
+/// What a model kind prepared.
+#[derive(Debug)]
+pub(crate) enum Prepared {
+    /// An encoder model's chunks.
+    Chunks(ChunkedDocument),
+    /// A HAN or a bag of words reads the whole text at once.
+    Whole(String),
+    /// An ensemble: each member's prepared document, in member order; the units are theirs,
+    /// one member's after the other's.
+    Members(Vec<PreparedDocument>),
+}
+
+impl PreparedDocument {
+    pub(crate) fn new(kind: Prepared) -> Self {
+        Self { kind }
+    }
+
+    /// Units to encode (chunks; 1 for a HAN or a bag of words; an ensemble's members' units).
+    pub fn units(&self) -> usize {
+        match &self.kind {
+            Prepared::Chunks(doc) => doc.chunks.len(),
+            Prepared::Whole(_) => 1,
+            Prepared::Members(docs) => docs.iter().map(PreparedDocument::units).sum(),
+        }
+    }
+
+    /// Tokens of the document (encoder models, and ensembles with one: the first such
+    /// member's; 0 for a HAN or a bag of words).
+    pub fn tokens(&self) -> usize {
+        match &self.kind {
+            Prepared::Chunks(doc) => doc.total_tokens,
+            Prepared::Whole(_) => 0,
+            Prepared::Members(docs) => docs.iter().map(PreparedDocument::tokens).find(|&t| t > 0).unwrap_or(0),
+        }
+    }
+}
+
+/// What encoding one unit gave.
+#[derive(Debug)]
+pub struct UnitOutput(pub(crate) Output);
+
+/// The output of one unit.
+#[derive(Debug)]
+pub(crate) enum Output {
+    /// A chunk's vector, `[hidden]`.
+    Vector(Tensor),
+    /// A HAN or bag-of-words document's whole result.
+    Done(Box<DocResult>),
+}
+
+/// One kind of document model (see the module).
+pub(crate) trait DocumentModel: Send + Sync {
+    /// `text` prepared into units; a text this model cannot read is a [`DocError`].
+    fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError>;
+
+    /// Which model encodes unit `unit` of `doc` and what it costs in a padded batch.
+    fn unit_key(&self, doc: &PreparedDocument, unit: usize) -> UnitKey;
+
+    /// Encodes units of several documents together, one output per unit in order.
+    ///
+    /// # Shapes
+    /// `units`: (document, unit index) pairs → one output per pair
+    fn encode_units(&self, units: &[(&PreparedDocument, usize)]) -> Result<Vec<UnitOutput>>;
+
+    /// The prediction of `doc` from its units' outputs, in unit order.
+    fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult>;
+
+    /// What a prediction's evidence is made of: `"chunk"`, `"sentence"` or `"none"`.
+    fn evidence_unit(&self) -> &'static str;
+
+    /// Outputs of `doc`'s units kept from an earlier run (the vector cache), `None` for each
+    /// unit to encode.
+    fn recall(&self, doc: &PreparedDocument) -> Vec<Option<UnitOutput>> {
+        (0..doc.units()).map(|_| None).collect()
+    }
+
+    /// Keeps `doc`'s unit outputs for later runs; `fresh` says which were encoded now.
+    fn remember(&self, _doc: &PreparedDocument, _outputs: &[UnitOutput], _fresh: &[bool]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Reads and keeps chunk vectors in `dir` (models without an encoder ignore it).
+    fn set_vector_cache(&mut self, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether `text` is too long to hold prepared and is classified as a stream instead
+    /// ([`DocumentModel::classify_streamed`]).
+    fn streams(&self, _text: &str) -> bool {
+        false
+    }
+
+    /// Classifies a text that [`DocumentModel::streams`].
+    fn classify_streamed(&self, _text: &str) -> Result<DocResult> {
+        Err(ModelError::InvalidInput("this model does not stream texts".into()))
+    }
+
+    /// An encoder model's chunk size in tokens and vocabulary size.
+    fn chunk_layout(&self) -> Option<(usize, usize)> {
+        None
+    }
+}
+
+/// A prepared document or output from another model.
+pub(crate) fn mismatch() -> ModelError {
+    ModelError::InvalidInput("a prepared document or unit output of another model".into())
+}
