@@ -230,3 +230,33 @@ fn an_ensemble_with_a_bag_of_words_member_shows_the_evidence_of_the_next_and_ins
         "{table}"
     );
 }
+
+/// A line that could not be read is the line's error, not a member's: the ensemble's members
+/// never saw it (older builds named the first member in it). A text a member cannot read
+/// names that member.
+#[test]
+fn an_unreadable_line_is_not_blamed_on_a_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ens");
+    build_ensemble(&[(fixture("hier/roberta-attention"), 1.0), (fixture("han"), 1.0)], &out).unwrap();
+    let ensemble = load(&out);
+    let mut unreadable = longread_text::Document::new(1, "");
+    unreadable.error = Some("invalid JSON: expected value at line 1 column 10".into());
+    let docs = vec![
+        longread_text::Document::new(0, documents()[0].as_str()),
+        unreadable,
+        longread_text::Document::new(2, " "),
+    ];
+    let mut results = Vec::new();
+    ensemble
+        .classify_documents(&docs, |_, r| {
+            results.push(r);
+            Ok::<(), ModelError>(())
+        })
+        .unwrap();
+    let alone = ensemble.classify(&[documents()[0].as_str()]).unwrap().remove(0).unwrap();
+    assert_eq!(results[0].as_ref().unwrap().logits, alone.logits);
+    assert_eq!(results[1].as_ref().unwrap_err().message, "invalid JSON: expected value at line 1 column 10");
+    let empty = &results[2].as_ref().unwrap_err().message;
+    assert!(empty.starts_with("members/") && empty.contains("empty or whitespace-only"), "{empty}");
+}

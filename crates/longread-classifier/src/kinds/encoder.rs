@@ -40,7 +40,7 @@ impl EncoderModel {
     }
 
     /// Token ids of chunk `unit` of `doc`.
-    fn chunk_ids<'d>(doc: &'d PreparedDocument, unit: usize) -> Result<&'d [u32]> {
+    fn chunk_ids(doc: &PreparedDocument, unit: usize) -> Result<&[u32]> {
         match &doc.kind {
             Prepared::Chunks(d) => d.chunks.get(unit).map(|c| c.ids.as_slice()).ok_or_else(mismatch),
             Prepared::Whole(_) | Prepared::Members(_) => Err(mismatch()),
