@@ -9,7 +9,7 @@ use longread_text::LabelledDataset;
 use crate::error::{Result, TrainError};
 use crate::run::data::read_examples;
 use crate::run::output::RunOutput;
-use crate::run::spec::TrainSpec;
+use crate::run::spec::{BowSpec, TrainSpec};
 use crate::run::start::training_labels;
 use crate::run::RunHooks;
 use crate::trainer::Progress;
@@ -49,18 +49,24 @@ pub(crate) fn labelled_texts<'d>(data: &'d LabelledDataset, why: &str) -> Result
         .map(|pairs| pairs.into_iter().unzip())
 }
 
-/// The bag of words `spec` describes, for documents labelled `ids`, C chosen by `folds`-fold
+/// The bag of words `bow` describes (the run's seed and class weights from `spec`), for documents labelled `ids`, C chosen by `folds`-fold
 /// cross-validation (the class weights of `--class-weights`).
-pub(crate) fn bow_options(spec: &TrainSpec, ids: &[usize], labels: &[String], folds: usize) -> Result<BowOptions> {
+pub(crate) fn bow_options(
+    spec: &TrainSpec,
+    bow: &BowSpec,
+    ids: &[usize],
+    labels: &[String],
+    folds: usize,
+) -> Result<BowOptions> {
     let class_weights = spec.loss_class_weights(ids, labels)?.map(|w| w.iter().map(|&v| f64::from(v)).collect());
     Ok(BowOptions {
         tfidf: TfidfSettings {
-            ngram_max: spec.bow.ngram_max,
-            min_df: spec.bow.min_df,
+            ngram_max: bow.ngram_max,
+            min_df: bow.min_df,
             sublinear_tf: true,
-            char_ngrams: spec.bow.char_ngrams,
+            char_ngrams: bow.char_ngrams,
         },
-        cs: spec.bow.c_values.clone(),
+        cs: bow.c_values.clone(),
         folds,
         seed: spec.seed,
         class_weights,
@@ -68,16 +74,21 @@ pub(crate) fn bow_options(spec: &TrainSpec, ids: &[usize], labels: &[String], fo
     })
 }
 
-/// Trains the bag-of-words model `spec` describes into `spec.out` (training_args.json,
+/// Trains the bag-of-words model `bow` describes into `spec.out` (training_args.json,
 /// cv.json and the model files).
-pub(crate) fn run(spec: &TrainSpec, settings: &serde_json::Value, hooks: &mut dyn RunHooks) -> Result<BowSummary> {
+pub(crate) fn run(
+    spec: &TrainSpec,
+    bow: &BowSpec,
+    settings: &serde_json::Value,
+    hooks: &mut dyn RunHooks,
+) -> Result<BowSummary> {
     let output = RunOutput::create(&spec.out, settings)?;
     let labels = training_labels(spec)?;
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
     let data = LabelledDataset::resolve(examples, &[labels.as_slice()], &source)?;
     let (texts, ids) = labelled_texts(&data, " (every training document needs one)")?;
     let folds = spec.cv.unwrap_or(DEFAULT_FOLDS);
-    let options = bow_options(spec, &ids, &labels, folds)?;
+    let options = bow_options(spec, bow, &ids, &labels, folds)?;
     hooks.note(&format!(
         "bag of words on {} documents ({}): C from {:?} by {folds}-fold cross-validation",
         texts.len(),

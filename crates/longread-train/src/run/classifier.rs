@@ -25,8 +25,8 @@ pub(crate) fn run(
     let model_dir = spec.model.clone().unwrap_or_default();
     let source = checkpoint.unwrap_or(&model_dir);
     let mut model = starting_model(spec, source, &device)?;
-    model.set_precision(spec.precision.dtype())?;
-    if spec.precision == crate::run::spec::TrainPrecision::Int8 {
+    model.set_precision(spec.encoder.precision.dtype())?;
+    if spec.encoder.precision == crate::run::spec::TrainPrecision::Int8 {
         if !device.is_cpu() {
             return Err(crate::error::TrainError::InvalidSetting(
                 "--precision int8 runs on the CPU (give --device cpu); a GPU trains in f32 or bf16".into(),
@@ -49,7 +49,7 @@ pub(crate) fn run(
     hooks.note(&format!(
         "training on {} ({}) with {} documents ({} chunks), dev {} documents; {}",
         longread_model::device::describe(&device),
-        spec.precision.name(),
+        spec.encoder.precision.name(),
         train_docs.len(),
         train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
         dev_docs.len(),

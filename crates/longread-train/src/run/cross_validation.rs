@@ -63,7 +63,7 @@ pub(crate) fn run(
 ) -> Result<RunSummary> {
     let k = spec.cv.unwrap_or_default();
     let resuming = check(spec, k)?;
-    let column = match spec.task.first() {
+    let column = match spec.encoder.task.first() {
         Some(task) => name_value("--task", task)?.1.to_string(),
         None => "label".to_string(),
     };
@@ -122,7 +122,7 @@ pub(crate) fn run(
                 fold_spec.train = train_path;
                 fold_spec.dev = Some(dev_path);
                 fold_spec.out = fold_out.clone();
-                fold_spec.resume = matches!(state, FoldState::Interrupted).then(|| "auto".to_string());
+                fold_spec.training.resume = matches!(state, FoldState::Interrupted).then(|| "auto".to_string());
                 train_run(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
                     TrainError::Interrupted(why) => TrainError::Interrupted(format!("fold {fold} of {k}: {why}")),
                     other => other,
@@ -164,13 +164,13 @@ fn check(spec: &TrainSpec, k: usize) -> Result<bool> {
     if spec.dev.is_some() || spec.given.iter().any(|g| g == "dev_split") {
         return refuse("--cv holds each fold out as the dev set in turn: drop --dev and --dev-split");
     }
-    if spec.stop_after_epoch.is_some() {
+    if spec.training.stop_after_epoch.is_some() {
         return refuse("--cv runs every fold to its end: drop --stop-after-epoch (Ctrl-C stops a --cv run resumably)");
     }
     if spec.train.as_os_str() == "-" {
         return refuse("--cv reads the training data twice: give a file, not standard input");
     }
-    match spec.resume.as_deref() {
+    match spec.training.resume.as_deref() {
         None if spec.out.exists() => Err(TrainError::Run(format!(
             "{} already exists; choose another --out, or continue its --cv run with --resume auto",
             spec.out.display()

@@ -9,7 +9,7 @@ use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec, DEFAULT_TAS
 use longread_text::{labels_from_column, read_labelled_columns, ChunkedDocument, Chunker, Example, LabelledDataset};
 
 use crate::error::{Result, TrainError};
-use crate::run::spec::{name_value, TrainSpec};
+use crate::run::spec::{name_value, TrainPlan, TrainSpec};
 use crate::run::wide::fit_wide;
 
 /// Opens labelled data (`-` is standard input); returns it with its name for messages.
@@ -61,7 +61,7 @@ pub fn train_and_dev(
 ) -> Result<(LabelledDataset, LabelledDataset)> {
     match &spec.dev {
         Some(dev) => Ok((train, read_dev(dev)?)),
-        None => Ok(train.split_dev(spec.dev_split, spec.seed)?),
+        None => Ok(train.split_dev(spec.training.dev_split, spec.seed)?),
     }
 }
 
@@ -77,7 +77,8 @@ pub fn load_data(
     device: &Device,
     note: &mut dyn FnMut(&str),
 ) -> Result<(Labelled, Labelled)> {
-    let requested: Vec<(&str, &str)> = spec.task.iter().map(|t| name_value("--task", t)).collect::<Result<Vec<_>>>()?;
+    let requested: Vec<(&str, &str)> =
+        spec.encoder.task.iter().map(|t| name_value("--task", t)).collect::<Result<Vec<_>>>()?;
     let mut new_tasks: Vec<(String, String)> = Vec::new();
     for (i, &(name, column)) in requested.iter().enumerate() {
         if requested[..i].iter().any(|(n, _)| *n == name) {
@@ -113,21 +114,25 @@ pub fn load_data(
         let (examples, source) = read_examples(path, &columns)?;
         Ok(LabelledDataset::resolve(examples, &names, &source)?)
     })?;
-    let wide = match (spec.wide_bow, model.config().longread.wide) {
-        (true, _) if model.task_count() > 1 => {
+    let wide_bow = match spec.plan() {
+        TrainPlan::Encoder { wide, .. } => wide,
+        TrainPlan::Han { .. } | TrainPlan::Bow(_) => None,
+    };
+    let wide = match (wide_bow, model.config().longread.wide) {
+        (Some(_), _) if model.task_count() > 1 => {
             return Err(TrainError::Run(
                 "--wide-bow applies to a model with one task (its bag of words scores the primary task)".into(),
             ))
         }
-        (true, _) => Some(fit_wide(spec, &train, &dev, model.labels(), note)?),
-        (false, Some(_)) => {
+        (Some(bow), _) => Some(fit_wide(spec, bow, &train, &dev, model.labels(), note)?),
+        (None, Some(_)) => {
             return Err(TrainError::Run(format!(
                 "{} is a wide-and-deep model (a bag of words in its wide/): train it again with --wide-bow, which \
                  refits its bag of words on this training data",
                 spec.model.as_deref().unwrap_or(Path::new("--model")).display()
             )))
         }
-        (false, None) => None,
+        (None, None) => None,
     };
     let (mut train, mut dev) = (Labelled::chunk(train, chunker)?, Labelled::chunk(dev, chunker)?);
     if let Some(wide) = wide {

@@ -13,7 +13,7 @@ use crate::error::{Result, TrainError};
 use crate::han_trainer::{train_han, HanSplit};
 use crate::run::checkpoints::read_checkpoint;
 use crate::run::data::read_examples;
-use crate::run::spec::TrainSpec;
+use crate::run::spec::{HanSpec, TrainSpec};
 use crate::run::start::training_labels;
 use crate::run::{RunHooks, RunOutput};
 use crate::trainer::{EpochLog, Resume};
@@ -37,6 +37,7 @@ impl Documents {
 /// Trains a HAN as `spec` says, new or resumed from `checkpoint`.
 pub(crate) fn run(
     spec: &TrainSpec,
+    han: &HanSpec,
     checkpoint: Option<&Path>,
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
@@ -62,20 +63,20 @@ pub(crate) fn run(
             (documents_all, documents(&LabelledDataset::resolve(examples, &label_names, &source)?)?)
         }
         None => {
-            let (train_idx, dev_idx) = all.dev_split_indices(spec.dev_split, spec.seed)?;
+            let (train_idx, dev_idx) = all.dev_split_indices(spec.training.dev_split, spec.seed)?;
             (documents_all.pick(&train_idx), documents_all.pick(&dev_idx))
         }
     };
     let model = match resumed {
         Some(model) => model,
-        None => new_model(spec, &train, labels, hooks)?,
+        None => new_model(han, spec.seed, &train, labels, hooks)?,
     };
     let shape = model.config().grid_shape();
     let grids = |docs: &Documents| -> Vec<Vec<u32>> {
         docs.sentences.iter().map(|d| shape.grid(d, model.vocabulary()).ids).collect()
     };
     let (train_grids, dev_grids) = (grids(&train), grids(&dev));
-    describe(&model, &train, &dev, spec, hooks);
+    describe(&model, &train, &dev, han, hooks);
     let cfg = spec.config(&train.labels, model.labels(), &["label".to_string()])?;
     let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
     let hooks = RefCell::new(hooks);
@@ -84,7 +85,7 @@ pub(crate) fn run(
         HanSplit { grids: &train_grids, labels: &train.labels },
         HanSplit { grids: &dev_grids, labels: &dev.labels },
         &cfg,
-        spec.han.attention_penalty,
+        han.attention_penalty,
         &device,
         resume,
         |p| hooks.borrow_mut().progress(p),
@@ -115,12 +116,13 @@ fn documents(data: &LabelledDataset) -> Result<Documents> {
 /// A new HAN: vocabulary and grid shape from the training documents, sizes from the flags,
 /// word vectors from --word-vectors when given.
 fn new_model(
-    spec: &TrainSpec,
+    han: &HanSpec,
+    seed: u64,
     train: &Documents,
     labels: Vec<String>,
     hooks: &mut dyn RunHooks,
 ) -> Result<HanClassifier> {
-    let h = &spec.han;
+    let h = han;
     if !(0.0 < h.length_percentile && h.length_percentile <= 100.0) {
         return Err(TrainError::Run(format!("--length-percentile must be in (0, 100], got {}", h.length_percentile)));
     }
@@ -165,7 +167,7 @@ fn new_model(
             why(h.sent_size, "--sent-size")
         ));
     }
-    let model = HanClassifier::new(config, vocabulary, spec.seed, &longread_model::device::host())?;
+    let model = HanClassifier::new(config, vocabulary, seed, &longread_model::device::host())?;
     if let Some(v) = vectors {
         model.set_word_vectors(&v.vectors)?;
         {
@@ -183,7 +185,7 @@ fn new_model(
 }
 
 /// Notes the vocabulary's coverage and how much the grid cuts.
-fn describe(model: &HanClassifier, train: &Documents, dev: &Documents, spec: &TrainSpec, hooks: &mut dyn RunHooks) {
+fn describe(model: &HanClassifier, train: &Documents, dev: &Documents, han: &HanSpec, hooks: &mut dyn RunHooks) {
     let vocabulary = model.vocabulary();
     let shape = model.config().grid_shape();
     let known = |docs: &Documents| {
@@ -199,8 +201,8 @@ fn describe(model: &HanClassifier, train: &Documents, dev: &Documents, spec: &Tr
         "vocabulary: {} words (--min-count {}, --max-vocab {}); known: {:.1}% of training words, {:.1}% of dev words; \
          cut: {:.1}% of training documents (more than {} sentences), {:.1}% of sentences (more than {} words)",
         vocabulary.len(),
-        spec.han.min_count,
-        spec.han.max_vocab,
+        han.min_count,
+        han.max_vocab,
         known(train),
         known(dev),
         100.0 * docs_cut as f64 / train.sentences.len().max(1) as f64,

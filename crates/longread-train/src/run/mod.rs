@@ -40,7 +40,8 @@ pub use pretrain_output::PretrainOutput;
 pub use pretrain_run::{pretrain_run, PretrainSpec, PretrainSummary};
 pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 use settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
-pub use spec::{Arch, HanSpec, TrainPrecision, TrainSpec};
+use spec::TrainPlan as Plan;
+pub use spec::{Arch, BowSpec, EncoderTrainSpec, HanSpec, LoopSpec, TrainPlan, TrainPrecision, TrainSpec};
 
 use crate::error::{Result, TrainError};
 use crate::trainer::{EpochLog, PretrainLog, Progress};
@@ -97,7 +98,7 @@ pub fn train_run(
     if spec.cv.is_some() && !spec.is_bow() {
         return cross_validation::run(spec, &front, hooks);
     }
-    let checkpoint = resume_from(&spec.out, spec.resume.as_deref())?;
+    let checkpoint = resume_from(&spec.out, spec.training.resume.as_deref())?;
     let new_output = checkpoint.is_none() && !spec.out.exists();
     let result = run_from(spec, front, checkpoint, hooks);
     if result.is_err() && new_output {
@@ -119,14 +120,13 @@ fn run_from(
     if checkpoint.is_some() {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     }
-    if spec.is_bow() {
-        let summary = bow::run(spec, &settings, hooks)?;
-        return Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: Some(summary), cv: None });
-    }
-    let logs = if spec.is_han() {
-        han::run(spec, checkpoint.as_deref(), &settings, hooks)
-    } else {
-        classifier::run(spec, checkpoint.as_deref(), &settings, hooks)
+    let logs = match spec.plan() {
+        Plan::Bow(bow) => {
+            let summary = bow::run(spec, bow, &settings, hooks)?;
+            return Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: Some(summary), cv: None });
+        }
+        Plan::Han { han, .. } => han::run(spec, han, checkpoint.as_deref(), &settings, hooks),
+        Plan::Encoder { .. } => classifier::run(spec, checkpoint.as_deref(), &settings, hooks),
     };
     finish(spec, logs)
 }
@@ -153,8 +153,9 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
         }
         other => checkpoints::with_resume_hint(other, &spec.out, ""),
     })?;
-    let epochs = spec.epochs.unwrap_or_default();
-    let stopped_for_resume = logs.last().is_some_and(|l| Some(l.epoch) == spec.stop_after_epoch && l.epoch < epochs);
+    let epochs = spec.training.epochs.unwrap_or_default();
+    let stopped_for_resume =
+        logs.last().is_some_and(|l| Some(l.epoch) == spec.training.stop_after_epoch && l.epoch < epochs);
     if !stopped_for_resume {
         remove_other_checkpoints(&spec.out, None)?;
     }

@@ -71,7 +71,7 @@ pub fn training_labels(spec: &TrainSpec) -> Result<Vec<String>> {
     if let Some(labels) = spec.model.as_deref().map(model_labels).transpose()?.flatten() {
         return Ok(labels);
     }
-    let column = match spec.task.first() {
+    let column = match spec.encoder.task.first() {
         Some(task) => name_value("--task", task)?.1.to_string(),
         None => DEFAULT_TASK.to_string(),
     };

@@ -17,7 +17,7 @@ use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
 use crate::run::bow::{bow_options, labelled_texts};
-use crate::run::spec::TrainSpec;
+use crate::run::spec::{BowSpec, TrainSpec};
 
 /// Most folds of the wide side's cross-validation (C and the out-of-fold scores).
 const WIDE_FOLDS: usize = 5;
@@ -38,6 +38,7 @@ pub struct WideSide {
 /// what was fitted.
 pub fn fit_wide(
     spec: &TrainSpec,
+    bow: &BowSpec,
     train_data: &LabelledDataset,
     dev: &LabelledDataset,
     labels: &[String],
@@ -54,7 +55,7 @@ pub fn fit_wide(
         )));
     }
     let bow_error = |e: longread_bow::BowError| TrainError::Run(format!("--wide-bow: {e}"));
-    let options = bow_options(spec, &ids, labels, folds)?;
+    let options = bow_options(spec, bow, &ids, labels, folds)?;
     let fitted = train(&texts, &ids, labels, &options, |_, _| {}).map_err(bow_error)?;
     let c = fitted.model.c();
     let oof = out_of_fold_logits(&texts, &ids, labels.len(), c, &options, |_, _| {}).map_err(bow_error)?;

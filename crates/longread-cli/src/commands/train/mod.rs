@@ -15,8 +15,6 @@ use longread_train::trainer::{EpochLog, PhaseLog, Progress};
 /// Arguments of `longread train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    #[command(flatten)]
-    pub spec: TrainSpec,
     /// `text`: a progress bar and a line per epoch on stderr; `json`: one JSON object per
     /// event (phase, step, epoch, done) on stdout, no progress bar.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -25,6 +23,8 @@ pub struct TrainArgs {
     /// `task = ["a=x", "b=y"]`); flags given on the command line win.
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub spec: TrainSpec,
 }
 
 /// How training reports progress.
