@@ -3,32 +3,59 @@
 
 use std::path::PathBuf;
 
+use longread_train::run::flags::Settings;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
+use serde_json::Value;
 
 use crate::convert::{from_json, parse_device, set_threads};
 use crate::progress::Lines;
 use crate::{LongreadError, ModelLoadError};
 
-/// Keyword arguments as command-line flags (`freeze_base=True` → `--freeze-base`,
-/// `lr=2e-5` → `--lr 2e-05`, a list repeats the flag; False and None leave it out), for the
-/// library's own flag parser.
-pub(crate) fn flag_args(flags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<String>> {
-    let mut args = Vec::new();
+/// Keyword arguments as the library's settings ([`Settings`]): booleans, numbers and strings
+/// as they are, `None` as null (the default), lists and tuples as lists (a repeated flag),
+/// paths (`os.PathLike`) as strings.
+pub(crate) fn settings(flags: Option<&Bound<'_, PyDict>>) -> PyResult<Settings> {
+    let mut settings = Settings::new();
     for (key, value) in flags.into_iter().flat_map(|d| d.iter()) {
-        let flag = format!("--{}", key.extract::<String>()?.replace('_', "-"));
-        if value.is_none() {
-            continue;
-        }
-        if value.is_instance_of::<PyBool>() {
-            if value.extract::<bool>()? {
-                args.push(flag);
-            }
-            continue;
-        }
-        args.extend(repeated(&flag, &value)?);
+        let key: String = key.extract()?;
+        let value = setting_value(&key, &value)?;
+        settings.insert(key, value);
     }
-    Ok(args)
+    Ok(settings)
+}
+
+/// One keyword argument's value (see [`settings`]).
+fn setting_value(key: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if value.is_instance_of::<PyBool>() {
+        return Ok(Value::Bool(value.extract()?));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let items = value.try_iter()?.map(|item| setting_value(key, &item?)).collect::<PyResult<Vec<_>>>()?;
+        return Ok(Value::Array(items));
+    }
+    if let Ok(i) = value.extract::<i64>() {
+        return Ok(i.into());
+    }
+    if let Ok(f) = value.extract::<f64>() {
+        return serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .ok_or_else(|| LongreadError::new_err(format!("{key}: {f} is not a finite number")));
+    }
+    // Strings, paths and anything else with a str(): as the command line would take it.
+    let text = match value.extract::<PathBuf>() {
+        Ok(path) => path.display().to_string(),
+        Err(_) => value.str()?.to_string(),
+    };
+    Ok(Value::String(text))
+}
+
+/// A path as a setting's value.
+fn path_value(path: &std::path::Path) -> Value {
+    Value::String(path.display().to_string())
 }
 
 /// init(encoder, labels, out, **flags) -> dict
@@ -55,13 +82,11 @@ pub(crate) fn init(
             .extract()
             .map_err(|_| LongreadError::new_err("labels must be a list of names or a comma-separated string"))?
     };
-    let mut args =
-        vec!["--encoder".to_string(), encoder.display().to_string(), "--out".to_string(), out.display().to_string()];
-    for label in labels {
-        args.extend(["--labels".to_string(), label]);
-    }
-    args.extend(flag_args(flags)?);
-    let spec = longread_train::run::flags::init_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let mut settings = settings(flags)?;
+    settings.insert("encoder".into(), path_value(&encoder));
+    settings.insert("out".into(), path_value(&out));
+    settings.insert("labels".into(), labels.into());
+    let spec = longread_train::run::flags::init_spec_from_settings(&settings).map_err(LongreadError::new_err)?;
     let made = py.allow_threads(|| longread_train::run::init::init_run(&spec));
     let model = made.map_err(|e| match e {
         longread_train::TrainError::Model(e) => ModelLoadError::new_err(e.to_string()),
@@ -97,10 +122,10 @@ pub(crate) fn train(
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
-    let mut args =
-        vec!["--train".to_string(), train.display().to_string(), "--out".to_string(), out.display().to_string()];
-    args.extend(flag_args(flags)?);
-    let mut spec = longread_train::run::flags::spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let mut settings = settings(flags)?;
+    settings.insert("train".into(), path_value(&train));
+    settings.insert("out".into(), path_value(&out));
+    let mut spec = longread_train::run::flags::spec_from_settings(&settings).map_err(LongreadError::new_err)?;
     spec.device = parse_device(device)?;
     run_interruptibly(py, quiet, move |hooks| {
         let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), hooks)?;
@@ -116,18 +141,9 @@ pub(crate) fn train(
     })
 }
 
-/// `[flag, value, flag, value, ...]` for each value of a list or tuple, or `[flag, value]`.
-pub(crate) fn repeated(flag: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    let items: Vec<Bound<'_, PyAny>> = if values.is_instance_of::<PyList>() || values.is_instance_of::<PyTuple>() {
-        values.try_iter()?.collect::<PyResult<_>>()?
-    } else {
-        vec![values.clone()]
-    };
-    let mut args = Vec::new();
-    for item in items {
-        args.extend([flag.to_string(), item.str()?.to_string()]);
-    }
-    Ok(args)
+/// One path or several, as a (repeated) setting.
+fn corpus_value(corpus: &Bound<'_, PyAny>) -> PyResult<Value> {
+    setting_value("corpus", corpus)
 }
 
 /// train_tokenizer(corpus, out, **flags) -> dict
@@ -145,10 +161,10 @@ pub(crate) fn train_tokenizer(
     out: PathBuf,
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
-    let mut args = repeated("--corpus", corpus)?;
-    args.extend(["--out".to_string(), out.display().to_string()]);
-    args.extend(flag_args(flags)?);
-    let spec = longread_train::run::flags::tokenizer_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    let mut settings = settings(flags)?;
+    settings.insert("corpus".into(), corpus_value(corpus)?);
+    settings.insert("out".into(), path_value(&out));
+    let spec = longread_train::run::flags::tokenizer_spec_from_settings(&settings).map_err(LongreadError::new_err)?;
     let made = py.allow_threads(|| longread_train::run::kit::train_tokenizer_run(&spec));
     let made = made.map_err(|e| LongreadError::new_err(e.to_string()))?;
     from_json(py, &serde_json::to_string(&made).unwrap_or_default())
@@ -199,13 +215,14 @@ pub(crate) fn pretrain(
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
-    let mut args = repeated("--corpus", corpus)?;
+    let mut settings = settings(flags)?;
+    settings.insert("corpus".into(), corpus_value(corpus)?);
     if let Some(tokenizer) = tokenizer {
-        args.extend(["--tokenizer".to_string(), tokenizer.display().to_string()]);
+        settings.insert("tokenizer".into(), path_value(&tokenizer));
     }
-    args.extend(["--out".to_string(), out.display().to_string()]);
-    args.extend(flag_args(flags)?);
-    let mut spec = longread_train::run::flags::pretrain_spec_from_flags(&args).map_err(LongreadError::new_err)?;
+    settings.insert("out".into(), path_value(&out));
+    let mut spec =
+        longread_train::run::flags::pretrain_spec_from_settings(&settings).map_err(LongreadError::new_err)?;
     spec.device = parse_device(device)?;
     run_interruptibly(py, quiet, |hooks| {
         let summary = longread_train::run::pretrain_run(&spec, serde_json::Map::new(), hooks)?;

@@ -251,6 +251,26 @@ def test_train_refuses_what_the_cli_refuses(tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_keyword_arguments_keep_their_types(tmp_path):
+    """Lists repeat a setting, numbers and paths pass as they are, None and False leave the
+    default: the run records what the command line's flags would have given."""
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    longread.train(train, tmp_path / "py", arch="bow", c_values=[1, 10.5], char_ngrams="2-4", min_df=1,
+                   cv=None, seed=7, quiet=True)
+    cli = run_cli("train", "--train", train, "--out", str(tmp_path / "cli"), "--arch", "bow", "--c-values", "1,10.5",
+                  "--char-ngrams", "2-4", "--min-df", "1", "--seed", "7")
+    assert cli.returncode == 0, cli.stderr
+    recorded = []
+    for run in ("py", "cli"):
+        with open(tmp_path / run / "training_args.json") as f:
+            args = json.load(f)
+        args.pop("out")
+        args.pop("log_format", None)  # the command line's own setting
+        recorded.append(args)
+    assert recorded[0] == recorded[1]
+    assert recorded[0]["bow"]["c_values"] == [1.0, 10.5] and recorded[0]["seed"] == 7
+
+
 def test_init_makes_the_model_the_cli_makes(tmp_path):
     encoder = os.path.join(FIXTURES, "tiny-bert")
     config = longread.init(encoder, ["rain", "prices"], tmp_path / "py", chunk_size=16, stride=4,

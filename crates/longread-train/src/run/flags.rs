@@ -1,15 +1,67 @@
-//! Settings from a command's flags given as data (the Python package's
-//! `longread.train(..., lr=2e-5)`): the command line's own parser, defaults, checks and
-//! "given" bookkeeping, so that every front accepts and refuses the same flags: `train`
-//! ([`TrainSpec`]), `init` ([`InitSpec`]), `pretrain` ([`PretrainSpec`]) and `tokenizer train`
-//! ([`TokenizerSpec`]).
+//! Settings of a command given as data — the Python package's `longread.train(..., lr=2e-5)`
+//! passes its keyword arguments as a JSON object ([`Settings`]) — read with the command
+//! line's own parser, defaults, checks and "given" bookkeeping, so that every front accepts and
+//! refuses the same settings: `train` ([`TrainSpec`]), `init` ([`InitSpec`]), `pretrain`
+//! ([`PretrainSpec`]) and `tokenizer train` ([`TokenizerSpec`]).
 
 use clap::{Args, Command, FromArgMatches};
+use serde_json::Value;
 
 use crate::run::init::InitSpec;
 use crate::run::kit::TokenizerSpec;
 use crate::run::pretrain_run::PretrainSpec;
 use crate::run::spec::TrainSpec;
+
+/// Settings as data: key `name` is flag `--name` (`_` or `-`); `true` sets a switch, `false`
+/// and `null` leave a setting at its default, a list repeats the flag (`task=["a=x", "b=y"]`),
+/// a string or a number is the value as the command line takes it (`labels="a,b"`,
+/// `char_ngrams="2-5"`).
+pub type Settings = serde_json::Map<String, Value>;
+
+/// The command-line form of `settings` (in their order).
+fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
+    let mut flags = Vec::new();
+    for (key, value) in settings {
+        let flag = format!("--{}", key.replace('_', "-"));
+        let values = match value {
+            Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        for value in values {
+            match value {
+                Value::Bool(true) => flags.push(flag.clone()),
+                Value::Bool(false) | Value::Null => {}
+                Value::String(s) => flags.extend([flag.clone(), s.clone()]),
+                Value::Number(n) => flags.extend([flag.clone(), n.to_string()]),
+                Value::Array(_) | Value::Object(_) => {
+                    return Err(format!("{key}: give a string, number, boolean or a list of them"))
+                }
+            }
+        }
+    }
+    Ok(flags)
+}
+
+/// `longread train`'s settings from `settings` (see [`Settings`]); errors as
+/// [`spec_from_flags`]'s.
+pub fn spec_from_settings(settings: &Settings) -> Result<TrainSpec, String> {
+    spec_from_flags(&settings_as_flags(settings)?)
+}
+
+/// `longread init`'s settings from `settings`.
+pub fn init_spec_from_settings(settings: &Settings) -> Result<InitSpec, String> {
+    init_spec_from_flags(&settings_as_flags(settings)?)
+}
+
+/// `longread pretrain`'s settings from `settings`.
+pub fn pretrain_spec_from_settings(settings: &Settings) -> Result<PretrainSpec, String> {
+    pretrain_spec_from_flags(&settings_as_flags(settings)?)
+}
+
+/// `longread tokenizer train`'s settings from `settings`.
+pub fn tokenizer_spec_from_settings(settings: &Settings) -> Result<TokenizerSpec, String> {
+    tokenizer_spec_from_flags(&settings_as_flags(settings)?)
+}
 
 /// Parses `flags` (`["--train", "t.jsonl", "--out", "m", "--freeze-base", ...]`, no program
 /// name) as `longread train` does. The error is clap's message on one line, e.g.
@@ -94,6 +146,26 @@ mod tests {
         assert!(err.contains("--lrr"), "{err}");
         let err = spec_from_flags(&flags(&["--train", "t.jsonl", "--out", "m", "--epochs", "many"])).unwrap_err();
         assert!(err.contains("many") && err.contains("--epochs"), "{err}");
+    }
+
+    #[test]
+    fn settings_as_data_are_the_flags_they_name() {
+        let settings: Settings = serde_json::from_str(
+            r#"{"train": "t.jsonl", "out": "m", "lr": 3e-5, "epochs": 2, "freeze_base": true, "no_cache": false,
+                "head_lr": null, "task": ["a=x", "b=y"], "char-ngrams": "2-4", "arch": "hierarchical"}"#,
+        )
+        .unwrap();
+        let spec = spec_from_settings(&settings).unwrap();
+        assert_eq!((spec.training.lr, spec.training.epochs, spec.encoder.freeze_base), (Some(3e-5), Some(2), true));
+        assert_eq!((spec.encoder.no_cache, spec.encoder.head_lr), (false, None), "false and null: the default");
+        assert_eq!(spec.encoder.task, ["a=x", "b=y"], "a list repeats the flag");
+        assert_eq!(spec.bow.char_ngrams, Some([2, 4]));
+        let given = |id: &str| spec.given.iter().any(|g| g == id);
+        assert!(given("lr") && given("freeze_base") && !given("no_cache") && !given("head_lr"));
+        let nested: Settings = serde_json::from_str(r#"{"train": "t", "out": "m", "lr": {"a": 1}}"#).unwrap();
+        assert!(spec_from_settings(&nested).unwrap_err().contains("lr: give a string, number"));
+        let unknown: Settings = serde_json::from_str(r#"{"train": "t", "out": "m", "lrr": 1}"#).unwrap();
+        assert!(spec_from_settings(&unknown).unwrap_err().contains("--lrr"));
     }
 
     #[test]
