@@ -5,7 +5,8 @@
 //! document shares every batch with the short documents that arrive after it instead of
 //! making them wait for all of its chunks. The batch itself runs on every core. A document
 //! is scored and answered as soon as its last unit is encoded; a cancelled document's
-//! remaining units are dropped. Results do not depend on what else was in a batch.
+//! remaining units are dropped. Results do not depend on what else was in a batch. Units the
+//! classifier's vector cache holds are never queued, and fresh ones are kept in it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,9 +49,11 @@ type Reply = Box<dyn FnOnce(JobOutcome, JobTimings) + Send>;
 struct Job {
     id: u64,
     doc: Arc<PreparedDocument>,
-    /// Next unit to put in a batch.
+    /// Next unit to put in a batch (units the vector cache gave are skipped).
     next: usize,
     outputs: Vec<Option<UnitOutput>>,
+    /// Which units are encoded here (not from the vector cache).
+    fresh: Vec<bool>,
     filled: usize,
     cancelled: Arc<AtomicBool>,
     reply: Option<Reply>,
@@ -129,20 +132,31 @@ impl BatchQueue {
             reply(Ok(Err(crate::DocError::new("the document has nothing to encode"))), nothing);
             return CancelOnDrop(cancelled);
         }
-        let mut state = self.lock();
-        let id = state.next_id;
-        state.next_id += 1;
-        state.jobs.push(Job {
-            id,
+        let outputs = self.shared.classifier.recall(&doc);
+        let fresh: Vec<bool> = outputs.iter().map(Option::is_none).collect();
+        let filled = fresh.iter().filter(|&&f| !f).count();
+        let mut job = Job {
+            id: 0,
             doc: Arc::new(doc),
             next: 0,
-            outputs: (0..units).map(|_| None).collect(),
-            filled: 0,
+            outputs,
+            fresh,
+            filled,
             cancelled: Arc::clone(&cancelled),
             reply: Some(Box::new(reply)),
             submitted: Instant::now(),
             started: None,
-        });
+        };
+        if filled == units {
+            // Every unit came from the vector cache: nothing to queue.
+            job.started = Some(job.submitted);
+            answer(&self.shared.classifier, (job, None));
+            return CancelOnDrop(cancelled);
+        }
+        let mut state = self.lock();
+        job.id = state.next_id;
+        state.next_id += 1;
+        state.jobs.push(job);
         drop(state);
         self.shared.wake.notify_one();
         CancelOnDrop(cancelled)
@@ -243,6 +257,9 @@ fn next_batch(classifier: &Classifier, state: &mut State) -> Vec<(u64, usize)> {
     let mut idle = 0; // documents in a row with nothing left to give
     while idle < n {
         let job = &mut state.jobs[k];
+        while job.next < job.doc.units() && job.outputs[job.next].is_some() {
+            job.next += 1; // from the vector cache
+        }
         if job.next < job.doc.units() {
             let cost = classifier.unit_cost(&job.doc, job.next).max(costliest);
             if !picked.is_empty() && (picked.len() + 1) * cost > budget {
@@ -311,8 +328,11 @@ fn answer(classifier: &Classifier, (mut job, failure): (Job, Option<String>)) {
     let outcome = match failure {
         Some(message) => Err(message),
         None => {
-            let outputs = job.outputs.drain(..).map(|o| o.expect("every unit is filled")).collect();
-            classifier.finish(&job.doc, outputs).map_err(|e| format!("scoring the document: {e}"))
+            let outputs: Vec<UnitOutput> = job.outputs.drain(..).map(|o| o.expect("every unit is filled")).collect();
+            classifier
+                .remember(&job.doc, &outputs, &job.fresh)
+                .map_err(|e| format!("keeping the chunk vectors: {e}"))
+                .and_then(|()| classifier.finish(&job.doc, outputs).map_err(|e| format!("scoring the document: {e}")))
         }
     };
     let started = job.started.unwrap_or(job.submitted);

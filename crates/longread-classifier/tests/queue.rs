@@ -151,3 +151,34 @@ fn a_cancelled_document_is_dropped_and_the_queue_goes_on() {
     assert_eq!(queue.documents(), 0);
     assert_eq!(queue.waiting_units(), 0);
 }
+
+/// With a vector cache, the queue encodes a document once: submitted again (or after
+/// `predict` filled the cache), it is answered from its vectors without a batch, with the
+/// scores it had; an ensemble's encoder member reads the cache while its HAN member is queued.
+#[test]
+fn the_vector_cache_spares_the_queue_documents_it_holds() {
+    let (_tmp, ensemble) = ensemble();
+    // Units queued the second time: none, or the ensemble's HAN document.
+    for (model, queued_again) in [(fixture("hier/trained-bert-attention"), 0), (ensemble, 1)] {
+        let cache = tempfile::tempdir().unwrap();
+        let mut classifier = Classifier::load(&model, ClassifierOptions::default()).unwrap();
+        classifier.set_vector_cache(cache.path()).unwrap();
+        let classifier = Arc::new(classifier);
+        let units = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&units);
+        let queue = BatchQueue::start(Arc::clone(&classifier), move |b| {
+            _ = counted.fetch_add(b.units, std::sync::atomic::Ordering::SeqCst)
+        });
+        let text = documents()[1].clone();
+        let first = classify_queued(&queue, &text).unwrap().unwrap();
+        let encoded = units.load(std::sync::atomic::Ordering::SeqCst);
+        let doc_units = classifier.prepare(&text).unwrap().units();
+        assert_eq!(encoded, doc_units, "{}: every unit encoded once", model.display());
+        assert!(std::fs::read_dir(cache.path()).unwrap().count() > 0, "the cache was written");
+        let again = classify_queued(&queue, &text).unwrap().unwrap();
+        let second = units.load(std::sync::atomic::Ordering::SeqCst) - encoded;
+        assert_eq!(second, queued_again, "{}: the cached chunks skipped the queue", model.display());
+        assert_eq!(first.logits, again.logits, "{}", model.display());
+        same(&classifier.classify(&[text.as_str()]).unwrap().remove(0).unwrap(), &again);
+    }
+}

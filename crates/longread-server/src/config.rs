@@ -26,6 +26,12 @@ pub struct ServerConfig {
     /// share batches. Default: 8192 on the CPU, 65536 on a GPU.
     #[cfg_attr(feature = "clap", arg(long))]
     pub max_batch_tokens: Option<usize>,
+    /// Read and keep chunk vectors in DIR, as `predict --vector-cache` does: a document whose
+    /// chunks were encoded before by the same encoder weights, chunking and precision (by this
+    /// server, `predict`, `eval` or a head-only `train`) skips the encoder and is answered
+    /// from its vectors. Default: none.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
+    pub vector_cache: Option<PathBuf>,
     /// Requests classified or embedded at once; more are answered 429.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 64))]
     pub max_concurrent_requests: usize,
@@ -99,6 +105,7 @@ impl ServerConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             max_batch_tokens: None,
+            vector_cache: None,
             max_concurrent_requests: 64,
             max_inflight_text_bytes: 64 * 1024 * 1024,
             max_queue_time: std::time::Duration::from_secs(300),

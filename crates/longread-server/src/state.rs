@@ -121,8 +121,11 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
         max_batch_tokens: Some(max_batch_tokens),
         device: config.device,
     };
-    let classifier =
+    let mut classifier =
         Classifier::load(&config.model, options).map_err(|e| format!("{}: {e}", config.model.display()))?;
+    if let Some(dir) = &config.vector_cache {
+        classifier.set_vector_cache(dir).map_err(|e| format!("--vector-cache {}: {e}", dir.display()))?;
+    }
     let classifier = Arc::new(classifier);
     let summary = longread_classifier::summary::summarize(&config.model)
         .map_err(|e| format!("{}: {e}", config.model.display()))?;
