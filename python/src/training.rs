@@ -141,11 +141,6 @@ pub(crate) fn train(
     })
 }
 
-/// One path or several, as a (repeated) setting.
-fn corpus_value(corpus: &Bound<'_, PyAny>) -> PyResult<Value> {
-    setting_value("corpus", corpus)
-}
-
 /// train_tokenizer(corpus, out, **flags) -> dict
 ///
 /// `longread tokenizer train --corpus CORPUS... --out OUT ...`: a byte-level BPE (RoBERTa,
@@ -162,7 +157,7 @@ pub(crate) fn train_tokenizer(
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
     let mut settings = settings(flags)?;
-    settings.insert("corpus".into(), corpus_value(corpus)?);
+    settings.insert("corpus".into(), setting_value("corpus", corpus)?);
     settings.insert("out".into(), path_value(&out));
     let spec = longread_train::run::flags::tokenizer_spec_from_settings(&settings).map_err(LongreadError::new_err)?;
     let made = py.allow_threads(|| longread_train::run::kit::train_tokenizer_run(&spec));
@@ -216,7 +211,7 @@ pub(crate) fn pretrain(
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
     let mut settings = settings(flags)?;
-    settings.insert("corpus".into(), corpus_value(corpus)?);
+    settings.insert("corpus".into(), setting_value("corpus", corpus)?);
     if let Some(tokenizer) = tokenizer {
         settings.insert("tokenizer".into(), path_value(&tokenizer));
     }

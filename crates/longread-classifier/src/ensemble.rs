@@ -12,12 +12,13 @@ use longread_bow::logistic::log_softmax;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::{temper, Calibration};
-use crate::kinds::{mismatch, DocumentModel, Prepared, PreparedDocument, UnitOutput};
+use crate::kinds::{mismatch, single_task, DocumentModel, Prepared, PreparedDocument, UnitOutput};
 use crate::model_kind::ModelKind;
 use crate::prediction::MemberPrediction;
 use crate::{argmax, Classifier, ClassifierOptions, DocError, DocResult, LabelScores, Precision};
 use longread_model::batching::UnitKey;
 use longread_model::error::{ModelError, Result};
+use longread_model::hierarchical::TaskSpec;
 use longread_model::model_dir::{io, temporary_dir_beside};
 
 /// The file that makes a directory an ensemble.
@@ -274,7 +275,8 @@ enum Combination {
 
 /// A loaded ensemble.
 pub(super) struct Ensemble {
-    labels: Vec<String>,
+    /// Its one task, whose labels are the ensemble's.
+    tasks: Vec<TaskSpec>,
     members: Vec<Member>,
     combination: Combination,
 }
@@ -320,7 +322,7 @@ impl Ensemble {
             .collect::<Result<Vec<_>>>()?;
         let total: f64 = members.iter().map(|m| m.weight).sum();
         let members = members.into_iter().map(|m| Member { weight: m.weight / total, ..m }).collect();
-        Ok(Self { labels: spec.labels, members, combination: Combination::Mean })
+        Ok(Self { tasks: single_task(spec.labels), members, combination: Combination::Mean })
     }
 
     /// A wide-and-deep model as two members combined log-linearly: `deep` (the encoder model,
@@ -333,12 +335,12 @@ impl Ensemble {
             Ok(Member { name: name.into(), weight, temperature: 1.0, classifier, to_ensemble })
         };
         let members = vec![member("deep", 1.0, deep)?, member("wide", scale, wide)?];
-        Ok(Self { labels, members, combination: Combination::LogLinear })
+        Ok(Self { tasks: single_task(labels), members, combination: Combination::LogLinear })
     }
 
     /// The ensemble's labels.
     pub(super) fn labels(&self) -> &[String] {
-        &self.labels
+        &self.tasks[0].labels
     }
 
     /// The members' classifiers, in order.
@@ -352,13 +354,13 @@ impl Ensemble {
     /// (chunks or sentences) of the first member that shows some.
     fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
         // Mean: Σ w·p; log-linear: Σ w·ln p (renormalised below).
-        let mut combined = vec![0f64; self.labels.len()];
+        let mut combined = vec![0f64; self.labels().len()];
         let mut members = Vec::with_capacity(self.members.len());
         let mut evidence: Option<&crate::Prediction> = None;
         let mut tokens = None;
         for (member, result) in self.members.iter().zip(results) {
             let prediction = result.as_ref().map_err(|e| member.error(e))?;
-            let mut own = vec![0f32; self.labels.len()];
+            let mut own = vec![0f32; self.labels().len()];
             match self.combination {
                 Combination::Mean => {
                     let raw: Vec<f64> = prediction.probabilities().iter().map(|&p| p as f64).collect();
@@ -385,8 +387,8 @@ impl Ensemble {
             members.push(MemberPrediction {
                 model: member.name.clone(),
                 weight: member.weight,
-                label: self.labels[argmax(&own)].clone(),
-                scores: LabelScores { labels: self.labels.clone(), probabilities: own },
+                label: self.labels()[argmax(&own)].clone(),
+                scores: LabelScores { labels: self.labels().to_vec(), probabilities: own },
             });
         }
         let (probabilities, logits): (Vec<f32>, Vec<f32>) = match self.combination {
@@ -397,9 +399,9 @@ impl Ensemble {
             }
         };
         Ok(crate::Prediction {
-            label: self.labels[argmax(&probabilities)].clone(),
+            label: self.labels()[argmax(&probabilities)].clone(),
             logits,
-            scores: LabelScores { labels: self.labels.clone(), probabilities },
+            scores: LabelScores { labels: self.labels().to_vec(), probabilities },
             parts: evidence.map_or(crate::Parts::Whole {}, |p| p.parts.clone()),
             tasks: None,
             members: Some(members),
@@ -434,6 +436,10 @@ impl Ensemble {
 /// An ensemble's units are its members' (a batch holds one member's: lanes by member), its
 /// prediction their combination.
 impl DocumentModel for Ensemble {
+    fn tasks(&self) -> &[TaskSpec] {
+        &self.tasks
+    }
+
     /// `text` as each member prepares it, in member order (in the server's queue an encoder
     /// member's chunks then share batches with other documents'); a member that cannot read
     /// it names itself in the error.

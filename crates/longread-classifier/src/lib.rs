@@ -30,7 +30,7 @@ use kinds::{DocumentModel, Prepared, PreparedDocument};
 use longread_model::device::{self, DeviceChoice};
 use longread_model::error::{ModelError, Result};
 use longread_model::han::HanClassifier;
-use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec, DEFAULT_TASK};
+use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec};
 pub use longread_model::Precision;
 pub use model_kind::ModelKind;
 pub use prediction::{
@@ -90,7 +90,6 @@ const HAN_BATCH: usize = 32;
 pub struct Classifier {
     /// The model, of whichever kind (the only place that knows: [`Classifier::load`]).
     model: Box<dyn DocumentModel>,
-    tasks: Vec<TaskSpec>,
     options: ClassifierOptions,
     dir: PathBuf,
     /// Where the encoder runs.
@@ -99,7 +98,7 @@ pub struct Classifier {
 
 impl std::fmt::Debug for Classifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Classifier").field("dir", &self.dir).field("tasks", &self.tasks).finish_non_exhaustive()
+        f.debug_struct("Classifier").field("dir", &self.dir).field("tasks", &self.tasks()).finish_non_exhaustive()
     }
 }
 
@@ -117,24 +116,17 @@ impl Classifier {
         let options = options.resolved(&device)?;
         if kind == ModelKind::Ensemble {
             let ensemble = Ensemble::load(dir, options)?;
-            let tasks = vec![TaskSpec {
-                name: DEFAULT_TASK.into(),
-                column: DEFAULT_TASK.into(),
-                labels: ensemble.labels().to_vec(),
-            }];
-            return Ok(Self { model: Box::new(ensemble), tasks, options, dir: dir.to_owned(), device });
+            return Ok(Self { model: Box::new(ensemble), options, dir: dir.to_owned(), device });
         }
         if kind == ModelKind::Bow {
             let model = BowModel::load(dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
-            let labels = model.labels().to_vec();
             let model = Box::new(WholeText::new(model, options.batch_tokens()));
-            return Self::without_encoder(model, labels, "a bag-of-words model", options, dir);
+            return Self::without_encoder(model, "a bag-of-words model", options, dir);
         }
         if kind == ModelKind::Han {
             let model = HanClassifier::load(dir, &longread_model::device::host())?;
-            let labels = model.labels().to_vec();
             let model = Box::new(WholeText::new(model, options.batch_tokens()));
-            return Self::without_encoder(model, labels, "a HAN (f32 only)", options, dir);
+            return Self::without_encoder(model, "a HAN (f32 only)", options, dir);
         }
         let mut model = HierarchicalClassifier::load(dir, false, &device)?;
         match options.precision_on(&device) {
@@ -153,11 +145,10 @@ impl Classifier {
         }
         let tokenizer = TextTokenizer::from_file(model.tokenizer_path())?;
         let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
-        let tasks = model.config().tasks();
         let wide = model.config().longread.wide;
         let precision = options.precision_on(&device);
         let model = EncoderModel::new(model, chunker, device.clone(), options.batch_tokens(), precision);
-        let deep = Self { model: Box::new(model), tasks, options, dir: dir.to_owned(), device };
+        let deep = Self { model: Box::new(model), options, dir: dir.to_owned(), device };
         match wide {
             None => Ok(deep),
             Some(wide) => Self::wide_and_deep(deep, wide.scale),
@@ -169,13 +160,12 @@ impl Classifier {
     fn wide_and_deep(deep: Self, scale: f64) -> Result<Self> {
         let dir = deep.dir.join(longread_model::hierarchical::WIDE_DIR);
         let bow = BowModel::load(&dir).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
-        let labels = bow.labels().to_vec();
         let options = ClassifierOptions { precision: Some(Precision::F32), ..deep.options };
         let bow = Box::new(WholeText::new(bow, options.batch_tokens()));
-        let wide = Self::without_encoder(bow, labels, "a bag-of-words model", options, &dir)?;
-        let (tasks, options, dir, device) = (deep.tasks.clone(), deep.options, deep.dir.clone(), deep.device.clone());
+        let wide = Self::without_encoder(bow, "a bag-of-words model", options, &dir)?;
+        let (options, dir, device) = (deep.options, deep.dir.clone(), deep.device.clone());
         let model = Box::new(Ensemble::wide_and_deep(deep, wide, scale)?);
-        Ok(Self { model, tasks, options, dir, device })
+        Ok(Self { model, options, dir, device })
     }
 
     /// Reads and keeps chunk vectors in `dir` (see [`VectorCache`]): documents already encoded
@@ -190,7 +180,6 @@ impl Classifier {
     /// in the error).
     fn without_encoder(
         model: Box<dyn DocumentModel>,
-        labels: Vec<String>,
         what: &str,
         options: ClassifierOptions,
         dir: &Path,
@@ -202,8 +191,7 @@ impl Classifier {
                 dir.display()
             )));
         }
-        let tasks = vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels }];
-        Ok(Self { model, tasks, options, dir: dir.to_owned(), device: longread_model::device::host() })
+        Ok(Self { model, options, dir: dir.to_owned(), device: longread_model::device::host() })
     }
 
     /// The model directory.
@@ -213,12 +201,12 @@ impl Classifier {
 
     /// Labels of the primary task, in id order.
     pub fn labels(&self) -> &[String] {
-        &self.tasks[0].labels
+        &self.tasks()[0].labels
     }
 
     /// Every task, the primary one first (one for all but multi-task models).
     pub fn tasks(&self) -> &[TaskSpec] {
-        &self.tasks
+        self.model.tasks()
     }
 
     /// The options it runs with, every default decided (precision and batch budget `Some`).

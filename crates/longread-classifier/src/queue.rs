@@ -119,7 +119,10 @@ impl BatchQueue {
     }
 
     /// Queues `doc`; `reply` runs (on the worker thread) once it is scored. Dropping the
-    /// returned guard before then cancels the document's remaining units.
+    /// returned guard before then cancels the document's remaining units. It blocks while it
+    /// reads the classifier's vector cache, and a document the cache holds whole is scored
+    /// and answered here: call it where blocking is allowed (not on an async runtime's
+    /// threads).
     pub fn submit(
         &self,
         doc: PreparedDocument,

@@ -5,7 +5,8 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
+use longread_train::run::flags::{settings_as_flags, Settings};
 
 /// Expands `--config FILE` of the `train` subcommand into flags placed right after the
 /// subcommand, before the user's own, so that the user's win (the command has
@@ -38,33 +39,13 @@ pub fn expand(args: Vec<OsString>, config: &Path) -> Result<Vec<OsString>> {
     Ok(out)
 }
 
+/// The file's table as flags, read as the Python package's settings are
+/// ([`settings_as_flags`]).
 fn flags_from_toml(path: &Path) -> Result<Vec<OsString>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
-    let table: toml::Table = toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
-    let mut flags = Vec::new();
-    for (key, value) in table {
-        let flag = format!("--{}", key.replace('_', "-"));
-        // An array repeats the flag (`task = ["topic=label", "length=length"]`).
-        let values = match value {
-            toml::Value::Array(items) => items,
-            one => vec![one],
-        };
-        for value in values {
-            match value {
-                toml::Value::Boolean(true) => flags.push(flag.clone().into()),
-                toml::Value::Boolean(false) => {}
-                toml::Value::String(s) => flags.extend([flag.clone().into(), s.into()]),
-                toml::Value::Integer(i) => flags.extend([flag.clone().into(), i.to_string().into()]),
-                toml::Value::Float(f) => flags.extend([flag.clone().into(), f.to_string().into()]),
-                other => bail!(
-                    "{}: `{key}` must be a string, number, boolean or an array of them, not {}",
-                    path.display(),
-                    other.type_str()
-                ),
-            }
-        }
-    }
-    Ok(flags)
+    let settings: Settings = toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
+    let flags = settings_as_flags(&settings).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok(flags.into_iter().map(OsString::from).collect())
 }
 
 #[cfg(test)]
@@ -87,7 +68,7 @@ mod tests {
         let args = os(&["longread", "-q", "train", "--config", path.to_str().unwrap(), "--epochs", "2"]);
         let out: Vec<String> = expand(args, &path).unwrap().into_iter().map(|s| s.into_string().unwrap()).collect();
         assert_eq!(out[..3], ["longread", "-q", "train"]);
-        assert!(out.windows(2).any(|w| w == ["--lr", "0.00003"]));
+        assert!(out.windows(2).any(|w| w == ["--lr", "0.00003"]), "{out:?}");
         assert!(out.contains(&"--freeze-base".to_string()) && !out.contains(&"--no-recompute".to_string()));
         assert!(out.windows(2).any(|w| w == ["--schedule", "cosine"]));
         assert_eq!(out[out.len() - 2..], ["--epochs", "2"], "the user's flags last");
@@ -115,7 +96,7 @@ mod tests {
         let path = dir.path().join("t.toml");
         std::fs::write(&path, "lr = { a = 1 }\n").unwrap();
         let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path).unwrap_err();
-        assert!(format!("{err:#}").contains("`lr` must be a string, number, boolean or an array of them"));
+        assert!(format!("{err:#}").contains("lr: give a string, number, boolean or a list of them"), "{err:#}");
         std::fs::write(&path, "task = [\"a=x\", \"b=y\"]\n").unwrap();
         let out: Vec<String> = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path)
             .unwrap()

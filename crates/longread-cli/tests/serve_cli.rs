@@ -229,3 +229,50 @@ fn a_request_past_the_max_queue_time_is_503_and_its_work_is_cancelled() {
     let (status, _) = served.post("/predict", &json!({ "inputs": "still serving" }));
     assert_eq!(status, 200);
 }
+
+/// `serve --vector-cache DIR`: the first request fills the cache with its documents' chunk
+/// vectors, the same documents asked again get the same answers from it, and a request one
+/// of whose texts cannot be tokenized is refused before any of its documents is queued (the
+/// cache gains nothing from it).
+#[test]
+fn serve_with_a_vector_cache_fills_it_once_and_answers_from_it() {
+    let model = fixture("hier/trained-bert-attention");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("vectors");
+    let served = Served::start(&["--model", model.to_str().unwrap(), "--vector-cache", cache.to_str().unwrap()]);
+    let files = || walk(&cache);
+    let texts = json!(["The committee met on Tuesday to discuss the budget.", "A second, different document."]);
+    let (status, first) = post(&served.url, "/classify", &json!({ "inputs": texts }), None).unwrap();
+    assert_eq!(status, 200, "{first}");
+    let filled = files();
+    assert!(!filled.is_empty(), "the first request kept nothing in {}", cache.display());
+    let (status, again) = post(&served.url, "/classify", &json!({ "inputs": texts }), None).unwrap();
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again, first, "answers from the cache differ from the encoder's");
+    assert_eq!(files(), filled, "asking again wrote to the cache");
+
+    let refused = json!(["A third document, never seen before.", "   "]);
+    let (status, body) = post(&served.url, "/classify", &json!({ "inputs": refused }), None).unwrap();
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("`inputs[1]`"), "{body}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(files(), filled, "a refused request's readable document was encoded and kept");
+}
+
+/// Every file under `dir`, sorted.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}

@@ -23,6 +23,10 @@ impl TextScorer for BowModel {
     fn evidence_unit(&self) -> &'static str {
         "none"
     }
+
+    fn labels(&self) -> &[String] {
+        BowModel::labels(self)
+    }
 }
 
 /// A bag-of-words prediction: scores only.

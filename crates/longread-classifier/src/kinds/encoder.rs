@@ -19,7 +19,7 @@ use crate::{DocError, DocResult, Precision};
 pub(crate) struct EncoderModel {
     pub(super) model: HierarchicalClassifier,
     pub(super) chunker: Chunker,
-    pub(super) tasks: Vec<TaskSpec>,
+    tasks: Vec<TaskSpec>,
     pub(super) device: Device,
     pub(super) max_batch_tokens: usize,
     precision: Precision,
@@ -57,6 +57,10 @@ impl EncoderModel {
 }
 
 impl DocumentModel for EncoderModel {
+    fn tasks(&self) -> &[TaskSpec] {
+        &self.tasks
+    }
+
     fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
         let chunked = self.chunker.chunk(text).map_err(|e| DocError::new(e.to_string()))?;
         Ok(PreparedDocument::new(Prepared::Chunks(chunked)))
@@ -88,13 +92,7 @@ impl DocumentModel for EncoderModel {
 
     fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
         let Prepared::Chunks(chunked) = &doc.kind else { return Err(mismatch()) };
-        let rows = outputs
-            .into_iter()
-            .map(|o| match o.0 {
-                Output::Vector(v) => Ok(v),
-                Output::Done(_) => Err(mismatch()),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let rows = outputs.iter().map(UnitOutput::vector).collect::<Result<Vec<_>>>()?;
         Ok(Ok(self.predict(chunked, &Tensor::stack(&rows, 0)?)?))
     }
 
@@ -119,13 +117,7 @@ impl DocumentModel for EncoderModel {
         if !fresh.iter().all(|&f| f) || outputs.is_empty() {
             return Ok(());
         }
-        let rows = outputs
-            .iter()
-            .map(|o| match &o.0 {
-                Output::Vector(v) => Ok(v.clone()),
-                Output::Done(_) => Err(mismatch()),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let rows = outputs.iter().map(UnitOutput::vector).collect::<Result<Vec<_>>>()?;
         cache.put(chunked, &Tensor::stack(&rows, 0)?)
     }
 

@@ -23,6 +23,10 @@ impl TextScorer for HanClassifier {
     fn evidence_unit(&self) -> &'static str {
         "sentence"
     }
+
+    fn labels(&self) -> &[String] {
+        HanClassifier::labels(self)
+    }
 }
 
 /// A HAN's prediction, with every sentence read and its words.

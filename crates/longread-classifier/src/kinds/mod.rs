@@ -17,6 +17,7 @@ use std::path::Path;
 use candle_core::Tensor;
 use longread_model::batching::UnitKey;
 use longread_model::error::{ModelError, Result};
+use longread_model::hierarchical::{TaskSpec, DEFAULT_TASK};
 use longread_text::ChunkedDocument;
 
 use crate::{DocError, DocResult};
@@ -68,6 +69,16 @@ impl PreparedDocument {
 #[derive(Debug)]
 pub struct UnitOutput(pub(crate) Output);
 
+impl UnitOutput {
+    /// An encoder chunk's vector, `[hidden]` (another model's output is a mismatch).
+    pub(crate) fn vector(&self) -> Result<&Tensor> {
+        match &self.0 {
+            Output::Vector(v) => Ok(v),
+            Output::Done(_) => Err(mismatch()),
+        }
+    }
+}
+
 /// The output of one unit.
 #[derive(Debug)]
 pub(crate) enum Output {
@@ -79,6 +90,9 @@ pub(crate) enum Output {
 
 /// One kind of document model (see the module).
 pub(crate) trait DocumentModel: Send + Sync {
+    /// Every task it predicts, the primary one first (one for all but multi-task models).
+    fn tasks(&self) -> &[TaskSpec];
+
     /// `text` prepared into units; a text this model cannot read is a [`DocError`].
     fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError>;
 
@@ -128,6 +142,11 @@ pub(crate) trait DocumentModel: Send + Sync {
     fn chunk_layout(&self) -> Option<(usize, usize)> {
         None
     }
+}
+
+/// The one task of a model that predicts `labels` only.
+pub(crate) fn single_task(labels: Vec<String>) -> Vec<TaskSpec> {
+    vec![TaskSpec { name: DEFAULT_TASK.into(), column: DEFAULT_TASK.into(), labels }]
 }
 
 /// A prepared document or output from another model.

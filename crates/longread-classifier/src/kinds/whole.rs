@@ -3,8 +3,9 @@
 
 use longread_model::batching::UnitKey;
 use longread_model::error::Result;
+use longread_model::hierarchical::TaskSpec;
 
-use super::{mismatch, DocumentModel, Output, Prepared, PreparedDocument, UnitOutput};
+use super::{mismatch, single_task, DocumentModel, Output, Prepared, PreparedDocument, UnitOutput};
 use crate::{DocError, DocResult, HAN_BATCH};
 
 /// Scores whole texts.
@@ -14,11 +15,16 @@ pub(crate) trait TextScorer: Send + Sync {
 
     /// What its predictions' evidence is made of.
     fn evidence_unit(&self) -> &'static str;
+
+    /// Its labels, in id order.
+    fn labels(&self) -> &[String];
 }
 
 /// A [`TextScorer`] as a [`DocumentModel`].
 pub(crate) struct WholeText<S> {
     scorer: S,
+    /// Its one task.
+    tasks: Vec<TaskSpec>,
     /// A unit's cost: [`HAN_BATCH`] of them fill the batch budget.
     unit_cost: usize,
 }
@@ -26,11 +32,16 @@ pub(crate) struct WholeText<S> {
 impl<S: TextScorer> WholeText<S> {
     /// `scorer` batched [`HAN_BATCH`] texts to `max_batch_tokens`.
     pub(crate) fn new(scorer: S, max_batch_tokens: usize) -> Self {
-        Self { scorer, unit_cost: max_batch_tokens.div_ceil(HAN_BATCH) }
+        let tasks = single_task(scorer.labels().to_vec());
+        Self { scorer, tasks, unit_cost: max_batch_tokens.div_ceil(HAN_BATCH) }
     }
 }
 
 impl<S: TextScorer> DocumentModel for WholeText<S> {
+    fn tasks(&self) -> &[TaskSpec] {
+        &self.tasks
+    }
+
     /// The text as it is: the scorer says why one cannot be classified.
     fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
         Ok(PreparedDocument::new(Prepared::Whole(text.to_owned())))

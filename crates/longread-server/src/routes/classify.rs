@@ -122,7 +122,7 @@ fn ranked(p: &Prediction, raw: bool) -> Vec<LabelScore> {
 /// Checks, tokenizes and classifies the texts of `inputs` through the queue; the first
 /// document that cannot be classified fails the request with 422 naming it.
 pub(crate) async fn classify_inputs(state: &Arc<AppState>, inputs: &Inputs) -> Result<Vec<Prediction>, ApiError> {
-    let loaded = state.loaded()?;
+    state.loaded()?;
     let cfg = &state.config;
     let texts: Vec<String> = inputs
         .texts("inputs", cfg.max_client_batch_size, cfg.max_input_chars)?
@@ -132,30 +132,45 @@ pub(crate) async fn classify_inputs(state: &Arc<AppState>, inputs: &Inputs) -> R
     let _in_flight = state.admit(texts.iter().map(String::len).sum())?;
 
     let started = Instant::now();
-    let classifier = Arc::clone(&loaded.classifier);
-    let prepared = tokio::task::spawn_blocking(move || texts.iter().map(|t| classifier.prepare(t)).collect::<Vec<_>>())
-        .await
-        .map_err(|e| ApiError::backend(format!("tokenizing: {e}")))?;
-    state.metrics.tokenize_seconds.observe(started.elapsed().as_secs_f64());
+    // Tokenizing, and submitting (which reads the vector cache and scores a document it holds
+    // whole), run off the async threads. Nothing is submitted unless every text tokenized.
+    let names: Vec<String> = (0..texts.len()).map(|i| inputs.name("inputs", i)).collect();
+    let app = Arc::clone(state);
+    let (waiting, tokenized) = tokio::task::spawn_blocking(move || {
+        let loaded = app.loaded()?;
+        let prepared = texts.iter().map(|t| loaded.classifier.prepare(t)).collect::<Vec<_>>();
+        let tokenized = started.elapsed();
+        let prepared = prepared
+            .into_iter()
+            .zip(&names)
+            .map(|(doc, name)| doc.map_err(|e| ApiError::tokenizer(format!("{name}: {}", e.message))))
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        let waiting = prepared
+            .into_iter()
+            .map(|doc| {
+                let (units, tokens) = (doc.units(), doc.tokens());
+                let (tx, rx) = oneshot::channel();
+                // Dropped with the request's future: a client that disconnects cancels what is
+                // left of its documents.
+                let guard = loaded.queue.submit(doc, move |outcome, timings| {
+                    let _ = tx.send((outcome, timings));
+                });
+                (rx, units, tokens, guard)
+            })
+            .collect::<Vec<_>>();
+        Ok((waiting, tokenized))
+    })
+    .await
+    .map_err(|e| ApiError::backend(format!("tokenizing: {e}")))??;
+    state.metrics.tokenize_seconds.observe(tokenized.as_secs_f64());
 
-    let mut waiting = Vec::with_capacity(prepared.len());
-    // Dropped with this future: a client that disconnects cancels what is left of its documents.
-    let mut guards = Vec::with_capacity(prepared.len());
-    for (i, doc) in prepared.into_iter().enumerate() {
-        let doc = doc.map_err(|e| ApiError::tokenizer(format!("{}: {}", inputs.name("inputs", i), e.message)))?;
-        let (units, tokens) = (doc.units(), doc.tokens());
-        let (tx, rx) = oneshot::channel();
-        guards.push(loaded.queue.submit(doc, move |outcome, timings| {
-            let _ = tx.send((outcome, timings));
-        }));
-        waiting.push((rx, units, tokens));
-    }
     let mut predictions = Vec::with_capacity(waiting.len());
     // Past --max-queue-time the request is answered 503 and, as its guards drop, its documents
     // leave the queue.
     let limit = cfg.max_queue_time;
     let deadline = (!limit.is_zero()).then(|| tokio::time::Instant::from(started) + limit);
-    for (i, (rx, units, tokens)) in waiting.into_iter().enumerate() {
+    // A document's guard lives until its answer is in.
+    for (i, (rx, units, tokens, _guard)) in waiting.into_iter().enumerate() {
         let answer = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, rx).await {
                 Ok(answer) => answer,
@@ -173,6 +188,5 @@ pub(crate) async fn classify_inputs(state: &Arc<AppState>, inputs: &Inputs) -> R
         state.metrics.document(&timings, units, tokens);
         predictions.push(prediction);
     }
-    drop(guards);
     Ok(predictions)
 }

@@ -18,8 +18,9 @@ use crate::run::spec::TrainSpec;
 /// `char_ngrams="2-5"`).
 pub type Settings = serde_json::Map<String, Value>;
 
-/// The command-line form of `settings` (in their order).
-fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
+/// The command-line form of `settings` (in their order); `train --config FILE.toml` reads its
+/// file through it too.
+pub fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
     let mut flags = Vec::new();
     for (key, value) in settings {
         let flag = format!("--{}", key.replace('_', "-"));
