@@ -96,7 +96,7 @@ mod tests {
         let path = dir.path().join("t.toml");
         std::fs::write(&path, "lr = { a = 1 }\n").unwrap();
         let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path).unwrap_err();
-        assert!(format!("{err:#}").contains("lr: give a string, number, boolean or a list of them"), "{err:#}");
+        assert!(format!("{err:#}").contains("`lr` must be a string, number, boolean or a list of them"), "{err:#}");
         std::fs::write(&path, "task = [\"a=x\", \"b=y\"]\n").unwrap();
         let out: Vec<String> = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path)
             .unwrap()

@@ -354,7 +354,7 @@ fn flags_come_from_a_toml_file_and_the_command_line_wins() {
     let bad = tmp.path().join("bad.toml");
     std::fs::write(&bad, "epochs = { n = 1 }\n").unwrap();
     let o = train(&fixture("hier/bert-mean"), &data, &tmp.path().join("o2"), &["--config", bad.to_str().unwrap()]);
-    assert_clean_failure(&o, "`epochs` must be a string, number, boolean or an array of them");
+    assert_clean_failure(&o, "`epochs` must be a string, number, boolean or a list of them");
     // The file may hold the required flags too.
     let whole = tmp.path().join("whole.toml");
     let (model, out3) = (fixture("hier/bert-mean"), tmp.path().join("o3"));

@@ -35,7 +35,7 @@ pub fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
                 Value::String(s) => flags.extend([flag.clone(), s.clone()]),
                 Value::Number(n) => flags.extend([flag.clone(), n.to_string()]),
                 Value::Array(_) | Value::Object(_) => {
-                    return Err(format!("{key}: give a string, number, boolean or a list of them"))
+                    return Err(format!("`{key}` must be a string, number, boolean or a list of them"))
                 }
             }
         }
@@ -164,7 +164,7 @@ mod tests {
         let given = |id: &str| spec.given.iter().any(|g| g == id);
         assert!(given("lr") && given("freeze_base") && !given("no_cache") && !given("head_lr"));
         let nested: Settings = serde_json::from_str(r#"{"train": "t", "out": "m", "lr": {"a": 1}}"#).unwrap();
-        assert!(spec_from_settings(&nested).unwrap_err().contains("lr: give a string, number"));
+        assert!(spec_from_settings(&nested).unwrap_err().contains("`lr` must be a string, number"));
         let unknown: Settings = serde_json::from_str(r#"{"train": "t", "out": "m", "lrr": 1}"#).unwrap();
         assert!(spec_from_settings(&unknown).unwrap_err().contains("--lrr"));
     }
