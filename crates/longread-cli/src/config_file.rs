@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use longread_train::run::flags::{settings_as_flags, Settings};
 
 /// Expands `--config FILE` of the `train` subcommand into flags placed right after the
@@ -43,6 +43,17 @@ pub fn expand(args: Vec<OsString>, config: &Path) -> Result<Vec<OsString>> {
 /// ([`settings_as_flags`]).
 fn flags_from_toml(path: &Path) -> Result<Vec<OsString>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+    let table: toml::Table = toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
+    // JSON has no NaN or infinity: such a value would arrive as null, a setting left out.
+    for (key, value) in &table {
+        let floats = match value {
+            toml::Value::Array(items) => items.iter().filter_map(toml::Value::as_float).collect(),
+            one => one.as_float().into_iter().collect::<Vec<_>>(),
+        };
+        if let Some(f) = floats.into_iter().find(|f| !f.is_finite()) {
+            bail!("{}: `{key}` = {f} is not a finite number", path.display());
+        }
+    }
     let settings: Settings = toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
     let flags = settings_as_flags(&settings).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     Ok(flags.into_iter().map(OsString::from).collect())
@@ -104,6 +115,11 @@ mod tests {
             .map(|s| s.into_string().unwrap())
             .collect();
         assert_eq!(out[2..], ["--task", "a=x", "--task", "b=y"], "an array repeats the flag");
+        for bad in ["lr = nan\n", "lr = [1.0, inf]\n"] {
+            std::fs::write(&path, bad).unwrap();
+            let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path).unwrap_err();
+            assert!(format!("{err:#}").contains("`lr` = ") && format!("{err:#}").contains("not a finite number"));
+        }
         std::fs::write(&path, "lr = \n").unwrap();
         let err = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path).unwrap_err();
         assert!(format!("{err:#}").contains("invalid TOML"));
