@@ -54,7 +54,7 @@ fn flags_from_toml(path: &Path) -> Result<Vec<OsString>> {
             bail!("{}: `{key}` = {f} is not a finite number", path.display());
         }
     }
-    let settings: Settings = toml::from_str(&text).with_context(|| format!("{}: invalid TOML", path.display()))?;
+    let settings: Settings = toml::Value::Table(table).try_into()?;
     let flags = settings_as_flags(&settings).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     Ok(flags.into_iter().map(OsString::from).collect())
 }
