@@ -1,7 +1,7 @@
 """Type stubs of longread's native module."""
 
 from os import PathLike
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -147,6 +147,7 @@ def pretrain(
     threads: Optional[int] = None,
     quiet: bool = False,
     device: str = "auto",
+    on_evaluation: Optional[Callable[[dict[str, Any]], object]] = None,
     **flags: Any,
 ) -> dict[str, Any]:
     """`longread pretrain`: MLM pretraining with dynamic masking, of a new RoBERTa
@@ -155,7 +156,8 @@ def pretrain(
     (`max_steps=2000`, `resume="auto"`).
     Progress and an evaluation line per `eval_every` steps go to stderr unless `quiet`;
     Ctrl-C stops at the next evaluation (checkpoint saved) and raises KeyboardInterrupt.
-    Returns {"out", "evaluations", "stopped_for_resume"}."""
+    `on_evaluation` is called with each evaluation's dict; an exception it raises stops the
+    run the same way. Returns {"out", "evaluations", "stopped_for_resume"}."""
 
 def train(
     train: Union[str, PathLike[str]],
@@ -163,6 +165,7 @@ def train(
     threads: Optional[int] = None,
     quiet: bool = False,
     device: str = "auto",
+    on_epoch: Optional[Callable[[dict[str, Any]], object]] = None,
     **flags: Any,
 ) -> dict[str, Any]:
     """`longread train --train TRAIN --out OUT ...`: every flag of `longread train --help` as a
@@ -171,6 +174,8 @@ def train(
     repeats the flag. Notes, a progress line at most every 10 s (step, loss, time left) and
     a line per epoch go to stderr unless `quiet`. Ctrl-C
     stops the run after the step in progress, saves a checkpoint and raises
-    KeyboardInterrupt; the same call with `resume="auto"` continues it.
+    KeyboardInterrupt; the same call with `resume="auto"` continues it. `on_epoch` is called
+    after every epoch with that epoch's dict (as in "epochs"); an exception it raises stops
+    the run the same way (checkpoint saved, the exception raised).
     Returns {"out", "epochs", "best_epoch", "kept_epoch", "stopped_for_resume", "bow", "cv"};
     raises LongreadError with the command line's message for flags it refuses."""

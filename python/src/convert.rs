@@ -83,6 +83,17 @@ pub(crate) fn type_name(item: &Bound<'_, PyAny>) -> String {
     item.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "an object".into())
 }
 
+/// `value` when it is None or callable; else a TypeError naming the keyword `name`.
+pub(crate) fn callback(name: &str, value: Option<PyObject>, py: Python<'_>) -> PyResult<Option<PyObject>> {
+    match value {
+        Some(f) if !f.bind(py).is_callable() => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{name} must be callable (it is called with a dict), not {}",
+            type_name(f.bind(py))
+        ))),
+        value => Ok(value),
+    }
+}
+
 /// `json.loads(text)`.
 pub(crate) fn from_json(py: Python<'_>, text: &str) -> PyResult<PyObject> {
     Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())

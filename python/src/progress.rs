@@ -1,5 +1,6 @@
 //! What a training run started from Python reports: notes, a progress line at most every
-//! 10 s, a line per epoch or evaluation; Python's signal handlers run between steps.
+//! 10 s, a line per epoch or evaluation; Python's signal handlers run between steps, and the
+//! caller's callback after each epoch or evaluation.
 
 use pyo3::prelude::*;
 
@@ -8,8 +9,12 @@ use pyo3::prelude::*;
 /// stderr (nothing when `quiet`); the summary and OUT's metrics files hold the rest. At every
 /// report it lets Python handle pending signals: a Ctrl-C (KeyboardInterrupt) asks the run to
 /// stop after the step in progress and save a checkpoint, then is raised when the run returns.
+/// After each epoch (or pretraining evaluation) it calls the caller's `callback` with that
+/// epoch's dict; an exception the callback raises stops the run the same way.
 pub(crate) struct Lines {
     pub(crate) quiet: bool,
+    /// `on_epoch` / `on_evaluation`: called with each epoch's (evaluation's) dict.
+    pub(crate) callback: Option<PyObject>,
     /// The exception Python's signal handlers raised, which stopped the run.
     pub(crate) interrupted: Option<PyErr>,
     /// When the last progress line was printed.
@@ -55,13 +60,34 @@ impl Lines {
             return;
         }
         if let Err(signal) = Python::with_gil(|py| py.check_signals()) {
-            self.interrupted = Some(signal);
-            longread_train::interrupt::request_stop();
-            if !self.quiet {
-                eprintln!(
-                    "interrupted: stopping at the next step boundary (pretraining: evaluation) and saving a checkpoint"
-                );
+            self.stop_for(signal);
+        }
+    }
+
+    /// Calls the caller's callback with `log` as a dict (then runs the signal handlers); the
+    /// first exception either raises stops the run.
+    fn call_back(&mut self, log: serde_json::Result<serde_json::Value>) {
+        if let (Some(callback), None) = (&self.callback, &self.interrupted) {
+            let json = log.map(|log| log.to_string()).unwrap_or_default();
+            let called = Python::with_gil(|py| {
+                crate::convert::from_json(py, &json).and_then(|dict| callback.call1(py, (dict,)))
+            });
+            if let Err(raised) = called {
+                self.stop_for(raised);
             }
+        }
+        self.poll_signals();
+    }
+
+    /// Asks the run to stop at the next step boundary and save a checkpoint; `raised` is
+    /// raised when it returns.
+    fn stop_for(&mut self, raised: PyErr) {
+        self.interrupted = Some(raised);
+        longread_train::interrupt::request_stop();
+        if !self.quiet {
+            eprintln!(
+                "interrupted: stopping at the next step boundary (pretraining: evaluation) and saving a checkpoint"
+            );
         }
     }
 }
@@ -103,7 +129,7 @@ impl longread_train::run::RunHooks for Lines {
                 log.epoch, log.train_loss, log.dev_loss, log.dev.macro_f1, log.seconds
             );
         }
-        self.poll_signals();
+        self.call_back(serde_json::to_value(log));
     }
     fn note(&mut self, line: &str) {
         if !self.quiet {
@@ -119,6 +145,6 @@ impl longread_train::run::RunHooks for Lines {
                 log.step, log.train_loss, log.eval_loss, log.perplexity, log.tokens_per_second
             );
         }
-        self.poll_signals();
+        self.call_back(serde_json::to_value(log));
     }
 }

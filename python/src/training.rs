@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 use serde_json::Value;
 
-use crate::convert::{from_json, parse_device, set_threads};
+use crate::convert::{callback, from_json, parse_device, set_threads};
 use crate::progress::Lines;
 use crate::{LongreadError, ModelLoadError};
 
@@ -104,13 +104,15 @@ pub(crate) fn init(
 /// files in OUT); set-up notes, a progress line at most every 10 s (step, loss, time left) and
 /// a line per epoch go to stderr unless `quiet`. Ctrl-C (KeyboardInterrupt) stops the run
 /// after the step in progress and saves a checkpoint there before it is raised: the same call
-/// with `resume="auto"` continues the run. Returns {"out", "epochs" (one dict per epoch run),
+/// with `resume="auto"` continues the run. `on_epoch`, a callable, is called after every epoch
+/// with that epoch's dict (as in "epochs"); an exception it raises stops the run the same way
+/// (checkpoint saved, the exception raised). Returns {"out", "epochs" (one dict per epoch run),
 /// "best_epoch", "kept_epoch" (the model in OUT: the best, or the last with keep="last"),
 /// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
 /// run's folds)}. `device` as for `Classifier`: where the encoder trains (the HAN and the bag
 /// of words train on the CPU).
 #[pyfunction]
-#[pyo3(signature = (train, out, threads=None, quiet=false, device="auto", **flags))]
+#[pyo3(signature = (train, out, threads=None, quiet=false, device="auto", on_epoch=None, **flags))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn train(
     py: Python<'_>,
@@ -119,6 +121,7 @@ pub(crate) fn train(
     threads: Option<usize>,
     quiet: bool,
     device: &str,
+    on_epoch: Option<PyObject>,
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
@@ -127,7 +130,8 @@ pub(crate) fn train(
     settings.insert("out".into(), path_value(&out));
     let mut spec = longread_train::run::flags::spec_from_settings(&settings).map_err(LongreadError::new_err)?;
     spec.device = parse_device(device)?;
-    run_interruptibly(py, quiet, move |hooks| {
+    let on_epoch = callback("on_epoch", on_epoch, py)?;
+    run_interruptibly(py, quiet, on_epoch, move |hooks| {
         let summary = longread_train::run::train_run(&mut spec, serde_json::Map::new(), hooks)?;
         Ok(serde_json::json!({
             "out": spec.out,
@@ -194,10 +198,11 @@ pub(crate) fn new_encoder(
 /// flag of `longread pretrain --help` as a keyword (`max_steps=2000`, `eval_every=200`,
 /// `resume="auto"`). An evaluation line per --eval-every steps goes to stderr unless `quiet`;
 /// Ctrl-C stops at the next evaluation (where a checkpoint is saved) and raises
-/// KeyboardInterrupt. Returns {"out", "evaluations" (one dict each), "stopped_for_resume"}.
-/// `device` as for `train`.
+/// KeyboardInterrupt; `on_evaluation`, a callable, is called with each evaluation's dict, and
+/// an exception it raises stops the run the same way. Returns {"out", "evaluations" (one dict
+/// each), "stopped_for_resume"}. `device` as for `train`.
 #[pyfunction]
-#[pyo3(signature = (corpus, tokenizer, out, threads=None, quiet=false, device="auto", **flags))]
+#[pyo3(signature = (corpus, tokenizer, out, threads=None, quiet=false, device="auto", on_evaluation=None, **flags))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pretrain(
     py: Python<'_>,
@@ -207,6 +212,7 @@ pub(crate) fn pretrain(
     threads: Option<usize>,
     quiet: bool,
     device: &str,
+    on_evaluation: Option<PyObject>,
     flags: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyObject> {
     set_threads(threads)?;
@@ -219,7 +225,8 @@ pub(crate) fn pretrain(
     let mut spec =
         longread_train::run::flags::pretrain_spec_from_settings(&settings).map_err(LongreadError::new_err)?;
     spec.device = parse_device(device)?;
-    run_interruptibly(py, quiet, |hooks| {
+    let on_evaluation = callback("on_evaluation", on_evaluation, py)?;
+    run_interruptibly(py, quiet, on_evaluation, |hooks| {
         let summary = longread_train::run::pretrain_run(&spec, serde_json::Map::new(), hooks)?;
         Ok(serde_json::json!({
             "out": spec.out,
@@ -229,17 +236,19 @@ pub(crate) fn pretrain(
     })
 }
 
-/// Runs a training `run` without the GIL, with [`Lines`] as its hooks (a Ctrl-C asks it to
-/// stop cleanly); returns its JSON summary, or its error: after a Ctrl-C, the
-/// KeyboardInterrupt (with the message that says how to resume on stderr).
+/// Runs a training `run` without the GIL, with [`Lines`] as its hooks (a Ctrl-C, or an
+/// exception from `callback`, asks it to stop cleanly); returns its JSON summary, or its
+/// error: after a Ctrl-C, the KeyboardInterrupt (with the message that says how to resume on
+/// stderr), or the callback's exception.
 pub(crate) fn run_interruptibly(
     py: Python<'_>,
     quiet: bool,
+    callback: Option<PyObject>,
     run: impl FnOnce(&mut Lines) -> Result<serde_json::Value, longread_train::TrainError> + Send,
 ) -> PyResult<PyObject> {
     longread_train::interrupt::clear_stop();
     let (run, interrupted) = py.allow_threads(|| {
-        let mut hooks = Lines { quiet, interrupted: None, last_line: None, first_step: None };
+        let mut hooks = Lines { quiet, callback, interrupted: None, last_line: None, first_step: None };
         let result = run(&mut hooks).map(|json| json.to_string());
         (result, hooks.interrupted)
     });

@@ -316,20 +316,25 @@ def test_train_ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model(tmp_path
     longread.train(train, tmp_path / "full", **flags)
 
     metrics = tmp_path / "part" / "metrics.jsonl"
+    seen = []
 
-    def press_ctrl_c():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.02)
+    def press_ctrl_c_soon_after_epoch_2(epoch):
+        # Ctrl-C while the run is in Rust (Python's handler runs when the run polls for signals),
+        # at a point the test controls: a timer armed after epoch 2 fires 1 ms later, whatever the
+        # machine's load, while 78 epochs remain (a thread watching the metrics file could miss a
+        # run this short on a busy machine).
+        seen.append(epoch["epoch"])
+        if epoch["epoch"] == 2:
+            signal.signal(signal.SIGALRM, signal.default_int_handler)
+            signal.setitimer(signal.ITIMER_REAL, 0.001)
 
-    presser = threading.Thread(target=press_ctrl_c)
-    presser.start()
-    with pytest.raises(KeyboardInterrupt):
-        longread.train(train, tmp_path / "part", **flags)
-    presser.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            longread.train(train, tmp_path / "part", on_epoch=press_ctrl_c_soon_after_epoch_2, **flags)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert seen[:2] == [1, 2], seen
     assert (tmp_path / "part" / "checkpoint-last").exists()
     assert len(metrics.read_text().splitlines()) < 80, "stopped early"
     summary = longread.train(train, tmp_path / "part", resume="auto", **{**flags, "quiet": False})
@@ -341,6 +346,35 @@ def test_train_ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model(tmp_path
     assert steps, "progress lines"
     done, total = steps[-1].split(":")[0].split()[1].split("/")
     assert done == total and "s left" in steps[-1], steps[-1]
+
+
+def test_train_on_epoch_sees_every_epoch_and_its_exception_stops_the_run_resumably(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    init = tmp_path / "init"
+    longread.init(os.path.join(FIXTURES, "tiny-bert"), ["rain", "prices"], init, chunk_size=16, stride=4,
+                  attention_hidden_size=8, seed=1)
+    flags = dict(model=str(init), epochs=4, batch_size=2, seed=1, quiet=True)
+    seen = []
+    summary = longread.train(train, tmp_path / "full", on_epoch=seen.append, **flags)
+    assert seen == summary["epochs"] and [e["epoch"] for e in seen] == [1, 2, 3, 4]
+
+    class Plateau(Exception):
+        pass
+
+    def stop_at_3(epoch):
+        if epoch["epoch"] == 3:
+            raise Plateau(f"dev loss {epoch['dev_loss']:.3f}")
+
+    with pytest.raises(Plateau, match="dev loss"):
+        longread.train(train, tmp_path / "part", on_epoch=stop_at_3, **flags)
+    assert (tmp_path / "part" / "checkpoint-last").exists() and (tmp_path / "part" / "model.safetensors").exists()
+    longread.train(train, tmp_path / "part", resume="auto", **flags)
+    weights = [(tmp_path / d / "model.safetensors").read_bytes() for d in ("full", "part")]
+    assert weights[0] == weights[1], "stopped by the callback + resumed differs from the uninterrupted run"
+
+    with pytest.raises(TypeError, match="on_epoch must be callable"):
+        longread.train(train, tmp_path / "never", on_epoch="print", **flags)
+    assert not (tmp_path / "never").exists()
 
 
 def test_the_roberta_kit_makes_what_the_cli_makes(tmp_path, capfd):
@@ -361,8 +395,10 @@ def test_the_roberta_kit_makes_what_the_cli_makes(tmp_path, capfd):
         assert (tmp_path / "enc-py" / name).read_bytes() == (tmp_path / "enc-cli" / name).read_bytes(), name
 
     flags = dict(preset="tiny", max_steps=6, eval_every=3, batch_size=4, seq_len=48, seed=1)
-    summary = longread.pretrain(corpus, tmp_path / "tok-py", tmp_path / "mlm", **flags)
+    seen = []
+    summary = longread.pretrain(corpus, tmp_path / "tok-py", tmp_path / "mlm", on_evaluation=seen.append, **flags)
     assert [e["step"] for e in summary["evaluations"]] == [3, 6] and not summary["stopped_for_resume"]
+    assert seen == summary["evaluations"]
     assert all(e["perplexity"] > 1 for e in summary["evaluations"])
     assert "perplexity" in capfd.readouterr().err
     cli = run_cli("pretrain", "--corpus", corpus, "--tokenizer", str(tmp_path / "tok-py"), "--out",
