@@ -5,7 +5,7 @@
 #   scripts/build_cuda.sh            # the binary
 #   scripts/build_cuda.sh --tests    # also the GPU tests' executables (cuda, cuda_train: gpu_check.sh)
 #   scripts/build_cuda.sh --python   # the Python package with `cuda` as a wheel in target-cuda/wheels
-#   scripts/build_cuda.sh --check    # `cargo check` of the feature only (CI)
+#   scripts/build_cuda.sh --check    # `cargo check` of the feature only: workspace, GPU tests, Python package (CI)
 # Env: CUDA_VENV (default .venv-cuda) where the compiler is installed; CUDA_COMPUTE_CAP (default
 # 90: H100/H200).
 set -euo pipefail
@@ -27,7 +27,13 @@ export PATH="$cuda_root/bin:$PATH" CUDA_ROOT="$cuda_root" CUDA_PATH="$cuda_root"
 export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 mode="${1:-}"
 case "$mode" in
-  --check) exec cargo check --workspace --locked --features longread-cli/cuda --target-dir target-cuda ;;
+  --check)
+    # Everything behind the feature: the workspace, the GPU test executables (run only on a GPU
+    # machine, so nothing else would notice them rot) and the Python package.
+    cargo check --workspace --locked --features longread-cli/cuda --target-dir target-cuda
+    cargo check --locked -p longread-classifier --features cuda --target-dir target-cuda --test cuda
+    cargo check --locked -p longread-train --features cuda,clap --target-dir target-cuda --test cuda_train
+    exec cargo check --locked --manifest-path python/Cargo.toml --features cuda --target-dir target-cuda ;;
   --python)
     "$venv/bin/pip" install -q "maturin>=1.5,<2"
     exec "$venv/bin/maturin" build --release --features cuda -m python/Cargo.toml --target-dir target-cuda \

@@ -7,13 +7,15 @@
 #   scripts/build_cuda.sh --tests && scripts/gpu_pack.sh     # fills gpu-run/ (git-ignored)
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
-# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train serve"):
+# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train pretrain serve"):
 #   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json)
 #   train-profile  one training step in parts (bench/train-profile-<card>.jsonl)
+#   pretrain MLM pretraining steps, small preset, 8 x 512, bf16: longread vs PyTorch's
+#            RobertaForMaskedLM (bench/results-gpu-<card>-pretrain.json, `pretrain_bf16_ratio`)
 #   serve    serve at concurrency 32 vs predict, GPU memory over a soak (bench/results-gpu-<card>-serve.json)
 # Needs: gpu-run/longread.xz, gpu-run/cuda-tests.xz and gpu-run/cuda-train-tests.xz, python3 with torch + transformers
 # (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND), found
@@ -26,7 +28,7 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
-parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train serve} "
+parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train pretrain serve} "
 part() { case "$parts" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for f in longread.xz cuda-tests.xz cuda-train-tests.xz; do
   [ -f "$run/$f" ] || fail "missing gpu-run/$f: build and pack on a CPU machine first (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh)"
@@ -179,6 +181,31 @@ if part train-profile; then
       --shape 4x20 --precision bf16 --max-batch-tokens "$tokens" | tee -a "$work/train-profile.jsonl" || true
   done
   mkdir -p bench && cp "$work/train-profile.jsonl" "bench/train-profile-$slug.jsonl"
+fi
+if part pretrain; then
+  echo "== MLM pretraining: longread vs PyTorch (small preset, 8 sequences x 512 tokens, bf16)"
+  # The corpus: this repository's own prose (README, BENCHMARKS, docs), paragraphs as texts.
+  ${PYTHON:-python3} - "$work/prose.jsonl" <<'PY'
+import glob, json, sys
+with open(sys.argv[1], "w") as out:
+    for path in ["README.md", "BENCHMARKS.md"] + sorted(glob.glob("docs/*.md")):
+        for para in open(path, encoding="utf-8").read().split("\n\n"):
+            if len(para.split()) >= 20:
+                out.write(json.dumps({"text": para}) + "\n")
+PY
+  mkdir -p bench
+  timeout 240 ${PYTHON:-python3} scripts/bench_pretrain.py --device cuda --precision bf16 --binary "$lr" \
+    --corpus "$work/prose.jsonl" --docs 100000 --presets small --batch-size 8 --seq-len 512 --steps 20 --repeats 2 \
+    --json-out "$work/pretrain.json" || echo "pretrain bench failed or timed out" >&2
+  [ -f "$work/pretrain.json" ] && ${PYTHON:-python3} - "$work/pretrain.json" "bench/results-gpu-$slug-pretrain.json" <<'PY'
+import json, sys
+result = json.load(open(sys.argv[1]))
+row = next((r for r in result["rows"] if r["preset"] == "small"), None)
+result["pretrain_bf16_ratio"] = round(row["longread_median"] / row["pytorch_median"], 3) if row else None
+json.dump(result, open(sys.argv[2], "w"), indent=1)
+print("pretrain_bf16_ratio (longread tokens/s / PyTorch tokens/s):", result["pretrain_bf16_ratio"])
+PY
+  true
 fi
 if part serve; then
   echo "== serve at concurrency 32 vs predict (roberta-base shape, bf16)"
