@@ -74,7 +74,9 @@ def evaluate(
     max_batch_tokens: Optional[int] = None,
     device: str = "auto",
 ) -> dict[str, Any]:
-    """`longread eval` on one model: {"documents", "tasks": [{"name", "labels", "report"}]}."""
+    """`longread eval` on one model: {"documents", "tasks": [{"name", "labels", "report"}]}; a
+    report holds "constant_prediction" (the label) when the model predicted one label for every
+    document while the gold labels vary."""
 
 def compare(
     models: Sequence[Union[str, PathLike[str]]],

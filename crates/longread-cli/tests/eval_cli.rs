@@ -55,6 +55,42 @@ fn eval_metrics_agree_with_predict_output() {
 }
 
 #[test]
+fn a_model_that_predicts_one_label_for_every_document_gets_a_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One text three times with three gold labels: whatever the model predicts, it is the same.
+    let text = std::fs::read_to_string(fixture("hier/documents.jsonl")).unwrap().lines().next().unwrap().to_string();
+    let data: String = ["general", "teen", "mature"]
+        .iter()
+        .map(|g| {
+            let mut v: Value = serde_json::from_str(&text).unwrap();
+            v["label"] = (*g).into();
+            v.to_string() + "\n"
+        })
+        .collect();
+    let path = tmp.path().join("same.jsonl");
+    std::fs::write(&path, data).unwrap();
+    let model = fixture("hier/bert-mean");
+    let (model, path) = (model.to_str().unwrap(), path.to_str().unwrap());
+    for args in [
+        vec!["eval", "--model", model, "--data", path, "--json"],
+        vec!["eval", "--model", model, "--model", model, "--data", path],
+    ] {
+        let out = longread(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let notes = stderr.lines().filter(|l| l.starts_with("note: ") && l.contains("for all 3 documents")).count();
+        assert_eq!(notes, args.iter().filter(|a| **a == "--model").count(), "one note per model: {stderr}");
+    }
+    // Documents it tells apart (labelled_documents: four texts) get no such note unless it collapsed.
+    let varied = labelled_documents(tmp.path());
+    let out = longread(&["eval", "--model", model, "--data", varied.to_str().unwrap(), "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let predicted_labels =
+        (0..3).filter(|&c| report["confusion_matrix"].as_array().unwrap().iter().any(|r| r[c] != 0)).count();
+    assert_eq!(String::from_utf8_lossy(&out.stderr).contains("note: "), predicted_labels == 1);
+}
+
+#[test]
 fn unknown_labels_name_the_line_and_the_model_labels() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("dev.jsonl");

@@ -74,6 +74,11 @@ pub struct Report {
     pub labels: Vec<String>,
     /// Number of examples.
     pub examples: usize,
+    /// The one label predicted for every example while the gold labels hold more than one: a
+    /// model that has collapsed to a constant (its macro-F1 is the floor), worth a note
+    /// wherever its report is shown. Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub constant_prediction: Option<String>,
 }
 
 /// Computes every metric. `labels` names the classes; `truth` and `predicted` are indices.
@@ -106,6 +111,12 @@ pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Resu
         .collect();
     let macro_mean = |f: fn(&ClassMetrics) -> f64| present.iter().map(|m| f(m)).sum::<f64>() / present.len() as f64;
     let correct: usize = (0..labels.len()).map(|c| cm.counts[c][c]).sum();
+    let predicted_labels: Vec<usize> = (0..labels.len()).filter(|&c| cm.counts.iter().any(|row| row[c] > 0)).collect();
+    let gold_labels = per_class.iter().filter(|c| c.support > 0).count();
+    let constant_prediction = match predicted_labels[..] {
+        [only] if gold_labels > 1 => Some(labels[only].clone()),
+        _ => None,
+    };
     Ok(Report {
         accuracy: ratio(correct, total),
         macro_f1: macro_mean(|m| m.f1),
@@ -116,6 +127,7 @@ pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Resu
         confusion_matrix: cm.counts,
         labels: labels.to_vec(),
         examples: total,
+        constant_prediction,
     })
 }
 
@@ -157,6 +169,18 @@ mod tests {
 
     fn labels() -> Vec<String> {
         vec!["a".into(), "b".into(), "c".into()]
+    }
+
+    #[test]
+    fn a_constant_prediction_is_named_only_when_the_gold_labels_vary() {
+        let constant = evaluate(&labels(), &[0, 1, 2, 1], &[1, 1, 1, 1]).unwrap();
+        assert_eq!(constant.constant_prediction.as_deref(), Some("b"));
+        assert_eq!(serde_json::to_value(&constant).unwrap()["constant_prediction"], "b");
+        let varied = evaluate(&labels(), &[0, 1, 2, 1], &[1, 1, 0, 1]).unwrap();
+        assert_eq!(varied.constant_prediction, None);
+        assert!(serde_json::to_value(&varied).unwrap().get("constant_prediction").is_none());
+        // One gold label and the model predicting it: right, not collapsed.
+        assert_eq!(evaluate(&labels(), &[2, 2, 2], &[2, 2, 2]).unwrap().constant_prediction, None);
     }
 
     /// Expected values checked with scikit-learn 1.9.1: `confusion_matrix(t, p)` and

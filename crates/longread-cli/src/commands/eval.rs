@@ -57,6 +57,10 @@ pub fn run(args: EvalArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
         return run_comparison(&args, options, quiet);
     }
     let reports = evaluate_file(&args.model[0], &args.data, options, args.vector_cache.as_deref(), quiet)?;
+    for r in &reports {
+        let task = if reports.len() > 1 { format!(" (task {})", r.task.name) } else { String::new() };
+        note_constant(&format!("{}{task}", args.model[0].display()), &r.report, quiet);
+    }
     if args.json {
         let mut value = serde_json::to_value(&reports[0].report)?;
         if reports.len() > 1 {
@@ -108,12 +112,27 @@ fn run_comparison(args: &EvalArgs, options: ClassifierOptions, quiet: bool) -> R
     let bootstrap = Bootstrap::new(args.bootstrap as usize, args.seed).map_err(anyhow::Error::msg)?;
     let comparison = compare(&models, open_input(&args.data)?, &input_name(&args.data), bootstrap, || progress.inc(1))?;
     progress.finish_and_clear();
+    for m in &comparison.models {
+        note_constant(&m.model, &m.report, quiet);
+    }
     if args.json {
         println!("{}", serde_json::to_string(&comparison)?);
     } else {
         print!("{}", comparison_table(&comparison));
     }
     Ok(())
+}
+
+/// A note on stderr when `model` predicted one label for every document: a collapsed model
+/// (or one whose inputs shifted, as a bag of words on another vocabulary) scores the floor.
+fn note_constant(model: &str, report: &longread_metrics::Report, quiet: bool) {
+    if let (Some(label), false) = (&report.constant_prediction, quiet) {
+        eprintln!(
+            "note: {model} predicted `{label}` for all {} documents, so its scores are a constant's; a model \
+             that collapses on new documents only has met inputs unlike its training data (docs/recipes.md)",
+            report.examples
+        );
+    }
 }
 
 /// The comparison for people: a row per model.
