@@ -128,8 +128,8 @@ fn run_comparison(args: &EvalArgs, options: ClassifierOptions, quiet: bool) -> R
 fn note_constant(model: &str, report: &longread_metrics::Report, quiet: bool) {
     if let (Some(label), false) = (&report.constant_prediction, quiet) {
         eprintln!(
-            "note: {model} predicted `{label}` for all {} documents, so its scores are a constant's; a model \
-             that collapses on new documents only has met inputs unlike its training data (docs/recipes.md)",
+            "note: {model} predicted `{label}` for all {} documents (its scores are a constant's); if it did \
+             well on its training data, these documents differ from that data (docs/recipes.md, section 1)",
             report.examples
         );
     }
