@@ -139,6 +139,10 @@ result = {
     "predict_bf16_ratio": round(ours_bf16["docs_per_s"] / torch_bf16["docs_per_s"], 3),
     "predict_f32_ratio": round(ours_f32["docs_per_s"] / torch_f32["docs_per_s"], 3),
     "predict_bf16_docs_per_s": round(ours_bf16["docs_per_s"], 1),
+    # Peak GPU memory of that run (the memory pool's high-water mark over its warm-up and timed
+    # runs), beside PyTorch's max_memory_allocated at its best setting.
+    "predict_bf16_peak_gib": round(ours_bf16["peak_gpu_bytes"] / 2**30, 2) if ours_bf16.get("peak_gpu_bytes") else None,
+    "pytorch_bf16_peak_gib": torch_bf16.get("peak_gib"),
     "pytorch_eager_bf16_docs_per_s": torch_bf16["docs_per_s"],
     "bf16_share_of_gemm_limit": round(ours_bf16["docs_per_s"] / limit, 3) if limit else None,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",

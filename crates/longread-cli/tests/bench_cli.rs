@@ -79,6 +79,7 @@ fn predict_workload_reports_documents_per_second_and_the_device() {
     let seconds = v["seconds"].as_f64().unwrap();
     assert!((v["docs_per_s"].as_f64().unwrap() - 3.0 / seconds).abs() < 1e-6 * (3.0 / seconds), "{v}");
     assert!(v.get("profile").is_none(), "no step times unless LONGREAD_PROFILE is set: {v}");
+    assert!(v["peak_gpu_bytes"].is_null(), "no GPU memory on the CPU: {v}");
     assert_clean_failure(
         &longread(&["bench", "--workload", "predict", "--shape", "3x2"]),
         "--workload predict needs --model",

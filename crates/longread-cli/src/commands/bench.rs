@@ -133,7 +133,9 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
     let Some(dir) = &args.model else { bail!("--workload predict needs --model (a classifier's model directory)") };
     let classifier = Classifier::load(dir, args.encoding.options(device))
         .with_context(|| format!("loading model {}", dir.display()))?;
+    longread_model::device::reset_peak_memory(classifier.device());
     let result = run_predict(&classifier, docs, chunks, args.repeat).context("benchmarking predict")?;
+    let peak_gpu_bytes = longread_model::device::peak_memory_bytes(classifier.device());
     let device = longread_model::device::describe(classifier.device());
     let (chunk_size, _) = classifier.chunk_layout().unwrap_or((0, 0));
     let docs_per_s = docs as f64 / result.seconds;
@@ -149,6 +151,7 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         line["chunk_tokens"] = chunk_size.into();
         line["docs_per_s"] = docs_per_s.into();
         line["tokens_per_s"] = (docs_per_s * (chunks * chunk_size) as f64).into();
+        line["peak_gpu_bytes"] = peak_gpu_bytes.into();
         if longread_model::profile::enabled() {
             let steps: Vec<serde_json::Value> = longread_model::profile::report()
                 .into_iter()
@@ -159,12 +162,13 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         println!("{line}");
     } else {
         println!(
-            "predict {} {docs}x{chunks} chunks of {chunk_size} on {device}, {:?}: {:.3} s (median of {}), {:.1} documents/s",
+            "predict {} {docs}x{chunks} chunks of {chunk_size} on {device}, {:?}: {:.3} s (median of {}), {:.1} documents/s{}",
             dir.display(),
             classifier.precision(),
             result.seconds,
             result.runs.len(),
-            docs_per_s
+            docs_per_s,
+            peak_gpu(peak_gpu_bytes)
         );
     }
     Ok(())
@@ -207,7 +211,7 @@ fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceC
             result.timing.seconds,
             result.timing.runs.len(),
             result.docs_per_s,
-            result.peak_gpu_bytes.map_or(String::new(), |b| format!(", peak GPU memory {:.2} GiB", b as f64 / (1u64 << 30) as f64))
+            peak_gpu(result.peak_gpu_bytes)
         );
     }
     Ok(())
@@ -220,4 +224,9 @@ fn parse_shape(text: &str) -> Result<(usize, usize)> {
         Some((b, t)) if b > 0 && t > 0 => Ok((b, t)),
         _ => bail!("--shape {text}: expected BATCHxTOKENS, e.g. 4x512"),
     }
+}
+
+/// ", peak GPU memory N GiB" when the device reported it; nothing on the CPU.
+fn peak_gpu(bytes: Option<u64>) -> String {
+    bytes.map_or(String::new(), |b| format!(", peak GPU memory {:.2} GiB", b as f64 / (1u64 << 30) as f64))
 }
