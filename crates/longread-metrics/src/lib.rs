@@ -89,29 +89,26 @@ pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Resu
         return Err("no examples to evaluate".into());
     }
     let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    // How often each label was predicted (the confusion matrix's column sums).
+    let predictions: Vec<usize> = (0..labels.len()).map(|c| cm.counts.iter().map(|row| row[c]).sum()).collect();
     let per_class: Vec<ClassMetrics> = labels
         .iter()
         .enumerate()
         .map(|(c, label)| {
             let tp = cm.counts[c][c];
-            let predicted_c: usize = cm.counts.iter().map(|row| row[c]).sum();
             let support: usize = cm.counts[c].iter().sum();
-            let (precision, recall) = (ratio(tp, predicted_c), ratio(tp, support));
+            let (precision, recall) = (ratio(tp, predictions[c]), ratio(tp, support));
             let f1 = if precision + recall == 0.0 { 0.0 } else { 2.0 * precision * recall / (precision + recall) };
             ClassMetrics { label: label.clone(), precision, recall, f1, support }
         })
         .collect();
     // Macro averages over the labels present in the gold labels or the predictions, as
     // scikit-learn's `average="macro"` (without `labels=`) does.
-    let present: Vec<&ClassMetrics> = per_class
-        .iter()
-        .enumerate()
-        .filter(|&(c, m)| m.support > 0 || cm.counts.iter().any(|row| row[c] > 0))
-        .map(|(_, m)| m)
-        .collect();
+    let present: Vec<&ClassMetrics> =
+        per_class.iter().enumerate().filter(|&(c, m)| m.support > 0 || predictions[c] > 0).map(|(_, m)| m).collect();
     let macro_mean = |f: fn(&ClassMetrics) -> f64| present.iter().map(|m| f(m)).sum::<f64>() / present.len() as f64;
     let correct: usize = (0..labels.len()).map(|c| cm.counts[c][c]).sum();
-    let predicted_labels: Vec<usize> = (0..labels.len()).filter(|&c| cm.counts.iter().any(|row| row[c] > 0)).collect();
+    let predicted_labels: Vec<usize> = (0..labels.len()).filter(|&c| predictions[c] > 0).collect();
     let gold_labels = per_class.iter().filter(|c| c.support > 0).count();
     let constant_prediction = match predicted_labels[..] {
         [only] if gold_labels > 1 => Some(labels[only].clone()),
