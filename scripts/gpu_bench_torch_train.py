@@ -8,6 +8,10 @@ after one warm-up; peak memory by torch.cuda.max_memory_allocated over the timed
 
     python3 scripts/gpu_bench_torch_train.py --preset roberta-base --docs 4 --chunks 20 \
         --settings bf16:ckpt bf16:nockpt f32:ckpt       # one JSON line each
+    python3 scripts/gpu_bench_torch_train.py --settings bf16:nockpt --profile 30
+        # then one more step under torch.profiler: its 30 longest kernels/ops by CUDA time (a
+        # table on stderr, a JSON line with "profile" rows on stdout), beside longread's
+        # LONGREAD_PROFILE=1 op table (gpu_check.sh's train-profile part)
 """
 import argparse
 import json
@@ -28,6 +32,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--settings", nargs="+", default=["bf16:ckpt", "bf16:nockpt", "f32:ckpt"])
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timed steps, one more under torch.profiler: its N longest ops by CUDA time")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -72,8 +78,30 @@ def main():
             "docs_per_s": round(args.docs / s, 2),
             "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         }), flush=True)
+        if args.profile:
+            profile_step(step, args, setting)
         del model, opt
         torch.cuda.empty_cache()
+
+
+def profile_step(step, args, setting):
+    """One step under torch.profiler: the N ops with the most CUDA time (self time, so nested
+    ops are not counted twice), as a table on stderr and a JSON line on stdout."""
+    import sys
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    attr = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
+    print(events.table(sort_by=attr, row_limit=args.profile), file=sys.stderr, flush=True)
+    rows = sorted(events, key=lambda e: getattr(e, attr), reverse=True)[: args.profile]
+    total = sum(getattr(e, attr) for e in events)
+    print(json.dumps({
+        "side": "pytorch", "setting": setting, "profile_total_device_s": round(total / 1e6, 4),
+        "profile": [{"op": e.key, "device_s": round(getattr(e, attr) / 1e6, 5), "calls": e.count} for e in rows],
+    }), flush=True)
 
 
 if __name__ == "__main__":

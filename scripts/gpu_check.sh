@@ -7,13 +7,14 @@
 #   scripts/build_cuda.sh --tests && scripts/gpu_pack.sh     # fills gpu-run/ (git-ignored)
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
-# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train pretrain serve"):
+# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train train-profile pretrain serve"):
 #   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json)
-#   train-profile  one training step in parts (bench/train-profile-<card>.jsonl)
+#   train-profile  one training step in parts and op by op (candle's op_profile), beside PyTorch's
+#            step under torch.profiler (bench/train-profile-<card>.jsonl, tables in the log)
 #   pretrain MLM pretraining steps, small preset, 8 x 512, bf16: longread vs PyTorch's
 #            RobertaForMaskedLM (bench/results-gpu-<card>-pretrain.json, `pretrain_bf16_ratio`)
 #   serve    serve at concurrency 32 vs predict, GPU memory over a soak (bench/results-gpu-<card>-serve.json)
@@ -28,7 +29,7 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
-parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train pretrain serve} "
+parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain serve} "
 part() { case "$parts" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for f in longread.xz cuda-tests.xz cuda-train-tests.xz; do
   [ -f "$run/$f" ] || fail "missing gpu-run/$f: build and pack on a CPU machine first (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh)"
@@ -178,12 +179,18 @@ if part train; then
     && timeout 120 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-large --settings bf16:ckpt) | tee "$work/torch-train.jsonl" || true
 fi
 if part train-profile; then
-  echo "== training step in parts (LONGREAD_PROFILE=1: forward, gradients, norm, AdamW; each waited for)"
+  echo "== training step in parts and op by op (LONGREAD_PROFILE=1: each part and each op waited for on its own)"
   : > "$work/train-profile.jsonl"
   for tokens in 10240 65536; do
     LONGREAD_PROFILE=1 timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --json --model "$work/rb-model" \
-      --shape 4x20 --precision bf16 --max-batch-tokens "$tokens" | tee -a "$work/train-profile.jsonl" || true
+      --shape 4x20 --precision bf16 --max-batch-tokens "$tokens" | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
   done
+  # The same step's op table for people (one batch of 20 chunks), then PyTorch's step under its
+  # profiler (no checkpointing: the speed target's side), kernels by CUDA time.
+  LONGREAD_PROFILE=1 timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --model "$work/rb-model" \
+    --shape 4x20 --precision bf16 --max-batch-tokens 10240 || true
+  (cd scripts && timeout 180 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-base --settings bf16:nockpt \
+    --steps 2 --profile 40) | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
   mkdir -p bench && cp "$work/train-profile.jsonl" "bench/train-profile-$slug.jsonl"
 fi
 if part pretrain; then

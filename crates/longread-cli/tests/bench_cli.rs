@@ -154,3 +154,47 @@ fn the_training_step_workload_reports_documents_per_second() {
     );
     assert_clean_failure(&longread(&["bench", "--workload", "train", "--shape", "2x3"]), "needs --model");
 }
+
+/// With `LONGREAD_PROFILE=1` the training step is also timed in parts and op by op (the table
+/// a GPU run needs to show where the step goes): JSON rows for machines, a table for people.
+#[test]
+fn a_profiled_training_step_reports_its_parts_and_ops() {
+    let model = common::fixture("hier/roberta-attention");
+    let args = ["bench", "--workload", "train", "--model", model.to_str().unwrap(), "--shape", "2x3", "--repeat", "1"];
+    let run = |json: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_longread"));
+        command.args(args).env("LONGREAD_PROFILE", "1");
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().expect("running longread");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let v: Value = serde_json::from_str(&run(true)).unwrap();
+    let profile = &v["profile"];
+    for part in ["forward_s", "gradients_s", "grad_norm_s", "optimizer_s"] {
+        assert!(profile[part].as_f64().unwrap() > 0.0, "{part}: {profile}");
+    }
+    let ops = profile["ops"].as_array().unwrap();
+    let find = |phase: &str, op: &str| {
+        ops.iter()
+            .find(|r| r["phase"] == phase && r["op"] == op)
+            .unwrap_or_else(|| panic!("no {phase} {op}: {profile}"))
+    };
+    // Two layers of q, k, v, attention-output and two feed-forward products, each with a
+    // gradient, in both phases (on the CPU the dense products are one custom op; the head's
+    // and pooling's products are candle's matmul).
+    for phase in ["forward", "backward"] {
+        let product = find(phase, "custom dense-product");
+        assert!(product["calls"].as_u64().unwrap() >= 12, "{product}");
+        assert_eq!(product["dtype"], "f32");
+        assert!(find(phase, "matmul")["calls"].as_u64().unwrap() >= 1);
+    }
+    let seconds: Vec<f64> = ops.iter().map(|r| r["seconds"].as_f64().unwrap()).collect();
+    assert!(seconds.windows(2).all(|p| p[0] >= p[1]), "longest first: {profile}");
+    assert!(profile["forward_steps"].is_array(), "{profile}");
+    let text = run(false);
+    assert!(text.contains("parts (each waited for on its own): forward"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("backward") && l.contains("matmul")), "{text}");
+}

@@ -164,6 +164,7 @@ impl Tensor {
 
     pub fn backward(&self) -> Result<GradStore> {
         let sorted_nodes = self.sorted_nodes();
+        let profile = crate::op_profile::BackwardScope::enter(self.device());
         let mut grads = GradStore::new();
         grads.insert(self, self.ones_like()?.contiguous()?);
         for node in sorted_nodes.iter() {
@@ -670,6 +671,7 @@ impl Tensor {
                         grads.accumulate(arg, &arg_grad, false)?
                     }
                 };
+                profile.node(node, op);
             }
         }
         Ok(grads)

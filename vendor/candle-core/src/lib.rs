@@ -74,6 +74,7 @@ mod mkl;
 pub mod nditer;
 pub mod npy;
 pub mod op;
+pub mod op_profile;
 pub mod pickle;
 pub mod quantized;
 pub mod safetensors;

@@ -11,8 +11,8 @@ use longread_classifier::Classifier;
 use longread_model::DeviceChoice;
 use longread_model::Precision;
 use longread_train::bench::{
-    peak_rss_bytes, run_han_step, run_predict, run_train_step, run_workload, EncoderSource, TrainStepSettings,
-    Workload, HAN_SENTENCE_WORDS,
+    peak_rss_bytes, run_han_step, run_predict, run_train_step, run_workload, EncoderSource, StepProfile,
+    TrainStepSettings, Workload, HAN_SENTENCE_WORDS,
 };
 
 use crate::commands::predict::EncodingArgs;
@@ -213,8 +213,37 @@ fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceC
             result.docs_per_s,
             peak_gpu(result.peak_gpu_bytes)
         );
+        if let Some(profile) = &result.profile {
+            print_train_profile(profile);
+        }
     }
     Ok(())
+}
+
+/// The parts of a profiled training step as tables for people (`LONGREAD_PROFILE=1`).
+fn print_train_profile(profile: &StepProfile) {
+    println!(
+        "parts (each waited for on its own): forward {:.3} s, forward + backward {:.3} s, gradient norm {:.4} s, AdamW {:.4} s",
+        profile.forward_s, profile.gradients_s, profile.grad_norm_s, profile.optimizer_s
+    );
+    let total: f64 = profile.ops.iter().map(|r| r.seconds).sum();
+    println!("ops of one more forward + backward, {total:.3} s in all (the 25 longest):");
+    println!(
+        "{:<9} {:<32} {:<5} {:>9} {:>6} {:>7} {:>14}",
+        "phase", "op", "dtype", "seconds", "share", "calls", "elements"
+    );
+    for row in profile.ops.iter().take(25) {
+        println!(
+            "{:<9} {:<32} {:<5} {:>9.4} {:>5.1}% {:>7} {:>14}",
+            row.phase,
+            row.op,
+            row.dtype,
+            row.seconds,
+            100.0 * row.seconds / total.max(f64::MIN_POSITIVE),
+            row.calls,
+            row.elements
+        );
+    }
 }
 
 /// `BATCHxTOKENS` → (batch, tokens), both at least 1.

@@ -9,7 +9,7 @@ mod train_step;
 
 pub use han_step::{run_han_step, HAN_SENTENCE_WORDS};
 pub use predict::{run_predict, synthetic_documents};
-pub use train_step::{run_train_step, TrainStepResult, TrainStepSettings};
+pub use train_step::{run_train_step, OpRow, StepProfile, StepTime, TrainStepResult, TrainStepSettings};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -54,7 +54,8 @@ pub struct TrainStepResult {
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
-    /// norm, and of the AdamW update.
+    /// norm, and of the AdamW update; then the named steps of that forward and a table of
+    /// every kind of op of one more `batch_gradients` (each op waited for on its own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<StepProfile>,
 }
@@ -70,6 +71,40 @@ pub struct StepProfile {
     pub grad_norm_s: f64,
     /// The AdamW update of every parameter.
     pub optimizer_s: f64,
+    /// The named steps of the training-mode forward above (`longread_model::profile::timed`:
+    /// projections, attention, output blocks), longest first.
+    pub forward_steps: Vec<StepTime>,
+    /// One more `batch_gradients` with every op timed on its own (candle's `op_profile`):
+    /// the forward ops that build the graph and each backward node, longest first.
+    pub ops: Vec<OpRow>,
+}
+
+/// A named step's total time (see [`StepProfile::forward_steps`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepTime {
+    /// The step's name.
+    pub step: &'static str,
+    /// Seconds in all.
+    pub seconds: f64,
+    /// How many times it ran.
+    pub calls: usize,
+}
+
+/// One kind of op in one phase (see [`StepProfile::ops`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpRow {
+    /// `forward` or `backward`.
+    pub phase: &'static str,
+    /// The op's kind (`matmul`, `add`, `to_dtype from f32`, `custom attention-probs`, ...).
+    pub op: String,
+    /// The dtype of its output (backward: of the node whose gradient it computed).
+    pub dtype: &'static str,
+    /// Seconds in all.
+    pub seconds: f64,
+    /// How many times.
+    pub calls: usize,
+    /// Elements of the outputs (nodes), summed.
+    pub elements: usize,
 }
 
 /// Loads `model_dir` (a classifier directory) trainable on `device` and times its step.
@@ -128,6 +163,7 @@ pub fn run_train_step(
             device.synchronize()?;
             Ok(started.elapsed().as_secs_f64())
         };
+        longread_model::profile::reset();
         let forward_s = timed(&mut || {
             let (refs, batches) = chunk_batches(&docs, settings.max_batch_tokens);
             let vectors = gather_chunk_vectors(&docs, &refs, &batches, |batch| {
@@ -136,6 +172,10 @@ pub fn run_train_step(
             drop(vectors);
             Ok(())
         })?;
+        let forward_steps = longread_model::profile::report()
+            .into_iter()
+            .map(|(step, seconds, calls)| StepTime { step, seconds, calls })
+            .collect();
         let mut out = None;
         let gradients_s = timed(&mut || {
             out = Some(batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device)?);
@@ -151,7 +191,21 @@ pub fn run_train_step(
             let factor = clip_factor(norm, 1.0) as f32;
             optimizer.step_scaled(factor, |v| out.grads.get(&v.as_tensor().id()).cloned())
         })?;
-        Some(StepProfile { forward_s, gradients_s, grad_norm_s, optimizer_s })
+        candle_core::op_profile::start(device)?;
+        let profiled = batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device);
+        let ops = candle_core::op_profile::finish()
+            .into_iter()
+            .map(|row| OpRow {
+                phase: row.phase,
+                op: row.op,
+                dtype: row.dtype.as_str(),
+                seconds: row.seconds,
+                calls: row.calls,
+                elements: row.elements,
+            })
+            .collect();
+        drop(profiled?);
+        Some(StepProfile { forward_s, gradients_s, grad_norm_s, optimizer_s, forward_steps, ops })
     } else {
         None
     };
