@@ -7,7 +7,8 @@
 #   scripts/build_cuda.sh --tests && scripts/gpu_pack.sh     # fills gpu-run/ (git-ignored)
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
-# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train train-profile pretrain serve"):
+# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train train-profile pretrain unfreeze serve";
+# all of them take more than one command's 10 minutes: split them over two calls):
 #   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
@@ -17,6 +18,9 @@
 #            step under torch.profiler (bench/train-profile-<card>.jsonl, tables in the log)
 #   pretrain MLM pretraining steps, small preset, 8 x 512, bf16: longread vs PyTorch's
 #            RobertaForMaskedLM (bench/results-gpu-<card>-pretrain.json, `pretrain_bf16_ratio`)
+#   unfreeze the gradual-unfreezing recipe (4 epochs) on the hyperpartisan articles with a random
+#            all-MiniLM-L6-v2-shaped encoder, bf16 (scripts/bench_unfreeze.sh;
+#            bench/results-gpu-<card>-unfreeze-bf16.json), against 16.8 minutes on 2 CPU cores
 #   serve    serve at concurrency 32 vs predict, GPU memory over a soak (bench/results-gpu-<card>-serve.json)
 # Needs: gpu-run/longread.xz, gpu-run/cuda-tests.xz and gpu-run/cuda-train-tests.xz, python3 with torch + transformers
 # (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND), found
@@ -29,7 +33,7 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
-parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain serve} "
+parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain unfreeze serve} "
 part() { case "$parts" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for f in longread.xz cuda-tests.xz cuda-train-tests.xz; do
   [ -f "$run/$f" ] || fail "missing gpu-run/$f: build and pack on a CPU machine first (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh)"
@@ -192,6 +196,20 @@ if part train-profile; then
   (cd scripts && timeout 180 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-base --settings bf16:nockpt \
     --steps 2 --profile 40) | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
   mkdir -p bench && cp "$work/train-profile.jsonl" "bench/train-profile-$slug.jsonl"
+fi
+if part unfreeze; then
+  echo "== gradual-unfreezing recipe on the GPU (all-MiniLM-L6-v2's shape, random weights, hyperpartisan train, 4 epochs)"
+  if [ -f "$run/minilm/config.json" ] && [ -f "$run/hyperpartisan-train.jsonl.xz" ]; then
+    unxz "$run/hyperpartisan-train.jsonl.xz" "$work/hyperpartisan-train.jsonl"
+    mkdir -p bench
+    for precision in ${UNFREEZE_PRECISIONS:-bf16}; do
+      MODEL_DIR="$run/minilm" DATA="$work/hyperpartisan-train.jsonl" timeout 420 \
+        scripts/bench_unfreeze.sh "$lr" cuda "$precision" "bench/results-gpu-$slug-unfreeze-$precision.json" \
+        2> >(grep -v "Writing model shards" >&2) | cut -c1-700 || echo "unfreeze ($precision) failed or timed out" >&2
+    done
+  else
+    echo "unfreeze: gpu-run/minilm or gpu-run/hyperpartisan-train.jsonl.xz missing (scripts/gpu_pack.sh packs them)" >&2
+  fi
 fi
 if part pretrain; then
   echo "== MLM pretraining: longread vs PyTorch (small preset, 8 sequences x 512 tokens, bf16)"

@@ -14,4 +14,14 @@ strip -o gpu-run/longread "$bin"
 strip -o gpu-run/cuda-tests "$tests"
 strip -o gpu-run/cuda-train-tests "$train_tests"
 xz -f -T0 -6 gpu-run/longread gpu-run/cuda-tests gpu-run/cuda-train-tests
-ls -la gpu-run
+# For the `unfreeze` part: all-MiniLM-L6-v2's config and tokenizer (not its weights: a random
+# encoder of its shape is made there) and the hyperpartisan training articles (~0.7 MB with xz).
+shared=${SHARED:-../shared}
+if [ -f "$shared/models/all-MiniLM-L6-v2/config.json" ] && [ -f "$shared/data/hyperpartisan/train.jsonl" ]; then
+  mkdir -p gpu-run/minilm
+  cp "$shared/models/all-MiniLM-L6-v2/config.json" "$shared/models/all-MiniLM-L6-v2/tokenizer.json" gpu-run/minilm/
+  xz -c -T0 -6 "$shared/data/hyperpartisan/train.jsonl" > gpu-run/hyperpartisan-train.jsonl.xz
+else
+  echo "gpu_pack: $shared lacks all-MiniLM-L6-v2 or the hyperpartisan data; the unfreeze part will be skipped" >&2
+fi
+ls -la gpu-run gpu-run/minilm 2>/dev/null || ls -la gpu-run
