@@ -7,7 +7,7 @@
 #   scripts/build_cuda.sh --tests && scripts/gpu_pack.sh     # fills gpu-run/ (git-ignored)
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
-# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train train-profile pretrain unfreeze serve";
+# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train train-profile pretrain unfreeze han serve";
 # all of them take more than one command's 10 minutes: split them over two calls):
 #   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
@@ -21,6 +21,9 @@
 #   unfreeze the gradual-unfreezing recipe (4 epochs) on the hyperpartisan articles with a random
 #            all-MiniLM-L6-v2-shaped encoder, bf16 (scripts/bench_unfreeze.sh;
 #            bench/results-gpu-<card>-unfreeze-bf16.json), against 16.8 minutes on 2 CPU cores
+#   han      the HAN's training step (32 documents x 64 sentences x 32 words) on the GPU and on the
+#            machine's CPU, each against PyTorch on the same device (scripts/bench_han.py;
+#            bench/results-gpu-<card>-han.json): should `train --arch han` move to GPUs?
 #   serve    serve at concurrency 32 vs predict, GPU memory over a soak (bench/results-gpu-<card>-serve.json)
 # Needs: gpu-run/longread.xz, gpu-run/cuda-tests.xz and gpu-run/cuda-train-tests.xz, python3 with torch + transformers
 # (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND), found
@@ -33,7 +36,7 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
-parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain unfreeze serve} "
+parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain unfreeze han serve} "
 part() { case "$parts" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for f in longread.xz cuda-tests.xz cuda-train-tests.xz; do
   [ -f "$run/$f" ] || fail "missing gpu-run/$f: build and pack on a CPU machine first (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh)"
@@ -210,6 +213,28 @@ if part unfreeze; then
   else
     echo "unfreeze: gpu-run/minilm or gpu-run/hyperpartisan-train.jsonl.xz missing (scripts/gpu_pack.sh packs them)" >&2
   fi
+fi
+if part han; then
+  echo "== HAN training step: longread and PyTorch on the GPU, then both on this machine's CPU cores"
+  threads=$(nproc)
+  for where in cuda cpu; do
+    (cd scripts && timeout 240 ${PYTHON:-python3} bench_han.py --device "$where" --binary "$lr" --threads "$threads" \
+      --repeat 3 --json-out "$work/han-$where.json") || echo "han ($where) failed or timed out" >&2
+  done
+  mkdir -p bench
+  ${PYTHON:-python3} - "$work/han-cuda.json" "$work/han-cpu.json" "bench/results-gpu-$slug-han.json" <<'PY'
+import json, os, sys
+runs = {name: json.load(open(path)) for name, path in (("cuda", sys.argv[1]), ("cpu", sys.argv[2])) if os.path.exists(path)}
+result = {"workload": "HAN training step, 32 documents x 64 sentences x 32 words, default sizes", **{
+    f"{where}": {"longread_s": r["median"]["longread"], "pytorch_s": r["median"]["pytorch"],
+                 "time_ratio": round(r["time_ratio"], 3), "threads": r["threads"]} for where, r in runs.items()}}
+if "cuda" in runs and "cpu" in runs:
+    # > 1: longread's HAN step is faster on the GPU than on this machine's CPU cores.
+    result["longread_cpu_over_gpu"] = round(runs["cpu"]["median"]["longread"] / runs["cuda"]["median"]["longread"], 3)
+result["raw"] = runs
+json.dump(result, open(sys.argv[3], "w"), indent=1)
+print(json.dumps({k: v for k, v in result.items() if k != "raw"}))
+PY
 fi
 if part pretrain; then
   echo "== MLM pretraining: longread vs PyTorch (small preset, 8 sequences x 512 tokens, bf16)"

@@ -155,6 +155,20 @@ fn the_training_step_workload_reports_documents_per_second() {
     assert_clean_failure(&longread(&["bench", "--workload", "train", "--shape", "2x3"]), "needs --model");
 }
 
+/// The HAN step runs on the CPU unless a GPU is named (`auto` is the CPU for it, as for `train
+/// --arch han`), says where it ran, and a GPU this build or machine lacks is a clean error.
+#[test]
+fn the_han_step_runs_where_it_is_asked_to() {
+    let args = ["bench", "--workload", "han-step", "--shape", "2x3", "--repeat", "1", "--json"];
+    for device in [&[][..], &["--device", "auto"][..], &["--device", "cpu"][..]] {
+        let out = longread(&[device, &args[..]].concat());
+        assert!(out.status.success(), "{device:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!((v["workload"].as_str(), v["device"].as_str()), (Some("han-step"), Some("cpu")), "{device:?}: {v}");
+    }
+    assert_clean_failure(&longread(&[&["--device", "cuda:63"][..], &args[..]].concat()), "cuda:63");
+}
+
 /// With `LONGREAD_PROFILE=1` the training step is also timed in parts and op by op (the table
 /// a GPU run needs to show where the step goes): JSON rows for machines, a table for people.
 #[test]

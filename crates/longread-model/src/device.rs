@@ -92,6 +92,16 @@ impl DeviceChoice {
             }
         }
     }
+
+    /// The device named, with `auto` meaning the [`host`]: for work that runs on the CPU unless
+    /// a GPU is asked for by name (`bench --workload han-step`, which times the HAN on a GPU
+    /// only to decide whether its training should move there).
+    pub fn resolve_named(self) -> Result<Device> {
+        match self {
+            Self::Auto => Ok(host()),
+            named => named.resolve(),
+        }
+    }
 }
 
 /// The host: where the parts that never run on a GPU live — the HAN and the bag of words (their

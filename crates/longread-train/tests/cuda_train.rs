@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use longread_model::device::cuda_device_count;
+use longread_model::han::HanClassifier;
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::masked_lm::MaskedLm;
 use longread_model::{DeviceChoice, DropoutRng, Mode};
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
-use longread_train::loss::TaskLoss;
+use longread_train::loss::{cross_entropy, TaskLoss};
 use longread_train::optim::{AdamW, AdamWConfig, ParamGroup};
 use longread_train::prefix::Prefix;
 use longread_train::recompute::{batch_gradients, BatchSettings};
@@ -358,4 +359,55 @@ fn a_gpu_run_stopped_after_an_epoch_and_resumed_on_the_gpu_ends_bit_identical() 
         assert!(x == y, "{n} differs after resuming on the GPU (max {:.2e})", max_diff(x, y));
     }
     println!("resumed on the GPU: {} tensors bit-identical to the uninterrupted run", a.len());
+}
+
+/// Loss and every gradient of one HAN training step on the HAN fixture (3 documents with padded
+/// words and one empty sentence, dropout on), by name.
+fn han_step(device: &Device) -> (f32, Vec<(String, Vec<f32>)>) {
+    let model = HanClassifier::load(&fixture("han"), device).unwrap();
+    let (b, d, w) = (3, model.config().doc_size, model.config().sent_size);
+    let ids: Vec<u32> = (0..b * d * w)
+        .map(|i| {
+            let (doc, sentence, word) = (i / (d * w), (i / w) % d, i % w);
+            let padded = (doc == 1 && sentence == d - 1) || word + sentence % 3 >= w;
+            if padded {
+                0
+            } else {
+                2 + ((i * 7) % (model.config().vocab_size - 2)) as u32
+            }
+        })
+        .collect();
+    let ids = Tensor::from_vec(ids, (b, d, w), device).unwrap();
+    let out = model.forward(&ids, Mode::Train(&DropoutRng::new(7))).unwrap();
+    let loss = cross_entropy(&out.logits, &[0, 1, 2], None, device).unwrap();
+    let grads = loss.backward().unwrap();
+    let named = model.named_vars();
+    let by_name = named.iter().filter_map(|(n, v)| grads.get(v.as_tensor()).map(|g| (n.clone(), flat(g)))).collect();
+    (loss.to_scalar::<f32>().unwrap(), by_name)
+}
+
+/// The HAN on a GPU (issue 34 asks whether its training should move there; `bench --workload
+/// han-step --device cuda` times it): there its GRU time loop is composed of candle ops, on the
+/// CPU it is one fused op. In f32 both give the same loss and the same gradient of every
+/// parameter, dropout included.
+#[test]
+fn cuda_han_gradients_equal_the_cpus_fused_time_loop() {
+    if !gpu("cuda_han_gradients_equal_the_cpus_fused_time_loop") {
+        return;
+    }
+    let (cpu_loss, cpu_grads) = han_step(&Device::Cpu);
+    tf32(false);
+    let (gpu_loss, gpu_grads) = han_step(&cuda());
+    tf32(true);
+    assert!((cpu_loss - gpu_loss).abs() <= 1e-4, "HAN loss {cpu_loss} vs {gpu_loss}");
+    assert_eq!(cpu_grads.len(), gpu_grads.len(), "the same parameters get gradients");
+    assert!(cpu_grads.len() >= 15, "every GRU, attention, embedding and classifier weight: {}", cpu_grads.len());
+    let mut worst = 0f32;
+    for ((n, c), (m, g)) in cpu_grads.iter().zip(&gpu_grads) {
+        assert_eq!(n, m);
+        let d = max_diff(c, g);
+        assert!(d <= 1e-4, "HAN gradient of {n} differs by {d}");
+        worst = worst.max(d);
+    }
+    println!("HAN: loss {cpu_loss:.6} vs {gpu_loss:.6}, {} gradients max abs diff {worst:.2e}", cpu_grads.len());
 }

@@ -63,7 +63,9 @@ enum WorkloadArg {
     /// One AdamW step over every encoder parameter with given gradients.
     OptimizerStep,
     /// One HAN training step (forward with dropout, cross-entropy, backward, clipping, Adam)
-    /// with the default sizes and a 12,290-word vocabulary.
+    /// with the default sizes and a 12,290-word vocabulary, on the CPU (as `train --arch han`
+    /// runs), or on a GPU when --device names one (cuda, cuda:N; `auto` is the CPU here): the
+    /// measurement that decides whether the HAN's training should move to GPUs.
     HanStep,
     /// A classifier (--model) over DOCUMENTSxCHUNKS synthetic documents on --device: chunk
     /// vectors, pooling and head, as `predict` runs them without tokenization (--precision and
@@ -96,12 +98,17 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
     let encoder = |workload| {
         run_workload(&source, workload, batch, tokens, args.repeat).with_context(|| format!("benchmarking {name}"))
     };
+    // The encoder workloads are the CPU comparisons of issue 7; the HAN step follows a named GPU.
+    let run_on = match args.workload {
+        WorkloadArg::HanStep => device.resolve_named()?,
+        _ => longread_model::device::host(),
+    };
     let (result, name) = match args.workload {
         WorkloadArg::EncoderForward => (encoder(Workload::EncoderForward)?, name),
         WorkloadArg::TrainStep => (encoder(Workload::TrainStep)?, name),
         WorkloadArg::OptimizerStep => (encoder(Workload::OptimizerStep)?, name),
         WorkloadArg::HanStep => (
-            run_han_step(batch, tokens, args.repeat).context("benchmarking the HAN step")?,
+            run_han_step(batch, tokens, args.repeat, &run_on).context("benchmarking the HAN step")?,
             format!("HAN ({HAN_SENTENCE_WORDS} words per sentence)"),
         ),
         WorkloadArg::Predict | WorkloadArg::Train => unreachable!("handled above"),
@@ -114,11 +121,13 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
         line["encoder"] = name.into();
         line["batch"] = batch.into();
         line["tokens"] = tokens.into();
+        line["device"] = longread_model::device::describe(&run_on).into();
         line["peak_rss_bytes"] = peak.into();
         println!("{line}");
     } else {
         println!(
-            "{what} {name} {batch}x{tokens}, {} threads: {:.3} s (median of {}), peak RSS {}",
+            "{what} {name} {batch}x{tokens} on {}, {} threads: {:.3} s (median of {}), peak RSS {}",
+            longread_model::device::describe(&run_on),
             result.threads,
             result.seconds,
             result.runs.len(),

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use longread_model::han::{HanClassifier, HanConfig};
 use longread_model::{DropoutRng, Mode};
 use longread_text::words::Vocabulary;
@@ -23,15 +23,17 @@ pub const HAN_WORDS: usize = 12_288;
 
 /// Runs one HAN training step untimed, then `repeat` timed, on `documents` documents of
 /// `sentences` sentences of [`HAN_SENTENCE_WORDS`] words, every word real (ids spread over the
-/// vocabulary in a fixed pattern), labels alternating.
-pub fn run_han_step(documents: usize, sentences: usize, repeat: usize) -> Result<BenchResult> {
+/// vocabulary in a fixed pattern), labels alternating, on `device`: the CPU (where `train --arch
+/// han` runs: the GRU's time loop is one fused op) or a GPU (the time loop composed of candle
+/// ops, step by step; each step is waited for before the clock stops).
+pub fn run_han_step(documents: usize, sentences: usize, repeat: usize, device: &Device) -> Result<BenchResult> {
     if documents == 0 || sentences == 0 || repeat == 0 || documents * sentences > 1 << 20 {
         return Err(TrainError::InvalidSetting(format!(
             "{documents} documents of {sentences} sentences repeated {repeat} times: each must be at least 1 \
              and documents × sentences at most 1,048,576"
         )));
     }
-    let device = longread_model::device::host();
+    let device = device.clone();
     let words = ["<pad>", "<unk>"].iter().map(|w| w.to_string()).chain((0..HAN_WORDS).map(|i| format!("w{i}")));
     let vocabulary = Vocabulary::from_words(words.collect())?;
     let labels = vec!["false".to_string(), "true".to_string()];
@@ -62,6 +64,7 @@ pub fn run_han_step(documents: usize, sentences: usize, repeat: usize) -> Result
         let grads = BatchGradients::of_loss(&loss, &vars)?.grads;
         let clip = clip_factor(grad_norm(grads.values())?, 0.5) as f32;
         optimizer.step_scaled(clip, |v| grads.get(&v.as_tensor().id()).cloned())?;
+        device.synchronize()?;
         if run > 0 {
             runs.push(started.elapsed().as_secs_f64());
         }
