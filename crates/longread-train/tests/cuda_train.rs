@@ -58,6 +58,21 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
 }
 
+/// Asserts that two steps' losses and gradients (by name, in the same order) agree to 1e-4;
+/// returns the largest gradient difference.
+fn assert_same_step(what: &str, cpu: (f32, &[(String, Vec<f32>)]), gpu: (f32, &[(String, Vec<f32>)])) -> f32 {
+    assert!((cpu.0 - gpu.0).abs() <= 1e-4, "{what}: loss {} vs {}", cpu.0, gpu.0);
+    assert_eq!(cpu.1.len(), gpu.1.len(), "{what}: the same parameters get gradients");
+    let mut worst = 0f32;
+    for ((n, c), (m, g)) in cpu.1.iter().zip(gpu.1) {
+        assert_eq!(n, m);
+        let d = max_diff(c, g);
+        assert!(d <= 1e-4, "{what}: gradient of {n} differs by {d}");
+        worst = worst.max(d);
+    }
+    worst
+}
+
 /// The first `n` documents of the synthetic training set, chunked for `model`.
 fn documents(model: &HierarchicalClassifier, n: usize) -> Vec<ChunkedDocument> {
     let chunker =
@@ -124,15 +139,8 @@ fn cuda_f32_training_gradients_equal_the_cpus_on_every_fixture_model() {
             tf32(false);
             let (gpu_loss, gpu_grads) = one_step(&dir, &device, recompute);
             tf32(true);
-            assert!((cpu_loss - gpu_loss).abs() <= 1e-4, "{name}: loss {cpu_loss} vs {gpu_loss}");
-            assert_eq!(cpu_grads.len(), gpu_grads.len(), "{name}: the same parameters get gradients");
-            let mut worst = 0f32;
-            for ((n, c), (m, g)) in cpu_grads.iter().zip(&gpu_grads) {
-                assert_eq!(n, m);
-                let d = max_diff(c, g);
-                assert!(d <= 1e-4, "{name} (recompute {recompute}): gradient of {n} differs by {d}");
-                worst = worst.max(d);
-            }
+            let what = format!("{name} (recompute {recompute})");
+            let worst = assert_same_step(&what, (cpu_loss, &cpu_grads), (gpu_loss, &gpu_grads));
             println!(
                 "{name} (recompute {recompute}): loss {cpu_loss:.6} vs {gpu_loss:.6}, {} gradients max abs diff {worst:.2e}",
                 cpu_grads.len()
@@ -399,15 +407,7 @@ fn cuda_han_gradients_equal_the_cpus_fused_time_loop() {
     tf32(false);
     let (gpu_loss, gpu_grads) = han_step(&cuda());
     tf32(true);
-    assert!((cpu_loss - gpu_loss).abs() <= 1e-4, "HAN loss {cpu_loss} vs {gpu_loss}");
-    assert_eq!(cpu_grads.len(), gpu_grads.len(), "the same parameters get gradients");
-    assert!(cpu_grads.len() >= 15, "every GRU, attention, embedding and classifier weight: {}", cpu_grads.len());
-    let mut worst = 0f32;
-    for ((n, c), (m, g)) in cpu_grads.iter().zip(&gpu_grads) {
-        assert_eq!(n, m);
-        let d = max_diff(c, g);
-        assert!(d <= 1e-4, "HAN gradient of {n} differs by {d}");
-        worst = worst.max(d);
-    }
+    assert_eq!(cpu_grads.len(), 25, "every GRU, attention, embedding and classifier weight");
+    let worst = assert_same_step("HAN", (cpu_loss, &cpu_grads), (gpu_loss, &gpu_grads));
     println!("HAN: loss {cpu_loss:.6} vs {gpu_loss:.6}, {} gradients max abs diff {worst:.2e}", cpu_grads.len());
 }
