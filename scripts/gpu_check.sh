@@ -37,7 +37,8 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
 parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain unfreeze han serve} "
-part() { case "$parts" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+# Whether part $1 runs; says so with the seconds since the start (to size the parts per call).
+part() { case "$parts" in *" $1 "*) echo "-- $1 (${SECONDS}s since the start)"; return 0 ;; *) return 1 ;; esac; }
 for f in longread.xz cuda-tests.xz cuda-train-tests.xz; do
   [ -f "$run/$f" ] || fail "missing gpu-run/$f: build and pack on a CPU machine first (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh)"
 done
