@@ -194,8 +194,9 @@ fn text_over_the_in_flight_budget_is_429_and_a_lone_request_is_served() {
     let model = slow_model(tmp.path());
     let served = Served::start(&["--model", &model, "--max-batch-tokens", "16", "--max-inflight-text-bytes", "200000"]);
     let url = served.url.clone();
-    // ~400 KB of text: over the budget, admitted because it is alone.
-    let slow = std::thread::spawn(move || post(&url, "/predict", &json!({ "inputs": long_text(60_000) }), None));
+    // ~1.6 MB of text: over the budget, admitted because it is alone, and in flight for a
+    // second or more even on a fast CPU (under the default 2,000,000 characters per input).
+    let slow = std::thread::spawn(move || post(&url, "/predict", &json!({ "inputs": long_text(240_000) }), None));
     served.wait_for("longread_requests_in_flight", 1.0);
     let refused = ureq::post(&format!("{}/predict", served.url)).send_json(json!({ "inputs": "short" }));
     let Err(ureq::Error::Status(429, response)) = refused else { panic!("expected 429: {refused:?}") };
