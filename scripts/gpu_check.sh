@@ -8,7 +8,8 @@
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
 # GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train train-profile pretrain unfreeze han serve";
-# all of them take more than one command's 10 minutes: split them over two calls):
+# all of them take more than one command's 10 minutes: split them over two calls, or set
+# GPU_CHECK_DEADLINE=SECONDS to skip the parts that would start after it):
 #   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
@@ -38,7 +39,21 @@ command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has n
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
 parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain unfreeze han serve} "
 # Whether part $1 runs; says so with the seconds since the start (to size the parts per call).
-part() { case "$parts" in *" $1 "*) echo "-- $1 (${SECONDS}s since the start)"; return 0 ;; *) return 1 ;; esac; }
+# With GPU_CHECK_DEADLINE=S, a part not yet started is skipped once S seconds have passed (a
+# started part always finishes, its results included), so that one call of a limited length
+# runs the parts in order and returns before its limit.
+started_parts=" "
+part() {
+  case "$parts" in *" $1 "*) ;; *) return 1 ;; esac
+  case "$started_parts" in *" $1 "*) return 0 ;; esac
+  if [ -n "${GPU_CHECK_DEADLINE:-}" ] && [ "$SECONDS" -ge "$GPU_CHECK_DEADLINE" ]; then
+    echo "-- $1 skipped: ${SECONDS}s passed, GPU_CHECK_DEADLINE is ${GPU_CHECK_DEADLINE}s"
+    return 1
+  fi
+  started_parts="$started_parts$1 "
+  echo "-- $1 (${SECONDS}s since the start)"
+  return 0
+}
 for f in longread.xz cuda-tests.xz cuda-train-tests.xz; do
   [ -f "$run/$f" ] || fail "missing gpu-run/$f: build and pack on a CPU machine first (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh)"
 done
