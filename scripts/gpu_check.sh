@@ -167,6 +167,9 @@ result = {
     # runs), beside PyTorch's max_memory_allocated at its best setting.
     "predict_bf16_peak_gib": round(ours_bf16["peak_gpu_bytes"] / 2**30, 2) if ours_bf16.get("peak_gpu_bytes") else None,
     "pytorch_bf16_peak_gib": torch_bf16.get("peak_gib"),
+    # The untimed first run (kernels loaded, memory pool filled): issue 34's "no warm-up longer
+    # than a few seconds" (from session 28's builds on).
+    "predict_bf16_first_run_s": ours_bf16.get("warmup_seconds"),
     "pytorch_eager_bf16_docs_per_s": torch_bf16["docs_per_s"],
     "bf16_share_of_gemm_limit": round(ours_bf16["docs_per_s"] / limit, 3) if limit else None,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
@@ -311,6 +314,7 @@ result = {
     # speed at its fastest: PyTorch offers one or the other too.
     "train_bf16_memory_ratio": round(gib(lean["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean and torch_ckpt else None,
     "train_bf16_memory_ratio_docs_per_s": round(lean["docs_per_s"], 2) if lean else None,
+    "train_bf16_first_step_s": best.get("warmup_seconds") if best else None,
     "longread_best_bf16": {k: best[k] for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes")} if best else None,
     "longread": ours,
     "pytorch": torch,

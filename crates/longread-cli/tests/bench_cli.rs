@@ -27,6 +27,7 @@ fn every_workload_reports_its_median_and_peak_memory() {
         assert_eq!(runs.len(), 2, "{v}");
         let seconds = v["seconds"].as_f64().unwrap();
         assert!(runs.contains(&seconds) && seconds > 0.0, "the median is one of the runs: {v}");
+        assert!(v["warmup_seconds"].as_f64().unwrap() > 0.0, "the untimed first run's time: {v}");
         assert_eq!(v["workload"], workload);
         assert!(v["parameters"].as_u64().unwrap() > 100_000, "the tiny preset or the HAN: {v}");
         assert!(v["peak_rss_bytes"].as_u64().unwrap() > 0, "{v}");
@@ -79,6 +80,7 @@ fn predict_workload_reports_documents_per_second_and_the_device() {
     let seconds = v["seconds"].as_f64().unwrap();
     assert!((v["docs_per_s"].as_f64().unwrap() - 3.0 / seconds).abs() < 1e-6 * (3.0 / seconds), "{v}");
     assert!(v.get("profile").is_none(), "no step times unless LONGREAD_PROFILE is set: {v}");
+    assert!(v["warmup_seconds"].as_f64().unwrap() > 0.0, "the first run's time: {v}");
     assert!(v["peak_gpu_bytes"].is_null(), "no GPU memory on the CPU: {v}");
     assert_clean_failure(
         &longread(&["bench", "--workload", "predict", "--shape", "3x2"]),
@@ -143,6 +145,7 @@ fn the_training_step_workload_reports_documents_per_second() {
         let seconds = v["seconds"].as_f64().unwrap();
         assert!((v["docs_per_s"].as_f64().unwrap() - 2.0 / seconds).abs() < 1e-6 * (2.0 / seconds), "{v}");
         assert!(v["loss"].as_f64().unwrap().is_finite() && v["loss"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["warmup_seconds"].as_f64().unwrap() > 0.0, "{v}");
         assert_eq!(v["recompute"], !extra.contains(&"--no-recompute"), "{v}");
         assert_eq!(v["device"], "cpu");
         assert!(v["peak_gpu_bytes"].is_null(), "no GPU memory on the CPU: {v}");

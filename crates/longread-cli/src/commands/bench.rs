@@ -171,11 +171,12 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         println!("{line}");
     } else {
         println!(
-            "predict {} {docs}x{chunks} chunks of {chunk_size} on {device}, {:?}: {:.3} s (median of {}), {:.1} documents/s{}",
+            "predict {} {docs}x{chunks} chunks of {chunk_size} on {device}, {:?}: {:.3} s (median of {}; first run {:.3} s), {:.1} documents/s{}",
             dir.display(),
             classifier.precision(),
             result.seconds,
             result.runs.len(),
+            result.warmup_seconds,
             docs_per_s,
             peak_gpu(peak_gpu_bytes)
         );
@@ -214,11 +215,12 @@ fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceC
         println!("{line}");
     } else {
         println!(
-            "train {} {docs}x{chunks} chunks on {described}, {precision}{}: {:.3} s per step (median of {}), {:.2} documents/s{}",
+            "train {} {docs}x{chunks} chunks on {described}, {precision}{}: {:.3} s per step (median of {}; first step {:.3} s), {:.2} documents/s{}",
             dir.display(),
             if args.no_recompute { ", no recompute" } else { "" },
             result.timing.seconds,
             result.timing.runs.len(),
+            result.timing.warmup_seconds,
             result.docs_per_s,
             peak_gpu(result.peak_gpu_bytes)
         );

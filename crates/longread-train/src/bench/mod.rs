@@ -62,6 +62,9 @@ pub struct BenchResult {
     /// Resident memory once the encoder, inputs and optimizer were set up, before the first
     /// run (where the system reports it): peak minus this is what the workload itself took.
     pub loaded_rss_bytes: Option<u64>,
+    /// Seconds of the untimed first run: the warm-up a user waits for (on a GPU, loading the
+    /// kernels and filling the memory pool; there is no compilation step).
+    pub warmup_seconds: f64,
 }
 
 /// Runs `workload` once untimed, then `repeat` times timed, on a `batch × tokens` batch of
@@ -115,6 +118,7 @@ pub fn run_workload(
     let loaded_rss_bytes = memory_bytes("VmRSS:");
     let rng = DropoutRng::new(1);
     let mut runs = Vec::with_capacity(repeat);
+    let mut warmup_seconds = 0.0;
     for run in 0..=repeat {
         let started = Instant::now();
         match workload {
@@ -129,14 +133,21 @@ pub fn run_workload(
         }
         if run > 0 {
             runs.push(started.elapsed().as_secs_f64());
+        } else {
+            warmup_seconds = started.elapsed().as_secs_f64();
         }
     }
-    Ok(BenchResult::of_runs(runs, parameters, loaded_rss_bytes))
+    Ok(BenchResult::of_runs(runs, parameters, loaded_rss_bytes, warmup_seconds))
 }
 
 impl BenchResult {
     /// The result of timed `runs` (at least one): their median, the pool's threads.
-    pub(crate) fn of_runs(runs: Vec<f64>, parameters: usize, loaded_rss_bytes: Option<u64>) -> Self {
+    pub(crate) fn of_runs(
+        runs: Vec<f64>,
+        parameters: usize,
+        loaded_rss_bytes: Option<u64>,
+        warmup_seconds: f64,
+    ) -> Self {
         let mut sorted = runs.clone();
         sorted.sort_by(f64::total_cmp);
         Self {
@@ -145,6 +156,7 @@ impl BenchResult {
             parameters,
             threads: candle_core::utils::get_num_threads(),
             loaded_rss_bytes,
+            warmup_seconds,
         }
     }
 }

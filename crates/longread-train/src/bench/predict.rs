@@ -52,11 +52,11 @@ pub fn run_predict(classifier: &Classifier, docs: usize, chunks: usize, repeat: 
         }
         Ok(started.elapsed().as_secs_f64())
     };
-    run()?;
+    let warmup = run()?;
     // With LONGREAD_PROFILE=1 the step times (longread_model::profile) cover the timed runs only.
     longread_model::profile::reset();
     let runs = (0..repeat.max(1)).map(|_| run()).collect::<Result<Vec<f64>>>()?;
-    Ok(BenchResult::of_runs(runs, 0, None))
+    Ok(BenchResult::of_runs(runs, 0, None, warmup))
 }
 
 #[cfg(test)]

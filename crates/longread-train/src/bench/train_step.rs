@@ -145,7 +145,7 @@ pub fn run_train_step(
         steps_done += 1;
         Ok((started.elapsed().as_secs_f64(), out.loss))
     };
-    step()?;
+    let (warmup, _) = step()?;
     longread_model::device::reset_peak_memory(device);
     let mut runs = Vec::with_capacity(settings.repeat.max(1));
     let mut loss = 0.0;
@@ -209,7 +209,7 @@ pub fn run_train_step(
     } else {
         None
     };
-    let timing = BenchResult::of_runs(runs, parameters, None);
+    let timing = BenchResult::of_runs(runs, parameters, None, warmup);
     let docs_per_s = settings.docs as f64 / timing.seconds;
     Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, profile })
 }
