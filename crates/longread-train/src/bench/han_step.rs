@@ -2,14 +2,12 @@
 //! in training mode, cross-entropy, backward, clipping at 0.5 and Adam, with the default sizes,
 //! on the batch `scripts/bench_han.py` gives PyTorch.
 
-use std::time::Instant;
-
 use candle_core::{Device, Tensor};
 use longread_model::han::{HanClassifier, HanConfig};
 use longread_model::{DropoutRng, Mode};
 use longread_text::words::Vocabulary;
 
-use super::{memory_bytes, BenchResult};
+use super::{memory_bytes, warm_then_time, BenchResult};
 use crate::clip::{clip_factor, grad_norm};
 use crate::error::{Result, TrainError};
 use crate::loss::cross_entropy;
@@ -56,21 +54,13 @@ pub fn run_han_step(documents: usize, sentences: usize, repeat: usize, device: &
     let mut optimizer = AdamW::new(vec![group], AdamWConfig::default())?;
     let rng = DropoutRng::new(7);
     let loaded_rss_bytes = memory_bytes("VmRSS:");
-    let mut runs = Vec::with_capacity(repeat);
-    let mut warmup_seconds = 0.0;
-    for run in 0..=repeat {
-        let started = Instant::now();
+    let (warmup_seconds, runs) = warm_then_time(repeat, || {
         let out = model.forward(&ids, Mode::Train(&rng))?;
         let loss = cross_entropy(&out.logits, &gold, None, &device)?;
         let grads = BatchGradients::of_loss(&loss, &vars)?.grads;
         let clip = clip_factor(grad_norm(grads.values())?, 0.5) as f32;
         optimizer.step_scaled(clip, |v| grads.get(&v.as_tensor().id()).cloned())?;
-        device.synchronize()?;
-        if run > 0 {
-            runs.push(started.elapsed().as_secs_f64());
-        } else {
-            warmup_seconds = started.elapsed().as_secs_f64();
-        }
-    }
+        Ok(device.synchronize()?)
+    })?;
     Ok(BenchResult::of_runs(runs, parameters, loaded_rss_bytes, warmup_seconds))
 }

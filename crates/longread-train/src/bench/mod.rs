@@ -117,10 +117,7 @@ pub fn run_workload(
     };
     let loaded_rss_bytes = memory_bytes("VmRSS:");
     let rng = DropoutRng::new(1);
-    let mut runs = Vec::with_capacity(repeat);
-    let mut warmup_seconds = 0.0;
-    for run in 0..=repeat {
-        let started = Instant::now();
+    let (warmup_seconds, runs) = warm_then_time(repeat, || {
         match workload {
             Workload::EncoderForward => {
                 encoder.forward(&ids, &mask, Mode::Eval)?;
@@ -131,13 +128,22 @@ pub fn run_workload(
             }
             Workload::OptimizerStep => optimizer.step_with(|v| ones.get(&v.as_tensor().id()).cloned())?,
         }
-        if run > 0 {
-            runs.push(started.elapsed().as_secs_f64());
-        } else {
-            warmup_seconds = started.elapsed().as_secs_f64();
-        }
-    }
+        Ok(())
+    })?;
     Ok(BenchResult::of_runs(runs, parameters, loaded_rss_bytes, warmup_seconds))
+}
+
+/// Runs `run` once untimed, then `repeat` times timed: (the first run's seconds, each timed
+/// run's seconds).
+pub(crate) fn warm_then_time(repeat: usize, mut run: impl FnMut() -> Result<()>) -> Result<(f64, Vec<f64>)> {
+    let mut seconds = || -> Result<f64> {
+        let started = Instant::now();
+        run()?;
+        Ok(started.elapsed().as_secs_f64())
+    };
+    let warmup = seconds()?;
+    let runs = (0..repeat).map(|_| seconds()).collect::<Result<Vec<f64>>>()?;
+    Ok((warmup, runs))
 }
 
 impl BenchResult {
