@@ -211,10 +211,20 @@ if part train-profile; then
     LONGREAD_PROFILE=1 timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --json --model "$work/rb-model" \
       --shape 4x20 --precision bf16 --max-batch-tokens "$tokens" | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
   done
-  # The same step's op table for people (one batch of 20 chunks), then PyTorch's step under its
-  # profiler (no checkpointing: the speed target's side), kernels by CUDA time.
-  LONGREAD_PROFILE=1 timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --model "$work/rb-model" \
-    --shape 4x20 --precision bf16 --max-batch-tokens 10240 || true
+  # The first run's op table for people (batches of 20 chunks), read from its JSON line rather
+  # than measured again; then PyTorch's step under its profiler (no checkpointing: the speed
+  # target's side), kernels by CUDA time.
+  ${PYTHON:-python3} - "$work/train-profile.jsonl" <<'PY' || true
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+first = next((r for r in rows if r.get("max_batch_tokens") == 10240 and "profile" in r), None)
+ops = first["profile"]["ops"] if first else []
+total = sum(r["seconds"] for r in ops) or 1.0
+print(f"ops of one forward + backward (10,240-token batches), {total:.3f} s in all (the 40 longest):")
+for r in ops[:40]:
+    print(f"{r['phase']:<9} {r['op']:<40} {r['dtype']:<5} {r['seconds']:>9.4f} {100 * r['seconds'] / total:>5.1f}% "
+          f"{r['calls']:>7} {r['elements']:>14}")
+PY
   (cd scripts && timeout 180 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-base --settings bf16:nockpt \
     --steps 2 --profile 40) | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
   mkdir -p bench && cp "$work/train-profile.jsonl" "bench/train-profile-$slug.jsonl"
