@@ -60,7 +60,7 @@ ${PYTHON:-python3} - "$work/log.jsonl" "$out" "$device" "$precision" "${WEIGHTS:
 import json, sys
 log, out, device, precision, weights, docs, started, init_done, train_done = sys.argv[1:]
 events = [json.loads(line) for line in open(log) if line.strip().startswith("{")]
-epochs = [e for e in events if e.get("event") == "epoch" or e.get("phase") == "epoch"]
+epochs = [e for e in events if e.get("event") == "epoch"]
 result = {
     "workload": "gradual unfreezing recipe (docs/recipes.md), all-MiniLM-L6-v2 shape, hyperpartisan train",
     "device": device, "precision": precision, "weights": weights, "articles": int(docs),
