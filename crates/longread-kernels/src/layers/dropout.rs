@@ -120,6 +120,13 @@ impl SeededDropout {
 /// SplitMix64's increment γ.
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// The factors of elements `first..first + out.len()` of the mask with this seed, drop
+/// threshold and keep factor (what the CUDA kernels receive: [`SeededDropout::threshold`],
+/// [`SeededDropout::scale`]); threshold 0 keeps every element.
+pub fn mask_factors(seed: u64, threshold: u32, scale: f32, first: u64, out: &mut [f32]) {
+    mask_kernel(seed.wrapping_add(first.wrapping_mul(GAMMA)), threshold, scale, out, false);
+}
+
 multiversion! {
     /// The mask loop: element `j` has hash state `start + j·γ`; its factor is `scale` where
     /// kept, 0 where dropped, written to `values[j]` or (`multiply`) multiplied into it.

@@ -118,6 +118,13 @@ impl SelfAttention {
         {
             return self.forward_fused(xs, weight, bias, mask, mode);
         }
+        if let (Keys::Masked { mask, position: None, relative: None }, true) =
+            (keys, mode.is_train() && xs.device().is_cuda() && cuda::train_attention_fused())
+        {
+            if let Some(out) = self.forward_fused_train(xs, mask, mode)? {
+                return Ok(out);
+            }
+        }
         // On a GPU in bf16 the residual stream is f32: cast it once for the three projections.
         let input =
             if xs.device().is_cuda() && !mode.is_train() { &xs.to_dtype(self.query.weight_dtype())? } else { xs };
@@ -172,6 +179,37 @@ impl SelfAttention {
         let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?;
         let context = cuda::fused_attention(&product, bias, &key_bias, (b, s, self.num_heads), self.scale() as f32)?;
         timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
+    }
+
+    /// Training on the GPU route: one product for q, k and v, then the attention as one op that
+    /// keeps only that product for its backward pass (`layers::cuda::AttentionTrain`), then the
+    /// output block. Runs on any device (on the CPU with the op's f32 reference kernels, for
+    /// tests); `None` where the projections have no biases or the heads do not split into the
+    /// kernels' 16-byte vectors (the caller composes instead).
+    ///
+    /// # Shapes
+    /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    pub(crate) fn forward_fused_train(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
+        let (q, k, v) = (self.query.parts(), self.key.parts(), self.value.parts());
+        let (Some(qb), Some(kb), Some(vb)) = (q.1, k.1, v.1) else {
+            return Ok(None);
+        };
+        let vector = if xs.dtype() == DType::BF16 { 8 } else { 4 };
+        if !self.head_size.is_multiple_of(vector) {
+            return Ok(None);
+        }
+        let (b, s, h) = xs.dims3()?;
+        let device = xs.device();
+        let product = timed("qkv projection (fused)", device, || -> Result<_> {
+            let weight = Tensor::cat(&[q.0, k.0, v.0], 0)?.to_dtype(xs.dtype())?;
+            xs.reshape((b * s, h))?.matmul(&weight.t()?)
+        })?;
+        let bias = Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()?;
+        let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?.detach().contiguous()?;
+        let dropout = self.probs_dropout.seeded(mode).map_or((0, 0, 1.0), |d| (d.seed, d.threshold(), d.scale()));
+        let op = cuda::AttentionTrain { heads: self.num_heads, scale: self.scale() as f32, dropout };
+        let context = timed("attention (training)", device, || product.apply_op3(&bias, &key_bias, op))?;
+        timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode)).map(Some)
     }
 
     /// Attention of sequences packed end to end (`layers::fused::packed_attention`).
@@ -365,5 +403,71 @@ impl SelfAttention {
             probs = dropout.apply(&probs)?;
         }
         probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mode::DropoutRng;
+    use candle_core::{Device, Var};
+    use candle_nn::VarMap;
+
+    /// Self-attention of hidden 24 in 3 heads of 8, with dropout, over trainable weights.
+    fn attention() -> (VarMap, SelfAttention) {
+        let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+            "vocab_size": 10, "hidden_size": 24, "num_hidden_layers": 1, "num_attention_heads": 3,
+            "hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.3, "layer_norm_eps": 1e-5
+        }))
+        .unwrap();
+        let vars = VarMap::new();
+        let attention = SelfAttention::load(VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu), &cfg).unwrap();
+        for (_, var) in vars.data().lock().unwrap().iter() {
+            let t = Tensor::randn(0f32, 0.4, var.shape(), &Device::Cpu).unwrap();
+            var.set(&(t + 0.1).unwrap()).unwrap();
+        }
+        (vars, attention)
+    }
+
+    /// The GPU route's training attention (one q/k/v product, `AttentionTrain`), run on the CPU
+    /// with its reference kernels, gives the CPU route's output and gradients (input and all
+    /// eight parameters) with the same dropout masks, padding included.
+    #[test]
+    fn the_gpu_routes_training_attention_is_the_cpu_routes() {
+        let device = Device::Cpu;
+        let (vars, attention) = attention();
+        let (batch, seq) = (2, 9);
+        let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (batch, seq, 24), &device).unwrap()).unwrap();
+        let mut mask = vec![1u32; batch * seq];
+        mask[seq - 3..seq].iter_mut().for_each(|m| *m = 0);
+        let mask = Tensor::from_vec(mask, (batch, seq), &device).unwrap();
+        let mask_bias = crate::encoder::mask_bias(&mask, DType::F32).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (batch, seq, 24), &device).unwrap();
+        let mut names: Vec<_> = vars.data().lock().unwrap().keys().cloned().collect();
+        names.sort();
+        assert_eq!(names.len(), 10, "{names:?}");
+        let run = |gpu_route: bool| {
+            let rng = DropoutRng::new(11);
+            let mode = Mode::Train(&rng);
+            let y = if gpu_route {
+                attention.forward_fused_train(xs.as_tensor(), &mask_bias, mode).unwrap().expect("fusable")
+            } else {
+                let keys = Keys::Masked { mask: &mask_bias, position: None, relative: None };
+                attention.forward(xs.as_tensor(), keys, mode).unwrap()
+            };
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            let mut all = vec![y, grads.get(xs.as_tensor()).unwrap().clone()];
+            for name in &names {
+                let var = vars.data().lock().unwrap()[name].clone();
+                all.push(grads.get(var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {name}")).clone());
+            }
+            all
+        };
+        let (gpu_route, cpu_route) = (run(true), run(false));
+        for (i, (a, b)) in gpu_route.iter().zip(&cpu_route).enumerate() {
+            let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            let what = if i < 2 { ["output", "input"][i].to_string() } else { names[i - 2].clone() };
+            assert!(d < 2e-5, "{what}: max abs diff {d}");
+        }
     }
 }

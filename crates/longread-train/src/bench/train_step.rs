@@ -51,6 +51,11 @@ pub struct TrainStepResult {
     pub peak_gpu_bytes: Option<u64>,
     /// The last step's loss (finite, or the step is an error).
     pub loss: f32,
+    /// On a GPU, how self-attention trained: `fused` (one q/k/v product and
+    /// `layers::cuda::AttentionTrain`, the default) or `separate` (three products and the
+    /// composition that keeps the scores; LONGREAD_CUDA_TRAIN_ATTENTION=separate). Absent on the CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_attention: Option<&'static str>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
@@ -211,5 +216,15 @@ pub fn run_train_step(
     };
     let timing = BenchResult::of_runs(runs, parameters, None, warmup);
     let docs_per_s = settings.docs as f64 / timing.seconds;
-    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, profile })
+    let gpu_attention =
+        device.is_cuda().then(
+            || {
+                if longread_model::layers::cuda::train_attention_fused() {
+                    "fused"
+                } else {
+                    "separate"
+                }
+            },
+        );
+    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_attention, profile })
 }

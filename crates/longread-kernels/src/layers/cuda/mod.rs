@@ -13,10 +13,13 @@
 //! backward passes) are in [`training`]. Built with nvcc rather than NVRTC at run
 //! time: the GPU machine then needs no compiler library, and a syntax error fails the build.
 
+mod attention_train;
 #[cfg(feature = "cuda")]
 mod launch;
+mod reference;
 mod training;
 
+pub use attention_train::AttentionTrain;
 pub use training::AdamWStep;
 pub use training::{AttentionProbsTrain, BiasActivationTrain, DropoutMask, LayerNormTrain};
 
@@ -219,35 +222,9 @@ pub fn bias_activation(x: Tensor, bias: &Tensor, gelu: bool) -> Result<Tensor> {
     Ok(x)
 }
 
-/// Defines a CUDA-only op (its CPU side refuses) whose `cuda_fwd` returns a new storage.
-macro_rules! cuda_only_op2 {
-    ($ty:ident, $name:literal, |$op:ident, $a:ident, $al:ident, $b:ident, $bl:ident| $shape:expr, $body:expr) => {
-        impl CustomOp2 for $ty {
-            fn name(&self) -> &'static str {
-                $name
-            }
-
-            cuda_only!(CustomOp2);
-
-            #[cfg(feature = "cuda")]
-            fn cuda_fwd(
-                &self,
-                $a: &candle_core::CudaStorage,
-                $al: &Layout,
-                $b: &candle_core::CudaStorage,
-                $bl: &Layout,
-            ) -> Result<(candle_core::CudaStorage, Shape)> {
-                let $op = self;
-                Ok(($body?, $shape))
-            }
-        }
-    };
-}
-
 /// q, k, v `[3, batch, heads, seq, head_size]` from a fused projection `[batch · seq, 3 · hidden]`
 /// and its f32 bias `[3 · hidden]`.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub struct SplitQkv {
     /// Sequences in the batch.
     pub batch: usize,
@@ -259,12 +236,36 @@ pub struct SplitQkv {
     pub head_size: usize,
 }
 
-cuda_only_op2!(
-    SplitQkv,
-    "cuda-split-qkv",
-    |op, x, x_l, bias, bias_l| Shape::from((3, op.batch, op.heads, op.seq, op.head_size)),
-    launch::split_qkv((op.batch, op.seq, op.heads, op.head_size), (x, x_l), (bias, bias_l))
-);
+impl CustomOp2 for SplitQkv {
+    fn name(&self) -> &'static str {
+        "cuda-split-qkv"
+    }
+
+    /// The same layout on the CPU (f32; `reference`), for tests of compositions of it.
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout, bias: &CpuStorage, bias_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let out = reference::split_qkv((self.batch, self.seq, self.heads, self.head_size), (x, x_l), (bias, bias_l))?;
+        Ok((out, self.shape()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_l: &Layout,
+        bias: &candle_core::CudaStorage,
+        bias_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let out = launch::split_qkv((self.batch, self.seq, self.heads, self.head_size), (x, x_l), (bias, bias_l))?;
+        Ok((out, self.shape()))
+    }
+}
+
+impl SplitQkv {
+    /// `[3, batch, heads, seq, head_size]`.
+    fn shape(&self) -> Shape {
+        Shape::from((3, self.batch, self.heads, self.seq, self.head_size))
+    }
+}
 
 /// `[batch, heads, seq, head_size]` → `[batch, seq, heads · head_size]`.
 #[derive(Debug, Clone, Copy)]
@@ -275,7 +276,11 @@ impl CustomOp1 for MergeHeads {
         "cuda-merge-heads"
     }
 
-    cuda_only!(CustomOp1);
+    /// The same layout on the CPU (f32; `reference`), for tests of compositions of it.
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (b, h, s, d) = x_l.shape().dims4()?;
+        Ok((reference::merge_heads((x, x_l))?, Shape::from((b, s, h * d))))
+    }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
@@ -328,6 +333,15 @@ impl CustomOp3 for FlashAttention {
 fn flash_enabled() -> bool {
     static FLASH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FLASH.get_or_init(|| std::env::var("LONGREAD_CUDA_ATTENTION").is_ok_and(|v| v == "flash"))
+}
+
+/// Whether training on a GPU runs self-attention as [`AttentionTrain`] over one fused q/k/v
+/// product (the default), or, with `LONGREAD_CUDA_TRAIN_ATTENTION=separate`, as before: three
+/// projections and a composition that keeps the scores and probabilities for the backward pass
+/// (kept to compare the two on a GPU; BENCHMARKS.md "GPU").
+pub fn train_attention_fused() -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").map_or(true, |v| v != "separate"))
 }
 
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the

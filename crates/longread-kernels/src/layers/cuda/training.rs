@@ -3,9 +3,9 @@
 //! ([`AttentionProbsTrain`]), LayerNorm ([`LayerNormTrain`]), a dense layer's bias and GELU
 //! ([`BiasActivationTrain`]) and the AdamW update ([`AdamWStep`]). Kernels in `kernels.cu`.
 
-use super::cuda_only;
 #[cfg(feature = "cuda")]
 use super::launch;
+use super::{cuda_only, reference};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp3, Layout, Result, Shape, Tensor};
 
 /// A dropout mask on the GPU: the factors of [`crate::layers::dropout::SeededDropout`] (the
@@ -102,7 +102,6 @@ impl InplaceOp3 for AdamWStep {
 /// `scores.apply_op2(&key_bias, op)`: `scores: [batch, heads, seq, keys]` (f32 or bf16),
 /// `key_bias: [batch, keys]` (f32; no gradient).
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub struct AttentionProbsTrain {
     /// Multiplier of the scores (1/√head_size).
     pub scale: f32,
@@ -115,7 +114,17 @@ impl CustomOp2 for AttentionProbsTrain {
         "cuda-attention-probs-train"
     }
 
-    cuda_only!(CustomOp2);
+    /// The same arithmetic on the CPU (f32; `reference`), for tests of compositions of it.
+    fn cpu_fwd(
+        &self,
+        scores: &CpuStorage,
+        scores_l: &Layout,
+        bias: &CpuStorage,
+        bias_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let out = reference::attention_probs_train(self.scale, self.dropout, (scores, scores_l), (bias, bias_l), None)?;
+        Ok((out, scores_l.shape().clone()))
+    }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
@@ -144,15 +153,28 @@ impl CustomOp2 for AttentionProbsTrain {
 
 /// The backward pass of [`AttentionProbsTrain`]: `(scores, key_bias, grad) → grad of scores`.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct AttentionProbsTrainGrad(AttentionProbsTrain);
+pub(crate) struct AttentionProbsTrainGrad(pub(crate) AttentionProbsTrain);
 
 impl CustomOp3 for AttentionProbsTrainGrad {
     fn name(&self) -> &'static str {
         "cuda-attention-probs-train-grad"
     }
 
-    cuda_only!(CustomOp3);
+    /// The same arithmetic on the CPU (f32; `reference`), for tests of compositions of it.
+    fn cpu_fwd(
+        &self,
+        scores: &CpuStorage,
+        scores_l: &Layout,
+        bias: &CpuStorage,
+        bias_l: &Layout,
+        grad: &CpuStorage,
+        grad_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let AttentionProbsTrain { scale, dropout } = self.0;
+        let out =
+            reference::attention_probs_train(scale, dropout, (scores, scores_l), (bias, bias_l), Some((grad, grad_l)))?;
+        Ok((out, scores_l.shape().clone()))
+    }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(

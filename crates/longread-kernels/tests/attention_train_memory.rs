@@ -1,0 +1,107 @@
+//! What the GPU route's training attention keeps between the forward and backward passes,
+//! measured on the CPU (the op's reference kernels; the graph is the same on a GPU): the bytes
+//! this thread allocated during the forward pass and still holds when it returns, which is what
+//! the graph behind the output keeps alive until the backward pass.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use candle_core::{DType, Device, Tensor, Var};
+use longread_kernels::layers::cuda::{AttentionProbsTrain, AttentionTrain};
+
+/// The system allocator, counting the bytes each thread holds (allocated minus freed there).
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn add(bytes: isize) {
+    let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counter is a
+// thread-local integer (no allocation, no re-entry).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        add(layout.size() as isize);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        add(-(layout.size() as isize));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        add(new_size as isize - layout.size() as isize);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.with(Cell::get)
+}
+
+/// Bytes that `forward` allocated and still holds through its output (the graph), and the output
+/// (16 KiB of slack below covers the tensors' own records: Arcs, shapes, graph nodes).
+fn held(forward: impl FnOnce() -> Tensor) -> (isize, Tensor) {
+    let before = live();
+    let y = forward();
+    (live() - before, y)
+}
+
+/// The fused op keeps its output and nothing else it made (its inputs were there before); the
+/// composition it replaced on the GPU (split heads, scores, `AttentionProbsTrain`, `p·v`, merged
+/// heads, each op keeping its inputs) keeps the `[heads, seq, seq]` scores and probabilities too.
+/// Both are differentiable: the backward pass of each runs and reaches `qkv`.
+#[test]
+fn the_training_attention_keeps_no_seq_by_seq_tensor() {
+    let device = Device::Cpu;
+    let (batch, seq, heads, head_size) = (2usize, 256usize, 4usize, 16usize);
+    let hidden = heads * head_size;
+    let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (batch * seq, 3 * hidden), &device).unwrap()).unwrap();
+    let bias = Var::from_tensor(&Tensor::zeros(3 * hidden, DType::F32, &device).unwrap()).unwrap();
+    let key_bias = Tensor::zeros((batch, seq), DType::F32, &device).unwrap();
+    let dropout = (7, (0.1 * (1u64 << 24) as f64) as u32, 1.0 / 0.9);
+    let scale = 0.25;
+
+    let (fused_bytes, fused) = held(|| {
+        qkv.as_tensor().apply_op3(bias.as_tensor(), &key_bias, AttentionTrain { heads, scale, dropout }).unwrap()
+    });
+    let (composed_bytes, composed) = held(|| {
+        let biased = qkv.as_tensor().broadcast_add(bias.as_tensor()).unwrap();
+        let split = |i: usize| {
+            let part = biased.narrow(1, i * hidden, hidden).unwrap();
+            part.reshape((batch, seq, heads, head_size)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap()
+        };
+        let (q, k, v) = (split(0), split(1), split(2));
+        let scores = q.matmul(&k.t().unwrap()).unwrap().contiguous().unwrap();
+        let probs = scores.apply_op2(&key_bias, AttentionProbsTrain { scale, dropout }).unwrap();
+        probs.matmul(&v).unwrap().transpose(1, 2).unwrap().reshape((batch, seq, hidden)).unwrap()
+    });
+
+    let output = (batch * seq * hidden * 4) as isize;
+    let scores = (batch * heads * seq * seq * 4) as isize;
+    println!(
+        "held between the passes: fused {fused_bytes} bytes, composed {composed_bytes} bytes \
+         (output {output}, one [batch, heads, seq, seq] tensor {scores})"
+    );
+    assert!(fused_bytes <= output + 16 * 1024, "the fused op holds {fused_bytes} bytes, its output is {output}");
+    assert!(
+        composed_bytes >= 2 * scores,
+        "the composition holds {composed_bytes} bytes, less than scores + probabilities"
+    );
+
+    for y in [fused, composed] {
+        let grads = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+        let g = grads.get(qkv.as_tensor()).expect("a gradient for qkv");
+        assert!(g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0);
+    }
+}
