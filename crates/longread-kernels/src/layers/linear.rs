@@ -200,18 +200,39 @@ impl Linear {
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn forward_cuda_train(&self, xs: &Tensor, gelu: bool) -> Result<Tensor> {
-        let w = self.weight_in(xs.dtype())?;
-        let mut dims = xs.dims().to_vec();
-        let k = dims.pop().unwrap_or(1);
-        let rows = xs.elem_count() / k.max(1);
-        let product = xs.reshape((rows, k))?.matmul(&w.t()?)?;
+        let (product, mut dims) = self.product_rows_train(xs)?;
         let out = match self.dense.bias() {
             Some(bias) => product.apply_op2(&bias.to_dtype(DType::F32)?, cuda::BiasActivationTrain { gelu })?,
             None if gelu => product.gelu_erf()?,
             None => product,
         };
-        dims.push(w.dim(0)?);
+        dims.push(self.dense.weight().dim(0)?);
         out.reshape(dims)
+    }
+
+    /// The product without the bias as training on a GPU makes it (see
+    /// [`Linear::forward_cuda_train`]), with its graph, for ops that add the bias themselves
+    /// (`layers::cuda::ResidualNormTrain`).
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    pub fn product_train(&self, xs: &Tensor) -> Result<Tensor> {
+        let (product, mut dims) = self.product_rows_train(xs)?;
+        dims.push(self.dense.weight().dim(0)?);
+        product.reshape(dims)
+    }
+
+    /// One two-dimensional product over every row, in the input's dtype, and the input's
+    /// leading dimensions.
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[rows, out]`
+    fn product_rows_train(&self, xs: &Tensor) -> Result<(Tensor, Vec<usize>)> {
+        let w = self.weight_in(xs.dtype())?;
+        let mut dims = xs.dims().to_vec();
+        let k = dims.pop().unwrap_or(1);
+        let rows = xs.elem_count() / k.max(1);
+        Ok((xs.reshape((rows, k))?.matmul(&w.t()?)?, dims))
     }
 }
 

@@ -53,6 +53,11 @@ impl BlockOutput {
                 return cuda::residual_layer_norm(product, residual, &bias, gamma, beta, self.norm.eps());
             }
         }
+        if xs.device().is_cuda() && mode.is_train() && cuda::train_norm_fused() {
+            if let Some(out) = self.forward_fused_train(xs, residual, mode)? {
+                return Ok(out);
+            }
+        }
         if !(xs.device().is_cpu() && xs.dtype() == DType::F32 && residual.dtype() == DType::F32) {
             return self.forward_composed(xs, residual, mode);
         }
@@ -73,6 +78,28 @@ impl BlockOutput {
         // product, made above and held nowhere else, becomes the output, with no new buffer.
         product.inplace_op3(&residual, &params, &op)?;
         Ok(product)
+    }
+
+    /// Training on the GPU route: the dense product, then bias, dropout, residual and LayerNorm
+    /// as one op that keeps only its inputs for the backward pass
+    /// (`layers::cuda::ResidualNormTrain`). Runs on any device (on the CPU with the op's f32
+    /// reference kernel, for tests); `None` where the dense layer has no bias or the product
+    /// and the residual differ in dtype (the caller composes instead).
+    ///
+    /// # Shapes
+    /// `xs: [batch, seq, in]`, `residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
+    pub(crate) fn forward_fused_train(&self, xs: &Tensor, residual: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
+        let Some(bias) = self.dense.parts().1 else {
+            return Ok(None);
+        };
+        if xs.dtype() != residual.dtype() {
+            return Ok(None);
+        }
+        let product = self.dense.product_train(xs)?.contiguous()?;
+        let (gamma, beta) = self.norm.affine();
+        let params = Tensor::stack(&[bias, gamma, beta], 0)?.to_dtype(DType::F32)?;
+        let op = cuda::ResidualNormTrain { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
+        product.apply_op3(&residual.contiguous()?, &params, op).map(Some)
     }
 
     /// The same as a composition of ops (any device and dtype; the same dropout masks).
@@ -103,6 +130,43 @@ mod tests {
         assert!(!block.forward(&xs, &residual, Mode::Eval).unwrap().track_op());
         let rng = DropoutRng::new(1);
         assert!(block.forward(&xs, &residual, Mode::Train(&rng)).unwrap().track_op());
+    }
+
+    /// The GPU route's training op (`ResidualNormTrain`), run on the CPU with its reference
+    /// kernel, gives the composition's output and gradients (input, residual and the four
+    /// parameters) with the same dropout mask.
+    #[test]
+    fn the_gpu_routes_training_op_is_the_composition() {
+        let device = Device::Cpu;
+        let (vars, block) = block();
+        let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 13, 56), &device).unwrap()).unwrap();
+        let residual = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 13, 40), &device).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (2, 13, 40), &device).unwrap();
+        let mut names: Vec<_> = vars.data().lock().unwrap().keys().cloned().collect();
+        names.sort();
+        let run = |gpu_route: bool| {
+            let rng = DropoutRng::new(3);
+            let mode = Mode::Train(&rng);
+            let y = if gpu_route {
+                block.forward_fused_train(xs.as_tensor(), residual.as_tensor(), mode).unwrap().expect("a bias")
+            } else {
+                block.forward_composed(xs.as_tensor(), residual.as_tensor(), mode).unwrap()
+            };
+            let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            let mut all = vec![y, grads.get(xs.as_tensor()).unwrap().clone()];
+            all.push(grads.get(residual.as_tensor()).unwrap().clone());
+            for name in &names {
+                let var = vars.data().lock().unwrap()[name].clone();
+                all.push(grads.get(var.as_tensor()).unwrap().clone());
+            }
+            all
+        };
+        let (gpu_route, composed) = (run(true), run(false));
+        assert_eq!(gpu_route.len(), 7, "output, input, residual and 4 parameters");
+        for (i, (a, b)) in gpu_route.iter().zip(&composed).enumerate() {
+            let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert!(d < 5e-5, "tensor {i}: max abs diff {d}");
+        }
     }
 
     /// A block of hidden size 40 over inputs of 56, with trainable weights.

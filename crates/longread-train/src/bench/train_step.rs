@@ -56,6 +56,11 @@ pub struct TrainStepResult {
     /// composition that keeps the scores; LONGREAD_CUDA_TRAIN_ATTENTION=separate). Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_attention: Option<&'static str>,
+    /// On a GPU, how each block's bias, dropout, residual and LayerNorm trained: `fused`
+    /// (`layers::cuda::ResidualNormTrain`, the default) or `separate` (the composition;
+    /// LONGREAD_CUDA_TRAIN_NORM=separate). Absent on the CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_norm: Option<&'static str>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
@@ -216,15 +221,8 @@ pub fn run_train_step(
     };
     let timing = BenchResult::of_runs(runs, parameters, None, warmup);
     let docs_per_s = settings.docs as f64 / timing.seconds;
-    let gpu_attention =
-        device.is_cuda().then(
-            || {
-                if longread_model::layers::cuda::train_attention_fused() {
-                    "fused"
-                } else {
-                    "separate"
-                }
-            },
-        );
-    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_attention, profile })
+    let route = |fused: bool| device.is_cuda().then_some(if fused { "fused" } else { "separate" });
+    let gpu_attention = route(longread_model::layers::cuda::train_attention_fused());
+    let gpu_norm = route(longread_model::layers::cuda::train_norm_fused());
+    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_attention, gpu_norm, profile })
 }

@@ -615,6 +615,51 @@ extern "C" __global__ void layer_norm_train_grad_f32(const float* x, const float
   }
 }
 
+// The end of a transformer block in training, out of place: out[row, :] = LayerNorm(s) · gamma +
+// beta with s = (x[row, :] + bias) · dropout factor + residual[row, :] (the factor of element
+// row · cols + j: the CPU's mask; threshold 0 and keep_scale 1: no dropout), params = [bias,
+// gamma, beta] ([3, cols], f32); f32 arithmetic, biased variance. One warp per row. The backward
+// pass recomputes s and runs layer_norm_train_grad_f32 on it.
+template <typename T>
+__device__ void residual_norm_train(const T* x, const T* residual, const float* params, T* out, long rows, int cols,
+                                    float eps, unsigned long long seed, unsigned int threshold, float keep_scale) {
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const T* xr = x + row * cols;
+  const T* rr = residual + row * cols;
+  const float* bias = params;
+  const float* gamma = params + cols;
+  const float* beta = params + 2 * cols;
+  const unsigned long long first = (unsigned long long)row * cols;
+  float s = 0.f;
+  for (int j = lane; j < cols; j += 32)
+    s += (load(xr, j) + bias[j]) * dropout_factor(seed, first + j, threshold, keep_scale) + load(rr, j);
+  const float mean = warp_sum(s) / cols;
+  float q = 0.f;
+  for (int j = lane; j < cols; j += 32) {
+    const float d = (load(xr, j) + bias[j]) * dropout_factor(seed, first + j, threshold, keep_scale) + load(rr, j) - mean;
+    q += d * d;
+  }
+  const float rstd = rsqrtf(warp_sum(q) / cols + eps);
+  for (int j = lane; j < cols; j += 32) {
+    const float v = (load(xr, j) + bias[j]) * dropout_factor(seed, first + j, threshold, keep_scale) + load(rr, j);
+    store(out + row * cols, j, (v - mean) * rstd * gamma[j] + beta[j]);
+  }
+}
+
+extern "C" __global__ void residual_norm_train_f32(const float* x, const float* residual, const float* params,
+                                                   float* out, long rows, int cols, float eps,
+                                                   unsigned long long seed, unsigned int threshold, float keep_scale) {
+  residual_norm_train(x, residual, params, out, rows, cols, eps, seed, threshold, keep_scale);
+}
+extern "C" __global__ void residual_norm_train_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual,
+                                                    const float* params, __nv_bfloat16* out, long rows, int cols,
+                                                    float eps, unsigned long long seed, unsigned int threshold,
+                                                    float keep_scale) {
+  residual_norm_train(x, residual, params, out, rows, cols, eps, seed, threshold, keep_scale);
+}
+
 // A dense layer's bias in training, out of place: out = x + bias, or gelu_erf(x + bias);
 // x, out [n / cols, cols], bias [cols] f32.
 template <typename T>

@@ -628,3 +628,64 @@ pub(super) fn bias_activation_train(
         _ => go::<f32>(&func, (x, x_r), &bias, grad, out, args),
     }
 }
+
+/// `residual_norm_train` into a new buffer: `LayerNorm((x + bias) · dropout + residual) · γ + β`
+/// of `x, residual: [rows, cols]` (one dtype, f32 or bf16, contiguous), `params = [bias, γ, β]`
+/// (`[3, cols]`, f32).
+pub(super) fn residual_norm_train(
+    eps: f32,
+    dropout: DropoutArgs,
+    (x, x_l): (&CudaStorage, &Layout),
+    (residual, residual_l): (&CudaStorage, &Layout),
+    (params, params_l): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let op = "cuda-residual-norm-train";
+    let (rows, cols) = rows_of(x_l)?;
+    if residual_l.shape() != x_l.shape()
+        || residual.dtype() != x.dtype()
+        || params_l.shape().dims() != [3, cols]
+        || params.dtype() != DType::F32
+    {
+        candle_core::bail!(
+            "{op}: x {:?} ({:?}), residual {:?} ({:?}) and params {:?} ({:?}) disagree",
+            x_l.shape(),
+            x.dtype(),
+            residual_l.shape(),
+            residual.dtype(),
+            params_l.shape(),
+            params.dtype()
+        );
+    }
+    let (dtype, dev) = (x.dtype(), &x.device);
+    let out = alloc_like(dev, dtype, rows * cols)?;
+    let func = kernel(dev, "residual_norm_train", dtype)?;
+    let ranges = (range(x_l, op)?, range(residual_l, op)?);
+    let params = params.as_cuda_slice::<f32>()?.slice(range(params_l, op)?);
+    fn go<T: CudaDType>(
+        (stream, func): &(std::sync::Arc<CudaStream>, CudaFunction),
+        (x, residual): (&CudaStorage, &CudaStorage),
+        (x_r, residual_r): (std::ops::Range<usize>, std::ops::Range<usize>),
+        params: &CudaView<f32>,
+        mut out: CudaStorage,
+        (rows, cols, eps): (i64, i32, f32),
+        (seed, threshold, keep): DropoutArgs,
+    ) -> Result<CudaStorage> {
+        let x = x.as_cuda_slice::<T>()?.slice(x_r);
+        let residual = residual.as_cuda_slice::<T>()?.slice(residual_r);
+        {
+            let slice = out.as_cuda_slice_mut::<T>()?;
+            let mut b = stream.launch_builder(func);
+            b.arg(&x).arg(&residual).arg(params).arg(slice).arg(&rows).arg(&cols).arg(&eps);
+            b.arg(&seed).arg(&threshold).arg(&keep);
+            // SAFETY: x and residual hold `rows × cols` elements, params `3 × cols` (checked
+            // above); the kernel writes the `rows × cols` elements of `out`.
+            unsafe { b.launch(rows_config(rows as usize)) }.w()?;
+        }
+        Ok(out)
+    }
+    let sizes = (rows as i64, cols as i32, eps);
+    match dtype {
+        DType::BF16 => go::<bf16>(&func, (x, residual), ranges, &params, out, sizes, dropout),
+        _ => go::<f32>(&func, (x, residual), ranges, &params, out, sizes, dropout),
+    }
+}

@@ -17,9 +17,11 @@ mod attention_train;
 #[cfg(feature = "cuda")]
 mod launch;
 mod reference;
+mod residual_norm_train;
 mod training;
 
 pub use attention_train::AttentionTrain;
+pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
 pub use training::{AttentionProbsTrain, BiasActivationTrain, DropoutMask, LayerNormTrain};
 
@@ -342,6 +344,15 @@ fn flash_enabled() -> bool {
 pub fn train_attention_fused() -> bool {
     static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").map_or(true, |v| v != "separate"))
+}
+
+/// Whether training on a GPU ends each transformer block with [`ResidualNormTrain`] (bias,
+/// dropout, residual and LayerNorm as one op that keeps only its inputs; the default), or, with
+/// `LONGREAD_CUDA_TRAIN_NORM=separate`, as before: the composition of a bias op, a dropout mask,
+/// the residual sum and LayerNorm with its casts (kept to compare the two on a GPU).
+pub fn train_norm_fused() -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_NORM").map_or(true, |v| v != "separate"))
 }
 
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the

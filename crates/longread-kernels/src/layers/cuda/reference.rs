@@ -105,3 +105,80 @@ pub(super) fn attention_probs_train(
     }
     Ok(CpuStorage::F32(out))
 }
+
+/// Mean and 1/√(variance + eps) of a row (biased variance, two passes, as the kernels).
+fn row_statistics(row: &[f32], eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// The end of a transformer block in training (the kernel `residual_norm_train`):
+/// `LayerNorm((x + bias) · dropout + residual) · γ + β` per row of `x, residual: [rows, cols]`,
+/// `params = [bias, γ, β]` (`[3, cols]`), the dropout factor of element `row · cols + j`.
+pub(super) fn residual_norm_train(
+    eps: f32,
+    (seed, threshold, keep): (u64, u32, f32),
+    (x, x_l): (&CpuStorage, &Layout),
+    (residual, residual_l): (&CpuStorage, &Layout),
+    (params, params_l): (&CpuStorage, &Layout),
+) -> Result<CpuStorage> {
+    let op = "residual-norm-train";
+    let cols = *x_l.shape().dims().last().unwrap_or(&0);
+    if cols == 0 || residual_l.shape() != x_l.shape() || params_l.shape().dims() != [3, cols] {
+        candle_core::bail!(
+            "{op}: x {:?}, residual {:?} and params {:?} disagree",
+            x_l.shape(),
+            residual_l.shape(),
+            params_l.shape()
+        );
+    }
+    let (x, residual, params) =
+        (f32_slice(x, x_l, op)?, f32_slice(residual, residual_l, op)?, f32_slice(params, params_l, op)?);
+    let (bias, gamma, beta) = (&params[..cols], &params[cols..2 * cols], &params[2 * cols..]);
+    let mut out = vec![0f32; x.len()];
+    let mut factors = vec![0f32; cols];
+    for (row, ((x, r), out)) in
+        x.chunks_exact(cols).zip(residual.chunks_exact(cols)).zip(out.chunks_exact_mut(cols)).enumerate()
+    {
+        mask_factors(seed, threshold, keep, (row * cols) as u64, &mut factors);
+        let s: Vec<f32> = x.iter().zip(bias).zip(&factors).zip(r).map(|(((x, b), f), r)| (x + b) * f + r).collect();
+        let (mean, rstd) = row_statistics(&s, eps);
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = (s[j] - mean) * rstd * gamma[j] + beta[j];
+        }
+    }
+    Ok(CpuStorage::F32(out))
+}
+
+/// LayerNorm's backward pass (the kernel `layer_norm_train_grad_f32`): with x̂ = (x − mean)·rstd
+/// and g = dy·γ, dx = rstd · (g − mean(g) − x̂ · mean(g·x̂)); out `[2, rows, cols]`: dx, then x̂.
+pub(super) fn layer_norm_train_grad(
+    eps: f32,
+    (x, x_l): (&CpuStorage, &Layout),
+    (gamma, gamma_l): (&CpuStorage, &Layout),
+    (dy, dy_l): (&CpuStorage, &Layout),
+) -> Result<CpuStorage> {
+    let op = "layer-norm-train-grad";
+    let cols = *x_l.shape().dims().last().unwrap_or(&0);
+    if cols == 0 || gamma_l.shape().dims() != [cols] || dy_l.shape() != x_l.shape() {
+        candle_core::bail!("{op}: x {:?}, gamma {:?} and dy {:?} disagree", x_l.shape(), gamma_l.shape(), dy_l.shape());
+    }
+    let (x, gamma, dy) = (f32_slice(x, x_l, op)?, f32_slice(gamma, gamma_l, op)?, f32_slice(dy, dy_l, op)?);
+    let mut out = vec![0f32; 2 * x.len()];
+    let (dx, xhat) = out.split_at_mut(x.len());
+    let rows =
+        x.chunks_exact(cols).zip(dy.chunks_exact(cols)).zip(dx.chunks_exact_mut(cols).zip(xhat.chunks_exact_mut(cols)));
+    for ((x, dy), (dx, xhat)) in rows {
+        let (mean, rstd) = row_statistics(x, eps);
+        xhat.iter_mut().zip(x).for_each(|(h, x)| *h = (x - mean) * rstd);
+        let g: Vec<f32> = dy.iter().zip(gamma).map(|(d, g)| d * g).collect();
+        let a = g.iter().sum::<f32>() / cols as f32;
+        let b = g.iter().zip(xhat.iter()).map(|(g, h)| g * h).sum::<f32>() / cols as f32;
+        for ((d, g), h) in dx.iter_mut().zip(&g).zip(xhat.iter()) {
+            *d = rstd * (g - a - h * b);
+        }
+    }
+    Ok(CpuStorage::F32(out))
+}

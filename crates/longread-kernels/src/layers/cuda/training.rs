@@ -198,7 +198,6 @@ impl CustomOp3 for AttentionProbsTrainGrad {
 /// statistics from the input (kept as the op's argument).
 /// `x.apply_op3(&gamma, &beta, op)`: `x: [..., hidden]`, `gamma, beta: [hidden]`, f32, contiguous.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub struct LayerNormTrain {
     /// LayerNorm epsilon, inside the square root.
     pub eps: f32,
@@ -248,15 +247,27 @@ impl CustomOp3 for LayerNormTrain {
 
 /// The backward pass of [`LayerNormTrain`]: `(x, gamma, grad) → [2, rows, hidden]` (dx, x̂).
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct LayerNormTrainGrad(LayerNormTrain);
+pub(crate) struct LayerNormTrainGrad(pub(crate) LayerNormTrain);
 
 impl CustomOp3 for LayerNormTrainGrad {
     fn name(&self) -> &'static str {
         "cuda-layer-norm-train-grad"
     }
 
-    cuda_only!(CustomOp3);
+    /// The same arithmetic on the CPU (f32; `reference`), for tests of compositions of it.
+    fn cpu_fwd(
+        &self,
+        x: &CpuStorage,
+        x_l: &Layout,
+        gamma: &CpuStorage,
+        gamma_l: &Layout,
+        grad: &CpuStorage,
+        grad_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let out = reference::layer_norm_train_grad(self.0.eps, (x, x_l), (gamma, gamma_l), (grad, grad_l))?;
+        let cols = gamma_l.shape().elem_count();
+        Ok((out, Shape::from((2, x_l.shape().elem_count() / cols.max(1), cols))))
+    }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(

@@ -1,13 +1,15 @@
-//! What the GPU route's training attention keeps between the forward and backward passes,
-//! measured on the CPU (the op's reference kernels; the graph is the same on a GPU): the bytes
-//! this thread allocated during the forward pass and still holds when it returns, which is what
-//! the graph behind the output keeps alive until the backward pass.
+//! What the GPU route's training ops (`AttentionTrain`, `ResidualNormTrain`) keep between the
+//! forward and backward passes, measured on the CPU (the ops' reference kernels; the graph is
+//! the same on a GPU): the bytes this thread allocated during the forward pass and still holds
+//! when it returns, which is what the graph behind the output keeps alive until the backward
+//! pass.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use candle_core::{DType, Device, Tensor, Var};
-use longread_kernels::layers::cuda::{AttentionProbsTrain, AttentionTrain};
+use longread_kernels::layers::cuda::{AttentionProbsTrain, AttentionTrain, ResidualNormTrain};
+use longread_kernels::layers::dropout::SeededDropout;
 
 /// The system allocator, counting the bytes each thread holds (allocated minus freed there).
 struct Counting;
@@ -103,5 +105,44 @@ fn the_training_attention_keeps_no_seq_by_seq_tensor() {
         let grads = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
         let g = grads.get(qkv.as_tensor()).expect("a gradient for qkv");
         assert!(g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0);
+    }
+}
+
+/// The end of a block keeps its output and nothing else it made; the composition it replaced on
+/// the GPU (bias, dropout mask and product, residual sum, LayerNorm) keeps at least four
+/// `[rows, hidden]` tensors besides its output. Both are differentiable.
+#[test]
+fn the_block_end_keeps_only_its_output() {
+    let device = Device::Cpu;
+    let (rows, hidden, eps) = (1024usize, 64usize, 1e-5f32);
+    let var = |shape: (usize, usize)| Var::from_tensor(&Tensor::randn(0f32, 1.0, shape, &device).unwrap()).unwrap();
+    let (x, residual, params) = (var((rows, hidden)), var((rows, hidden)), var((3, hidden)));
+    let dropout = SeededDropout { p: 0.1, seed: 5 };
+
+    let (fused_bytes, fused) = held(|| {
+        x.as_tensor()
+            .apply_op3(residual.as_tensor(), params.as_tensor(), ResidualNormTrain { eps, dropout: Some(dropout) })
+            .unwrap()
+    });
+    let (composed_bytes, composed) = held(|| {
+        let p = params.as_tensor();
+        let biased = x.as_tensor().broadcast_add(&p.get(0).unwrap()).unwrap();
+        let s = (dropout.apply(&biased).unwrap() + residual.as_tensor()).unwrap();
+        let centered = s.broadcast_sub(&s.mean_keepdim(1).unwrap()).unwrap();
+        let var = centered.sqr().unwrap().mean_keepdim(1).unwrap();
+        let normed = centered.broadcast_div(&(var + eps as f64).unwrap().sqrt().unwrap()).unwrap();
+        normed.broadcast_mul(&p.get(1).unwrap()).unwrap().broadcast_add(&p.get(2).unwrap()).unwrap()
+    });
+
+    let tensor = (rows * hidden * 4) as isize;
+    println!("held between the passes: fused {fused_bytes} bytes, composed {composed_bytes} bytes (one [rows, hidden] tensor {tensor})");
+    assert!(fused_bytes <= tensor + 16 * 1024, "the fused op holds {fused_bytes} bytes, its output is {tensor}");
+    assert!(composed_bytes >= 5 * tensor, "the composition holds {composed_bytes} bytes, less than five tensors");
+
+    for y in [fused, composed] {
+        let grads = y.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+        for v in [&x, &residual, &params] {
+            assert!(grads.get(v.as_tensor()).is_some(), "a gradient for every input");
+        }
     }
 }
