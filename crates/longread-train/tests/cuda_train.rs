@@ -411,3 +411,78 @@ fn cuda_han_gradients_equal_the_cpus_fused_time_loop() {
     let worst = assert_same_step("HAN", (cpu_loss, &cpu_grads), (gpu_loss, &gpu_grads));
     println!("HAN: loss {cpu_loss:.6} vs {gpu_loss:.6}, {} gradients max abs diff {worst:.2e}", cpu_grads.len());
 }
+
+/// One op applied to its three inputs.
+type ApplyOp<'a> = &'a dyn Fn(&Tensor, &Tensor, &Tensor) -> Tensor;
+
+/// Values and input gradients of one op on `device` (inputs made on the CPU, moved there; the
+/// first two inputs in `dtype`, the third f32) under `loss = Σ y ⊙ w`.
+fn op_and_gradients(device: &Device, dtype: DType, inputs: &[Tensor; 3], w: &Tensor, apply: ApplyOp) -> Vec<Vec<f32>> {
+    let moved: Vec<candle_core::Var> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let t = t.to_device(device).unwrap();
+            candle_core::Var::from_tensor(&if i < 2 { t.to_dtype(dtype).unwrap() } else { t }).unwrap()
+        })
+        .collect();
+    let y = apply(moved[0].as_tensor(), moved[1].as_tensor(), moved[2].as_tensor());
+    let w = w.to_device(device).unwrap().to_dtype(y.dtype()).unwrap();
+    let grads = (&y * &w).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+    let mut out = vec![flat(&y)];
+    // The attention's third input (the key mask) has no gradient.
+    out.extend(moved.iter().filter_map(|v| grads.get(v.as_tensor()).map(flat)));
+    out
+}
+
+/// The training ops of the GPU route (session 29), on the GPU against their CPU reference
+/// kernels: `AttentionTrain` (q/k/v split, scores, probabilities with dropout, merged heads)
+/// and `ResidualNormTrain` (bias, dropout, residual, LayerNorm), values and input gradients,
+/// f32 (TF32 off) to 1e-4 and bf16 to 3e-2 of each tensor's scale. A failure here names the op
+/// that the whole-model gradient tests above would only show as a wrong gradient.
+#[test]
+fn cuda_training_ops_equal_their_cpu_reference() {
+    if !gpu("cuda_training_ops_equal_their_cpu_reference") {
+        return;
+    }
+    use longread_model::layers::cuda::{AttentionTrain, ResidualNormTrain};
+    use longread_model::layers::dropout::SeededDropout;
+    tf32(false);
+    let cpu = Device::Cpu;
+    let (batch, seq, heads, head_size) = (2usize, 96usize, 4usize, 16usize);
+    let hidden = heads * head_size;
+    let randn = |shape: &[usize], std: f32| Tensor::randn(0f32, std, shape, &cpu).unwrap();
+    let mut mask = vec![0f32; batch * seq];
+    mask[seq - 20..seq].iter_mut().for_each(|m| *m = -1e30);
+    let attention_inputs = [
+        randn(&[batch * seq, 3 * hidden], 1.0),
+        randn(&[3 * hidden], 0.3),
+        Tensor::from_vec(mask, (batch, seq), &cpu).unwrap(),
+    ];
+    let norm_inputs =
+        [randn(&[batch * seq, hidden], 1.0), randn(&[batch * seq, hidden], 1.0), randn(&[3, hidden], 0.5)];
+    let w = randn(&[batch * seq, hidden], 1.0);
+    let dropout = SeededDropout { p: 0.1, seed: 77 };
+    let attention =
+        AttentionTrain { heads, scale: 0.25, dropout: (dropout.seed, dropout.threshold(), dropout.scale()) };
+    let norm = ResidualNormTrain { eps: 1e-5, dropout: Some(dropout) };
+    let apply_attention = |a: &Tensor, b: &Tensor, c: &Tensor| {
+        a.apply_op3(&b.to_dtype(DType::F32).unwrap(), c, attention).unwrap().reshape((batch * seq, hidden)).unwrap()
+    };
+    let apply_norm = |a: &Tensor, b: &Tensor, c: &Tensor| a.apply_op3(b, c, norm).unwrap();
+    let cases: [(&str, &[Tensor; 3], ApplyOp); 2] =
+        [("attention-train", &attention_inputs, &apply_attention), ("residual-norm-train", &norm_inputs, &apply_norm)];
+    for (name, inputs, apply) in cases {
+        let reference = op_and_gradients(&cpu, DType::F32, inputs, &w, apply);
+        for (dtype, limit) in [(DType::F32, 1e-4f32), (DType::BF16, 3e-2)] {
+            let got = op_and_gradients(&cuda(), dtype, inputs, &w, apply);
+            assert_eq!(got.len(), reference.len(), "{name} {dtype:?}: output and gradients");
+            for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+                let scale = if dtype == DType::F32 { 1.0 } else { r.iter().fold(1e-6f32, |m, v| m.max(v.abs())) };
+                let d = max_diff(g, r) / scale;
+                println!("{name} {dtype:?} tensor {i}: max difference {d:.2e} (of the scale {scale:.2e})");
+                assert!(d < limit, "{name} {dtype:?} tensor {i} (output, then gradients): {d:e} ≥ {limit:e}");
+            }
+        }
+    }
+}
