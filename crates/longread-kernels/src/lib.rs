@@ -9,3 +9,4 @@ pub mod activation;
 pub mod layers;
 pub mod mode;
 pub mod profile;
+pub mod route;

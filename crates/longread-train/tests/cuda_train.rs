@@ -1,6 +1,7 @@
 //! GPU training tests (issue 34): on a CUDA device, training computes the CPU's numbers. They
 //! run where a GPU is visible to a `cuda` build and otherwise print "skipped: no CUDA device"
-//! (scripts/gpu_check.sh sets LONGREAD_REQUIRE_GPU=1, which turns a skip into a failure).
+//! (scripts/gpu_check.sh sets LONGREAD_REQUIRE_GPU=1, which turns a skip into a failure);
+//! one runs everywhere: the GPU route's composition on the CPU, with the ops' reference kernels.
 //!
 //! f32 on the GPU is compared with TF32 matrix products switched off. Dropout masks are the
 //! same on both devices (a hash of the seed and the element's index), so training-mode
@@ -143,6 +144,36 @@ fn cuda_f32_training_gradients_equal_the_cpus_on_every_fixture_model() {
             let worst = assert_same_step(&what, (cpu_loss, &cpu_grads), (gpu_loss, &gpu_grads));
             println!(
                 "{name} (recompute {recompute}): loss {cpu_loss:.6} vs {gpu_loss:.6}, {} gradients max abs diff {worst:.2e}",
+                cpu_grads.len()
+            );
+        }
+    }
+}
+
+/// The GPU route's training (its ops, their order and backward passes: `layers::cuda`), run on
+/// the CPU with the ops' f32 reference kernels (`longread_model::route::emulate_gpu`), gives the
+/// CPU route's loss and gradients on every fixture model, with and without recomputation. Runs
+/// everywhere (no GPU needed): it checks the composition that the GPU test above checks with the
+/// real kernels, so a change to the GPU route is tested in CI before it meets a GPU.
+#[test]
+fn the_gpu_route_emulated_on_the_cpu_gives_the_cpus_gradients_on_every_fixture_model() {
+    for name in MODELS {
+        let dir = fixture(name);
+        for recompute in [true, false] {
+            let (cpu_loss, cpu_grads) = one_step(&dir, &Device::Cpu, recompute);
+            candle_core::op_profile::start(&Device::Cpu).unwrap();
+            let (route_loss, route_grads) =
+                longread_model::route::emulate_gpu(|| one_step(&dir, &Device::Cpu, recompute));
+            // The route's own ops ran (op names as the profile gives custom ops).
+            let ops: Vec<String> = candle_core::op_profile::finish().into_iter().map(|r| r.op).collect();
+            for op in ["attention-train", "residual-norm-train", "cuda-layer-norm-train", "cuda-bias-activation-train"]
+            {
+                assert!(ops.iter().any(|o| o.contains(op)), "{name}: no {op} among {ops:?}");
+            }
+            let what = format!("{name} (recompute {recompute}, GPU route on the CPU)");
+            let worst = assert_same_step(&what, (cpu_loss, &cpu_grads), (route_loss, &route_grads));
+            println!(
+                "{what}: loss {cpu_loss:.6} vs {route_loss:.6}, {} gradients, max abs diff {worst:.2e}",
                 cpu_grads.len()
             );
         }

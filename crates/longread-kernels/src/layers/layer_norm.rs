@@ -6,6 +6,7 @@ use candle_nn::VarBuilder;
 
 use crate::layers::fused::FusedLayerNorm;
 use crate::mode::Mode;
+use crate::route;
 
 /// `y = (x - mean) / sqrt(var + eps) * weight + bias` over the last dimension.
 #[derive(Debug, Clone)]
@@ -40,9 +41,9 @@ impl LayerNorm {
             // Reduced precision: normalise in f32 (as autocast does), return the input's dtype.
             return self.forward(&xs.to_dtype(DType::F32)?, mode)?.to_dtype(xs.dtype());
         }
-        if xs.device().is_cpu() {
+        if route::cpu(xs.device()) {
             self.forward_fused(xs, mode)
-        } else if mode.is_train() && xs.device().is_cuda() {
+        } else if mode.is_train() && route::gpu(xs.device()) {
             // One kernel each way (`layers::cuda::LayerNormTrain`).
             let op = crate::layers::cuda::LayerNormTrain { eps: self.eps as f32 };
             xs.contiguous()?.apply_op3(&self.weight.contiguous()?, &self.bias.contiguous()?, op)

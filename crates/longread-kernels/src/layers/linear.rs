@@ -10,6 +10,7 @@ use crate::layers::cuda;
 use crate::layers::fused::{DenseProduct, FusedBiasAdd, FusedBiasGeluErf};
 use crate::layers::int8::Int8Weights;
 use crate::mode::Mode;
+use crate::route;
 
 /// A dense layer (`x·Wᵀ + b`, as `torch.nn.Linear`) whose weights are cast to the input's
 /// dtype: with bf16 activations it computes in bf16 while the weights (and their gradients,
@@ -77,7 +78,7 @@ impl Linear {
     /// The int8 weights, when [`Self::quantize_int8`] made them and `xs` can use them (f32 on
     /// the CPU).
     fn int8_for(&self, xs: &Tensor) -> Option<&Int8Weights> {
-        self.int8.as_deref().filter(|_| xs.device().is_cpu() && xs.dtype() == DType::F32)
+        self.int8.as_deref().filter(|_| route::cpu(xs.device()) && xs.dtype() == DType::F32)
     }
 
     /// Whether a product of `xs` with this layer can need a backward pass: when the input or a
@@ -108,7 +109,7 @@ impl Linear {
                 _ => Ok(None),
             };
         }
-        let fusable = xs.device().is_cpu() && xs.dtype() == DType::F32 && w.dtype() == DType::F32;
+        let fusable = route::cpu(xs.device()) && xs.dtype() == DType::F32 && w.dtype() == DType::F32;
         match bias {
             Some(bias) if fusable && self.int8.is_none() => {
                 let (xs, w) = (xs.contiguous()?, w.contiguous()?);
@@ -135,7 +136,7 @@ impl Linear {
     /// `xs: [..., in]` → `[..., out]`
     pub fn forward_activated(&self, xs: &Tensor, activation: Activation, mode: Mode) -> Result<Tensor> {
         let graph = self.needs_graph(xs, mode);
-        if graph && xs.device().is_cuda() {
+        if graph && route::gpu(xs.device()) {
             let gelu = activation == Activation::GeluErf;
             let out = self.forward_cuda_train(xs, gelu)?;
             return if gelu { Ok(out) } else { activation.forward(&out) };
@@ -159,7 +160,7 @@ impl Linear {
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn forward_graph(&self, xs: &Tensor, graph: bool) -> Result<Tensor> {
-        if graph && xs.device().is_cuda() {
+        if graph && route::gpu(xs.device()) {
             return self.forward_cuda_train(xs, false);
         }
         if let Some(int8) = self.int8_for(xs) {

@@ -15,6 +15,7 @@ use crate::layers::fused::{FusedAttention, PackedAttention};
 use crate::layers::{linear, softmax, Dropout, Linear};
 use crate::mode::Mode;
 use crate::profile::timed;
+use crate::route;
 
 /// `LayerNorm(x + dropout(dense(attention(x))))`.
 #[derive(Debug, Clone)]
@@ -119,7 +120,7 @@ impl SelfAttention {
             return self.forward_fused(xs, weight, bias, mask, mode);
         }
         if let (Keys::Masked { mask, position: None, relative: None }, true) =
-            (keys, mode.is_train() && xs.device().is_cuda() && cuda::train_attention_fused())
+            (keys, mode.is_train() && route::gpu(xs.device()) && cuda::train_attention_fused())
         {
             if let Some(out) = self.forward_fused_train(xs, mask, mode)? {
                 return Ok(out);
@@ -140,17 +141,21 @@ impl SelfAttention {
             Keys::Packed(segments) => self.attend_packed(&q, &k, &v, segments, mode)?,
             Keys::Masked { relative: Some(relative), .. } => self.attend_disentangled(&q, &k, &v, relative, mode)?,
             // The fused CPU op adds a relative-position bias in inference; training needs its gradient.
-            Keys::Masked { mask, position, .. } if xs.device().is_cpu() && xs.dtype() == DType::F32 => match position {
-                Some(position) if mode.is_train() => self.attend_composed(&q, &k, &v, mask, Some(position), mode)?,
-                _ => self.attend_fused(&q, &k, &v, mask, position, mode)?,
-            },
+            Keys::Masked { mask, position, .. } if route::cpu(xs.device()) && xs.dtype() == DType::F32 => {
+                match position {
+                    Some(position) if mode.is_train() => {
+                        self.attend_composed(&q, &k, &v, mask, Some(position), mode)?
+                    }
+                    _ => self.attend_fused(&q, &k, &v, mask, position, mode)?,
+                }
+            }
             Keys::Masked { mask, position: Some(position), .. } => {
                 self.attend_composed(&q, &k, &v, mask, Some(position), mode)?
             }
             Keys::Masked { mask, position: None, .. } if xs.device().is_cuda() && !mode.is_train() => {
                 self.attend_cuda(&q, &k, &v, mask)?
             }
-            Keys::Masked { mask, position: None, .. } if xs.device().is_cuda() => {
+            Keys::Masked { mask, position: None, .. } if route::gpu(xs.device()) => {
                 self.attend_cuda_train(&q, &k, &v, mask, mode)?
             }
             Keys::Masked { mask, position: None, .. } => self.attend_composed(&q, &k, &v, mask, None, mode)?,

@@ -9,6 +9,7 @@ use crate::layers::cuda;
 use crate::layers::fused::FusedResidualNorm;
 use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
+use crate::route;
 
 /// `output.dense`, hidden dropout, the residual connection and `output.LayerNorm`.
 #[derive(Debug, Clone)]
@@ -53,12 +54,12 @@ impl BlockOutput {
                 return cuda::residual_layer_norm(product, residual, &bias, gamma, beta, self.norm.eps());
             }
         }
-        if xs.device().is_cuda() && mode.is_train() && cuda::train_norm_fused() {
+        if route::gpu(xs.device()) && mode.is_train() && cuda::train_norm_fused() {
             if let Some(out) = self.forward_fused_train(xs, residual, mode)? {
                 return Ok(out);
             }
         }
-        if !(xs.device().is_cpu() && xs.dtype() == DType::F32 && residual.dtype() == DType::F32) {
+        if !(route::cpu(xs.device()) && xs.dtype() == DType::F32 && residual.dtype() == DType::F32) {
             return self.forward_composed(xs, residual, mode);
         }
         let (gamma, beta) = self.norm.affine();

@@ -182,3 +182,58 @@ pub(super) fn layer_norm_train_grad(
     }
     Ok(CpuStorage::F32(out))
 }
+
+/// LayerNorm in training (the kernel `layer_norm_train_f32`): `(x − mean) · rstd · γ + β` per row.
+pub(super) fn layer_norm_train(
+    eps: f32,
+    (x, x_l): (&CpuStorage, &Layout),
+    (gamma, gamma_l): (&CpuStorage, &Layout),
+    (beta, beta_l): (&CpuStorage, &Layout),
+) -> Result<CpuStorage> {
+    let op = "layer-norm-train";
+    let cols = *x_l.shape().dims().last().unwrap_or(&0);
+    if cols == 0 || gamma_l.shape().dims() != [cols] || beta_l.shape().dims() != [cols] {
+        candle_core::bail!(
+            "{op}: x {:?}, gamma {:?} and beta {:?} disagree",
+            x_l.shape(),
+            gamma_l.shape(),
+            beta_l.shape()
+        );
+    }
+    let (x, gamma, beta) = (f32_slice(x, x_l, op)?, f32_slice(gamma, gamma_l, op)?, f32_slice(beta, beta_l, op)?);
+    let mut out = vec![0f32; x.len()];
+    for (x, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        let (mean, rstd) = row_statistics(x, eps);
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = (x[j] - mean) * rstd * gamma[j] + beta[j];
+        }
+    }
+    Ok(CpuStorage::F32(out))
+}
+
+/// A dense layer's bias in training (the kernels `bias_activation_train` and, with `grad`,
+/// `bias_gelu_train_grad`): `x + bias` or exact `gelu(x + bias)`; backward `dy · gelu'(x + bias)`.
+pub(super) fn bias_activation_train(
+    gelu: bool,
+    (x, x_l): (&CpuStorage, &Layout),
+    (bias, bias_l): (&CpuStorage, &Layout),
+    grad: Option<(&CpuStorage, &Layout)>,
+) -> Result<CpuStorage> {
+    use crate::layers::fused::math::{gelu_erf, gelu_erf_derivative};
+    let op = "bias-activation-train";
+    let cols = *x_l.shape().dims().last().unwrap_or(&0);
+    if cols == 0 || bias_l.shape().dims() != [cols] {
+        candle_core::bail!("{op}: x {:?} and bias {:?} disagree", x_l.shape(), bias_l.shape());
+    }
+    let (x, bias) = (f32_slice(x, x_l, op)?, f32_slice(bias, bias_l, op)?);
+    let z = x.iter().enumerate().map(|(i, v)| v + bias[i % cols]);
+    let out = match grad {
+        Some((g, g_l)) if g_l.shape() == x_l.shape() => {
+            z.zip(f32_slice(g, g_l, op)?).map(|(z, g)| g * gelu_erf_derivative(z)).collect()
+        }
+        Some((_, g_l)) => candle_core::bail!("{op}: gradient {:?} and x {:?} disagree", g_l.shape(), x_l.shape()),
+        None if gelu => z.map(gelu_erf).collect(),
+        None => z.collect(),
+    };
+    Ok(CpuStorage::F32(out))
+}

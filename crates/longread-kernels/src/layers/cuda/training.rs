@@ -208,7 +208,19 @@ impl CustomOp3 for LayerNormTrain {
         "cuda-layer-norm-train"
     }
 
-    cuda_only!(CustomOp3);
+    /// The same arithmetic on the CPU (f32; `reference`), for the GPU route emulated in tests.
+    fn cpu_fwd(
+        &self,
+        x: &CpuStorage,
+        x_l: &Layout,
+        gamma: &CpuStorage,
+        gamma_l: &Layout,
+        beta: &CpuStorage,
+        beta_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let y = reference::layer_norm_train(self.eps, (x, x_l), (gamma, gamma_l), (beta, beta_l))?;
+        Ok((y, x_l.shape().clone()))
+    }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
@@ -292,7 +304,6 @@ impl CustomOp3 for LayerNormTrainGrad {
 /// broadcast's gradient in bf16, slowly); GELU's derivative is computed from the product,
 /// kept as the op's input.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub struct BiasActivationTrain {
     /// Apply GELU (erf) after adding the bias.
     pub gelu: bool,
@@ -303,7 +314,11 @@ impl CustomOp2 for BiasActivationTrain {
         "cuda-bias-activation-train"
     }
 
-    cuda_only!(CustomOp2);
+    /// The same arithmetic on the CPU (f32; `reference`), for the GPU route emulated in tests.
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout, bias: &CpuStorage, bias_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let out = reference::bias_activation_train(self.gelu, (x, x_l), (bias, bias_l), None)?;
+        Ok((out, x_l.shape().clone()))
+    }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(
@@ -327,7 +342,6 @@ impl CustomOp2 for BiasActivationTrain {
 
 /// GELU's backward pass for [`BiasActivationTrain`]: `(product, bias, grad) → grad of product`.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 struct BiasGeluTrainGrad;
 
 impl CustomOp3 for BiasGeluTrainGrad {
@@ -335,7 +349,19 @@ impl CustomOp3 for BiasGeluTrainGrad {
         "cuda-bias-gelu-train-grad"
     }
 
-    cuda_only!(CustomOp3);
+    /// The same arithmetic on the CPU (f32; `reference`), for the GPU route emulated in tests.
+    fn cpu_fwd(
+        &self,
+        x: &CpuStorage,
+        x_l: &Layout,
+        bias: &CpuStorage,
+        bias_l: &Layout,
+        grad: &CpuStorage,
+        grad_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let out = reference::bias_activation_train(true, (x, x_l), (bias, bias_l), Some((grad, grad_l)))?;
+        Ok((out, x_l.shape().clone()))
+    }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(

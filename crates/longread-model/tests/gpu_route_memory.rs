@@ -1,0 +1,114 @@
+//! What one transformer layer of roberta-base's shape keeps between the forward and backward
+//! passes of training, per 512-token chunk, on the GPU route (emulated on the CPU with its ops'
+//! f32 reference kernels: the graph is the GPU's, its tensors f32) and on the CPU route: the
+//! bytes this thread allocated during the forward pass and still holds when it returns, at 1 and
+//! 2 chunks (the difference is the cost of one more chunk). With
+//! `LONGREAD_CUDA_TRAIN_ATTENTION=separate LONGREAD_CUDA_TRAIN_NORM=separate` in the
+//! environment, the GPU route is the one measured before session 29 (BENCHMARKS.md "GPU").
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::{VarBuilder, VarMap};
+use longread_model::config::EncoderConfig;
+use longread_model::encoder::{mask_bias, EncoderLayer};
+use longread_model::{DropoutRng, Mode};
+
+/// The system allocator, counting the bytes each thread holds (allocated minus freed there).
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn add(bytes: isize) {
+    let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counter is a
+// thread-local integer (no allocation, no re-entry).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        add(layout.size() as isize);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        add(-(layout.size() as isize));
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        add(new_size as isize - layout.size() as isize);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes held after one training forward of `layer` over `chunks` sequences of 512 tokens
+/// (the input made before counting; the output, and the graph behind it, held).
+fn held(layer: &EncoderLayer, chunks: usize) -> isize {
+    let device = Device::Cpu;
+    let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (chunks, 512, 768), &device).unwrap()).unwrap();
+    let mask = mask_bias(&Tensor::ones((chunks, 512), DType::U32, &device).unwrap(), DType::F32).unwrap();
+    let rng = DropoutRng::new(1);
+    let before = LIVE.with(Cell::get);
+    let y = layer.forward(xs.as_tensor(), &mask, None, Mode::Train(&rng)).unwrap();
+    let bytes = LIVE.with(Cell::get) - before;
+    drop(y);
+    bytes
+}
+
+#[test]
+fn a_training_layer_keeps_about_a_dozen_activations_per_chunk_on_the_gpu_route() {
+    let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+        "model_type": "roberta", "vocab_size": 100, "hidden_size": 768, "num_hidden_layers": 1,
+        "num_attention_heads": 12, "intermediate_size": 3072, "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "layer_norm_eps": 1e-5
+    }))
+    .unwrap();
+    let vars = VarMap::new();
+    let layer = EncoderLayer::load(VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu), &cfg).unwrap();
+    let per_chunk = |gpu_route: bool| {
+        let measure = |chunks| {
+            if gpu_route {
+                longread_model::route::emulate_gpu(|| held(&layer, chunks))
+            } else {
+                held(&layer, chunks)
+            }
+        };
+        let (one, two) = (measure(1), measure(2));
+        (one, two - one)
+    };
+    let mb = |b: isize| b as f64 / 1e6;
+    let (gpu_one, gpu_chunk) = per_chunk(true);
+    let (cpu_one, cpu_chunk) = per_chunk(false);
+    // One [512, 768] f32 activation.
+    let activation = 512 * 768 * 4;
+    let separate = ["LONGREAD_CUDA_TRAIN_ATTENTION", "LONGREAD_CUDA_TRAIN_NORM"]
+        .map(|v| std::env::var(v).is_ok_and(|s| s == "separate"));
+    println!(
+        "held between the passes, f32, one roberta-base layer: GPU route (attention {}, norm {}) {:.2} MB for \
+         one chunk, {:.2} MB per further chunk ({:.1} activations of [512, 768]); CPU route {:.2} MB, {:.2} MB per chunk",
+        if separate[0] { "separate" } else { "fused" },
+        if separate[1] { "separate" } else { "fused" },
+        mb(gpu_one),
+        mb(gpu_chunk),
+        gpu_chunk as f64 / activation as f64,
+        mb(cpu_one),
+        mb(cpu_chunk)
+    );
+    if separate == [false, false] {
+        // By count: the input, the q/k/v product (3), the merged context, the attention's
+        // output product and block output, the feed-forward product and GELU output (4 each),
+        // the feed-forward output product: 16 activations of [512, 768].
+        assert!(gpu_chunk <= 17 * activation, "{} MB per chunk", mb(gpu_chunk));
+    }
+    assert!(cpu_chunk > 0 && gpu_chunk > 0);
+}
