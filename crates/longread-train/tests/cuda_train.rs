@@ -159,15 +159,24 @@ fn cuda_f32_training_gradients_equal_the_cpus_on_every_fixture_model() {
 fn the_gpu_route_emulated_on_the_cpu_gives_the_cpus_gradients_on_every_fixture_model() {
     for name in MODELS {
         let dir = fixture(name);
+        let erf_gelu = std::fs::read_to_string(dir.join("config.json")).unwrap().contains("\"hidden_act\": \"gelu\"");
         for recompute in [true, false] {
             let (cpu_loss, cpu_grads) = one_step(&dir, &Device::Cpu, recompute);
             candle_core::op_profile::start(&Device::Cpu).unwrap();
             let (route_loss, route_grads) =
                 longread_model::route::emulate_gpu(|| one_step(&dir, &Device::Cpu, recompute));
-            // The route's own ops ran (op names as the profile gives custom ops).
+            // The route's own ops ran (op names as the profile gives custom ops), those the
+            // LONGREAD_CUDA_TRAIN_* switches leave on.
             let ops: Vec<String> = candle_core::op_profile::finish().into_iter().map(|r| r.op).collect();
-            for op in ["attention-train", "residual-norm-train", "cuda-layer-norm-train", "cuda-bias-activation-train"]
-            {
+            use longread_model::layers::cuda::{train_attention_fused, train_ffn_fused, train_norm_fused};
+            let expected = [
+                ("attention-train", train_attention_fused()),
+                ("residual-norm-train", train_norm_fused()),
+                // Only for exact (erf) GELU: the RoBERTa fixtures use gelu_new.
+                ("gelu-dense-train", train_ffn_fused() && erf_gelu),
+                ("cuda-layer-norm-train", true),
+            ];
+            for (op, _) in expected.iter().filter(|(_, on)| *on) {
                 assert!(ops.iter().any(|o| o.contains(op)), "{name}: no {op} among {ops:?}");
             }
             let what = format!("{name} (recompute {recompute}, GPU route on the CPU)");
@@ -467,8 +476,9 @@ fn op_and_gradients(device: &Device, dtype: DType, inputs: &[Tensor; 3], w: &Ten
 }
 
 /// The training ops of the GPU route (session 29), on the GPU against their CPU reference
-/// kernels: `AttentionTrain` (q/k/v split, scores, probabilities with dropout, merged heads)
-/// and `ResidualNormTrain` (bias, dropout, residual, LayerNorm), values and input gradients,
+/// kernels: `AttentionTrain` (q/k/v split, scores, probabilities with dropout, merged heads),
+/// `ResidualNormTrain` (bias, dropout, residual, LayerNorm) and `GeluDenseTrain` (bias, GELU,
+/// second product), values and input gradients,
 /// f32 (TF32 off) to 1e-4 and bf16 to 3e-2 of each tensor's scale. A failure here names the op
 /// that the whole-model gradient tests above would only show as a wrong gradient.
 #[test]
@@ -476,7 +486,7 @@ fn cuda_training_ops_equal_their_cpu_reference() {
     if !gpu("cuda_training_ops_equal_their_cpu_reference") {
         return;
     }
-    use longread_model::layers::cuda::{AttentionTrain, ResidualNormTrain};
+    use longread_model::layers::cuda::{AttentionTrain, GeluDenseTrain, ResidualNormTrain};
     use longread_model::layers::dropout::SeededDropout;
     tf32(false);
     let cpu = Device::Cpu;
@@ -492,6 +502,8 @@ fn cuda_training_ops_equal_their_cpu_reference() {
     ];
     let norm_inputs =
         [randn(&[batch * seq, hidden], 1.0), randn(&[batch * seq, hidden], 1.0), randn(&[3, hidden], 0.5)];
+    let ffn_inputs =
+        [randn(&[batch * seq, 4 * hidden], 1.0), randn(&[hidden, 4 * hidden], 0.2), randn(&[4 * hidden], 0.3)];
     let w = randn(&[batch * seq, hidden], 1.0);
     let dropout = SeededDropout { p: 0.1, seed: 77 };
     let attention =
@@ -501,8 +513,13 @@ fn cuda_training_ops_equal_their_cpu_reference() {
         a.apply_op3(&b.to_dtype(DType::F32).unwrap(), c, attention).unwrap().reshape((batch * seq, hidden)).unwrap()
     };
     let apply_norm = |a: &Tensor, b: &Tensor, c: &Tensor| a.apply_op3(b, c, norm).unwrap();
-    let cases: [(&str, &[Tensor; 3], ApplyOp); 2] =
-        [("attention-train", &attention_inputs, &apply_attention), ("residual-norm-train", &norm_inputs, &apply_norm)];
+    // Inputs in the order (h, w, bias): the first two take the test's dtype.
+    let apply_ffn = |h: &Tensor, w: &Tensor, bias: &Tensor| h.apply_op3(bias, w, GeluDenseTrain).unwrap();
+    let cases: [(&str, &[Tensor; 3], ApplyOp); 3] = [
+        ("attention-train", &attention_inputs, &apply_attention),
+        ("residual-norm-train", &norm_inputs, &apply_norm),
+        ("gelu-dense-train", &ffn_inputs, &apply_ffn),
+    ];
     for (name, inputs, apply) in cases {
         let reference = op_and_gradients(&cpu, DType::F32, inputs, &w, apply);
         for (dtype, limit) in [(DType::F32, 1e-4f32), (DType::BF16, 3e-2)] {

@@ -44,8 +44,8 @@ impl Linear {
         Ok(())
     }
 
-    /// The weight in `dtype` (cast unless it is stored so).
-    fn weight_in(&self, dtype: DType) -> Result<Tensor> {
+    /// The weight in `dtype` (cast unless it is stored so), with its graph.
+    pub fn weight_in(&self, dtype: DType) -> Result<Tensor> {
         self.dense.weight().to_dtype(dtype)
     }
 

@@ -90,17 +90,42 @@ impl BlockOutput {
     /// # Shapes
     /// `xs: [batch, seq, in]`, `residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
     pub(crate) fn forward_fused_train(&self, xs: &Tensor, residual: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
+        if self.dense.parts().1.is_none() || xs.dtype() != residual.dtype() {
+            return Ok(None);
+        }
+        self.finish_train(&self.dense.product_train(xs)?, residual, mode)
+    }
+
+    /// Training on the GPU route from a product of this block's dense layer made elsewhere
+    /// (without its bias; `layers::cuda::GeluDenseTrain` makes the feed-forward block's): bias,
+    /// dropout, residual and LayerNorm as `ResidualNormTrain`, or composed with
+    /// LONGREAD_CUDA_TRAIN_NORM=separate or when the dtypes differ. `None` where the dense layer
+    /// has no bias.
+    ///
+    /// # Shapes
+    /// `product, residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
+    pub(crate) fn finish_train(&self, product: &Tensor, residual: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
         let Some(bias) = self.dense.parts().1 else {
             return Ok(None);
         };
-        if xs.dtype() != residual.dtype() {
-            return Ok(None);
+        let product = product.contiguous()?;
+        if cuda::train_norm_fused() && product.dtype() == residual.dtype() {
+            let (gamma, beta) = self.norm.affine();
+            let params = Tensor::stack(&[bias, gamma, beta], 0)?.to_dtype(DType::F32)?;
+            let op = cuda::ResidualNormTrain { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
+            return product.apply_op3(&residual.contiguous()?, &params, op).map(Some);
         }
-        let product = self.dense.product_train(xs)?.contiguous()?;
-        let (gamma, beta) = self.norm.affine();
-        let params = Tensor::stack(&[bias, gamma, beta], 0)?.to_dtype(DType::F32)?;
-        let op = cuda::ResidualNormTrain { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
-        product.apply_op3(&residual.contiguous()?, &params, op).map(Some)
+        // The bias op is two-dimensional (its bias gradient sums the rows).
+        let n = product.dim(candle_core::D::Minus1)?;
+        let rows = product.reshape((product.elem_count() / n.max(1), n))?;
+        let biased = rows.apply_op2(&bias.to_dtype(DType::F32)?, cuda::BiasActivationTrain { gelu: false })?;
+        let out = self.dropout.forward(&biased.reshape(product.shape())?, mode)?;
+        self.norm.forward(&(out + residual)?, mode).map(Some)
+    }
+
+    /// The dense layer (`output.dense`).
+    pub(crate) fn dense(&self) -> &Linear {
+        &self.dense
     }
 
     /// The same as a composition of ops (any device and dtype; the same dropout masks).

@@ -10,9 +10,11 @@ use crate::config::EncoderConfig;
 use crate::encoder::attention::SelfAttention;
 use crate::encoder::block_output::BlockOutput;
 use crate::encoder::Keys;
+use crate::layers::cuda;
 use crate::layers::{linear, Linear};
 use crate::mode::Mode;
 use crate::profile::timed;
+use crate::route;
 
 /// `encoder.layer.{i}` (canonical names) of an encoder checkpoint.
 #[derive(Debug, Clone)]
@@ -69,9 +71,38 @@ impl EncoderLayer {
     pub(crate) fn forward_keys(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
         let attended = self.attention.forward(xs, keys, mode)?;
         let device = xs.device();
+        if mode.is_train() && route::gpu(device) && self.activation == Activation::GeluErf && cuda::train_ffn_fused() {
+            if let Some(out) = timed("feed-forward (training)", device, || self.feed_forward_train(&attended, mode))? {
+                return Ok(out);
+            }
+        }
         let inner = timed("feed-forward in + GELU", device, || {
             self.intermediate.forward_activated(&attended, self.activation, mode)
         })?;
         timed("feed-forward out + residual LayerNorm", device, || self.output.forward(&inner, &attended, mode))
+    }
+
+    /// The feed-forward block in training on the GPU route: the first product, then its bias,
+    /// exact GELU and the second product as one op that keeps only the first product
+    /// (`layers::cuda::GeluDenseTrain`), then the block's end. `None` where a dense layer has no
+    /// bias (the caller composes instead).
+    ///
+    /// # Shapes
+    /// `attended: [batch, seq, hidden]` → `[batch, seq, hidden]`
+    fn feed_forward_train(&self, attended: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
+        let output = self.output.dense();
+        let (Some(bias), Some(_)) = (self.intermediate.parts().1, output.parts().1) else {
+            return Ok(None);
+        };
+        let h = self.intermediate.product_train(attended)?;
+        let (b, s, inner) = h.dims3()?;
+        let w = output.weight_in(attended.dtype())?.contiguous()?;
+        let hidden = w.dim(0)?;
+        let product = h.reshape((b * s, inner))?.contiguous()?.apply_op3(
+            &bias.to_dtype(candle_core::DType::F32)?,
+            &w,
+            cuda::GeluDenseTrain,
+        )?;
+        self.output.finish_train(&product.reshape((b, s, hidden))?, attended, mode)
     }
 }

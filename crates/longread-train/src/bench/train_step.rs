@@ -51,16 +51,11 @@ pub struct TrainStepResult {
     pub peak_gpu_bytes: Option<u64>,
     /// The last step's loss (finite, or the step is an error).
     pub loss: f32,
-    /// On a GPU, how self-attention trained: `fused` (one q/k/v product and
-    /// `layers::cuda::AttentionTrain`, the default) or `separate` (three products and the
-    /// composition that keeps the scores; LONGREAD_CUDA_TRAIN_ATTENTION=separate). Absent on the CPU.
+    /// On a GPU, which of the training ops that keep only their inputs were switched off by
+    /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`; empty: the
+    /// default route, all on). Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_attention: Option<&'static str>,
-    /// On a GPU, how each block's bias, dropout, residual and LayerNorm trained: `fused`
-    /// (`layers::cuda::ResidualNormTrain`, the default) or `separate` (the composition;
-    /// LONGREAD_CUDA_TRAIN_NORM=separate). Absent on the CPU.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_norm: Option<&'static str>,
+    pub gpu_separate: Option<Vec<&'static str>>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
@@ -221,8 +216,12 @@ pub fn run_train_step(
     };
     let timing = BenchResult::of_runs(runs, parameters, None, warmup);
     let docs_per_s = settings.docs as f64 / timing.seconds;
-    let route = |fused: bool| device.is_cuda().then_some(if fused { "fused" } else { "separate" });
-    let gpu_attention = route(longread_model::layers::cuda::train_attention_fused());
-    let gpu_norm = route(longread_model::layers::cuda::train_norm_fused());
-    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_attention, gpu_norm, profile })
+    let gpu_separate = device.is_cuda().then(|| {
+        use longread_model::layers::cuda::{train_attention_fused, train_ffn_fused, train_norm_fused};
+        [("attention", train_attention_fused()), ("norm", train_norm_fused()), ("ffn", train_ffn_fused())]
+            .into_iter()
+            .filter_map(|(name, fused)| (!fused).then_some(name))
+            .collect()
+    });
+    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_separate, profile })
 }

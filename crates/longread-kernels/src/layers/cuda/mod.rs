@@ -14,6 +14,7 @@
 //! time: the GPU machine then needs no compiler library, and a syntax error fails the build.
 
 mod attention_train;
+mod gelu_dense_train;
 #[cfg(feature = "cuda")]
 mod launch;
 mod reference;
@@ -21,6 +22,7 @@ mod residual_norm_train;
 mod training;
 
 pub use attention_train::AttentionTrain;
+pub use gelu_dense_train::GeluDenseTrain;
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
 pub use training::{AttentionProbsTrain, BiasActivationTrain, DropoutMask, LayerNormTrain};
@@ -353,6 +355,15 @@ pub fn train_attention_fused() -> bool {
 pub fn train_norm_fused() -> bool {
     static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_NORM").map_or(true, |v| v != "separate"))
+}
+
+/// Whether training on a GPU runs each feed-forward block's GELU and second product as
+/// [`GeluDenseTrain`] (keeping the first product only; the default), or, with
+/// `LONGREAD_CUDA_TRAIN_FFN=separate`, as before: a bias + GELU op and a product that keeps its
+/// output (kept to compare the two on a GPU).
+pub fn train_ffn_fused() -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_FFN").map_or(true, |v| v != "separate"))
 }
 
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the

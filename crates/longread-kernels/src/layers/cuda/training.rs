@@ -342,7 +342,7 @@ impl CustomOp2 for BiasActivationTrain {
 
 /// GELU's backward pass for [`BiasActivationTrain`]: `(product, bias, grad) → grad of product`.
 #[derive(Debug, Clone, Copy)]
-struct BiasGeluTrainGrad;
+pub(crate) struct BiasGeluTrainGrad;
 
 impl CustomOp3 for BiasGeluTrainGrad {
     fn name(&self) -> &'static str {
