@@ -196,6 +196,7 @@ if part train; then
   for off in ATTENTION NORM FFN; do
     (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
   done
+  LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   LONGREAD_CUDA_TRAIN_ATTENTION=separate LONGREAD_CUDA_TRAIN_NORM=separate LONGREAD_CUDA_TRAIN_FFN=separate \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   bench_train --model "$work/rb-model" --shape 4x20 --precision f32 --max-batch-tokens 65536

@@ -479,7 +479,8 @@ fn op_and_gradients(device: &Device, dtype: DType, inputs: &[Tensor; 3], w: &Ten
 /// kernels: `AttentionTrain` (q/k/v split, scores, probabilities with dropout, merged heads),
 /// `ResidualNormTrain` (bias, dropout, residual, LayerNorm) and `GeluDenseTrain` (bias, GELU,
 /// second product), values and input gradients,
-/// f32 (TF32 off) to 1e-4 and bf16 to 3e-2 of each tensor's scale. A failure here names the op
+/// f32 (TF32 off) to 1e-4 and bf16 to 3e-2 of each tensor's scale, at 96 and 256 keys (both
+/// kernels of the attention probabilities). A failure here names the op
 /// that the whole-model gradient tests above would only show as a wrong gradient.
 #[test]
 fn cuda_training_ops_equal_their_cpu_reference() {
@@ -490,46 +491,54 @@ fn cuda_training_ops_equal_their_cpu_reference() {
     use longread_model::layers::dropout::SeededDropout;
     tf32(false);
     let cpu = Device::Cpu;
-    let (batch, seq, heads, head_size) = (2usize, 96usize, 4usize, 16usize);
-    let hidden = heads * head_size;
-    let randn = |shape: &[usize], std: f32| Tensor::randn(0f32, std, shape, &cpu).unwrap();
-    let mut mask = vec![0f32; batch * seq];
-    mask[seq - 20..seq].iter_mut().for_each(|m| *m = -1e30);
-    let attention_inputs = [
-        randn(&[batch * seq, 3 * hidden], 1.0),
-        randn(&[3 * hidden], 0.3),
-        Tensor::from_vec(mask, (batch, seq), &cpu).unwrap(),
-    ];
-    let norm_inputs =
-        [randn(&[batch * seq, hidden], 1.0), randn(&[batch * seq, hidden], 1.0), randn(&[3, hidden], 0.5)];
-    let ffn_inputs =
-        [randn(&[batch * seq, 4 * hidden], 1.0), randn(&[hidden, 4 * hidden], 0.2), randn(&[4 * hidden], 0.3)];
-    let w = randn(&[batch * seq, hidden], 1.0);
-    let dropout = SeededDropout { p: 0.1, seed: 77 };
-    let attention =
-        AttentionTrain { heads, scale: 0.25, dropout: (dropout.seed, dropout.threshold(), dropout.scale()) };
-    let norm = ResidualNormTrain { eps: 1e-5, dropout: Some(dropout) };
-    let apply_attention = |a: &Tensor, b: &Tensor, c: &Tensor| {
-        a.apply_op3(&b.to_dtype(DType::F32).unwrap(), c, attention).unwrap().reshape((batch * seq, hidden)).unwrap()
-    };
-    let apply_norm = |a: &Tensor, b: &Tensor, c: &Tensor| a.apply_op3(b, c, norm).unwrap();
-    // Inputs in the order (h, w, bias): the first two take the test's dtype.
-    let apply_ffn = |h: &Tensor, w: &Tensor, bias: &Tensor| h.apply_op3(bias, w, GeluDenseTrain).unwrap();
-    let cases: [(&str, &[Tensor; 3], ApplyOp); 3] = [
-        ("attention-train", &attention_inputs, &apply_attention),
-        ("residual-norm-train", &norm_inputs, &apply_norm),
-        ("gelu-dense-train", &ffn_inputs, &apply_ffn),
-    ];
-    for (name, inputs, apply) in cases {
-        let reference = op_and_gradients(&cpu, DType::F32, inputs, &w, apply);
-        for (dtype, limit) in [(DType::F32, 1e-4f32), (DType::BF16, 3e-2)] {
-            let got = op_and_gradients(&cuda(), dtype, inputs, &w, apply);
-            assert_eq!(got.len(), reference.len(), "{name} {dtype:?}: output and gradients");
-            for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
-                let scale = if dtype == DType::F32 { 1.0 } else { r.iter().fold(1e-6f32, |m, v| m.max(v.abs())) };
-                let d = max_diff(g, r) / scale;
-                println!("{name} {dtype:?} tensor {i}: max difference {d:.2e} (of the scale {scale:.2e})");
-                assert!(d < limit, "{name} {dtype:?} tensor {i} (output, then gradients): {d:e} ≥ {limit:e}");
+    // 96 keys: the probabilities' row-strided kernels; 256: their register kernels (f32 and bf16).
+    for seq in [96usize, 256] {
+        let (batch, heads, head_size) = (2usize, 4usize, 16usize);
+        let hidden = heads * head_size;
+        let randn = |shape: &[usize], std: f32| Tensor::randn(0f32, std, shape, &cpu).unwrap();
+        let mut mask = vec![0f32; batch * seq];
+        mask[seq - 20..seq].iter_mut().for_each(|m| *m = -1e30);
+        let attention_inputs = [
+            randn(&[batch * seq, 3 * hidden], 1.0),
+            randn(&[3 * hidden], 0.3),
+            Tensor::from_vec(mask, (batch, seq), &cpu).unwrap(),
+        ];
+        let norm_inputs =
+            [randn(&[batch * seq, hidden], 1.0), randn(&[batch * seq, hidden], 1.0), randn(&[3, hidden], 0.5)];
+        let ffn_inputs =
+            [randn(&[batch * seq, 4 * hidden], 1.0), randn(&[hidden, 4 * hidden], 0.2), randn(&[4 * hidden], 0.3)];
+        let w = randn(&[batch * seq, hidden], 1.0);
+        let dropout = SeededDropout { p: 0.1, seed: 77 };
+        let attention =
+            AttentionTrain { heads, scale: 0.25, dropout: (dropout.seed, dropout.threshold(), dropout.scale()) };
+        let norm = ResidualNormTrain { eps: 1e-5, dropout: Some(dropout) };
+        let apply_attention = |a: &Tensor, b: &Tensor, c: &Tensor| {
+            a.apply_op3(&b.to_dtype(DType::F32).unwrap(), c, attention).unwrap().reshape((batch * seq, hidden)).unwrap()
+        };
+        let apply_norm = |a: &Tensor, b: &Tensor, c: &Tensor| a.apply_op3(b, c, norm).unwrap();
+        // Inputs in the order (h, w, bias): the first two take the test's dtype.
+        let apply_ffn = |h: &Tensor, w: &Tensor, bias: &Tensor| h.apply_op3(bias, w, GeluDenseTrain).unwrap();
+        let cases: [(&str, &[Tensor; 3], ApplyOp); 3] = [
+            ("attention-train", &attention_inputs, &apply_attention),
+            ("residual-norm-train", &norm_inputs, &apply_norm),
+            ("gelu-dense-train", &ffn_inputs, &apply_ffn),
+        ];
+        for (name, inputs, apply) in cases {
+            let reference = op_and_gradients(&cpu, DType::F32, inputs, &w, apply);
+            for (dtype, limit) in [(DType::F32, 1e-4f32), (DType::BF16, 3e-2)] {
+                let got = op_and_gradients(&cuda(), dtype, inputs, &w, apply);
+                assert_eq!(got.len(), reference.len(), "{name} {dtype:?}: output and gradients");
+                for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+                    let scale = if dtype == DType::F32 { 1.0 } else { r.iter().fold(1e-6f32, |m, v| m.max(v.abs())) };
+                    let d = max_diff(g, r) / scale;
+                    println!(
+                        "seq {seq}, {name} {dtype:?} tensor {i}: max difference {d:.2e} (of the scale {scale:.2e})"
+                    );
+                    assert!(
+                        d < limit,
+                        "seq {seq}, {name} {dtype:?} tensor {i} (output, then gradients): {d:e} ≥ {limit:e}"
+                    );
+                }
             }
         }
     }

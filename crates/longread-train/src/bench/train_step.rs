@@ -52,8 +52,9 @@ pub struct TrainStepResult {
     /// The last step's loss (finite, or the step is an error).
     pub loss: f32,
     /// On a GPU, which of the training ops that keep only their inputs were switched off by
-    /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`; empty: the
-    /// default route, all on). Absent on the CPU.
+    /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`), and
+    /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`; empty: the default route, all
+    /// on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
@@ -217,11 +218,16 @@ pub fn run_train_step(
     let timing = BenchResult::of_runs(runs, parameters, None, warmup);
     let docs_per_s = settings.docs as f64 / timing.seconds;
     let gpu_separate = device.is_cuda().then(|| {
-        use longread_model::layers::cuda::{train_attention_fused, train_ffn_fused, train_norm_fused};
-        [("attention", train_attention_fused()), ("norm", train_norm_fused()), ("ffn", train_ffn_fused())]
-            .into_iter()
-            .filter_map(|(name, fused)| (!fused).then_some(name))
-            .collect()
+        use longread_model::layers::cuda as ops;
+        [
+            ("attention", ops::train_attention_fused()),
+            ("norm", ops::train_norm_fused()),
+            ("ffn", ops::train_ffn_fused()),
+            ("probs-registers", ops::train_probs_in_registers()),
+        ]
+        .into_iter()
+        .filter_map(|(name, fused)| (!fused).then_some(name))
+        .collect()
     });
     Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_separate, profile })
 }

@@ -549,6 +549,109 @@ __device__ void attention_probs_train_grad(const T* scores, const float* key_bia
   }
 }
 
+// The same two kernels with the row held in registers (as attention_softmax_regs): lane l
+// loads 16-byte vectors l, l + 32, ... of VEC elements, NV of them, so scores (and gradients)
+// are read once and the output written once. cols = NV · 32 · VEC; the same arithmetic.
+template <typename T, int NV>
+__device__ void attention_probs_train_regs(const T* scores, const float* key_bias, const T* dy, T* out, long rows,
+                                           long rows_per_item, float scale, unsigned long long seed,
+                                           unsigned int threshold, float keep_scale) {
+  constexpr int VEC = Vec16<T>::N;
+  constexpr int COLS = NV * 32 * VEC;
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const T* x = scores + row * COLS;
+  const float* bias = key_bias + (row / rows_per_item) * COLS;
+  const unsigned long long first = (unsigned long long)row * COLS;
+  float v[NV * VEC];
+  float m = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int base = (n * 32 + lane) * VEC;
+    uint4 raw = *reinterpret_cast<const uint4*>(x + base);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float t = load(e, i) * scale + bias[base + i];
+      v[n * VEC + i] = t;
+      m = fmaxf(m, t);
+    }
+  }
+  m = warp_max(m);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV * VEC; ++i) {
+    v[i] = expf(v[i] - m);
+    s += v[i];
+  }
+  const float inv = 1.f / warp_sum(s);
+  if (dy == nullptr) {
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int base = (n * 32 + lane) * VEC;
+      uint4 raw;
+      T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i)
+        store(e, i, v[n * VEC + i] * inv * dropout_factor(seed, first + base + i, threshold, keep_scale));
+      *reinterpret_cast<uint4*>(out + row * COLS + base) = raw;
+    }
+    return;
+  }
+  // Backward: g = dy · dropout factor, grad = scale · p · (g − Σ g·p).
+  float g[NV * VEC];
+  float dot = 0.f;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int base = (n * 32 + lane) * VEC;
+    uint4 raw = *reinterpret_cast<const uint4*>(dy + row * COLS + base);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      v[n * VEC + i] *= inv;
+      g[n * VEC + i] = load(e, i) * dropout_factor(seed, first + base + i, threshold, keep_scale);
+      dot += g[n * VEC + i] * v[n * VEC + i];
+    }
+  }
+  dot = warp_sum(dot);
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int base = (n * 32 + lane) * VEC;
+    uint4 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) store(e, i, scale * v[n * VEC + i] * (g[n * VEC + i] - dot));
+    *reinterpret_cast<uint4*>(out + row * COLS + base) = raw;
+  }
+}
+
+#define PROBS_TRAIN_REGS_CASES(T, DY)                                                                          \
+  switch (cols / (32 * Vec16<T>::N)) {                                                                         \
+    case 1: attention_probs_train_regs<T, 1>(scores, key_bias, DY, out, rows, rows_per_item, scale, seed,      \
+                                             threshold, keep_scale); break;                                    \
+    case 2: attention_probs_train_regs<T, 2>(scores, key_bias, DY, out, rows, rows_per_item, scale, seed,      \
+                                             threshold, keep_scale); break;                                    \
+    case 3: attention_probs_train_regs<T, 3>(scores, key_bias, DY, out, rows, rows_per_item, scale, seed,      \
+                                             threshold, keep_scale); break;                                    \
+    case 4: attention_probs_train_regs<T, 4>(scores, key_bias, DY, out, rows, rows_per_item, scale, seed,      \
+                                             threshold, keep_scale); break;                                    \
+  }
+
+#define ATTENTION_PROBS_TRAIN_REGS(SUFFIX, T)                                                                   \
+  extern "C" __global__ void attention_probs_train_regs_##SUFFIX(                                               \
+      const T* scores, const float* key_bias, T* out, long rows, long rows_per_item, int cols, float scale,     \
+      unsigned long long seed, unsigned int threshold, float keep_scale) {                                      \
+    PROBS_TRAIN_REGS_CASES(T, (const T*)nullptr)                                                                \
+  }                                                                                                             \
+  extern "C" __global__ void attention_probs_train_grad_regs_##SUFFIX(                                          \
+      const T* scores, const float* key_bias, const T* dy, T* out, long rows, long rows_per_item, int cols,     \
+      float scale, unsigned long long seed, unsigned int threshold, float keep_scale) {                         \
+    PROBS_TRAIN_REGS_CASES(T, dy)                                                                               \
+  }
+ATTENTION_PROBS_TRAIN_REGS(f32, float)
+ATTENTION_PROBS_TRAIN_REGS(bf16, __nv_bfloat16)
+
 #define ATTENTION_PROBS_TRAIN(SUFFIX, T)                                                                         \
   extern "C" __global__ void attention_probs_train_##SUFFIX(const T* scores, const float* key_bias, T* out,     \
                                                             long rows, long rows_per_item, int cols, float scale, \

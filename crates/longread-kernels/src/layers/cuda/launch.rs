@@ -491,10 +491,25 @@ pub(super) fn attention_probs_train(
     let dtype = scores.dtype();
     let dev = &scores.device;
     let out = alloc_like(dev, dtype, rows * keys)?;
-    let name = if grad.is_some() { "attention_probs_train_grad" } else { "attention_probs_train" };
-    let func = kernel(dev, name, dtype)?;
     let (scores_r, bias_r) = (range(scores_l, op)?, range(bias_l, op)?);
     let grad_r = grad.map(|(_, l)| range(l, op)).transpose()?;
+    // Rows that fit the register kernels: whole 16-byte vectors, 1 to 4 per lane, aligned
+    // (LONGREAD_CUDA_PROBS_KERNEL=rows keeps the row-strided kernels, to compare or to rule
+    // the register kernels out).
+    let vec = vec_of(dtype);
+    let aligned = |r: &std::ops::Range<usize>| (r.start * dtype.size_in_bytes()).is_multiple_of(16);
+    let in_registers = super::train_probs_in_registers()
+        && keys.is_multiple_of(32 * vec)
+        && (1..=4).contains(&(keys / (32 * vec)))
+        && aligned(&scores_r)
+        && grad_r.as_ref().is_none_or(aligned);
+    let name = match (grad.is_some(), in_registers) {
+        (false, false) => "attention_probs_train",
+        (true, false) => "attention_probs_train_grad",
+        (false, true) => "attention_probs_train_regs",
+        (true, true) => "attention_probs_train_grad_regs",
+    };
+    let func = kernel(dev, name, dtype)?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
     #[allow(clippy::too_many_arguments)]
     fn go<T: CudaDType>(

@@ -366,6 +366,15 @@ pub fn train_ffn_fused() -> bool {
     *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_FFN").map_or(true, |v| v != "separate"))
 }
 
+/// Whether the attention probabilities of training (forward and backward) use their kernels
+/// with the row in registers where it fits (the default), or, with
+/// `LONGREAD_CUDA_PROBS_KERNEL=rows`, the row-strided kernels only (kept to compare the two on
+/// a GPU, or to rule the register kernels out).
+pub fn train_probs_in_registers() -> bool {
+    static REGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGS.get_or_init(|| std::env::var("LONGREAD_CUDA_PROBS_KERNEL").map_or(true, |v| v != "rows"))
+}
+
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the
 /// scores in the activations' dtype, softmax in place with f32 arithmetic (or, opted in, bf16
 /// with heads of 32 or 64: [`FlashAttention`]). (Keeping bf16 scores in f32 was measured: 15% slower,
