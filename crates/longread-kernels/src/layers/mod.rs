@@ -1,6 +1,7 @@
 //! Building blocks with backward passes (candle-nn's fused LayerNorm has none), and the kernels
 //! behind them by backend: `fused` (CPU, with backward passes), `int8` (CPU inference), `cuda`
-//! (NVIDIA GPUs: inference, dropout masks and the AdamW step).
+//! (NVIDIA GPUs: inference and training ops, with CPU reference kernels for tests); which of
+//! them a tensor runs is `crate::route`'s decision.
 
 pub mod cuda;
 pub mod dropout;

@@ -9,9 +9,15 @@
 //!   bf16 mode from a bf16 product and the f32 residual stream into f32, as under autocast);
 //! - [`bias_activation`]: a dense layer's bias, with exact GELU or without.
 //!
-//! All accumulate in f32 for f32 and bf16 tensors. The training path's ops (with their
-//! backward passes) are in [`training`]. Built with nvcc rather than NVRTC at run
-//! time: the GPU machine then needs no compiler library, and a syntax error fails the build.
+//! All accumulate in f32 for f32 and bf16 tensors. The training path's ops, with their backward
+//! passes: in [`training`] the pieces (dropout masks, attention probabilities, LayerNorm, bias
+//! and GELU, AdamW), and three ops that keep only their inputs between the passes and recompute
+//! the rest — [`AttentionTrain`] (a layer's self-attention over one q/k/v product),
+//! [`ResidualNormTrain`] (a block's end), [`GeluDenseTrain`] (a feed-forward block's GELU and
+//! second product). The ops the training path runs have f32 CPU implementations in `reference`,
+//! so that `crate::route::emulate_gpu` runs the route on the CPU in tests. Built with nvcc
+//! rather than NVRTC at run time: the GPU machine then needs no compiler library, and a syntax
+//! error fails the build.
 
 mod attention_train;
 mod gelu_dense_train;
