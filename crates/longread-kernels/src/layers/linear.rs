@@ -212,7 +212,7 @@ impl Linear {
     }
 
     /// The product without the bias as training on a GPU makes it (see
-    /// [`Linear::forward_cuda_train`]), with its graph, for ops that add the bias themselves
+    /// `Linear::forward_cuda_train`), with its graph, for ops that add the bias themselves
     /// (`layers::cuda::ResidualNormTrain`).
     ///
     /// # Shapes
