@@ -189,6 +189,44 @@ fn the_gpu_route_emulated_on_the_cpu_gives_the_cpus_gradients_on_every_fixture_m
     }
 }
 
+/// The same for a new hierarchical classifier on the encoder fixture of every other family
+/// (DistilBERT, ELECTRA, MPNet with its relative-position bias, DeBERTa-v2/v3's disentangled
+/// attention, ModernBERT): the GPU route's own ops where they apply, its compositions elsewhere.
+#[test]
+fn the_gpu_route_emulated_on_the_cpu_gives_the_cpus_gradients_on_every_family() {
+    use longread_model::hierarchical::LongreadSection;
+    let families =
+        ["tiny-distilbert", "tiny-electra", "tiny-mpnet", "tiny-deberta-v2", "tiny-deberta-v3", "tiny-modernbert"];
+    let work = tempfile::tempdir().unwrap();
+    for family in families {
+        let dir = work.path().join(family);
+        let section = LongreadSection { chunk_size: 24, stride: 6, ..LongreadSection::default() };
+        let labels = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        HierarchicalClassifier::create(&fixture(family), labels, section, 5, &dir).unwrap();
+        for recompute in [true, false] {
+            let cpu = one_step(&dir, &Device::Cpu, recompute);
+            let route = longread_model::route::emulate_gpu(|| one_step(&dir, &Device::Cpu, recompute));
+            let what = format!("{family} (recompute {recompute}, GPU route on the CPU)");
+            let worst = assert_same_step(&what, (cpu.0, &cpu.1), (route.0, &route.1));
+            // Fresh heads give the encoder small gradients: hold each tensor to its own scale too.
+            let mut worst_relative = 0f32;
+            for ((name, c), (_, r)) in cpu.1.iter().zip(&route.1) {
+                let scale = c.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let relative = max_diff(c, r) / scale.max(1e-6);
+                assert!(relative <= 1e-3, "{what}: gradient of {name} differs by {relative:e} of its scale {scale:e}");
+                worst_relative = worst_relative.max(relative);
+            }
+            println!(
+                "{what}: loss {:.6} vs {:.6}, {} gradients, max abs diff {worst:.2e}, at most {worst_relative:.2e} of \
+                 a tensor's largest gradient",
+                cpu.0,
+                route.0,
+                cpu.1.len()
+            );
+        }
+    }
+}
+
 /// The GPU's AdamW kernel against the CPU's loop on the same parameters and gradients (the
 /// gradients of a training step are compared above; here AdamW alone, because its update
 /// m / (sqrt(v) + eps) turns a gradient that is zero up to rounding, such as a key bias's,
