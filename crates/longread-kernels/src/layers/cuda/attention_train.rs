@@ -12,10 +12,9 @@
 //! matrix product): the composition itself is tested on the CPU (`reference`'s f32 kernels)
 //! against the composed attention, values and gradients, and on a GPU by the CUDA training tests.
 
-use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
-use super::reference;
+use super::route_kernels::RouteKernels;
 use super::training::{AttentionProbsTrain, AttentionProbsTrainGrad};
 use super::{MergeHeads, SplitQkv};
 
@@ -65,45 +64,6 @@ impl Dims {
     }
 }
 
-/// The kernels the forward pass needs beyond the matrix product, by backend.
-trait RouteKernels: BackendStorage {
-    /// [`SplitQkv`]: `[3, batch, heads, seq, head_size]`.
-    fn split_qkv(&self, l: &Layout, bias: &Self, bias_l: &Layout, dims: Dims) -> Result<Self>;
-    /// [`AttentionProbsTrain`] of `[rows, keys]` scores.
-    fn probs(&self, l: &Layout, key_bias: &Self, key_bias_l: &Layout, op: AttentionProbsTrain) -> Result<Self>;
-    /// [`MergeHeads`].
-    fn merge_heads(&self, l: &Layout, heads: usize) -> Result<Self>;
-}
-
-impl RouteKernels for CpuStorage {
-    fn split_qkv(&self, l: &Layout, bias: &Self, bias_l: &Layout, d: Dims) -> Result<Self> {
-        reference::split_qkv((d.batch, d.seq, d.heads, d.head_size), (self, l), (bias, bias_l))
-    }
-
-    fn probs(&self, l: &Layout, key_bias: &Self, key_bias_l: &Layout, op: AttentionProbsTrain) -> Result<Self> {
-        reference::attention_probs_train(op.scale, op.dropout, (self, l), (key_bias, key_bias_l), None)
-    }
-
-    fn merge_heads(&self, l: &Layout, _heads: usize) -> Result<Self> {
-        reference::merge_heads((self, l))
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl RouteKernels for candle_core::CudaStorage {
-    fn split_qkv(&self, l: &Layout, bias: &Self, bias_l: &Layout, d: Dims) -> Result<Self> {
-        super::launch::split_qkv((d.batch, d.seq, d.heads, d.head_size), (self, l), (bias, bias_l))
-    }
-
-    fn probs(&self, l: &Layout, key_bias: &Self, key_bias_l: &Layout, op: AttentionProbsTrain) -> Result<Self> {
-        super::launch::attention_probs_train(op.scale, op.dropout, (self, l), (key_bias, key_bias_l), None)
-    }
-
-    fn merge_heads(&self, l: &Layout, heads: usize) -> Result<Self> {
-        super::launch::merge_heads(heads, (self, l))
-    }
-}
-
 impl AttentionTrain {
     fn probs_op(&self) -> AttentionProbsTrain {
         AttentionProbsTrain { scale: self.scale, dropout: self.dropout }
@@ -121,7 +81,7 @@ impl AttentionTrain {
         (key_bias, key_bias_l): (&S, &Layout),
     ) -> Result<(S, Shape)> {
         let d = Dims::of(self.heads, qkv_l.shape(), key_bias_l.shape())?;
-        let split = qkv.split_qkv(qkv_l, bias, bias_l, d)?;
+        let split = qkv.split_qkv(qkv_l, bias, bias_l, (d.batch, d.seq, d.heads, d.head_size))?;
         let part = d.heads_shape().elem_count();
         let q = Layout::contiguous(d.heads_shape());
         let k_t = Layout::contiguous_with_offset(d.heads_shape(), part).transpose(2, 3)?;

@@ -10,10 +10,9 @@
 //! [`BiasGeluTrainGrad`]'s, the backend's matrix product); tested on the CPU with `reference`'s
 //! kernels against the composition, and on a GPU by the CUDA training tests.
 
-use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
-use super::reference;
+use super::route_kernels::RouteKernels;
 use super::training::{BiasActivationTrain, BiasGeluTrainGrad};
 
 /// `h.apply_op3(&bias, &w, GeluDenseTrain)`: `h: [rows, inner]` (f32 or bf16, contiguous),
@@ -22,30 +21,12 @@ use super::training::{BiasActivationTrain, BiasGeluTrainGrad};
 #[derive(Debug, Clone, Copy)]
 pub struct GeluDenseTrain;
 
-/// The bias + GELU kernel by backend.
-trait BiasGelu: BackendStorage {
-    fn bias_gelu(&self, l: &Layout, bias: &Self, bias_l: &Layout) -> Result<Self>;
-}
-
-impl BiasGelu for CpuStorage {
-    fn bias_gelu(&self, l: &Layout, bias: &Self, bias_l: &Layout) -> Result<Self> {
-        reference::bias_activation_train(true, (self, l), (bias, bias_l), None)
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl BiasGelu for candle_core::CudaStorage {
-    fn bias_gelu(&self, l: &Layout, bias: &Self, bias_l: &Layout) -> Result<Self> {
-        super::launch::bias_activation_train(true, (self, l), (bias, bias_l), None)
-    }
-}
-
 impl GeluDenseTrain {
     /// The forward pass on one backend's storages.
     ///
     /// # Shapes
     /// `h: [rows, inner]`, `bias: [inner]`, `w: [out, inner]` → `[rows, out]`
-    fn forward<S: BiasGelu>(
+    fn forward<S: RouteKernels>(
         &self,
         (h, h_l): (&S, &Layout),
         (bias, bias_l): (&S, &Layout),

@@ -25,6 +25,7 @@ mod gelu_dense_train;
 mod launch;
 mod reference;
 mod residual_norm_train;
+mod route_kernels;
 mod training;
 
 pub use attention_train::AttentionTrain;
