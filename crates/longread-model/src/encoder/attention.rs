@@ -77,9 +77,7 @@ impl SelfAttention {
             layer.cast_weight(dtype)?;
         }
         let (q, k, v) = (self.query.parts(), self.key.parts(), self.value.parts());
-        // The fused kernels move whole 16-byte vectors of a head's row.
-        let vector = if dtype == DType::BF16 { 8 } else { 4 };
-        if q.0.device().is_cuda() && self.head_size.is_multiple_of(vector) {
+        if q.0.device().is_cuda() && self.heads_fit_vectors(dtype) {
             if let (Some(qb), Some(kb), Some(vb)) = (q.1, k.1, v.1) {
                 let weight = Tensor::cat(&[q.0, k.0, v.0], 0)?.contiguous()?;
                 let bias = Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()?;
@@ -95,6 +93,13 @@ impl SelfAttention {
             layer.quantize_int8(on)?;
         }
         self.output.quantize_int8(on)
+    }
+
+    /// Whether a head's row is whole 16-byte vectors of `dtype`, as the GPU kernels that split,
+    /// merge and attend over the heads move them.
+    fn heads_fit_vectors(&self, dtype: DType) -> bool {
+        let vector = if dtype == DType::BF16 { 8 } else { 4 };
+        self.head_size.is_multiple_of(vector)
     }
 
     /// Splits the last dimension into heads.
@@ -199,8 +204,7 @@ impl SelfAttention {
         let (Some(qb), Some(kb), Some(vb)) = (q.1, k.1, v.1) else {
             return Ok(None);
         };
-        let vector = if xs.dtype() == DType::BF16 { 8 } else { 4 };
-        if !self.head_size.is_multiple_of(vector) {
+        if !self.heads_fit_vectors(xs.dtype()) {
             return Ok(None);
         }
         let (b, s, h) = xs.dims3()?;

@@ -81,6 +81,8 @@ macro_rules! cuda_only {
 }
 pub(crate) use cuda_only;
 
+use std::sync::OnceLock;
+
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp2, InplaceOp3, Layout, Result, Shape, Tensor};
 
 /// In place: `scores = softmax(scores · scale + key_bias)` over the last dimension.
@@ -342,8 +344,8 @@ impl CustomOp3 for FlashAttention {
 /// first WMMA version is slower on an H200 (74 against 128 documents/s, BENCHMARKS.md "GPU"):
 /// it is opt-in until it is tuned.
 fn flash_enabled() -> bool {
-    static FLASH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FLASH.get_or_init(|| std::env::var("LONGREAD_CUDA_ATTENTION").is_ok_and(|v| v == "flash"))
+    static FLASH: OnceLock<bool> = OnceLock::new();
+    env_is(&FLASH, "LONGREAD_CUDA_ATTENTION", "flash")
 }
 
 /// Whether training on a GPU runs self-attention as [`AttentionTrain`] over one fused q/k/v
@@ -351,8 +353,8 @@ fn flash_enabled() -> bool {
 /// projections and a composition that keeps the scores and probabilities for the backward pass
 /// (kept to compare the two on a GPU; BENCHMARKS.md "GPU").
 pub fn train_attention_fused() -> bool {
-    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").map_or(true, |v| v != "separate"))
+    static SEPARATE: OnceLock<bool> = OnceLock::new();
+    !env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_ATTENTION", "separate")
 }
 
 /// Whether training on a GPU ends each transformer block with [`ResidualNormTrain`] (bias,
@@ -360,8 +362,8 @@ pub fn train_attention_fused() -> bool {
 /// `LONGREAD_CUDA_TRAIN_NORM=separate`, as before: the composition of a bias op, a dropout mask,
 /// the residual sum and LayerNorm with its casts (kept to compare the two on a GPU).
 pub fn train_norm_fused() -> bool {
-    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_NORM").map_or(true, |v| v != "separate"))
+    static SEPARATE: OnceLock<bool> = OnceLock::new();
+    !env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_NORM", "separate")
 }
 
 /// Whether training on a GPU runs each feed-forward block's GELU and second product as
@@ -369,8 +371,8 @@ pub fn train_norm_fused() -> bool {
 /// `LONGREAD_CUDA_TRAIN_FFN=separate`, as before: a bias + GELU op and a product that keeps its
 /// output (kept to compare the two on a GPU).
 pub fn train_ffn_fused() -> bool {
-    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FUSED.get_or_init(|| std::env::var("LONGREAD_CUDA_TRAIN_FFN").map_or(true, |v| v != "separate"))
+    static SEPARATE: OnceLock<bool> = OnceLock::new();
+    !env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_FFN", "separate")
 }
 
 /// Whether the attention probabilities of training (forward and backward) use their kernels
@@ -378,8 +380,13 @@ pub fn train_ffn_fused() -> bool {
 /// `LONGREAD_CUDA_PROBS_KERNEL=rows`, the row-strided kernels only (kept to compare the two on
 /// a GPU, or to rule the register kernels out).
 pub fn train_probs_in_registers() -> bool {
-    static REGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *REGS.get_or_init(|| std::env::var("LONGREAD_CUDA_PROBS_KERNEL").map_or(true, |v| v != "rows"))
+    static ROWS: OnceLock<bool> = OnceLock::new();
+    !env_is(&ROWS, "LONGREAD_CUDA_PROBS_KERNEL", "rows")
+}
+
+/// Whether the environment variable `var` is `value`, read once per process into `cell`.
+fn env_is(cell: &OnceLock<bool>, var: &str, value: &str) -> bool {
+    *cell.get_or_init(|| std::env::var(var).is_ok_and(|v| v == value))
 }
 
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the

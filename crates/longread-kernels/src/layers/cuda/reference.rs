@@ -7,6 +7,7 @@ use candle_core::{CpuStorage, Layout, Result};
 
 use crate::layers::dropout::mask_factors;
 use crate::layers::fused::f32_slice;
+use crate::layers::fused::math::moments;
 
 /// `[3, batch, heads, seq, head_size]` (q, k, v) from a fused projection `x: [batch · seq,
 /// 3 · hidden]` plus its bias `[3 · hidden]` (the kernel `split_qkv`).
@@ -106,14 +107,6 @@ pub(super) fn attention_probs_train(
     Ok(CpuStorage::F32(out))
 }
 
-/// Mean and 1/√(variance + eps) of a row (biased variance, two passes, as the kernels).
-fn row_statistics(row: &[f32], eps: f32) -> (f32, f32) {
-    let n = row.len() as f32;
-    let mean = row.iter().sum::<f32>() / n;
-    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    (mean, 1.0 / (var + eps).sqrt())
-}
-
 /// The end of a transformer block in training (the kernel `residual_norm_train`):
 /// `LayerNorm((x + bias) · dropout + residual) · γ + β` per row of `x, residual: [rows, cols]`,
 /// `params = [bias, γ, β]` (`[3, cols]`), the dropout factor of element `row · cols + j`.
@@ -144,7 +137,7 @@ pub(super) fn residual_norm_train(
     {
         mask_factors(seed, threshold, keep, (row * cols) as u64, &mut factors);
         let s: Vec<f32> = x.iter().zip(bias).zip(&factors).zip(r).map(|(((x, b), f), r)| (x + b) * f + r).collect();
-        let (mean, rstd) = row_statistics(&s, eps);
+        let (mean, rstd) = moments(&s, eps);
         for (j, o) in out.iter_mut().enumerate() {
             *o = (s[j] - mean) * rstd * gamma[j] + beta[j];
         }
@@ -171,7 +164,7 @@ pub(super) fn layer_norm_train_grad(
     let rows =
         x.chunks_exact(cols).zip(dy.chunks_exact(cols)).zip(dx.chunks_exact_mut(cols).zip(xhat.chunks_exact_mut(cols)));
     for ((x, dy), (dx, xhat)) in rows {
-        let (mean, rstd) = row_statistics(x, eps);
+        let (mean, rstd) = moments(x, eps);
         xhat.iter_mut().zip(x).for_each(|(h, x)| *h = (x - mean) * rstd);
         let g: Vec<f32> = dy.iter().zip(gamma).map(|(d, g)| d * g).collect();
         let a = g.iter().sum::<f32>() / cols as f32;
@@ -203,7 +196,7 @@ pub(super) fn layer_norm_train(
     let (x, gamma, beta) = (f32_slice(x, x_l, op)?, f32_slice(gamma, gamma_l, op)?, f32_slice(beta, beta_l, op)?);
     let mut out = vec![0f32; x.len()];
     for (x, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
-        let (mean, rstd) = row_statistics(x, eps);
+        let (mean, rstd) = moments(x, eps);
         for (j, o) in out.iter_mut().enumerate() {
             *o = (x[j] - mean) * rstd * gamma[j] + beta[j];
         }
