@@ -90,6 +90,7 @@ impl BlockOutput {
     /// # Shapes
     /// `xs: [batch, seq, in]`, `residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
     pub(crate) fn forward_fused_train(&self, xs: &Tensor, residual: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
+        // Checked before the product is made (it has `xs`' dtype); `finish_train` checks again.
         if self.dense.parts().1.is_none() || xs.dtype() != residual.dtype() {
             return Ok(None);
         }
@@ -99,17 +100,17 @@ impl BlockOutput {
     /// Training on the GPU route from a product of this block's dense layer made elsewhere
     /// (without its bias; `layers::cuda::GeluDenseTrain` makes the feed-forward block's): bias,
     /// dropout, residual and LayerNorm as `ResidualNormTrain`, or composed with
-    /// LONGREAD_CUDA_TRAIN_NORM=separate or when the dtypes differ. `None` where the dense layer
-    /// has no bias.
+    /// LONGREAD_CUDA_TRAIN_NORM=separate. `None` where the dense layer has no bias or the product
+    /// and the residual differ in dtype (the caller composes instead).
     ///
     /// # Shapes
     /// `product, residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
     pub(crate) fn finish_train(&self, product: &Tensor, residual: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
-        let Some(bias) = self.dense.parts().1 else {
+        let Some(bias) = self.dense.parts().1.filter(|_| product.dtype() == residual.dtype()) else {
             return Ok(None);
         };
         let product = product.contiguous()?;
-        if cuda::train_norm_fused() && product.dtype() == residual.dtype() {
+        if cuda::train_norm_fused() {
             let (gamma, beta) = self.norm.affine();
             let params = Tensor::stack(&[bias, gamma, beta], 0)?.to_dtype(DType::F32)?;
             let op = cuda::ResidualNormTrain { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
