@@ -4,59 +4,19 @@
 //! when it returns, which is what the graph behind the output keeps alive until the backward
 //! pass.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "support/thread_bytes.rs"]
+mod thread_bytes;
 
 use candle_core::{DType, Device, Tensor, Var};
 use longread_kernels::layers::cuda::{AttentionProbsTrain, AttentionTrain, ResidualNormTrain};
 use longread_kernels::layers::dropout::SeededDropout;
 
-/// The system allocator, counting the bytes each thread holds (allocated minus freed there).
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn add(bytes: isize) {
-    let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the counter is a
-// thread-local integer (no allocation, no re-entry).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        add(layout.size() as isize);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        add(-(layout.size() as isize));
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        add(new_size as isize - layout.size() as isize);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
-
 /// Bytes that `forward` allocated and still holds through its output (the graph), and the output
 /// (16 KiB of slack below covers the tensors' own records: Arcs, shapes, graph nodes).
 fn held(forward: impl FnOnce() -> Tensor) -> (isize, Tensor) {
-    let before = live();
+    let before = thread_bytes::live();
     let y = forward();
-    (live() - before, y)
+    (thread_bytes::live() - before, y)
 }
 
 /// The fused op keeps its output and nothing else it made (its inputs were there before); the

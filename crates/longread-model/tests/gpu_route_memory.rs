@@ -6,50 +6,14 @@
 //! `LONGREAD_CUDA_TRAIN_NORM` and `LONGREAD_CUDA_TRAIN_FFN` set to `separate` in the
 //! environment, the GPU route is the one measured before session 29 (BENCHMARKS.md "GPU").
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "../../longread-kernels/tests/support/thread_bytes.rs"]
+mod thread_bytes;
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use longread_model::config::EncoderConfig;
 use longread_model::encoder::{mask_bias, EncoderLayer};
 use longread_model::{DropoutRng, Mode};
-
-/// The system allocator, counting the bytes each thread holds (allocated minus freed there).
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn add(bytes: isize) {
-    let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the counter is a
-// thread-local integer (no allocation, no re-entry).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        add(layout.size() as isize);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        add(-(layout.size() as isize));
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        add(new_size as isize - layout.size() as isize);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// Bytes held after one training forward of `layer` over `chunks` sequences of 512 tokens
 /// (the input made before counting; the output, and the graph behind it, held).
@@ -58,9 +22,9 @@ fn held(layer: &EncoderLayer, chunks: usize) -> isize {
     let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (chunks, 512, 768), &device).unwrap()).unwrap();
     let mask = mask_bias(&Tensor::ones((chunks, 512), DType::U32, &device).unwrap(), DType::F32).unwrap();
     let rng = DropoutRng::new(1);
-    let before = LIVE.with(Cell::get);
+    let before = thread_bytes::live();
     let y = layer.forward(xs.as_tensor(), &mask, None, Mode::Train(&rng)).unwrap();
-    let bytes = LIVE.with(Cell::get) - before;
+    let bytes = thread_bytes::live() - before;
     drop(y);
     bytes
 }
