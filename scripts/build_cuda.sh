@@ -17,7 +17,12 @@ fi
 # Pinned: the GPU driver runs PTX up to ISA 9.0; an unpinned nvidia-nvvm emits a newer PTX.
 "$venv/bin/pip" install -q nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
   nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
+# CUTLASS 3.5's headers for FlashAttention-2 (vendor/flash-attn): headers only, from PyPI.
+"$venv/bin/pip" install -q --no-deps nvidia-cutlass==3.5.1.0
 venv=$(cd "$venv" && pwd)
+cutlass=$(echo "$venv"/lib/python3*/site-packages/cutlass_library/source/include)
+[ -d "$cutlass/cute" ] || { echo "build_cuda: no CUTLASS headers under $cutlass" >&2; exit 1; }
+export CUTLASS_INCLUDE_DIR="$cutlass"
 cuda_root=$(echo "$venv"/lib/python3*/site-packages/nvidia/cu13)
 if [ ! -x "$cuda_root/bin/nvcc" ]; then
   echo "build_cuda: no nvcc under $cuda_root" >&2

@@ -100,12 +100,21 @@ LONGREAD_CUDA_ATTENTION=flash LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGR
   LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
   "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+echo "== GPU tests again with FlashAttention-2 (LONGREAD_CUDA_ATTENTION=fa2)"
+LONGREAD_CUDA_ATTENTION=fa2 LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
+  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
+  "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
+[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 set -e
 fi
 if part train-tests; then
 echo "== GPU training tests"
 set +e
 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
+[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+echo "== GPU training with FlashAttention-2 (LONGREAD_CUDA_TRAIN_ATTENTION=fa2): bf16 follows f32"
+LONGREAD_CUDA_TRAIN_ATTENTION=fa2 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture \
+  cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 set -e
 fi
@@ -120,6 +129,17 @@ for precision in bf16 f32; do
       --precision "$precision" --max-batch-tokens "$tokens" --json | tee -a "$work/longread.jsonl"
   done
 done
+# bf16 with FlashAttention-2 (LONGREAD_CUDA_ATTENTION=fa2, opt-in until these rows say it is
+# faster): rows of their own, marked "attention": "fa2", beside the default's.
+: > "$work/fa2.jsonl"
+for tokens in 65536 256000; do
+  LONGREAD_CUDA_ATTENTION=fa2 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 64x20 \
+    --repeat 3 --precision bf16 --max-batch-tokens "$tokens" --json \
+    | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**json.loads(l), "attention": "fa2"})) for l in sys.stdin if l.startswith("{")]' \
+    | tee -a "$work/fa2.jsonl"
+done
+LONGREAD_CUDA_ATTENTION=fa2 LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
+  --shape 8x20 --repeat 1 --precision bf16 --json | tee "$work/fa2-profile.jsonl"
 # Diagnostics: bf16 with the flash attention kernel instead of materialised scores; one document of 1,280 chunks (one head call instead of 64: the head's share),
 # and the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
 : > "$work/diagnostics.jsonl"
@@ -142,9 +162,10 @@ fi
 mkdir -p bench
 if part predict; then
 out="bench/results-gpu-$slug.json"
-${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" <<'PY'
+${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" "$work/fa2.jsonl" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+fa2 = [json.loads(l) for l in open(sys.argv[8]) if l.strip()]
 embed = [json.loads(l) for l in open(sys.argv[7]) if l.strip()]
 def embed_rate(side, dtype):
     rows = [r for r in embed if r["side"] == side and r["dtype"] == dtype]
@@ -172,6 +193,10 @@ result = {
     "predict_bf16_first_run_s": ours_bf16.get("warmup_seconds"),
     "pytorch_eager_bf16_docs_per_s": torch_bf16["docs_per_s"],
     "bf16_share_of_gemm_limit": round(ours_bf16["docs_per_s"] / limit, 3) if limit else None,
+    # The same with FlashAttention-2 (LONGREAD_CUDA_ATTENTION=fa2), its best batch size.
+    "predict_bf16_fa2_ratio": round(best(fa2, "precision", "bf16")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
+        if best(fa2, "precision", "bf16") else None,
+    "longread_fa2": fa2,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
     "embed_bf16_ratio": round(embed_rate("longread", "bf16") / embed_rate("sentence-transformers", "bf16"), 3)
         if embed_rate("longread", "bf16") and embed_rate("sentence-transformers", "bf16") else None,
@@ -181,7 +206,7 @@ result = {
     "longread_diagnostics": diagnostics,
 }
 json.dump(result, open(sys.argv[3], "w"), indent=1)
-print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch", "longread_diagnostics", "embed")}, indent=1))
+print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch", "longread_diagnostics", "embed", "longread_fa2")}, indent=1))
 PY
 fi
 if part train; then
@@ -197,6 +222,11 @@ if part train; then
     (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
   done
   LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # FlashAttention-2 forward and backward as the training attention (opt-in until these rows say it is faster).
+  for tokens in 10240 65536; do
+    LONGREAD_CUDA_TRAIN_ATTENTION=fa2 bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens "$tokens"
+  done
+  LONGREAD_CUDA_TRAIN_ATTENTION=fa2 bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
   LONGREAD_CUDA_TRAIN_ATTENTION=separate LONGREAD_CUDA_TRAIN_NORM=separate LONGREAD_CUDA_TRAIN_FFN=separate \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   bench_train --model "$work/rb-model" --shape 4x20 --precision f32 --max-batch-tokens 65536
@@ -319,8 +349,13 @@ torch_nockpt = pick(torch, preset="roberta-base", dtype="bf16", checkpointing=Fa
 torch_ckpt = pick(torch, preset="roberta-base", dtype="bf16", checkpointing=True)
 # The default route only (the rows with ops switched off are there for comparison).
 base = [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 and "rb-model" in r.get("model", "")
-        and not r.get("gpu_separate")]
+        and not r.get("gpu_separate") and r.get("gpu_attention") != "fa2"]
 best = max(base, key=lambda r: r["docs_per_s"]) if base else None
+# The same with FlashAttention-2 as the training attention (LONGREAD_CUDA_TRAIN_ATTENTION=fa2).
+fa2 = [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 and "rb-model" in r.get("model", "")
+       and not r.get("gpu_separate") and r.get("gpu_attention") == "fa2"]
+best_fa2 = max(fa2, key=lambda r: r["docs_per_s"]) if fa2 else None
+lean_fa2 = min([r for r in fa2 if r.get("peak_gpu_bytes")], key=lambda r: r["peak_gpu_bytes"], default=None)
 measured = [r for r in base if r.get("peak_gpu_bytes")]
 lean = min(measured, key=lambda r: r["peak_gpu_bytes"]) if measured else None
 gib = lambda b: round(b / 2**30, 2) if b else None
@@ -334,6 +369,8 @@ result = {
     "train_bf16_memory_ratio": round(gib(lean["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean and torch_ckpt else None,
     "train_bf16_memory_ratio_docs_per_s": round(lean["docs_per_s"], 2) if lean else None,
     "train_bf16_first_step_s": best.get("warmup_seconds") if best else None,
+    "train_bf16_fa2_speed_ratio": round(best_fa2["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_fa2 and torch_nockpt else None,
+    "train_bf16_fa2_memory_ratio": round(gib(lean_fa2["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean_fa2 and torch_ckpt else None,
     "longread_best_bf16": {k: best[k] for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes")} if best else None,
     "longread": ours,
     "pytorch": torch,
@@ -341,7 +378,7 @@ result = {
 json.dump(result, open(sys.argv[3], "w"), indent=1)
 print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch")}, indent=1))
 for r in ours:
-    print("longread", r.get("model", "").split("/")[-1], r["precision"], "separate:" + (",".join(r.get("gpu_separate") or []) or "none"), "recompute" if r["recompute"] else "no-recompute",
+    print("longread", r.get("model", "").split("/")[-1], r["precision"], "attention:" + str(r.get("gpu_attention")), "separate:" + (",".join(r.get("gpu_separate") or []) or "none"), "recompute" if r["recompute"] else "no-recompute",
           r["max_batch_tokens"], f'{r["docs"]}x{r["chunks_per_doc"]}', round(r["docs_per_s"], 2), "docs/s", gib(r.get("peak_gpu_bytes")), "GiB")
 for r in torch:
     print("pytorch", r["preset"], r["dtype"], "ckpt" if r["checkpointing"] else "no-ckpt", r["docs_per_s"], "docs/s", r["peak_gib"], "GiB")

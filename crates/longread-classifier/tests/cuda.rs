@@ -251,6 +251,47 @@ fn cuda_embeddings_equal_the_cpus() {
     }
 }
 
+/// FlashAttention-2 (vendor/flash-attn, `LONGREAD_CUDA_ATTENTION=fa2`) on the GPU equals its
+/// f32 CPU loop on the same bf16-rounded product, for heads of 32 and 64, sequences of 512 and
+/// of 200 keys (not a multiple of the kernel's 128-key blocks), a full, a half-padded and a
+/// one-token sequence, read from a strided product as inference gives it (runs whatever the
+/// environment's attention mode).
+#[test]
+fn flash_attention_2_equals_its_cpu_reference() {
+    if !gpu("flash_attention_2_equals_its_cpu_reference") {
+        return;
+    }
+    use candle_core::{DType, Device, Tensor};
+    use longread_model::layers::cuda::{FlashAttention2, KeyLengths};
+    let cuda = Device::new_cuda(0).unwrap();
+    for (heads, d, seq) in [(12, 64, 512), (12, 32, 512), (4, 64, 200), (2, 32, 200)] {
+        let hidden = heads * d;
+        let real = [seq, seq / 2 + 3, 1];
+        let rows: Vec<u32> = real.iter().flat_map(|&n| (0..seq).map(move |i| u32::from(i < n))).collect();
+        let mask = Tensor::from_vec(rows, (real.len(), seq), &Device::Cpu).unwrap();
+        let product = Tensor::randn(0f32, 1.0, (real.len() * seq, 3 * hidden + 8), &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let qkv = product.narrow(1, 0, 3 * hidden).unwrap();
+        let scale = 1.0 / (d as f32).sqrt();
+        let cpu_lengths = KeyLengths::right_padded(&mask).unwrap().unwrap();
+        let reference =
+            FlashAttention2::forward(&qkv.to_dtype(DType::F32).unwrap(), &cpu_lengths, heads, scale).unwrap();
+        let gpu_lengths = KeyLengths::right_padded(&mask.to_device(&cuda).unwrap()).unwrap().unwrap();
+        let ours = FlashAttention2::forward(&qkv.to_device(&cuda).unwrap(), &gpu_lengths, heads, scale)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap();
+        let max = |t: &Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let diff = max(&(ours - &reference).unwrap()) / max(&reference);
+        println!("flash-attention-2, {heads} heads of {d}, {seq} keys: largest difference {diff:.2e} of the scale");
+        assert!(diff <= 1e-2, "{heads} heads of {d}, {seq} keys: {diff} of the scale");
+    }
+}
+
 /// Asking for a GPU that is not there names the problem (runs everywhere).
 #[test]
 fn a_gpu_that_is_not_there_is_a_clear_error() {

@@ -325,14 +325,14 @@ impl RunHooks for Logs {
     }
 }
 
-/// A new classifier on the tiny RoBERTa fixture (`init`, chunks of 32 tokens) beside `out`.
+/// A new classifier on `encoder` (`init`, chunks of 32 tokens) beside `out`.
 #[cfg(feature = "clap")]
-fn new_model(out: &Path) -> PathBuf {
+fn new_model(out: &Path, encoder: &Path) -> PathBuf {
     let dir = out.with_extension("init");
     if !dir.exists() {
         let flags: Vec<String> = [
             "--encoder",
-            fixture("tiny-roberta").to_str().unwrap(),
+            encoder.to_str().unwrap(),
             "--labels",
             "prices,rain",
             "--chunk-size",
@@ -352,16 +352,23 @@ fn new_model(out: &Path) -> PathBuf {
 }
 
 /// `train` through the library, as the command line runs it, on `device` (its flags need
-/// the `clap` feature, which the workspace's and scripts/build_cuda.sh's builds turn on).
+/// the `clap` feature, which the workspace's and scripts/build_cuda.sh's builds turn on), from
+/// a classifier on the tiny RoBERTa fixture.
 #[cfg(feature = "clap")]
 fn train(out: &Path, device: DeviceChoice, extra: &[&str]) -> Vec<EpochLog> {
+    train_on(&fixture("tiny-roberta"), out, device, extra)
+}
+
+/// [`train`] from a classifier on `encoder`.
+#[cfg(feature = "clap")]
+fn train_on(encoder: &Path, out: &Path, device: DeviceChoice, extra: &[&str]) -> Vec<EpochLog> {
     let mut args: Vec<String> = [
         "--train",
         fixture("synthetic/train.jsonl").to_str().unwrap(),
         "--dev",
         fixture("synthetic/test.jsonl").to_str().unwrap(),
         "--model",
-        new_model(out).to_str().unwrap(),
+        new_model(out, encoder).to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--seed",
@@ -414,6 +421,52 @@ fn cuda_bf16_training_follows_the_f32_loss_curve() {
         assert!(a.peak_gpu_bytes.is_some_and(|b| b > 0), "the epoch log reports peak GPU memory");
     }
     assert!(f32s[2].train_loss < f32s[0].train_loss, "the loss falls");
+}
+
+/// Training with FlashAttention-2 (`LONGREAD_CUDA_TRAIN_ATTENTION=fa2`, which
+/// scripts/gpu_check.sh sets for this test alone): a `tiny`-preset encoder (heads of 64, the
+/// kernels' size; attention dropout off, so that the f32 run's masks and the kernel's Philox
+/// draws do not make the two runs differ by more than rounding), three bf16 epochs whose
+/// attention runs on FlashAttention-2 follow the f32 epochs (its attention as before) within 2%.
+#[cfg(feature = "clap")]
+#[test]
+fn cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve() {
+    let test = "cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve";
+    if !gpu(test) {
+        return;
+    }
+    if std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").as_deref() != Ok("fa2") {
+        println!("{test}: skipped: LONGREAD_CUDA_TRAIN_ATTENTION is not fa2 (scripts/gpu_check.sh sets it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let encoder = dir.path().join("encoder");
+    let spec = longread_train::run::kit::EncoderSpec {
+        preset: "tiny".into(),
+        tokenizer: fixture("tiny-roberta"),
+        out: encoder.clone(),
+        seed: 3,
+    };
+    longread_train::run::kit::new_encoder_run(&spec).unwrap();
+    let config_path = encoder.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["attention_probs_dropout_prob"] = 0.0.into();
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let f32s = train_on(&encoder, &dir.path().join("f32"), DeviceChoice::Cuda(0), &["--epochs", "3"]);
+    let bf16s =
+        train_on(&encoder, &dir.path().join("bf16"), DeviceChoice::Cuda(0), &["--epochs", "3", "--precision", "bf16"]);
+    assert_eq!((f32s.len(), bf16s.len()), (3, 3));
+    for (a, b) in f32s.iter().zip(&bf16s) {
+        let relative = (a.train_loss - b.train_loss).abs() / a.train_loss;
+        println!(
+            "FlashAttention-2, epoch {}: train loss f32 {:.5}, bf16 {:.5} ({:.2}% apart)",
+            a.epoch,
+            a.train_loss,
+            b.train_loss,
+            100.0 * relative
+        );
+        assert!(relative <= 0.02, "epoch {}: bf16 loss {} vs f32 {}", a.epoch, b.train_loss, a.train_loss);
+    }
 }
 
 /// Every tensor of a saved model, by name.
@@ -579,5 +632,92 @@ fn cuda_training_ops_equal_their_cpu_reference() {
                 }
             }
         }
+    }
+}
+
+/// FlashAttention-2 in training (`FlashAttentionTrain`, `LONGREAD_CUDA_TRAIN_ATTENTION=fa2`):
+/// on the GPU in bf16, its output and the gradient of its q/k/v product equal its f32 CPU loops
+/// on the same bf16-rounded product, to 3e-2 of each tensor's scale, for heads of 64 (12 × 512
+/// keys) and 32 (4 × 200 keys: not a multiple of the kernels' blocks), a full, a half-padded and
+/// a one-token sequence. With dropout (which only the kernel draws): the same seed gives the
+/// same output, another seed another one, and the gradient is the derivative of the loss along
+/// a direction (central differences along the gradient's signs, to 3%).
+#[test]
+fn flash_attention_training_equals_its_cpu_reference() {
+    if !gpu("flash_attention_training_equals_its_cpu_reference") {
+        return;
+    }
+    use longread_model::layers::cuda::{FlashAttentionTrain, KeyLengths};
+    let cpu = Device::Cpu;
+    for (heads, d, seq) in [(12usize, 64usize, 512usize), (4, 32, 200)] {
+        let hidden = heads * d;
+        let real = [seq, seq / 2 + 3, 1];
+        let rows: Vec<u32> = real.iter().flat_map(|&n| (0..seq).map(move |i| u32::from(i < n))).collect();
+        let mask = Tensor::from_vec(rows, (real.len(), seq), &cpu).unwrap();
+        let n = real.len() * seq;
+        let qkv = Tensor::randn(0f32, 1.0, (n, 3 * hidden), &cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (n, hidden), &cpu).unwrap();
+        let scale = 1.0 / (d as f32).sqrt();
+        // Output and gradient of Σ y ⊙ w on `device`, from the bf16 product (f32 on the CPU).
+        let run = |device: &Device, dropout: Option<(f32, u64)>| {
+            let lengths = KeyLengths::right_padded(&mask.to_device(device).unwrap()).unwrap().unwrap();
+            let x = qkv.to_device(device).unwrap();
+            let x = if device.is_cpu() { x.to_dtype(DType::F32).unwrap() } else { x };
+            let x = candle_core::Var::from_tensor(&x).unwrap();
+            let y = FlashAttentionTrain::new(heads, scale, lengths, dropout).forward(x.as_tensor()).unwrap();
+            let loss = (y.to_dtype(DType::F32).unwrap() * w.to_device(device).unwrap()).unwrap().sum_all().unwrap();
+            let grad = loss.backward().unwrap().get(x.as_tensor()).unwrap().clone();
+            (flat(&y), flat(&grad), loss.to_scalar::<f32>().unwrap())
+        };
+        let (y_ref, g_ref, _) = run(&cpu, None);
+        let (y, g, _) = run(&cuda(), None);
+        for (what, got, reference) in [("output", &y, &y_ref), ("gradient", &g, &g_ref)] {
+            let scale = reference.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+            let diff = max_diff(got, reference) / scale;
+            println!("flash-attention-2 training, {heads} heads of {d}, {seq} keys, {what}: {diff:.2e} of the scale");
+            assert!(diff < 3e-2, "{heads} heads of {d}, {seq} keys, {what}: {diff:e} of the scale");
+        }
+        let (y1, g1, _) = run(&cuda(), Some((0.1, 5)));
+        let (y2, _, _) = run(&cuda(), Some((0.1, 5)));
+        let (y3, _, _) = run(&cuda(), Some((0.1, 6)));
+        assert_eq!(y1, y2, "the same seed must give the same dropout");
+        assert!(max_diff(&y1, &y3) > 0.0 && max_diff(&y1, &y) > 0.0, "dropout must change the output");
+        // Central differences of the loss along u = sign(gradient) (a direction in which the
+        // change adds up coherently, far above the bf16 rounding of the output): steps of 2⁻⁵
+        // keep the perturbed product exact in bf16 for elements of magnitude ≥ 2⁻⁵.
+        let h = 1.0 / 32.0;
+        let u: Vec<f32> = g1
+            .iter()
+            .map(|&g| {
+                if g > 0.0 {
+                    1.0
+                } else if g < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let u = Tensor::from_vec(u.clone(), (n, 3 * hidden), &cpu).unwrap();
+        let loss_at = |sign: f64| {
+            let x = (qkv.to_dtype(DType::F32).unwrap() + (&u * (h * sign)).unwrap()).unwrap();
+            let lengths = KeyLengths::right_padded(&mask.to_device(&cuda()).unwrap()).unwrap().unwrap();
+            let x = x.to_dtype(DType::BF16).unwrap().to_device(&cuda()).unwrap();
+            let y = FlashAttentionTrain::new(heads, scale, lengths, Some((0.1, 5))).forward(&x).unwrap();
+            (y.to_dtype(DType::F32).unwrap() * w.to_device(&cuda()).unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+        };
+        let numeric = (loss_at(1.0) - loss_at(-1.0)) / (2.0 * h as f32);
+        let analytic: f32 = g1.iter().map(|g| g.abs()).sum();
+        let rel = (numeric - analytic).abs() / analytic.max(1e-3);
+        println!("flash-attention-2 training with dropout: directional derivative {analytic:.4} against {numeric:.4}");
+        assert!(
+            rel < 0.03,
+            "{heads} heads of {d}: gradient along sign(g) {analytic} against central differences {numeric}"
+        );
     }
 }

@@ -119,15 +119,15 @@ impl SelfAttention {
     /// `Keys::Masked`: `xs: [batch, seq, hidden]`, bias `[batch, 1, 1, seq]` → `[batch, seq, hidden]`;
     /// `Keys::Packed`: `xs: [tokens, hidden]` → `[tokens, hidden]`
     pub fn forward(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
-        if let (Some((weight, bias)), Keys::Masked { mask, position: None, relative: None }, false) =
+        if let (Some((weight, bias)), Keys::Masked { mask, position: None, relative: None, lengths }, false) =
             (&self.fused_qkv, keys, mode.is_train())
         {
-            return self.forward_fused(xs, weight, bias, mask, mode);
+            return self.forward_fused(xs, weight, bias, mask, lengths, mode);
         }
-        if let (Keys::Masked { mask, position: None, relative: None }, true) =
+        if let (Keys::Masked { mask, position: None, relative: None, lengths }, true) =
             (keys, mode.is_train() && route::gpu(xs.device()) && cuda::train_attention_fused())
         {
-            if let Some(out) = self.forward_fused_train(xs, mask, mode)? {
+            if let Some(out) = self.forward_fused_train(xs, mask, lengths, mode)? {
                 return Ok(out);
             }
         }
@@ -169,7 +169,8 @@ impl SelfAttention {
     }
 
     /// Inference on a GPU with the fused projection: one product for q, k and v, the bias added
-    /// as the heads are split, attention (`layers::cuda::fused_attention`), then the output block.
+    /// as the heads are split, attention (`layers::cuda::fused_attention`; FlashAttention-2 over
+    /// `lengths` where the encoder made them), then the output block.
     ///
     /// # Shapes
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
@@ -179,6 +180,7 @@ impl SelfAttention {
         weight: &Tensor,
         bias: &Tensor,
         mask_bias: &Tensor,
+        lengths: Option<&cuda::KeyLengths>,
         mode: Mode,
     ) -> Result<Tensor> {
         let (b, s, h) = xs.dims3()?;
@@ -187,7 +189,8 @@ impl SelfAttention {
             xs.to_dtype(weight.dtype())?.reshape((b * s, h))?.matmul(&weight.t()?)
         })?;
         let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?;
-        let context = cuda::fused_attention(&product, bias, &key_bias, (b, s, self.num_heads), self.scale() as f32)?;
+        let heads = (b, s, self.num_heads);
+        let context = cuda::fused_attention(&product, bias, &key_bias, lengths, heads, self.scale() as f32)?;
         timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
     }
 
@@ -199,7 +202,13 @@ impl SelfAttention {
     ///
     /// # Shapes
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
-    pub(crate) fn forward_fused_train(&self, xs: &Tensor, mask_bias: &Tensor, mode: Mode) -> Result<Option<Tensor>> {
+    pub(crate) fn forward_fused_train(
+        &self,
+        xs: &Tensor,
+        mask_bias: &Tensor,
+        lengths: Option<&cuda::KeyLengths>,
+        mode: Mode,
+    ) -> Result<Option<Tensor>> {
         let (q, k, v) = (self.query.parts(), self.key.parts(), self.value.parts());
         let (Some(qb), Some(kb), Some(vb)) = (q.1, k.1, v.1) else {
             return Ok(None);
@@ -214,10 +223,23 @@ impl SelfAttention {
             xs.reshape((b * s, h))?.matmul(&weight.t()?)
         })?;
         let bias = Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()?;
-        let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?.detach().contiguous()?;
-        let dropout = self.probs_dropout.seeded(mode).map_or((0, 0, 1.0), |d| (d.seed, d.threshold(), d.scale()));
-        let op = cuda::AttentionTrain { heads: self.num_heads, scale: self.scale() as f32, dropout };
-        let context = timed("attention (training)", device, || product.apply_op3(&bias, &key_bias, op))?;
+        let seeded = self.probs_dropout.seeded(mode);
+        let context = if let Some(lengths) = lengths {
+            // FlashAttention-2 with its backward kernel (opted in: the encoder made the lengths).
+            let biased = product.apply_op2(&bias, cuda::BiasActivationTrain { gelu: false })?;
+            let op = cuda::FlashAttentionTrain::new(
+                self.num_heads,
+                self.scale() as f32,
+                lengths.clone(),
+                seeded.map(|d| (d.p, d.seed)),
+            );
+            timed("attention (training, FlashAttention-2)", device, || op.forward(&biased))?.reshape((b, s, h))?
+        } else {
+            let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?.detach().contiguous()?;
+            let dropout = seeded.map_or((0, 0, 1.0), |d| (d.seed, d.threshold(), d.scale()));
+            let op = cuda::AttentionTrain { heads: self.num_heads, scale: self.scale() as f32, dropout };
+            timed("attention (training)", device, || product.apply_op3(&bias, &key_bias, op))?
+        };
         timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode)).map(Some)
     }
 
@@ -424,9 +446,14 @@ mod tests {
 
     /// Self-attention of hidden 24 in 3 heads of 8, with dropout, over trainable weights.
     fn attention() -> (VarMap, SelfAttention) {
+        attention_with(0.3)
+    }
+
+    /// The same with `probs_dropout` on the attention probabilities.
+    fn attention_with(probs_dropout: f64) -> (VarMap, SelfAttention) {
         let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
             "vocab_size": 10, "hidden_size": 24, "num_hidden_layers": 1, "num_attention_heads": 3,
-            "hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.3, "layer_norm_eps": 1e-5
+            "hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": probs_dropout, "layer_norm_eps": 1e-5
         }))
         .unwrap();
         let vars = VarMap::new();
@@ -443,14 +470,26 @@ mod tests {
     /// eight parameters) with the same dropout masks, padding included.
     #[test]
     fn the_gpu_routes_training_attention_is_the_cpu_routes() {
+        gpu_route_equals_cpu_route(attention(), false);
+    }
+
+    /// The same with FlashAttention-2 as the GPU route's attention (`FlashAttentionTrain` over
+    /// the batch's `KeyLengths`, its CPU loops; without dropout on the probabilities, which only
+    /// the CUDA kernel draws), the block's output dropout still on.
+    #[test]
+    fn the_gpu_routes_training_flash_attention_is_the_cpu_routes() {
+        gpu_route_equals_cpu_route(attention_with(0.0), true);
+    }
+
+    fn gpu_route_equals_cpu_route((vars, attention): (VarMap, SelfAttention), flash: bool) {
         let device = Device::Cpu;
-        let (vars, attention) = attention();
         let (batch, seq) = (2, 9);
         let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (batch, seq, 24), &device).unwrap()).unwrap();
         let mut mask = vec![1u32; batch * seq];
         mask[seq - 3..seq].iter_mut().for_each(|m| *m = 0);
         let mask = Tensor::from_vec(mask, (batch, seq), &device).unwrap();
         let mask_bias = crate::encoder::mask_bias(&mask, DType::F32).unwrap();
+        let lengths = cuda::KeyLengths::right_padded(&mask).unwrap().expect("right-padded");
         let w = Tensor::randn(0f32, 1.0, (batch, seq, 24), &device).unwrap();
         let mut names: Vec<_> = vars.data().lock().unwrap().keys().cloned().collect();
         names.sort();
@@ -459,9 +498,10 @@ mod tests {
             let rng = DropoutRng::new(11);
             let mode = Mode::Train(&rng);
             let y = if gpu_route {
-                attention.forward_fused_train(xs.as_tensor(), &mask_bias, mode).unwrap().expect("fusable")
+                let lengths = flash.then_some(&lengths);
+                attention.forward_fused_train(xs.as_tensor(), &mask_bias, lengths, mode).unwrap().expect("fusable")
             } else {
-                let keys = Keys::Masked { mask: &mask_bias, position: None, relative: None };
+                let keys = Keys::Masked { mask: &mask_bias, position: None, relative: None, lengths: None };
                 attention.forward(xs.as_tensor(), keys, mode).unwrap()
             };
             let grads = (&y * &w).unwrap().sum_all().unwrap().backward().unwrap();

@@ -61,7 +61,11 @@ impl EncoderLayer {
         position_bias: Option<&Tensor>,
         mode: Mode,
     ) -> Result<Tensor> {
-        self.forward_keys(xs, Keys::Masked { mask: mask_bias, position: position_bias, relative: None }, mode)
+        self.forward_keys(
+            xs,
+            Keys::Masked { mask: mask_bias, position: position_bias, relative: None, lengths: None },
+            mode,
+        )
     }
 
     /// The layer over padded (`Keys::Masked`) or packed (`Keys::Packed`) sequences.

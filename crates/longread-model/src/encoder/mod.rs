@@ -24,6 +24,7 @@ pub use modern::{norm as modern_norm, ModernLayer, ModernSettings};
 
 use crate::config::{EncoderConfig, PositionScheme};
 use crate::error::{ModelError, Result};
+use crate::layers::cuda::KeyLengths;
 use crate::mode::Mode;
 
 /// Which keys each query attends to.
@@ -40,6 +41,9 @@ pub(crate) enum Keys<'a> {
         /// DeBERTa-v2's relative table, gather indexes and pairwise mask (which then replaces
         /// `mask`).
         relative: Option<&'a deberta::RelativeContext>,
+        /// Each sequence's real keys, where GPU inference runs FlashAttention-2
+        /// ([`Encoder::key_lengths`]).
+        lengths: Option<&'a KeyLengths>,
     },
     /// Sequences packed end to end, `[tokens, ...]`: the row range of each (inference only).
     Packed(&'a [Range<usize>]),
@@ -199,6 +203,32 @@ impl Encoder {
         Ok((mask, position))
     }
 
+    /// Each sequence's real keys, for FlashAttention-2 on a GPU: in inference with
+    /// `LONGREAD_CUDA_ATTENTION=fa2`, in training with `LONGREAD_CUDA_TRAIN_ATTENTION=fa2` (bf16,
+    /// heads of 32 or 64, no relative-position bias, a right-padded mask); `None` elsewhere (the
+    /// attention then masks keys by their bias).
+    ///
+    /// # Shapes
+    /// `attention_mask: [batch, seq]`
+    fn key_lengths(&self, attention_mask: &Tensor, mode: Mode) -> CResult<Option<KeyLengths>> {
+        use crate::layers::cuda::{flash2_enabled, train_attention_fa2};
+        let device = attention_mask.device();
+        let opted_in = if mode.is_train() {
+            crate::route::gpu(device) && train_attention_fa2()
+        } else {
+            device.is_cuda() && flash2_enabled()
+        };
+        let wanted = opted_in
+            && self.compute_dtype == DType::BF16
+            && matches!(self.config.head_size(), 32 | 64)
+            && self.relative_bias.is_none()
+            && self.deberta.is_none();
+        if !wanted {
+            return Ok(None);
+        }
+        KeyLengths::right_padded(attention_mask)
+    }
+
     /// Whether [`Encoder::forward_packed`] can run this encoder (not with a relative-position
     /// bias, which packed attention does not add, nor ModernBERT's layers).
     pub fn supports_packed(&self) -> bool {
@@ -353,7 +383,13 @@ impl Encoder {
         }
         let (mask, position) = self.attention_biases(attention_mask)?;
         let relative = self.relative_context(attention_mask, Mode::Eval)?;
-        let keys = Keys::Masked { mask: &mask, position: position.as_ref(), relative: relative.as_ref() };
+        let lengths = self.key_lengths(attention_mask, Mode::Eval)?;
+        let keys = Keys::Masked {
+            mask: &mask,
+            position: position.as_ref(),
+            relative: relative.as_ref(),
+            lengths: lengths.as_ref(),
+        };
         for layer in self.layers.iter().take(layers) {
             xs = layer.forward_keys(&xs, keys, Mode::Eval)?.detach();
         }
@@ -384,7 +420,13 @@ impl Encoder {
         }
         let (mask, position) = self.attention_biases(attention_mask)?;
         let relative = self.relative_context(attention_mask, mode)?;
-        let keys = Keys::Masked { mask: &mask, position: position.as_ref(), relative: relative.as_ref() };
+        let lengths = self.key_lengths(attention_mask, mode)?;
+        let keys = Keys::Masked {
+            mask: &mask,
+            position: position.as_ref(),
+            relative: relative.as_ref(),
+            lengths: lengths.as_ref(),
+        };
         let mut xs = hidden.to_dtype(self.stream_dtype(hidden, mode))?;
         for layer in self.layers.iter().skip(start) {
             xs = layer.forward_keys(&xs, keys, mode)?;

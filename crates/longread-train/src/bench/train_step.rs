@@ -57,6 +57,11 @@ pub struct TrainStepResult {
     /// on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
+    /// On a GPU, the training attention's kernels: `fa2` with
+    /// `LONGREAD_CUDA_TRAIN_ATTENTION=fa2` (FlashAttention-2, bf16 heads of 32 or 64), else
+    /// `longread`. Absent on the CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_attention: Option<&'static str>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
@@ -229,5 +234,7 @@ pub fn run_train_step(
         .filter_map(|(name, fused)| (!fused).then_some(name))
         .collect()
     });
-    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_separate, profile })
+    let gpu_attention =
+        device.is_cuda().then(|| if longread_model::layers::cuda::train_attention_fa2() { "fa2" } else { "longread" });
+    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_separate, gpu_attention, profile })
 }

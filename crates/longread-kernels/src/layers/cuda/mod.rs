@@ -20,6 +20,7 @@
 //! error fails the build.
 
 mod attention_train;
+mod flash;
 mod gelu_dense_train;
 #[cfg(feature = "cuda")]
 mod launch;
@@ -29,6 +30,7 @@ mod route_kernels;
 mod training;
 
 pub use attention_train::AttentionTrain;
+pub use flash::{flash2_enabled, train_attention_fa2, FlashAttention2, FlashAttentionTrain, KeyLengths};
 pub use gelu_dense_train::GeluDenseTrain;
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
@@ -390,8 +392,10 @@ fn env_is(cell: &OnceLock<bool>, var: &str, value: &str) -> bool {
 }
 
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the
-/// scores in the activations' dtype, softmax in place with f32 arithmetic (or, opted in, bf16
-/// with heads of 32 or 64: [`FlashAttention`]). (Keeping bf16 scores in f32 was measured: 15% slower,
+/// scores in the activations' dtype, softmax in place with f32 arithmetic; opted in, bf16 with
+/// heads of 32 or 64 runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION=fa2`, given the
+/// batch's [`KeyLengths`]) or longread's own flash-style kernel [`FlashAttention`]
+/// (`LONGREAD_CUDA_ATTENTION=flash`). (Keeping bf16 scores in f32 was measured: 15% slower,
 /// no closer to f32; BENCHMARKS.md "GPU".)
 ///
 /// # Shapes
@@ -401,12 +405,22 @@ pub fn fused_attention(
     qkv: &Tensor,
     bias: &Tensor,
     key_bias: &Tensor,
+    lengths: Option<&KeyLengths>,
     (batch, seq, heads): (usize, usize, usize),
     scale: f32,
 ) -> Result<Tensor> {
     use crate::profile::timed;
     let device = qkv.device();
     let hidden = qkv.dim(1)? / 3;
+    if let Some(lengths) =
+        lengths.filter(|_| qkv.dtype() == candle_core::DType::BF16 && matches!(hidden / heads, 32 | 64))
+    {
+        let bias = bias.to_dtype(candle_core::DType::F32)?;
+        timed("attention: bias", device, || qkv.inplace_op2(&bias, &BiasActivation { gelu: false }))?;
+        let context =
+            timed("attention (FlashAttention-2)", device, || FlashAttention2::forward(qkv, lengths, heads, scale))?;
+        return context.reshape((batch, seq, hidden));
+    }
     if qkv.dtype() == candle_core::DType::BF16 && matches!(hidden / heads, 32 | 64) && flash_enabled() {
         let op = FlashAttention { heads, scale };
         return timed("attention (flash)", device, || qkv.apply_op3_no_bwd(bias, key_bias, &op));

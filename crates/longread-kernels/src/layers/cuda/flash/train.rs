@@ -1,0 +1,190 @@
+//! FlashAttention-2 in training: the forward kernel with dropout, and its backward kernel.
+//!
+//! Between the passes the op keeps its input (the biased q/k/v product, as `AttentionTrain`
+//! keeps the product) and two small things the forward kernel writes: each row's log-sum-exp per
+//! head (`heads × rows` f32) and the dropout's Philox state. The backward kernel recomputes the
+//! probabilities block by block, as the forward made them, with the same dropout.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
+
+use super::inference::cpu_attention;
+use super::reference::Product;
+use super::KeyLengths;
+
+/// What the CUDA forward pass leaves for the backward pass (nothing on the CPU).
+#[cfg(feature = "cuda")]
+type SavedSlot = std::sync::Arc<std::sync::Mutex<Option<super::launch::Saved>>>;
+
+/// Self-attention of a training step over a fused, biased q/k/v product, each sequence's
+/// queries over its real keys: `qkv [batch · seq, 3 · hidden]` → `[batch · seq, hidden]`, with
+/// a gradient for `qkv`. On CUDA bf16 with heads of 32 or 64 (dropout drawn by the kernel's
+/// Philox generator from `seed`); on the CPU f32 without dropout (`reference`, for tests).
+#[derive(Clone)]
+pub struct FlashAttentionTrain {
+    heads: usize,
+    scale: f32,
+    lengths: KeyLengths,
+    dropout: Option<(f32, u64)>,
+    #[cfg(feature = "cuda")]
+    saved: SavedSlot,
+}
+
+impl FlashAttentionTrain {
+    /// The op for `heads` heads scaled by `scale` over `lengths`, with dropout
+    /// `(probability, seed)` of the attention probabilities or none.
+    pub fn new(heads: usize, scale: f32, lengths: KeyLengths, dropout: Option<(f32, u64)>) -> Self {
+        Self {
+            heads,
+            scale,
+            lengths,
+            dropout: dropout.filter(|&(p, _)| p > 0.0),
+            #[cfg(feature = "cuda")]
+            saved: Default::default(),
+        }
+    }
+
+    /// # Shapes
+    /// `qkv: [batch · seq, 3 · hidden]` → `[batch · seq, hidden]`
+    pub fn forward(self, qkv: &Tensor) -> Result<Tensor> {
+        qkv.apply_op1(self)
+    }
+}
+
+impl CustomOp1 for FlashAttentionTrain {
+    fn name(&self) -> &'static str {
+        "flash-attention-2-train"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        if self.dropout.is_some() {
+            candle_core::bail!("{}: dropout inside the attention runs on CUDA only", self.name());
+        }
+        let (out, shape) = cpu_attention(self.name(), &self.lengths, (self.heads, self.scale), (x, x_l))?;
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (rows, hidden, _) = self.lengths.dims(self.name(), self.heads, x_l)?;
+        let (out, saved) = super::launch::forward((x, x_l), &self.lengths, (self.heads, self.scale), self.dropout)?;
+        *self.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))? =
+            Some(saved);
+        Ok((out, Shape::from((rows, hidden))))
+    }
+
+    fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let grad = FlashAttentionTrainGrad(self.clone());
+        Ok(Some(arg.apply_op3_no_bwd(res, &grad_res.contiguous()?, &grad)?))
+    }
+}
+
+/// The backward pass of [`FlashAttentionTrain`]: `(qkv, out, dout) → d qkv`.
+struct FlashAttentionTrainGrad(FlashAttentionTrain);
+
+impl CustomOp3 for FlashAttentionTrainGrad {
+    fn name(&self) -> &'static str {
+        "flash-attention-2-train-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        x: &CpuStorage,
+        x_l: &Layout,
+        out: &CpuStorage,
+        out_l: &Layout,
+        dout: &CpuStorage,
+        dout_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let op = &self.0;
+        let (rows, hidden, d) = op.lengths.dims(self.name(), op.heads, x_l)?;
+        let (CpuStorage::F32(x), CpuStorage::F32(out), CpuStorage::F32(dout)) = (x, out, dout) else {
+            candle_core::bail!("{} on the CPU: f32 only", self.name());
+        };
+        let (Some((o0, o1)), Some((g0, g1))) = (out_l.contiguous_offsets(), dout_l.contiguous_offsets()) else {
+            candle_core::bail!("{}: the output and its gradient must be contiguous", self.name());
+        };
+        let (starts, used) = op.lengths.host()?;
+        let product = Product {
+            x: &x[x_l.start_offset()..],
+            row_stride: x_l.stride()[0],
+            starts: &starts,
+            used: &used,
+            heads: op.heads,
+            d,
+            scale: op.scale,
+        };
+        let grad = product.backward(&out[o0..o1], &dout[g0..g1]);
+        Ok((CpuStorage::F32(grad), Shape::from((rows, 3 * hidden))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_l: &Layout,
+        out: &candle_core::CudaStorage,
+        out_l: &Layout,
+        dout: &candle_core::CudaStorage,
+        dout_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let op = &self.0;
+        let (rows, hidden, _) = op.lengths.dims(self.name(), op.heads, x_l)?;
+        let mut saved =
+            op.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))?;
+        let Some(saved) = saved.as_mut() else {
+            candle_core::bail!("{}: the forward pass ran elsewhere than on CUDA", self.name());
+        };
+        let p_drop = op.dropout.map_or(0.0, |(p, _)| p);
+        let grad = super::launch::backward(
+            (x, x_l),
+            (out, out_l),
+            (dout, dout_l),
+            &op.lengths,
+            (op.heads, op.scale),
+            p_drop,
+            saved,
+        )?;
+        Ok((grad, Shape::from((rows, 3 * hidden))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{composed, mask_of};
+    use super::*;
+    use candle_core::{Device, Var};
+
+    /// The op's values and its gradient (the CPU loops, the GPU kernels' reference) equal
+    /// candle's masked-attention composition's, over right-padded sequences of uneven lengths;
+    /// keys in the padding get no gradient.
+    #[test]
+    fn the_op_is_masked_attention_values_and_gradients() {
+        let (heads, d, seq) = (2, 8, 6);
+        let hidden = heads * d;
+        let mask = mask_of(&[vec![1, 1, 1, 1, 1, 1], vec![1, 1, 1, 1, 0, 0], vec![1, 0, 0, 0, 0, 0]]);
+        let lengths = KeyLengths::right_padded(&mask).unwrap().unwrap();
+        let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (3 * seq, 3 * hidden), &Device::Cpu).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (3 * seq, hidden), &Device::Cpu).unwrap();
+        let scale = 1.0 / (d as f32).sqrt();
+        let ours = FlashAttentionTrain::new(heads, scale, lengths, None).forward(qkv.as_tensor()).unwrap();
+        let theirs = composed(qkv.as_tensor(), &mask, heads, scale);
+        let max = |t: Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(max((&ours - &theirs).unwrap()) < 1e-5);
+        let grad = |y: &Tensor| (y * &w).unwrap().sum_all().unwrap().backward().unwrap().get(&qkv).unwrap().clone();
+        let (g_ours, g_theirs) = (grad(&ours), grad(&theirs));
+        let diff = max((&g_ours - &g_theirs).unwrap());
+        assert!(diff < 1e-4, "gradient differs by {diff}");
+        // The second sequence's last two keys (rows 10, 11) are padding: no k or v gradient.
+        let padding_kv = g_ours.narrow(0, 10, 2).unwrap().narrow(1, hidden, 2 * hidden).unwrap();
+        assert_eq!(max(padding_kv), 0.0);
+    }
+
+    /// Dropout inside the attention has no CPU loop: an error naming the op.
+    #[test]
+    fn dropout_on_the_cpu_is_an_error() {
+        let lengths = KeyLengths::right_padded(&mask_of(&[vec![1, 1]])).unwrap().unwrap();
+        let qkv = Tensor::zeros((2, 6), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let err = FlashAttentionTrain::new(1, 1.0, lengths, Some((0.1, 7))).forward(&qkv).unwrap_err().to_string();
+        assert!(err.contains("flash-attention-2-train") && err.contains("CUDA"), "{err}");
+    }
+}

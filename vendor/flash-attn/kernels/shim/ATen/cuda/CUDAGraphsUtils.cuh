@@ -1,0 +1,3 @@
+// See CUDAGeneratorImpl.h beside this file.
+#pragma once
+#include "CUDAGeneratorImpl.h"

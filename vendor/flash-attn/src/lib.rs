@@ -1,0 +1,68 @@
+//! FlashAttention-2's forward and backward kernels as two C entry points
+//! (`kernels/longread_flash.cu`, which documents the layouts), compiled by build.rs with nvcc
+//! and linked statically with the static CUDA runtime. The safe wrappers are
+//! `longread_kernels::layers::cuda::{FlashAttention2, FlashAttentionTrain}`; this crate only
+//! declares the functions.
+use core::ffi::{c_int, c_void};
+
+extern "C" {
+    /// Attention of variable-length bf16 sequences, optionally with dropout. Returns 0, a
+    /// `cudaError_t`, or -1 for a head size other than 32 or 64.
+    ///
+    /// # Safety
+    /// Every pointer is a device pointer of the current context with the extent the layout of
+    /// `kernels/longread_flash.cu` implies; `stream` is a stream of that context.
+    pub fn longread_flash_fwd_bf16(
+        q: *const c_void,
+        k: *const c_void,
+        v: *const c_void,
+        out: *mut c_void,
+        lse: *mut f32,
+        cu_seqlens: *const c_int,
+        seqused_k: *const c_int,
+        row_stride: i64,
+        batch: c_int,
+        heads: c_int,
+        head_dim: c_int,
+        max_seqlen: c_int,
+        total_q: c_int,
+        softmax_scale: f32,
+        p_drop: f32,
+        seed: u64,
+        offset: u64,
+        rng_state: *mut u64,
+        stream: *mut c_void,
+    ) -> c_int;
+
+    /// The backward pass of [`longread_flash_fwd_bf16`]. Returns 0, a `cudaError_t`, -1 for a
+    /// head size other than 32 or 64, -2 for a GPU with under 144 KB of shared memory per block.
+    ///
+    /// # Safety
+    /// As [`longread_flash_fwd_bf16`]; `dq`, `dk`, `dv` are zeroed column blocks of one buffer.
+    pub fn longread_flash_bwd_bf16(
+        q: *const c_void,
+        k: *const c_void,
+        v: *const c_void,
+        out: *const c_void,
+        dout: *const c_void,
+        lse: *const f32,
+        dq: *mut c_void,
+        dk: *mut c_void,
+        dv: *mut c_void,
+        grad_row_stride: i64,
+        dq_accum: *mut f32,
+        softmax_d: *mut f32,
+        cu_seqlens: *const c_int,
+        seqused_k: *const c_int,
+        row_stride: i64,
+        batch: c_int,
+        heads: c_int,
+        head_dim: c_int,
+        max_seqlen: c_int,
+        total_q: c_int,
+        softmax_scale: f32,
+        p_drop: f32,
+        rng_state: *mut u64,
+        stream: *mut c_void,
+    ) -> c_int;
+}
