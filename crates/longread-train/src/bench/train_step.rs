@@ -53,8 +53,8 @@ pub struct TrainStepResult {
     pub loss: f32,
     /// On a GPU, which of the training ops that keep only their inputs were switched off by
     /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`), and
-    /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`; empty: the default route, all
-    /// on. Absent on the CPU.
+    /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`, `column-sum` with
+    /// `LONGREAD_CUDA_COLUMN_SUM=candle`; empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels: `fa2` with
@@ -229,6 +229,7 @@ pub fn run_train_step(
             ("norm", ops::train_norm_fused()),
             ("ffn", ops::train_ffn_fused()),
             ("probs-registers", ops::train_probs_in_registers()),
+            ("column-sum", !std::env::var("LONGREAD_CUDA_COLUMN_SUM").is_ok_and(|v| v == "candle")),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

@@ -12,7 +12,7 @@
 //! matrix product): the composition itself is tested on the CPU (`reference`'s f32 kernels)
 //! against the composed attention, values and gradients, and on a GPU by the CUDA training tests.
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
 use super::route_kernels::RouteKernels;
 use super::training::{AttentionProbsTrain, AttentionProbsTrainGrad};
@@ -163,7 +163,7 @@ impl CustomOp3 for AttentionTrain {
         let merged = [d_q, d_k, d_v].map(|g| g.apply_op1_no_bwd(&MergeHeads));
         let [d_q, d_k, d_v] = merged;
         let d_qkv = Tensor::cat(&[d_q?, d_k?, d_v?], 2)?.reshape(qkv.shape())?;
-        let d_bias = d_qkv.to_dtype(DType::F32)?.sum(0)?;
+        let d_bias = super::training::column_sum(&d_qkv)?;
         Ok((Some(d_qkv), Some(d_bias), None))
     }
 }
@@ -171,7 +171,7 @@ impl CustomOp3 for AttentionTrain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Var};
+    use candle_core::{DType, Device, Var};
 
     /// The pieces `reference` implements, composed of candle ops (f32, CPU): the op must give
     /// these values and gradients.

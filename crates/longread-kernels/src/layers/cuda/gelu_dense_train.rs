@@ -10,7 +10,7 @@
 //! [`BiasGeluTrainGrad`]'s, the backend's matrix product); tested on the CPU with `reference`'s
 //! kernels against the composition, and on a GPU by the CUDA training tests.
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
 use super::route_kernels::RouteKernels;
 use super::training::{BiasActivationTrain, BiasGeluTrainGrad};
@@ -99,7 +99,7 @@ impl CustomOp3 for GeluDenseTrain {
         drop(g);
         let d_g = dy.matmul(&w)?;
         let d_h = h.apply_op3_no_bwd(&bias, &d_g, &BiasGeluTrainGrad)?;
-        let d_bias = d_h.to_dtype(DType::F32)?.sum(0)?;
+        let d_bias = super::training::column_sum(&d_h)?;
         Ok((Some(d_h), Some(d_bias), Some(d_w)))
     }
 }
@@ -107,7 +107,7 @@ impl CustomOp3 for GeluDenseTrain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Var};
+    use candle_core::{DType, Device, Var};
 
     /// Values and the gradients of all three inputs equal candle's composition's.
     #[test]

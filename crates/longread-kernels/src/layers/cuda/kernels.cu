@@ -796,3 +796,37 @@ __device__ void bias_gelu_train_grad(const T* x, const float* bias, const T* dy,
   }
 BIAS_TRAIN(f32, float)
 BIAS_TRAIN(bf16, __nv_bfloat16)
+
+// Column sums of a contiguous [rows, cols] matrix into f32 [cols] (the gradients of biases,
+// LayerNorm's γ and β): candle's sum over dim 0 gives each column a block whose threads read
+// `cols` elements apart, with a 64-bit strided-index computation per element. Here a thread
+// owns a column and consecutive threads read consecutive columns of a row (coalesced), over a
+// split of the rows; a second kernel adds the splits in order (deterministic: no atomics).
+// partial: [splits, cols].
+template <typename T>
+__device__ void column_sum_partial(const T* x, float* partial, long rows, int cols, long rows_per_split) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  const long start = (long)blockIdx.y * rows_per_split;
+  const long stop = min(rows, start + rows_per_split);
+  float acc = 0.f;
+  for (long r = start; r < stop; r++) acc += load(x, r * cols + col);
+  partial[(long)blockIdx.y * cols + col] = acc;
+}
+
+extern "C" __global__ void column_sum_partial_f32(const float* x, float* partial, long rows, int cols,
+                                                  long rows_per_split) {
+  column_sum_partial(x, partial, rows, cols, rows_per_split);
+}
+extern "C" __global__ void column_sum_partial_bf16(const __nv_bfloat16* x, float* partial, long rows, int cols,
+                                                   long rows_per_split) {
+  column_sum_partial(x, partial, rows, cols, rows_per_split);
+}
+
+extern "C" __global__ void column_sum_finish(const float* partial, float* out, int splits, int cols) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  float acc = 0.f;
+  for (int s = 0; s < splits; s++) acc += partial[(long)s * cols + col];
+  out[col] = acc;
+}

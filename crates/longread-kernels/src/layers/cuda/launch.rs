@@ -704,3 +704,48 @@ pub(super) fn residual_norm_train(
         _ => go::<f32>(&func, (x, residual), ranges, &params, out, sizes, dropout),
     }
 }
+
+/// Column sums of a contiguous `[rows, cols]` f32 or bf16 matrix into f32 `[cols]`: splits of
+/// the rows summed by coalesced column-per-thread kernels, then the splits in order.
+pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorage> {
+    let op = "cuda-column-sum";
+    let (rows, cols) = x_l.shape().dims2()?;
+    let x_r = range(x_l, op)?;
+    let dev = x.device.clone();
+    let stream = dev.cuda_stream();
+    // Enough blocks to fill the GPU (~4 per SM of 132), each over at least 64 rows.
+    let col_blocks = cols.div_ceil(256).max(1);
+    let splits = rows.div_ceil(64).clamp(1, 528usize.div_ceil(col_blocks).max(1));
+    let rows_per_split = rows.div_ceil(splits).max(1);
+    let splits = rows.div_ceil(rows_per_split).max(1);
+    // SAFETY: every (split, column) entry is written by the first kernel before the second reads it.
+    let mut partial = unsafe { dev.alloc::<f32>(splits * cols) }?;
+    let mut out = unsafe { dev.alloc::<f32>(cols) }?;
+    let (rows_i, cols_i, per_i, splits_i) = (rows as i64, cols as i32, rows_per_split as i64, splits as i32);
+    let cfg =
+        LaunchConfig { grid_dim: (col_blocks as u32, splits as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let func = kernel(&dev, "column_sum_partial", x.dtype())?.1;
+    match x.dtype() {
+        DType::BF16 => {
+            let x = x.as_cuda_slice::<bf16>()?.slice(x_r);
+            let mut b = stream.launch_builder(&func);
+            b.arg(&x).arg(&mut partial).arg(&rows_i).arg(&cols_i).arg(&per_i);
+            // SAFETY: x holds rows · cols elements, partial splits · cols (splits · rows_per_split ≥ rows).
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        _ => {
+            let x = x.as_cuda_slice::<f32>()?.slice(x_r);
+            let mut b = stream.launch_builder(&func);
+            b.arg(&x).arg(&mut partial).arg(&rows_i).arg(&cols_i).arg(&per_i);
+            // SAFETY: as above.
+            unsafe { b.launch(cfg) }.w()?;
+        }
+    }
+    let finish = dev.get_or_load_custom_func("column_sum_finish", MODULE, PTX)?.into_cuda_function();
+    let mut b = stream.launch_builder(&finish);
+    b.arg(&partial).arg(&mut out).arg(&splits_i).arg(&cols_i);
+    let cfg = LaunchConfig { grid_dim: (col_blocks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: partial holds splits · cols elements, out cols.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}

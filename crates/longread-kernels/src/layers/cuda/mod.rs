@@ -34,7 +34,7 @@ pub use flash::{flash2_enabled, train_attention_fa2, FlashAttention2, FlashAtten
 pub use gelu_dense_train::GeluDenseTrain;
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
-pub use training::{AttentionProbsTrain, BiasActivationTrain, DropoutMask, LayerNormTrain};
+pub use training::{column_sum, AttentionProbsTrain, BiasActivationTrain, ColumnSum, DropoutMask, LayerNormTrain};
 
 /// `fn cpu_fwd` of an op that runs on CUDA only, for a custom op of 1, 2 or 3 inputs: an error
 /// naming the op.

@@ -15,7 +15,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::reference;
-use super::training::{LayerNormTrain, LayerNormTrainGrad};
+use super::training::{column_sum, LayerNormTrain, LayerNormTrainGrad};
 use crate::layers::dropout::SeededDropout;
 
 /// `product.apply_op3(&residual, &params, op)`: `product, residual: [..., n]` (one dtype, f32
@@ -102,10 +102,10 @@ impl CustomOp3 for ResidualNormTrain {
         let both =
             sum.apply_op3_no_bwd(&gamma.contiguous()?, &dy, &LayerNormTrainGrad(LayerNormTrain { eps: self.eps }))?;
         let (d_sum, xhat) = (both.get(0)?, both.get(1)?);
-        let d_gamma = (&dy * &xhat)?.sum(0)?;
-        let d_beta = dy.sum(0)?;
+        let d_gamma = column_sum(&(&dy * &xhat)?)?;
+        let d_beta = column_sum(&dy)?;
         let d_biased = masked(d_sum.clone())?;
-        let d_bias = d_biased.sum(0)?;
+        let d_bias = column_sum(&d_biased)?;
         let d_params = Tensor::stack(&[d_bias, d_gamma, d_beta], 0)?;
         let d_x = d_biased.to_dtype(x.dtype())?.reshape(x.shape())?;
         let d_residual = d_sum.to_dtype(residual.dtype())?.reshape(residual.shape())?;

@@ -251,8 +251,8 @@ impl CustomOp3 for LayerNormTrain {
         let dx = both.get(0)?.reshape(x.shape())?;
         let xhat = both.get(1)?;
         let dy = grad.reshape((rows, cols))?;
-        let d_gamma = (dy.mul(&xhat)?).sum(0)?;
-        let d_beta = dy.sum(0)?;
+        let d_gamma = column_sum(&dy.mul(&xhat)?)?;
+        let d_beta = column_sum(&dy)?;
         Ok((Some(dx), Some(d_gamma), Some(d_beta)))
     }
 }
@@ -335,7 +335,7 @@ impl CustomOp2 for BiasActivationTrain {
     fn bwd(&self, x: &Tensor, bias: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
         let dz = if self.gelu { x.apply_op3_no_bwd(bias, &grad, &BiasGeluTrainGrad)? } else { grad };
-        let d_bias = dz.to_dtype(candle_core::DType::F32)?.sum(0)?;
+        let d_bias = column_sum(&dz)?;
         Ok((Some(dz), Some(d_bias)))
     }
 }
@@ -375,5 +375,80 @@ impl CustomOp3 for BiasGeluTrainGrad {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         let out = launch::bias_activation_train(true, (x, x_l), (bias, bias_l), Some((grad, grad_l)))?;
         Ok((out, x_l.shape().clone()))
+    }
+}
+
+/// Column sums into f32: `x [rows, cols]` (f32 or bf16) → `[cols]`, the gradients of biases and
+/// of LayerNorm's γ and β in the GPU route's backward passes. On CUDA two coalesced kernels
+/// (splits of the rows, then the splits in order: deterministic), where candle's sum over dim 0
+/// reads each column with its own block, `cols` elements apart; on the CPU a loop (f32
+/// accumulation in row order), for the route emulated in tests.
+#[derive(Debug, Clone, Copy)]
+pub struct ColumnSum;
+
+impl CustomOp1 for ColumnSum {
+    fn name(&self) -> &'static str {
+        "column-sum"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (_, cols) = x_l.shape().dims2()?;
+        let Some((start, end)) = x_l.contiguous_offsets() else {
+            candle_core::bail!("column-sum: the matrix must be contiguous");
+        };
+        let mut sums = vec![0f32; cols];
+        let mut add = |row: &mut dyn Iterator<Item = f32>| sums.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+        match x {
+            CpuStorage::F32(x) => x[start..end].chunks(cols.max(1)).for_each(|r| add(&mut r.iter().copied())),
+            CpuStorage::BF16(x) => {
+                x[start..end].chunks(cols.max(1)).for_each(|r| add(&mut r.iter().map(|v| v.to_f32())))
+            }
+            _ => candle_core::bail!("column-sum: f32 or bf16 only"),
+        }
+        Ok((CpuStorage::F32(sums), Shape::from(cols)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let cols = x_l.shape().dims2()?.1;
+        Ok((launch::column_sum((x, x_l))?, Shape::from(cols)))
+    }
+}
+
+/// [`ColumnSum`] of `x` (made contiguous), without a gradient; with
+/// `LONGREAD_CUDA_COLUMN_SUM=candle`, candle's f32 sum over dim 0 as before (kept to compare
+/// the two on a GPU).
+///
+/// # Shapes
+/// `x: [rows, cols]` → `[cols]` (f32)
+pub fn column_sum(x: &Tensor) -> Result<Tensor> {
+    static CANDLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if super::env_is(&CANDLE, "LONGREAD_CUDA_COLUMN_SUM", "candle") {
+        return x.to_dtype(candle_core::DType::F32)?.sum(0);
+    }
+    x.contiguous()?.apply_op1_no_bwd(&ColumnSum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    /// Column sums equal candle's sum over rows, in f32 and from bf16 (accumulated in f32), for
+    /// a strided input (made contiguous first); a 3-D input is an error naming the op.
+    #[test]
+    fn column_sums_are_sums_over_rows() {
+        let x = Tensor::randn(0f32, 1.0, (37, 11), &Device::Cpu).unwrap();
+        let reference = x.sum(0).unwrap();
+        let max = |t: Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(max((column_sum(&x).unwrap() - &reference).unwrap()) < 1e-5);
+        let halves = x.to_dtype(DType::BF16).unwrap();
+        let from_bf16 = column_sum(&halves).unwrap();
+        assert_eq!(from_bf16.dtype(), DType::F32);
+        assert!(max((from_bf16 - halves.to_dtype(DType::F32).unwrap().sum(0).unwrap()).unwrap()) < 1e-5);
+        let strided = x.t().unwrap();
+        assert!(max((column_sum(&strided).unwrap() - x.sum(1).unwrap()).unwrap()) < 1e-5);
+        let err = Tensor::zeros((2, 3, 4), DType::F32, &Device::Cpu).unwrap().apply_op1_no_bwd(&ColumnSum).unwrap_err();
+        assert!(err.to_string().contains("rank") || err.to_string().contains("dims"), "{err}");
     }
 }
