@@ -125,8 +125,18 @@ impl Embeddings {
         } else {
             None
         };
+        // On the GPU route's training, lookups whose backward pass sums each id's rows in
+        // parallel (candle's walks every position on one thread per column).
+        let gpu_train = mode.is_train() && crate::route::gpu(input_ids.device());
+        let rows = |table: &Embedding, ids: &Tensor| -> Result<Tensor> {
+            if gpu_train {
+                Ok(crate::layers::cuda::embedding_lookup(table.embeddings(), ids)?)
+            } else {
+                Ok(table.forward(ids)?)
+            }
+        };
         let lookup = |table: &Embedding, ids: &Tensor, frozen_at_padding: bool| -> Result<Tensor> {
-            let x = table.forward(ids)?;
+            let x = rows(table, ids)?;
             match &padding {
                 Some(padding) if frozen_at_padding && x.track_op() => padding.where_cond(&x.detach(), &x),
                 _ => Ok(x),
@@ -137,7 +147,7 @@ impl Embeddings {
             x = (x + lookup(position, position_ids, self.offset_positions)?)?;
         }
         if let Some(token_type) = &self.token_type {
-            x = (x + token_type.forward(token_type_ids)?)?;
+            x = (x + rows(token_type, token_type_ids)?)?;
         }
         let x = match (&self.project, self.project_before_norm) {
             (Some(project), true) => project.forward_in(&x, mode)?,

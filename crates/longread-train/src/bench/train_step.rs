@@ -54,7 +54,8 @@ pub struct TrainStepResult {
     /// On a GPU, which of the training ops that keep only their inputs were switched off by
     /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`), and
     /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`, `column-sum` with
-    /// `LONGREAD_CUDA_COLUMN_SUM=candle`; empty: the default route, all on. Absent on the CPU.
+    /// `LONGREAD_CUDA_COLUMN_SUM=candle`, `embedding-grad` with
+    /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`; empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels: `fa2` with
@@ -230,6 +231,7 @@ pub fn run_train_step(
             ("ffn", ops::train_ffn_fused()),
             ("probs-registers", ops::train_probs_in_registers()),
             ("column-sum", !std::env::var("LONGREAD_CUDA_COLUMN_SUM").is_ok_and(|v| v == "candle")),
+            ("embedding-grad", !std::env::var("LONGREAD_CUDA_EMBEDDING_GRAD").is_ok_and(|v| v == "candle")),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

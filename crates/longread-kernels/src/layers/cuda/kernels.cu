@@ -830,3 +830,37 @@ extern "C" __global__ void column_sum_finish(const float* partial, float* out, i
   for (int s = 0; s < splits; s++) acc += partial[(long)s * cols + col];
   out[col] = acc;
 }
+
+// An embedding table's rows looked up: out[j, :] = table[ids[j], :] (f32; one thread per
+// element, consecutive threads along a row).
+extern "C" __global__ void embedding_gather_f32(const float* table, const unsigned int* ids, float* out, long n,
+                                                int cols) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n * cols; i += (long)gridDim.x * blockDim.x) {
+    const long j = i / cols;
+    out[i] = table[(long)ids[j] * cols + (i - j * cols)];
+  }
+}
+
+// The table's gradient: row uniq[s] = Σ grad[order[k], :] over k in seg[s] .. seg[s + 1] (the
+// positions holding that id, in order: deterministic, no atomics); rows of ids not looked up
+// stay as the caller zeroed them. Grid: (segments, column blocks); a thread per column.
+template <typename T>
+__device__ void embedding_grad(const T* grad, const unsigned int* order, const unsigned int* seg,
+                               const unsigned int* uniq, float* out, int cols) {
+  const int col = blockIdx.y * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  const int s = blockIdx.x;
+  float acc = 0.f;
+  for (unsigned int k = seg[s]; k < seg[s + 1]; k++) acc += load(grad, (long)order[k] * cols + col);
+  out[(long)uniq[s] * cols + col] = acc;
+}
+
+extern "C" __global__ void embedding_grad_f32(const float* grad, const unsigned int* order, const unsigned int* seg,
+                                              const unsigned int* uniq, float* out, int cols) {
+  embedding_grad(grad, order, seg, uniq, out, cols);
+}
+extern "C" __global__ void embedding_grad_bf16(const __nv_bfloat16* grad, const unsigned int* order,
+                                               const unsigned int* seg, const unsigned int* uniq, float* out,
+                                               int cols) {
+  embedding_grad(grad, order, seg, uniq, out, cols);
+}

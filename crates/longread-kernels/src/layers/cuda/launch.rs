@@ -749,3 +749,77 @@ pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorag
     unsafe { b.launch(cfg) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
+
+/// `table [vocab, cols]` (f32) rows at `ids [n]` (u32) → `[n, cols]`.
+pub(super) fn embedding_gather(
+    (table, table_l): (&CudaStorage, &Layout),
+    (ids, ids_l): (&CudaStorage, &Layout),
+) -> Result<CudaStorage> {
+    let op = "cuda-embedding";
+    let (_, cols) = table_l.shape().dims2()?;
+    let n = ids_l.shape().elem_count();
+    let (table_r, ids_r) = (range(table_l, op)?, range(ids_l, op)?);
+    let dev = table.device.clone();
+    let stream = dev.cuda_stream();
+    let table = table.as_cuda_slice::<f32>()?.slice(table_r);
+    let ids = ids.as_cuda_slice::<u32>()?.slice(ids_r);
+    // SAFETY: the kernel writes all n · cols elements.
+    let mut out = unsafe { dev.alloc::<f32>(n * cols) }?;
+    let func = dev.get_or_load_custom_func("embedding_gather_f32", MODULE, PTX)?.into_cuda_function();
+    let (n_i, cols_i) = (n as i64, cols as i32);
+    let mut b = stream.launch_builder(&func);
+    b.arg(&table).arg(&ids).arg(&mut out).arg(&n_i).arg(&cols_i);
+    // SAFETY: ids index rows of the table (checked by the caller); out holds n · cols elements.
+    unsafe { b.launch(items_config(n * cols)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+/// The gradient of an embedding table `[vocab, cols]` (f32, zero where no id points) from the
+/// lookup's gradient `grad [n, cols]` (f32 or bf16) and the positions grouped by id, one u32
+/// vector on the device: `[order (n), seg (u + 1), uniq (u)]` — the positions sorted by id
+/// (stably), each id's range in `order`, the ids.
+pub(super) fn embedding_grad(
+    vocab: usize,
+    (grad, grad_l): (&CudaStorage, &Layout),
+    (groups, groups_l): (&CudaStorage, &Layout),
+    (n, u): (usize, usize),
+) -> Result<CudaStorage> {
+    let op = "cuda-embedding-grad";
+    let (_, cols) = grad_l.shape().dims2()?;
+    let (grad_r, groups_r) = (range(grad_l, op)?, range(groups_l, op)?);
+    if groups_r.len() != n + 2 * u + 1 {
+        candle_core::bail!("{op}: {} grouped positions for {n} positions and {u} ids", groups_r.len());
+    }
+    let dev = grad.device.clone();
+    let stream = dev.cuda_stream();
+    let all = groups.as_cuda_slice::<u32>()?.slice(groups_r);
+    let (order, seg, uniq) = (all.slice(0..n), all.slice(n..n + u + 1), all.slice(n + u + 1..n + 2 * u + 1));
+    let mut out = dev.alloc_zeros::<f32>(vocab * cols)?;
+    if u > 0 {
+        let func = kernel(&dev, "embedding_grad", grad.dtype())?.1;
+        let cols_i = cols as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (u as u32, cols.div_ceil(256) as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(&func);
+        let (grad_f32, grad_bf16);
+        match grad.dtype() {
+            DType::BF16 => {
+                grad_bf16 = grad.as_cuda_slice::<bf16>()?.slice(grad_r);
+                b.arg(&grad_bf16);
+            }
+            _ => {
+                grad_f32 = grad.as_cuda_slice::<f32>()?.slice(grad_r);
+                b.arg(&grad_f32);
+            }
+        }
+        b.arg(&order).arg(&seg).arg(&uniq).arg(&mut out).arg(&cols_i);
+        // SAFETY: order holds the n positions of grad's rows, seg u + 1 ascending offsets into
+        // it, uniq u ids below vocab (the caller builds them from checked ids); out holds
+        // vocab · cols elements.
+        unsafe { b.launch(cfg) }.w()?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}

@@ -20,6 +20,7 @@
 //! error fails the build.
 
 mod attention_train;
+mod embedding_train;
 mod flash;
 mod gelu_dense_train;
 #[cfg(feature = "cuda")]
@@ -30,6 +31,7 @@ mod route_kernels;
 mod training;
 
 pub use attention_train::AttentionTrain;
+pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{flash2_enabled, train_attention_fa2, FlashAttention2, FlashAttentionTrain, KeyLengths};
 pub use gelu_dense_train::GeluDenseTrain;
 pub use residual_norm_train::ResidualNormTrain;
