@@ -118,7 +118,7 @@ impl Embeddings {
         mode: Mode,
     ) -> Result<Tensor> {
         // As `nn.Embedding(padding_idx=…)`: in training, padding rows pass no gradient.
-        let padding = if mode.is_train() {
+        let padding = if mode.is_train() && !crate::route::gpu(input_ids.device()) {
             let (b, s) = input_ids.dims2()?;
             let width = self.word.embeddings().dim(1)?;
             Some(input_ids.eq(self.padding_idx)?.unsqueeze(2)?.broadcast_as((b, s, width))?)
@@ -126,17 +126,18 @@ impl Embeddings {
             None
         };
         // On the GPU route's training, lookups whose backward pass sums each id's rows in
-        // parallel (candle's walks every position on one thread per column).
+        // parallel (candle's walks every position on one thread per column) and leaves the
+        // padding row out itself, as `nn.Embedding(padding_idx)` (RoBERTa's padding positions
+        // are `padding_idx` too).
         let gpu_train = mode.is_train() && crate::route::gpu(input_ids.device());
-        let rows = |table: &Embedding, ids: &Tensor| -> Result<Tensor> {
-            if gpu_train {
-                Ok(crate::layers::cuda::embedding_lookup(table.embeddings(), ids)?)
-            } else {
-                Ok(table.forward(ids)?)
-            }
+        let rows = |table: &Embedding, ids: &Tensor, padding_idx: Option<u32>| -> Result<Tensor> {
+            Ok(crate::layers::cuda::embedding_lookup(table.embeddings(), ids, padding_idx)?)
         };
         let lookup = |table: &Embedding, ids: &Tensor, frozen_at_padding: bool| -> Result<Tensor> {
-            let x = rows(table, ids)?;
+            if gpu_train {
+                return rows(table, ids, frozen_at_padding.then_some(self.padding_idx));
+            }
+            let x = table.forward(ids)?;
             match &padding {
                 Some(padding) if frozen_at_padding && x.track_op() => padding.where_cond(&x.detach(), &x),
                 _ => Ok(x),
@@ -147,7 +148,9 @@ impl Embeddings {
             x = (x + lookup(position, position_ids, self.offset_positions)?)?;
         }
         if let Some(token_type) = &self.token_type {
-            x = (x + rows(token_type, token_type_ids)?)?;
+            let types =
+                if gpu_train { rows(token_type, token_type_ids, None)? } else { token_type.forward(token_type_ids)? };
+            x = (x + types)?;
         }
         let x = match (&self.project, self.project_before_norm) {
             (Some(project), true) => project.forward_in(&x, mode)?,

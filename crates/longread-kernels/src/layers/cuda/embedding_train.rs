@@ -15,15 +15,19 @@ use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use super::launch;
 
 /// `(table [vocab, cols] f32, ids [n] u32) → [n, cols]`, the rows of `table` at `ids`, with a
-/// gradient for `table`. The caller checks the ids against `vocab` (the encoder does).
+/// gradient for `table` that, as `nn.Embedding(padding_idx=…)`'s, leaves the row of
+/// `padding_idx` out. The caller checks the ids against `vocab` (the encoder does).
 #[derive(Debug, Clone, Copy)]
-pub struct EmbeddingTrain;
+pub struct EmbeddingTrain {
+    /// The id whose row gets no gradient.
+    pub padding_idx: Option<u32>,
+}
 
-/// The positions of `ids` grouped by id: `order` (positions sorted by id, stably), `seg` (each
-/// id's range in `order`) and `uniq` (the ids), concatenated as one u32 vector
-/// `[order (n), seg (u + 1), uniq (u)]`; returns it and `u`.
-fn groups(ids: &[u32]) -> (Vec<u32>, usize) {
-    let mut order: Vec<u32> = (0..ids.len() as u32).collect();
+/// The positions of `ids` grouped by id, those of `skip` left out: `order` (positions sorted
+/// by id, stably), `seg` (each id's range in `order`) and `uniq` (the ids), concatenated as one
+/// u32 vector `[order (n'), seg (u + 1), uniq (u)]`; returns it, `n'` and `u`.
+fn groups(ids: &[u32], skip: Option<u32>) -> (Vec<u32>, usize, usize) {
+    let mut order: Vec<u32> = (0..ids.len() as u32).filter(|&j| Some(ids[j as usize]) != skip).collect();
     order.sort_by_key(|&j| ids[j as usize]);
     let (mut seg, mut uniq) = (Vec::new(), Vec::new());
     for (k, &j) in order.iter().enumerate() {
@@ -32,9 +36,9 @@ fn groups(ids: &[u32]) -> (Vec<u32>, usize) {
             uniq.push(ids[j as usize]);
         }
     }
-    seg.push(ids.len() as u32);
-    let u = uniq.len();
-    (order.into_iter().chain(seg).chain(uniq).collect(), u)
+    seg.push(order.len() as u32);
+    let (n, u) = (order.len(), uniq.len());
+    (order.into_iter().chain(seg).chain(uniq).collect(), n, u)
 }
 
 impl CustomOp2 for EmbeddingTrain {
@@ -99,9 +103,9 @@ impl CustomOp2 for EmbeddingTrain {
         if let Some(bad) = host.iter().find(|&&id| id as usize >= vocab) {
             candle_core::bail!("embedding-train: id {bad} is out of range for a table of {vocab} rows");
         }
-        let (grouped, segments) = groups(&host);
-        let grouped = Tensor::from_vec(grouped, host.len() + 2 * segments + 1, ids.device())?;
-        let op = EmbeddingTrainGrad { vocab, positions: host.len(), segments };
+        let (grouped, positions, segments) = groups(&host, self.padding_idx);
+        let grouped = Tensor::from_vec(grouped, positions + 2 * segments + 1, ids.device())?;
+        let op = EmbeddingTrainGrad { vocab, positions, segments };
         Ok((Some(grad.contiguous()?.apply_op2_no_bwd(&grouped, &op)?), None))
     }
 }
@@ -166,24 +170,30 @@ impl CustomOp2 for EmbeddingTrainGrad {
     }
 }
 
-/// Rows of `table` at `ids` with [`EmbeddingTrain`] (GPU-route training), or, with
-/// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, candle's `index_select` as before (kept to compare the
-/// two on a GPU).
+/// Rows of `table` at `ids` with [`EmbeddingTrain`] (GPU-route training; no gradient for the
+/// row of `padding_idx`), or, with `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, candle's
+/// `index_select` as before, its padding rows' gradient blocked by a `where_cond` (kept to
+/// compare the two on a GPU).
 ///
 /// # Shapes
 /// `table: [vocab, cols]`, `ids: [...]` (u32) → `[..., cols]`
-pub fn embedding_lookup(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+pub fn embedding_lookup(table: &Tensor, ids: &Tensor, padding_idx: Option<u32>) -> Result<Tensor> {
     static CANDLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let cols = table.dim(1)?;
     let mut shape = ids.dims().to_vec();
     shape.push(cols);
     let flat = ids.flatten_all()?.to_dtype(DType::U32)?.contiguous()?;
-    let rows = if super::env_is(&CANDLE, "LONGREAD_CUDA_EMBEDDING_GRAD", "candle") || table.dtype() != DType::F32 {
-        table.index_select(&flat, 0)?
-    } else {
-        table.contiguous()?.apply_op2(&flat, EmbeddingTrain)?
-    };
-    rows.reshape(shape)
+    if !super::env_is(&CANDLE, "LONGREAD_CUDA_EMBEDDING_GRAD", "candle") && table.dtype() == DType::F32 {
+        return table.contiguous()?.apply_op2(&flat, EmbeddingTrain { padding_idx })?.reshape(shape);
+    }
+    let rows = table.index_select(&flat, 0)?.reshape(shape)?;
+    match padding_idx {
+        Some(pad) if rows.track_op() => {
+            let padding = ids.eq(pad)?.unsqueeze(ids.rank())?.broadcast_as(rows.shape())?;
+            padding.where_cond(&rows.detach(), &rows)
+        }
+        _ => Ok(rows),
+    }
 }
 
 #[cfg(test)]
@@ -198,7 +208,7 @@ mod tests {
         let table = Var::from_tensor(&Tensor::randn(0f32, 1.0, (7, 5), &Device::Cpu).unwrap()).unwrap();
         let ids = Tensor::from_vec(vec![3u32, 1, 3, 0, 6, 3, 1, 2], (2, 4), &Device::Cpu).unwrap();
         let w = Tensor::randn(0f32, 1.0, (2, 4, 5), &Device::Cpu).unwrap();
-        let ours = embedding_lookup(table.as_tensor(), &ids).unwrap();
+        let ours = embedding_lookup(table.as_tensor(), &ids, None).unwrap();
         let theirs =
             table.as_tensor().index_select(&ids.flatten_all().unwrap(), 0).unwrap().reshape((2, 4, 5)).unwrap();
         let max = |t: Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
@@ -208,15 +218,24 @@ mod tests {
         assert!(max((&g_ours - &g_theirs).unwrap()) < 1e-6);
         assert_eq!(max(g_ours.get(4).unwrap()), 0.0, "id 4 is never looked up");
         let bad = Tensor::from_vec(vec![7u32], 1, &Device::Cpu).unwrap();
-        let err = embedding_lookup(table.as_tensor(), &bad).unwrap_err().to_string();
+        let err = embedding_lookup(table.as_tensor(), &bad, None).unwrap_err().to_string();
         assert!(err.contains("out of range"), "{err}");
+        // With a padding id, its row gets no gradient and the others the same.
+        let padded = embedding_lookup(table.as_tensor(), &ids, Some(3)).unwrap();
+        let g_padded = grad(&padded);
+        assert_eq!(max(g_padded.get(3).unwrap()), 0.0, "the padding row");
+        let others = [0, 1, 2, 4, 5, 6].map(|i| max((g_padded.get(i).unwrap() - g_theirs.get(i).unwrap()).unwrap()));
+        assert!(others.iter().all(|&d| d < 1e-6), "{others:?}");
     }
 
     #[test]
     fn positions_are_grouped_by_id_in_order() {
-        let (groups, u) = groups(&[3, 1, 3, 0, 1]);
-        assert_eq!(u, 3);
+        let (all, n, u) = groups(&[3, 1, 3, 0, 1], None);
+        assert_eq!((n, u), (5, 3));
         // order: ids 0 (pos 3), 1 (pos 1, 4), 3 (pos 0, 2); seg; uniq.
-        assert_eq!(groups, [3, 1, 4, 0, 2, 0, 1, 3, 5, 0, 1, 3]);
+        assert_eq!(all, [3, 1, 4, 0, 2, 0, 1, 3, 5, 0, 1, 3]);
+        let (all, n, u) = groups(&[3, 1, 3, 0, 1], Some(1));
+        assert_eq!((n, u), (3, 2));
+        assert_eq!(all, [3, 0, 2, 0, 1, 3, 0, 3]);
     }
 }
