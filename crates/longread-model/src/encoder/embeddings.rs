@@ -130,8 +130,8 @@ impl Embeddings {
         // padding row out itself, as `nn.Embedding(padding_idx)` (RoBERTa's padding positions
         // are `padding_idx` too).
         let gpu_train = mode.is_train() && crate::route::gpu(input_ids.device());
-        let rows = |table: &Embedding, ids: &Tensor, padding_idx: Option<u32>| -> Result<Tensor> {
-            Ok(crate::layers::cuda::embedding_lookup(table.embeddings(), ids, padding_idx)?)
+        let rows = |table: &Embedding, ids: &Tensor, padding_idx: Option<u32>| {
+            crate::layers::cuda::embedding_lookup(table.embeddings(), ids, padding_idx)
         };
         let lookup = |table: &Embedding, ids: &Tensor, frozen_at_padding: bool| -> Result<Tensor> {
             if gpu_train {
