@@ -13,17 +13,25 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use longread_model::config::EncoderConfig;
 use longread_model::encoder::{mask_bias, EncoderLayer};
+use longread_model::layers::cuda::KeyLengths;
 use longread_model::{DropoutRng, Mode};
 
 /// Bytes held after one training forward of `layer` over `chunks` sequences of 512 tokens
-/// (the input made before counting; the output, and the graph behind it, held).
-fn held(layer: &EncoderLayer, chunks: usize) -> isize {
+/// (the input made before counting; the output, and the graph behind it, held); with `flash`,
+/// FlashAttention-2 as the attention (`FlashAttentionTrain`, given the sequences' lengths).
+fn held(layer: &EncoderLayer, chunks: usize, flash: bool) -> isize {
     let device = Device::Cpu;
     let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (chunks, 512, 768), &device).unwrap()).unwrap();
-    let mask = mask_bias(&Tensor::ones((chunks, 512), DType::U32, &device).unwrap(), DType::F32).unwrap();
+    let ones = Tensor::ones((chunks, 512), DType::U32, &device).unwrap();
+    let mask = mask_bias(&ones, DType::F32).unwrap();
+    let lengths = KeyLengths::right_padded(&ones).unwrap().unwrap();
     let rng = DropoutRng::new(1);
     let before = thread_bytes::live();
-    let y = layer.forward(xs.as_tensor(), &mask, None, Mode::Train(&rng)).unwrap();
+    let y = if flash {
+        layer.forward_with_lengths(xs.as_tensor(), &mask, &lengths, Mode::Train(&rng)).unwrap()
+    } else {
+        layer.forward(xs.as_tensor(), &mask, None, Mode::Train(&rng)).unwrap()
+    };
     let bytes = thread_bytes::live() - before;
     drop(y);
     bytes
@@ -42,9 +50,9 @@ fn a_training_layer_keeps_about_a_dozen_activations_per_chunk_on_the_gpu_route()
     let per_chunk = |gpu_route: bool| {
         let measure = |chunks| {
             if gpu_route {
-                longread_model::route::emulate_gpu(|| held(&layer, chunks))
+                longread_model::route::emulate_gpu(|| held(&layer, chunks, false))
             } else {
-                held(&layer, chunks)
+                held(&layer, chunks, false)
             }
         };
         let (one, two) = (measure(1), measure(2));
@@ -77,4 +85,36 @@ fn a_training_layer_keeps_about_a_dozen_activations_per_chunk_on_the_gpu_route()
         assert!(gpu_chunk <= 13 * activation, "{} MB per chunk", mb(gpu_chunk));
     }
     assert!(cpu_chunk > 0 && gpu_chunk > 0);
+}
+
+/// The same layer with FlashAttention-2 as the GPU route's attention (`FlashAttentionTrain`,
+/// which adds the q/k/v bias itself and keeps only the product and each row's log-sum-exp):
+/// no more than the default route's dozen activations per chunk. Attention dropout is off here:
+/// only the CUDA kernel draws it (the CPU loops are the reference without it).
+#[test]
+fn flash_attention_training_keeps_no_more_than_the_default_gpu_route() {
+    let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+        "model_type": "roberta", "vocab_size": 100, "hidden_size": 768, "num_hidden_layers": 1,
+        "num_attention_heads": 12, "intermediate_size": 3072, "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.0, "layer_norm_eps": 1e-5
+    }))
+    .unwrap();
+    let vars = VarMap::new();
+    let layer = EncoderLayer::load(VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu), &cfg).unwrap();
+    let per_chunk = |flash: bool| {
+        let measure = |chunks| longread_model::route::emulate_gpu(|| held(&layer, chunks, flash));
+        measure(2) - measure(1)
+    };
+    let (flash, default) = (per_chunk(true), per_chunk(false));
+    let activation = (512 * 768 * 4) as f64;
+    println!(
+        "held per further 512-token chunk, f32, one roberta-base layer, GPU route: FlashAttention-2 {:.2} MB \
+         ({:.1} activations of [512, 768]), the default attention op {:.2} MB ({:.1})",
+        flash as f64 / 1e6,
+        flash as f64 / activation,
+        default as f64 / 1e6,
+        default as f64 / activation
+    );
+    // The log-sum-exp adds 12 heads × 512 f32 per chunk: 24 KB.
+    assert!(flash <= default + 64 * 1024, "FlashAttention-2 {flash} bytes per chunk, the default {default}");
 }

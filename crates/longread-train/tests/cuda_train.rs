@@ -637,7 +637,7 @@ fn cuda_training_ops_equal_their_cpu_reference() {
 }
 
 /// FlashAttention-2 in training (`FlashAttentionTrain`, `LONGREAD_CUDA_TRAIN_ATTENTION=fa2`):
-/// on the GPU in bf16, its output and the gradient of its q/k/v product equal its f32 CPU loops
+/// on the GPU in bf16, its output and the gradients of its q/k/v product and bias equal its f32 CPU loops
 /// on the same bf16-rounded product, to 3e-2 of each tensor's scale, for heads of 64 (12 × 512
 /// keys) and 32 (4 × 200 keys: not a multiple of the kernels' blocks), a full, a half-padded and
 /// a one-token sequence. With dropout (which only the kernel draws): the same seed gives the
@@ -657,6 +657,7 @@ fn flash_attention_training_equals_its_cpu_reference() {
         let mask = Tensor::from_vec(rows, (real.len(), seq), &cpu).unwrap();
         let n = real.len() * seq;
         let qkv = Tensor::randn(0f32, 1.0, (n, 3 * hidden), &cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let bias = Tensor::randn(0f32, 0.3, 3 * hidden, &cpu).unwrap();
         let w = Tensor::randn(0f32, 1.0, (n, hidden), &cpu).unwrap();
         let scale = 1.0 / (d as f32).sqrt();
         // Output and gradient of Σ y ⊙ w on `device`, from the bf16 product (f32 on the CPU).
@@ -665,14 +666,18 @@ fn flash_attention_training_equals_its_cpu_reference() {
             let x = qkv.to_device(device).unwrap();
             let x = if device.is_cpu() { x.to_dtype(DType::F32).unwrap() } else { x };
             let x = candle_core::Var::from_tensor(&x).unwrap();
-            let y = FlashAttentionTrain::new(heads, scale, lengths, dropout).forward(x.as_tensor()).unwrap();
+            let b = candle_core::Var::from_tensor(&bias.to_device(device).unwrap()).unwrap();
+            let op = FlashAttentionTrain::new(heads, scale, lengths, dropout);
+            let y = op.forward(x.as_tensor(), b.as_tensor()).unwrap();
             let loss = (y.to_dtype(DType::F32).unwrap() * w.to_device(device).unwrap()).unwrap().sum_all().unwrap();
-            let grad = loss.backward().unwrap().get(x.as_tensor()).unwrap().clone();
-            (flat(&y), flat(&grad), loss.to_scalar::<f32>().unwrap())
+            let grads = loss.backward().unwrap();
+            let (g, g_bias) = (grads.get(x.as_tensor()).unwrap(), grads.get(b.as_tensor()).unwrap());
+            (flat(&y), flat(g), flat(g_bias))
         };
-        let (y_ref, g_ref, _) = run(&cpu, None);
-        let (y, g, _) = run(&cuda(), None);
-        for (what, got, reference) in [("output", &y, &y_ref), ("gradient", &g, &g_ref)] {
+        let (y_ref, g_ref, b_ref) = run(&cpu, None);
+        let (y, g, b) = run(&cuda(), None);
+        for (what, got, reference) in [("output", &y, &y_ref), ("gradient", &g, &g_ref), ("bias gradient", &b, &b_ref)]
+        {
             let scale = reference.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
             let diff = max_diff(got, reference) / scale;
             println!("flash-attention-2 training, {heads} heads of {d}, {seq} keys, {what}: {diff:.2e} of the scale");
@@ -704,7 +709,8 @@ fn flash_attention_training_equals_its_cpu_reference() {
             let x = (qkv.to_dtype(DType::F32).unwrap() + (&u * (h * sign)).unwrap()).unwrap();
             let lengths = KeyLengths::right_padded(&mask.to_device(&cuda()).unwrap()).unwrap().unwrap();
             let x = x.to_dtype(DType::BF16).unwrap().to_device(&cuda()).unwrap();
-            let y = FlashAttentionTrain::new(heads, scale, lengths, Some((0.1, 5))).forward(&x).unwrap();
+            let b = bias.to_device(&cuda()).unwrap();
+            let y = FlashAttentionTrain::new(heads, scale, lengths, Some((0.1, 5))).forward(&x, &b).unwrap();
             (y.to_dtype(DType::F32).unwrap() * w.to_device(&cuda()).unwrap())
                 .unwrap()
                 .sum_all()

@@ -226,14 +226,14 @@ impl SelfAttention {
         let seeded = self.probs_dropout.seeded(mode);
         let context = if let Some(lengths) = lengths {
             // FlashAttention-2 with its backward kernel (opted in: the encoder made the lengths).
-            let biased = product.apply_op2(&bias, cuda::BiasActivationTrain { gelu: false })?;
             let op = cuda::FlashAttentionTrain::new(
                 self.num_heads,
                 self.scale() as f32,
                 lengths.clone(),
                 seeded.map(|d| (d.p, d.seed)),
             );
-            timed("attention (training, FlashAttention-2)", device, || op.forward(&biased))?.reshape((b, s, h))?
+            timed("attention (training, FlashAttention-2)", device, || op.forward(&product, &bias))?
+                .reshape((b, s, h))?
         } else {
             let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?.detach().contiguous()?;
             let dropout = seeded.map_or((0, 0, 1.0), |d| (d.seed, d.threshold(), d.scale()));

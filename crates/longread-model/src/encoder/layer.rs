@@ -68,6 +68,22 @@ impl EncoderLayer {
         )
     }
 
+    /// [`EncoderLayer::forward`] with each sequence's real keys, for FlashAttention-2 on the
+    /// GPU route (the encoder makes them where it is opted in; `KeyLengths::right_padded`).
+    ///
+    /// # Shapes
+    /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`
+    pub fn forward_with_lengths(
+        &self,
+        xs: &Tensor,
+        mask_bias: &Tensor,
+        lengths: &cuda::KeyLengths,
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let keys = Keys::Masked { mask: mask_bias, position: None, relative: None, lengths: Some(lengths) };
+        self.forward_keys(xs, keys, mode)
+    }
+
     /// The layer over padded (`Keys::Masked`) or packed (`Keys::Packed`) sequences.
     ///
     /// # Shapes

@@ -1,24 +1,30 @@
 //! FlashAttention-2 in training: the forward kernel with dropout, and its backward kernel.
 //!
-//! Between the passes the op keeps its input (the biased q/k/v product, as `AttentionTrain`
-//! keeps the product) and two small things the forward kernel writes: each row's log-sum-exp per
-//! head (`heads × rows` f32) and the dropout's Philox state. The backward kernel recomputes the
+//! The op adds the q/k/v bias itself, so that between the passes it keeps only its input (the
+//! product, as `AttentionTrain` does) and two small things the forward kernel writes: each
+//! row's log-sum-exp per head (`heads × rows` f32) and the dropout's Philox state. The backward
+//! pass adds the bias again (one elementwise pass) and the backward kernel recomputes the
 //! probabilities block by block, as the forward made them, with the same dropout.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 
 use super::inference::cpu_attention;
 use super::reference::Product;
 use super::KeyLengths;
+#[cfg(feature = "cuda")]
+use crate::layers::cuda::launch as cuda_launch;
+use crate::layers::cuda::reference as cuda_reference;
+use crate::layers::cuda::training::{column_sum, BiasActivationTrain};
 
 /// What the CUDA forward pass leaves for the backward pass (nothing on the CPU).
 #[cfg(feature = "cuda")]
 type SavedSlot = std::sync::Arc<std::sync::Mutex<Option<super::launch::Saved>>>;
 
-/// Self-attention of a training step over a fused, biased q/k/v product, each sequence's
-/// queries over its real keys: `qkv [batch · seq, 3 · hidden]` → `[batch · seq, hidden]`, with
-/// a gradient for `qkv`. On CUDA bf16 with heads of 32 or 64 (dropout drawn by the kernel's
-/// Philox generator from `seed`); on the CPU f32 without dropout (`reference`, for tests).
+/// Self-attention of a training step over a fused q/k/v product and its bias, each sequence's
+/// queries over its real keys: `(qkv [batch · seq, 3 · hidden], bias [3 · hidden] f32)` →
+/// `[batch · seq, hidden]`, with gradients for both. On CUDA bf16 with heads of 32 or 64
+/// (dropout drawn by the kernel's Philox generator from `seed`); on the CPU f32 without dropout
+/// (`reference`, for tests).
 #[derive(Clone)]
 pub struct FlashAttentionTrain {
     heads: usize,
@@ -44,37 +50,59 @@ impl FlashAttentionTrain {
     }
 
     /// # Shapes
-    /// `qkv: [batch · seq, 3 · hidden]` → `[batch · seq, hidden]`
-    pub fn forward(self, qkv: &Tensor) -> Result<Tensor> {
-        qkv.apply_op1(self)
+    /// `qkv: [batch · seq, 3 · hidden]` (contiguous), `bias: [3 · hidden]` (f32) →
+    /// `[batch · seq, hidden]`
+    pub fn forward(self, qkv: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        qkv.apply_op2(bias, self)
     }
 }
 
-impl CustomOp1 for FlashAttentionTrain {
+impl CustomOp2 for FlashAttentionTrain {
     fn name(&self) -> &'static str {
         "flash-attention-2-train"
     }
 
-    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout, bias: &CpuStorage, bias_l: &Layout) -> Result<(CpuStorage, Shape)> {
         if self.dropout.is_some() {
             candle_core::bail!("{}: dropout inside the attention runs on CUDA only", self.name());
         }
-        let (out, shape) = cpu_attention(self.name(), &self.lengths, (self.heads, self.scale), (x, x_l))?;
+        let biased = cuda_reference::bias_activation_train(false, (x, x_l), (bias, bias_l), None)?;
+        let biased_l = Layout::contiguous(x_l.shape());
+        let (out, shape) = cpu_attention(self.name(), &self.lengths, (self.heads, self.scale), (&biased, &biased_l))?;
         Ok((CpuStorage::F32(out), shape))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_l: &Layout,
+        bias: &candle_core::CudaStorage,
+        bias_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
         let (rows, hidden, _) = self.lengths.dims(self.name(), self.heads, x_l)?;
-        let (out, saved) = super::launch::forward((x, x_l), &self.lengths, (self.heads, self.scale), self.dropout)?;
+        // The biased product lives for the forward kernel only.
+        let biased = cuda_launch::bias_activation_train(false, (x, x_l), (bias, bias_l), None)?;
+        let biased_l = Layout::contiguous(x_l.shape());
+        let (out, saved) =
+            super::launch::forward((&biased, &biased_l), &self.lengths, (self.heads, self.scale), self.dropout)?;
         *self.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))? =
             Some(saved);
         Ok((out, Shape::from((rows, hidden))))
     }
 
-    fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let grad = FlashAttentionTrainGrad(self.clone());
-        Ok(Some(arg.apply_op3_no_bwd(res, &grad_res.contiguous()?, &grad)?))
+    fn bwd(
+        &self,
+        qkv: &Tensor,
+        bias: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let biased = qkv.apply_op2_no_bwd(bias, &BiasActivationTrain { gelu: false })?;
+        let d_qkv = biased.apply_op3_no_bwd(res, &grad.contiguous()?, &FlashAttentionTrainGrad(self.clone()))?;
+        drop(biased);
+        let d_bias = column_sum(&d_qkv)?;
+        Ok((Some(d_qkv), Some(d_bias)))
     }
 }
 
@@ -166,14 +194,21 @@ mod tests {
         let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (3 * seq, 3 * hidden), &Device::Cpu).unwrap()).unwrap();
         let w = Tensor::randn(0f32, 1.0, (3 * seq, hidden), &Device::Cpu).unwrap();
         let scale = 1.0 / (d as f32).sqrt();
-        let ours = FlashAttentionTrain::new(heads, scale, lengths, None).forward(qkv.as_tensor()).unwrap();
-        let theirs = composed(qkv.as_tensor(), &mask, heads, scale);
+        let bias = Var::from_tensor(&Tensor::randn(0f32, 0.5, 3 * hidden, &Device::Cpu).unwrap()).unwrap();
+        let op = FlashAttentionTrain::new(heads, scale, lengths, None);
+        let ours = op.forward(qkv.as_tensor(), bias.as_tensor()).unwrap();
+        let theirs = composed(&qkv.as_tensor().broadcast_add(bias.as_tensor()).unwrap(), &mask, heads, scale);
         let max = |t: Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         assert!(max((&ours - &theirs).unwrap()) < 1e-5);
-        let grad = |y: &Tensor| (y * &w).unwrap().sum_all().unwrap().backward().unwrap().get(&qkv).unwrap().clone();
-        let (g_ours, g_theirs) = (grad(&ours), grad(&theirs));
+        let grads = |y: &Tensor| {
+            let g = (y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+            (g.get(&qkv).unwrap().clone(), g.get(&bias).unwrap().clone())
+        };
+        let ((g_ours, b_ours), (g_theirs, b_theirs)) = (grads(&ours), grads(&theirs));
         let diff = max((&g_ours - &g_theirs).unwrap());
         assert!(diff < 1e-4, "gradient differs by {diff}");
+        let diff = max((b_ours - b_theirs).unwrap());
+        assert!(diff < 1e-4, "bias gradient differs by {diff}");
         // The second sequence's last two keys (rows 10, 11) are padding: no k or v gradient.
         let padding_kv = g_ours.narrow(0, 10, 2).unwrap().narrow(1, hidden, 2 * hidden).unwrap();
         assert_eq!(max(padding_kv), 0.0);
@@ -184,7 +219,10 @@ mod tests {
     fn dropout_on_the_cpu_is_an_error() {
         let lengths = KeyLengths::right_padded(&mask_of(&[vec![1, 1]])).unwrap().unwrap();
         let qkv = Tensor::zeros((2, 6), candle_core::DType::F32, &Device::Cpu).unwrap();
-        let err = FlashAttentionTrain::new(1, 1.0, lengths, Some((0.1, 7))).forward(&qkv).unwrap_err().to_string();
+        let err = FlashAttentionTrain::new(1, 1.0, lengths, Some((0.1, 7)))
+            .forward(&qkv, &qkv.get(0).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("flash-attention-2-train") && err.contains("CUDA"), "{err}");
     }
 }
