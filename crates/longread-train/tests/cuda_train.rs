@@ -471,6 +471,7 @@ fn cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve() {
 }
 
 /// Every tensor of a saved model, by name.
+#[cfg(feature = "clap")]
 fn weights(dir: &Path) -> Vec<(String, Vec<f32>)> {
     let tensors = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
     let mut all: Vec<(String, Vec<f32>)> = tensors.iter().map(|(n, t)| (n.clone(), flat(t))).collect();

@@ -38,6 +38,7 @@ fn ids_of<T: clap::Args>() -> Vec<String> {
 }
 
 /// `--some-flag` for the clap id `some_flag`.
+#[cfg(feature = "clap")]
 fn flag(id: &str) -> String {
     format!("--{}", id.replace('_', "-"))
 }
