@@ -161,6 +161,9 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         line["docs_per_s"] = docs_per_s.into();
         line["tokens_per_s"] = (docs_per_s * (chunks * chunk_size) as f64).into();
         line["peak_gpu_bytes"] = peak_gpu_bytes.into();
+        if classifier.device().is_cuda() {
+            line["gpu_attention"] = longread_model::layers::cuda::inference_attention().into();
+        }
         if longread_model::profile::enabled() {
             let steps: Vec<serde_json::Value> = longread_model::profile::report()
                 .into_iter()

@@ -352,6 +352,19 @@ fn flash_enabled() -> bool {
     env_is(&FLASH, "LONGREAD_CUDA_ATTENTION", "flash")
 }
 
+/// The kernels of bf16 attention in GPU inference, as the environment chose them: `fa2`
+/// (FlashAttention-2), `flash` (longread's flash-style kernel) or `materialized` (the default).
+/// For benchmark rows and logs.
+pub fn inference_attention() -> &'static str {
+    if flash2_enabled() {
+        "fa2"
+    } else if flash_enabled() {
+        "flash"
+    } else {
+        "materialized"
+    }
+}
+
 /// Whether training on a GPU runs self-attention as [`AttentionTrain`] over one fused q/k/v
 /// product (the default), or, with `LONGREAD_CUDA_TRAIN_ATTENTION=separate`, as before: three
 /// projections and a composition that keeps the scores and probabilities for the backward pass
