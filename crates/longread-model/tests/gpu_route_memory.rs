@@ -37,16 +37,23 @@ fn held(layer: &EncoderLayer, chunks: usize, flash: bool) -> isize {
     bytes
 }
 
-#[test]
-fn a_training_layer_keeps_about_a_dozen_activations_per_chunk_on_the_gpu_route() {
+/// One roberta-base-shaped layer with random weights and dropout `probs_dropout` on the
+/// attention probabilities (the weights' map returned to keep them alive).
+fn roberta_base_layer(probs_dropout: f64) -> (VarMap, EncoderLayer) {
     let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
         "model_type": "roberta", "vocab_size": 100, "hidden_size": 768, "num_hidden_layers": 1,
         "num_attention_heads": 12, "intermediate_size": 3072, "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1, "layer_norm_eps": 1e-5
+        "attention_probs_dropout_prob": probs_dropout, "layer_norm_eps": 1e-5
     }))
     .unwrap();
     let vars = VarMap::new();
     let layer = EncoderLayer::load(VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu), &cfg).unwrap();
+    (vars, layer)
+}
+
+#[test]
+fn a_training_layer_keeps_about_a_dozen_activations_per_chunk_on_the_gpu_route() {
+    let (_vars, layer) = roberta_base_layer(0.1);
     let per_chunk = |gpu_route: bool| {
         let measure = |chunks| {
             if gpu_route {
@@ -93,14 +100,7 @@ fn a_training_layer_keeps_about_a_dozen_activations_per_chunk_on_the_gpu_route()
 /// only the CUDA kernel draws it (the CPU loops are the reference without it).
 #[test]
 fn flash_attention_training_keeps_no_more_than_the_default_gpu_route() {
-    let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
-        "model_type": "roberta", "vocab_size": 100, "hidden_size": 768, "num_hidden_layers": 1,
-        "num_attention_heads": 12, "intermediate_size": 3072, "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.0, "layer_norm_eps": 1e-5
-    }))
-    .unwrap();
-    let vars = VarMap::new();
-    let layer = EncoderLayer::load(VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu), &cfg).unwrap();
+    let (_vars, layer) = roberta_base_layer(0.0);
     let per_chunk = |flash: bool| {
         let measure = |chunks| longread_model::route::emulate_gpu(|| held(&layer, chunks, flash));
         measure(2) - measure(1)
