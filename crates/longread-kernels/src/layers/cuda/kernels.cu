@@ -48,16 +48,13 @@ template <typename T> struct Vec16;
 template <> struct Vec16<float> { static constexpr int N = 4; };
 template <> struct Vec16<__nv_bfloat16> { static constexpr int N = 8; };
 
+// The row `x` (NV · 32 · VEC elements) of one warp into its lanes' registers `v` as
+// exp(x · scale + bias − max): lane l loads 16-byte vectors l, l + 32, ...; returns 1 / the
+// row's sum. Shared by the inference softmax and the training probabilities below.
 template <typename T, int NV>
-__device__ void attention_softmax_regs(T* scores, const float* key_bias, long rows, long rows_per_item, float scale) {
+__device__ __forceinline__ float softmax_row_regs(const T* x, const float* bias, int lane, float scale,
+                                                  float (&v)[NV * Vec16<T>::N]) {
   constexpr int VEC = Vec16<T>::N;
-  constexpr int COLS = NV * 32 * VEC;
-  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x & 31;
-  T* x = scores + row * COLS;
-  const float* bias = key_bias + (row / rows_per_item) * COLS;
-  float v[NV * VEC];
   float m = -INFINITY;
 #pragma unroll
   for (int n = 0; n < NV; ++n) {
@@ -78,7 +75,20 @@ __device__ void attention_softmax_regs(T* scores, const float* key_bias, long ro
     v[i] = expf(v[i] - m);
     s += v[i];
   }
-  const float inv = 1.f / warp_sum(s);
+  return 1.f / warp_sum(s);
+}
+
+template <typename T, int NV>
+__device__ void attention_softmax_regs(T* scores, const float* key_bias, long rows, long rows_per_item, float scale) {
+  constexpr int VEC = Vec16<T>::N;
+  constexpr int COLS = NV * 32 * VEC;
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  T* x = scores + row * COLS;
+  const float* bias = key_bias + (row / rows_per_item) * COLS;
+  float v[NV * VEC];
+  const float inv = softmax_row_regs<T, NV>(x, bias, lane, scale, v);
 #pragma unroll
   for (int n = 0; n < NV; ++n) {
     const int base = (n * 32 + lane) * VEC;
@@ -565,27 +575,7 @@ __device__ void attention_probs_train_regs(const T* scores, const float* key_bia
   const float* bias = key_bias + (row / rows_per_item) * COLS;
   const unsigned long long first = (unsigned long long)row * COLS;
   float v[NV * VEC];
-  float m = -INFINITY;
-#pragma unroll
-  for (int n = 0; n < NV; ++n) {
-    const int base = (n * 32 + lane) * VEC;
-    uint4 raw = *reinterpret_cast<const uint4*>(x + base);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      const float t = load(e, i) * scale + bias[base + i];
-      v[n * VEC + i] = t;
-      m = fmaxf(m, t);
-    }
-  }
-  m = warp_max(m);
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < NV * VEC; ++i) {
-    v[i] = expf(v[i] - m);
-    s += v[i];
-  }
-  const float inv = 1.f / warp_sum(s);
+  const float inv = softmax_row_regs<T, NV>(x, bias, lane, scale, v);
   if (dy == nullptr) {
 #pragma unroll
     for (int n = 0; n < NV; ++n) {
