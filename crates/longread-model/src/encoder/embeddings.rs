@@ -117,25 +117,23 @@ impl Embeddings {
         attention_mask: &Tensor,
         mode: Mode,
     ) -> Result<Tensor> {
-        // As `nn.Embedding(padding_idx=…)`: in training, padding rows pass no gradient.
-        let padding = if mode.is_train() && !crate::route::gpu(input_ids.device()) {
+        // On the GPU route's training, lookups whose backward pass sums each id's rows in
+        // parallel (candle's walks every position on one thread per column) and leaves the
+        // padding row out itself, as `nn.Embedding(padding_idx)` (RoBERTa's padding positions
+        // are `padding_idx` too).
+        let gpu_train = mode.is_train() && crate::route::gpu(input_ids.device());
+        // Elsewhere, as `nn.Embedding(padding_idx=…)`: in training, padding rows pass no gradient.
+        let padding = if mode.is_train() && !gpu_train {
             let (b, s) = input_ids.dims2()?;
             let width = self.word.embeddings().dim(1)?;
             Some(input_ids.eq(self.padding_idx)?.unsqueeze(2)?.broadcast_as((b, s, width))?)
         } else {
             None
         };
-        // On the GPU route's training, lookups whose backward pass sums each id's rows in
-        // parallel (candle's walks every position on one thread per column) and leaves the
-        // padding row out itself, as `nn.Embedding(padding_idx)` (RoBERTa's padding positions
-        // are `padding_idx` too).
-        let gpu_train = mode.is_train() && crate::route::gpu(input_ids.device());
-        let rows = |table: &Embedding, ids: &Tensor, padding_idx: Option<u32>| {
-            crate::layers::cuda::embedding_lookup(table.embeddings(), ids, padding_idx)
-        };
         let lookup = |table: &Embedding, ids: &Tensor, frozen_at_padding: bool| -> Result<Tensor> {
             if gpu_train {
-                return rows(table, ids, frozen_at_padding.then_some(self.padding_idx));
+                let padding_idx = frozen_at_padding.then_some(self.padding_idx);
+                return crate::layers::cuda::embedding_lookup(table.embeddings(), ids, padding_idx);
             }
             let x = table.forward(ids)?;
             match &padding {
@@ -148,9 +146,7 @@ impl Embeddings {
             x = (x + lookup(position, position_ids, self.offset_positions)?)?;
         }
         if let Some(token_type) = &self.token_type {
-            let types =
-                if gpu_train { rows(token_type, token_type_ids, None)? } else { token_type.forward(token_type_ids)? };
-            x = (x + types)?;
+            x = (x + lookup(token_type, token_type_ids, false)?)?;
         }
         let x = match (&self.project, self.project_before_norm) {
             (Some(project), true) => project.forward_in(&x, mode)?,

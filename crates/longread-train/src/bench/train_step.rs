@@ -230,8 +230,8 @@ pub fn run_train_step(
             ("norm", ops::train_norm_fused()),
             ("ffn", ops::train_ffn_fused()),
             ("probs-registers", ops::train_probs_in_registers()),
-            ("column-sum", !std::env::var("LONGREAD_CUDA_COLUMN_SUM").is_ok_and(|v| v == "candle")),
-            ("embedding-grad", !std::env::var("LONGREAD_CUDA_EMBEDDING_GRAD").is_ok_and(|v| v == "candle")),
+            ("column-sum", ops::train_column_sum_kernel()),
+            ("embedding-grad", ops::train_embedding_kernel()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

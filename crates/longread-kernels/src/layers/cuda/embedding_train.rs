@@ -178,12 +178,11 @@ impl CustomOp2 for EmbeddingTrainGrad {
 /// # Shapes
 /// `table: [vocab, cols]`, `ids: [...]` (u32) → `[..., cols]`
 pub fn embedding_lookup(table: &Tensor, ids: &Tensor, padding_idx: Option<u32>) -> Result<Tensor> {
-    static CANDLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let cols = table.dim(1)?;
     let mut shape = ids.dims().to_vec();
     shape.push(cols);
     let flat = ids.flatten_all()?.to_dtype(DType::U32)?.contiguous()?;
-    if !super::env_is(&CANDLE, "LONGREAD_CUDA_EMBEDDING_GRAD", "candle") && table.dtype() == DType::F32 {
+    if super::train_embedding_kernel() && table.dtype() == DType::F32 {
         return table.contiguous()?.apply_op2(&flat, EmbeddingTrain { padding_idx })?.reshape(shape);
     }
     let rows = table.index_select(&flat, 0)?.reshape(shape)?;

@@ -712,7 +712,6 @@ pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorag
     let (rows, cols) = x_l.shape().dims2()?;
     let x_r = range(x_l, op)?;
     let dev = x.device.clone();
-    let stream = dev.cuda_stream();
     // Enough blocks to fill the GPU (~4 per SM of 132), each over at least 64 rows.
     let col_blocks = cols.div_ceil(256).max(1);
     let splits = rows.div_ceil(64).clamp(1, 528usize.div_ceil(col_blocks).max(1));
@@ -724,23 +723,22 @@ pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorag
     let (rows_i, cols_i, per_i, splits_i) = (rows as i64, cols as i32, rows_per_split as i64, splits as i32);
     let cfg =
         LaunchConfig { grid_dim: (col_blocks as u32, splits as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    let func = kernel(&dev, "column_sum_partial", x.dtype())?.1;
+    let (stream, func) = kernel(&dev, "column_sum_partial", x.dtype())?;
+    let mut b = stream.launch_builder(&func);
+    let (x_f32, x_bf16);
     match x.dtype() {
         DType::BF16 => {
-            let x = x.as_cuda_slice::<bf16>()?.slice(x_r);
-            let mut b = stream.launch_builder(&func);
-            b.arg(&x).arg(&mut partial).arg(&rows_i).arg(&cols_i).arg(&per_i);
-            // SAFETY: x holds rows · cols elements, partial splits · cols (splits · rows_per_split ≥ rows).
-            unsafe { b.launch(cfg) }.w()?;
+            x_bf16 = x.as_cuda_slice::<bf16>()?.slice(x_r);
+            b.arg(&x_bf16);
         }
         _ => {
-            let x = x.as_cuda_slice::<f32>()?.slice(x_r);
-            let mut b = stream.launch_builder(&func);
-            b.arg(&x).arg(&mut partial).arg(&rows_i).arg(&cols_i).arg(&per_i);
-            // SAFETY: as above.
-            unsafe { b.launch(cfg) }.w()?;
+            x_f32 = x.as_cuda_slice::<f32>()?.slice(x_r);
+            b.arg(&x_f32);
         }
     }
+    b.arg(&mut partial).arg(&rows_i).arg(&cols_i).arg(&per_i);
+    // SAFETY: x holds rows · cols elements, partial splits · cols (splits · rows_per_split ≥ rows).
+    unsafe { b.launch(cfg) }.w()?;
     let finish = dev.get_or_load_custom_func("column_sum_finish", MODULE, PTX)?.into_cuda_function();
     let mut b = stream.launch_builder(&finish);
     b.arg(&partial).arg(&mut out).arg(&splits_i).arg(&cols_i);
@@ -791,12 +789,11 @@ pub(super) fn embedding_grad(
         candle_core::bail!("{op}: {} grouped positions for {n} positions and {u} ids", groups_r.len());
     }
     let dev = grad.device.clone();
-    let stream = dev.cuda_stream();
     let all = groups.as_cuda_slice::<u32>()?.slice(groups_r);
     let (order, seg, uniq) = (all.slice(0..n), all.slice(n..n + u + 1), all.slice(n + u + 1..n + 2 * u + 1));
     let mut out = dev.alloc_zeros::<f32>(vocab * cols)?;
     if u > 0 {
-        let func = kernel(&dev, "embedding_grad", grad.dtype())?.1;
+        let (stream, func) = kernel(&dev, "embedding_grad", grad.dtype())?;
         let cols_i = cols as i32;
         let cfg = LaunchConfig {
             grid_dim: (u as u32, cols.div_ceil(256) as u32, 1),

@@ -342,36 +342,34 @@ impl CustomOp3 for FlashAttention {
     }
 }
 
-/// How bf16 attention runs on a GPU, from LONGREAD_CUDA_ATTENTION: `materialized` (the default:
-/// the scores as a tensor between two cuBLAS products) or `flash` ([`FlashAttention`], heads of
-/// 32 or 64). The flash kernel is correct (the GPU tests run both) and closer to f32, but this
-/// first WMMA version is slower on an H200 (74 against 128 documents/s, BENCHMARKS.md "GPU"):
-/// it is opt-in until it is tuned.
-fn flash_enabled() -> bool {
-    static FLASH: OnceLock<bool> = OnceLock::new();
-    env_is(&FLASH, "LONGREAD_CUDA_ATTENTION", "flash")
-}
-
-/// The kernels of bf16 attention in GPU inference, as the environment chose them: `fa2`
-/// (FlashAttention-2), `flash` (longread's flash-style kernel) or `materialized` (the default).
-/// For benchmark rows and logs.
+/// How bf16 attention of GPU inference runs, from LONGREAD_CUDA_ATTENTION: `materialized` (the
+/// default: the scores as a tensor between two cuBLAS products), `fa2` ([`FlashAttention2`];
+/// opt-in until measured on a GPU) or `flash` ([`FlashAttention`], heads of 32 or 64: correct
+/// and closer to f32, but this first WMMA version is slower on an H200, 74 against 128
+/// documents/s, BENCHMARKS.md "GPU"). Also what benchmark rows report.
 pub fn inference_attention() -> &'static str {
-    if flash2_enabled() {
-        "fa2"
-    } else if flash_enabled() {
-        "flash"
-    } else {
-        "materialized"
-    }
+    static MODE: OnceLock<&'static str> = OnceLock::new();
+    env_choice(&MODE, "LONGREAD_CUDA_ATTENTION", &["fa2", "flash"], "materialized")
 }
 
-/// Whether training on a GPU runs self-attention as [`AttentionTrain`] over one fused q/k/v
-/// product (the default), or, with `LONGREAD_CUDA_TRAIN_ATTENTION=separate`, as before: three
-/// projections and a composition that keeps the scores and probabilities for the backward pass
-/// (kept to compare the two on a GPU; BENCHMARKS.md "GPU").
+fn flash_enabled() -> bool {
+    inference_attention() == "flash"
+}
+
+/// How training on a GPU runs self-attention, from LONGREAD_CUDA_TRAIN_ATTENTION: `fused` (the
+/// default: [`AttentionTrain`] over one q/k/v product), `fa2` ([`FlashAttentionTrain`] where it
+/// applies, over the same product; opt-in until measured on a GPU) or `separate` (as before:
+/// three projections and a composition that keeps the scores and probabilities for the
+/// backward pass; kept to compare on a GPU, BENCHMARKS.md "GPU").
+pub(crate) fn train_attention() -> &'static str {
+    static MODE: OnceLock<&'static str> = OnceLock::new();
+    env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fa2", "separate"], "fused")
+}
+
+/// Whether training on a GPU runs self-attention over one fused q/k/v product (`fused` or `fa2`
+/// in [`train_attention`]).
 pub fn train_attention_fused() -> bool {
-    static SEPARATE: OnceLock<bool> = OnceLock::new();
-    !env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_ATTENTION", "separate")
+    train_attention() != "separate"
 }
 
 /// Whether training on a GPU ends each transformer block with [`ResidualNormTrain`] (bias,
@@ -401,9 +399,38 @@ pub fn train_probs_in_registers() -> bool {
     !env_is(&ROWS, "LONGREAD_CUDA_PROBS_KERNEL", "rows")
 }
 
+/// Whether the training route's bias, γ and β gradients use [`ColumnSum`]'s kernel (the
+/// default), or, with `LONGREAD_CUDA_COLUMN_SUM=candle`, candle's sum over dim 0 (kept to
+/// compare the two on a GPU).
+pub fn train_column_sum_kernel() -> bool {
+    static CANDLE: OnceLock<bool> = OnceLock::new();
+    !env_is(&CANDLE, "LONGREAD_CUDA_COLUMN_SUM", "candle")
+}
+
+/// Whether the training route's embedding lookups use [`EmbeddingTrain`] (the default), or,
+/// with `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, candle's `index_select` and `index_add` (kept to
+/// compare the two on a GPU).
+pub fn train_embedding_kernel() -> bool {
+    static CANDLE: OnceLock<bool> = OnceLock::new();
+    !env_is(&CANDLE, "LONGREAD_CUDA_EMBEDDING_GRAD", "candle")
+}
+
 /// Whether the environment variable `var` is `value`, read once per process into `cell`.
 fn env_is(cell: &OnceLock<bool>, var: &str, value: &str) -> bool {
     *cell.get_or_init(|| std::env::var(var).is_ok_and(|v| v == value))
+}
+
+/// The value of the environment variable `var` if it is one of `choices`, else `default`, read
+/// once per process into `cell`.
+fn env_choice(
+    cell: &OnceLock<&'static str>,
+    var: &str,
+    choices: &[&'static str],
+    default: &'static str,
+) -> &'static str {
+    cell.get_or_init(|| {
+        std::env::var(var).ok().and_then(|v| choices.iter().copied().find(|c| *c == v)).unwrap_or(default)
+    })
 }
 
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the
@@ -427,9 +454,8 @@ pub fn fused_attention(
     use crate::profile::timed;
     let device = qkv.device();
     let hidden = qkv.dim(1)? / 3;
-    if let Some(lengths) =
-        lengths.filter(|_| qkv.dtype() == candle_core::DType::BF16 && matches!(hidden / heads, 32 | 64))
-    {
+    // The encoder makes lengths only where FlashAttention-2 applies (bf16, heads of 32 or 64).
+    if let Some(lengths) = lengths {
         let bias = bias.to_dtype(candle_core::DType::F32)?;
         timed("attention: bias", device, || qkv.inplace_op2(&bias, &BiasActivation { gelu: false }))?;
         let context =

@@ -422,8 +422,7 @@ impl CustomOp1 for ColumnSum {
 /// # Shapes
 /// `x: [rows, cols]` → `[cols]` (f32)
 pub fn column_sum(x: &Tensor) -> Result<Tensor> {
-    static CANDLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if super::env_is(&CANDLE, "LONGREAD_CUDA_COLUMN_SUM", "candle") {
+    if !super::train_column_sum_kernel() {
         return x.to_dtype(candle_core::DType::F32)?.sum(0);
     }
     x.contiguous()?.apply_op1_no_bwd(&ColumnSum)

@@ -92,16 +92,14 @@ impl KeyLengths {
 /// Whether bf16 attention of GPU inference runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION=fa2`;
 /// opt-in until measured on a GPU: BENCHMARKS.md "GPU").
 pub fn flash2_enabled() -> bool {
-    static FA2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    super::env_is(&FA2, "LONGREAD_CUDA_ATTENTION", "fa2")
+    super::inference_attention() == "fa2"
 }
 
 /// Whether bf16 attention of GPU training runs [`FlashAttentionTrain`]
 /// (`LONGREAD_CUDA_TRAIN_ATTENTION=fa2`; opt-in until measured on a GPU). Elsewhere (f32, other
 /// head sizes, the CPU) training keeps `AttentionTrain`.
 pub fn train_attention_fa2() -> bool {
-    static FA2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    super::env_is(&FA2, "LONGREAD_CUDA_TRAIN_ATTENTION", "fa2")
+    super::train_attention() == "fa2"
 }
 
 #[cfg(test)]
