@@ -203,26 +203,27 @@ impl Encoder {
         Ok((mask, position))
     }
 
-    /// Each sequence's real keys, for FlashAttention-2 on a GPU: in inference with
-    /// `LONGREAD_CUDA_ATTENTION=fa2`, in training with `LONGREAD_CUDA_TRAIN_ATTENTION=fa2` (bf16,
-    /// heads of 32 or 64, no relative-position bias, a right-padded mask); `None` elsewhere (the
-    /// attention then masks keys by their bias).
+    /// Each sequence's real keys, for FlashAttention-2 on a GPU that runs it (by default; not
+    /// with `LONGREAD_CUDA_ATTENTION` or `LONGREAD_CUDA_TRAIN_ATTENTION` naming another kernel):
+    /// bf16, heads of 32 or 64, no relative-position bias, a right-padded mask; `None` elsewhere
+    /// (the attention then masks keys by their bias).
     ///
     /// # Shapes
     /// `attention_mask: [batch, seq]`
     fn key_lengths(&self, attention_mask: &Tensor, mode: Mode) -> CResult<Option<KeyLengths>> {
-        use crate::layers::cuda::{flash2_enabled, train_attention_fa2};
+        use crate::layers::cuda::{flash2_enabled, flash2_runs_on, train_attention_fa2};
         let device = attention_mask.device();
-        let opted_in = if mode.is_train() {
+        let chosen = if mode.is_train() {
             crate::route::gpu(device) && train_attention_fa2()
         } else {
             device.is_cuda() && flash2_enabled()
         };
-        let wanted = opted_in
+        let wanted = chosen
             && self.compute_dtype == DType::BF16
             && matches!(self.config.head_size(), 32 | 64)
             && self.relative_bias.is_none()
-            && self.deberta.is_none();
+            && self.deberta.is_none()
+            && flash2_runs_on(device, mode.is_train());
         if !wanted {
             return Ok(None);
         }
@@ -373,14 +374,18 @@ impl Encoder {
         let token_type_ids = input_ids.zeros_like()?;
         let position_ids = self.validate_and_position(input_ids, attention_mask, &token_type_ids)?;
         let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, attention_mask, Mode::Eval)?;
-        let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
         if let Some(modern) = &self.modern {
+            let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
             let context = self.modern_context(modern, attention_mask)?;
             for layer in modern.layers.iter().take(layers) {
                 xs = layer.forward(&xs, &context, Mode::Eval)?.detach();
             }
             return Ok(xs);
         }
+        // Between the layers, the stream dtype of inference (f32 on a GPU, whose inference
+        // kernels add a bf16 product to an f32 residual); the output in the compute dtype, as
+        // [`Encoder::forward_from`] takes it in training.
+        let mut xs = xs.to_dtype(self.stream_dtype(&xs, Mode::Eval))?.detach();
         let (mask, position) = self.attention_biases(attention_mask)?;
         let relative = self.relative_context(attention_mask, Mode::Eval)?;
         let lengths = self.key_lengths(attention_mask, Mode::Eval)?;
@@ -393,7 +398,7 @@ impl Encoder {
         for layer in self.layers.iter().take(layers) {
             xs = layer.forward_keys(&xs, keys, Mode::Eval)?.detach();
         }
-        Ok(xs)
+        Ok(xs.to_dtype(self.compute_dtype)?)
     }
 
     /// Runs layers `start..` on hidden states (the embeddings' output for `start = 0`), in the
