@@ -424,8 +424,37 @@ fn cuda_bf16_training_follows_the_f32_loss_curve() {
     assert!(f32s[2].train_loss < f32s[0].train_loss, "the loss falls");
 }
 
-/// Training with FlashAttention-2 (`LONGREAD_CUDA_TRAIN_ATTENTION=fa2`, which
-/// scripts/gpu_check.sh sets for this test alone): a `tiny`-preset encoder (heads of 64, the
+/// Gradual unfreezing in bf16 (head, then the top layer over a cached frozen prefix, then all):
+/// the frozen prefix runs the GPU's inference kernels on a training model's f32 weights, and
+/// its epochs follow the f32 run's within 2%. (A bf16 prefix stream fed to those kernels failed
+/// here, on the H200 of session 31, in scripts/bench_unfreeze.sh.)
+#[cfg(feature = "clap")]
+#[test]
+fn cuda_bf16_gradual_unfreezing_follows_the_f32_loss_curve() {
+    if !gpu("cuda_bf16_gradual_unfreezing_follows_the_f32_loss_curve") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = ["--epochs", "3", "--unfreeze", "0:head,1:top1,2:all"];
+    let f32s = train(&dir.path().join("f32"), DeviceChoice::Cuda(0), &schedule);
+    let bf16_flags: Vec<&str> = schedule.iter().copied().chain(["--precision", "bf16"]).collect();
+    let bf16s = train(&dir.path().join("bf16"), DeviceChoice::Cuda(0), &bf16_flags);
+    assert_eq!((f32s.len(), bf16s.len()), (3, 3));
+    for (a, b) in f32s.iter().zip(&bf16s) {
+        let relative = (a.train_loss - b.train_loss).abs() / a.train_loss;
+        println!(
+            "gradual unfreezing, epoch {}: train loss f32 {:.5}, bf16 {:.5} ({:.2}% apart)",
+            a.epoch,
+            a.train_loss,
+            b.train_loss,
+            100.0 * relative
+        );
+        assert!(relative <= 0.02, "epoch {}: bf16 loss {} vs f32 {}", a.epoch, b.train_loss, a.train_loss);
+    }
+}
+
+/// Training with FlashAttention-2 (the default; skipped where `LONGREAD_CUDA_TRAIN_ATTENTION`
+/// names another kernel): a `tiny`-preset encoder (heads of 64, the
 /// kernels' size; attention dropout off, so that the f32 run's masks and the kernel's Philox
 /// draws do not make the two runs differ by more than rounding), three bf16 epochs whose
 /// attention runs on FlashAttention-2 follow the f32 epochs (its attention as before) within 2%.
@@ -436,9 +465,11 @@ fn cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve() {
     if !gpu(test) {
         return;
     }
-    if std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").as_deref() != Ok("fa2") {
-        println!("{test}: skipped: LONGREAD_CUDA_TRAIN_ATTENTION is not fa2 (scripts/gpu_check.sh sets it)");
-        return;
+    if let Ok(kernel) = std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION") {
+        if kernel != "fa2" {
+            println!("{test}: skipped: LONGREAD_CUDA_TRAIN_ATTENTION={kernel} names another kernel");
+            return;
+        }
     }
     let dir = tempfile::tempdir().unwrap();
     let encoder = dir.path().join("encoder");
