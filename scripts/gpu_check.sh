@@ -105,8 +105,8 @@ LONGREAD_CUDA_ATTENTION=flash LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGR
   LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
   "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
-echo "== GPU tests again with FlashAttention-2 (LONGREAD_CUDA_ATTENTION=fa2)"
-LONGREAD_CUDA_ATTENTION=fa2 LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
+echo "== GPU tests again with materialised scores (LONGREAD_CUDA_ATTENTION=materialized)"
+LONGREAD_CUDA_ATTENTION=materialized LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
   LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
   "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
@@ -123,9 +123,9 @@ done
 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture --skip flash_attention_training \
   --skip cuda_column_sums --skip cuda_embedding_lookups 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
-echo "== GPU training with FlashAttention-2 (LONGREAD_CUDA_TRAIN_ATTENTION=fa2): bf16 follows f32"
-LONGREAD_CUDA_TRAIN_ATTENTION=fa2 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture \
-  cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve 2>&1 | tee -a "$work/tests.log"
+echo "== GPU bf16 training with longread's attention op (LONGREAD_CUDA_TRAIN_ATTENTION=fused): bf16 follows f32"
+LONGREAD_CUDA_TRAIN_ATTENTION=fused LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture \
+  cuda_bf16_ 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 set -e
 fi
@@ -140,17 +140,17 @@ for precision in bf16 f32; do
       --precision "$precision" --max-batch-tokens "$tokens" --json | tee -a "$work/longread.jsonl"
   done
 done
-# bf16 with FlashAttention-2 (LONGREAD_CUDA_ATTENTION=fa2, opt-in until these rows say it is
-# faster): rows of their own, marked "attention": "fa2", beside the default's.
-: > "$work/fa2.jsonl"
+# bf16 with the scores materialised (LONGREAD_CUDA_ATTENTION=materialized, the default until
+# session 31 measured FlashAttention-2 faster): rows of their own, marked "attention", to compare.
+: > "$work/materialized.jsonl"
 for tokens in 65536 256000; do
-  LONGREAD_CUDA_ATTENTION=fa2 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 64x20 \
-    --repeat 3 --precision bf16 --max-batch-tokens "$tokens" --json \
-    | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**json.loads(l), "attention": "fa2"})) for l in sys.stdin if l.startswith("{")]' \
-    | tee -a "$work/fa2.jsonl"
+  LONGREAD_CUDA_ATTENTION=materialized "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
+    --shape 64x20 --repeat 3 --precision bf16 --max-batch-tokens "$tokens" --json \
+    | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**json.loads(l), "attention": "materialized"})) for l in sys.stdin if l.startswith("{")]' \
+    | tee -a "$work/materialized.jsonl"
 done
-LONGREAD_CUDA_ATTENTION=fa2 LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
-  --shape 8x20 --repeat 1 --precision bf16 --json | tee "$work/fa2-profile.jsonl"
+LONGREAD_CUDA_ATTENTION=materialized LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict \
+  --model "$work/rb-model" --shape 8x20 --repeat 1 --precision bf16 --json | tee "$work/materialized-profile.jsonl"
 # Diagnostics: bf16 with the flash attention kernel instead of materialised scores; one document of 1,280 chunks (one head call instead of 64: the head's share),
 # and the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
 : > "$work/diagnostics.jsonl"
@@ -165,6 +165,8 @@ echo "== PyTorch"
 ${PYTHON:-python3} scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500 | tee "$work/torch.jsonl"
 
 fi
+# Read by the predict summary whether or not the embed part runs.
+: > "$work/embed.jsonl"
 if part embed; then
 echo "== embed: longread vs sentence-transformers"
 ${PYTHON:-python3} scripts/gpu_bench_embed.py "$lr" "$work" 2>&1 | grep '^{' | tee "$work/embed.jsonl" || true
@@ -173,10 +175,10 @@ fi
 mkdir -p bench
 if part predict; then
 out="bench/results-gpu-$slug.json"
-${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" "$work/fa2.jsonl" <<'PY'
+${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" "$work/materialized.jsonl" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-fa2 = [json.loads(l) for l in open(sys.argv[8]) if l.strip()]
+materialized = [json.loads(l) for l in open(sys.argv[8]) if l.strip()]
 embed = [json.loads(l) for l in open(sys.argv[7]) if l.strip()]
 def embed_rate(side, dtype):
     rows = [r for r in embed if r["side"] == side and r["dtype"] == dtype]
@@ -204,10 +206,11 @@ result = {
     "predict_bf16_first_run_s": ours_bf16.get("warmup_seconds"),
     "pytorch_eager_bf16_docs_per_s": torch_bf16["docs_per_s"],
     "bf16_share_of_gemm_limit": round(ours_bf16["docs_per_s"] / limit, 3) if limit else None,
-    # The same with FlashAttention-2 (LONGREAD_CUDA_ATTENTION=fa2), its best batch size.
-    "predict_bf16_fa2_ratio": round(best(fa2, "precision", "bf16")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
-        if best(fa2, "precision", "bf16") else None,
-    "longread_fa2": fa2,
+    # The same with materialised scores (LONGREAD_CUDA_ATTENTION=materialized), its best batch size.
+    "predict_bf16_materialized_ratio":
+        round(best(materialized, "precision", "bf16")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
+        if best(materialized, "precision", "bf16") else None,
+    "longread_materialized": materialized,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
     "embed_bf16_ratio": round(embed_rate("longread", "bf16") / embed_rate("sentence-transformers", "bf16"), 3)
         if embed_rate("longread", "bf16") and embed_rate("sentence-transformers", "bf16") else None,
@@ -217,7 +220,7 @@ result = {
     "longread_diagnostics": diagnostics,
 }
 json.dump(result, open(sys.argv[3], "w"), indent=1)
-print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch", "longread_diagnostics", "embed", "longread_fa2")}, indent=1))
+print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch", "longread_diagnostics", "embed", "longread_materialized")}, indent=1))
 PY
 fi
 if part train; then
@@ -235,11 +238,12 @@ if part train; then
   LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   LONGREAD_CUDA_COLUMN_SUM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # FlashAttention-2 forward and backward as the training attention (opt-in until these rows say it is faster).
+  # longread's own attention op (AttentionTrain) instead of FlashAttention-2: the default until
+  # session 31 measured FlashAttention-2 faster on an H200.
   for tokens in 10240 65536; do
-    LONGREAD_CUDA_TRAIN_ATTENTION=fa2 bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens "$tokens"
+    LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens "$tokens"
   done
-  LONGREAD_CUDA_TRAIN_ATTENTION=fa2 bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
+  LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
   LONGREAD_CUDA_TRAIN_ATTENTION=separate LONGREAD_CUDA_TRAIN_NORM=separate LONGREAD_CUDA_TRAIN_FFN=separate \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   bench_train --model "$work/rb-model" --shape 4x20 --precision f32 --max-batch-tokens 65536
@@ -328,7 +332,7 @@ with open(sys.argv[1], "w") as out:
 PY
   mkdir -p bench
   timeout 240 ${PYTHON:-python3} scripts/bench_pretrain.py --device cuda --precision bf16 --binary "$lr" \
-    --corpus "$work/prose.jsonl" --docs 100000 --presets small --batch-size 8 --seq-len 512 --steps 20 --repeats 2 \
+    --corpus "$work/prose.jsonl" --docs 100000 --presets small --batch-size 8 --seq-len 512 --steps 20 --warmup 3 --repeats 3 \
     --json-out "$work/pretrain.json" || echo "pretrain bench failed or timed out" >&2
   [ -f "$work/pretrain.json" ] && ${PYTHON:-python3} - "$work/pretrain.json" "bench/results-gpu-$slug-pretrain.json" <<'PY'
 import json, sys
@@ -360,17 +364,18 @@ def pick(side, **kw):
     return found[0] if found else None
 torch_nockpt = pick(torch, preset="roberta-base", dtype="bf16", checkpointing=False)
 torch_ckpt = pick(torch, preset="roberta-base", dtype="bf16", checkpointing=True)
-# The default route only (the rows with ops switched off are there for comparison).
-base = [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 and "rb-model" in r.get("model", "")
-        and not r.get("gpu_separate") and r.get("gpu_attention") != "fa2"]
+# The default route only (FlashAttention-2; the rows with ops switched off are there for comparison).
+def route(attention):
+    return [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 and "rb-model" in r.get("model", "")
+            and not r.get("gpu_separate") and r.get("gpu_attention") == attention]
+base = route("fa2")
 best = max(base, key=lambda r: r["docs_per_s"]) if base else None
-# The same with FlashAttention-2 as the training attention (LONGREAD_CUDA_TRAIN_ATTENTION=fa2).
-fa2 = [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 and "rb-model" in r.get("model", "")
-       and not r.get("gpu_separate") and r.get("gpu_attention") == "fa2"]
-best_fa2 = max(fa2, key=lambda r: r["docs_per_s"]) if fa2 else None
-lean_fa2 = min([r for r in fa2 if r.get("peak_gpu_bytes")], key=lambda r: r["peak_gpu_bytes"], default=None)
 measured = [r for r in base if r.get("peak_gpu_bytes")]
 lean = min(measured, key=lambda r: r["peak_gpu_bytes"]) if measured else None
+# The same with longread's attention op (LONGREAD_CUDA_TRAIN_ATTENTION=fused).
+fused = route("longread")
+best_fused = max(fused, key=lambda r: r["docs_per_s"]) if fused else None
+lean_fused = min([r for r in fused if r.get("peak_gpu_bytes")], key=lambda r: r["peak_gpu_bytes"], default=None)
 gib = lambda b: round(b / 2**30, 2) if b else None
 result = {
     "card": sys.argv[4],
@@ -382,8 +387,8 @@ result = {
     "train_bf16_memory_ratio": round(gib(lean["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean and torch_ckpt else None,
     "train_bf16_memory_ratio_docs_per_s": round(lean["docs_per_s"], 2) if lean else None,
     "train_bf16_first_step_s": best.get("warmup_seconds") if best else None,
-    "train_bf16_fa2_speed_ratio": round(best_fa2["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_fa2 and torch_nockpt else None,
-    "train_bf16_fa2_memory_ratio": round(gib(lean_fa2["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean_fa2 and torch_ckpt else None,
+    "train_bf16_fused_speed_ratio": round(best_fused["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_fused and torch_nockpt else None,
+    "train_bf16_fused_memory_ratio": round(gib(lean_fused["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean_fused and torch_ckpt else None,
     "longread_best_bf16": {k: best[k] for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes")} if best else None,
     "longread": ours,
     "pytorch": torch,

@@ -26,6 +26,9 @@ fn main() {
     };
     let cap: u32 = env::var("CUDA_COMPUTE_CAP").ok().and_then(|c| c.parse().ok()).unwrap_or(90);
     assert!(cap >= 80, "FlashAttention-2 needs compute capability 8.0 or newer; CUDA_COMPUTE_CAP={cap}");
+    // The kernels are machine code for this capability alone (no PTX): lib.rs tells callers
+    // which GPUs can run them.
+    println!("cargo::rustc-env=LONGREAD_FLASH_COMPUTE_CAP={cap}");
     let object = out_dir.join("longread_flash.o");
     let mut cmd = Command::new(&nvcc);
     cmd.args(["-c", "kernels/longread_flash.cu"]);

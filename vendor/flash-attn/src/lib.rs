@@ -5,6 +5,13 @@
 //! declares the functions.
 use core::ffi::{c_int, c_void};
 
+/// The compute capability the kernels were compiled for (`CUDA_COMPUTE_CAP`, e.g. 90): machine
+/// code only, which runs on GPUs of the same major version and an equal or higher minor one.
+pub fn built_compute_cap() -> (u32, u32) {
+    let cap: u32 = env!("LONGREAD_FLASH_COMPUTE_CAP").parse().unwrap_or(0);
+    (cap / 10, cap % 10)
+}
+
 extern "C" {
     /// Attention of variable-length bf16 sequences, optionally with dropout. Returns 0, a
     /// `cudaError_t`, or -1 for a head size other than 32 or 64.

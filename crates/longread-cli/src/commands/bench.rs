@@ -143,6 +143,7 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
     let classifier = Classifier::load(dir, args.encoding.options(device))
         .with_context(|| format!("loading model {}", dir.display()))?;
     longread_model::device::reset_peak_memory(classifier.device());
+    let _ = longread_model::layers::cuda::flash2_ran();
     let result = run_predict(&classifier, docs, chunks, args.repeat).context("benchmarking predict")?;
     let peak_gpu_bytes = longread_model::device::peak_memory_bytes(classifier.device());
     let device = longread_model::device::describe(classifier.device());
@@ -162,7 +163,8 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         line["tokens_per_s"] = (docs_per_s * (chunks * chunk_size) as f64).into();
         line["peak_gpu_bytes"] = peak_gpu_bytes.into();
         if classifier.device().is_cuda() {
-            line["gpu_attention"] = longread_model::layers::cuda::inference_attention().into();
+            let bf16 = classifier.precision() == longread_model::Precision::Bf16;
+            line["gpu_attention"] = longread_model::layers::cuda::inference_attention_ran(bf16).into();
         }
         if longread_model::profile::enabled() {
             let steps: Vec<serde_json::Value> = longread_model::profile::report()

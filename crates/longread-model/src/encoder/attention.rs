@@ -225,7 +225,7 @@ impl SelfAttention {
         let bias = Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()?;
         let seeded = self.probs_dropout.seeded(mode);
         let context = if let Some(lengths) = lengths {
-            // FlashAttention-2 with its backward kernel (opted in: the encoder made the lengths).
+            // FlashAttention-2 with its backward kernel (where it applies: the encoder made the lengths).
             let op = cuda::FlashAttentionTrain::new(
                 self.num_heads,
                 self.scale() as f32,

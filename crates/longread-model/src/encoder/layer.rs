@@ -69,7 +69,7 @@ impl EncoderLayer {
     }
 
     /// [`EncoderLayer::forward`] with each sequence's real keys, for FlashAttention-2 on the
-    /// GPU route (the encoder makes them where it is opted in; `KeyLengths::right_padded`).
+    /// GPU route (the encoder makes them where it applies; `KeyLengths::right_padded`).
     ///
     /// # Shapes
     /// `xs: [batch, seq, hidden]`, `mask_bias: [batch, 1, 1, seq]` → `[batch, seq, hidden]`

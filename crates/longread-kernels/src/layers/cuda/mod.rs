@@ -32,7 +32,9 @@ mod training;
 
 pub use attention_train::AttentionTrain;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
-pub use flash::{flash2_enabled, train_attention_fa2, FlashAttention2, FlashAttentionTrain, KeyLengths};
+pub use flash::{
+    flash2_enabled, flash2_ran, flash2_runs_on, train_attention_fa2, FlashAttention2, FlashAttentionTrain, KeyLengths,
+};
 pub use gelu_dense_train::GeluDenseTrain;
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
@@ -342,28 +344,43 @@ impl CustomOp3 for FlashAttention {
     }
 }
 
-/// How bf16 attention of GPU inference runs, from LONGREAD_CUDA_ATTENTION: `materialized` (the
-/// default: the scores as a tensor between two cuBLAS products), `fa2` ([`FlashAttention2`];
-/// opt-in until measured on a GPU) or `flash` ([`FlashAttention`], heads of 32 or 64: correct
-/// and closer to f32, but this first WMMA version is slower on an H200, 74 against 128
-/// documents/s, BENCHMARKS.md "GPU"). Also what benchmark rows report.
+/// How bf16 attention of GPU inference runs, from LONGREAD_CUDA_ATTENTION: `fa2` (the default:
+/// [`FlashAttention2`] where the GPU runs it, [`flash2_runs_on`]; 160 against 136 documents/s
+/// on an H200, BENCHMARKS.md "GPU"), `materialized` (the scores as a tensor between two cuBLAS
+/// products; also where FlashAttention-2 does not apply) or `flash` ([`FlashAttention`], heads
+/// of 32 or 64: correct and closer to f32, but this first WMMA version is slower on an H200, 70
+/// against 139 documents/s). Also what benchmark rows report.
 pub fn inference_attention() -> &'static str {
     static MODE: OnceLock<&'static str> = OnceLock::new();
-    env_choice(&MODE, "LONGREAD_CUDA_ATTENTION", &["fa2", "flash"], "materialized")
+    env_choice(&MODE, "LONGREAD_CUDA_ATTENTION", &["materialized", "flash"], "fa2")
+}
+
+/// The attention kernel GPU inference ran since the last call (of this or [`flash2_ran`]), for
+/// benchmark rows: `fa2` if [`FlashAttention2`] ran, else `flash` (bf16 with
+/// `LONGREAD_CUDA_ATTENTION=flash`) or `materialized`.
+pub fn inference_attention_ran(bf16: bool) -> &'static str {
+    if flash2_ran() {
+        "fa2"
+    } else if bf16 && flash_enabled() {
+        "flash"
+    } else {
+        "materialized"
+    }
 }
 
 fn flash_enabled() -> bool {
     inference_attention() == "flash"
 }
 
-/// How training on a GPU runs self-attention, from LONGREAD_CUDA_TRAIN_ATTENTION: `fused` (the
-/// default: [`AttentionTrain`] over one q/k/v product), `fa2` ([`FlashAttentionTrain`] where it
-/// applies, over the same product; opt-in until measured on a GPU) or `separate` (as before:
-/// three projections and a composition that keeps the scores and probabilities for the
-/// backward pass; kept to compare on a GPU, BENCHMARKS.md "GPU").
+/// How training on a GPU runs self-attention, from LONGREAD_CUDA_TRAIN_ATTENTION: `fa2` (the
+/// default: [`FlashAttentionTrain`] over one q/k/v product where it applies and the GPU runs
+/// it, [`flash2_runs_on`]; 17.2 against 15.2 documents/s at less memory on an H200,
+/// BENCHMARKS.md "GPU"), `fused` ([`AttentionTrain`] over the same product; also where
+/// FlashAttention-2 does not apply) or `separate` (as before both: three projections and a
+/// composition that keeps the scores and probabilities for the backward pass; kept to compare).
 pub(crate) fn train_attention() -> &'static str {
     static MODE: OnceLock<&'static str> = OnceLock::new();
-    env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fa2", "separate"], "fused")
+    env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fused", "separate"], "fa2")
 }
 
 /// Whether training on a GPU runs self-attention over one fused q/k/v product (`fused` or `fa2`
@@ -434,10 +451,10 @@ fn env_choice(
 }
 
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the
-/// scores in the activations' dtype, softmax in place with f32 arithmetic; opted in, bf16 with
-/// heads of 32 or 64 runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION=fa2`, given the
-/// batch's [`KeyLengths`]) or longread's own flash-style kernel [`FlashAttention`]
-/// (`LONGREAD_CUDA_ATTENTION=flash`). (Keeping bf16 scores in f32 was measured: 15% slower,
+/// scores in the activations' dtype, softmax in place with f32 arithmetic; bf16 with heads of
+/// 32 or 64 runs [`FlashAttention2`] given the batch's [`KeyLengths`] (the encoder makes them
+/// where it applies: by default) or, with `LONGREAD_CUDA_ATTENTION=flash`, longread's own
+/// flash-style kernel [`FlashAttention`]. (Keeping bf16 scores in f32 was measured: 15% slower,
 /// no closer to f32; BENCHMARKS.md "GPU".)
 ///
 /// # Shapes

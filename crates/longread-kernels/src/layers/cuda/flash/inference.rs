@@ -24,6 +24,7 @@ impl FlashAttention2 {
     /// # Shapes
     /// `qkv: [batch · seq, 3 · hidden]` → `[batch · seq, hidden]`
     pub fn forward(qkv: &Tensor, lengths: &KeyLengths, heads: usize, scale: f32) -> Result<Tensor> {
+        super::RAN.store(true, std::sync::atomic::Ordering::Relaxed);
         qkv.apply_op1_no_bwd(&Self { heads, scale, lengths: lengths.clone() })
     }
 }

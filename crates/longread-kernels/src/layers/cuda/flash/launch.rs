@@ -27,7 +27,10 @@ impl Call {
     fn of(op: &str, lengths: &KeyLengths, heads: usize, qkv: (&CudaStorage, &Layout)) -> Result<Self> {
         let (rows, hidden, d) = lengths.dims(op, heads, qkv.1)?;
         let row_stride = qkv.1.stride()[0];
-        if qkv.0.dtype() != DType::BF16 || !matches!(d, 32 | 64) || row_stride % 8 != 0 || qkv.1.start_offset() % 8 != 0
+        if qkv.0.dtype() != DType::BF16
+            || !matches!(d, 32 | 64)
+            || !row_stride.is_multiple_of(8)
+            || !qkv.1.start_offset().is_multiple_of(8)
         {
             candle_core::bail!(
                 "{op}: bf16 heads of 32 or 64 in rows of whole 16-byte vectors, not {:?} heads of {d} (row stride {row_stride})",

@@ -1,7 +1,8 @@
 //! FlashAttention-2 (`vendor/flash-attn`: bf16, heads of 32 and 64) for the GPU's attention,
-//! opted in per pass: `LONGREAD_CUDA_ATTENTION=fa2` for inference ([`FlashAttention2`]),
-//! `LONGREAD_CUDA_TRAIN_ATTENTION=fa2` for training ([`FlashAttentionTrain`], with its backward
-//! kernel and dropout). q, k and v are read in place from the fused q/k/v product (its bias
+//! the default of both passes where the GPU runs it ([`flash2_runs_on`]): inference
+//! ([`FlashAttention2`]; `LONGREAD_CUDA_ATTENTION=materialized|flash` for longread's kernels) and
+//! training ([`FlashAttentionTrain`], with its backward kernel and dropout;
+//! `LONGREAD_CUDA_TRAIN_ATTENTION=fused|separate`). q, k and v are read in place from the fused q/k/v product (its bias
 //! added first), the scores never reach memory, and each chunk's keys end where its padding
 //! starts ([`KeyLengths`]; the kernels' variable-length mode), so a half-empty last chunk costs
 //! half. Each op runs on the CPU too, as f32 loops (`reference`): the reference of the GPU
@@ -12,6 +13,8 @@ mod inference;
 mod launch;
 mod reference;
 mod train;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use candle_core::{DType, Result, Tensor};
 
@@ -89,23 +92,119 @@ impl KeyLengths {
     }
 }
 
-/// Whether bf16 attention of GPU inference runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION=fa2`;
-/// opt-in until measured on a GPU: BENCHMARKS.md "GPU").
+/// Set when [`FlashAttention2`] or [`FlashAttentionTrain`] runs (for benchmark rows).
+static RAN: AtomicBool = AtomicBool::new(false);
+
+/// Whether FlashAttention-2 ran (inference or training) since the last call; resets.
+pub fn flash2_ran() -> bool {
+    RAN.swap(false, Ordering::Relaxed)
+}
+
+/// Whether bf16 attention of GPU inference runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION`,
+/// `fa2` by default) where the GPU can run it ([`flash2_runs_on`]).
 pub fn flash2_enabled() -> bool {
     super::inference_attention() == "fa2"
 }
 
 /// Whether bf16 attention of GPU training runs [`FlashAttentionTrain`]
-/// (`LONGREAD_CUDA_TRAIN_ATTENTION=fa2`; opt-in until measured on a GPU). Elsewhere (f32, other
-/// head sizes, the CPU) training keeps `AttentionTrain`.
+/// (`LONGREAD_CUDA_TRAIN_ATTENTION`, `fa2` by default) where the GPU can run it
+/// ([`flash2_runs_on`]). Elsewhere (f32, other head sizes, the CPU) training keeps
+/// `AttentionTrain`.
 pub fn train_attention_fa2() -> bool {
     super::train_attention() == "fa2"
+}
+
+/// Whether FlashAttention-2's kernels run on `device`, with their backward pass if `backward`:
+/// the binary holds them as machine code for one compute capability
+/// ([`longread_flash_attn::built_compute_cap`]: the same major version, an equal or higher
+/// minor one), and the backward block shapes need 144 KB of shared memory per block (A100,
+/// H100, H200; not consumer cards). Asked once per GPU. Not a GPU: true (the ops' CPU loops).
+/// Where false, the attention falls back to longread's kernels (a warning where
+/// `LONGREAD_CUDA_ATTENTION` or `LONGREAD_CUDA_TRAIN_ATTENTION` names `fa2`).
+pub fn flash2_runs_on(device: &candle_core::Device, backward: bool) -> bool {
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(cuda) = device {
+        let (forward, with_backward) = support::of(cuda);
+        return if backward { with_backward } else { forward };
+    }
+    let _ = (device, backward);
+    true
+}
+
+/// `(forward, backward)` for a GPU of compute capability `capability` and `shared` bytes of
+/// opt-in shared memory per block, with kernels built for `built`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn judge(capability: Option<(i32, i32)>, shared: Option<i32>, built: (u32, u32)) -> (bool, bool) {
+    let forward = capability.is_some_and(|(major, minor)| {
+        u32::try_from(major) == Ok(built.0) && u32::try_from(minor).is_ok_and(|m| m >= built.1)
+    });
+    let backward = forward && shared.and_then(|s| usize::try_from(s).ok()).is_some_and(|s| s >= BACKWARD_SHARED_MEMORY);
+    (forward, backward)
+}
+
+/// Shared memory per block (bytes) FlashAttention-2's backward block shapes need
+/// (FlashAttention's `run_mha_bwd_hdim32/64` choice; `-2` from the backward entry point below it).
+const BACKWARD_SHARED_MEMORY: usize = 144 * 1024;
+
+#[cfg(feature = "cuda")]
+mod support {
+    use std::sync::Mutex;
+
+    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+
+    /// `(forward, backward)` per GPU ordinal, asked once.
+    static KNOWN: Mutex<Vec<(usize, (bool, bool))>> = Mutex::new(Vec::new());
+
+    /// Whether `device` runs the forward kernels, and the backward ones.
+    pub(super) fn of(device: &candle_core::CudaDevice) -> (bool, bool) {
+        let stream = device.cuda_stream();
+        let context = stream.context();
+        let ordinal = context.ordinal();
+        let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(&(_, support)) = known.iter().find(|(o, _)| *o == ordinal) {
+            return support;
+        }
+        let capability = context.compute_capability().ok();
+        let shared = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).ok();
+        let support = super::judge(capability, shared, longread_flash_attn::built_compute_cap());
+        if !support.0 || !support.1 {
+            let built = longread_flash_attn::built_compute_cap();
+            let note = format!(
+                "FlashAttention-2 (built for compute capability {}.{}) on GPU {ordinal} (capability {capability:?}, \
+                 {shared:?} bytes of shared memory per block): forward {}, backward {}; longread's attention kernels \
+                 run instead",
+                built.0, built.1, support.0, support.1
+            );
+            let asked = ["LONGREAD_CUDA_ATTENTION", "LONGREAD_CUDA_TRAIN_ATTENTION"]
+                .iter()
+                .any(|var| std::env::var(var).is_ok_and(|v| v == "fa2"));
+            if asked {
+                tracing::warn!("{note}");
+            } else {
+                tracing::debug!("{note}");
+            }
+        }
+        known.push((ordinal, support));
+        support
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use candle_core::{Device, D};
+
+    #[test]
+    fn flash_attention_runs_only_where_its_machine_code_and_shared_memory_fit() {
+        let h100 = (Some((9, 0)), Some(227 * 1024));
+        assert_eq!(judge(h100.0, h100.1, (9, 0)), (true, true));
+        assert_eq!(judge(h100.0, h100.1, (8, 0)), (false, false), "sm_80 code does not run on sm_90");
+        assert_eq!(judge(Some((8, 6)), Some(99 * 1024), (8, 0)), (true, false), "a consumer Ampere card");
+        assert_eq!(judge(Some((8, 0)), Some(163 * 1024), (8, 6)), (false, false), "a lower minor version");
+        assert_eq!(judge(Some((10, 0)), Some(227 * 1024), (9, 0)), (false, false), "a newer major version");
+        assert_eq!(judge(None, None, (9, 0)), (false, false), "an unanswered query");
+    }
 
     /// candle's composition of masked attention over the same fused product: the heads split,
     /// `softmax(q·kᵀ · scale + key bias) · v`, the heads merged.

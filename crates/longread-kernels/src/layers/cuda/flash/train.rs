@@ -53,6 +53,7 @@ impl FlashAttentionTrain {
     /// `qkv: [batch · seq, 3 · hidden]` (contiguous), `bias: [3 · hidden]` (f32) →
     /// `[batch · seq, hidden]`
     pub fn forward(self, qkv: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        super::RAN.store(true, std::sync::atomic::Ordering::Relaxed);
         qkv.apply_op2(bias, self)
     }
 }
