@@ -5,7 +5,7 @@ recipe (15%, 80/10/10), AdamW, in one run. Prints training tokens/s and the rati
 
     python3 scripts/bench_pretrain.py [--presets tiny,small] [--steps 30] [--batch-size 8]
                                       [--seq-len 128] [--threads 2] [--docs 200] [--repeats 3]
-                                      [--device cpu|cuda] [--precision f32|bf16] [--corpus FILE]
+                                      [--warmup 1] [--device cpu|cuda] [--precision f32|bf16] [--corpus FILE]
                                       [--binary PATH] [--json-out FILE]
 
 Corpus: the first --docs texts of --corpus (JSON lines with "text"; default
@@ -17,7 +17,8 @@ bf16` (TF32 allowed for f32), the fused CUDA AdamW, and the GPU waited for befor
 `tokens_per_second` over the steps (held-out evaluation excluded); PyTorch's the same loop's.
 The PyTorch side is what a practitioner would write: SDPA attention and the fused CPU AdamW
 (`fused=True`, falling back to `foreach`). Each side runs --repeats times, alternating, each run
---steps steps after one warm-up step; the best and the median run are printed, with the CPU.
+--steps steps after --warmup untimed steps (on a GPU give both sides a few: PyTorch's first run
+there once took 7x its second with one); the best and the median run are printed, with the CPU.
 Needs: a release build, torch, transformers, tokenizers.
 """
 import argparse
@@ -74,10 +75,10 @@ def torch_tokens_per_second(encoder_dir, texts, args):
         if args.device == "cuda":
             torch.cuda.synchronize()
 
-    for step in range(args.steps + 1):
-        if step == 1:
+    for step in range(args.steps + args.warmup):
+        if step == args.warmup:
             wait()
-            start, tokens = time.perf_counter(), 0  # the first step warms up
+            start, tokens = time.perf_counter(), 0  # the first steps warm up
         batch = [seqs[(step * args.batch_size + k) % len(seqs)] for k in range(args.batch_size)]
         width = max(len(s) for s in batch)
         x = torch.tensor([s + [pad] * (width - len(s)) for s in batch])
@@ -106,12 +107,12 @@ def torch_tokens_per_second(encoder_dir, texts, args):
 def longread_tokens_per_second(corpus, tok_dir, preset, out, args):
     run = subprocess.run([args.binary, "--threads", str(args.threads), "--device", args.device, "pretrain", "--corpus", corpus,
                           "--tokenizer", tok_dir, "--preset", preset, "--out", out,
-                          "--max-steps", str(args.steps + 1), "--eval-every", "1000000",
+                          "--max-steps", str(args.steps + args.warmup), "--eval-every", "1000000",
                           "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
                           "--held-out", "0.01", "--log-format", "json", "--precision", args.precision],
                          check=True, capture_output=True, text=True)
     events = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
-    steps = [e for e in events if e["event"] == "step"][1:]  # the first step warms up
+    steps = [e for e in events if e["event"] == "step"][args.warmup:]  # the first steps warm up
     # harmonic mean of per-step rates = tokens/s over the steps at a fixed batch
     return len(steps) / sum(e["tokens_per_second"] ** -1 for e in steps)
 
@@ -125,6 +126,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--docs", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps before each run's timed ones (default 1)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides train (default cpu)")
     ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
                     help="f32, or bf16 (cuda only: longread --precision bf16, PyTorch bf16 autocast); default f32")
@@ -138,7 +140,7 @@ def main():
     import torch
     where = f"GPU: {torch.cuda.get_device_name(0)}" if args.device == "cuda" else f"CPU: {cpu_description()}"
     print(f"{where}; threads {args.threads}; {args.precision}; torch {torch.__version__}; "
-          f"{args.repeats} runs of {args.steps} steps after a warm-up step", flush=True)
+          f"{args.repeats} runs of {args.steps} steps after {args.warmup} warm-up step(s)", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "corpus.jsonl")
@@ -160,7 +162,7 @@ def main():
                 ours.append(longread_tokens_per_second(corpus, tok_dir, preset, os.path.join(tmp, f"run-{preset}-{r}"),
                                                        args))
                 theirs.append(torch_tokens_per_second(encoder, texts, args))
-            row = {"preset": preset, "device": args.device, "precision": args.precision, "batch": args.batch_size, "seq_len": args.seq_len, "steps": args.steps,
+            row = {"preset": preset, "device": args.device, "precision": args.precision, "batch": args.batch_size, "seq_len": args.seq_len, "steps": args.steps, "warmup": args.warmup,
                    "longread_tokens_per_s": ours, "pytorch_tokens_per_s": theirs,
                    "longread_median": statistics.median(ours), "pytorch_median": statistics.median(theirs),
                    "longread_best": max(ours), "pytorch_best": max(theirs)}
