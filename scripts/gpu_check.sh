@@ -7,12 +7,14 @@
 #   scripts/build_cuda.sh --tests && scripts/gpu_pack.sh     # fills gpu-run/ (git-ignored)
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
-# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict embed train train-profile pretrain unfreeze han serve";
+# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict kernels embed train train-profile pretrain unfreeze han serve";
 # all of them take more than one command's 10 minutes: split them over two calls, or set
 # GPU_CHECK_DEADLINE=SECONDS to skip the parts that would start after it):
 #   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
+#   kernels  one bf16 layer's blocks alone (products, casts, bias passes, attention, residual
+#            LayerNorm), longread vs PyTorch at 128 x 512 tokens (bench/results-gpu-<card>-kernels.json)
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json)
 #   train-profile  one training step in parts and op by op (candle's op_profile), beside PyTorch's
@@ -37,7 +39,7 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
-parts=" ${GPU_CHECK_PARTS:-tests train-tests predict embed train train-profile pretrain unfreeze han serve} "
+parts=" ${GPU_CHECK_PARTS:-tests train-tests predict kernels embed train train-profile pretrain unfreeze han serve} "
 # Whether part $1 runs; says so with the seconds since the start (to size the parts per call).
 # With GPU_CHECK_DEADLINE=S, a part not yet started is skipped once S seconds have passed (a
 # started part always finishes, its results included), so that one call of a limited length
@@ -164,6 +166,31 @@ LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/r
 echo "== PyTorch"
 ${PYTHON:-python3} scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500 | tee "$work/torch.jsonl"
 
+fi
+if part kernels; then
+echo "== one bf16 layer's blocks alone: longread vs PyTorch (roberta-base shape, 128 x 512 tokens)"
+mkdir -p bench
+"$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 --repeat 10 --json \
+  | tee "$work/kernels.jsonl" || echo "kernels bench failed" >&2
+${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 \
+  | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench failed" >&2
+${PYTHON:-python3} - "$work/kernels.jsonl" "bench/results-gpu-$slug-kernels.json" <<'PY' || true
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ours = {r["kernel"]: r for r in rows if r["side"] == "longread"}
+theirs = {r["kernel"]: r for r in rows if r["side"] == "pytorch"}
+table = []
+for name in list(ours) + [k for k in theirs if k not in ours]:
+    a, b = ours.get(name), theirs.get(name)
+    entry = {"kernel": name, "longread_ms": a and round(a["seconds"] * 1e3, 4), "pytorch_ms": b and round(b["seconds"] * 1e3, 4)}
+    if a and b:
+        entry["longread_time_over_pytorch"] = round(a["seconds"] / b["seconds"], 3)
+    table.append(entry)
+    rate = lambda r: "" if not r else (f'{r["tflops"]:.0f} TFLOP/s' if "tflops" in r else f'{r.get("gbps", 0):.0f} GB/s')
+    print(f'{name:<52} longread {entry["longread_ms"]!s:>9} ms {rate(a):>12}   pytorch {entry["pytorch_ms"]!s:>9} ms {rate(b):>12}')
+json.dump({"workload": "one roberta-base-shaped layer's bf16 inference blocks, 128 x 512 tokens", "table": table, "rows": rows},
+          open(sys.argv[2], "w"), indent=1)
+PY
 fi
 # Read by the predict summary whether or not the embed part runs.
 : > "$work/embed.jsonl"

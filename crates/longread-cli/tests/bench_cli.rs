@@ -49,6 +49,14 @@ fn bad_bench_settings_are_refused() {
         &longread(&["bench", "--workload", "han-step", "--shape", "100000x100"]),
         "documents × sentences at most",
     );
+    assert_clean_failure(
+        &longread(&["--device", "cpu", "bench", "--workload", "kernels", "--shape", "2x512"]),
+        "give --device cuda",
+    );
+    assert_clean_failure(
+        &longread(&["--device", "cpu", "bench", "--workload", "kernels", "--preset", "huge"]),
+        "unknown preset",
+    );
 }
 
 /// `bench --workload predict` classifies synthetic documents of full chunks with a model

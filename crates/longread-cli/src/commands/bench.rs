@@ -11,8 +11,8 @@ use longread_classifier::Classifier;
 use longread_model::DeviceChoice;
 use longread_model::Precision;
 use longread_train::bench::{
-    peak_rss_bytes, run_han_step, run_predict, run_train_step, run_workload, EncoderSource, StepProfile,
-    TrainStepSettings, Workload, HAN_SENTENCE_WORDS,
+    peak_rss_bytes, run_han_step, run_kernels, run_predict, run_train_step, run_workload, EncoderSource, KernelShape,
+    StepProfile, TrainStepSettings, Workload, HAN_SENTENCE_WORDS,
 };
 
 use crate::commands::predict::EncodingArgs;
@@ -80,6 +80,12 @@ enum WorkloadArg {
     /// --max-batch-tokens as for `train`, --no-recompute. Reports documents/s and, on a GPU,
     /// the peak GPU memory of the timed steps.
     Train,
+    /// The building blocks of one bf16 layer of --preset's shape in GPU inference (the four
+    /// products, the f32-to-bf16 cast, the bias and bias + GELU passes, FlashAttention-2, the
+    /// residual LayerNorm), each timed alone on random data at --shape SEQUENCESxTOKENS (e.g.
+    /// 128x512), with the TFLOP/s or GB/s it reaches; GPU only (--device cuda).
+    /// scripts/gpu_bench_kernels_torch.py times PyTorch's counterparts.
+    Kernels,
 }
 
 /// Runs `longread bench`.
@@ -90,6 +96,9 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
     }
     if args.workload == WorkloadArg::Train {
         return run_train_bench(&args, batch, tokens, device);
+    }
+    if args.workload == WorkloadArg::Kernels {
+        return run_kernels_bench(&args, batch, tokens, device);
     }
     let (source, name) = match &args.model {
         Some(dir) => (EncoderSource::Dir(dir.clone()), dir.display().to_string()),
@@ -111,7 +120,7 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
             run_han_step(batch, tokens, args.repeat, &run_on).context("benchmarking the HAN step")?,
             format!("HAN ({HAN_SENTENCE_WORDS} words per sentence)"),
         ),
-        WorkloadArg::Predict | WorkloadArg::Train => unreachable!("handled above"),
+        WorkloadArg::Predict | WorkloadArg::Train | WorkloadArg::Kernels => unreachable!("handled above"),
     };
     let peak = peak_rss_bytes();
     let what = args.workload.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
@@ -133,6 +142,31 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
             result.runs.len(),
             peak.map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / (1 << 20) as f64))
         );
+    }
+    Ok(())
+}
+
+/// `bench --workload kernels`: one layer's GPU blocks, one JSON object each or a table.
+fn run_kernels_bench(args: &BenchArgs, sequences: usize, seq: usize, device: DeviceChoice) -> Result<()> {
+    let shape = KernelShape::of_preset(&args.preset, sequences, seq)?;
+    let device = device.resolve_named()?;
+    let rows = run_kernels(&device, shape, args.repeat).context("benchmarking the GPU kernels")?;
+    let name = longread_model::device::describe(&device);
+    for row in &rows {
+        if args.json {
+            let mut line = serde_json::to_value(row)?;
+            line["side"] = "longread".into();
+            line["device"] = name.clone().into();
+            line["preset"] = args.preset.clone().into();
+            println!("{line}");
+        } else {
+            let rate = match (row.tflops, row.gbps) {
+                (Some(t), _) => format!("{t:.0} TFLOP/s"),
+                (None, Some(g)) => format!("{g:.0} GB/s"),
+                (None, None) => String::new(),
+            };
+            println!("{:<44} {:<36} {:>9.3} ms  {rate}", row.kernel, row.shape, row.seconds * 1e3);
+        }
     }
     Ok(())
 }

@@ -1,13 +1,15 @@
 //! Timed workloads for `longread bench`: an encoder's forward pass, a training step and an
 //! AdamW step, on deterministic inputs, a classifier's predict ([`predict`]) and whole
-//! training step ([`train_step`]), and the HAN's training step ([`han_step`]), for
-//! comparison with PyTorch on the same workload.
+//! training step ([`train_step`]), the HAN's training step ([`han_step`]) and one encoder
+//! layer's GPU kernels alone ([`kernels`]), for comparison with PyTorch on the same workload.
 
 mod han_step;
+mod kernels;
 mod predict;
 mod train_step;
 
 pub use han_step::{run_han_step, HAN_SENTENCE_WORDS};
+pub use kernels::{run_kernels, KernelRow, KernelShape};
 pub use predict::{run_predict, synthetic_documents};
 pub use train_step::{run_train_step, OpRow, StepProfile, StepTime, TrainStepResult, TrainStepSettings};
 
