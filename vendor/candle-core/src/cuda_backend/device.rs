@@ -2,7 +2,7 @@ use crate::backend::{BackendDevice, BackendStorage};
 use crate::{CpuStorage, CpuStorageRef, DType, Layout, Result, Shape};
 pub use candle_kernels as kernels;
 pub use cudarc;
-use cudarc::driver::CudaFunction;
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr};
 use float8::F8E4M3;
 use half::{bf16, f16};
 use std::any::{Any, TypeId};
@@ -63,8 +63,40 @@ pub struct CudaDevice {
     custom_modules: Arc<std::sync::RwLock<HashMap<String, Arc<cudarc::driver::CudaModule>>>>,
     stream: Arc<cudarc::driver::CudaStream>,
     pub(crate) blas: Arc<cudarc::cublas::CudaBlas>,
+    /// longread: the workspace given to `blas` (see `blas_workspace`), kept as long as the handle.
+    #[allow(dead_code)]
+    blas_workspace: Option<Arc<CudaSlice<u8>>>,
     curand: Arc<Mutex<CudaRng>>,
     seed_value: Arc<RwLock<u64>>,
+}
+
+/// longread: cuBLAS's recommended user workspace for the handle (32 MiB on Hopper and newer,
+/// 4 MiB before; cuBLAS's `cublasSetWorkspace` notes; PyTorch gives its handles the same), instead
+/// of the default pool the handle makes itself. `LONGREAD_CUBLAS_WORKSPACE=default` keeps that
+/// pool (to compare the two); so does any failure here (the handle works either way).
+fn blas_workspace(
+    context: &cudarc::driver::CudaContext,
+    stream: &Arc<cudarc::driver::CudaStream>,
+    blas: &cudarc::cublas::CudaBlas,
+) -> Result<Option<Arc<CudaSlice<u8>>>> {
+    if std::env::var("LONGREAD_CUBLAS_WORKSPACE").is_ok_and(|v| v == "default") {
+        return Ok(None);
+    }
+    let major = context
+        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .w()?;
+    let size = if major >= 9 { 32 << 20 } else { 4 << 20 };
+    // SAFETY: cuBLAS only uses the buffer as scratch space.
+    let buffer = unsafe { stream.alloc::<u8>(size) }.w()?;
+    {
+        let (ptr, _guard) = buffer.device_ptr(stream);
+        // SAFETY: `buffer` holds `size` bytes on the handle's stream and outlives the handle
+        // (both live in the same `CudaDevice`).
+        unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, size) }
+            .result()
+            .w()?;
+    }
+    Ok(Some(Arc::new(buffer)))
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -373,6 +405,7 @@ impl CudaDevice {
         stream: Arc<cudarc::driver::CudaStream>,
     ) -> Result<Self> {
         let blas = cudarc::cublas::CudaBlas::new(stream.clone()).w()?;
+        let blas_workspace = blas_workspace(&context, &stream, &blas).ok().flatten();
         let curand = cudarc::curand::CudaRng::new(299792458, stream.clone()).w()?;
         let module_store = ModuleStore {
             mdls: [const { None }; kernels::ALL_IDS.len()],
@@ -382,6 +415,7 @@ impl CudaDevice {
             context,
             stream,
             blas: Arc::new(blas),
+            blas_workspace,
             curand: Arc::new(Mutex::new(CudaRng(curand))),
             modules: Arc::new(std::sync::RwLock::new(module_store)),
             custom_modules: Arc::new(std::sync::RwLock::new(HashMap::new())),
