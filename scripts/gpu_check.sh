@@ -98,12 +98,20 @@ set +e
 LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 "$work/cuda-tests" --test-threads=1 --nocapture flash_attention_2 2>&1 \
   | tee "$work/tests.log"
 tests_status=${PIPESTATUS[0]}
+LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 "$work/cuda-tests" --test-threads=1 --nocapture cublaslt 2>&1 \
+  | tee -a "$work/tests.log"
+[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
   LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
-  "$work/cuda-tests" --test-threads=1 --nocapture --skip flash_attention_2 2>&1 | tee -a "$work/tests.log"
+  "$work/cuda-tests" --test-threads=1 --nocapture --skip flash_attention_2 --skip cublaslt 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 echo "== GPU tests again with the flash attention kernel (LONGREAD_CUDA_ATTENTION=flash)"
 LONGREAD_CUDA_ATTENTION=flash LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
+  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
+  "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
+[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+echo "== GPU tests again with cuBLASLt's products (LONGREAD_CUDA_GEMM=cublaslt)"
+LONGREAD_CUDA_GEMM=cublaslt LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
   LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
   "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
@@ -151,6 +159,17 @@ for tokens in 65536 256000; do
     | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**json.loads(l), "attention": "materialized"})) for l in sys.stdin if l.startswith("{")]' \
     | tee -a "$work/materialized.jsonl"
 done
+# cuBLASLt's products with the q/k/v bias in the epilogue (LONGREAD_CUDA_GEMM=cublaslt, opt-in
+# until these rows say), and cuBLAS's own default workspace instead of the 32 MiB one
+# (LONGREAD_CUBLAS_WORKSPACE=default): comparison rows, marked "variant".
+for variant in LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUBLAS_WORKSPACE=default; do
+  for tokens in 65536 256000; do
+    env "$variant" "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
+      --shape 64x20 --repeat 3 --precision bf16 --max-batch-tokens "$tokens" --json \
+      | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**json.loads(l), "variant": sys.argv[1]})) for l in sys.stdin if l.startswith("{")]' "$variant" \
+      | tee -a "$work/materialized.jsonl"
+  done
+done
 LONGREAD_CUDA_ATTENTION=materialized LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict \
   --model "$work/rb-model" --shape 8x20 --repeat 1 --precision bf16 --json | tee "$work/materialized-profile.jsonl"
 # Diagnostics: bf16 with the flash attention kernel instead of materialised scores; one document of 1,280 chunks (one head call instead of 64: the head's share),
@@ -172,6 +191,10 @@ echo "== one bf16 layer's blocks alone: longread vs PyTorch (roberta-base shape,
 mkdir -p bench
 "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 --repeat 10 --json \
   | tee "$work/kernels.jsonl" || echo "kernels bench failed" >&2
+# candle's products again with cuBLAS's own default workspace (LONGREAD_CUBLAS_WORKSPACE=default).
+LONGREAD_CUBLAS_WORKSPACE=default "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
+  --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " [cuBLAS default workspace]"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("product") and "cuBLASLt" not in r["kernel"]]' \
+  | tee -a "$work/kernels.jsonl" || echo "kernels bench (default workspace) failed" >&2
 ${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 \
   | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench failed" >&2
 ${PYTHON:-python3} - "$work/kernels.jsonl" "bench/results-gpu-$slug-kernels.json" <<'PY' || true
@@ -213,7 +236,7 @@ def embed_rate(side, dtype):
 diagnostics = [json.loads(l) for l in open(sys.argv[6]) if l.strip()]
 torch = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 def best(rows, key, value):
-    rows = [r for r in rows if r[key] == value]
+    rows = [r for r in rows if r.get(key) == value]
     return max(rows, key=lambda r: r["docs_per_s"]) if rows else None
 ours_bf16, torch_bf16 = best(ours, "precision", "bf16"), best(torch, "dtype", "bf16")
 ours_f32, torch_f32 = best(ours, "precision", "f32"), best(torch, "dtype", "f32")
@@ -235,8 +258,15 @@ result = {
     "bf16_share_of_gemm_limit": round(ours_bf16["docs_per_s"] / limit, 3) if limit else None,
     # The same with materialised scores (LONGREAD_CUDA_ATTENTION=materialized), its best batch size.
     "predict_bf16_materialized_ratio":
-        round(best(materialized, "precision", "bf16")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
-        if best(materialized, "precision", "bf16") else None,
+        round(best([r for r in materialized if "variant" not in r], "precision", "bf16")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
+        if best([r for r in materialized if "variant" not in r], "precision", "bf16") else None,
+    # The same with cuBLASLt's products, and with cuBLAS's default workspace.
+    "predict_bf16_cublaslt_ratio":
+        round(best(materialized, "variant", "LONGREAD_CUDA_GEMM=cublaslt")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
+        if best(materialized, "variant", "LONGREAD_CUDA_GEMM=cublaslt") else None,
+    "predict_bf16_default_workspace_ratio":
+        round(best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
+        if best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default") else None,
     "longread_materialized": materialized,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
     "embed_bf16_ratio": round(embed_rate("longread", "bf16") / embed_rate("sentence-transformers", "bf16"), 3)

@@ -292,6 +292,38 @@ fn flash_attention_2_equals_its_cpu_reference() {
     }
 }
 
+/// cuBLASLt's products (`LONGREAD_CUDA_GEMM=cublaslt`) equal the f32 product of the same
+/// bf16 operands to bf16's rounding, with and without the bias in the epilogue, at uneven and
+/// at roberta-base's sizes, from a row-offset input (runs whatever the environment's choice).
+#[test]
+fn cublaslt_products_equal_the_f32_product() {
+    if !gpu("cublaslt_products_equal_the_f32_product") {
+        return;
+    }
+    use candle_core::{DType, Device, Tensor};
+    use longread_model::layers::cuda::lt_linear;
+    let cuda = Device::new_cuda(0).unwrap();
+    for (rows, k, n) in [(37, 64, 96), (4096, 768, 2304), (1000, 3072, 768)] {
+        let random =
+            |r: usize, c: usize| Tensor::randn(0f32, 1.0, (r, c), &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let x = random(rows + 1, k).narrow(0, 1, rows).unwrap();
+        let (w, bias) = (random(n, k), random(1, n).squeeze(0).unwrap());
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let product = f32(&x).matmul(&f32(&w).t().unwrap()).unwrap();
+        let with_bias = product.broadcast_add(&f32(&bias)).unwrap();
+        let on_gpu = |t: &Tensor| t.to_device(&cuda).unwrap();
+        for (reference, bias) in [(&product, None), (&with_bias, Some(&bias))] {
+            let ours = lt_linear(&on_gpu(&x), &on_gpu(&w), bias.map(on_gpu).as_ref()).unwrap();
+            assert_eq!(ours.dims(), [rows, n]);
+            let ours = f32(&ours.to_device(&Device::Cpu).unwrap());
+            let max = |t: &Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            let diff = max(&(ours - reference).unwrap()) / max(reference);
+            println!("cuBLASLt [{rows}, {k}] x [{n}, {k}]T, bias {}: {diff:.2e} of the scale", bias.is_some());
+            assert!(diff <= 1e-2, "[{rows}, {k}] x [{n}, {k}]T: {diff} of the scale");
+        }
+    }
+}
+
 /// Asking for a GPU that is not there names the problem (runs everywhere).
 #[test]
 fn a_gpu_that_is_not_there_is_a_clear_error() {

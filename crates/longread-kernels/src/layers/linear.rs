@@ -59,14 +59,18 @@ impl Linear {
         self.dense.weight().dtype()
     }
 
-    /// `x·Wᵀ` on a GPU as one two-dimensional product (one cuBLAS call over every row), in
-    /// the weight's dtype: an f32 input (the residual stream) is cast to a bf16 weight's.
+    /// `x·Wᵀ` on a GPU as one two-dimensional product (one cuBLAS call over every row; bf16
+    /// through cuBLASLt with `LONGREAD_CUDA_GEMM=cublaslt`), in the weight's dtype: an f32
+    /// input (the residual stream) is cast to a bf16 weight's.
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn product_rows(&self, xs: &Tensor) -> Result<Tensor> {
         let w = self.dense.weight();
         let xs = &xs.to_dtype(w.dtype())?;
+        if w.dtype() == DType::BF16 && cuda::gemm_cublaslt() {
+            return cuda::lt_linear(xs, w, None);
+        }
         let mut dims = xs.dims().to_vec();
         let k = dims.pop().unwrap_or(1);
         let rows = xs.elem_count() / k.max(1);

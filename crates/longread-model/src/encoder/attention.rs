@@ -185,11 +185,21 @@ impl SelfAttention {
     ) -> Result<Tensor> {
         let (b, s, h) = xs.dims3()?;
         let device = xs.device();
+        // With cuBLASLt (LONGREAD_CUDA_GEMM=cublaslt) the bias comes with the product where
+        // FlashAttention-2 reads it.
+        let lt = cuda::gemm_cublaslt() && weight.dtype() == DType::BF16;
+        let bias_in_product = lt && lengths.is_some();
         let product = timed("qkv projection (fused)", device, || {
-            xs.to_dtype(weight.dtype())?.reshape((b * s, h))?.matmul(&weight.t()?)
+            let x = xs.to_dtype(weight.dtype())?.reshape((b * s, h))?;
+            match (lt, bias_in_product) {
+                (true, true) => cuda::lt_linear(&x, weight, Some(bias)),
+                (true, false) => cuda::lt_linear(&x, weight, None),
+                _ => x.matmul(&weight.t()?),
+            }
         })?;
         let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?;
         let heads = (b, s, self.num_heads);
+        let bias = (!bias_in_product).then_some(bias);
         let context = cuda::fused_attention(&product, bias, &key_bias, lengths, heads, self.scale() as f32)?;
         timed("attention output + residual LayerNorm", device, || self.output.forward(&context, xs, mode))
     }

@@ -1,6 +1,6 @@
 //! `longread bench --workload kernels`: the building blocks of one bf16 encoder layer in GPU
 //! inference, each timed alone on random data at one batch's size — the products (candle's
-//! cuBLAS calls), the casts and in-place passes, FlashAttention-2 and the residual LayerNorm —
+//! cuBLAS calls, and cuBLASLt's without and with the bias in the epilogue), the casts and in-place passes, FlashAttention-2 and the residual LayerNorm —
 //! with the rate each reaches (TFLOP/s for products and attention, GB/s for memory-bound
 //! passes). `scripts/gpu_bench_kernels_torch.py` times PyTorch's counterparts with the same names
 //! and shapes, so that one table says which block is slower than PyTorch's and by how much.
@@ -115,7 +115,15 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
         let weight = random(n, k, DType::BF16)?;
         let seconds = time(&mut || input.matmul(&weight.t()?).map(drop))?;
         let flops = 2.0 * t * k as f64 * n as f64;
-        push(kernel, format!("[{tokens}, {k}] x [{n}, {k}]T"), seconds, Some(flops), None);
+        let operands = format!("[{tokens}, {k}] x [{n}, {k}]T");
+        push(kernel, operands.clone(), seconds, Some(flops), None);
+        // The same through cuBLASLt (LONGREAD_CUDA_GEMM=cublaslt), without and with the bias in
+        // its epilogue (PyTorch's F.linear under autocast).
+        let seconds = time(&mut || cuda::lt_linear(&input, &weight, None).map(drop))?;
+        push(lt_names(kernel).0, operands.clone(), seconds, Some(flops), None);
+        let bias = random(1, n, DType::BF16)?.squeeze(0)?;
+        let seconds = time(&mut || cuda::lt_linear(&input, &weight, Some(&bias)).map(drop))?;
+        push(lt_names(kernel).1, operands, seconds, Some(flops), None);
     }
 
     let qkv = random(tokens, 3 * hidden, DType::BF16)?;
@@ -148,4 +156,18 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
         Some(t * hidden as f64 * 10.0),
     );
     Ok(rows)
+}
+
+/// The names of a product's cuBLASLt rows: without a bias, and with it in the epilogue.
+fn lt_names(product: &str) -> (&'static str, &'static str) {
+    match product {
+        "product q/k/v" => ("product q/k/v (cuBLASLt)", "linear q/k/v with bias (cuBLASLt epilogue)"),
+        "product attention out" => {
+            ("product attention out (cuBLASLt)", "linear attention out with bias (cuBLASLt epilogue)")
+        }
+        "product feed-forward in" => {
+            ("product feed-forward in (cuBLASLt)", "linear feed-forward in with bias (cuBLASLt epilogue)")
+        }
+        _ => ("product feed-forward out (cuBLASLt)", "linear feed-forward out with bias (cuBLASLt epilogue)"),
+    }
 }

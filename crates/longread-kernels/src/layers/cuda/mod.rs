@@ -20,6 +20,7 @@
 //! error fails the build.
 
 mod attention_train;
+mod cublaslt;
 mod embedding_train;
 mod flash;
 mod gelu_dense_train;
@@ -31,6 +32,7 @@ mod route_kernels;
 mod training;
 
 pub use attention_train::AttentionTrain;
+pub use cublaslt::{gemm_cublaslt, lt_linear, LtProduct};
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{
     flash2_enabled, flash2_ran, flash2_runs_on, train_attention_fa2, FlashAttention2, FlashAttentionTrain, KeyLengths,
@@ -458,11 +460,11 @@ fn env_choice(
 /// no closer to f32; BENCHMARKS.md "GPU".)
 ///
 /// # Shapes
-/// `qkv: [batch · seq, 3 · hidden]` (no bias yet), `bias: [3 · hidden]`, `key_bias: [batch, seq]`
-/// (f32) → `[batch, seq, hidden]`
+/// `qkv: [batch · seq, 3 · hidden]`, `bias: [3 · hidden]` (`None`: already in `qkv`, which
+/// FlashAttention-2 alone takes), `key_bias: [batch, seq]` (f32) → `[batch, seq, hidden]`
 pub fn fused_attention(
     qkv: &Tensor,
-    bias: &Tensor,
+    bias: Option<&Tensor>,
     key_bias: &Tensor,
     lengths: Option<&KeyLengths>,
     (batch, seq, heads): (usize, usize, usize),
@@ -473,12 +475,17 @@ pub fn fused_attention(
     let hidden = qkv.dim(1)? / 3;
     // The encoder makes lengths only where FlashAttention-2 applies (bf16, heads of 32 or 64).
     if let Some(lengths) = lengths {
-        let bias = bias.to_dtype(candle_core::DType::F32)?;
-        timed("attention: bias", device, || qkv.inplace_op2(&bias, &BiasActivation { gelu: false }))?;
+        if let Some(bias) = bias {
+            let bias = bias.to_dtype(candle_core::DType::F32)?;
+            timed("attention: bias", device, || qkv.inplace_op2(&bias, &BiasActivation { gelu: false }))?;
+        }
         let context =
             timed("attention (FlashAttention-2)", device, || FlashAttention2::forward(qkv, lengths, heads, scale))?;
         return context.reshape((batch, seq, hidden));
     }
+    let Some(bias) = bias else {
+        candle_core::bail!("fused_attention: a q/k/v product with its bias is for FlashAttention-2 only")
+    };
     if qkv.dtype() == candle_core::DType::BF16 && matches!(hidden / heads, 32 | 64) && flash_enabled() {
         let op = FlashAttention { heads, scale };
         return timed("attention (flash)", device, || qkv.apply_op3_no_bwd(bias, key_bias, &op));

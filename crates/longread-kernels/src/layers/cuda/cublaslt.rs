@@ -1,0 +1,171 @@
+//! bf16 dense products through cuBLASLt (cudarc's `cublaslt`), with the bias added in the
+//! product's epilogue where one is given — as PyTorch's `F.linear` runs under autocast — instead
+//! of candle's cuBLAS call followed by a pass of its own over the output. Opt-in
+//! (`LONGREAD_CUDA_GEMM=cublaslt`) until a GPU run has measured it against candle's products
+//! (`bench --workload kernels`, BENCHMARKS.md "GPU"); inference only (no backward pass).
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
+
+use super::cuda_only;
+
+/// `x · Wᵀ` (and `+ bias` as the op of three tensors) for a bf16 `x: [rows, k]`, `W: [n, k]`
+/// and `bias: [n]`, all contiguous, into a new bf16 `[rows, n]`.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub struct LtProduct;
+
+impl CustomOp2 for LtProduct {
+    fn name(&self) -> &'static str {
+        "cuda-cublaslt-product"
+    }
+
+    cuda_only!(CustomOp2);
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_l: &Layout,
+        w: &candle_core::CudaStorage,
+        w_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        launch::product((x, x_l), (w, w_l), None)
+    }
+}
+
+impl CustomOp3 for LtProduct {
+    fn name(&self) -> &'static str {
+        "cuda-cublaslt-product-bias"
+    }
+
+    cuda_only!(CustomOp3);
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_l: &Layout,
+        w: &candle_core::CudaStorage,
+        w_l: &Layout,
+        bias: &candle_core::CudaStorage,
+        bias_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        launch::product((x, x_l), (w, w_l), Some((bias, bias_l)))
+    }
+}
+
+/// Whether GPU inference runs its bf16 products through cuBLASLt (`LONGREAD_CUDA_GEMM=cublaslt`)
+/// instead of candle's cuBLAS call.
+pub fn gemm_cublaslt() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    super::env_is(&ON, "LONGREAD_CUDA_GEMM", "cublaslt")
+}
+
+/// `x · Wᵀ (+ bias)` by cuBLASLt, the bias (cast to bf16, as autocast does) in the epilogue.
+///
+/// # Shapes
+/// `xs: [..., k]` (bf16), `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)
+pub fn lt_linear(xs: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let mut dims = xs.dims().to_vec();
+    let k = dims.pop().unwrap_or(1);
+    let rows = xs.elem_count() / k.max(1);
+    let x = xs.reshape((rows, k))?.contiguous()?;
+    let weight = weight.contiguous()?;
+    let out = match bias {
+        Some(bias) => x.apply_op3_no_bwd(&weight, &bias.to_dtype(DType::BF16)?.contiguous()?, &LtProduct)?,
+        None => x.apply_op2_no_bwd(&weight, &LtProduct)?,
+    };
+    dims.push(weight.dim(0)?);
+    out.reshape(dims)
+}
+
+#[cfg(feature = "cuda")]
+mod launch {
+    use std::sync::{Arc, Mutex};
+
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
+    use candle_core::{CudaStorage, DType, Layout, Result, Shape};
+    use half::bf16;
+
+    /// One cuBLASLt handle (with its workspace) per candle stream, made on first use.
+    static HANDLES: Mutex<Vec<(usize, Arc<CudaBlasLT>)>> = Mutex::new(Vec::new());
+
+    fn handle(dev: &candle_core::CudaDevice) -> Result<Arc<CudaBlasLT>> {
+        let stream = dev.cuda_stream();
+        let key = stream.cu_stream() as usize;
+        let mut handles = HANDLES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, h)) = handles.iter().find(|(k, _)| *k == key) {
+            return Ok(h.clone());
+        }
+        let h =
+            Arc::new(CudaBlasLT::new(stream).map_err(|e| candle_core::Error::Msg(format!("cuBLASLt handle: {e:?}")))?);
+        handles.push((key, h.clone()));
+        Ok(h)
+    }
+
+    /// The element range of a contiguous layout, or an error naming the op.
+    fn range(layout: &Layout, what: &str) -> Result<std::ops::Range<usize>> {
+        match layout.contiguous_offsets() {
+            Some((start, end)) => Ok(start..end),
+            None => candle_core::bail!("cuda-cublaslt-product: {what} must be contiguous"),
+        }
+    }
+
+    pub(super) fn product(
+        (x, x_l): (&CudaStorage, &Layout),
+        (w, w_l): (&CudaStorage, &Layout),
+        bias: Option<(&CudaStorage, &Layout)>,
+    ) -> Result<(CudaStorage, Shape)> {
+        let op = "cuda-cublaslt-product";
+        let (rows, k) = x_l.shape().dims2()?;
+        let (n, wk) = w_l.shape().dims2()?;
+        let bias_ok = bias.is_none_or(|(b, l)| b.dtype() == DType::BF16 && l.shape().dims() == [n]);
+        if wk != k || x.dtype() != DType::BF16 || w.dtype() != DType::BF16 || !bias_ok {
+            candle_core::bail!(
+                "{op}: x {:?} ({:?}), weight {:?} ({:?}) and bias {:?} disagree (bf16 [rows, k], [n, k], [n])",
+                x_l.shape(),
+                x.dtype(),
+                w_l.shape(),
+                w.dtype(),
+                bias.map(|(_, l)| l.shape().clone())
+            );
+        }
+        let dev = x.device.clone();
+        let blas = handle(&dev)?;
+        let x_view = x.as_cuda_slice::<bf16>()?.slice(range(x_l, "x")?);
+        let w_view = w.as_cuda_slice::<bf16>()?.slice(range(w_l, "the weight")?);
+        let bias_view = match bias {
+            Some((b, l)) => Some(b.as_cuda_slice::<bf16>()?.slice(range(l, "the bias")?)),
+            None => None,
+        };
+        // SAFETY: cuBLASLt writes every element of the output below.
+        let mut out = unsafe { dev.alloc::<bf16>(rows * n) }?;
+        // Row-major `out[rows, n] = x[rows, k] · W[n, k]ᵀ` is column-major `outᵀ[n, rows] =
+        // W · xᵀ`: A is the weight read transposed (column-major `[k, n]`), B is x as it lies
+        // (column-major `[k, rows]`), C is `[n, rows]`; the bias runs along C's rows.
+        let cfg = MatmulConfig {
+            transa: true,
+            transb: false,
+            transc: false,
+            m: n as u64,
+            n: rows as u64,
+            k: k as u64,
+            alpha: 1.0,
+            lda: k as i64,
+            ldb: k as i64,
+            beta: 0.0,
+            ldc: n as i64,
+            stride_a: None,
+            stride_b: None,
+            stride_c: None,
+            stride_bias: None,
+            batch_size: None,
+        };
+        // SAFETY: the views hold `n × k`, `rows × k` and `n` elements, `out` `rows × n`, as
+        // `cfg` describes; all are on the handle's stream.
+        unsafe { blas.matmul(cfg, &w_view, &x_view, &mut out, bias_view.as_ref(), None) }
+            .map_err(|e| candle_core::Error::Msg(format!("{op}: {e:?}")))?;
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((rows, n))))
+    }
+}
