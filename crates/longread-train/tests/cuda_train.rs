@@ -396,6 +396,26 @@ fn train_on(encoder: &Path, out: &Path, device: DeviceChoice, extra: &[&str]) ->
     logs.0
 }
 
+/// Asserts that three bf16 epochs follow the three f32 ones within 2% of the training loss,
+/// printing each pair under `label`, with the epochs' peak GPU memory.
+#[cfg(feature = "clap")]
+fn assert_bf16_follows_f32(label: &str, f32s: &[EpochLog], bf16s: &[EpochLog]) {
+    assert_eq!((f32s.len(), bf16s.len()), (3, 3), "{label}: three epochs each");
+    for (a, b) in f32s.iter().zip(bf16s) {
+        let relative = (a.train_loss - b.train_loss).abs() / a.train_loss;
+        println!(
+            "{label}, epoch {}: train loss f32 {:.5}, bf16 {:.5} ({:.2}% apart), peak GPU memory {:?} / {:?} bytes",
+            a.epoch,
+            a.train_loss,
+            b.train_loss,
+            100.0 * relative,
+            a.peak_gpu_bytes,
+            b.peak_gpu_bytes
+        );
+        assert!(relative <= 0.02, "{label}, epoch {}: bf16 loss {} vs f32 {}", a.epoch, b.train_loss, a.train_loss);
+    }
+}
+
 #[cfg(feature = "clap")]
 #[test]
 fn cuda_bf16_training_follows_the_f32_loss_curve() {
@@ -405,22 +425,8 @@ fn cuda_bf16_training_follows_the_f32_loss_curve() {
     let dir = tempfile::tempdir().unwrap();
     let f32s = train(&dir.path().join("f32"), DeviceChoice::Cuda(0), &["--epochs", "3"]);
     let bf16s = train(&dir.path().join("bf16"), DeviceChoice::Cuda(0), &["--epochs", "3", "--precision", "bf16"]);
-    assert_eq!(f32s.len(), 3);
-    assert_eq!(bf16s.len(), 3);
-    for (a, b) in f32s.iter().zip(&bf16s) {
-        let relative = (a.train_loss - b.train_loss).abs() / a.train_loss;
-        println!(
-            "epoch {}: train loss f32 {:.5}, bf16 {:.5} ({:.2}% apart), peak GPU memory {:?} / {:?} bytes",
-            a.epoch,
-            a.train_loss,
-            b.train_loss,
-            100.0 * relative,
-            a.peak_gpu_bytes,
-            b.peak_gpu_bytes
-        );
-        assert!(relative <= 0.02, "epoch {}: bf16 loss {} vs f32 {}", a.epoch, b.train_loss, a.train_loss);
-        assert!(a.peak_gpu_bytes.is_some_and(|b| b > 0), "the epoch log reports peak GPU memory");
-    }
+    assert_bf16_follows_f32("bf16 training", &f32s, &bf16s);
+    assert!(f32s.iter().all(|a| a.peak_gpu_bytes.is_some_and(|b| b > 0)), "the epoch log reports peak GPU memory");
     assert!(f32s[2].train_loss < f32s[0].train_loss, "the loss falls");
 }
 
@@ -439,18 +445,7 @@ fn cuda_bf16_gradual_unfreezing_follows_the_f32_loss_curve() {
     let f32s = train(&dir.path().join("f32"), DeviceChoice::Cuda(0), &schedule);
     let bf16_flags: Vec<&str> = schedule.iter().copied().chain(["--precision", "bf16"]).collect();
     let bf16s = train(&dir.path().join("bf16"), DeviceChoice::Cuda(0), &bf16_flags);
-    assert_eq!((f32s.len(), bf16s.len()), (3, 3));
-    for (a, b) in f32s.iter().zip(&bf16s) {
-        let relative = (a.train_loss - b.train_loss).abs() / a.train_loss;
-        println!(
-            "gradual unfreezing, epoch {}: train loss f32 {:.5}, bf16 {:.5} ({:.2}% apart)",
-            a.epoch,
-            a.train_loss,
-            b.train_loss,
-            100.0 * relative
-        );
-        assert!(relative <= 0.02, "epoch {}: bf16 loss {} vs f32 {}", a.epoch, b.train_loss, a.train_loss);
-    }
+    assert_bf16_follows_f32("gradual unfreezing", &f32s, &bf16s);
 }
 
 /// Training with FlashAttention-2 (the default; skipped where `LONGREAD_CUDA_TRAIN_ATTENTION`
@@ -487,18 +482,7 @@ fn cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve() {
     let f32s = train_on(&encoder, &dir.path().join("f32"), DeviceChoice::Cuda(0), &["--epochs", "3"]);
     let bf16s =
         train_on(&encoder, &dir.path().join("bf16"), DeviceChoice::Cuda(0), &["--epochs", "3", "--precision", "bf16"]);
-    assert_eq!((f32s.len(), bf16s.len()), (3, 3));
-    for (a, b) in f32s.iter().zip(&bf16s) {
-        let relative = (a.train_loss - b.train_loss).abs() / a.train_loss;
-        println!(
-            "FlashAttention-2, epoch {}: train loss f32 {:.5}, bf16 {:.5} ({:.2}% apart)",
-            a.epoch,
-            a.train_loss,
-            b.train_loss,
-            100.0 * relative
-        );
-        assert!(relative <= 0.02, "epoch {}: bf16 loss {} vs f32 {}", a.epoch, b.train_loss, a.train_loss);
-    }
+    assert_bf16_follows_f32("FlashAttention-2", &f32s, &bf16s);
 }
 
 /// Every tensor of a saved model, by name.
