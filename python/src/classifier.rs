@@ -21,7 +21,7 @@ use crate::{InvalidDocumentError, ModelLoadError};
 /// precision: "f32", "int8" (CPU only; faster than f32 with AVX-512 VNNI, about level on
 /// AVX2-only CPUs) or "bf16"; default f32 on the CPU, bf16 on a GPU.
 /// max_batch_tokens: most tokens (chunks x padded length) per encoder batch; default 2048 on
-/// the CPU, 65536 on a GPU.
+/// the CPU, on a GPU what a quarter of its memory holds (65536 to 256000).
 /// device: "auto" (a GPU when built with `cuda` and one is visible, else the CPU), "cpu",
 /// "cuda" or "cuda:N". HAN and bag-of-words models run on the CPU.
 #[pyclass(module = "longread._longread", frozen)]

@@ -46,7 +46,8 @@ pub struct ClassifierOptions {
     pub precision: Option<Precision>,
     /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
     /// share batches, longest first. `None`: the device's default
-    /// ([`device::default_batch_tokens`]: 2,048 on the CPU, 65,536 on a GPU).
+    /// ([`device::default_batch_tokens`]: 2,048 on the CPU; on a GPU 65,536 to 256,000 by its
+    /// memory).
     pub max_batch_tokens: Option<usize>,
     /// Where the encoder runs (HAN and bag-of-words models always run on the CPU).
     pub device: DeviceChoice,

@@ -145,13 +145,30 @@ pub fn reset_peak_memory(device: &Device) {
 }
 
 /// Tokens (chunks × padded length) per encoder batch when the user does not say: 2,048 on the
-/// CPU (its caches), 65,536 on a GPU (128 chunks of 512, enough to keep its matrix units busy).
+/// CPU (its caches); on a GPU as many as a quarter of its memory holds in f32 inference, from
+/// 65,536 (128 chunks of 512) to 256,000 (500 chunks; [`gpu_batch_tokens`]).
 pub fn default_batch_tokens(device: &Device) -> usize {
-    if device.is_cpu() {
-        2048
-    } else {
-        65_536
+    match device {
+        Device::Cpu => 2048,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => gpu_batch_tokens(cuda::total_memory_bytes(device)),
+        _ => gpu_batch_tokens(None),
     }
+}
+
+/// Inference's peak GPU memory per batch token, in the costlier precision: f32, whose attention
+/// keeps the scores (13.6 GiB for 256,000 tokens of roberta-base on an H200; bf16 with
+/// FlashAttention-2 took 5.0 GiB, BENCHMARKS.md "GPU").
+const GPU_BYTES_PER_TOKEN: u64 = 58 * 1024;
+
+/// The GPU batch budget for a card of `total` bytes: what a quarter of it holds at
+/// [`GPU_BYTES_PER_TOKEN`], in whole chunks of 512, between 65,536 tokens (the budget of every
+/// card before; an 8 GB card stays there) and 256,000 (bf16 predict on an H200: 160 documents/s
+/// against 139 at 65,536). `None` (the driver did not say): 65,536.
+pub fn gpu_batch_tokens(total: Option<u64>) -> usize {
+    let Some(total) = total else { return 65_536 };
+    let tokens = usize::try_from(total / 4 / GPU_BYTES_PER_TOKEN).unwrap_or(usize::MAX);
+    (tokens / 512 * 512).clamp(65_536, 256_000)
 }
 
 /// The server's batch budget when the user does not say: 8,192 tokens on the CPU (chunks of
@@ -227,6 +244,12 @@ mod cuda {
         // SAFETY: writes one pool handle for a device of a live context.
         let status = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
         (status == sys::CUresult::CUDA_SUCCESS && !pool.is_null()).then_some(pool)
+    }
+
+    /// The GPU's memory in bytes, as the driver reports it.
+    pub(super) fn total_memory_bytes(device: &Device) -> Option<u64> {
+        let ctx = device.as_cuda_device().ok()?.cuda_stream().context().clone();
+        ctx.total_mem().ok().map(|bytes| bytes as u64)
     }
 
     pub(super) fn peak_memory_bytes(device: &Device) -> Option<u64> {
@@ -316,6 +339,22 @@ mod tests {
             let err = bad.parse::<DeviceChoice>().unwrap_err();
             assert!(err.contains("expected auto, cpu, cuda or cuda:N"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn gpu_batch_budgets_grow_with_the_card_between_two_bounds() {
+        let gib = |g: u64| Some(g << 30);
+        assert_eq!(gpu_batch_tokens(None), 65_536, "an unknown card keeps the old budget");
+        assert_eq!(gpu_batch_tokens(gib(8)), 65_536, "an 8 GB card keeps the old budget");
+        assert_eq!(gpu_batch_tokens(gib(24)), 108_032, "24 GB: a quarter holds 108,032 tokens of f32");
+        assert_eq!(gpu_batch_tokens(gib(80)), 256_000, "an H100: the measured best");
+        assert_eq!(gpu_batch_tokens(gib(141)), 256_000, "an H200");
+        for g in [8, 12, 16, 24, 40, 48, 80] {
+            let tokens = gpu_batch_tokens(gib(g));
+            assert!(tokens.is_multiple_of(512), "{g} GiB: whole chunks");
+            assert!(tokens as u64 * GPU_BYTES_PER_TOKEN <= (g << 30) / 4 || tokens == 65_536, "{g} GiB: {tokens}");
+        }
+        assert_eq!(default_batch_tokens(&Device::Cpu), 2048);
     }
 
     #[test]

@@ -54,8 +54,8 @@ pub struct PredictArgs {
 #[derive(Debug, Clone, Copy, Args)]
 pub struct EncodingArgs {
     /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
-    /// share batches, longest first. Lower it to save memory. Default: 2048 on the CPU, 65536
-    /// on a GPU.
+    /// share batches, longest first. Lower it to save memory. Default: 2048 on the CPU; on a GPU
+    /// what a quarter of its memory holds, 65536 (8 GB cards) to 256000 (40 GB and more).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch_tokens: Option<u64>,
     /// Encoder precision. Default: f32 on the CPU, bf16 on a GPU (bf16 matrix products; softmax,
