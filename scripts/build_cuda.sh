@@ -7,7 +7,7 @@
 #   scripts/build_cuda.sh --python   # the Python package with `cuda` as a wheel in target-cuda/wheels
 #   scripts/build_cuda.sh --check    # `cargo check` of the feature only: workspace, GPU tests, Python package (CI)
 # Env: CUDA_VENV (default .venv-cuda) where the compiler is installed; CUDA_COMPUTE_CAP (default
-# 90: H100/H200).
+# 90: H100/H200; 80 A100, 86/89 RTX 30xx/40xx; at least 80, the kernels use bf16 tensor cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${CUDA_VENV:-.venv-cuda}"
