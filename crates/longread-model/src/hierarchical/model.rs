@@ -22,6 +22,7 @@ use crate::variables;
 
 /// One task's head: pooling over chunks, LayerNorm and classifier, or for the single-chunk
 /// baseline transformers' sequence-classification head.
+#[derive(Clone)]
 enum TaskHead {
     Pooled { pooler: ChunkPooler, head: ClassificationHead },
     Sequence(SequenceHead),
@@ -261,6 +262,32 @@ impl HierarchicalClassifier {
             self.encoder.set_compute_dtype(dtype);
         }
         Ok(())
+    }
+
+    /// For inference passes of a model in bf16 training on a GPU (the dev set, the caches of
+    /// frozen layers): a copy whose encoder keeps its dense weights cast to bf16, so that those
+    /// passes run the GPU's bf16 inference path (FlashAttention-2, the fused q/k/v product) as
+    /// `predict` does, rather than f32 products of the f32 master weights. The copy reads the
+    /// weights as they are now (cast again for each use), trains nothing and cannot be saved.
+    /// `None` elsewhere
+    /// (the CPU, f32, a model loaded for inference): use the model itself.
+    pub fn gpu_inference_copy(&self) -> Result<Option<Self>> {
+        let encoder = &self.encoder;
+        if self.vars.is_none() || !encoder.device().is_cuda() || encoder.compute_dtype() != DType::BF16 {
+            return Ok(None);
+        }
+        let mut copy = Self {
+            encoder: self.encoder.clone(),
+            heads: self.heads.clone(),
+            chunk_dropout: self.chunk_dropout,
+            config: self.config.clone(),
+            tokenizer_path: self.tokenizer_path.clone(),
+            tokenizer_json: Vec::new(),
+            vars: None,
+            wide_files: Vec::new(),
+        };
+        copy.encoder.set_inference_dtype(DType::BF16)?;
+        Ok(Some(copy))
     }
 
     /// The device the model's weights live on.

@@ -13,7 +13,10 @@ use crate::trainer::TaskLog;
 
 /// Every task's dev loss and metrics (inference mode), from the phase's caches where it has them.
 pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
-    let (model, split, device, tokens) = (run.model, run.dev, run.device, run.cfg.max_batch_tokens);
+    let (split, device, tokens) = (run.dev, run.device, run.cfg.max_batch_tokens);
+    // bf16 on a GPU: the encoder's inference path with weights cast once (the heads are the same).
+    let copy = run.model.gpu_inference_copy()?;
+    let model = copy.as_ref().unwrap_or(run.model);
     let docs: Vec<&ChunkedDocument> = split.docs.iter().collect();
     let vectors = match (&phase.vectors, &phase.prefix) {
         (Some((_, dev)), _) => dev.clone(),

@@ -93,9 +93,12 @@ impl Run<'_> {
             on_progress(Progress::Caching { done, total });
         };
         let tokens = self.cfg.max_batch_tokens;
+        // bf16 on a GPU: the caches are filled on the encoder's inference path, weights cast once.
+        let copy = self.model.gpu_inference_copy()?;
+        let model = copy.as_ref().unwrap_or(self.model);
         match frozen {
             Some(k) if k >= self.num_layers => {
-                let (model, device) = (self.model, self.device);
+                let device = self.device;
                 let cache = match &self.cfg.cache.vectors {
                     Some(dir) => Some(VectorCache::open(dir, model, &self.cfg.cache.variant)?),
                     None => None,
@@ -123,12 +126,12 @@ impl Run<'_> {
             Some(k) if k >= 1 => {
                 let c = &self.cfg.cache;
                 let store = match &c.vectors {
-                    Some(dir) => Some(open_store(self.model, dir, k, &c.variant)?),
+                    Some(dir) => Some(open_store(model, dir, k, &c.variant)?),
                     None => None,
                 };
                 let mut build = |docs: &[ChunkedDocument], memory_limit: usize| {
                     let storage = Storage { memory_limit, spill_dir: &c.spill_dir, store: store.as_ref() };
-                    PrefixCache::build(self.model, docs, k, tokens, storage, self.device, &mut tick)
+                    PrefixCache::build(model, docs, k, tokens, storage, self.device, &mut tick)
                 };
                 let train = build(self.train.docs, c.memory_limit)?;
                 let dev = build(self.dev.docs, c.memory_limit.saturating_sub(train.bytes_in_memory()))?;
