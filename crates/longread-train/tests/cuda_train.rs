@@ -441,9 +441,9 @@ fn cuda_bf16_training_follows_the_f32_loss_curve() {
 }
 
 /// Gradual unfreezing in bf16 (head, then the top layer over a cached frozen prefix, then all):
-/// the frozen prefix runs the GPU's inference kernels on a training model's f32 weights, and
-/// its epochs follow the f32 run's within 2%. (A bf16 prefix stream fed to those kernels failed
-/// here, on the H200 of session 31, in scripts/bench_unfreeze.sh.)
+/// the caches are filled on the GPU's inference path, and the epochs follow the f32 run's.
+/// (A bf16 prefix stream fed to those kernels with f32 products failed on the H200 of session
+/// 31, in scripts/bench_unfreeze.sh.)
 #[cfg(feature = "clap")]
 #[test]
 fn cuda_bf16_gradual_unfreezing_follows_the_f32_loss_curve() {
