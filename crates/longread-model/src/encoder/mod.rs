@@ -41,12 +41,31 @@ pub(crate) enum Keys<'a> {
         /// DeBERTa-v2's relative table, gather indexes and pairwise mask (which then replaces
         /// `mask`).
         relative: Option<&'a deberta::RelativeContext>,
-        /// Each sequence's real keys, where GPU inference runs FlashAttention-2
-        /// ([`Encoder::key_lengths`]).
+        /// Each sequence's real keys, where the GPU's inference or training runs
+        /// FlashAttention-2 ([`Encoder::key_lengths`]).
         lengths: Option<&'a KeyLengths>,
     },
     /// Sequences packed end to end, `[tokens, ...]`: the row range of each (inference only).
     Packed(&'a [Range<usize>]),
+}
+
+/// The tensors behind one pass's [`Keys::Masked`] ([`Encoder::pass_keys`]).
+struct PassKeys {
+    mask: Tensor,
+    position: Option<Tensor>,
+    relative: Option<deberta::RelativeContext>,
+    lengths: Option<KeyLengths>,
+}
+
+impl PassKeys {
+    fn keys(&self) -> Keys<'_> {
+        Keys::Masked {
+            mask: &self.mask,
+            position: self.position.as_ref(),
+            relative: self.relative.as_ref(),
+            lengths: self.lengths.as_ref(),
+        }
+    }
 }
 
 /// MPNet's `encoder.relative_attention_bias`: one learnt score per (relative-position bucket,
@@ -201,6 +220,20 @@ impl Encoder {
         let seq = attention_mask.dim(1)?;
         let position = self.relative_bias.as_ref().map(|bias| bias.forward(seq, self.compute_dtype)).transpose()?;
         Ok((mask, position))
+    }
+
+    /// What every layer's attention reads in one pass over padded sequences in `mode`.
+    ///
+    /// # Shapes
+    /// `attention_mask: [batch, seq]`
+    fn pass_keys(&self, attention_mask: &Tensor, mode: Mode) -> CResult<PassKeys> {
+        let (mask, position) = self.attention_biases(attention_mask)?;
+        Ok(PassKeys {
+            mask,
+            position,
+            relative: self.relative_context(attention_mask, mode)?,
+            lengths: self.key_lengths(attention_mask, mode)?,
+        })
     }
 
     /// Each sequence's real keys, for FlashAttention-2 on a GPU that runs it (by default; not
@@ -386,17 +419,9 @@ impl Encoder {
         // kernels add a bf16 product to an f32 residual); the output in the compute dtype, as
         // [`Encoder::forward_from`] takes it in training.
         let mut xs = xs.to_dtype(self.stream_dtype(&xs, Mode::Eval))?.detach();
-        let (mask, position) = self.attention_biases(attention_mask)?;
-        let relative = self.relative_context(attention_mask, Mode::Eval)?;
-        let lengths = self.key_lengths(attention_mask, Mode::Eval)?;
-        let keys = Keys::Masked {
-            mask: &mask,
-            position: position.as_ref(),
-            relative: relative.as_ref(),
-            lengths: lengths.as_ref(),
-        };
+        let pass = self.pass_keys(attention_mask, Mode::Eval)?;
         for layer in self.layers.iter().take(layers) {
-            xs = layer.forward_keys(&xs, keys, Mode::Eval)?.detach();
+            xs = layer.forward_keys(&xs, pass.keys(), Mode::Eval)?.detach();
         }
         Ok(xs.to_dtype(self.compute_dtype)?)
     }
@@ -423,18 +448,10 @@ impl Encoder {
             }
             return Ok(modern.final_norm.forward(&xs, mode)?);
         }
-        let (mask, position) = self.attention_biases(attention_mask)?;
-        let relative = self.relative_context(attention_mask, mode)?;
-        let lengths = self.key_lengths(attention_mask, mode)?;
-        let keys = Keys::Masked {
-            mask: &mask,
-            position: position.as_ref(),
-            relative: relative.as_ref(),
-            lengths: lengths.as_ref(),
-        };
+        let pass = self.pass_keys(attention_mask, mode)?;
         let mut xs = hidden.to_dtype(self.stream_dtype(hidden, mode))?;
         for layer in self.layers.iter().skip(start) {
-            xs = layer.forward_keys(&xs, keys, mode)?;
+            xs = layer.forward_keys(&xs, pass.keys(), mode)?;
         }
         Ok(xs)
     }
