@@ -191,10 +191,10 @@ impl SelfAttention {
         let bias_in_product = lt && lengths.is_some();
         let product = timed("qkv projection (fused)", device, || {
             let x = xs.to_dtype(weight.dtype())?.reshape((b * s, h))?;
-            match (lt, bias_in_product) {
-                (true, true) => cuda::lt_linear(&x, weight, Some(bias)),
-                (true, false) => cuda::lt_linear(&x, weight, None),
-                _ => x.matmul(&weight.t()?),
+            if lt {
+                cuda::lt_linear(&x, weight, bias_in_product.then_some(bias))
+            } else {
+                x.matmul(&weight.t()?)
             }
         })?;
         let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?;

@@ -269,8 +269,7 @@ impl HierarchicalClassifier {
     /// passes run the GPU's bf16 inference path (FlashAttention-2, the fused q/k/v product) as
     /// `predict` does, rather than f32 products of the f32 master weights. The copy reads the
     /// weights as they are now (cast again for each use), trains nothing and cannot be saved.
-    /// `None` elsewhere
-    /// (the CPU, f32, a model loaded for inference): use the model itself.
+    /// `None` elsewhere (the CPU, f32, a model loaded for inference): use the model itself.
     pub fn gpu_inference_copy(&self) -> Result<Option<Self>> {
         let encoder = &self.encoder;
         if self.vars.is_none() || !encoder.device().is_cuda() || encoder.compute_dtype() != DType::BF16 {

@@ -46,7 +46,7 @@ impl KernelShape {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KernelRow {
     /// What ran (the same names as the PyTorch script's).
-    pub kernel: &'static str,
+    pub kernel: String,
     /// The operands, as text.
     pub shape: String,
     /// Median seconds of the timed runs.
@@ -90,7 +90,7 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
         Ok(runs[runs.len() / 2])
     };
     let mut rows = Vec::new();
-    let mut push = |kernel: &'static str, shape: String, seconds: f64, flops: Option<f64>, bytes: Option<f64>| {
+    let mut push = |kernel: String, shape: String, seconds: f64, flops: Option<f64>, bytes: Option<f64>| {
         rows.push(KernelRow {
             kernel,
             shape,
@@ -103,38 +103,46 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
 
     let stream = random(tokens, hidden, DType::F32)?;
     let seconds = time(&mut || stream.to_dtype(DType::BF16).map(drop))?;
-    push("cast f32 to bf16", format!("[{tokens}, {hidden}]"), seconds, None, Some(t * hidden as f64 * 6.0));
+    push("cast f32 to bf16".into(), format!("[{tokens}, {hidden}]"), seconds, None, Some(t * hidden as f64 * 6.0));
 
     let x = stream.to_dtype(DType::BF16)?;
-    let products = [("product q/k/v", hidden, 3 * hidden), ("product attention out", hidden, hidden)];
-    let products = products
-        .into_iter()
-        .chain([("product feed-forward in", hidden, inner), ("product feed-forward out", inner, hidden)]);
-    for (kernel, k, n) in products {
+    let products = [
+        ("q/k/v", hidden, 3 * hidden),
+        ("attention out", hidden, hidden),
+        ("feed-forward in", hidden, inner),
+        ("feed-forward out", inner, hidden),
+    ];
+    for (name, k, n) in products {
         let input = if k == hidden { x.clone() } else { random(tokens, k, DType::BF16)? };
         let weight = random(n, k, DType::BF16)?;
         let seconds = time(&mut || input.matmul(&weight.t()?).map(drop))?;
         let flops = 2.0 * t * k as f64 * n as f64;
         let operands = format!("[{tokens}, {k}] x [{n}, {k}]T");
-        push(kernel, operands.clone(), seconds, Some(flops), None);
+        push(format!("product {name}"), operands.clone(), seconds, Some(flops), None);
         // The same through cuBLASLt (LONGREAD_CUDA_GEMM=cublaslt), without and with the bias in
         // its epilogue (PyTorch's F.linear under autocast).
         let seconds = time(&mut || cuda::lt_linear(&input, &weight, None).map(drop))?;
-        push(lt_names(kernel).0, operands.clone(), seconds, Some(flops), None);
+        push(format!("product {name} (cuBLASLt)"), operands.clone(), seconds, Some(flops), None);
         let bias = random(1, n, DType::BF16)?.squeeze(0)?;
         let seconds = time(&mut || cuda::lt_linear(&input, &weight, Some(&bias)).map(drop))?;
-        push(lt_names(kernel).1, operands, seconds, Some(flops), None);
+        push(format!("linear {name} with bias (cuBLASLt epilogue)"), operands, seconds, Some(flops), None);
     }
 
     let qkv = random(tokens, 3 * hidden, DType::BF16)?;
     let qkv_bias = random(1, 3 * hidden, DType::F32)?.squeeze(0)?;
     let seconds = time(&mut || cuda::bias_activation(qkv.clone(), &qkv_bias, false).map(drop))?;
-    push("bias in place", format!("[{tokens}, {}]", 3 * hidden), seconds, None, Some(t * 3.0 * hidden as f64 * 4.0));
+    push(
+        "bias in place".into(),
+        format!("[{tokens}, {}]", 3 * hidden),
+        seconds,
+        None,
+        Some(t * 3.0 * hidden as f64 * 4.0),
+    );
 
     let inner_act = random(tokens, inner, DType::BF16)?;
     let inner_bias = random(1, inner, DType::F32)?.squeeze(0)?;
     let seconds = time(&mut || cuda::bias_activation(inner_act.clone(), &inner_bias, true).map(drop))?;
-    push("bias + GELU in place", format!("[{tokens}, {inner}]"), seconds, None, Some(t * inner as f64 * 4.0));
+    push("bias + GELU in place".into(), format!("[{tokens}, {inner}]"), seconds, None, Some(t * inner as f64 * 4.0));
 
     let sequences = tokens / seq;
     let mask = Tensor::ones((sequences, seq), DType::U32, device)?;
@@ -143,31 +151,17 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
     let scale = 1.0 / ((hidden / heads) as f32).sqrt();
     let seconds = time(&mut || cuda::FlashAttention2::forward(&qkv, &lengths, heads, scale).map(drop))?;
     let flops = 4.0 * t * seq as f64 * hidden as f64;
-    push("attention", format!("{sequences} x {seq} tokens, {heads} heads"), seconds, Some(flops), None);
+    push("attention".into(), format!("{sequences} x {seq} tokens, {heads} heads"), seconds, Some(flops), None);
 
     let residual = stream.clone();
     let (bias, gamma, beta) = (random(1, hidden, DType::F32)?.squeeze(0)?, stream.get(0)?, stream.get(1)?);
     let seconds = time(&mut || cuda::residual_layer_norm(x.clone(), &residual, &bias, &gamma, &beta, 1e-5).map(drop))?;
     push(
-        "residual + LayerNorm (bf16 + f32 into f32)",
+        "residual + LayerNorm (bf16 + f32 into f32)".into(),
         format!("[{tokens}, {hidden}]"),
         seconds,
         None,
         Some(t * hidden as f64 * 10.0),
     );
     Ok(rows)
-}
-
-/// The names of a product's cuBLASLt rows: without a bias, and with it in the epilogue.
-fn lt_names(product: &str) -> (&'static str, &'static str) {
-    match product {
-        "product q/k/v" => ("product q/k/v (cuBLASLt)", "linear q/k/v with bias (cuBLASLt epilogue)"),
-        "product attention out" => {
-            ("product attention out (cuBLASLt)", "linear attention out with bias (cuBLASLt epilogue)")
-        }
-        "product feed-forward in" => {
-            ("product feed-forward in (cuBLASLt)", "linear feed-forward in with bias (cuBLASLt epilogue)")
-        }
-        _ => ("product feed-forward out (cuBLASLt)", "linear feed-forward out with bias (cuBLASLt epilogue)"),
-    }
 }

@@ -88,6 +88,8 @@ mod launch {
     use candle_core::{CudaStorage, DType, Layout, Result, Shape};
     use half::bf16;
 
+    use crate::layers::cuda::launch::range;
+
     /// One cuBLASLt handle (with its workspace) per candle stream, made on first use.
     static HANDLES: Mutex<Vec<(usize, Arc<CudaBlasLT>)>> = Mutex::new(Vec::new());
 
@@ -102,14 +104,6 @@ mod launch {
             Arc::new(CudaBlasLT::new(stream).map_err(|e| candle_core::Error::Msg(format!("cuBLASLt handle: {e:?}")))?);
         handles.push((key, h.clone()));
         Ok(h)
-    }
-
-    /// The element range of a contiguous layout, or an error naming the op.
-    fn range(layout: &Layout, what: &str) -> Result<std::ops::Range<usize>> {
-        match layout.contiguous_offsets() {
-            Some((start, end)) => Ok(start..end),
-            None => candle_core::bail!("cuda-cublaslt-product: {what} must be contiguous"),
-        }
     }
 
     pub(super) fn product(
@@ -133,10 +127,10 @@ mod launch {
         }
         let dev = x.device.clone();
         let blas = handle(&dev)?;
-        let x_view = x.as_cuda_slice::<bf16>()?.slice(range(x_l, "x")?);
-        let w_view = w.as_cuda_slice::<bf16>()?.slice(range(w_l, "the weight")?);
+        let x_view = x.as_cuda_slice::<bf16>()?.slice(range(x_l, op)?);
+        let w_view = w.as_cuda_slice::<bf16>()?.slice(range(w_l, op)?);
         let bias_view = match bias {
-            Some((b, l)) => Some(b.as_cuda_slice::<bf16>()?.slice(range(l, "the bias")?)),
+            Some((b, l)) => Some(b.as_cuda_slice::<bf16>()?.slice(range(l, op)?)),
             None => None,
         };
         // SAFETY: cuBLASLt writes every element of the output below.

@@ -20,7 +20,7 @@ fn rows_config(rows: usize) -> LaunchConfig {
 }
 
 /// The element range of a contiguous layout, or an error naming the op.
-fn range(layout: &Layout, op: &str) -> Result<std::ops::Range<usize>> {
+pub(super) fn range(layout: &Layout, op: &str) -> Result<std::ops::Range<usize>> {
     match layout.contiguous_offsets() {
         Some((start, end)) => Ok(start..end),
         None => candle_core::bail!("{op}: the tensor must be contiguous"),
