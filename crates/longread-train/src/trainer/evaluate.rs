@@ -13,22 +13,26 @@ use crate::trainer::TaskLog;
 
 /// Every task's dev loss and metrics (inference mode), from the phase's caches where it has them.
 pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
-    let (split, device, tokens) = (run.dev, run.device, run.cfg.max_batch_tokens);
-    // bf16 on a GPU: the encoder's inference path with weights cast once (the heads are the same).
-    let copy = run.model.gpu_inference_copy()?;
-    let model = copy.as_ref().unwrap_or(run.model);
+    let (model, split, device, tokens) = (run.model, run.dev, run.device, run.cfg.max_batch_tokens);
     let docs: Vec<&ChunkedDocument> = split.docs.iter().collect();
     let vectors = match (&phase.vectors, &phase.prefix) {
         (Some((_, dev)), _) => dev.clone(),
-        (None, Some((_, cache))) => {
-            let doc_ids: Vec<usize> = (0..docs.len()).collect();
-            let prefix = Prefix::Cached { cache, doc_ids: &doc_ids };
-            let (refs, batches) = chunk_batches(&docs, tokens);
-            gather_chunk_vectors(&docs, &refs, &batches, |batch| {
-                encode_batch(model, &docs, &refs, batch, prefix, Mode::Eval, device)
-            })?
+        (None, prefix) => {
+            // bf16 on a GPU: the encoder's inference path, weights cast once for this pass.
+            let copy = model.gpu_inference_copy()?;
+            let encoder = copy.as_ref().unwrap_or(model);
+            match prefix {
+                Some((_, cache)) => {
+                    let doc_ids: Vec<usize> = (0..docs.len()).collect();
+                    let prefix = Prefix::Cached { cache, doc_ids: &doc_ids };
+                    let (refs, batches) = chunk_batches(&docs, tokens);
+                    gather_chunk_vectors(&docs, &refs, &batches, |batch| {
+                        encode_batch(encoder, &docs, &refs, batch, prefix, Mode::Eval, device)
+                    })?
+                }
+                None => encoder.encode_documents(&docs, tokens, device, |_| {})?,
+            }
         }
-        (None, None) => model.encode_documents(&docs, tokens, device, |_| {})?,
     };
     let tasks = model.config().tasks();
     tasks

@@ -83,9 +83,10 @@ impl Run<'_> {
         let vars: Vec<Var> = groups.iter().flat_map(|g| g.params.iter().map(|(_, v)| v.clone())).collect();
         let frozen = frozen_layers(freezing, self.num_layers);
         let mut phase = Phase { freezing, vars, frozen, vectors: None, prefix: None };
-        if !self.cfg.cache.enabled {
+        // Caches hold what frozen layers compute: none without one (or with caching off).
+        let Some(k) = frozen.filter(|&k| k >= 1 && self.cfg.cache.enabled) else {
             return Ok(phase);
-        }
+        };
         let total: usize = self.train.docs.iter().chain(self.dev.docs).map(|d| d.chunks.len()).sum();
         let mut done = 0;
         let mut tick = |n: usize| {
@@ -96,48 +97,44 @@ impl Run<'_> {
         // bf16 on a GPU: the caches are filled on the encoder's inference path, weights cast once.
         let copy = self.model.gpu_inference_copy()?;
         let model = copy.as_ref().unwrap_or(self.model);
-        match frozen {
-            Some(k) if k >= self.num_layers => {
-                let device = self.device;
-                let cache = match &self.cfg.cache.vectors {
-                    Some(dir) => Some(VectorCache::open(dir, model, &self.cfg.cache.variant)?),
-                    None => None,
+        if k >= self.num_layers {
+            let device = self.device;
+            let cache = match &self.cfg.cache.vectors {
+                Some(dir) => Some(VectorCache::open(dir, model, &self.cfg.cache.variant)?),
+                None => None,
+            };
+            let mut encode = |docs: &[ChunkedDocument]| -> Result<Vec<Tensor>> {
+                let docs: Vec<&ChunkedDocument> = docs.iter().collect();
+                let Some(cache) = &cache else {
+                    return Ok(model.encode_documents_cached(&docs, tokens, device, None, &mut tick)?);
                 };
-                let mut encode = |docs: &[ChunkedDocument]| -> Result<Vec<Tensor>> {
-                    let docs: Vec<&ChunkedDocument> = docs.iter().collect();
-                    let Some(cache) = &cache else {
-                        return Ok(model.encode_documents_cached(&docs, tokens, device, None, &mut tick)?);
-                    };
-                    // Group by group, so that a stop asked for (Ctrl-C) ends the fill between
-                    // groups; what the cache holds is kept and read back by the next run.
-                    let total: usize = docs.iter().map(|d| d.chunks.len()).sum();
-                    let (mut vectors, mut done) = (Vec::with_capacity(docs.len()), 0);
-                    let sizes: Vec<usize> = docs.iter().map(|d| d.chunks.len()).collect();
-                    for range in chunk_groups(&sizes, CACHE_GROUP_CHUNKS) {
-                        crate::interrupt::check_filling("filling the chunk-vector cache", done, total)?;
-                        done += sizes[range.clone()].iter().sum::<usize>();
-                        let group = &docs[range];
-                        vectors.extend(model.encode_documents_cached(group, tokens, device, Some(cache), &mut tick)?);
-                    }
-                    Ok(vectors)
-                };
-                phase.vectors = Some((encode(self.train.docs)?, encode(self.dev.docs)?));
-            }
-            Some(k) if k >= 1 => {
-                let c = &self.cfg.cache;
-                let store = match &c.vectors {
-                    Some(dir) => Some(open_store(model, dir, k, &c.variant)?),
-                    None => None,
-                };
-                let mut build = |docs: &[ChunkedDocument], memory_limit: usize| {
-                    let storage = Storage { memory_limit, spill_dir: &c.spill_dir, store: store.as_ref() };
-                    PrefixCache::build(model, docs, k, tokens, storage, self.device, &mut tick)
-                };
-                let train = build(self.train.docs, c.memory_limit)?;
-                let dev = build(self.dev.docs, c.memory_limit.saturating_sub(train.bytes_in_memory()))?;
-                phase.prefix = Some((train, dev));
-            }
-            _ => {}
+                // Group by group, so that a stop asked for (Ctrl-C) ends the fill between
+                // groups; what the cache holds is kept and read back by the next run.
+                let total: usize = docs.iter().map(|d| d.chunks.len()).sum();
+                let (mut vectors, mut done) = (Vec::with_capacity(docs.len()), 0);
+                let sizes: Vec<usize> = docs.iter().map(|d| d.chunks.len()).collect();
+                for range in chunk_groups(&sizes, CACHE_GROUP_CHUNKS) {
+                    crate::interrupt::check_filling("filling the chunk-vector cache", done, total)?;
+                    done += sizes[range.clone()].iter().sum::<usize>();
+                    let group = &docs[range];
+                    vectors.extend(model.encode_documents_cached(group, tokens, device, Some(cache), &mut tick)?);
+                }
+                Ok(vectors)
+            };
+            phase.vectors = Some((encode(self.train.docs)?, encode(self.dev.docs)?));
+        } else {
+            let c = &self.cfg.cache;
+            let store = match &c.vectors {
+                Some(dir) => Some(open_store(model, dir, k, &c.variant)?),
+                None => None,
+            };
+            let mut build = |docs: &[ChunkedDocument], memory_limit: usize| {
+                let storage = Storage { memory_limit, spill_dir: &c.spill_dir, store: store.as_ref() };
+                PrefixCache::build(model, docs, k, tokens, storage, self.device, &mut tick)
+            };
+            let train = build(self.train.docs, c.memory_limit)?;
+            let dev = build(self.dev.docs, c.memory_limit.saturating_sub(train.bytes_in_memory()))?;
+            phase.prefix = Some((train, dev));
         }
         Ok(phase)
     }
