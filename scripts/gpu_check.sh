@@ -93,33 +93,29 @@ ${PYTHON:-python3} scripts/gpu_bf16_reference.py "$work/bf16-reference.json" "${
 
 echo "== GPU tests"
 set +e
-# FlashAttention-2's kernel tests run in a process of their own, first: a kernel fault poisons
-# its process's CUDA context, and would otherwise fail the tests after it.
-LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 "$work/cuda-tests" --test-threads=1 --nocapture flash_attention_2 2>&1 \
-  | tee "$work/tests.log"
-tests_status=${PIPESTATUS[0]}
-LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 "$work/cuda-tests" --test-threads=1 --nocapture cublaslt 2>&1 \
-  | tee -a "$work/tests.log"
-[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
-LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
-  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
-  "$work/cuda-tests" --test-threads=1 --nocapture --skip flash_attention_2 --skip cublaslt 2>&1 | tee -a "$work/tests.log"
-[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
-echo "== GPU tests again with the flash attention kernel (LONGREAD_CUDA_ATTENTION=flash)"
-LONGREAD_CUDA_ATTENTION=flash LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
-  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
-  "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
-[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
-echo "== GPU tests again with cuBLASLt's products (LONGREAD_CUDA_GEMM=cublaslt)"
-LONGREAD_CUDA_GEMM=cublaslt LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
-  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
-  "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
-[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
-echo "== GPU tests again with materialised scores (LONGREAD_CUDA_ATTENTION=materialized)"
-LONGREAD_CUDA_ATTENTION=materialized LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
-  LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" \
-  "$work/cuda-tests" --test-threads=1 --nocapture 2>&1 | tee -a "$work/tests.log"
-[ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+# inference_tests CHOICE [FILTER...]: the inference GPU tests with CHOICE (an environment
+# assignment, or "" for the defaults), appended to the tests log.
+inference_tests() {
+  local choice=$1
+  shift
+  # shellcheck disable=SC2086  # an empty CHOICE adds nothing
+  env $choice LONGREAD_REPO="$repo" LONGREAD_REQUIRE_GPU=1 LONGREAD_GPU_MODELS="$work/rb-model" \
+    LONGREAD_BF16_REFERENCE="$work/bf16-reference.json" "$work/cuda-tests" --test-threads=1 --nocapture "$@" 2>&1 \
+    | tee -a "$work/tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+}
+: > "$work/tests.log"
+# The kernels' own tests first, each in a process of its own (a kernel fault poisons its
+# process's CUDA context and would fail the tests after it); then the rest; then all again with
+# each other kernel choice.
+for group in flash_attention_2 cublaslt; do
+  inference_tests "" "$group"
+done
+inference_tests "" --skip flash_attention_2 --skip cublaslt
+for choice in LONGREAD_CUDA_ATTENTION=flash LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUDA_ATTENTION=materialized; do
+  echo "== GPU tests again with $choice"
+  inference_tests "$choice"
+done
 set -e
 fi
 if part train-tests; then
