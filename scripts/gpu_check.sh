@@ -116,6 +116,8 @@ for choice in LONGREAD_CUDA_ATTENTION=flash LONGREAD_CUDA_GEMM=cublaslt LONGREAD
   echo "== GPU tests again with $choice"
   inference_tests "$choice"
 done
+echo "== the memory pool test with LONGREAD_CUDA_POOL=release"
+inference_tests LONGREAD_CUDA_POOL=release the_gpu_memory_pool
 set -e
 fi
 if part train-tests; then
@@ -156,9 +158,10 @@ for tokens in 65536 256000; do
     | tee -a "$work/materialized.jsonl"
 done
 # cuBLASLt's products with the q/k/v bias in the epilogue (LONGREAD_CUDA_GEMM=cublaslt, opt-in
-# until these rows say), and cuBLAS's own default workspace instead of the 32 MiB one
-# (LONGREAD_CUBLAS_WORKSPACE=default): comparison rows, marked "variant".
-for variant in LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUBLAS_WORKSPACE=default; do
+# until these rows say), cuBLAS's own default workspace instead of the 32 MiB one
+# (LONGREAD_CUBLAS_WORKSPACE=default), and the driver's memory pool that gives freed memory back
+# at each synchronisation (LONGREAD_CUDA_POOL=release): comparison rows, marked "variant".
+for variant in LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUBLAS_WORKSPACE=default LONGREAD_CUDA_POOL=release; do
   for tokens in 65536 256000; do
     env "$variant" "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
       --shape 64x20 --repeat 3 --precision bf16 --max-batch-tokens "$tokens" --json \
@@ -263,6 +266,9 @@ result = {
     "predict_bf16_default_workspace_ratio":
         round(best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
         if best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default") else None,
+    "predict_bf16_pool_release_ratio":
+        round(best(materialized, "variant", "LONGREAD_CUDA_POOL=release")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
+        if best(materialized, "variant", "LONGREAD_CUDA_POOL=release") else None,
     "longread_materialized": materialized,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
     "embed_bf16_ratio": round(embed_rate("longread", "bf16") / embed_rate("sentence-transformers", "bf16"), 3)
@@ -291,6 +297,8 @@ if part train; then
   LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   LONGREAD_CUDA_COLUMN_SUM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The driver's memory pool that gives freed memory back at each synchronisation (before session 32).
+  LONGREAD_CUDA_POOL=release bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # longread's own attention op (AttentionTrain) instead of FlashAttention-2: the default until
   # session 31 measured FlashAttention-2 faster on an H200.
   for tokens in 10240 65536; do

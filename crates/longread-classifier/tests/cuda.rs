@@ -324,6 +324,32 @@ fn cublaslt_products_equal_the_f32_product() {
     }
 }
 
+/// The device's memory pool keeps what tensors free across a synchronisation (as PyTorch's
+/// caching allocator does), so that the next batch does not map its memory afresh; with
+/// `LONGREAD_CUDA_POOL=release` the driver's default (give it all back) holds instead.
+#[test]
+fn the_gpu_memory_pool_keeps_freed_memory_across_a_synchronisation() {
+    if !gpu("the_gpu_memory_pool_keeps_freed_memory_across_a_synchronisation") {
+        return;
+    }
+    use longread_model::device::reserved_memory_bytes;
+    let cuda = DeviceChoice::Cuda(0).resolve().unwrap();
+    let bytes = 256u64 << 20;
+    let tensor = candle_core::Tensor::zeros((bytes / 4) as usize, candle_core::DType::F32, &cuda).unwrap();
+    let held = reserved_memory_bytes(&cuda).unwrap();
+    assert!(held >= bytes, "the pool holds {held} bytes with a {bytes}-byte tensor alive");
+    drop(tensor);
+    cuda.synchronize().unwrap();
+    let kept = reserved_memory_bytes(&cuda).unwrap();
+    let release = std::env::var("LONGREAD_CUDA_POOL").is_ok_and(|v| v == "release");
+    println!("memory pool: {held} bytes with the tensor, {kept} after freeing it and a synchronisation");
+    if release {
+        assert!(kept < bytes, "LONGREAD_CUDA_POOL=release: the pool still holds {kept} bytes");
+    } else {
+        assert!(kept >= bytes, "the pool gave memory back at a synchronisation: {kept} of {held} bytes kept");
+    }
+}
+
 /// Asking for a GPU that is not there names the problem (runs everywhere).
 #[test]
 fn a_gpu_that_is_not_there_is_a_clear_error() {

@@ -137,6 +137,22 @@ pub fn peak_memory_bytes(device: &Device) -> Option<u64> {
     }
 }
 
+/// GPU memory the process holds from the driver, in bytes: tensors in use and what the pool
+/// keeps for reuse (as `torch.cuda.memory_reserved`). `None` on the CPU.
+pub fn reserved_memory_bytes(device: &Device) -> Option<u64> {
+    match device {
+        Device::Cuda(_) => cuda::reserved_memory_bytes(device),
+        _ => None,
+    }
+}
+
+/// Whether a GPU's memory pool keeps what tensors free across synchronisations, as PyTorch's
+/// caching allocator does (the default), or, with `LONGREAD_CUDA_POOL=release`, gives it back
+/// to the driver at each one (the driver's default; kept to compare the two on a GPU).
+pub fn gpu_pool_caches() -> bool {
+    std::env::var("LONGREAD_CUDA_POOL").map_or(true, |v| v != "release")
+}
+
 /// Starts a new [`peak_memory_bytes`] measurement (the peak is set to what is in use now).
 pub fn reset_peak_memory(device: &Device) {
     if device.is_cuda() {
@@ -228,6 +244,7 @@ mod cuda {
         }
         check_libraries()?;
         let device = Device::new_cuda(n).map_err(|e| ModelError::Device(format!("opening cuda:{n}: {e}")))?;
+        allocate_as_a_cache(&device);
         // f32 matrix products on tensor cores (TF32), as PyTorch with allow_tf32: `--precision
         // f32` on a GPU trades the last mantissa bits for ~8× the speed.
         candle_core::cuda_backend::set_gemm_reduced_precision_f32(true);
@@ -244,6 +261,59 @@ mod cuda {
         // SAFETY: writes one pool handle for a device of a live context.
         let status = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
         (status == sys::CUresult::CUDA_SUCCESS && !pool.is_null()).then_some(pool)
+    }
+
+    /// Makes the GPU's allocations behave as PyTorch's caching allocator does, unless
+    /// `LONGREAD_CUDA_POOL=release`:
+    /// - the memory pool keeps what tensors free (release threshold: all of it). With the
+    ///   driver's default of 0 the pool hands every freed byte back to the driver at each
+    ///   synchronisation — each read-back of a loss, a gradient norm or a document's scores —
+    ///   and the next batch maps its gigabytes afresh;
+    /// - no CUDA events per tensor: cudarc creates (and later destroys) two with each
+    ///   allocation, used only to order a tensor's uses across streams of a context that has
+    ///   several; candle's device has one stream, whose order is enough.
+    ///
+    /// Both are set before longread allocates a tensor. Memory in use (what
+    /// [`super::peak_memory_bytes`] reports) is unchanged; what the process holds stays at its
+    /// peak, as with PyTorch.
+    fn allocate_as_a_cache(device: &Device) {
+        use cudarc::driver::sys;
+        if !super::gpu_pool_caches() {
+            return;
+        }
+        let Ok(cuda) = device.as_cuda_device() else { return };
+        // SAFETY: one stream (candle's) carries every tensor's work, so no use needs ordering
+        // across streams; slices made before this keep their events, unused either way.
+        unsafe { cuda.disable_event_tracking() };
+        let Some(pool) = memory_pool(device) else { return };
+        let mut keep_all: u64 = u64::MAX;
+        // SAFETY: RELEASE_THRESHOLD is a cuuint64_t read from `keep_all`.
+        let status = unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep_all as *mut u64).cast(),
+            )
+        };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            tracing::warn!("the GPU memory pool keeps releasing memory at each synchronisation: {status:?}");
+        }
+    }
+
+    /// Bytes the device's memory pool holds from the driver (in use or kept for reuse).
+    pub(super) fn reserved_memory_bytes(device: &Device) -> Option<u64> {
+        use cudarc::driver::sys;
+        let pool = memory_pool(device)?;
+        let mut reserved: u64 = 0;
+        // SAFETY: RESERVED_MEM_CURRENT is a cuuint64_t written into `reserved`.
+        let status = unsafe {
+            sys::cuMemPoolGetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                (&mut reserved as *mut u64).cast(),
+            )
+        };
+        (status == sys::CUresult::CUDA_SUCCESS).then_some(reserved)
     }
 
     /// The GPU's memory in bytes, as the driver reports it.
@@ -318,6 +388,10 @@ mod cuda {
     }
 
     pub(super) fn reset_peak_memory(_: &Device) {}
+
+    pub(super) fn reserved_memory_bytes(_: &Device) -> Option<u64> {
+        None
+    }
 }
 
 #[cfg(test)]

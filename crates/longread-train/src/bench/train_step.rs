@@ -55,7 +55,8 @@ pub struct TrainStepResult {
     /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`), and
     /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`, `column-sum` with
     /// `LONGREAD_CUDA_COLUMN_SUM=candle`, `embedding-grad` with
-    /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`; empty: the default route, all on. Absent on the CPU.
+    /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `pool-cache` with `LONGREAD_CUDA_POOL=release`;
+    /// empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
@@ -232,6 +233,7 @@ pub fn run_train_step(
             ("probs-registers", ops::train_probs_in_registers()),
             ("column-sum", ops::train_column_sum_kernel()),
             ("embedding-grad", ops::train_embedding_kernel()),
+            ("pool-cache", longread_model::device::gpu_pool_caches()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))
