@@ -117,19 +117,20 @@ impl Classifier {
             }
             Ok(())
         })?;
-        let mut done = docs.iter().zip(slots).zip(&fresh);
-        group
+        let mut finished = Vec::with_capacity(docs.len());
+        for ((doc, slots), fresh) in docs.iter().zip(slots).zip(&fresh) {
+            let outputs: Vec<UnitOutput> = slots.into_iter().map(|o| o.expect("every unit encoded")).collect();
+            self.remember(doc, &outputs, fresh)?;
+            finished.push((*doc, outputs));
+        }
+        let mut results = self.finish_many_unchecked(finished)?.into_iter();
+        Ok(group
             .iter()
             .map(|d| match d {
-                Err(e) => Ok(Err(e.clone())),
-                Ok(_) => {
-                    let ((doc, slots), fresh) = done.next().expect("one slot list per prepared document");
-                    let outputs: Vec<UnitOutput> = slots.into_iter().map(|o| o.expect("every unit encoded")).collect();
-                    self.remember(doc, &outputs, fresh)?;
-                    self.finish_unchecked(doc, outputs)
-                }
+                Err(e) => Err(e.clone()),
+                Ok(_) => results.next().expect("one result per prepared document"),
             })
-            .collect()
+            .collect())
     }
 }
 

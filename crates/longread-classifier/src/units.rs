@@ -55,6 +55,15 @@ impl Classifier {
         self.model.finish(doc, outputs)
     }
 
+    /// [`Classifier::finish_unchecked`] of several documents, in order (an encoder model runs
+    /// every head, then reads all the scores back at once).
+    pub(crate) fn finish_many_unchecked(
+        &self,
+        docs: Vec<(&PreparedDocument, Vec<UnitOutput>)>,
+    ) -> Result<Vec<DocResult>> {
+        self.model.finish_many(docs)
+    }
+
     /// Outputs of `doc`'s units kept by the vector cache (`None`: to encode).
     pub(crate) fn recall(&self, doc: &PreparedDocument) -> Vec<Option<UnitOutput>> {
         self.model.recall(doc)

@@ -58,7 +58,11 @@ fn run(
     let chunked: Vec<ChunkedDocument> = texts.iter().map(|t| chunker.chunk(t).unwrap()).collect();
     let refs: Vec<&ChunkedDocument> = chunked.iter().collect();
     let vectors = model.encode_documents(&refs, max_batch_tokens, &Device::Cpu, |_| {}).unwrap();
-    let scores = vectors.iter().map(|v| model.score_tasks(v).unwrap()).collect();
+    // Every document's heads at once (one read-back), as predict does; each alone agrees.
+    let scores = model.score_tasks_many(&vectors).unwrap();
+    for (v, together) in vectors.iter().zip(&scores) {
+        assert_eq!(&model.score_tasks(v).unwrap(), together, "a document alone and among others");
+    }
     (chunked, scores)
 }
 

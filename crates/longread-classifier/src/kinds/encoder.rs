@@ -49,10 +49,16 @@ impl EncoderModel {
 
     /// The prediction of a document from its chunk vectors, `[n_chunks, hidden]`.
     pub(super) fn predict(&self, doc: &ChunkedDocument, vectors: &Tensor) -> Result<Prediction> {
-        let scores = longread_model::profile::timed("pooling + head, per document", &self.device, || {
-            self.model.score_tasks(vectors)
+        Ok(self.predict_many(&[doc], std::slice::from_ref(vectors))?.pop().expect("one prediction per document"))
+    }
+
+    /// The predictions of documents from their chunk vectors (`vectors[i]: [n_chunks_i,
+    /// hidden]`), every head run before the scores are read back once.
+    fn predict_many(&self, docs: &[&ChunkedDocument], vectors: &[Tensor]) -> Result<Vec<Prediction>> {
+        let scores = longread_model::profile::timed("pooling + head, every document", &self.device, || {
+            self.model.score_tasks_many(vectors)
         })?;
-        Ok(encoder_prediction(&self.tasks, doc, scores))
+        Ok(docs.iter().zip(scores).map(|(doc, scores)| encoder_prediction(&self.tasks, doc, scores)).collect())
     }
 }
 
@@ -84,16 +90,25 @@ impl DocumentModel for EncoderModel {
             // Detached: nothing here is differentiated, and no graph is kept alive.
             let vectors = self.model.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
             for (row, &i) in batch.iter().enumerate() {
-                outputs[i] = Some(UnitOutput(Output::Vector(vectors.get(row)?)));
+                outputs[i] = Some(UnitOutput(Output::Vector { rows: vectors.clone(), row }));
             }
         }
         Ok(outputs.into_iter().map(|o| o.expect("every unit is in a batch")).collect())
     }
 
     fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult> {
-        let Prepared::Chunks(chunked) = &doc.kind else { return Err(mismatch()) };
-        let rows = outputs.iter().map(UnitOutput::vector).collect::<Result<Vec<_>>>()?;
-        Ok(Ok(self.predict(chunked, &Tensor::stack(&rows, 0)?)?))
+        Ok(self.finish_many(vec![(doc, outputs)])?.pop().expect("one result per document"))
+    }
+
+    fn finish_many(&self, docs: Vec<(&PreparedDocument, Vec<UnitOutput>)>) -> Result<Vec<DocResult>> {
+        let mut chunked = Vec::with_capacity(docs.len());
+        let mut vectors = Vec::with_capacity(docs.len());
+        for (doc, outputs) in &docs {
+            let Prepared::Chunks(c) = &doc.kind else { return Err(mismatch()) };
+            chunked.push(c);
+            vectors.push(UnitOutput::stack_vectors(outputs)?);
+        }
+        Ok(self.predict_many(&chunked, &vectors)?.into_iter().map(Ok).collect())
     }
 
     fn evidence_unit(&self) -> &'static str {
@@ -105,9 +120,8 @@ impl DocumentModel for EncoderModel {
             (Some(cache), Prepared::Chunks(chunked)) => cache.get(chunked, &self.device),
             _ => None,
         };
-        let rows = cached.and_then(|v| (0..doc.units()).map(|i| v.get(i).ok()).collect::<Option<Vec<Tensor>>>());
-        match rows {
-            Some(rows) => rows.into_iter().map(|v| Some(UnitOutput(Output::Vector(v)))).collect(),
+        match cached.filter(|v| v.dims().first() == Some(&doc.units())) {
+            Some(v) => (0..doc.units()).map(|row| Some(UnitOutput(Output::Vector { rows: v.clone(), row }))).collect(),
             None => (0..doc.units()).map(|_| None).collect(),
         }
     }
@@ -117,8 +131,7 @@ impl DocumentModel for EncoderModel {
         if !fresh.iter().all(|&f| f) || outputs.is_empty() {
             return Ok(());
         }
-        let rows = outputs.iter().map(UnitOutput::vector).collect::<Result<Vec<_>>>()?;
-        cache.put(chunked, &Tensor::stack(&rows, 0)?)
+        cache.put(chunked, &UnitOutput::stack_vectors(outputs)?)
     }
 
     fn set_vector_cache(&mut self, dir: &Path) -> Result<()> {

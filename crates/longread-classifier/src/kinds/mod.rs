@@ -70,20 +70,48 @@ impl PreparedDocument {
 pub struct UnitOutput(pub(crate) Output);
 
 impl UnitOutput {
-    /// An encoder chunk's vector, `[hidden]` (another model's output is a mismatch).
-    pub(crate) fn vector(&self) -> Result<&Tensor> {
-        match &self.0 {
-            Output::Vector(v) => Ok(v),
-            Output::Done(_) => Err(mismatch()),
+    /// Units' chunk vectors in order, as one tensor: consecutive rows of one source are one
+    /// view of it (no copy when they are all of it), so a document whose chunks were encoded
+    /// together costs one copy at most, not one per chunk. Another model's output is a
+    /// mismatch.
+    ///
+    /// # Shapes
+    /// `outputs`: n units → `[n, hidden]`
+    pub(crate) fn stack_vectors(outputs: &[UnitOutput]) -> Result<Tensor> {
+        // Runs of consecutive rows of one source: (source, first row, rows).
+        let mut runs: Vec<(&Tensor, usize, usize)> = Vec::new();
+        for output in outputs {
+            let Output::Vector { rows, row } = &output.0 else { return Err(mismatch()) };
+            match runs.last_mut() {
+                Some((source, first, n)) if source.id() == rows.id() && *first + *n == *row => *n += 1,
+                _ => runs.push((rows, *row, 1)),
+            }
         }
+        let views = runs
+            .into_iter()
+            .map(
+                |(source, first, n)| {
+                    if first == 0 && n == source.dim(0)? {
+                        Ok(source.clone())
+                    } else {
+                        source.narrow(0, first, n)
+                    }
+                },
+            )
+            .collect::<candle_core::Result<Vec<Tensor>>>()?;
+        Ok(match views.as_slice() {
+            [one] => one.clone(),
+            _ => Tensor::cat(&views, 0)?,
+        })
     }
 }
 
 /// The output of one unit.
 #[derive(Debug)]
 pub(crate) enum Output {
-    /// A chunk's vector, `[hidden]`.
-    Vector(Tensor),
+    /// A chunk's vector: row `row` of `rows` (`[n, hidden]`: the encoder batch it came from,
+    /// or a document's cached vectors).
+    Vector { rows: Tensor, row: usize },
     /// A HAN or bag-of-words document's whole result.
     Done(Box<DocResult>),
 }
@@ -107,6 +135,12 @@ pub(crate) trait DocumentModel: Send + Sync {
 
     /// The prediction of `doc` from its units' outputs, in unit order.
     fn finish(&self, doc: &PreparedDocument, outputs: Vec<UnitOutput>) -> Result<DocResult>;
+
+    /// The predictions of several documents from their units' outputs (each in unit order),
+    /// in order; by default one [`DocumentModel::finish`] after another.
+    fn finish_many(&self, docs: Vec<(&PreparedDocument, Vec<UnitOutput>)>) -> Result<Vec<DocResult>> {
+        docs.into_iter().map(|(doc, outputs)| self.finish(doc, outputs)).collect()
+    }
 
     /// What a prediction's evidence is made of: `"chunk"`, `"sentence"` or `"none"`.
     fn evidence_unit(&self) -> &'static str;
@@ -152,4 +186,45 @@ pub(crate) fn single_task(labels: Vec<String>) -> Vec<TaskSpec> {
 /// A prepared document or output from another model.
 pub(crate) fn mismatch() -> ModelError {
     ModelError::InvalidInput("a prepared document or unit output of another model".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    fn row(rows: &Tensor, row: usize) -> UnitOutput {
+        UnitOutput(Output::Vector { rows: rows.clone(), row })
+    }
+
+    fn values(t: &Tensor) -> Vec<Vec<f32>> {
+        t.to_vec2().unwrap()
+    }
+
+    /// Rows from two encoder batches, in and out of order, join to the rows themselves; a
+    /// document that is a whole batch is that batch, uncopied.
+    #[test]
+    fn stacked_vectors_are_the_units_rows_in_order() {
+        let a = Tensor::arange(0f32, 15., &Device::Cpu).unwrap().reshape((5, 3)).unwrap();
+        let b = Tensor::arange(100f32, 112., &Device::Cpu).unwrap().reshape((4, 3)).unwrap();
+        let picks = [(&a, 1), (&a, 2), (&a, 3), (&b, 0), (&b, 1), (&a, 4), (&a, 0), (&b, 3)];
+        let outputs: Vec<UnitOutput> = picks.iter().map(|&(t, r)| row(t, r)).collect();
+        let joined = UnitOutput::stack_vectors(&outputs).unwrap();
+        let want: Vec<Vec<f32>> = picks.iter().map(|&(t, r)| t.get(r).unwrap().to_vec1().unwrap()).collect();
+        assert_eq!(values(&joined), want);
+
+        let whole: Vec<UnitOutput> = (0..4).map(|r| row(&b, r)).collect();
+        let joined = UnitOutput::stack_vectors(&whole).unwrap();
+        assert_eq!(joined.id(), b.id(), "a whole batch is not copied");
+        let part: Vec<UnitOutput> = (1..3).map(|r| row(&b, r)).collect();
+        assert_eq!(values(&UnitOutput::stack_vectors(&part).unwrap()), values(&b.narrow(0, 1, 2).unwrap()));
+    }
+
+    #[test]
+    fn another_models_output_is_not_a_vector() {
+        let done = UnitOutput(Output::Done(Box::new(Err(DocError::new("x".to_string())))));
+        let err = UnitOutput::stack_vectors(&[done]).unwrap_err().to_string();
+        assert!(err.contains("another model"), "{err}");
+    }
 }
