@@ -161,7 +161,8 @@ done
 # until these rows say), cuBLAS's own default workspace instead of the 32 MiB one
 # (LONGREAD_CUBLAS_WORKSPACE=default), and the driver's memory pool that gives freed memory back
 # at each synchronisation (LONGREAD_CUDA_POOL=release): comparison rows, marked "variant".
-for variant in LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUBLAS_WORKSPACE=default LONGREAD_CUDA_POOL=release; do
+for variant in LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUBLAS_WORKSPACE=default LONGREAD_CUDA_POOL=release \
+  LONGREAD_CUDA_NORM_KERNEL=rows; do
   for tokens in 65536 256000; do
     env "$variant" "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
       --shape 64x20 --repeat 3 --precision bf16 --max-batch-tokens "$tokens" --json \
@@ -194,6 +195,10 @@ mkdir -p bench
 LONGREAD_CUBLAS_WORKSPACE=default "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
   --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " [cuBLAS default workspace]"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("product") and "cuBLASLt" not in r["kernel"]]' \
   | tee -a "$work/kernels.jsonl" || echo "kernels bench (default workspace) failed" >&2
+# The residual LayerNorm with the kernels that read each row three times (LONGREAD_CUDA_NORM_KERNEL=rows).
+LONGREAD_CUDA_NORM_KERNEL=rows "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
+  --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " [row-strided kernel]"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("residual")]' \
+  | tee -a "$work/kernels.jsonl" || echo "kernels bench (row-strided LayerNorm) failed" >&2
 ${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 \
   | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench failed" >&2
 ${PYTHON:-python3} - "$work/kernels.jsonl" "bench/results-gpu-$slug-kernels.json" <<'PY' || true
@@ -266,6 +271,9 @@ result = {
     "predict_bf16_default_workspace_ratio":
         round(best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
         if best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default") else None,
+    "predict_bf16_row_norm_ratio":
+        round(best(materialized, "variant", "LONGREAD_CUDA_NORM_KERNEL=rows")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
+        if best(materialized, "variant", "LONGREAD_CUDA_NORM_KERNEL=rows") else None,
     "predict_bf16_pool_release_ratio":
         round(best(materialized, "variant", "LONGREAD_CUDA_POOL=release")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
         if best(materialized, "variant", "LONGREAD_CUDA_POOL=release") else None,

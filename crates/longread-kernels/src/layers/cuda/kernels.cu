@@ -188,6 +188,93 @@ extern "C" __global__ void residual_layer_norm_bf16_f32(const __nv_bfloat16* x, 
   for (int j = lane; j < cols; j += 32) o[j] = (load(xr, j) + bias[j] + rr[j] - mean) * rstd * gamma[j] + beta[j];
 }
 
+// Four consecutive elements as floats (16-byte f32 or 8-byte bf16 loads), and back.
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  const float2 lo = __bfloat1622float2(h[0]), hi = __bfloat1622float2(h[1]);
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
+  uint2 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+  h[0] = __floats2bfloat162_rn(v.x, v.y);
+  h[1] = __floats2bfloat162_rn(v.z, v.w);
+  *reinterpret_cast<uint2*>(p) = raw;
+}
+
+// residual_layer_norm with the row in registers (cols = NV · 128): lane l holds the 4-element
+// groups l, l + 32, ..., so x, residual and the parameters are each read once with 8- or
+// 16-byte loads and the output written once (the kernels above read the row three times, an
+// element per load). out may be x (in place: each lane writes only what it read).
+template <typename X, typename R, typename O, int NV>
+__device__ void residual_layer_norm_regs(const X* x, const R* residual, const float* params, O* out, long rows,
+                                         float eps) {
+  constexpr int COLS = NV * 128;
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const X* xr = x + row * COLS;
+  const R* rr = residual + row * COLS;
+  O* o = out + row * COLS;
+  float v[NV * 4];
+  float s = 0.f;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 a = load4(xr + c), b = load4(params + c), r = load4(rr + c);
+    v[n * 4 + 0] = a.x + b.x + r.x;
+    v[n * 4 + 1] = a.y + b.y + r.y;
+    v[n * 4 + 2] = a.z + b.z + r.z;
+    v[n * 4 + 3] = a.w + b.w + r.w;
+    s += v[n * 4 + 0] + v[n * 4 + 1] + v[n * 4 + 2] + v[n * 4 + 3];
+  }
+  const float mean = warp_sum(s) / COLS;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV * 4; ++i) {
+    const float d = v[i] - mean;
+    q += d * d;
+  }
+  const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 g = load4(params + COLS + c), b = load4(params + 2 * COLS + c);
+    store4(o + c, make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
+                              (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w));
+  }
+}
+
+// The register kernels by row length: cols / 128 = 1 to 8 (up to 1,024 features).
+#define NORM_REGS_CASES(X, R, O, OUT)                                                                     \
+  switch (cols / 128) {                                                                                 \
+    case 1: residual_layer_norm_regs<X, R, O, 1>(x, residual, params, OUT, rows, eps); break;          \
+    case 2: residual_layer_norm_regs<X, R, O, 2>(x, residual, params, OUT, rows, eps); break;          \
+    case 3: residual_layer_norm_regs<X, R, O, 3>(x, residual, params, OUT, rows, eps); break;          \
+    case 4: residual_layer_norm_regs<X, R, O, 4>(x, residual, params, OUT, rows, eps); break;          \
+    case 5: residual_layer_norm_regs<X, R, O, 5>(x, residual, params, OUT, rows, eps); break;          \
+    case 6: residual_layer_norm_regs<X, R, O, 6>(x, residual, params, OUT, rows, eps); break;          \
+    case 7: residual_layer_norm_regs<X, R, O, 7>(x, residual, params, OUT, rows, eps); break;          \
+    case 8: residual_layer_norm_regs<X, R, O, 8>(x, residual, params, OUT, rows, eps); break;          \
+  }
+
+extern "C" __global__ void residual_layer_norm_regs_f32(float* x, const float* residual, const float* params,
+                                                        long rows, int cols, float eps) {
+  NORM_REGS_CASES(float, float, float, x)
+}
+extern "C" __global__ void residual_layer_norm_regs_bf16(__nv_bfloat16* x, const __nv_bfloat16* residual,
+                                                         const float* params, long rows, int cols, float eps) {
+  NORM_REGS_CASES(__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, x)
+}
+extern "C" __global__ void residual_layer_norm_regs_bf16_f32(const __nv_bfloat16* x, const float* residual,
+                                                             const float* params, float* out, long rows, int cols,
+                                                             float eps) {
+  NORM_REGS_CASES(__nv_bfloat16, float, float, out)
+}
+
 // In place over x [n / cols, cols]: x = x + bias (gelu = 0) or gelu_erf(x + bias) (gelu = 1),
 // bias [cols] f32.
 template <typename T>

@@ -93,6 +93,17 @@ pub(super) fn attention_softmax(
     }
 }
 
+/// Whether a residual LayerNorm over rows of `n` features, its tensors starting at element
+/// offsets `starts`, runs the register kernels: `n` a multiple of 128 up to 1,024, every start
+/// a multiple of 4 elements (the kernels load 4 at a time), and not switched off
+/// ([`super::inference_norm_in_registers`]).
+fn norm_in_registers(n: usize, starts: &[usize]) -> bool {
+    super::inference_norm_in_registers()
+        && n.is_multiple_of(128)
+        && (1..=8).contains(&(n / 128))
+        && starts.iter().all(|s| s.is_multiple_of(4))
+}
+
 pub(super) fn residual_layer_norm(
     eps: f32,
     (x, x_l): (&mut CudaStorage, &Layout),
@@ -114,7 +125,8 @@ pub(super) fn residual_layer_norm(
         );
     }
     let (x_r, residual_r, params_r) = (range(x_l, op)?, range(residual_l, op)?, range(params_l, op)?);
-    let func = kernel(&x.device, "residual_layer_norm", x.dtype())?;
+    let regs = norm_in_registers(n, &[x_r.start, residual_r.start, params_r.start]);
+    let func = kernel(&x.device, if regs { "residual_layer_norm_regs" } else { "residual_layer_norm" }, x.dtype())?;
     let params = params.as_cuda_slice::<f32>()?.slice(params_r);
     fn go<T: CudaDType>(
         (stream, func): &(std::sync::Arc<CudaStream>, CudaFunction),
@@ -165,7 +177,9 @@ pub(super) fn residual_layer_norm_into(
     }
     let (x_r, residual_r, params_r) = (range(x_l, op)?, range(residual_l, op)?, range(params_l, op)?);
     let dev = x.device.clone();
-    let func = dev.get_or_load_custom_func("residual_layer_norm_bf16_f32", MODULE, PTX)?.into_cuda_function();
+    let regs = norm_in_registers(n, &[x_r.start, residual_r.start, params_r.start]);
+    let name = if regs { "residual_layer_norm_regs_bf16_f32" } else { "residual_layer_norm_bf16_f32" };
+    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
     let stream = dev.cuda_stream();
     let x = x.as_cuda_slice::<bf16>()?.slice(x_r);
     let residual = residual.as_cuda_slice::<f32>()?.slice(residual_r);

@@ -418,6 +418,16 @@ pub fn train_probs_in_registers() -> bool {
     !env_is(&ROWS, "LONGREAD_CUDA_PROBS_KERNEL", "rows")
 }
 
+/// Whether inference's residual LayerNorm kernels hold each row in registers where it fits
+/// (rows of 128 to 1,024 features in steps of 128: one read of each input with wide loads; the
+/// default), or, with `LONGREAD_CUDA_NORM_KERNEL=rows`, the kernels that read each row three
+/// times an element at a time (the only ones before session 32; kept to compare the two on a
+/// GPU, or to rule the register kernels out).
+pub fn inference_norm_in_registers() -> bool {
+    static ROWS: OnceLock<bool> = OnceLock::new();
+    !env_is(&ROWS, "LONGREAD_CUDA_NORM_KERNEL", "rows")
+}
+
 /// Whether the training route's bias, γ and β gradients use [`ColumnSum`]'s kernel (the
 /// default), or, with `LONGREAD_CUDA_COLUMN_SUM=candle`, candle's sum over dim 0 (kept to
 /// compare the two on a GPU).
