@@ -1,8 +1,10 @@
 // longread's CUDA kernels for inference (compiled to PTX by build.rs with the `cuda` feature and
-// loaded by layers/cuda/mod.rs). Each works in f32 whatever the storage type (f32 or bf16): the
-// reductions (softmax, LayerNorm statistics) accumulate in f32, as PyTorch's do under autocast.
-// One warp per row for the row-wise kernels (rows of 512 keys or 768 features: every lane
-// walks the row with a stride of 32, so loads coalesce).
+// loaded by layers/cuda/mod.rs; also compiled for the CPU with tests/emulated's stand-ins for
+// CUDA by tests/kernels_emulated.rs, which tests kernels where there is no GPU). Each works in
+// f32 whatever the storage type (f32 or bf16): the reductions (softmax, LayerNorm statistics)
+// accumulate in f32, as PyTorch's do under autocast. One warp per row for the row-wise kernels
+// (rows of 512 keys or 768 features: every lane walks the row with a stride of 32, so loads
+// coalesce).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -390,6 +392,8 @@ extern "C" __global__ void merge_heads_bf16(const __nv_bfloat16* x, __nv_bfloat1
 
 
 // ---- Flash-style attention (bf16 inference) ----
+// (Left out of the CPU emulation of these kernels, tests/emulated: it has no WMMA.)
+#ifndef LONGREAD_KERNEL_EMULATION
 // Attention of one fused q/k/v product without materialising the scores: per block, 64 query
 // rows of one head of one sequence (4 warps of 16 rows); keys and values stream through shared
 // memory 32 at a time; scores and the running softmax (max, sum) in f32, probabilities rounded
@@ -538,6 +542,7 @@ extern "C" __global__ void __launch_bounds__(128) flash_attention_bf16_d32(const
                                                                            int seq, int heads, float scale) {
   flash_attention<32>(qkv, bias, key_bias, out, seq, heads, scale);
 }
+#endif
 
 // ---- Training ----
 
