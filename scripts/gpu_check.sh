@@ -124,12 +124,12 @@ if part train-tests; then
 echo "== GPU training tests"
 set +e
 # The new kernels' own tests first, each group in a process of its own (see above).
-for group in flash_attention_training cuda_column_sums cuda_embedding_lookups; do
+for group in flash_attention_training cuda_column_sums cuda_embedding_lookups cuda_block_end; do
   LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture "$group" 2>&1 | tee -a "$work/tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 done
 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture --skip flash_attention_training \
-  --skip cuda_column_sums --skip cuda_embedding_lookups 2>&1 | tee -a "$work/tests.log"
+  --skip cuda_column_sums --skip cuda_embedding_lookups --skip cuda_block_end 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 echo "== GPU bf16 training with longread's attention op (LONGREAD_CUDA_TRAIN_ATTENTION=fused): bf16 follows f32"
 LONGREAD_CUDA_TRAIN_ATTENTION=fused LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture \
@@ -307,6 +307,8 @@ if part train; then
   LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # The driver's memory pool that gives freed memory back at each synchronisation (before session 32).
   LONGREAD_CUDA_POOL=release bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The block ends' row-strided kernels and composed backward pass (before session 32).
+  LONGREAD_CUDA_NORM_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # longread's own attention op (AttentionTrain) instead of FlashAttention-2: the default until
   # session 31 measured FlashAttention-2 faster on an H200.
   for tokens in 10240 65536; do

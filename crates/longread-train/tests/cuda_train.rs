@@ -816,3 +816,58 @@ fn cuda_embedding_lookups_equal_the_cpus() {
         assert!(diff <= 1e-4, "{dtype:?}: table gradient differs by {diff}");
     }
 }
+
+/// The end of a transformer block in training (`ResidualNormTrain`) at roberta-base's and
+/// MiniLM's widths, where the GPU runs its register kernels (the forward pass and the backward
+/// pass as one kernel, `residual_norm_train_grad_regs`): values and the gradients of the
+/// product, the residual and the parameters equal the CPU op's (f32, with and without dropout,
+/// the same mask), and two backward runs are bit-identical (the rows' sums are added in order).
+/// bf16 on the GPU follows f32 to bf16's rounding.
+#[test]
+fn cuda_block_end_gradients_equal_the_cpus() {
+    if !gpu("cuda_block_end_gradients_equal_the_cpus") {
+        return;
+    }
+    use candle_core::Var;
+    use longread_model::layers::cuda::ResidualNormTrain;
+    use longread_model::layers::dropout::SeededDropout;
+    for (rows, cols) in [(1000usize, 768usize), (333, 384)] {
+        let random = |r: usize, c: usize, std: f32| Tensor::randn(0f32, std, (r, c), &Device::Cpu).unwrap();
+        let (x, residual, params) = (random(rows, cols, 1.0), random(rows, cols, 2.0), random(3, cols, 0.5));
+        let w = random(rows, cols, 1.0);
+        for dropout in [None, Some(SeededDropout { p: 0.1, seed: 77 })] {
+            let op = ResidualNormTrain { eps: 1e-5, dropout };
+            let run = |device: &Device, dtype: DType| {
+                let var =
+                    |t: &Tensor| Var::from_tensor(&t.to_device(device).unwrap().to_dtype(dtype).unwrap()).unwrap();
+                let (x, residual) = (var(&x), var(&residual));
+                let params = Var::from_tensor(&params.to_device(device).unwrap()).unwrap();
+                let y = x.as_tensor().apply_op3(residual.as_tensor(), params.as_tensor(), op).unwrap();
+                let w = w.to_device(device).unwrap().to_dtype(dtype).unwrap();
+                let loss =
+                    (y.to_dtype(DType::F32).unwrap() * w.to_dtype(DType::F32).unwrap()).unwrap().sum_all().unwrap();
+                let grads = loss.backward().unwrap();
+                let grad = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
+                [flat(&y), grad(&x), grad(&residual), grad(&params)]
+            };
+            let cpu = run(&Device::Cpu, DType::F32);
+            let (gpu, again) = (run(&cuda(), DType::F32), run(&cuda(), DType::F32));
+            let names = ["output", "d product", "d residual", "d params"];
+            for (i, name) in names.iter().enumerate() {
+                assert_eq!(gpu[i], again[i], "{rows}x{cols} {dropout:?} {name}: two runs differ");
+                // The parameters' gradients sum `rows` terms.
+                let scale = if i == 3 { (rows as f32).sqrt() } else { 1.0 };
+                let diff = max_diff(&gpu[i], &cpu[i]) / scale;
+                println!("block end {rows}x{cols} {dropout:?} {name}: f32 max difference {diff:.2e}");
+                assert!(diff < 1e-4, "{rows}x{cols} {dropout:?} {name}: {diff:e}");
+            }
+            let bf16 = run(&cuda(), DType::BF16);
+            for (i, name) in names.iter().enumerate() {
+                let largest = cpu[i].iter().fold(0f32, |m, v| m.max(v.abs()));
+                let diff = max_diff(&bf16[i], &cpu[i]) / largest;
+                println!("block end {rows}x{cols} {dropout:?} {name}: bf16 max difference {diff:.2e} of the largest");
+                assert!(diff < 2e-2, "{rows}x{cols} {dropout:?} {name} bf16: {diff:e} of the largest");
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <random>
+#include <string>
 
 namespace {
 
@@ -61,7 +62,7 @@ void check(const char* name, int cols, const std::vector<float>& got, const std:
     if (!(d <= limit + relative * std::fabs(want[i]))) ok = false;  // NaN fails too
     if (!(d <= worst)) worst = d;
   }
-  std::printf("%-44s cols %4d: largest difference %.3g (limit %.3g + %.3g relative) %s\n", name, cols, worst, limit,
+  std::printf("%-62s cols %4d: largest difference %.3g (limit %.3g + %.3g relative) %s\n", name, cols, worst, limit,
               relative, ok ? "ok" : "FAILED");
   if (!ok) ++failures;
 }
@@ -122,11 +123,157 @@ void residual_norms(int cols, std::mt19937& rng) {
   }
 }
 
+// The end of a transformer block in training, forward and backward, in double: s = (x + bias)·f +
+// residual, y = LayerNorm(s)·γ + β; given dy: d_residual = d_s, d_x = d_s·f and, over the rows,
+// [Σ d_x, Σ dy·x̂, Σ dy]. f: the kernels' own dropout factors.
+struct NormTrainReference {
+  std::vector<float> y, dx, d_residual, d_params;
+};
+NormTrainReference norm_train_reference(const std::vector<float>& x, const std::vector<float>& residual,
+                                        const std::vector<float>& params, const std::vector<float>& dy, long rows,
+                                        int cols, float eps, unsigned long long seed, unsigned threshold,
+                                        float keep) {
+  NormTrainReference out{std::vector<float>(x.size()), std::vector<float>(x.size()), std::vector<float>(x.size()),
+                         std::vector<float>(3 * size_t(cols))};
+  std::vector<double> sums(3 * size_t(cols), 0.0);
+  for (long r = 0; r < rows; ++r) {
+    std::vector<double> s(cols), f(cols);
+    double mean = 0;
+    for (int c = 0; c < cols; ++c) {
+      const long i = r * cols + c;
+      f[c] = dropout_factor(seed, (unsigned long long)i, threshold, keep);
+      s[c] = (double(x[i]) + params[c]) * f[c] + residual[i];
+      mean += s[c];
+    }
+    mean /= cols;
+    double var = 0;
+    for (int c = 0; c < cols; ++c) var += (s[c] - mean) * (s[c] - mean);
+    const double rstd = 1.0 / std::sqrt(var / cols + eps);
+    double g_mean = 0, gx_mean = 0;
+    for (int c = 0; c < cols; ++c) {
+      const long i = r * cols + c;
+      const double xh = (s[c] - mean) * rstd, g = double(dy[i]) * params[cols + c];
+      out.y[i] = float(xh * params[cols + c] + params[2 * cols + c]);
+      g_mean += g;
+      gx_mean += g * xh;
+    }
+    g_mean /= cols;
+    gx_mean /= cols;
+    for (int c = 0; c < cols; ++c) {
+      const long i = r * cols + c;
+      const double xh = (s[c] - mean) * rstd, g = double(dy[i]) * params[cols + c];
+      const double ds = rstd * (g - g_mean - xh * gx_mean);
+      out.d_residual[i] = float(ds);
+      out.dx[i] = float(ds * f[c]);
+      sums[c] += ds * f[c];
+      sums[cols + c] += double(dy[i]) * xh;
+      sums[2 * cols + c] += dy[i];
+    }
+  }
+  for (size_t c = 0; c < sums.size(); ++c) out.d_params[c] = float(sums[c]);
+  return out;
+}
+
+// The training kernels' entry points for a row length (one per cols / 128, as launch.rs picks).
+template <typename T>
+struct NormTrainKernels {
+  void (*forward)(const T*, const T*, const float*, T*, long, float, unsigned long long, unsigned, float);
+  void (*backward)(const T*, const T*, const float*, const T*, T*, T*, float*, long, float, unsigned long long,
+                   unsigned, float);
+};
+template <typename T>
+NormTrainKernels<T> norm_train_kernels(int cols);
+template <>
+NormTrainKernels<float> norm_train_kernels(int cols) {
+  switch (cols) {
+    case 128: return {residual_norm_train_regs1_f32, residual_norm_train_grad_regs1_f32};
+    case 768: return {residual_norm_train_regs6_f32, residual_norm_train_grad_regs6_f32};
+    default: return {residual_norm_train_regs8_f32, residual_norm_train_grad_regs8_f32};
+  }
+}
+template <>
+NormTrainKernels<__nv_bfloat16> norm_train_kernels(int cols) {
+  switch (cols) {
+    case 128: return {residual_norm_train_regs1_bf16, residual_norm_train_grad_regs1_bf16};
+    case 768: return {residual_norm_train_regs6_bf16, residual_norm_train_grad_regs6_bf16};
+    default: return {residual_norm_train_regs8_bf16, residual_norm_train_grad_regs8_bf16};
+  }
+}
+
+// cols: 128, 768 or 1,024 (norm_train_kernels).
+void residual_norms_train(int cols, float p, std::mt19937& rng) {
+  const long rows = 37;
+  const float eps = 1e-5f;
+  const size_t n = size_t(rows) * cols;
+  const unsigned long long seed = 1234567;
+  const unsigned threshold = unsigned(p * 16777216.f);
+  const float keep = 1.f / (1.f - p);
+  const auto x = random_values(n, rng, 2.f), residual = random_values(n, rng, 3.f), dy = random_values(n, rng);
+  auto params = random_values(3 * size_t(cols), rng);
+  for (int c = 0; c < cols; ++c) params[cols + c] += 1.f;
+  const auto want = norm_train_reference(x, residual, params, dy, rows, cols, eps, seed, threshold, keep);
+  char name[96];
+
+  // Forward: the register kernel and the row-strided one.
+  for (bool regs : {true, false}) {
+    std::vector<float> y(n, NAN);
+    emu::launch(row_blocks(rows), ROW_THREADS, [&] {
+      if (regs)
+        norm_train_kernels<float>(cols).forward(x.data(), residual.data(), params.data(), y.data(), rows, eps, seed,
+                                                threshold, keep);
+      else
+        residual_norm_train_f32(x.data(), residual.data(), params.data(), y.data(), rows, cols, eps, seed, threshold,
+                                keep);
+    });
+    std::snprintf(name, sizeof name, "%s (p %.2f)", regs ? "residual_norm_train_regs<NV>_f32" : "residual_norm_train_f32",
+                  p);
+    check(name, cols, y, want.y, 2e-5f);
+  }
+
+  // Backward: 3 blocks of 4 warps over 37 rows (each warp several rows), then the blocks' sums
+  // added by column_sum_finish.
+  const unsigned blocks = 3, threads = 128;
+  std::vector<float> dx(n, NAN), d_residual(n, NAN), partial(blocks * 3 * size_t(cols), NAN), d_params(3 * cols, NAN);
+  emu::launch(blocks, threads, [&] {
+    norm_train_kernels<float>(cols).backward(x.data(), residual.data(), params.data(), dy.data(), dx.data(),
+                                             d_residual.data(), partial.data(), rows, eps, seed, threshold, keep);
+  });
+  emu::launch(unsigned((3 * cols + 255) / 256), 256,
+              [&] { column_sum_finish(partial.data(), d_params.data(), int(blocks), 3 * cols); });
+  std::snprintf(name, sizeof name, "residual_norm_train_grad_regs<NV>_f32 (p %.2f)", p);
+  check((std::string(name) + ": d x").c_str(), cols, dx, want.dx, 2e-5f);
+  check((std::string(name) + ": d residual").c_str(), cols, d_residual, want.d_residual, 2e-5f);
+  check((std::string(name) + ": d params").c_str(), cols, d_params, want.d_params, 1e-4f, 1e-5f);
+
+  // bf16 storage: the same arithmetic on bf16-rounded inputs, outputs rounded to bf16.
+  const auto xb = to_bf16(x), rb = to_bf16(residual), gb = to_bf16(dy);
+  const auto want16 = norm_train_reference(to_f32(xb), to_f32(rb), params, to_f32(gb), rows, cols, eps, seed,
+                                           threshold, keep);
+  std::vector<__nv_bfloat16> yb(n), dxb(n), drb(n);
+  emu::launch(row_blocks(rows), ROW_THREADS, [&] {
+    norm_train_kernels<__nv_bfloat16>(cols).forward(xb.data(), rb.data(), params.data(), yb.data(), rows, eps, seed,
+                                                    threshold, keep);
+  });
+  emu::launch(blocks, threads, [&] {
+    norm_train_kernels<__nv_bfloat16>(cols).backward(xb.data(), rb.data(), params.data(), gb.data(), dxb.data(),
+                                                     drb.data(), partial.data(), rows, eps, seed, threshold, keep);
+  });
+  emu::launch(unsigned((3 * cols + 255) / 256), 256,
+              [&] { column_sum_finish(partial.data(), d_params.data(), int(blocks), 3 * cols); });
+  std::snprintf(name, sizeof name, "residual_norm_train_*_regs<NV>_bf16 (p %.2f)", p);
+  check((std::string(name) + ": y").c_str(), cols, to_f32(yb), want16.y, 1e-5f, 1.f / 256);
+  check((std::string(name) + ": d x").c_str(), cols, to_f32(dxb), want16.dx, 1e-5f, 1.f / 256);
+  check((std::string(name) + ": d residual").c_str(), cols, to_f32(drb), want16.d_residual, 1e-5f, 1.f / 256);
+  check((std::string(name) + ": d params").c_str(), cols, d_params, want16.d_params, 1e-4f, 1e-5f);
+}
+
 }  // namespace
 
 int main() {
   std::mt19937 rng(7);
   for (int cols : {128, 384, 768, 1024}) residual_norms(cols, rng);
+  for (int cols : {128, 768, 1024})
+    for (float p : {0.f, 0.25f}) residual_norms_train(cols, p, rng);
   if (failures) std::printf("%d case(s) FAILED\n", failures);
   return failures ? 1 : 0;
 }

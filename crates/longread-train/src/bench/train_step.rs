@@ -55,7 +55,8 @@ pub struct TrainStepResult {
     /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`), and
     /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`, `column-sum` with
     /// `LONGREAD_CUDA_COLUMN_SUM=candle`, `embedding-grad` with
-    /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `pool-cache` with `LONGREAD_CUDA_POOL=release`;
+    /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `norm-registers` with `LONGREAD_CUDA_NORM_KERNEL=rows`,
+    /// `pool-cache` with `LONGREAD_CUDA_POOL=release`;
     /// empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
@@ -233,6 +234,7 @@ pub fn run_train_step(
             ("probs-registers", ops::train_probs_in_registers()),
             ("column-sum", ops::train_column_sum_kernel()),
             ("embedding-grad", ops::train_embedding_kernel()),
+            ("norm-registers", ops::norm_in_registers()),
             ("pool-cache", longread_model::device::gpu_pool_caches()),
         ]
         .into_iter()

@@ -845,6 +845,163 @@ extern "C" __global__ void residual_norm_train_bf16(const __nv_bfloat16* x, cons
   residual_norm_train(x, residual, params, out, rows, cols, eps, seed, threshold, keep_scale);
 }
 
+// residual_norm_train with the row in registers (cols = NV · 128, 4-element groups per lane as
+// residual_layer_norm_regs): x, residual and the parameters read once, the dropout factors
+// computed once per element, the output written once.
+template <typename T, int NV>
+__device__ void residual_norm_train_regs(const T* x, const T* residual, const float* params, T* out, long rows,
+                                         float eps, unsigned long long seed, unsigned int threshold,
+                                         float keep_scale) {
+  constexpr int COLS = NV * 128;
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const long first = row * COLS;
+  float v[NV * 4];
+  float s = 0.f;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 a = load4(x + first + c), b = load4(params + c), r = load4(residual + first + c);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w}, rv[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[n * 4 + i] = (av[i] + bv[i]) * dropout_factor(seed, first + c + i, threshold, keep_scale) + rv[i];
+      s += v[n * 4 + i];
+    }
+  }
+  const float mean = warp_sum(s) / COLS;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV * 4; ++i) q += (v[i] - mean) * (v[i] - mean);
+  const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 g = load4(params + COLS + c), b = load4(params + 2 * COLS + c);
+    store4(out + first + c, make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
+                                        (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w));
+  }
+}
+
+// The backward pass of residual_norm_train as one kernel (the composition before: casts to f32,
+// the sum recomputed, LayerNorm's gradient kernel, products and three column sums, masks: about
+// 15 kernels). Per row, with s = (x + bias)·f + residual recomputed (f: the dropout factors),
+// x̂ = (s − mean)·rstd and g = dy·γ:
+//   d_residual = d_s = rstd · (g − mean(g) − x̂ · mean(g·x̂)),   d_x = d_s · f;
+// and the parameters' gradients over the rows: [Σ d_x, Σ dy·x̂, Σ dy] ([3, cols]), each warp
+// summing its rows (row warp, warp + warps, ...) in registers, the block's warps added in order
+// in shared memory into partial[block] ([blocks, 3 · cols]; column_sum_finish adds the blocks
+// in order: deterministic). Row in registers, cols = NV · 128.
+template <typename T, int NV>
+__device__ void residual_norm_train_grad_regs(const T* x, const T* residual, const float* params, const T* dy, T* dx,
+                                              T* d_residual, float* partial, long rows, float eps,
+                                              unsigned long long seed, unsigned int threshold, float keep_scale) {
+  constexpr int COLS = NV * 128;
+  __shared__ float block_sums[3 * COLS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, block_warps = blockDim.x / 32;
+  const long warps = (long)gridDim.x * block_warps;
+  float d_bias[NV * 4], d_gamma[NV * 4], d_beta[NV * 4];
+#pragma unroll
+  for (int i = 0; i < NV * 4; ++i) d_bias[i] = d_gamma[i] = d_beta[i] = 0.f;
+  for (long row = (long)blockIdx.x * block_warps + warp; row < rows; row += warps) {
+    const long first = row * COLS;
+    float xh[NV * 4], g[NV * 4];
+    float s = 0.f;
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int c = (n * 32 + lane) * 4;
+      const float4 a = load4(x + first + c), b = load4(params + c), r = load4(residual + first + c);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w}, rv[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        xh[n * 4 + i] = (av[i] + bv[i]) * dropout_factor(seed, first + c + i, threshold, keep_scale) + rv[i];
+        s += xh[n * 4 + i];
+      }
+    }
+    const float mean = warp_sum(s) / COLS;
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV * 4; ++i) q += (xh[i] - mean) * (xh[i] - mean);
+    const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
+    float g_mean = 0.f, gx_mean = 0.f;
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int c = (n * 32 + lane) * 4;
+      const float4 d = load4(dy + first + c), gm = load4(params + COLS + c);
+      const float dv[4] = {d.x, d.y, d.z, d.w}, gv[4] = {gm.x, gm.y, gm.z, gm.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int k = n * 4 + i;
+        xh[k] = (xh[k] - mean) * rstd;
+        g[k] = dv[i] * gv[i];
+        g_mean += g[k];
+        gx_mean += g[k] * xh[k];
+        d_gamma[k] += dv[i] * xh[k];
+        d_beta[k] += dv[i];
+      }
+    }
+    g_mean = warp_sum(g_mean) / COLS;
+    gx_mean = warp_sum(gx_mean) / COLS;
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      const int c = (n * 32 + lane) * 4;
+      float ds[4], dxv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int k = n * 4 + i;
+        ds[i] = rstd * (g[k] - g_mean - xh[k] * gx_mean);
+        dxv[i] = ds[i] * dropout_factor(seed, first + c + i, threshold, keep_scale);
+        d_bias[k] += dxv[i];
+      }
+      store4(d_residual + first + c, make_float4(ds[0], ds[1], ds[2], ds[3]));
+      store4(dx + first + c, make_float4(dxv[0], dxv[1], dxv[2], dxv[3]));
+    }
+  }
+  // The block's warps in order: warp 0 stores its sums, each next one adds its own.
+  for (int w = 0; w < block_warps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int c = (n * 32 + lane) * 4 + i, k = n * 4 + i;
+          block_sums[c] = (w == 0 ? 0.f : block_sums[c]) + d_bias[k];
+          block_sums[COLS + c] = (w == 0 ? 0.f : block_sums[COLS + c]) + d_gamma[k];
+          block_sums[2 * COLS + c] = (w == 0 ? 0.f : block_sums[2 * COLS + c]) + d_beta[k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int j = threadIdx.x; j < 3 * COLS; j += blockDim.x) partial[(long)blockIdx.x * 3 * COLS + j] = block_sums[j];
+}
+
+// An entry point per row length (cols = NV · 128, NV = 1 to 8: up to 1,024 features), so that
+// each has the registers and shared memory its length needs: residual_norm_train_regs<NV>_<dtype>
+// and residual_norm_train_grad_regs<NV>_<dtype> (e.g. ..._regs6_bf16 for 768 features).
+#define NORM_TRAIN_REGS(SUFFIX, T, NV)                                                                        \
+  extern "C" __global__ void residual_norm_train_regs##NV##_##SUFFIX(                                          \
+      const T* x, const T* residual, const float* params, T* out, long rows, float eps, unsigned long long seed, \
+      unsigned int threshold, float keep_scale) {                                                              \
+    residual_norm_train_regs<T, NV>(x, residual, params, out, rows, eps, seed, threshold, keep_scale);          \
+  }                                                                                                            \
+  extern "C" __global__ void residual_norm_train_grad_regs##NV##_##SUFFIX(                                     \
+      const T* x, const T* residual, const float* params, const T* dy, T* dx, T* d_residual, float* partial,     \
+      long rows, float eps, unsigned long long seed, unsigned int threshold, float keep_scale) {                \
+    residual_norm_train_grad_regs<T, NV>(x, residual, params, dy, dx, d_residual, partial, rows, eps, seed,     \
+                                         threshold, keep_scale);                                               \
+  }
+#define NORM_TRAIN_REGS_ALL(NV) NORM_TRAIN_REGS(f32, float, NV) NORM_TRAIN_REGS(bf16, __nv_bfloat16, NV)
+NORM_TRAIN_REGS_ALL(1)
+NORM_TRAIN_REGS_ALL(2)
+NORM_TRAIN_REGS_ALL(3)
+NORM_TRAIN_REGS_ALL(4)
+NORM_TRAIN_REGS_ALL(5)
+NORM_TRAIN_REGS_ALL(6)
+NORM_TRAIN_REGS_ALL(7)
+NORM_TRAIN_REGS_ALL(8)
+
 // A dense layer's bias in training, out of place: out = x + bias, or gelu_erf(x + bias);
 // x, out [n / cols, cols], bias [cols] f32.
 template <typename T>

@@ -93,12 +93,12 @@ pub(super) fn attention_softmax(
     }
 }
 
-/// Whether a residual LayerNorm over rows of `n` features, its tensors starting at element
+/// Whether a residual LayerNorm (inference or training) over rows of `n` features, its tensors starting at element
 /// offsets `starts`, runs the register kernels: `n` a multiple of 128 up to 1,024, every start
 /// a multiple of 4 elements (the kernels load 4 at a time), and not switched off
-/// ([`super::inference_norm_in_registers`]).
+/// ([`super::norm_in_registers`]).
 fn norm_in_registers(n: usize, starts: &[usize]) -> bool {
-    super::inference_norm_in_registers()
+    super::norm_in_registers()
         && n.is_multiple_of(128)
         && (1..=8).contains(&(n / 128))
         && starts.iter().all(|s| s.is_multiple_of(4))
@@ -687,16 +687,20 @@ pub(super) fn residual_norm_train(
     }
     let (dtype, dev) = (x.dtype(), &x.device);
     let out = alloc_like(dev, dtype, rows * cols)?;
-    let func = kernel(dev, "residual_norm_train", dtype)?;
     let ranges = (range(x_l, op)?, range(residual_l, op)?);
-    let params = params.as_cuda_slice::<f32>()?.slice(range(params_l, op)?);
+    let params_r = range(params_l, op)?;
+    // The register kernel (one entry point per row length) where the row fits it.
+    let regs = norm_in_registers(cols, &[ranges.0.start, ranges.1.start, params_r.start]);
+    let name = if regs { format!("residual_norm_train_regs{}", cols / 128) } else { "residual_norm_train".into() };
+    let func = kernel(dev, &name, dtype)?;
+    let params = params.as_cuda_slice::<f32>()?.slice(params_r);
     fn go<T: CudaDType>(
         (stream, func): &(std::sync::Arc<CudaStream>, CudaFunction),
         (x, residual): (&CudaStorage, &CudaStorage),
         (x_r, residual_r): (std::ops::Range<usize>, std::ops::Range<usize>),
         params: &CudaView<f32>,
         mut out: CudaStorage,
-        (rows, cols, eps): (i64, i32, f32),
+        (rows, cols, eps, regs): (i64, i32, f32, bool),
         (seed, threshold, keep): DropoutArgs,
     ) -> Result<CudaStorage> {
         let x = x.as_cuda_slice::<T>()?.slice(x_r);
@@ -704,19 +708,118 @@ pub(super) fn residual_norm_train(
         {
             let slice = out.as_cuda_slice_mut::<T>()?;
             let mut b = stream.launch_builder(func);
-            b.arg(&x).arg(&residual).arg(params).arg(slice).arg(&rows).arg(&cols).arg(&eps);
-            b.arg(&seed).arg(&threshold).arg(&keep);
+            b.arg(&x).arg(&residual).arg(params).arg(slice).arg(&rows);
+            if !regs {
+                // The register kernels know their row length.
+                b.arg(&cols);
+            }
+            b.arg(&eps).arg(&seed).arg(&threshold).arg(&keep);
             // SAFETY: x and residual hold `rows × cols` elements, params `3 × cols` (checked
             // above); the kernel writes the `rows × cols` elements of `out`.
             unsafe { b.launch(rows_config(rows as usize)) }.w()?;
         }
         Ok(out)
     }
-    let sizes = (rows as i64, cols as i32, eps);
+    let sizes = (rows as i64, cols as i32, eps, regs);
     match dtype {
         DType::BF16 => go::<bf16>(&func, (x, residual), ranges, &params, out, sizes, dropout),
         _ => go::<f32>(&func, (x, residual), ranges, &params, out, sizes, dropout),
     }
+}
+
+/// The gradients of [`residual_norm_train`] in one kernel
+/// (`residual_norm_train_grad_regs<NV>`), given the output's gradient `dy`: `(d x, d residual,
+/// d params)` (`[rows, cols]` twice in the inputs' dtype, `[3, cols]` f32: the bias's, γ's and
+/// β's). `None` where the register kernels do not fit (the caller composes the gradients):
+/// rows of 128 to 1,024 features in steps of 128, every tensor starting on 4 elements.
+pub(super) fn residual_norm_train_grad(
+    eps: f32,
+    dropout: DropoutArgs,
+    (x, x_l): (&CudaStorage, &Layout),
+    (residual, residual_l): (&CudaStorage, &Layout),
+    (params, params_l): (&CudaStorage, &Layout),
+    (dy, dy_l): (&CudaStorage, &Layout),
+) -> Result<Option<(CudaStorage, CudaStorage, CudaStorage)>> {
+    let op = "cuda-residual-norm-train-grad";
+    let (rows, cols) = rows_of(x_l)?;
+    if residual_l.shape() != x_l.shape()
+        || dy_l.shape() != x_l.shape()
+        || residual.dtype() != x.dtype()
+        || dy.dtype() != x.dtype()
+        || params_l.shape().dims() != [3, cols]
+        || params.dtype() != DType::F32
+    {
+        candle_core::bail!(
+            "{op}: x {:?} ({:?}), residual {:?} ({:?}), gradient {:?} ({:?}) and params {:?} disagree",
+            x_l.shape(),
+            x.dtype(),
+            residual_l.shape(),
+            residual.dtype(),
+            dy_l.shape(),
+            dy.dtype(),
+            params_l.shape()
+        );
+    }
+    let ranges = [range(x_l, op)?, range(residual_l, op)?, range(params_l, op)?, range(dy_l, op)?];
+    if rows == 0 || !norm_in_registers(cols, &ranges.iter().map(|r| r.start).collect::<Vec<_>>()) {
+        return Ok(None);
+    }
+    let [x_r, residual_r, params_r, dy_r] = ranges;
+    let (dtype, dev) = (x.dtype(), x.device.clone());
+    // Blocks of 4 warps, each warp over 8 rows or more; at most 4 blocks per SM of an H100/H200.
+    const WARPS: usize = 4;
+    let blocks = rows.div_ceil(WARPS * 8).clamp(1, 528);
+    let (dx, d_residual) = (alloc_like(&dev, dtype, rows * cols)?, alloc_like(&dev, dtype, rows * cols)?);
+    // SAFETY: each block writes its `3 × cols` sums before the second kernel reads them.
+    let mut partial = unsafe { dev.alloc::<f32>(blocks * 3 * cols) }?;
+    let mut d_params = unsafe { dev.alloc::<f32>(3 * cols) }?;
+    let (stream, func) = kernel(&dev, &format!("residual_norm_train_grad_regs{}", cols / 128), dtype)?;
+    let params = params.as_cuda_slice::<f32>()?.slice(params_r);
+    let (seed, threshold, keep) = dropout;
+    let rows_i = rows as i64;
+    fn go<T: CudaDType>(
+        (stream, func): (&std::sync::Arc<CudaStream>, &CudaFunction),
+        [x, residual, dy]: [(&CudaStorage, std::ops::Range<usize>); 3],
+        params: &CudaView<f32>,
+        (mut dx, mut d_residual): (CudaStorage, CudaStorage),
+        partial: &mut candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>,
+        (rows, eps, (seed, threshold, keep), blocks): (i64, f32, DropoutArgs, usize),
+    ) -> Result<(CudaStorage, CudaStorage)> {
+        let x = x.0.as_cuda_slice::<T>()?.slice(x.1);
+        let residual = residual.0.as_cuda_slice::<T>()?.slice(residual.1);
+        let dy = dy.0.as_cuda_slice::<T>()?.slice(dy.1);
+        {
+            let (dx_s, dr_s) = (dx.as_cuda_slice_mut::<T>()?, d_residual.as_cuda_slice_mut::<T>()?);
+            let mut b = stream.launch_builder(func);
+            b.arg(&x).arg(&residual).arg(params).arg(&dy).arg(dx_s).arg(dr_s).arg(partial);
+            b.arg(&rows).arg(&eps).arg(&seed).arg(&threshold).arg(&keep);
+            let cfg = LaunchConfig {
+                grid_dim: (blocks as u32, 1, 1),
+                block_dim: ((WARPS * 32) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: x, residual and dy hold `rows × cols` elements, params `3 × cols` (checked
+            // above); the kernel writes every element of dx and d_residual (each row once) and
+            // `3 × cols` sums per block into partial (`blocks × 3 × cols`).
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        Ok((dx, d_residual))
+    }
+    let inputs = [(x, x_r), (residual, residual_r), (dy, dy_r)];
+    let args = (rows_i, eps, (seed, threshold, keep), blocks);
+    let (dx, d_residual) = match dtype {
+        DType::BF16 => go::<bf16>((&stream, &func), inputs, &params, (dx, d_residual), &mut partial, args)?,
+        _ => go::<f32>((&stream, &func), inputs, &params, (dx, d_residual), &mut partial, args)?,
+    };
+    let finish = dev.get_or_load_custom_func("column_sum_finish", MODULE, PTX)?.into_cuda_function();
+    let (splits_i, cols3_i) = (blocks as i32, (3 * cols) as i32);
+    let mut b = stream.launch_builder(&finish);
+    b.arg(&partial).arg(&mut d_params).arg(&splits_i).arg(&cols3_i);
+    let cfg =
+        LaunchConfig { grid_dim: ((3 * cols).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: partial holds blocks · 3 · cols sums, d_params 3 · cols.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(Some((dx, d_residual, CudaStorage::wrap_cuda_slice(d_params, dev))))
 }
 
 /// Column sums of a contiguous `[rows, cols]` f32 or bf16 matrix into f32 `[cols]`: splits of

@@ -418,12 +418,13 @@ pub fn train_probs_in_registers() -> bool {
     !env_is(&ROWS, "LONGREAD_CUDA_PROBS_KERNEL", "rows")
 }
 
-/// Whether inference's residual LayerNorm kernels hold each row in registers where it fits
-/// (rows of 128 to 1,024 features in steps of 128: one read of each input with wide loads; the
-/// default), or, with `LONGREAD_CUDA_NORM_KERNEL=rows`, the kernels that read each row three
-/// times an element at a time (the only ones before session 32; kept to compare the two on a
-/// GPU, or to rule the register kernels out).
-pub fn inference_norm_in_registers() -> bool {
+/// Whether the residual LayerNorm kernels hold each row in registers where it fits (rows of 128
+/// to 1,024 features in steps of 128; the default): inference's and training's forward kernels
+/// read each input once with wide loads, and training's backward pass is one kernel
+/// ([`ResidualNormTrain`]). With `LONGREAD_CUDA_NORM_KERNEL=rows`, as before session 32: kernels
+/// that read each row three times an element at a time, and a backward pass composed of about
+/// 15 kernels (kept to compare the two on a GPU, or to rule the register kernels out).
+pub fn norm_in_registers() -> bool {
     static ROWS: OnceLock<bool> = OnceLock::new();
     !env_is(&ROWS, "LONGREAD_CUDA_NORM_KERNEL", "rows")
 }

@@ -74,7 +74,8 @@ impl CustomOp3 for ResidualNormTrain {
     }
 
     /// Recomputes `s = dropout(product + bias) + residual` in f32, then LayerNorm's backward
-    /// pass on it; the product's and the bias's gradients go back through the same mask.
+    /// pass on it; the product's and the bias's gradients go back through the same mask. On a
+    /// GPU one kernel where the row fits its registers ([`Self::bwd_fused`]), else composed.
     ///
     /// # Shapes
     /// `grad: [..., n]` → `product, residual: [..., n]`, `params: [3, n]`
@@ -87,6 +88,10 @@ impl CustomOp3 for ResidualNormTrain {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (x, residual, params) = (x.detach(), residual.detach(), params.detach());
+        #[cfg(feature = "cuda")]
+        if let Some((d_x, d_residual, d_params)) = self.bwd_fused(&x, &residual, &params, grad)? {
+            return Ok((Some(d_x), Some(d_residual), Some(d_params)));
+        }
         let cols = params.dim(1)?;
         let rows = x.elem_count() / cols.max(1);
         let (bias, gamma) = (params.get(0)?, params.get(1)?);
@@ -110,6 +115,50 @@ impl CustomOp3 for ResidualNormTrain {
         let d_x = d_biased.to_dtype(x.dtype())?.reshape(x.shape())?;
         let d_residual = d_sum.to_dtype(residual.dtype())?.reshape(residual.shape())?;
         Ok((Some(d_x), Some(d_residual), Some(d_params)))
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl ResidualNormTrain {
+    /// The backward pass as one kernel on a GPU (`residual_norm_train_grad_regs` in
+    /// `kernels.cu`: the sum recomputed, LayerNorm's gradient, the mask, and the parameters'
+    /// gradients summed over the rows; tested on the CPU under emulation by
+    /// `tests/kernels_emulated.rs`). `None` off the GPU, for rows its registers do not hold,
+    /// or with `LONGREAD_CUDA_NORM_KERNEL=rows` (the caller composes the gradients).
+    ///
+    /// # Shapes
+    /// `x, residual, grad: [..., n]`, `params: [3, n]` → `(d x, d residual, d params)`
+    fn bwd_fused(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        params: &Tensor,
+        grad: &Tensor,
+    ) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+        use candle_core::op::BackpropOp;
+        use candle_core::Storage;
+        if !x.device().is_cuda() || !super::norm_in_registers() {
+            return Ok(None);
+        }
+        let (x, residual, params) = (x.contiguous()?, residual.contiguous()?, params.contiguous()?);
+        let dy = grad.to_dtype(x.dtype())?.contiguous()?;
+        let grads = {
+            let (x_s, x_l) = x.storage_and_layout();
+            let (r_s, r_l) = residual.storage_and_layout();
+            let (p_s, p_l) = params.storage_and_layout();
+            let (g_s, g_l) = dy.storage_and_layout();
+            let (Storage::Cuda(x_s), Storage::Cuda(r_s), Storage::Cuda(p_s), Storage::Cuda(g_s)) =
+                (&*x_s, &*r_s, &*p_s, &*g_s)
+            else {
+                return Ok(None);
+            };
+            let args = self.dropout_args();
+            super::launch::residual_norm_train_grad(self.eps, args, (x_s, x_l), (r_s, r_l), (p_s, p_l), (g_s, g_l))?
+        };
+        let Some((d_x, d_residual, d_params)) = grads else { return Ok(None) };
+        let tensor =
+            |s, shape: &Shape| Tensor::from_storage(Storage::Cuda(s), shape.clone(), BackpropOp::none(), false);
+        Ok(Some((tensor(d_x, x.shape()), tensor(d_residual, residual.shape()), tensor(d_params, params.shape()))))
     }
 }
 
