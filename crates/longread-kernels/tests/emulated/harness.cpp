@@ -267,6 +267,71 @@ void residual_norms_train(int cols, float p, std::mt19937& rng) {
   check((std::string(name) + ": d params").c_str(), cols, d_params, want16.d_params, 1e-4f, 1e-5f);
 }
 
+// Training's bias (+ exact GELU) and the GELU's backward, element-wise and over 16-byte
+// vectors, against double loops; rows × cols with cols a multiple of both vector widths.
+template <typename T>
+void bias_kernels_train(int rows, int cols, std::mt19937& rng, const char* dtype) {
+  const long n = long(rows) * cols;
+  const auto x32 = random_values(size_t(n), rng, 2.f), dy32 = random_values(size_t(n), rng);
+  const auto bias = random_values(size_t(cols), rng);
+  std::vector<T> x(n), dy(n);
+  for (long i = 0; i < n; ++i) {
+    if constexpr (sizeof(T) == 2) {
+      x[i] = __float2bfloat16(x32[i]);
+      dy[i] = __float2bfloat16(dy32[i]);
+    } else {
+      x[i] = x32[i];
+      dy[i] = dy32[i];
+    }
+  }
+  auto value = [](T v) {
+    if constexpr (sizeof(T) == 2) return __bfloat162float(v);
+    else return float(v);
+  };
+  std::vector<float> biased(n), gelu(n), grad(n);
+  for (long i = 0; i < n; ++i) {
+    const double z = double(value(x[i])) + bias[i % cols];
+    const double cdf = 0.5 * (1 + std::erf(z / std::sqrt(2.0)));
+    biased[i] = float(z);
+    gelu[i] = float(z * cdf);
+    grad[i] = float(value(dy[i]) * (cdf + z * std::exp(-0.5 * z * z) / std::sqrt(2 * M_PI)));
+  }
+  const float relative = sizeof(T) == 2 ? 1.f / 256 : 1e-6f;
+  for (bool vec : {true, false}) {
+    for (int g = 0; g < 2; ++g) {
+      std::vector<T> out(n);
+      emu::launch(1, 32, [&] {
+        if constexpr (sizeof(T) == 2) {
+          if (vec) bias_activation_train_vec_bf16(x.data(), bias.data(), out.data(), n, cols, g);
+          else bias_activation_train_bf16(x.data(), bias.data(), out.data(), n, cols, g);
+        } else {
+          if (vec) bias_activation_train_vec_f32(x.data(), bias.data(), out.data(), n, cols, g);
+          else bias_activation_train_f32(x.data(), bias.data(), out.data(), n, cols, g);
+        }
+      });
+      std::vector<float> got(n);
+      for (long i = 0; i < n; ++i) got[i] = value(out[i]);
+      const std::string name = std::string(vec ? "bias_activation_train_vec_" : "bias_activation_train_") + dtype +
+                               (g ? " (GELU)" : "");
+      check(name.c_str(), cols, got, g ? gelu : biased, 1e-5f, relative);
+    }
+    std::vector<T> dz(n);
+    emu::launch(1, 32, [&] {
+      if constexpr (sizeof(T) == 2) {
+        if (vec) bias_gelu_train_grad_vec_bf16(x.data(), bias.data(), dy.data(), dz.data(), n, cols);
+        else bias_gelu_train_grad_bf16(x.data(), bias.data(), dy.data(), dz.data(), n, cols);
+      } else {
+        if (vec) bias_gelu_train_grad_vec_f32(x.data(), bias.data(), dy.data(), dz.data(), n, cols);
+        else bias_gelu_train_grad_f32(x.data(), bias.data(), dy.data(), dz.data(), n, cols);
+      }
+    });
+    std::vector<float> got(n);
+    for (long i = 0; i < n; ++i) got[i] = value(dz[i]);
+    const std::string name = std::string(vec ? "bias_gelu_train_grad_vec_" : "bias_gelu_train_grad_") + dtype;
+    check(name.c_str(), cols, got, grad, 1e-5f, relative);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -274,6 +339,10 @@ int main() {
   for (int cols : {128, 384, 768, 1024}) residual_norms(cols, rng);
   for (int cols : {128, 768, 1024})
     for (float p : {0.f, 0.25f}) residual_norms_train(cols, p, rng);
+  // 9 rows of 40 columns: several vectors per row, on one warp (each thread strides over
+  // several elements or vectors).
+  bias_kernels_train<float>(9, 40, rng, "f32");
+  bias_kernels_train<__nv_bfloat16>(9, 40, rng, "bf16");
   if (failures) std::printf("%d case(s) FAILED\n", failures);
   return failures ? 1 : 0;
 }

@@ -619,9 +619,20 @@ pub(super) fn bias_activation_train(
     let (dtype, dev) = (x.dtype(), &x.device);
     let total = x_l.shape().elem_count();
     let out = alloc_like(dev, dtype, total)?;
-    let func = kernel(dev, if grad.is_some() { "bias_gelu_train_grad" } else { "bias_activation_train" }, dtype)?;
     let x_r = range(x_l, op)?;
     let grad_r = grad.map(|(_, l)| range(l, op)).transpose()?;
+    // The 16-byte-vector kernels where rows are whole vectors and the inputs start on 16 bytes
+    // (the output is new: aligned).
+    let aligned = |start: usize| (start * dtype.size_in_bytes()).is_multiple_of(16);
+    let vectorised =
+        cols.is_multiple_of(vec_of(dtype)) && aligned(x_r.start) && grad_r.as_ref().is_none_or(|r| aligned(r.start));
+    let name = match (grad.is_some(), vectorised) {
+        (true, true) => "bias_gelu_train_grad_vec",
+        (true, false) => "bias_gelu_train_grad",
+        (false, true) => "bias_activation_train_vec",
+        (false, false) => "bias_activation_train",
+    };
+    let func = kernel(dev, name, dtype)?;
     let bias = bias.as_cuda_slice::<f32>()?.slice(range(bias_l, op)?);
     fn go<T: CudaDType>(
         (stream, func): &(std::sync::Arc<CudaStream>, CudaFunction),
