@@ -61,13 +61,14 @@ impl Linear {
 
     /// `x·Wᵀ` on a GPU as one two-dimensional product (one cuBLAS call over every row; bf16
     /// through cuBLASLt with `LONGREAD_CUDA_GEMM=cublaslt`), in the weight's dtype: an f32
-    /// input (the residual stream) is cast to a bf16 weight's.
+    /// input (the residual stream) is cast to a bf16 weight's, or read from the bf16 copy its
+    /// block end wrote ([`cuda::twin`]).
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
     fn product_rows(&self, xs: &Tensor) -> Result<Tensor> {
         let w = self.dense.weight();
-        let xs = &xs.to_dtype(w.dtype())?;
+        let xs = &cuda::twin::product_input(xs, w.dtype())?;
         if w.dtype() == DType::BF16 && cuda::gemm_cublaslt() {
             return cuda::lt_linear(xs, w, None);
         }

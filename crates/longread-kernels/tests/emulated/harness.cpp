@@ -93,6 +93,18 @@ void residual_norms(int cols, std::mt19937& rng) {
     check(regs ? "residual_layer_norm_regs_bf16_f32" : "residual_layer_norm_bf16_f32", cols, out, want, 2e-5f);
   }
 
+  // The same with a bf16 twin of the output.
+  {
+    std::vector<float> out(n, NAN);
+    std::vector<__nv_bfloat16> twin(n, __float2bfloat16(NAN));
+    emu::launch(row_blocks(rows), ROW_THREADS, [&] {
+      residual_layer_norm_regs_bf16_f32_twin(xb.data(), residual.data(), params.data(), out.data(), twin.data(), rows,
+                                             cols, eps);
+    });
+    check("residual_layer_norm_regs_bf16_f32_twin: f32", cols, out, want, 2e-5f);
+    check("residual_layer_norm_regs_bf16_f32_twin: bf16 twin", cols, to_f32(twin), want, 1e-5f, 1.f / 256);
+  }
+
   // f32 in place.
   const auto want32 = residual_norm_reference(x, residual, params, rows, cols, eps);
   for (bool regs : {true, false}) {

@@ -190,7 +190,7 @@ impl SelfAttention {
         let lt = cuda::gemm_cublaslt() && weight.dtype() == DType::BF16;
         let bias_in_product = lt && lengths.is_some();
         let product = timed("qkv projection (fused)", device, || {
-            let x = xs.to_dtype(weight.dtype())?.reshape((b * s, h))?;
+            let x = cuda::twin::product_input(xs, weight.dtype())?.reshape((b * s, h))?;
             if lt {
                 cuda::lt_linear(&x, weight, bias_in_product.then_some(bias))
             } else {

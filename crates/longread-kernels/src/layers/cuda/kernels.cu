@@ -210,10 +210,12 @@ __device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
 // residual_layer_norm with the row in registers (cols = NV · 128): lane l holds the 4-element
 // groups l, l + 32, ..., so x, residual and the parameters are each read once with 8- or
 // 16-byte loads and the output written once (the kernels above read the row three times, an
-// element per load). out may be x (in place: each lane writes only what it read).
+// element per load). out may be x (in place: each lane writes only what it read). twin, unless
+// null: the output again in bf16 (for the next product's input, which would otherwise be a cast
+// of out: one more read of it).
 template <typename X, typename R, typename O, int NV>
 __device__ void residual_layer_norm_regs(const X* x, const R* residual, const float* params, O* out, long rows,
-                                         float eps) {
+                                         float eps, __nv_bfloat16* twin = nullptr) {
   constexpr int COLS = NV * 128;
   const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
@@ -245,36 +247,45 @@ __device__ void residual_layer_norm_regs(const X* x, const R* residual, const fl
   for (int n = 0; n < NV; ++n) {
     const int c = (n * 32 + lane) * 4;
     const float4 g = load4(params + COLS + c), b = load4(params + 2 * COLS + c);
-    store4(o + c, make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
-                              (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w));
+    const float4 y = make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
+                                 (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w);
+    store4(o + c, y);
+    if (twin != nullptr) store4(twin + row * COLS + c, y);
   }
 }
 
 // The register kernels by row length: cols / 128 = 1 to 8 (up to 1,024 features).
-#define NORM_REGS_CASES(X, R, O, OUT)                                                                     \
+#define NORM_REGS_CASES(X, R, O, OUT, TWIN)                                                               \
   switch (cols / 128) {                                                                                 \
-    case 1: residual_layer_norm_regs<X, R, O, 1>(x, residual, params, OUT, rows, eps); break;          \
-    case 2: residual_layer_norm_regs<X, R, O, 2>(x, residual, params, OUT, rows, eps); break;          \
-    case 3: residual_layer_norm_regs<X, R, O, 3>(x, residual, params, OUT, rows, eps); break;          \
-    case 4: residual_layer_norm_regs<X, R, O, 4>(x, residual, params, OUT, rows, eps); break;          \
-    case 5: residual_layer_norm_regs<X, R, O, 5>(x, residual, params, OUT, rows, eps); break;          \
-    case 6: residual_layer_norm_regs<X, R, O, 6>(x, residual, params, OUT, rows, eps); break;          \
-    case 7: residual_layer_norm_regs<X, R, O, 7>(x, residual, params, OUT, rows, eps); break;          \
-    case 8: residual_layer_norm_regs<X, R, O, 8>(x, residual, params, OUT, rows, eps); break;          \
+    case 1: residual_layer_norm_regs<X, R, O, 1>(x, residual, params, OUT, rows, eps, TWIN); break;    \
+    case 2: residual_layer_norm_regs<X, R, O, 2>(x, residual, params, OUT, rows, eps, TWIN); break;    \
+    case 3: residual_layer_norm_regs<X, R, O, 3>(x, residual, params, OUT, rows, eps, TWIN); break;    \
+    case 4: residual_layer_norm_regs<X, R, O, 4>(x, residual, params, OUT, rows, eps, TWIN); break;    \
+    case 5: residual_layer_norm_regs<X, R, O, 5>(x, residual, params, OUT, rows, eps, TWIN); break;    \
+    case 6: residual_layer_norm_regs<X, R, O, 6>(x, residual, params, OUT, rows, eps, TWIN); break;    \
+    case 7: residual_layer_norm_regs<X, R, O, 7>(x, residual, params, OUT, rows, eps, TWIN); break;    \
+    case 8: residual_layer_norm_regs<X, R, O, 8>(x, residual, params, OUT, rows, eps, TWIN); break;    \
   }
 
 extern "C" __global__ void residual_layer_norm_regs_f32(float* x, const float* residual, const float* params,
                                                         long rows, int cols, float eps) {
-  NORM_REGS_CASES(float, float, float, x)
+  NORM_REGS_CASES(float, float, float, x, nullptr)
 }
 extern "C" __global__ void residual_layer_norm_regs_bf16(__nv_bfloat16* x, const __nv_bfloat16* residual,
                                                          const float* params, long rows, int cols, float eps) {
-  NORM_REGS_CASES(__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, x)
+  NORM_REGS_CASES(__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, x, nullptr)
 }
 extern "C" __global__ void residual_layer_norm_regs_bf16_f32(const __nv_bfloat16* x, const float* residual,
                                                              const float* params, float* out, long rows, int cols,
                                                              float eps) {
-  NORM_REGS_CASES(__nv_bfloat16, float, float, out)
+  NORM_REGS_CASES(__nv_bfloat16, float, float, out, nullptr)
+}
+// The same writing the output twice: f32 (the residual stream) and bf16 (the next product's input).
+extern "C" __global__ void residual_layer_norm_regs_bf16_f32_twin(const __nv_bfloat16* x, const float* residual,
+                                                                  const float* params, float* out,
+                                                                  __nv_bfloat16* twin, long rows, int cols,
+                                                                  float eps) {
+  NORM_REGS_CASES(__nv_bfloat16, float, float, out, twin)
 }
 
 // In place over x [n / cols, cols]: x = x + bias (gelu = 0) or gelu_erf(x + bias) (gelu = 1),

@@ -151,13 +151,15 @@ pub(super) fn residual_layer_norm(
     }
 }
 
-/// `LayerNorm(x + bias + residual)` of a bf16 `x` and an f32 `residual` into a new f32 buffer.
+/// `LayerNorm(x + bias + residual)` of a bf16 `x` and an f32 `residual` into a new f32 buffer,
+/// and with `twin` (where the register kernel runs) the same values in a new bf16 buffer.
 pub(super) fn residual_layer_norm_into(
     eps: f32,
     (x, x_l): (&CudaStorage, &Layout),
     (residual, residual_l): (&CudaStorage, &Layout),
     (params, params_l): (&CudaStorage, &Layout),
-) -> Result<CudaStorage> {
+    twin: bool,
+) -> Result<(CudaStorage, Option<CudaStorage>)> {
     let op = "cuda-residual-layer-norm-into";
     let (rows, n) = rows_of(x_l)?;
     if residual_l.shape() != x_l.shape()
@@ -178,20 +180,31 @@ pub(super) fn residual_layer_norm_into(
     let (x_r, residual_r, params_r) = (range(x_l, op)?, range(residual_l, op)?, range(params_l, op)?);
     let dev = x.device.clone();
     let regs = norm_in_registers(n, &[x_r.start, residual_r.start, params_r.start]);
-    let name = if regs { "residual_layer_norm_regs_bf16_f32" } else { "residual_layer_norm_bf16_f32" };
+    let twin = twin && regs;
+    let name = match (regs, twin) {
+        (true, true) => "residual_layer_norm_regs_bf16_f32_twin",
+        (true, false) => "residual_layer_norm_regs_bf16_f32",
+        _ => "residual_layer_norm_bf16_f32",
+    };
     let func = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
     let stream = dev.cuda_stream();
     let x = x.as_cuda_slice::<bf16>()?.slice(x_r);
     let residual = residual.as_cuda_slice::<f32>()?.slice(residual_r);
     let params = params.as_cuda_slice::<f32>()?.slice(params_r);
-    // SAFETY: every element is written by the kernel below before it is read.
+    // SAFETY: every element of both is written by the kernel below before it is read.
     let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
+    let mut copy = if twin { Some(unsafe { dev.alloc::<bf16>(rows * n) }?) } else { None };
     let (rows_i, n_i) = (rows as i64, n as i32);
     let mut b = stream.launch_builder(&func);
-    b.arg(&x).arg(&residual).arg(&params).arg(&mut out).arg(&rows_i).arg(&n_i).arg(&eps);
-    // SAFETY: x and residual hold `rows × n` elements, params `3 × n`, out `rows × n`.
+    b.arg(&x).arg(&residual).arg(&params).arg(&mut out);
+    if let Some(copy) = copy.as_mut() {
+        b.arg(copy);
+    }
+    b.arg(&rows_i).arg(&n_i).arg(&eps);
+    // SAFETY: x and residual hold `rows × n` elements, params `3 × n`, out (and the twin) `rows × n`.
     unsafe { b.launch(rows_config(rows)) }.w()?;
-    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+    let copy = copy.map(|c| CudaStorage::wrap_cuda_slice(c, dev.clone()));
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), copy))
 }
 
 pub(super) fn bias_activation(

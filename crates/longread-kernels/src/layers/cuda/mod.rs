@@ -30,6 +30,7 @@ mod reference;
 mod residual_norm_train;
 mod route_kernels;
 mod training;
+pub mod twin;
 
 pub use attention_train::AttentionTrain;
 pub use cublaslt::{gemm_cublaslt, lt_linear, LtProduct};
@@ -152,38 +153,6 @@ impl InplaceOp3 for ResidualLayerNorm {
     }
 }
 
-/// `LayerNorm(x + bias + residual) · γ + β` of a bf16 `x` and an f32 `residual` into a new f32
-/// tensor (the residual stream stays f32 between layers, as under PyTorch's autocast);
-/// `params = [bias, γ, β]` (`[3, n]`, f32).
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub struct ResidualLayerNormInto {
-    /// LayerNorm epsilon, inside the square root.
-    pub eps: f32,
-}
-
-impl CustomOp3 for ResidualLayerNormInto {
-    fn name(&self) -> &'static str {
-        "cuda-residual-layer-norm-into"
-    }
-
-    cuda_only!(CustomOp3);
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        x_l: &Layout,
-        residual: &candle_core::CudaStorage,
-        residual_l: &Layout,
-        params: &candle_core::CudaStorage,
-        params_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, candle_core::Shape)> {
-        let out = launch::residual_layer_norm_into(self.eps, (x, x_l), (residual, residual_l), (params, params_l))?;
-        Ok((out, x_l.shape().clone()))
-    }
-}
-
 /// In place: `x = x + bias`, or `gelu_erf(x + bias)` with `gelu`; `bias: [n]` (f32) over rows
 /// of `n`.
 #[derive(Debug, Clone, Copy)]
@@ -228,10 +197,42 @@ pub fn residual_layer_norm(
     let params = Tensor::stack(&[bias, gamma, beta], 0)?.to_dtype(candle_core::DType::F32)?;
     let residual = residual.contiguous()?;
     if x.dtype() != residual.dtype() {
-        return x.apply_op3_no_bwd(&residual, &params, &ResidualLayerNormInto { eps: eps as f32 });
+        return residual_layer_norm_into(&x, &residual, &params, eps as f32);
     }
     x.inplace_op3(&residual, &params, &ResidualLayerNorm { eps: eps as f32 })?;
     Ok(x)
+}
+
+/// `LayerNorm(x + bias + residual) · γ + β` of a bf16 `x` and an f32 `residual` into a new f32
+/// tensor (the residual stream stays f32 between layers, as under PyTorch's autocast), its bf16
+/// copy written beside it by the same kernel for the next product ([`twin`]); `params = [bias,
+/// γ, β]` (`[3, n]`, f32).
+///
+/// # Shapes
+/// `x, residual: [..., n]`, `params: [3, n]` → `[..., n]` (f32)
+#[cfg(feature = "cuda")]
+fn residual_layer_norm_into(x: &Tensor, residual: &Tensor, params: &Tensor, eps: f32) -> Result<Tensor> {
+    use candle_core::op::BackpropOp;
+    use candle_core::Storage;
+    let (out, copy) = {
+        let ((x_s, x_l), (r_s, r_l), (p_s, p_l)) =
+            (x.storage_and_layout(), residual.storage_and_layout(), params.storage_and_layout());
+        let (Storage::Cuda(x_s), Storage::Cuda(r_s), Storage::Cuda(p_s)) = (&*x_s, &*r_s, &*p_s) else {
+            candle_core::bail!("cuda-residual-layer-norm-into runs on CUDA only")
+        };
+        launch::residual_layer_norm_into(eps, (x_s, x_l), (r_s, r_l), (p_s, p_l), twin::wanted())?
+    };
+    let tensor = |s| Tensor::from_storage(Storage::Cuda(s), x.shape().clone(), BackpropOp::none(), false);
+    let out = tensor(out);
+    if let Some(copy) = copy {
+        twin::keep(&out, tensor(copy));
+    }
+    Ok(out)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn residual_layer_norm_into(_: &Tensor, _: &Tensor, _: &Tensor, _: f32) -> Result<Tensor> {
+    candle_core::bail!("cuda-residual-layer-norm-into runs on CUDA only")
 }
 
 /// `x + bias` or `gelu_erf(x + bias)` into `x` (a tensor the caller made and holds alone).
