@@ -27,5 +27,5 @@ fn cuda_kernels_compute_what_their_loops_do_under_cpu_emulation() {
     let report = String::from_utf8_lossy(&run.stdout);
     println!("{report}");
     assert!(run.status.success(), "emulated kernels disagree with their loops:\n{report}");
-    assert!(report.lines().filter(|l| l.ends_with(" ok")).count() >= 90, "fewer cases ran than written:\n{report}");
+    assert!(report.lines().filter(|l| l.ends_with(" ok")).count() >= 100, "fewer cases ran than written:\n{report}");
 }

@@ -344,6 +344,53 @@ void bias_kernels_train(int rows, int cols, std::mt19937& rng, const char* dtype
   }
 }
 
+// Inference's embeddings: three tables' rows summed, LayerNorm, and the bf16 copy.
+void embeddings(int cols, bool has_types, std::mt19937& rng) {
+  const long rows = 37;
+  const int vocab = 50, max_positions = 40, n_types = 2;
+  const float eps = 1e-5f;
+  const auto word = random_values(size_t(vocab) * cols, rng), position = random_values(size_t(max_positions) * cols, rng);
+  const auto types = random_values(size_t(n_types) * cols, rng), gamma = random_values(cols, rng, 0.5f),
+             beta = random_values(cols, rng, 0.5f);
+  std::vector<unsigned> ids(rows), positions(rows), type_ids(rows);
+  for (long r = 0; r < rows; ++r) {
+    ids[r] = unsigned(rng() % vocab);
+    positions[r] = unsigned(rng() % max_positions);
+    type_ids[r] = unsigned(rng() % n_types);
+  }
+  std::vector<float> want(size_t(rows) * cols);
+  for (long r = 0; r < rows; ++r) {
+    std::vector<double> v(cols);
+    double mean = 0;
+    for (int c = 0; c < cols; ++c) {
+      float e = word[ids[r] * cols + c] + position[positions[r] * cols + c];
+      if (has_types) e += types[type_ids[r] * cols + c];
+      v[c] = e;
+      mean += e;
+    }
+    mean /= cols;
+    double var = 0;
+    for (int c = 0; c < cols; ++c) var += (v[c] - mean) * (v[c] - mean);
+    const double rstd = 1.0 / std::sqrt(var / cols + eps);
+    for (int c = 0; c < cols; ++c) want[r * cols + c] = float((v[c] - mean) * rstd * gamma[c] + beta[c]);
+  }
+  std::vector<float> out(want.size(), NAN), out2(want.size(), NAN);
+  std::vector<__nv_bfloat16> twin(want.size(), __float2bfloat16(NAN));
+  emu::launch(row_blocks(rows), ROW_THREADS, [&] {
+    embedding_layer_norm_regs_f32(word.data(), position.data(), types.data(), ids.data(), positions.data(),
+                                  type_ids.data(), has_types, gamma.data(), beta.data(), out.data(), rows, cols, eps);
+  });
+  emu::launch(row_blocks(rows), ROW_THREADS, [&] {
+    embedding_layer_norm_regs_twin_f32(word.data(), position.data(), types.data(), ids.data(), positions.data(),
+                                       type_ids.data(), has_types, gamma.data(), beta.data(), out2.data(), twin.data(),
+                                       rows, cols, eps);
+  });
+  const std::string name = std::string("embedding_layer_norm_regs") + (has_types ? " (with types)" : "");
+  check(name.c_str(), cols, out, want, 2e-5f);
+  check((name + " twin: f32").c_str(), cols, out2, want, 2e-5f);
+  check((name + " twin: bf16").c_str(), cols, to_f32(twin), want, 1e-5f, 1.f / 256);
+}
+
 }  // namespace
 
 int main() {
@@ -355,6 +402,8 @@ int main() {
   // several elements or vectors).
   bias_kernels_train<float>(9, 40, rng, "f32");
   bias_kernels_train<__nv_bfloat16>(9, 40, rng, "bf16");
+  for (int cols : {384, 768})
+    for (bool has_types : {false, true}) embeddings(cols, has_types, rng);
   if (failures) std::printf("%d case(s) FAILED\n", failures);
   return failures ? 1 : 0;
 }

@@ -13,7 +13,7 @@ use candle_nn::{Embedding, Init, Module, VarBuilder};
 
 use crate::config::EncoderConfig;
 use crate::encoder::{modern, DebertaSettings, Family, ModernSettings};
-use crate::layers::{linear, linear_with_bias, Dropout, LayerNorm, Linear};
+use crate::layers::{cuda, linear, linear_with_bias, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 
 /// The embedding block of an encoder.
@@ -36,6 +36,9 @@ pub struct Embeddings {
     /// position table where positions are offset from it).
     padding_idx: u32,
     offset_positions: bool,
+    /// Inference in bf16: the GPU's one-kernel embeddings also write a bf16 copy of their
+    /// output for the first product (`layers::cuda::twin`).
+    bf16_copy: bool,
 }
 
 impl Embeddings {
@@ -92,7 +95,39 @@ impl Embeddings {
             zero_padding: deberta.is_some(),
             padding_idx: cfg.pad_token_id,
             offset_positions: family.offsets_positions(),
+            bf16_copy: false,
         })
+    }
+
+    /// Whether the products after the embeddings read bf16 (inference with bf16 weights).
+    pub(crate) fn set_bf16_products(&mut self, on: bool) {
+        self.bf16_copy = on;
+    }
+
+    /// Inference on a GPU, for embeddings that are a sum of a word, a position and an optional
+    /// token-type row then LayerNorm (no projection, no zeroed padding): one kernel
+    /// ([`cuda::EmbeddingTables`]). `None` elsewhere.
+    ///
+    /// # Shapes
+    /// `input_ids, position_ids, token_type_ids: [batch, seq]` → `[batch, seq, hidden]` (f32)
+    fn forward_fused_gpu(
+        &self,
+        input_ids: &Tensor,
+        position_ids: &Tensor,
+        token_type_ids: &Tensor,
+    ) -> Result<Option<Tensor>> {
+        let Some(position) = &self.position else { return Ok(None) };
+        if self.project.is_some() || self.zero_padding {
+            return Ok(None);
+        }
+        let tables = cuda::EmbeddingTables {
+            word: self.word.embeddings(),
+            position: position.embeddings(),
+            types: self.token_type.as_ref().map(Embedding::embeddings),
+            affine: self.norm.affine(),
+            eps: self.norm.eps(),
+        };
+        tables.forward(input_ids, position_ids, token_type_ids, self.bf16_copy)
     }
 
     /// The word-embedding matrix (tied to the MLM decoder).
@@ -121,6 +156,11 @@ impl Embeddings {
         // parallel (candle's walks every position on one thread per column) and leaves the
         // padding row out itself, as `nn.Embedding(padding_idx)` (RoBERTa's padding positions
         // are `padding_idx` too).
+        if !mode.is_train() && input_ids.device().is_cuda() {
+            if let Some(x) = self.forward_fused_gpu(input_ids, position_ids, token_type_ids)? {
+                return Ok(x);
+            }
+        }
         let gpu_train = mode.is_train() && crate::route::gpu(input_ids.device());
         // Elsewhere, as `nn.Embedding(padding_idx=…)`: in training, padding rows pass no gradient.
         let padding = if mode.is_train() && !gpu_train {

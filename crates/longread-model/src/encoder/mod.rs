@@ -302,6 +302,7 @@ impl Encoder {
     /// and biases stay f32).
     pub fn set_inference_dtype(&mut self, dtype: DType) -> CResult<()> {
         self.compute_dtype = dtype;
+        self.embeddings.set_bf16_products(dtype == DType::BF16);
         self.layers.iter_mut().try_for_each(|layer| layer.cast_weights(dtype))
     }
 

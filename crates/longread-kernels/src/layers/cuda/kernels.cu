@@ -288,6 +288,84 @@ extern "C" __global__ void residual_layer_norm_regs_bf16_f32_twin(const __nv_bfl
   NORM_REGS_CASES(__nv_bfloat16, float, float, out, twin)
 }
 
+// The embeddings of inference in one kernel: out[row, :] = LayerNorm(word[ids[row]] +
+// position[positions[row]] (+ types[type_ids[row]] when has_types)) · gamma + beta, f32 tables
+// (the sum in that order, as the composition adds them); a warp per row with the row in
+// registers (cols = NV · 128), twin (unless null) the output again in bf16 for the first
+// product. Ids are checked against the tables before (Encoder::validate_and_position).
+template <int NV>
+__device__ void embedding_layer_norm_regs(const float* word, const float* position, const float* types,
+                                          const unsigned int* ids, const unsigned int* positions,
+                                          const unsigned int* type_ids, int has_types, const float* gamma,
+                                          const float* beta, float* out, __nv_bfloat16* twin, long rows, float eps) {
+  constexpr int COLS = NV * 128;
+  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const float* w = word + (long)ids[row] * COLS;
+  const float* p = position + (long)positions[row] * COLS;
+  const float* t = types + (long)(has_types ? type_ids[row] : 0) * COLS;
+  float v[NV * 4];
+  float s = 0.f;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 a = load4(w + c), b = load4(p + c);
+    float4 e = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    if (has_types) {
+      const float4 k = load4(t + c);
+      e = make_float4(e.x + k.x, e.y + k.y, e.z + k.z, e.w + k.w);
+    }
+    v[n * 4 + 0] = e.x;
+    v[n * 4 + 1] = e.y;
+    v[n * 4 + 2] = e.z;
+    v[n * 4 + 3] = e.w;
+    s += e.x + e.y + e.z + e.w;
+  }
+  const float mean = warp_sum(s) / COLS;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV * 4; ++i) q += (v[i] - mean) * (v[i] - mean);
+  const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 g = load4(gamma + c), b = load4(beta + c);
+    const float4 y = make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
+                                 (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w);
+    store4(out + row * COLS + c, y);
+    if (twin != nullptr) store4(twin + row * COLS + c, y);
+  }
+}
+
+#define EMBEDDING_NORM_CASES(TWIN)                                                                           \
+  switch (cols / 128) {                                                                                     \
+    case 1: embedding_layer_norm_regs<1>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+    case 2: embedding_layer_norm_regs<2>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+    case 3: embedding_layer_norm_regs<3>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+    case 4: embedding_layer_norm_regs<4>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+    case 5: embedding_layer_norm_regs<5>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+    case 6: embedding_layer_norm_regs<6>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+    case 7: embedding_layer_norm_regs<7>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+    case 8: embedding_layer_norm_regs<8>(EMBEDDING_NORM_ARGS, TWIN, rows, eps); break;                     \
+  }
+#define EMBEDDING_NORM_ARGS word, position, types, ids, positions, type_ids, has_types, gamma, beta, out
+// types: any valid pointer when has_types is 0 (not read).
+extern "C" __global__ void embedding_layer_norm_regs_f32(const float* word, const float* position, const float* types,
+                                                         const unsigned int* ids, const unsigned int* positions,
+                                                         const unsigned int* type_ids, int has_types,
+                                                         const float* gamma, const float* beta, float* out, long rows,
+                                                         int cols, float eps) {
+  EMBEDDING_NORM_CASES(nullptr)
+}
+extern "C" __global__ void embedding_layer_norm_regs_twin_f32(
+    const float* word, const float* position, const float* types, const unsigned int* ids,
+    const unsigned int* positions, const unsigned int* type_ids, int has_types, const float* gamma, const float* beta,
+    float* out, __nv_bfloat16* twin, long rows, int cols, float eps) {
+  EMBEDDING_NORM_CASES(twin)
+}
+#undef EMBEDDING_NORM_ARGS
+
 // In place over x [n / cols, cols]: x = x + bias (gelu = 0) or gelu_erf(x + bias) (gelu = 1),
 // bias [cols] f32.
 template <typename T>

@@ -961,3 +961,69 @@ pub(super) fn embedding_grad(
     }
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
+
+/// The inputs of [`embedding_layer_norm`]: the word, position and token-type tables (f32
+/// `[rows, n]`; the types' entry is any table when `has_types` is false), the ids, positions
+/// and type ids (u32, one per token), LayerNorm's γ and β (f32 `[n]`) and epsilon.
+pub(super) struct EmbeddingNormInputs<'a> {
+    pub tables: [(&'a CudaStorage, &'a Layout); 3],
+    pub has_types: bool,
+    pub ids: [(&'a CudaStorage, &'a Layout); 3],
+    pub affine: [(&'a CudaStorage, &'a Layout); 2],
+    pub eps: f32,
+}
+
+/// Inference's embeddings in one kernel (`embedding_layer_norm_regs`): `[tokens, n]` f32, and
+/// with `twin` a bf16 copy. `None` where the row does not fit the kernel (rows of 128 to 1,024
+/// features in steps of 128, tables and parameters starting on 4 elements).
+pub(super) fn embedding_layer_norm(
+    inputs: &EmbeddingNormInputs<'_>,
+    twin: bool,
+) -> Result<Option<(CudaStorage, Option<CudaStorage>)>> {
+    let op = "cuda-embedding-layer-norm";
+    let n = inputs.tables[0].1.shape().dims2()?.1;
+    let tokens = inputs.ids[0].1.shape().elem_count();
+    let tables_ok =
+        inputs.tables.iter().all(|(s, l)| s.dtype() == DType::F32 && l.shape().dims2().is_ok_and(|(_, c)| c == n));
+    let ids_ok = inputs.ids.iter().all(|(s, l)| s.dtype() == DType::U32 && l.shape().elem_count() == tokens);
+    let affine_ok = inputs.affine.iter().all(|(s, l)| s.dtype() == DType::F32 && l.shape().dims() == [n]);
+    if !(tables_ok && ids_ok && affine_ok) {
+        candle_core::bail!("{op}: tables (f32 [rows, {n}]), ids (u32, {tokens} each) or γ/β (f32 [{n}]) disagree");
+    }
+    let table_r = inputs.tables.iter().map(|(_, l)| range(l, op)).collect::<Result<Vec<_>>>()?;
+    let ids_r = inputs.ids.iter().map(|(_, l)| range(l, op)).collect::<Result<Vec<_>>>()?;
+    let affine_r = inputs.affine.iter().map(|(_, l)| range(l, op)).collect::<Result<Vec<_>>>()?;
+    let starts: Vec<usize> = table_r.iter().chain(&affine_r).map(|r| r.start).collect();
+    if tokens == 0 || !norm_in_registers(n, &starts) {
+        return Ok(None);
+    }
+    let dev = inputs.tables[0].0.device.clone();
+    let name = if twin { "embedding_layer_norm_regs_twin_f32" } else { "embedding_layer_norm_regs_f32" };
+    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
+    let stream = dev.cuda_stream();
+    let table = |i: usize| -> Result<CudaView<'_, f32>> {
+        Ok(inputs.tables[i].0.as_cuda_slice::<f32>()?.slice(table_r[i].clone()))
+    };
+    let id =
+        |i: usize| -> Result<CudaView<'_, u32>> { Ok(inputs.ids[i].0.as_cuda_slice::<u32>()?.slice(ids_r[i].clone())) };
+    let (word, position, types) = (table(0)?, table(1)?, table(2)?);
+    let (ids, positions, type_ids) = (id(0)?, id(1)?, id(2)?);
+    let gamma = inputs.affine[0].0.as_cuda_slice::<f32>()?.slice(affine_r[0].clone());
+    let beta = inputs.affine[1].0.as_cuda_slice::<f32>()?.slice(affine_r[1].clone());
+    // SAFETY: the kernel writes every element of both before anything reads them.
+    let mut out = unsafe { dev.alloc::<f32>(tokens * n) }?;
+    let mut copy = if twin { Some(unsafe { dev.alloc::<bf16>(tokens * n) }?) } else { None };
+    let (has_types, rows, cols) = (inputs.has_types as i32, tokens as i64, n as i32);
+    let mut b = stream.launch_builder(&func);
+    b.arg(&word).arg(&position).arg(&types).arg(&ids).arg(&positions).arg(&type_ids).arg(&has_types);
+    b.arg(&gamma).arg(&beta).arg(&mut out);
+    if let Some(copy) = copy.as_mut() {
+        b.arg(copy);
+    }
+    b.arg(&rows).arg(&cols).arg(&inputs.eps);
+    // SAFETY: each id indexes a row of its table (checked by the encoder before the batch is
+    // made: Encoder::validate_and_position); out (and the copy) hold `tokens × n` elements.
+    unsafe { b.launch(rows_config(tokens)) }.w()?;
+    let copy = copy.map(|c| CudaStorage::wrap_cuda_slice(c, dev.clone()));
+    Ok(Some((CudaStorage::wrap_cuda_slice(out, dev), copy)))
+}

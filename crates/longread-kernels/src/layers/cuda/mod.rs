@@ -21,6 +21,7 @@
 
 mod attention_train;
 mod cublaslt;
+mod embedding_norm;
 mod embedding_train;
 mod flash;
 mod gelu_dense_train;
@@ -34,6 +35,7 @@ pub mod twin;
 
 pub use attention_train::AttentionTrain;
 pub use cublaslt::{gemm_cublaslt, lt_linear, LtProduct};
+pub use embedding_norm::EmbeddingTables;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{
     flash2_enabled, flash2_ran, flash2_runs_on, train_attention_fa2, FlashAttention2, FlashAttentionTrain, KeyLengths,
@@ -421,10 +423,12 @@ pub fn train_probs_in_registers() -> bool {
 
 /// Whether the residual LayerNorm kernels hold each row in registers where it fits (rows of 128
 /// to 1,024 features in steps of 128; the default): inference's and training's forward kernels
-/// read each input once with wide loads, and training's backward pass is one kernel
-/// ([`ResidualNormTrain`]). With `LONGREAD_CUDA_NORM_KERNEL=rows`, as before session 32: kernels
-/// that read each row three times an element at a time, and a backward pass composed of about
-/// 15 kernels (kept to compare the two on a GPU, or to rule the register kernels out).
+/// read each input once with wide loads, training's backward pass is one kernel
+/// ([`ResidualNormTrain`]), and inference's embeddings are one kernel ([`EmbeddingTables`]).
+/// With `LONGREAD_CUDA_NORM_KERNEL=rows`, as before session 32: kernels that read each row three
+/// times an element at a time, a backward pass composed of about 15 kernels, and embeddings
+/// composed of lookups, sums and candle's LayerNorm (kept to compare on a GPU, or to rule the
+/// register kernels out).
 pub fn norm_in_registers() -> bool {
     static ROWS: OnceLock<bool> = OnceLock::new();
     !env_is(&ROWS, "LONGREAD_CUDA_NORM_KERNEL", "rows")
