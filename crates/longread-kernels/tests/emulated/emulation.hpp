@@ -41,14 +41,15 @@ inline float exchange(float v, int other_lane) {
   return r;
 }
 
-// Runs `kernel()` as a grid of `grid` blocks of `block` threads (x only, a multiple of 32).
+// Runs `kernel()` as a grid of `grid` × `grid_y` blocks of `block` threads (x only, a multiple
+// of 32).
 template <typename F>
-void launch(unsigned grid, unsigned block, F kernel) {
-  gridDim = {grid, 1, 1};
+void launch(unsigned grid, unsigned block, F kernel, unsigned grid_y = 1) {
+  gridDim = {grid, grid_y, 1};
   blockDim = {block, 1, 1};
   const unsigned warps = block / 32;
   shuffle.assign(warps * 32, 0.f);
-  for (unsigned b = 0; b < grid; ++b) {
+  for (unsigned b = 0; b < grid * grid_y; ++b) {
     warp_barriers.clear();
     for (unsigned w = 0; w < warps; ++w) warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
     block_barrier = std::make_unique<std::barrier<>>(block);
@@ -56,7 +57,7 @@ void launch(unsigned grid, unsigned block, F kernel) {
     for (unsigned t = 0; t < block; ++t) {
       threads.emplace_back([=] {
         threadIdx = {t, 0, 0};
-        blockIdx = {b, 0, 0};
+        blockIdx = {b % grid, b / grid, 0};
         kernel();
       });
     }

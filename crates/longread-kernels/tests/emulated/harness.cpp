@@ -1,36 +1,16 @@
 // Tests of kernels.cu's kernels on the CPU (emulation.hpp): each kernel on random inputs against
 // a plain double-precision loop. Prints one line per case; exits 1 if any case is off.
-// Built and run by tests/kernels_emulated.rs.
+// Built and run by tests/kernels_emulated.rs. This file: the LayerNorm family, the training
+// bias kernels and the embeddings; others.hpp (included here: kernels.cu is one translation
+// unit): attention's layout and softmax kernels, training's other kernels.
 #include "emulation.hpp"
 
 #include "../../src/layers/cuda/kernels.cu"
 
-#include <cstdio>
-#include <random>
-#include <string>
+#include "check.hpp"
+#include "others.hpp"
 
 namespace {
-
-int failures = 0;
-
-std::vector<float> random_values(size_t n, std::mt19937& rng, float scale = 1.f) {
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
-  std::vector<__nv_bfloat16> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
-  return out;
-}
-
-std::vector<float> to_f32(const std::vector<__nv_bfloat16>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = __bfloat162float(v[i]);
-  return out;
-}
 
 // LayerNorm(x + bias + residual) · gamma + beta of each row, in double; params = [bias, gamma, beta].
 std::vector<float> residual_norm_reference(const std::vector<float>& x, const std::vector<float>& residual,
@@ -51,24 +31,6 @@ std::vector<float> residual_norm_reference(const std::vector<float>& x, const st
   }
   return out;
 }
-
-// Every |got − want| within limit + relative · |want|; prints the largest absolute difference.
-void check(const char* name, int cols, const std::vector<float>& got, const std::vector<float>& want, float limit,
-           float relative = 0.f) {
-  float worst = 0.f;
-  bool ok = got.size() == want.size();
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    const float d = std::fabs(got[i] - want[i]);
-    if (!(d <= limit + relative * std::fabs(want[i]))) ok = false;  // NaN fails too
-    if (!(d <= worst)) worst = d;
-  }
-  std::printf("%-62s cols %4d: largest difference %.3g (limit %.3g + %.3g relative) %s\n", name, cols, worst, limit,
-              relative, ok ? "ok" : "FAILED");
-  if (!ok) ++failures;
-}
-
-constexpr unsigned ROW_THREADS = 256;  // launch.rs: 8 warps, one row each
-unsigned row_blocks(long rows) { return unsigned((rows + 7) / 8); }
 
 void residual_norms(int cols, std::mt19937& rng) {
   const long rows = 37;  // not a multiple of the 8 rows of a block
@@ -404,6 +366,7 @@ int main() {
   bias_kernels_train<__nv_bfloat16>(9, 40, rng, "bf16");
   for (int cols : {384, 768})
     for (bool has_types : {false, true}) embeddings(cols, has_types, rng);
+  others::run(rng);
   if (failures) std::printf("%d case(s) FAILED\n", failures);
   return failures ? 1 : 0;
 }
