@@ -246,6 +246,10 @@ def best(rows, key, value):
 ours_bf16, torch_bf16 = best(ours, "precision", "bf16"), best(torch, "dtype", "bf16")
 ours_f32, torch_f32 = best(ours, "precision", "f32"), best(torch, "dtype", "f32")
 limit = 405.0 if "H200" in sys.argv[4] else None  # ../shared/gpu/README.md: 783 TFLOP/s bf16 GEMM on an H200
+def variant_ratio(variant):
+    """bf16 documents/s of the best row run with `variant` (an environment switch) ÷ PyTorch eager's."""
+    row = best(materialized, "variant", variant)
+    return round(row["docs_per_s"] / torch_bf16["docs_per_s"], 3) if row else None
 result = {
     "card": sys.argv[4],
     "gpu_tests_passed": sys.argv[5] == "true",
@@ -265,22 +269,14 @@ result = {
     "predict_bf16_materialized_ratio":
         round(best([r for r in materialized if "variant" not in r], "precision", "bf16")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
         if best([r for r in materialized if "variant" not in r], "precision", "bf16") else None,
-    # The same with cuBLASLt's products, and with cuBLAS's default workspace.
-    "predict_bf16_cublaslt_ratio":
-        round(best(materialized, "variant", "LONGREAD_CUDA_GEMM=cublaslt")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
-        if best(materialized, "variant", "LONGREAD_CUDA_GEMM=cublaslt") else None,
-    "predict_bf16_default_workspace_ratio":
-        round(best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
-        if best(materialized, "variant", "LONGREAD_CUBLAS_WORKSPACE=default") else None,
-    "predict_bf16_row_norm_ratio":
-        round(best(materialized, "variant", "LONGREAD_CUDA_NORM_KERNEL=rows")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
-        if best(materialized, "variant", "LONGREAD_CUDA_NORM_KERNEL=rows") else None,
-    "predict_bf16_no_cast_twin_ratio":
-        round(best(materialized, "variant", "LONGREAD_CUDA_CAST_TWIN=off")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
-        if best(materialized, "variant", "LONGREAD_CUDA_CAST_TWIN=off") else None,
-    "predict_bf16_pool_release_ratio":
-        round(best(materialized, "variant", "LONGREAD_CUDA_POOL=release")["docs_per_s"] / torch_bf16["docs_per_s"], 3)
-        if best(materialized, "variant", "LONGREAD_CUDA_POOL=release") else None,
+    # The same with each variant (an environment switch; variant_ratio below).
+    **{f"predict_bf16_{key}_ratio": variant_ratio(var) for key, var in [
+        ("cublaslt", "LONGREAD_CUDA_GEMM=cublaslt"),
+        ("default_workspace", "LONGREAD_CUBLAS_WORKSPACE=default"),
+        ("row_norm", "LONGREAD_CUDA_NORM_KERNEL=rows"),
+        ("no_cast_twin", "LONGREAD_CUDA_CAST_TWIN=off"),
+        ("pool_release", "LONGREAD_CUDA_POOL=release"),
+    ]},
     "longread_materialized": materialized,
     "workload": "roberta-base shape, 64 documents x 20 chunks x 512 tokens, random weights",
     "embed_bf16_ratio": round(embed_rate("longread", "bf16") / embed_rate("sentence-transformers", "bf16"), 3)

@@ -23,6 +23,18 @@ __device__ __forceinline__ float load(const __nv_bfloat16* p, long i) { return _
 __device__ __forceinline__ void store(float* p, long i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, long i, float v) { p[i] = __float2bfloat16(v); }
 
+// The dropout mask of layers/dropout.rs, element by element: element i is kept (factor
+// 1 / (1 - p)) when 24 bits of SplitMix64's output of seed + i·γ reach the threshold, else 0.
+// The same mask as the CPU's for the same seed, so the devices' gradients can be compared.
+__device__ __forceinline__ float dropout_factor(unsigned long long seed, unsigned long long i, unsigned int threshold,
+                                                float scale) {
+  unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (unsigned int)(z >> 40) >= threshold ? scale : 0.f;
+}
+
 // In place: scores[row, :] = softmax(scores[row, :] * scale + key_bias[row / rows_per_item, :]).
 // scores: [items · rows_per_item, cols] (items = sequences, rows_per_item = heads × queries);
 // key_bias: [items, cols] f32 (0 for a real key, a large negative number for padding).
@@ -207,12 +219,66 @@ __device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
   *reinterpret_cast<uint2*>(p) = raw;
 }
 
-// residual_layer_norm with the row in registers (cols = NV · 128): lane l holds the 4-element
-// groups l, l + 32, ..., so x, residual and the parameters are each read once with 8- or
-// 16-byte loads and the output written once (the kernels above read the row three times, an
-// element per load). out may be x (in place: each lane writes only what it read). twin, unless
-// null: the output again in bf16 (for the next product's input, which would otherwise be a cast
-// of out: one more read of it).
+// ---- Rows in registers (cols = NV · 128) ----
+// Lane l of a row's warp holds the 4-element groups l, l + 32, ... of the row (NV of them), so
+// each input is read once with 8- or 16-byte loads and each output written once. The helpers
+// below are the LayerNorm kernels' shared steps.
+
+// v = (x + bias) · f + residual for the lane's groups of one row (f: the dropout factors of
+// elements first + column, with DROPOUT; else v = x + bias + residual); returns the lane's sum.
+template <bool DROPOUT, typename X, typename R, int NV>
+__device__ __forceinline__ float residual_sum_regs(const X* x, const R* residual, const float* bias, int lane,
+                                                   unsigned long long first, unsigned long long seed,
+                                                   unsigned int threshold, float keep_scale, float (&v)[NV * 4]) {
+  float s = 0.f;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 a = load4(x + c), b = load4(bias + c), r = load4(residual + c);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w}, rv[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float biased = av[i] + bv[i];
+      v[n * 4 + i] = (DROPOUT ? biased * dropout_factor(seed, first + c + i, threshold, keep_scale) : biased) + rv[i];
+      s += v[n * 4 + i];
+    }
+  }
+  return s;
+}
+
+// The row's mean and 1 / sqrt(variance + eps) (biased variance, two passes over the registers)
+// from the lanes' values and sums.
+template <int NV>
+__device__ __forceinline__ float2 row_stats_regs(const float (&v)[NV * 4], float lane_sum, float eps) {
+  constexpr int COLS = NV * 128;
+  const float mean = warp_sum(lane_sum) / COLS;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV * 4; ++i) q += (v[i] - mean) * (v[i] - mean);
+  return make_float2(mean, rsqrtf(warp_sum(q) / COLS + eps));
+}
+
+// out = (v − mean) · rstd · gamma + beta for the lane's groups of one row (out: the row's
+// start), and the same values in bf16 into twin unless it is null.
+template <typename O, int NV>
+__device__ __forceinline__ void store_normed_regs(O* out, __nv_bfloat16* twin, const float* gamma, const float* beta,
+                                                  int lane, const float (&v)[NV * 4], float2 stats) {
+  const float mean = stats.x, rstd = stats.y;
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const int c = (n * 32 + lane) * 4;
+    const float4 g = load4(gamma + c), b = load4(beta + c);
+    const float4 y = make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
+                                 (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w);
+    store4(out + c, y);
+    if (twin != nullptr) store4(twin + c, y);
+  }
+}
+
+// residual_layer_norm with the row in registers (the kernels above read the row three times,
+// an element per load). out may be x (in place: each lane writes only what it read). twin,
+// unless null: the output again in bf16 (for the next product's input, which would otherwise
+// be a cast of out: one more read of it).
 template <typename X, typename R, typename O, int NV>
 __device__ void residual_layer_norm_regs(const X* x, const R* residual, const float* params, O* out, long rows,
                                          float eps, __nv_bfloat16* twin = nullptr) {
@@ -220,38 +286,11 @@ __device__ void residual_layer_norm_regs(const X* x, const R* residual, const fl
   const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
-  const X* xr = x + row * COLS;
-  const R* rr = residual + row * COLS;
-  O* o = out + row * COLS;
+  const long first = row * COLS;
   float v[NV * 4];
-  float s = 0.f;
-#pragma unroll
-  for (int n = 0; n < NV; ++n) {
-    const int c = (n * 32 + lane) * 4;
-    const float4 a = load4(xr + c), b = load4(params + c), r = load4(rr + c);
-    v[n * 4 + 0] = a.x + b.x + r.x;
-    v[n * 4 + 1] = a.y + b.y + r.y;
-    v[n * 4 + 2] = a.z + b.z + r.z;
-    v[n * 4 + 3] = a.w + b.w + r.w;
-    s += v[n * 4 + 0] + v[n * 4 + 1] + v[n * 4 + 2] + v[n * 4 + 3];
-  }
-  const float mean = warp_sum(s) / COLS;
-  float q = 0.f;
-#pragma unroll
-  for (int i = 0; i < NV * 4; ++i) {
-    const float d = v[i] - mean;
-    q += d * d;
-  }
-  const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
-#pragma unroll
-  for (int n = 0; n < NV; ++n) {
-    const int c = (n * 32 + lane) * 4;
-    const float4 g = load4(params + COLS + c), b = load4(params + 2 * COLS + c);
-    const float4 y = make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
-                                 (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w);
-    store4(o + c, y);
-    if (twin != nullptr) store4(twin + row * COLS + c, y);
-  }
+  const float s = residual_sum_regs<false, X, R, NV>(x + first, residual + first, params, lane, 0, 0, 0, 1.f, v);
+  const float2 stats = row_stats_regs<NV>(v, s, eps);
+  store_normed_regs<O, NV>(out + first, twin ? twin + first : nullptr, params + COLS, params + 2 * COLS, lane, v, stats);
 }
 
 // The register kernels by row length: cols / 128 = 1 to 8 (up to 1,024 features).
@@ -322,20 +361,8 @@ __device__ void embedding_layer_norm_regs(const float* word, const float* positi
     v[n * 4 + 3] = e.w;
     s += e.x + e.y + e.z + e.w;
   }
-  const float mean = warp_sum(s) / COLS;
-  float q = 0.f;
-#pragma unroll
-  for (int i = 0; i < NV * 4; ++i) q += (v[i] - mean) * (v[i] - mean);
-  const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
-#pragma unroll
-  for (int n = 0; n < NV; ++n) {
-    const int c = (n * 32 + lane) * 4;
-    const float4 g = load4(gamma + c), b = load4(beta + c);
-    const float4 y = make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
-                                 (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w);
-    store4(out + row * COLS + c, y);
-    if (twin != nullptr) store4(twin + row * COLS + c, y);
-  }
+  const float2 stats = row_stats_regs<NV>(v, s, eps);
+  store_normed_regs<float, NV>(out + row * COLS, twin ? twin + row * COLS : nullptr, gamma, beta, lane, v, stats);
 }
 
 #define EMBEDDING_NORM_CASES(TWIN)                                                                           \
@@ -635,17 +662,6 @@ extern "C" __global__ void __launch_bounds__(128) flash_attention_bf16_d32(const
 
 // ---- Training ----
 
-// The dropout mask of layers/dropout.rs, element by element: element i is kept (factor
-// 1 / (1 - p)) when 24 bits of SplitMix64's output of seed + i·γ reach the threshold, else 0.
-// The same mask as the CPU's for the same seed, so the devices' gradients can be compared.
-__device__ __forceinline__ float dropout_factor(unsigned long long seed, unsigned long long i, unsigned int threshold,
-                                                float scale) {
-  unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (unsigned int)(z >> 40) >= threshold ? scale : 0.f;
-}
 
 template <typename T>
 __device__ void dropout_mask(T* out, long n, unsigned long long seed, unsigned int threshold, float scale) {
@@ -947,30 +963,10 @@ __device__ void residual_norm_train_regs(const T* x, const T* residual, const fl
   const int lane = threadIdx.x & 31;
   const long first = row * COLS;
   float v[NV * 4];
-  float s = 0.f;
-#pragma unroll
-  for (int n = 0; n < NV; ++n) {
-    const int c = (n * 32 + lane) * 4;
-    const float4 a = load4(x + first + c), b = load4(params + c), r = load4(residual + first + c);
-    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w}, rv[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[n * 4 + i] = (av[i] + bv[i]) * dropout_factor(seed, first + c + i, threshold, keep_scale) + rv[i];
-      s += v[n * 4 + i];
-    }
-  }
-  const float mean = warp_sum(s) / COLS;
-  float q = 0.f;
-#pragma unroll
-  for (int i = 0; i < NV * 4; ++i) q += (v[i] - mean) * (v[i] - mean);
-  const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
-#pragma unroll
-  for (int n = 0; n < NV; ++n) {
-    const int c = (n * 32 + lane) * 4;
-    const float4 g = load4(params + COLS + c), b = load4(params + 2 * COLS + c);
-    store4(out + first + c, make_float4((v[n * 4 + 0] - mean) * rstd * g.x + b.x, (v[n * 4 + 1] - mean) * rstd * g.y + b.y,
-                                        (v[n * 4 + 2] - mean) * rstd * g.z + b.z, (v[n * 4 + 3] - mean) * rstd * g.w + b.w));
-  }
+  const float s = residual_sum_regs<true, T, T, NV>(x + first, residual + first, params, lane, first, seed, threshold,
+                                                    keep_scale, v);
+  const float2 stats = row_stats_regs<NV>(v, s, eps);
+  store_normed_regs<T, NV>(out + first, nullptr, params + COLS, params + 2 * COLS, lane, v, stats);
 }
 
 // The backward pass of residual_norm_train as one kernel (the composition before: casts to f32,
@@ -996,23 +992,10 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
   for (long row = (long)blockIdx.x * block_warps + warp; row < rows; row += warps) {
     const long first = row * COLS;
     float xh[NV * 4], g[NV * 4];
-    float s = 0.f;
-#pragma unroll
-    for (int n = 0; n < NV; ++n) {
-      const int c = (n * 32 + lane) * 4;
-      const float4 a = load4(x + first + c), b = load4(params + c), r = load4(residual + first + c);
-      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w}, rv[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        xh[n * 4 + i] = (av[i] + bv[i]) * dropout_factor(seed, first + c + i, threshold, keep_scale) + rv[i];
-        s += xh[n * 4 + i];
-      }
-    }
-    const float mean = warp_sum(s) / COLS;
-    float q = 0.f;
-#pragma unroll
-    for (int i = 0; i < NV * 4; ++i) q += (xh[i] - mean) * (xh[i] - mean);
-    const float rstd = rsqrtf(warp_sum(q) / COLS + eps);
+    const float s = residual_sum_regs<true, T, T, NV>(x + first, residual + first, params, lane, first, seed,
+                                                      threshold, keep_scale, xh);
+    const float2 stats = row_stats_regs<NV>(xh, s, eps);
+    const float mean = stats.x, rstd = stats.y;
     float g_mean = 0.f, gx_mean = 0.f;
 #pragma unroll
     for (int n = 0; n < NV; ++n) {
