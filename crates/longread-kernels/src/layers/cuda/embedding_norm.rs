@@ -38,25 +38,19 @@ impl EmbeddingTables<'_> {
         type_ids: &Tensor,
         bf16_copy: bool,
     ) -> Result<Option<Tensor>> {
-        #[cfg(feature = "cuda")]
-        {
-            self.forward_cuda(ids, positions, type_ids, bf16_copy)
-        }
         #[cfg(not(feature = "cuda"))]
         {
             let _ = (ids, positions, type_ids, bf16_copy);
             Ok(None)
         }
+        #[cfg(feature = "cuda")]
+        {
+            self.forward_cuda(ids, positions, type_ids, bf16_copy)
+        }
     }
 
     #[cfg(feature = "cuda")]
-    fn forward_cuda(
-        &self,
-        ids: &Tensor,
-        positions: &Tensor,
-        type_ids: &Tensor,
-        bf16_copy: bool,
-    ) -> Result<Option<Tensor>> {
+    fn forward_cuda(&self, ids: &Tensor, positions: &Tensor, type_ids: &Tensor, copy: bool) -> Result<Option<Tensor>> {
         use candle_core::op::BackpropOp;
         use candle_core::{DType, Storage};
         if !ids.device().is_cuda() || !super::norm_in_registers() {
@@ -69,7 +63,7 @@ impl EmbeddingTables<'_> {
         let types = self.types.unwrap_or(self.word);
         let tensors = [self.word, self.position, types, &ids, &positions, &type_ids, self.affine.0, self.affine.1];
         let contiguous = tensors.iter().map(|t| t.contiguous()).collect::<Result<Vec<_>>>()?;
-        let twin = bf16_copy && super::twin::wanted();
+        let twin = copy && super::twin::wanted();
         let made = {
             let guards: Vec<_> = contiguous.iter().map(|t| t.storage_and_layout()).collect();
             let mut cuda = Vec::with_capacity(guards.len());

@@ -279,16 +279,20 @@ __device__ __forceinline__ void store_normed_regs(O* out, __nv_bfloat16* twin, c
 // an element per load). out may be x (in place: each lane writes only what it read). twin,
 // unless null: the output again in bf16 (for the next product's input, which would otherwise
 // be a cast of out: one more read of it).
-template <typename X, typename R, typename O, int NV>
+// With DROPOUT (training's forward, residual_norm_train_regs): the biased product times the
+// dropout factors of elements row · cols + column before the residual is added.
+template <typename X, typename R, typename O, int NV, bool DROPOUT = false>
 __device__ void residual_layer_norm_regs(const X* x, const R* residual, const float* params, O* out, long rows,
-                                         float eps, __nv_bfloat16* twin = nullptr) {
+                                         float eps, __nv_bfloat16* twin = nullptr, unsigned long long seed = 0,
+                                         unsigned int threshold = 0, float keep_scale = 1.f) {
   constexpr int COLS = NV * 128;
   const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
   const long first = row * COLS;
   float v[NV * 4];
-  const float s = residual_sum_regs<false, X, R, NV>(x + first, residual + first, params, lane, 0, 0, 0, 1.f, v);
+  const float s = residual_sum_regs<DROPOUT, X, R, NV>(x + first, residual + first, params, lane, first, seed,
+                                                       threshold, keep_scale, v);
   const float2 stats = row_stats_regs<NV>(v, s, eps);
   store_normed_regs<O, NV>(out + first, twin ? twin + first : nullptr, params + COLS, params + 2 * COLS, lane, v, stats);
 }
@@ -950,25 +954,6 @@ extern "C" __global__ void residual_norm_train_bf16(const __nv_bfloat16* x, cons
   residual_norm_train(x, residual, params, out, rows, cols, eps, seed, threshold, keep_scale);
 }
 
-// residual_norm_train with the row in registers (cols = NV · 128, 4-element groups per lane as
-// residual_layer_norm_regs): x, residual and the parameters read once, the dropout factors
-// computed once per element, the output written once.
-template <typename T, int NV>
-__device__ void residual_norm_train_regs(const T* x, const T* residual, const float* params, T* out, long rows,
-                                         float eps, unsigned long long seed, unsigned int threshold,
-                                         float keep_scale) {
-  constexpr int COLS = NV * 128;
-  const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x & 31;
-  const long first = row * COLS;
-  float v[NV * 4];
-  const float s = residual_sum_regs<true, T, T, NV>(x + first, residual + first, params, lane, first, seed, threshold,
-                                                    keep_scale, v);
-  const float2 stats = row_stats_regs<NV>(v, s, eps);
-  store_normed_regs<T, NV>(out + first, nullptr, params + COLS, params + 2 * COLS, lane, v, stats);
-}
-
 // The backward pass of residual_norm_train as one kernel (the composition before: casts to f32,
 // the sum recomputed, LayerNorm's gradient kernel, products and three column sums, masks: about
 // 15 kernels). Per row, with s = (x + bias)·f + residual recomputed (f: the dropout factors),
@@ -1049,14 +1034,17 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
   for (int j = threadIdx.x; j < 3 * COLS; j += blockDim.x) partial[(long)blockIdx.x * 3 * COLS + j] = block_sums[j];
 }
 
-// An entry point per row length (cols = NV · 128, NV = 1 to 8: up to 1,024 features), so that
-// each has the registers and shared memory its length needs: residual_norm_train_regs<NV>_<dtype>
-// and residual_norm_train_grad_regs<NV>_<dtype> (e.g. ..._regs6_bf16 for 768 features).
+// residual_norm_train with the row in registers (residual_layer_norm_regs with dropout: inputs
+// read once, the dropout factors computed once per element), and its backward pass: an entry
+// point per row length (cols = NV · 128, NV = 1 to 8: up to 1,024 features), so that each has the
+// registers and shared memory its length needs: residual_norm_train_regs<NV>_<dtype> and
+// residual_norm_train_grad_regs<NV>_<dtype> (e.g. ..._regs6_bf16 for 768 features).
 #define NORM_TRAIN_REGS(SUFFIX, T, NV)                                                                        \
   extern "C" __global__ void residual_norm_train_regs##NV##_##SUFFIX(                                          \
       const T* x, const T* residual, const float* params, T* out, long rows, float eps, unsigned long long seed, \
       unsigned int threshold, float keep_scale) {                                                              \
-    residual_norm_train_regs<T, NV>(x, residual, params, out, rows, eps, seed, threshold, keep_scale);          \
+    residual_layer_norm_regs<T, T, T, NV, true>(x, residual, params, out, rows, eps, nullptr, seed, threshold,   \
+                                                keep_scale);                                                   \
   }                                                                                                            \
   extern "C" __global__ void residual_norm_train_grad_regs##NV##_##SUFFIX(                                     \
       const T* x, const T* residual, const float* params, const T* dy, T* dx, T* d_residual, float* partial,     \
