@@ -171,15 +171,10 @@ for variant in LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUBLAS_WORKSPACE=default LON
       | tee -a "$work/materialized.jsonl"
   done
 done
-LONGREAD_CUDA_ATTENTION=materialized LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict \
-  --model "$work/rb-model" --shape 8x20 --repeat 1 --precision bf16 --json | tee "$work/materialized-profile.jsonl"
-# Diagnostics: bf16 with the flash attention kernel instead of materialised scores; one document of 1,280 chunks (one head call instead of 64: the head's share),
-# and the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
+# Diagnostics: the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
+# (Session 31 measured longread's WMMA flash kernel, 70 documents/s, and one document of 1,280
+# chunks for the head's share; those rows are no longer run.)
 : > "$work/diagnostics.jsonl"
-LONGREAD_CUDA_ATTENTION=flash "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 64x20 \
-  --repeat 3 --precision bf16 --max-batch-tokens 65536 --json | tee -a "$work/diagnostics.jsonl"
-"$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 1x1280 --repeat 3 \
-  --precision bf16 --json | tee -a "$work/diagnostics.jsonl"
 LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 8x20 --repeat 1 \
   --precision bf16 --json | tee -a "$work/diagnostics.jsonl"
 
