@@ -424,6 +424,7 @@ impl Encoder {
         for layer in self.layers.iter().take(layers) {
             xs = layer.forward_keys(&xs, pass.keys(), Mode::Eval)?.detach();
         }
+        crate::layers::cuda::twin::forget();
         Ok(xs.to_dtype(self.compute_dtype)?)
     }
 
@@ -454,6 +455,8 @@ impl Encoder {
         for layer in self.layers.iter().skip(start) {
             xs = layer.forward_keys(&xs, pass.keys(), mode)?;
         }
+        // The last block end's bf16 copy (bf16 inference on a GPU) has no product to read it.
+        crate::layers::cuda::twin::forget();
         Ok(xs)
     }
 

@@ -29,6 +29,12 @@ pub fn keep(of: &Tensor, copy: Tensor) {
     KEPT.with(|kept| *kept.borrow_mut() = Some((of.id(), copy)));
 }
 
+/// Drops the copy kept on this thread, if any (the encoder calls this after its last layer, whose
+/// output no product reads: the copy would hold its memory until the next pass).
+pub fn forget() {
+    KEPT.with(|kept| kept.borrow_mut().take());
+}
+
 /// `xs` in `dtype`, as a product reads it: the copy kept for `xs` (taken: one product reads it),
 /// else a cast.
 ///
@@ -76,5 +82,8 @@ mod tests {
         let second = product_input(&x, DType::BF16).unwrap();
         assert_ne!(second.id(), copy.id(), "taken: the second read is a cast");
         assert_eq!(second.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()[0], 0.0);
+        keep(&x, copy.clone());
+        forget();
+        assert_ne!(product_input(&x, DType::BF16).unwrap().id(), copy.id(), "forgotten: a cast");
     }
 }
