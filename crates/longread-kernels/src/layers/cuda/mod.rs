@@ -6,18 +6,22 @@
 //!   candle's composition takes six over the `[batch, heads, seq, seq]` scores; the row in
 //!   registers when it is 256 to 1024 keys), the second product, [`MergeHeads`];
 //! - [`residual_layer_norm`]: bias + residual + LayerNorm at the end of a transformer block (in
-//!   bf16 mode from a bf16 product and the f32 residual stream into f32, as under autocast);
+//!   bf16 mode from a bf16 product and the f32 residual stream into f32, as under autocast,
+//!   with the bf16 copy the next product reads: [`twin`]);
+//! - [`EmbeddingTables`]: the embeddings' lookups, sum and LayerNorm as one kernel;
 //! - [`bias_activation`]: a dense layer's bias, with exact GELU or without.
 //!
+//! The LayerNorm kernels hold each row in registers where it fits ([`norm_in_registers`]).
 //! All accumulate in f32 for f32 and bf16 tensors. The training path's ops, with their backward
 //! passes: in [`training`] the pieces (dropout masks, attention probabilities, LayerNorm, bias
 //! and GELU, AdamW), and three ops that keep only their inputs between the passes and recompute
 //! the rest — [`AttentionTrain`] (a layer's self-attention over one q/k/v product),
 //! [`ResidualNormTrain`] (a block's end), [`GeluDenseTrain`] (a feed-forward block's GELU and
 //! second product). The ops the training path runs have f32 CPU implementations in `reference`,
-//! so that `crate::route::emulate_gpu` runs the route on the CPU in tests. Built with nvcc
-//! rather than NVRTC at run time: the GPU machine then needs no compiler library, and a syntax
-//! error fails the build.
+//! so that `crate::route::emulate_gpu` runs the route on the CPU in tests; the kernels
+//! themselves are tested on the CPU under emulation (`tests/kernels_emulated.rs`). Built with
+//! nvcc rather than NVRTC at run time: the GPU machine then needs no compiler library, and a
+//! syntax error fails the build.
 
 mod attention_train;
 mod cublaslt;
