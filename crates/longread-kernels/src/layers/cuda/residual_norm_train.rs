@@ -75,7 +75,7 @@ impl CustomOp3 for ResidualNormTrain {
 
     /// Recomputes `s = dropout(product + bias) + residual` in f32, then LayerNorm's backward
     /// pass on it; the product's and the bias's gradients go back through the same mask. On a
-    /// GPU one kernel where the row fits its registers ([`Self::bwd_fused`]), else composed.
+    /// GPU one kernel where the row fits its registers (`bwd_fused`, `cuda` builds), else composed.
     ///
     /// # Shapes
     /// `grad: [..., n]` → `product, residual: [..., n]`, `params: [3, n]`
