@@ -265,10 +265,12 @@ mod cuda {
 
     /// Makes the GPU's allocations behave as PyTorch's caching allocator does, unless
     /// `LONGREAD_CUDA_POOL=release`:
-    /// - the memory pool keeps what tensors free (release threshold: all of it). With the
-    ///   driver's default of 0 the pool hands every freed byte back to the driver at each
-    ///   synchronisation — each read-back of a loss, a gradient norm or a document's scores —
-    ///   and the next batch maps its gigabytes afresh;
+    /// - the memory pool keeps what tensors free, up to three quarters of the card (its
+    ///   release threshold; the driver's default is 0: at each synchronisation — each read-back
+    ///   of a loss, a gradient norm or a document's scores — the pool handed every freed byte
+    ///   back and the next batch mapped its gigabytes afresh). Not all of the card: beyond three
+    ///   quarters the pool still trims at synchronisations, so that memory a workload freed in
+    ///   one shape of blocks can serve another's allocations on a nearly full card;
     /// - no CUDA events per tensor: cudarc creates (and later destroys) two with each
     ///   allocation, used only to order a tensor's uses across streams of a context that has
     ///   several; candle's device has one stream, whose order is enough.
@@ -286,13 +288,13 @@ mod cuda {
         // across streams; slices made before this keep their events, unused either way.
         unsafe { cuda.disable_event_tracking() };
         let Some(pool) = memory_pool(device) else { return };
-        let mut keep_all: u64 = u64::MAX;
-        // SAFETY: RELEASE_THRESHOLD is a cuuint64_t read from `keep_all`.
+        let mut keep: u64 = total_memory_bytes(device).map_or(u64::MAX, |total| total / 4 * 3);
+        // SAFETY: RELEASE_THRESHOLD is a cuuint64_t read from `keep`.
         let status = unsafe {
             sys::cuMemPoolSetAttribute(
                 pool,
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut keep_all as *mut u64).cast(),
+                (&mut keep as *mut u64).cast(),
             )
         };
         if status != sys::CUresult::CUDA_SUCCESS {
