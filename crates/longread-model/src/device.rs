@@ -288,34 +288,37 @@ mod cuda {
         // across streams; slices made before this keep their events, unused either way.
         unsafe { cuda.disable_event_tracking() };
         let Some(pool) = memory_pool(device) else { return };
-        let mut keep: u64 = total_memory_bytes(device).map_or(u64::MAX, |total| total / 4 * 3);
-        // SAFETY: RELEASE_THRESHOLD is a cuuint64_t read from `keep`.
-        let status = unsafe {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut keep as *mut u64).cast(),
-            )
-        };
+        let keep = total_memory_bytes(device).map_or(u64::MAX, |total| total / 4 * 3);
+        let status = set_pool_attribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, keep);
         if status != sys::CUresult::CUDA_SUCCESS {
             tracing::warn!("the GPU memory pool keeps releasing memory at each synchronisation: {status:?}");
         }
     }
 
-    /// Bytes the device's memory pool holds from the driver (in use or kept for reuse).
-    pub(super) fn reserved_memory_bytes(device: &Device) -> Option<u64> {
+    /// A byte-count attribute of the device's memory pool (used or reserved, current or high).
+    fn pool_attribute(device: &Device, attribute: cudarc::driver::sys::CUmemPool_attribute) -> Option<u64> {
         use cudarc::driver::sys;
         let pool = memory_pool(device)?;
-        let mut reserved: u64 = 0;
-        // SAFETY: RESERVED_MEM_CURRENT is a cuuint64_t written into `reserved`.
-        let status = unsafe {
-            sys::cuMemPoolGetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                (&mut reserved as *mut u64).cast(),
-            )
-        };
-        (status == sys::CUresult::CUDA_SUCCESS).then_some(reserved)
+        let mut value: u64 = 0;
+        // SAFETY: the byte-count attributes are cuuint64_t, written into `value`.
+        let status = unsafe { sys::cuMemPoolGetAttribute(pool, attribute, (&mut value as *mut u64).cast()) };
+        (status == sys::CUresult::CUDA_SUCCESS).then_some(value)
+    }
+
+    /// Sets a cuuint64_t attribute of a memory pool (the release threshold, or a high-water mark
+    /// back to 0).
+    fn set_pool_attribute(
+        pool: cudarc::driver::sys::CUmemoryPool,
+        attribute: cudarc::driver::sys::CUmemPool_attribute,
+        mut value: u64,
+    ) -> cudarc::driver::sys::CUresult {
+        // SAFETY: the attributes passed here are cuuint64_t, read from `value`.
+        unsafe { cudarc::driver::sys::cuMemPoolSetAttribute(pool, attribute, (&mut value as *mut u64).cast()) }
+    }
+
+    /// Bytes the device's memory pool holds from the driver (in use or kept for reuse).
+    pub(super) fn reserved_memory_bytes(device: &Device) -> Option<u64> {
+        pool_attribute(device, cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
     }
 
     /// The GPU's memory in bytes, as the driver reports it.
@@ -325,33 +328,15 @@ mod cuda {
     }
 
     pub(super) fn peak_memory_bytes(device: &Device) -> Option<u64> {
-        use cudarc::driver::sys;
-        let pool = memory_pool(device)?;
-        let mut high: u64 = 0;
-        // SAFETY: USED_MEM_HIGH is a cuuint64_t written into `high`.
-        let status = unsafe {
-            sys::cuMemPoolGetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                (&mut high as *mut u64).cast(),
-            )
-        };
-        (status == sys::CUresult::CUDA_SUCCESS).then_some(high)
+        pool_attribute(device, cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
     }
 
     pub(super) fn reset_peak_memory(device: &Device) {
         use cudarc::driver::sys;
         let Some(pool) = memory_pool(device) else { return };
         let _ = device.synchronize();
-        let mut zero: u64 = 0;
-        // SAFETY: USED_MEM_HIGH may only be set to 0 (it then restarts from the current use).
-        unsafe {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                (&mut zero as *mut u64).cast(),
-            )
-        };
+        // USED_MEM_HIGH may only be set to 0 (it then restarts from the current use).
+        let _ = set_pool_attribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, 0);
     }
 
     pub(super) fn describe(device: &Device) -> String {
