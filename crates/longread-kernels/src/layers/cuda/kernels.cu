@@ -35,6 +35,12 @@ __device__ __forceinline__ float dropout_factor(unsigned long long seed, unsigne
   return (unsigned int)(z >> 40) >= threshold ? scale : 0.f;
 }
 
+// Exact GELU, z·Φ(z), and its derivative Φ(z) + z·φ(z) (Φ, φ: the standard normal's CDF and density).
+__device__ __forceinline__ float gelu_erf(float z) { return 0.5f * z * (1.f + erff(z * 0.70710678118654752f)); }
+__device__ __forceinline__ float gelu_erf_grad(float z) {
+  return 0.5f * (1.f + erff(z * 0.70710678118654752f)) + z * (0.39894228040143268f * expf(-0.5f * z * z));
+}
+
 // In place: scores[row, :] = softmax(scores[row, :] * scale + key_bias[row / rows_per_item, :]).
 // scores: [items · rows_per_item, cols] (items = sequences, rows_per_item = heads × queries);
 // key_bias: [items, cols] f32 (0 for a real key, a large negative number for padding).
@@ -397,50 +403,51 @@ extern "C" __global__ void embedding_layer_norm_regs_twin_f32(
 }
 #undef EMBEDDING_NORM_ARGS
 
-// In place over x [n / cols, cols]: x = x + bias (gelu = 0) or gelu_erf(x + bias) (gelu = 1),
-// bias [cols] f32.
+// A dense layer's bias: out = x + bias (gelu = 0) or gelu_erf(x + bias) (gelu = 1) over
+// x, out [n / cols, cols] (out may be x: in place, as inference runs it; out of place in
+// training), bias [cols] f32.
 template <typename T>
-__device__ void bias_activation(T* x, const float* bias, long n, int cols, int gelu) {
+__device__ void bias_activation(const T* x, const float* bias, T* out, long n, int cols, int gelu) {
   for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-    float v = load(x, i) + bias[i % cols];
-    if (gelu) v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-    store(x, i, v);
+    const float v = load(x, i) + bias[i % cols];
+    store(out, i, gelu ? gelu_erf(v) : v);
   }
 }
 
-// The same over 16-byte vectors (cols a multiple of VEC): one column computation per vector.
+// The same over 16-byte vectors (cols a multiple of VEC, x and out 16-byte aligned): one column
+// computation per vector instead of a 64-bit remainder per element, full-width loads and stores.
 template <typename T>
-__device__ void bias_activation_vec(T* x, const float* bias, long n, int cols, int gelu) {
+__device__ void bias_activation_vec(const T* x, const float* bias, T* out, long n, int cols, int gelu) {
   constexpr int VEC = Vec16<T>::N;
-  const long vectors = n / VEC;
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += (long)gridDim.x * blockDim.x) {
-    const int col = (int)((i * VEC) % cols);
-    uint4 raw = *reinterpret_cast<const uint4*>(x + i * VEC);
-    T* e = reinterpret_cast<T*>(&raw);
+  for (long v = (long)blockIdx.x * blockDim.x + threadIdx.x; v < n / VEC; v += (long)gridDim.x * blockDim.x) {
+    const int col = (int)((v * VEC) % cols);
+    const uint4 raw = *reinterpret_cast<const uint4*>(x + v * VEC);
+    const T* e = reinterpret_cast<const T*>(&raw);
+    uint4 res;
+    T* r = reinterpret_cast<T*>(&res);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      float v = load(e, j) + bias[col + j];
-      if (gelu) v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-      store(e, j, v);
+      const float z = load(e, j) + bias[col + j];
+      store(r, j, gelu ? gelu_erf(z) : z);
     }
-    *reinterpret_cast<uint4*>(x + i * VEC) = raw;
+    *reinterpret_cast<uint4*>(out + v * VEC) = res;
   }
 }
 
 extern "C" __global__ void bias_activation_vec_f32(float* x, const float* bias, long n, int cols, int gelu) {
-  bias_activation_vec(x, bias, n, cols, gelu);
+  bias_activation_vec(x, bias, x, n, cols, gelu);
 }
 
 extern "C" __global__ void bias_activation_vec_bf16(__nv_bfloat16* x, const float* bias, long n, int cols, int gelu) {
-  bias_activation_vec(x, bias, n, cols, gelu);
+  bias_activation_vec(x, bias, x, n, cols, gelu);
 }
 
 extern "C" __global__ void bias_activation_f32(float* x, const float* bias, long n, int cols, int gelu) {
-  bias_activation(x, bias, n, cols, gelu);
+  bias_activation(x, bias, x, n, cols, gelu);
 }
 
 extern "C" __global__ void bias_activation_bf16(__nv_bfloat16* x, const float* bias, long n, int cols, int gelu) {
-  bias_activation(x, bias, n, cols, gelu);
+  bias_activation(x, bias, x, n, cols, gelu);
 }
 
 // ---- Attention layout and f32 scores (bf16 inference) ----
@@ -1062,50 +1069,15 @@ NORM_TRAIN_REGS_ALL(6)
 NORM_TRAIN_REGS_ALL(7)
 NORM_TRAIN_REGS_ALL(8)
 
-// A dense layer's bias in training, out of place: out = x + bias, or gelu_erf(x + bias);
-// x, out [n / cols, cols], bias [cols] f32.
-template <typename T>
-__device__ void bias_activation_train(const T* x, const float* bias, T* out, long n, int cols, int gelu) {
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-    float v = load(x, i) + bias[i % cols];
-    if (gelu) v = 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-    store(out, i, v);
-  }
-}
-
 // The GELU's backward: dz = dy · gelu'(x + bias), gelu'(z) = Φ(z) + z·φ(z).
 template <typename T>
 __device__ void bias_gelu_train_grad(const T* x, const float* bias, const T* dy, T* dz, long n, int cols) {
   for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-    const float z = load(x, i) + bias[i % cols];
-    const float cdf = 0.5f * (1.f + erff(z * 0.70710678118654752f));
-    const float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
-    store(dz, i, load(dy, i) * (cdf + z * pdf));
+    store(dz, i, load(dy, i) * gelu_erf_grad(load(x, i) + bias[i % cols]));
   }
 }
 
-// The same two over 16-byte vectors (cols a multiple of VEC, every tensor 16-byte aligned): one
-// column computation per vector instead of a 64-bit remainder per element, and full-width loads
-// and stores. Same signatures, same arithmetic.
-template <typename T>
-__device__ void bias_activation_train_vec(const T* x, const float* bias, T* out, long n, int cols, int gelu) {
-  constexpr int VEC = Vec16<T>::N;
-  for (long v = (long)blockIdx.x * blockDim.x + threadIdx.x; v < n / VEC; v += (long)gridDim.x * blockDim.x) {
-    const int col = (int)((v * VEC) % cols);
-    const uint4 raw = *reinterpret_cast<const uint4*>(x + v * VEC);
-    const T* e = reinterpret_cast<const T*>(&raw);
-    uint4 res;
-    T* r = reinterpret_cast<T*>(&res);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      float z = load(e, j) + bias[col + j];
-      if (gelu) z = 0.5f * z * (1.f + erff(z * 0.70710678118654752f));
-      store(r, j, z);
-    }
-    *reinterpret_cast<uint4*>(out + v * VEC) = res;
-  }
-}
-
+// The GELU's backward over 16-byte vectors (as bias_activation_vec; every tensor 16-byte aligned).
 template <typename T>
 __device__ void bias_gelu_train_grad_vec(const T* x, const float* bias, const T* dy, T* dz, long n, int cols) {
   constexpr int VEC = Vec16<T>::N;
@@ -1119,10 +1091,7 @@ __device__ void bias_gelu_train_grad_vec(const T* x, const float* bias, const T*
     T* r = reinterpret_cast<T*>(&res);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
-      const float z = load(ex, j) + bias[col + j];
-      const float cdf = 0.5f * (1.f + erff(z * 0.70710678118654752f));
-      const float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
-      store(r, j, load(eg, j) * (cdf + z * pdf));
+      store(r, j, load(eg, j) * gelu_erf_grad(load(ex, j) + bias[col + j]));
     }
     *reinterpret_cast<uint4*>(dz + v * VEC) = res;
   }
@@ -1131,7 +1100,7 @@ __device__ void bias_gelu_train_grad_vec(const T* x, const float* bias, const T*
 #define BIAS_TRAIN_VEC(SUFFIX, T)                                                                               \
   extern "C" __global__ void bias_activation_train_vec_##SUFFIX(const T* x, const float* bias, T* out, long n, \
                                                                 int cols, int gelu) {                          \
-    bias_activation_train_vec(x, bias, out, n, cols, gelu);                                                    \
+    bias_activation_vec(x, bias, out, n, cols, gelu);                                                          \
   }                                                                                                             \
   extern "C" __global__ void bias_gelu_train_grad_vec_##SUFFIX(const T* x, const float* bias, const T* dy,     \
                                                                T* dz, long n, int cols) {                      \
@@ -1143,7 +1112,7 @@ BIAS_TRAIN_VEC(bf16, __nv_bfloat16)
 #define BIAS_TRAIN(SUFFIX, T)                                                                                   \
   extern "C" __global__ void bias_activation_train_##SUFFIX(const T* x, const float* bias, T* out, long n,     \
                                                             int cols, int gelu) {                              \
-    bias_activation_train(x, bias, out, n, cols, gelu);                                                        \
+    bias_activation(x, bias, out, n, cols, gelu);                                                              \
   }                                                                                                             \
   extern "C" __global__ void bias_gelu_train_grad_##SUFFIX(const T* x, const float* bias, const T* dy, T* dz,  \
                                                            long n, int cols) {                                 \
