@@ -117,16 +117,11 @@ impl HierarchicalClassifier {
     /// # Shapes
     /// `docs[i]: [n_chunks_i, hidden]` → per document, one score set per task
     pub fn score_tasks_many(&self, docs: &[Tensor]) -> Result<Vec<Vec<DocumentScores>>> {
-        use candle_core::DType;
-        // Per document and task: probabilities, logits and attention, flattened in that order.
+        // Per document and task: probabilities, logits and attention, in that order.
         let mut parts: Vec<Tensor> = Vec::with_capacity(docs.len() * self.task_count() * 3);
         for chunks in docs {
             for t in 0..self.task_count() {
-                let classified = self.classify_task(chunks, t, Mode::Eval)?;
-                let logits = classified.logits.to_dtype(DType::F32)?;
-                parts.push(softmax_last_dim(&logits)?);
-                parts.push(logits);
-                parts.push(classified.attention.to_dtype(DType::F32)?.flatten_all()?);
+                parts.extend(score_parts(&self.classify_task(chunks, t, Mode::Eval)?)?);
             }
         }
         let numbers = if parts.is_empty() { Vec::new() } else { Tensor::cat(&parts, 0)?.to_vec1::<f32>()? };
@@ -158,11 +153,22 @@ impl HierarchicalClassifier {
     }
 }
 
+/// What a score set is made of, still on the device: probabilities, logits and attention (f32,
+/// one dimension each).
+///
+/// # Shapes
+/// logits `[labels]`, attention `[n_chunks]` → `[[labels], [labels], [n_chunks]]`
+fn score_parts(classified: &crate::hierarchical::Classified) -> Result<[Tensor; 3]> {
+    let logits = classified.logits.to_dtype(candle_core::DType::F32)?;
+    Ok([softmax_last_dim(&logits)?, logits, classified.attention.to_dtype(candle_core::DType::F32)?.flatten_all()?])
+}
+
 /// Logits, probabilities and attention as plain numbers.
 fn scores_of(classified: &crate::hierarchical::Classified) -> Result<DocumentScores> {
+    let [probabilities, logits, attention] = score_parts(classified)?;
     Ok(DocumentScores {
-        probabilities: softmax_last_dim(&classified.logits)?.to_vec1()?,
-        logits: classified.logits.to_vec1()?,
-        attention: classified.attention.to_vec1()?,
+        probabilities: probabilities.to_vec1()?,
+        logits: logits.to_vec1()?,
+        attention: attention.to_vec1()?,
     })
 }
