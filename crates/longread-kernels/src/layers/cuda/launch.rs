@@ -1,7 +1,9 @@
 //! Launching the kernels of `kernels.cu` on candle's CUDA storages.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg,
+};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result};
 use half::bf16;
@@ -191,9 +193,7 @@ pub(super) fn residual_layer_norm_into(
     let x = x.as_cuda_slice::<bf16>()?.slice(x_r);
     let residual = residual.as_cuda_slice::<f32>()?.slice(residual_r);
     let params = params.as_cuda_slice::<f32>()?.slice(params_r);
-    // SAFETY: every element of both is written by the kernel below before it is read.
-    let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
-    let mut copy = if twin { Some(unsafe { dev.alloc::<bf16>(rows * n) }?) } else { None };
+    let (mut out, mut copy) = output_and_copy(&dev, rows * n, twin)?;
     let (rows_i, n_i) = (rows as i64, n as i32);
     let mut b = stream.launch_builder(&func);
     b.arg(&x).arg(&residual).arg(&params).arg(&mut out);
@@ -203,8 +203,26 @@ pub(super) fn residual_layer_norm_into(
     b.arg(&rows_i).arg(&n_i).arg(&eps);
     // SAFETY: x and residual hold `rows × n` elements, params `3 × n`, out (and the twin) `rows × n`.
     unsafe { b.launch(rows_config(rows)) }.w()?;
+    Ok(storages(&dev, out, copy))
+}
+
+/// A new f32 output of `n` elements and, with `copy`, its bf16 copy's buffer (the caller's
+/// kernel writes every element of both before anything reads them).
+fn output_and_copy(dev: &CudaDevice, n: usize, copy: bool) -> Result<(CudaSlice<f32>, Option<CudaSlice<bf16>>)> {
+    // SAFETY: see above.
+    let out = unsafe { dev.alloc::<f32>(n) }?;
+    let copy = if copy { Some(unsafe { dev.alloc::<bf16>(n) }?) } else { None };
+    Ok((out, copy))
+}
+
+/// [`output_and_copy`]'s buffers as candle storages.
+fn storages(
+    dev: &CudaDevice,
+    out: CudaSlice<f32>,
+    copy: Option<CudaSlice<bf16>>,
+) -> (CudaStorage, Option<CudaStorage>) {
     let copy = copy.map(|c| CudaStorage::wrap_cuda_slice(c, dev.clone()));
-    Ok((CudaStorage::wrap_cuda_slice(out, dev), copy))
+    (CudaStorage::wrap_cuda_slice(out, dev.clone()), copy)
 }
 
 pub(super) fn bias_activation(
@@ -806,7 +824,7 @@ pub(super) fn residual_norm_train_grad(
         [x, residual, dy]: [(&CudaStorage, std::ops::Range<usize>); 3],
         params: &CudaView<f32>,
         (mut dx, mut d_residual): (CudaStorage, CudaStorage),
-        partial: &mut candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>,
+        partial: &mut CudaSlice<f32>,
         (rows, eps, (seed, threshold, keep), blocks): (i64, f32, DropoutArgs, usize),
     ) -> Result<(CudaStorage, CudaStorage)> {
         let x = x.0.as_cuda_slice::<T>()?.slice(x.1);
@@ -835,14 +853,7 @@ pub(super) fn residual_norm_train_grad(
         DType::BF16 => go::<bf16>((&stream, &func), inputs, &params, (dx, d_residual), &mut partial, args)?,
         _ => go::<f32>((&stream, &func), inputs, &params, (dx, d_residual), &mut partial, args)?,
     };
-    let finish = dev.get_or_load_custom_func("column_sum_finish", MODULE, PTX)?.into_cuda_function();
-    let (splits_i, cols3_i) = (blocks as i32, (3 * cols) as i32);
-    let mut b = stream.launch_builder(&finish);
-    b.arg(&partial).arg(&mut d_params).arg(&splits_i).arg(&cols3_i);
-    let cfg =
-        LaunchConfig { grid_dim: ((3 * cols).div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    // SAFETY: partial holds blocks · 3 · cols sums, d_params 3 · cols.
-    unsafe { b.launch(cfg) }.w()?;
+    column_sum_finish(&dev, &partial, &mut d_params, blocks, 3 * cols)?;
     Ok(Some((dx, d_residual, CudaStorage::wrap_cuda_slice(d_params, dev))))
 }
 
@@ -861,7 +872,7 @@ pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorag
     // SAFETY: every (split, column) entry is written by the first kernel before the second reads it.
     let mut partial = unsafe { dev.alloc::<f32>(splits * cols) }?;
     let mut out = unsafe { dev.alloc::<f32>(cols) }?;
-    let (rows_i, cols_i, per_i, splits_i) = (rows as i64, cols as i32, rows_per_split as i64, splits as i32);
+    let (rows_i, cols_i, per_i) = (rows as i64, cols as i32, rows_per_split as i64);
     let cfg =
         LaunchConfig { grid_dim: (col_blocks as u32, splits as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let (stream, func) = kernel(&dev, "column_sum_partial", x.dtype())?;
@@ -880,13 +891,29 @@ pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorag
     b.arg(&mut partial).arg(&rows_i).arg(&cols_i).arg(&per_i);
     // SAFETY: x holds rows · cols elements, partial splits · cols (splits · rows_per_split ≥ rows).
     unsafe { b.launch(cfg) }.w()?;
-    let finish = dev.get_or_load_custom_func("column_sum_finish", MODULE, PTX)?.into_cuda_function();
-    let mut b = stream.launch_builder(&finish);
-    b.arg(&partial).arg(&mut out).arg(&splits_i).arg(&cols_i);
-    let cfg = LaunchConfig { grid_dim: (col_blocks as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    // SAFETY: partial holds splits · cols elements, out cols.
-    unsafe { b.launch(cfg) }.w()?;
+    column_sum_finish(&dev, &partial, &mut out, splits, cols)?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+/// `out[c] = Σ_s partial[s, c]`, the splits added in order (deterministic): the second step of
+/// [`column_sum`] and of [`residual_norm_train_grad`]'s parameter gradients.
+fn column_sum_finish(
+    dev: &CudaDevice,
+    partial: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+    splits: usize,
+    cols: usize,
+) -> Result<()> {
+    let finish = dev.get_or_load_custom_func("column_sum_finish", MODULE, PTX)?.into_cuda_function();
+    let (splits_i, cols_i) = (splits as i32, cols as i32);
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&finish);
+    b.arg(partial).arg(out).arg(&splits_i).arg(&cols_i);
+    let blocks = cols.div_ceil(256).max(1) as u32;
+    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: the caller's partial holds splits · cols sums and out cols.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(())
 }
 
 /// `table [vocab, cols]` (f32) rows at `ids [n]` (u32) → `[n, cols]`.
@@ -1010,9 +1037,7 @@ pub(super) fn embedding_layer_norm(
     let (ids, positions, type_ids) = (id(0)?, id(1)?, id(2)?);
     let gamma = inputs.affine[0].0.as_cuda_slice::<f32>()?.slice(affine_r[0].clone());
     let beta = inputs.affine[1].0.as_cuda_slice::<f32>()?.slice(affine_r[1].clone());
-    // SAFETY: the kernel writes every element of both before anything reads them.
-    let mut out = unsafe { dev.alloc::<f32>(tokens * n) }?;
-    let mut copy = if twin { Some(unsafe { dev.alloc::<bf16>(tokens * n) }?) } else { None };
+    let (mut out, mut copy) = output_and_copy(&dev, tokens * n, twin)?;
     let (has_types, rows, cols) = (inputs.has_types as i32, tokens as i64, n as i32);
     let mut b = stream.launch_builder(&func);
     b.arg(&word).arg(&position).arg(&types).arg(&ids).arg(&positions).arg(&type_ids).arg(&has_types);
@@ -1024,6 +1049,5 @@ pub(super) fn embedding_layer_norm(
     // SAFETY: each id indexes a row of its table (checked by the encoder before the batch is
     // made: Encoder::validate_and_position); out (and the copy) hold `tokens × n` elements.
     unsafe { b.launch(rows_config(tokens)) }.w()?;
-    let copy = copy.map(|c| CudaStorage::wrap_cuda_slice(c, dev.clone()));
-    Ok(Some((CudaStorage::wrap_cuda_slice(out, dev), copy)))
+    Ok(Some(storages(&dev, out, copy)))
 }
