@@ -51,7 +51,6 @@ impl EmbeddingTables<'_> {
 
     #[cfg(feature = "cuda")]
     fn forward_cuda(&self, ids: &Tensor, positions: &Tensor, type_ids: &Tensor, copy: bool) -> Result<Option<Tensor>> {
-        use candle_core::op::BackpropOp;
         use candle_core::{DType, Storage};
         if !ids.device().is_cuda() || !super::norm_in_registers() {
             return Ok(None);
@@ -81,10 +80,9 @@ impl EmbeddingTables<'_> {
             super::launch::embedding_layer_norm(&inputs, twin)?
         };
         let Some((out, copy)) = made else { return Ok(None) };
-        let tensor = |s| Tensor::from_storage(Storage::Cuda(s), (batch, seq, n), BackpropOp::none(), false);
-        let out = tensor(out);
+        let out = super::untracked(out, (batch, seq, n));
         if let Some(copy) = copy {
-            super::twin::keep(&out, tensor(copy));
+            super::twin::keep(&out, super::untracked(copy, (batch, seq, n)));
         }
         Ok(Some(out))
     }

@@ -218,7 +218,6 @@ pub fn residual_layer_norm(
 /// `x, residual: [..., n]`, `params: [3, n]` → `[..., n]` (f32)
 #[cfg(feature = "cuda")]
 fn residual_layer_norm_into(x: &Tensor, residual: &Tensor, params: &Tensor, eps: f32) -> Result<Tensor> {
-    use candle_core::op::BackpropOp;
     use candle_core::Storage;
     let (out, copy) = {
         let ((x_s, x_l), (r_s, r_l), (p_s, p_l)) =
@@ -228,12 +227,18 @@ fn residual_layer_norm_into(x: &Tensor, residual: &Tensor, params: &Tensor, eps:
         };
         launch::residual_layer_norm_into(eps, (x_s, x_l), (r_s, r_l), (p_s, p_l), twin::wanted())?
     };
-    let tensor = |s| Tensor::from_storage(Storage::Cuda(s), x.shape().clone(), BackpropOp::none(), false);
-    let out = tensor(out);
+    let out = untracked(out, x.shape());
     if let Some(copy) = copy {
-        twin::keep(&out, tensor(copy));
+        twin::keep(&out, untracked(copy, x.shape()));
     }
     Ok(out)
+}
+
+/// A tensor of a storage a kernel of this module wrote, with no graph (inference, or a backward
+/// pass's output).
+#[cfg(feature = "cuda")]
+pub(crate) fn untracked(storage: candle_core::CudaStorage, shape: impl Into<Shape>) -> Tensor {
+    Tensor::from_storage(candle_core::Storage::Cuda(storage), shape, candle_core::op::BackpropOp::none(), false)
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -135,7 +135,6 @@ impl ResidualNormTrain {
         params: &Tensor,
         grad: &Tensor,
     ) -> Result<Option<(Tensor, Tensor, Tensor)>> {
-        use candle_core::op::BackpropOp;
         use candle_core::Storage;
         if !x.device().is_cuda() || !super::norm_in_registers() {
             return Ok(None);
@@ -156,9 +155,12 @@ impl ResidualNormTrain {
             super::launch::residual_norm_train_grad(self.eps, args, (x_s, x_l), (r_s, r_l), (p_s, p_l), (g_s, g_l))?
         };
         let Some((d_x, d_residual, d_params)) = grads else { return Ok(None) };
-        let tensor =
-            |s, shape: &Shape| Tensor::from_storage(Storage::Cuda(s), shape.clone(), BackpropOp::none(), false);
-        Ok(Some((tensor(d_x, x.shape()), tensor(d_residual, residual.shape()), tensor(d_params, params.shape()))))
+        use super::untracked;
+        Ok(Some((
+            untracked(d_x, x.shape()),
+            untracked(d_residual, residual.shape()),
+            untracked(d_params, params.shape()),
+        )))
     }
 }
 
