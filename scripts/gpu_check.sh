@@ -112,7 +112,7 @@ for group in flash_attention_2 cublaslt; do
   inference_tests "" "$group"
 done
 inference_tests "" --skip flash_attention_2 --skip cublaslt
-for choice in LONGREAD_CUDA_ATTENTION=flash LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUDA_ATTENTION=materialized; do
+for choice in LONGREAD_CUDA_ATTENTION=flash LONGREAD_CUDA_GEMM=cublas LONGREAD_CUDA_ATTENTION=materialized; do
   echo "== GPU tests again with $choice"
   inference_tests "$choice"
 done
@@ -157,11 +157,11 @@ for tokens in 65536 256000; do
     | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**json.loads(l), "attention": "materialized"})) for l in sys.stdin if l.startswith("{")]' \
     | tee -a "$work/materialized.jsonl"
 done
-# cuBLASLt's products with the q/k/v bias in the epilogue (LONGREAD_CUDA_GEMM=cublaslt, opt-in
-# until these rows say), cuBLAS's own default workspace instead of the 32 MiB one
+# candle's cuBLAS products with the q/k/v bias as a pass of its own (LONGREAD_CUDA_GEMM=cublas,
+# the default until session 33 measured cuBLASLt's faster), cuBLAS's own default workspace instead of the 32 MiB one
 # (LONGREAD_CUBLAS_WORKSPACE=default), and the driver's memory pool that gives freed memory back
 # at each synchronisation (LONGREAD_CUDA_POOL=release): comparison rows, marked "variant".
-for variant in LONGREAD_CUDA_GEMM=cublaslt LONGREAD_CUBLAS_WORKSPACE=default LONGREAD_CUDA_POOL=release \
+for variant in LONGREAD_CUDA_GEMM=cublas LONGREAD_CUBLAS_WORKSPACE=default LONGREAD_CUDA_POOL=release \
   LONGREAD_CUDA_NORM_KERNEL=rows LONGREAD_CUDA_CAST_TWIN=off; do
   # At the default budget on an H100/H200 only (each row costs a model load and four passes).
   for tokens in 256000; do
@@ -266,7 +266,7 @@ result = {
         if best([r for r in materialized if "variant" not in r], "precision", "bf16") else None,
     # The same with each variant (an environment switch; variant_ratio below).
     **{f"predict_bf16_{key}_ratio": variant_ratio(var) for key, var in [
-        ("cublaslt", "LONGREAD_CUDA_GEMM=cublaslt"),
+        ("cublas", "LONGREAD_CUDA_GEMM=cublas"),
         ("default_workspace", "LONGREAD_CUBLAS_WORKSPACE=default"),
         ("row_norm", "LONGREAD_CUDA_NORM_KERNEL=rows"),
         ("no_cast_twin", "LONGREAD_CUDA_CAST_TWIN=off"),

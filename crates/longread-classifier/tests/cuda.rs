@@ -292,7 +292,7 @@ fn flash_attention_2_equals_its_cpu_reference() {
     }
 }
 
-/// cuBLASLt's products (`LONGREAD_CUDA_GEMM=cublaslt`) equal the f32 product of the same
+/// cuBLASLt's products (bf16 inference's default) equal the f32 product of the same
 /// bf16 operands to bf16's rounding, with and without the bias in the epilogue, at uneven and
 /// at roberta-base's sizes, from a row-offset input (runs whatever the environment's choice).
 #[test]

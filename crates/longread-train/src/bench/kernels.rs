@@ -119,8 +119,9 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
         let flops = 2.0 * t * k as f64 * n as f64;
         let operands = format!("[{tokens}, {k}] x [{n}, {k}]T");
         push(format!("product {name}"), operands.clone(), seconds, Some(flops), None);
-        // The same through cuBLASLt (LONGREAD_CUDA_GEMM=cublaslt), without and with the bias in
-        // its epilogue (PyTorch's F.linear under autocast).
+        // The same through cuBLASLt (inference's default; LONGREAD_CUDA_GEMM=cublas goes back to
+        // candle's products above), without and with the bias in its epilogue (PyTorch's
+        // F.linear under autocast).
         let seconds = time(&mut || cuda::lt_linear(&input, &weight, None).map(drop))?;
         push(format!("product {name} (cuBLASLt)"), operands.clone(), seconds, Some(flops), None);
         let bias = random(1, n, DType::BF16)?.squeeze(0)?;

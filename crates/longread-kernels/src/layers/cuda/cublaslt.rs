@@ -1,8 +1,9 @@
 //! bf16 dense products through cuBLASLt (cudarc's `cublaslt`), with the bias added in the
 //! product's epilogue where one is given — as PyTorch's `F.linear` runs under autocast — instead
-//! of candle's cuBLAS call followed by a pass of its own over the output. Opt-in
-//! (`LONGREAD_CUDA_GEMM=cublaslt`) until a GPU run has measured it against candle's products
-//! (`bench --workload kernels`, BENCHMARKS.md "GPU"); inference only (no backward pass).
+//! of candle's cuBLAS call followed by a pass of its own over the output. The default for bf16
+//! inference since session 33 measured it on an H200 (197 against 183 documents/s for candle's
+//! cuBLAS products, BENCHMARKS.md "GPU"); `LONGREAD_CUDA_GEMM=cublas` goes back to candle's
+//! products. Inference only (no backward pass).
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
@@ -54,11 +55,11 @@ impl CustomOp3 for LtProduct {
     }
 }
 
-/// Whether GPU inference runs its bf16 products through cuBLASLt (`LONGREAD_CUDA_GEMM=cublaslt`)
-/// instead of candle's cuBLAS call.
+/// Whether GPU inference runs its bf16 products through cuBLASLt (the default) rather than
+/// candle's cuBLAS call (`LONGREAD_CUDA_GEMM=cublas`).
 pub fn gemm_cublaslt() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    super::env_is(&ON, "LONGREAD_CUDA_GEMM", "cublaslt")
+    static CUBLAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !super::env_is(&CUBLAS, "LONGREAD_CUDA_GEMM", "cublas")
 }
 
 /// `x · Wᵀ (+ bias)` by cuBLASLt, the bias (cast to bf16, as autocast does) in the epilogue.
