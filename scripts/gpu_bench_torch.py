@@ -7,6 +7,10 @@ Same model and measurement as ../shared/gpu/anchor_torch.py (median of 3 timed p
 warm-up), with the chunks per forward call as an argument so both sides run the same batches.
 
     python3 scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500   # one JSON line each
+    python3 scripts/gpu_bench_torch.py --compile --dtypes bf16             # the same under torch.compile
+
+With --compile the model runs under `torch.compile` (default mode, as ../shared/gpu/anchor_compile.py):
+the untimed first pass compiles every batch shape, and its seconds are reported as `first_pass_s`.
 """
 import argparse
 import json
@@ -42,6 +46,7 @@ def main():
     ap.add_argument("--chunks-per-call", type=int, nargs="+", default=[500])
     ap.add_argument("--dtypes", nargs="+", default=["bf16", "f32"])
     ap.add_argument("--preset", default="roberta-base", choices=["roberta-base", "roberta-large"])
+    ap.add_argument("--compile", action="store_true", help="run the model under torch.compile")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -51,6 +56,7 @@ def main():
                         intermediate_size=ffn, max_position_embeddings=514, type_vocab_size=1, pad_token_id=1)
     cfg._attn_implementation = "sdpa"
     model = Hier(RobertaModel(cfg, add_pooling_layer=False), hidden).to(dev).eval()
+    forward = torch.compile(model) if args.compile else model
     nonemb = sum(p.numel() for n, p in model.enc.named_parameters() if "embeddings" not in n)
     flops_per_token = 2 * nonemb + 4 * layers * args.tokens * hidden
     ids = torch.randint(5, cfg.vocab_size, (args.docs, args.chunks, args.tokens), device=dev)
@@ -62,10 +68,12 @@ def main():
             def run():
                 with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=(dtype == "bf16")):
                     for i in range(0, args.docs, step):
-                        model(ids[i:i + step], mask[i:i + step])
+                        forward(ids[i:i + step], mask[i:i + step])
 
+            t0 = time.perf_counter()
             run()
             torch.cuda.synchronize()
+            first_s = time.perf_counter() - t0
             torch.cuda.reset_peak_memory_stats()
             times = []
             for _ in range(3):
@@ -77,7 +85,8 @@ def main():
             tokens = args.docs * args.chunks * args.tokens
             print(json.dumps({
                 "side": "pytorch", "torch": torch.__version__, "card": torch.cuda.get_device_name(0),
-                "preset": args.preset, "dtype": dtype, "docs": args.docs, "chunks_per_doc": args.chunks,
+                "preset": args.preset, "dtype": dtype, "compiled": args.compile, "first_pass_s": round(first_s, 1),
+                "docs": args.docs, "chunks_per_doc": args.chunks,
                 "chunks_per_call": step * args.chunks, "seconds": round(s, 4), "runs": [round(t, 4) for t in times],
                 "docs_per_s": round(args.docs / s, 1), "tokens_per_s": round(tokens / s),
                 "tflops": round(tokens * flops_per_token / s / 1e12, 1),

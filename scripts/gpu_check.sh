@@ -7,12 +7,14 @@
 #   scripts/build_cuda.sh --tests && scripts/gpu_pack.sh     # fills gpu-run/ (git-ignored)
 # then, on the GPU machine, from the repository root:
 #   scripts/gpu_check.sh
-# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict kernels embed train train-profile pretrain unfreeze han serve";
+# GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict compile kernels embed train train-profile pretrain unfreeze han serve";
 # all of them take more than one command's 10 minutes: split them over two calls, or set
 # GPU_CHECK_DEADLINE=SECONDS to skip the parts that would start after it):
 #   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
 #   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
 #   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
+#   compile  (within predict) PyTorch's bf16 predict under torch.compile too (~2 minutes, most of
+#            it compiling): `predict_bf16_compile_ratio`
 #   kernels  one bf16 layer's blocks alone (products, casts, bias passes, attention, residual
 #            LayerNorm), longread vs PyTorch at 128 x 512 tokens (bench/results-gpu-<card>-kernels.json)
 #   embed    longread embed vs sentence-transformers
@@ -39,7 +41,7 @@ fail() { echo "gpu_check: $*" >&2; exit 1; }
 
 command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this machine has no NVIDIA GPU driver (run it on a GPU machine)"
 nvidia-smi -L >/dev/null 2>&1 || fail "nvidia-smi sees no GPU"
-parts=" ${GPU_CHECK_PARTS:-tests train-tests predict kernels embed train train-profile pretrain unfreeze han serve} "
+parts=" ${GPU_CHECK_PARTS:-tests train-tests predict compile kernels embed train train-profile pretrain unfreeze han serve} "
 # Whether part $1 runs; says so with the seconds since the start (to size the parts per call).
 # With GPU_CHECK_DEADLINE=S, a part not yet started is skipped once S seconds have passed (a
 # started part always finishes, its results included), so that one call of a limited length
@@ -82,6 +84,8 @@ lr="$work/longread"
 "$lr" -q init --encoder "$work/rb-encoder" --labels general,teen,mature --out "$work/rb-model"
 
 tests_status=0
+# Read by the predict summary whether or not the compile part runs.
+: > "$work/compiled.jsonl"
 if part tests; then
 echo "== PyTorch's own bf16 error on the test models (the reference of a GPU test)"
 refs=()
@@ -180,6 +184,11 @@ LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/r
 
 echo "== PyTorch"
 ${PYTHON:-python3} scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500 | tee "$work/torch.jsonl"
+if part compile; then
+  echo "== PyTorch under torch.compile (bf16; the first pass compiles)"
+  timeout 300 ${PYTHON:-python3} scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 500 --dtypes bf16 --compile \
+    | tee "$work/compiled.jsonl" || echo "torch.compile bench failed or timed out" >&2
+fi
 
 fi
 if part kernels; then
@@ -225,7 +234,7 @@ fi
 mkdir -p bench
 if part predict; then
 out="bench/results-gpu-$slug.json"
-${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" "$work/materialized.jsonl" <<'PY'
+${PYTHON:-python3} - "$work/longread.jsonl" "$work/torch.jsonl" "$out" "$card" "$tests_ok" "$work/diagnostics.jsonl" "$work/embed.jsonl" "$work/materialized.jsonl" "$work/compiled.jsonl" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 materialized = [json.loads(l) for l in open(sys.argv[8]) if l.strip()]
@@ -235,6 +244,7 @@ def embed_rate(side, dtype):
     return rows[0]["texts_per_s"] if rows else None
 diagnostics = [json.loads(l) for l in open(sys.argv[6]) if l.strip()]
 torch = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+compiled = [json.loads(l) for l in open(sys.argv[9]) if l.startswith("{")]
 def best(rows, key, value):
     rows = [r for r in rows if r.get(key) == value]
     return max(rows, key=lambda r: r["docs_per_s"]) if rows else None
@@ -259,6 +269,11 @@ result = {
     # than a few seconds" (from session 28's builds on).
     "predict_bf16_first_run_s": ours_bf16.get("warmup_seconds"),
     "pytorch_eager_bf16_docs_per_s": torch_bf16["docs_per_s"],
+    # The same against PyTorch under torch.compile (the `compile` part; the issue's "at least
+    # torch.compile's"), with the seconds its first pass spent compiling.
+    "predict_bf16_compile_ratio": round(ours_bf16["docs_per_s"] / compiled[0]["docs_per_s"], 3) if compiled else None,
+    "pytorch_compile_bf16_docs_per_s": compiled[0]["docs_per_s"] if compiled else None,
+    "pytorch_compile_first_pass_s": compiled[0].get("first_pass_s") if compiled else None,
     "bf16_share_of_gemm_limit": round(ours_bf16["docs_per_s"] / limit, 3) if limit else None,
     # The same with materialised scores (LONGREAD_CUDA_ATTENTION=materialized), its best batch size.
     "predict_bf16_materialized_ratio":
