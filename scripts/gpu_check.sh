@@ -307,6 +307,8 @@ if part train; then
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 65536
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 4096
+  # Two documents per kept batch (since session 33 a document that fits a batch is not recomputed).
+  bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 20480
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
   # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.
   for off in ATTENTION NORM FFN; do

@@ -13,16 +13,41 @@ use crate::error::{Result, TrainError};
 /// # Shapes
 /// `logits: [docs, labels]`, `labels: docs` → scalar
 pub fn cross_entropy(logits: &Tensor, labels: &[usize], weights: Option<&Tensor>, device: &Device) -> Result<Tensor> {
-    let log_probs = candle_nn::ops::log_softmax(logits, 1)?;
-    let targets = Tensor::from_vec(labels.iter().map(|&l| l as u32).collect::<Vec<_>>(), (labels.len(), 1), device)?;
-    let nll = log_probs.gather(&targets, 1)?.squeeze(1)?.neg()?;
+    let (nll, targets) = gold_nll(logits, labels, device)?;
     Ok(match weights {
         None => nll.mean_all()?,
         Some(w) => {
-            let w = w.index_select(&targets.squeeze(1)?, 0)?;
+            let w = w.index_select(&targets, 0)?;
             (nll.mul(&w)?.sum_all()? / w.sum_all()?.to_scalar::<f32>()? as f64)?
         }
     })
+}
+
+/// The numerator of [`cross_entropy`]: `Σ nll`, or with class weights `Σ w_y · nll`.
+///
+/// # Shapes
+/// `logits: [docs, labels]`, `labels: docs` → scalar
+pub fn cross_entropy_sum(
+    logits: &Tensor,
+    labels: &[usize],
+    weights: Option<&Tensor>,
+    device: &Device,
+) -> Result<Tensor> {
+    let (nll, targets) = gold_nll(logits, labels, device)?;
+    Ok(match weights {
+        None => nll.sum_all()?,
+        Some(w) => nll.mul(&w.index_select(&targets, 0)?)?.sum_all()?,
+    })
+}
+
+/// Each document's negative log-likelihood of its gold label, and the labels as a tensor.
+///
+/// # Shapes
+/// `logits: [docs, labels]`, `labels: docs` → `([docs], [docs])`
+fn gold_nll(logits: &Tensor, labels: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+    let log_probs = candle_nn::ops::log_softmax(logits, 1)?;
+    let targets = Tensor::from_vec(labels.iter().map(|&l| l as u32).collect::<Vec<_>>(), (labels.len(), 1), device)?;
+    Ok((log_probs.gather(&targets, 1)?.squeeze(1)?.neg()?, targets.squeeze(1)?))
 }
 
 /// How the tasks' losses are combined.
@@ -72,6 +97,81 @@ pub fn task_loss(
         });
     }
     total.ok_or_else(|| TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into()))
+}
+
+/// Each task's denominator of [`task_loss`] over a whole step's documents: how many have a
+/// label for task t, or for the first task with class weights the sum of their gold classes'
+/// weights; 0 for a task of weight 0. [`task_loss_share`]s divided by these add up to the
+/// step's [`task_loss`].
+pub fn loss_norms(labels: &[Vec<Option<usize>>], how: TaskLoss) -> Result<Vec<f64>> {
+    let class_weights = how.class_weights.map(|w| w.to_vec1::<f32>()).transpose()?;
+    let norms: Vec<f64> = labels
+        .iter()
+        .enumerate()
+        .map(|(t, task_labels)| {
+            if how.task_weights.get(t).copied().unwrap_or(1.0) == 0.0 {
+                return Ok(0.0);
+            }
+            let weights = if t == 0 { class_weights.as_deref() } else { None };
+            task_labels.iter().flatten().try_fold(0.0, |sum, &l| match weights {
+                None => Ok(sum + 1.0),
+                Some(w) => w.get(l).map(|&w| sum + w as f64).ok_or_else(|| {
+                    TrainError::InvalidSetting(format!("label {l} has no class weight ({} weights)", w.len()))
+                }),
+            })
+        })
+        .collect::<Result<_>>()?;
+    if norms.iter().all(|&n| n == 0.0) {
+        return Err(TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into()));
+    }
+    Ok(norms)
+}
+
+/// The share of [`task_loss`] that the documents `part` (indices into the step's documents,
+/// as `labels[t]` holds them) contribute, `chunks[i]` being the chunk vectors of `part[i]`:
+/// for each task, its weight × the (class-weighted) sum of their negative log-likelihoods ÷
+/// the task's norm over the whole step (`norms`, from [`loss_norms`]). The shares of the parts
+/// of a step add up to the step's loss; `None` where no document of `part` has a label for a
+/// task with a norm.
+///
+/// # Shapes
+/// `chunks[i]: [n_chunks, hidden]` → scalar
+#[allow(clippy::too_many_arguments)] // the step's arguments of `task_loss`, the part and its norms
+pub fn task_loss_share(
+    model: &HierarchicalClassifier,
+    part: &[usize],
+    chunks: &[&Tensor],
+    labels: &[Vec<Option<usize>>],
+    how: TaskLoss,
+    norms: &[f64],
+    mode: Mode,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let mut total: Option<Tensor> = None;
+    for (t, task_labels) in labels.iter().enumerate() {
+        let (weight, norm) = (how.task_weights.get(t).copied().unwrap_or(1.0), norms.get(t).copied().unwrap_or(0.0));
+        let chosen: Vec<(usize, usize)> = part
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| task_labels.get(d).copied().flatten().map(|l| (i, l)))
+            .collect();
+        if weight == 0.0 || norm == 0.0 || chosen.is_empty() {
+            continue;
+        }
+        let offsets = if t == 0 { how.offsets } else { None };
+        let logits: Vec<Tensor> = chosen
+            .iter()
+            .map(|&(i, _)| offset_logits(model.classify_task(chunks[i], t, mode)?.logits, offsets, part[i]))
+            .collect::<Result<_>>()?;
+        let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
+        let class_weights = if t == 0 { how.class_weights } else { None };
+        let share = (cross_entropy_sum(&Tensor::stack(&logits, 0)?, &gold, class_weights, device)? * (weight / norm))?;
+        total = Some(match total {
+            Some(prev) => (prev + share)?,
+            None => share,
+        });
+    }
+    Ok(total)
 }
 
 /// `logits` plus document `d`'s offset, when there are offsets.

@@ -1,15 +1,29 @@
 //! Loss and gradients for a batch of documents, with memory that does not grow with document
-//! length: chunk-level recomputation (gradient checkpointing at chunk granularity).
+//! length: chunk-level recomputation (gradient checkpointing at chunk granularity) where a
+//! document is longer than one encoder batch.
 //!
-//! 1. Every chunk batch is encoded without keeping its graph (only the chunk vectors stay).
-//! 2. Pooling, head and loss run on the chunk vectors as leaves; back-propagation gives the
-//!    head's gradients and d loss / d chunk vectors.
-//! 3. Each chunk batch is encoded again, this time with its graph, and back-propagates its
-//!    slice of that gradient (the surrogate `Σ vectors · grad`) into the encoder.
+//! With recomputation on ([`BatchSettings::recompute`], the default), the step's documents are
+//! split by length ([`StepPlan`]):
+//! - **Documents that fit one encoder batch** (`chunks × longest chunk ≤ max_batch_tokens`)
+//!   are encoded in groups of whole documents, once, with their graph: each group's share of
+//!   the loss is back-propagated before the next group is encoded. Peak memory is one batch's
+//!   graph, as with recomputation, at the speed of keeping the graph.
+//! - **Longer documents** are recomputed:
+//!   1. every chunk batch is encoded without keeping its graph (only the chunk vectors stay);
+//!   2. pooling, head and loss run on the chunk vectors as leaves; back-propagation gives the
+//!      head's gradients and d loss / d chunk vectors;
+//!   3. each chunk batch is encoded again, this time with its graph, and back-propagates its
+//!      slice of that gradient (the surrogate `Σ vectors · grad`) into the encoder.
 //!
-//! Dropout draws the same masks in both encodings (the generator is replayed per batch), so
-//! the gradients equal those of back-propagating through the whole graph at once
-//! (`recompute: false`), which the tests check.
+//!   Dropout draws the same masks in both encodings (the generator is replayed per batch), so
+//!   the gradients equal those of back-propagating through the whole graph at once
+//!   (`recompute: false`), which the tests check.
+//!
+//! Each part's loss is its share of the step's (each task's mean taken over the whole step:
+//! [`crate::loss::task_loss_share`]), so the parts' gradients add up to the step's. Where
+//! documents fit, dropout draws its masks in another order than the whole graph does (group by
+//! group), so the two agree in distribution rather than bit for bit; with dropout off they
+//! agree to rounding (tested).
 
 use std::collections::HashMap;
 
@@ -20,7 +34,7 @@ use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
 use crate::error::{Result, TrainError};
-use crate::loss::{task_loss, TaskLoss};
+use crate::loss::{loss_norms, task_loss, task_loss_share, TaskLoss};
 use crate::prefix::{encode_batch, Prefix};
 
 /// Loss of a batch and the gradients of the requested variables.
@@ -33,6 +47,19 @@ pub struct BatchGradients {
 }
 
 impl BatchGradients {
+    /// Adds another part's loss and gradients to these.
+    fn add(&mut self, part: BatchGradients) -> Result<()> {
+        self.loss += part.loss;
+        for (id, g) in part.grads {
+            let total = match self.grads.remove(&id) {
+                Some(prev) => (prev + g)?,
+                None => g,
+            };
+            self.grads.insert(id, total);
+        }
+        Ok(())
+    }
+
     /// Back-propagates the scalar `loss` and keeps the gradients of `vars`.
     pub(crate) fn of_loss(loss: &Tensor, vars: &[candle_core::Var]) -> Result<Self> {
         let grads = loss.backward()?;
@@ -59,9 +86,49 @@ pub struct BatchSettings<'a> {
     pub prefix: Prefix<'a>,
 }
 
+/// How one step's documents are encoded (see the module's notes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepPlan {
+    /// Groups of whole documents (indices into the step's documents, in order), each encoded
+    /// as one batch, once, with its graph.
+    pub kept: Vec<Vec<usize>>,
+    /// The documents encoded by chunk batches: recomputed (or, with `recompute: false`, every
+    /// document, its whole graph kept).
+    pub chunked: Vec<usize>,
+}
+
+impl StepPlan {
+    /// The plan for `docs`: with `recompute`, consecutive documents that each fit one batch of
+    /// `max_batch_tokens` (padded: `chunks × longest chunk`) share a group while the group's
+    /// padded size fits; every other document is chunked. Without `recompute`, all are chunked.
+    pub fn new(docs: &[&ChunkedDocument], max_batch_tokens: usize, recompute: bool) -> Self {
+        let cost = |chunks: usize, longest: usize| chunks.saturating_mul(longest);
+        let size = |d: &ChunkedDocument| (d.chunks.len(), d.chunks.iter().map(|c| c.ids.len()).max().unwrap_or(0));
+        let mut plan = StepPlan { kept: Vec::new(), chunked: Vec::new() };
+        let mut group: (Vec<usize>, usize, usize) = (Vec::new(), 0, 0); // documents, chunks, longest
+        for (i, doc) in docs.iter().enumerate() {
+            let (chunks, longest) = size(doc);
+            if !recompute || chunks == 0 || cost(chunks, longest) > max_batch_tokens {
+                plan.chunked.push(i);
+                continue;
+            }
+            if cost(group.1 + chunks, group.2.max(longest)) > max_batch_tokens {
+                plan.kept.push(std::mem::take(&mut group.0));
+                group = (Vec::new(), 0, 0);
+            }
+            group = (group.0, group.1 + chunks, group.2.max(longest));
+            group.0.push(i);
+        }
+        if !group.0.is_empty() {
+            plan.kept.push(group.0);
+        }
+        plan
+    }
+}
+
 /// Loss and gradients for `docs` with gold `labels` (`labels[task][doc]`, `None` where a
 /// document has no label for a task); `vars` are the variables whose gradients are wanted
-/// (the trainable ones).
+/// (the trainable ones). Documents are encoded as [`StepPlan::new`] says.
 pub fn batch_gradients(
     model: &HierarchicalClassifier,
     docs: &[&ChunkedDocument],
@@ -71,12 +138,96 @@ pub fn batch_gradients(
     settings: BatchSettings,
     device: &Device,
 ) -> Result<BatchGradients> {
-    let (refs, batches) = chunk_batches(docs, settings.max_batch_tokens);
-    let encode = |batch: &[usize]| encode_batch(model, docs, &refs, batch, settings.prefix, Mode::Train(rng), device);
+    let plan = StepPlan::new(docs, settings.max_batch_tokens, settings.recompute);
+    let mode = Mode::Train(rng);
+    if plan.kept.is_empty() {
+        // Every document by chunk batches: the step's loss as one.
+        let all: Vec<usize> = (0..docs.len()).collect();
+        let loss = |inputs: &[&Tensor]| task_loss(model, inputs, labels, settings.loss, mode, device).map(Some);
+        let out = chunked_gradients(model, docs, &all, vars, rng, settings, device, loss)?;
+        return out.ok_or_else(|| {
+            TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into())
+        });
+    }
+    let norms = loss_norms(labels, settings.loss)?;
+    let share = |part: &[usize], inputs: &[&Tensor]| {
+        task_loss_share(model, part, inputs, labels, settings.loss, &norms, mode, device)
+    };
+    let mut total = BatchGradients { loss: 0.0, grads: HashMap::new() };
+    for group in &plan.kept {
+        if let Some(part) = kept_gradients(model, docs, group, vars, settings, mode, device, |v| share(group, v))? {
+            total.add(part)?;
+        }
+    }
+    if !plan.chunked.is_empty() {
+        let loss = |inputs: &[&Tensor]| share(&plan.chunked, inputs);
+        if let Some(part) = chunked_gradients(model, docs, &plan.chunked, vars, rng, settings, device, loss)? {
+            total.add(part)?;
+        }
+    }
+    Ok(total)
+}
+
+/// Loss and gradients of one group of whole documents (`group` indexes `docs`) encoded as one
+/// batch with its graph; `loss_of` gives the group's loss from its documents' chunk vectors
+/// (`None`: no label among them, no gradient).
+///
+/// # Shapes
+/// `loss_of` receives one `[n_chunks, hidden]` tensor per document of `group`
+#[allow(clippy::too_many_arguments)] // the step's arguments, the group and its loss
+fn kept_gradients(
+    model: &HierarchicalClassifier,
+    docs: &[&ChunkedDocument],
+    group: &[usize],
+    vars: &[Var],
+    settings: BatchSettings,
+    mode: Mode,
+    device: &Device,
+    loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
+) -> Result<Option<BatchGradients>> {
+    let refs: Vec<(usize, usize)> =
+        group.iter().flat_map(|&d| (0..docs[d].chunks.len()).map(move |c| (d, c))).collect();
+    let batch: Vec<usize> = (0..refs.len()).collect();
+    let out = encode_batch(model, docs, &refs, &batch, settings.prefix, mode, device)?;
+    let mut vectors = Vec::with_capacity(group.len());
+    let mut start = 0;
+    for &d in group {
+        let n = docs[d].chunks.len();
+        vectors.push(out.narrow(0, start, n)?);
+        start += n;
+    }
+    let inputs: Vec<&Tensor> = vectors.iter().collect();
+    match loss_of(&inputs)? {
+        Some(loss) => BatchGradients::of_loss(&loss, vars).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Loss and gradients of the documents `members` (indexes `docs`) encoded by chunk batches:
+/// recomputed with `settings.recompute`, else with the whole graph kept. `loss_of` gives their
+/// loss from their chunk vectors, in the order of `members` (`None`: no label, no gradient).
+#[allow(clippy::too_many_arguments)] // the step's arguments, the members and their loss
+fn chunked_gradients(
+    model: &HierarchicalClassifier,
+    docs: &[&ChunkedDocument],
+    members: &[usize],
+    vars: &[Var],
+    rng: &DropoutRng,
+    settings: BatchSettings,
+    device: &Device,
+    loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
+) -> Result<Option<BatchGradients>> {
+    // Batches over the members' chunks; `refs` index the members, `step_refs` the same chunks
+    // by their index among the step's documents (what the encoder and a prefix cache read).
+    let member_docs: Vec<&ChunkedDocument> = members.iter().map(|&d| docs[d]).collect();
+    let (refs, batches) = chunk_batches(&member_docs, settings.max_batch_tokens);
+    let step_refs: Vec<(usize, usize)> = refs.iter().map(|&(m, c)| (members[m], c)).collect();
+    let encode =
+        |batch: &[usize]| encode_batch(model, docs, &step_refs, batch, settings.prefix, Mode::Train(rng), device);
 
     // Pass 1: chunk vectors (graphs dropped at once when recomputing).
     let mut snapshots = Vec::with_capacity(batches.len());
-    let stacked = gather_chunk_vectors(docs, &refs, &batches, |batch| {
+    let stacked = gather_chunk_vectors(&member_docs, &refs, &batches, |batch| {
         snapshots.push(rng.snapshot());
         let out = encode(batch)?;
         Ok::<_, TrainError>(if settings.recompute { out.detach() } else { out })
@@ -89,7 +240,9 @@ pub fn batch_gradients(
     let inputs: Vec<&Tensor> =
         stacked.iter().zip(&leaves).map(|(t, l)| l.as_ref().map_or(t, |v| v.as_tensor())).collect();
 
-    let loss = task_loss(model, &inputs, labels, settings.loss, Mode::Train(rng), device)?;
+    let Some(loss) = loss_of(&inputs)? else {
+        return Ok(None);
+    };
     let after = rng.snapshot();
     let first = loss.backward()?;
     let mut grads: HashMap<TensorId, Tensor> =
@@ -104,7 +257,9 @@ pub fn batch_gradients(
                 .iter()
                 .map(|&i| {
                     let leaf = leaves[refs[i].0].as_ref().expect("leaves exist when recomputing");
-                    let g = first.get(leaf.as_tensor()).map(|g| g.get(refs[i].1)).transpose()?;
+                    // Detached: a variable's gradient in candle keeps the graph of the ops
+                    // that made it (the head's weights), which the surrogate must not reach.
+                    let g = first.get(leaf.as_tensor()).map(|g| g.get(refs[i].1).map(|g| g.detach())).transpose()?;
                     Ok(match g {
                         Some(g) => g,
                         None => Tensor::zeros(out.dim(1)?, DType::F32, device)?,
@@ -126,7 +281,7 @@ pub fn batch_gradients(
         }
         rng.restore(after);
     }
-    Ok(BatchGradients { loss: loss.to_scalar::<f32>()?, grads })
+    Ok(Some(BatchGradients { loss: loss.to_scalar::<f32>()?, grads }))
 }
 
 pub use crate::loss::cross_entropy;

@@ -8,7 +8,7 @@ use longread_model::DropoutRng;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
 use longread_train::loss::TaskLoss;
 use longread_train::prefix::{open_store, Prefix, PrefixCache, Storage};
-use longread_train::recompute::{batch_gradients, BatchSettings};
+use longread_train::recompute::{batch_gradients, BatchSettings, StepPlan};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
@@ -28,13 +28,164 @@ fn documents(model: &HierarchicalClassifier) -> Vec<ChunkedDocument> {
         .collect()
 }
 
+/// Whether a document fits one batch of `max_batch_tokens` (padded).
+fn fits(doc: &ChunkedDocument, max_batch_tokens: usize) -> bool {
+    doc.chunks.len() * doc.chunks.iter().map(|c| c.ids.len()).max().unwrap_or(0) <= max_batch_tokens
+}
+
+/// A copy of fixture `name` (in `dir`) with every dropout probability of its config set to 0.
+fn without_dropout(name: &str, dir: &std::path::Path) -> PathBuf {
+    fn zero(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map.iter_mut() {
+                    if k.contains("dropout") && v.is_number() {
+                        *v = serde_json::json!(0.0);
+                    } else {
+                        zero(v);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(zero),
+            _ => {}
+        }
+    }
+    let out = dir.join(name.replace('/', "-"));
+    std::fs::create_dir_all(&out).unwrap();
+    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, out.join(path.file_name().unwrap())).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    zero(&mut config);
+    std::fs::write(out.join("config.json"), config.to_string()).unwrap();
+    out
+}
+
+/// The largest absolute difference between two runs' gradients of `vars`.
+fn largest_gradient_difference(
+    a: &longread_train::recompute::BatchGradients,
+    b: &longread_train::recompute::BatchGradients,
+    vars: &[Var],
+) -> f32 {
+    vars.iter()
+        .map(|v| {
+            let (x, y) = (&a.grads[&v.as_tensor().id()], &b.grads[&v.as_tensor().id()]);
+            x.sub(y).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+        })
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn the_step_plan_keeps_the_graph_of_documents_that_fit_one_batch() {
+    let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();
+    let docs = documents(&model);
+    let refs: Vec<&ChunkedDocument> = docs.iter().collect();
+    let costs: Vec<(usize, usize)> =
+        docs.iter().map(|d| (d.chunks.len(), d.chunks.iter().map(|c| c.ids.len()).max().unwrap())).collect();
+    // Two short documents fit a 40-token batch each, not together; the two long ones do not.
+    assert!(fits(&docs[0], 40) && fits(&docs[1], 40), "{costs:?}");
+    assert!(!fits(&docs[2], 40) && !fits(&docs[3], 40), "{costs:?}");
+    assert_eq!(StepPlan::new(&refs, 40, true), StepPlan { kept: vec![vec![0], vec![1]], chunked: vec![2, 3] });
+    // Without recomputation every document is chunked, its whole graph kept.
+    assert_eq!(StepPlan::new(&refs, 40, false), StepPlan { kept: vec![], chunked: vec![0, 1, 2, 3] });
+    // A budget for everything: one group; the two short ones' padded size: those two together.
+    assert_eq!(StepPlan::new(&refs, 100_000, true), StepPlan { kept: vec![vec![0, 1, 2, 3]], chunked: vec![] });
+    let both = (costs[0].0 + costs[1].0) * costs[0].1.max(costs[1].1);
+    assert_eq!(StepPlan::new(&refs, both, true).kept[0], vec![0, 1], "{costs:?}");
+    assert_eq!(StepPlan::new(&refs, both - 1, true).kept[..2], [vec![0], vec![1]], "{costs:?}");
+}
+
+#[test]
+fn documents_that_fit_one_batch_keep_their_graph_and_give_the_whole_graphs_gradients() {
+    // Dropout off: the kept groups draw their masks in another order than the whole graph.
+    let dir = tempfile::tempdir().unwrap();
+    for (case, labels) in [
+        ("hier/bert-attention", vec![vec![Some(0), Some(1), Some(2), Some(1)]]),
+        ("hier/bert-multihead", vec![vec![Some(2), Some(1), Some(0), Some(0)]]),
+        ("hier/trained-multitask", vec![vec![Some(0), None, Some(2), Some(1)], vec![Some(1), Some(0), None, Some(1)]]),
+    ] {
+        let model = HierarchicalClassifier::load(&without_dropout(case, dir.path()), true, &Device::Cpu).unwrap();
+        let docs = documents(&model);
+        let refs: Vec<&ChunkedDocument> = docs.iter().collect();
+        let vars: Vec<Var> = model.trainable_vars();
+        let weights = Tensor::new(&[1.0f32, 2.0, 0.5], &Device::Cpu).unwrap();
+        let task_weights = [1.0, 0.5];
+        let run = |max_batch_tokens: usize, recompute: bool| {
+            let settings = BatchSettings {
+                max_batch_tokens,
+                recompute,
+                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None },
+                prefix: Prefix::None,
+            };
+            batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(3), settings, &Device::Cpu).unwrap()
+        };
+        let whole = run(40, false);
+        assert_eq!(whole.grads.len(), vars.len(), "{case}: every variable gets a gradient");
+        // Recomputation alone (the two long documents) without dropout: the chunk vectors'
+        // gradients are constants of the second pass (until session 33 they carried the head's
+        // graph there, and the head's pooling weights got second-order terms: 0.1 off).
+        let long: Vec<&ChunkedDocument> = docs.iter().filter(|d| !fits(d, 40)).collect();
+        let long_labels: Vec<Vec<Option<usize>>> = labels.iter().map(|t| vec![t[2], t[3]]).collect();
+        let long_run = |recompute: bool| {
+            let settings = BatchSettings {
+                max_batch_tokens: 40,
+                recompute,
+                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None },
+                prefix: Prefix::None,
+            };
+            batch_gradients(&model, &long, &long_labels, &vars, &DropoutRng::new(3), settings, &Device::Cpu)
+        };
+        let (a, b) = (long_run(false).unwrap(), long_run(true).unwrap());
+        let diff = largest_gradient_difference(&a, &b, &vars);
+        assert!(diff <= 1e-5, "{case}: recomputed gradients differ by {diff}");
+        // Kept and recomputed documents together (40), and every document kept in one group.
+        for max_batch_tokens in [100_000, 64, 48, 40] {
+            let plan = StepPlan::new(&refs, max_batch_tokens, true);
+            assert!(!plan.kept.is_empty(), "{case}: some documents keep their graph");
+            let parts = run(max_batch_tokens, true);
+            assert!((parts.loss - whole.loss).abs() < 1e-5, "{case} {plan:?}: loss {} vs {}", parts.loss, whole.loss);
+            assert_eq!(parts.grads.len(), vars.len(), "{case} {plan:?}");
+            let diff = largest_gradient_difference(&whole, &parts, &vars);
+            assert!(diff <= 1e-5, "{case} {plan:?}: largest gradient difference {diff}");
+        }
+    }
+}
+
+#[test]
+fn kept_groups_with_dropout_on_are_deterministic_and_draw_their_masks() {
+    let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();
+    let docs = documents(&model);
+    let refs: Vec<&ChunkedDocument> = docs.iter().collect();
+    let labels = vec![vec![Some(0), Some(1), Some(2), Some(1)]];
+    let vars: Vec<Var> = model.trainable_vars();
+    let run = |seed: u64| {
+        let settings = BatchSettings {
+            max_batch_tokens: 40,
+            recompute: true,
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+            prefix: Prefix::None,
+        };
+        batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(seed), settings, &Device::Cpu).unwrap()
+    };
+    let (a, b, other) = (run(7), run(7), run(8));
+    assert_eq!(a.loss, b.loss);
+    assert_eq!(largest_gradient_difference(&a, &b, &vars), 0.0, "the same seed, the same gradients");
+    assert!((a.loss - other.loss).abs() > 1e-6, "dropout is on in the kept groups");
+}
+
 #[test]
 fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
     for case in ["hier/bert-attention", "hier/bert-multihead"] {
         let model = HierarchicalClassifier::load(&fixture(case), true, &Device::Cpu).unwrap();
         let docs = documents(&model);
-        let refs: Vec<&ChunkedDocument> = docs.iter().collect();
-        let labels = vec![vec![Some(0), Some(1), Some(2), Some(1)]];
+        // The documents longer than one 40-token batch: all of them recomputed (the shorter
+        // ones would keep their graph: `documents_that_fit_one_batch_keep_their_graph`).
+        let refs: Vec<&ChunkedDocument> = docs.iter().filter(|d| !fits(d, 40)).collect();
+        assert_eq!(refs.len(), 2, "two fixture documents are longer than a batch");
+        assert!(StepPlan::new(&refs, 40, true).kept.is_empty());
+        let labels = vec![vec![Some(0), Some(2)]];
         let vars: Vec<Var> = model.trainable_vars();
         assert!(vars.len() > 30, "encoder and head variables");
         let weights = Tensor::new(&[1.0f32, 2.0, 0.5], &Device::Cpu).unwrap();
@@ -118,15 +269,18 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         };
         batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(5), settings, &Device::Cpu).unwrap()
     };
-    let reference = run(false, Prefix::Frozen { layers: 1 });
+    // Against the frozen layers computed in each step, with the same plan (two short documents
+    // keep their graph, two long ones are recomputed) and so the same dropout masks; and the
+    // whole graph against the whole graph.
+    let reference = run(true, Prefix::Frozen { layers: 1 });
+    let whole = run(false, Prefix::Frozen { layers: 1 });
     assert_eq!(reference.grads.len(), vars.len(), "every trainable variable gets a gradient");
-    for (what, out) in [
-        ("recomputed", run(true, Prefix::Frozen { layers: 1 })),
-        ("cached in memory", run(true, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
-        ("cached on disk", run(true, Prefix::Cached { cache: &on_disk, doc_ids: &doc_ids })),
-        ("stored", run(true, Prefix::Cached { cache: &stored, doc_ids: &doc_ids })),
-        ("read back from the store", run(true, Prefix::Cached { cache: &read_back, doc_ids: &doc_ids })),
-        ("cached, full graph", run(false, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
+    for (what, reference, out) in [
+        ("cached in memory", &reference, run(true, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
+        ("cached on disk", &reference, run(true, Prefix::Cached { cache: &on_disk, doc_ids: &doc_ids })),
+        ("stored", &reference, run(true, Prefix::Cached { cache: &stored, doc_ids: &doc_ids })),
+        ("read back from the store", &reference, run(true, Prefix::Cached { cache: &read_back, doc_ids: &doc_ids })),
+        ("cached, full graph", &whole, run(false, Prefix::Cached { cache: &in_memory, doc_ids: &doc_ids })),
     ] {
         assert!((out.loss - reference.loss).abs() < 1e-6, "{what}: loss {} vs {}", out.loss, reference.loss);
         for v in &vars {

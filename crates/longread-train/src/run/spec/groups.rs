@@ -144,12 +144,14 @@ pub struct EncoderTrainSpec {
     /// Layer-wise learning-rate decay: layer l of N gets lr·d^(N−l), embeddings lr·d^(N+1).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 1.0))]
     pub layer_lr_decay: f64,
-    /// Most tokens per encoder batch. Training keeps one batch's graph at a time, so this
-    /// sets the memory plateau: a smaller budget holds less in memory and takes somewhat more
-    /// time per step (figures in BENCHMARKS.md, "Training step: memory and time vs PyTorch").
+    /// Most tokens per encoder batch (padded). Training keeps one batch's graph at a time, so
+    /// this sets the memory plateau: a smaller budget holds less in memory and takes somewhat
+    /// more time per step (figures in BENCHMARKS.md, "Training step: memory and time vs
+    /// PyTorch"). Documents that fit a batch are encoded once; longer ones are recomputed.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
     pub max_batch_tokens: usize,
-    /// Keep the whole graph instead of recomputing chunks (memory grows with document length).
+    /// Keep the whole step's graph instead of one batch's (no chunk recomputation; memory grows
+    /// with document length).
     #[cfg_attr(feature = "clap", arg(long))]
     pub no_recompute: bool,
     /// A task of a multi-task model, NAME=COLUMN (repeatable): the label of task NAME is read
