@@ -105,22 +105,23 @@ impl StepPlan {
         let cost = |chunks: usize, longest: usize| chunks.saturating_mul(longest);
         let size = |d: &ChunkedDocument| (d.chunks.len(), d.chunks.iter().map(|c| c.ids.len()).max().unwrap_or(0));
         let mut plan = StepPlan { kept: Vec::new(), chunked: Vec::new() };
-        let mut group: (Vec<usize>, usize, usize) = (Vec::new(), 0, 0); // documents, chunks, longest
+        // The open group: its documents, their chunks and their longest chunk.
+        let (mut members, mut group_chunks, mut group_longest) = (Vec::new(), 0, 0);
         for (i, doc) in docs.iter().enumerate() {
             let (chunks, longest) = size(doc);
             if !recompute || chunks == 0 || cost(chunks, longest) > max_batch_tokens {
                 plan.chunked.push(i);
                 continue;
             }
-            if cost(group.1 + chunks, group.2.max(longest)) > max_batch_tokens {
-                plan.kept.push(std::mem::take(&mut group.0));
-                group = (Vec::new(), 0, 0);
+            if !members.is_empty() && cost(group_chunks + chunks, group_longest.max(longest)) > max_batch_tokens {
+                plan.kept.push(std::mem::take(&mut members));
+                (group_chunks, group_longest) = (0, 0);
             }
-            group = (group.0, group.1 + chunks, group.2.max(longest));
-            group.0.push(i);
+            members.push(i);
+            (group_chunks, group_longest) = (group_chunks + chunks, group_longest.max(longest));
         }
-        if !group.0.is_empty() {
-            plan.kept.push(group.0);
+        if !members.is_empty() {
+            plan.kept.push(members);
         }
         plan
     }

@@ -256,7 +256,11 @@ fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceC
         println!(
             "train {} {docs}x{chunks} chunks on {described}, {precision}{}: {:.3} s per step (median of {}; first step {:.3} s), {:.2} documents/s{}",
             dir.display(),
-            if args.no_recompute { ", no recompute" } else { "" },
+            match (args.no_recompute, result.kept_documents) {
+                (true, _) => ", no recompute".to_string(),
+                (false, 0) => String::new(),
+                (false, kept) => format!(", {kept} of {docs} documents encoded once (they fit a batch)"),
+            },
             result.timing.seconds,
             result.timing.runs.len(),
             result.timing.warmup_seconds,

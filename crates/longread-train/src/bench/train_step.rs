@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::loss::TaskLoss;
 use crate::optim::{AdamW, AdamWConfig, ParamGroup};
 use crate::prefix::{encode_batch, Prefix};
-use crate::recompute::{batch_gradients, BatchSettings};
+use crate::recompute::{batch_gradients, BatchSettings, StepPlan};
 use crate::schedule::{Decay, Schedule};
 use crate::trainer::Stepper;
 
@@ -51,6 +51,12 @@ pub struct TrainStepResult {
     pub peak_gpu_bytes: Option<u64>,
     /// The last step's loss (finite, or the step is an error).
     pub loss: f32,
+    /// How many of the step's documents were encoded once with their graph (they fit one
+    /// batch, with recomputation on) and how many by chunk batches (recomputed, or with
+    /// `--no-recompute` the whole graph kept): `recompute.rs`'s `StepPlan`.
+    pub kept_documents: usize,
+    /// See [`Self::kept_documents`].
+    pub chunked_documents: usize,
     /// On a GPU, which of the training ops that keep only their inputs were switched off by
     /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`), and
     /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`, `column-sum` with
@@ -244,5 +250,16 @@ pub fn run_train_step(
     // What ran, not what was asked for: FlashAttention-2 applies to bf16 on GPUs that run it.
     let gpu_attention =
         device.is_cuda().then(|| if longread_model::layers::cuda::flash2_ran() { "fa2" } else { "longread" });
-    Ok(TrainStepResult { timing, docs_per_s, peak_gpu_bytes, loss, gpu_separate, gpu_attention, profile })
+    let plan = StepPlan::new(&docs, settings.max_batch_tokens, settings.recompute);
+    Ok(TrainStepResult {
+        timing,
+        docs_per_s,
+        peak_gpu_bytes,
+        loss,
+        kept_documents: plan.kept.iter().map(Vec::len).sum(),
+        chunked_documents: plan.chunked.len(),
+        gpu_separate,
+        gpu_attention,
+        profile,
+    })
 }
