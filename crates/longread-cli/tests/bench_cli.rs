@@ -143,7 +143,7 @@ fn a_missing_gpu_is_a_one_line_error() {
 #[test]
 fn the_training_step_workload_reports_documents_per_second() {
     let model = common::fixture("hier/roberta-attention");
-    for extra in [&[][..], &["--no-recompute"][..], &["--precision", "bf16"][..]] {
+    for extra in [&[][..], &["--no-recompute"][..], &["--precision", "bf16"][..], &["--max-batch-tokens", "8"][..]] {
         let mut args = vec!["bench", "--workload", "train", "--model", model.to_str().unwrap(), "--shape", "2x3"];
         args.extend_from_slice(&["--repeat", "2", "--json"]);
         args.extend_from_slice(extra);
@@ -155,6 +155,14 @@ fn the_training_step_workload_reports_documents_per_second() {
         assert!(v["loss"].as_f64().unwrap().is_finite() && v["loss"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["warmup_seconds"].as_f64().unwrap() > 0.0, "{v}");
         assert_eq!(v["recompute"], !extra.contains(&"--no-recompute"), "{v}");
+        // Documents of 3 short chunks fit the default batch (encoded once) unless recomputation
+        // is off (whole graph, by chunk batches) or the batch is smaller than a chunk.
+        let kept = if extra.contains(&"--no-recompute") || extra.contains(&"8") { 0 } else { 2 };
+        assert_eq!(
+            (v["kept_documents"].as_u64(), v["chunked_documents"].as_u64()),
+            (Some(kept), Some(2 - kept)),
+            "{v}"
+        );
         assert_eq!(v["device"], "cpu");
         assert!(v["peak_gpu_bytes"].is_null(), "no GPU memory on the CPU: {v}");
         assert!(v.get("profile").is_none(), "{v}");
