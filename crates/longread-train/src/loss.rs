@@ -75,28 +75,55 @@ pub fn task_loss(
     mode: Mode,
     device: &Device,
 ) -> Result<Tensor> {
+    let all: Vec<usize> = (0..chunks.len()).collect();
     let mut total: Option<Tensor> = None;
     for (t, task_labels) in labels.iter().enumerate() {
         let weight = how.task_weights.get(t).copied().unwrap_or(1.0);
-        let chosen: Vec<(usize, usize)> =
-            task_labels.iter().enumerate().filter_map(|(d, l)| l.map(|l| (d, l))).collect();
-        if weight == 0.0 || chosen.is_empty() {
+        if weight == 0.0 {
             continue;
         }
-        let offsets = if t == 0 { how.offsets } else { None };
-        let logits: Vec<Tensor> = chosen
-            .iter()
-            .map(|&(d, _)| offset_logits(model.classify_task(chunks[d], t, mode)?.logits, offsets, d))
-            .collect::<Result<_>>()?;
-        let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
-        let class_weights = if t == 0 { how.class_weights } else { None };
-        let loss = (cross_entropy(&Tensor::stack(&logits, 0)?, &gold, class_weights, device)? * weight)?;
-        total = Some(match total {
-            Some(prev) => (prev + loss)?,
-            None => loss,
-        });
+        if let Some((logits, gold)) = task_logits(model, &all, chunks, task_labels, t, how, mode)? {
+            let class_weights = if t == 0 { how.class_weights } else { None };
+            total = Some(sum_of(total, (cross_entropy(&logits, &gold, class_weights, device)? * weight)?)?);
+        }
     }
     total.ok_or_else(|| TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into()))
+}
+
+/// Task `t`'s logits (with the first task's offsets) and gold labels for the documents of
+/// `part` that have a label for it (`chunks[i]` being the chunk vectors of `part[i]`, an index
+/// into `task_labels`), in `part`'s order; `None` where none has.
+///
+/// # Shapes
+/// `chunks[i]: [n_chunks, hidden]` → `([labelled, labels], labelled)`
+fn task_logits(
+    model: &HierarchicalClassifier,
+    part: &[usize],
+    chunks: &[&Tensor],
+    task_labels: &[Option<usize>],
+    t: usize,
+    how: TaskLoss,
+    mode: Mode,
+) -> Result<Option<(Tensor, Vec<usize>)>> {
+    let chosen: Vec<(usize, usize)> =
+        part.iter().enumerate().filter_map(|(i, &d)| task_labels.get(d).copied().flatten().map(|l| (i, l))).collect();
+    if chosen.is_empty() {
+        return Ok(None);
+    }
+    let offsets = if t == 0 { how.offsets } else { None };
+    let logits: Vec<Tensor> = chosen
+        .iter()
+        .map(|&(i, _)| offset_logits(model.classify_task(chunks[i], t, mode)?.logits, offsets, part[i]))
+        .collect::<Result<_>>()?;
+    Ok(Some((Tensor::stack(&logits, 0)?, chosen.iter().map(|&(_, l)| l).collect())))
+}
+
+/// `total + loss` (or `loss` alone when there is no total yet).
+fn sum_of(total: Option<Tensor>, loss: Tensor) -> Result<Tensor> {
+    Ok(match total {
+        Some(prev) => (prev + loss)?,
+        None => loss,
+    })
 }
 
 /// Each task's denominator of [`task_loss`] over a whole step's documents: how many have a
@@ -150,26 +177,14 @@ pub fn task_loss_share(
     let mut total: Option<Tensor> = None;
     for (t, task_labels) in labels.iter().enumerate() {
         let (weight, norm) = (how.task_weights.get(t).copied().unwrap_or(1.0), norms.get(t).copied().unwrap_or(0.0));
-        let chosen: Vec<(usize, usize)> = part
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &d)| task_labels.get(d).copied().flatten().map(|l| (i, l)))
-            .collect();
-        if weight == 0.0 || norm == 0.0 || chosen.is_empty() {
+        if weight == 0.0 || norm == 0.0 {
             continue;
         }
-        let offsets = if t == 0 { how.offsets } else { None };
-        let logits: Vec<Tensor> = chosen
-            .iter()
-            .map(|&(i, _)| offset_logits(model.classify_task(chunks[i], t, mode)?.logits, offsets, part[i]))
-            .collect::<Result<_>>()?;
-        let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
-        let class_weights = if t == 0 { how.class_weights } else { None };
-        let share = (cross_entropy_sum(&Tensor::stack(&logits, 0)?, &gold, class_weights, device)? * (weight / norm))?;
-        total = Some(match total {
-            Some(prev) => (prev + share)?,
-            None => share,
-        });
+        if let Some((logits, gold)) = task_logits(model, part, chunks, task_labels, t, how, mode)? {
+            let class_weights = if t == 0 { how.class_weights } else { None };
+            let share = (cross_entropy_sum(&logits, &gold, class_weights, device)? * (weight / norm))?;
+            total = Some(sum_of(total, share)?);
+        }
     }
     Ok(total)
 }
