@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, TensorId, Var};
 use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::hierarchical::HierarchicalClassifier;
@@ -47,30 +48,34 @@ pub struct BatchGradients {
 }
 
 impl BatchGradients {
-    /// Adds another part's loss and gradients to these.
-    fn add(&mut self, part: BatchGradients) -> Result<()> {
-        self.loss += part.loss;
-        for (id, g) in part.grads {
-            let total = match self.grads.remove(&id) {
-                Some(prev) => (prev + g)?,
-                None => g,
-            };
-            self.grads.insert(id, total);
-        }
-        Ok(())
-    }
-
     /// Back-propagates the scalar `loss` and keeps the gradients of `vars`.
     pub(crate) fn of_loss(loss: &Tensor, vars: &[candle_core::Var]) -> Result<Self> {
-        let grads = loss.backward()?;
-        Ok(Self {
-            loss: loss.to_scalar::<f32>()?,
-            grads: vars
-                .iter()
-                .filter_map(|v| grads.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone())))
-                .collect(),
-        })
+        let grads = gradients_of(loss, vars)?;
+        Ok(Self { loss: loss.to_scalar::<f32>()?, grads })
     }
+}
+
+/// Back-propagates the scalar `loss` and keeps the gradients of `vars` (the loss is not read
+/// back: no wait for the device).
+fn gradients_of(loss: &Tensor, vars: &[Var]) -> Result<HashMap<TensorId, Tensor>> {
+    Ok(var_gradients(&loss.backward()?, vars))
+}
+
+/// The gradients of `vars` in a back-propagation's `store`, by tensor id.
+fn var_gradients(store: &GradStore, vars: &[Var]) -> HashMap<TensorId, Tensor> {
+    vars.iter().filter_map(|v| store.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect()
+}
+
+/// Adds a part's gradients to `total`.
+fn add_gradients(total: &mut HashMap<TensorId, Tensor>, part: HashMap<TensorId, Tensor>) -> Result<()> {
+    for (id, g) in part {
+        let sum = match total.remove(&id) {
+            Some(prev) => (prev + g)?,
+            None => g,
+        };
+        total.insert(id, sum);
+    }
+    Ok(())
 }
 
 /// How the batch is computed.
@@ -154,24 +159,33 @@ pub fn batch_gradients(
     let share = |part: &[usize], inputs: &[&Tensor]| {
         task_loss_share(model, part, inputs, labels, settings.loss, &norms, mode, device)
     };
-    let mut total = BatchGradients { loss: 0.0, grads: HashMap::new() };
+    // The kept groups' losses stay on the device until the end (one read-back per step).
+    let (mut grads, mut kept_losses) = (HashMap::new(), Vec::new());
     for group in &plan.kept {
-        if let Some(part) = kept_gradients(model, docs, group, vars, settings, mode, device, |v| share(group, v))? {
-            total.add(part)?;
+        if let Some((loss, part)) =
+            kept_gradients(model, docs, group, vars, settings, mode, device, |v| share(group, v))?
+        {
+            kept_losses.push(loss.detach());
+            add_gradients(&mut grads, part)?;
         }
     }
+    let mut loss = 0.0;
     if !plan.chunked.is_empty() {
-        let loss = |inputs: &[&Tensor]| share(&plan.chunked, inputs);
-        if let Some(part) = chunked_gradients(model, docs, &plan.chunked, vars, rng, settings, device, loss)? {
-            total.add(part)?;
+        let loss_of = |inputs: &[&Tensor]| share(&plan.chunked, inputs);
+        if let Some(part) = chunked_gradients(model, docs, &plan.chunked, vars, rng, settings, device, loss_of)? {
+            loss += part.loss;
+            add_gradients(&mut grads, part.grads)?;
         }
     }
-    Ok(total)
+    if !kept_losses.is_empty() {
+        loss += Tensor::stack(&kept_losses, 0)?.sum_all()?.to_scalar::<f32>()?;
+    }
+    Ok(BatchGradients { loss, grads })
 }
 
-/// Loss and gradients of one group of whole documents (`group` indexes `docs`) encoded as one
-/// batch with its graph; `loss_of` gives the group's loss from its documents' chunk vectors
-/// (`None`: no label among them, no gradient).
+/// Loss (on the device) and gradients of one group of whole documents (`group` indexes `docs`)
+/// encoded as one batch with its graph; `loss_of` gives the group's loss from its documents'
+/// chunk vectors (`None`: no label among them, no gradient).
 ///
 /// # Shapes
 /// `loss_of` receives one `[n_chunks, hidden]` tensor per document of `group`
@@ -185,7 +199,7 @@ fn kept_gradients(
     mode: Mode,
     device: &Device,
     loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
-) -> Result<Option<BatchGradients>> {
+) -> Result<Option<(Tensor, HashMap<TensorId, Tensor>)>> {
     let refs: Vec<(usize, usize)> =
         group.iter().flat_map(|&d| (0..docs[d].chunks.len()).map(move |c| (d, c))).collect();
     let batch: Vec<usize> = (0..refs.len()).collect();
@@ -199,7 +213,10 @@ fn kept_gradients(
     }
     let inputs: Vec<&Tensor> = vectors.iter().collect();
     match loss_of(&inputs)? {
-        Some(loss) => BatchGradients::of_loss(&loss, vars).map(Some),
+        Some(loss) => {
+            let grads = gradients_of(&loss, vars)?;
+            Ok(Some((loss, grads)))
+        }
         None => Ok(None),
     }
 }
@@ -246,8 +263,7 @@ fn chunked_gradients(
     };
     let after = rng.snapshot();
     let first = loss.backward()?;
-    let mut grads: HashMap<TensorId, Tensor> =
-        vars.iter().filter_map(|v| first.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect();
+    let mut grads = var_gradients(&first, vars);
 
     // Pass 2: re-encode each chunk batch with its graph; back-propagate its slice.
     if settings.recompute {
@@ -268,17 +284,7 @@ fn chunked_gradients(
                 })
                 .collect::<candle_core::Result<_>>()?;
             let surrogate = out.mul(&Tensor::stack(&slices, 0)?)?.sum_all()?;
-            let second = surrogate.backward()?;
-            for v in vars {
-                if let Some(g) = second.get(v.as_tensor()) {
-                    let id = v.as_tensor().id();
-                    let total = match grads.remove(&id) {
-                        Some(prev) => (prev + g)?,
-                        None => g.clone(),
-                    };
-                    grads.insert(id, total);
-                }
-            }
+            add_gradients(&mut grads, var_gradients(&surrogate.backward()?, vars))?;
         }
         rng.restore(after);
     }
