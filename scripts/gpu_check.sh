@@ -429,7 +429,8 @@ PY
 fi
 if part serve; then
   echo "== serve at concurrency 32 vs predict (roberta-base shape, bf16)"
-  timeout 300 ${PYTHON:-python3} scripts/gpu_bench_serve.py "$lr" "$work/rb-model" "$work" --docs 384 --words 4000 \
+  # The timeout leaves the soak (SERVE_SOAK_SECONDS) 4 minutes for start-up and the measured part.
+  timeout $(( ${SERVE_SOAK_SECONDS:-60} + 240 )) ${PYTHON:-python3} scripts/gpu_bench_serve.py "$lr" "$work/rb-model" "$work" --docs 384 --words 4000 \
     --concurrency 32 --soak-seconds "${SERVE_SOAK_SECONDS:-60}" | tee "$work/serve.jsonl" || echo "serve bench failed" >&2
 fi
 if part serve; then
