@@ -87,7 +87,12 @@ pub fn task_loss(
             total = Some(sum_of(total, (cross_entropy(&logits, &gold, class_weights, device)? * weight)?)?);
         }
     }
-    total.ok_or_else(|| TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into()))
+    total.ok_or_else(no_label)
+}
+
+/// The error of a batch whose documents have no label for any task that counts.
+pub(crate) fn no_label() -> TrainError {
+    TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into())
 }
 
 /// Task `t`'s logits (with the first task's offsets) and gold labels for the documents of
@@ -149,7 +154,7 @@ pub fn loss_norms(labels: &[Vec<Option<usize>>], how: TaskLoss) -> Result<Vec<f6
         })
         .collect::<Result<_>>()?;
     if norms.iter().all(|&n| n == 0.0) {
-        return Err(TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into()));
+        return Err(no_label());
     }
     Ok(norms)
 }

@@ -35,7 +35,7 @@ use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
 use crate::error::{Result, TrainError};
-use crate::loss::{loss_norms, task_loss, task_loss_share, TaskLoss};
+use crate::loss::{loss_norms, no_label, task_loss, task_loss_share, TaskLoss};
 use crate::prefix::{encode_batch, Prefix};
 
 /// Loss of a batch and the gradients of the requested variables.
@@ -151,9 +151,7 @@ pub fn batch_gradients(
         let all: Vec<usize> = (0..docs.len()).collect();
         let loss = |inputs: &[&Tensor]| task_loss(model, inputs, labels, settings.loss, mode, device).map(Some);
         let out = chunked_gradients(model, docs, &all, vars, rng, settings, device, loss)?;
-        return out.ok_or_else(|| {
-            TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into())
-        });
+        return out.ok_or_else(no_label);
     }
     let norms = loss_norms(labels, settings.loss)?;
     let share = |part: &[usize], inputs: &[&Tensor]| {
