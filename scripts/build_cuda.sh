@@ -16,13 +16,41 @@ if [ ! -x "$venv/bin/pip" ]; then
 fi
 # Pinned: the GPU driver runs PTX up to ISA 9.0; an unpinned nvidia-nvvm emits a newer PTX.
 "$venv/bin/pip" install -q nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 \
-  nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
+  nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88
 # CUTLASS 3.5's headers for FlashAttention-2 (vendor/flash-attn): headers only, from PyPI.
 "$venv/bin/pip" install -q --no-deps nvidia-cutlass==3.5.1.0
 venv=$(cd "$venv" && pwd)
 cutlass=$(echo "$venv"/lib/python3*/site-packages/cutlass_library/source/include)
 [ -d "$cutlass/cute" ] || { echo "build_cuda: no CUTLASS headers under $cutlass" >&2; exit 1; }
 export CUTLASS_INCLUDE_DIR="$cutlass"
+# cuDNN's fused attention (vendor/cudnn-attn): the headers of cuDNN 9.19 (the version PyTorch
+# 2.11's CUDA 13 wheels load) and of cuDNN's header-only C++ frontend 1.32, from PyPI; headers
+# only (cuDNN itself is opened at run time). Unpacked once into $venv/cudnn-headers.
+cudnn_headers="$venv/cudnn-headers"
+cudnn_pins="nvidia-cudnn-cu13==9.19.0.56 nvidia-cudnn-frontend==1.32.0"
+if [ "$(cat "$cudnn_headers/.pins" 2>/dev/null)" != "$cudnn_pins" ]; then
+  wheels=$(mktemp -d)
+  # shellcheck disable=SC2086 # the pins are two words
+  "$venv/bin/pip" download -q --no-deps --only-binary=:all: --python-version 3.11 -d "$wheels" $cudnn_pins
+  rm -rf "$cudnn_headers"
+  "$venv/bin/python" - "$wheels" "$cudnn_headers" <<'PY'
+import pathlib, sys, zipfile
+wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+# (wheel, folder inside it, where it goes): the frontend's headers include "../include/...".
+for pattern, inside, to in [("nvidia_cudnn_cu13-*.whl", "nvidia/cudnn/include/", "cudnn"),
+                            ("nvidia_cudnn_frontend-*.whl", "include/", "frontend/include")]:
+    for wheel in wheels.glob(pattern):
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if name.startswith(inside) and not name.endswith("/"):
+                    target = out / to / name[len(inside):]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(z.read(name))
+PY
+  rm -rf "$wheels"
+  echo "$cudnn_pins" > "$cudnn_headers/.pins"
+fi
+export CUDNN_INCLUDE_DIR="$cudnn_headers/cudnn" CUDNN_FRONTEND_INCLUDE_DIR="$cudnn_headers/frontend/include"
 cuda_root=$(echo "$venv"/lib/python3*/site-packages/nvidia/cu13)
 if [ ! -x "$cuda_root/bin/nvcc" ]; then
   echo "build_cuda: no nvcc under $cuda_root" >&2

@@ -31,8 +31,9 @@
 #            bench/results-gpu-<card>-han.json): should `train --arch han` move to GPUs?
 #   serve    serve at concurrency 32 vs predict, GPU memory over a soak (bench/results-gpu-<card>-serve.json)
 # Needs: gpu-run/longread.xz, gpu-run/cuda-tests.xz and gpu-run/cuda-train-tests.xz, python3 with torch + transformers
-# (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND), found
-# under /usr and /opt and put on LD_LIBRARY_PATH.
+# (for the PyTorch side; PYTHON overrides), and the CUDA 13 libraries (cuBLAS, cuRAND; cuDNN 9
+# for the rows and tests of LONGREAD_CUDA_ATTENTION=cudnn), found under /usr and /opt and put on
+# LD_LIBRARY_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -68,7 +69,10 @@ echo "gpu_check: $card ($(nvidia-smi --query-gpu=driver_version,memory.total --f
 # The CUDA 13 libraries candle loads at run time (cuBLAS, cuBLASLt, cuRAND).
 libdirs=$(find /usr /opt -name 'libcublas.so.13*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
 [ -n "$libdirs" ] || fail "libcublas.so.13 not found under /usr or /opt"
-export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
+# cuDNN 9 (PyTorch's, for LONGREAD_CUDA_ATTENTION=cudnn; opened at run time, optional).
+cudnn_dirs=$(find /usr /opt -name 'libcudnn.so.9*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+[ -n "$cudnn_dirs" ] || echo "gpu_check: libcudnn.so.9 not found under /usr or /opt: the cuDNN rows fall back to FlashAttention-2" >&2
+export LD_LIBRARY_PATH="${libdirs}${cudnn_dirs}${LD_LIBRARY_PATH:-}"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -116,6 +120,10 @@ for group in flash_attention_2 cublaslt; do
   inference_tests "" "$group"
 done
 inference_tests "" --skip flash_attention_2 --skip cublaslt
+# cuDNN's fused attention (vendor/cudnn-attn): its op test in a process of its own, then the rest.
+echo "== GPU tests again with LONGREAD_CUDA_ATTENTION=cudnn"
+inference_tests LONGREAD_CUDA_ATTENTION=cudnn flash_attention_2
+inference_tests LONGREAD_CUDA_ATTENTION=cudnn --skip flash_attention_2
 for choice in LONGREAD_CUDA_ATTENTION=flash LONGREAD_CUDA_GEMM=cublas LONGREAD_CUDA_ATTENTION=materialized; do
   echo "== GPU tests again with $choice"
   inference_tests "$choice"
@@ -135,6 +143,13 @@ done
 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture --skip flash_attention_training \
   --skip cuda_column_sums --skip cuda_embedding_lookups --skip cuda_block_end 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+echo "== GPU training with cuDNN's attention (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn): the op, bf16 follows f32, resuming"
+for group in flash_attention_training "cuda_bf16_ a_gpu_run_stopped"; do
+  # shellcheck disable=SC2086  # the second group is two filters
+  LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture $group 2>&1 \
+    | tee -a "$work/tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+done
 echo "== GPU bf16 training with longread's attention op (LONGREAD_CUDA_TRAIN_ATTENTION=fused): bf16 follows f32"
 LONGREAD_CUDA_TRAIN_ATTENTION=fused LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture \
   cuda_bf16_ 2>&1 | tee -a "$work/tests.log"
@@ -165,8 +180,9 @@ done
 # the default until session 33 measured cuBLASLt's faster), cuBLAS's own default workspace instead of the 32 MiB one
 # (LONGREAD_CUBLAS_WORKSPACE=default), and the driver's memory pool that gives freed memory back
 # at each synchronisation (LONGREAD_CUDA_POOL=release): comparison rows, marked "variant".
-for variant in LONGREAD_CUDA_GEMM=cublas LONGREAD_CUBLAS_WORKSPACE=default LONGREAD_CUDA_POOL=release \
-  LONGREAD_CUDA_NORM_KERNEL=rows LONGREAD_CUDA_CAST_TWIN=off; do
+# cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn, PyTorch's SDPA kernels on Hopper) first.
+for variant in LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_CUDA_GEMM=cublas LONGREAD_CUBLAS_WORKSPACE=default \
+  LONGREAD_CUDA_POOL=release LONGREAD_CUDA_NORM_KERNEL=rows LONGREAD_CUDA_CAST_TWIN=off; do
   # At the default budget on an H100/H200 only (each row costs a model load and four passes).
   for tokens in 256000; do
     env "$variant" "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
@@ -281,6 +297,7 @@ result = {
         if best([r for r in materialized if "variant" not in r], "precision", "bf16") else None,
     # The same with each variant (an environment switch; variant_ratio below).
     **{f"predict_bf16_{key}_ratio": variant_ratio(var) for key, var in [
+        ("cudnn", "LONGREAD_CUDA_ATTENTION=cudnn"),
         ("cublas", "LONGREAD_CUDA_GEMM=cublas"),
         ("default_workspace", "LONGREAD_CUBLAS_WORKSPACE=default"),
         ("row_norm", "LONGREAD_CUDA_NORM_KERNEL=rows"),
@@ -310,6 +327,11 @@ if part train; then
   # Two documents per kept batch (since session 33 a document that fits a batch is not recomputed).
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 20480
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
+  # cuDNN's fused attention (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn): rows marked "attention: cudnn".
+  for args in "--max-batch-tokens 10240" "--max-batch-tokens 20480" "--no-recompute --max-batch-tokens 65536"; do
+    # shellcheck disable=SC2086  # the arguments are words
+    LONGREAD_CUDA_TRAIN_ATTENTION=cudnn bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
+  done
   # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.
   for off in ATTENTION NORM FFN; do
     (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
@@ -337,6 +359,7 @@ if part train; then
   "$lr" -q encoder new --preset roberta-large --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$work/rl-encoder"
   "$lr" -q init --encoder "$work/rl-encoder" --labels general,teen,mature --out "$work/rl-model"
   bench_train --model "$work/rl-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  LONGREAD_CUDA_TRAIN_ATTENTION=cudnn bench_train --model "$work/rl-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   echo "== training: PyTorch"
   (cd scripts && timeout 240 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-base --settings bf16:ckpt bf16:nockpt f32:ckpt \
     && timeout 120 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-large --settings bf16:ckpt) | tee "$work/torch-train.jsonl" || true
@@ -460,6 +483,13 @@ lean = min(measured, key=lambda r: r["peak_gpu_bytes"]) if measured else None
 # checkpointed peak, against PyTorch's speed without checkpointing (met at >= 1.0).
 within = [r for r in measured if torch_ckpt and r["peak_gpu_bytes"] / 2**30 <= torch_ckpt["peak_gib"]]
 fastest_within = max(within, key=lambda r: r["docs_per_s"]) if within else None
+# The same on cuDNN's attention (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn).
+cudnn = route("cudnn")
+best_cudnn = max(cudnn, key=lambda r: r["docs_per_s"]) if cudnn else None
+within_cudnn = [r for r in cudnn if r.get("peak_gpu_bytes") and torch_ckpt and r["peak_gpu_bytes"] / 2**30 <= torch_ckpt["peak_gib"]]
+fastest_within_cudnn = max(within_cudnn, key=lambda r: r["docs_per_s"]) if within_cudnn else None
+large = lambda attention: next((r for r in ours if "rl-model" in r.get("model", "") and r.get("gpu_attention") == attention), None)
+torch_large = pick(torch, preset="roberta-large", dtype="bf16", checkpointing=True)
 # The same with longread's attention op (LONGREAD_CUDA_TRAIN_ATTENTION=fused).
 fused = route("longread")
 best_fused = max(fused, key=lambda r: r["docs_per_s"]) if fused else None
@@ -479,6 +509,14 @@ result = {
     "train_bf16_within_memory_row": {k: fastest_within.get(k) for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes", "kept_documents")}
         if fastest_within else None,
     "train_bf16_first_step_s": best.get("warmup_seconds") if best else None,
+    "train_bf16_cudnn_speed_ratio": round(best_cudnn["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_cudnn and torch_nockpt else None,
+    "train_bf16_cudnn_speed_ratio_within_memory": round(fastest_within_cudnn["docs_per_s"] / torch_nockpt["docs_per_s"], 3)
+        if fastest_within_cudnn and torch_nockpt else None,
+    "train_bf16_cudnn_within_memory_row": {k: fastest_within_cudnn.get(k) for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes", "kept_documents")}
+        if fastest_within_cudnn else None,
+    # roberta-large at 10,240-token batches against PyTorch's checkpointed step (issue 34's target).
+    **{f"train_large_bf16_{attention}_ratio": round(large(attention)["docs_per_s"] / torch_large["docs_per_s"], 3)
+       if large(attention) and torch_large else None for attention in ("fa2", "cudnn")},
     "train_bf16_fused_speed_ratio": round(best_fused["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_fused and torch_nockpt else None,
     "train_bf16_fused_memory_ratio": round(gib(lean_fused["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean_fused and torch_ckpt else None,
     "longread_best_bf16": {k: best[k] for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes")} if best else None,

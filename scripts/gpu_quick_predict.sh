@@ -10,7 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=$(find /usr /opt -name 'libcublas.so.13*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH=$(find /usr /opt \( -name 'libcublas.so.13*' -o -name 'libcudnn.so.9*' \) -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
 w=$(mktemp -d)
 ux() { python3 -c 'import lzma,shutil,sys;shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],"wb"))' "$1" "$2"; chmod +x "$2"; }
 ux gpu-run/longread.xz $w/lr; ux gpu-run/cuda-tests.xz $w/t

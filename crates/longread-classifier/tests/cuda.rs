@@ -254,8 +254,9 @@ fn cuda_embeddings_equal_the_cpus() {
 /// FlashAttention-2 (vendor/flash-attn, `LONGREAD_CUDA_ATTENTION=fa2`) on the GPU equals its
 /// f32 CPU loop on the same bf16-rounded product, for heads of 32 and 64, sequences of 512 and
 /// of 200 keys (not a multiple of the kernel's 128-key blocks), a full, a half-padded and a
-/// one-token sequence, read from a strided product as inference gives it (runs whatever the
-/// environment's attention mode).
+/// one-token sequence, read from a strided product as inference gives it, and batches whose
+/// every key is real; with `LONGREAD_CUDA_ATTENTION=cudnn` the same op on cuDNN (vendor/cudnn-attn),
+/// which must then be what ran.
 #[test]
 fn flash_attention_2_equals_its_cpu_reference() {
     if !gpu("flash_attention_2_equals_its_cpu_reference") {
@@ -264,9 +265,13 @@ fn flash_attention_2_equals_its_cpu_reference() {
     use candle_core::{DType, Device, Tensor};
     use longread_model::layers::cuda::{FlashAttention2, KeyLengths};
     let cuda = Device::new_cuda(0).unwrap();
-    for (heads, d, seq) in [(12, 64, 512), (12, 32, 512), (4, 64, 200), (2, 32, 200)] {
+    let backend = if std::env::var("LONGREAD_CUDA_ATTENTION").is_ok_and(|v| v == "cudnn") { "cudnn" } else { "fa2" };
+    let full = |seq: usize| vec![seq, seq];
+    let cases =
+        [(12, 64, 512, false), (12, 32, 512, false), (4, 64, 200, false), (2, 32, 200, false), (12, 64, 512, true)];
+    for (heads, d, seq, all_real) in cases {
         let hidden = heads * d;
-        let real = [seq, seq / 2 + 3, 1];
+        let real = if all_real { full(seq) } else { vec![seq, seq / 2 + 3, 1] };
         let rows: Vec<u32> = real.iter().flat_map(|&n| (0..seq).map(move |i| u32::from(i < n))).collect();
         let mask = Tensor::from_vec(rows, (real.len(), seq), &Device::Cpu).unwrap();
         let product = Tensor::randn(0f32, 1.0, (real.len() * seq, 3 * hidden + 8), &Device::Cpu)
@@ -279,16 +284,21 @@ fn flash_attention_2_equals_its_cpu_reference() {
         let reference =
             FlashAttention2::forward(&qkv.to_dtype(DType::F32).unwrap(), &cpu_lengths, heads, scale).unwrap();
         let gpu_lengths = KeyLengths::right_padded(&mask.to_device(&cuda).unwrap()).unwrap().unwrap();
+        let _ = longread_model::layers::cuda::fused_attention_ran();
         let ours = FlashAttention2::forward(&qkv.to_device(&cuda).unwrap(), &gpu_lengths, heads, scale)
             .unwrap()
             .to_dtype(DType::F32)
             .unwrap()
             .to_device(&Device::Cpu)
             .unwrap();
+        assert_eq!(longread_model::layers::cuda::fused_attention_ran(), Some(backend), "the backend that ran");
         let max = |t: &Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         let diff = max(&(ours - &reference).unwrap()) / max(&reference);
-        println!("flash-attention-2, {heads} heads of {d}, {seq} keys: largest difference {diff:.2e} of the scale");
-        assert!(diff <= 1e-2, "{heads} heads of {d}, {seq} keys: {diff} of the scale");
+        println!(
+            "fused attention ({backend}), {heads} heads of {d}, {seq} keys (all real: {all_real}): \
+             largest difference {diff:.2e} of the scale"
+        );
+        assert!(diff <= 1e-2, "{backend}: {heads} heads of {d}, {seq} keys: {diff} of the scale");
     }
 }
 

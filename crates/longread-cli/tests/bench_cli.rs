@@ -155,6 +155,8 @@ fn the_training_step_workload_reports_documents_per_second() {
         assert!(v["loss"].as_f64().unwrap().is_finite() && v["loss"].as_f64().unwrap() > 0.0, "{v}");
         assert!(v["warmup_seconds"].as_f64().unwrap() > 0.0, "{v}");
         assert_eq!(v["recompute"], !extra.contains(&"--no-recompute"), "{v}");
+        // `train`'s default budget on the CPU (one chunk of 512), or the one given.
+        assert_eq!(v["max_batch_tokens"], if extra.contains(&"8") { 8 } else { 512 }, "{v}");
         // Documents of 3 short chunks fit the default batch (encoded once) unless recomputation
         // is off (whole graph, by chunk batches) or the batch is smaller than a chunk.
         let kept = if extra.contains(&"--no-recompute") || extra.contains(&"8") { 0 } else { 2 };

@@ -187,6 +187,62 @@ pub fn gpu_batch_tokens(total: Option<u64>) -> usize {
     (tokens / 512 * 512).clamp(65_536, 256_000)
 }
 
+/// What training's memory depends on: the model's parameters (f32 weights, gradients and two
+/// AdamW moments each), its layers and hidden size (the activations one token keeps per layer)
+/// and whether activations are bf16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrainFootprint {
+    /// Parameters of the model (trainable or not: an upper bound).
+    pub parameters: u64,
+    /// Transformer layers of the encoder.
+    pub layers: u64,
+    /// Hidden size of the encoder.
+    pub hidden: u64,
+    /// bf16 activations (`--precision bf16`); else f32.
+    pub bf16: bool,
+}
+
+impl TrainFootprint {
+    /// Bytes of weights, gradients and AdamW moments (f32 each).
+    fn state_bytes(&self) -> u64 {
+        self.parameters.saturating_mul(16)
+    }
+
+    /// Peak bytes one batch token adds: 34 bytes per layer and hidden unit in bf16, fitted to
+    /// session 33's measurements on an H200 (roberta-base, bf16: 2.57 GiB at 4,096-token batches,
+    /// 4.41 GiB at 10,240; roberta-large at 10,240: 12.74 GiB, which this puts at 13.3), twice
+    /// that in f32.
+    fn token_bytes(&self) -> u64 {
+        let per_unit = if self.bf16 { 34 } else { 68 };
+        self.layers.saturating_mul(self.hidden).saturating_mul(per_unit)
+    }
+}
+
+/// Training's tokens per encoder batch when the user does not say: 512 on the CPU (one chunk:
+/// the least memory; BENCHMARKS.md "Training step"); on a GPU what half its memory holds
+/// beside the model's state ([`gpu_train_batch_tokens`]).
+pub fn train_batch_tokens(device: &Device, footprint: TrainFootprint) -> usize {
+    match device {
+        Device::Cpu => 512,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => gpu_train_batch_tokens(cuda::total_memory_bytes(device), footprint),
+        _ => gpu_train_batch_tokens(None, footprint),
+    }
+}
+
+/// The training batch budget for a card of `total` bytes: the tokens whose activations fit in
+/// half of it beside the model's weights, gradients and AdamW moments, in whole chunks of 512,
+/// from 512 to 65,536 (the largest budget measured, BENCHMARKS.md "GPU"). One batch's graph is
+/// held at a time, so this is the memory plateau: a roberta-base-shaped model in bf16 gets
+/// 65,536 on an 80 GB card, 34,304 on a 24 GB one, 7,168 on an 8 GB one. `None` (the driver
+/// did not say): 10,240, what session 33 measured at 4.41 GiB.
+pub fn gpu_train_batch_tokens(total: Option<u64>, footprint: TrainFootprint) -> usize {
+    let Some(total) = total else { return 10_240 };
+    let free = (total / 2).saturating_sub(footprint.state_bytes());
+    let tokens = usize::try_from(free / footprint.token_bytes().max(1)).unwrap_or(usize::MAX);
+    (tokens / 512 * 512).clamp(512, 65_536)
+}
+
 /// The server's batch budget when the user does not say: 8,192 tokens on the CPU (chunks of
 /// concurrent requests share a batch), 65,536 on a GPU.
 pub fn serving_batch_tokens(device: &Device) -> usize {
@@ -416,6 +472,32 @@ mod tests {
             assert!(tokens as u64 * GPU_BYTES_PER_TOKEN <= (g << 30) / 4 || tokens == 65_536, "{g} GiB: {tokens}");
         }
         assert_eq!(default_batch_tokens(&Device::Cpu), 2048);
+    }
+
+    /// Training's GPU budget: half the card beside the state, whole chunks, between 512 and
+    /// 65,536; smaller for larger models and for f32; the CPU keeps 512.
+    #[test]
+    fn training_budgets_fit_half_the_card_beside_the_model() {
+        let gib = |g: u64| Some(g << 30);
+        let base = TrainFootprint { parameters: 125_000_000, layers: 12, hidden: 768, bf16: true };
+        let large = TrainFootprint { parameters: 355_000_000, layers: 24, hidden: 1024, bf16: true };
+        assert_eq!(gpu_train_batch_tokens(gib(80), base), 65_536, "an H100: the largest budget measured");
+        assert_eq!(gpu_train_batch_tokens(gib(24), base), 34_304);
+        assert_eq!(gpu_train_batch_tokens(gib(8), base), 7_168);
+        assert_eq!(gpu_train_batch_tokens(gib(24), large), 8_192);
+        assert_eq!(gpu_train_batch_tokens(gib(8), large), 512, "the state alone fills half the card");
+        assert_eq!(gpu_train_batch_tokens(None, base), 10_240, "an unknown card: the measured budget");
+        let f32 = TrainFootprint { bf16: false, ..base };
+        assert!(gpu_train_batch_tokens(gib(24), f32) < gpu_train_batch_tokens(gib(24), base));
+        for g in [8, 12, 16, 24, 40, 48, 80, 141] {
+            for footprint in [base, large, f32] {
+                let tokens = gpu_train_batch_tokens(gib(g), footprint);
+                assert!(tokens.is_multiple_of(512) && (512..=65_536).contains(&tokens), "{g} GiB: {tokens}");
+                let peak = footprint.state_bytes() + tokens as u64 * footprint.token_bytes();
+                assert!(peak <= (g << 30) / 2 || tokens == 512, "{g} GiB, {footprint:?}: {tokens} tokens");
+            }
+        }
+        assert_eq!(train_batch_tokens(&Device::Cpu, large), 512);
     }
 
     #[test]

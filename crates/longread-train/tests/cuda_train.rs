@@ -458,8 +458,8 @@ fn cuda_bf16_gradual_unfreezing_follows_the_f32_loss_curve() {
     assert_bf16_follows_f32("gradual unfreezing", &f32s, &bf16s);
 }
 
-/// Training with FlashAttention-2 (the default; skipped where `LONGREAD_CUDA_TRAIN_ATTENTION`
-/// names another kernel): a `tiny`-preset encoder (heads of 64, the
+/// Training with FlashAttention-2 (the default, or cuDNN's attention with
+/// `LONGREAD_CUDA_TRAIN_ATTENTION=cudnn`; skipped where it names another kernel): a `tiny`-preset encoder (heads of 64, the
 /// kernels' size; attention dropout off, so that the f32 run's masks and the kernel's Philox
 /// draws do not make the two runs differ by more than rounding), three bf16 epochs whose
 /// attention runs on FlashAttention-2 follow the f32 epochs (its attention as before) within 2%.
@@ -471,7 +471,7 @@ fn cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve() {
         return;
     }
     if let Ok(kernel) = std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION") {
-        if kernel != "fa2" {
+        if kernel != "fa2" && kernel != "cudnn" {
             println!("{test}: skipped: LONGREAD_CUDA_TRAIN_ATTENTION={kernel} names another kernel");
             return;
         }
@@ -668,13 +668,16 @@ fn cuda_training_ops_equal_their_cpu_reference() {
 /// keys) and 32 (4 × 200 keys: not a multiple of the kernels' blocks), a full, a half-padded and
 /// a one-token sequence. With dropout (which only the kernel draws): the same seed gives the
 /// same output, another seed another one, and the gradient is the derivative of the loss along
-/// a direction (central differences along the gradient's signs, to 3%).
+/// a direction (central differences along the gradient's signs, to 3%). With
+/// `LONGREAD_CUDA_TRAIN_ATTENTION=cudnn` the same op on cuDNN, which must then be what ran.
 #[test]
 fn flash_attention_training_equals_its_cpu_reference() {
     if !gpu("flash_attention_training_equals_its_cpu_reference") {
         return;
     }
-    use longread_model::layers::cuda::{FlashAttentionTrain, KeyLengths};
+    use longread_model::layers::cuda::{fused_attention_ran, FlashAttentionTrain, KeyLengths};
+    let backend =
+        if std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").is_ok_and(|v| v == "cudnn") { "cudnn" } else { "fa2" };
     let cpu = Device::Cpu;
     for (heads, d, seq) in [(12usize, 64usize, 512usize), (4, 32, 200)] {
         let hidden = heads * d;
@@ -701,12 +704,14 @@ fn flash_attention_training_equals_its_cpu_reference() {
             (flat(&y), flat(g), flat(g_bias))
         };
         let (y_ref, g_ref, b_ref) = run(&cpu, None);
+        let _ = fused_attention_ran();
         let (y, g, b) = run(&cuda(), None);
+        assert_eq!(fused_attention_ran(), Some(backend), "the backend that ran");
         for (what, got, reference) in [("output", &y, &y_ref), ("gradient", &g, &g_ref), ("bias gradient", &b, &b_ref)]
         {
             let scale = reference.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
             let diff = max_diff(got, reference) / scale;
-            println!("flash-attention-2 training, {heads} heads of {d}, {seq} keys, {what}: {diff:.2e} of the scale");
+            println!("fused attention training ({backend}), {heads} heads of {d}, {seq} keys, {what}: {diff:.2e} of the scale");
             assert!(diff < 3e-2, "{heads} heads of {d}, {seq} keys, {what}: {diff:e} of the scale");
         }
         let (y1, g1, _) = run(&cuda(), Some((0.1, 5)));
@@ -747,7 +752,7 @@ fn flash_attention_training_equals_its_cpu_reference() {
         let numeric = (loss_at(1.0) - loss_at(-1.0)) / (2.0 * h as f32);
         let analytic: f32 = g1.iter().map(|g| g.abs()).sum();
         let rel = (numeric - analytic).abs() / analytic.max(1e-3);
-        println!("flash-attention-2 training with dropout: directional derivative {analytic:.4} against {numeric:.4}");
+        println!("fused attention training ({backend}) with dropout: directional derivative {analytic:.4} against {numeric:.4}");
         assert!(
             rel < 0.03,
             "{heads} heads of {d}: gradient along sign(g) {analytic} against central differences {numeric}"

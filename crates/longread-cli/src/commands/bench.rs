@@ -177,7 +177,7 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
     let classifier = Classifier::load(dir, args.encoding.options(device))
         .with_context(|| format!("loading model {}", dir.display()))?;
     longread_model::device::reset_peak_memory(classifier.device());
-    let _ = longread_model::layers::cuda::flash2_ran();
+    let _ = longread_model::layers::cuda::fused_attention_ran();
     let result = run_predict(&classifier, docs, chunks, args.repeat).context("benchmarking predict")?;
     let peak_gpu_bytes = longread_model::device::peak_memory_bytes(classifier.device());
     let device = longread_model::device::describe(classifier.device());
@@ -232,8 +232,7 @@ fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceC
         Some(Precision::Bf16) => true,
         Some(other) => bail!("--workload train takes --precision f32 or bf16, not {other:?}"),
     };
-    let max_batch_tokens =
-        args.encoding.max_batch_tokens.map_or(longread_model::device::default_batch_tokens(&device), |n| n as usize);
+    let max_batch_tokens = args.encoding.max_batch_tokens.map(|n| n as usize);
     let settings =
         TrainStepSettings { docs, chunks, bf16, recompute: !args.no_recompute, max_batch_tokens, repeat: args.repeat };
     let result = run_train_step(dir, settings, &device)
@@ -247,15 +246,15 @@ fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceC
         line["device"] = described.into();
         line["precision"] = precision.into();
         line["recompute"] = (!args.no_recompute).into();
-        line["max_batch_tokens"] = max_batch_tokens.into();
         line["docs"] = docs.into();
         line["chunks_per_doc"] = chunks.into();
         line["peak_rss_bytes"] = peak_rss_bytes().into();
         println!("{line}");
     } else {
         println!(
-            "train {} {docs}x{chunks} chunks on {described}, {precision}{}: {:.3} s per step (median of {}; first step {:.3} s), {:.2} documents/s{}",
+            "train {} {docs}x{chunks} chunks on {described}, {precision}, batches of up to {} tokens{}: {:.3} s per step (median of {}; first step {:.3} s), {:.2} documents/s{}",
             dir.display(),
+            result.max_batch_tokens,
             match (args.no_recompute, result.kept_documents) {
                 (true, _) => ", no recompute".to_string(),
                 (false, 0) => String::new(),

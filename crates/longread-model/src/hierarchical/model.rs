@@ -429,6 +429,18 @@ impl HierarchicalClassifier {
         self.named_vars().into_iter().map(|(_, v)| v).collect()
     }
 
+    /// What training this model takes in memory ([`crate::device::train_batch_tokens`]): its
+    /// variables (all of them: an upper bound), layers and hidden size, with bf16 activations or
+    /// f32.
+    pub fn train_footprint(&self, bf16: bool) -> crate::device::TrainFootprint {
+        crate::device::TrainFootprint {
+            parameters: self.named_vars().iter().map(|(_, v)| v.elem_count() as u64).sum(),
+            layers: self.config.encoder.num_hidden_layers as u64,
+            hidden: self.config.encoder.hidden_size as u64,
+            bf16,
+        }
+    }
+
     /// Every variable by canonical name: encoder ones as `encoder:embeddings.…`, head ones by
     /// their file names (`pooler.…`, `norm.…`, `classifier.…`), sorted by name.
     pub fn named_vars(&self) -> Vec<(String, candle_core::Var)> {

@@ -33,8 +33,9 @@ pub struct TrainStepSettings {
     pub bf16: bool,
     /// Chunk-level recomputation (`train`'s default) instead of keeping the whole graph.
     pub recompute: bool,
-    /// Most tokens per encoder batch.
-    pub max_batch_tokens: usize,
+    /// Most tokens per encoder batch; `None`: `train`'s default for the device and model
+    /// ([`longread_model::device::train_batch_tokens`]).
+    pub max_batch_tokens: Option<usize>,
     /// Timed steps after one untimed warm-up step.
     pub repeat: usize,
 }
@@ -67,9 +68,12 @@ pub struct TrainStepResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
-    /// default in bf16 with heads of 32 or 64), else `longread`. Absent on the CPU.
+    /// default in bf16 with heads of 32 or 64), `cudnn` (`LONGREAD_CUDA_TRAIN_ATTENTION=cudnn`),
+    /// else `longread`. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_attention: Option<&'static str>,
+    /// Most tokens per encoder batch (given, or `train`'s default for the device and model).
+    pub max_batch_tokens: usize,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
@@ -134,7 +138,10 @@ pub fn run_train_step(
 ) -> Result<TrainStepResult> {
     let mut model = HierarchicalClassifier::load(model_dir, true, device)?;
     model.set_precision(if settings.bf16 { DType::BF16 } else { DType::F32 })?;
-    let _ = longread_model::layers::cuda::flash2_ran();
+    let max_batch_tokens = settings
+        .max_batch_tokens
+        .unwrap_or_else(|| longread_model::device::train_batch_tokens(device, model.train_footprint(settings.bf16)));
+    let _ = longread_model::layers::cuda::fused_attention_ran();
     let (chunk_size, vocab) = (model.config().longread.chunking().chunk_size, model.config().encoder.vocab_size);
     let documents = synthetic_documents(settings.docs, settings.chunks, chunk_size, vocab);
     let docs: Vec<&ChunkedDocument> = documents.iter().collect();
@@ -147,7 +154,7 @@ pub fn run_train_step(
     let mut optimizer = AdamW::new(vec![group], AdamWConfig::default())?;
     let rng = DropoutRng::new(1);
     let batch = BatchSettings {
-        max_batch_tokens: settings.max_batch_tokens,
+        max_batch_tokens,
         recompute: settings.recompute,
         loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
         prefix: Prefix::None,
@@ -185,7 +192,7 @@ pub fn run_train_step(
         };
         longread_model::profile::reset();
         let forward_s = timed(&mut || {
-            let (refs, batches) = chunk_batches(&docs, settings.max_batch_tokens);
+            let (refs, batches) = chunk_batches(&docs, max_batch_tokens);
             let vectors = gather_chunk_vectors(&docs, &refs, &batches, |batch| {
                 encode_batch(&model, &docs, &refs, batch, Prefix::None, Mode::Train(&rng), device)
             })?;
@@ -247,10 +254,10 @@ pub fn run_train_step(
         .filter_map(|(name, fused)| (!fused).then_some(name))
         .collect()
     });
-    // What ran, not what was asked for: FlashAttention-2 applies to bf16 on GPUs that run it.
+    // What ran, not what was asked for: FlashAttention-2 (or cuDNN) applies to bf16 on GPUs that run it.
     let gpu_attention =
-        device.is_cuda().then(|| if longread_model::layers::cuda::flash2_ran() { "fa2" } else { "longread" });
-    let plan = StepPlan::new(&docs, settings.max_batch_tokens, settings.recompute);
+        device.is_cuda().then(|| longread_model::layers::cuda::fused_attention_ran().unwrap_or("longread"));
+    let plan = StepPlan::new(&docs, max_batch_tokens, settings.recompute);
     Ok(TrainStepResult {
         timing,
         docs_per_s,
@@ -260,6 +267,7 @@ pub fn run_train_step(
         chunked_documents: plan.chunked.len(),
         gpu_separate,
         gpu_attention,
+        max_batch_tokens,
         profile,
     })
 }

@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::path::Path;
 
+use longread_model::device::train_batch_tokens;
 use longread_text::{Chunker, TextTokenizer};
 
 use crate::error::Result;
@@ -44,12 +45,17 @@ pub(crate) fn run(
     let labels = model.labels().to_vec();
     let tasks: Vec<String> = model.config().tasks().into_iter().map(|t| t.name).collect();
     let primary: Vec<usize> = train_data.labels[0].iter().flatten().copied().collect();
-    let cfg = spec.config(&primary, &labels, &tasks)?;
+    let mut cfg = spec.config(&primary, &labels, &tasks)?;
+    cfg.max_batch_tokens = spec.encoder.max_batch_tokens.unwrap_or_else(|| {
+        let bf16 = spec.encoder.precision == crate::run::spec::TrainPrecision::Bf16;
+        train_batch_tokens(&device, model.train_footprint(bf16))
+    });
     let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
     hooks.note(&format!(
-        "training on {} ({}) with {} documents ({} chunks), dev {} documents; {}",
+        "training on {} ({}, encoder batches of up to {} tokens) with {} documents ({} chunks), dev {} documents; {}",
         longread_model::device::describe(&device),
         spec.encoder.precision.name(),
+        cfg.max_batch_tokens,
         train_docs.len(),
         train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
         dev_docs.len(),

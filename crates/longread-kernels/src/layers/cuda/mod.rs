@@ -42,7 +42,8 @@ pub use cublaslt::{gemm_cublaslt, lt_linear, LtProduct};
 pub use embedding_norm::EmbeddingTables;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{
-    flash2_enabled, flash2_ran, flash2_runs_on, train_attention_fa2, FlashAttention2, FlashAttentionTrain, KeyLengths,
+    flash2_enabled, flash2_runs_on, fused_attention_ran, train_attention_fa2, Backend, FlashAttention2,
+    FlashAttentionTrain, KeyLengths,
 };
 pub use gelu_dense_train::GeluDenseTrain;
 pub use residual_norm_train::ResidualNormTrain;
@@ -366,15 +367,15 @@ impl CustomOp3 for FlashAttention {
 /// against 139 documents/s). Also what benchmark rows report.
 pub fn inference_attention() -> &'static str {
     static MODE: OnceLock<&'static str> = OnceLock::new();
-    env_choice(&MODE, "LONGREAD_CUDA_ATTENTION", &["materialized", "flash"], "fa2")
+    env_choice(&MODE, "LONGREAD_CUDA_ATTENTION", &["materialized", "flash", "cudnn"], "fa2")
 }
 
-/// The attention kernel GPU inference ran since the last call (of this or [`flash2_ran`]), for
-/// benchmark rows: `fa2` if [`FlashAttention2`] ran, else `flash` (bf16 with
-/// `LONGREAD_CUDA_ATTENTION=flash`) or `materialized`.
+/// The attention kernel GPU inference ran since the last call (of this or
+/// [`fused_attention_ran`]), for benchmark rows: `fa2` or `cudnn` if [`FlashAttention2`] ran
+/// (on that backend), else `flash` (bf16 with `LONGREAD_CUDA_ATTENTION=flash`) or `materialized`.
 pub fn inference_attention_ran(bf16: bool) -> &'static str {
-    if flash2_ran() {
-        "fa2"
+    if let Some(backend) = fused_attention_ran() {
+        backend
     } else if bf16 && flash_enabled() {
         "flash"
     } else {
@@ -394,7 +395,7 @@ fn flash_enabled() -> bool {
 /// composition that keeps the scores and probabilities for the backward pass; kept to compare).
 pub(crate) fn train_attention() -> &'static str {
     static MODE: OnceLock<&'static str> = OnceLock::new();
-    env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fused", "separate"], "fa2")
+    env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fused", "separate", "cudnn"], "fa2")
 }
 
 /// Whether training on a GPU runs self-attention over one fused q/k/v product (`fused` or `fa2`

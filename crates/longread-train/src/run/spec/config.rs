@@ -40,7 +40,7 @@ impl TrainSpec {
             save_every_steps: self.training.save_every_steps,
             save_every_seconds: 600.0,
             seed: self.seed,
-            max_batch_tokens: self.encoder.max_batch_tokens,
+            max_batch_tokens: self.encoder.max_batch_tokens.unwrap_or(512),
             recompute: !self.encoder.no_recompute,
             class_weights,
             metric: match self.training.metric {

@@ -148,8 +148,11 @@ pub struct EncoderTrainSpec {
     /// this sets the memory plateau: a smaller budget holds less in memory and takes somewhat
     /// more time per step (figures in BENCHMARKS.md, "Training step: memory and time vs
     /// PyTorch"). Documents that fit a batch are encoded once; longer ones are recomputed.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
-    pub max_batch_tokens: usize,
+    /// Default: 512 on the CPU (one chunk: the least memory); on a GPU what half of its memory
+    /// holds beside the model's weights, gradients and AdamW moments, in whole chunks of 512,
+    /// up to 65,536 (the run's first line says what it chose).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "TOKENS"))]
+    pub max_batch_tokens: Option<usize>,
     /// Keep the whole step's graph instead of one batch's (no chunk recomputation; memory grows
     /// with document length).
     #[cfg_attr(feature = "clap", arg(long))]

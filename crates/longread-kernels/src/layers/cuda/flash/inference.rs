@@ -3,7 +3,7 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 use super::reference::Product;
-use super::KeyLengths;
+use super::{Backend, KeyLengths};
 
 /// Multi-head attention of a fused q/k/v product with its bias, each sequence's queries over
 /// its real keys ([`KeyLengths`]): `qkv [batch · seq, 3 · hidden]` → `[batch · seq, hidden]`.
@@ -16,6 +16,8 @@ pub struct FlashAttention2 {
     pub scale: f32,
     /// The batch's sequences.
     pub lengths: KeyLengths,
+    /// The library that runs it on CUDA.
+    pub backend: Backend,
 }
 
 impl FlashAttention2 {
@@ -24,8 +26,7 @@ impl FlashAttention2 {
     /// # Shapes
     /// `qkv: [batch · seq, 3 · hidden]` → `[batch · seq, hidden]`
     pub fn forward(qkv: &Tensor, lengths: &KeyLengths, heads: usize, scale: f32) -> Result<Tensor> {
-        super::RAN.store(true, std::sync::atomic::Ordering::Relaxed);
-        qkv.apply_op1_no_bwd(&Self { heads, scale, lengths: lengths.clone() })
+        qkv.apply_op1_no_bwd(&Self { heads, scale, lengths: lengths.clone(), backend: Backend::chosen(false) })
     }
 }
 
@@ -64,7 +65,8 @@ impl CustomOp1 for FlashAttention2 {
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
         let (rows, hidden, _) = self.lengths.dims(self.name(), self.heads, x_l)?;
-        let (out, _) = super::launch::forward((x, x_l), &self.lengths, (self.heads, self.scale), None)?;
+        let (out, _) =
+            super::launch::forward(self.backend, (x, x_l), &self.lengths, (self.heads, self.scale), None, false)?;
         Ok((out, Shape::from((rows, hidden))))
     }
 }

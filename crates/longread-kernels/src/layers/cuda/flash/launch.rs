@@ -1,30 +1,33 @@
-//! Calling `vendor/flash-attn`'s two entry points on candle's CUDA storages.
+//! Calling `vendor/flash-attn`'s two entry points on candle's CUDA storages (or, where the op's
+//! [`Backend`] is cuDNN, `super::cudnn`'s).
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use candle_core::{CudaStorage, DType, Layout, Result, Storage};
 use half::bf16;
 
-use super::KeyLengths;
+use super::{Backend, KeyLengths};
 
-/// What the forward pass leaves for the backward pass: each row's log-sum-exp per head and the
-/// dropout's Philox state.
+/// What the forward pass leaves for the backward pass: each row's log-sum-exp per head (cuDNN:
+/// its softmax statistics) and the dropout's Philox state (cuDNN: its seed and offset), and
+/// which backend made them.
 pub(super) struct Saved {
     pub lse: CudaSlice<f32>,
     pub rng: CudaSlice<u64>,
+    pub backend: Backend,
 }
 
 /// Sizes of one call, checked against the kernels' needs.
-struct Call {
-    rows: usize,
-    hidden: usize,
-    d: usize,
-    batch: usize,
-    row_stride: usize,
+pub(super) struct Call {
+    pub rows: usize,
+    pub hidden: usize,
+    pub d: usize,
+    pub batch: usize,
+    pub row_stride: usize,
 }
 
 impl Call {
-    fn of(op: &str, lengths: &KeyLengths, heads: usize, qkv: (&CudaStorage, &Layout)) -> Result<Self> {
+    pub(super) fn of(op: &str, lengths: &KeyLengths, heads: usize, qkv: (&CudaStorage, &Layout)) -> Result<Self> {
         let (rows, hidden, d) = lengths.dims(op, heads, qkv.1)?;
         let row_stride = qkv.1.stride()[0];
         if qkv.0.dtype() != DType::BF16
@@ -42,7 +45,10 @@ impl Call {
 }
 
 /// `f` with the device slices of the lengths' row starts and real keys.
-fn with_lengths<R>(lengths: &KeyLengths, f: impl FnOnce(&CudaSlice<u32>, &CudaSlice<u32>) -> Result<R>) -> Result<R> {
+pub(super) fn with_lengths<R>(
+    lengths: &KeyLengths,
+    f: impl FnOnce(&CudaSlice<u32>, &CudaSlice<u32>) -> Result<R>,
+) -> Result<R> {
     let (starts, starts_l) = lengths.starts.storage_and_layout();
     let (used, used_l) = lengths.used.storage_and_layout();
     match (&*starts, &*used) {
@@ -63,13 +69,22 @@ fn check(op: &str, status: i32) -> Result<()> {
 }
 
 /// Attention of `qkv: [batch · seq, 3 · hidden]` (bias added) over `lengths`, with dropout
-/// `(probability, seed)` or none: the output `[rows, hidden]` and what the backward pass needs.
+/// `(probability, seed)` or none, on `backend`: the output `[rows, hidden]` and what the
+/// backward pass needs (cuDNN skips its statistics unless `keep`).
 pub(super) fn forward(
+    backend: Backend,
     (qkv, qkv_l): (&CudaStorage, &Layout),
     lengths: &KeyLengths,
     (heads, scale): (usize, f32),
     dropout: Option<(f32, u64)>,
+    keep: bool,
 ) -> Result<(CudaStorage, Saved)> {
+    if backend == Backend::Cudnn {
+        let result = super::cudnn::forward((qkv, qkv_l), lengths, (heads, scale), dropout, keep);
+        if let Some(done) = super::cudnn_outcome(result)? {
+            return Ok(done);
+        }
+    }
     let op = "flash-attention-2";
     let c = Call::of(op, lengths, heads, (qkv, qkv_l))?;
     let dev = qkv.device().clone();
@@ -118,7 +133,28 @@ pub(super) fn forward(
         })
     })?;
     check(op, status)?;
-    Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse, rng }))
+    super::ran(Backend::Fa2);
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse, rng, backend: Backend::Fa2 }))
+}
+
+/// The output and its gradient must be bf16 `[rows, hidden]`, contiguous.
+pub(super) fn check_outputs(
+    op: &str,
+    c: &Call,
+    (out, out_l): (&CudaStorage, &Layout),
+    (dout, dout_l): (&CudaStorage, &Layout),
+) -> Result<()> {
+    for (name, l, s) in [("output", out_l, out), ("output gradient", dout_l, dout)] {
+        if l.shape().dims() != [c.rows, c.hidden] || !l.is_contiguous() || s.dtype() != DType::BF16 {
+            candle_core::bail!(
+                "{op}: the {name} must be bf16 [{}, {}] contiguous, not {:?}",
+                c.rows,
+                c.hidden,
+                l.shape()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The gradient of `qkv` (`[rows, 3 · hidden]`, contiguous) from the output `out`, its gradient
@@ -135,16 +171,7 @@ pub(super) fn backward(
 ) -> Result<CudaStorage> {
     let op = "flash-attention-2 backward";
     let c = Call::of(op, lengths, heads, (qkv, qkv_l))?;
-    for (name, l, s) in [("output", out_l, out), ("output gradient", dout_l, dout)] {
-        if l.shape().dims() != [c.rows, c.hidden] || !l.is_contiguous() || s.dtype() != DType::BF16 {
-            candle_core::bail!(
-                "{op}: the {name} must be bf16 [{}, {}] contiguous, not {:?}",
-                c.rows,
-                c.hidden,
-                l.shape()
-            );
-        }
-    }
+    check_outputs(op, &c, (out, out_l), (dout, dout_l))?;
     let dev = qkv.device().clone();
     let stream = dev.cuda_stream();
     let x = qkv.as_cuda_slice::<bf16>()?.slice(qkv_l.start_offset()..);
@@ -152,6 +179,10 @@ pub(super) fn backward(
     let dout = dout.as_cuda_slice::<bf16>()?.slice(dout_l.start_offset()..);
     // Zeroed: keys past a sequence's real ones get no write.
     let mut grad = dev.alloc_zeros::<bf16>(c.rows * 3 * c.hidden)?;
+    if saved.backend == Backend::Cudnn {
+        super::cudnn::backward(&dev, &c, (&x, &out, &dout), &mut grad, lengths, (heads, scale), p_drop, saved)?;
+        return Ok(CudaStorage::wrap_cuda_slice(grad, dev));
+    }
     let padded_rows = c.rows + 128 * c.batch;
     let d_rounded = c.d.div_ceil(32) * 32;
     // SAFETY: scratch the kernels fill before reading (dq_accum is cleared by the first one).

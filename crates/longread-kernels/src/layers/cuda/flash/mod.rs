@@ -2,19 +2,24 @@
 //! the default of both passes where the GPU runs it ([`flash2_runs_on`]): inference
 //! ([`FlashAttention2`]; `LONGREAD_CUDA_ATTENTION=materialized|flash` for longread's kernels) and
 //! training ([`FlashAttentionTrain`], with its backward kernel and dropout;
-//! `LONGREAD_CUDA_TRAIN_ATTENTION=fused|separate`). q, k and v are read in place from the fused q/k/v product (its bias
+//! `LONGREAD_CUDA_TRAIN_ATTENTION=fused|separate`). The same two ops run cuDNN's fused attention
+//! instead (`vendor/cudnn-attn`, the kernels PyTorch's SDPA runs on Hopper) with
+//! `LONGREAD_CUDA_ATTENTION=cudnn` / `LONGREAD_CUDA_TRAIN_ATTENTION=cudnn` where cuDNN 9 opens
+//! ([`Backend`]). q, k and v are read in place from the fused q/k/v product (its bias
 //! added first), the scores never reach memory, and each chunk's keys end where its padding
 //! starts ([`KeyLengths`]; the kernels' variable-length mode), so a half-empty last chunk costs
 //! half. Each op runs on the CPU too, as f32 loops (`reference`): the reference of the GPU
 //! tests and of CI's tests of what the ops compute.
 
+#[cfg(feature = "cuda")]
+mod cudnn;
 mod inference;
 #[cfg(feature = "cuda")]
 mod launch;
 mod reference;
 mod train;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use candle_core::{DType, Result, Tensor};
 
@@ -22,11 +27,17 @@ pub use inference::FlashAttention2;
 pub use train::FlashAttentionTrain;
 
 /// Where each sequence of a right-padded batch lies and how many of its keys are real: the
-/// kernels' `cu_seqlens` (row starts, `[batch + 1]`, u32) and `seqused_k` (`[batch]`, u32).
+/// kernels' `cu_seqlens` (row starts, `[batch + 1]`, u32) and `seqused_k` (`[batch]`, u32);
+/// for cuDNN each sequence's queries (`full`: `seq` each, `[batch]`, u32) and whether every key
+/// is real (`all_real`: cuDNN then runs without its padding mask).
 #[derive(Debug, Clone)]
 pub struct KeyLengths {
     starts: Tensor,
     used: Tensor,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    full: Tensor,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    all_real: bool,
     seq: usize,
 }
 
@@ -49,10 +60,13 @@ impl KeyLengths {
             used.push(real as u32);
         }
         let starts: Vec<u32> = (0..=batch).map(|i| (i * seq) as u32).collect();
+        let all_real = used.iter().all(|&n| n as usize == seq);
         let device = mask.device();
         Ok(Some(Self {
             starts: Tensor::from_vec(starts, batch + 1, device)?,
             used: Tensor::from_vec(used, batch, device)?,
+            full: Tensor::from_vec(vec![seq as u32; batch], batch, device)?,
+            all_real,
             seq,
         }))
     }
@@ -92,26 +106,128 @@ impl KeyLengths {
     }
 }
 
-/// Set when [`FlashAttention2`] or [`FlashAttentionTrain`] runs (for benchmark rows).
-static RAN: AtomicBool = AtomicBool::new(false);
-
-/// Whether FlashAttention-2 ran (inference or training) since the last call; resets.
-pub fn flash2_ran() -> bool {
-    RAN.swap(false, Ordering::Relaxed)
+/// The library that runs [`FlashAttention2`]'s and [`FlashAttentionTrain`]'s CUDA passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// FlashAttention-2's kernels (`vendor/flash-attn`): the default.
+    Fa2,
+    /// cuDNN's fused attention (`vendor/cudnn-attn`), where asked for and cuDNN 9 opens.
+    Cudnn,
 }
 
-/// Whether bf16 attention of GPU inference runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION`,
-/// `fa2` by default) where the GPU can run it ([`flash2_runs_on`]).
+impl Backend {
+    /// The name benchmark rows give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Fa2 => "fa2",
+            Backend::Cudnn => "cudnn",
+        }
+    }
+
+    /// The backend of training's ops (`train`) or inference's: cuDNN where the environment
+    /// variable names `cudnn` and cuDNN opens (else FlashAttention-2, with a warning once).
+    pub fn chosen(train: bool) -> Self {
+        let asked = if train { super::train_attention() } else { super::inference_attention() };
+        if asked == "cudnn" && cudnn_opens() {
+            Backend::Cudnn
+        } else {
+            Backend::Fa2
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Backend::Fa2 => 1,
+            Backend::Cudnn => 2,
+        }
+    }
+}
+
+/// Whether cuDNN opens (`LONGREAD_CUDNN_LIBRARY`, else `libcudnn.so.9` on the loader's path)
+/// and has not failed its first call: asked once; where it does not, a warning says why and
+/// FlashAttention-2 runs instead.
+fn cudnn_opens() -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        static OPENS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let opens = *OPENS.get_or_init(|| match cudnn::open() {
+            Ok(version) => {
+                tracing::info!("cuDNN {version} runs the GPU's attention");
+                true
+            }
+            Err(why) => {
+                tracing::warn!(
+                    "cuDNN's attention was asked for but cuDNN does not open ({why}); FlashAttention-2 runs instead"
+                );
+                false
+            }
+        });
+        opens && CUDNN_STATE.load(Ordering::Relaxed) != CUDNN_FAILED
+    }
+    #[cfg(not(feature = "cuda"))]
+    false
+}
+
+/// cuDNN's record in this process: no call yet, a call that worked, or a first call that failed.
+#[cfg(feature = "cuda")]
+static CUDNN_STATE: AtomicU8 = AtomicU8::new(0);
+#[cfg(feature = "cuda")]
+const CUDNN_WORKS: u8 = 1;
+#[cfg(feature = "cuda")]
+const CUDNN_FAILED: u8 = 2;
+
+/// The outcome of a cuDNN call: its value, or — where cuDNN has never worked in this process
+/// (no usable CUDA runtime beside it, an engine it does not have for this GPU) — `None` after a
+/// warning, and cuDNN is not asked again (FlashAttention-2 runs instead); a failure after cuDNN
+/// worked is an error.
+#[cfg(feature = "cuda")]
+fn cudnn_outcome<T>(result: Result<T>) -> Result<Option<T>> {
+    match result {
+        Ok(value) => {
+            CUDNN_STATE.store(CUDNN_WORKS, Ordering::Relaxed);
+            ran(Backend::Cudnn);
+            Ok(Some(value))
+        }
+        Err(e) if CUDNN_STATE.load(Ordering::Relaxed) != CUDNN_WORKS => {
+            CUDNN_STATE.store(CUDNN_FAILED, Ordering::Relaxed);
+            tracing::warn!("cuDNN's attention failed its first call ({e}); FlashAttention-2 runs instead");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Which backend [`FlashAttention2`] or [`FlashAttentionTrain`] last ran on (for benchmark rows).
+static RAN: AtomicU8 = AtomicU8::new(0);
+
+/// Records that the fused attention ran on `backend`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn ran(backend: Backend) {
+    RAN.store(backend.code(), Ordering::Relaxed);
+}
+
+/// The backend the fused attention ran on (inference or training) since the last call, if it
+/// ran (`fa2` or `cudnn`); resets.
+pub fn fused_attention_ran() -> Option<&'static str> {
+    match RAN.swap(0, Ordering::Relaxed) {
+        1 => Some(Backend::Fa2.name()),
+        2 => Some(Backend::Cudnn.name()),
+        _ => None,
+    }
+}
+
+/// Whether bf16 attention of GPU inference runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION`:
+/// `fa2` by default, or `cudnn`, [`Backend`]) where the GPU can run it ([`flash2_runs_on`]).
 pub fn flash2_enabled() -> bool {
-    super::inference_attention() == "fa2"
+    matches!(super::inference_attention(), "fa2" | "cudnn")
 }
 
 /// Whether bf16 attention of GPU training runs [`FlashAttentionTrain`]
-/// (`LONGREAD_CUDA_TRAIN_ATTENTION`, `fa2` by default) where the GPU can run it
-/// ([`flash2_runs_on`]). Elsewhere (f32, other head sizes, the CPU) training keeps
+/// (`LONGREAD_CUDA_TRAIN_ATTENTION`: `fa2` by default, or `cudnn`, [`Backend`]) where the GPU
+/// can run it ([`flash2_runs_on`]). Elsewhere (f32, other head sizes, the CPU) training keeps
 /// `AttentionTrain`.
 pub fn train_attention_fa2() -> bool {
-    super::train_attention() == "fa2"
+    matches!(super::train_attention(), "fa2" | "cudnn")
 }
 
 /// Whether FlashAttention-2's kernels run on `device`, with their backward pass if `backward`:

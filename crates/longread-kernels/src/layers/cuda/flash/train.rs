@@ -10,7 +10,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tenso
 
 use super::inference::cpu_attention;
 use super::reference::Product;
-use super::KeyLengths;
+use super::{Backend, KeyLengths};
 #[cfg(feature = "cuda")]
 use crate::layers::cuda::launch as cuda_launch;
 use crate::layers::cuda::reference as cuda_reference;
@@ -31,6 +31,8 @@ pub struct FlashAttentionTrain {
     scale: f32,
     lengths: KeyLengths,
     dropout: Option<(f32, u64)>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    backend: Backend,
     #[cfg(feature = "cuda")]
     saved: SavedSlot,
 }
@@ -44,6 +46,7 @@ impl FlashAttentionTrain {
             scale,
             lengths,
             dropout: dropout.filter(|&(p, _)| p > 0.0),
+            backend: Backend::chosen(true),
             #[cfg(feature = "cuda")]
             saved: Default::default(),
         }
@@ -53,7 +56,6 @@ impl FlashAttentionTrain {
     /// `qkv: [batch · seq, 3 · hidden]` (contiguous), `bias: [3 · hidden]` (f32) →
     /// `[batch · seq, hidden]`
     pub fn forward(self, qkv: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        super::RAN.store(true, std::sync::atomic::Ordering::Relaxed);
         qkv.apply_op2(bias, self)
     }
 }
@@ -85,8 +87,14 @@ impl CustomOp2 for FlashAttentionTrain {
         // The biased product lives for the forward kernel only.
         let biased = cuda_launch::bias_activation_train(false, (x, x_l), (bias, bias_l), None)?;
         let biased_l = Layout::contiguous(x_l.shape());
-        let (out, saved) =
-            super::launch::forward((&biased, &biased_l), &self.lengths, (self.heads, self.scale), self.dropout)?;
+        let (out, saved) = super::launch::forward(
+            self.backend,
+            (&biased, &biased_l),
+            &self.lengths,
+            (self.heads, self.scale),
+            self.dropout,
+            true,
+        )?;
         *self.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))? =
             Some(saved);
         Ok((out, Shape::from((rows, hidden))))

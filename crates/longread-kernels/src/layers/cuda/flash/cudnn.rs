@@ -1,0 +1,207 @@
+//! Calling `vendor/cudnn-attn`'s entry points (cuDNN's fused attention) on candle's CUDA
+//! storages, in FlashAttention-2's layouts (`launch`): what [`Backend::Cudnn`] runs. cuDNN's
+//! softmax statistics and its Philox seed and offset are what [`Saved`] keeps between the passes.
+
+use core::ffi::c_void;
+use core::ptr::{null, null_mut};
+use std::sync::Arc;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage};
+use half::bf16;
+
+use longread_cudnn_attn::SdpaCall;
+
+use super::launch::{Call, Saved};
+use super::{Backend, KeyLengths};
+
+/// Opens cuDNN (`LONGREAD_CUDNN_LIBRARY`, a file name or path, else `libcudnn.so.9` on the
+/// loader's path): its version, or why not.
+pub(super) fn open() -> std::result::Result<i64, String> {
+    let library = match std::env::var("LONGREAD_CUDNN_LIBRARY") {
+        Ok(path) => {
+            Some(std::ffi::CString::new(path).map_err(|_| "LONGREAD_CUDNN_LIBRARY holds a NUL byte".to_string())?)
+        }
+        Err(_) => None,
+    };
+    longread_cudnn_attn::open(library.as_deref())
+}
+
+fn check(op: &str, status: i32) -> Result<()> {
+    if status == 0 {
+        Ok(())
+    } else {
+        candle_core::bail!("{op}: {}", longread_cudnn_attn::last_error())
+    }
+}
+
+/// `f` with the device pointers of each sequence's query and real-key counts (int32), or two
+/// nulls where every key is real (cuDNN then runs without its padding mask).
+fn with_counts<R>(
+    lengths: &KeyLengths,
+    stream: &Arc<CudaStream>,
+    f: impl FnOnce(*const i32, *const i32) -> Result<R>,
+) -> Result<R> {
+    if lengths.all_real {
+        return f(null(), null());
+    }
+    let (full, full_l) = lengths.full.storage_and_layout();
+    let (used, used_l) = lengths.used.storage_and_layout();
+    match (&*full, &*used) {
+        (Storage::Cuda(q), Storage::Cuda(k)) if full_l.start_offset() == 0 && used_l.start_offset() == 0 => {
+            let (q_ptr, _g1) = q.as_cuda_slice::<u32>()?.device_ptr(stream);
+            let (k_ptr, _g2) = k.as_cuda_slice::<u32>()?.device_ptr(stream);
+            f(q_ptr as *const i32, k_ptr as *const i32)
+        }
+        _ => candle_core::bail!("cuDNN attention: the sequence lengths must be on the GPU with the product"),
+    }
+}
+
+/// Runs `call(workspace, size)` twice: once with a negative size, which builds (or finds) the
+/// graph and stores the workspace it needs, then with a workspace of that size.
+fn with_workspace(op: &str, dev: &CudaDevice, mut call: impl FnMut(u64, &mut i64) -> i32) -> Result<()> {
+    let mut size = -1i64;
+    check(op, call(0, &mut size))?;
+    let Ok(bytes) = usize::try_from(size) else {
+        candle_core::bail!("{op}: cuDNN asked for {size} bytes of workspace")
+    };
+    if bytes == 0 {
+        return check(op, call(0, &mut size));
+    }
+    // SAFETY: scratch cuDNN owns for the call; freed in stream order after it.
+    let mut workspace = unsafe { dev.alloc::<u8>(bytes) }?;
+    let stream = dev.cuda_stream();
+    let (ptr, _guard) = workspace.device_ptr_mut(&stream);
+    check(op, call(ptr, &mut size))
+}
+
+/// The shim's description of a call of `c`'s sizes on `dev` (its ordinal: cuDNN keeps a handle
+/// per GPU), with the counts of [`with_counts`] and the dropout's `(probability, seed and
+/// offset)`.
+fn call_of(
+    dev: &CudaDevice,
+    c: &Call,
+    lengths: &KeyLengths,
+    (heads, scale): (usize, f32),
+    (seq_q, seq_kv): (*const i32, *const i32),
+    (p_drop, seed_offset): (f32, u64),
+) -> SdpaCall {
+    let stream = dev.cuda_stream();
+    SdpaCall {
+        ordinal: stream.context().ordinal() as i32,
+        batch: c.batch as i64,
+        heads: heads as i64,
+        dim: c.d as i64,
+        seq: lengths.seq as i64,
+        row_stride: c.row_stride as i64,
+        scale,
+        p_drop,
+        seq_q,
+        seq_kv,
+        seed_offset: seed_offset as *const i64,
+        stream: stream.cu_stream() as *mut c_void,
+    }
+}
+
+/// As `launch::forward` on cuDNN: the output `[rows, hidden]` and, if `keep`, the softmax
+/// statistics for the backward pass.
+pub(super) fn forward(
+    (qkv, qkv_l): (&CudaStorage, &Layout),
+    lengths: &KeyLengths,
+    (heads, scale): (usize, f32),
+    dropout: Option<(f32, u64)>,
+    keep: bool,
+) -> Result<(CudaStorage, Saved)> {
+    let op = "cudnn-attention";
+    let c = Call::of(op, lengths, heads, (qkv, qkv_l))?;
+    let dev = qkv.device().clone();
+    let stream = dev.cuda_stream();
+    let x = qkv.as_cuda_slice::<bf16>()?.slice(qkv_l.start_offset()..);
+    // SAFETY: cuDNN writes every row of every sequence (rows = batch · seq, checked) and, when
+    // kept, each row's statistics per head.
+    let mut out = unsafe { dev.alloc::<bf16>(c.rows * c.hidden) }?;
+    let mut stats = unsafe { dev.alloc::<f32>(if keep { heads * c.rows } else { 1 }) }?;
+    let (p_drop, seed) = dropout.unwrap_or((0.0, 0));
+    // cuDNN's Philox seed and offset (int64 on the device), which the backward pass reads too;
+    // unread without dropout (no copy from the host then).
+    let rng = if p_drop > 0.0 { dev.clone_htod(&[seed, 0u64])? } else { dev.alloc_zeros::<u64>(2)? };
+    let block = (c.hidden * std::mem::size_of::<bf16>()) as u64;
+    with_counts(lengths, &stream, |seq_q, seq_kv| {
+        let (x_ptr, _g1) = x.device_ptr(&stream);
+        let (out_ptr, _g2) = out.device_ptr_mut(&stream);
+        let (stats_ptr, _g3) = stats.device_ptr_mut(&stream);
+        let (rng_ptr, _g4) = rng.device_ptr(&stream);
+        let call = call_of(&dev, &c, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_ptr));
+        with_workspace(op, &dev, |workspace, size| {
+            // SAFETY: q, k and v are the three column blocks of `rows` rows of `row_stride`
+            // elements; out holds rows · hidden elements, stats heads · rows when kept; the
+            // counts are [batch] or both null; rng holds the seed and the offset; the stream
+            // is the device's, whose context is current on this thread.
+            unsafe {
+                longread_cudnn_attn::longread_cudnn_sdpa_fwd_bf16(
+                    &call,
+                    x_ptr as *const c_void,
+                    (x_ptr + block) as *const c_void,
+                    (x_ptr + 2 * block) as *const c_void,
+                    out_ptr as *mut c_void,
+                    if keep { stats_ptr as *mut f32 } else { null_mut() },
+                    workspace as *mut c_void,
+                    size,
+                )
+            }
+        })
+    })?;
+    Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse: stats, rng, backend: Backend::Cudnn }))
+}
+
+/// As `launch::backward` on cuDNN, given its checked sizes and inputs (the q/k/v product, the
+/// output and its gradient): dq, dk and dv into `grad` (`[rows, 3 · hidden]`, zeroed).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn backward(
+    dev: &CudaDevice,
+    c: &Call,
+    (x, out, dout): (&CudaView<bf16>, &CudaView<bf16>, &CudaView<bf16>),
+    grad: &mut CudaSlice<bf16>,
+    lengths: &KeyLengths,
+    (heads, scale): (usize, f32),
+    p_drop: f32,
+    saved: &Saved,
+) -> Result<()> {
+    let op = "cudnn-attention backward";
+    if saved.lse.len() != heads * c.rows {
+        candle_core::bail!("{op}: the forward pass kept no softmax statistics");
+    }
+    let stream = dev.cuda_stream();
+    let block = (c.hidden * std::mem::size_of::<bf16>()) as u64;
+    with_counts(lengths, &stream, |seq_q, seq_kv| {
+        let (x_ptr, _g1) = x.device_ptr(&stream);
+        let (out_ptr, _g2) = out.device_ptr(&stream);
+        let (dout_ptr, _g3) = dout.device_ptr(&stream);
+        let (stats_ptr, _g4) = saved.lse.device_ptr(&stream);
+        let (grad_ptr, _g5) = grad.device_ptr_mut(&stream);
+        let (rng_ptr, _g6) = saved.rng.device_ptr(&stream);
+        let call = call_of(dev, c, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_ptr));
+        with_workspace(op, dev, |workspace, size| {
+            // SAFETY: as in `forward`; grad holds rows · 3 · hidden elements whose three column
+            // blocks take dq, dk and dv; stats and rng are the forward pass's.
+            unsafe {
+                longread_cudnn_attn::longread_cudnn_sdpa_bwd_bf16(
+                    &call,
+                    x_ptr as *const c_void,
+                    (x_ptr + block) as *const c_void,
+                    (x_ptr + 2 * block) as *const c_void,
+                    out_ptr as *const c_void,
+                    dout_ptr as *const c_void,
+                    stats_ptr as *const f32,
+                    grad_ptr as *mut c_void,
+                    (grad_ptr + block) as *mut c_void,
+                    (grad_ptr + 2 * block) as *mut c_void,
+                    (3 * c.hidden) as i64,
+                    workspace as *mut c_void,
+                    size,
+                )
+            }
+        })
+    })
+}

@@ -1,0 +1,86 @@
+//! Compiles `shim/longread_cudnn.cpp` (longread's two entry points into cuDNN's fused attention)
+//! with the C++ compiler (CXX, else `c++`) into a static library. Nothing of cuDNN or of the CUDA
+//! runtime is linked: cuDNN's frontend opens both at run time (its dynamic loading).
+//! Needs the headers of cuDNN 9 (CUDNN_INCLUDE_DIR: cudnn.h), of cuDNN's C++ frontend 1.x
+//! (CUDNN_FRONTEND_INCLUDE_DIR: cudnn_frontend.h) and of CUDA 13 (CUDA_ROOT / CUDA_PATH: include/
+//! with cuda_runtime.h and nvrtc.h); `scripts/build_cuda.sh` installs all three from PyPI.
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-changed=shim");
+    for var in ["CUDNN_INCLUDE_DIR", "CUDNN_FRONTEND_INCLUDE_DIR", "CUDA_ROOT", "CUDA_PATH", "CXX"] {
+        println!("cargo::rerun-if-env-changed={var}");
+    }
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let folder = |var: &str, file: &str, what: &str| {
+        env::var_os(var).map(PathBuf::from).filter(|p| p.join(file).is_file()).unwrap_or_else(|| {
+            panic!(
+                "longread-cudnn-attn needs {what}: set {var} to a folder holding {file} \
+                 (scripts/build_cuda.sh installs it from PyPI)"
+            )
+        })
+    };
+    let cudnn = folder("CUDNN_INCLUDE_DIR", "cudnn.h", "cuDNN 9's headers");
+    let frontend = folder("CUDNN_FRONTEND_INCLUDE_DIR", "cudnn_frontend.h", "cuDNN's C++ frontend (headers)");
+    let cuda = env::var_os("CUDA_ROOT").or_else(|| env::var_os("CUDA_PATH")).map(|r| PathBuf::from(r).join("include"));
+    let cuda =
+        cuda.filter(|p| p.join("cuda_runtime.h").is_file() && p.join("nvrtc.h").is_file()).unwrap_or_else(|| {
+            panic!(
+                "longread-cudnn-attn needs CUDA 13's headers (cuda_runtime.h, nvrtc.h) under $CUDA_ROOT/include \
+             (scripts/build_cuda.sh installs them from PyPI)"
+            )
+        });
+    let cxx = env::var_os("CXX").unwrap_or_else(|| "c++".into());
+    let object = out_dir.join("longread_cudnn.o");
+    let mut cmd = Command::new(&cxx);
+    cmd.args(["-c", "shim/longread_cudnn.cpp", "-std=c++17", "-O2", "-fPIC", "-w"]);
+    // cuDNN and the CUDA runtime are opened by the frontend at run time; its JSON support
+    // (plan serialisation) is not used.
+    cmd.args(["-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING", "-DCUDNN_FRONTEND_SKIP_JSON_LIB"]);
+    for include in [&frontend, &cudnn, &cuda] {
+        cmd.arg(format!("-I{}", include.display()));
+    }
+    // The object depends only on the source and the command (headers are pinned by version in
+    // scripts/build_cuda.sh): built once per target folder and reused by the other builds there.
+    let key = fnv(
+        format!("{cmd:?}").as_bytes(),
+        fnv(&std::fs::read("shim/longread_cudnn.cpp").unwrap(), 0xcbf2_9ce4_8422_2325),
+    );
+    cmd.arg("-o").arg(&object);
+    // OUT_DIR is <target>/<profile>/build/<crate>-<hash>/out: the cache sits in <target>.
+    let cache = out_dir.ancestors().nth(4).map(|target| target.join(format!("longread-cudnn-{key:016x}.o")));
+    if let Some(cached) = cache.as_ref().filter(|c| c.exists()) {
+        std::fs::copy(cached, &object).expect("copying the cached cuDNN attention object");
+    } else {
+        let status =
+            cmd.status().unwrap_or_else(|e| panic!("running {} (the C++ compiler): {e}", Path::new(&cxx).display()));
+        assert!(status.success(), "the C++ compiler failed on shim/longread_cudnn.cpp ({status})");
+        if let Some(cache) = &cache {
+            // Written under another name, then renamed: a concurrent build never reads half a file.
+            let partial = cache.with_extension(format!("{}.part", std::process::id()));
+            if std::fs::copy(&object, &partial).is_ok() {
+                let _ = std::fs::rename(&partial, cache);
+            }
+        }
+    }
+    let library = out_dir.join("liblongread_cudnn.a");
+    let _ = std::fs::remove_file(&library);
+    let status = Command::new("ar").arg("crs").arg(&library).arg(&object).status().expect("running ar");
+    assert!(status.success(), "ar failed on {}", object.display());
+    println!("cargo::rustc-link-search=native={}", out_dir.display());
+    println!("cargo::rustc-link-lib=static=longread_cudnn");
+    for lib in ["stdc++", "dl", "pthread"] {
+        println!("cargo::rustc-link-lib=dylib={lib}");
+    }
+}
+
+/// FNV-1a of `bytes`, continuing from `hash`.
+fn fnv(bytes: &[u8], mut hash: u64) -> u64 {
+    for &b in bytes {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
