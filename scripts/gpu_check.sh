@@ -10,15 +10,19 @@
 # GPU_CHECK_PARTS picks what runs (default all: "tests train-tests predict compile kernels embed train train-profile pretrain unfreeze han serve";
 # all of them take more than one command's 10 minutes: split them over two calls, or set
 # GPU_CHECK_DEADLINE=SECONDS to skip the parts that would start after it):
-#   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs)
-#   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs)
-#   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics
+#   tests    the inference GPU tests (crates/longread-classifier/tests/cuda.rs), at the defaults
+#            and again under each other kernel choice (cuDNN's attention among them)
+#   train-tests  the training GPU tests (crates/longread-train/tests/cuda_train.rs), the attention
+#            ones again on cuDNN (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn)
+#   predict  longread vs PyTorch predict (bench/results-gpu-<card>.json), with diagnostics and
+#            variant rows (cuDNN's attention: `predict_bf16_cudnn_ratio`)
 #   compile  (within predict) PyTorch's bf16 predict under torch.compile too (~2 minutes, most of
 #            it compiling): `predict_bf16_compile_ratio`
 #   kernels  one bf16 layer's blocks alone (products, casts, bias passes, attention, residual
 #            LayerNorm), longread vs PyTorch at 128 x 512 tokens (bench/results-gpu-<card>-kernels.json)
 #   embed    longread embed vs sentence-transformers
-#   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json)
+#   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json), with
+#            rows on cuDNN's attention (`train_bf16_cudnn_*`, `train_large_bf16_cudnn_ratio`)
 #   train-profile  one training step in parts and op by op (candle's op_profile), beside PyTorch's
 #            step under torch.profiler (bench/train-profile-<card>.jsonl, tables in the log)
 #   pretrain MLM pretraining steps, small preset, 8 x 512, bf16: longread vs PyTorch's

@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <memory>
@@ -221,6 +222,15 @@ int64_t longread_cudnn_open(const char *library) {
                 throw Failure(std::string("cannot open ") + name + ": " + (why ? why : "unknown error"));
             }
             fe::cudnn_dlhandle = opened;
+            // The frontend opens a CUDA runtime of its own (libcudart.so.12, else .13, warning
+            // when both are there): prefer CUDA 13's, the version this binary is built for,
+            // unless the user named one.
+            if (!std::getenv("CUDNN_FRONTEND_CUDART_LIB_NAME")) {
+                if (void *cudart = dlopen("libcudart.so.13", RTLD_NOW)) {
+                    dlclose(cudart);
+                    setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", "libcudart.so.13", 0);
+                }
+            }
         }
         return static_cast<int64_t>(fe::detail::get_backend_version());
     } catch (const std::exception &e) {
