@@ -291,7 +291,12 @@ fn flash_attention_2_equals_its_cpu_reference() {
             .unwrap()
             .to_device(&Device::Cpu)
             .unwrap();
-        assert_eq!(longread_model::layers::cuda::fused_attention_ran(), Some(backend), "the backend that ran");
+        assert_eq!(
+            longread_model::layers::cuda::fused_attention_ran(),
+            Some(backend),
+            "the backend that ran ({:?})",
+            longread_model::layers::cuda::cudnn_unavailable()
+        );
         let max = |t: &Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         let diff = max(&(ours - &reference).unwrap()) / max(&reference);
         println!(

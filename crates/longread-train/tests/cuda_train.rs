@@ -675,7 +675,7 @@ fn flash_attention_training_equals_its_cpu_reference() {
     if !gpu("flash_attention_training_equals_its_cpu_reference") {
         return;
     }
-    use longread_model::layers::cuda::{fused_attention_ran, FlashAttentionTrain, KeyLengths};
+    use longread_model::layers::cuda::{cudnn_unavailable, fused_attention_ran, FlashAttentionTrain, KeyLengths};
     let backend =
         if std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").is_ok_and(|v| v == "cudnn") { "cudnn" } else { "fa2" };
     let cpu = Device::Cpu;
@@ -706,7 +706,7 @@ fn flash_attention_training_equals_its_cpu_reference() {
         let (y_ref, g_ref, b_ref) = run(&cpu, None);
         let _ = fused_attention_ran();
         let (y, g, b) = run(&cuda(), None);
-        assert_eq!(fused_attention_ran(), Some(backend), "the backend that ran");
+        assert_eq!(fused_attention_ran(), Some(backend), "the backend that ran ({:?})", cudnn_unavailable());
         for (what, got, reference) in [("output", &y, &y_ref), ("gradient", &g, &g_ref), ("bias gradient", &b, &b_ref)]
         {
             let scale = reference.iter().fold(1e-6f32, |m, v| m.max(v.abs()));

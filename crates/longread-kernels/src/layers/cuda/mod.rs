@@ -42,8 +42,8 @@ pub use cublaslt::{gemm_cublaslt, lt_linear, LtProduct};
 pub use embedding_norm::EmbeddingTables;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{
-    flash2_enabled, flash2_runs_on, fused_attention_ran, train_attention_fa2, Backend, FlashAttention2,
-    FlashAttentionTrain, KeyLengths,
+    cudnn_unavailable, flash2_enabled, flash2_runs_on, fused_attention_ran, train_attention_fa2, Backend,
+    FlashAttention2, FlashAttentionTrain, KeyLengths,
 };
 pub use gelu_dense_train::GeluDenseTrain;
 pub use residual_norm_train::ResidualNormTrain;

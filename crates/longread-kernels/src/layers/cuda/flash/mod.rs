@@ -156,9 +156,7 @@ fn cudnn_opens() -> bool {
                 true
             }
             Err(why) => {
-                tracing::warn!(
-                    "cuDNN's attention was asked for but cuDNN does not open ({why}); FlashAttention-2 runs instead"
-                );
+                gave_up(format!("cuDNN does not open ({why})"));
                 false
             }
         });
@@ -190,10 +188,27 @@ fn cudnn_outcome<T>(result: Result<T>) -> Result<Option<T>> {
         }
         Err(e) if CUDNN_STATE.load(Ordering::Relaxed) != CUDNN_WORKS => {
             CUDNN_STATE.store(CUDNN_FAILED, Ordering::Relaxed);
-            tracing::warn!("cuDNN's attention failed its first call ({e}); FlashAttention-2 runs instead");
+            gave_up(format!("its first call failed: {e}"));
             Ok(None)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Why cuDNN's attention is not running though it was asked for (cuDNN did not open, or its
+/// first call failed), once that is known; `None` otherwise.
+pub fn cudnn_unavailable() -> Option<String> {
+    CUDNN_WHY.lock().ok()?.clone()
+}
+
+static CUDNN_WHY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Records and warns why cuDNN's attention gave way to FlashAttention-2.
+#[cfg(feature = "cuda")]
+fn gave_up(why: String) {
+    tracing::warn!("cuDNN's attention was asked for, but {why}; FlashAttention-2 runs instead");
+    if let Ok(mut slot) = CUDNN_WHY.lock() {
+        *slot = Some(why);
     }
 }
 
