@@ -150,9 +150,16 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
     let lengths = cuda::KeyLengths::right_padded(&mask)?
         .ok_or_else(|| TrainError::Run("a full mask gave no key lengths".into()))?;
     let scale = 1.0 / ((hidden / heads) as f32).sqrt();
+    let _ = cuda::fused_attention_ran();
     let seconds = time(&mut || cuda::FlashAttention2::forward(&qkv, &lengths, heads, scale).map(drop))?;
     let flops = 4.0 * t * seq as f64 * hidden as f64;
-    push("attention".into(), format!("{sequences} x {seq} tokens, {heads} heads"), seconds, Some(flops), None);
+    // FlashAttention-2 (the default) is the row PyTorch's is set against; cuDNN's
+    // (LONGREAD_CUDA_ATTENTION=cudnn) is marked.
+    let name = match cuda::fused_attention_ran() {
+        Some("cudnn") => "attention [cuDNN]",
+        _ => "attention",
+    };
+    push(name.into(), format!("{sequences} x {seq} tokens, {heads} heads"), seconds, Some(flops), None);
 
     let residual = stream.clone();
     let (bias, gamma, beta) = (random(1, hidden, DType::F32)?.squeeze(0)?, stream.get(0)?, stream.get(1)?);

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn / LONGREAD_CUDA_TRAIN_ATTENTION=cudnn,
+# vendor/cudnn-attn) against FlashAttention-2, the default, on a GPU machine in ~4 minutes: what
+# decides whether cuDNN becomes the default. In order, each bounded by a timeout:
+#   1. the two attention op tests on cuDNN (inference; training, with dropout and gradients),
+#      each asserting that cuDNN is what ran;
+#   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
+#      PyTorch's SDPA;
+#   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends,
+#      two rounds, then PyTorch eager in the same run;
+#   4. bf16 training steps, 4 x 20 x 512: 10,240-token batches (each document one kept batch)
+#      and the whole graph (--no-recompute, 65,536), both backends, then PyTorch with and without
+#      checkpointing.
+# Needs gpu-run/ packed (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh) and PyTorch; the
+# full check is scripts/gpu_check.sh. Lines to read: "cudnn-check:", the tests' "test result",
+# and the JSON rows.
+#   bash scripts/gpu_quick_cudnn.sh
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+LD_LIBRARY_PATH=$(find /usr /opt \( -name 'libcublas.so.13*' -o -name 'libcudnn.so.9*' \) -printf '%h\n' 2>/dev/null \
+  | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH
+w=$(mktemp -d)
+trap 'rm -rf "$w"' EXIT
+ux() { python3 -c 'import lzma,shutil,sys;shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],"wb"))' "$1" "$2"; chmod +x "$2"; }
+ux gpu-run/longread.xz "$w/lr"
+ux gpu-run/cuda-tests.xz "$w/t"
+ux gpu-run/cuda-train-tests.xz "$w/tt"
+lr=$w/lr
+$lr --version
+echo "cudnn-check: libcudnn folders: $(find /usr /opt -name 'libcudnn.so.9*' -printf '%h ' 2>/dev/null)"
+$lr -q encoder new --preset roberta-base --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$w/enc"
+$lr -q init --encoder "$w/enc" --labels a,b,c --out "$w/m"
+
+echo "cudnn-check: 1. the attention ops on cuDNN"
+LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-threads=1 --nocapture flash_attention_2 2>&1 \
+  | grep -E "fused attention|panicked|^test |test result|cuDNN"
+LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/tt" --test-threads=1 --nocapture \
+  flash_attention_training 2>&1 | grep -E "fused attention|panicked|^test |test result|cuDNN"
+
+echo "cudnn-check: 2. attention alone, 128 x 512 tokens (ms)"
+for backend in fa2 cudnn; do
+  LONGREAD_CUDA_ATTENTION=$backend timeout 60 $lr --device cuda bench --workload kernels --preset roberta-base \
+    --shape 128x512 --repeat 10 --json | grep '"attention'
+done
+timeout 60 python3 scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 | grep '"attention'
+
+echo "cudnn-check: 3. predict bf16, 64 x 20 x 512, 256,000-token batches"
+for round in 1 2; do
+  for backend in fa2 cudnn; do
+    LONGREAD_CUDA_ATTENTION=$backend timeout 60 $lr --device cuda bench --workload predict --model "$w/m" --shape 64x20 \
+      --repeat 3 --precision bf16 --max-batch-tokens 256000 --json \
+      | python3 -c 'import json,sys;[print("cudnn-check: predict", sys.argv[1], sys.argv[2], json.loads(l)["gpu_attention"], round(json.loads(l)["docs_per_s"],1), "docs/s, first run", round(json.loads(l)["warmup_seconds"],2), "s") for l in sys.stdin if l.startswith("{")]' "$round" "$backend"
+  done
+done
+timeout 90 python3 scripts/gpu_bench_torch.py --docs 64 --chunks-per-call 128 500 --dtypes bf16 2>&1 | grep '^{' | cut -c1-330
+
+echo "cudnn-check: 4. training bf16, 4 x 20 x 512"
+for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
+  for backend in fa2 cudnn; do
+    # shellcheck disable=SC2086  # the arguments are words
+    LONGREAD_CUDA_TRAIN_ATTENTION=$backend timeout 120 $lr --device cuda bench --workload train --model "$w/m" --shape 4x20 \
+      --precision bf16 --repeat 3 --json $args \
+      | python3 -c 'import json,sys;[print("cudnn-check: train", sys.argv[1], sys.argv[2], r["gpu_attention"], "kept", r["kept_documents"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB, first step", round(r["warmup_seconds"],2), "s") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]' "$args" "$backend"
+  done
+done
+(cd scripts && timeout 150 python3 gpu_bench_torch_train.py --preset roberta-base --settings bf16:ckpt bf16:nockpt) 2>&1 \
+  | grep '^{' | cut -c1-330
+echo "cudnn-check: done"
