@@ -208,12 +208,13 @@ impl TrainFootprint {
         self.parameters.saturating_mul(16)
     }
 
-    /// Peak bytes one batch token adds: 34 bytes per layer and hidden unit in bf16, fitted to
-    /// session 33's measurements on an H200 (roberta-base, bf16: 2.57 GiB at 4,096-token batches,
-    /// 4.41 GiB at 10,240; roberta-large at 10,240: 12.74 GiB, which this puts at 13.3), twice
-    /// that in f32.
+    /// Peak bytes one batch token adds: 32 bytes per layer and hidden unit in bf16, twice that
+    /// in f32, fitted to session 33's bf16 steps on an H200 (BENCHMARKS.md "GPU"): with the
+    /// state's 16 bytes a parameter it puts roberta-base at 2.99, 4.68 and 13.11 GiB for
+    /// batches of 4,096, 10,240 and 40,960 tokens (measured 2.89, 4.41 and 11.71) and
+    /// roberta-large at 12.79 GiB for 10,240 (measured 12.74): a bound within 12%.
     fn token_bytes(&self) -> u64 {
-        let per_unit = if self.bf16 { 34 } else { 68 };
+        let per_unit = if self.bf16 { 32 } else { 64 };
         self.layers.saturating_mul(self.hidden).saturating_mul(per_unit)
     }
 }
@@ -234,7 +235,7 @@ pub fn train_batch_tokens(device: &Device, footprint: TrainFootprint) -> usize {
 /// half of it beside the model's weights, gradients and AdamW moments, in whole chunks of 512,
 /// from 512 to 65,536 (the largest budget measured, BENCHMARKS.md "GPU"). One batch's graph is
 /// held at a time, so this is the memory plateau: a roberta-base-shaped model in bf16 gets
-/// 65,536 on an 80 GB card, 34,304 on a 24 GB one, 7,168 on an 8 GB one. `None` (the driver
+/// 65,536 on an 80 GB card, 36,864 on a 24 GB one, 7,680 on an 8 GB one. `None` (the driver
 /// did not say): 10,240, what session 33 measured at 4.41 GiB.
 pub fn gpu_train_batch_tokens(total: Option<u64>, footprint: TrainFootprint) -> usize {
     let Some(total) = total else { return 10_240 };
@@ -482,9 +483,9 @@ mod tests {
         let base = TrainFootprint { parameters: 125_000_000, layers: 12, hidden: 768, bf16: true };
         let large = TrainFootprint { parameters: 355_000_000, layers: 24, hidden: 1024, bf16: true };
         assert_eq!(gpu_train_batch_tokens(gib(80), base), 65_536, "an H100: the largest budget measured");
-        assert_eq!(gpu_train_batch_tokens(gib(24), base), 34_304);
-        assert_eq!(gpu_train_batch_tokens(gib(8), base), 7_168);
-        assert_eq!(gpu_train_batch_tokens(gib(24), large), 8_192);
+        assert_eq!(gpu_train_batch_tokens(gib(24), base), 36_864);
+        assert_eq!(gpu_train_batch_tokens(gib(8), base), 7_680);
+        assert_eq!(gpu_train_batch_tokens(gib(24), large), 8_704);
         assert_eq!(gpu_train_batch_tokens(gib(8), large), 512, "the state alone fills half the card");
         assert_eq!(gpu_train_batch_tokens(None, base), 10_240, "an unknown card: the measured budget");
         let f32 = TrainFootprint { bf16: false, ..base };
