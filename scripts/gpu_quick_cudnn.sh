@@ -9,8 +9,9 @@
 #   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends,
 #      two rounds, then PyTorch eager in the same run;
 #   4. bf16 training steps, 4 x 20 x 512: 10,240-token batches (each document one kept batch)
-#      and the whole graph (--no-recompute, 65,536), both backends, then PyTorch with and without
-#      checkpointing.
+#      and the whole graph (--no-recompute, 65,536), both backends, FlashAttention-2's old atomic
+#      backward once (LONGREAD_CUDA_FA2_BWD=atomic; deterministic since session 34), then
+#      PyTorch with and without checkpointing.
 # Needs gpu-run/ packed (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh) and PyTorch; the
 # full check is scripts/gpu_check.sh. Lines to read: "cudnn-check:", the tests' "test result",
 # and the JSON rows.
@@ -65,6 +66,10 @@ for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"
       | python3 -c 'import json,sys;[print("cudnn-check: train", sys.argv[1], sys.argv[2], r["gpu_attention"], "kept", r["kept_documents"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB, first step", round(r["warmup_seconds"],2), "s") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]' "$args" "$backend"
   done
 done
+# FlashAttention-2's atomic backward (the default before session 34 made it deterministic).
+LONGREAD_CUDA_FA2_BWD=atomic timeout 120 $lr --device cuda bench --workload train --model "$w/m" --shape 4x20 \
+  --precision bf16 --repeat 3 --json --max-batch-tokens 10240 \
+  | python3 -c 'import json,sys;[print("cudnn-check: train 10240 fa2-atomic", r["gpu_attention"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]'
 (cd scripts && timeout 150 python3 gpu_bench_torch_train.py --preset roberta-base --settings bf16:ckpt bf16:nockpt) 2>&1 \
   | grep '^{' | cut -c1-330
 echo "cudnn-check: done"

@@ -668,8 +668,10 @@ fn cuda_training_ops_equal_their_cpu_reference() {
 /// keys) and 32 (4 × 200 keys: not a multiple of the kernels' blocks), a full, a half-padded and
 /// a one-token sequence. With dropout (which only the kernel draws): the same seed gives the
 /// same output, another seed another one, and the gradient is the derivative of the loss along
-/// a direction (central differences along the gradient's signs, to 3%). With
-/// `LONGREAD_CUDA_TRAIN_ATTENTION=cudnn` the same op on cuDNN, which must then be what ran.
+/// a direction (central differences along the gradient's signs, to 3%). FlashAttention-2's
+/// backward gives the same bits twice, with its key blocks split over several accumulators and
+/// with one per sequence and head. With `LONGREAD_CUDA_TRAIN_ATTENTION=cudnn` the same op on
+/// cuDNN, which must then be what ran.
 #[test]
 fn flash_attention_training_equals_its_cpu_reference() {
     if !gpu("flash_attention_training_equals_its_cpu_reference") {
@@ -679,9 +681,13 @@ fn flash_attention_training_equals_its_cpu_reference() {
     let backend =
         if std::env::var("LONGREAD_CUDA_TRAIN_ATTENTION").is_ok_and(|v| v == "cudnn") { "cudnn" } else { "fa2" };
     let cpu = Device::Cpu;
-    for (heads, d, seq) in [(12usize, 64usize, 512usize), (4, 32, 200)] {
+    // Sequences: a full one, a half-padded one, a one-token one, then full ones; 3 × 12 and 3 × 4
+    // (sequences × heads) split FlashAttention-2's deterministic backward over the key blocks,
+    // 12 × 12 fills the GPU with one block per sequence and head.
+    for (heads, d, seq, sequences) in [(12usize, 64usize, 512usize, 3usize), (4, 32, 200, 3), (12, 64, 512, 12)] {
         let hidden = heads * d;
-        let real = [seq, seq / 2 + 3, 1];
+        let real: Vec<usize> =
+            [seq, seq / 2 + 3, 1].into_iter().chain(std::iter::repeat(seq)).take(sequences).collect();
         let rows: Vec<u32> = real.iter().flat_map(|&n| (0..seq).map(move |i| u32::from(i < n))).collect();
         let mask = Tensor::from_vec(rows, (real.len(), seq), &cpu).unwrap();
         let n = real.len() * seq;
@@ -713,6 +719,16 @@ fn flash_attention_training_equals_its_cpu_reference() {
             let diff = max_diff(got, reference) / scale;
             println!("fused attention training ({backend}), {heads} heads of {d}, {seq} keys, {what}: {diff:.2e} of the scale");
             assert!(diff < 3e-2, "{heads} heads of {d}, {seq} keys, {what}: {diff:e} of the scale");
+        }
+        // The same step twice gives the same bits: FlashAttention-2's backward is deterministic
+        // (LONGREAD_CUDA_FA2_BWD=atomic is not: its blocks add into one accumulator in any order).
+        // cuDNN's default backward is not held to it (README "GPU").
+        let (y_again, g_again, b_again) = run(&cuda(), None);
+        let deterministic = backend == "fa2" && std::env::var("LONGREAD_CUDA_FA2_BWD").map_or(true, |v| v != "atomic");
+        let same = y_again == y && g_again == g && b_again == b;
+        println!("fused attention training ({backend}), {sequences} x {heads} heads: the same bits twice: {same}");
+        if deterministic {
+            assert!(same, "{sequences} sequences x {heads} heads: two runs of the same step differ");
         }
         let (y1, g1, _) = run(&cuda(), Some((0.1, 5)));
         let (y2, _, _) = run(&cuda(), Some((0.1, 5)));

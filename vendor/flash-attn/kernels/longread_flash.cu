@@ -73,10 +73,17 @@ cudaError_t launch_fwd(Flash_fwd_params& params, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+// With `splits` >= 1 (deterministic, FlashAttention's own `deterministic` mode): `splits`
+// blocks per sequence and head, each walking its share of the key blocks in order and adding
+// its dq into a dq_accum buffer of its own, which the last kernel sums in order, so that the
+// same inputs give the same bits. With 0: a block per key block, all adding into one buffer
+// with atomics in whatever order they run (FlashAttention's default).
 template <typename Traits, bool Is_dropout>
-cudaError_t launch_bwd(Flash_bwd_params& params, cudaStream_t stream) {
+cudaError_t launch_bwd(Flash_bwd_params& params, int splits, cudaStream_t stream) {
     const int m_blocks = (params.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
     const int n_blocks = (params.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+    const int grid_n = splits > 0 ? (splits < n_blocks ? splits : n_blocks) : n_blocks;
+    params.deterministic = splits > 0;
     dim3 grid_m(m_blocks, params.b, params.h);
     bwd_dot_do_o_kernel<Traits><<<grid_m, Traits::kNThreads, 0, stream>>>(params);
     cudaError_t err = cudaGetLastError();
@@ -84,12 +91,12 @@ cudaError_t launch_bwd(Flash_bwd_params& params, cudaStream_t stream) {
     auto kernel = &bwd_dq_dk_dv_kernel<Traits, Is_dropout>;
     constexpr size_t smem = Traits::kSmemSize1colblock;
     if ((err = allow_smem(kernel, smem)) != cudaSuccess) return err;
-    kernel<<<dim3(n_blocks, params.b, params.h), Traits::kNThreads, smem, stream>>>(params);
+    kernel<<<dim3(grid_n, params.b, params.h), Traits::kNThreads, smem, stream>>>(params);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     auto convert = &bwd_convert_dq_kernel<Traits>;
     constexpr size_t smem_dq = Traits::kSmemdQSize;
     if ((err = allow_smem(convert, smem_dq)) != cudaSuccess) return err;
-    convert<<<grid_m, Traits::kNThreads, smem_dq, stream>>>(params, 1);
+    convert<<<grid_m, Traits::kNThreads, smem_dq, stream>>>(params, params.deterministic ? grid_n : 1);
     return cudaGetLastError();
 }
 
@@ -188,17 +195,20 @@ extern "C" int longread_flash_fwd_bf16(const void* q, const void* k, const void*
 // The backward pass of longread_flash_fwd_bf16 (same q, k, v, sequences, scale, dropout and
 // rng_state; its out and lse): gradients of q, k and v into three column blocks of one
 // [total_q, 3 · heads · d] buffer (`grad_row_stride` elements a row), which the caller zeroes
-// (keys beyond seqused_k get no write). `dout` is [total_q, heads, d] contiguous. Scratch, f32:
-// dq_accum of (total_q + 128 · batch) · heads · round_up(d, 32) elements, softmax_d of
-// heads · (total_q + 128 · batch). Returns 0, a cudaError_t, -1 for a head size without a
-// kernel here, -2 for a GPU with less than 144 KB of shared memory per block.
+// (keys beyond seqused_k get no write). `dout` is [total_q, heads, d] contiguous. `dq_splits`:
+// >= 1 for the deterministic backward with that many dq_accum buffers (at most the key blocks
+// of a sequence, ceil(max_seqlen / 128)), 0 for FlashAttention's atomic one (launch_bwd).
+// Scratch, f32: dq_accum of max(dq_splits, 1) buffers of (total_q + 128 · batch) · heads ·
+// round_up(d, 32) elements, the second and later zeroed by the caller (the first kernel clears
+// the first), and softmax_d of heads · (total_q + 128 · batch). Returns 0, a cudaError_t, -1 for
+// a head size without a kernel here, -2 for a GPU with less than 144 KB of shared memory per block.
 extern "C" int longread_flash_bwd_bf16(const void* q, const void* k, const void* v, const void* out,
                                        const void* dout, const float* lse, void* dq, void* dk, void* dv,
                                        long long grad_row_stride, float* dq_accum, float* softmax_d,
                                        const int* cu_seqlens, const int* seqused_k, long long row_stride,
                                        int batch, int heads, int head_dim, int max_seqlen, int total_q,
                                        float softmax_scale, float p_drop, unsigned long long* rng_state,
-                                       void* stream) {
+                                       int dq_splits, void* stream) {
     int device = 0, smem = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -218,16 +228,16 @@ extern "C" int longread_flash_bwd_bf16(const void* q, const void* k, const void*
     params.dq_head_stride = params.dk_head_stride = params.dv_head_stride = head_dim;
     params.dq_accum_ptr = dq_accum;
     params.dsoftmax_sum = softmax_d;
-    params.deterministic = false;
-    params.dq_accum_split_stride = 0;
+    // launch_bwd sets params.deterministic from dq_splits; each split's buffer follows the last.
+    params.dq_accum_split_stride = (long long)(total_q + 128 * batch) * heads * params.d_rounded;
     cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
     const bool dropout = p_drop > 0.0f;
     if (dropout && rng_state == nullptr) return -1;
     switch (head_dim) {
-        case 32: return dropout ? launch_bwd<BwdTraits<32, true>::type, true>(params, s)
-                                : launch_bwd<BwdTraits<32, false>::type, false>(params, s);
-        case 64: return dropout ? launch_bwd<BwdTraits<64, true>::type, true>(params, s)
-                                : launch_bwd<BwdTraits<64, false>::type, false>(params, s);
+        case 32: return dropout ? launch_bwd<BwdTraits<32, true>::type, true>(params, dq_splits, s)
+                                : launch_bwd<BwdTraits<32, false>::type, false>(params, dq_splits, s);
+        case 64: return dropout ? launch_bwd<BwdTraits<64, true>::type, true>(params, dq_splits, s)
+                                : launch_bwd<BwdTraits<64, false>::type, false>(params, dq_splits, s);
         default: return -1;
     }
 }

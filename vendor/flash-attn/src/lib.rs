@@ -45,7 +45,9 @@ extern "C" {
     /// head size other than 32 or 64, -2 for a GPU with under 144 KB of shared memory per block.
     ///
     /// # Safety
-    /// As [`longread_flash_fwd_bf16`]; `dq`, `dk`, `dv` are zeroed column blocks of one buffer.
+    /// As [`longread_flash_fwd_bf16`]; `dq`, `dk`, `dv` are zeroed column blocks of one buffer;
+    /// `dq_accum` holds `max(dq_splits, 1)` buffers, all but the first zeroed (`dq_splits` ≥ 1:
+    /// the deterministic backward, at most `ceil(max_seqlen / 128)`; 0: FlashAttention's atomic one).
     pub fn longread_flash_bwd_bf16(
         q: *const c_void,
         k: *const c_void,
@@ -70,6 +72,7 @@ extern "C" {
         softmax_scale: f32,
         p_drop: f32,
         rng_state: *mut u64,
+        dq_splits: c_int,
         stream: *mut c_void,
     ) -> c_int;
 }

@@ -185,8 +185,15 @@ pub(super) fn backward(
     }
     let padded_rows = c.rows + 128 * c.batch;
     let d_rounded = c.d.div_ceil(32) * 32;
-    // SAFETY: scratch the kernels fill before reading (dq_accum is cleared by the first one).
-    let mut dq_accum = unsafe { dev.alloc::<f32>(padded_rows * heads * d_rounded) }?;
+    let splits = dq_splits(&dev, c.batch * heads, lengths.seq);
+    let accum = padded_rows * heads * d_rounded;
+    let mut dq_accum = if splits > 1 {
+        // The kernels clear the first buffer only.
+        dev.alloc_zeros::<f32>(splits * accum)?
+    } else {
+        // SAFETY: scratch the kernels fill before reading (cleared by the first one).
+        unsafe { dev.alloc::<f32>(accum) }?
+    };
     let mut softmax_d = unsafe { dev.alloc::<f32>(heads * padded_rows) }?;
     let block = (c.hidden * std::mem::size_of::<bf16>()) as u64;
     let status = with_lengths(lengths, |starts, used| {
@@ -228,10 +235,25 @@ pub(super) fn backward(
                 scale,
                 p_drop,
                 rng_ptr as *mut u64,
+                splits as i32,
                 stream.cu_stream() as *mut _,
             )
         })
     })?;
     check(op, status)?;
     Ok(CudaStorage::wrap_cuda_slice(grad, dev))
+}
+
+/// How many dq accumulators FlashAttention-2's backward pass gets for `blocks` (sequences ×
+/// heads) of `seq` keys: its deterministic mode (the default), as FlashAttention chooses it —
+/// enough splits of the key blocks to give each of the GPU's multiprocessors a block, at most
+/// one per key block of 128; 0 with `LONGREAD_CUDA_FA2_BWD=atomic` (FlashAttention's default:
+/// a block per key block, all adding into one accumulator in whatever order they run, so that
+/// two runs of a step differ in the last bits).
+fn dq_splits(dev: &candle_core::CudaDevice, blocks: usize, seq: usize) -> usize {
+    static ATOMIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ATOMIC.get_or_init(|| std::env::var("LONGREAD_CUDA_FA2_BWD").is_ok_and(|v| v == "atomic")) {
+        return 0;
+    }
+    super::dq_splits_for(super::multiprocessors(dev), blocks, seq)
 }

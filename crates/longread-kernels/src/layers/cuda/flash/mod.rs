@@ -277,6 +277,37 @@ fn judge(capability: Option<(i32, i32)>, shared: Option<i32>, built: (u32, u32))
 /// (FlashAttention's `run_mha_bwd_hdim32/64` choice; `-2` from the backward entry point below it).
 const BACKWARD_SHARED_MEMORY: usize = 144 * 1024;
 
+/// FlashAttention-2's deterministic backward on a GPU of `sms` multiprocessors for `blocks`
+/// (sequences × heads) of `seq` keys: how many blocks split each sequence and head's key blocks
+/// (of 128), each with a dq accumulator of its own — enough to give every multiprocessor a block
+/// (FlashAttention's choice), at most one per key block.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn dq_splits_for(sms: usize, blocks: usize, seq: usize) -> usize {
+    sms.div_ceil(blocks.max(1)).clamp(1, seq.div_ceil(128).max(1))
+}
+
+/// The GPU's multiprocessors (asked once per GPU; 132 if the driver does not say).
+#[cfg(feature = "cuda")]
+fn multiprocessors(device: &candle_core::CudaDevice) -> usize {
+    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+    use std::sync::Mutex;
+    static KNOWN: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    let context = device.cuda_stream().context().clone();
+    let ordinal = context.ordinal();
+    let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(&(_, sms)) = known.iter().find(|(o, _)| *o == ordinal) {
+        return sms;
+    }
+    let sms = context
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(132);
+    known.push((ordinal, sms));
+    sms
+}
+
 #[cfg(feature = "cuda")]
 mod support {
     use std::sync::Mutex;
@@ -325,6 +356,18 @@ mod tests {
     use super::*;
 
     use candle_core::{Device, D};
+
+    /// A training batch of 20 chunks × 12 heads fills an H100's 132 multiprocessors: one block
+    /// walks all 4 key blocks; smaller batches split the key blocks, never beyond their count.
+    #[test]
+    fn deterministic_backward_splits_fill_the_gpu_up_to_the_key_blocks() {
+        assert_eq!(dq_splits_for(132, 20 * 12, 512), 1);
+        assert_eq!(dq_splits_for(132, 3 * 12, 512), 4);
+        assert_eq!(dq_splits_for(132, 3 * 4, 200), 2, "200 keys are 2 blocks of 128");
+        assert_eq!(dq_splits_for(132, 1, 64), 1);
+        assert_eq!(dq_splits_for(132, 0, 512), 4, "no blocks: still a valid count");
+        assert_eq!(dq_splits_for(108, 48, 512), 3, "an A100: 108 multiprocessors");
+    }
 
     #[test]
     fn flash_attention_runs_only_where_its_machine_code_and_shared_memory_fit() {
