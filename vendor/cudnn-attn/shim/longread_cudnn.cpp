@@ -19,6 +19,7 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -208,6 +209,11 @@ struct longread_sdpa_call {
     const int64_t *seed_offset;
     void *stream;
 };
+// The layout src/lib.rs's `SdpaCall` declares (and asserts) on 64-bit targets.
+static_assert(sizeof(longread_sdpa_call) == 88 && offsetof(longread_sdpa_call, batch) == 8 &&
+                  offsetof(longread_sdpa_call, scale) == 48 && offsetof(longread_sdpa_call, seq_q) == 56 &&
+                  offsetof(longread_sdpa_call, stream) == 80,
+              "longread_sdpa_call must match SdpaCall in src/lib.rs");
 
 // Opens cuDNN (`library`, or libcudnn.so.9 on the loader's path when null): its version (e.g.
 // 91900), or 0 with the reason in longread_cudnn_error().

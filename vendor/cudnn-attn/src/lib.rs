@@ -27,6 +27,15 @@ pub struct SdpaCall {
     pub stream: *mut c_void,
 }
 
+// The layout the shim's `struct longread_sdpa_call` has (and asserts) on 64-bit targets.
+const _: () = assert!(
+    core::mem::size_of::<SdpaCall>() == 88
+        && core::mem::offset_of!(SdpaCall, batch) == 8
+        && core::mem::offset_of!(SdpaCall, scale) == 48
+        && core::mem::offset_of!(SdpaCall, seq_q) == 56
+        && core::mem::offset_of!(SdpaCall, stream) == 80
+);
+
 extern "C" {
     fn longread_cudnn_open(library: *const c_char) -> i64;
     fn longread_cudnn_error() -> *const c_char;
