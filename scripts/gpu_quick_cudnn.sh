@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn / LONGREAD_CUDA_TRAIN_ATTENTION=cudnn,
-# vendor/cudnn-attn) against FlashAttention-2, the default, on a GPU machine in ~4 minutes: what
+# vendor/cudnn-attn) against FlashAttention-2, the default, on a GPU machine in ~5 minutes: what
 # decides whether cuDNN becomes the default. In order, each bounded by a timeout:
+#   0. FlashAttention-2's training op test (its backward deterministic since session 34);
 #   1. the two attention op tests on cuDNN (inference; training, with dropout and gradients),
 #      each asserting that cuDNN is what ran;
 #   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
@@ -34,6 +35,9 @@ echo "cudnn-check: libcudnn folders: $(find /usr /opt -name 'libcudnn.so.9*' -pr
 $lr -q encoder new --preset roberta-base --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$w/enc"
 $lr -q init --encoder "$w/enc" --labels a,b,c --out "$w/m"
 
+echo "cudnn-check: 0. FlashAttention-2's training op (the default), its backward now deterministic: the same bits twice"
+LONGREAD_REQUIRE_GPU=1 timeout 120 "$w/tt" --test-threads=1 --nocapture flash_attention_training 2>&1 \
+  | grep -E "fused attention|panicked|^test |test result"
 echo "cudnn-check: 1. the attention ops on cuDNN"
 LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-threads=1 --nocapture flash_attention_2 2>&1 \
   | grep -E "fused attention|panicked|^test |test result|cuDNN"
