@@ -533,7 +533,8 @@ json.dump(result, open(sys.argv[3], "w"), indent=1)
 print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pytorch")}, indent=1))
 for r in ours:
     print("longread", r.get("model", "").split("/")[-1], r["precision"], "attention:" + str(r.get("gpu_attention")), "separate:" + (",".join(r.get("gpu_separate") or []) or "none"), ("recompute" if r["recompute"] else "no-recompute") + f' (kept {r.get("kept_documents")}, chunked {r.get("chunked_documents")})',
-          r["max_batch_tokens"], f'{r["docs"]}x{r["chunks_per_doc"]}', round(r["docs_per_s"], 2), "docs/s", gib(r.get("peak_gpu_bytes")), "GiB")
+          r["max_batch_tokens"], f'{r["docs"]}x{r["chunks_per_doc"]}', round(r["docs_per_s"], 2), "docs/s", gib(r.get("peak_gpu_bytes")), "GiB",
+          f'(train\'s budget model: {gib(r.get("estimated_peak_gpu_bytes"))} GiB)')
 for r in torch:
     print("pytorch", r["preset"], r["dtype"], "ckpt" if r["checkpointing"] else "no-ckpt", r["docs_per_s"], "docs/s", r["peak_gib"], "GiB")
 PY

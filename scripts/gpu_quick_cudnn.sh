@@ -67,7 +67,7 @@ for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_TRAIN_ATTENTION=$backend timeout 120 $lr --device cuda bench --workload train --model "$w/m" --shape 4x20 \
       --precision bf16 --repeat 3 --json $args \
-      | python3 -c 'import json,sys;[print("cudnn-check: train", sys.argv[1], sys.argv[2], r["gpu_attention"], "kept", r["kept_documents"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB, first step", round(r["warmup_seconds"],2), "s") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]' "$args" "$backend"
+      | python3 -c 'import json,sys;[print("cudnn-check: train", sys.argv[1], sys.argv[2], r["gpu_attention"], "kept", r["kept_documents"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB (estimated", round(r["estimated_peak_gpu_bytes"]/2**30,2), "), first step", round(r["warmup_seconds"],2), "s") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]' "$args" "$backend"
   done
 done
 # FlashAttention-2's atomic backward (the default before session 34 made it deterministic).

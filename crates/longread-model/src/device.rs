@@ -203,6 +203,12 @@ pub struct TrainFootprint {
 }
 
 impl TrainFootprint {
+    /// The peak memory this estimates for a step that holds the graph of `tokens` batch tokens
+    /// at once (what [`gpu_train_batch_tokens`] keeps within half the card).
+    pub fn peak_bytes(&self, tokens: usize) -> u64 {
+        self.state_bytes().saturating_add((tokens as u64).saturating_mul(self.token_bytes()))
+    }
+
     /// Bytes of weights, gradients and AdamW moments (f32 each).
     fn state_bytes(&self) -> u64 {
         self.parameters.saturating_mul(16)
@@ -494,7 +500,7 @@ mod tests {
             for footprint in [base, large, f32] {
                 let tokens = gpu_train_batch_tokens(gib(g), footprint);
                 assert!(tokens.is_multiple_of(512) && (512..=65_536).contains(&tokens), "{g} GiB: {tokens}");
-                let peak = footprint.state_bytes() + tokens as u64 * footprint.token_bytes();
+                let peak = footprint.peak_bytes(tokens);
                 assert!(peak <= (g << 30) / 2 || tokens == 512, "{g} GiB, {footprint:?}: {tokens} tokens");
             }
         }

@@ -50,6 +50,11 @@ pub struct TrainStepResult {
     pub docs_per_s: f64,
     /// Peak GPU memory of the timed steps in bytes (`None` on the CPU).
     pub peak_gpu_bytes: Option<u64>,
+    /// On a GPU, the peak `train`'s default budget assumes for this step
+    /// ([`longread_model::device::TrainFootprint::peak_bytes`] of [`held_tokens`]): beside
+    /// `peak_gpu_bytes`, how well that estimate holds on this card.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_peak_gpu_bytes: Option<u64>,
     /// The last step's loss (finite, or the step is an error).
     pub loss: f32,
     /// How many of the step's documents were encoded once with their graph (they fit one
@@ -258,10 +263,13 @@ pub fn run_train_step(
     let gpu_attention =
         device.is_cuda().then(|| longread_model::layers::cuda::fused_attention_ran().unwrap_or("longread"));
     let plan = StepPlan::new(&docs, max_batch_tokens, settings.recompute);
+    let held = held_tokens(&docs, &plan, max_batch_tokens, settings.recompute);
+    let estimated_peak_gpu_bytes = device.is_cuda().then(|| model.train_footprint(settings.bf16).peak_bytes(held));
     Ok(TrainStepResult {
         timing,
         docs_per_s,
         peak_gpu_bytes,
+        estimated_peak_gpu_bytes,
         loss,
         kept_documents: plan.kept.iter().map(Vec::len).sum(),
         chunked_documents: plan.chunked.len(),
@@ -270,4 +278,43 @@ pub fn run_train_step(
         max_batch_tokens,
         profile,
     })
+}
+
+/// The most batch tokens (padded: chunks × longest chunk) whose graph a step over `docs` holds
+/// at once: without recomputation every document's; with it the largest kept group, or a
+/// recomputed document's chunk batch (at most `max_batch_tokens`).
+pub fn held_tokens(docs: &[&ChunkedDocument], plan: &StepPlan, max_batch_tokens: usize, recompute: bool) -> usize {
+    let padded = |members: &mut dyn Iterator<Item = &ChunkedDocument>| {
+        let (chunks, longest) = members
+            .fold((0, 0), |(n, l), d| (n + d.chunks.len(), d.chunks.iter().map(|c| c.ids.len()).fold(l, usize::max)));
+        chunks * longest
+    };
+    if !recompute {
+        return docs.iter().map(|d| padded(&mut std::iter::once(*d))).sum();
+    }
+    let kept = plan.kept.iter().map(|group| padded(&mut group.iter().map(|&i| docs[i]))).max().unwrap_or(0);
+    let chunked =
+        plan.chunked.iter().map(|&i| padded(&mut std::iter::once(docs[i])).min(max_batch_tokens)).max().unwrap_or(0);
+    kept.max(chunked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kept groups hold their padded tokens, recomputed documents one batch, the whole graph
+    /// every document's.
+    #[test]
+    fn held_tokens_follow_the_plan() {
+        let documents = synthetic_documents(4, 20, 512, 100);
+        let docs: Vec<&ChunkedDocument> = documents.iter().collect();
+        let held = |budget: usize, recompute: bool| {
+            held_tokens(&docs, &StepPlan::new(&docs, budget, recompute), budget, recompute)
+        };
+        assert_eq!(held(10_240, true), 10_240, "each document is one kept group");
+        assert_eq!(held(20_480, true), 20_480, "two documents a group");
+        assert_eq!(held(4_096, true), 4_096, "recomputed in batches of the budget");
+        assert_eq!(held(65_536, false), 40_960, "the whole step");
+        assert_eq!(held(65_536, true), 40_960, "all four in one kept group");
+    }
 }
