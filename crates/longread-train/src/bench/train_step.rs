@@ -143,9 +143,9 @@ pub fn run_train_step(
 ) -> Result<TrainStepResult> {
     let mut model = HierarchicalClassifier::load(model_dir, true, device)?;
     model.set_precision(if settings.bf16 { DType::BF16 } else { DType::F32 })?;
-    let max_batch_tokens = settings
-        .max_batch_tokens
-        .unwrap_or_else(|| longread_model::device::train_batch_tokens(device, model.train_footprint(settings.bf16)));
+    let footprint = model.train_footprint(settings.bf16);
+    let max_batch_tokens =
+        settings.max_batch_tokens.unwrap_or_else(|| longread_model::device::train_batch_tokens(device, footprint));
     let _ = longread_model::layers::cuda::fused_attention_ran();
     let (chunk_size, vocab) = (model.config().longread.chunking().chunk_size, model.config().encoder.vocab_size);
     let documents = synthetic_documents(settings.docs, settings.chunks, chunk_size, vocab);
@@ -264,7 +264,7 @@ pub fn run_train_step(
         device.is_cuda().then(|| longread_model::layers::cuda::fused_attention_ran().unwrap_or("longread"));
     let plan = StepPlan::new(&docs, max_batch_tokens, settings.recompute);
     let held = held_tokens(&docs, &plan, max_batch_tokens, settings.recompute);
-    let estimated_peak_gpu_bytes = device.is_cuda().then(|| model.train_footprint(settings.bf16).peak_bytes(held));
+    let estimated_peak_gpu_bytes = device.is_cuda().then(|| footprint.peak_bytes(held));
     Ok(TrainStepResult {
         timing,
         docs_per_s,

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut};
-use candle_core::{CudaDevice, CudaStorage, Layout, Result, Storage};
+use candle_core::{CudaDevice, CudaStorage, Layout, Result};
 use half::bf16;
 
 use longread_cudnn_attn::SdpaCall;
 
-use super::launch::{Call, Saved};
+use super::launch::{with_slices, Call, Saved};
 use super::{Backend, KeyLengths};
 
 /// Opens cuDNN (`LONGREAD_CUDNN_LIBRARY`, a file name or path, else `libcudnn.so.9` on the
@@ -46,16 +46,11 @@ fn with_counts<R>(
     if lengths.all_real {
         return f(null(), null());
     }
-    let (full, full_l) = lengths.full.storage_and_layout();
-    let (used, used_l) = lengths.used.storage_and_layout();
-    match (&*full, &*used) {
-        (Storage::Cuda(q), Storage::Cuda(k)) if full_l.start_offset() == 0 && used_l.start_offset() == 0 => {
-            let (q_ptr, _g1) = q.as_cuda_slice::<u32>()?.device_ptr(stream);
-            let (k_ptr, _g2) = k.as_cuda_slice::<u32>()?.device_ptr(stream);
-            f(q_ptr as *const i32, k_ptr as *const i32)
-        }
-        _ => candle_core::bail!("cuDNN attention: the sequence lengths must be on the GPU with the product"),
-    }
+    with_slices(&lengths.full, &lengths.used, |q, k| {
+        let (q_ptr, _g1) = q.device_ptr(stream);
+        let (k_ptr, _g2) = k.device_ptr(stream);
+        f(q_ptr as *const i32, k_ptr as *const i32)
+    })
 }
 
 /// Runs `call(workspace, size)` twice: once with a negative size, which builds (or finds) the

@@ -3,7 +3,7 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
-use candle_core::{CudaStorage, DType, Layout, Result, Storage};
+use candle_core::{CudaStorage, DType, Layout, Result, Storage, Tensor};
 use half::bf16;
 
 use super::{Backend, KeyLengths};
@@ -45,17 +45,24 @@ impl Call {
 }
 
 /// `f` with the device slices of the lengths' row starts and real keys.
-pub(super) fn with_lengths<R>(
-    lengths: &KeyLengths,
+fn with_lengths<R>(lengths: &KeyLengths, f: impl FnOnce(&CudaSlice<u32>, &CudaSlice<u32>) -> Result<R>) -> Result<R> {
+    with_slices(&lengths.starts, &lengths.used, f)
+}
+
+/// `f` with the device slices of two of a [`KeyLengths`]' u32 tensors (cuDNN reads its query
+/// counts and real keys, FlashAttention-2 its row starts and real keys).
+pub(super) fn with_slices<R>(
+    first: &Tensor,
+    second: &Tensor,
     f: impl FnOnce(&CudaSlice<u32>, &CudaSlice<u32>) -> Result<R>,
 ) -> Result<R> {
-    let (starts, starts_l) = lengths.starts.storage_and_layout();
-    let (used, used_l) = lengths.used.storage_and_layout();
-    match (&*starts, &*used) {
-        (Storage::Cuda(s), Storage::Cuda(u)) if starts_l.start_offset() == 0 && used_l.start_offset() == 0 => {
-            f(s.as_cuda_slice::<u32>()?, u.as_cuda_slice::<u32>()?)
+    let (a, a_l) = first.storage_and_layout();
+    let (b, b_l) = second.storage_and_layout();
+    match (&*a, &*b) {
+        (Storage::Cuda(a), Storage::Cuda(b)) if a_l.start_offset() == 0 && b_l.start_offset() == 0 => {
+            f(a.as_cuda_slice::<u32>()?, b.as_cuda_slice::<u32>()?)
         }
-        _ => candle_core::bail!("flash-attention: the sequence lengths must be on the GPU with the product"),
+        _ => candle_core::bail!("fused attention: the sequence lengths must be on the GPU with the product"),
     }
 }
 
@@ -255,5 +262,5 @@ fn dq_splits(dev: &candle_core::CudaDevice, blocks: usize, seq: usize) -> usize 
     if *ATOMIC.get_or_init(|| std::env::var("LONGREAD_CUDA_FA2_BWD").is_ok_and(|v| v == "atomic")) {
         return 0;
     }
-    super::dq_splits_for(super::multiprocessors(dev), blocks, seq)
+    super::dq_splits_for(super::support::of(dev).multiprocessors, blocks, seq)
 }

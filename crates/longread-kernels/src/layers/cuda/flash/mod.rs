@@ -255,8 +255,8 @@ pub fn train_attention_fa2() -> bool {
 pub fn flash2_runs_on(device: &candle_core::Device, backward: bool) -> bool {
     #[cfg(feature = "cuda")]
     if let candle_core::Device::Cuda(cuda) = device {
-        let (forward, with_backward) = support::of(cuda);
-        return if backward { with_backward } else { forward };
+        let gpu = support::of(cuda);
+        return if backward { gpu.backward } else { gpu.forward };
     }
     let _ = (device, backward);
     true
@@ -286,45 +286,34 @@ fn dq_splits_for(sms: usize, blocks: usize, seq: usize) -> usize {
     sms.div_ceil(blocks.max(1)).clamp(1, seq.div_ceil(128).max(1))
 }
 
-/// The GPU's multiprocessors (asked once per GPU; 132 if the driver does not say).
-#[cfg(feature = "cuda")]
-fn multiprocessors(device: &candle_core::CudaDevice) -> usize {
-    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
-    use std::sync::Mutex;
-    static KNOWN: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-    let context = device.cuda_stream().context().clone();
-    let ordinal = context.ordinal();
-    let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(&(_, sms)) = known.iter().find(|(o, _)| *o == ordinal) {
-        return sms;
-    }
-    let sms = context
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .ok()
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(132);
-    known.push((ordinal, sms));
-    sms
-}
-
 #[cfg(feature = "cuda")]
 mod support {
     use std::sync::Mutex;
 
     use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
 
-    /// `(forward, backward)` per GPU ordinal, asked once.
-    static KNOWN: Mutex<Vec<(usize, (bool, bool))>> = Mutex::new(Vec::new());
+    /// What the attention kernels need to know of a GPU.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Gpu {
+        /// It runs FlashAttention-2's forward kernels ([`super::judge`]).
+        pub forward: bool,
+        /// And its backward ones.
+        pub backward: bool,
+        /// Its multiprocessors (132 if the driver does not say): [`super::dq_splits_for`].
+        pub multiprocessors: usize,
+    }
 
-    /// Whether `device` runs the forward kernels, and the backward ones.
-    pub(super) fn of(device: &candle_core::CudaDevice) -> (bool, bool) {
+    /// [`Gpu`] per GPU ordinal, asked once.
+    static KNOWN: Mutex<Vec<(usize, Gpu)>> = Mutex::new(Vec::new());
+
+    /// What `device` is to the attention kernels.
+    pub(super) fn of(device: &candle_core::CudaDevice) -> Gpu {
         let stream = device.cuda_stream();
         let context = stream.context();
         let ordinal = context.ordinal();
         let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(&(_, support)) = known.iter().find(|(o, _)| *o == ordinal) {
-            return support;
+        if let Some(&(_, gpu)) = known.iter().find(|(o, _)| *o == ordinal) {
+            return gpu;
         }
         let capability = context.compute_capability().ok();
         let shared = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN).ok();
@@ -346,8 +335,15 @@ mod support {
                 tracing::debug!("{note}");
             }
         }
-        known.push((ordinal, support));
-        support
+        let multiprocessors = context
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(132);
+        let gpu = Gpu { forward: support.0, backward: support.1, multiprocessors };
+        known.push((ordinal, gpu));
+        gpu
     }
 }
 
