@@ -8,9 +8,14 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../object_cache.rs"]
+mod object_cache;
+use object_cache::{cached_object, fnv_dir, link_static, FNV_START};
+
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=shim");
+    println!("cargo::rerun-if-changed=../object_cache.rs");
     for var in ["CUDNN_INCLUDE_DIR", "CUDNN_FRONTEND_INCLUDE_DIR", "CUDA_ROOT", "CUDA_PATH", "CXX"] {
         println!("cargo::rerun-if-env-changed={var}");
     }
@@ -43,44 +48,12 @@ fn main() {
     for include in [&frontend, &cudnn, &cuda] {
         cmd.arg(format!("-I{}", include.display()));
     }
-    // The object depends only on the source and the command (headers are pinned by version in
-    // scripts/build_cuda.sh): built once per target folder and reused by the other builds there.
-    let key = fnv(
-        format!("{cmd:?}").as_bytes(),
-        fnv(&std::fs::read("shim/longread_cudnn.cpp").unwrap(), 0xcbf2_9ce4_8422_2325),
-    );
-    cmd.arg("-o").arg(&object);
-    // OUT_DIR is <target>/<profile>/build/<crate>-<hash>/out: the cache sits in <target>.
-    let cache = out_dir.ancestors().nth(4).map(|target| target.join(format!("longread-cudnn-{key:016x}.o")));
-    if let Some(cached) = cache.as_ref().filter(|c| c.exists()) {
-        std::fs::copy(cached, &object).expect("copying the cached cuDNN attention object");
-    } else {
-        let status =
-            cmd.status().unwrap_or_else(|e| panic!("running {} (the C++ compiler): {e}", Path::new(&cxx).display()));
-        assert!(status.success(), "the C++ compiler failed on shim/longread_cudnn.cpp ({status})");
-        if let Some(cache) = &cache {
-            // Written under another name, then renamed: a concurrent build never reads half a file.
-            let partial = cache.with_extension(format!("{}.part", std::process::id()));
-            if std::fs::copy(&object, &partial).is_ok() {
-                let _ = std::fs::rename(&partial, cache);
-            }
-        }
-    }
-    let library = out_dir.join("liblongread_cudnn.a");
-    let _ = std::fs::remove_file(&library);
-    let status = Command::new("ar").arg("crs").arg(&library).arg(&object).status().expect("running ar");
-    assert!(status.success(), "ar failed on {}", object.display());
-    println!("cargo::rustc-link-search=native={}", out_dir.display());
-    println!("cargo::rustc-link-lib=static=longread_cudnn");
+    // Built once per target folder (../object_cache.rs); the headers are pinned by version in
+    // scripts/build_cuda.sh, so the source and the command are what the object depends on.
+    let what = format!("{} (the C++ compiler) on shim/longread_cudnn.cpp", Path::new(&cxx).display());
+    cached_object(cmd, fnv_dir(Path::new("shim"), FNV_START), &object, &out_dir, "longread-cudnn", &what);
+    link_static(&object, &out_dir, "longread_cudnn");
     for lib in ["stdc++", "dl", "pthread"] {
         println!("cargo::rustc-link-lib=dylib={lib}");
     }
-}
-
-/// FNV-1a of `bytes`, continuing from `hash`.
-fn fnv(bytes: &[u8], mut hash: u64) -> u64 {
-    for &b in bytes {
-        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
 }

@@ -8,9 +8,14 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../object_cache.rs"]
+mod object_cache;
+use object_cache::{cached_object, fnv_dir, link_static, FNV_START};
+
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=kernels");
+    println!("cargo::rerun-if-changed=../object_cache.rs");
     for var in ["CUDA_COMPUTE_CAP", "CUTLASS_INCLUDE_DIR", "CUDA_ROOT", "CUDA_PATH"] {
         println!("cargo::rerun-if-env-changed={var}");
     }
@@ -54,34 +59,12 @@ fn main() {
         "-fPIC",
         "-w",
     ]);
-    // The object depends only on the sources and the command: built once per target folder and
-    // reused by the other builds there (`cargo check` and `cargo build`, both profiles, other
-    // feature sets, the Python package), which would each spend ~80 s on it.
-    let key = fnv(format!("{cmd:?}").as_bytes(), fnv_dir(Path::new("kernels"), 0xcbf2_9ce4_8422_2325));
-    cmd.arg("-o").arg(&object);
-    // OUT_DIR is <target>/<profile>/build/<crate>-<hash>/out: the cache sits in <target>.
-    let cache = out_dir.ancestors().nth(4).map(|target| target.join(format!("longread-flash-{key:016x}.o")));
-    if let Some(cached) = cache.as_ref().filter(|c| c.exists()) {
-        std::fs::copy(cached, &object).expect("copying the cached FlashAttention object");
-    } else {
-        let status = cmd.status().unwrap_or_else(|e| {
-            panic!("running {} (the CUDA compiler; see scripts/build_cuda.sh): {e}", nvcc.display())
-        });
-        assert!(status.success(), "nvcc failed on kernels/longread_flash.cu ({status})");
-        if let Some(cache) = &cache {
-            // Written under another name, then renamed: a concurrent build never reads half a file.
-            let partial = cache.with_extension(format!("{}.part", std::process::id()));
-            if std::fs::copy(&object, &partial).is_ok() {
-                let _ = std::fs::rename(&partial, cache);
-            }
-        }
-    }
-    let library = out_dir.join("liblongread_flash.a");
-    let _ = std::fs::remove_file(&library);
-    let status = Command::new("ar").arg("crs").arg(&library).arg(&object).status().expect("running ar");
-    assert!(status.success(), "ar failed on {}", object.display());
-    println!("cargo::rustc-link-search=native={}", out_dir.display());
-    println!("cargo::rustc-link-lib=static=longread_flash");
+    // Built once per target folder (../object_cache.rs): ~80 s of nvcc otherwise in every build.
+    let what =
+        format!("{} (the CUDA compiler; see scripts/build_cuda.sh) on kernels/longread_flash.cu", nvcc.display());
+    let sources = fnv_dir(Path::new("kernels"), FNV_START);
+    cached_object(cmd, sources, &object, &out_dir, "longread-flash", &what);
+    link_static(&object, &out_dir, "longread_flash");
     if let Some(root) = &root {
         println!("cargo::rustc-link-search=native={}", root.join("lib").display());
         println!("cargo::rustc-link-search=native={}", root.join("lib64").display());
@@ -90,24 +73,4 @@ fn main() {
     for lib in ["stdc++", "dl", "rt", "pthread"] {
         println!("cargo::rustc-link-lib=dylib={lib}");
     }
-}
-
-/// FNV-1a of `bytes`, continuing from `hash`.
-fn fnv(bytes: &[u8], mut hash: u64) -> u64 {
-    for &b in bytes {
-        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
-
-/// FNV-1a of every file under `dir` (names and contents, in sorted order).
-fn fnv_dir(dir: &Path, mut hash: u64) -> u64 {
-    let mut entries: Vec<PathBuf> =
-        std::fs::read_dir(dir).expect("reading kernels/").map(|e| e.unwrap().path()).collect();
-    entries.sort();
-    for path in entries {
-        hash = fnv(path.to_string_lossy().as_bytes(), hash);
-        hash = if path.is_dir() { fnv_dir(&path, hash) } else { fnv(&std::fs::read(&path).unwrap(), hash) };
-    }
-    hash
 }
