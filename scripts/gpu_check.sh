@@ -341,8 +341,12 @@ if part train; then
     (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
   done
   LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # FlashAttention-2's atomic backward (before session 34 made it deterministic), for comparison.
-  LONGREAD_CUDA_FA2_BWD=atomic bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The attention's non-deterministic backward (FlashAttention-2's atomics, the default before
+  # session 34; cuDNN's default engine), rows marked "separate: deterministic-backward".
+  for backend in fa2 cudnn; do
+    LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDA_TRAIN_ATTENTION=$backend \
+      bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  done
   LONGREAD_CUDA_COLUMN_SUM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # The driver's memory pool that gives freed memory back at each synchronisation (before session 32).

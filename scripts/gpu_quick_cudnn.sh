@@ -10,9 +10,10 @@
 #   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends,
 #      two rounds, then PyTorch eager in the same run;
 #   4. bf16 training steps, 4 x 20 x 512: 10,240-token batches (each document one kept batch)
-#      and the whole graph (--no-recompute, 65,536), both backends, FlashAttention-2's old atomic
-#      backward once (LONGREAD_CUDA_FA2_BWD=atomic; deterministic since session 34), then
-#      PyTorch with and without checkpointing.
+#      and the whole graph (--no-recompute, 65,536), both backends (each backward deterministic,
+#      the default), then each backend's non-deterministic backward at 10,240
+#      (LONGREAD_CUDA_ATTENTION_BWD=fast: FlashAttention-2's atomics, cuDNN's default engine),
+#      then PyTorch with and without checkpointing.
 # Needs gpu-run/ packed (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh) and PyTorch; the
 # full check is scripts/gpu_check.sh. Lines to read: "cudnn-check:", the tests' "test result",
 # and the JSON rows.
@@ -35,7 +36,7 @@ echo "cudnn-check: libcudnn folders: $(find /usr /opt -name 'libcudnn.so.9*' -pr
 $lr -q encoder new --preset roberta-base --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$w/enc"
 $lr -q init --encoder "$w/enc" --labels a,b,c --out "$w/m"
 
-echo "cudnn-check: 0. FlashAttention-2's training op (the default), its backward now deterministic: the same bits twice"
+echo "cudnn-check: 0. FlashAttention-2's training op (the default), its backward deterministic: the same bits twice"
 LONGREAD_REQUIRE_GPU=1 timeout 120 "$w/tt" --test-threads=1 --nocapture flash_attention_training 2>&1 \
   | grep -E "fused attention|panicked|^test |test result"
 echo "cudnn-check: 1. the attention ops on cuDNN"
@@ -70,10 +71,12 @@ for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"
       | python3 -c 'import json,sys;[print("cudnn-check: train", sys.argv[1], sys.argv[2], r["gpu_attention"], "kept", r["kept_documents"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB (estimated", round(r["estimated_peak_gpu_bytes"]/2**30,2), "), first step", round(r["warmup_seconds"],2), "s") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]' "$args" "$backend"
   done
 done
-# FlashAttention-2's atomic backward (the default before session 34 made it deterministic).
-LONGREAD_CUDA_FA2_BWD=atomic timeout 120 $lr --device cuda bench --workload train --model "$w/m" --shape 4x20 \
-  --precision bf16 --repeat 3 --json --max-batch-tokens 10240 \
-  | python3 -c 'import json,sys;[print("cudnn-check: train 10240 fa2-atomic", r["gpu_attention"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]'
+# The non-deterministic backward of each (FlashAttention-2's atomics, the default before session 34).
+for backend in fa2 cudnn; do
+  LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDA_TRAIN_ATTENTION=$backend timeout 120 $lr --device cuda bench \
+    --workload train --model "$w/m" --shape 4x20 --precision bf16 --repeat 3 --json --max-batch-tokens 10240 \
+    | python3 -c 'import json,sys;[print("cudnn-check: train 10240 fast backward", r["gpu_attention"], r["gpu_separate"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]'
+done
 (cd scripts && timeout 150 python3 gpu_bench_torch_train.py --preset roberta-base --settings bf16:ckpt bf16:nockpt) 2>&1 \
   | grep '^{' | cut -c1-330
 echo "cudnn-check: done"

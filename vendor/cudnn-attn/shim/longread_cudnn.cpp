@@ -52,12 +52,12 @@ struct Key {
     int ordinal;
     bool backward;
     int64_t batch, heads, dim, seq, row_stride, grad_row_stride;
-    bool padded, stats;
+    bool padded, stats, deterministic;
     float scale, p_drop;
 
     auto tie() const {
-        return std::tie(ordinal, backward, batch, heads, dim, seq, row_stride, grad_row_stride, padded, stats, scale,
-                        p_drop);
+        return std::tie(ordinal, backward, batch, heads, dim, seq, row_stride, grad_row_stride, padded, stats,
+                        deterministic, scale, p_drop);
     }
     bool operator<(const Key &other) const { return tie() < other.tie(); }
 };
@@ -131,6 +131,9 @@ std::shared_ptr<fe::graph::Graph> build(const Key &key, cudnnHandle_t handle) {
         auto options = fe::graph::SDPA_backward_attributes().set_name("longread_attention_backward").set_attn_scale(key.scale);
         if (key.padded) options.set_padding_mask(true).set_seq_len_q(seq_q).set_seq_len_kv(seq_kv);
         if (key.p_drop > 0.0f) options.set_dropout(key.p_drop, seed, offset);
+        // Hopper's deterministic engine writes dP (batch · heads · seq² bf16) to the workspace
+        // and reduces dq by a product instead of atomics.
+        if (key.deterministic) options.set_deterministic_algorithm(true);
         auto o = tensor(O, "o", dims, rows_of(hidden));
         auto d_o = tensor(DO, "do", dims, rows_of(hidden));
         auto stats = tensor(STATS, "stats", stats_dims, stats_strides);
@@ -253,9 +256,9 @@ const char *longread_cudnn_error() { return last_error.c_str(); }
 namespace {
 
 // The key and the pointers both passes share.
-Key key_of(const longread_sdpa_call &call, bool backward, int64_t grad_row_stride, bool stats) {
-    return Key{call.ordinal, backward,     call.batch, call.heads,  call.dim,  call.seq,
-               call.row_stride, grad_row_stride, call.seq_kv != nullptr, stats, call.scale, call.p_drop};
+Key key_of(const longread_sdpa_call &call, bool backward, int64_t grad_row_stride, bool stats, bool deterministic) {
+    return Key{call.ordinal, backward, call.batch, call.heads, call.dim, call.seq, call.row_stride, grad_row_stride,
+               call.seq_kv != nullptr, stats, deterministic, call.scale, call.p_drop};
 }
 
 std::unordered_map<int64_t, void *> pointers_of(const longread_sdpa_call &call, const void *q, const void *k,
@@ -285,15 +288,18 @@ int longread_cudnn_sdpa_fwd_bf16(const longread_sdpa_call *call, const void *q, 
     auto pointers = pointers_of(*call, q, k, v);
     pointers[O] = out;
     if (stats) pointers[STATS] = stats;
-    return run(key_of(*call, false, 0, stats != nullptr), pointers, workspace, workspace_size, call->stream);
+    return run(key_of(*call, false, 0, stats != nullptr, false), pointers, workspace, workspace_size, call->stream);
 }
 
 // The backward pass of longread_cudnn_sdpa_fwd_bf16 given its output, the output's gradient and
-// its statistics: dq, dk and dv into three column blocks of rows of `grad_row_stride` elements.
+// its statistics: dq, dk and dv into three column blocks of rows of `grad_row_stride` elements,
+// by cuDNN's deterministic engine when `deterministic` is not 0 (the same bits every run). With
+// `*workspace_size < 0` it only builds (or finds) the graph (the tensors may then be null).
 // Returns 0 or 1 (longread_cudnn_error()).
 int longread_cudnn_sdpa_bwd_bf16(const longread_sdpa_call *call, const void *q, const void *k, const void *v,
                                  const void *out, const void *dout, const float *stats, void *dq, void *dk, void *dv,
-                                 int64_t grad_row_stride, void *workspace, int64_t *workspace_size) {
+                                 int64_t grad_row_stride, int deterministic, void *workspace,
+                                 int64_t *workspace_size) {
     auto pointers = pointers_of(*call, q, k, v);
     pointers[O] = const_cast<void *>(out);
     pointers[DO] = const_cast<void *>(dout);
@@ -301,7 +307,8 @@ int longread_cudnn_sdpa_bwd_bf16(const longread_sdpa_call *call, const void *q, 
     pointers[DQ] = dq;
     pointers[DK] = dk;
     pointers[DV] = dv;
-    return run(key_of(*call, true, grad_row_stride, true), pointers, workspace, workspace_size, call->stream);
+    return run(key_of(*call, true, grad_row_stride, true, deterministic != 0), pointers, workspace, workspace_size,
+               call->stream);
 }
 
 }  // extern "C"

@@ -60,7 +60,10 @@ extern "C" {
     ) -> c_int;
 
     /// The backward pass of [`longread_cudnn_sdpa_fwd_bf16`]: dq, dk and dv into three column
-    /// blocks of rows of `grad_row_stride` elements. Returns 0, or 1 ([`last_error`]).
+    /// blocks of rows of `grad_row_stride` elements, by cuDNN's deterministic engine where
+    /// `deterministic` is not 0. With `*workspace_size < 0` it only builds (or finds) the graph
+    /// and stores the workspace it needs (the tensors may be null). Returns 0, or 1
+    /// ([`last_error`]).
     ///
     /// # Safety
     /// As [`longread_cudnn_sdpa_fwd_bf16`]; `stats`, and `call`'s dropout, are the forward
@@ -77,6 +80,7 @@ extern "C" {
         dk: *mut c_void,
         dv: *mut c_void,
         grad_row_stride: i64,
+        deterministic: c_int,
         workspace: *mut c_void,
         workspace_size: *mut i64,
     ) -> c_int;

@@ -68,8 +68,8 @@ pub struct TrainStepResult {
     /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`, `column-sum` with
     /// `LONGREAD_CUDA_COLUMN_SUM=candle`, `embedding-grad` with
     /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `norm-registers` with `LONGREAD_CUDA_NORM_KERNEL=rows`,
-    /// `pool-cache` with `LONGREAD_CUDA_POOL=release`;
-    /// empty: the default route, all on. Absent on the CPU.
+    /// `pool-cache` with `LONGREAD_CUDA_POOL=release`, `deterministic-backward` with
+    /// `LONGREAD_CUDA_ATTENTION_BWD=fast`; empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
@@ -254,6 +254,7 @@ pub fn run_train_step(
             ("embedding-grad", ops::train_embedding_kernel()),
             ("norm-registers", ops::norm_in_registers()),
             ("pool-cache", longread_model::device::gpu_pool_caches()),
+            ("deterministic-backward", ops::attention_backward_deterministic()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

@@ -398,6 +398,16 @@ pub(crate) fn train_attention() -> &'static str {
     env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fused", "separate", "cudnn"], "fa2")
 }
 
+/// Whether the fused attention's backward pass (FlashAttention-2's or cuDNN's) is deterministic
+/// — the same bits from the same step, which a resumed run needs to end bit-identical (the
+/// default) — or, with `LONGREAD_CUDA_ATTENTION_BWD=fast`, adds its dq blocks into one
+/// accumulator in whatever order they run (FlashAttention-2's atomics; cuDNN's default engine,
+/// where the deterministic one writes dP, `batch · heads · seq²` bf16, to its workspace).
+pub fn attention_backward_deterministic() -> bool {
+    static FAST: OnceLock<bool> = OnceLock::new();
+    !env_is(&FAST, "LONGREAD_CUDA_ATTENTION_BWD", "fast")
+}
+
 /// Whether training on a GPU runs self-attention over one fused q/k/v product (`fused` or `fa2`
 /// in [`train_attention`]).
 pub fn train_attention_fused() -> bool {

@@ -128,6 +128,11 @@ pub(super) fn forward(
         let (stats_ptr, _g3) = stats.device_ptr_mut(&stream);
         let (rng_ptr, _g4) = rng.device_ptr(&stream);
         let call = call_of(&dev, &c, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_ptr));
+        if keep {
+            // The backward pass's graph is built before the forward pass runs, so that a shape
+            // cuDNN cannot differentiate fails here, where FlashAttention-2 can still take over.
+            prepare_backward(&call, c.hidden)?;
+        }
         with_workspace(op, &dev, |workspace, size| {
             // SAFETY: q, k and v are the three column blocks of `rows` rows of `row_stride`
             // elements; out holds rows · hidden elements, stats heads · rows when kept; the
@@ -148,6 +153,37 @@ pub(super) fn forward(
         })
     })?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse: stats, rng, backend: Backend::Cudnn }))
+}
+
+/// Builds (or finds) the graph of the backward pass of `call` (gradients in rows of
+/// `3 · hidden`, as [`backward`] writes them) without running it.
+fn prepare_backward(call: &SdpaCall, hidden: usize) -> Result<()> {
+    let mut size = -1i64;
+    // SAFETY: with a negative workspace size the shim builds the graph and reads no tensor.
+    let status = unsafe {
+        longread_cudnn_attn::longread_cudnn_sdpa_bwd_bf16(
+            call,
+            null(),
+            null(),
+            null(),
+            null(),
+            null(),
+            null(),
+            null_mut(),
+            null_mut(),
+            null_mut(),
+            (3 * hidden) as i64,
+            deterministic(),
+            null_mut(),
+            &mut size,
+        )
+    };
+    check("cudnn-attention backward", status)
+}
+
+/// Whether cuDNN's backward pass runs its deterministic engine, as a flag for the shim.
+fn deterministic() -> i32 {
+    i32::from(crate::layers::cuda::attention_backward_deterministic())
 }
 
 /// As `launch::backward` on cuDNN, given its checked sizes and inputs (the q/k/v product, the
@@ -193,6 +229,7 @@ pub(super) fn backward(
                     (grad_ptr + block) as *mut c_void,
                     (grad_ptr + 2 * block) as *mut c_void,
                     (3 * c.hidden) as i64,
+                    deterministic(),
                     workspace as *mut c_void,
                     size,
                 )

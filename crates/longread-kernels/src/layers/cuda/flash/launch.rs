@@ -252,14 +252,15 @@ pub(super) fn backward(
 }
 
 /// How many dq accumulators FlashAttention-2's backward pass gets for `blocks` (sequences ×
-/// heads) of `seq` keys: its deterministic mode (the default), as FlashAttention chooses it —
-/// enough splits of the key blocks to give each of the GPU's multiprocessors a block, at most
-/// one per key block of 128; 0 with `LONGREAD_CUDA_FA2_BWD=atomic` (FlashAttention's default:
-/// a block per key block, all adding into one accumulator in whatever order they run, so that
-/// two runs of a step differ in the last bits).
+/// heads) of `seq` keys: in its deterministic mode (the default,
+/// [`attention_backward_deterministic`](crate::layers::cuda::attention_backward_deterministic)), as
+/// FlashAttention chooses it — enough splits of the key blocks to give each of the GPU's
+/// multiprocessors a block, at most one per key block of 128; 0 with
+/// `LONGREAD_CUDA_ATTENTION_BWD=fast` (FlashAttention's default: a block per key block, all
+/// adding into one accumulator in whatever order they run, so that two runs of a step differ in
+/// the last bits).
 fn dq_splits(dev: &candle_core::CudaDevice, blocks: usize, seq: usize) -> usize {
-    static ATOMIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *ATOMIC.get_or_init(|| std::env::var("LONGREAD_CUDA_FA2_BWD").is_ok_and(|v| v == "atomic")) {
+    if !crate::layers::cuda::attention_backward_deterministic() {
         return 0;
     }
     super::dq_splits_for(super::support::of(dev).multiprocessors, blocks, seq)
