@@ -514,13 +514,43 @@ fn cuda_bf16_training_with_flash_attention_follows_the_f32_loss_curve() {
     assert_bf16_follows_f32("FlashAttention-2", &f32s, &bf16s);
 }
 
-/// Every tensor of a saved model, by name.
+/// Every tensor of a saved model, by name (sorted).
 #[cfg(feature = "clap")]
-fn weights(dir: &Path) -> Vec<(String, Vec<f32>)> {
+type Weights = Vec<(String, Vec<f32>)>;
+
+/// The [`Weights`] of the model saved in `dir`.
+#[cfg(feature = "clap")]
+fn weights(dir: &Path) -> Weights {
     let tensors = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
-    let mut all: Vec<(String, Vec<f32>)> = tensors.iter().map(|(n, t)| (n.clone(), flat(t))).collect();
+    let mut all: Weights = tensors.iter().map(|(n, t)| (n.clone(), flat(t))).collect();
     all.sort_by(|a, b| a.0.cmp(&b.0));
     all
+}
+
+/// The weights of two runs on the GPU from a classifier on `encoder` with `common` flags and two
+/// epochs: one uninterrupted, one stopped after the first epoch and resumed (`--resume auto`).
+#[cfg(feature = "clap")]
+fn whole_and_resumed(encoder: &Path, dir: &Path, common: &[&str]) -> (Weights, Weights) {
+    let common: Vec<&str> = ["--epochs", "2", "--keep", "last"].iter().copied().chain(common.iter().copied()).collect();
+    let whole = dir.join("whole");
+    train_on(encoder, &whole, DeviceChoice::Cuda(0), &common);
+    let split = dir.join("split");
+    let first = train_on(encoder, &split, DeviceChoice::Cuda(0), &[&common[..], &["--stop-after-epoch", "1"]].concat());
+    assert_eq!(first.len(), 1);
+    let rest = train_on(encoder, &split, DeviceChoice::Cuda(0), &[&common[..], &["--resume", "auto"]].concat());
+    assert_eq!(rest.len(), 1);
+    let (a, b) = (weights(&whole), weights(&split));
+    assert_eq!(a.len(), b.len());
+    (a, b)
+}
+
+/// Asserts that every tensor of `a` has the bits of `b`'s (`what`: the runs, for the message).
+#[cfg(feature = "clap")]
+fn assert_bit_identical(what: &str, a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) {
+    for ((n, x), (_, y)) in a.iter().zip(b) {
+        assert!(x == y, "{n} differs after resuming {what} (max {:.2e})", max_diff(x, y));
+    }
+    println!("resumed {what}: {} tensors bit-identical to the uninterrupted run", a.len());
 }
 
 #[cfg(feature = "clap")]
@@ -530,20 +560,8 @@ fn a_gpu_run_stopped_after_an_epoch_and_resumed_on_the_gpu_ends_bit_identical() 
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let common = ["--epochs", "2", "--keep", "last"];
-    let whole = dir.path().join("whole");
-    train(&whole, DeviceChoice::Cuda(0), &common);
-    let split = dir.path().join("split");
-    let first = train(&split, DeviceChoice::Cuda(0), &[&common[..], &["--stop-after-epoch", "1"]].concat());
-    assert_eq!(first.len(), 1);
-    let rest = train(&split, DeviceChoice::Cuda(0), &[&common[..], &["--resume", "auto"]].concat());
-    assert_eq!(rest.len(), 1);
-    let (a, b) = (weights(&whole), weights(&split));
-    assert_eq!(a.len(), b.len());
-    for ((n, x), (_, y)) in a.iter().zip(&b) {
-        assert!(x == y, "{n} differs after resuming on the GPU (max {:.2e})", max_diff(x, y));
-    }
-    println!("resumed on the GPU: {} tensors bit-identical to the uninterrupted run", a.len());
+    let (a, b) = whole_and_resumed(&fixture("tiny-roberta"), dir.path(), &[]);
+    assert_bit_identical("on the GPU", &a, &b);
 }
 
 /// As above in bf16 on an encoder whose attention runs the fused kernels (FlashAttention-2, or
@@ -561,34 +579,17 @@ fn a_bf16_gpu_run_on_the_fused_attention_resumed_on_the_gpu_ends_bit_identical()
     use longread_model::layers::cuda::{attention_backward_deterministic, cudnn_unavailable, fused_attention_ran};
     let dir = tempfile::tempdir().unwrap();
     let encoder = tiny_preset_encoder(dir.path(), None);
-    let common = ["--epochs", "2", "--keep", "last", "--precision", "bf16"];
-    let whole = dir.path().join("whole");
     let _ = fused_attention_ran();
-    train_on(&encoder, &whole, DeviceChoice::Cuda(0), &common);
+    let (a, b) = whole_and_resumed(&encoder, dir.path(), &["--precision", "bf16"]);
     assert_eq!(fused_attention_ran(), Some(train_backend()), "the fused attention ran ({:?})", cudnn_unavailable());
-    let split = dir.path().join("split");
-    let first =
-        train_on(&encoder, &split, DeviceChoice::Cuda(0), &[&common[..], &["--stop-after-epoch", "1"]].concat());
-    assert_eq!(first.len(), 1);
-    let rest = train_on(&encoder, &split, DeviceChoice::Cuda(0), &[&common[..], &["--resume", "auto"]].concat());
-    assert_eq!(rest.len(), 1);
-    let (a, b) = (weights(&whole), weights(&split));
-    assert_eq!(a.len(), b.len());
-    let largest = a.iter().zip(&b).map(|((_, x), (_, y))| max_diff(x, y)).fold(0.0f32, f32::max);
     if !attention_backward_deterministic() {
+        let largest = a.iter().zip(&b).map(|((_, x), (_, y))| max_diff(x, y)).fold(0.0f32, f32::max);
         println!(
             "{test}: LONGREAD_CUDA_ATTENTION_BWD=fast: not held to bit-identity; largest difference {largest:.2e}"
         );
         return;
     }
-    for ((n, x), (_, y)) in a.iter().zip(&b) {
-        assert!(x == y, "{n} differs after resuming a bf16 run on the GPU (max {:.2e})", max_diff(x, y));
-    }
-    println!(
-        "resumed a bf16 run on {} on the GPU: {} tensors bit-identical to the uninterrupted run",
-        train_backend(),
-        a.len()
-    );
+    assert_bit_identical(&format!("a bf16 run on {} on the GPU", train_backend()), &a, &b);
 }
 
 /// Loss and every gradient of one HAN training step on the HAN fixture (3 documents with padded
