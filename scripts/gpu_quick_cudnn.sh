@@ -2,7 +2,8 @@
 # cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn / LONGREAD_CUDA_TRAIN_ATTENTION=cudnn,
 # vendor/cudnn-attn) against FlashAttention-2, the default, on a GPU machine in ~5 minutes: what
 # decides whether cuDNN becomes the default. In order, each bounded by a timeout:
-#   0. FlashAttention-2's training op test (its backward deterministic since session 34);
+#   0. FlashAttention-2's training op test (its backward deterministic since session 34), and a
+#      bf16 run stopped and resumed bit-identically on each backend (deterministic backwards);
 #   1. the two attention op tests on cuDNN (inference; training, with dropout and gradients),
 #      each asserting that cuDNN is what ran;
 #   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
@@ -39,6 +40,11 @@ $lr -q init --encoder "$w/enc" --labels a,b,c --out "$w/m"
 echo "cudnn-check: 0. FlashAttention-2's training op (the default), its backward deterministic: the same bits twice"
 LONGREAD_REQUIRE_GPU=1 timeout 120 "$w/tt" --test-threads=1 --nocapture flash_attention_training 2>&1 \
   | grep -E "fused attention|panicked|^test |test result"
+echo "cudnn-check: 0b. a bf16 run on the fused attention (dropout on), stopped and resumed: bit-identical, both backends"
+for backend in fa2 cudnn; do
+  LONGREAD_CUDA_TRAIN_ATTENTION=$backend LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/tt" --test-threads=1 --nocapture \
+    a_bf16_gpu_run_on_the_fused_attention 2>&1 | grep -E "resumed|panicked|^test |test result|cuDNN"
+done
 echo "cudnn-check: 1. the attention ops on cuDNN"
 LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-threads=1 --nocapture flash_attention_2 2>&1 \
   | grep -E "fused attention|panicked|^test |test result|cuDNN"
