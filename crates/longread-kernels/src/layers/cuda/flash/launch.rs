@@ -77,7 +77,7 @@ fn check(op: &str, status: i32) -> Result<()> {
 
 /// Attention of `qkv: [batch · seq, 3 · hidden]` (bias added) over `lengths`, with dropout
 /// `(probability, seed)` or none, on `backend`: the output `[rows, hidden]` and what the
-/// backward pass needs (cuDNN skips its statistics unless `keep`).
+/// backward pass needs (cuDNN skips its statistics unless `keep`, as training does).
 pub(super) fn forward(
     backend: Backend,
     (qkv, qkv_l): (&CudaStorage, &Layout),
@@ -88,7 +88,7 @@ pub(super) fn forward(
 ) -> Result<(CudaStorage, Saved)> {
     if backend == Backend::Cudnn {
         let result = super::cudnn::forward((qkv, qkv_l), lengths, (heads, scale), dropout, keep);
-        if let Some(done) = super::cudnn_outcome(result)? {
+        if let Some(done) = super::cudnn_outcome(result, keep)? {
             return Ok(done);
         }
     }

@@ -128,7 +128,7 @@ impl Backend {
     /// variable names `cudnn` and cuDNN opens (else FlashAttention-2, with a warning once).
     pub fn chosen(train: bool) -> Self {
         let asked = if train { super::train_attention() } else { super::inference_attention() };
-        if asked == "cudnn" && cudnn_opens() {
+        if asked == "cudnn" && cudnn_opens(train) {
             Backend::Cudnn
         } else {
             Backend::Fa2
@@ -144,9 +144,10 @@ impl Backend {
 }
 
 /// Whether cuDNN opens (`LONGREAD_CUDNN_LIBRARY`, else `libcudnn.so.9` on the loader's path)
-/// and has not failed its first call: asked once; where it does not, a warning says why and
-/// FlashAttention-2 runs instead.
-fn cudnn_opens() -> bool {
+/// and has not failed its first call in training (`train`: forward and backward graphs) or in
+/// inference: asked once; where it does not, a warning says why and FlashAttention-2 runs
+/// instead.
+fn cudnn_opens(train: bool) -> bool {
     #[cfg(feature = "cuda")]
     {
         static OPENS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -160,35 +161,41 @@ fn cudnn_opens() -> bool {
                 false
             }
         });
-        opens && CUDNN_STATE.load(Ordering::Relaxed) != CUDNN_FAILED
+        opens && CUDNN_STATE[usize::from(train)].load(Ordering::Relaxed) != CUDNN_FAILED
     }
     #[cfg(not(feature = "cuda"))]
-    false
+    {
+        let _ = train;
+        false
+    }
 }
 
-/// cuDNN's record in this process: no call yet, a call that worked, or a first call that failed.
+/// cuDNN's record in this process, for inference and for training (whose graphs include a
+/// backward pass): no call yet, a call that worked, or a first call that failed.
 #[cfg(feature = "cuda")]
-static CUDNN_STATE: AtomicU8 = AtomicU8::new(0);
+static CUDNN_STATE: [AtomicU8; 2] = [AtomicU8::new(0), AtomicU8::new(0)];
 #[cfg(feature = "cuda")]
 const CUDNN_WORKS: u8 = 1;
 #[cfg(feature = "cuda")]
 const CUDNN_FAILED: u8 = 2;
 
-/// The outcome of a cuDNN call: its value, or — where cuDNN has never worked in this process
-/// (no usable CUDA runtime beside it, an engine it does not have for this GPU) — `None` after a
-/// warning, and cuDNN is not asked again (FlashAttention-2 runs instead); a failure after cuDNN
-/// worked is an error.
+/// The outcome of a cuDNN call of training (`train`) or inference: its value, or — where cuDNN
+/// has never worked for that use in this process (no usable CUDA runtime beside it, an engine
+/// it does not have for this GPU, a backward graph it cannot build) — `None` after a warning,
+/// and cuDNN is not asked again for that use (FlashAttention-2 runs instead); a failure after
+/// cuDNN worked is an error.
 #[cfg(feature = "cuda")]
-fn cudnn_outcome<T>(result: Result<T>) -> Result<Option<T>> {
+fn cudnn_outcome<T>(result: Result<T>, train: bool) -> Result<Option<T>> {
+    let state = &CUDNN_STATE[usize::from(train)];
     match result {
         Ok(value) => {
-            CUDNN_STATE.store(CUDNN_WORKS, Ordering::Relaxed);
+            state.store(CUDNN_WORKS, Ordering::Relaxed);
             ran(Backend::Cudnn);
             Ok(Some(value))
         }
-        Err(e) if CUDNN_STATE.load(Ordering::Relaxed) != CUDNN_WORKS => {
-            CUDNN_STATE.store(CUDNN_FAILED, Ordering::Relaxed);
-            gave_up(format!("its first call failed: {e}"));
+        Err(e) if state.load(Ordering::Relaxed) != CUDNN_WORKS => {
+            state.store(CUDNN_FAILED, Ordering::Relaxed);
+            gave_up(format!("its first call in {} failed: {e}", if train { "training" } else { "inference" }));
             Ok(None)
         }
         Err(e) => Err(e),
