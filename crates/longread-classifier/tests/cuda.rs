@@ -196,6 +196,55 @@ fn cuda_bf16_encoder_is_as_close_to_f32_as_pytorch_autocast() {
     }
 }
 
+/// `predict` hands the encoder its ids and mask on the CPU (checked there, copied over once,
+/// nothing read back from the GPU): the same bits as the same inputs given on the GPU, in bf16
+/// over right-padded sequences whose heads of 64 run the fused attention (its key lengths then
+/// come from the CPU's mask), and in f32.
+#[test]
+fn on_cuda_inputs_given_on_the_cpu_give_the_encoders_output_for_inputs_on_the_gpu() {
+    let test = "on_cuda_inputs_given_on_the_cpu_give_the_encoders_output_for_inputs_on_the_gpu";
+    if !gpu(test) {
+        return;
+    }
+    use candle_core::{DType, Device, Tensor};
+    use longread_model::layers::cuda::{cudnn_unavailable, fused_attention_ran};
+    let device = DeviceChoice::Cuda(0).resolve().unwrap();
+    let config = longread_model::presets::preset_config("tiny", 1000).unwrap();
+    let vb = longread_model::checkpoint::fresh_var_builder(&config.model_type, 7, None, DType::F32, &device);
+    let mut encoder = longread_model::Encoder::load(vb, &config).unwrap();
+    // Right-padded rows of 64, 40 and 1 real tokens (ids 3.., padding 1).
+    let (seq, real) = (64usize, [64usize, 40, 1]);
+    let ids: Vec<u32> =
+        real.iter().flat_map(|&n| (0..seq).map(move |i| if i < n { 3 + (i * 37 % 990) as u32 } else { 1 })).collect();
+    let mask: Vec<u32> = real.iter().flat_map(|&n| (0..seq).map(move |i| u32::from(i < n))).collect();
+    let ids = Tensor::from_vec(ids, (real.len(), seq), &Device::Cpu).unwrap();
+    let mask = Tensor::from_vec(mask, (real.len(), seq), &Device::Cpu).unwrap();
+    for dtype in [DType::BF16, DType::F32] {
+        encoder.set_inference_dtype(dtype).unwrap();
+        let _ = fused_attention_ran();
+        let on_gpu = encoder
+            .forward(&ids.to_device(&device).unwrap(), &mask.to_device(&device).unwrap(), longread_model::Mode::Eval)
+            .unwrap();
+        let from_cpu = encoder.forward(&ids, &mask, longread_model::Mode::Eval).unwrap();
+        assert!(from_cpu.device().is_cuda(), "the output stays on the encoder's device");
+        if dtype == DType::BF16 {
+            assert!(
+                fused_attention_ran().is_some(),
+                "bf16 heads of 64 run the fused attention ({:?})",
+                cudnn_unavailable()
+            );
+        }
+        let (a, b) = (numbers_of(&on_gpu), numbers_of(&from_cpu));
+        println!("{test}: {dtype:?}: largest difference {:.2e}", max_diff(&a, &b));
+        assert!(a == b, "{dtype:?}: inputs on the CPU change the encoder's output");
+    }
+}
+
+/// Every value of a tensor, as f32 on the host.
+fn numbers_of(t: &candle_core::Tensor) -> Vec<f32> {
+    t.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
 #[test]
 fn on_cuda_a_document_alone_and_in_a_full_batch_gets_the_same_scores() {
     if !gpu("on_cuda_a_document_alone_and_in_a_full_batch_gets_the_same_scores") {

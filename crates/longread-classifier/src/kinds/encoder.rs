@@ -85,8 +85,10 @@ impl DocumentModel for EncoderModel {
             let chosen: Vec<&[u32]> = batch.iter().map(|&i| seqs[i]).collect();
             let (ids, mask, seq) = pad_batch(&chosen, self.model.config().encoder.pad_token_id);
             let n = chosen.len();
-            let ids = Tensor::from_vec(ids, (n, seq), &self.device)?;
-            let mask = Tensor::from_vec(mask, (n, seq), &self.device)?;
+            // On the CPU: the encoder checks them there and copies them to its device, reading
+            // nothing back from a GPU (so this batch is prepared while the last one runs).
+            let ids = Tensor::from_vec(ids, (n, seq), &Device::Cpu)?;
+            let mask = Tensor::from_vec(mask, (n, seq), &Device::Cpu)?;
             // Detached: nothing here is differentiated, and no graph is kept alive.
             let vectors = self.model.chunk_vectors(&ids, &mask, Mode::Eval)?.detach();
             for (row, &i) in batch.iter().enumerate() {

@@ -49,6 +49,16 @@ pub(crate) enum Keys<'a> {
     Packed(&'a [Range<usize>]),
 }
 
+/// A batch's inputs on the encoder's device ([`Encoder::batch_on_device`]), and its mask on the
+/// CPU where the caller gave it there.
+struct Batch {
+    ids: Tensor,
+    mask: Tensor,
+    types: Tensor,
+    positions: Tensor,
+    host_mask: Option<Tensor>,
+}
+
 /// The tensors behind one pass's [`Keys::Masked`] ([`Encoder::pass_keys`]).
 struct PassKeys {
     mask: Tensor,
@@ -222,17 +232,19 @@ impl Encoder {
         Ok((mask, position))
     }
 
-    /// What every layer's attention reads in one pass over padded sequences in `mode`.
+    /// What every layer's attention reads in one pass over padded sequences in `mode`; `host`:
+    /// the same mask on the CPU where the caller has it (the key lengths are then read from it,
+    /// not back from the GPU).
     ///
     /// # Shapes
-    /// `attention_mask: [batch, seq]`
-    fn pass_keys(&self, attention_mask: &Tensor, mode: Mode) -> CResult<PassKeys> {
+    /// `attention_mask, host: [batch, seq]`
+    fn pass_keys(&self, attention_mask: &Tensor, host: Option<&Tensor>, mode: Mode) -> CResult<PassKeys> {
         let (mask, position) = self.attention_biases(attention_mask)?;
         Ok(PassKeys {
             mask,
             position,
             relative: self.relative_context(attention_mask, mode)?,
-            lengths: self.key_lengths(attention_mask, mode)?,
+            lengths: self.key_lengths(attention_mask, host, mode)?,
         })
     }
 
@@ -242,8 +254,8 @@ impl Encoder {
     /// (the attention then masks keys by their bias).
     ///
     /// # Shapes
-    /// `attention_mask: [batch, seq]`
-    fn key_lengths(&self, attention_mask: &Tensor, mode: Mode) -> CResult<Option<KeyLengths>> {
+    /// `attention_mask, host: [batch, seq]` (`host`: the same mask on the CPU, if at hand)
+    fn key_lengths(&self, attention_mask: &Tensor, host: Option<&Tensor>, mode: Mode) -> CResult<Option<KeyLengths>> {
         use crate::layers::cuda::{flash2_enabled, flash2_runs_on, train_attention_fa2};
         let device = attention_mask.device();
         let chosen = if mode.is_train() {
@@ -260,7 +272,7 @@ impl Encoder {
         if !wanted {
             return Ok(None);
         }
-        KeyLengths::right_padded(attention_mask)
+        KeyLengths::right_padded_on(host.unwrap_or(attention_mask), device)
     }
 
     /// Whether [`Encoder::forward_packed`] can run this encoder (not with a relative-position
@@ -331,7 +343,10 @@ impl Encoder {
         &self.layers
     }
 
-    /// Last hidden states, all token types 0.
+    /// Last hidden states, all token types 0, on the encoder's device. The inputs may be there
+    /// or on the CPU: on a GPU, inputs given on the CPU are checked there and copied once, so
+    /// that nothing is read back from the GPU (a read-back waits for the work queued before it,
+    /// and the next batch could not be prepared meanwhile).
     ///
     /// # Shapes
     /// `input_ids, attention_mask: [batch, seq]` (u32; mask 1 = token, 0 = padding)
@@ -352,14 +367,43 @@ impl Encoder {
         token_type_ids: &Tensor,
         mode: Mode,
     ) -> Result<Tensor> {
-        let device = input_ids.device();
-        let position_ids = crate::profile::timed("ids checked, positions", device, || {
-            self.validate_and_position(input_ids, attention_mask, token_type_ids)
+        let device = self.device();
+        let batch = crate::profile::timed("ids checked, positions", device, || {
+            self.batch_on_device(input_ids, attention_mask, token_type_ids)
         })?;
         let xs = crate::profile::timed("embeddings", device, || -> Result<Tensor> {
-            Ok(self.embeddings.forward(input_ids, &position_ids, token_type_ids, attention_mask, mode)?)
+            Ok(self.embeddings.forward(&batch.ids, &batch.positions, &batch.types, &batch.mask, mode)?)
         })?;
-        self.forward_from(&xs, attention_mask, 0, mode)
+        self.forward_layers(&xs, &batch.mask, batch.host_mask.as_ref(), 0, mode)
+    }
+
+    /// A batch's inputs checked ([`Encoder::validate_and_position`]) and on the encoder's
+    /// device. Inputs on the CPU for an encoder on a GPU — as `predict` makes them — are checked
+    /// where they are and copied over once: reading them back from the GPU would wait for all
+    /// the work queued before (the previous batch's encoder pass), so the next batch could not
+    /// be prepared while the GPU runs.
+    ///
+    /// # Shapes
+    /// `input_ids, attention_mask, token_type_ids: [batch, seq]` (u32)
+    fn batch_on_device(&self, input_ids: &Tensor, attention_mask: &Tensor, token_type_ids: &Tensor) -> Result<Batch> {
+        let positions = self.validate_and_position(input_ids, attention_mask, token_type_ids)?;
+        let device = self.device();
+        if input_ids.device().same_device(device) {
+            return Ok(Batch {
+                ids: input_ids.clone(),
+                mask: attention_mask.to_device(device)?,
+                types: token_type_ids.to_device(device)?,
+                positions,
+                host_mask: None,
+            });
+        }
+        Ok(Batch {
+            ids: input_ids.to_device(device)?,
+            mask: attention_mask.to_device(device)?,
+            types: token_type_ids.to_device(device)?,
+            positions: positions.to_device(device)?,
+            host_mask: attention_mask.device().is_cpu().then(|| attention_mask.clone()),
+        })
     }
 
     /// Last hidden states of sequences packed end to end without padding (inference, f32 on
@@ -406,8 +450,9 @@ impl Encoder {
     /// `input_ids, attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
     pub fn prefix(&self, input_ids: &Tensor, attention_mask: &Tensor, layers: usize) -> Result<Tensor> {
         let token_type_ids = input_ids.zeros_like()?;
-        let position_ids = self.validate_and_position(input_ids, attention_mask, &token_type_ids)?;
-        let xs = self.embeddings.forward(input_ids, &position_ids, &token_type_ids, attention_mask, Mode::Eval)?;
+        let batch = self.batch_on_device(input_ids, attention_mask, &token_type_ids)?;
+        let xs = self.embeddings.forward(&batch.ids, &batch.positions, &batch.types, &batch.mask, Mode::Eval)?;
+        let attention_mask = &batch.mask;
         if let Some(modern) = &self.modern {
             let mut xs = xs.to_dtype(self.compute_dtype)?.detach();
             let context = self.modern_context(modern, attention_mask)?;
@@ -420,7 +465,7 @@ impl Encoder {
         // kernels add a bf16 product to an f32 residual); the output in the compute dtype, as
         // [`Encoder::forward_from`] takes it in training.
         let mut xs = xs.to_dtype(self.stream_dtype(&xs, Mode::Eval))?.detach();
-        let pass = self.pass_keys(attention_mask, Mode::Eval)?;
+        let pass = self.pass_keys(attention_mask, batch.host_mask.as_ref(), Mode::Eval)?;
         for layer in self.layers.iter().take(layers) {
             xs = layer.forward_keys(&xs, pass.keys(), Mode::Eval)?.detach();
         }
@@ -434,6 +479,23 @@ impl Encoder {
     /// # Shapes
     /// `hidden: [batch, seq, hidden]`, `attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
     pub fn forward_from(&self, hidden: &Tensor, attention_mask: &Tensor, start: usize, mode: Mode) -> Result<Tensor> {
+        self.forward_layers(hidden, &attention_mask.to_device(hidden.device())?, None, start, mode)
+    }
+
+    /// [`Encoder::forward_from`] given the mask on the hidden states' device and, where the
+    /// caller has it, the same mask on the CPU (`host`: read for the key lengths instead).
+    ///
+    /// # Shapes
+    /// `hidden: [batch, seq, hidden]`, `attention_mask, host: [batch, seq]` (u32) →
+    /// `[batch, seq, hidden]`
+    fn forward_layers(
+        &self,
+        hidden: &Tensor,
+        attention_mask: &Tensor,
+        host: Option<&Tensor>,
+        start: usize,
+        mode: Mode,
+    ) -> Result<Tensor> {
         let (batch, seq, _) = hidden.dims3()?;
         if attention_mask.dims() != [batch, seq] {
             return Err(ModelError::InvalidInput(format!(
@@ -450,7 +512,7 @@ impl Encoder {
             }
             return Ok(modern.final_norm.forward(&xs, mode)?);
         }
-        let pass = self.pass_keys(attention_mask, mode)?;
+        let pass = self.pass_keys(attention_mask, host, mode)?;
         let mut xs = hidden.to_dtype(self.stream_dtype(hidden, mode))?;
         for layer in self.layers.iter().skip(start) {
             xs = layer.forward_keys(&xs, pass.keys(), mode)?;

@@ -300,13 +300,14 @@ impl HierarchicalClassifier {
         Ok(self.encoder.quantize_int8(on)?)
     }
 
-    /// One vector per chunk.
+    /// One vector per chunk, on the model's device; `ids` and `mask` there or on the CPU (which
+    /// spares a GPU a read-back: [`Encoder::forward`]).
     ///
     /// # Shapes
     /// `ids, mask: [chunks, seq]` (u32) → `[chunks, hidden]`
     pub fn chunk_vectors(&self, ids: &Tensor, mask: &Tensor, mode: Mode) -> Result<Tensor> {
         let hidden = self.encoder.forward(ids, mask, mode)?;
-        self.pool_chunk_tokens(&hidden, mask)
+        self.pool_chunk_tokens(&hidden, &mask.to_device(hidden.device())?)
     }
 
     /// One vector per chunk from the output of the encoder's bottom `start` layers

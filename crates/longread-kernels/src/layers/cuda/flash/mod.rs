@@ -49,6 +49,15 @@ impl KeyLengths {
     /// # Shapes
     /// `mask: [batch, seq]` (any dtype; nonzero = a real token)
     pub fn right_padded(mask: &Tensor) -> Result<Option<Self>> {
+        Self::right_padded_on(mask, mask.device())
+    }
+
+    /// As [`KeyLengths::right_padded`], the lengths on `device`: a mask on the CPU gives a GPU's
+    /// lengths without reading anything back from it.
+    ///
+    /// # Shapes
+    /// `mask: [batch, seq]`
+    pub fn right_padded_on(mask: &Tensor, device: &candle_core::Device) -> Result<Option<Self>> {
         let (batch, seq) = mask.dims2()?;
         let rows = mask.ne(0u8)?.to_dtype(DType::U8)?.to_vec2::<u8>()?;
         let mut used = Vec::with_capacity(batch);
@@ -61,7 +70,6 @@ impl KeyLengths {
         }
         let starts: Vec<u32> = (0..=batch).map(|i| (i * seq) as u32).collect();
         let all_real = used.iter().all(|&n| n as usize == seq);
-        let device = mask.device();
         Ok(Some(Self {
             starts: Tensor::from_vec(starts, batch + 1, device)?,
             used: Tensor::from_vec(used, batch, device)?,
@@ -421,5 +429,10 @@ mod tests {
         let lengths = KeyLengths::right_padded(&mask_of(&[vec![2, 1, 0], vec![1, 1, 1]])).unwrap().unwrap();
         assert_eq!(lengths.host().unwrap(), (vec![0, 3, 6], vec![2, 3]));
         assert_eq!(lengths.seq(), 3);
+        assert!(!lengths.all_real);
+        let full = KeyLengths::right_padded_on(&mask_of(&[vec![1, 1], vec![1, 1]]), &Device::Cpu).unwrap().unwrap();
+        assert_eq!(full.host().unwrap(), (vec![0, 2, 4], vec![2, 2]));
+        assert!(full.all_real, "every key real: cuDNN runs without its padding mask");
+        assert_eq!(full.full.to_vec1::<u32>().unwrap(), vec![2, 2]);
     }
 }
