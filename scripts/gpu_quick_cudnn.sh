@@ -8,7 +8,8 @@
 #      each asserting that cuDNN is what ran;
 #   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
 #      PyTorch's SDPA;
-#   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends,
+#   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends
+#      and FlashAttention-2 with bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh),
 #      two rounds, then PyTorch eager in the same run;
 #   4. bf16 training steps, 4 x 20 x 512: 10,240-token batches (each document one kept batch)
 #      and the whole graph (--no-recompute, 65,536), both backends (each backward deterministic,
@@ -60,9 +61,11 @@ timeout 60 python3 scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 
 
 echo "cudnn-check: 3. predict bf16, 64 x 20 x 512, 256,000-token batches"
 for round in 1 2; do
-  for backend in fa2 cudnn; do
-    LONGREAD_CUDA_ATTENTION=$backend timeout 60 $lr --device cuda bench --workload predict --model "$w/m" --shape 64x20 \
-      --repeat 3 --precision bf16 --max-batch-tokens 256000 --json \
+  for backend in fa2 cudnn fa2+gelu-tanh; do
+    # fa2+gelu-tanh: bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh, tanh-approximated GELU).
+    gelu=exact; [ "$backend" = fa2+gelu-tanh ] && gelu=tanh
+    LONGREAD_CUDA_ATTENTION=${backend%%+*} LONGREAD_CUDA_GELU=$gelu timeout 60 $lr --device cuda bench --workload predict \
+      --model "$w/m" --shape 64x20 --repeat 3 --precision bf16 --max-batch-tokens 256000 --json \
       | python3 -c 'import json,sys;[print("cudnn-check: predict", sys.argv[1], sys.argv[2], json.loads(l)["gpu_attention"], round(json.loads(l)["docs_per_s"],1), "docs/s, first run", round(json.loads(l)["warmup_seconds"],2), "s") for l in sys.stdin if l.startswith("{")]' "$round" "$backend"
   done
 done

@@ -357,7 +357,8 @@ fn flash_attention_2_equals_its_cpu_reference() {
 }
 
 /// cuBLASLt's products (bf16 inference's default) equal the f32 product of the same
-/// bf16 operands to bf16's rounding, with and without the bias in the epilogue, at uneven and
+/// bf16 operands to bf16's rounding, with and without the bias in the epilogue (and bias + GELU,
+/// `LONGREAD_CUDA_GELU=tanh`, against tanh-approximated GELU), at uneven and
 /// at roberta-base's sizes, from a row-offset input (runs whatever the environment's choice).
 #[test]
 fn cublaslt_products_equal_the_f32_product() {
@@ -365,7 +366,7 @@ fn cublaslt_products_equal_the_f32_product() {
         return;
     }
     use candle_core::{DType, Device, Tensor};
-    use longread_model::layers::cuda::lt_linear;
+    use longread_model::layers::cuda::{lt_linear, lt_linear_gelu_tanh};
     let cuda = Device::new_cuda(0).unwrap();
     for (rows, k, n) in [(37, 64, 96), (4096, 768, 2304), (1000, 3072, 768)] {
         let random =
@@ -385,6 +386,16 @@ fn cublaslt_products_equal_the_f32_product() {
             println!("cuBLASLt [{rows}, {k}] x [{n}, {k}]T, bias {}: {diff:.2e} of the scale", bias.is_some());
             assert!(diff <= 1e-2, "[{rows}, {k}] x [{n}, {k}]T: {diff} of the scale");
         }
+        // Bias and GELU in the epilogue (LONGREAD_CUDA_GELU=tanh): the tanh approximation of
+        // GELU (candle's `gelu`), not the exact one (`gelu_erf`), which it follows to 4.7e-4.
+        let ours = lt_linear_gelu_tanh(&on_gpu(&x), &on_gpu(&w), &on_gpu(&bias)).unwrap();
+        let ours = f32(&ours.to_device(&Device::Cpu).unwrap());
+        let max = |t: &Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let tanh = with_bias.gelu().unwrap();
+        let diff = max(&(&ours - &tanh).unwrap()) / max(&tanh);
+        let to_erf = max(&(&ours - with_bias.gelu_erf().unwrap()).unwrap()) / max(&tanh);
+        println!("cuBLASLt [{rows}, {k}] x [{n}, {k}]T, bias + GELU epilogue: {diff:.2e} of the scale from tanh GELU, {to_erf:.2e} from erf GELU");
+        assert!(diff <= 1e-2, "[{rows}, {k}] x [{n}, {k}]T with GELU: {diff} of the scale");
     }
 }
 

@@ -150,6 +150,9 @@ impl Linear {
             if let Some(int8) = self.int8_for(xs) {
                 return int8.forward_gelu(xs);
             }
+            if let Some(out) = self.gelu_tanh_epilogue(xs, graph)? {
+                return Ok(out);
+            }
             if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
                 if product.device().is_cuda() {
                     return cuda::bias_activation(product, &bias, true);
@@ -158,6 +161,25 @@ impl Linear {
             }
         }
         activation.forward(&self.forward_graph(xs, graph)?)
+    }
+
+    /// `gelu_tanh(x·Wᵀ + b)` with bias and GELU in cuBLASLt's epilogue, where asked for
+    /// (`LONGREAD_CUDA_GELU=tanh`, [`cuda::gelu_epilogue_tanh`]) and it applies: bf16 inference on
+    /// a GPU through cuBLASLt, with a bias; `None` elsewhere (the exact GELU runs).
+    ///
+    /// # Shapes
+    /// `xs: [..., in]` → `[..., out]`
+    fn gelu_tanh_epilogue(&self, xs: &Tensor, graph: bool) -> Result<Option<Tensor>> {
+        let (w, bias) = (self.dense.weight(), self.dense.bias());
+        let Some(bias) = bias else { return Ok(None) };
+        if graph || !xs.device().is_cuda() || w.dtype() != DType::BF16 || !cuda::gemm_cublaslt() {
+            return Ok(None);
+        }
+        if !cuda::gelu_epilogue_tanh() {
+            return Ok(None);
+        }
+        let xs = cuda::twin::product_input(xs, w.dtype())?;
+        Ok(Some(cuda::lt_linear_gelu_tanh(&xs, w, bias)?))
     }
 
     /// `x·Wᵀ + b`, with a backward pass if `graph`.

@@ -126,7 +126,19 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
         push(format!("product {name} (cuBLASLt)"), operands.clone(), seconds, Some(flops), None);
         let bias = random(1, n, DType::BF16)?.squeeze(0)?;
         let seconds = time(&mut || cuda::lt_linear(&input, &weight, Some(&bias)).map(drop))?;
-        push(format!("linear {name} with bias (cuBLASLt epilogue)"), operands, seconds, Some(flops), None);
+        push(format!("linear {name} with bias (cuBLASLt epilogue)"), operands.clone(), seconds, Some(flops), None);
+        if n == inner {
+            // Bias and GELU in the epilogue (LONGREAD_CUDA_GELU=tanh: tanh-approximated GELU),
+            // against the product above plus "bias + GELU in place" below.
+            let seconds = time(&mut || cuda::lt_linear_gelu_tanh(&input, &weight, &bias).map(drop))?;
+            push(
+                format!("linear {name} with bias + GELU (cuBLASLt epilogue, tanh)"),
+                operands,
+                seconds,
+                Some(flops),
+                None,
+            );
+        }
     }
 
     let qkv = random(tokens, 3 * hidden, DType::BF16)?;

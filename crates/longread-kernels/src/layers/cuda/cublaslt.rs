@@ -4,16 +4,27 @@
 //! inference since session 33 measured it on an H200 (197 against 183 documents/s for candle's
 //! cuBLAS products, BENCHMARKS.md "GPU"); `LONGREAD_CUDA_GEMM=cublas` goes back to candle's
 //! products. Inference only (no backward pass).
+//!
+//! With `LONGREAD_CUDA_GELU=tanh` the feed-forward block's bias and GELU run in the first
+//! product's epilogue too (cuBLASLt's `GELU_BIAS`), saving a pass over its `[rows, 4 · hidden]`
+//! output — but cuBLASLt's GELU is the tanh approximation (PyTorch's own fallback for that
+//! epilogue applies `gelu(approximate="tanh")`), not the exact erf GELU of BERT-family
+//! checkpoints: at most 4.7e-4 apart (at x ≈ -2.7), under the bf16 rounding of the output. Off
+//! by default: a different function, offered as text-embeddings-inference offers it.
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::cuda_only;
 
-/// `x · Wᵀ` (and `+ bias` as the op of three tensors) for a bf16 `x: [rows, k]`, `W: [n, k]`
-/// and `bias: [n]`, all contiguous, into a new bf16 `[rows, n]`.
+/// `x · Wᵀ` (and `+ bias` as the op of three tensors, then tanh-approximated GELU if `gelu`)
+/// for a bf16 `x: [rows, k]`, `W: [n, k]` and `bias: [n]`, all contiguous, into a new bf16
+/// `[rows, n]`.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub struct LtProduct;
+pub struct LtProduct {
+    /// GELU (cuBLASLt's: the tanh approximation) after the bias, in the epilogue.
+    pub gelu: bool,
+}
 
 impl CustomOp2 for LtProduct {
     fn name(&self) -> &'static str {
@@ -30,7 +41,7 @@ impl CustomOp2 for LtProduct {
         w: &candle_core::CudaStorage,
         w_l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        launch::product((x, x_l), (w, w_l), None)
+        launch::product((x, x_l), (w, w_l), None, false)
     }
 }
 
@@ -51,7 +62,7 @@ impl CustomOp3 for LtProduct {
         bias: &candle_core::CudaStorage,
         bias_l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        launch::product((x, x_l), (w, w_l), Some((bias, bias_l)))
+        launch::product((x, x_l), (w, w_l), Some((bias, bias_l)), self.gelu)
     }
 }
 
@@ -62,19 +73,40 @@ pub fn gemm_cublaslt() -> bool {
     !super::env_is(&CUBLAS, "LONGREAD_CUDA_GEMM", "cublas")
 }
 
+/// Whether bf16 inference on a GPU runs the feed-forward block's bias and GELU in cuBLASLt's
+/// epilogue (`LONGREAD_CUDA_GELU=tanh`: the tanh approximation of GELU; see the module's note),
+/// rather than the exact GELU in a pass of its own (the default).
+pub fn gelu_epilogue_tanh() -> bool {
+    static TANH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    super::env_is(&TANH, "LONGREAD_CUDA_GELU", "tanh")
+}
+
 /// `x · Wᵀ (+ bias)` by cuBLASLt, the bias (cast to bf16, as autocast does) in the epilogue.
 ///
 /// # Shapes
 /// `xs: [..., k]` (bf16), `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)
 pub fn lt_linear(xs: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    lt_call(xs, weight, bias, false)
+}
+
+/// `gelu_tanh(x · Wᵀ + bias)` by cuBLASLt, bias and GELU (its tanh approximation) in the
+/// epilogue ([`gelu_epilogue_tanh`]).
+///
+/// # Shapes
+/// `xs: [..., k]` (bf16), `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)
+pub fn lt_linear_gelu_tanh(xs: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    lt_call(xs, weight, Some(bias), true)
+}
+
+fn lt_call(xs: &Tensor, weight: &Tensor, bias: Option<&Tensor>, gelu: bool) -> Result<Tensor> {
     let mut dims = xs.dims().to_vec();
     let k = dims.pop().unwrap_or(1);
     let rows = xs.elem_count() / k.max(1);
     let x = xs.reshape((rows, k))?.contiguous()?;
     let weight = weight.contiguous()?;
     let out = match bias {
-        Some(bias) => x.apply_op3_no_bwd(&weight, &bias.to_dtype(DType::BF16)?.contiguous()?, &LtProduct)?,
-        None => x.apply_op2_no_bwd(&weight, &LtProduct)?,
+        Some(bias) => x.apply_op3_no_bwd(&weight, &bias.to_dtype(DType::BF16)?.contiguous()?, &LtProduct { gelu })?,
+        None => x.apply_op2_no_bwd(&weight, &LtProduct { gelu: false })?,
     };
     dims.push(weight.dim(0)?);
     out.reshape(dims)
@@ -85,7 +117,7 @@ mod launch {
     use std::sync::{Arc, Mutex};
 
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
+    use candle_core::cuda_backend::cudarc::cublaslt::{Activation, CudaBlasLT, Matmul, MatmulConfig};
     use candle_core::{CudaStorage, DType, Layout, Result, Shape};
     use half::bf16;
 
@@ -111,6 +143,7 @@ mod launch {
         (x, x_l): (&CudaStorage, &Layout),
         (w, w_l): (&CudaStorage, &Layout),
         bias: Option<(&CudaStorage, &Layout)>,
+        gelu: bool,
     ) -> Result<(CudaStorage, Shape)> {
         let op = "cuda-cublaslt-product";
         let (rows, k) = x_l.shape().dims2()?;
@@ -157,9 +190,11 @@ mod launch {
             stride_bias: None,
             batch_size: None,
         };
+        // cuBLASLt's GELU epilogue follows the bias (GELU_BIAS) where both are asked for.
+        let activation = (gelu && bias_view.is_some()).then_some(Activation::Gelu);
         // SAFETY: the views hold `n × k`, `rows × k` and `n` elements, `out` `rows × n`, as
         // `cfg` describes; all are on the handle's stream.
-        unsafe { blas.matmul(cfg, &w_view, &x_view, &mut out, bias_view.as_ref(), None) }
+        unsafe { blas.matmul(cfg, &w_view, &x_view, &mut out, bias_view.as_ref(), activation.as_ref()) }
             .map_err(|e| candle_core::Error::Msg(format!("{op}: {e:?}")))?;
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((rows, n))))
     }

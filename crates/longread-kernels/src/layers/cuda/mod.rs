@@ -38,7 +38,7 @@ mod training;
 pub mod twin;
 
 pub use attention_train::AttentionTrain;
-pub use cublaslt::{gemm_cublaslt, lt_linear, LtProduct};
+pub use cublaslt::{gelu_epilogue_tanh, gemm_cublaslt, lt_linear, lt_linear_gelu_tanh, LtProduct};
 pub use embedding_norm::EmbeddingTables;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{
