@@ -50,18 +50,20 @@ pub fn encode_batch(
     mode: Mode,
     device: &Device,
 ) -> Result<Tensor> {
-    let (ids, mask) = batch_tensors(docs, refs, batch, model.config().encoder.pad_token_id, device)?;
+    // Made on the CPU: the encoder checks the ids there and copies them to `device` once,
+    // reading nothing back from a GPU (which would wait for the previous batch's pass).
+    let (ids, host_mask) = batch_tensors(docs, refs, batch, model.config().encoder.pad_token_id, &Device::Cpu)?;
     Ok(match prefix {
-        Prefix::None => model.chunk_vectors(&ids, &mask, mode)?,
+        Prefix::None => model.chunk_vectors(&ids, &host_mask, mode)?,
         Prefix::Frozen { layers } => {
-            let states = model.encoder().prefix(&ids, &mask, layers)?;
-            model.chunk_vectors_from(&states, &mask, layers, mode)?
+            let states = model.encoder().prefix(&ids, &host_mask, layers)?;
+            model.chunk_vectors_from(&states, &host_mask.to_device(device)?, layers, mode)?
         }
         Prefix::Cached { cache, doc_ids } => {
             let seq = ids.dim(1)?;
             let states: Vec<Tensor> =
                 batch.iter().map(|&i| cache.get(doc_ids[refs[i].0], refs[i].1, seq)).collect::<Result<_>>()?;
-            model.chunk_vectors_from(&Tensor::stack(&states, 0)?, &mask, cache.layers, mode)?
+            model.chunk_vectors_from(&Tensor::stack(&states, 0)?, &host_mask.to_device(device)?, cache.layers, mode)?
         }
     })
 }
