@@ -154,10 +154,11 @@ impl SentenceEmbedder {
             self.pooling.forward_packed(&hidden, &segments)?
         } else {
             let (ids, mask, seq_len) = pad_batch(seqs, self.pad_id);
-            let ids = Tensor::from_vec(ids, (seqs.len(), seq_len), &self.device)?;
-            let mask = Tensor::from_vec(mask, (seqs.len(), seq_len), &self.device)?;
+            // On the CPU: the encoder checks them there and copies them to its device once.
+            let ids = Tensor::from_vec(ids, (seqs.len(), seq_len), &Device::Cpu)?;
+            let mask = Tensor::from_vec(mask, (seqs.len(), seq_len), &Device::Cpu)?;
             let hidden = self.encoder.forward(&ids, &mask, Mode::Eval)?.to_dtype(DType::F32)?;
-            self.pooling.forward(&hidden, &mask)?
+            self.pooling.forward(&hidden, &mask.to_device(&self.device)?)?
         };
         if self.normalize {
             pooled = l2_normalize(&pooled)?;
