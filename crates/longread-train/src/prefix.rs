@@ -48,22 +48,21 @@ pub fn encode_batch(
     batch: &[usize],
     prefix: Prefix,
     mode: Mode,
-    device: &Device,
 ) -> Result<Tensor> {
-    // Made on the CPU: the encoder checks the ids there and copies them to `device` once,
+    // Made on the CPU: the encoder checks the ids there and copies them to its device once,
     // reading nothing back from a GPU (which would wait for the previous batch's pass).
     let (ids, host_mask) = batch_tensors(docs, refs, batch, model.config().encoder.pad_token_id, &Device::Cpu)?;
     Ok(match prefix {
         Prefix::None => model.chunk_vectors(&ids, &host_mask, mode)?,
         Prefix::Frozen { layers } => {
             let states = model.encoder().prefix(&ids, &host_mask, layers)?;
-            model.chunk_vectors_from(&states, &host_mask.to_device(device)?, layers, mode)?
+            model.chunk_vectors_from(&states, &host_mask, layers, mode)?
         }
         Prefix::Cached { cache, doc_ids } => {
             let seq = ids.dim(1)?;
             let states: Vec<Tensor> =
                 batch.iter().map(|&i| cache.get(doc_ids[refs[i].0], refs[i].1, seq)).collect::<Result<_>>()?;
-            model.chunk_vectors_from(&Tensor::stack(&states, 0)?, &host_mask.to_device(device)?, cache.layers, mode)?
+            model.chunk_vectors_from(&Tensor::stack(&states, 0)?, &host_mask, cache.layers, mode)?
         }
     })
 }

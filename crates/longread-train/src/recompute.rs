@@ -161,7 +161,7 @@ pub fn batch_gradients(
     let (mut grads, mut kept_losses) = (HashMap::new(), Vec::new());
     for group in &plan.kept {
         if let Some((loss, part)) =
-            kept_gradients(model, docs, group, vars, settings, mode, device, |v| share(group, v))?
+            kept_gradients(model, docs, group, vars, settings, mode, |v| share(group, v))?
         {
             kept_losses.push(loss.detach());
             add_gradients(&mut grads, part)?;
@@ -187,7 +187,6 @@ pub fn batch_gradients(
 ///
 /// # Shapes
 /// `loss_of` receives one `[n_chunks, hidden]` tensor per document of `group`
-#[allow(clippy::too_many_arguments)] // the step's arguments, the group and its loss
 fn kept_gradients(
     model: &HierarchicalClassifier,
     docs: &[&ChunkedDocument],
@@ -195,13 +194,12 @@ fn kept_gradients(
     vars: &[Var],
     settings: BatchSettings,
     mode: Mode,
-    device: &Device,
     loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
 ) -> Result<Option<(Tensor, HashMap<TensorId, Tensor>)>> {
     let refs: Vec<(usize, usize)> =
         group.iter().flat_map(|&d| (0..docs[d].chunks.len()).map(move |c| (d, c))).collect();
     let batch: Vec<usize> = (0..refs.len()).collect();
-    let out = encode_batch(model, docs, &refs, &batch, settings.prefix, mode, device)?;
+    let out = encode_batch(model, docs, &refs, &batch, settings.prefix, mode)?;
     let mut vectors = Vec::with_capacity(group.len());
     let mut start = 0;
     for &d in group {
@@ -238,8 +236,7 @@ fn chunked_gradients(
     let member_docs: Vec<&ChunkedDocument> = members.iter().map(|&d| docs[d]).collect();
     let (refs, batches) = chunk_batches(&member_docs, settings.max_batch_tokens);
     let step_refs: Vec<(usize, usize)> = refs.iter().map(|&(m, c)| (members[m], c)).collect();
-    let encode =
-        |batch: &[usize]| encode_batch(model, docs, &step_refs, batch, settings.prefix, Mode::Train(rng), device);
+    let encode = |batch: &[usize]| encode_batch(model, docs, &step_refs, batch, settings.prefix, Mode::Train(rng));
 
     // Pass 1: chunk vectors (graphs dropped at once when recomputing).
     let mut snapshots = Vec::with_capacity(batches.len());

@@ -479,7 +479,9 @@ impl Encoder {
     /// # Shapes
     /// `hidden: [batch, seq, hidden]`, `attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
     pub fn forward_from(&self, hidden: &Tensor, attention_mask: &Tensor, start: usize, mode: Mode) -> Result<Tensor> {
-        self.forward_layers(hidden, &attention_mask.to_device(hidden.device())?, None, start, mode)
+        // A mask given on the CPU for states on a GPU gives the key lengths without a read-back.
+        let host = (attention_mask.device().is_cpu() && !hidden.device().is_cpu()).then_some(attention_mask);
+        self.forward_layers(hidden, &attention_mask.to_device(hidden.device())?, host, start, mode)
     }
 
     /// [`Encoder::forward_from`] given the mask on the hidden states' device and, where the

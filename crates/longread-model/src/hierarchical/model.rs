@@ -311,13 +311,14 @@ impl HierarchicalClassifier {
     }
 
     /// One vector per chunk from the output of the encoder's bottom `start` layers
-    /// ([`Encoder::prefix`]): the remaining layers run in `mode`, then chunk pooling.
+    /// ([`Encoder::prefix`]): the remaining layers run in `mode`, then chunk pooling; `mask` on
+    /// the states' device or on the CPU (no read-back for the key lengths then).
     ///
     /// # Shapes
     /// `prefix: [chunks, seq, hidden]`, `mask: [chunks, seq]` (u32) → `[chunks, hidden]`
     pub fn chunk_vectors_from(&self, prefix: &Tensor, mask: &Tensor, start: usize, mode: Mode) -> Result<Tensor> {
         let hidden = self.encoder.forward_from(prefix, mask, start, mode)?;
-        self.pool_chunk_tokens(&hidden, mask)
+        self.pool_chunk_tokens(&hidden, &mask.to_device(hidden.device())?)
     }
 
     /// Chunk pooling (`cls` or masked mean) of the last hidden states.

@@ -199,7 +199,7 @@ pub fn run_train_step(
         let forward_s = timed(&mut || {
             let (refs, batches) = chunk_batches(&docs, max_batch_tokens);
             let vectors = gather_chunk_vectors(&docs, &refs, &batches, |batch| {
-                encode_batch(&model, &docs, &refs, batch, Prefix::None, Mode::Train(&rng), device)
+                encode_batch(&model, &docs, &refs, batch, Prefix::None, Mode::Train(&rng))
             })?;
             drop(vectors);
             Ok(())

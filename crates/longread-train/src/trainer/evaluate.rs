@@ -27,7 +27,7 @@ pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
                     let prefix = Prefix::Cached { cache, doc_ids: &doc_ids };
                     let (refs, batches) = chunk_batches(&docs, tokens);
                     gather_chunk_vectors(&docs, &refs, &batches, |batch| {
-                        encode_batch(encoder, &docs, &refs, batch, prefix, Mode::Eval, device)
+                        encode_batch(encoder, &docs, &refs, batch, prefix, Mode::Eval)
                     })?
                 }
                 None => encoder.encode_documents(&docs, tokens, device, |_| {})?,
