@@ -2,15 +2,17 @@
 # cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn / LONGREAD_CUDA_TRAIN_ATTENTION=cudnn,
 # vendor/cudnn-attn) against FlashAttention-2, the default, on a GPU machine in ~5 minutes: what
 # decides whether cuDNN becomes the default. In order, each bounded by a timeout:
-#   0. FlashAttention-2's training op test (its backward deterministic since session 34), and a
-#      bf16 run stopped and resumed bit-identically on each backend (deterministic backwards);
+#   0. FlashAttention-2's training op test (its backward deterministic since session 34), a bf16
+#      run stopped and resumed bit-identically on each backend (deterministic backwards), and the
+#      CUTLASS product with bias + exact GELU against its f32 reference;
 #   1. the two attention op tests on cuDNN (inference; training, with dropout and gradients),
 #      each asserting that cuDNN is what ran;
 #   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
 #      PyTorch's SDPA;
 #   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends
-#      and FlashAttention-2 with bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh),
-#      two rounds, then PyTorch eager in the same run;
+#      and FlashAttention-2 with bias + GELU in a product's epilogue (LONGREAD_CUDA_GELU=fused:
+#      longread's CUTLASS product, exact GELU; =tanh: cuBLASLt's, tanh-approximated), two rounds,
+#      then PyTorch eager in the same run;
 #   4. bf16 training steps, 4 x 20 x 512: 10,240-token batches (each document one kept batch)
 #      and the whole graph (--no-recompute, 65,536), both backends (each backward deterministic,
 #      the default), then each backend's non-deterministic backward at 10,240
@@ -46,6 +48,9 @@ for backend in fa2 cudnn; do
   LONGREAD_CUDA_TRAIN_ATTENTION=$backend LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/tt" --test-threads=1 --nocapture \
     a_bf16_gpu_run_on_the_fused_attention 2>&1 | grep -E "resumed|panicked|^test |test result|cuDNN"
 done
+echo "cudnn-check: 0c. longread's CUTLASS product with bias + exact GELU against the f32 reference"
+LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-threads=1 --nocapture cutlass_product 2>&1 \
+  | grep -E "CUTLASS|declined|shapes ran|panicked|^test |test result"
 echo "cudnn-check: 1. the attention ops on cuDNN"
 LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-threads=1 --nocapture flash_attention_2 2>&1 \
   | grep -E "fused attention|panicked|^test |test result|cuDNN"
@@ -61,9 +66,11 @@ timeout 60 python3 scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 
 
 echo "cudnn-check: 3. predict bf16, 64 x 20 x 512, 256,000-token batches"
 for round in 1 2; do
-  for backend in fa2 cudnn fa2+gelu-tanh; do
-    # fa2+gelu-tanh: bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh, tanh-approximated GELU).
-    gelu=exact; [ "$backend" = fa2+gelu-tanh ] && gelu=tanh
+  for backend in fa2 cudnn fa2+gelu-fused fa2+gelu-tanh; do
+    # +gelu-fused: bias + exact GELU in longread's CUTLASS product's epilogue (LONGREAD_CUDA_GELU=fused);
+    # +gelu-tanh: bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh, tanh-approximated GELU).
+    gelu=pass
+    case $backend in *+gelu-fused) gelu=fused ;; *+gelu-tanh) gelu=tanh ;; esac
     LONGREAD_CUDA_ATTENTION=${backend%%+*} LONGREAD_CUDA_GELU=$gelu timeout 60 $lr --device cuda bench --workload predict \
       --model "$w/m" --shape 64x20 --repeat 3 --precision bf16 --max-batch-tokens 256000 --json \
       | python3 -c 'import json,sys;[print("cudnn-check: predict", sys.argv[1], sys.argv[2], json.loads(l)["gpu_attention"], round(json.loads(l)["docs_per_s"],1), "docs/s, first run", round(json.loads(l)["warmup_seconds"],2), "s") for l in sys.stdin if l.startswith("{")]' "$round" "$backend"

@@ -55,12 +55,12 @@ pub fn cached_object(mut cmd: Command, sources: u64, object: &Path, out_dir: &Pa
     }
 }
 
-/// Archives `object` as `lib<name>.a` in `out_dir` and links it statically.
-pub fn link_static(object: &Path, out_dir: &Path, name: &str) {
+/// Archives `objects` as `lib<name>.a` in `out_dir` and links it statically.
+pub fn link_static(objects: &[&Path], out_dir: &Path, name: &str) {
     let library = out_dir.join(format!("lib{name}.a"));
     let _ = std::fs::remove_file(&library);
-    let status = Command::new("ar").arg("crs").arg(&library).arg(object).status().expect("running ar");
-    assert!(status.success(), "ar failed on {}", object.display());
+    let status = Command::new("ar").arg("crs").arg(&library).args(objects).status().expect("running ar");
+    assert!(status.success(), "ar failed on {objects:?}");
     println!("cargo::rustc-link-search=native={}", out_dir.display());
     println!("cargo::rustc-link-lib=static={name}");
 }

@@ -52,7 +52,7 @@ fn main() {
     // scripts/build_cuda.sh, so the source and the command are what the object depends on.
     let what = format!("{} (the C++ compiler) on shim/longread_cudnn.cpp", Path::new(&cxx).display());
     cached_object(cmd, fnv_dir(Path::new("shim"), FNV_START), &object, &out_dir, "longread-cudnn", &what);
-    link_static(&object, &out_dir, "longread_cudnn");
+    link_static(&[&object], &out_dir, "longread_cudnn");
     for lib in ["stdc++", "dl", "pthread"] {
         println!("cargo::rustc-link-lib=dylib={lib}");
     }

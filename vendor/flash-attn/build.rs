@@ -1,6 +1,8 @@
 //! Compiles `kernels/longread_flash.cu` (FlashAttention-2's forward and backward kernels for
-//! heads of 32 and 64, bf16) with nvcc into a static library, and links it with the static CUDA runtime (no
-//! libcudart.so is needed at run time; the runtime finds the driver as cudarc does).
+//! heads of 32 and 64, bf16) and `gemm/longread_gemm.cu` (longread's CUTLASS product with bias
+//! and exact GELU in its epilogue, Hopper only) with nvcc into one static library, and links it
+//! with the static CUDA runtime (no libcudart.so is needed at run time; the runtime finds the
+//! driver as cudarc does; one library, so that the runtime is linked once).
 //! Needs: nvcc (CUDA_ROOT / CUDA_PATH, else PATH), CUTLASS 3.5's headers (CUTLASS_INCLUDE_DIR:
 //! `scripts/build_cuda.sh` installs them from PyPI's nvidia-cutlass), CUDA_COMPUTE_CAP (default
 //! 90; at least 80, the kernel uses sm80 instructions).
@@ -15,6 +17,7 @@ use object_cache::{cached_object, fnv_dir, link_static, FNV_START};
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=kernels");
+    println!("cargo::rerun-if-changed=gemm");
     println!("cargo::rerun-if-changed=../object_cache.rs");
     for var in ["CUDA_COMPUTE_CAP", "CUTLASS_INCLUDE_DIR", "CUDA_ROOT", "CUDA_PATH"] {
         println!("cargo::rerun-if-env-changed={var}");
@@ -35,6 +38,8 @@ fn main() {
     // which GPUs can run them.
     println!("cargo::rustc-env=LONGREAD_FLASH_COMPUTE_CAP={cap}");
     let object = out_dir.join("longread_flash.o");
+    let gemm = out_dir.join("longread_gemm.o");
+    compile_gemm(&nvcc, root.as_deref(), &cutlass, cap, &gemm, &out_dir);
     let mut cmd = Command::new(&nvcc);
     cmd.args(["-c", "kernels/longread_flash.cu"]);
     cmd.arg(format!("-I{}", cutlass.display())).args(["-Ikernels", "-Ikernels/shim"]);
@@ -64,7 +69,7 @@ fn main() {
         format!("{} (the CUDA compiler; see scripts/build_cuda.sh) on kernels/longread_flash.cu", nvcc.display());
     let sources = fnv_dir(Path::new("kernels"), FNV_START);
     cached_object(cmd, sources, &object, &out_dir, "longread-flash", &what);
-    link_static(&object, &out_dir, "longread_flash");
+    link_static(&[&object, &gemm], &out_dir, "longread_flash");
     if let Some(root) = &root {
         println!("cargo::rustc-link-search=native={}", root.join("lib").display());
         println!("cargo::rustc-link-search=native={}", root.join("lib64").display());
@@ -73,4 +78,43 @@ fn main() {
     for lib in ["stdc++", "dl", "rt", "pthread"] {
         println!("cargo::rustc-link-lib=dylib={lib}");
     }
+}
+
+/// Compiles `gemm/longread_gemm.cu` into `object`: CUTLASS's sm90 TMA warp-specialised kernels
+/// need sm90a machine code (Hopper's wgmma), so with `CUDA_COMPUTE_CAP=90` the file is compiled
+/// for `sm_90a` with its kernel (`LONGREAD_GEMM_SM90A`); for any other capability it holds only
+/// the entry point, which answers "not built for this GPU". Needs CUTLASS's `tools/util`
+/// headers beside its `include` (PyPI's nvidia-cutlass ships both).
+fn compile_gemm(nvcc: &Path, root: Option<&Path>, cutlass: &Path, cap: u32, object: &Path, out_dir: &Path) {
+    let mut cmd = Command::new(nvcc);
+    cmd.args(["-c", "gemm/longread_gemm.cu"]);
+    cmd.arg(format!("-I{}", cutlass.display()));
+    if let Some(util) = cutlass.parent().map(|p| p.join("tools").join("util").join("include")) {
+        cmd.arg(format!("-I{}", util.display()));
+    }
+    if let Some(root) = root {
+        cmd.arg(format!("-I{}", root.join("include").display()));
+    }
+    if cap == 90 {
+        cmd.args(["-gencode=arch=compute_90a,code=sm_90a", "-DLONGREAD_GEMM_SM90A"]);
+    } else {
+        cmd.arg(format!("-gencode=arch=compute_{cap},code=sm_{cap}"));
+    }
+    cmd.args([
+        "-std=c++17",
+        "-O3",
+        // Without it CUTLASS's device asserts are calls, and ptxas serialises the wgmma pipeline
+        // across them (warning C7510).
+        "-DNDEBUG",
+        "--expt-relaxed-constexpr",
+        "--expt-extended-lambda",
+        "-DPFN_cuTensorMapEncodeTiled=PFN_cuTensorMapEncodeTiled_v12000",
+        "-DPFN_cuTensorMapEncodeIm2col=PFN_cuTensorMapEncodeIm2col_v12000",
+        "-Xcompiler",
+        "-fPIC",
+        "-w",
+    ]);
+    let what = format!("{} (the CUDA compiler; see scripts/build_cuda.sh) on gemm/longread_gemm.cu", nvcc.display());
+    let sources = fnv_dir(Path::new("gemm"), FNV_START);
+    cached_object(cmd, sources, object, out_dir, "longread-gemm", &what);
 }

@@ -399,6 +399,46 @@ fn cublaslt_products_equal_the_f32_product() {
     }
 }
 
+/// longread's CUTLASS product with bias and exact GELU in its epilogue (`LONGREAD_CUDA_GELU=fused`,
+/// GPUs of compute capability 9.0) equals `gelu_erf` of the f32 product of the same bf16
+/// operands to bf16's rounding, at uneven and at roberta-base's feed-forward sizes, from a
+/// row-offset input; elsewhere it declines (the caller runs the default).
+#[test]
+fn cutlass_product_with_bias_and_gelu_equals_the_f32_reference() {
+    let test = "cutlass_product_with_bias_and_gelu_equals_the_f32_reference";
+    if !gpu(test) {
+        return;
+    }
+    use candle_core::{DType, Device, Tensor};
+    use longread_model::layers::cuda::fused_linear_gelu;
+    let cuda = Device::new_cuda(0).unwrap();
+    let mut ran = 0;
+    for (rows, k, n) in [(37, 64, 96), (1000, 768, 3072), (4096, 768, 3072), (200, 1024, 4096)] {
+        let random =
+            |r: usize, c: usize| Tensor::randn(0f32, 1.0, (r, c), &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let x = random(rows + 1, k).narrow(0, 1, rows).unwrap();
+        let (w, bias) = (random(n, k), random(1, n).squeeze(0).unwrap());
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let scale = 1.0 / (k as f64).sqrt();
+        let w = (f32(&w) * scale).unwrap().to_dtype(DType::BF16).unwrap();
+        let reference =
+            f32(&x).matmul(&f32(&w).t().unwrap()).unwrap().broadcast_add(&f32(&bias)).unwrap().gelu_erf().unwrap();
+        let on_gpu = |t: &Tensor| t.to_device(&cuda).unwrap();
+        let Some(ours) = fused_linear_gelu(&on_gpu(&x), &on_gpu(&w), &on_gpu(&bias)).unwrap() else {
+            println!("{test}: declined on this GPU or build (compute capability 9.0 and CUDA_COMPUTE_CAP=90 only)");
+            return;
+        };
+        ran += 1;
+        assert_eq!(ours.dims(), [rows, n]);
+        let ours = f32(&ours.to_device(&Device::Cpu).unwrap());
+        let max = |t: &Tensor| t.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let diff = max(&(ours - &reference).unwrap()) / max(&reference);
+        println!("CUTLASS bias + GELU [{rows}, {k}] x [{n}, {k}]T: {diff:.2e} of the scale from erf GELU");
+        assert!(diff <= 1e-2, "[{rows}, {k}] x [{n}, {k}]T: {diff} of the scale");
+    }
+    println!("{test}: {ran} shapes ran");
+}
+
 /// The device's memory pool keeps what tensors free across a synchronisation (as PyTorch's
 /// caching allocator does), so that the next batch does not map its memory afresh; with
 /// `LONGREAD_CUDA_POOL=release` the driver's default (give it all back) holds instead.

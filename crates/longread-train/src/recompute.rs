@@ -160,9 +160,7 @@ pub fn batch_gradients(
     // The kept groups' losses stay on the device until the end (one read-back per step).
     let (mut grads, mut kept_losses) = (HashMap::new(), Vec::new());
     for group in &plan.kept {
-        if let Some((loss, part)) =
-            kept_gradients(model, docs, group, vars, settings, mode, |v| share(group, v))?
-        {
+        if let Some((loss, part)) = kept_gradients(model, docs, group, vars, settings, mode, |v| share(group, v))? {
             kept_losses.push(loss.detach());
             add_gradients(&mut grads, part)?;
         }

@@ -1,6 +1,7 @@
 //! FlashAttention-2's forward and backward kernels as two C entry points
-//! (`kernels/longread_flash.cu`, which documents the layouts), compiled by build.rs with nvcc
-//! and linked statically with the static CUDA runtime. The safe wrappers are
+//! (`kernels/longread_flash.cu`, which documents the layouts), and longread's CUTLASS product
+//! with bias and exact GELU in its epilogue (`gemm/longread_gemm.cu`), compiled by build.rs with
+//! nvcc and linked statically with the static CUDA runtime. The safe wrappers are
 //! `longread_kernels::layers::cuda::{FlashAttention2, FlashAttentionTrain}`; this crate only
 //! declares the functions.
 use core::ffi::{c_int, c_void};
@@ -73,6 +74,31 @@ extern "C" {
         p_drop: f32,
         rng_state: *mut u64,
         dq_splits: c_int,
+        stream: *mut c_void,
+    ) -> c_int;
+
+    /// `out[rows, n] = gelu_erf(x[rows, k] · W[n, k]ᵀ + bias[n])` (bf16, row-major; f32
+    /// accumulation and epilogue) by `gemm/longread_gemm.cu`'s CUTLASS kernel, on a GPU of compute
+    /// capability 9.0 with `sm_count` multiprocessors. With `*workspace_size < 0` it stores the
+    /// workspace it needs and returns. Returns 0; 1 where the sizes do not fit the kernel (`n`
+    /// and `k` multiples of 8); 2 where the binary holds no sm90a code (not built with
+    /// `CUDA_COMPUTE_CAP=90`); 3 where the launch failed.
+    ///
+    /// # Safety
+    /// `x`, `w`, `bias` and `out` are 16-byte aligned device pointers of the current context
+    /// holding `rows × k`, `n × k`, `n` and `rows × n` elements; `workspace` holds
+    /// `*workspace_size` bytes; `stream` is a stream of that context.
+    pub fn longread_gemm_bias_gelu_bf16(
+        x: *const c_void,
+        w: *const c_void,
+        bias: *const c_void,
+        out: *mut c_void,
+        rows: i64,
+        n: i64,
+        k: i64,
+        sm_count: c_int,
+        workspace: *mut c_void,
+        workspace_size: *mut i64,
         stream: *mut c_void,
     ) -> c_int;
 }

@@ -150,7 +150,7 @@ impl Linear {
             if let Some(int8) = self.int8_for(xs) {
                 return int8.forward_gelu(xs);
             }
-            if let Some(out) = self.gelu_tanh_epilogue(xs, graph)? {
+            if let Some(out) = self.gelu_in_epilogue(xs, graph)? {
                 return Ok(out);
             }
             if let Some((product, bias)) = self.forward_unbiased(xs, graph)? {
@@ -163,23 +163,28 @@ impl Linear {
         activation.forward(&self.forward_graph(xs, graph)?)
     }
 
-    /// `gelu_tanh(x·Wᵀ + b)` with bias and GELU in cuBLASLt's epilogue, where asked for
-    /// (`LONGREAD_CUDA_GELU=tanh`, [`cuda::gelu_epilogue_tanh`]) and it applies: bf16 inference on
-    /// a GPU through cuBLASLt, with a bias; `None` elsewhere (the exact GELU runs).
+    /// `gelu(x·Wᵀ + b)` with bias and GELU in the product's epilogue, where asked for
+    /// (`LONGREAD_CUDA_GELU`, [`cuda::gelu_epilogue`]) and it applies — bf16 inference on a GPU,
+    /// with a bias: `tanh`, cuBLASLt's epilogue (tanh-approximated GELU); `fused`, longread's
+    /// CUTLASS product with the exact GELU (GPUs of compute capability 9.0). `None` elsewhere
+    /// (the exact GELU runs in a pass of its own).
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`
-    fn gelu_tanh_epilogue(&self, xs: &Tensor, graph: bool) -> Result<Option<Tensor>> {
+    fn gelu_in_epilogue(&self, xs: &Tensor, graph: bool) -> Result<Option<Tensor>> {
         let (w, bias) = (self.dense.weight(), self.dense.bias());
         let Some(bias) = bias else { return Ok(None) };
-        if graph || !xs.device().is_cuda() || w.dtype() != DType::BF16 || !cuda::gemm_cublaslt() {
+        if graph || !xs.device().is_cuda() || w.dtype() != DType::BF16 {
             return Ok(None);
         }
-        if !cuda::gelu_epilogue_tanh() {
-            return Ok(None);
+        match cuda::gelu_epilogue() {
+            "tanh" if cuda::gemm_cublaslt() => {
+                let xs = cuda::twin::product_input(xs, w.dtype())?;
+                Ok(Some(cuda::lt_linear_gelu_tanh(&xs, w, bias)?))
+            }
+            "fused" => cuda::fused_linear_gelu(&cuda::twin::product_input(xs, w.dtype())?, w, bias),
+            _ => Ok(None),
         }
-        let xs = cuda::twin::product_input(xs, w.dtype())?;
-        Ok(Some(cuda::lt_linear_gelu_tanh(&xs, w, bias)?))
     }
 
     /// `x·Wᵀ + b`, with a backward pass if `graph`.

@@ -133,11 +133,23 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
             let seconds = time(&mut || cuda::lt_linear_gelu_tanh(&input, &weight, &bias).map(drop))?;
             push(
                 format!("linear {name} with bias + GELU (cuBLASLt epilogue, tanh)"),
-                operands,
+                operands.clone(),
                 seconds,
                 Some(flops),
                 None,
             );
+            // The exact GELU in the epilogue of longread's CUTLASS product (LONGREAD_CUDA_GELU=fused;
+            // GPUs of compute capability 9.0 only).
+            if cuda::fused_linear_gelu(&input, &weight, &bias)?.is_some() {
+                let seconds = time(&mut || cuda::fused_linear_gelu(&input, &weight, &bias).map(drop))?;
+                push(
+                    format!("linear {name} with bias + GELU (CUTLASS epilogue, erf)"),
+                    operands,
+                    seconds,
+                    Some(flops),
+                    None,
+                );
+            }
         }
     }
 

@@ -73,12 +73,14 @@ pub fn gemm_cublaslt() -> bool {
     !super::env_is(&CUBLAS, "LONGREAD_CUDA_GEMM", "cublas")
 }
 
-/// Whether bf16 inference on a GPU runs the feed-forward block's bias and GELU in cuBLASLt's
-/// epilogue (`LONGREAD_CUDA_GELU=tanh`: the tanh approximation of GELU; see the module's note),
-/// rather than the exact GELU in a pass of its own (the default).
-pub fn gelu_epilogue_tanh() -> bool {
-    static TANH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    super::env_is(&TANH, "LONGREAD_CUDA_GELU", "tanh")
+/// Where bf16 inference on a GPU applies the feed-forward block's bias and GELU, from
+/// `LONGREAD_CUDA_GELU`: `pass` (the default: the exact GELU in a pass of its own over the
+/// product), `tanh` (in cuBLASLt's epilogue: the tanh approximation of GELU; see the module's
+/// note) or `fused` (the exact GELU in the epilogue of longread's CUTLASS product on GPUs of
+/// compute capability 9.0, [`super::fused_linear_gelu`]; elsewhere the default runs).
+pub fn gelu_epilogue() -> &'static str {
+    static MODE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    super::env_choice(&MODE, "LONGREAD_CUDA_GELU", &["tanh", "fused"], "pass")
 }
 
 /// `x · Wᵀ (+ bias)` by cuBLASLt, the bias (cast to bf16, as autocast does) in the epilogue.
@@ -90,7 +92,7 @@ pub fn lt_linear(xs: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<
 }
 
 /// `gelu_tanh(x · Wᵀ + bias)` by cuBLASLt, bias and GELU (its tanh approximation) in the
-/// epilogue ([`gelu_epilogue_tanh`]).
+/// epilogue (`LONGREAD_CUDA_GELU=tanh`, [`gelu_epilogue`]).
 ///
 /// # Shapes
 /// `xs: [..., k]` (bf16), `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)

@@ -29,6 +29,7 @@ mod embedding_norm;
 mod embedding_train;
 mod flash;
 mod gelu_dense_train;
+mod gemm_gelu;
 #[cfg(feature = "cuda")]
 mod launch;
 mod reference;
@@ -38,7 +39,7 @@ mod training;
 pub mod twin;
 
 pub use attention_train::AttentionTrain;
-pub use cublaslt::{gelu_epilogue_tanh, gemm_cublaslt, lt_linear, lt_linear_gelu_tanh, LtProduct};
+pub use cublaslt::{gelu_epilogue, gemm_cublaslt, lt_linear, lt_linear_gelu_tanh, LtProduct};
 pub use embedding_norm::EmbeddingTables;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{
@@ -46,6 +47,7 @@ pub use flash::{
     FlashAttention2, FlashAttentionTrain, KeyLengths,
 };
 pub use gelu_dense_train::GeluDenseTrain;
+pub use gemm_gelu::fused_linear_gelu;
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
 pub use training::{column_sum, AttentionProbsTrain, BiasActivationTrain, ColumnSum, DropoutMask, LayerNormTrain};

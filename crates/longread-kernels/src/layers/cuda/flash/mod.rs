@@ -277,6 +277,18 @@ pub fn flash2_runs_on(device: &candle_core::Device, backward: bool) -> bool {
     true
 }
 
+/// The compute capability of a GPU, asked once (`None` where the driver does not say).
+#[cfg(feature = "cuda")]
+pub(crate) fn capability_of(device: &candle_core::CudaDevice) -> Option<(i32, i32)> {
+    support::of(device).capability
+}
+
+/// The multiprocessors of a GPU, asked once (132 where the driver does not say).
+#[cfg(feature = "cuda")]
+pub(crate) fn multiprocessors_of(device: &candle_core::CudaDevice) -> usize {
+    support::of(device).multiprocessors
+}
+
 /// `(forward, backward)` for a GPU of compute capability `capability` and `shared` bytes of
 /// opt-in shared memory per block, with kernels built for `built`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -316,6 +328,8 @@ mod support {
         pub backward: bool,
         /// Its multiprocessors (132 if the driver does not say): [`super::dq_splits_for`].
         pub multiprocessors: usize,
+        /// Its compute capability, if the driver says.
+        pub capability: Option<(i32, i32)>,
     }
 
     /// [`Gpu`] per GPU ordinal, asked once.
@@ -356,7 +370,7 @@ mod support {
             .and_then(|n| usize::try_from(n).ok())
             .filter(|&n| n > 0)
             .unwrap_or(132);
-        let gpu = Gpu { forward: support.0, backward: support.1, multiprocessors };
+        let gpu = Gpu { forward: support.0, backward: support.1, multiprocessors, capability };
         known.push((ordinal, gpu));
         gpu
     }
