@@ -182,7 +182,7 @@ impl Linear {
                 let xs = cuda::twin::product_input(xs, w.dtype())?;
                 Ok(Some(cuda::lt_linear_gelu_tanh(&xs, w, bias)?))
             }
-            "fused" => cuda::fused_linear_gelu(&cuda::twin::product_input(xs, w.dtype())?, w, bias),
+            "fused" => cuda::fused_linear_gelu(xs, w, bias),
             _ => Ok(None),
         }
     }

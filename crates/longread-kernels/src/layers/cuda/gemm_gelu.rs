@@ -40,18 +40,20 @@ impl CustomOp3 for GemmBiasGelu {
 
 /// `gelu_erf(x · Wᵀ + bias)` by the fused kernel, or `None` where it does not run (not a GPU
 /// of compute capability 9.0, a binary built for another, sizes other than multiples of 8):
-/// the caller then runs the default.
+/// the caller then runs the default. `xs` in bf16, or f32 (the residual stream: its bf16 copy
+/// from the block end, [`super::twin`], else a cast — taken only when the kernel runs).
 ///
 /// # Shapes
-/// `xs: [..., k]` (bf16), `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)
+/// `xs: [..., k]`, `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)
 pub fn fused_linear_gelu(xs: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Option<Tensor>> {
     let mut dims = xs.dims().to_vec();
     let k = dims.pop().unwrap_or(1);
     let n = weight.dim(0)?;
-    let fits = xs.dtype() == DType::BF16 && weight.dtype() == DType::BF16 && k.is_multiple_of(8) && n.is_multiple_of(8);
+    let fits = weight.dtype() == DType::BF16 && k.is_multiple_of(8) && n.is_multiple_of(8);
     if !fits || !runs_on(xs.device()) {
         return Ok(None);
     }
+    let xs = super::twin::product_input(xs, DType::BF16)?;
     let rows = xs.elem_count() / k.max(1);
     // Fresh contiguous tensors start 16-byte aligned, as the kernel's TMA loads need.
     let x = aligned(&xs.reshape((rows, k))?)?;
