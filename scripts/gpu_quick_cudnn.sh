@@ -8,7 +8,8 @@
 #   1. the two attention op tests on cuDNN (inference; training, with dropout and gradients),
 #      each asserting that cuDNN is what ran;
 #   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
-#      PyTorch's SDPA;
+#      PyTorch's SDPA, and the feed-forward's first product + GELU: cuBLASLt + the GELU pass, the
+#      tanh epilogue, the CUTLASS kernel's two schedules (cooperative, pingpong);
 #   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends
 #      and FlashAttention-2 with bias + GELU in a product's epilogue (LONGREAD_CUDA_GELU=fused:
 #      longread's CUTLASS product, exact GELU; =tanh: cuBLASLt's, tanh-approximated), two rounds,
@@ -57,12 +58,12 @@ LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-th
 LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/tt" --test-threads=1 --nocapture \
   flash_attention_training 2>&1 | grep -E "fused attention|panicked|^test |test result|cuDNN"
 
-echo "cudnn-check: 2. attention alone, 128 x 512 tokens (ms)"
+echo "cudnn-check: 2. attention alone, 128 x 512 tokens (ms); the feed-forward's first product with its GELU three ways"
 for backend in fa2 cudnn; do
   LONGREAD_CUDA_ATTENTION=$backend timeout 60 $lr --device cuda bench --workload kernels --preset roberta-base \
-    --shape 128x512 --repeat 10 --json | grep '"attention'
+    --shape 128x512 --repeat 10 --json | grep -E '"attention|feed-forward in|GELU'
 done
-timeout 60 python3 scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 | grep '"attention'
+timeout 60 python3 scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 | grep -E '"attention|feed-forward in|gelu'
 
 echo "cudnn-check: 3. predict bf16, 64 x 20 x 512, 256,000-token batches"
 for round in 1 2; do

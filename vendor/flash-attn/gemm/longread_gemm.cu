@@ -30,28 +30,40 @@ using LayoutA = cutlass::layout::RowMajor;
 using LayoutB = cutlass::layout::ColumnMajor;
 using LayoutD = cutlass::layout::ColumnMajor;
 constexpr int kAlignment = 8;  // 16-byte vectors of bf16
-using TileShape = Shape<_128, _256, _64>;
-using ClusterShape = Shape<_1, _2, _1>;
 
 using Fusion = cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<cutlass::epilogue::thread::GELU, Element, float,
                                                                   Element, Element, float>;
 
-using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignment, Element, LayoutD,
-    kAlignment, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+// One kernel of a tile shape, cluster shape and schedule (mainloop and epilogue).
+template <class TileShape, class ClusterShape, class MainloopSchedule, class EpilogueSchedule>
+struct Config {
+    using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+        cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignment, Element, LayoutD,
+        kAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
+    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB,
+        kAlignment, float, TileShape, ClusterShape,
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+        MainloopSchedule>::CollectiveOp;
+    using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+    using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
 
-using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB, kAlignment,
-    float, TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+// 0: two consumer warp groups share a 128 × 256 tile (cooperative); 1: each takes a 128 × 128
+// tile of its own, one's epilogue overlapping the other's products (ping-pong).
+using Cooperative = Config<Shape<_128, _256, _64>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                           cutlass::epilogue::TmaWarpSpecializedCooperative>;
+using Pingpong = Config<Shape<_128, _128, _64>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                        cutlass::epilogue::TmaWarpSpecialized>;
 
-using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-
-typename Gemm::Arguments arguments_of(const void *x, const void *w, const void *bias, void *out, int64_t rows,
-                                      int64_t n, int64_t k) {
+// Runs (or sizes the workspace of, `*workspace_size < 0`) one configuration: 0, 1 (sizes the
+// kernel cannot take) or 3 (launch failed).
+template <class C>
+int run(const void *x, const void *w, const void *bias, void *out, int64_t rows, int64_t n, int64_t k, int sm_count,
+        void *workspace, int64_t *workspace_size, void *stream) {
+    using Kernel = typename C::Kernel;
+    using Gemm = typename C::Gemm;
     const int m_ = static_cast<int>(n), n_ = static_cast<int>(rows), k_ = static_cast<int>(k);
     auto stride_a = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, make_shape(m_, k_, 1));
     auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, make_shape(n_, k_, 1));
@@ -64,28 +76,6 @@ typename Gemm::Arguments arguments_of(const void *x, const void *w, const void *
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.thread.bias_ptr = static_cast<const Element *>(bias);
-    return args;
-}
-
-}  // namespace
-#endif  // LONGREAD_GEMM_SM90A
-
-extern "C" {
-
-// out[rows, n] = gelu_erf(x[rows, k] · W[n, k]ᵀ + bias[n]), bf16 row-major, f32 accumulation and
-// epilogue, on a GPU of `sm_count` multiprocessors (compute capability 9.0: sm90a code). With
-// `*workspace_size < 0` stores the workspace it needs and returns. Returns 0; 1 where the sizes
-// do not fit the kernel (n and k multiples of 8, each under 2³¹); 2 where the binary holds no
-// sm90a code (built for another compute capability); 3 where the launch failed.
-int longread_gemm_bias_gelu_bf16(const void *x, const void *w, const void *bias, void *out, int64_t rows, int64_t n,
-                                 int64_t k, int sm_count, void *workspace, int64_t *workspace_size, void *stream) {
-#if defined(LONGREAD_GEMM_SM90A)
-    const int64_t limit = int64_t(1) << 31;
-    if (rows <= 0 || n <= 0 || k <= 0 || rows >= limit || n >= limit || k >= limit || n % kAlignment ||
-        k % kAlignment) {
-        return 1;
-    }
-    auto args = arguments_of(x, w, bias, out, rows, n, k);
     args.hw_info.sm_count = sm_count;  // else CUTLASS asks the runtime at every call
     Gemm gemm;
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 1;
@@ -96,9 +86,40 @@ int longread_gemm_bias_gelu_bf16(const void *x, const void *w, const void *bias,
     if (gemm.initialize(args, workspace, static_cast<cudaStream_t>(stream)) != cutlass::Status::kSuccess) return 3;
     if (gemm.run(static_cast<cudaStream_t>(stream)) != cutlass::Status::kSuccess) return 3;
     return 0;
+}
+
+}  // namespace
+#endif  // LONGREAD_GEMM_SM90A
+
+extern "C" {
+
+// out[rows, n] = gelu_erf(x[rows, k] · W[n, k]ᵀ + bias[n]), bf16 row-major, f32 accumulation and
+// epilogue, on a GPU of `sm_count` multiprocessors (compute capability 9.0: sm90a code), by the
+// kernel `variant` names (0: cooperative 128 × 256 tiles; 1: ping-pong 128 × 128). With
+// `*workspace_size < 0` stores the workspace it needs and returns. Returns 0; 1 where the sizes
+// do not fit the kernel (n and k multiples of 8, each under 2³¹); 2 where the binary holds no
+// sm90a code (built for another compute capability); 3 where the launch failed; 4 for an unknown
+// variant.
+int longread_gemm_bias_gelu_bf16(const void *x, const void *w, const void *bias, void *out, int64_t rows, int64_t n,
+                                 int64_t k, int sm_count, int variant, void *workspace, int64_t *workspace_size,
+                                 void *stream) {
+#if defined(LONGREAD_GEMM_SM90A)
+    const int64_t limit = int64_t(1) << 31;
+    if (rows <= 0 || n <= 0 || k <= 0 || rows >= limit || n >= limit || k >= limit || n % kAlignment ||
+        k % kAlignment) {
+        return 1;
+    }
+    switch (variant) {
+        case 0:
+            return run<Cooperative>(x, w, bias, out, rows, n, k, sm_count, workspace, workspace_size, stream);
+        case 1:
+            return run<Pingpong>(x, w, bias, out, rows, n, k, sm_count, workspace, workspace_size, stream);
+        default:
+            return 4;
+    }
 #else
-    (void)x, (void)w, (void)bias, (void)out, (void)rows, (void)n, (void)k, (void)sm_count, (void)workspace,
-        (void)workspace_size, (void)stream;
+    (void)x, (void)w, (void)bias, (void)out, (void)rows, (void)n, (void)k, (void)sm_count, (void)variant,
+        (void)workspace, (void)workspace_size, (void)stream;
     return 2;
 #endif
 }

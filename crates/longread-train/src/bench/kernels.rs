@@ -140,15 +140,12 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
             );
             // The exact GELU in the epilogue of longread's CUTLASS product (LONGREAD_CUDA_GELU=fused;
             // GPUs of compute capability 9.0 only).
-            if cuda::fused_linear_gelu(&input, &weight, &bias)?.is_some() {
-                let seconds = time(&mut || cuda::fused_linear_gelu(&input, &weight, &bias).map(drop))?;
-                push(
-                    format!("linear {name} with bias + GELU (CUTLASS epilogue, erf)"),
-                    operands,
-                    seconds,
-                    Some(flops),
-                    None,
-                );
+            for kernel in [cuda::FusedGeluKernel::Cooperative, cuda::FusedGeluKernel::Pingpong] {
+                if cuda::fused_linear_gelu_by(&input, &weight, &bias, kernel)?.is_some() {
+                    let seconds = time(&mut || cuda::fused_linear_gelu_by(&input, &weight, &bias, kernel).map(drop))?;
+                    let label = format!("linear {name} with bias + GELU (CUTLASS epilogue, erf, {})", kernel.name());
+                    push(label, operands.clone(), seconds, Some(flops), None);
+                }
             }
         }
     }

@@ -47,7 +47,7 @@ pub use flash::{
     FlashAttention2, FlashAttentionTrain, KeyLengths,
 };
 pub use gelu_dense_train::GeluDenseTrain;
-pub use gemm_gelu::fused_linear_gelu;
+pub use gemm_gelu::{fused_linear_gelu, fused_linear_gelu_by, FusedGeluKernel};
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
 pub use training::{column_sum, AttentionProbsTrain, BiasActivationTrain, ColumnSum, DropoutMask, LayerNormTrain};
