@@ -145,7 +145,7 @@ mod launch {
     use candle_core::{CudaStorage, DType, Layout, Result, Shape};
     use half::bf16;
 
-    use crate::layers::cuda::launch::range;
+    use crate::layers::cuda::launch::{range, with_workspace};
 
     pub(super) fn product(
         (x, x_l): (&CudaStorage, &Layout),
@@ -171,34 +171,6 @@ mod launch {
         let w_view = w.as_cuda_slice::<bf16>()?.slice(range(w_l, op)?);
         let bias_view = bias.as_cuda_slice::<bf16>()?.slice(range(bias_l, op)?);
         let sm_count = crate::layers::cuda::flash::multiprocessors_of(&dev) as i32;
-        // SAFETY: the kernel writes every element of the output.
-        let mut out = unsafe { dev.alloc::<bf16>(rows * n) }?;
-        let call =
-            |workspace: u64, size: &mut i64, out: &mut candle_core::cuda_backend::cudarc::driver::CudaSlice<bf16>| {
-                let (x_ptr, _g1) = x_view.device_ptr(&stream);
-                let (w_ptr, _g2) = w_view.device_ptr(&stream);
-                let (b_ptr, _g3) = bias_view.device_ptr(&stream);
-                let (o_ptr, _g4) = out.device_ptr_mut(&stream);
-                // SAFETY: x, w, bias and out hold rows × k, n × k, n and rows × n elements from
-                // 16-byte boundaries (`fused_linear_gelu` copies others); the workspace holds what
-                // the kernel asked for; the stream is the device's, current on this thread.
-                unsafe {
-                    longread_flash_attn::longread_gemm_bias_gelu_bf16(
-                        x_ptr as *const c_void,
-                        w_ptr as *const c_void,
-                        b_ptr as *const c_void,
-                        o_ptr as *mut c_void,
-                        rows as i64,
-                        n as i64,
-                        k as i64,
-                        sm_count,
-                        variant,
-                        workspace as *mut c_void,
-                        size,
-                        stream.cu_stream() as *mut c_void,
-                    )
-                }
-            };
         let check = |status: i32| match status {
             0 => Ok(()),
             1 => candle_core::bail!("{op}: [{rows}, {k}] x [{n}, {k}]T does not fit the kernel (multiples of 8)"),
@@ -206,17 +178,33 @@ mod launch {
             4 => candle_core::bail!("{op}: no kernel variant {variant}"),
             _ => candle_core::bail!("{op}: the kernel's launch failed"),
         };
-        let mut size = -1i64;
-        check(call(0, &mut size, &mut out))?;
-        let bytes = usize::try_from(size).unwrap_or(0);
-        if bytes == 0 {
-            check(call(0, &mut size, &mut out))?;
-        } else {
-            // SAFETY: scratch the kernel owns for the call; freed in stream order after it.
-            let mut workspace = unsafe { dev.alloc::<u8>(bytes) }?;
-            let (ptr, _guard) = workspace.device_ptr_mut(&stream);
-            check(call(ptr, &mut size, &mut out))?;
-        }
+        // SAFETY: the kernel writes every element of the output.
+        let mut out = unsafe { dev.alloc::<bf16>(rows * n) }?;
+        with_workspace(&dev, |workspace, size| {
+            let (x_ptr, _g1) = x_view.device_ptr(&stream);
+            let (w_ptr, _g2) = w_view.device_ptr(&stream);
+            let (b_ptr, _g3) = bias_view.device_ptr(&stream);
+            let (o_ptr, _g4) = out.device_ptr_mut(&stream);
+            // SAFETY: x, w, bias and out hold rows × k, n × k, n and rows × n elements from
+            // 16-byte boundaries (`fused_linear_gelu` copies others); the workspace holds what
+            // the kernel asked for; the stream is the device's, current on this thread.
+            check(unsafe {
+                longread_flash_attn::longread_gemm_bias_gelu_bf16(
+                    x_ptr as *const c_void,
+                    w_ptr as *const c_void,
+                    b_ptr as *const c_void,
+                    o_ptr as *mut c_void,
+                    rows as i64,
+                    n as i64,
+                    k as i64,
+                    sm_count,
+                    variant,
+                    workspace as *mut c_void,
+                    size,
+                    stream.cu_stream() as *mut c_void,
+                )
+            })
+        })?;
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((rows, n))))
     }
 }

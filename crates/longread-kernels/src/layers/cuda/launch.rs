@@ -2,7 +2,7 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, CudaView, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, CudaStorage, DType, Layout, Result};
@@ -19,6 +19,23 @@ const ROW_THREADS: u32 = 256;
 fn rows_config(rows: usize) -> LaunchConfig {
     let warps = (ROW_THREADS / 32) as usize;
     LaunchConfig { grid_dim: (rows.div_ceil(warps) as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Runs `call(workspace, size)` twice: with a negative `size`, which only asks how many bytes
+/// of scratch the kernel needs (stored in `size`), then with a workspace of that many bytes
+/// (a null pointer when none), freed in stream order after the call.
+pub(super) fn with_workspace(dev: &CudaDevice, mut call: impl FnMut(u64, &mut i64) -> Result<()>) -> Result<()> {
+    let mut size = -1i64;
+    call(0, &mut size)?;
+    let Ok(bytes) = usize::try_from(size) else { candle_core::bail!("a kernel asked for a workspace of {size} bytes") };
+    if bytes == 0 {
+        return call(0, &mut size);
+    }
+    // SAFETY: scratch the kernel owns for the call.
+    let mut workspace = unsafe { dev.alloc::<u8>(bytes) }?;
+    let stream = dev.cuda_stream();
+    let (ptr, _guard) = workspace.device_ptr_mut(&stream);
+    call(ptr, &mut size)
 }
 
 /// The element range of a contiguous layout, or an error naming the op.

@@ -15,6 +15,7 @@ use longread_cudnn_attn::SdpaCall;
 
 use super::launch::{with_slices, Call, Saved};
 use super::{Backend, KeyLengths};
+use crate::layers::cuda::launch::with_workspace;
 
 /// Opens cuDNN (`LONGREAD_CUDNN_LIBRARY`, a file name or path, else `libcudnn.so.9` on the
 /// loader's path): its version, or why not.
@@ -51,24 +52,6 @@ fn with_counts<R>(
         let (k_ptr, _g2) = k.device_ptr(stream);
         f(q_ptr as *const i32, k_ptr as *const i32)
     })
-}
-
-/// Runs `call(workspace, size)` twice: once with a negative size, which builds (or finds) the
-/// graph and stores the workspace it needs, then with a workspace of that size.
-fn with_workspace(op: &str, dev: &CudaDevice, mut call: impl FnMut(u64, &mut i64) -> i32) -> Result<()> {
-    let mut size = -1i64;
-    check(op, call(0, &mut size))?;
-    let Ok(bytes) = usize::try_from(size) else {
-        candle_core::bail!("{op}: cuDNN asked for {size} bytes of workspace")
-    };
-    if bytes == 0 {
-        return check(op, call(0, &mut size));
-    }
-    // SAFETY: scratch cuDNN owns for the call; freed in stream order after it.
-    let mut workspace = unsafe { dev.alloc::<u8>(bytes) }?;
-    let stream = dev.cuda_stream();
-    let (ptr, _guard) = workspace.device_ptr_mut(&stream);
-    check(op, call(ptr, &mut size))
 }
 
 /// The shim's description of a call of `c`'s sizes on `dev` (its ordinal: cuDNN keeps a handle
@@ -133,12 +116,12 @@ pub(super) fn forward(
             // cuDNN cannot differentiate fails here, where FlashAttention-2 can still take over.
             prepare_backward(&call, c.hidden)?;
         }
-        with_workspace(op, &dev, |workspace, size| {
+        with_workspace(&dev, |workspace, size| {
             // SAFETY: q, k and v are the three column blocks of `rows` rows of `row_stride`
             // elements; out holds rows · hidden elements, stats heads · rows when kept; the
             // counts are [batch] or both null; rng holds the seed and the offset; the stream
             // is the device's, whose context is current on this thread.
-            unsafe {
+            check(op, unsafe {
                 longread_cudnn_attn::longread_cudnn_sdpa_fwd_bf16(
                     &call,
                     x_ptr as *const c_void,
@@ -149,7 +132,7 @@ pub(super) fn forward(
                     workspace as *mut c_void,
                     size,
                 )
-            }
+            })
         })
     })?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse: stats, rng, backend: Backend::Cudnn }))
@@ -213,10 +196,10 @@ pub(super) fn backward(
         let (grad_ptr, _g5) = grad.device_ptr_mut(&stream);
         let (rng_ptr, _g6) = saved.rng.device_ptr(&stream);
         let call = call_of(dev, c, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_ptr));
-        with_workspace(op, dev, |workspace, size| {
+        with_workspace(dev, |workspace, size| {
             // SAFETY: as in `forward`; grad holds rows · 3 · hidden elements whose three column
             // blocks take dq, dk and dv; stats and rng are the forward pass's.
-            unsafe {
+            check(op, unsafe {
                 longread_cudnn_attn::longread_cudnn_sdpa_bwd_bf16(
                     &call,
                     x_ptr as *const c_void,
@@ -233,7 +216,7 @@ pub(super) fn backward(
                     workspace as *mut c_void,
                     size,
                 )
-            }
+            })
         })
     })
 }
