@@ -230,6 +230,17 @@ impl Classifier {
         self.options.batch_tokens()
     }
 
+    /// Units (encoder chunks, HAN documents) per group of documents scored together: about
+    /// 256, or for an encoder as many chunks as one encoder batch holds where that is more — a
+    /// GPU's budget of 256,000 tokens holds 500 chunks of 512, so that a group fills its batch
+    /// (and is read back once) rather than halving it.
+    pub fn group_units(&self) -> usize {
+        match self.chunk_layout() {
+            Some((chunk, _)) => GROUP_CHUNKS.max(self.max_batch_tokens() / chunk.max(1)),
+            None => GROUP_CHUNKS,
+        }
+    }
+
     /// What a prediction's evidence is made of: `"chunk"`, `"sentence"`, or `"none"` (a
     /// bag of words reads no parts; an ensemble shows its first member's that has some).
     pub fn evidence_unit(&self) -> &'static str {

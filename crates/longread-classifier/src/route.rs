@@ -1,7 +1,7 @@
 //! The one inference route for many documents, whatever the model kind: documents are
 //! prepared on another thread (a window of them in parallel) while the model works through the
 //! groups already prepared, so that tokenization overlaps the encoder (on a GPU it otherwise
-//! idles while one core tokenizes). A group of about [`GROUP_CHUNKS`] units is planned into
+//! idles while one core tokenizes). A group of about [`Classifier::group_units`] units is planned into
 //! batches by the one planner ([`plan_batches`]), encoded (units the vector cache holds are
 //! skipped), and each document finished in input order.
 
@@ -13,7 +13,7 @@ use longread_text::Document;
 use rayon::prelude::*;
 
 use crate::kinds::{DocumentModel, PreparedDocument, UnitOutput};
-use crate::{prediction, Classifier, DocError, DocResult, GROUP_CHUNKS};
+use crate::{prediction, Classifier, DocError, DocResult};
 
 /// Documents prepared in parallel at a time.
 const CUT_WINDOW: usize = 32;
@@ -55,6 +55,7 @@ impl Classifier {
             });
             // Documents before `start` have their results; `group` holds the next ones, prepared.
             let (mut start, mut units) = (0, 0);
+            let group_units = self.group_units();
             let mut group: Vec<std::result::Result<PreparedDocument, DocError>> = Vec::new();
             // Scores `group` and hands its results on, then `streamed`'s (the document after it).
             let mut flush = |group: &mut Vec<_>, start: &mut usize, streamed: Option<DocResult>| {
@@ -79,7 +80,7 @@ impl Classifier {
                 };
                 units += one.as_ref().map_or(0, PreparedDocument::units);
                 group.push(one);
-                if units >= GROUP_CHUNKS {
+                if units >= group_units {
                     flush(&mut group, &mut start, None)?;
                     units = 0;
                 }

@@ -34,6 +34,31 @@ fn a_document_alone_and_amid_others_gets_the_same_scores() {
     }
 }
 
+/// A group of documents holds at least one full encoder batch: 256 chunks by default, as many
+/// as the token budget holds where that is more (a GPU's 256,000 tokens: 500 chunks of 512);
+/// with such groups many documents still come back in order with their own scores.
+#[test]
+fn a_group_fills_the_encoder_batch_and_changes_no_score() {
+    let model = fixture("hier/roberta-attention");
+    let small = Classifier::load(&model, ClassifierOptions::default()).unwrap();
+    assert_eq!(small.group_units(), 256, "2,048 tokens hold fewer than 256 chunks");
+    let (chunk, _) = small.chunk_layout().unwrap();
+    let budget = 600 * chunk;
+    let large = ClassifierOptions { max_batch_tokens: Some(budget), ..ClassifierOptions::default() };
+    let large = Classifier::load(&model, large).unwrap();
+    assert_eq!(large.group_units(), 600, "{budget} tokens hold 600 chunks of {chunk}");
+    let docs = documents();
+    let texts: Vec<String> = (0..120).map(|i| format!("{} {}", docs[i % docs.len()], "word ".repeat(i % 50))).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let (a, b) = (small.classify(&refs).unwrap(), large.classify(&refs).unwrap());
+    assert_eq!(a.len(), b.len());
+    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert!(max_diff(&a.logits, &b.logits) <= 1e-5, "document {i}");
+        assert_eq!(a.label, b.label, "document {i}");
+    }
+}
+
 /// Many documents (several cutting windows and encoder groups, bad ones among them): results
 /// come back one per document, in input order, each as the document alone gets it, while the
 /// next documents are cut on another thread.
