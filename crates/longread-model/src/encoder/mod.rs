@@ -59,6 +59,12 @@ struct Batch {
     host_mask: Option<Tensor>,
 }
 
+/// `mask` where it is on the CPU for an encoder on another device: the key lengths are read
+/// from it there, not back from the device.
+fn host_mask<'a>(mask: &'a Tensor, device: &candle_core::Device) -> Option<&'a Tensor> {
+    (mask.device().is_cpu() && !device.is_cpu()).then_some(mask)
+}
+
 /// The tensors behind one pass's [`Keys::Masked`] ([`Encoder::pass_keys`]).
 struct PassKeys {
     mask: Tensor,
@@ -388,21 +394,13 @@ impl Encoder {
     fn batch_on_device(&self, input_ids: &Tensor, attention_mask: &Tensor, token_type_ids: &Tensor) -> Result<Batch> {
         let positions = self.validate_and_position(input_ids, attention_mask, token_type_ids)?;
         let device = self.device();
-        if input_ids.device().same_device(device) {
-            return Ok(Batch {
-                ids: input_ids.clone(),
-                mask: attention_mask.to_device(device)?,
-                types: token_type_ids.to_device(device)?,
-                positions,
-                host_mask: None,
-            });
-        }
+        // `to_device` onto the device a tensor is already on is a clone, not a copy.
         Ok(Batch {
             ids: input_ids.to_device(device)?,
             mask: attention_mask.to_device(device)?,
             types: token_type_ids.to_device(device)?,
             positions: positions.to_device(device)?,
-            host_mask: attention_mask.device().is_cpu().then(|| attention_mask.clone()),
+            host_mask: host_mask(attention_mask, device).cloned(),
         })
     }
 
@@ -479,8 +477,7 @@ impl Encoder {
     /// # Shapes
     /// `hidden: [batch, seq, hidden]`, `attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
     pub fn forward_from(&self, hidden: &Tensor, attention_mask: &Tensor, start: usize, mode: Mode) -> Result<Tensor> {
-        // A mask given on the CPU for states on a GPU gives the key lengths without a read-back.
-        let host = (attention_mask.device().is_cpu() && !hidden.device().is_cpu()).then_some(attention_mask);
+        let host = host_mask(attention_mask, hidden.device());
         self.forward_layers(hidden, &attention_mask.to_device(hidden.device())?, host, start, mode)
     }
 
