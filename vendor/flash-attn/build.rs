@@ -37,40 +37,24 @@ fn main() {
     // The kernels are machine code for this capability alone (no PTX): lib.rs tells callers
     // which GPUs can run them.
     println!("cargo::rustc-env=LONGREAD_FLASH_COMPUTE_CAP={cap}");
-    let object = out_dir.join("longread_flash.o");
+    let nvcc = Nvcc { path: nvcc, root, cutlass };
     let gemm = out_dir.join("longread_gemm.o");
-    compile_gemm(&nvcc, root.as_deref(), &cutlass, cap, &gemm, &out_dir);
-    let mut cmd = Command::new(&nvcc);
-    cmd.args(["-c", "kernels/longread_flash.cu"]);
-    cmd.arg(format!("-I{}", cutlass.display())).args(["-Ikernels", "-Ikernels/shim"]);
-    if let Some(root) = &root {
-        cmd.arg(format!("-I{}", root.join("include").display()));
-    }
+    compile_gemm(&nvcc, cap, &gemm, &out_dir);
+    let object = out_dir.join("longread_flash.o");
+    let mut cmd = nvcc.command("kernels/longread_flash.cu");
+    cmd.args(["-Ikernels", "-Ikernels/shim"]);
     cmd.arg(format!("-gencode=arch=compute_{cap},code=sm_{cap}"));
     cmd.args([
-        "-std=c++17",
-        "-O3",
         "-U__CUDA_NO_HALF_OPERATORS__",
         "-U__CUDA_NO_HALF_CONVERSIONS__",
         "-U__CUDA_NO_HALF2_OPERATORS__",
         "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-        "--expt-relaxed-constexpr",
-        "--expt-extended-lambda",
         "--use_fast_math",
-        // CUTLASS 3.5 names the driver's tensor-map entry points as CUDA 12 did; CUDA 13 versions them.
-        "-DPFN_cuTensorMapEncodeTiled=PFN_cuTensorMapEncodeTiled_v12000",
-        "-DPFN_cuTensorMapEncodeIm2col=PFN_cuTensorMapEncodeIm2col_v12000",
-        "-Xcompiler",
-        "-fPIC",
-        "-w",
     ]);
     // Built once per target folder (../object_cache.rs): ~80 s of nvcc otherwise in every build.
-    let what =
-        format!("{} (the CUDA compiler; see scripts/build_cuda.sh) on kernels/longread_flash.cu", nvcc.display());
-    let sources = fnv_dir(Path::new("kernels"), FNV_START);
-    cached_object(cmd, sources, &object, &out_dir, "longread-flash", &what);
+    nvcc.compile(cmd, "kernels", "longread-flash", &object, &out_dir);
     link_static(&[&object, &gemm], &out_dir, "longread_flash");
-    if let Some(root) = &root {
+    if let Some(root) = &nvcc.root {
         println!("cargo::rustc-link-search=native={}", root.join("lib").display());
         println!("cargo::rustc-link-search=native={}", root.join("lib64").display());
     }
@@ -80,41 +64,62 @@ fn main() {
     }
 }
 
+/// nvcc with what both objects need: CUTLASS's and CUDA's headers.
+struct Nvcc {
+    path: PathBuf,
+    root: Option<PathBuf>,
+    cutlass: PathBuf,
+}
+
+impl Nvcc {
+    /// A command compiling `source` (`-c`, no `-o` yet) with the flags both objects share.
+    fn command(&self, source: &str) -> Command {
+        let mut cmd = Command::new(&self.path);
+        cmd.args(["-c", source]);
+        cmd.arg(format!("-I{}", self.cutlass.display()));
+        if let Some(root) = &self.root {
+            cmd.arg(format!("-I{}", root.join("include").display()));
+        }
+        cmd.args([
+            "-std=c++17",
+            "-O3",
+            "--expt-relaxed-constexpr",
+            "--expt-extended-lambda",
+            // CUTLASS 3.5 names the driver's tensor-map entry points as CUDA 12 did; CUDA 13 versions them.
+            "-DPFN_cuTensorMapEncodeTiled=PFN_cuTensorMapEncodeTiled_v12000",
+            "-DPFN_cuTensorMapEncodeIm2col=PFN_cuTensorMapEncodeIm2col_v12000",
+            "-Xcompiler",
+            "-fPIC",
+            "-w",
+        ]);
+        cmd
+    }
+
+    /// Runs `cmd` into `object`, or takes it from the target folder's cache (keyed by the files
+    /// under `dir` and the command; `name` names the cached file).
+    fn compile(&self, cmd: Command, dir: &str, name: &str, object: &Path, out_dir: &Path) {
+        let what = format!("{} (the CUDA compiler; see scripts/build_cuda.sh) on {dir}/", self.path.display());
+        cached_object(cmd, fnv_dir(Path::new(dir), FNV_START), object, out_dir, name, &what);
+    }
+}
+
 /// Compiles `gemm/longread_gemm.cu` into `object`: CUTLASS's sm90 TMA warp-specialised kernels
 /// need sm90a machine code (Hopper's wgmma), so with `CUDA_COMPUTE_CAP=90` the file is compiled
 /// for `sm_90a` with its kernel (`LONGREAD_GEMM_SM90A`); for any other capability it holds only
 /// the entry point, which answers "not built for this GPU". Needs CUTLASS's `tools/util`
 /// headers beside its `include` (PyPI's nvidia-cutlass ships both).
-fn compile_gemm(nvcc: &Path, root: Option<&Path>, cutlass: &Path, cap: u32, object: &Path, out_dir: &Path) {
-    let mut cmd = Command::new(nvcc);
-    cmd.args(["-c", "gemm/longread_gemm.cu"]);
-    cmd.arg(format!("-I{}", cutlass.display()));
-    if let Some(util) = cutlass.parent().map(|p| p.join("tools").join("util").join("include")) {
+fn compile_gemm(nvcc: &Nvcc, cap: u32, object: &Path, out_dir: &Path) {
+    let mut cmd = nvcc.command("gemm/longread_gemm.cu");
+    if let Some(util) = nvcc.cutlass.parent().map(|p| p.join("tools").join("util").join("include")) {
         cmd.arg(format!("-I{}", util.display()));
-    }
-    if let Some(root) = root {
-        cmd.arg(format!("-I{}", root.join("include").display()));
     }
     if cap == 90 {
         cmd.args(["-gencode=arch=compute_90a,code=sm_90a", "-DLONGREAD_GEMM_SM90A"]);
     } else {
         cmd.arg(format!("-gencode=arch=compute_{cap},code=sm_{cap}"));
     }
-    cmd.args([
-        "-std=c++17",
-        "-O3",
-        // Without it CUTLASS's device asserts are calls, and ptxas serialises the wgmma pipeline
-        // across them (warning C7510).
-        "-DNDEBUG",
-        "--expt-relaxed-constexpr",
-        "--expt-extended-lambda",
-        "-DPFN_cuTensorMapEncodeTiled=PFN_cuTensorMapEncodeTiled_v12000",
-        "-DPFN_cuTensorMapEncodeIm2col=PFN_cuTensorMapEncodeIm2col_v12000",
-        "-Xcompiler",
-        "-fPIC",
-        "-w",
-    ]);
-    let what = format!("{} (the CUDA compiler; see scripts/build_cuda.sh) on gemm/longread_gemm.cu", nvcc.display());
-    let sources = fnv_dir(Path::new("gemm"), FNV_START);
-    cached_object(cmd, sources, object, out_dir, "longread-gemm", &what);
+    // Without it CUTLASS's device asserts are calls, and ptxas serialises the wgmma pipeline
+    // across them (warning C7510).
+    cmd.arg("-DNDEBUG");
+    nvcc.compile(cmd, "gemm", "longread-gemm", object, out_dir);
 }
