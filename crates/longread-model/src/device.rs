@@ -218,7 +218,9 @@ impl TrainFootprint {
     /// in f32, fitted to session 33's bf16 steps on an H200 (BENCHMARKS.md "GPU"): with the
     /// state's 16 bytes a parameter it puts roberta-base at 2.99, 4.68 and 13.11 GiB for
     /// batches of 4,096, 10,240 and 40,960 tokens (measured 2.89, 4.41 and 11.71) and
-    /// roberta-large at 12.79 GiB for 10,240 (measured 12.74): a bound within 12%.
+    /// roberta-large at 12.79 GiB for 10,240 (measured 12.74): a bound within 12%. Those steps
+    /// still held a second copy of the gradients at each part's end (0.47 GiB for roberta-base;
+    /// gone since session 36's `backward_into`), so the bound is looser now, until remeasured.
     fn token_bytes(&self) -> u64 {
         let per_unit = if self.bf16 { 32 } else { 64 };
         self.layers.saturating_mul(self.hidden).saturating_mul(per_unit)

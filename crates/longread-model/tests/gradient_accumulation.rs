@@ -70,3 +70,33 @@ fn a_transposed_use_leaves_a_contiguous_gradient_in_the_tensors_own_layout() {
     assert!(g.is_contiguous(), "gradients are handed to optimizers that read them as contiguous rows");
     assert_close(g, &[1.0, 2.0, 3.0, 10.0, 20.0, 30.0]);
 }
+
+/// `backward_into` (the patch's second part): back-propagating into gradients already held adds
+/// this graph's gradient to each variable's total, keeps the totals of variables the graph does
+/// not reach, and leaves the tensors it was given unchanged (sums are new tensors).
+#[test]
+fn back_propagating_into_held_gradients_adds_to_them() {
+    let dev = Device::Cpu;
+    let x = Var::new(&[1.0f32, -2.0, 3.0], &dev).unwrap();
+    let unused = Var::new(&[7.0f32], &dev).unwrap();
+    let held_x = Tensor::new(&[10.0f32, 20.0, 30.0], &dev).unwrap();
+    let held_unused = Tensor::new(&[5.0f32], &dev).unwrap();
+    let mut store = candle_core::backprop::GradStore::default();
+    store.insert(x.as_tensor(), held_x.clone());
+    store.insert(unused.as_tensor(), held_unused.clone());
+    // f = Σ (x·x + 3x)  →  ∂f/∂x = 2x + 3, added to the held 10, 20, 30; x reached twice (one
+    // Mul with itself, one affine), so the total takes two contributions.
+    let f = ((x.as_tensor() * x.as_tensor()).unwrap() + x.as_tensor().affine(3.0, 0.0).unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let grads = f.backward_into(store).unwrap();
+    assert_close(grads.get(x.as_tensor()).unwrap(), &[15.0, 19.0, 39.0]);
+    assert_close(grads.get(unused.as_tensor()).unwrap(), &[5.0]);
+    assert_close(&held_x, &[10.0, 20.0, 30.0]);
+    // The same as back-propagating alone and adding afterwards.
+    let alone = f.backward().unwrap();
+    let summed = (alone.get(x.as_tensor()).unwrap() + &held_x).unwrap();
+    assert_close(grads.get(x.as_tensor()).unwrap(), &values(&summed));
+    assert_close(&held_unused, &[5.0]);
+}

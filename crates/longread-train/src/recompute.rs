@@ -66,16 +66,24 @@ fn var_gradients(store: &GradStore, vars: &[Var]) -> HashMap<TensorId, Tensor> {
     vars.iter().filter_map(|v| store.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect()
 }
 
-/// Adds a part's gradients to `total`.
-fn add_gradients(total: &mut HashMap<TensorId, Tensor>, part: HashMap<TensorId, Tensor>) -> Result<()> {
-    for (id, g) in part {
-        let sum = match total.remove(&id) {
-            Some(prev) => (prev + g)?,
-            None => g,
-        };
-        total.insert(id, sum);
-    }
+/// Back-propagates the scalar `loss` of one part of a step, adding the gradients of `vars` into
+/// the step's running `total` as back-propagation reaches each variable
+/// (`Tensor::backward_into`, vendor/README.md): the part's gradients never exist in full beside
+/// the total, which a sum after the part's back-propagation needs (one more f32 copy of every
+/// trainable weight at the peak: 0.5 GB for roberta-base).
+fn add_gradients_of(loss: &Tensor, vars: &[Var], total: &mut HashMap<TensorId, Tensor>) -> Result<()> {
+    *total = var_gradients(&loss.backward_into(store_of(total))?, vars);
     Ok(())
+}
+
+/// `total` moved (not cloned) into a gradient store to back-propagate into: each total is then
+/// freed as its sum replaces it.
+fn store_of(total: &mut HashMap<TensorId, Tensor>) -> GradStore {
+    let mut store = GradStore::default();
+    for (id, g) in total.drain() {
+        store.insert_id(id, g);
+    }
+    store
 }
 
 /// How the batch is computed.
@@ -150,8 +158,9 @@ pub fn batch_gradients(
         // Every document by chunk batches: the step's loss as one.
         let all: Vec<usize> = (0..docs.len()).collect();
         let loss = |inputs: &[&Tensor]| task_loss(model, inputs, labels, settings.loss, mode, device).map(Some);
-        let out = chunked_gradients(model, docs, &all, vars, rng, settings, device, loss)?;
-        return out.ok_or_else(no_label);
+        let mut grads = HashMap::new();
+        let loss = chunked_gradients(model, docs, &all, vars, rng, settings, device, loss, &mut grads)?;
+        return Ok(BatchGradients { loss: loss.ok_or_else(no_label)?, grads });
     }
     let norms = loss_norms(labels, settings.loss)?;
     let share = |part: &[usize], inputs: &[&Tensor]| {
@@ -160,17 +169,18 @@ pub fn batch_gradients(
     // The kept groups' losses stay on the device until the end (one read-back per step).
     let (mut grads, mut kept_losses) = (HashMap::new(), Vec::new());
     for group in &plan.kept {
-        if let Some((loss, part)) = kept_gradients(model, docs, group, vars, settings, mode, |v| share(group, v))? {
-            kept_losses.push(loss.detach());
-            add_gradients(&mut grads, part)?;
+        let loss_of = |v: &[&Tensor]| share(group, v);
+        if let Some(loss) = kept_gradients(model, docs, group, vars, settings, mode, loss_of, &mut grads)? {
+            kept_losses.push(loss);
         }
     }
     let mut loss = 0.0;
     if !plan.chunked.is_empty() {
         let loss_of = |inputs: &[&Tensor]| share(&plan.chunked, inputs);
-        if let Some(part) = chunked_gradients(model, docs, &plan.chunked, vars, rng, settings, device, loss_of)? {
-            loss += part.loss;
-            add_gradients(&mut grads, part.grads)?;
+        if let Some(part) =
+            chunked_gradients(model, docs, &plan.chunked, vars, rng, settings, device, loss_of, &mut grads)?
+        {
+            loss += part;
         }
     }
     if !kept_losses.is_empty() {
@@ -179,12 +189,13 @@ pub fn batch_gradients(
     Ok(BatchGradients { loss, grads })
 }
 
-/// Loss (on the device) and gradients of one group of whole documents (`group` indexes `docs`)
-/// encoded as one batch with its graph; `loss_of` gives the group's loss from its documents'
-/// chunk vectors (`None`: no label among them, no gradient).
+/// Loss (on the device, detached) of one group of whole documents (`group` indexes `docs`)
+/// encoded as one batch with its graph, its gradients added into `total`; `loss_of` gives the
+/// group's loss from its documents' chunk vectors (`None`: no label among them, no gradient).
 ///
 /// # Shapes
 /// `loss_of` receives one `[n_chunks, hidden]` tensor per document of `group`
+#[allow(clippy::too_many_arguments)] // the step's arguments, the group, its loss and the total
 fn kept_gradients(
     model: &HierarchicalClassifier,
     docs: &[&ChunkedDocument],
@@ -193,7 +204,8 @@ fn kept_gradients(
     settings: BatchSettings,
     mode: Mode,
     loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
-) -> Result<Option<(Tensor, HashMap<TensorId, Tensor>)>> {
+    total: &mut HashMap<TensorId, Tensor>,
+) -> Result<Option<Tensor>> {
     let refs: Vec<(usize, usize)> =
         group.iter().flat_map(|&d| (0..docs[d].chunks.len()).map(move |c| (d, c))).collect();
     let batch: Vec<usize> = (0..refs.len()).collect();
@@ -208,17 +220,18 @@ fn kept_gradients(
     let inputs: Vec<&Tensor> = vectors.iter().collect();
     match loss_of(&inputs)? {
         Some(loss) => {
-            let grads = gradients_of(&loss, vars)?;
-            Ok(Some((loss, grads)))
+            add_gradients_of(&loss, vars, total)?;
+            Ok(Some(loss.detach()))
         }
         None => Ok(None),
     }
 }
 
-/// Loss and gradients of the documents `members` (indexes `docs`) encoded by chunk batches:
-/// recomputed with `settings.recompute`, else with the whole graph kept. `loss_of` gives their
-/// loss from their chunk vectors, in the order of `members` (`None`: no label, no gradient).
-#[allow(clippy::too_many_arguments)] // the step's arguments, the members and their loss
+/// Loss of the documents `members` (indexes `docs`) encoded by chunk batches, their gradients
+/// added into `total`: recomputed with `settings.recompute`, else with the whole graph kept.
+/// `loss_of` gives their loss from their chunk vectors, in the order of `members` (`None`: no
+/// label, no gradient).
+#[allow(clippy::too_many_arguments)] // the step's arguments, the members, their loss and the total
 fn chunked_gradients(
     model: &HierarchicalClassifier,
     docs: &[&ChunkedDocument],
@@ -228,7 +241,8 @@ fn chunked_gradients(
     settings: BatchSettings,
     device: &Device,
     loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
-) -> Result<Option<BatchGradients>> {
+    total: &mut HashMap<TensorId, Tensor>,
+) -> Result<Option<f32>> {
     // Batches over the members' chunks; `refs` index the members, `step_refs` the same chunks
     // by their index among the step's documents (what the encoder and a prefix cache read).
     let member_docs: Vec<&ChunkedDocument> = members.iter().map(|&d| docs[d]).collect();
@@ -255,8 +269,13 @@ fn chunked_gradients(
         return Ok(None);
     };
     let after = rng.snapshot();
-    let first = loss.backward()?;
-    let mut grads = var_gradients(&first, vars);
+    // The head's gradients (and the whole graph's without recomputation) into the total; the
+    // chunk vectors' gradients (leaves, not variables) are read from `first`.
+    let mut first = loss.backward_into(store_of(total))?;
+    *total = var_gradients(&first, vars);
+    for v in vars {
+        first.remove(v.as_tensor()); // `total` holds them alone: each is freed as its sum replaces it
+    }
 
     // Pass 2: re-encode each chunk batch with its graph; back-propagate its slice.
     if settings.recompute {
@@ -277,11 +296,11 @@ fn chunked_gradients(
                 })
                 .collect::<candle_core::Result<_>>()?;
             let surrogate = out.mul(&Tensor::stack(&slices, 0)?)?.sum_all()?;
-            add_gradients(&mut grads, var_gradients(&surrogate.backward()?, vars))?;
+            add_gradients_of(&surrogate, vars, total)?;
         }
         rng.restore(after);
     }
-    Ok(Some(BatchGradients { loss: loss.to_scalar::<f32>()?, grads }))
+    Ok(Some(loss.to_scalar::<f32>()?))
 }
 
 pub use crate::loss::cross_entropy;

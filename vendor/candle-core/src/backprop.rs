@@ -163,9 +163,16 @@ impl Tensor {
     }
 
     pub fn backward(&self) -> Result<GradStore> {
+        self.backward_into(GradStore::new())
+    }
+
+    /// As [`Tensor::backward`], adding into the gradients `grads` already holds (of variables,
+    /// from earlier parts of the same step): each is summed with this graph's gradient as that
+    /// arrives, and the part's own gradients never exist beside the totals in full (longread's
+    /// patch, vendor/README.md). `grads` must not hold gradients of this graph's inner nodes.
+    pub fn backward_into(&self, mut grads: GradStore) -> Result<GradStore> {
         let sorted_nodes = self.sorted_nodes();
         let profile = crate::op_profile::BackwardScope::enter(self.device());
-        let mut grads = GradStore::new();
         grads.insert(self, self.ones_like()?.contiguous()?);
         for node in sorted_nodes.iter() {
             if node.is_variable() {
