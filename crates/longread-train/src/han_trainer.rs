@@ -8,9 +8,9 @@ use longread_model::han::{grid_batch, HanClassifier};
 use longread_model::{DropoutRng, Mode};
 
 use crate::error::{Result, TrainError};
+use crate::gradients::StepGradients;
 use crate::loss::{attention_penalty, cross_entropy};
 use crate::optim::{AdamW, ParamGroup};
-use crate::recompute::BatchGradients;
 use crate::trainer::{
     epoch_score, fit, DevResult, EpochEnd, EpochLog, EpochTask, Epochs, MidEpoch, PhaseLog, Progress, Resume,
     TrainConfig, TrainerState,
@@ -137,7 +137,7 @@ impl EpochTask for HanTask<'_> {
         Ok(())
     }
 
-    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng) -> Result<BatchGradients> {
+    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng, grads: &mut StepGradients) -> Result<f32> {
         let shape = self.model.config().grid_shape();
         let grids: Vec<&[u32]> = batch.iter().map(|&i| self.train.grids[i].as_slice()).collect();
         let gold: Vec<usize> = batch.iter().map(|&i| self.train.labels[i]).collect();
@@ -146,7 +146,8 @@ impl EpochTask for HanTask<'_> {
         if self.penalty > 0.0 {
             loss = (loss + (attention_penalty(&out.sentence_attention)? * self.penalty)?)?;
         }
-        BatchGradients::of_loss(&loss, &self.vars)
+        grads.backward_loss(&loss, &self.vars)?;
+        Ok(loss.to_scalar::<f32>()?)
     }
 
     fn step_units(&self, docs: &[usize]) -> usize {

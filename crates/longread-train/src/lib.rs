@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod clip;
 pub mod error;
+pub mod gradients;
 pub mod groups;
 pub mod han_trainer;
 pub mod interrupt;

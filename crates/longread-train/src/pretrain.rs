@@ -17,9 +17,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::error::{Result, TrainError};
+use crate::gradients::StepGradients;
 use crate::groups::{param_groups, Freezing, GroupSettings};
 use crate::optim::{AdamW, AdamWConfig, ParamGroup};
-use crate::recompute::BatchGradients;
 use crate::schedule::{Decay, Schedule};
 use crate::trainer::{
     fit, EpochEnd, MidEpoch, Progress, Resume, RoundPlan, RoundStats, StepAt, Stepper, TrainerState, TrainingTask,
@@ -265,7 +265,7 @@ impl TrainingTask for PretrainTask<'_> {
 
     /// The step's sequences masked with the step's generator; `None` when no token was
     /// masked (tiny batches), which skips the step.
-    fn batch_gradients(&self, sequences: &[usize], at: &StepAt) -> Result<Option<BatchGradients>> {
+    fn batch_gradients(&self, sequences: &[usize], at: &StepAt, grads: &mut StepGradients) -> Result<Option<f32>> {
         let cfg = self.cfg;
         let chosen: Vec<&Vec<u32>> = sequences.iter().map(|&i| &self.train[i]).collect();
         let mut mask_rng = StdRng::seed_from_u64(mix(cfg.seed, at.step as u64, 2));
@@ -275,7 +275,8 @@ impl TrainingTask for PretrainTask<'_> {
         }
         let dropout = DropoutRng::new(mix(cfg.seed, at.step as u64, 3));
         let loss = self.model.loss(&ids, &mask, &labels, Mode::Train(&dropout))?;
-        BatchGradients::of_loss(&loss, &self.vars).map(Some)
+        grads.backward_loss(&loss, &self.vars)?;
+        Ok(Some(loss.to_scalar::<f32>()?))
     }
 
     /// Tokens of the sequences (padding excluded).

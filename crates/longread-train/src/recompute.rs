@@ -27,7 +27,6 @@
 
 use std::collections::HashMap;
 
-use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, TensorId, Var};
 use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::hierarchical::HierarchicalClassifier;
@@ -35,6 +34,7 @@ use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
 use crate::error::{Result, TrainError};
+use crate::gradients::StepGradients;
 use crate::loss::{loss_norms, no_label, task_loss, task_loss_share, TaskLoss};
 use crate::prefix::{encode_batch, Prefix};
 
@@ -45,45 +45,6 @@ pub struct BatchGradients {
     pub loss: f32,
     /// Gradient of every requested variable that took part in the loss, by tensor id.
     pub grads: HashMap<TensorId, Tensor>,
-}
-
-impl BatchGradients {
-    /// Back-propagates the scalar `loss` and keeps the gradients of `vars`.
-    pub(crate) fn of_loss(loss: &Tensor, vars: &[candle_core::Var]) -> Result<Self> {
-        let grads = gradients_of(loss, vars)?;
-        Ok(Self { loss: loss.to_scalar::<f32>()?, grads })
-    }
-}
-
-/// Back-propagates the scalar `loss` and keeps the gradients of `vars` (the loss is not read
-/// back: no wait for the device).
-fn gradients_of(loss: &Tensor, vars: &[Var]) -> Result<HashMap<TensorId, Tensor>> {
-    Ok(var_gradients(&loss.backward()?, vars))
-}
-
-/// The gradients of `vars` in a back-propagation's `store`, by tensor id.
-fn var_gradients(store: &GradStore, vars: &[Var]) -> HashMap<TensorId, Tensor> {
-    vars.iter().filter_map(|v| store.get(v.as_tensor()).map(|g| (v.as_tensor().id(), g.clone()))).collect()
-}
-
-/// Back-propagates the scalar `loss` of one part of a step, adding the gradients of `vars` into
-/// the step's running `total` as back-propagation reaches each variable
-/// (`Tensor::backward_into`, vendor/README.md): the part's gradients never exist in full beside
-/// the total, which a sum after the part's back-propagation needs (one more f32 copy of every
-/// trainable weight at the peak: 0.5 GB for roberta-base).
-fn add_gradients_of(loss: &Tensor, vars: &[Var], total: &mut HashMap<TensorId, Tensor>) -> Result<()> {
-    *total = var_gradients(&loss.backward_into(store_of(total))?, vars);
-    Ok(())
-}
-
-/// `total` moved (not cloned) into a gradient store to back-propagate into: each total is then
-/// freed as its sum replaces it.
-fn store_of(total: &mut HashMap<TensorId, Tensor>) -> GradStore {
-    let mut store = GradStore::default();
-    for (id, g) in total.drain() {
-        store.insert_id(id, g);
-    }
-    store
 }
 
 /// How the batch is computed.
@@ -152,33 +113,49 @@ pub fn batch_gradients(
     settings: BatchSettings,
     device: &Device,
 ) -> Result<BatchGradients> {
+    let mut grads = StepGradients::new();
+    let loss = add_batch_gradients(model, docs, labels, vars, rng, settings, device, &mut grads)?;
+    Ok(BatchGradients { loss, grads: grads.into_map() })
+}
+
+/// As [`batch_gradients`], adding the gradients into a step's running `grads` (one batch of
+/// several in a step: `--grad-accum`); returns the batch's loss (unscaled).
+#[allow(clippy::too_many_arguments)] // batch_gradients' arguments and the step's gradients
+pub fn add_batch_gradients(
+    model: &HierarchicalClassifier,
+    docs: &[&ChunkedDocument],
+    labels: &[Vec<Option<usize>>],
+    vars: &[Var],
+    rng: &DropoutRng,
+    settings: BatchSettings,
+    device: &Device,
+    grads: &mut StepGradients,
+) -> Result<f32> {
     let plan = StepPlan::new(docs, settings.max_batch_tokens, settings.recompute);
     let mode = Mode::Train(rng);
     if plan.kept.is_empty() {
         // Every document by chunk batches: the step's loss as one.
         let all: Vec<usize> = (0..docs.len()).collect();
         let loss = |inputs: &[&Tensor]| task_loss(model, inputs, labels, settings.loss, mode, device).map(Some);
-        let mut grads = HashMap::new();
-        let loss = chunked_gradients(model, docs, &all, vars, rng, settings, device, loss, &mut grads)?;
-        return Ok(BatchGradients { loss: loss.ok_or_else(no_label)?, grads });
+        let loss = chunked_gradients(model, docs, &all, vars, rng, settings, device, loss, grads)?;
+        return loss.ok_or_else(no_label);
     }
     let norms = loss_norms(labels, settings.loss)?;
     let share = |part: &[usize], inputs: &[&Tensor]| {
         task_loss_share(model, part, inputs, labels, settings.loss, &norms, mode, device)
     };
     // The kept groups' losses stay on the device until the end (one read-back per step).
-    let (mut grads, mut kept_losses) = (HashMap::new(), Vec::new());
+    let mut kept_losses = Vec::new();
     for group in &plan.kept {
         let loss_of = |v: &[&Tensor]| share(group, v);
-        if let Some(loss) = kept_gradients(model, docs, group, vars, settings, mode, loss_of, &mut grads)? {
+        if let Some(loss) = kept_gradients(model, docs, group, vars, settings, mode, loss_of, grads)? {
             kept_losses.push(loss);
         }
     }
     let mut loss = 0.0;
     if !plan.chunked.is_empty() {
         let loss_of = |inputs: &[&Tensor]| share(&plan.chunked, inputs);
-        if let Some(part) =
-            chunked_gradients(model, docs, &plan.chunked, vars, rng, settings, device, loss_of, &mut grads)?
+        if let Some(part) = chunked_gradients(model, docs, &plan.chunked, vars, rng, settings, device, loss_of, grads)?
         {
             loss += part;
         }
@@ -186,16 +163,16 @@ pub fn batch_gradients(
     if !kept_losses.is_empty() {
         loss += Tensor::stack(&kept_losses, 0)?.sum_all()?.to_scalar::<f32>()?;
     }
-    Ok(BatchGradients { loss, grads })
+    Ok(loss)
 }
 
 /// Loss (on the device, detached) of one group of whole documents (`group` indexes `docs`)
-/// encoded as one batch with its graph, its gradients added into `total`; `loss_of` gives the
+/// encoded as one batch with its graph, its gradients added into `grads`; `loss_of` gives the
 /// group's loss from its documents' chunk vectors (`None`: no label among them, no gradient).
 ///
 /// # Shapes
 /// `loss_of` receives one `[n_chunks, hidden]` tensor per document of `group`
-#[allow(clippy::too_many_arguments)] // the step's arguments, the group, its loss and the total
+#[allow(clippy::too_many_arguments)] // the step's arguments, the group, its loss and gradients
 fn kept_gradients(
     model: &HierarchicalClassifier,
     docs: &[&ChunkedDocument],
@@ -204,7 +181,7 @@ fn kept_gradients(
     settings: BatchSettings,
     mode: Mode,
     loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
-    total: &mut HashMap<TensorId, Tensor>,
+    grads: &mut StepGradients,
 ) -> Result<Option<Tensor>> {
     let refs: Vec<(usize, usize)> =
         group.iter().flat_map(|&d| (0..docs[d].chunks.len()).map(move |c| (d, c))).collect();
@@ -220,7 +197,7 @@ fn kept_gradients(
     let inputs: Vec<&Tensor> = vectors.iter().collect();
     match loss_of(&inputs)? {
         Some(loss) => {
-            add_gradients_of(&loss, vars, total)?;
+            grads.backward_loss(&loss, vars)?;
             Ok(Some(loss.detach()))
         }
         None => Ok(None),
@@ -228,10 +205,10 @@ fn kept_gradients(
 }
 
 /// Loss of the documents `members` (indexes `docs`) encoded by chunk batches, their gradients
-/// added into `total`: recomputed with `settings.recompute`, else with the whole graph kept.
+/// added into `grads`: recomputed with `settings.recompute`, else with the whole graph kept.
 /// `loss_of` gives their loss from their chunk vectors, in the order of `members` (`None`: no
 /// label, no gradient).
-#[allow(clippy::too_many_arguments)] // the step's arguments, the members, their loss and the total
+#[allow(clippy::too_many_arguments)] // the step's arguments, the members, their loss and gradients
 fn chunked_gradients(
     model: &HierarchicalClassifier,
     docs: &[&ChunkedDocument],
@@ -241,7 +218,7 @@ fn chunked_gradients(
     settings: BatchSettings,
     device: &Device,
     loss_of: impl FnOnce(&[&Tensor]) -> Result<Option<Tensor>>,
-    total: &mut HashMap<TensorId, Tensor>,
+    grads: &mut StepGradients,
 ) -> Result<Option<f32>> {
     // Batches over the members' chunks; `refs` index the members, `step_refs` the same chunks
     // by their index among the step's documents (what the encoder and a prefix cache read).
@@ -269,13 +246,10 @@ fn chunked_gradients(
         return Ok(None);
     };
     let after = rng.snapshot();
-    // The head's gradients (and the whole graph's without recomputation) into the total; the
-    // chunk vectors' gradients (leaves, not variables) are read from `first`.
-    let mut first = loss.backward_into(store_of(total))?;
-    *total = var_gradients(&first, vars);
-    for v in vars {
-        first.remove(v.as_tensor()); // `total` holds them alone: each is freed as its sum replaces it
-    }
+    // The head's gradients (and the whole graph's without recomputation) into the step's; the
+    // chunk vectors' gradients (leaves, not variables) are read from `first`. The loss is
+    // scaled there (`--grad-accum`), so those gradients carry the scale into the surrogates.
+    let first = grads.backward_loss_keeping(&loss, vars)?;
 
     // Pass 2: re-encode each chunk batch with its graph; back-propagate its slice.
     if settings.recompute {
@@ -296,7 +270,7 @@ fn chunked_gradients(
                 })
                 .collect::<candle_core::Result<_>>()?;
             let surrogate = out.mul(&Tensor::stack(&slices, 0)?)?.sum_all()?;
-            add_gradients_of(&surrogate, vars, total)?;
+            grads.backward_surrogate(&surrogate, vars)?;
         }
         rng.restore(after);
     }

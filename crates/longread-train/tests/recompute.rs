@@ -153,6 +153,48 @@ fn documents_that_fit_one_batch_keep_their_graph_and_give_the_whole_graphs_gradi
     }
 }
 
+/// A step of two batches (`--grad-accum 2`) adds each batch's gradients, scaled by ½, into the
+/// same totals as back-propagation reaches them: the mean of the two batches' gradients, which
+/// is the gradient of the four documents as one batch (no class weights: each batch's mean
+/// cross-entropy then weighs its documents alike), kept, recomputed or both.
+#[test]
+fn two_batches_of_a_step_add_up_to_the_gradient_of_the_whole_batch() {
+    use longread_train::gradients::StepGradients;
+    use longread_train::recompute::add_batch_gradients;
+    let dir = tempfile::tempdir().unwrap();
+    let model =
+        HierarchicalClassifier::load(&without_dropout("hier/bert-attention", dir.path()), true, &Device::Cpu).unwrap();
+    let docs = documents(&model);
+    let vars: Vec<Var> = model.trainable_vars();
+    let labels = [Some(0), Some(1), Some(2), Some(1)];
+    let task_weights = [1.0];
+    for (max_batch_tokens, recompute) in [(100_000, true), (40, true), (40, false)] {
+        let settings = BatchSettings {
+            max_batch_tokens,
+            recompute,
+            loss: TaskLoss { task_weights: &task_weights, class_weights: None, offsets: None },
+            prefix: Prefix::None,
+        };
+        let rng = DropoutRng::new(3);
+        let all: Vec<&ChunkedDocument> = docs.iter().collect();
+        let whole = batch_gradients(&model, &all, &[labels.to_vec()], &vars, &rng, settings, &Device::Cpu).unwrap();
+        let mut step = StepGradients::scaled(0.5);
+        let mut loss = 0.0;
+        for half in [0..2, 2..4] {
+            let part: Vec<&ChunkedDocument> = docs[half.clone()].iter().collect();
+            let part_labels = vec![labels[half].to_vec()];
+            let run = add_batch_gradients(&model, &part, &part_labels, &vars, &rng, settings, &Device::Cpu, &mut step);
+            loss += 0.5 * run.unwrap();
+        }
+        let halves = longread_train::recompute::BatchGradients { loss, grads: step.into_map() };
+        let case = format!("budget {max_batch_tokens}, recompute {recompute}");
+        assert!((halves.loss - whole.loss).abs() < 1e-5, "{case}: loss {} vs {}", halves.loss, whole.loss);
+        assert_eq!(halves.grads.len(), vars.len(), "{case}: every variable gets a gradient");
+        let diff = largest_gradient_difference(&whole, &halves, &vars);
+        assert!(diff <= 1e-5, "{case}: largest gradient difference {diff}");
+    }
+}
+
 #[test]
 fn kept_groups_with_dropout_on_are_deterministic_and_draw_their_masks() {
     let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();

@@ -10,9 +10,9 @@ use longread_text::words::Vocabulary;
 use super::{memory_bytes, warm_then_time, BenchResult};
 use crate::clip::{clip_factor, grad_norm};
 use crate::error::{Result, TrainError};
+use crate::gradients::StepGradients;
 use crate::loss::cross_entropy;
 use crate::optim::{AdamW, AdamWConfig, ParamGroup};
-use crate::recompute::BatchGradients;
 
 /// Words per sentence of the workload's batch.
 pub const HAN_SENTENCE_WORDS: usize = 32;
@@ -57,7 +57,9 @@ pub fn run_han_step(documents: usize, sentences: usize, repeat: usize, device: &
     let (warmup_seconds, runs) = warm_then_time(repeat, || {
         let out = model.forward(&ids, Mode::Train(&rng))?;
         let loss = cross_entropy(&out.logits, &gold, None, &device)?;
-        let grads = BatchGradients::of_loss(&loss, &vars)?.grads;
+        let mut step = StepGradients::new();
+        step.backward_loss(&loss, &vars)?;
+        let grads = step.into_map();
         let clip = clip_factor(grad_norm(grads.values())?, 0.5) as f32;
         optimizer.step_scaled(clip, |v| grads.get(&v.as_tensor().id()).cloned())?;
         Ok(device.synchronize()?)

@@ -13,8 +13,8 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::error::Result;
+use crate::gradients::StepGradients;
 use crate::optim::{AdamW, ParamGroup};
-use crate::recompute::BatchGradients;
 use crate::trainer::fit::{RoundPlan, RoundStats, StepAt, TrainingTask};
 use crate::trainer::state::{epoch_score, epoch_seed};
 use crate::trainer::{EpochLog, Keep, Progress, Resume, Stepper, TaskLog, TrainConfig, TrainerState};
@@ -60,8 +60,8 @@ pub(crate) trait EpochTask {
     /// Gets epoch `epoch` ready (see [`TrainingTask::begin_round`]).
     fn begin_epoch(&mut self, epoch: usize, optimizer: &mut AdamW, on_progress: &mut dyn FnMut(Progress))
         -> Result<()>;
-    /// Loss and gradients of one batch of training documents (indices).
-    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng) -> Result<BatchGradients>;
+    /// Loss of one batch of training documents (indices), its gradients added into `grads`.
+    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng, grads: &mut StepGradients) -> Result<f32>;
     /// What a step's progress counts for these documents (chunks, or documents).
     fn step_units(&self, docs: &[usize]) -> usize;
     /// A group's learning rate before the schedule scales it.
@@ -124,8 +124,8 @@ impl<T: EpochTask> TrainingTask for Epochs<T> {
         Some(RoundPlan { steps: steps.collect(), dropout_seed: epoch_seed(cfg.seed, epoch, 2) })
     }
 
-    fn batch_gradients(&self, batch: &[usize], at: &StepAt) -> Result<Option<BatchGradients>> {
-        self.0.batch_gradients(batch, at.dropout).map(Some)
+    fn batch_gradients(&self, batch: &[usize], at: &StepAt, grads: &mut StepGradients) -> Result<Option<f32>> {
+        self.0.batch_gradients(batch, at.dropout, grads).map(Some)
     }
 
     fn step_units(&self, docs: &[usize]) -> usize {

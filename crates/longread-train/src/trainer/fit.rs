@@ -5,17 +5,15 @@
 //! [`TrainingTask`] says what one kind of run does in it: which items make each step, their
 //! gradients, and what a round's end evaluates and logs.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use candle_core::{Tensor, TensorId};
 use longread_model::DropoutRng;
 
 use crate::error::Result;
+use crate::gradients::StepGradients;
 use crate::optim::{AdamW, ParamGroup};
-use crate::recompute::BatchGradients;
 use crate::trainer::state::EpochProgress;
-use crate::trainer::stepper::{accumulate, Stepper};
+use crate::trainer::stepper::Stepper;
 use crate::trainer::{EpochEnd, MidEpoch, Progress, Resume, StepLog, TrainerState};
 
 /// The optimizer steps of one round.
@@ -87,9 +85,10 @@ pub(crate) trait TrainingTask {
     /// The steps of round `round`, which starts after `first_step` steps; `None` when the run
     /// is complete.
     fn plan(&self, round: usize, first_step: usize) -> Option<RoundPlan>;
-    /// Loss and gradients of one batch; `None` when it has nothing to learn from (a step
+    /// Loss of one batch, its gradients added into the step's `grads` (which scale its loss
+    /// for a step of several batches); `None` when it has nothing to learn from (a step
     /// without any gradient is skipped).
-    fn batch_gradients(&self, batch: &[usize], at: &StepAt) -> Result<Option<BatchGradients>>;
+    fn batch_gradients(&self, batch: &[usize], at: &StepAt, grads: &mut StepGradients) -> Result<Option<f32>>;
     /// What a step's progress counts for these items (chunks, documents, tokens).
     fn step_units(&self, items: &[usize]) -> usize;
     /// A group's learning rate before the schedule scales it.
@@ -214,15 +213,17 @@ pub(crate) fn fit<T: TrainingTask>(
         let (mut run, dropout) = RoundRun::start(state.in_epoch.take(), plan.dropout_seed, started);
         for (g, batches) in plan.steps.iter().enumerate().skip(run.steps_done) {
             let at = StepAt { step, dropout: &dropout };
-            let mut summed: HashMap<TensorId, Tensor> = HashMap::new();
+            // The step's gradient is the mean of its batches': each adds its own, scaled, as
+            // back-propagation reaches each weight (`StepGradients`).
+            let mut grads = StepGradients::scaled(1.0 / batches.len() as f64);
             let (mut step_loss, mut learned) = (0f64, false);
             for batch in batches {
-                if let Some(out) = task.batch_gradients(batch, &at)? {
-                    step_loss += out.loss as f64 / batches.len() as f64;
-                    accumulate(&mut summed, out.grads, batches.len())?;
+                if let Some(loss) = task.batch_gradients(batch, &at, &mut grads)? {
+                    step_loss += loss as f64 / batches.len() as f64;
                     learned = true;
                 }
             }
+            let summed = grads.into_map();
             run.lr = task.reported_lr() * stepper.schedule.factor(step);
             let stepped = match learned {
                 true => stepper.step(&mut optimizer, &summed, step_loss, round, step, |gr| task.group_lr(gr))?,

@@ -20,7 +20,7 @@ mod stepper;
 
 use std::collections::HashMap;
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{Device, Tensor};
 use longread_model::hierarchical::HierarchicalClassifier;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
@@ -34,10 +34,11 @@ pub use state::{EpochProgress, Resume, TrainerState};
 pub(crate) use stepper::Stepper;
 
 use crate::error::{Result, TrainError};
+use crate::gradients::StepGradients;
 use crate::groups::{param_groups, Freezing};
 use crate::loss::{task_loss, TaskLoss};
 use crate::optim::{AdamW, ParamGroup};
-use crate::recompute::{batch_gradients, BatchGradients, BatchSettings};
+use crate::recompute::{add_batch_gradients, BatchSettings};
 use config::check_labels;
 use evaluate::evaluate;
 use phase::{Phase, Run};
@@ -131,7 +132,7 @@ impl EpochTask for ClassifierTask<'_> {
         Ok(())
     }
 
-    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng) -> Result<BatchGradients> {
+    fn batch_gradients(&self, batch: &[usize], dropout: &DropoutRng, grads: &mut StepGradients) -> Result<f32> {
         let (run, phase) = (&self.run, self.phase.as_ref().expect("begin_epoch sets the phase"));
         let labels = run.train.batch_labels(batch);
         let offsets = run.train.batch_offsets(batch);
@@ -143,7 +144,10 @@ impl EpochTask for ClassifierTask<'_> {
         match &phase.vectors {
             Some((vectors, _)) => {
                 let chosen: Vec<&Tensor> = batch.iter().map(|&i| &vectors[i]).collect();
-                head_gradients(run.model, &chosen, &labels, &phase.vars, dropout, how, run.device)
+                // The heads alone, from cached chunk vectors.
+                let loss = task_loss(run.model, &chosen, &labels, how, Mode::Train(dropout), run.device)?;
+                grads.backward_loss(&loss, &phase.vars)?;
+                Ok(loss.to_scalar::<f32>()?)
             }
             None => {
                 let docs: Vec<&ChunkedDocument> = batch.iter().map(|&i| &run.train.docs[i]).collect();
@@ -153,7 +157,7 @@ impl EpochTask for ClassifierTask<'_> {
                     loss: how,
                     prefix: phase.train_prefix(batch),
                 };
-                batch_gradients(run.model, &docs, &labels, &phase.vars, dropout, settings, run.device)
+                add_batch_gradients(run.model, &docs, &labels, &phase.vars, dropout, settings, run.device, grads)
             }
         }
     }
@@ -180,20 +184,6 @@ impl EpochTask for ClassifierTask<'_> {
         let trainable = self.phase.as_ref().map_or(0, |p| p.vars.iter().map(|v| v.elem_count()).sum());
         (trainable, self.run.named.iter().map(|(_, v)| v.elem_count()).sum())
     }
-}
-
-/// Gradients of the heads only, from cached chunk vectors.
-fn head_gradients(
-    model: &HierarchicalClassifier,
-    vectors: &[&Tensor],
-    labels: &[Vec<Option<usize>>],
-    vars: &[Var],
-    rng: &DropoutRng,
-    how: TaskLoss,
-    device: &Device,
-) -> Result<BatchGradients> {
-    let loss = task_loss(model, vectors, labels, how, Mode::Train(rng), device)?;
-    BatchGradients::of_loss(&loss, vars)
 }
 
 /// The weight of task `t`'s loss.

@@ -74,23 +74,6 @@ impl Stepper {
     }
 }
 
-/// Adds `grads` (each divided by `parts`) into `summed`.
-pub(crate) fn accumulate(
-    summed: &mut HashMap<TensorId, Tensor>,
-    grads: impl IntoIterator<Item = (TensorId, Tensor)>,
-    parts: usize,
-) -> Result<()> {
-    for (id, g) in grads {
-        let g = if parts == 1 { g } else { (g / parts as f64)? };
-        let total = match summed.remove(&id) {
-            Some(prev) => (prev + g)?,
-            None => g,
-        };
-        summed.insert(id, total);
-    }
-    Ok(())
-}
-
 /// Warm-up steps of a run of `total` optimizer steps: `steps` when given, else `ratio · total`
 /// rounded.
 fn warmup_steps(ratio: f64, steps: Option<usize>, total: usize) -> usize {
