@@ -14,7 +14,8 @@
 #      backend: the epoch's training seconds from the JSON log (kept-graph groups of varied
 #      chunk counts: a new shape per step for cuDNN's forward and backward).
 # Needs gpu-run/ packed (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh: the binary and the
-# articles). Lines to read: "varied-shapes:". A dry run of the script's plumbing on the CPU:
+# articles). Lines to read: "varied-shapes:" (with cuDNN, its last "new cuDNN plan" line: how many
+# plans it built and the milliseconds that took). A dry run of the script's plumbing on the CPU:
 #   LONGREAD=target/release/longread DEVICE=cpu PRESET=tiny DOCS=30 TRAIN_DOCS=20 bash scripts/gpu_varied_shapes.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -41,6 +42,15 @@ $lr --version
 $lr -q encoder new --preset "${PRESET:-roberta-base}" --tokenizer tests/fixtures/tiny-roberta/tokenizer.json --out "$w/enc"
 $lr -q init --encoder "$w/enc" --labels 0,1 --out "$w/m" --seed 1
 
+# The last log's cuDNN lines: the plans it built (one per batch shape and pass) and the time
+# building them took, and any warning (a fallback to FlashAttention-2 names its reason).
+plans() {
+  local log
+  log=$(ls -t "$w"/*.log | head -1)
+  grep -E "new cuDNN plan" "$log" | tail -1 | sed 's/^/varied-shapes:   last plan line: /'
+  grep -E "WARN.*(cuDNN|cudnn)" "$log" | head -2 | sed 's/^/varied-shapes:   /'
+}
+
 # Variants: attention backend, optionally +gelu-fused (LONGREAD_CUDA_GELU=fused).
 variants=${VARIANTS:-fa2 cudnn fa2+gelu-fused}
 precision=${PRECISION:-bf16}
@@ -49,9 +59,10 @@ for variant in $variants; do
   gelu=pass
   case $variant in *+gelu-fused) gelu=fused ;; esac
   LONGREAD_CUDA_ATTENTION=${variant%%+*} LONGREAD_CUDA_TRAIN_ATTENTION=${variant%%+*} LONGREAD_CUDA_GELU=$gelu \
-    timeout 180 "$lr" --device "$device" predict --model "$w/m" --input "$w/docs.jsonl" --precision "$precision" \
+    LONGREAD_LOG=warn,longread_kernels=debug timeout 180 "$lr" --device "$device" predict --model "$w/m" --input "$w/docs.jsonl" --precision "$precision" \
     --output "$w/pred-$variant.jsonl" 2> "$w/pred-$variant.log"
-  echo "varied-shapes: predict $variant exit $? $(grep -E 'classified|cuDNN|error' "$w/pred-$variant.log" | tail -2 | tr '\n' ' ')"
+  echo "varied-shapes: predict $variant exit $? $(grep -E 'classified|error' "$w/pred-$variant.log" | tail -2 | tr '\n' ' ')"
+  plans
 done
 # Every variant's scores against the first's: same labels, largest score difference.
 python3 - "$w" $variants <<'PY'
@@ -76,7 +87,7 @@ PY
 
 echo "varied-shapes: 2. train one epoch over $(wc -l < "$w/train.jsonl") articles, batch size 4, $precision"
 for variant in ${TRAIN_VARIANTS:-fa2 cudnn}; do
-  LONGREAD_CUDA_TRAIN_ATTENTION=$variant timeout 240 "$lr" --device "$device" train --model "$w/m" --train "$w/train.jsonl" \
+  LONGREAD_CUDA_TRAIN_ATTENTION=$variant LONGREAD_LOG=warn,longread_kernels=debug timeout 240 "$lr" --device "$device" train --model "$w/m" --train "$w/train.jsonl" \
     --dev-split 0.1 --epochs 1 --batch-size 4 --seed 42 --precision "$precision" --out "$w/t-$variant" --log-format json \
     > "$w/train-$variant.jsonl" 2> "$w/train-$variant.log"
   status=$?
@@ -93,6 +104,7 @@ if epochs:
 else:
     print(f"varied-shapes: train {sys.argv[2]} exit {sys.argv[3]}: no epoch logged")
 PY
-  grep -E "cuDNN|error|Error" "$w/train-$variant.log" | tail -2
+  grep -E "error|Error" "$w/train-$variant.log" | tail -2
+  plans
 done
 echo "varied-shapes: done"

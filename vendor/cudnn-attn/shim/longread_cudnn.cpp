@@ -19,6 +19,7 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -64,6 +65,9 @@ struct Key {
 
 std::map<Key, std::shared_ptr<fe::graph::Graph>> graphs;
 std::map<int, cudnnHandle_t> handles;
+// Graphs built so far and the milliseconds their building took (longread_cudnn_plans).
+int64_t plans_built = 0;
+double plans_milliseconds = 0.0;
 
 struct Failure : std::exception {
     std::string message;
@@ -176,7 +180,14 @@ int run(const Key &key, std::unordered_map<int64_t, void *> &pointers, void *wor
         if (!fe::cudnn_dlhandle) throw Failure("cuDNN attention: cuDNN is not open (longread_cudnn_open)");
         cudnnHandle_t handle = handle_for(key.ordinal, stream);
         auto found = graphs.find(key);
-        if (found == graphs.end()) found = graphs.emplace(key, build(key, handle)).first;
+        if (found == graphs.end()) {
+            const auto started = std::chrono::steady_clock::now();
+            auto graph = build(key, handle);
+            plans_milliseconds +=
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+            ++plans_built;
+            found = graphs.emplace(key, std::move(graph)).first;
+        }
         const auto &graph = found->second;
         const int64_t needed = graph->get_workspace_size();
         if (*workspace_size < 0) {
@@ -250,6 +261,14 @@ int64_t longread_cudnn_open(const char *library) {
 
 // The message of this thread's last failed call.
 const char *longread_cudnn_error() { return last_error.c_str(); }
+
+// How many graphs (one per shape and pass) have been built in this process, and the
+// milliseconds their building took: cuDNN's cost of a new batch shape.
+void longread_cudnn_plans(int64_t *count, double *milliseconds) {
+    std::lock_guard<std::mutex> guard(lock);
+    *count = plans_built;
+    *milliseconds = plans_milliseconds;
+}
 
 }  // extern "C"
 

@@ -39,6 +39,7 @@ const _: () = assert!(
 extern "C" {
     fn longread_cudnn_open(library: *const c_char) -> i64;
     fn longread_cudnn_error() -> *const c_char;
+    fn longread_cudnn_plans(count: *mut i64, milliseconds: *mut f64);
 
     /// Attention of bf16 sequences, with dropout when `call.p_drop > 0` and softmax statistics
     /// when `stats` is not null. With `*workspace_size < 0` it only builds (or finds) the graph
@@ -97,6 +98,15 @@ pub fn open(library: Option<&CStr>) -> Result<i64, String> {
     } else {
         Err(last_error())
     }
+}
+
+/// Graphs built so far in this process (one per batch shape and pass) and the milliseconds
+/// their building took.
+pub fn plans() -> (i64, f64) {
+    let (mut count, mut milliseconds) = (0i64, 0f64);
+    // SAFETY: the shim writes the two values under its lock.
+    unsafe { longread_cudnn_plans(&mut count, &mut milliseconds) };
+    (count, milliseconds)
 }
 
 /// The reason of this thread's last failed call.

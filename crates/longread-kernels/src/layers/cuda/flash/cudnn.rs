@@ -105,6 +105,7 @@ pub(super) fn forward(
     // unread without dropout (no copy from the host then).
     let rng = if p_drop > 0.0 { dev.clone_htod(&[seed, 0u64])? } else { dev.alloc_zeros::<u64>(2)? };
     let block = (c.hidden * std::mem::size_of::<bf16>()) as u64;
+    let plans_before = longread_cudnn_attn::plans().0;
     with_counts(lengths, &stream, |seq_q, seq_kv| {
         let (x_ptr, _g1) = x.device_ptr(&stream);
         let (out_ptr, _g2) = out.device_ptr_mut(&stream);
@@ -135,7 +136,23 @@ pub(super) fn forward(
             })
         })
     })?;
+    log_new_plans(op, plans_before, &c);
     Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse: stats, rng, backend: Backend::Cudnn }))
+}
+
+/// Logs (debug, `LONGREAD_LOG=longread_kernels=debug`) the graphs cuDNN built for a call of
+/// `c`'s sizes since there were `before`: cuDNN builds one per batch shape and pass (tens of
+/// milliseconds each), which batches of varied shapes pay again and again.
+fn log_new_plans(op: &str, before: i64, c: &Call) {
+    let (after, milliseconds) = longread_cudnn_attn::plans();
+    if after > before {
+        tracing::debug!(
+            "{op}: {} new cuDNN plan(s) for {} sequences of {} rows; {after} built in all, {milliseconds:.0} ms",
+            after - before,
+            c.batch,
+            c.rows / c.batch.max(1),
+        );
+    }
 }
 
 /// Builds (or finds) the graph of the backward pass of `call` (gradients in rows of
@@ -188,7 +205,8 @@ pub(super) fn backward(
     }
     let stream = dev.cuda_stream();
     let block = (c.hidden * std::mem::size_of::<bf16>()) as u64;
-    with_counts(lengths, &stream, |seq_q, seq_kv| {
+    let plans_before = longread_cudnn_attn::plans().0;
+    let result = with_counts(lengths, &stream, |seq_q, seq_kv| {
         let (x_ptr, _g1) = x.device_ptr(&stream);
         let (out_ptr, _g2) = out.device_ptr(&stream);
         let (dout_ptr, _g3) = dout.device_ptr(&stream);
@@ -218,5 +236,7 @@ pub(super) fn backward(
                 )
             })
         })
-    })
+    });
+    log_new_plans(op, plans_before, c);
+    result
 }
