@@ -6,7 +6,8 @@
 #      run stopped and resumed bit-identically on each backend (deterministic backwards), and the
 #      CUTLASS product with bias + exact GELU against its f32 reference;
 #   1. the two attention op tests on cuDNN (inference; training, with dropout and gradients),
-#      each asserting that cuDNN is what ran;
+#      each asserting that cuDNN is what ran; 1b. again in sub-batches of powers of two
+#      (LONGREAD_CUDNN_SHAPES=buckets: the test batches of 3 and 12 sequences run as 2 + 1, 8 + 4);
 #   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
 #      PyTorch's SDPA, and the feed-forward's first product + GELU: cuBLASLt + the GELU pass, the
 #      tanh epilogue, the CUTLASS kernel's two schedules (cooperative, pingpong);
@@ -57,6 +58,11 @@ LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-th
   | grep -E "fused attention|panicked|^test |test result|cuDNN"
 LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/tt" --test-threads=1 --nocapture \
   flash_attention_training 2>&1 | grep -E "fused attention|panicked|^test |test result|cuDNN"
+echo "cudnn-check: 1b. the same on cuDNN in sub-batches of powers of two (LONGREAD_CUDNN_SHAPES=buckets)"
+LONGREAD_CUDNN_SHAPES=buckets LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/t" --test-threads=1 \
+  --nocapture flash_attention_2 2>&1 | grep -E "panicked|^test |test result"
+LONGREAD_CUDNN_SHAPES=buckets LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_REQUIRE_GPU=1 timeout 90 "$w/tt" \
+  --test-threads=1 --nocapture flash_attention_training 2>&1 | grep -E "panicked|^test |test result"
 
 echo "cudnn-check: 2. attention alone, 128 x 512 tokens (ms); the feed-forward's first product with its GELU three ways"
 for backend in fa2 cudnn; do

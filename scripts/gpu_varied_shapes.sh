@@ -8,11 +8,12 @@
 # bench and lose on real input: it becomes the default only if it wins here too.
 #   1. CLI `predict` over the hyperpartisan training articles (645, 50-5,000 words: chunk counts
 #      and last-chunk lengths vary), roberta-base shape with random weights, bf16, each backend
-#      (and FlashAttention-2 with the CUTLASS GELU epilogue): the CLI's own documents/s line, and
-#      the backends' scores compared document by document;
+#      (cuDNN also with LONGREAD_CUDNN_SHAPES=buckets; FlashAttention-2 also with the CUTLASS
+#      GELU epilogue): the CLI's own documents/s line, and the backends' scores compared
+#      document by document;
 #   2. CLI `train`, one epoch over the first $TRAIN_DOCS (320) articles, batch size 4, bf16, each
-#      backend: the epoch's training seconds from the JSON log (kept-graph groups of varied
-#      chunk counts: a new shape per step for cuDNN's forward and backward).
+#      backend (cuDNN with and without buckets): the epoch's training seconds from the JSON log
+#      (kept-graph groups of varied chunk counts: a new shape per step for cuDNN's passes).
 # Needs gpu-run/ packed (scripts/build_cuda.sh --tests && scripts/gpu_pack.sh: the binary and the
 # articles). Lines to read: "varied-shapes:" (with cuDNN, its last "new cuDNN plan" line: how many
 # plans it built and the milliseconds that took). A dry run of the script's plumbing on the CPU:
@@ -51,14 +52,15 @@ plans() {
   grep -E "WARN.*(cuDNN|cudnn)" "$log" | head -2 | sed 's/^/varied-shapes:   /'
 }
 
-# Variants: attention backend, optionally +gelu-fused (LONGREAD_CUDA_GELU=fused).
-variants=${VARIANTS:-fa2 cudnn fa2+gelu-fused}
+# Variants: attention backend, optionally +gelu-fused (LONGREAD_CUDA_GELU=fused) or, for cuDNN,
+# +buckets (LONGREAD_CUDNN_SHAPES=buckets: sub-batches of powers of two, fewer plans).
+variants=${VARIANTS:-fa2 cudnn cudnn+buckets fa2+gelu-fused}
 precision=${PRECISION:-bf16}
 echo "varied-shapes: 1. predict over $(wc -l < "$w/docs.jsonl") articles, $precision"
 for variant in $variants; do
-  gelu=pass
-  case $variant in *+gelu-fused) gelu=fused ;; esac
-  LONGREAD_CUDA_ATTENTION=${variant%%+*} LONGREAD_CUDA_TRAIN_ATTENTION=${variant%%+*} LONGREAD_CUDA_GELU=$gelu \
+  gelu=pass shapes=exact
+  case $variant in *+gelu-fused) gelu=fused ;; *+buckets) shapes=buckets ;; esac
+  LONGREAD_CUDA_ATTENTION=${variant%%+*} LONGREAD_CUDA_GELU=$gelu LONGREAD_CUDNN_SHAPES=$shapes \
     LONGREAD_LOG=warn,longread_kernels=debug timeout 180 "$lr" --device "$device" predict --model "$w/m" --input "$w/docs.jsonl" --precision "$precision" \
     --output "$w/pred-$variant.jsonl" 2> "$w/pred-$variant.log"
   echo "varied-shapes: predict $variant exit $? $(grep -E 'classified|error' "$w/pred-$variant.log" | tail -2 | tr '\n' ' ')"
@@ -86,8 +88,10 @@ for v in variants[1:]:
 PY
 
 echo "varied-shapes: 2. train one epoch over $(wc -l < "$w/train.jsonl") articles, batch size 4, $precision"
-for variant in ${TRAIN_VARIANTS:-fa2 cudnn}; do
-  LONGREAD_CUDA_TRAIN_ATTENTION=$variant LONGREAD_LOG=warn,longread_kernels=debug timeout 240 "$lr" --device "$device" train --model "$w/m" --train "$w/train.jsonl" \
+for variant in ${TRAIN_VARIANTS:-fa2 cudnn cudnn+buckets}; do
+  shapes=exact
+  case $variant in *+buckets) shapes=buckets ;; esac
+  LONGREAD_CUDA_TRAIN_ATTENTION=${variant%%+*} LONGREAD_CUDNN_SHAPES=$shapes LONGREAD_LOG=warn,longread_kernels=debug timeout 240 "$lr" --device "$device" train --model "$w/m" --train "$w/train.jsonl" \
     --dev-split 0.1 --epochs 1 --batch-size 4 --seed 42 --precision "$precision" --out "$w/t-$variant" --log-format json \
     > "$w/train-$variant.jsonl" 2> "$w/train-$variant.log"
   status=$?

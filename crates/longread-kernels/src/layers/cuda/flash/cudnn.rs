@@ -4,6 +4,7 @@
 
 use core::ffi::c_void;
 use core::ptr::{null, null_mut};
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::backend::BackendStorage;
@@ -101,9 +102,15 @@ pub(super) fn forward(
     let mut out = unsafe { dev.alloc::<bf16>(c.rows * c.hidden) }?;
     let mut stats = unsafe { dev.alloc::<f32>(if keep { heads * c.rows } else { 1 }) }?;
     let (p_drop, seed) = dropout.unwrap_or((0.0, 0));
-    // cuDNN's Philox seed and offset (int64 on the device), which the backward pass reads too;
-    // unread without dropout (no copy from the host then).
-    let rng = if p_drop > 0.0 { dev.clone_htod(&[seed, 0u64])? } else { dev.alloc_zeros::<u64>(2)? };
+    let (parts, seq) = (super::cudnn_batch_parts(c.batch), lengths.seq);
+    // cuDNN's Philox seed and offset (int64 on the device) of each sub-batch, which the backward
+    // pass reads too; unread without dropout (no copy from the host then).
+    let rng = if p_drop > 0.0 {
+        let pairs: Vec<u64> = (0..parts.len()).flat_map(|i| [part_seed(seed, i), 0]).collect();
+        dev.clone_htod(&pairs)?
+    } else {
+        dev.alloc_zeros::<u64>(2 * parts.len())?
+    };
     let block = (c.hidden * std::mem::size_of::<bf16>()) as u64;
     let plans_before = longread_cudnn_attn::plans().0;
     with_counts(lengths, &stream, |seq_q, seq_kv| {
@@ -111,30 +118,40 @@ pub(super) fn forward(
         let (out_ptr, _g2) = out.device_ptr_mut(&stream);
         let (stats_ptr, _g3) = stats.device_ptr_mut(&stream);
         let (rng_ptr, _g4) = rng.device_ptr(&stream);
-        let call = call_of(&dev, &c, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_ptr));
-        if keep {
-            // The backward pass's graph is built before the forward pass runs, so that a shape
-            // cuDNN cannot differentiate fails here, where FlashAttention-2 can still take over.
-            prepare_backward(&call, c.hidden)?;
+        for (i, part) in parts.iter().enumerate() {
+            let pc = part_call(&c, part, seq);
+            let counts = part_counts((seq_q, seq_kv), part.start);
+            let call = call_of(&dev, &pc, lengths, (heads, scale), counts, (p_drop, rng_ptr + 16 * i as u64));
+            if keep {
+                // The backward pass's graph is built before the forward pass runs, so that a
+                // shape cuDNN cannot differentiate fails here, where FlashAttention-2 can still
+                // take over.
+                prepare_backward(&call, c.hidden)?;
+            }
+            let x_at = x_ptr + bytes::<bf16>(part.start * seq * c.row_stride);
+            let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
+            let stats_at = stats_ptr + bytes::<f32>(part.start * heads * seq);
+            with_workspace(&dev, |workspace, size| {
+                // SAFETY: q, k and v are the three column blocks of the part's rows (of
+                // `row_stride` elements) from its first sequence's; out holds its rows · hidden
+                // elements from there, stats its heads · rows when kept; the counts are the
+                // part's [len] or both null; rng holds its seed and offset; the stream is the
+                // device's, whose context is current on this thread.
+                check(op, unsafe {
+                    longread_cudnn_attn::longread_cudnn_sdpa_fwd_bf16(
+                        &call,
+                        x_at as *const c_void,
+                        (x_at + block) as *const c_void,
+                        (x_at + 2 * block) as *const c_void,
+                        out_at as *mut c_void,
+                        if keep { stats_at as *mut f32 } else { null_mut() },
+                        workspace as *mut c_void,
+                        size,
+                    )
+                })
+            })?;
         }
-        with_workspace(&dev, |workspace, size| {
-            // SAFETY: q, k and v are the three column blocks of `rows` rows of `row_stride`
-            // elements; out holds rows · hidden elements, stats heads · rows when kept; the
-            // counts are [batch] or both null; rng holds the seed and the offset; the stream
-            // is the device's, whose context is current on this thread.
-            check(op, unsafe {
-                longread_cudnn_attn::longread_cudnn_sdpa_fwd_bf16(
-                    &call,
-                    x_ptr as *const c_void,
-                    (x_ptr + block) as *const c_void,
-                    (x_ptr + 2 * block) as *const c_void,
-                    out_ptr as *mut c_void,
-                    if keep { stats_ptr as *mut f32 } else { null_mut() },
-                    workspace as *mut c_void,
-                    size,
-                )
-            })
-        })
+        Ok(())
     })?;
     log_new_plans(op, plans_before, &c);
     Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse: stats, rng, backend: Backend::Cudnn }))
@@ -153,6 +170,32 @@ fn log_new_plans(op: &str, before: i64, c: &Call) {
             c.rows / c.batch.max(1),
         );
     }
+}
+
+/// The sizes of sub-batch `part` (sequences) of a call of `c`'s sizes with `seq` rows each.
+fn part_call(c: &Call, part: &Range<usize>, seq: usize) -> Call {
+    Call { rows: part.len() * seq, hidden: c.hidden, d: c.d, batch: part.len(), row_stride: c.row_stride }
+}
+
+/// The query and real-key counts of a sub-batch starting at sequence `start` (both null stay
+/// null: every key real).
+fn part_counts((seq_q, seq_kv): (*const i32, *const i32), start: usize) -> (*const i32, *const i32) {
+    if seq_kv.is_null() {
+        (seq_q, seq_kv)
+    } else {
+        (seq_q.wrapping_add(start), seq_kv.wrapping_add(start))
+    }
+}
+
+/// The dropout seed of sub-batch `i`: the caller's for the first (the whole batch's, without
+/// sub-batches), mixed with `i` for the others, so that each draws masks of its own.
+fn part_seed(seed: u64, i: usize) -> u64 {
+    seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Bytes of `n` elements of `T`, as a device-pointer offset.
+fn bytes<T>(n: usize) -> u64 {
+    (n * std::mem::size_of::<T>()) as u64
 }
 
 /// Builds (or finds) the graph of the backward pass of `call` (gradients in rows of
@@ -203,6 +246,10 @@ pub(super) fn backward(
     if saved.lse.len() != heads * c.rows {
         candle_core::bail!("{op}: the forward pass kept no softmax statistics");
     }
+    let (parts, seq) = (super::cudnn_batch_parts(c.batch), lengths.seq);
+    if saved.rng.len() != 2 * parts.len() {
+        candle_core::bail!("{op}: the forward pass ran as other sub-batches");
+    }
     let stream = dev.cuda_stream();
     let block = (c.hidden * std::mem::size_of::<bf16>()) as u64;
     let plans_before = longread_cudnn_attn::plans().0;
@@ -213,29 +260,40 @@ pub(super) fn backward(
         let (stats_ptr, _g4) = saved.lse.device_ptr(&stream);
         let (grad_ptr, _g5) = grad.device_ptr_mut(&stream);
         let (rng_ptr, _g6) = saved.rng.device_ptr(&stream);
-        let call = call_of(dev, c, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_ptr));
-        with_workspace(dev, |workspace, size| {
-            // SAFETY: as in `forward`; grad holds rows · 3 · hidden elements whose three column
-            // blocks take dq, dk and dv; stats and rng are the forward pass's.
-            check(op, unsafe {
-                longread_cudnn_attn::longread_cudnn_sdpa_bwd_bf16(
-                    &call,
-                    x_ptr as *const c_void,
-                    (x_ptr + block) as *const c_void,
-                    (x_ptr + 2 * block) as *const c_void,
-                    out_ptr as *const c_void,
-                    dout_ptr as *const c_void,
-                    stats_ptr as *const f32,
-                    grad_ptr as *mut c_void,
-                    (grad_ptr + block) as *mut c_void,
-                    (grad_ptr + 2 * block) as *mut c_void,
-                    (3 * c.hidden) as i64,
-                    deterministic(),
-                    workspace as *mut c_void,
-                    size,
-                )
-            })
-        })
+        for (i, part) in parts.iter().enumerate() {
+            let pc = part_call(c, part, seq);
+            let counts = part_counts((seq_q, seq_kv), part.start);
+            let call = call_of(dev, &pc, lengths, (heads, scale), counts, (p_drop, rng_ptr + 16 * i as u64));
+            let x_at = x_ptr + bytes::<bf16>(part.start * seq * c.row_stride);
+            let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
+            let dout_at = dout_ptr + bytes::<bf16>(part.start * seq * c.hidden);
+            let stats_at = stats_ptr + bytes::<f32>(part.start * heads * seq);
+            let grad_at = grad_ptr + bytes::<bf16>(part.start * seq * 3 * c.hidden);
+            with_workspace(dev, |workspace, size| {
+                // SAFETY: as in `forward`, from the part's first sequence; grad holds its
+                // rows · 3 · hidden elements from there, whose three column blocks take dq, dk
+                // and dv; stats and rng are the forward pass's for the part.
+                check(op, unsafe {
+                    longread_cudnn_attn::longread_cudnn_sdpa_bwd_bf16(
+                        &call,
+                        x_at as *const c_void,
+                        (x_at + block) as *const c_void,
+                        (x_at + 2 * block) as *const c_void,
+                        out_at as *const c_void,
+                        dout_at as *const c_void,
+                        stats_at as *const f32,
+                        grad_at as *mut c_void,
+                        (grad_at + block) as *mut c_void,
+                        (grad_at + 2 * block) as *mut c_void,
+                        (3 * c.hidden) as i64,
+                        deterministic(),
+                        workspace as *mut c_void,
+                        size,
+                    )
+                })
+            })?;
+        }
+        Ok(())
     });
     log_new_plans(op, plans_before, c);
     result

@@ -178,6 +178,34 @@ fn cudnn_opens(train: bool) -> bool {
     }
 }
 
+/// The sub-batches (ranges of sequences) cuDNN runs a call of `batch` sequences as. cuDNN
+/// builds a plan per batch shape and pass (tens of milliseconds each; FlashAttention-2 takes
+/// any shape at no cost), and real batches come in many sizes (each predict group's last batch,
+/// each training step's kept group of documents). With `LONGREAD_CUDNN_SHAPES=buckets` a call
+/// runs as sub-batches of powers of two, largest first, so that at most ⌊log₂ batch⌋ + 1 sizes
+/// meet cuDNN per padded length; by default (`exact`) the batch runs whole.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn cudnn_batch_parts(batch: usize) -> Vec<std::ops::Range<usize>> {
+    static MODE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    batch_parts(batch, super::env_choice(&MODE, "LONGREAD_CUDNN_SHAPES", &["buckets"], "exact") == "buckets")
+}
+
+/// [`cudnn_batch_parts`] for `batch` sequences, in powers of two where `buckets`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn batch_parts(batch: usize, buckets: bool) -> Vec<std::ops::Range<usize>> {
+    if !buckets || batch == 0 {
+        return std::iter::once(0..batch).collect();
+    }
+    let mut parts = Vec::new();
+    let mut start = 0;
+    while start < batch {
+        let len = 1usize << (usize::BITS - 1 - (batch - start).leading_zeros());
+        parts.push(start..start + len);
+        start += len;
+    }
+    parts
+}
+
 /// cuDNN's record in this process, for inference and for training (whose graphs include a
 /// backward pass): no call yet, a call that worked, or a first call that failed.
 #[cfg(feature = "cuda")]
@@ -392,6 +420,23 @@ mod tests {
         assert_eq!(dq_splits_for(132, 1, 64), 1);
         assert_eq!(dq_splits_for(132, 0, 512), 4, "no blocks: still a valid count");
         assert_eq!(dq_splits_for(108, 48, 512), 3, "an A100: 108 multiprocessors");
+    }
+
+    /// Bucketed, a batch runs as powers of two, largest first, covering every sequence once;
+    /// by default whole.
+    #[test]
+    fn cudnn_sub_batches_are_powers_of_two_covering_the_batch() {
+        let whole = |n: usize| std::iter::once(0..n).collect::<Vec<_>>();
+        assert_eq!(batch_parts(500, false), whole(500));
+        assert_eq!(batch_parts(500, true), vec![0..256, 256..384, 384..448, 448..480, 480..496, 496..500]);
+        assert_eq!(batch_parts(20, true), vec![0..16, 16..20]);
+        assert_eq!(batch_parts(64, true), whole(64));
+        assert_eq!(batch_parts(1, true), whole(1));
+        assert_eq!(batch_parts(0, true), whole(0));
+        // Every size from 1 to 600 meets at most 10 part sizes in all.
+        let sizes: std::collections::BTreeSet<usize> =
+            (1..=600).flat_map(|b| batch_parts(b, true)).map(|p| p.len()).collect();
+        assert_eq!(sizes.into_iter().collect::<Vec<_>>(), vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 512]);
     }
 
     #[test]
