@@ -12,9 +12,9 @@
 #      PyTorch's SDPA, and the feed-forward's first product + GELU: cuBLASLt + the GELU pass, the
 #      tanh epilogue, the CUTLASS kernel's two schedules (cooperative, pingpong);
 #   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends
-#      and FlashAttention-2 with bias + GELU in a product's epilogue (LONGREAD_CUDA_GELU=fused:
-#      longread's CUTLASS product, exact GELU; =tanh: cuBLASLt's, tanh-approximated), two rounds,
-#      then PyTorch eager in the same run;
+#      (bias + exact GELU in longread's CUTLASS product's epilogue, the default) and
+#      FlashAttention-2 with the GELU in a pass of its own (LONGREAD_CUDA_GELU=pass) or in
+#      cuBLASLt's epilogue (=tanh, tanh-approximated), two rounds, then PyTorch eager;
 #   4. bf16 training steps, 4 x 20 x 512: 10,240-token batches (each document one kept batch)
 #      and the whole graph (--no-recompute, 65,536), both backends (each backward deterministic,
 #      the default), then each backend's non-deterministic backward at 10,240
@@ -73,11 +73,12 @@ timeout 60 python3 scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 
 
 echo "cudnn-check: 3. predict bf16, 64 x 20 x 512, 256,000-token batches"
 for round in 1 2; do
-  for backend in fa2 cudnn fa2+gelu-fused fa2+gelu-tanh; do
-    # +gelu-fused: bias + exact GELU in longread's CUTLASS product's epilogue (LONGREAD_CUDA_GELU=fused);
-    # +gelu-tanh: bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh, tanh-approximated GELU).
-    gelu=pass
-    case $backend in *+gelu-fused) gelu=fused ;; *+gelu-tanh) gelu=tanh ;; esac
+  for backend in fa2 cudnn fa2+gelu-pass fa2+gelu-tanh; do
+    # The default (since session 36): bias + exact GELU in longread's CUTLASS product's epilogue
+    # (LONGREAD_CUDA_GELU=fused); +gelu-pass: the GELU in a pass of its own (the default before);
+    # +gelu-tanh: bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh, tanh-approximated).
+    gelu=fused
+    case $backend in *+gelu-pass) gelu=pass ;; *+gelu-tanh) gelu=tanh ;; esac
     LONGREAD_CUDA_ATTENTION=${backend%%+*} LONGREAD_CUDA_GELU=$gelu timeout 60 $lr --device cuda bench --workload predict \
       --model "$w/m" --shape 64x20 --repeat 3 --precision bf16 --max-batch-tokens 256000 --json \
       | python3 -c 'import json,sys;[print("cudnn-check: predict", sys.argv[1], sys.argv[2], json.loads(l)["gpu_attention"], round(json.loads(l)["docs_per_s"],1), "docs/s, first run", round(json.loads(l)["warmup_seconds"],2), "s") for l in sys.stdin if l.startswith("{")]' "$round" "$backend"

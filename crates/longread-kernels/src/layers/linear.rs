@@ -163,11 +163,11 @@ impl Linear {
         activation.forward(&self.forward_graph(xs, graph)?)
     }
 
-    /// `gelu(x·Wᵀ + b)` with bias and GELU in the product's epilogue, where asked for
+    /// `gelu(x·Wᵀ + b)` with bias and GELU in the product's epilogue, where chosen
     /// (`LONGREAD_CUDA_GELU`, [`cuda::gelu_epilogue`]) and it applies — bf16 inference on a GPU,
-    /// with a bias: `tanh`, cuBLASLt's epilogue (tanh-approximated GELU); `fused`, longread's
-    /// CUTLASS product with the exact GELU (GPUs of compute capability 9.0). `None` elsewhere
-    /// (the exact GELU runs in a pass of its own).
+    /// with a bias: `fused` (the default), longread's CUTLASS product with the exact GELU (GPUs
+    /// of compute capability 9.0); `tanh`, cuBLASLt's epilogue (tanh-approximated GELU). `None`
+    /// elsewhere and with `pass` (the exact GELU runs in a pass of its own).
     ///
     /// # Shapes
     /// `xs: [..., in]` → `[..., out]`

@@ -43,8 +43,8 @@ pub use cublaslt::{gelu_epilogue, gemm_cublaslt, lt_linear, lt_linear_gelu_tanh,
 pub use embedding_norm::EmbeddingTables;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain};
 pub use flash::{
-    cudnn_unavailable, flash2_enabled, flash2_runs_on, fused_attention_ran, train_attention_fa2, Backend,
-    FlashAttention2, FlashAttentionTrain, KeyLengths,
+    cudnn_unavailable, flash2_enabled, flash2_runs_on, fused_attention_ran, fused_attention_ran_in_training,
+    train_attention_fa2, Backend, FlashAttention2, FlashAttentionTrain, KeyLengths,
 };
 pub use gelu_dense_train::GeluDenseTrain;
 pub use gemm_gelu::{fused_linear_gelu, fused_linear_gelu_by, FusedGeluKernel};

@@ -140,7 +140,7 @@ pub(super) fn forward(
         })
     })?;
     check(op, status)?;
-    super::ran(Backend::Fa2);
+    super::ran(Backend::Fa2, keep);
     Ok((CudaStorage::wrap_cuda_slice(out, dev), Saved { lse, rng, backend: Backend::Fa2 }))
 }
 

@@ -149,6 +149,15 @@ impl Backend {
             Backend::Cudnn => 2,
         }
     }
+
+    /// The name of the backend of [`Backend::code`] `code` (`None` for 0: none ran).
+    fn named(code: u8) -> Option<&'static str> {
+        match code {
+            1 => Some(Backend::Fa2.name()),
+            2 => Some(Backend::Cudnn.name()),
+            _ => None,
+        }
+    }
 }
 
 /// Whether cuDNN opens (`LONGREAD_CUDNN_LIBRARY`, else `libcudnn.so.9` on the loader's path)
@@ -226,7 +235,7 @@ fn cudnn_outcome<T>(result: Result<T>, train: bool) -> Result<Option<T>> {
     match result {
         Ok(value) => {
             state.store(CUDNN_WORKS, Ordering::Relaxed);
-            ran(Backend::Cudnn);
+            ran(Backend::Cudnn, train);
             Ok(Some(value))
         }
         Err(e) if state.load(Ordering::Relaxed) != CUDNN_WORKS => {
@@ -255,23 +264,31 @@ fn gave_up(why: String) {
     }
 }
 
-/// Which backend [`FlashAttention2`] or [`FlashAttentionTrain`] last ran on (for benchmark rows).
+/// Which backend [`FlashAttention2`] or [`FlashAttentionTrain`] last ran on (for benchmark
+/// rows), and which the training passes last ran on.
 static RAN: AtomicU8 = AtomicU8::new(0);
+static TRAIN_RAN: AtomicU8 = AtomicU8::new(0);
 
-/// Records that the fused attention ran on `backend`.
+/// Records that the fused attention ran on `backend`, in training (`train`: a forward pass that
+/// keeps what its backward pass needs) or inference.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn ran(backend: Backend) {
+fn ran(backend: Backend, train: bool) {
     RAN.store(backend.code(), Ordering::Relaxed);
+    if train {
+        TRAIN_RAN.store(backend.code(), Ordering::Relaxed);
+    }
+}
+
+/// The backend training's fused attention last ran on since the last call, if it ran (a
+/// training run's evaluation, which runs inference's backend, does not count); resets.
+pub fn fused_attention_ran_in_training() -> Option<&'static str> {
+    Backend::named(TRAIN_RAN.swap(0, Ordering::Relaxed))
 }
 
 /// The backend the fused attention ran on (inference or training) since the last call, if it
 /// ran (`fa2` or `cudnn`); resets.
 pub fn fused_attention_ran() -> Option<&'static str> {
-    match RAN.swap(0, Ordering::Relaxed) {
-        1 => Some(Backend::Fa2.name()),
-        2 => Some(Backend::Cudnn.name()),
-        _ => None,
-    }
+    Backend::named(RAN.swap(0, Ordering::Relaxed))
 }
 
 /// Whether bf16 attention of GPU inference runs [`FlashAttention2`] (`LONGREAD_CUDA_ATTENTION`:
