@@ -55,21 +55,28 @@ fn with_counts<R>(
     })
 }
 
-/// The shim's description of a call of `c`'s sizes on `dev` (its ordinal: cuDNN keeps a handle
-/// per GPU), with the counts of [`with_counts`] and the dropout's `(probability, seed and
-/// offset)`.
+/// The shim's description of sub-batch `part` (sequences) of a call of `c`'s sizes on `dev`
+/// (its ordinal: cuDNN keeps a handle per GPU), with the counts of [`with_counts`] (from the
+/// part's first sequence; both null stay null: every key real) and the dropout's
+/// `(probability, the part's seed and offset)`.
 fn call_of(
     dev: &CudaDevice,
     c: &Call,
+    part: &Range<usize>,
     lengths: &KeyLengths,
     (heads, scale): (usize, f32),
     (seq_q, seq_kv): (*const i32, *const i32),
     (p_drop, seed_offset): (f32, u64),
 ) -> SdpaCall {
+    let (seq_q, seq_kv) = if seq_kv.is_null() {
+        (seq_q, seq_kv)
+    } else {
+        (seq_q.wrapping_add(part.start), seq_kv.wrapping_add(part.start))
+    };
     let stream = dev.cuda_stream();
     SdpaCall {
         ordinal: stream.context().ordinal() as i32,
-        batch: c.batch as i64,
+        batch: part.len() as i64,
         heads: heads as i64,
         dim: c.d as i64,
         seq: lengths.seq as i64,
@@ -119,9 +126,8 @@ pub(super) fn forward(
         let (stats_ptr, _g3) = stats.device_ptr_mut(&stream);
         let (rng_ptr, _g4) = rng.device_ptr(&stream);
         for (i, part) in parts.iter().enumerate() {
-            let pc = part_call(&c, part, seq);
-            let counts = part_counts((seq_q, seq_kv), part.start);
-            let call = call_of(&dev, &pc, lengths, (heads, scale), counts, (p_drop, rng_ptr + 16 * i as u64));
+            let rng_at = rng_ptr + bytes::<u64>(2 * i);
+            let call = call_of(&dev, &c, part, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_at));
             if keep {
                 // The backward pass's graph is built before the forward pass runs, so that a
                 // shape cuDNN cannot differentiate fails here, where FlashAttention-2 can still
@@ -169,21 +175,6 @@ fn log_new_plans(op: &str, before: i64, c: &Call) {
             c.batch,
             c.rows / c.batch.max(1),
         );
-    }
-}
-
-/// The sizes of sub-batch `part` (sequences) of a call of `c`'s sizes with `seq` rows each.
-fn part_call(c: &Call, part: &Range<usize>, seq: usize) -> Call {
-    Call { rows: part.len() * seq, hidden: c.hidden, d: c.d, batch: part.len(), row_stride: c.row_stride }
-}
-
-/// The query and real-key counts of a sub-batch starting at sequence `start` (both null stay
-/// null: every key real).
-fn part_counts((seq_q, seq_kv): (*const i32, *const i32), start: usize) -> (*const i32, *const i32) {
-    if seq_kv.is_null() {
-        (seq_q, seq_kv)
-    } else {
-        (seq_q.wrapping_add(start), seq_kv.wrapping_add(start))
     }
 }
 
@@ -261,9 +252,8 @@ pub(super) fn backward(
         let (grad_ptr, _g5) = grad.device_ptr_mut(&stream);
         let (rng_ptr, _g6) = saved.rng.device_ptr(&stream);
         for (i, part) in parts.iter().enumerate() {
-            let pc = part_call(c, part, seq);
-            let counts = part_counts((seq_q, seq_kv), part.start);
-            let call = call_of(dev, &pc, lengths, (heads, scale), counts, (p_drop, rng_ptr + 16 * i as u64));
+            let rng_at = rng_ptr + bytes::<u64>(2 * i);
+            let call = call_of(dev, c, part, lengths, (heads, scale), (seq_q, seq_kv), (p_drop, rng_at));
             let x_at = x_ptr + bytes::<bf16>(part.start * seq * c.row_stride);
             let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
             let dout_at = dout_ptr + bytes::<bf16>(part.start * seq * c.hidden);
