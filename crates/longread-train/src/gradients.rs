@@ -46,6 +46,13 @@ impl StepGradients {
         self.backward_loss_keeping(loss, vars).map(drop)
     }
 
+    /// As [`StepGradients::backward_loss`], returning the loss's value (read back from the
+    /// device after the back-propagation is queued): a batch's whole part of a step.
+    pub fn backward_loss_value(&mut self, loss: &Tensor, vars: &[Var]) -> Result<f32> {
+        self.backward_loss(loss, vars)?;
+        Ok(loss.to_scalar::<f32>()?)
+    }
+
     /// As [`StepGradients::backward_loss`], returning the back-propagation's other gradients
     /// (of leaves that are not among `vars`, such as recomputation's chunk vectors; `vars`'
     /// own are in the totals alone).

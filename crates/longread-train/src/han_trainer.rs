@@ -146,8 +146,7 @@ impl EpochTask for HanTask<'_> {
         if self.penalty > 0.0 {
             loss = (loss + (attention_penalty(&out.sentence_attention)? * self.penalty)?)?;
         }
-        grads.backward_loss(&loss, &self.vars)?;
-        Ok(loss.to_scalar::<f32>()?)
+        grads.backward_loss_value(&loss, &self.vars)
     }
 
     fn step_units(&self, docs: &[usize]) -> usize {

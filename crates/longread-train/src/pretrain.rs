@@ -275,8 +275,7 @@ impl TrainingTask for PretrainTask<'_> {
         }
         let dropout = DropoutRng::new(mix(cfg.seed, at.step as u64, 3));
         let loss = self.model.loss(&ids, &mask, &labels, Mode::Train(&dropout))?;
-        grads.backward_loss(&loss, &self.vars)?;
-        Ok(Some(loss.to_scalar::<f32>()?))
+        grads.backward_loss_value(&loss, &self.vars).map(Some)
     }
 
     /// Tokens of the sequences (padding excluded).

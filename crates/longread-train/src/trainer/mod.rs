@@ -146,8 +146,7 @@ impl EpochTask for ClassifierTask<'_> {
                 let chosen: Vec<&Tensor> = batch.iter().map(|&i| &vectors[i]).collect();
                 // The heads alone, from cached chunk vectors.
                 let loss = task_loss(run.model, &chosen, &labels, how, Mode::Train(dropout), run.device)?;
-                grads.backward_loss(&loss, &phase.vars)?;
-                Ok(loss.to_scalar::<f32>()?)
+                grads.backward_loss_value(&loss, &phase.vars)
             }
             None => {
                 let docs: Vec<&ChunkedDocument> = batch.iter().map(|&i| &run.train.docs[i]).collect();
