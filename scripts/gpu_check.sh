@@ -40,6 +40,8 @@
 # LD_LIBRARY_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/gpu_env.sh
+. scripts/gpu_env.sh
 repo=$PWD
 run="$repo/gpu-run"
 fail() { echo "gpu_check: $*" >&2; exit 1; }
@@ -71,16 +73,15 @@ slug=$(echo "$card" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/-/g; s/^-
 echo "gpu_check: $card ($(nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader | head -1))"
 
 # The CUDA 13 libraries candle loads at run time (cuBLAS, cuBLASLt, cuRAND).
-libdirs=$(find /usr /opt -name 'libcublas.so.13*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+libdirs=$(gpu_library_dirs 'libcublas.so.13*')
 [ -n "$libdirs" ] || fail "libcublas.so.13 not found under /usr or /opt"
 # cuDNN 9 (PyTorch's, for LONGREAD_CUDA_ATTENTION=cudnn; opened at run time, optional).
-cudnn_dirs=$(find /usr /opt -name 'libcudnn.so.9*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+cudnn_dirs=$(gpu_library_dirs 'libcudnn.so.9*')
 [ -n "$cudnn_dirs" ] || echo "gpu_check: libcudnn.so.9 not found under /usr or /opt: the cuDNN rows fall back to FlashAttention-2" >&2
 export LD_LIBRARY_PATH="${libdirs}${cudnn_dirs}${LD_LIBRARY_PATH:-}"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-unxz() { ${PYTHON:-python3} -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"; }
 unxz "$run/longread.xz" "$work/longread" && chmod +x "$work/longread"
 unxz "$run/cuda-tests.xz" "$work/cuda-tests" && chmod +x "$work/cuda-tests"
 unxz "$run/cuda-train-tests.xz" "$work/cuda-train-tests" && chmod +x "$work/cuda-train-tests"

@@ -26,13 +26,12 @@
 #   bash scripts/gpu_quick_cudnn.sh
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-LD_LIBRARY_PATH=$(find /usr /opt \( -name 'libcublas.so.13*' -o -name 'libcudnn.so.9*' \) -printf '%h\n' 2>/dev/null \
-  | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH
+# shellcheck source=scripts/gpu_env.sh
+. scripts/gpu_env.sh
+export LD_LIBRARY_PATH="$(gpu_library_dirs 'libcublas.so.13*')$(gpu_library_dirs 'libcudnn.so.9*')"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-ux() { python3 -c 'import lzma,shutil,sys;shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],"wb"))' "$1" "$2"; chmod +x "$2"; }
+ux() { unxz "$1" "$2" && chmod +x "$2"; }
 ux gpu-run/longread.xz "$w/lr"
 ux gpu-run/cuda-tests.xz "$w/t"
 ux gpu-run/cuda-train-tests.xz "$w/tt"

@@ -20,23 +20,21 @@
 #   LONGREAD=target/release/longread DEVICE=cpu PRESET=tiny DOCS=30 TRAIN_DOCS=20 bash scripts/gpu_varied_shapes.sh
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-LD_LIBRARY_PATH=$(find /usr /opt \( -name 'libcublas.so.13*' -o -name 'libcudnn.so.9*' \) -printf '%h\n' 2>/dev/null \
-  | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH
+# shellcheck source=scripts/gpu_env.sh
+. scripts/gpu_env.sh
+export LD_LIBRARY_PATH="$(gpu_library_dirs 'libcublas.so.13*')$(gpu_library_dirs 'libcudnn.so.9*')"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-unpack() { python3 -c 'import lzma,shutil,sys;shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],"wb"))' "$1" "$2"; }
 device=${DEVICE:-cuda}
 if [ -n "${LONGREAD:-}" ]; then
   lr=$LONGREAD
 else
-  unpack gpu-run/longread.xz "$w/lr" && chmod +x "$w/lr"
+  unxz gpu-run/longread.xz "$w/lr" && chmod +x "$w/lr"
   lr=$w/lr
 fi
 articles=${ARTICLES:-gpu-run/hyperpartisan-train.jsonl.xz}
 [ -f "$articles" ] || { echo "varied-shapes: no $articles (scripts/gpu_pack.sh packs it)" >&2; exit 1; }
-unpack "$articles" "$w/all.jsonl" 2>/dev/null || cp "$articles" "$w/all.jsonl"
+unxz "$articles" "$w/all.jsonl" 2>/dev/null || cp "$articles" "$w/all.jsonl"
 head -n "${DOCS:-100000}" "$w/all.jsonl" > "$w/docs.jsonl"
 head -n "${TRAIN_DOCS:-320}" "$w/all.jsonl" > "$w/train.jsonl"
 $lr --version
