@@ -22,7 +22,8 @@
 #            LayerNorm), longread vs PyTorch at 128 x 512 tokens (bench/results-gpu-<card>-kernels.json)
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json), with
-#            rows on cuDNN's attention (`train_bf16_cudnn_*`, `train_large_bf16_cudnn_ratio`)
+#            rows on cuDNN's attention (`train_bf16_cudnn_*`, `train_large_bf16_cudnn_ratio`);
+#            TRAIN_ABLATIONS=1 adds rows with each earlier change switched off (~1.5 minutes)
 #   train-profile  one training step in parts and op by op (candle's op_profile), beside PyTorch's
 #            step under torch.profiler (bench/train-profile-<card>.jsonl, tables in the log)
 #   pretrain MLM pretraining steps, small preset, 8 x 512, bf16: longread vs PyTorch's
@@ -343,31 +344,36 @@ if part train; then
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_TRAIN_ATTENTION=cudnn bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
-  # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.
-  for off in ATTENTION NORM FFN; do
-    (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
-  done
-  LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # The attention's non-deterministic backward (FlashAttention-2's atomics, the default before
-  # session 34; cuDNN's default engine), rows marked "separate: deterministic-backward".
-  for backend in fa2 cudnn; do
-    LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDA_TRAIN_ATTENTION=$backend \
+  # Each kept group casting the weights to bf16 again (before session 37's per-step casts).
+  LONGREAD_STEP_CASTS=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
+  if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
+    # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.
+    for off in ATTENTION NORM FFN; do
+      (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
+    done
+    LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+    # The attention's non-deterministic backward (FlashAttention-2's atomics, the default before
+    # session 34; cuDNN's default engine), rows marked "separate: deterministic-backward".
+    for backend in fa2 cudnn; do
+      LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDA_TRAIN_ATTENTION=$backend \
+        bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+    done
+    LONGREAD_CUDA_COLUMN_SUM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+    LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+    # The driver's memory pool that gives freed memory back at each synchronisation (before session 32).
+    LONGREAD_CUDA_POOL=release bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+    # The block ends' row-strided kernels and composed backward pass (before session 32).
+    LONGREAD_CUDA_NORM_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+    # longread's own attention op (AttentionTrain) instead of FlashAttention-2: the default until
+    # session 31 measured FlashAttention-2 faster on an H200.
+    for tokens in 10240 65536; do
+      LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens "$tokens"
+    done
+    LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
+    LONGREAD_CUDA_TRAIN_ATTENTION=separate LONGREAD_CUDA_TRAIN_NORM=separate LONGREAD_CUDA_TRAIN_FFN=separate \
       bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  done
-  LONGREAD_CUDA_COLUMN_SUM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # The driver's memory pool that gives freed memory back at each synchronisation (before session 32).
-  LONGREAD_CUDA_POOL=release bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # The block ends' row-strided kernels and composed backward pass (before session 32).
-  LONGREAD_CUDA_NORM_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # longread's own attention op (AttentionTrain) instead of FlashAttention-2: the default until
-  # session 31 measured FlashAttention-2 faster on an H200.
-  for tokens in 10240 65536; do
-    LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens "$tokens"
-  done
-  LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
-  LONGREAD_CUDA_TRAIN_ATTENTION=separate LONGREAD_CUDA_TRAIN_NORM=separate LONGREAD_CUDA_TRAIN_FFN=separate \
-    bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  fi
   bench_train --model "$work/rb-model" --shape 4x20 --precision f32 --max-batch-tokens 65536
   # Peak memory against document length (chunk batches of 20 chunks, recomputation on).
   for chunks in 8 32 128; do
@@ -545,7 +551,9 @@ print(json.dumps({k: v for k, v in result.items() if k not in ("longread", "pyto
 for r in ours:
     print("longread", r.get("model", "").split("/")[-1], r["precision"], "attention:" + str(r.get("gpu_attention")), "separate:" + (",".join(r.get("gpu_separate") or []) or "none"), ("recompute" if r["recompute"] else "no-recompute") + f' (kept {r.get("kept_documents")}, chunked {r.get("chunked_documents")})',
           r["max_batch_tokens"], f'{r["docs"]}x{r["chunks_per_doc"]}', round(r["docs_per_s"], 2), "docs/s", gib(r.get("peak_gpu_bytes")), "GiB",
-          f'(train\'s budget model: {gib(r.get("estimated_peak_gpu_bytes"))} GiB)')
+          f'(train\'s budget model: {gib(r.get("estimated_peak_gpu_bytes"))} GiB)',
+          # The host's time to queue forward + backward against the GPU's to finish them.
+          f'queued {r["host"]["queued_s"]:.4f} s of {r["host"]["gradients_s"]:.4f} s' if r.get("host") else "")
 for r in torch:
     print("pytorch", r["preset"], r["dtype"], "ckpt" if r["checkpointing"] else "no-ckpt", r["docs_per_s"], "docs/s", r["peak_gib"], "GiB")
 PY

@@ -51,3 +51,45 @@ pub fn report() -> Vec<(&'static str, f64, usize)> {
 pub fn reset() {
     TOTALS.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
+
+thread_local! {
+    /// When this thread first waited for a result of its queued device work since
+    /// [`take_first_wait`] (see [`note_wait`]).
+    static FIRST_WAIT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Notes that the host has queued its work and now waits for a result (a value read back from
+/// the device): the first such moment since [`take_first_wait`] is kept. A GPU runs the work
+/// queued before it while the host goes on queueing, so the time from a step's start to its
+/// first wait is the host's share; when it is close to the whole step, the GPU waited on the
+/// host (`bench --workload train`'s `queued_s`).
+pub fn note_wait() {
+    FIRST_WAIT.with(|first| {
+        if first.get().is_none() {
+            first.set(Some(Instant::now()));
+        }
+    });
+}
+
+/// The first wait noted on this thread since the last call (see [`note_wait`]), forgotten.
+pub fn take_first_wait() -> Option<Instant> {
+    FIRST_WAIT.with(std::cell::Cell::take)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first wait since the last take is kept; later ones are not; a take forgets it.
+    #[test]
+    fn the_first_wait_is_kept_until_taken() {
+        let _ = take_first_wait();
+        assert_eq!(take_first_wait(), None, "nothing noted");
+        note_wait();
+        let first = FIRST_WAIT.with(std::cell::Cell::get).expect("noted");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        note_wait();
+        assert_eq!(take_first_wait(), Some(first), "the first wait, not the last");
+        assert_eq!(take_first_wait(), None, "taken: forgotten");
+    }
+}

@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor, TensorId, Var};
 use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::hierarchical::HierarchicalClassifier;
+use longread_model::layers::weight_casts::StepCasts;
 use longread_model::{DropoutRng, Mode};
 use longread_text::ChunkedDocument;
 
@@ -133,6 +134,8 @@ pub fn add_batch_gradients(
 ) -> Result<f32> {
     let plan = StepPlan::new(docs, settings.max_batch_tokens, settings.recompute);
     let mode = Mode::Train(rng);
+    // Each weight cast to bf16 once for every group and batch of the step, not once per group.
+    let _casts = StepCasts::begin();
     if plan.kept.is_empty() {
         // Every document by chunk batches: the step's loss as one.
         let all: Vec<usize> = (0..docs.len()).collect();
@@ -161,7 +164,9 @@ pub fn add_batch_gradients(
         }
     }
     if !kept_losses.is_empty() {
-        loss += Tensor::stack(&kept_losses, 0)?.sum_all()?.to_scalar::<f32>()?;
+        let total = Tensor::stack(&kept_losses, 0)?.sum_all()?;
+        longread_model::profile::note_wait();
+        loss += total.to_scalar::<f32>()?;
     }
     Ok(loss)
 }
@@ -274,6 +279,7 @@ fn chunked_gradients(
         }
         rng.restore(after);
     }
+    longread_model::profile::note_wait();
     Ok(Some(loss.to_scalar::<f32>()?))
 }
 

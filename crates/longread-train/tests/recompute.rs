@@ -195,6 +195,64 @@ fn two_batches_of_a_step_add_up_to_the_gradient_of_the_whole_batch() {
     }
 }
 
+/// In bf16 mixed precision a step's kept groups share one cast of each weight
+/// (`weight_casts::StepCasts`): two groups make no more casts than one, and their gradients are
+/// those of each group casting its own.
+#[test]
+fn a_steps_kept_groups_share_their_bf16_weight_casts() {
+    use longread_model::layers::weight_casts::{self, StepCasts};
+    use longread_train::gradients::StepGradients;
+    use longread_train::recompute::add_batch_gradients;
+    let dir = tempfile::tempdir().unwrap();
+    let mut model =
+        HierarchicalClassifier::load(&without_dropout("hier/bert-attention", dir.path()), true, &Device::Cpu).unwrap();
+    model.set_precision(candle_core::DType::BF16).unwrap();
+    let docs = documents(&model);
+    let vars: Vec<Var> = model.trainable_vars();
+    let labels = [Some(0), Some(1)];
+    let task_weights = [1.0];
+    let settings = BatchSettings {
+        max_batch_tokens: 40,
+        recompute: true,
+        loss: TaskLoss { task_weights: &task_weights, class_weights: None, offsets: None },
+        prefix: Prefix::None,
+    };
+    let rng = DropoutRng::new(3);
+    let both: Vec<&ChunkedDocument> = docs[..2].iter().collect();
+    assert_eq!(StepPlan::new(&both, 40, true).kept, vec![vec![0], vec![1]], "two kept groups");
+    // Casts made by one group and by two, counted in an outer scope of the test's own.
+    let casts_of = |part: &[&ChunkedDocument], labels: &[Option<usize>]| {
+        let _scope = StepCasts::begin();
+        let out = batch_gradients(&model, part, &[labels.to_vec()], &vars, &rng, settings, &Device::Cpu).unwrap();
+        (weight_casts::kept(), out)
+    };
+    let (one, _) = casts_of(&both[..1], &labels[..1]);
+    let (two, shared) = casts_of(&both, &labels);
+    assert!(one > 0, "the bf16 products cast their f32 weights");
+    assert_eq!(two, one, "the second group reuses the first group's casts");
+    assert_eq!(weight_casts::kept(), 0, "the scope's end drops them");
+    // Each document a batch of its own (its own scope, its own casts), at ½ each.
+    let mut step = StepGradients::scaled(0.5);
+    let mut loss = 0.0;
+    for d in 0..2 {
+        let run = add_batch_gradients(
+            &model,
+            &both[d..d + 1],
+            &[vec![labels[d]]],
+            &vars,
+            &rng,
+            settings,
+            &Device::Cpu,
+            &mut step,
+        );
+        loss += 0.5 * run.unwrap();
+    }
+    let separate = longread_train::recompute::BatchGradients { loss, grads: step.into_map() };
+    assert!((separate.loss - shared.loss).abs() < 1e-6, "loss {} vs {}", separate.loss, shared.loss);
+    let diff = largest_gradient_difference(&shared, &separate, &vars);
+    assert!(diff <= 1e-6, "largest gradient difference {diff}");
+}
+
 #[test]
 fn kept_groups_with_dropout_on_are_deterministic_and_draw_their_masks() {
     let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();

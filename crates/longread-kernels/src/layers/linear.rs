@@ -9,6 +9,7 @@ use crate::activation::Activation;
 use crate::layers::cuda;
 use crate::layers::fused::{DenseProduct, FusedBiasAdd, FusedBiasGeluErf};
 use crate::layers::int8::Int8Weights;
+use crate::layers::weight_casts;
 use crate::mode::Mode;
 use crate::route;
 
@@ -44,9 +45,10 @@ impl Linear {
         Ok(())
     }
 
-    /// The weight in `dtype` (cast unless it is stored so), with its graph.
+    /// The weight in `dtype` (cast unless it is stored so; within a training step's
+    /// [`weight_casts::StepCasts`] scope cast once for the step), with its graph.
     pub fn weight_in(&self, dtype: DType) -> Result<Tensor> {
-        self.dense.weight().to_dtype(dtype)
+        weight_casts::cast(self.dense.weight(), dtype)
     }
 
     /// The weight `[out, in]` and the bias `[out]`, as stored.

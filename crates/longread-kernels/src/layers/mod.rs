@@ -10,6 +10,7 @@ pub mod int8;
 mod layer_norm;
 mod linear;
 mod softmax;
+pub mod weight_casts;
 
 pub use cuda::AdamWStep;
 pub use dropout::Dropout;

@@ -12,7 +12,7 @@ use crate::encoder::deberta::RelativeContext;
 use crate::encoder::{DebertaSettings, Keys};
 use crate::layers::cuda::{self, AttentionSoftmax};
 use crate::layers::fused::{FusedAttention, PackedAttention};
-use crate::layers::{linear, softmax, Dropout, Linear};
+use crate::layers::{linear, softmax, weight_casts, Dropout, Linear};
 use crate::mode::Mode;
 use crate::profile::timed;
 use crate::route;
@@ -228,11 +228,25 @@ impl SelfAttention {
         }
         let (b, s, h) = xs.dims3()?;
         let device = xs.device();
+        let dtype = xs.dtype();
         let product = timed("qkv projection (fused)", device, || -> Result<_> {
-            let weight = Tensor::cat(&[q.0, k.0, v.0], 0)?.to_dtype(xs.dtype())?;
+            // Each weight cast, then joined: the same values as joining then casting, with the
+            // casts (and the join) made once per training step (`weight_casts`).
+            let weight = weight_casts::shared(q.0, dtype, "qkv", || {
+                Tensor::cat(
+                    &[
+                        weight_casts::cast(q.0, dtype)?,
+                        weight_casts::cast(k.0, dtype)?,
+                        weight_casts::cast(v.0, dtype)?,
+                    ],
+                    0,
+                )
+            })?;
             xs.reshape((b * s, h))?.matmul(&weight.t()?)
         })?;
-        let bias = Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()?;
+        let bias = weight_casts::shared(qb, DType::F32, "qkv", || {
+            Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()
+        })?;
         let seeded = self.probs_dropout.seeded(mode);
         let context = if let Some(lengths) = lengths {
             // FlashAttention-2 with its backward kernel (where it applies: the encoder made the lengths).

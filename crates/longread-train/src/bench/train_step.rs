@@ -69,7 +69,8 @@ pub struct TrainStepResult {
     /// `LONGREAD_CUDA_COLUMN_SUM=candle`, `embedding-grad` with
     /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `norm-registers` with `LONGREAD_CUDA_NORM_KERNEL=rows`,
     /// `pool-cache` with `LONGREAD_CUDA_POOL=release`, `deterministic-backward` with
-    /// `LONGREAD_CUDA_ATTENTION_BWD=fast`; empty: the default route, all on. Absent on the CPU.
+    /// `LONGREAD_CUDA_ATTENTION_BWD=fast`, `step-casts` with `LONGREAD_STEP_CASTS=off` (each
+    /// kept group casts the weights again); empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
@@ -79,6 +80,12 @@ pub struct TrainStepResult {
     pub gpu_attention: Option<&'static str>,
     /// Most tokens per encoder batch (given, or `train`'s default for the device and model).
     pub max_batch_tokens: usize,
+    /// On a GPU, the host's share of the median step: when `queued_s` is close to
+    /// `gradients_s`, the GPU waited for the host to queue its work (launches, the graph's
+    /// bookkeeping); when far below, the GPU's own work set the pace. Absent on the CPU (where
+    /// each op runs as it is queued).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostShare>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
@@ -168,24 +175,32 @@ pub fn run_train_step(
     let schedule = Schedule { warmup_steps: 0, total_steps: settings.repeat + 1, decay: Decay::Constant };
     let mut stepper = Stepper::from_schedule(schedule, 1.0, 1);
     let mut steps_done = 0;
-    let mut step = || -> Result<(f64, f32)> {
+    let mut step = || -> Result<(f64, f32, HostShare)> {
         let started = Instant::now();
+        let _ = longread_model::profile::take_first_wait();
         let out = batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device)?;
+        let share = HostShare {
+            queued_s: longread_model::profile::take_first_wait().map(|t| (t - started).as_secs_f64()),
+            gradients_s: started.elapsed().as_secs_f64(),
+        };
         // One non-finite step is an error (a limit of 1 skipped step in a row).
         stepper.step(&mut optimizer, &out.grads, out.loss as f64, 1, steps_done, |g| g.lr)?;
         device.synchronize()?;
         steps_done += 1;
-        Ok((started.elapsed().as_secs_f64(), out.loss))
+        Ok((started.elapsed().as_secs_f64(), out.loss, share))
     };
-    let (warmup, _) = step()?;
+    let (warmup, _, _) = step()?;
     longread_model::device::reset_peak_memory(device);
     let mut runs = Vec::with_capacity(settings.repeat.max(1));
+    let mut shares = Vec::with_capacity(settings.repeat.max(1));
     let mut loss = 0.0;
     for _ in 0..settings.repeat.max(1) {
-        let (seconds, l) = step()?;
+        let (seconds, l, share) = step()?;
         runs.push(seconds);
+        shares.push(share);
         loss = l;
     }
+    let host = device.is_cuda().then(|| HostShare::median(&shares)).flatten();
     let peak_gpu_bytes = longread_model::device::peak_memory_bytes(device);
     let profile = if longread_model::profile::enabled() {
         let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
@@ -255,6 +270,7 @@ pub fn run_train_step(
             ("norm-registers", ops::norm_in_registers()),
             ("pool-cache", longread_model::device::gpu_pool_caches()),
             ("deterministic-backward", ops::attention_backward_deterministic()),
+            ("step-casts", longread_model::layers::weight_casts::wanted()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))
@@ -277,8 +293,30 @@ pub fn run_train_step(
         gpu_separate,
         gpu_attention,
         max_batch_tokens,
+        host,
         profile,
     })
+}
+
+/// How long the host took to queue a step's forward and backward passes, beside how long the
+/// GPU took to finish them (see [`TrainStepResult::host`]).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct HostShare {
+    /// Seconds from the step's start until the host had queued every group's forward and
+    /// backward pass and first waited for a result (the loss read back).
+    pub queued_s: Option<f64>,
+    /// Seconds from the step's start until that result came: the forward and backward passes
+    /// done on the device.
+    pub gradients_s: f64,
+}
+
+impl HostShare {
+    /// The run with the median `gradients_s` (`None` without runs, or where no wait was noted).
+    fn median(shares: &[HostShare]) -> Option<HostShare> {
+        let mut sorted: Vec<HostShare> = shares.to_vec();
+        sorted.sort_by(|a, b| a.gradients_s.total_cmp(&b.gradients_s));
+        sorted.get(sorted.len() / 2).copied().filter(|s| s.queued_s.is_some())
+    }
 }
 
 /// The most batch tokens (padded: chunks × longest chunk) whose graph a step over `docs` holds

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use longread_model::layers::weight_casts::StepCasts;
 use longread_model::DropoutRng;
 
 use crate::error::Result;
@@ -217,12 +218,16 @@ pub(crate) fn fit<T: TrainingTask>(
             // back-propagation reaches each weight (`StepGradients`).
             let mut grads = StepGradients::scaled(1.0 / batches.len() as f64);
             let (mut step_loss, mut learned) = (0f64, false);
+            // Mixed precision's weight casts made once for the step's batches, dropped before
+            // the update changes the weights.
+            let casts = StepCasts::begin();
             for batch in batches {
                 if let Some(loss) = task.batch_gradients(batch, &at, &mut grads)? {
                     step_loss += loss as f64 / batches.len() as f64;
                     learned = true;
                 }
             }
+            drop(casts);
             let summed = grads.into_map();
             run.lr = task.reported_lr() * stepper.schedule.factor(step);
             let stepped = match learned {
