@@ -195,18 +195,24 @@ fn two_batches_of_a_step_add_up_to_the_gradient_of_the_whole_batch() {
     }
 }
 
-/// In bf16 mixed precision a step's kept groups share one cast of each weight
-/// (`weight_casts::StepCasts`): two groups make no more casts than one, and their gradients are
-/// those of each group casting its own.
+/// A step's kept groups share one cast of each weight (`weight_casts::StepCasts`): in bf16 on
+/// the CPU route, and on the GPU route (emulated, f32: its fused q/k/v weight and block-end
+/// parameters, joined once per step). Two groups make no more casts than one, and their
+/// gradients are those of each group making its own.
 #[test]
-fn a_steps_kept_groups_share_their_bf16_weight_casts() {
+fn a_steps_kept_groups_share_their_weight_casts() {
+    shared_casts_case(candle_core::DType::BF16, false);
+    longread_model::route::emulate_gpu(|| shared_casts_case(candle_core::DType::F32, true));
+}
+
+fn shared_casts_case(dtype: candle_core::DType, gpu_route: bool) {
     use longread_model::layers::weight_casts::{self, StepCasts};
     use longread_train::gradients::StepGradients;
     use longread_train::recompute::add_batch_gradients;
     let dir = tempfile::tempdir().unwrap();
     let mut model =
         HierarchicalClassifier::load(&without_dropout("hier/bert-attention", dir.path()), true, &Device::Cpu).unwrap();
-    model.set_precision(candle_core::DType::BF16).unwrap();
+    model.set_precision(dtype).unwrap();
     let docs = documents(&model);
     let vars: Vec<Var> = model.trainable_vars();
     let labels = [Some(0), Some(1)];
@@ -226,31 +232,24 @@ fn a_steps_kept_groups_share_their_bf16_weight_casts() {
         let out = batch_gradients(&model, part, &[labels.to_vec()], &vars, &rng, settings, &Device::Cpu).unwrap();
         (weight_casts::kept(), out)
     };
+    let case = format!("{dtype:?}, GPU route {gpu_route}");
     let (one, _) = casts_of(&both[..1], &labels[..1]);
     let (two, shared) = casts_of(&both, &labels);
-    assert!(one > 0, "the bf16 products cast their f32 weights");
-    assert_eq!(two, one, "the second group reuses the first group's casts");
-    assert_eq!(weight_casts::kept(), 0, "the scope's end drops them");
+    assert!(one > 0, "{case}: the weights are cast or joined for the products");
+    assert_eq!(two, one, "{case}: the second group reuses the first group's");
+    assert_eq!(weight_casts::kept(), 0, "{case}: the scope's end drops them");
     // Each document a batch of its own (its own scope, its own casts), at ½ each.
     let mut step = StepGradients::scaled(0.5);
     let mut loss = 0.0;
     for d in 0..2 {
-        let run = add_batch_gradients(
-            &model,
-            &both[d..d + 1],
-            &[vec![labels[d]]],
-            &vars,
-            &rng,
-            settings,
-            &Device::Cpu,
-            &mut step,
-        );
+        let part = &both[d..d + 1];
+        let run = add_batch_gradients(&model, part, &[vec![labels[d]]], &vars, &rng, settings, &Device::Cpu, &mut step);
         loss += 0.5 * run.unwrap();
     }
     let separate = longread_train::recompute::BatchGradients { loss, grads: step.into_map() };
-    assert!((separate.loss - shared.loss).abs() < 1e-6, "loss {} vs {}", separate.loss, shared.loss);
+    assert!((separate.loss - shared.loss).abs() < 1e-6, "{case}: loss {} vs {}", separate.loss, shared.loss);
     let diff = largest_gradient_difference(&shared, &separate, &vars);
-    assert!(diff <= 1e-6, "largest gradient difference {diff}");
+    assert!(diff <= 1e-6, "{case}: largest gradient difference {diff}");
 }
 
 #[test]

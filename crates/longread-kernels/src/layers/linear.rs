@@ -210,7 +210,7 @@ impl Linear {
         if w.dtype() == xs.dtype() && bias.is_none_or(|b| b.dtype() == xs.dtype()) {
             return self.dense.forward(xs);
         }
-        let bias = bias.map(|b| b.to_dtype(xs.dtype())).transpose()?;
+        let bias = bias.map(|b| weight_casts::cast(b, xs.dtype())).transpose()?;
         candle_nn::Linear::new(self.weight_in(xs.dtype())?, bias).forward(xs)
     }
 }
