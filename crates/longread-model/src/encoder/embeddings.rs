@@ -140,7 +140,9 @@ impl Embeddings {
         self.token_type.is_some()
     }
 
-    /// Embeds token ids (`attention_mask`: 1 = token, 0 = padding).
+    /// Embeds token ids (`attention_mask`: 1 = token, 0 = padding); `host`, the same ids,
+    /// positions and token types on the CPU where the batch was made there for a GPU (training's
+    /// lookups group them for their backward pass without reading back from the GPU).
     ///
     /// # Shapes
     /// `input_ids, position_ids, token_type_ids, attention_mask: [batch, seq]` (u32) → `[batch, seq, hidden]`
@@ -150,6 +152,7 @@ impl Embeddings {
         position_ids: &Tensor,
         token_type_ids: &Tensor,
         attention_mask: &Tensor,
+        host: Option<HostIds>,
         mode: Mode,
     ) -> Result<Tensor> {
         // On the GPU route's training, lookups whose backward pass sums each id's rows in
@@ -170,23 +173,24 @@ impl Embeddings {
         } else {
             None
         };
-        let lookup = |table: &Embedding, ids: &Tensor, frozen_at_padding: bool| -> Result<Tensor> {
-            if gpu_train {
-                let padding_idx = frozen_at_padding.then_some(self.padding_idx);
-                return crate::layers::cuda::embedding_lookup(table.embeddings(), ids, padding_idx);
-            }
-            let x = table.forward(ids)?;
-            match &padding {
-                Some(padding) if frozen_at_padding && x.track_op() => padding.where_cond(&x.detach(), &x),
-                _ => Ok(x),
-            }
-        };
-        let mut x = lookup(&self.word, input_ids, true)?;
+        let lookup =
+            |table: &Embedding, ids: &Tensor, host: Option<&Tensor>, frozen_at_padding: bool| -> Result<Tensor> {
+                if gpu_train {
+                    let padding_idx = frozen_at_padding.then_some(self.padding_idx);
+                    return crate::layers::cuda::embedding_lookup(table.embeddings(), ids, host, padding_idx);
+                }
+                let x = table.forward(ids)?;
+                match &padding {
+                    Some(padding) if frozen_at_padding && x.track_op() => padding.where_cond(&x.detach(), &x),
+                    _ => Ok(x),
+                }
+            };
+        let mut x = lookup(&self.word, input_ids, host.map(|h| h.ids), true)?;
         if let Some(position) = &self.position {
-            x = (x + lookup(position, position_ids, self.offset_positions)?)?;
+            x = (x + lookup(position, position_ids, host.map(|h| h.positions), self.offset_positions)?)?;
         }
         if let Some(token_type) = &self.token_type {
-            x = (x + lookup(token_type, token_type_ids, false)?)?;
+            x = (x + lookup(token_type, token_type_ids, host.map(|h| h.types), false)?)?;
         }
         let x = match (&self.project, self.project_before_norm) {
             (Some(project), true) => project.forward_in(&x, mode)?,
@@ -202,6 +206,21 @@ impl Embeddings {
             _ => Ok(x),
         }
     }
+}
+
+/// A batch's ids, positions and token types on the CPU, as the host made them for an encoder
+/// on a GPU (see [`Embeddings::forward`]).
+///
+/// # Shapes
+/// each `[batch, seq]` (u32)
+#[derive(Debug, Clone, Copy)]
+pub struct HostIds<'a> {
+    /// The token ids.
+    pub ids: &'a Tensor,
+    /// The position ids.
+    pub positions: &'a Tensor,
+    /// The token type ids.
+    pub types: &'a Tensor,
 }
 
 /// DistilBERT's fixed position table: `sin(pos / 10000^(2⌊j/2⌋/dim))` in even columns, `cos` in

@@ -57,6 +57,16 @@ struct Batch {
     types: Tensor,
     positions: Tensor,
     host_mask: Option<Tensor>,
+    /// The ids, positions and token types on the CPU, where the batch was made there for an
+    /// encoder on another device.
+    host_ids: Option<[Tensor; 3]>,
+}
+
+impl Batch {
+    /// [`Self::host_ids`] for [`Embeddings::forward`].
+    fn host(&self) -> Option<embeddings::HostIds<'_>> {
+        self.host_ids.as_ref().map(|[ids, positions, types]| embeddings::HostIds { ids, positions, types })
+    }
 }
 
 /// `mask` where it is on the CPU for an encoder on another device: the key lengths are read
@@ -378,7 +388,7 @@ impl Encoder {
             self.batch_on_device(input_ids, attention_mask, token_type_ids)
         })?;
         let xs = crate::profile::timed("embeddings", device, || -> Result<Tensor> {
-            Ok(self.embeddings.forward(&batch.ids, &batch.positions, &batch.types, &batch.mask, mode)?)
+            Ok(self.embeddings.forward(&batch.ids, &batch.positions, &batch.types, &batch.mask, batch.host(), mode)?)
         })?;
         self.forward_layers(&xs, &batch.mask, batch.host_mask.as_ref(), 0, mode)
     }
@@ -395,7 +405,10 @@ impl Encoder {
         let positions = self.validate_and_position(input_ids, attention_mask, token_type_ids)?;
         let device = self.device();
         // `to_device` onto the device a tensor is already on is a clone, not a copy.
+        let on_host = input_ids.device().is_cpu() && token_type_ids.device().is_cpu() && !device.is_cpu();
+        let host_ids = on_host.then(|| [input_ids.clone(), positions.clone(), token_type_ids.clone()]);
         Ok(Batch {
+            host_ids,
             ids: input_ids.to_device(device)?,
             mask: attention_mask.to_device(device)?,
             types: token_type_ids.to_device(device)?,
@@ -433,7 +446,8 @@ impl Encoder {
         let ids = Tensor::from_vec(seqs.concat(), (1, tokens), &device)?;
         let positions = Tensor::from_vec(positions, (1, tokens), &device)?;
         let types = ids.zeros_like()?;
-        let mut xs = self.embeddings.forward(&ids, &positions, &types, &ids.ones_like()?, Mode::Eval)?.squeeze(0)?;
+        let mut xs =
+            self.embeddings.forward(&ids, &positions, &types, &ids.ones_like()?, None, Mode::Eval)?.squeeze(0)?;
         for layer in &self.layers {
             xs = layer.forward_keys(&xs, Keys::Packed(&segments), Mode::Eval)?;
         }
@@ -449,7 +463,14 @@ impl Encoder {
     pub fn prefix(&self, input_ids: &Tensor, attention_mask: &Tensor, layers: usize) -> Result<Tensor> {
         let token_type_ids = input_ids.zeros_like()?;
         let batch = self.batch_on_device(input_ids, attention_mask, &token_type_ids)?;
-        let xs = self.embeddings.forward(&batch.ids, &batch.positions, &batch.types, &batch.mask, Mode::Eval)?;
+        let xs = self.embeddings.forward(
+            &batch.ids,
+            &batch.positions,
+            &batch.types,
+            &batch.mask,
+            batch.host(),
+            Mode::Eval,
+        )?;
         let attention_mask = &batch.mask;
         if let Some(modern) = &self.modern {
             let mut xs = xs.to_dtype(self.compute_dtype)?.detach();

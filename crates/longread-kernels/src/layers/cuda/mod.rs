@@ -41,7 +41,7 @@ pub mod twin;
 pub use attention_train::AttentionTrain;
 pub use cublaslt::{gelu_epilogue, gemm_cublaslt, lt_linear, lt_linear_gelu_tanh, LtProduct};
 pub use embedding_norm::EmbeddingTables;
-pub use embedding_train::{embedding_lookup, EmbeddingTrain};
+pub use embedding_train::{embedding_lookup, EmbeddingTrain, GroupedIds};
 pub use flash::{
     cudnn_unavailable, flash2_enabled, flash2_runs_on, fused_attention_ran, fused_attention_ran_in_training,
     train_attention_fa2, Backend, FlashAttention2, FlashAttentionTrain, KeyLengths,
