@@ -346,6 +346,8 @@ if part train; then
   done
   # Each kept group casting the weights to bf16 again (before session 37's per-step casts).
   LONGREAD_STEP_CASTS=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The gradient norm by candle's ops (a square and a sum per gradient) instead of one launch.
+  LONGREAD_CUDA_GRAD_NORM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
     # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.

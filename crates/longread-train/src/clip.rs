@@ -10,17 +10,24 @@ use rayon::prelude::*;
 use crate::error::Result;
 
 /// The global L2 norm of `grads` (summed in f64; NaN or infinite when a gradient is). GPU
-/// gradients are each summed on their device (in f32) and read back together, in one wait.
+/// gradients are summed on their device in one kernel launch and read back in one wait
+/// (`layers::cuda::sum_of_squares`; f32 spans added in f64), or, where that does not apply,
+/// each summed by candle's ops and read back together.
 pub fn grad_norm<'a>(grads: impl IntoIterator<Item = &'a Tensor>) -> Result<f64> {
     let mut sum = 0f64;
-    let mut on_gpu = Vec::new();
+    let mut gpu_grads = Vec::new();
     for g in grads {
         if g.device().is_cuda() {
-            on_gpu.push(g.to_dtype(DType::F32)?.sqr()?.sum_all()?);
+            gpu_grads.push(g);
         } else {
             sum += sum_of_squares(g)?;
         }
     }
+    if let Some(squares) = longread_model::layers::cuda::sum_of_squares(&gpu_grads)? {
+        return Ok((sum + squares).sqrt());
+    }
+    let on_gpu =
+        gpu_grads.iter().map(|g| g.to_dtype(DType::F32)?.sqr()?.sum_all()).collect::<candle_core::Result<Vec<_>>>()?;
     if !on_gpu.is_empty() {
         let sums = Tensor::stack(&on_gpu, 0)?.to_dtype(DType::F64)?.to_vec1::<f64>()?;
         sum += sums.iter().sum::<f64>();

@@ -965,3 +965,36 @@ fn cuda_block_end_gradients_equal_the_cpus() {
         }
     }
 }
+
+/// The global gradient norm's sum of squares in one launch (`layers::cuda::sum_of_squares`):
+/// over gradients of every size around its 32,768-element spans it equals the CPU's f64 sum to
+/// 1e-6 relative, gives the same bits twice, is NaN where a gradient holds a NaN, and leaves a
+/// non-contiguous tensor to the caller; `clip::grad_norm` on the GPU equals it on the CPU.
+#[test]
+fn cuda_gradient_norm_in_one_launch_equals_the_cpus() {
+    if !gpu("cuda_gradient_norm_in_one_launch_equals_the_cpus") {
+        return;
+    }
+    use longread_model::layers::cuda::sum_of_squares;
+    let device = cuda();
+    let sizes = [1usize, 7, 32_768, 32_769, 100_003, 768 * 3072];
+    let host: Vec<Tensor> = sizes.iter().map(|&n| Tensor::randn(0f32, 1.0, n, &Device::Cpu).unwrap()).collect();
+    let on_gpu: Vec<Tensor> = host.iter().map(|t| t.to_device(&device).unwrap()).collect();
+    let refs: Vec<&Tensor> = on_gpu.iter().collect();
+    let expected: f64 =
+        host.iter().flat_map(|t| t.to_vec1::<f32>().unwrap()).map(|v| f64::from(v) * f64::from(v)).sum();
+    let ours = sum_of_squares(&refs).unwrap().expect("f32, contiguous, on one GPU");
+    let relative = (ours - expected).abs() / expected;
+    println!("sum of squares in one launch: {ours} against the CPU's {expected} (relative {relative:.2e})");
+    assert!(relative <= 1e-6, "relative difference {relative}");
+    assert_eq!(sum_of_squares(&refs).unwrap().unwrap().to_bits(), ours.to_bits(), "two runs differ");
+    let mut with_nan = host[3].to_vec1::<f32>().unwrap();
+    with_nan[32_768] = f32::NAN;
+    let nan = Tensor::from_vec(with_nan, sizes[3], &device).unwrap();
+    assert!(sum_of_squares(&[&on_gpu[0], &nan]).unwrap().unwrap().is_nan());
+    let matrix = Tensor::randn(0f32, 1.0, (64, 48), &device).unwrap();
+    assert_eq!(sum_of_squares(&[&matrix.t().unwrap()]).unwrap(), None, "not contiguous: the caller's");
+    let cpu_norm = longread_train::clip::grad_norm(host.iter()).unwrap();
+    let gpu_norm = longread_train::clip::grad_norm(on_gpu.iter()).unwrap();
+    assert!((cpu_norm - gpu_norm).abs() <= 1e-6 * cpu_norm, "norm {gpu_norm} against the CPU's {cpu_norm}");
+}

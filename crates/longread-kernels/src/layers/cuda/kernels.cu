@@ -1188,3 +1188,27 @@ extern "C" __global__ void embedding_grad_bf16(const __nv_bfloat16* grad, const 
                                                int cols) {
   embedding_grad(grad, order, seg, uniq, out, cols);
 }
+
+// Sums of squares of f32 spans for the global gradient norm, one span per block: tiles[2t] is
+// span t's device address, tiles[2t + 1] its length; out[t] = Σ x² over it. Each thread adds
+// its strided terms in order, then the warps' sums are added by a fixed tree: the same spans
+// give the same bits (the norm of a resumed run's step is the uninterrupted one's).
+extern "C" __global__ void sum_squares_tiles_f32(const unsigned long long* tiles, float* out) {
+  const float* x = reinterpret_cast<const float*>(tiles[2 * blockIdx.x]);
+  const long n = (long)tiles[2 * blockIdx.x + 1];
+  float s = 0.f;
+  for (long i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = x[i];
+    s = __fadd_rn(s, __fmul_rn(v, v));
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) s = __fadd_rn(s, __shfl_down_sync(0xffffffffu, s, offset));
+  __shared__ float warps[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warps[warp] = s;
+  __syncthreads();
+  if (warp == 0) {
+    s = lane < (int)(blockDim.x >> 5) ? warps[lane] : 0.f;
+    for (int offset = 16; offset > 0; offset >>= 1) s = __fadd_rn(s, __shfl_down_sync(0xffffffffu, s, offset));
+    if (lane == 0) out[blockIdx.x] = s;
+  }
+}

@@ -1072,3 +1072,46 @@ pub(super) fn embedding_layer_norm(
     unsafe { b.launch(rows_config(tokens)) }.w()?;
     Ok(Some(storages(&dev, out, copy)))
 }
+
+/// The sum of squares of each span of [`super::grad_norm::squares_tiles`] over f32 `parts` on one GPU
+/// (`sum_squares_tiles_f32`: one launch for them all, the spans' addresses copied over in one
+/// table), read back with one wait.
+pub(super) fn sum_squares(dev: &CudaDevice, parts: &[(&CudaStorage, &Layout)]) -> Result<Vec<f32>> {
+    use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+    let op = "cuda-sum-squares";
+    let stream = dev.cuda_stream();
+    let mut bases = Vec::with_capacity(parts.len());
+    let mut lens = Vec::with_capacity(parts.len());
+    // The views' guards are no-ops (event tracking is off); `parts` keep the memory alive until
+    // the read-back below has waited for the kernel.
+    let mut views = Vec::with_capacity(parts.len());
+    for (storage, layout) in parts {
+        if storage.dtype() != DType::F32 {
+            candle_core::bail!("{op}: f32 tensors, not {:?}", storage.dtype());
+        }
+        let r = range(layout, op)?;
+        lens.push(r.len());
+        views.push(storage.as_cuda_slice::<f32>()?.slice(r));
+    }
+    for view in &views {
+        let (ptr, _guard) = view.device_ptr(&stream);
+        bases.push(ptr);
+    }
+    let tiles = super::grad_norm::squares_tiles(&lens, super::grad_norm::SQUARES_TILE);
+    if tiles.is_empty() {
+        return Ok(Vec::new());
+    }
+    let table: Vec<u64> =
+        tiles.iter().flat_map(|&(part, start, n)| [bases[part] + (start * 4) as u64, n as u64]).collect();
+    let table = dev.clone_htod(&table)?;
+    // SAFETY: every entry is written by the kernel (one per block) before it is read back.
+    let mut out = unsafe { dev.alloc::<f32>(tiles.len()) }?;
+    let func = dev.get_or_load_custom_func("sum_squares_tiles_f32", MODULE, PTX)?.into_cuda_function();
+    let mut b = stream.launch_builder(&func);
+    b.arg(&table).arg(&mut out);
+    let cfg = LaunchConfig { grid_dim: (tiles.len() as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: each table entry is the address and length of a span inside a live f32 storage.
+    unsafe { b.launch(cfg) }.w()?;
+    drop(views);
+    dev.clone_dtoh(&out)
+}
