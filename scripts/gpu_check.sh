@@ -143,12 +143,12 @@ if part train-tests; then
 echo "== GPU training tests"
 set +e
 # The new kernels' own tests first, each group in a process of its own (see above).
-for group in flash_attention_training cuda_column_sums cuda_embedding_lookups cuda_block_end; do
+for group in flash_attention_training cuda_column_sums cuda_embedding_lookups cuda_block_end cuda_gradient_norm; do
   LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture "$group" 2>&1 | tee -a "$work/tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 done
 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture --skip flash_attention_training \
-  --skip cuda_column_sums --skip cuda_embedding_lookups --skip cuda_block_end 2>&1 | tee -a "$work/tests.log"
+  --skip cuda_column_sums --skip cuda_embedding_lookups --skip cuda_block_end --skip cuda_gradient_norm 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 echo "== GPU training with cuDNN's attention (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn): the op, bf16 follows f32, resuming"
 for group in flash_attention_training "cuda_bf16_ a_gpu_run_stopped"; do
