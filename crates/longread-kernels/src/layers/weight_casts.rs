@@ -67,6 +67,9 @@ impl Drop for StepCasts {
 
 /// `make()`, kept within a scope under `(of, dtype, what)` and made once there; outside a scope
 /// made at every call.
+///
+/// # Shapes
+/// `make()`'s
 pub fn shared(of: &Tensor, dtype: DType, what: &'static str, make: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
     let key = (of.id(), dtype, what);
     if let Some(kept) = CASTS.with(|casts| casts.borrow().as_ref().map(|c| c.get(&key).cloned())) {

@@ -26,6 +26,9 @@ pub fn grad_norm_kernel() -> bool {
 /// where it does not apply — a tensor not f32, not contiguous or not on the first one's GPU, no
 /// `cuda` feature, no tensors, or `LONGREAD_CUDA_GRAD_NORM=candle` — and the caller sums
 /// another way (`longread_train::clip::grad_norm`).
+///
+/// # Shapes
+/// `tensors: n × [...]` → a scalar
 pub fn sum_of_squares(tensors: &[&Tensor]) -> Result<Option<f64>> {
     #[cfg(feature = "cuda")]
     {
