@@ -67,6 +67,11 @@ void launch(unsigned grid, unsigned block, F kernel, unsigned grid_y = 1) {
 }  // namespace emu
 
 inline float __shfl_xor_sync(unsigned, float v, int mask) { return emu::exchange(v, (threadIdx.x & 31) ^ mask); }
+// A lane past the warp's end reads its own value, as on the GPU.
+inline float __shfl_down_sync(unsigned, float v, unsigned delta) {
+  const unsigned lane = threadIdx.x & 31;
+  return emu::exchange(v, int(lane + delta < 32 ? lane + delta : lane));
+}
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }

@@ -257,6 +257,37 @@ void adamw(std::mt19937& rng) {
   check("adamw_step_f32", int(n), p, want, 1e-6f, 1e-5f);
 }
 
+// The gradient norm's sums of squares over spans of several tensors (one block per span, as
+// launch.rs's table: address, length), against double loops; a span of one element, one
+// shorter than a block, one longer than the block's threads; a NaN reaches its span's sum.
+void sum_squares(std::mt19937& rng) {
+  const auto a = random_values(1, rng), b = random_values(200, rng), c = random_values(1000, rng);
+  std::vector<unsigned long long> table;
+  std::vector<float> want;
+  auto span = [&](const float* x, long n) {
+    table.push_back(reinterpret_cast<unsigned long long>(x));
+    table.push_back((unsigned long long)n);
+    double s = 0;
+    for (long i = 0; i < n; ++i) s += double(x[i]) * x[i];
+    want.push_back(float(s));
+  };
+  span(a.data(), 1);
+  span(b.data(), 200);
+  span(c.data(), 600);  // c in two spans, as a tensor longer than a span
+  span(c.data() + 600, 400);
+  std::vector<float> out(want.size(), NAN);
+  emu::launch(unsigned(want.size()), 256, [&] { sum_squares_tiles_f32(table.data(), out.data()); });
+  check("sum_squares_tiles_f32", 0, out, want, 1e-6f, 1e-6f);
+  auto with_nan = b;
+  with_nan[137] = NAN;
+  table = {reinterpret_cast<unsigned long long>(with_nan.data()), 200};
+  float nan_out = 0.f;
+  emu::launch(1, 256, [&] { sum_squares_tiles_f32(table.data(), &nan_out); });
+  const bool ok = std::isnan(nan_out);
+  std::printf("%-62s %s\n", "sum_squares_tiles_f32: a NaN reaches the sum", ok ? "ok" : "FAILED");
+  if (!ok) ++failures;
+}
+
 // Inference's bias (+ GELU) in place, element-wise and over vectors; dropout masks.
 template <typename T>
 void in_place_and_masks(std::mt19937& rng) {
@@ -321,6 +352,7 @@ inline void run(std::mt19937& rng) {
   sums<float>(rng);
   sums<__nv_bfloat16>(rng);
   adamw(rng);
+  sum_squares(rng);
 }
 
 }  // namespace others
