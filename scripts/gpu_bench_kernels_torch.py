@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's counterparts of `longread bench --workload kernels`: the building blocks of one bf16
-encoder layer in inference, each timed alone on random data with the same names and shapes, so
+encoder layer in inference (and training's attention, forward and backward), each timed alone on random data with the same names and shapes, so
 that one table says which of longread's blocks is slower than PyTorch's and by how much.
 
     python3 scripts/gpu_bench_kernels_torch.py [--sequences 128] [--seq 512] [--hidden 768]
@@ -91,6 +91,20 @@ def main():
         gamma, beta = random(h, dtype=torch.float32), random(h, dtype=torch.float32)
         row("residual + LayerNorm (bf16 + f32 into f32)", f"[{tokens}, {h}]",
             time_it(lambda: F.layer_norm(torch.add(x, stream), (h,), gamma, beta, 1e-5)), nbytes=tokens * h * 10)
+    # Training's attention, forward and backward with dropout 0.1, as the model runs it: the heads
+    # split from the q/k/v product, SDPA, the heads merged back (the copy the output product
+    # needs), the gradient of the output's sum back into the q/k/v product.
+    b, s, d = args.sequences, args.seq, h // heads
+    trained = random(tokens, 3 * h).requires_grad_()
+
+    def attention_train():
+        trained.grad = None
+        q, k, v = (trained.view(b, s, 3, heads, d)[:, :, i].transpose(1, 2) for i in range(3))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1).transpose(1, 2).reshape(tokens, h)
+        out.sum().backward()
+
+    row("attention training, forward + backward, dropout 0.1", f"{b} x {s} tokens, {heads} heads",
+        time_it(attention_train), flops=3.5 * 4.0 * tokens * s * h)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@
 #   compile  (within predict) PyTorch's bf16 predict under torch.compile too (~2 minutes, most of
 #            it compiling): `predict_bf16_compile_ratio`
 #   kernels  one bf16 layer's blocks alone (products, casts, bias passes, attention, residual
-#            LayerNorm), longread vs PyTorch at 128 x 512 tokens (bench/results-gpu-<card>-kernels.json)
+#            LayerNorm; training's attention forward + backward on FlashAttention-2 and cuDNN),
+#            longread vs PyTorch at 128 x 512 tokens (bench/results-gpu-<card>-kernels.json)
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json), with
 #            rows on cuDNN's attention (`train_bf16_cudnn_*`, `train_large_bf16_cudnn_ratio`);
@@ -227,6 +228,10 @@ LONGREAD_CUBLAS_WORKSPACE=default "$lr" --device cuda bench --workload kernels -
 LONGREAD_CUDA_NORM_KERNEL=rows "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
   --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " [row-strided kernel]"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("residual")]' \
   | tee -a "$work/kernels.jsonl" || echo "kernels bench (row-strided LayerNorm) failed" >&2
+# Training's attention forward + backward on cuDNN (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn; its row is marked).
+LONGREAD_CUDA_TRAIN_ATTENTION=cudnn "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
+  --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "attention training" in json.loads(l)["kernel"]]' \
+  | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention) failed" >&2
 ${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 \
   | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench failed" >&2
 ${PYTHON:-python3} - "$work/kernels.jsonl" "bench/results-gpu-$slug-kernels.json" <<'PY' || true

@@ -1,5 +1,5 @@
 //! `longread bench --workload kernels`: the building blocks of one bf16 encoder layer in GPU
-//! inference, each timed alone on random data at one batch's size — the products (candle's
+//! inference (and training's attention, forward and backward), each timed alone on random data at one batch's size — the products (candle's
 //! cuBLAS calls, and cuBLASLt's without and with the bias in the epilogue), the casts and in-place passes, FlashAttention-2 and the residual LayerNorm —
 //! with the rate each reaches (TFLOP/s for products and attention, GB/s for memory-bound
 //! passes). `scripts/gpu_bench_kernels_torch.py` times PyTorch's counterparts with the same names
@@ -181,6 +181,23 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
         _ => "attention",
     };
     push(name.into(), format!("{sequences} x {seq} tokens, {heads} heads"), seconds, Some(flops), None);
+
+    // Training's attention op (FlashAttention-2 by default; cuDNN's with
+    // LONGREAD_CUDA_TRAIN_ATTENTION=cudnn), forward and backward with dropout 0.1 as the encoder
+    // runs it (the q/k/v bias added inside; the gradient of the output's sum seeds the backward
+    // pass), counted as forward + 2.5 × forward FLOPs (FlashAttention's convention).
+    let trained = candle_core::Var::from_tensor(&qkv)?;
+    let _ = cuda::fused_attention_ran_in_training();
+    let seconds = time(&mut || {
+        let op = cuda::FlashAttentionTrain::new(heads, scale, lengths.clone(), Some((0.1, 7)));
+        op.forward(trained.as_tensor(), &qkv_bias)?.sum_all()?.backward().map(drop)
+    })?;
+    let name = match cuda::fused_attention_ran_in_training() {
+        Some("cudnn") => "attention training, forward + backward, dropout 0.1 [cuDNN]",
+        Some("fa2") => "attention training, forward + backward, dropout 0.1",
+        _ => "attention training, forward + backward, dropout 0.1 [longread]",
+    };
+    push(name.into(), format!("{sequences} x {seq} tokens, {heads} heads"), seconds, Some(3.5 * flops), None);
 
     let residual = stream.clone();
     let (bias, gamma, beta) = (random(1, hidden, DType::F32)?.squeeze(0)?, stream.get(0)?, stream.get(1)?);
