@@ -82,7 +82,9 @@ enum WorkloadArg {
     Train,
     /// The building blocks of one bf16 layer of --preset's shape in GPU inference (the four
     /// products, the f32-to-bf16 cast, the bias and bias + GELU passes, FlashAttention-2, the
-    /// residual LayerNorm), each timed alone on random data at --shape SEQUENCESxTOKENS (e.g.
+    /// residual LayerNorm) and training's attention forward + backward with dropout 0.1
+    /// (LONGREAD_CUDA_TRAIN_ATTENTION picks its backend), each timed alone on random data at
+    /// --shape SEQUENCESxTOKENS (e.g.
     /// 128x512), with the TFLOP/s or GB/s it reaches; GPU only (--device cuda).
     /// scripts/gpu_bench_kernels_torch.py times PyTorch's counterparts.
     Kernels,
