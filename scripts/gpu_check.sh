@@ -144,12 +144,12 @@ if part train-tests; then
 echo "== GPU training tests"
 set +e
 # The new kernels' own tests first, each group in a process of its own (see above).
-for group in flash_attention_training cuda_column_sums cuda_embedding_lookups cuda_block_end cuda_gradient_norm; do
+for group in flash_attention_training cuda_column_sums cuda_embedding_lookups cuda_block_end cuda_gradient_norm cuda_adamw_in_one_launch; do
   LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture "$group" 2>&1 | tee -a "$work/tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 done
 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture --skip flash_attention_training \
-  --skip cuda_column_sums --skip cuda_embedding_lookups --skip cuda_block_end --skip cuda_gradient_norm 2>&1 | tee -a "$work/tests.log"
+  --skip cuda_column_sums --skip cuda_embedding_lookups --skip cuda_block_end --skip cuda_gradient_norm --skip cuda_adamw_in_one_launch 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 echo "== GPU training with cuDNN's attention (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn): the op, bf16 follows f32, resuming"
 for group in flash_attention_training "cuda_bf16_ a_gpu_run_stopped"; do
@@ -353,6 +353,8 @@ if part train; then
   LONGREAD_STEP_CASTS=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # The gradient norm by candle's ops (a square and a sum per gradient) instead of one launch.
   LONGREAD_CUDA_GRAD_NORM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # AdamW with a launch per parameter instead of one for all.
+  LONGREAD_CUDA_ADAMW=per-tensor bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
     # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.

@@ -998,3 +998,54 @@ fn cuda_gradient_norm_in_one_launch_equals_the_cpus() {
     let gpu_norm = longread_train::clip::grad_norm(on_gpu.iter()).unwrap();
     assert!((cpu_norm - gpu_norm).abs() <= 1e-6 * cpu_norm, "norm {gpu_norm} against the CPU's {cpu_norm}");
 }
+
+/// AdamW over many parameters in one launch (`layers::cuda::adamw_multi`, the optimizer's GPU
+/// path) gives the bits of a launch per parameter (`AdamWStep`), for parameters of sizes around
+/// its 32,768-element spans with their own constants, over three steps.
+#[test]
+fn cuda_adamw_in_one_launch_equals_a_launch_per_parameter() {
+    if !gpu("cuda_adamw_in_one_launch_equals_a_launch_per_parameter") {
+        return;
+    }
+    use longread_model::layers::cuda::{adamw_multi, AdamWParts};
+    use longread_model::layers::AdamWStep;
+    let device = cuda();
+    let sizes = [1usize, 1000, 32_768, 32_769, 100_003];
+    let tensor = |n: usize, scale: f64| (Tensor::randn(0f32, 1.0, n, &device).unwrap() * scale).unwrap();
+    let params: Vec<Tensor> = sizes.iter().map(|&n| tensor(n, 1.0)).collect();
+    let grads: Vec<Vec<Tensor>> = (0..3).map(|_| sizes.iter().map(|&n| tensor(n, 1e-2)).collect()).collect();
+    let copy = |ts: &[Tensor]| -> Vec<Tensor> { ts.iter().map(|t| t.copy().unwrap()).collect() };
+    let zeros =
+        || -> Vec<Tensor> { sizes.iter().map(|&n| Tensor::zeros((2, n), DType::F32, &device).unwrap()).collect() };
+    let step = |i: usize, t: u64| AdamWStep {
+        grad_scale: 0.7,
+        decay: 1.0 - 1e-5 * i as f32,
+        one_minus_beta1: 0.1,
+        beta2: 0.999,
+        one_minus_beta2: 0.001,
+        bias2_sqrt: (1.0 - 0.999f64.powi(t as i32)).sqrt() as f32,
+        eps: 1e-8,
+        step_size: (1e-3 * (1 + i) as f64 / (1.0 - 0.9f64.powi(t as i32))) as f32,
+    };
+    let (one_launch, per_param) = (copy(&params), copy(&params));
+    let (moments_one, moments_per) = (zeros(), zeros());
+    for (t, g) in grads.iter().enumerate() {
+        let parts: Vec<AdamWParts> = (0..sizes.len())
+            .map(|i| AdamWParts {
+                param: &one_launch[i],
+                grad: &g[i],
+                moments: &moments_one[i],
+                step: step(i, t as u64 + 1),
+            })
+            .collect();
+        assert!(adamw_multi(&parts).unwrap(), "applies to f32 contiguous tensors on one GPU");
+        for i in 0..sizes.len() {
+            per_param[i].inplace_op3(&g[i], &moments_per[i], &step(i, t as u64 + 1)).unwrap();
+        }
+    }
+    for i in 0..sizes.len() {
+        assert_eq!(flat(&one_launch[i]), flat(&per_param[i]), "parameter of {} elements", sizes[i]);
+        assert_eq!(flat(&moments_one[i]), flat(&moments_per[i]), "moments of {} elements", sizes[i]);
+    }
+    assert_ne!(flat(&one_launch[4]), flat(&params[4]), "the parameters moved");
+}

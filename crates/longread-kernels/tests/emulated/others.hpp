@@ -255,6 +255,33 @@ void adamw(std::mt19937& rng) {
                    eps, lr / bias1);
   });
   check("adamw_step_f32", int(n), p, want, 1e-6f, 1e-5f);
+
+  // Many parameters in one launch (adamw_tiles_f32): two parameters with their own constants,
+  // the second in two spans, give the bits of a launch per parameter.
+  const long n2 = 300;
+  auto p1 = random_values(n, rng), p2 = random_values(n2, rng);
+  const auto g1 = random_values(n, rng), g2 = random_values(n2, rng);
+  std::vector<float> m1(2 * n, 0.01f), m2(2 * n2, 0.02f);
+  auto q1 = p1, q2 = p2;
+  auto r1 = m1, r2 = m2;
+  const float c1[8] = {0.5f, 1 - lr * wd, 1 - b1, b2, 1 - b2, std::sqrt(bias2), eps, lr / bias1};
+  const float c2[8] = {1.f, 1.f, 1 - b1, b2, 1 - b2, 0.5f, eps, 2e-3f};
+  auto one = [](const float* c) { return std::vector<float>(c, c + 8); };
+  emu::launch(1, 64, [&] { adamw_step_f32(q1.data(), g1.data(), r1.data(), n, c1[0], c1[1], c1[2], c1[3], c1[4], c1[5], c1[6], c1[7]); });
+  emu::launch(1, 64, [&] { adamw_step_f32(q2.data(), g2.data(), r2.data(), n2, c2[0], c2[1], c2[2], c2[3], c2[4], c2[5], c2[6], c2[7]); });
+  auto addr = [](const float* x) { return reinterpret_cast<unsigned long long>(x); };
+  const std::vector<unsigned long long> spans = {
+      addr(p1.data()), addr(g1.data()), addr(m1.data()), (unsigned long long)n, 0, (unsigned long long)n, 0,
+      addr(p2.data()), addr(g2.data()), addr(m2.data()), (unsigned long long)n2, 0, 256, 1,
+      addr(p2.data()), addr(g2.data()), addr(m2.data()), (unsigned long long)n2, 256, (unsigned long long)(n2 - 256), 1};
+  auto coefs = one(c1);
+  const auto second = one(c2);
+  coefs.insert(coefs.end(), second.begin(), second.end());
+  emu::launch(3, 64, [&] { adamw_tiles_f32(spans.data(), coefs.data()); });
+  check("adamw_tiles_f32: parameter 1", int(n), p1, q1, 0.f);
+  check("adamw_tiles_f32: parameter 2 (two spans)", int(n2), p2, q2, 0.f);
+  check("adamw_tiles_f32: moments 1", int(n), m1, r1, 0.f);
+  check("adamw_tiles_f32: moments 2", int(n2), m2, r2, 0.f);
 }
 
 // The gradient norm's sums of squares over spans of several tensors (one block per span, as

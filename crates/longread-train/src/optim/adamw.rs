@@ -1,14 +1,16 @@
 //! AdamW (Loshchilov & Hutter 2019) with PyTorch's exact update order
 //! (`torch/optim/adam.py: _single_tensor_adam`, decoupled weight decay), updating each
 //! parameter in place in one multi-threaded pass. Moments of CPU parameters live on the host as
-//! plain vectors; those of GPU parameters on the GPU, updated by one kernel per parameter
-//! (`longread_model::layers::AdamWStep`, the same formula). Checkpoints save and restore both.
+//! plain vectors; those of GPU parameters on the GPU, all updated by one kernel launch
+//! (`longread_model::layers::cuda::adamw_multi`, as PyTorch's fused AdamW; or one per
+//! parameter, `AdamWStep`: the same formula). Checkpoints save and restore both.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Var};
+use longread_model::layers::cuda::AdamWParts;
 use rayon::prelude::*;
 
 use crate::error::{Result, TrainError};
@@ -194,6 +196,8 @@ impl AdamW {
         gradient: impl Fn(&Var) -> Option<candle_core::Tensor>,
     ) -> Result<()> {
         let AdamWConfig { beta1, beta2, eps } = self.config;
+        // GPU parameters are updated together after the loop, in one launch where it applies.
+        let mut on_gpu: Vec<(candle_core::Tensor, candle_core::Tensor, candle_core::Tensor, Coefficients)> = Vec::new();
         for group in &self.groups {
             for (name, var) in &group.params {
                 let Some(grad) = gradient(var) else { continue };
@@ -228,11 +232,20 @@ impl AdamW {
                             e.insert(candle_core::Tensor::from_vec(host, (2, n), var.device())?)
                         }
                     };
-                    var.as_tensor().inplace_op3(&grad, moments, &coefficients.on_gpu())?;
+                    on_gpu.push((var.as_tensor().clone(), grad, moments.clone(), coefficients));
                     continue;
                 }
                 let update = Update { moments: Mutex::new((&mut state.exp_avg, &mut state.exp_avg_sq)), coefficients };
                 var.as_tensor().inplace_op2(&grad, &update)?;
+            }
+        }
+        let parts: Vec<AdamWParts> = on_gpu
+            .iter()
+            .map(|(param, grad, moments, c)| AdamWParts { param, grad, moments, step: c.on_gpu() })
+            .collect();
+        if !longread_model::layers::cuda::adamw_multi(&parts)? {
+            for part in &parts {
+                part.param.inplace_op3(part.grad, part.moments, &part.step)?;
             }
         }
         Ok(())

@@ -693,20 +693,42 @@ extern "C" __global__ void dropout_mask_bf16(__nv_bfloat16* out, long n, unsigne
 // g = grad · grad_scale; p ·= decay; m += (1 - β1)(g - m); v = v·β2 + (1 - β2)g²;
 // p -= step_size · m / (sqrt(v) / bias2_sqrt + eps). moments: [2, n] (m, then v), updated too.
 // Plain IEEE sqrt and division (no fast-math), no FMA contraction: the CPU's numbers.
+__device__ __forceinline__ void adamw_element(float* p, const float* grad, float* moments, long n, long i,
+                                              float grad_scale, float decay, float one_minus_beta1, float beta2,
+                                              float one_minus_beta2, float bias2_sqrt, float eps, float step_size) {
+  const float g = __fmul_rn(grad[i], grad_scale);
+  float pi = __fmul_rn(p[i], decay);
+  float m = __fadd_rn(moments[i], __fmul_rn(one_minus_beta1, __fsub_rn(g, moments[i])));
+  float v = __fadd_rn(__fmul_rn(moments[n + i], beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bias2_sqrt), eps);
+  pi = __fsub_rn(pi, __fdiv_rn(__fmul_rn(step_size, m), denom));
+  p[i] = pi;
+  moments[i] = m;
+  moments[n + i] = v;
+}
+
 extern "C" __global__ void adamw_step_f32(float* p, const float* grad, float* moments, long n, float grad_scale,
                                           float decay, float one_minus_beta1, float beta2, float one_minus_beta2,
                                           float bias2_sqrt, float eps, float step_size) {
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-    const float g = __fmul_rn(grad[i], grad_scale);
-    float pi = __fmul_rn(p[i], decay);
-    float m = __fadd_rn(moments[i], __fmul_rn(one_minus_beta1, __fsub_rn(g, moments[i])));
-    float v = __fadd_rn(__fmul_rn(moments[n + i], beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bias2_sqrt), eps);
-    pi = __fsub_rn(pi, __fdiv_rn(__fmul_rn(step_size, m), denom));
-    p[i] = pi;
-    moments[i] = m;
-    moments[n + i] = v;
-  }
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+    adamw_element(p, grad, moments, n, i, grad_scale, decay, one_minus_beta1, beta2, one_minus_beta2, bias2_sqrt, eps,
+                  step_size);
+}
+
+// adamw_step_f32 over many parameters in one launch, one span of a parameter per block:
+// spans[7 s ..] = {p, grad, moments (addresses), n (the parameter's size: v is moments[n + i]),
+// start, len (the span's elements), c (its coefficients: coefs[8 c ..] = grad_scale, decay,
+// 1 - β1, β2, 1 - β2, sqrt(1 - β2^step), ε, step size)}. The same arithmetic per element: the
+// same bits as a launch per parameter.
+extern "C" __global__ void adamw_tiles_f32(const unsigned long long* spans, const float* coefs) {
+  const unsigned long long* s = spans + 7 * (long)blockIdx.x;
+  float* p = reinterpret_cast<float*>(s[0]);
+  const float* grad = reinterpret_cast<const float*>(s[1]);
+  float* moments = reinterpret_cast<float*>(s[2]);
+  const long n = (long)s[3], start = (long)s[4], len = (long)s[5];
+  const float* c = coefs + 8 * (long)s[6];
+  for (long j = threadIdx.x; j < len; j += blockDim.x)
+    adamw_element(p, grad, moments, n, start + j, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
 }
 
 // Attention probabilities in training, forward: out[row, j] = softmax(scores[row, :] · scale +

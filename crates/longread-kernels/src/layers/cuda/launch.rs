@@ -1073,7 +1073,7 @@ pub(super) fn embedding_layer_norm(
     Ok(Some(storages(&dev, out, copy)))
 }
 
-/// The sum of squares of each span of [`super::grad_norm::squares_tiles`] over f32 `parts` on one GPU
+/// The sum of squares of each span of [`super::multi_tensor::spans`] over f32 `parts` on one GPU
 /// (`sum_squares_tiles_f32`: one launch for them all, the spans' addresses copied over in one
 /// table), read back with one wait.
 pub(super) fn sum_squares(dev: &CudaDevice, parts: &[(&CudaStorage, &Layout)]) -> Result<Vec<f32>> {
@@ -1097,7 +1097,7 @@ pub(super) fn sum_squares(dev: &CudaDevice, parts: &[(&CudaStorage, &Layout)]) -
         let (ptr, _guard) = view.device_ptr(&stream);
         bases.push(ptr);
     }
-    let tiles = super::grad_norm::squares_tiles(&lens, super::grad_norm::SQUARES_TILE);
+    let tiles = super::multi_tensor::spans(&lens, super::multi_tensor::SPAN);
     if tiles.is_empty() {
         return Ok(Vec::new());
     }
@@ -1114,4 +1114,67 @@ pub(super) fn sum_squares(dev: &CudaDevice, parts: &[(&CudaStorage, &Layout)]) -
     unsafe { b.launch(cfg) }.w()?;
     drop(views);
     dev.clone_dtoh(&out)
+}
+
+/// [`super::AdamWStep`]'s update of each `(param, grad, moments)` with its `steps` constants in
+/// one launch of `adamw_tiles_f32` over spans of [`super::multi_tensor::SPAN`] elements (the
+/// spans' addresses and the constants copied over in two tables).
+pub(super) fn adamw_tiles(
+    dev: &CudaDevice,
+    parts: &[[(&CudaStorage, &Layout); 3]],
+    steps: &[super::AdamWStep],
+) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+    let op = "cuda-adamw-tiles";
+    let stream = dev.cuda_stream();
+    let mut lens = Vec::with_capacity(parts.len());
+    let mut views = Vec::with_capacity(parts.len());
+    for [(p, p_l), (g, g_l), (m, m_l)] in parts {
+        let (p_r, g_r, m_r) = (range(p_l, op)?, range(g_l, op)?, range(m_l, op)?);
+        if g_r.len() != p_r.len() || m_r.len() != 2 * p_r.len() {
+            candle_core::bail!(
+                "{op}: parameter, gradient and moments disagree ({}, {}, {})",
+                p_r.len(),
+                g_r.len(),
+                m_r.len()
+            );
+        }
+        lens.push(p_r.len());
+        views.push([
+            p.as_cuda_slice::<f32>()?.slice(p_r),
+            g.as_cuda_slice::<f32>()?.slice(g_r),
+            m.as_cuda_slice::<f32>()?.slice(m_r),
+        ]);
+    }
+    // The views' guards are no-ops (event tracking is off); the callers' tensors keep the
+    // memory alive and are not used by anything else before the launch's work is done (the
+    // parameters and moments are the optimizer's; the stream orders every later use).
+    let bases: Vec<[u64; 3]> = views.iter().map(|v| v.each_ref().map(|s| s.device_ptr(&stream).0)).collect();
+    let spans = super::multi_tensor::spans(&lens, super::multi_tensor::SPAN);
+    if spans.is_empty() {
+        return Ok(());
+    }
+    let table: Vec<u64> = spans
+        .iter()
+        .flat_map(|&(part, start, n)| {
+            let [p, g, m] = bases[part];
+            [p, g, m, lens[part] as u64, start as u64, n as u64, part as u64]
+        })
+        .collect();
+    let coefs: Vec<f32> = steps
+        .iter()
+        .flat_map(|k| {
+            [k.grad_scale, k.decay, k.one_minus_beta1, k.beta2, k.one_minus_beta2, k.bias2_sqrt, k.eps, k.step_size]
+        })
+        .collect();
+    let (table, coefs) = (dev.clone_htod(&table)?, dev.clone_htod(&coefs)?);
+    let func = dev.get_or_load_custom_func("adamw_tiles_f32", MODULE, PTX)?.into_cuda_function();
+    let mut b = stream.launch_builder(&func);
+    b.arg(&table).arg(&coefs);
+    let cfg = LaunchConfig { grid_dim: (spans.len() as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: each span lies inside its parameter (n elements), gradient (n) and moments (2n),
+    // checked above; each element is updated by one thread of one block.
+    unsafe { b.launch(cfg) }.w()?;
+    drop(views);
+    Ok(())
 }

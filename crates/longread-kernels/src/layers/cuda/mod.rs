@@ -30,9 +30,9 @@ mod embedding_train;
 mod flash;
 mod gelu_dense_train;
 mod gemm_gelu;
-mod grad_norm;
 #[cfg(feature = "cuda")]
 mod launch;
+mod multi_tensor;
 mod reference;
 mod residual_norm_train;
 mod route_kernels;
@@ -49,7 +49,7 @@ pub use flash::{
 };
 pub use gelu_dense_train::GeluDenseTrain;
 pub use gemm_gelu::{fused_linear_gelu, fused_linear_gelu_by, FusedGeluKernel};
-pub use grad_norm::{grad_norm_kernel, sum_of_squares};
+pub use multi_tensor::{adamw_multi, adamw_multi_kernel, grad_norm_kernel, sum_of_squares, AdamWParts};
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
 pub use training::{column_sum, AttentionProbsTrain, BiasActivationTrain, ColumnSum, DropoutMask, LayerNormTrain};
