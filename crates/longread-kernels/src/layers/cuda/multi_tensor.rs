@@ -85,8 +85,8 @@ pub struct AdamWParts<'a> {
 /// [`super::AdamWStep`]'s update of every parameter of `parts` in one launch (`adamw_tiles_f32`:
 /// the same arithmetic per element, so the same bits as a launch per parameter). `false` where
 /// it does not apply — a tensor not f32, not contiguous or not on the first parameter's GPU, a
-/// moments buffer not twice its parameter, no `cuda` feature, no parts, or
-/// `LONGREAD_CUDA_ADAMW=per-tensor` — and nothing was updated: the caller updates each
+/// moments buffer not twice its parameter, a parameter given twice, no `cuda` feature, no parts,
+/// or `LONGREAD_CUDA_ADAMW=per-tensor` — and nothing was updated: the caller updates each
 /// parameter itself.
 ///
 /// # Shapes
@@ -106,6 +106,11 @@ pub fn adamw_multi(parts: &[AdamWParts]) -> Result<bool> {
         if !adamw_multi_kernel()
             || !parts.iter().all(|p| fits(p.param) && fits(p.grad) && fits(p.moments) && sizes_agree(p))
         {
+            return Ok(false);
+        }
+        // A parameter given twice would have two blocks update its elements at once.
+        let mut seen = std::collections::HashSet::new();
+        if !parts.iter().all(|p| seen.insert(p.param.id())) {
             return Ok(false);
         }
         let guards: Vec<_> =
