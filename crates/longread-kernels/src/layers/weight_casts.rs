@@ -28,7 +28,7 @@ thread_local! {
 /// Whether casts are shared within a step (unless `LONGREAD_STEP_CASTS=off`).
 pub fn wanted() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
-    !*OFF.get_or_init(|| std::env::var("LONGREAD_STEP_CASTS").is_ok_and(|v| v == "off"))
+    !super::cuda::env_is(&OFF, "LONGREAD_STEP_CASTS", "off")
 }
 
 /// A scope in which weights are cast once (see the module's note): the trainer holds one over

@@ -1,7 +1,8 @@
 //! `longread bench --workload kernels`: the building blocks of one bf16 encoder layer in GPU
-//! inference (and training's attention, forward and backward), each timed alone on random data at one batch's size — the products (candle's
-//! cuBLAS calls, and cuBLASLt's without and with the bias in the epilogue), the casts and in-place passes, FlashAttention-2 and the residual LayerNorm —
-//! with the rate each reaches (TFLOP/s for products and attention, GB/s for memory-bound
+//! inference (and training's attention, forward and backward), each timed alone on random data
+//! at one batch's size — the products (candle's cuBLAS calls, and cuBLASLt's without and with
+//! the bias in the epilogue), the casts and in-place passes, FlashAttention-2 and the residual
+//! LayerNorm — with the rate each reaches (TFLOP/s for products and attention, GB/s for memory-bound
 //! passes). `scripts/gpu_bench_kernels_torch.py` times PyTorch's counterparts with the same names
 //! and shapes, so that one table says which block is slower than PyTorch's and by how much.
 

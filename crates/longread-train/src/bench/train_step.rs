@@ -70,8 +70,9 @@ pub struct TrainStepResult {
     /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `norm-registers` with `LONGREAD_CUDA_NORM_KERNEL=rows`,
     /// `pool-cache` with `LONGREAD_CUDA_POOL=release`, `deterministic-backward` with
     /// `LONGREAD_CUDA_ATTENTION_BWD=fast`, `step-casts` with `LONGREAD_STEP_CASTS=off` (each
-    /// kept group casts the weights again), `grad-norm-kernel` with `LONGREAD_CUDA_GRAD_NORM=candle`,
-    /// `adamw-one-launch` with `LONGREAD_CUDA_ADAMW=per-tensor`; empty: the default route, all on. Absent on the CPU.
+    /// kept group casts the weights again), `grad-norm-kernel` with
+    /// `LONGREAD_CUDA_GRAD_NORM=candle`, `adamw-one-launch` with `LONGREAD_CUDA_ADAMW=per-tensor`;
+    /// empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the

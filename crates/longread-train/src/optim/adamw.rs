@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, Layout, Var};
 use longread_model::layers::cuda::AdamWParts;
+use longread_model::layers::AdamWStep;
 use rayon::prelude::*;
 
 use crate::error::{Result, TrainError};
@@ -197,7 +198,7 @@ impl AdamW {
     ) -> Result<()> {
         let AdamWConfig { beta1, beta2, eps } = self.config;
         // GPU parameters are updated together after the loop, in one launch where it applies.
-        let mut on_gpu: Vec<(candle_core::Tensor, candle_core::Tensor, candle_core::Tensor, Coefficients)> = Vec::new();
+        let mut on_gpu: Vec<(candle_core::Tensor, candle_core::Tensor, candle_core::Tensor, AdamWStep)> = Vec::new();
         for group in &self.groups {
             for (name, var) in &group.params {
                 let Some(grad) = gradient(var) else { continue };
@@ -232,7 +233,7 @@ impl AdamW {
                             e.insert(candle_core::Tensor::from_vec(host, (2, n), var.device())?)
                         }
                     };
-                    on_gpu.push((var.as_tensor().clone(), grad, moments.clone(), coefficients));
+                    on_gpu.push((var.as_tensor().clone(), grad, moments.clone(), coefficients.on_gpu()));
                     continue;
                 }
                 let update = Update { moments: Mutex::new((&mut state.exp_avg, &mut state.exp_avg_sq)), coefficients };
@@ -241,7 +242,7 @@ impl AdamW {
         }
         let parts: Vec<AdamWParts> = on_gpu
             .iter()
-            .map(|(param, grad, moments, c)| AdamWParts { param, grad, moments, step: c.on_gpu() })
+            .map(|(param, grad, moments, step)| AdamWParts { param, grad, moments, step: *step })
             .collect();
         if !longread_model::layers::cuda::adamw_multi(&parts)? {
             for part in &parts {

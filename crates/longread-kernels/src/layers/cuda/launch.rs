@@ -520,7 +520,7 @@ pub(super) fn adamw_step(
     let n_i = n as i64;
     let mut b = stream.launch_builder(&func);
     b.arg(&mut p).arg(&grad).arg(&moments).arg(&n_i);
-    let c = [k.grad_scale, k.decay, k.one_minus_beta1, k.beta2, k.one_minus_beta2, k.bias2_sqrt, k.eps, k.step_size];
+    let c = k.constants();
     for v in &c {
         b.arg(v);
     }
@@ -1080,23 +1080,17 @@ pub(super) fn sum_squares(dev: &CudaDevice, parts: &[(&CudaStorage, &Layout)]) -
     use candle_core::cuda_backend::cudarc::driver::DevicePtr;
     let op = "cuda-sum-squares";
     let stream = dev.cuda_stream();
-    let mut bases = Vec::with_capacity(parts.len());
     let mut lens = Vec::with_capacity(parts.len());
-    // The views' guards are no-ops (event tracking is off); `parts` keep the memory alive until
-    // the read-back below has waited for the kernel.
     let mut views = Vec::with_capacity(parts.len());
     for (storage, layout) in parts {
-        if storage.dtype() != DType::F32 {
-            candle_core::bail!("{op}: f32 tensors, not {:?}", storage.dtype());
-        }
         let r = range(layout, op)?;
         lens.push(r.len());
+        // An error unless the storage is f32.
         views.push(storage.as_cuda_slice::<f32>()?.slice(r));
     }
-    for view in &views {
-        let (ptr, _guard) = view.device_ptr(&stream);
-        bases.push(ptr);
-    }
+    // The views' guards are no-ops (event tracking is off); `parts` keep the memory alive until
+    // the read-back below has waited for the kernel.
+    let bases: Vec<u64> = views.iter().map(|v| v.device_ptr(&stream).0).collect();
     let tiles = super::multi_tensor::spans(&lens, super::multi_tensor::SPAN);
     if tiles.is_empty() {
         return Ok(Vec::new());
@@ -1161,12 +1155,7 @@ pub(super) fn adamw_tiles(
             [p, g, m, lens[part] as u64, start as u64, n as u64, part as u64]
         })
         .collect();
-    let coefs: Vec<f32> = steps
-        .iter()
-        .flat_map(|k| {
-            [k.grad_scale, k.decay, k.one_minus_beta1, k.beta2, k.one_minus_beta2, k.bias2_sqrt, k.eps, k.step_size]
-        })
-        .collect();
+    let coefs: Vec<f32> = steps.iter().flat_map(super::AdamWStep::constants).collect();
     let (table, coefs) = (dev.clone_htod(&table)?, dev.clone_htod(&coefs)?);
     let func = dev.get_or_load_custom_func("adamw_tiles_f32", MODULE, PTX)?.into_cuda_function();
     let mut b = stream.launch_builder(&func);

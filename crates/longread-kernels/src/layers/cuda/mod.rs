@@ -475,7 +475,7 @@ pub fn train_embedding_kernel() -> bool {
 }
 
 /// Whether the environment variable `var` is `value`, read once per process into `cell`.
-fn env_is(cell: &OnceLock<bool>, var: &str, value: &str) -> bool {
+pub(crate) fn env_is(cell: &OnceLock<bool>, var: &str, value: &str) -> bool {
     *cell.get_or_init(|| std::env::var(var).is_ok_and(|v| v == value))
 }
 

@@ -63,6 +63,24 @@ pub struct AdamWStep {
     pub step_size: f32,
 }
 
+impl AdamWStep {
+    /// The constants in the order the kernels take them (`adamw_step_f32`'s arguments after
+    /// `n`, `adamw_tiles_f32`'s coefficient rows).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(super) fn constants(&self) -> [f32; 8] {
+        [
+            self.grad_scale,
+            self.decay,
+            self.one_minus_beta1,
+            self.beta2,
+            self.one_minus_beta2,
+            self.bias2_sqrt,
+            self.eps,
+            self.step_size,
+        ]
+    }
+}
+
 impl InplaceOp3 for AdamWStep {
     fn name(&self) -> &'static str {
         "cuda-adamw-step"
