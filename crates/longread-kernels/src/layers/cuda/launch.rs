@@ -963,49 +963,78 @@ pub(super) fn embedding_gather(
 
 /// The gradient of an embedding table `[vocab, cols]` (f32, zero where no id points) from the
 /// lookup's gradient `grad [n, cols]` (f32 or bf16) and the positions grouped by id, one u32
-/// vector on the device: `[order (n), seg (u + 1), uniq (u)]` — the positions sorted by id
-/// (stably), each id's range in `order`, the ids.
+/// vector on the device: `[order (n), piece (p + 1), first (u + 1), uniq (u), 0 .. p]`
+/// (`embedding_train::Grouping`). With one piece per id (`p == u`) one launch sums each id's
+/// positions into its row; else a first launch sums each piece into a row of `[p, cols]`
+/// partial sums, and a second each id's pieces, in order, into its row: the same kernel both
+/// times, the second reading the pieces' indices as its order.
 pub(super) fn embedding_grad(
     vocab: usize,
     (grad, grad_l): (&CudaStorage, &Layout),
     (groups, groups_l): (&CudaStorage, &Layout),
-    (n, u): (usize, usize),
+    counts: super::embedding_train::GroupCounts,
 ) -> Result<CudaStorage> {
     let op = "cuda-embedding-grad";
+    let super::embedding_train::GroupCounts { positions: n, pieces: p, ids: u } = counts;
     let (_, cols) = grad_l.shape().dims2()?;
     let (grad_r, groups_r) = (range(grad_l, op)?, range(groups_l, op)?);
-    if groups_r.len() != n + 2 * u + 1 {
-        candle_core::bail!("{op}: {} grouped positions for {n} positions and {u} ids", groups_r.len());
+    if groups_r.len() != n + 2 * p + 2 * u + 2 || p < u {
+        candle_core::bail!("{op}: {} grouped values for {n} positions, {p} pieces and {u} ids", groups_r.len());
     }
     let dev = grad.device.clone();
     let all = groups.as_cuda_slice::<u32>()?.slice(groups_r);
-    let (order, seg, uniq) = (all.slice(0..n), all.slice(n..n + u + 1), all.slice(n + u + 1..n + 2 * u + 1));
+    let order = all.slice(0..n);
+    let piece = all.slice(n..n + p + 1);
+    let first = all.slice(n + p + 1..n + p + u + 2);
+    let uniq = all.slice(n + p + u + 2..n + p + 2 * u + 2);
+    let pieces = all.slice(n + p + 2 * u + 2..n + 2 * p + 2 * u + 2);
     let mut out = dev.alloc_zeros::<f32>(vocab * cols)?;
-    if u > 0 {
-        let (stream, func) = kernel(&dev, "embedding_grad", grad.dtype())?;
-        let cols_i = cols as i32;
-        let cfg = LaunchConfig {
-            grid_dim: (u as u32, cols.div_ceil(256) as u32, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = stream.launch_builder(&func);
-        let (grad_f32, grad_bf16);
-        match grad.dtype() {
-            DType::BF16 => {
-                grad_bf16 = grad.as_cuda_slice::<bf16>()?.slice(grad_r);
-                b.arg(&grad_bf16);
-            }
-            _ => {
-                grad_f32 = grad.as_cuda_slice::<f32>()?.slice(grad_r);
-                b.arg(&grad_f32);
-            }
+    if u == 0 {
+        return Ok(CudaStorage::wrap_cuda_slice(out, dev));
+    }
+    let cols_i = cols as i32;
+    let cfg = |rows: usize| LaunchConfig {
+        grid_dim: (rows as u32, cols.div_ceil(256) as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // One piece per id: its sum goes straight into the id's row; else into a partial row.
+    let (mut partial, rows_of_pieces) = if p == u {
+        (None, &uniq)
+    } else {
+        // SAFETY: the first launch writes every one of the p · cols partial sums.
+        (Some(unsafe { dev.alloc::<f32>(p * cols) }?), &pieces)
+    };
+    let (stream, func) = kernel(&dev, "embedding_grad", grad.dtype())?;
+    let mut b = stream.launch_builder(&func);
+    let (grad_f32, grad_bf16);
+    match grad.dtype() {
+        DType::BF16 => {
+            grad_bf16 = grad.as_cuda_slice::<bf16>()?.slice(grad_r);
+            b.arg(&grad_bf16);
         }
-        b.arg(&order).arg(&seg).arg(&uniq).arg(&mut out).arg(&cols_i);
-        // SAFETY: order holds the n positions of grad's rows, seg u + 1 ascending offsets into
-        // it, uniq u ids below vocab (the caller builds them from checked ids); out holds
-        // vocab · cols elements.
-        unsafe { b.launch(cfg) }.w()?;
+        _ => {
+            grad_f32 = grad.as_cuda_slice::<f32>()?.slice(grad_r);
+            b.arg(&grad_f32);
+        }
+    }
+    b.arg(&order).arg(&piece).arg(rows_of_pieces);
+    match partial.as_mut() {
+        Some(partial) => b.arg(partial),
+        None => b.arg(&mut out),
+    };
+    b.arg(&cols_i);
+    // SAFETY: order holds the n positions of grad's rows, piece p + 1 ascending offsets into
+    // it, the rows written (uniq: u ids below vocab, from checked ids; or 0 .. p) index the
+    // output's rows (vocab or p of cols elements).
+    unsafe { b.launch(cfg(p)) }.w()?;
+    if let Some(partial) = partial {
+        let (stream, func) = kernel(&dev, "embedding_grad", DType::F32)?;
+        let mut b = stream.launch_builder(&func);
+        b.arg(&partial).arg(&pieces).arg(&first).arg(&uniq).arg(&mut out).arg(&cols_i);
+        // SAFETY: the pieces' indices (0 .. p) index partial's p rows, first holds u + 1
+        // ascending offsets into them, uniq u ids below vocab.
+        unsafe { b.launch(cfg(u)) }.w()?;
     }
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }

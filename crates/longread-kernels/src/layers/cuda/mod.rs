@@ -474,6 +474,14 @@ pub fn train_embedding_kernel() -> bool {
     !env_is(&CANDLE, "LONGREAD_CUDA_EMBEDDING_GRAD", "candle")
 }
 
+/// Whether [`EmbeddingTrain`]'s backward pass sums an id looked up many times in pieces (the
+/// default since session 38), or, with `LONGREAD_CUDA_EMBEDDING_GRAD=unsplit`, each id's
+/// positions in one block (session 37's kernel, kept to compare on a GPU).
+pub fn embedding_grad_in_pieces() -> bool {
+    static UNSPLIT: OnceLock<bool> = OnceLock::new();
+    !env_is(&UNSPLIT, "LONGREAD_CUDA_EMBEDDING_GRAD", "unsplit")
+}
+
 /// Whether the environment variable `var` is `value`, read once per process into `cell`.
 pub(crate) fn env_is(cell: &OnceLock<bool>, var: &str, value: &str) -> bool {
     *cell.get_or_init(|| std::env::var(var).is_ok_and(|v| v == value))
