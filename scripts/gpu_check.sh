@@ -232,6 +232,11 @@ LONGREAD_CUDA_NORM_KERNEL=rows "$lr" --device cuda bench --workload kernels --pr
 LONGREAD_CUDA_TRAIN_ATTENTION=cudnn "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
   --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "attention training" in json.loads(l)["kernel"]]' \
   | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention) failed" >&2
+# ... and with its atomic backward (cuDNN's default engine, PyTorch's default; marked [atomic dq]).
+LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast "$lr" --device cuda bench --workload kernels \
+  --preset roberta-base --shape 128x512 --repeat 10 --json \
+  | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "forward + backward" in json.loads(l)["kernel"]]' \
+  | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention, atomic) failed" >&2
 ${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 \
   | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench failed" >&2
 ${PYTHON:-python3} - "$work/kernels.jsonl" "bench/results-gpu-$slug-kernels.json" <<'PY' || true
@@ -355,6 +360,15 @@ if part train; then
   LONGREAD_CUDA_GRAD_NORM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # AdamW with a launch per parameter instead of one for all.
   LONGREAD_CUDA_ADAMW=per-tensor bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The embedding tables' gradient with each id's positions in one block (before session 38's
+  # pieces), at 10,240 and on the whole step.
+  for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
+    # shellcheck disable=SC2086  # the arguments are words
+    LONGREAD_CUDA_EMBEDDING_GRAD=unsplit bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
+  done
+  # cuDNN's atomic (non-deterministic) attention backward, PyTorch's default, at 10,240.
+  LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast \
+    bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
     # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.

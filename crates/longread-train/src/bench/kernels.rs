@@ -187,18 +187,26 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
     // LONGREAD_CUDA_TRAIN_ATTENTION=cudnn), forward and backward with dropout 0.1 as the encoder
     // runs it (the q/k/v bias added inside; the gradient of the output's sum seeds the backward
     // pass), counted as forward + 2.5 × forward FLOPs (FlashAttention's convention).
+    // The forward pass alone (with what it keeps for the backward pass) is timed too, so that
+    // the backward pass's share is the difference.
     let trained = candle_core::Var::from_tensor(&qkv)?;
+    let train_op = || cuda::FlashAttentionTrain::new(heads, scale, lengths.clone(), Some((0.1, 7)));
     let _ = cuda::fused_attention_ran_in_training();
-    let seconds = time(&mut || {
-        let op = cuda::FlashAttentionTrain::new(heads, scale, lengths.clone(), Some((0.1, 7)));
-        op.forward(trained.as_tensor(), &qkv_bias)?.sum_all()?.backward().map(drop)
-    })?;
-    let name = match cuda::fused_attention_ran_in_training() {
-        Some("cudnn") => "attention training, forward + backward, dropout 0.1 [cuDNN]",
-        Some("fa2") => "attention training, forward + backward, dropout 0.1",
-        _ => "attention training, forward + backward, dropout 0.1 [longread]",
+    let forward_seconds = time(&mut || train_op().forward(trained.as_tensor(), &qkv_bias).map(drop))?;
+    let seconds = time(&mut || train_op().forward(trained.as_tensor(), &qkv_bias)?.sum_all()?.backward().map(drop))?;
+    // Rows named by the backend that ran; FlashAttention-2's unmarked (PyTorch's SDPA is set
+    // against it), an atomic (non-deterministic) backward pass marked.
+    let backend = match cuda::fused_attention_ran_in_training() {
+        Some("cudnn") => " [cuDNN]",
+        Some("fa2") => "",
+        _ => " [longread]",
     };
-    push(name.into(), format!("{sequences} x {seq} tokens, {heads} heads"), seconds, Some(3.5 * flops), None);
+    let atomic = if cuda::attention_backward_deterministic() { "" } else { " [atomic dq]" };
+    let shape = format!("{sequences} x {seq} tokens, {heads} heads");
+    let name = format!("attention training, forward only, dropout 0.1{backend}");
+    push(name, shape.clone(), forward_seconds, Some(flops), None);
+    let name = format!("attention training, forward + backward, dropout 0.1{backend}{atomic}");
+    push(name, shape, seconds, Some(3.5 * flops), None);
 
     let residual = stream.clone();
     let (bias, gamma, beta) = (random(1, hidden, DType::F32)?.squeeze(0)?, stream.get(0)?, stream.get(1)?);
