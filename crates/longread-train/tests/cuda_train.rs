@@ -845,6 +845,79 @@ fn flash_attention_training_equals_its_cpu_reference() {
     }
 }
 
+/// Training's q/k/v projection with its bias in cuBLASLt's epilogue (`LinearBiasTrain`, then
+/// the attention over the biased product: `forward_biased`), the default since session 38:
+/// on the GPU in bf16, the attention's output and the gradients of the layer input, the weight
+/// and the bias equal the route it replaced (the product unbiased, the attention op adding the
+/// bias in its own passes) to 2e-2 of each tensor's scale (the epilogue rounds the bias to bf16
+/// and the sum once; the old route rounded the product, then the sum); two runs bit-identical;
+/// the op alone equals its f32 CPU reference on the same bf16 values to 1e-2 of the scale.
+#[test]
+fn cuda_qkv_bias_in_the_product_equals_the_attention_adding_it() {
+    if !gpu("cuda_qkv_bias_in_the_product_equals_the_attention_adding_it") {
+        return;
+    }
+    use candle_core::Var;
+    use longread_model::layers::cuda::{FlashAttentionTrain, KeyLengths, LinearBiasTrain};
+    let cpu = Device::Cpu;
+    let (heads, d, seq, sequences) = (12usize, 64usize, 512usize, 4usize);
+    let (hidden, n) = (heads * d, sequences * seq);
+    let real = [seq, seq, seq / 2 + 7, 3];
+    let rows: Vec<u32> = real.iter().flat_map(|&r| (0..seq).map(move |i| u32::from(i < r))).collect();
+    let mask = Tensor::from_vec(rows, (sequences, seq), &cpu).unwrap();
+    let bf16 = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
+    let x = bf16(Tensor::randn(0f32, 1.0, (n, hidden), &cpu).unwrap());
+    let weight = bf16(Tensor::randn(0f32, 0.04, (3 * hidden, hidden), &cpu).unwrap());
+    let bias = Tensor::randn(0f32, 0.3, 3 * hidden, &cpu).unwrap();
+    let w_out = Tensor::randn(0f32, 1.0, (n, hidden), &cpu).unwrap();
+    let scale = 1.0 / (d as f32).sqrt();
+    // Output and the gradients of x, the weight and the bias, with the bias in the product or not.
+    let run = |in_product: bool| {
+        let device = cuda();
+        let lengths = KeyLengths::right_padded(&mask.to_device(&device).unwrap()).unwrap().unwrap();
+        let (xv, wv, bv) = (
+            Var::from_tensor(&x.to_device(&device).unwrap()).unwrap(),
+            Var::from_tensor(&weight.to_device(&device).unwrap()).unwrap(),
+            Var::from_tensor(&bias.to_device(&device).unwrap()).unwrap(),
+        );
+        let op = FlashAttentionTrain::new(heads, scale, lengths, Some((0.1, 11)));
+        let y = if in_product {
+            let product = xv.as_tensor().apply_op3(wv.as_tensor(), bv.as_tensor(), LinearBiasTrain).unwrap();
+            op.forward_biased(&product).unwrap()
+        } else {
+            let product = xv.as_tensor().matmul(&wv.as_tensor().t().unwrap()).unwrap();
+            op.forward(&product, bv.as_tensor()).unwrap()
+        };
+        let loss = (y.to_dtype(DType::F32).unwrap() * w_out.to_device(&device).unwrap()).unwrap();
+        let grads = loss.sum_all().unwrap().backward().unwrap();
+        let g = |v: &Var| flat(grads.get(v.as_tensor()).unwrap());
+        [flat(&y), g(&xv), g(&wv), g(&bv)]
+    };
+    let (ours, before, again) = (run(true), run(false), run(true));
+    assert!(ours == again, "two runs with the bias in the product differ");
+    for (what, got, reference) in ["output", "input gradient", "weight gradient", "bias gradient"]
+        .iter()
+        .zip(&ours)
+        .zip(&before)
+        .map(|((w, a), b)| (w, a, b))
+    {
+        let scale = reference.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        let diff = max_diff(got, reference) / scale;
+        println!("q/k/v bias in the product, {what}: {diff:.2e} of the scale from the bias in the attention op");
+        assert!(diff < 2e-2, "{what}: {diff:e} of the scale");
+    }
+    // The op alone against its CPU reference (f32 on the same bf16-rounded values).
+    let on = |device: &Device, dtype: DType| {
+        let t = |t: &Tensor| t.to_device(device).unwrap().to_dtype(dtype).unwrap();
+        flat(&t(&x).apply_op3(&t(&weight), &bias.to_device(device).unwrap(), LinearBiasTrain).unwrap())
+    };
+    let (gpu_out, cpu_out) = (on(&cuda(), DType::BF16), on(&cpu, DType::F32));
+    let scale = cpu_out.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    let diff = max_diff(&gpu_out, &cpu_out) / scale;
+    println!("linear-bias-train, bf16 on the GPU against f32 on the CPU: {diff:.2e} of the scale");
+    assert!(diff < 1e-2, "linear-bias-train: {diff:e} of the scale");
+}
+
 /// The coalesced column sums of the GPU route's backward passes (`ColumnSum`: bias, γ and β
 /// gradients) equal the CPU's on the same values, f32 and bf16, for shapes with one split and
 /// with many, and widths that are not a multiple of the kernel's 256-column blocks; run twice,

@@ -229,6 +229,13 @@ impl SelfAttention {
         let (b, s, h) = xs.dims3()?;
         let device = xs.device();
         let dtype = xs.dtype();
+        let bias = weight_casts::shared(qb, DType::F32, "qkv", || {
+            Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()
+        })?;
+        // Where FlashAttention-2 (or cuDNN) runs in bf16 on a GPU, the bias comes with the
+        // product (cuBLASLt's epilogue: `LinearBiasTrain`) instead of two passes in the attention op.
+        let bias_in_product =
+            lengths.is_some() && device.is_cuda() && dtype == DType::BF16 && cuda::train_qkv_bias_in_product();
         let product = timed("qkv projection (fused)", device, || -> Result<_> {
             // Each weight cast, then joined: the same values as joining then casting, with the
             // casts (and the join) made once per training step (`weight_casts`).
@@ -242,10 +249,12 @@ impl SelfAttention {
                     0,
                 )
             })?;
-            xs.reshape((b * s, h))?.matmul(&weight.t()?)
-        })?;
-        let bias = weight_casts::shared(qb, DType::F32, "qkv", || {
-            Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()
+            let x = xs.reshape((b * s, h))?;
+            if bias_in_product {
+                x.contiguous()?.apply_op3(&weight, &bias, cuda::LinearBiasTrain)
+            } else {
+                x.matmul(&weight.t()?)
+            }
         })?;
         let seeded = self.probs_dropout.seeded(mode);
         let context = if let Some(lengths) = lengths {
@@ -256,8 +265,14 @@ impl SelfAttention {
                 lengths.clone(),
                 seeded.map(|d| (d.p, d.seed)),
             );
-            timed("attention (training, FlashAttention-2)", device, || op.forward(&product, &bias))?
-                .reshape((b, s, h))?
+            timed("attention (training, FlashAttention-2)", device, || {
+                if bias_in_product {
+                    op.forward_biased(&product)
+                } else {
+                    op.forward(&product, &bias)
+                }
+            })?
+            .reshape((b, s, h))?
         } else {
             let key_bias = mask_bias.to_dtype(DType::F32)?.reshape((b, s))?.detach().contiguous()?;
             let dropout = seeded.map_or((0, 0, 1.0), |d| (d.seed, d.threshold(), d.scale()));

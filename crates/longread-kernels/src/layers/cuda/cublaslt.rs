@@ -3,7 +3,8 @@
 //! of candle's cuBLAS call followed by a pass of its own over the output. The default for bf16
 //! inference since session 33 measured it on an H200 (197 against 183 documents/s for candle's
 //! cuBLAS products, BENCHMARKS.md "GPU"); `LONGREAD_CUDA_GEMM=cublas` goes back to candle's
-//! products. Inference only (no backward pass).
+//! products. The ops here have no backward pass (inference); training's q/k/v product with its
+//! bias runs the same `product` through `linear_train::LinearBiasTrain`, which has one.
 //!
 //! With `LONGREAD_CUDA_GELU=tanh` the feed-forward block's bias and GELU run in the first
 //! product's epilogue too (cuBLASLt's `GELU_BIAS`), saving a pass over its `[rows, 4 · hidden]`
@@ -116,6 +117,9 @@ fn lt_call(xs: &Tensor, weight: &Tensor, bias: Option<&Tensor>, gelu: bool) -> R
 }
 
 #[cfg(feature = "cuda")]
+pub(super) use launch::product;
+
+#[cfg(feature = "cuda")]
 mod launch {
     use std::sync::{Arc, Mutex};
 
@@ -142,7 +146,7 @@ mod launch {
         Ok(h)
     }
 
-    pub(super) fn product(
+    pub(in crate::layers::cuda) fn product(
         (x, x_l): (&CudaStorage, &Layout),
         (w, w_l): (&CudaStorage, &Layout),
         bias: Option<(&CudaStorage, &Layout)>,

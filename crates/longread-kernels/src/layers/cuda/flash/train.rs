@@ -6,7 +6,7 @@
 //! pass adds the bias again (one elementwise pass) and the backward kernel recomputes the
 //! probabilities block by block, as the forward made them, with the same dropout.
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 
 use super::inference::cpu_attention;
 use super::reference::Product;
@@ -57,6 +57,49 @@ impl FlashAttentionTrain {
     /// `[batch · seq, hidden]`
     pub fn forward(self, qkv: &Tensor, bias: &Tensor) -> Result<Tensor> {
         qkv.apply_op2(bias, self)
+    }
+
+    /// [`Self::forward`] of a product that has its bias already (`LinearBiasTrain`, the bias in
+    /// the product's epilogue): no bias pass in either direction, the gradient for `qkv` only.
+    ///
+    /// # Shapes
+    /// `qkv: [batch · seq, 3 · hidden]` (contiguous) → `[batch · seq, hidden]`
+    pub fn forward_biased(self, qkv: &Tensor) -> Result<Tensor> {
+        qkv.apply_op1(Biased(self))
+    }
+}
+
+/// [`FlashAttentionTrain`] over a product with its bias in it ([`FlashAttentionTrain::forward_biased`]).
+struct Biased(FlashAttentionTrain);
+
+impl CustomOp1 for Biased {
+    fn name(&self) -> &'static str {
+        "flash-attention-2-train-biased"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let op = &self.0;
+        if op.dropout.is_some() {
+            candle_core::bail!("{}: dropout inside the attention runs on CUDA only", self.name());
+        }
+        let (out, shape) = cpu_attention(self.name(), &op.lengths, (op.heads, op.scale), (x, x_l))?;
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let op = &self.0;
+        let (rows, hidden, _) = op.lengths.dims(self.name(), op.heads, x_l)?;
+        let (out, saved) =
+            super::launch::forward(op.backend, (x, x_l), &op.lengths, (op.heads, op.scale), op.dropout, true)?;
+        *op.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))? =
+            Some(saved);
+        Ok((out, Shape::from((rows, hidden))))
+    }
+
+    fn bwd(&self, qkv: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let d_qkv = qkv.apply_op3_no_bwd(res, &grad.contiguous()?, &FlashAttentionTrainGrad(self.0.clone()))?;
+        Ok(Some(d_qkv))
     }
 }
 
@@ -221,6 +264,28 @@ mod tests {
         // The second sequence's last two keys (rows 10, 11) are padding: no k or v gradient.
         let padding_kv = g_ours.narrow(0, 10, 2).unwrap().narrow(1, hidden, 2 * hidden).unwrap();
         assert_eq!(max(padding_kv), 0.0);
+    }
+
+    /// Over a product that has its bias already (`forward_biased`, the q/k/v bias in the
+    /// product's epilogue), the values and the product's gradient are those of the op adding
+    /// the bias itself: the same loops on the same biased rows.
+    #[test]
+    fn a_biased_product_gives_the_ops_values_and_gradient() {
+        let (heads, d, seq) = (2, 8, 5);
+        let hidden = heads * d;
+        let mask = mask_of(&[vec![1, 1, 1, 1, 1], vec![1, 1, 1, 0, 0]]);
+        let lengths = KeyLengths::right_padded(&mask).unwrap().unwrap();
+        let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2 * seq, 3 * hidden), &Device::Cpu).unwrap()).unwrap();
+        let bias = Tensor::randn(0f32, 0.5, 3 * hidden, &Device::Cpu).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (2 * seq, hidden), &Device::Cpu).unwrap();
+        let scale = 1.0 / (d as f32).sqrt();
+        let op = FlashAttentionTrain::new(heads, scale, lengths, None);
+        let with_bias = op.clone().forward(qkv.as_tensor(), &bias).unwrap();
+        let biased = op.forward_biased(&qkv.as_tensor().broadcast_add(&bias).unwrap()).unwrap();
+        let grad = |y: &Tensor| (y * &w).unwrap().sum_all().unwrap().backward().unwrap().get(&qkv).unwrap().clone();
+        let flat = |t: Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(flat(with_bias.clone()), flat(biased.clone()));
+        assert_eq!(flat(grad(&with_bias)), flat(grad(&biased)));
     }
 
     /// Dropout inside the attention has no CPU loop: an error naming the op.
