@@ -56,11 +56,14 @@ parts=" ${GPU_CHECK_PARTS:-tests train-tests predict compile kernels embed train
 # started part always finishes, its results included), so that one call of a limited length
 # runs the parts in order and returns before its limit.
 started_parts=" "
+skipped_parts=" "
 part() {
   case "$parts" in *" $1 "*) ;; *) return 1 ;; esac
   case "$started_parts" in *" $1 "*) return 0 ;; esac
+  case "$skipped_parts" in *" $1 "*) return 1 ;; esac
   if [ -n "${GPU_CHECK_DEADLINE:-}" ] && [ "$SECONDS" -ge "$GPU_CHECK_DEADLINE" ]; then
     echo "-- $1 skipped: ${SECONDS}s passed, GPU_CHECK_DEADLINE is ${GPU_CHECK_DEADLINE}s"
+    skipped_parts="$skipped_parts$1 "
     return 1
   fi
   started_parts="$started_parts$1 "
