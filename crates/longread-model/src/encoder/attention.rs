@@ -233,9 +233,10 @@ impl SelfAttention {
             Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()
         })?;
         // Where FlashAttention-2 (or cuDNN) runs in bf16 on a GPU, the bias comes with the
-        // product (cuBLASLt's epilogue: `LinearBiasTrain`) instead of two passes in the attention op.
-        let bias_in_product =
-            lengths.is_some() && device.is_cuda() && dtype == DType::BF16 && cuda::train_qkv_bias_in_product();
+        // product (cuBLASLt's epilogue: `LinearBiasTrain`) instead of two passes in the attention
+        // op; on the CPU (the route emulated, for tests) through the op's f32 reference.
+        let op_runs_here = (device.is_cuda() && dtype == DType::BF16) || (device.is_cpu() && dtype == DType::F32);
+        let bias_in_product = lengths.is_some() && op_runs_here && cuda::train_qkv_bias_in_product();
         let product = timed("qkv projection (fused)", device, || -> Result<_> {
             // Each weight cast, then joined: the same values as joining then casting, with the
             // casts (and the join) made once per training step (`weight_casts`).
@@ -514,7 +515,8 @@ mod tests {
 
     /// The same with FlashAttention-2 as the GPU route's attention (`FlashAttentionTrain` over
     /// the batch's `KeyLengths`, its CPU loops; without dropout on the probabilities, which only
-    /// the CUDA kernel draws), the block's output dropout still on.
+    /// the CUDA kernel draws), the block's output dropout still on; the q/k/v bias in the
+    /// product (`LinearBiasTrain`'s reference, then `forward_biased`), as on a GPU by default.
     #[test]
     fn the_gpu_routes_training_flash_attention_is_the_cpu_routes() {
         gpu_route_equals_cpu_route(attention_with(0.0), true);
