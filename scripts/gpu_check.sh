@@ -148,13 +148,13 @@ echo "== GPU training tests"
 set +e
 # The new kernels' own tests first, each group in a process of its own (see above).
 for group in flash_attention_training cuda_column_sums cuda_embedding_lookups cuda_block_end cuda_gradient_norm cuda_adamw_in_one_launch \
-  cuda_qkv_bias_in_the_product; do
+  cuda_qkv_bias_in_the_product cuda_cast_gradients_add_into; do
   LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture "$group" 2>&1 | tee -a "$work/tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 done
 LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture --skip flash_attention_training \
   --skip cuda_column_sums --skip cuda_embedding_lookups --skip cuda_block_end --skip cuda_gradient_norm --skip cuda_adamw_in_one_launch \
-  --skip cuda_qkv_bias_in_the_product 2>&1 | tee -a "$work/tests.log"
+  --skip cuda_qkv_bias_in_the_product --skip cuda_cast_gradients_add_into 2>&1 | tee -a "$work/tests.log"
 [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 echo "== GPU training with cuDNN's attention (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn): the op, bf16 follows f32, resuming"
 for group in flash_attention_training "cuda_bf16_ a_gpu_run_stopped"; do
@@ -376,6 +376,9 @@ if part train; then
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_TRAIN_QKV_BIAS=separate bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
+  # Each kept group's cast gradients cast to f32 and added into new totals (before session 38's
+  # in-place accumulation).
+  LONGREAD_CAST_ACCUMULATE=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # cuDNN's atomic (non-deterministic) attention backward, PyTorch's default, at 10,240.
   LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240

@@ -918,6 +918,49 @@ fn cuda_qkv_bias_in_the_product_equals_the_attention_adding_it() {
     assert!(diff < 1e-2, "linear-bias-train: {diff:e} of the scale");
 }
 
+/// A cast weight's bf16 gradient added into its f32 total in place (`AddInto`, candle's
+/// cast-accumulate hook, the default since session 38): on the GPU, over two parts' backward
+/// passes through one shared cast of a roberta-base-sized weight, the total has the bits of
+/// casting and adding (each part's gradient alone, then summed), and the op alone the CPU's bits.
+#[test]
+fn cuda_cast_gradients_add_into_their_totals_in_place() {
+    if !gpu("cuda_cast_gradients_add_into_their_totals_in_place") {
+        return;
+    }
+    use candle_core::Var;
+    use longread_model::layers::cuda::{accumulate_cast, install_cast_accumulate};
+    let device = cuda();
+    let w =
+        Var::from_tensor(&Tensor::randn(0f32, 0.05, (3072, 768), &Device::Cpu).unwrap().to_device(&device).unwrap())
+            .unwrap();
+    let parts: Vec<Tensor> = (0..2)
+        .map(|_| Tensor::randn(0f32, 1.0, (1024, 3072), &Device::Cpu).unwrap().to_device(&device).unwrap())
+        .collect();
+    let cast = w.as_tensor().to_dtype(DType::BF16).unwrap();
+    let loss = |x: &Tensor| {
+        let y = x.to_dtype(DType::BF16).unwrap().matmul(&cast).unwrap();
+        y.to_dtype(DType::F32).unwrap().sqr().unwrap().sum_all().unwrap()
+    };
+    let g0 = loss(&parts[0]).backward().unwrap().get(w.as_tensor()).unwrap().clone();
+    let g1 = loss(&parts[1]).backward().unwrap().get(w.as_tensor()).unwrap().clone();
+    let want = flat(&(&g0 + &g1).unwrap());
+    install_cast_accumulate();
+    let grads = loss(&parts[0]).backward().unwrap();
+    let grads = loss(&parts[1]).backward_into(grads).unwrap();
+    let total = flat(grads.get(w.as_tensor()).unwrap());
+    println!("cast gradients added in place over two parts: largest difference {:.2e}", max_diff(&total, &want));
+    assert!(total == want, "the in-place total differs from cast-then-add");
+    // The op alone: GPU and CPU give the same bits.
+    let start = Tensor::randn(0f32, 1.0, 100_003, &Device::Cpu).unwrap();
+    let grad = Tensor::randn(0f32, 1.0, 100_003, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+    let added = |device: &Device| {
+        let total = start.to_device(device).unwrap().affine(1.0, 0.0).unwrap();
+        assert!(accumulate_cast(&total, &grad.to_device(device).unwrap()).unwrap());
+        flat(&total)
+    };
+    assert!(added(&device) == added(&Device::Cpu), "the op's GPU and CPU sums differ");
+}
+
 /// The coalesced column sums of the GPU route's backward passes (`ColumnSum`: bias, γ and β
 /// gradients) equal the CPU's on the same values, f32 and bf16, for shapes with one split and
 /// with many, and widths that are not a multiple of the kernel's 256-column blocks; run twice,

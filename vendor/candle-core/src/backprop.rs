@@ -3,6 +3,20 @@ use crate::op::{BinaryOp, Op, ReduceOp, UnaryOp};
 use crate::{Error, Result, Tensor, TensorId};
 use std::collections::{hash_map::Entry, HashMap};
 
+/// Adds `grad` (a lower-precision gradient) into `total` (the gradient held for the cast's
+/// input, of the input's dtype) in place, with the rounding of `total + grad.to_dtype(..)`;
+/// returns whether it did (`false`: the caller casts and adds). longread's patch (the fifth
+/// change, vendor/README.md): the backward pass of a weight's f32 → bf16 cast in a step's second
+/// and later parts, which cast the gradient to f32 and added it into a new total per weight.
+pub type CastAccumulate = fn(total: &Tensor, grad: &Tensor) -> Result<bool>;
+
+static CAST_ACCUMULATE: std::sync::OnceLock<CastAccumulate> = std::sync::OnceLock::new();
+
+/// Sets the [`CastAccumulate`] the backward pass uses, once per process (later calls are ignored).
+pub fn set_cast_accumulate(add_into: CastAccumulate) {
+    let _ = CAST_ACCUMULATE.set(add_into);
+}
+
 // arg has been reduced to node via reduce_dims, expand it back to arg.
 // This has to handle keepdims.
 fn broadcast_back(arg: &Tensor, node: &Tensor, reduced_dims: &[usize]) -> Result<Tensor> {
@@ -502,7 +516,14 @@ impl Tensor {
                         grads.accumulate(arg, &grad.broadcast_as(arg.dims())?, false)?;
                     }
                     Op::ToDType(arg) => {
-                        grads.accumulate(arg, &grad.to_dtype(arg.dtype())?, false)?
+                        // Into a total held by the store alone: in place where the hook can.
+                        let in_place = match (CAST_ACCUMULATE.get(), grads.0.get(&arg.id())) {
+                            (Some(add_into), Some(total)) if total.is_sole_owner() => add_into(total, &grad)?,
+                            _ => false,
+                        };
+                        if !in_place {
+                            grads.accumulate(arg, &grad.to_dtype(arg.dtype())?, false)?
+                        }
                     }
                     Op::Copy(arg) => grads.accumulate(arg, &grad, false)?,
                     Op::Affine { arg, mul, .. } => {

@@ -2347,6 +2347,13 @@ impl Tensor {
         Ok(Tensor(Arc::new(tensor_)))
     }
 
+    /// Whether this handle is the only one on its tensor and on its storage (no clone, view
+    /// or other tensor shares them), so that writing its storage in place is seen by no one
+    /// else (longread's patch, vendor/README.md: the backward pass's in-place cast-accumulate).
+    pub fn is_sole_owner(&self) -> bool {
+        Arc::strong_count(&self.0) == 1 && Arc::strong_count(&self.0.storage) == 1
+    }
+
     /// Returns true if the data is stored in a C contiguous (aka row major) way.
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()

@@ -44,6 +44,8 @@ impl StepCasts {
     /// Starts sharing casts on this thread (a no-op inside a scope, or with
     /// `LONGREAD_STEP_CASTS=off`).
     pub fn begin() -> Self {
+        // The casts' backward passes add into the weights' totals in place (`cuda::add_into`).
+        super::cuda::install_cast_accumulate();
         let outermost = wanted()
             && CASTS.with(|casts| {
                 let mut casts = casts.borrow_mut();

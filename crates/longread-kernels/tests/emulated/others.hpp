@@ -366,7 +366,20 @@ void in_place_and_masks(std::mt19937& rng) {
   if (!ok) ++failures;
 }
 
+// A bf16 gradient added into an f32 total in place: the cast-then-add's bits (one rounding).
+void add_into(std::mt19937& rng) {
+  const long n = 1000;
+  auto total = random_values(size_t(n), rng, 3.f);
+  const auto grad = as<__nv_bfloat16>(random_values(size_t(n), rng));
+  const auto gf = back(grad);
+  std::vector<float> want(n);
+  for (long i = 0; i < n; ++i) want[i] = total[i] + gf[i];
+  emu::launch(2, 64, [&] { add_into_f32_bf16(total.data(), grad.data(), n); });
+  check("add_into_f32_bf16", 100, total, want, 0.f);
+}
+
 inline void run(std::mt19937& rng) {
+  add_into(rng);
   in_place_and_masks<float>(rng);
   in_place_and_masks<__nv_bfloat16>(rng);
   for (int cols : {256, 512, 200}) {

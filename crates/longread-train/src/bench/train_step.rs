@@ -69,7 +69,8 @@ pub struct TrainStepResult {
     /// `LONGREAD_CUDA_COLUMN_SUM=candle`, `embedding-grad` with
     /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `embedding-pieces` with
     /// `LONGREAD_CUDA_EMBEDDING_GRAD=unsplit`, `qkv-bias-epilogue` with
-    /// `LONGREAD_CUDA_TRAIN_QKV_BIAS=separate` (or `LONGREAD_CUDA_GEMM=cublas`), `norm-registers` with `LONGREAD_CUDA_NORM_KERNEL=rows`,
+    /// `LONGREAD_CUDA_TRAIN_QKV_BIAS=separate` (or `LONGREAD_CUDA_GEMM=cublas`), `cast-accumulate`
+    /// with `LONGREAD_CAST_ACCUMULATE=off`, `norm-registers` with `LONGREAD_CUDA_NORM_KERNEL=rows`,
     /// `pool-cache` with `LONGREAD_CUDA_POOL=release`, `deterministic-backward` with
     /// `LONGREAD_CUDA_ATTENTION_BWD=fast`, `step-casts` with `LONGREAD_STEP_CASTS=off` (each
     /// kept group casts the weights again), `grad-norm-kernel` with
@@ -273,6 +274,7 @@ pub fn run_train_step(
             ("embedding-grad", ops::train_embedding_kernel()),
             ("embedding-pieces", ops::embedding_grad_in_pieces()),
             ("qkv-bias-epilogue", ops::train_qkv_bias_in_product()),
+            ("cast-accumulate", ops::cast_accumulate_in_place()),
             ("norm-registers", ops::norm_in_registers()),
             ("pool-cache", longread_model::device::gpu_pool_caches()),
             ("deterministic-backward", ops::attention_backward_deterministic()),

@@ -1177,6 +1177,14 @@ extern "C" __global__ void column_sum_finish(const float* partial, float* out, i
   out[col] = acc;
 }
 
+// total[i] += grad[i] in f32, in place: a cast weight's bf16 gradient added into the f32 total of
+// its master weight (the backward pass of the cast in a training step's second and later parts),
+// the one rounding of the cast-then-add it replaces. One thread per element, grid-strided.
+extern "C" __global__ void add_into_f32_bf16(float* total, const __nv_bfloat16* grad, long n) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+    total[i] += __bfloat162float(grad[i]);
+}
+
 // An embedding table's rows looked up: out[j, :] = table[ids[j], :] (f32; one thread per
 // element, consecutive threads along a row).
 extern "C" __global__ void embedding_gather_f32(const float* table, const unsigned int* ids, float* out, long n,

@@ -937,6 +937,37 @@ fn column_sum_finish(
     Ok(())
 }
 
+/// In place: `total += grad` (`total` f32, `grad` bf16, the same number of elements, both
+/// contiguous).
+pub(super) fn add_into(
+    (total, total_l): (&mut CudaStorage, &Layout),
+    (grad, grad_l): (&CudaStorage, &Layout),
+) -> Result<()> {
+    let op = "add-into-f32";
+    let (total_r, grad_r) = (range(total_l, op)?, range(grad_l, op)?);
+    if total_r.len() != grad_r.len() || total.dtype() != DType::F32 || grad.dtype() != DType::BF16 {
+        candle_core::bail!(
+            "{op}: a total of {} ({:?}) and a gradient of {} ({:?}) elements: f32 and bf16 of one size",
+            total_r.len(),
+            total.dtype(),
+            grad_r.len(),
+            grad.dtype()
+        );
+    }
+    let n = total_r.len();
+    let dev = total.device.clone();
+    let stream = dev.cuda_stream();
+    let grad = grad.as_cuda_slice::<bf16>()?.slice(grad_r);
+    let mut total = total.as_cuda_slice_mut::<f32>()?.slice_mut(total_r);
+    let func = dev.get_or_load_custom_func("add_into_f32_bf16", MODULE, PTX)?.into_cuda_function();
+    let n_i = n as i64;
+    let mut b = stream.launch_builder(&func);
+    b.arg(&mut total).arg(&grad).arg(&n_i);
+    // SAFETY: total and grad hold n elements each.
+    unsafe { b.launch(items_config(n)) }.w()?;
+    Ok(())
+}
+
 /// `table [vocab, cols]` (f32) rows at `ids [n]` (u32) → `[n, cols]`.
 pub(super) fn embedding_gather(
     (table, table_l): (&CudaStorage, &Layout),

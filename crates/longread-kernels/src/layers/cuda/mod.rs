@@ -23,6 +23,7 @@
 //! nvcc rather than NVRTC at run time: the GPU machine then needs no compiler library, and a
 //! syntax error fails the build.
 
+mod add_into;
 mod attention_train;
 mod cublaslt;
 mod embedding_norm;
@@ -40,6 +41,7 @@ mod route_kernels;
 mod training;
 pub mod twin;
 
+pub use add_into::{accumulate_cast, cast_accumulate_in_place, install_cast_accumulate, AddInto};
 pub use attention_train::AttentionTrain;
 pub use cublaslt::{gelu_epilogue, gemm_cublaslt, lt_linear, lt_linear_gelu_tanh, LtProduct};
 pub use embedding_norm::EmbeddingTables;
