@@ -58,6 +58,8 @@ pub fn cast_accumulate_in_place() -> bool {
 
 /// candle's `CastAccumulate` hook: `total += grad` in place for an f32 total and a bf16
 /// gradient of its shape on one device; `false` (candle casts and adds) for anything else.
+/// (`LONGREAD_CAST_ACCUMULATE=off` is [`install_cast_accumulate`]'s to honour: it then leaves
+/// the hook out.)
 ///
 /// # Shapes
 /// `total`, `grad`: the same shape
@@ -67,7 +69,7 @@ pub fn accumulate_cast(total: &Tensor, grad: &Tensor) -> Result<bool> {
         && total.shape() == grad.shape()
         && total.is_contiguous()
         && total.device().same_device(grad.device());
-    if !fits || !cast_accumulate_in_place() {
+    if !fits {
         return Ok(false);
     }
     total.inplace_op2(&grad.contiguous()?, &AddInto)?;
@@ -75,7 +77,7 @@ pub fn accumulate_cast(total: &Tensor, grad: &Tensor) -> Result<bool> {
 }
 
 /// Installs [`accumulate_cast`] as candle's backward hook (once per process; a no-op with
-/// `LONGREAD_CAST_ACCUMULATE=off`, where the hook would decline every call anyway).
+/// `LONGREAD_CAST_ACCUMULATE=off`).
 pub fn install_cast_accumulate() {
     if cast_accumulate_in_place() {
         candle_core::backprop::set_cast_accumulate(accumulate_cast);

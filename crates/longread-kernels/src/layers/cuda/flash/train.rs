@@ -67,6 +67,46 @@ impl FlashAttentionTrain {
     pub fn forward_biased(self, qkv: &Tensor) -> Result<Tensor> {
         qkv.apply_op1(Biased(self))
     }
+
+    /// The attention of a biased product by the CPU loops (no dropout there); `op` names the
+    /// caller in errors.
+    fn attend_cpu(&self, op: &str, (x, x_l): (&CpuStorage, &Layout)) -> Result<(CpuStorage, Shape)> {
+        if self.dropout.is_some() {
+            candle_core::bail!("{op}: dropout inside the attention runs on CUDA only");
+        }
+        let (out, shape) = cpu_attention(op, &self.lengths, (self.heads, self.scale), (x, x_l))?;
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    /// The attention of a biased product by the backend's forward kernel, keeping what the
+    /// backward pass needs (`saved`).
+    #[cfg(feature = "cuda")]
+    fn attend_cuda(
+        &self,
+        op: &str,
+        (x, x_l): (&candle_core::CudaStorage, &Layout),
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (rows, hidden, _) = self.lengths.dims(op, self.heads, x_l)?;
+        let (out, saved) = super::launch::forward(
+            self.backend,
+            (x, x_l),
+            &self.lengths,
+            (self.heads, self.scale),
+            self.dropout,
+            true,
+        )?;
+        *self.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))? =
+            Some(saved);
+        Ok((out, Shape::from((rows, hidden))))
+    }
+
+    /// The gradient of the biased product `biased` from the output `res` and its gradient.
+    ///
+    /// # Shapes
+    /// `biased: [rows, 3 · hidden]`, `res, grad: [rows, hidden]` → `[rows, 3 · hidden]`
+    fn product_grad(&self, biased: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Tensor> {
+        biased.apply_op3_no_bwd(res, &grad.contiguous()?, &FlashAttentionTrainGrad(self.clone()))
+    }
 }
 
 /// [`FlashAttentionTrain`] over a product with its bias in it ([`FlashAttentionTrain::forward_biased`]).
@@ -78,28 +118,16 @@ impl CustomOp1 for Biased {
     }
 
     fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let op = &self.0;
-        if op.dropout.is_some() {
-            candle_core::bail!("{}: dropout inside the attention runs on CUDA only", self.name());
-        }
-        let (out, shape) = cpu_attention(self.name(), &op.lengths, (op.heads, op.scale), (x, x_l))?;
-        Ok((CpuStorage::F32(out), shape))
+        self.0.attend_cpu(self.name(), (x, x_l))
     }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, x: &candle_core::CudaStorage, x_l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
-        let op = &self.0;
-        let (rows, hidden, _) = op.lengths.dims(self.name(), op.heads, x_l)?;
-        let (out, saved) =
-            super::launch::forward(op.backend, (x, x_l), &op.lengths, (op.heads, op.scale), op.dropout, true)?;
-        *op.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))? =
-            Some(saved);
-        Ok((out, Shape::from((rows, hidden))))
+        self.0.attend_cuda(self.name(), (x, x_l))
     }
 
     fn bwd(&self, qkv: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let d_qkv = qkv.apply_op3_no_bwd(res, &grad.contiguous()?, &FlashAttentionTrainGrad(self.0.clone()))?;
-        Ok(Some(d_qkv))
+        self.0.product_grad(qkv, res, grad).map(Some)
     }
 }
 
@@ -113,9 +141,7 @@ impl CustomOp2 for FlashAttentionTrain {
             candle_core::bail!("{}: dropout inside the attention runs on CUDA only", self.name());
         }
         let biased = cuda_reference::bias_activation_train(false, (x, x_l), (bias, bias_l), None)?;
-        let biased_l = Layout::contiguous(x_l.shape());
-        let (out, shape) = cpu_attention(self.name(), &self.lengths, (self.heads, self.scale), (&biased, &biased_l))?;
-        Ok((CpuStorage::F32(out), shape))
+        self.attend_cpu(self.name(), (&biased, &Layout::contiguous(x_l.shape())))
     }
 
     #[cfg(feature = "cuda")]
@@ -126,21 +152,10 @@ impl CustomOp2 for FlashAttentionTrain {
         bias: &candle_core::CudaStorage,
         bias_l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (rows, hidden, _) = self.lengths.dims(self.name(), self.heads, x_l)?;
+        self.lengths.dims(self.name(), self.heads, x_l)?;
         // The biased product lives for the forward kernel only.
         let biased = cuda_launch::bias_activation_train(false, (x, x_l), (bias, bias_l), None)?;
-        let biased_l = Layout::contiguous(x_l.shape());
-        let (out, saved) = super::launch::forward(
-            self.backend,
-            (&biased, &biased_l),
-            &self.lengths,
-            (self.heads, self.scale),
-            self.dropout,
-            true,
-        )?;
-        *self.saved.lock().map_err(|_| candle_core::Error::Msg("flash-attention-2: poisoned state".into()))? =
-            Some(saved);
-        Ok((out, Shape::from((rows, hidden))))
+        self.attend_cuda(self.name(), (&biased, &Layout::contiguous(x_l.shape())))
     }
 
     fn bwd(
@@ -151,7 +166,7 @@ impl CustomOp2 for FlashAttentionTrain {
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let biased = qkv.apply_op2_no_bwd(bias, &BiasActivationTrain { gelu: false })?;
-        let d_qkv = biased.apply_op3_no_bwd(res, &grad.contiguous()?, &FlashAttentionTrainGrad(self.clone()))?;
+        let d_qkv = self.product_grad(&biased, res, grad)?;
         drop(biased);
         let d_bias = column_sum(&d_qkv)?;
         Ok((Some(d_qkv), Some(d_bias)))
