@@ -5,7 +5,8 @@ that one table says which of longread's blocks is slower than PyTorch's and by h
 
     python3 scripts/gpu_bench_kernels_torch.py [--sequences 128] [--seq 512] [--hidden 768]
                                                [--inner 3072] [--heads 12] [--repeat 10]
-                                               [--device cuda|cpu]
+                                               [--device cuda|cpu] [--only-attention-training]
+                                               [--suffix ' @20x512']
 
 One JSON object per block on stdout ("side": "pytorch", "kernel", "shape", "seconds", and
 "tflops" or "gbps" counted as longread counts them). Where PyTorch's model does a block
@@ -32,6 +33,9 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--only-attention-training", action="store_true",
+                    help="print the training attention's rows only (the others are still timed)")
+    ap.add_argument("--suffix", default="", help="appended to every row's kernel name (e.g. ' @20x512')")
     args = ap.parse_args()
     dev = torch.device(args.device)
     wait = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
@@ -54,7 +58,9 @@ def main():
         return statistics.median(runs)
 
     def row(kernel, shape, seconds, flops=None, nbytes=None):
-        out = {"side": "pytorch", "kernel": kernel, "shape": shape, "seconds": seconds,
+        if args.only_attention_training and not kernel.startswith("attention training"):
+            return
+        out = {"side": "pytorch", "kernel": kernel + args.suffix, "shape": shape, "seconds": seconds,
                "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "torch": torch.__version__}
         if flops:
             out["tflops"] = flops / seconds / 1e12
@@ -107,10 +113,25 @@ def main():
         q, k, v = (trained.view(b, s, 3, heads, d)[:, :, i].transpose(1, 2) for i in range(3))
         F.scaled_dot_product_attention(q, k, v, dropout_p=0.1).transpose(1, 2).reshape(tokens, h)
 
-    row("attention training, forward only, dropout 0.1", f"{b} x {s} tokens, {heads} heads",
-        time_it(attention_forward), flops=4.0 * tokens * s * h)
-    row("attention training, forward + backward, dropout 0.1", f"{b} x {s} tokens, {heads} heads",
-        time_it(attention_train), flops=3.5 * 4.0 * tokens * s * h)
+    def attention_rows(mark=""):
+        row("attention training, forward only, dropout 0.1" + mark, f"{b} x {s} tokens, {heads} heads",
+            time_it(attention_forward), flops=4.0 * tokens * s * h)
+        row("attention training, forward + backward, dropout 0.1" + mark, f"{b} x {s} tokens, {heads} heads",
+            time_it(attention_train), flops=3.5 * 4.0 * tokens * s * h)
+
+    # SDPA's own choice (cuDNN's kernels on Hopper with cuDNN > 9.15 since PyTorch 2.10; else
+    # FlashAttention-2), then each backend pinned: "[cuDNN]" pairs with longread's cuDNN rows,
+    # "[PyTorch FlashAttention-2]" is PyTorch's build of the kernels longread's unmarked rows run.
+    attention_rows()
+    if args.device == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        for backend, mark in [(SDPBackend.CUDNN_ATTENTION, " [cuDNN]"),
+                              (SDPBackend.FLASH_ATTENTION, " [PyTorch FlashAttention-2]")]:
+            try:
+                with sdpa_kernel(backend):
+                    attention_rows(mark)
+            except RuntimeError as err:
+                print(json.dumps({"side": "pytorch", "skipped": mark.strip(" []"), "why": str(err)[:200]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,12 @@ for group in flash_attention_training "cuda_bf16_ a_gpu_run_stopped"; do
     | tee -a "$work/tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 done
+echo "== cuDNN's attention op with its gradients in dense blocks (LONGREAD_CUDNN_GRADS=dense), deterministic and atomic"
+for bwd in deterministic fast; do
+  LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=$bwd LONGREAD_REQUIRE_GPU=1 \
+    "$work/cuda-train-tests" --test-threads=1 --nocapture flash_attention_training 2>&1 | tee -a "$work/tests.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+done
 echo "== GPU bf16 training with longread's attention op (LONGREAD_CUDA_TRAIN_ATTENTION=fused): bf16 follows f32"
 LONGREAD_CUDA_TRAIN_ATTENTION=fused LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture \
   cuda_bf16_ 2>&1 | tee -a "$work/tests.log"
@@ -242,8 +248,28 @@ LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast "$lr" --dev
   --preset roberta-base --shape 128x512 --repeat 10 --json \
   | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "forward + backward" in json.loads(l)["kernel"]]' \
   | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention, atomic) failed" >&2
+# ... and with its gradients in three dense blocks, interleaved after (LONGREAD_CUDNN_GRADS=dense:
+# the layout PyTorch's SDPA gives cuDNN), deterministic and atomic; rows marked [dense grads].
+for bwd in deterministic fast; do
+  LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=$bwd "$lr" --device cuda \
+    bench --workload kernels --preset roberta-base --shape 128x512 --repeat 10 --json \
+    | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "forward + backward" in json.loads(l)["kernel"]]' \
+    | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention, dense gradients, $bwd) failed" >&2
+done
 ${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 \
   | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench failed" >&2
+# Training's attention at a kept group's size (one document: 20 x 512 tokens, as the 10,240-token
+# step runs it), each backend and PyTorch's; rows marked @20x512.
+for env in LONGREAD_CUDA_TRAIN_ATTENTION=fa2 LONGREAD_CUDA_TRAIN_ATTENTION=cudnn \
+  "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast" \
+  "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=fast"; do
+  # shellcheck disable=SC2086  # the variables are words
+  env $env "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 20x512 --repeat 20 --json \
+    | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " @20x512"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("attention training")]' \
+    | tee -a "$work/kernels.jsonl" || echo "kernels bench at 20 x 512 ($env) failed" >&2
+done
+${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 20 --seq 512 --repeat 20 --only-attention-training \
+  --suffix " @20x512" | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench at 20 x 512 failed" >&2
 ${PYTHON:-python3} - "$work/kernels.jsonl" "bench/results-gpu-$slug-kernels.json" <<'PY' || true
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -382,6 +408,12 @@ if part train; then
   # cuDNN's atomic (non-deterministic) attention backward, PyTorch's default, at 10,240.
   LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # cuDNN's gradients in dense blocks (LONGREAD_CUDNN_GRADS=dense, PyTorch's layout), deterministic
+  # and atomic, at 10,240 (rows marked "separate: cudnn-packed-grads").
+  for bwd in deterministic fast; do
+    LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=$bwd \
+      bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  done
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
     # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.

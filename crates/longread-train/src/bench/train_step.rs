@@ -74,8 +74,9 @@ pub struct TrainStepResult {
     /// `pool-cache` with `LONGREAD_CUDA_POOL=release`, `deterministic-backward` with
     /// `LONGREAD_CUDA_ATTENTION_BWD=fast`, `step-casts` with `LONGREAD_STEP_CASTS=off` (each
     /// kept group casts the weights again), `grad-norm-kernel` with
-    /// `LONGREAD_CUDA_GRAD_NORM=candle`, `adamw-one-launch` with `LONGREAD_CUDA_ADAMW=per-tensor`;
-    /// empty: the default route, all on. Absent on the CPU.
+    /// `LONGREAD_CUDA_GRAD_NORM=candle`, `adamw-one-launch` with `LONGREAD_CUDA_ADAMW=per-tensor`,
+    /// `cudnn-packed-grads` with `LONGREAD_CUDNN_GRADS=dense` (cuDNN's attention gradients in
+    /// dense blocks, interleaved after); empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
@@ -281,6 +282,7 @@ pub fn run_train_step(
             ("step-casts", longread_model::layers::weight_casts::wanted()),
             ("grad-norm-kernel", ops::grad_norm_kernel()),
             ("adamw-one-launch", ops::adamw_multi_kernel()),
+            ("cudnn-packed-grads", ops::cudnn_packed_gradients()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

@@ -132,7 +132,7 @@ pub(super) fn forward(
                 // The backward pass's graph is built before the forward pass runs, so that a
                 // shape cuDNN cannot differentiate fails here, where FlashAttention-2 can still
                 // take over.
-                prepare_backward(&call, c.hidden)?;
+                prepare_backward(&call, GradientLayout::of(&c).row_stride)?;
             }
             let x_at = x_ptr + bytes::<bf16>(part.start * seq * c.row_stride);
             let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
@@ -190,8 +190,8 @@ fn bytes<T>(n: usize) -> u64 {
 }
 
 /// Builds (or finds) the graph of the backward pass of `call` (gradients in rows of
-/// `3 · hidden`, as [`backward`] writes them) without running it.
-fn prepare_backward(call: &SdpaCall, hidden: usize) -> Result<()> {
+/// `grad_row_stride`, as [`backward`] writes them) without running it.
+fn prepare_backward(call: &SdpaCall, grad_row_stride: usize) -> Result<()> {
     let mut size = -1i64;
     // SAFETY: with a negative workspace size the shim builds the graph and reads no tensor.
     let status = unsafe {
@@ -206,7 +206,7 @@ fn prepare_backward(call: &SdpaCall, hidden: usize) -> Result<()> {
             null_mut(),
             null_mut(),
             null_mut(),
-            (3 * hidden) as i64,
+            grad_row_stride as i64,
             deterministic(),
             null_mut(),
             &mut size,
@@ -220,14 +220,66 @@ fn deterministic() -> i32 {
     i32::from(crate::layers::cuda::attention_backward_deterministic())
 }
 
+/// Where cuDNN's backward pass writes dq, dk and dv (`crate::layers::cuda::cudnn_packed_gradients`):
+/// the element offsets of the three blocks' first rows and the elements between rows.
+#[derive(Debug, Clone, Copy)]
+struct GradientLayout {
+    blocks: [usize; 3],
+    row_stride: usize,
+}
+
+impl GradientLayout {
+    /// Packed (`[rows, 3 · hidden]`, the q/k/v product's gradient itself) or dense (three
+    /// `[rows, hidden]` blocks one after the other).
+    fn of(c: &Call) -> Self {
+        if crate::layers::cuda::cudnn_packed_gradients() {
+            Self { blocks: [0, c.hidden, 2 * c.hidden], row_stride: 3 * c.hidden }
+        } else {
+            let block = c.rows * c.hidden;
+            Self { blocks: [0, block, 2 * block], row_stride: c.hidden }
+        }
+    }
+
+    fn packed(&self, c: &Call) -> bool {
+        self.row_stride == 3 * c.hidden
+    }
+}
+
 /// As `launch::backward` on cuDNN, given its checked sizes and inputs (the q/k/v product, the
-/// output and its gradient): dq, dk and dv into `grad` (`[rows, 3 · hidden]`, zeroed).
-#[allow(clippy::too_many_arguments)]
+/// output and its gradient): the gradient of the product, `[rows, 3 · hidden]`.
 pub(super) fn backward(
     dev: &CudaDevice,
     c: &Call,
     (x, out, dout): (&CudaView<bf16>, &CudaView<bf16>, &CudaView<bf16>),
-    grad: &mut CudaSlice<bf16>,
+    lengths: &KeyLengths,
+    (heads, scale): (usize, f32),
+    p_drop: f32,
+    saved: &Saved,
+) -> Result<CudaStorage> {
+    let layout = GradientLayout::of(c);
+    let mut grad = super::launch::gradient_buffer(dev, c.rows * 3 * c.hidden, lengths)?;
+    write_gradients(dev, c, (x, out, dout), (&mut grad, layout), lengths, (heads, scale), p_drop, saved)?;
+    let grad = CudaStorage::wrap_cuda_slice(grad, dev.clone());
+    if layout.packed(c) {
+        return Ok(grad);
+    }
+    // The three dense blocks interleaved into rows of 3 · hidden.
+    // SAFETY: the three copies below write every element.
+    let mut packed = CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<bf16>(c.rows * 3 * c.hidden) }?, dev.clone());
+    for (i, start) in layout.blocks.into_iter().enumerate() {
+        grad.copy2d(&mut packed, c.rows, c.hidden, c.hidden, 3 * c.hidden, start, i * c.hidden)?;
+    }
+    Ok(packed)
+}
+
+/// cuDNN's backward pass, dq, dk and dv into `grad` laid out as `layout` says (zeroed where
+/// some key is padding).
+#[allow(clippy::too_many_arguments)]
+fn write_gradients(
+    dev: &CudaDevice,
+    c: &Call,
+    (x, out, dout): (&CudaView<bf16>, &CudaView<bf16>, &CudaView<bf16>),
+    (grad, layout): (&mut CudaSlice<bf16>, GradientLayout),
     lengths: &KeyLengths,
     (heads, scale): (usize, f32),
     p_drop: f32,
@@ -258,11 +310,13 @@ pub(super) fn backward(
             let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
             let dout_at = dout_ptr + bytes::<bf16>(part.start * seq * c.hidden);
             let stats_at = stats_ptr + bytes::<f32>(part.start * heads * seq);
-            let grad_at = grad_ptr + bytes::<bf16>(part.start * seq * 3 * c.hidden);
+            let grad_at =
+                |block: usize| grad_ptr + bytes::<bf16>(layout.blocks[block] + part.start * seq * layout.row_stride);
             with_workspace(dev, |workspace, size| {
-                // SAFETY: as in `forward`, from the part's first sequence; grad holds its
-                // rows · 3 · hidden elements from there, whose three column blocks take dq, dk
-                // and dv; stats and rng are the forward pass's for the part.
+                // SAFETY: as in `forward`, from the part's first sequence; grad holds the
+                // part's rows of each of dq, dk and dv from there (`layout`: three column blocks
+                // of rows of 3 · hidden, or three dense blocks of rows of hidden); stats and rng
+                // are the forward pass's for the part.
                 check(op, unsafe {
                     longread_cudnn_attn::longread_cudnn_sdpa_bwd_bf16(
                         &call,
@@ -272,10 +326,10 @@ pub(super) fn backward(
                         out_at as *const c_void,
                         dout_at as *const c_void,
                         stats_at as *const f32,
-                        grad_at as *mut c_void,
-                        (grad_at + block) as *mut c_void,
-                        (grad_at + 2 * block) as *mut c_void,
-                        (3 * c.hidden) as i64,
+                        grad_at(0) as *mut c_void,
+                        grad_at(1) as *mut c_void,
+                        grad_at(2) as *mut c_void,
+                        layout.row_stride as i64,
                         deterministic(),
                         workspace as *mut c_void,
                         size,

@@ -184,12 +184,10 @@ pub(super) fn backward(
     let x = qkv.as_cuda_slice::<bf16>()?.slice(qkv_l.start_offset()..);
     let out = out.as_cuda_slice::<bf16>()?.slice(out_l.start_offset()..);
     let dout = dout.as_cuda_slice::<bf16>()?.slice(dout_l.start_offset()..);
-    // Zeroed: keys past a sequence's real ones get no write.
-    let mut grad = dev.alloc_zeros::<bf16>(c.rows * 3 * c.hidden)?;
     if saved.backend == Backend::Cudnn {
-        super::cudnn::backward(&dev, &c, (&x, &out, &dout), &mut grad, lengths, (heads, scale), p_drop, saved)?;
-        return Ok(CudaStorage::wrap_cuda_slice(grad, dev));
+        return super::cudnn::backward(&dev, &c, (&x, &out, &dout), lengths, (heads, scale), p_drop, saved);
     }
+    let mut grad = gradient_buffer(&dev, c.rows * 3 * c.hidden, lengths)?;
     let padded_rows = c.rows + 128 * c.batch;
     let d_rounded = c.d.div_ceil(32) * 32;
     let splits = dq_splits(&dev, c.batch * heads, lengths.seq);
@@ -249,6 +247,22 @@ pub(super) fn backward(
     })?;
     check(op, status)?;
     Ok(CudaStorage::wrap_cuda_slice(grad, dev))
+}
+
+/// A buffer of `len` elements for a backward kernel's gradients over `lengths`' sequences:
+/// zeroed where some key is padding (the kernels do not write the gradient of keys past a
+/// sequence's real ones), else left as allocated, since every element gets written.
+pub(super) fn gradient_buffer(
+    dev: &candle_core::CudaDevice,
+    len: usize,
+    lengths: &KeyLengths,
+) -> Result<CudaSlice<bf16>> {
+    if lengths.all_real {
+        // SAFETY: every key is real: the kernels write each row of dq, dk and dv.
+        Ok(unsafe { dev.alloc::<bf16>(len) }?)
+    } else {
+        Ok(dev.alloc_zeros::<bf16>(len)?)
+    }
 }
 
 /// How many dq accumulators FlashAttention-2's backward pass gets for `blocks` (sequences ×
