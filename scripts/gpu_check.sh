@@ -462,6 +462,15 @@ if part train-profile; then
     LONGREAD_PROFILE=1 timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --json --model "$work/rb-model" \
       --shape 4x20 --precision bf16 --max-batch-tokens "$tokens" | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
   done
+  # cuDNN's attention at 10,240 (its own op rows: the attention's time per step beside PyTorch's
+  # cuDNN kernels below), deterministic with packed gradients, then atomic with dense ones.
+  for env in "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn" \
+    "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDNN_GRADS=dense"; do
+    # shellcheck disable=SC2086  # the variables are words
+    env LONGREAD_PROFILE=1 $env timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --json \
+      --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240 \
+      | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
+  done
   # The first run's op table for people (batches of 20 chunks), read from its JSON line rather
   # than measured again; then PyTorch's step under its profiler (no checkpointing: the speed
   # target's side), kernels by CUDA time.
@@ -475,6 +484,13 @@ print(f"ops of one forward + backward (10,240-token batches), {total:.3f} s in a
 for r in ops[:40]:
     print(f"{r['phase']:<9} {r['op']:<40} {r['dtype']:<5} {r['seconds']:>9.4f} {100 * r['seconds'] / total:>5.1f}% "
           f"{r['calls']:>7} {r['elements']:>14}")
+# Each profiled run's attention op, forward and backward, per step (PyTorch's cuDNN kernels below).
+for r in rows:
+    if not isinstance(r.get("profile"), dict):
+        continue
+    attention = {(o["phase"], o["op"]): o["seconds"] for o in r["profile"]["ops"] if "flash-attention" in o["op"]}
+    print(f'{r["max_batch_tokens"]:>6} tokens, attention {r.get("gpu_attention")}, switched: {",".join(r.get("gpu_separate") or []) or "none"}:',
+          ", ".join(f"{phase} {op} {1e3 * t:.2f} ms" for (phase, op), t in sorted(attention.items())))
 PY
   (cd scripts && timeout 180 ${PYTHON:-python3} gpu_bench_torch_train.py --preset roberta-base --settings bf16:nockpt \
     --steps 2 --profile 40) | tee -a "$work/train-profile.jsonl" | cut -c1-600 || true
