@@ -408,6 +408,12 @@ if part train; then
   # cuDNN's atomic (non-deterministic) attention backward, PyTorch's default, at 10,240.
   LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The joined q/k/v and block-end weights back-propagated through in every kept group (before
+  # session 39's joined leaves), at 10,240 and on the whole step.
+  for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
+    # shellcheck disable=SC2086  # the arguments are words
+    LONGREAD_JOINED_LEAVES=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
+  done
   # cuDNN's gradients in dense blocks (LONGREAD_CUDNN_GRADS=dense, PyTorch's layout), deterministic
   # and atomic, at 10,240 (rows marked "separate: cudnn-packed-grads").
   for bwd in deterministic fast; do

@@ -116,7 +116,7 @@ pub fn batch_gradients(
 ) -> Result<BatchGradients> {
     let mut grads = StepGradients::new();
     let loss = add_batch_gradients(model, docs, labels, vars, rng, settings, device, &mut grads)?;
-    Ok(BatchGradients { loss, grads: grads.into_map() })
+    Ok(BatchGradients { loss, grads: grads.into_map()? })
 }
 
 /// As [`batch_gradients`], adding the gradients into a step's running `grads` (one batch of

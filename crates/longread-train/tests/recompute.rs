@@ -186,7 +186,7 @@ fn two_batches_of_a_step_add_up_to_the_gradient_of_the_whole_batch() {
             let run = add_batch_gradients(&model, &part, &part_labels, &vars, &rng, settings, &Device::Cpu, &mut step);
             loss += 0.5 * run.unwrap();
         }
-        let halves = longread_train::recompute::BatchGradients { loss, grads: step.into_map() };
+        let halves = longread_train::recompute::BatchGradients { loss, grads: step.into_map().unwrap() };
         let case = format!("budget {max_batch_tokens}, recompute {recompute}");
         assert!((halves.loss - whole.loss).abs() < 1e-5, "{case}: loss {} vs {}", halves.loss, whole.loss);
         assert_eq!(halves.grads.len(), vars.len(), "{case}: every variable gets a gradient");
@@ -246,10 +246,48 @@ fn shared_casts_case(dtype: candle_core::DType, gpu_route: bool) {
         let run = add_batch_gradients(&model, part, &[vec![labels[d]]], &vars, &rng, settings, &Device::Cpu, &mut step);
         loss += 0.5 * run.unwrap();
     }
-    let separate = longread_train::recompute::BatchGradients { loss, grads: step.into_map() };
+    let separate = longread_train::recompute::BatchGradients { loss, grads: step.into_map().unwrap() };
     assert!((separate.loss - shared.loss).abs() < 1e-6, "{case}: loss {} vs {}", separate.loss, shared.loss);
     let diff = largest_gradient_difference(&shared, &separate, &vars);
     assert!(diff <= 1e-6, "{case}: largest gradient difference {diff}");
+}
+
+/// On the GPU route (emulated: f32 on the CPU, dropout on) a step of two kept groups and a
+/// recomputed document gives its weights the same bits with the joined weights as leaves of the
+/// step's graphs (`weight_casts::joined`, handed to their parts at the step's end) as joined
+/// with their graph in each group (`LONGREAD_JOINED_LEAVES=off`'s route).
+#[test]
+fn joined_leaves_give_the_bits_of_joining_with_the_graph() {
+    use longread_model::layers::weight_casts::{self, StepCasts};
+    longread_model::route::emulate_gpu(|| {
+        let model = HierarchicalClassifier::load(&fixture("hier/bert-attention"), true, &Device::Cpu).unwrap();
+        let docs = documents(&model);
+        let refs: Vec<&ChunkedDocument> = docs.iter().collect();
+        let plan = StepPlan::new(&refs, 40, true);
+        assert!(plan.kept.len() >= 2 && !plan.chunked.is_empty(), "kept groups and a recomputed document: {plan:?}");
+        let labels = vec![vec![Some(0), Some(1), Some(2), Some(1)]];
+        let vars: Vec<Var> = model.trainable_vars();
+        let run = |leaves: bool| {
+            weight_casts::with_joined_leaves(leaves, || {
+                let settings = BatchSettings {
+                    max_batch_tokens: 40,
+                    recompute: true,
+                    loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+                    prefix: Prefix::None,
+                };
+                let scope = StepCasts::begin();
+                let out = batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(5), settings, &Device::Cpu);
+                let leaves_made = weight_casts::joined_leaves().len();
+                drop(scope);
+                (out.unwrap(), leaves_made)
+            })
+        };
+        let ((with, made), (without, none)) = (run(true), run(false));
+        assert!(made > 0 && none == 0, "leaves made: {made} with, {none} without");
+        assert_eq!(with.loss, without.loss);
+        assert_eq!(with.grads.len(), vars.len(), "every variable gets a gradient");
+        assert_eq!(largest_gradient_difference(&with, &without, &vars), 0.0, "the same bits");
+    });
 }
 
 #[test]

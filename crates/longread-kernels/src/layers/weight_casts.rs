@@ -7,6 +7,15 @@
 //! too. Within a [`StepCasts`] scope each cast is made once and shared by every group's graph;
 //! each group's backward pass still reaches the f32 weight through it.
 //!
+//! Weights joined for one op ([`joined`]: the fused q/k/v weight and bias, a block end's bias,
+//! γ and β) are made once per scope as leaves of their own ([`JoinedLeaf`]): a group's backward
+//! pass stops at the joined tensor, whose gradient the step's `StepGradients` (longread-train)
+//! adds into one running total, and hands each part its rows once, at the step's end. Joined
+//! with their graph instead, every group's backward pass split the joined gradient into its
+//! parts and added each part into its weight's total: three launches where a leaf takes one,
+//! for each of roberta-base's 48 joins (36 of f32 vectors, 12 of weights) in every group.
+//! `LONGREAD_JOINED_LEAVES=off` joins them with their graph, as before (to compare on a GPU).
+//!
 //! The casts are kept per thread and dropped when the outermost scope ends, before the optimizer
 //! changes the weights (a cast made before an update would be stale after it).
 //! `LONGREAD_STEP_CASTS=off` casts at every use, as before (to compare the two on a GPU).
@@ -15,20 +24,47 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use candle_core::{DType, Result, Tensor, TensorId};
+use candle_core::{DType, Result, Tensor, TensorId, Var};
 
 /// What a cached tensor is of: the tensor it was made from, the dtype, and how (`cast`, or a
 /// named derivation such as the fused q/k/v weight).
 type Key = (TensorId, DType, &'static str);
 
+/// What a scope keeps: its casts and derivations, and the joined leaves among them.
+#[derive(Default)]
+struct Scope {
+    kept: HashMap<Key, Tensor>,
+    leaves: Vec<JoinedLeaf>,
+}
+
 thread_local! {
-    static CASTS: RefCell<Option<HashMap<Key, Tensor>>> = const { RefCell::new(None) };
+    static CASTS: RefCell<Option<Scope>> = const { RefCell::new(None) };
+    /// This thread's choice of [`joined_leaves_wanted`] while [`with_joined_leaves`] runs.
+    static LEAVES_CHOSEN: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
 /// Whether casts are shared within a step (unless `LONGREAD_STEP_CASTS=off`).
 pub fn wanted() -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
     !super::cuda::env_is(&OFF, "LONGREAD_STEP_CASTS", "off")
+}
+
+/// Whether [`joined`] makes leaves within a scope (unless `LONGREAD_JOINED_LEAVES=off`, or
+/// [`with_joined_leaves`] says otherwise on this thread).
+pub fn joined_leaves_wanted() -> bool {
+    static OFF: OnceLock<bool> = OnceLock::new();
+    LEAVES_CHOSEN
+        .with(|chosen| chosen.get())
+        .unwrap_or_else(|| !super::cuda::env_is(&OFF, "LONGREAD_JOINED_LEAVES", "off"))
+}
+
+/// `f()` with joined leaves on or off for the calling thread (tests compare the two routes in
+/// one process; the environment variable is read once per process).
+pub fn with_joined_leaves<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    let before = LEAVES_CHOSEN.with(|chosen| chosen.replace(Some(on)));
+    let out = f();
+    LEAVES_CHOSEN.with(|chosen| chosen.set(before));
+    out
 }
 
 /// A scope in which weights are cast once (see the module's note): the trainer holds one over
@@ -51,7 +87,7 @@ impl StepCasts {
                 let mut casts = casts.borrow_mut();
                 let outermost = casts.is_none();
                 if outermost {
-                    *casts = Some(HashMap::new());
+                    *casts = Some(Scope::default());
                 }
                 outermost
             });
@@ -67,6 +103,12 @@ impl Drop for StepCasts {
     }
 }
 
+/// The tensor kept under `key` in the current scope: `Some(None)` in a scope that has none yet,
+/// `None` outside any scope.
+fn kept_under(key: &Key) -> Option<Option<Tensor>> {
+    CASTS.with(|casts| casts.borrow().as_ref().map(|scope| scope.kept.get(key).cloned()))
+}
+
 /// `make()`, kept within a scope under `(of, dtype, what)` and made once there; outside a scope
 /// made at every call.
 ///
@@ -74,22 +116,20 @@ impl Drop for StepCasts {
 /// `make()`'s
 pub fn shared(of: &Tensor, dtype: DType, what: &'static str, make: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
     let key = (of.id(), dtype, what);
-    if let Some(kept) = CASTS.with(|casts| casts.borrow().as_ref().map(|c| c.get(&key).cloned())) {
-        return match kept {
-            Some(tensor) => Ok(tensor),
-            None => {
-                let tensor = make()?;
-                CASTS.with(|casts| casts.borrow_mut().as_mut().map(|c| c.insert(key, tensor.clone())));
-                Ok(tensor)
-            }
-        };
+    match kept_under(&key) {
+        Some(Some(tensor)) => Ok(tensor),
+        Some(None) => {
+            let tensor = make()?;
+            CASTS.with(|casts| casts.borrow_mut().as_mut().map(|scope| scope.kept.insert(key, tensor.clone())));
+            Ok(tensor)
+        }
+        None => make(),
     }
-    make()
 }
 
 /// How many tensors the current scope shares (0 outside a scope).
 pub fn kept() -> usize {
-    CASTS.with(|casts| casts.borrow().as_ref().map_or(0, HashMap::len))
+    CASTS.with(|casts| casts.borrow().as_ref().map_or(0, |scope| scope.kept.len()))
 }
 
 /// `weight` in `dtype`, with the cast's graph: the weight itself when it is stored in `dtype`,
@@ -102,6 +142,106 @@ pub fn cast(weight: &Tensor, dtype: DType) -> Result<Tensor> {
         return Ok(weight.clone());
     }
     shared(weight, dtype, "cast", || weight.to_dtype(dtype))
+}
+
+/// How [`joined`] puts its parts together along a first dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// Concatenated along their first dimension (`Tensor::cat(parts, 0)`).
+    Cat,
+    /// Each part a row of a new first dimension (`Tensor::stack(parts, 0)`).
+    Stack,
+}
+
+/// One part of a [`JoinedLeaf`]: the weight, and the rows of the joined tensor that are its.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// The weight joined (a variable of the model).
+    pub weight: Tensor,
+    /// Its first row in the joined tensor.
+    pub start: usize,
+    /// Its rows there.
+    pub rows: usize,
+}
+
+/// Weights joined once for a step as a leaf of the step's graphs ([`joined`]).
+#[derive(Debug, Clone)]
+pub struct JoinedLeaf {
+    /// The joined values, a variable of their own: the step's backward passes stop here.
+    pub leaf: Var,
+    /// What it joins, in order.
+    pub parts: Vec<Part>,
+}
+
+impl JoinedLeaf {
+    /// Each part's share of the leaf's gradient `grad` (or of a running total of it): its rows,
+    /// in its shape and dtype (the casts' backward pass gives a weight its gradient in its own
+    /// dtype), by the weight's id.
+    ///
+    /// # Shapes
+    /// `grad`: the leaf's shape → each part's
+    pub fn spread(&self, grad: &Tensor) -> Result<Vec<(TensorId, Tensor)>> {
+        self.parts
+            .iter()
+            .map(|part| {
+                let rows = grad.narrow(0, part.start, part.rows)?.reshape(part.weight.shape())?;
+                Ok((part.weight.id(), rows.to_dtype(part.weight.dtype())?.contiguous()?))
+            })
+            .collect()
+    }
+}
+
+/// The joined leaves made in the current scope (none outside a scope).
+pub fn joined_leaves() -> Vec<JoinedLeaf> {
+    CASTS.with(|casts| casts.borrow().as_ref().map_or_else(Vec::new, |scope| scope.leaves.clone()))
+}
+
+/// `parts` (each cast to `dtype`) joined as `join` says. Within a scope (and unless
+/// `LONGREAD_JOINED_LEAVES=off`) made once, without a graph to the parts, as a
+/// [`JoinedLeaf`] whose gradient the step hands to them itself (see the module's note); else
+/// with its graph, shared within a scope under `what` (as [`shared`]).
+///
+/// # Shapes
+/// `parts: [rows_i, ...]` (the same trailing shape) → `[Σ rows_i, ...]` (`Cat`), or
+/// `parts: [...]` (one shape) → `[parts, ...]` (`Stack`)
+pub fn joined(parts: &[&Tensor], join: Join, dtype: DType, what: &'static str) -> Result<Tensor> {
+    let Some(first) = parts.first() else { candle_core::bail!("weight_casts::joined({what}): no parts") };
+    let put_together = |tensors: &[Tensor]| match join {
+        Join::Cat => Tensor::cat(tensors, 0),
+        Join::Stack => Tensor::stack(tensors, 0),
+    };
+    let key = (first.id(), dtype, what);
+    match kept_under(&key) {
+        Some(Some(tensor)) => Ok(tensor),
+        Some(None) if joined_leaves_wanted() => {
+            let values: Vec<Tensor> = parts.iter().map(|p| p.detach().to_dtype(dtype)).collect::<Result<_>>()?;
+            let leaf = Var::from_tensor(&put_together(&values)?)?;
+            let mut start = 0;
+            let parts = parts
+                .iter()
+                .map(|p| {
+                    let rows = match join {
+                        Join::Cat => p.dim(0)?,
+                        Join::Stack => 1,
+                    };
+                    start += rows;
+                    Ok(Part { weight: (*p).clone(), start: start - rows, rows })
+                })
+                .collect::<Result<_>>()?;
+            let tensor = leaf.as_tensor().clone();
+            CASTS.with(|casts| {
+                if let Some(scope) = casts.borrow_mut().as_mut() {
+                    scope.kept.insert(key, tensor.clone());
+                    scope.leaves.push(JoinedLeaf { leaf, parts });
+                }
+            });
+            Ok(tensor)
+        }
+        _ => shared(first, dtype, what, || {
+            let casts: Vec<Tensor> = parts.iter().map(|p| cast(p, dtype)).collect::<Result<_>>()?;
+            put_together(&casts)
+        }),
+    }
 }
 
 #[cfg(test)]

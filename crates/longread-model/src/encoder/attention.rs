@@ -12,7 +12,8 @@ use crate::encoder::deberta::RelativeContext;
 use crate::encoder::{DebertaSettings, Keys};
 use crate::layers::cuda::{self, AttentionSoftmax};
 use crate::layers::fused::{FusedAttention, PackedAttention};
-use crate::layers::{linear, softmax, weight_casts, Dropout, Linear};
+use crate::layers::weight_casts::{self, Join};
+use crate::layers::{linear, softmax, Dropout, Linear};
 use crate::mode::Mode;
 use crate::profile::timed;
 use crate::route;
@@ -229,27 +230,17 @@ impl SelfAttention {
         let (b, s, h) = xs.dims3()?;
         let device = xs.device();
         let dtype = xs.dtype();
-        let bias = weight_casts::shared(qb, DType::F32, "qkv", || {
-            Tensor::cat(&[qb, kb, vb], 0)?.to_dtype(DType::F32)?.contiguous()
-        })?;
+        // Joined once per training step (`weight_casts::joined`: a leaf of the step's graphs).
+        let bias = weight_casts::joined(&[qb, kb, vb], Join::Cat, DType::F32, "qkv-bias")?;
         // Where FlashAttention-2 (or cuDNN) runs in bf16 on a GPU, the bias comes with the
         // product (cuBLASLt's epilogue: `LinearBiasTrain`) instead of two passes in the attention
         // op; on the CPU (the route emulated, for tests) through the op's f32 reference.
         let op_runs_here = (device.is_cuda() && dtype == DType::BF16) || (device.is_cpu() && dtype == DType::F32);
         let bias_in_product = lengths.is_some() && op_runs_here && cuda::train_qkv_bias_in_product();
         let product = timed("qkv projection (fused)", device, || -> Result<_> {
-            // Each weight cast, then joined: the same values as joining then casting, with the
-            // casts (and the join) made once per training step (`weight_casts`).
-            let weight = weight_casts::shared(q.0, dtype, "qkv", || {
-                Tensor::cat(
-                    &[
-                        weight_casts::cast(q.0, dtype)?,
-                        weight_casts::cast(k.0, dtype)?,
-                        weight_casts::cast(v.0, dtype)?,
-                    ],
-                    0,
-                )
-            })?;
+            // Each weight cast, then joined: the same values as joining then casting, made once
+            // per training step (`weight_casts::joined`).
+            let weight = weight_casts::joined(&[q.0, k.0, v.0], Join::Cat, dtype, "qkv")?;
             let x = xs.reshape((b * s, h))?;
             if bias_in_product {
                 x.contiguous()?.apply_op3(&weight, &bias, cuda::LinearBiasTrain)

@@ -7,7 +7,8 @@ use candle_nn::{Module, VarBuilder};
 use crate::config::EncoderConfig;
 use crate::layers::cuda;
 use crate::layers::fused::FusedResidualNorm;
-use crate::layers::{linear, weight_casts, Dropout, LayerNorm, Linear};
+use crate::layers::weight_casts::{self, Join};
+use crate::layers::{linear, Dropout, LayerNorm, Linear};
 use crate::mode::Mode;
 use crate::route;
 
@@ -112,10 +113,8 @@ impl BlockOutput {
         let product = product.contiguous()?;
         if cuda::train_norm_fused() {
             let (gamma, beta) = self.norm.affine();
-            // Stacked once per training step (`weight_casts`), not for every chunk batch.
-            let params = weight_casts::shared(bias, DType::F32, "bias-gamma-beta", || {
-                Tensor::stack(&[bias, gamma, beta], 0)?.to_dtype(DType::F32)
-            })?;
+            // Stacked once per training step (`weight_casts::joined`), not for every chunk batch.
+            let params = weight_casts::joined(&[bias, gamma, beta], Join::Stack, DType::F32, "bias-gamma-beta")?;
             let op = cuda::ResidualNormTrain { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
             return product.apply_op3(&residual.contiguous()?, &params, op).map(Some);
         }

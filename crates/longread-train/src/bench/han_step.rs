@@ -59,7 +59,7 @@ pub fn run_han_step(documents: usize, sentences: usize, repeat: usize, device: &
         let loss = cross_entropy(&out.logits, &gold, None, &device)?;
         let mut step = StepGradients::new();
         step.backward_loss(&loss, &vars)?;
-        let grads = step.into_map();
+        let grads = step.into_map()?;
         let clip = clip_factor(grad_norm(grads.values())?, 0.5) as f32;
         optimizer.step_scaled(clip, |v| grads.get(&v.as_tensor().id()).cloned())?;
         Ok(device.synchronize()?)

@@ -228,7 +228,7 @@ pub(crate) fn fit<T: TrainingTask>(
                 }
             }
             drop(casts);
-            let summed = grads.into_map();
+            let summed = grads.into_map()?;
             run.lr = task.reported_lr() * stepper.schedule.factor(step);
             let stepped = match learned {
                 true => stepper.step(&mut optimizer, &summed, step_loss, round, step, |gr| task.group_lr(gr))?,
