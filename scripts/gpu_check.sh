@@ -163,11 +163,13 @@ for group in flash_attention_training "cuda_bf16_ a_gpu_run_stopped"; do
     | tee -a "$work/tests.log"
   [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
 done
-echo "== cuDNN's attention op with its gradients in dense blocks (LONGREAD_CUDNN_GRADS=dense), deterministic and atomic"
-for bwd in deterministic fast; do
-  LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=$bwd LONGREAD_REQUIRE_GPU=1 \
-    "$work/cuda-train-tests" --test-threads=1 --nocapture flash_attention_training 2>&1 | tee -a "$work/tests.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+echo "== cuDNN's attention op with its gradients in blocks of their own (LONGREAD_CUDNN_GRADS=dense|heads), deterministic and atomic"
+for grads in dense heads; do
+  for bwd in deterministic fast; do
+    LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=$grads LONGREAD_CUDA_ATTENTION_BWD=$bwd LONGREAD_REQUIRE_GPU=1 \
+      "$work/cuda-train-tests" --test-threads=1 --nocapture flash_attention_training 2>&1 | tee -a "$work/tests.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || tests_status=1
+  done
 done
 echo "== GPU bf16 training with longread's attention op (LONGREAD_CUDA_TRAIN_ATTENTION=fused): bf16 follows f32"
 LONGREAD_CUDA_TRAIN_ATTENTION=fused LONGREAD_REQUIRE_GPU=1 "$work/cuda-train-tests" --test-threads=1 --nocapture \
@@ -248,13 +250,17 @@ LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast "$lr" --dev
   --preset roberta-base --shape 128x512 --repeat 10 --json \
   | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "forward + backward" in json.loads(l)["kernel"]]' \
   | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention, atomic) failed" >&2
-# ... and with its gradients in three dense blocks, interleaved after (LONGREAD_CUDNN_GRADS=dense:
-# the layout PyTorch's SDPA gives cuDNN), deterministic and atomic; rows marked [dense grads].
-for bwd in deterministic fast; do
-  LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=$bwd "$lr" --device cuda \
-    bench --workload kernels --preset roberta-base --shape 128x512 --repeat 10 --json \
-    | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "forward + backward" in json.loads(l)["kernel"]]' \
-    | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention, dense gradients, $bwd) failed" >&2
+# ... and with its gradients in three blocks of their own, interleaved after (LONGREAD_CUDNN_GRADS:
+# dense, PyTorch's layout in transformers' model; heads, head-major as PyTorch's SDPA allocates
+# them for views of one q/k/v product), deterministic and atomic; rows marked [dense grads] /
+# [head-major grads].
+for grads in dense heads; do
+  for bwd in deterministic fast; do
+    LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=$grads LONGREAD_CUDA_ATTENTION_BWD=$bwd "$lr" --device cuda \
+      bench --workload kernels --preset roberta-base --shape 128x512 --repeat 10 --json \
+      | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "forward + backward" in json.loads(l)["kernel"]]' \
+      | tee -a "$work/kernels.jsonl" || echo "kernels bench (cuDNN training attention, $grads gradients, $bwd) failed" >&2
+  done
 done
 ${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 --repeat 10 \
   | tee -a "$work/kernels.jsonl" || echo "PyTorch kernels bench failed" >&2
@@ -262,7 +268,8 @@ ${PYTHON:-python3} scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 
 # step runs it), each backend and PyTorch's; rows marked @20x512.
 for env in LONGREAD_CUDA_TRAIN_ATTENTION=fa2 LONGREAD_CUDA_TRAIN_ATTENTION=cudnn \
   "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast" \
-  "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=fast"; do
+  "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=fast" \
+  "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=heads LONGREAD_CUDA_ATTENTION_BWD=fast"; do
   # shellcheck disable=SC2086  # the variables are words
   env $env "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 20x512 --repeat 20 --json \
     | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " @20x512"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("attention training")]' \
@@ -414,11 +421,13 @@ if part train; then
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_JOINED_LEAVES=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
-  # cuDNN's gradients in dense blocks (LONGREAD_CUDNN_GRADS=dense, PyTorch's layout), deterministic
-  # and atomic, at 10,240 (rows marked "separate: cudnn-packed-grads").
-  for bwd in deterministic fast; do
-    LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=dense LONGREAD_CUDA_ATTENTION_BWD=$bwd \
-      bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # cuDNN's gradients in blocks of their own (LONGREAD_CUDNN_GRADS=dense|heads, PyTorch's layouts),
+  # deterministic and atomic, at 10,240 (rows marked "separate: cudnn-packed-grads").
+  for grads in dense heads; do
+    for bwd in deterministic fast; do
+      LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDNN_GRADS=$grads LONGREAD_CUDA_ATTENTION_BWD=$bwd \
+        bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+    done
   done
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
@@ -471,7 +480,7 @@ if part train-profile; then
   # cuDNN's attention at 10,240 (its own op rows: the attention's time per step beside PyTorch's
   # cuDNN kernels below), deterministic with packed gradients, then atomic with dense ones.
   for env in "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn" \
-    "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDNN_GRADS=dense"; do
+    "LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDNN_GRADS=heads"; do
     # shellcheck disable=SC2086  # the variables are words
     env LONGREAD_PROFILE=1 $env timeout 120 "$lr" --device cuda bench --workload train --repeat 1 --json \
       --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240 \

@@ -7,8 +7,9 @@
 // The layouts are those of vendor/flash-attn's entry points, so that one Rust op drives either:
 // q, k and v are the three column blocks of the fused q/k/v product, `rows = batch · seq` rows
 // of `row_stride` elements (bf16), heads of `dim` side by side in each block; the output is
-// `[rows, heads · dim]`; the backward pass writes dq, dk and dv into three column blocks of rows of
-// `grad_row_stride` elements. Each sequence's queries attend over its first `seq_kv[i]` keys
+// `[rows, heads · dim]`; the backward pass writes dq, dk and dv in rows of `grad_row_stride`
+// elements (three column blocks of one gradient, or three blocks of their own; 0: head-major,
+// `[batch, heads, seq, dim]`). Each sequence's queries attend over its first `seq_kv[i]` keys
 // (`seq_q` and `seq_kv`: int32 `[batch]` on the device; both null: every key is real).
 // Softmax statistics (`stats`, f32 `[batch, heads, seq]`) link the passes; dropout draws from
 // cuDNN's Philox generator with `seed_offset` (int64 `[2]` on the device: seed, offset), so a
@@ -143,9 +144,12 @@ std::shared_ptr<fe::graph::Graph> build(const Key &key, cudnnHandle_t handle) {
         auto stats = tensor(STATS, "stats", stats_dims, stats_strides);
         stats->set_data_type(fe::DataType_t::FLOAT);
         auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
-        dq->set_output(true).set_uid(DQ).set_dim(dims).set_stride(rows_of(key.grad_row_stride));
-        dk->set_output(true).set_uid(DK).set_dim(dims).set_stride(rows_of(key.grad_row_stride));
-        dv->set_output(true).set_uid(DV).set_dim(dims).set_stride(rows_of(key.grad_row_stride));
+        // Rows of grad_row_stride, or with 0 head-major: each head's [seq, dim] rows contiguous.
+        const std::vector<int64_t> head_major = {h * s * d, s * d, d, 1};
+        const auto grads = key.grad_row_stride > 0 ? rows_of(key.grad_row_stride) : head_major;
+        dq->set_output(true).set_uid(DQ).set_dim(dims).set_stride(grads);
+        dk->set_output(true).set_uid(DK).set_dim(dims).set_stride(grads);
+        dv->set_output(true).set_uid(DV).set_dim(dims).set_stride(grads);
     } else {
         auto options = fe::graph::SDPA_attributes()
                            .set_name("longread_attention")
@@ -311,7 +315,8 @@ int longread_cudnn_sdpa_fwd_bf16(const longread_sdpa_call *call, const void *q, 
 }
 
 // The backward pass of longread_cudnn_sdpa_fwd_bf16 given its output, the output's gradient and
-// its statistics: dq, dk and dv into three column blocks of rows of `grad_row_stride` elements,
+// its statistics: dq, dk and dv in rows of `grad_row_stride` elements (heads side by side), or
+// with `grad_row_stride` 0 head-major (`[batch, heads, seq, dim]` contiguous),
 // by cuDNN's deterministic engine when `deterministic` is not 0 (the same bits every run). With
 // `*workspace_size < 0` it only builds (or finds) the graph (the tensors may then be null).
 // Returns 0 or 1 (longread_cudnn_error()).

@@ -60,8 +60,9 @@ extern "C" {
         workspace_size: *mut i64,
     ) -> c_int;
 
-    /// The backward pass of [`longread_cudnn_sdpa_fwd_bf16`]: dq, dk and dv into three column
-    /// blocks of rows of `grad_row_stride` elements, by cuDNN's deterministic engine where
+    /// The backward pass of [`longread_cudnn_sdpa_fwd_bf16`]: dq, dk and dv in rows of
+    /// `grad_row_stride` elements (heads side by side; 0: head-major, `[batch, heads, seq,
+    /// dim]` contiguous from each pointer), by cuDNN's deterministic engine where
     /// `deterministic` is not 0. With `*workspace_size < 0` it only builds (or finds) the graph
     /// and stores the workspace it needs (the tensors may be null). Returns 0, or 1
     /// ([`last_error`]).

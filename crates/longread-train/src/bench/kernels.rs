@@ -202,8 +202,12 @@ pub fn run_kernels(device: &Device, shape: KernelShape, repeat: usize) -> Result
         _ => " [longread]",
     };
     let atomic = if cuda::attention_backward_deterministic() { "" } else { " [atomic dq]" };
-    // cuDNN's gradients in three dense blocks, interleaved after (LONGREAD_CUDNN_GRADS=dense).
-    let dense = if backend == " [cuDNN]" && !cuda::cudnn_packed_gradients() { " [dense grads]" } else { "" };
+    // cuDNN's gradients in three blocks, interleaved after (LONGREAD_CUDNN_GRADS=dense|heads).
+    let dense = match cuda::cudnn_gradient_layout() {
+        "dense" if backend == " [cuDNN]" => " [dense grads]",
+        "heads" if backend == " [cuDNN]" => " [head-major grads]",
+        _ => "",
+    };
     let shape = format!("{sequences} x {seq} tokens, {heads} heads");
     let name = format!("attention training, forward only, dropout 0.1{backend}");
     push(name, shape.clone(), forward_seconds, Some(flops), None);

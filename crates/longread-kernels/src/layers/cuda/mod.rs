@@ -416,17 +416,25 @@ pub fn attention_backward_deterministic() -> bool {
     !env_is(&FAST, "LONGREAD_CUDA_ATTENTION_BWD", "fast")
 }
 
-/// Whether cuDNN's attention backward pass writes dq, dk and dv straight into the q/k/v
-/// product's gradient (rows of `3 · hidden`: the default), or, with
-/// `LONGREAD_CUDNN_GRADS=dense`, into three dense `[rows, hidden]` blocks — the layout PyTorch's
-/// SDPA gives cuDNN (its gradients are new tensors laid out as the output) — which one copy
-/// then interleaves. Kept to measure on a GPU whether the layout changes cuDNN's engine or its
-/// speed: in PyTorch's step (80 × 512 tokens) cuDNN's backward kernel takes 0.58 ms a layer,
-/// FlashAttention-2's 1.57 in ours, and our cuDNN op was only 9% faster than our
-/// FlashAttention-2 op in `bench --workload kernels` (BENCHMARKS.md "GPU", session 38).
+/// Where cuDNN's attention backward pass writes dq, dk and dv, from `LONGREAD_CUDNN_GRADS`:
+/// `packed` (the default) straight into the q/k/v product's gradient (rows of `3 · hidden`);
+/// `dense` into three `[rows, hidden]` blocks (PyTorch's layout in transformers' model, whose
+/// q, k and v are separate products); `heads` into three `[batch, heads, seq, dim]` blocks
+/// (PyTorch's `empty_like` of a packed view: its SDPA given views of one q/k/v product); the
+/// last two then copied into the packed rows. Kept to measure on a GPU whether the layout
+/// changes cuDNN's engine or its speed: in PyTorch's step (80 × 512 tokens) cuDNN's backward
+/// kernel takes 0.58 ms a layer, FlashAttention-2's 1.57 in ours, and our cuDNN op was only 9%
+/// faster than our FlashAttention-2 op in `bench --workload kernels` (BENCHMARKS.md "GPU",
+/// session 38).
+pub fn cudnn_gradient_layout() -> &'static str {
+    static LAYOUT: OnceLock<&'static str> = OnceLock::new();
+    env_choice(&LAYOUT, "LONGREAD_CUDNN_GRADS", &["dense", "heads"], "packed")
+}
+
+/// Whether cuDNN's attention gradients go straight into the q/k/v product's gradient (the
+/// default: [`cudnn_gradient_layout`] `packed`).
 pub fn cudnn_packed_gradients() -> bool {
-    static DENSE: OnceLock<bool> = OnceLock::new();
-    !env_is(&DENSE, "LONGREAD_CUDNN_GRADS", "dense")
+    cudnn_gradient_layout() == "packed"
 }
 
 /// Whether training on a GPU runs self-attention over one fused q/k/v product (`fused` or `fa2`

@@ -14,6 +14,7 @@ use half::bf16;
 
 use longread_cudnn_attn::SdpaCall;
 
+use super::gradient_layout::{GradientLayout, Sizes};
 use super::launch::{with_slices, Call, Saved};
 use super::{Backend, KeyLengths};
 use crate::layers::cuda::launch::with_workspace;
@@ -132,7 +133,9 @@ pub(super) fn forward(
                 // The backward pass's graph is built before the forward pass runs, so that a
                 // shape cuDNN cannot differentiate fails here, where FlashAttention-2 can still
                 // take over.
-                prepare_backward(&call, GradientLayout::of(&c).row_stride)?;
+                let layout =
+                    GradientLayout::named(crate::layers::cuda::cudnn_gradient_layout(), sizes_of(&c, lengths, heads));
+                prepare_backward(&call, layout.row_stride)?;
             }
             let x_at = x_ptr + bytes::<bf16>(part.start * seq * c.row_stride);
             let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
@@ -190,7 +193,7 @@ fn bytes<T>(n: usize) -> u64 {
 }
 
 /// Builds (or finds) the graph of the backward pass of `call` (gradients in rows of
-/// `grad_row_stride`, as [`backward`] writes them) without running it.
+/// `grad_row_stride`, 0: head-major, as [`backward`] writes them) without running it.
 fn prepare_backward(call: &SdpaCall, grad_row_stride: usize) -> Result<()> {
     let mut size = -1i64;
     // SAFETY: with a negative workspace size the shim builds the graph and reads no tensor.
@@ -220,31 +223,6 @@ fn deterministic() -> i32 {
     i32::from(crate::layers::cuda::attention_backward_deterministic())
 }
 
-/// Where cuDNN's backward pass writes dq, dk and dv (`crate::layers::cuda::cudnn_packed_gradients`):
-/// the element offsets of the three blocks' first rows and the elements between rows.
-#[derive(Debug, Clone, Copy)]
-struct GradientLayout {
-    blocks: [usize; 3],
-    row_stride: usize,
-}
-
-impl GradientLayout {
-    /// Packed (`[rows, 3 · hidden]`, the q/k/v product's gradient itself) or dense (three
-    /// `[rows, hidden]` blocks one after the other).
-    fn of(c: &Call) -> Self {
-        if crate::layers::cuda::cudnn_packed_gradients() {
-            Self { blocks: [0, c.hidden, 2 * c.hidden], row_stride: 3 * c.hidden }
-        } else {
-            let block = c.rows * c.hidden;
-            Self { blocks: [0, block, 2 * block], row_stride: c.hidden }
-        }
-    }
-
-    fn packed(&self, c: &Call) -> bool {
-        self.row_stride == 3 * c.hidden
-    }
-}
-
 /// As `launch::backward` on cuDNN, given its checked sizes and inputs (the q/k/v product, the
 /// output and its gradient): the gradient of the product, `[rows, 3 · hidden]`.
 pub(super) fn backward(
@@ -256,20 +234,23 @@ pub(super) fn backward(
     p_drop: f32,
     saved: &Saved,
 ) -> Result<CudaStorage> {
-    let layout = GradientLayout::of(c);
+    let sizes = sizes_of(c, lengths, heads);
+    let layout = GradientLayout::named(crate::layers::cuda::cudnn_gradient_layout(), sizes);
     let mut grad = super::launch::gradient_buffer(dev, c.rows * 3 * c.hidden, lengths)?;
     write_gradients(dev, c, (x, out, dout), (&mut grad, layout), lengths, (heads, scale), p_drop, saved)?;
     let grad = CudaStorage::wrap_cuda_slice(grad, dev.clone());
-    if layout.packed(c) {
+    if layout.packed(sizes) {
         return Ok(grad);
     }
-    // The three dense blocks interleaved into rows of 3 · hidden.
-    // SAFETY: the three copies below write every element.
+    // SAFETY: `interleave` writes every element.
     let mut packed = CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<bf16>(c.rows * 3 * c.hidden) }?, dev.clone());
-    for (i, start) in layout.blocks.into_iter().enumerate() {
-        grad.copy2d(&mut packed, c.rows, c.hidden, c.hidden, 3 * c.hidden, start, i * c.hidden)?;
-    }
+    layout.interleave(&grad, &mut packed, sizes)?;
     Ok(packed)
+}
+
+/// The [`Sizes`] of a call.
+fn sizes_of(c: &Call, lengths: &KeyLengths, heads: usize) -> Sizes {
+    Sizes { batch: c.batch, seq: lengths.seq, heads, dim: c.d }
 }
 
 /// cuDNN's backward pass, dq, dk and dv into `grad` laid out as `layout` says (zeroed where
@@ -310,13 +291,12 @@ fn write_gradients(
             let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
             let dout_at = dout_ptr + bytes::<bf16>(part.start * seq * c.hidden);
             let stats_at = stats_ptr + bytes::<f32>(part.start * heads * seq);
-            let grad_at =
-                |block: usize| grad_ptr + bytes::<bf16>(layout.blocks[block] + part.start * seq * layout.row_stride);
+            let grad_at = |block: usize| grad_ptr + bytes::<bf16>(layout.blocks[block] + part.start * layout.sequence);
             with_workspace(dev, |workspace, size| {
                 // SAFETY: as in `forward`, from the part's first sequence; grad holds the
                 // part's rows of each of dq, dk and dv from there (`layout`: three column blocks
-                // of rows of 3 · hidden, or three dense blocks of rows of hidden); stats and rng
-                // are the forward pass's for the part.
+                // of rows of 3 · hidden, or three blocks of rows of hidden or of head-major
+                // rows); stats and rng are the forward pass's for the part.
                 check(op, unsafe {
                     longread_cudnn_attn::longread_cudnn_sdpa_bwd_bf16(
                         &call,

@@ -13,6 +13,8 @@
 
 #[cfg(feature = "cuda")]
 mod cudnn;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod gradient_layout;
 mod inference;
 #[cfg(feature = "cuda")]
 mod launch;
