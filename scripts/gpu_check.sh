@@ -421,6 +421,9 @@ if part train; then
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_JOINED_LEAVES=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
+  # candle's product of the transposed weight (its gradient copied into the weight's layout per
+  # kept group) instead of session 39's product op, at 10,240.
+  LONGREAD_CUDA_TRAIN_PRODUCT=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # cuDNN's gradients in blocks of their own (LONGREAD_CUDNN_GRADS=dense|heads, PyTorch's layouts),
   # deterministic and atomic, at 10,240 (rows marked "separate: cudnn-packed-grads").
   for grads in dense heads; do

@@ -267,7 +267,12 @@ impl Linear {
         let mut dims = xs.dims().to_vec();
         let k = dims.pop().unwrap_or(1);
         let rows = xs.elem_count() / k.max(1);
-        Ok((xs.reshape((rows, k))?.matmul(&w.t()?)?, dims))
+        let x = xs.reshape((rows, k))?;
+        // The weight's gradient in its own layout (no transpose to copy per kept group).
+        if cuda::train_product_op() && w.is_contiguous() {
+            return Ok((x.contiguous()?.apply_op2(&w, cuda::ProductTrain)?, dims));
+        }
+        Ok((x.matmul(&w.t()?)?, dims))
     }
 }
 

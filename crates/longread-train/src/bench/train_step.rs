@@ -77,8 +77,10 @@ pub struct TrainStepResult {
     /// `LONGREAD_CUDA_GRAD_NORM=candle`, `adamw-one-launch` with `LONGREAD_CUDA_ADAMW=per-tensor`,
     /// `cudnn-packed-grads` with `LONGREAD_CUDNN_GRADS=dense` (cuDNN's attention gradients in
     /// dense blocks, interleaved after), `joined-leaves` with `LONGREAD_JOINED_LEAVES=off` (the
-    /// joined q/k/v and block-end weights back-propagated through in every group); empty: the
-    /// default route, all on. Absent on the CPU.
+    /// joined q/k/v and block-end weights back-propagated through in every group),
+    /// `product-op` with `LONGREAD_CUDA_TRAIN_PRODUCT=candle` (candle's product of a transposed
+    /// weight, whose gradient is copied back into the weight's layout); empty: the default
+    /// route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
@@ -286,6 +288,7 @@ pub fn run_train_step(
             ("adamw-one-launch", ops::adamw_multi_kernel()),
             ("cudnn-packed-grads", ops::cudnn_packed_gradients()),
             ("joined-leaves", longread_model::layers::weight_casts::joined_leaves_wanted()),
+            ("product-op", ops::train_product_op()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

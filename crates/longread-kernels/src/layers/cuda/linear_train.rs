@@ -121,6 +121,83 @@ impl CustomOp3 for LinearBiasTrain {
     }
 }
 
+/// `x.apply_op2(&w, ProductTrain)`: `x: [rows, k]`, `w: [n, k]` (one dtype, both contiguous) →
+/// `x · wᵀ`, `[rows, n]`, the backend's product (the call `x.matmul(&w.t())` makes), with a
+/// backward pass that gives the weight's gradient as one product in its own layout,
+/// `dw = dyᵀ · x` (`[n, k]`, contiguous), where candle's product of a transposed weight gives
+/// `xᵀ · dy` and its transpose's backward pass then copies it into the weight's layout: a
+/// launch and a pass over the gradient per weight per kept group (the feed-forward's input
+/// product and the attention's output product on the GPU route). `dx = dy · w` as candle's.
+/// `LONGREAD_CUDA_TRAIN_PRODUCT=candle` keeps candle's product ([`train_product_op`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ProductTrain;
+
+impl ProductTrain {
+    /// The shapes `(rows, k, n)` of a call, or an error naming what does not fit.
+    fn dims(x_l: &Layout, w_l: &Layout, dtypes: (DType, DType)) -> Result<(usize, usize, usize)> {
+        let (rows, k) = x_l.shape().dims2()?;
+        let (n, wk) = w_l.shape().dims2()?;
+        if wk != k || dtypes.0 != dtypes.1 || !x_l.is_contiguous() || !w_l.is_contiguous() {
+            candle_core::bail!(
+                "product-train: x {:?} ({:?}) and weight {:?} ({:?}) do not fit (contiguous [rows, k] and [n, k] of one dtype)",
+                x_l.shape(),
+                dtypes.0,
+                w_l.shape(),
+                dtypes.1
+            );
+        }
+        Ok((rows, k, n))
+    }
+
+    /// `x · wᵀ` by the backend's product.
+    fn forward<S: BackendStorage>(x: &S, x_l: &Layout, w: &S, w_l: &Layout) -> Result<(S, Shape)> {
+        let (rows, k, n) = Self::dims(x_l, w_l, (x.dtype(), w.dtype()))?;
+        let out = x.matmul(w, (1, rows, n, k), x_l, &w_l.transpose(0, 1)?)?;
+        Ok((out, Shape::from((rows, n))))
+    }
+}
+
+impl candle_core::CustomOp2 for ProductTrain {
+    fn name(&self) -> &'static str {
+        "product-train"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, x_l: &Layout, w: &CpuStorage, w_l: &Layout) -> Result<(CpuStorage, Shape)> {
+        Self::forward(x, x_l, w, w_l)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::CudaStorage,
+        x_l: &Layout,
+        w: &candle_core::CudaStorage,
+        w_l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        Self::forward(x, x_l, w, w_l)
+    }
+
+    /// `dx = dy · w`, `dw = dyᵀ · x` (the backend's products, in `x`'s dtype).
+    ///
+    /// # Shapes
+    /// `grad: [rows, n]` → `x: [rows, k]`, `w: [n, k]`
+    fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let (x, w) = (x.detach(), w.detach());
+        let dy = grad.to_dtype(x.dtype())?.contiguous()?;
+        let d_x = dy.matmul(&w)?;
+        let d_w = dy.t()?.matmul(&x)?;
+        Ok((Some(d_x), Some(d_w)))
+    }
+}
+
+/// Whether training's products on the GPU route run as [`ProductTrain`] (the default since
+/// session 39), or, with `LONGREAD_CUDA_TRAIN_PRODUCT=candle`, as candle's product of the
+/// transposed weight.
+pub fn train_product_op() -> bool {
+    static CANDLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !super::env_is(&CANDLE, "LONGREAD_CUDA_TRAIN_PRODUCT", "candle")
+}
+
 /// Whether training's q/k/v projection adds its bias in the product's epilogue
 /// ([`LinearBiasTrain`], the default since session 38) where FlashAttention-2 or cuDNN runs the
 /// attention in bf16 with cuBLASLt's products ([`super::gemm_cublaslt`]), or, with
@@ -164,6 +241,54 @@ mod tests {
             assert_eq!(a.dims(), b.dims(), "tensor {i}");
             let d = max_abs(&(a - b).unwrap());
             assert!(d < 2e-5, "tensor {i} (output, d x, d w, d bias): max abs diff {d}");
+        }
+    }
+
+    /// The product op's value and gradients equal candle's product of the transposed weight's
+    /// (f32 and bf16 on the CPU), and inputs that do not fit are errors naming it.
+    #[test]
+    fn the_product_op_is_candles_product_values_and_gradients() {
+        let device = Device::Cpu;
+        let (rows, k, n) = (11, 20, 14);
+        for (dtype, tolerance) in [(DType::F32, 2e-5f32), (DType::BF16, 2e-2)] {
+            let var = |shape: &[usize]| {
+                let t = Tensor::randn(0f32, 1.0, shape, &device).unwrap().to_dtype(dtype).unwrap();
+                Var::from_tensor(&t).unwrap()
+            };
+            let (x, w) = (var(&[rows, k]), var(&[n, k]));
+            let dy = Tensor::randn(0f32, 1.0, (rows, n), &device).unwrap().to_dtype(dtype).unwrap();
+            let run = |op: bool| {
+                let y = if op {
+                    x.as_tensor().apply_op2(w.as_tensor(), ProductTrain).unwrap()
+                } else {
+                    x.as_tensor().matmul(&w.as_tensor().t().unwrap()).unwrap()
+                };
+                let grads = (&y * &dy).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+                let grad = |v: &Var| grads.get(v.as_tensor()).unwrap().clone();
+                [y, grad(&x), grad(&w)]
+            };
+            let (op, candle) = (run(true), run(false));
+            assert_eq!(
+                op[0].to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap(),
+                candle[0].to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap(),
+                "{dtype:?}: the same product"
+            );
+            for (i, (a, b)) in op.iter().zip(&candle).enumerate().skip(1) {
+                assert_eq!(a.dims(), b.dims(), "tensor {i}");
+                assert!(a.is_contiguous(), "{dtype:?}: gradient {i} in the input's layout");
+                let d = max_abs(&(a - b).unwrap().to_dtype(DType::F32).unwrap());
+                let scale = max_abs(&b.to_dtype(DType::F32).unwrap());
+                assert!(d <= tolerance * scale, "{dtype:?}: gradient {i} (d x, d w): max abs diff {d} of {scale}");
+            }
+        }
+        let t = |shape: &[usize]| Tensor::randn(0f32, 1.0, shape, &device).unwrap();
+        for case in [
+            t(&[4, 6]).apply_op2(&t(&[5, 7]), ProductTrain),
+            t(&[6, 4]).t().unwrap().apply_op2(&t(&[5, 6]), ProductTrain),
+            t(&[4, 6]).apply_op2(&t(&[5, 6]).to_dtype(DType::BF16).unwrap(), ProductTrain),
+        ] {
+            let err = case.unwrap_err().to_string();
+            assert!(err.contains("product-train"), "{err}");
         }
     }
 
