@@ -102,6 +102,10 @@ impl StepGradients {
         for leaf in weight_casts::joined_leaves() {
             let id = leaf.leaf.as_tensor().id();
             let Some(grad) = store.remove(leaf.leaf.as_tensor()) else { continue };
+            // A join of weights none of which is asked for (frozen) keeps no total.
+            if !leaf.parts.iter().any(|p| self.wanted.contains(&p.weight.id())) {
+                continue;
+            }
             let total = match self.joined.remove(&id) {
                 Some((_, total)) => add_into_total(total, &grad)?,
                 None => {
@@ -261,5 +265,12 @@ mod tests {
             assert_eq!(flat(&got[&id]), flat(&want[&id]), "{:?}", v.as_tensor().shape());
         }
         assert!(!got.contains_key(&h.as_tensor().id()), "h was not asked for");
+        // A join none of whose parts is asked for keeps no running total.
+        let _scope = StepCasts::begin();
+        let mut step = StepGradients::new();
+        let (w, s) = join();
+        step.backward_loss(&loss(&xs[0], &w, &s), &[c.clone()]).unwrap();
+        assert_eq!(step.joined.len(), 1, "only the stack holds c");
+        assert_eq!(step.into_map().unwrap().len(), 1);
     }
 }
