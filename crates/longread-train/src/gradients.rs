@@ -269,7 +269,7 @@ mod tests {
         let _scope = StepCasts::begin();
         let mut step = StepGradients::new();
         let (w, s) = join();
-        step.backward_loss(&loss(&xs[0], &w, &s), &[c.clone()]).unwrap();
+        step.backward_loss(&loss(&xs[0], &w, &s), std::slice::from_ref(&c)).unwrap();
         assert_eq!(step.joined.len(), 1, "only the stack holds c");
         assert_eq!(step.into_map().unwrap().len(), 1);
     }
