@@ -378,8 +378,24 @@ void add_into(std::mt19937& rng) {
   check("add_into_f32_bf16", 100, total, want, 0.f);
 }
 
+// The key rows past each sequence's real keys zeroed in the k and v column blocks, and nothing
+// else touched: sequences of 5 rows with 5, 2 and 0 real keys.
+void zero_padded_keys(std::mt19937& rng) {
+  const int seq = 5, hidden = 8;
+  const long rows = 3 * seq, row_stride = 3 * hidden;
+  const std::vector<unsigned int> used = {5, 2, 0};
+  auto grad = as<__nv_bfloat16>(random_values(size_t(rows * row_stride), rng));
+  auto want = back(grad);
+  for (long r = 0; r < rows; ++r)
+    if ((unsigned int)(r % seq) >= used[r / seq])
+      for (long c = hidden; c < 3 * hidden; ++c) want[r * row_stride + c] = 0.f;
+  emu::launch(4, 32, [&] { zero_padded_keys_bf16(grad.data(), used.data(), rows, seq, row_stride, hidden, 2 * hidden); });
+  check("zero_padded_keys_bf16", 100, back(grad), want, 0.f);
+}
+
 inline void run(std::mt19937& rng) {
   add_into(rng);
+  zero_padded_keys(rng);
   in_place_and_masks<float>(rng);
   in_place_and_masks<__nv_bfloat16>(rng);
   for (int cols : {256, 512, 200}) {

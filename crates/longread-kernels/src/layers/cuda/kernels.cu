@@ -1185,6 +1185,19 @@ extern "C" __global__ void add_into_f32_bf16(float* total, const __nv_bfloat16* 
     total[i] += __bfloat162float(grad[i]);
 }
 
+// The key rows of a q/k/v gradient past each sequence's real keys zeroed: columns
+// [col_start, col_start + cols) of every row r (rows of row_stride elements; sequence r / seq)
+// with r % seq >= used[r / seq]. FlashAttention-2's backward kernel writes no gradient for those
+// keys; zeroing them alone spares clearing the whole gradient first. A block per row, grid-strided.
+extern "C" __global__ void zero_padded_keys_bf16(__nv_bfloat16* grad, const unsigned int* used, long rows, int seq,
+                                                 long row_stride, long col_start, int cols) {
+  for (long r = blockIdx.x; r < rows; r += gridDim.x) {
+    if ((unsigned int)(r % seq) < used[r / seq]) continue;
+    __nv_bfloat16* row = grad + r * row_stride + col_start;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] = __float2bfloat16(0.f);
+  }
+}
+
 // An embedding table's rows looked up: out[j, :] = table[ids[j], :] (f32; one thread per
 // element, consecutive threads along a row).
 extern "C" __global__ void embedding_gather_f32(const float* table, const unsigned int* ids, float* out, long n,

@@ -968,6 +968,44 @@ pub(super) fn add_into(
     Ok(())
 }
 
+/// Zeroes columns `cols` of every key row past its sequence's real keys in `grad` (`rows`
+/// rows of `row_stride` bf16 elements; sequences of `seq` rows, `used` real keys each, u32 on
+/// the device): the rows of dk and dv that FlashAttention-2's backward kernel leaves unwritten.
+pub(super) fn zero_padded_keys(
+    dev: &CudaDevice,
+    grad: &mut CudaSlice<bf16>,
+    used: &CudaSlice<u32>,
+    (rows, seq, row_stride): (usize, usize, usize),
+    cols: std::ops::Range<usize>,
+) -> Result<()> {
+    if rows == 0 || cols.is_empty() {
+        return Ok(());
+    }
+    if seq == 0
+        || !rows.is_multiple_of(seq)
+        || used.len() != rows / seq
+        || cols.end > row_stride
+        || grad.len() < rows * row_stride
+    {
+        candle_core::bail!(
+            "zero-padded-keys: {rows} rows of {row_stride} in sequences of {seq}, {} lengths, columns {cols:?}",
+            used.len()
+        );
+    }
+    let stream = dev.cuda_stream();
+    let func = dev.get_or_load_custom_func("zero_padded_keys_bf16", MODULE, PTX)?.into_cuda_function();
+    let (rows_i, seq_i, stride_i, start_i, cols_i) =
+        (rows as i64, seq as i32, row_stride as i64, cols.start as i64, cols.len() as i32);
+    let mut b = stream.launch_builder(&func);
+    b.arg(grad).arg(used).arg(&rows_i).arg(&seq_i).arg(&stride_i).arg(&start_i).arg(&cols_i);
+    // A block per row (grid-strided past 2^20 rows), its threads along the columns.
+    let cfg = LaunchConfig { grid_dim: (rows.min(1 << 20) as u32, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: grad holds rows · row_stride elements and columns cols lie within a row (checked);
+    // used holds rows / seq lengths.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(())
+}
+
 /// `table [vocab, cols]` (f32) rows at `ids [n]` (u32) → `[n, cols]`.
 pub(super) fn embedding_gather(
     (table, table_l): (&CudaStorage, &Layout),

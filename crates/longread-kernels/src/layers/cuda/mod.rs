@@ -416,6 +416,15 @@ pub fn attention_backward_deterministic() -> bool {
     !env_is(&FAST, "LONGREAD_CUDA_ATTENTION_BWD", "fast")
 }
 
+/// Whether FlashAttention-2's backward pass zeroes only the key rows it leaves unwritten (past
+/// each sequence's real keys: one small kernel after it, the default), or, with
+/// `LONGREAD_CUDA_ZERO_PADDED=all`, the whole q/k/v gradient before it (a pass over
+/// `[tokens, 3 · hidden]` per layer wherever a chunk has padding).
+pub fn zero_padded_keys_only() -> bool {
+    static ALL: OnceLock<bool> = OnceLock::new();
+    !env_is(&ALL, "LONGREAD_CUDA_ZERO_PADDED", "all")
+}
+
 /// Where cuDNN's attention backward pass writes dq, dk and dv, from `LONGREAD_CUDNN_GRADS`:
 /// `packed` (the default) straight into the q/k/v product's gradient (rows of `3 · hidden`);
 /// `dense` into three `[rows, hidden]` blocks (PyTorch's layout in transformers' model, whose

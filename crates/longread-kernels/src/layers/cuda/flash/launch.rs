@@ -187,7 +187,16 @@ pub(super) fn backward(
     if saved.backend == Backend::Cudnn {
         return super::cudnn::backward(&dev, &c, (&x, &out, &dout), lengths, (heads, scale), p_drop, saved);
     }
-    let mut grad = gradient_buffer(&dev, c.rows * 3 * c.hidden, lengths)?;
+    // Unzeroed: the key rows past a sequence's real ones, which the kernel does not write, are
+    // zeroed after it (`zero_padded_keys`), unless LONGREAD_CUDA_ZERO_PADDED=all.
+    let zero_after = !lengths.all_real && crate::layers::cuda::zero_padded_keys_only();
+    let mut grad = if zero_after {
+        // SAFETY: the kernel writes every row of dq and each sequence's real key rows of dk and
+        // dv; the rest is zeroed below.
+        unsafe { dev.alloc::<bf16>(c.rows * 3 * c.hidden) }?
+    } else {
+        gradient_buffer(&dev, c.rows * 3 * c.hidden, lengths)?
+    };
     let padded_rows = c.rows + 128 * c.batch;
     let d_rounded = c.d.div_ceil(32) * 32;
     let splits = dq_splits(&dev, c.batch * heads, lengths.seq);
@@ -246,6 +255,17 @@ pub(super) fn backward(
         })
     })?;
     check(op, status)?;
+    if zero_after {
+        with_lengths(lengths, |_, used| {
+            crate::layers::cuda::launch::zero_padded_keys(
+                &dev,
+                &mut grad,
+                used,
+                (c.rows, lengths.seq, 3 * c.hidden),
+                c.hidden..3 * c.hidden,
+            )
+        })?;
+    }
     Ok(CudaStorage::wrap_cuda_slice(grad, dev))
 }
 
