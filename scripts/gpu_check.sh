@@ -76,6 +76,12 @@ done
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 slug=$(echo "$card" | tr 'A-Z' 'a-z' | sed 's/nvidia //; s/[^a-z0-9]\+/-/g; s/^-//; s/-$//')
 echo "gpu_check: $card ($(nvidia-smi --query-gpu=driver_version,memory.total --format=csv,noheader | head -1))"
+# The build measured (gpu_pack.sh's stamp; the checkout's commit where an older pack has none).
+if [ -f "$run/BUILD" ]; then
+  echo "gpu_check: binaries of $(tr '\n' ';' < "$run/BUILD")"
+else
+  echo "gpu_check: binaries without a BUILD stamp; checkout at $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)"
+fi
 
 # The CUDA 13 libraries candle loads at run time (cuBLAS, cuBLASLt, cuRAND).
 libdirs=$(gpu_library_dirs 'libcublas.so.13*')

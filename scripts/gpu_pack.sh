@@ -14,6 +14,13 @@ strip -o gpu-run/longread "$bin"
 strip -o gpu-run/cuda-tests "$tests"
 strip -o gpu-run/cuda-train-tests "$train_tests"
 xz -f -T0 -6 gpu-run/longread gpu-run/cuda-tests gpu-run/cuda-train-tests
+# Which code the binaries are (gpu_check.sh prints it first): the commit, and the files that
+# differed from it when they were packed (none: the commit's code).
+{
+  echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "packed $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "changed files $(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+} > gpu-run/BUILD
 # For the `unfreeze` part: all-MiniLM-L6-v2's config and tokenizer (not its weights: a random
 # encoder of its shape is made there) and the hyperpartisan training articles (~0.7 MB with xz).
 shared=${SHARED:-../shared}
