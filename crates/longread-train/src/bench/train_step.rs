@@ -90,10 +90,11 @@ pub struct TrainStepResult {
     pub gpu_attention: Option<&'static str>,
     /// Most tokens per encoder batch (given, or `train`'s default for the device and model).
     pub max_batch_tokens: usize,
-    /// On a GPU, the host's share of the median step: when `queued_s` is close to
-    /// `gradients_s`, the GPU waited for the host to queue its work (launches, the graph's
-    /// bookkeeping); when far below, the GPU's own work set the pace. Absent on the CPU (where
-    /// each op runs as it is queued).
+    /// On a GPU, the host's share of the median step: when `queued_s` is far below
+    /// `gradients_s`, the GPU's own work set the pace; when close to it, either the GPU waited
+    /// for the host to queue its work (launches, the graph's bookkeeping) or the GPU's launch
+    /// queue was full and held the host back — the figure cannot tell which. Absent on the CPU
+    /// (where each op runs as it is queued).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostShare>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
