@@ -545,10 +545,14 @@ mod tests {
             all
         };
         let (gpu_route, cpu_route) = (run(true), run(false));
+        let largest = |t: &Tensor| t.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
         for (i, (a, b)) in gpu_route.iter().zip(&cpu_route).enumerate() {
-            let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            let d = largest(&(a - b).unwrap());
             let what = if i < 2 { ["output", "input"][i].to_string() } else { names[i - 2].clone() };
-            assert!(d < 2e-5, "{what}: max abs diff {d}");
+            // Relative to the values beyond 1: the inputs are random, and a weight's gradient
+            // (a sum over the batch's rows, ~5–30) differs by f32 rounding in the last bits.
+            let scale = largest(b).max(1.0);
+            assert!(d < 2e-5 * scale, "{what}: max abs diff {d} (largest value {scale})");
         }
     }
 }
