@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Tensor, TensorId, Var};
+use candle_core::{Tensor, TensorId, Var};
 use longread_model::layers::cuda;
 use longread_model::layers::weight_casts::{self, JoinedLeaf};
 
@@ -144,7 +144,7 @@ impl StepGradients {
 /// `total + grad`: in place where `grad` is bf16 and `total` f32 (`cuda::accumulate_cast`, one
 /// rounding, the bits of casting then adding), else a new sum in `total`'s dtype.
 fn add_into_total(total: Tensor, grad: &Tensor) -> Result<Tensor> {
-    if grad.dtype() == DType::BF16 && cuda::cast_accumulate_in_place() && cuda::accumulate_cast(&total, grad)? {
+    if cuda::cast_accumulate_in_place() && cuda::accumulate_cast(&total, grad)? {
         return Ok(total);
     }
     Ok(total.add(&grad.to_dtype(total.dtype())?)?)
@@ -153,7 +153,7 @@ fn add_into_total(total: Tensor, grad: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     fn values(t: &Tensor) -> Vec<f32> {
         t.to_vec1::<f32>().unwrap()

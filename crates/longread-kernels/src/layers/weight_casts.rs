@@ -210,38 +210,30 @@ pub fn joined(parts: &[&Tensor], join: Join, dtype: DType, what: &'static str) -
         Join::Cat => Tensor::cat(tensors, 0),
         Join::Stack => Tensor::stack(tensors, 0),
     };
-    let key = (first.id(), dtype, what);
-    match kept_under(&key) {
-        Some(Some(tensor)) => Ok(tensor),
-        Some(None) if joined_leaves_wanted() => {
-            let values: Vec<Tensor> = parts.iter().map(|p| p.detach().to_dtype(dtype)).collect::<Result<_>>()?;
-            let leaf = Var::from_tensor(&put_together(&values)?)?;
-            let mut start = 0;
-            let parts = parts
-                .iter()
-                .map(|p| {
-                    let rows = match join {
-                        Join::Cat => p.dim(0)?,
-                        Join::Stack => 1,
-                    };
-                    start += rows;
-                    Ok(Part { weight: (*p).clone(), start: start - rows, rows })
-                })
-                .collect::<Result<_>>()?;
-            let tensor = leaf.as_tensor().clone();
-            CASTS.with(|casts| {
-                if let Some(scope) = casts.borrow_mut().as_mut() {
-                    scope.kept.insert(key, tensor.clone());
-                    scope.leaves.push(JoinedLeaf { leaf, parts });
-                }
-            });
-            Ok(tensor)
-        }
-        _ => shared(first, dtype, what, || {
+    let as_leaf = joined_leaves_wanted() && CASTS.with(|casts| casts.borrow().is_some());
+    shared(first, dtype, what, || {
+        if !as_leaf {
             let casts: Vec<Tensor> = parts.iter().map(|p| cast(p, dtype)).collect::<Result<_>>()?;
-            put_together(&casts)
-        }),
-    }
+            return put_together(&casts);
+        }
+        let values: Vec<Tensor> = parts.iter().map(|p| p.detach().to_dtype(dtype)).collect::<Result<_>>()?;
+        let leaf = Var::from_tensor(&put_together(&values)?)?;
+        let mut start = 0;
+        let parts = parts
+            .iter()
+            .map(|p| {
+                let rows = match join {
+                    Join::Cat => p.dim(0)?,
+                    Join::Stack => 1,
+                };
+                start += rows;
+                Ok(Part { weight: (*p).clone(), start: start - rows, rows })
+            })
+            .collect::<Result<_>>()?;
+        let tensor = leaf.as_tensor().clone();
+        CASTS.with(|casts| casts.borrow_mut().as_mut().map(|scope| scope.leaves.push(JoinedLeaf { leaf, parts })));
+        Ok(tensor)
+    })
 }
 
 #[cfg(test)]

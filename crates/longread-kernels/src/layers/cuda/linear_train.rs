@@ -112,10 +112,7 @@ impl CustomOp3 for LinearBiasTrain {
         _res: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (x, w) = (x.detach(), w.detach());
-        let dy = grad.to_dtype(x.dtype())?.contiguous()?;
-        let d_x = dy.matmul(&w)?;
-        let d_w = dy.t()?.matmul(&x)?;
+        let (dy, d_x, d_w) = product_grads(x, w, grad)?;
         let d_bias = super::training::column_sum(&dy)?;
         Ok((Some(d_x), Some(d_w), Some(d_bias)))
     }
@@ -182,12 +179,22 @@ impl candle_core::CustomOp2 for ProductTrain {
     /// # Shapes
     /// `grad: [rows, n]` → `x: [rows, k]`, `w: [n, k]`
     fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let (x, w) = (x.detach(), w.detach());
-        let dy = grad.to_dtype(x.dtype())?.contiguous()?;
-        let d_x = dy.matmul(&w)?;
-        let d_w = dy.t()?.matmul(&x)?;
+        let (_, d_x, d_w) = product_grads(x, w, grad)?;
         Ok((Some(d_x), Some(d_w)))
     }
+}
+
+/// The gradients of `x · wᵀ` from the output's: `dy` (in `x`'s dtype, contiguous),
+/// `dx = dy · w` and `dw = dyᵀ · x` (the backend's products).
+///
+/// # Shapes
+/// `x: [rows, k]`, `w: [n, k]`, `grad: [rows, n]` → `([rows, n], [rows, k], [n, k])`
+fn product_grads(x: &Tensor, w: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let (x, w) = (x.detach(), w.detach());
+    let dy = grad.to_dtype(x.dtype())?.contiguous()?;
+    let d_x = dy.matmul(&w)?;
+    let d_w = dy.t()?.matmul(&x)?;
+    Ok((dy, d_x, d_w))
 }
 
 /// Whether training's products on the GPU route run as [`ProductTrain`] (the default since

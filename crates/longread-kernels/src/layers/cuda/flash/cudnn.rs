@@ -133,9 +133,7 @@ pub(super) fn forward(
                 // The backward pass's graph is built before the forward pass runs, so that a
                 // shape cuDNN cannot differentiate fails here, where FlashAttention-2 can still
                 // take over.
-                let layout =
-                    GradientLayout::named(crate::layers::cuda::cudnn_gradient_layout(), sizes_of(&c, lengths, heads));
-                prepare_backward(&call, layout.row_stride)?;
+                prepare_backward(&call, gradient_layout(&c, lengths, heads).1.row_stride)?;
             }
             let x_at = x_ptr + bytes::<bf16>(part.start * seq * c.row_stride);
             let out_at = out_ptr + bytes::<bf16>(part.start * seq * c.hidden);
@@ -234,8 +232,7 @@ pub(super) fn backward(
     p_drop: f32,
     saved: &Saved,
 ) -> Result<CudaStorage> {
-    let sizes = sizes_of(c, lengths, heads);
-    let layout = GradientLayout::named(crate::layers::cuda::cudnn_gradient_layout(), sizes);
+    let (sizes, layout) = gradient_layout(c, lengths, heads);
     let mut grad = super::launch::gradient_buffer(dev, c.rows * 3 * c.hidden, lengths)?;
     write_gradients(dev, c, (x, out, dout), (&mut grad, layout), lengths, (heads, scale), p_drop, saved)?;
     let grad = CudaStorage::wrap_cuda_slice(grad, dev.clone());
@@ -248,9 +245,10 @@ pub(super) fn backward(
     Ok(packed)
 }
 
-/// The [`Sizes`] of a call.
-fn sizes_of(c: &Call, lengths: &KeyLengths, heads: usize) -> Sizes {
-    Sizes { batch: c.batch, seq: lengths.seq, heads, dim: c.d }
+/// The [`Sizes`] of a call and where its gradients go (`LONGREAD_CUDNN_GRADS`).
+fn gradient_layout(c: &Call, lengths: &KeyLengths, heads: usize) -> (Sizes, GradientLayout) {
+    let sizes = Sizes { batch: c.batch, seq: lengths.seq, heads, dim: c.d };
+    (sizes, GradientLayout::named(crate::layers::cuda::cudnn_gradient_layout(), sizes))
 }
 
 /// cuDNN's backward pass, dq, dk and dv into `grad` laid out as `layout` says (zeroed where
