@@ -10,3 +10,4 @@ pub mod layers;
 pub mod mode;
 pub mod profile;
 pub mod route;
+pub mod seeded;

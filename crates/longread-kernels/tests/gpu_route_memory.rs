@@ -10,6 +10,7 @@ mod thread_bytes;
 use candle_core::{DType, Device, Tensor, Var};
 use longread_kernels::layers::cuda::{AttentionProbsTrain, AttentionTrain, ResidualNormTrain};
 use longread_kernels::layers::dropout::SeededDropout;
+use longread_kernels::seeded::Normals;
 
 /// Bytes that `forward` allocated and still holds through its output (the graph), and the output
 /// (16 KiB of slack below covers the tensors' own records: Arcs, shapes, graph nodes).
@@ -25,10 +26,11 @@ fn held(forward: impl FnOnce() -> Tensor) -> (isize, Tensor) {
 /// Both are differentiable: the backward pass of each runs and reaches `qkv`.
 #[test]
 fn the_training_attention_keeps_no_seq_by_seq_tensor() {
+    let normals = Normals::new(27);
     let device = Device::Cpu;
     let (batch, seq, heads, head_size) = (2usize, 256usize, 4usize, 16usize);
     let hidden = heads * head_size;
-    let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (batch * seq, 3 * hidden), &device).unwrap()).unwrap();
+    let qkv = Var::from_tensor(&normals.tensor(0f32, 1.0, (batch * seq, 3 * hidden), &device).unwrap()).unwrap();
     let bias = Var::from_tensor(&Tensor::zeros(3 * hidden, DType::F32, &device).unwrap()).unwrap();
     let key_bias = Tensor::zeros((batch, seq), DType::F32, &device).unwrap();
     let dropout = (7, (0.1 * (1u64 << 24) as f64) as u32, 1.0 / 0.9);
@@ -73,9 +75,10 @@ fn the_training_attention_keeps_no_seq_by_seq_tensor() {
 /// `[rows, hidden]` tensors besides its output. Both are differentiable.
 #[test]
 fn the_block_end_keeps_only_its_output() {
+    let normals = Normals::new(75);
     let device = Device::Cpu;
     let (rows, hidden, eps) = (1024usize, 64usize, 1e-5f32);
-    let var = |shape: (usize, usize)| Var::from_tensor(&Tensor::randn(0f32, 1.0, shape, &device).unwrap()).unwrap();
+    let var = |shape: (usize, usize)| Var::from_tensor(&normals.tensor(0f32, 1.0, shape, &device).unwrap()).unwrap();
     let (x, residual, params) = (var((rows, hidden)), var((rows, hidden)), var((3, hidden)));
     let dropout = SeededDropout { p: 0.1, seed: 5 };
 

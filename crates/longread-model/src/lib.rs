@@ -23,7 +23,7 @@ pub mod variables;
 
 // The building blocks, kernels and modes live in their own crate, below this one; re-exported
 // so `longread_model::layers` (and `crate::layers` here) name them.
-pub use longread_kernels::{activation, layers, mode, multiversion, profile, route};
+pub use longread_kernels::{activation, layers, mode, multiversion, profile, route, seeded};
 
 pub use checkpoint::{resolve_model_dir, Checkpoint, LoadOptions};
 pub use config::EncoderConfig;

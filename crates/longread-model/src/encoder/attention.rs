@@ -472,6 +472,7 @@ impl SelfAttention {
 mod tests {
     use super::*;
     use crate::mode::DropoutRng;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
     use candle_nn::VarMap;
 
@@ -482,6 +483,7 @@ mod tests {
 
     /// The same with `probs_dropout` on the attention probabilities.
     fn attention_with(probs_dropout: f64) -> (VarMap, SelfAttention) {
+        let normals = Normals::new(484);
         let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
             "vocab_size": 10, "hidden_size": 24, "num_hidden_layers": 1, "num_attention_heads": 3,
             "hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": probs_dropout, "layer_norm_eps": 1e-5
@@ -490,7 +492,7 @@ mod tests {
         let vars = VarMap::new();
         let attention = SelfAttention::load(VarBuilder::from_varmap(&vars, DType::F32, &Device::Cpu), &cfg).unwrap();
         for (_, var) in vars.data().lock().unwrap().iter() {
-            let t = Tensor::randn(0f32, 0.4, var.shape(), &Device::Cpu).unwrap();
+            let t = normals.tensor(0f32, 0.4, var.shape(), &Device::Cpu).unwrap();
             var.set(&(t + 0.1).unwrap()).unwrap();
         }
         (vars, attention)
@@ -514,15 +516,16 @@ mod tests {
     }
 
     fn gpu_route_equals_cpu_route((vars, attention): (VarMap, SelfAttention), flash: bool) {
+        let normals = Normals::new(516);
         let device = Device::Cpu;
         let (batch, seq) = (2, 9);
-        let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (batch, seq, 24), &device).unwrap()).unwrap();
+        let xs = Var::from_tensor(&normals.tensor(0f32, 1.0, (batch, seq, 24), &device).unwrap()).unwrap();
         let mut mask = vec![1u32; batch * seq];
         mask[seq - 3..seq].iter_mut().for_each(|m| *m = 0);
         let mask = Tensor::from_vec(mask, (batch, seq), &device).unwrap();
         let mask_bias = crate::encoder::mask_bias(&mask, DType::F32).unwrap();
         let lengths = cuda::KeyLengths::right_padded(&mask).unwrap().expect("right-padded");
-        let w = Tensor::randn(0f32, 1.0, (batch, seq, 24), &device).unwrap();
+        let w = normals.tensor(0f32, 1.0, (batch, seq, 24), &device).unwrap();
         let mut names: Vec<_> = vars.data().lock().unwrap().keys().cloned().collect();
         names.sort();
         assert_eq!(names.len(), 10, "{names:?}");

@@ -145,6 +145,7 @@ impl BlockOutput {
 mod tests {
     use super::*;
     use crate::mode::DropoutRng;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
     use candle_nn::VarMap;
 
@@ -152,10 +153,11 @@ mod tests {
     /// freed when it ends), even over trainable weights; training does.
     #[test]
     fn inference_output_carries_no_graph() {
+        let normals = Normals::new(154);
         let device = Device::Cpu;
         let (_vars, block) = block();
-        let xs = Tensor::randn(0f32, 1.0, (2, 3, 56), &device).unwrap();
-        let residual = Tensor::randn(0f32, 1.0, (2, 3, 40), &device).unwrap();
+        let xs = normals.tensor(0f32, 1.0, (2, 3, 56), &device).unwrap();
+        let residual = normals.tensor(0f32, 1.0, (2, 3, 40), &device).unwrap();
         assert!(!block.forward(&xs, &residual, Mode::Eval).unwrap().track_op());
         let rng = DropoutRng::new(1);
         assert!(block.forward(&xs, &residual, Mode::Train(&rng)).unwrap().track_op());
@@ -166,11 +168,12 @@ mod tests {
     /// parameters) with the same dropout mask.
     #[test]
     fn the_gpu_routes_training_op_is_the_composition() {
+        let normals = Normals::new(168);
         let device = Device::Cpu;
         let (vars, block) = block();
-        let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 13, 56), &device).unwrap()).unwrap();
-        let residual = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 13, 40), &device).unwrap()).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (2, 13, 40), &device).unwrap();
+        let xs = Var::from_tensor(&normals.tensor(0f32, 1.0, (2, 13, 56), &device).unwrap()).unwrap();
+        let residual = Var::from_tensor(&normals.tensor(0f32, 1.0, (2, 13, 40), &device).unwrap()).unwrap();
+        let w = normals.tensor(0f32, 1.0, (2, 13, 40), &device).unwrap();
         let mut names: Vec<_> = vars.data().lock().unwrap().keys().cloned().collect();
         names.sort();
         let run = |gpu_route: bool| {
@@ -214,15 +217,16 @@ mod tests {
     /// input, the residual and every parameter, with dropout (the same seed stream).
     #[test]
     fn the_fused_path_is_the_composition() {
+        let normals = Normals::new(216);
         let device = Device::Cpu;
         let (vars, block) = block();
         for (_, var) in vars.data().lock().unwrap().iter() {
-            let t = Tensor::randn(0f32, 0.5, var.shape(), &device).unwrap();
+            let t = normals.tensor(0f32, 0.5, var.shape(), &device).unwrap();
             var.set(&(t + 0.3).unwrap()).unwrap();
         }
-        let xs = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 21, 56), &device).unwrap()).unwrap();
-        let residual = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2, 21, 40), &device).unwrap()).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (2, 21, 40), &device).unwrap();
+        let xs = Var::from_tensor(&normals.tensor(0f32, 1.0, (2, 21, 56), &device).unwrap()).unwrap();
+        let residual = Var::from_tensor(&normals.tensor(0f32, 1.0, (2, 21, 40), &device).unwrap()).unwrap();
+        let w = normals.tensor(0f32, 1.0, (2, 21, 40), &device).unwrap();
         let run = |fused: bool| {
             let rng = DropoutRng::new(5);
             let mode = Mode::Train(&rng);

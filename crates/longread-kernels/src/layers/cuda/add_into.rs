@@ -87,6 +87,7 @@ pub fn install_cast_accumulate() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
 
     /// Two parts' backward passes through one shared bf16 cast of f32 weights: the totals are
@@ -95,9 +96,10 @@ mod tests {
     /// a new one made.
     #[test]
     fn cast_gradients_add_into_their_totals_in_place_with_the_same_bits() {
+        let normals = Normals::new(97);
         let device = Device::Cpu;
-        let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, (7, 5), &device).unwrap()).unwrap();
-        let parts: Vec<Tensor> = (0..2).map(|_| Tensor::randn(0f32, 1.0, (3, 7), &device).unwrap()).collect();
+        let w = Var::from_tensor(&normals.tensor(0f32, 1.0, (7, 5), &device).unwrap()).unwrap();
+        let parts: Vec<Tensor> = (0..2).map(|_| normals.tensor(0f32, 1.0, (3, 7), &device).unwrap()).collect();
         let cast = w.as_tensor().to_dtype(DType::BF16).unwrap();
         let loss = |x: &Tensor| {
             let y = x.to_dtype(DType::BF16).unwrap().matmul(&cast).unwrap();

@@ -171,6 +171,7 @@ impl CustomOp3 for AttentionTrain {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seeded::Normals;
     use candle_core::{DType, Device, Var};
 
     /// The pieces `reference` implements, composed of candle ops (f32, CPU): the op must give
@@ -208,15 +209,16 @@ mod tests {
     /// a padded key, on uneven sizes.
     #[test]
     fn the_op_is_the_composed_attention_values_and_gradients() {
+        let normals = Normals::new(210);
         let device = Device::Cpu;
         let (batch, seq, heads, head_size) = (2, 7, 3, 4);
         let hidden = heads * head_size;
-        let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (batch * seq, 3 * hidden), &device).unwrap()).unwrap();
-        let bias = Var::from_tensor(&Tensor::randn(0f32, 0.5, 3 * hidden, &device).unwrap()).unwrap();
+        let qkv = Var::from_tensor(&normals.tensor(0f32, 1.0, (batch * seq, 3 * hidden), &device).unwrap()).unwrap();
+        let bias = Var::from_tensor(&normals.tensor(0f32, 0.5, 3 * hidden, &device).unwrap()).unwrap();
         let mut mask = vec![0f32; batch * seq];
         mask[seq - 2..seq].iter_mut().for_each(|m| *m = -1e30);
         let key_bias = Tensor::from_vec(mask, (batch, seq), &device).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (batch, seq, hidden), &device).unwrap();
+        let w = normals.tensor(0f32, 1.0, (batch, seq, hidden), &device).unwrap();
         for dropout in [(0, 0, 1.0), (99, (0.3 * (1u64 << 24) as f64) as u32, 1.0 / 0.7)] {
             let op = AttentionTrain { heads, scale: 0.5, dropout };
             let run = |fused: bool| {

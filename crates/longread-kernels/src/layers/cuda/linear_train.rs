@@ -217,6 +217,7 @@ pub fn train_qkv_bias_in_product() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
 
     fn max_abs(t: &Tensor) -> f32 {
@@ -227,11 +228,12 @@ mod tests {
     /// (`x.matmul(wᵀ) + bias`).
     #[test]
     fn the_op_is_the_composition_values_and_gradients() {
+        let normals = Normals::new(229);
         let device = Device::Cpu;
         let (rows, k, n) = (13, 24, 18);
-        let var = |shape: &[usize]| Var::from_tensor(&Tensor::randn(0f32, 1.0, shape, &device).unwrap()).unwrap();
+        let var = |shape: &[usize]| Var::from_tensor(&normals.tensor(0f32, 1.0, shape, &device).unwrap()).unwrap();
         let (x, w, bias) = (var(&[rows, k]), var(&[n, k]), var(&[n]));
-        let dy = Tensor::randn(0f32, 1.0, (rows, n), &device).unwrap();
+        let dy = normals.tensor(0f32, 1.0, (rows, n), &device).unwrap();
         let run = |fused: bool| {
             let y = if fused {
                 x.as_tensor().apply_op3(w.as_tensor(), bias.as_tensor(), LinearBiasTrain).unwrap()
@@ -255,15 +257,16 @@ mod tests {
     /// (f32 and bf16 on the CPU), and inputs that do not fit are errors naming it.
     #[test]
     fn the_product_op_is_candles_product_values_and_gradients() {
+        let normals = Normals::new(257);
         let device = Device::Cpu;
         let (rows, k, n) = (11, 20, 14);
         for (dtype, tolerance) in [(DType::F32, 2e-5f32), (DType::BF16, 2e-2)] {
             let var = |shape: &[usize]| {
-                let t = Tensor::randn(0f32, 1.0, shape, &device).unwrap().to_dtype(dtype).unwrap();
+                let t = normals.tensor(0f32, 1.0, shape, &device).unwrap().to_dtype(dtype).unwrap();
                 Var::from_tensor(&t).unwrap()
             };
             let (x, w) = (var(&[rows, k]), var(&[n, k]));
-            let dy = Tensor::randn(0f32, 1.0, (rows, n), &device).unwrap().to_dtype(dtype).unwrap();
+            let dy = normals.tensor(0f32, 1.0, (rows, n), &device).unwrap().to_dtype(dtype).unwrap();
             let run = |op: bool| {
                 let y = if op {
                     x.as_tensor().apply_op2(w.as_tensor(), ProductTrain).unwrap()
@@ -288,7 +291,7 @@ mod tests {
                 assert!(d <= tolerance * scale, "{dtype:?}: gradient {i} (d x, d w): max abs diff {d} of {scale}");
             }
         }
-        let t = |shape: &[usize]| Tensor::randn(0f32, 1.0, shape, &device).unwrap();
+        let t = |shape: &[usize]| normals.tensor(0f32, 1.0, shape, &device).unwrap();
         for case in [
             t(&[4, 6]).apply_op2(&t(&[5, 7]), ProductTrain),
             t(&[6, 4]).t().unwrap().apply_op2(&t(&[5, 6]), ProductTrain),
@@ -303,8 +306,9 @@ mod tests {
     /// naming the op.
     #[test]
     fn inputs_that_do_not_fit_are_errors() {
+        let normals = Normals::new(305);
         let device = Device::Cpu;
-        let t = |shape: &[usize]| Tensor::randn(0f32, 1.0, shape, &device).unwrap();
+        let t = |shape: &[usize]| normals.tensor(0f32, 1.0, shape, &device).unwrap();
         let (x, w, bias) = (t(&[4, 6]), t(&[5, 6]), t(&[5]));
         let cases = [
             x.apply_op3(&t(&[5, 7]), &bias, LinearBiasTrain),

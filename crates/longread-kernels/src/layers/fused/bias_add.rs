@@ -90,15 +90,17 @@ impl InplaceOp2 for FusedBiasAdd {
 mod tests {
     use super::*;
     use crate::layers::fused::max_diff;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
 
     #[test]
     fn fused_bias_add_matches_broadcast_add_and_its_gradients() {
+        let normals = Normals::new(96);
         let device = Device::Cpu;
         // 3 × 70 rows of 301: several rayon tasks and a row length that is not a multiple of 16.
-        let x = Var::from_tensor(&Tensor::randn(0f32, 3.0, (3, 70, 301), &device).unwrap()).unwrap();
-        let bias = Var::from_tensor(&Tensor::randn(0f32, 1.0, 301, &device).unwrap()).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (3, 70, 301), &device).unwrap();
+        let x = Var::from_tensor(&normals.tensor(0f32, 3.0, (3, 70, 301), &device).unwrap()).unwrap();
+        let bias = Var::from_tensor(&normals.tensor(0f32, 1.0, 301, &device).unwrap()).unwrap();
+        let w = normals.tensor(0f32, 1.0, (3, 70, 301), &device).unwrap();
         let run = |fused: bool| {
             let y = if fused {
                 x.as_tensor().apply_op2(bias.as_tensor(), FusedBiasAdd).unwrap()
@@ -131,9 +133,10 @@ mod tests {
 
     #[test]
     fn in_place_bias_add_is_broadcast_add() {
+        let normals = Normals::new(133);
         let device = Device::Cpu;
-        let x = Tensor::randn(0f32, 3.0, (3, 70, 301), &device).unwrap();
-        let bias = Tensor::randn(0f32, 1.0, 301, &device).unwrap();
+        let x = normals.tensor(0f32, 3.0, (3, 70, 301), &device).unwrap();
+        let bias = normals.tensor(0f32, 1.0, 301, &device).unwrap();
         let want = x.broadcast_add(&bias).unwrap();
         x.inplace_op2(&bias, &FusedBiasAdd).unwrap();
         assert_eq!(max_diff(&x, &want), 0.0);

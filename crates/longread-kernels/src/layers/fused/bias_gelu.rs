@@ -98,15 +98,17 @@ impl InplaceOp2 for FusedBiasGeluErf {
 mod tests {
     use super::*;
     use crate::layers::fused::max_diff;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
 
     #[test]
     fn fused_bias_gelu_matches_the_composition_and_its_gradients() {
+        let normals = Normals::new(104);
         let device = Device::Cpu;
         // 2 × 50 rows of 301: several rayon tasks and a row length that is not a multiple of 16.
-        let x = Var::from_tensor(&Tensor::randn(0f32, 3.0, (2, 50, 301), &device).unwrap()).unwrap();
-        let bias = Var::from_tensor(&Tensor::randn(0f32, 1.0, 301, &device).unwrap()).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (2, 50, 301), &device).unwrap();
+        let x = Var::from_tensor(&normals.tensor(0f32, 3.0, (2, 50, 301), &device).unwrap()).unwrap();
+        let bias = Var::from_tensor(&normals.tensor(0f32, 1.0, 301, &device).unwrap()).unwrap();
+        let w = normals.tensor(0f32, 1.0, (2, 50, 301), &device).unwrap();
         let run = |fused: bool| {
             let y = if fused {
                 x.as_tensor().apply_op2(bias.as_tensor(), FusedBiasGeluErf).unwrap()
@@ -138,9 +140,10 @@ mod tests {
 
     #[test]
     fn in_place_bias_gelu_is_the_op() {
+        let normals = Normals::new(140);
         let device = Device::Cpu;
-        let x = Tensor::randn(0f32, 3.0, (2, 50, 301), &device).unwrap();
-        let bias = Tensor::randn(0f32, 1.0, 301, &device).unwrap();
+        let x = normals.tensor(0f32, 3.0, (2, 50, 301), &device).unwrap();
+        let bias = normals.tensor(0f32, 1.0, 301, &device).unwrap();
         let want = x.apply_op2_no_bwd(&bias, &FusedBiasGeluErf).unwrap();
         x.inplace_op2(&bias, &FusedBiasGeluErf).unwrap();
         assert_eq!(max_diff(&x, &want), 0.0);

@@ -80,13 +80,14 @@ impl CustomOp3 for FusedLayerNorm {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::layers::fused::max_diff;
     use crate::layers::LayerNorm;
+    use crate::seeded::Normals;
     use candle_core::{DType, Device, Var};
 
     #[test]
     fn fused_layer_norm_matches_the_composition_and_its_gradients() {
+        let normals = Normals::new(89);
         let device = Device::Cpu;
         let vars = candle_nn::VarMap::new();
         let vb = candle_nn::VarBuilder::from_varmap(&vars, DType::F32, &device);
@@ -94,10 +95,10 @@ mod tests {
         // Non-trivial weight and bias.
         for (name, var) in vars.data().lock().unwrap().iter() {
             let offset = if name.ends_with("weight") { 1.0 } else { 0.0 };
-            var.set(&(Tensor::randn(0f32, 0.5, 48, &device).unwrap() + offset).unwrap()).unwrap();
+            var.set(&(normals.tensor(0f32, 0.5, 48, &device).unwrap() + offset).unwrap()).unwrap();
         }
-        let x = Var::from_tensor(&(Tensor::randn(0f32, 2.0, (4, 9, 48), &device).unwrap() + 3.0).unwrap()).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (4, 9, 48), &device).unwrap();
+        let x = Var::from_tensor(&(normals.tensor(0f32, 2.0, (4, 9, 48), &device).unwrap() + 3.0).unwrap()).unwrap();
+        let w = normals.tensor(0f32, 1.0, (4, 9, 48), &device).unwrap();
         let rng = crate::mode::DropoutRng::new(0);
         let run = |fused: bool| {
             let y = if fused {

@@ -194,6 +194,7 @@ fn product(
 mod tests {
     use super::*;
     use crate::layers::fused::max_diff;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
 
     /// Row counts below and above gemm's blocking, widths not multiples of the SIMD lanes.
@@ -201,10 +202,11 @@ mod tests {
 
     #[test]
     fn the_product_is_matmul_by_the_transposed_weights() {
+        let normals = Normals::new(203);
         let device = Device::Cpu;
         for (batch, rows, k, n) in SHAPES {
-            let x = Tensor::randn(0f32, 1.0, (batch, rows, k), &device).unwrap();
-            let w = Tensor::randn(0f32, 1.0, (n, k), &device).unwrap();
+            let x = normals.tensor(0f32, 1.0, (batch, rows, k), &device).unwrap();
+            let w = normals.tensor(0f32, 1.0, (n, k), &device).unwrap();
             let want = x.broadcast_matmul(&w.t().unwrap()).unwrap();
             for got in [x.apply_op2_no_bwd(&w, &DenseProduct).unwrap(), x.apply_op2(&w, DenseProduct).unwrap()] {
                 assert_eq!(got.dims(), want.dims());
@@ -216,12 +218,13 @@ mod tests {
 
     #[test]
     fn the_gradients_are_those_of_the_composed_matmul() {
+        let normals = Normals::new(218);
         let device = Device::Cpu;
         for (batch, rows, k, n) in SHAPES {
             let x = Var::randn(0f32, 1.0, (batch, rows, k), &device).unwrap();
             let w = Var::randn(0f32, 1.0, (n, k), &device).unwrap();
             // A non-uniform upstream gradient, through a strided view (a transpose) of the output.
-            let up = Tensor::randn(0f32, 1.0, (batch, n, rows), &device).unwrap();
+            let up = normals.tensor(0f32, 1.0, (batch, n, rows), &device).unwrap();
             let loss = |y: Tensor| y.transpose(1, 2).unwrap().mul(&up).unwrap().sum_all().unwrap();
             let fused = loss(x.as_tensor().apply_op2(w.as_tensor(), DenseProduct).unwrap()).backward().unwrap();
             let composed = loss(x.broadcast_matmul(&w.t().unwrap()).unwrap()).backward().unwrap();
@@ -237,9 +240,10 @@ mod tests {
 
     #[test]
     fn arguments_without_gradients_get_none() {
+        let normals = Normals::new(239);
         let device = Device::Cpu;
         let x = Var::randn(0f32, 1.0, (4, 6), &device).unwrap();
-        let frozen = Tensor::randn(0f32, 1.0, (3, 6), &device).unwrap();
+        let frozen = normals.tensor(0f32, 1.0, (3, 6), &device).unwrap();
         let grads = x.as_tensor().apply_op2(&frozen, DenseProduct).unwrap().sum_all().unwrap().backward().unwrap();
         assert!(grads.get(&frozen).is_none());
         // d(sum(x·Wᵀ))/dx = the column sums of W, for every row.

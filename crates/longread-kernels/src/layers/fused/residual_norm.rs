@@ -202,6 +202,7 @@ impl InplaceOp3 for FusedResidualNorm {
 mod tests {
     use super::*;
     use crate::layers::fused::max_diff;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var, D};
 
     /// The composition: bias add, dropout (the same mask), residual add, LayerNorm.
@@ -225,13 +226,14 @@ mod tests {
 
     /// Output and gradients of x, residual and params, fused and composed.
     fn both(op: FusedResidualNorm, param_rows: usize) -> Vec<(Tensor, Tensor)> {
+        let normals = Normals::new(227);
         let device = Device::Cpu;
         // 3 × 13 rows of 72: more than one task's rows (16) and rows not a multiple of 16.
         let shape = (3, 13, 72);
-        let x = Var::from_tensor(&Tensor::randn(0.5f32, 2.0, shape, &device).unwrap()).unwrap();
-        let residual = Var::from_tensor(&Tensor::randn(-1f32, 1.0, shape, &device).unwrap()).unwrap();
-        let params = Var::from_tensor(&Tensor::randn(0.5f32, 0.7, (param_rows, 72), &device).unwrap()).unwrap();
-        let w = Tensor::randn(0f32, 1.0, shape, &device).unwrap();
+        let x = Var::from_tensor(&normals.tensor(0.5f32, 2.0, shape, &device).unwrap()).unwrap();
+        let residual = Var::from_tensor(&normals.tensor(-1f32, 1.0, shape, &device).unwrap()).unwrap();
+        let params = Var::from_tensor(&normals.tensor(0.5f32, 0.7, (param_rows, 72), &device).unwrap()).unwrap();
+        let w = normals.tensor(0f32, 1.0, shape, &device).unwrap();
         let run = |fused: bool| {
             let y = if fused {
                 x.as_tensor().apply_op3(residual.as_tensor(), params.as_tensor(), op).unwrap()
@@ -281,11 +283,12 @@ mod tests {
 
     #[test]
     fn in_place_is_the_op() {
+        let normals = Normals::new(283);
         let device = Device::Cpu;
         let op = FusedResidualNorm { eps: 1e-12, dropout: None };
-        let x = Tensor::randn(0.5f32, 2.0, (3, 13, 72), &device).unwrap();
-        let residual = Tensor::randn(-1f32, 1.0, (3, 13, 72), &device).unwrap();
-        let params = Tensor::randn(0.5f32, 0.7, (3, 72), &device).unwrap();
+        let x = normals.tensor(0.5f32, 2.0, (3, 13, 72), &device).unwrap();
+        let residual = normals.tensor(-1f32, 1.0, (3, 13, 72), &device).unwrap();
+        let params = normals.tensor(0.5f32, 0.7, (3, 72), &device).unwrap();
         let want = x.apply_op3_no_bwd(&residual, &params, &op).unwrap();
         x.inplace_op3(&residual, &params, &op).unwrap();
         assert_eq!(max_diff(&x, &want), 0.0);

@@ -91,11 +91,13 @@ impl CustomOp1 for Int8Matmul<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seeded::Normals;
     use candle_core::{Device, D};
 
     fn layer(out: usize, inputs: usize) -> (Tensor, Tensor) {
+        let normals = Normals::new(96);
         let device = Device::Cpu;
-        (Tensor::randn(0f32, 0.05, (out, inputs), &device).unwrap(), Tensor::randn(0f32, 0.1, out, &device).unwrap())
+        (normals.tensor(0f32, 0.05, (out, inputs), &device).unwrap(), normals.tensor(0f32, 0.1, out, &device).unwrap())
     }
 
     /// Odd sizes: partial tiles of rows and panels, inputs not a multiple of 4, outputs not a
@@ -104,9 +106,10 @@ mod tests {
 
     #[test]
     fn int8_layers_are_close_to_f32() {
+        let normals = Normals::new(106);
         for (rows, inputs, out) in SHAPES {
             let (w, b) = layer(out, inputs);
-            let xs = Tensor::randn(0f32, 1.0, (rows, inputs), &Device::Cpu).unwrap();
+            let xs = normals.tensor(0f32, 1.0, (rows, inputs), &Device::Cpu).unwrap();
             let exact = xs.matmul(&w.t().unwrap()).unwrap().broadcast_add(&b).unwrap();
             let int8 = Int8Weights::new(&w, Some(&b)).unwrap().forward(&xs).unwrap();
             assert_eq!(int8.dims(), exact.dims());
@@ -119,15 +122,16 @@ mod tests {
         }
         // A batch dimension is kept.
         let (w, b) = layer(16, 8);
-        let xs = Tensor::randn(0f32, 1.0, (2, 3, 8), &Device::Cpu).unwrap();
+        let xs = normals.tensor(0f32, 1.0, (2, 3, 8), &Device::Cpu).unwrap();
         assert_eq!(Int8Weights::new(&w, Some(&b)).unwrap().forward(&xs).unwrap().dims(), [2, 3, 16]);
     }
 
     #[test]
     fn the_gelu_epilogue_is_gelu_of_the_product_exactly() {
+        let normals = Normals::new(127);
         // More rows than one task and a partial one, outputs not a multiple of the panels.
         let (w, b) = layer(37, 24);
-        let xs = Tensor::randn(0f32, 1.0, (2, 150, 24), &Device::Cpu).unwrap();
+        let xs = normals.tensor(0f32, 1.0, (2, 150, 24), &Device::Cpu).unwrap();
         let weights = Int8Weights::new(&w, Some(&b)).unwrap();
         let fused = weights.forward_gelu(&xs).unwrap();
         let apart = crate::activation::Activation::GeluErf.forward(&weights.forward(&xs).unwrap()).unwrap();
@@ -138,13 +142,14 @@ mod tests {
 
     #[test]
     fn the_vector_kernels_and_the_portable_ones_agree_exactly() {
+        let normals = Normals::new(140);
         let kernels: Vec<Kernel> = [Kernel::Vnni, Kernel::Avx2].into_iter().filter(|k| k.available()).collect();
         if kernels.is_empty() {
             eprintln!("neither AVX-512 VNNI nor AVX2 on this CPU: only the portable kernel runs");
         }
         for (rows, inputs, out) in SHAPES {
             let (w, b) = layer(out, inputs);
-            let xs = Tensor::randn(0f32, 1.0, (rows, inputs), &Device::Cpu).unwrap();
+            let xs = normals.tensor(0f32, 1.0, (rows, inputs), &Device::Cpu).unwrap();
             let weights = Int8Weights::new(&w, Some(&b)).unwrap();
             let run =
                 |kernel| weights.forward_with(&xs, kernel).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();

@@ -247,6 +247,7 @@ impl CustomOp3 for FlashAttentionTrainGrad {
 mod tests {
     use super::super::tests::{composed, mask_of};
     use super::*;
+    use crate::seeded::Normals;
     use candle_core::{Device, Var};
 
     /// The op's values and its gradient (the CPU loops, the GPU kernels' reference) equal
@@ -254,14 +255,15 @@ mod tests {
     /// keys in the padding get no gradient.
     #[test]
     fn the_op_is_masked_attention_values_and_gradients() {
+        let normals = Normals::new(256);
         let (heads, d, seq) = (2, 8, 6);
         let hidden = heads * d;
         let mask = mask_of(&[vec![1, 1, 1, 1, 1, 1], vec![1, 1, 1, 1, 0, 0], vec![1, 0, 0, 0, 0, 0]]);
         let lengths = KeyLengths::right_padded(&mask).unwrap().unwrap();
-        let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (3 * seq, 3 * hidden), &Device::Cpu).unwrap()).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (3 * seq, hidden), &Device::Cpu).unwrap();
+        let qkv = Var::from_tensor(&normals.tensor(0f32, 1.0, (3 * seq, 3 * hidden), &Device::Cpu).unwrap()).unwrap();
+        let w = normals.tensor(0f32, 1.0, (3 * seq, hidden), &Device::Cpu).unwrap();
         let scale = 1.0 / (d as f32).sqrt();
-        let bias = Var::from_tensor(&Tensor::randn(0f32, 0.5, 3 * hidden, &Device::Cpu).unwrap()).unwrap();
+        let bias = Var::from_tensor(&normals.tensor(0f32, 0.5, 3 * hidden, &Device::Cpu).unwrap()).unwrap();
         let op = FlashAttentionTrain::new(heads, scale, lengths, None);
         let ours = op.forward(qkv.as_tensor(), bias.as_tensor()).unwrap();
         let theirs = composed(&qkv.as_tensor().broadcast_add(bias.as_tensor()).unwrap(), &mask, heads, scale);
@@ -286,13 +288,14 @@ mod tests {
     /// the bias itself: the same loops on the same biased rows.
     #[test]
     fn a_biased_product_gives_the_ops_values_and_gradient() {
+        let normals = Normals::new(288);
         let (heads, d, seq) = (2, 8, 5);
         let hidden = heads * d;
         let mask = mask_of(&[vec![1, 1, 1, 1, 1], vec![1, 1, 1, 0, 0]]);
         let lengths = KeyLengths::right_padded(&mask).unwrap().unwrap();
-        let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (2 * seq, 3 * hidden), &Device::Cpu).unwrap()).unwrap();
-        let bias = Tensor::randn(0f32, 0.5, 3 * hidden, &Device::Cpu).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (2 * seq, hidden), &Device::Cpu).unwrap();
+        let qkv = Var::from_tensor(&normals.tensor(0f32, 1.0, (2 * seq, 3 * hidden), &Device::Cpu).unwrap()).unwrap();
+        let bias = normals.tensor(0f32, 0.5, 3 * hidden, &Device::Cpu).unwrap();
+        let w = normals.tensor(0f32, 1.0, (2 * seq, hidden), &Device::Cpu).unwrap();
         let scale = 1.0 / (d as f32).sqrt();
         let op = FlashAttentionTrain::new(heads, scale, lengths, None);
         let with_bias = op.clone().forward(qkv.as_tensor(), &bias).unwrap();
