@@ -829,14 +829,17 @@ pub(super) fn residual_norm_train_grad(
     }
     let [x_r, residual_r, params_r, dy_r] = ranges;
     let (dtype, dev) = (x.dtype(), x.device.clone());
-    // Blocks of 4 warps, each warp over 8 rows or more; at most 4 blocks per SM of an H100/H200.
+    // Blocks of 4 warps, as many as the GPU holds at once for the kernel's registers (about 200
+    // a thread at 768 features: 2 blocks per multiprocessor) or one warp per row if fewer.
     const WARPS: usize = 4;
-    let blocks = rows.div_ceil(WARPS * 8).clamp(1, 528);
+    let name = format!("residual_norm_train_grad_regs{}", cols / 128);
+    let (stream, func) = kernel(&dev, &name, dtype)?;
+    let resident = super::waves::resident_blocks(&dev, &format!("{name}_{dtype:?}"), &func, (WARPS * 32) as u32);
+    let blocks = super::waves::one_wave_blocks(rows, WARPS, resident);
     let (dx, d_residual) = (alloc_like(&dev, dtype, rows * cols)?, alloc_like(&dev, dtype, rows * cols)?);
     // SAFETY: each block writes its `3 × cols` sums before the second kernel reads them.
     let mut partial = unsafe { dev.alloc::<f32>(blocks * 3 * cols) }?;
     let mut d_params = unsafe { dev.alloc::<f32>(3 * cols) }?;
-    let (stream, func) = kernel(&dev, &format!("residual_norm_train_grad_regs{}", cols / 128), dtype)?;
     let params = params.as_cuda_slice::<f32>()?.slice(params_r);
     let (seed, threshold, keep) = dropout;
     let rows_i = rows as i64;

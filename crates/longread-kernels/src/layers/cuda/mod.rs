@@ -40,6 +40,7 @@ mod residual_norm_train;
 mod route_kernels;
 mod training;
 pub mod twin;
+mod waves;
 
 pub use add_into::{accumulate_cast, cast_accumulate_in_place, install_cast_accumulate, AddInto};
 pub use attention_train::AttentionTrain;
