@@ -108,18 +108,34 @@ impl Grouping {
 
 /// The positions of `ids` grouped by id, those of `skip` left out, each id's positions cut
 /// into pieces of [`piece_len`] of the most frequent id's count (one piece per id when no id
-/// is looked up more than 32 times, or when not `split`).
+/// is looked up more than 32 times, or when not `split`). A counting sort (stable: each id's
+/// positions in order), linear in the ids and the largest id: the host does this at the start
+/// of every training batch's forward pass, where a comparison sort of 40,960 word ids took
+/// ~1.3 ms while the GPU waited.
 fn groups(ids: &[u32], skip: Option<u32>, split: bool) -> Grouping {
-    let mut order: Vec<u32> = (0..ids.len() as u32).filter(|&j| Some(ids[j as usize]) != skip).collect();
-    order.sort_by_key(|&j| ids[j as usize]);
-    let (mut seg, mut uniq) = (Vec::new(), Vec::new());
-    for (k, &j) in order.iter().enumerate() {
-        if uniq.last() != Some(&ids[j as usize]) {
-            seg.push(k as u32);
-            uniq.push(ids[j as usize]);
-        }
+    let kept = |id: u32| Some(id) != skip;
+    let span = ids.iter().copied().filter(|&id| kept(id)).max().map_or(0, |id| id as usize + 1);
+    // starts[id]: where id's positions begin in `order`, then (while filling) where its next goes.
+    let mut starts = vec![0u32; span + 1];
+    for &id in ids.iter().filter(|&&id| kept(id)) {
+        starts[id as usize + 1] += 1;
     }
-    seg.push(order.len() as u32);
+    let (mut seg, mut uniq) = (Vec::new(), Vec::new());
+    for id in 0..span {
+        if starts[id + 1] > 0 {
+            seg.push(starts[id]);
+            uniq.push(id as u32);
+        }
+        starts[id + 1] += starts[id];
+    }
+    let total = starts[span] as usize;
+    seg.push(total as u32);
+    let mut order = vec![0u32; total];
+    for (j, &id) in ids.iter().enumerate().filter(|&(_, &id)| kept(id)) {
+        let next = &mut starts[id as usize];
+        order[*next as usize] = j as u32;
+        *next += 1;
+    }
     let most = seg.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
     let len = if split { piece_len(most as usize) } else { usize::MAX };
     let (mut piece, mut first) = (Vec::new(), Vec::with_capacity(uniq.len() + 1));
@@ -132,8 +148,6 @@ fn groups(ids: &[u32], skip: Option<u32>, split: bool) -> Grouping {
     Grouping { order, piece, first, uniq }
 }
 
-/// Positions per piece when the most frequent id is looked up `most` times: √most (the two
-/// stages then each add about √most rows in turn), at least 32 (fewer repeats stay one piece).
 fn piece_len(most: usize) -> usize {
     (most as f64).sqrt().ceil().max(32.0) as usize
 }
@@ -404,6 +418,52 @@ mod tests {
         assert_eq!(grouping.counts(), GroupCounts { positions: 3, pieces: 2, ids: 2 });
         assert_eq!(grouping.flat(), [3, 0, 2, 0, 1, 3, 0, 1, 2, 0, 3, 0, 1]);
         assert_eq!(groups(&[], None, true).counts(), GroupCounts { positions: 0, pieces: 0, ids: 0 });
+    }
+
+    /// The counting sort groups as a stable comparison sort does (the grouping it replaced),
+    /// on word-like ids (many, spread over a large table), position-like ones (runs) and one
+    /// repeated id, with and without a skipped id.
+    #[test]
+    fn the_counting_sort_groups_as_a_stable_sort() {
+        fn by_comparison(ids: &[u32], skip: Option<u32>, split: bool) -> Grouping {
+            let mut order: Vec<u32> = (0..ids.len() as u32).filter(|&j| Some(ids[j as usize]) != skip).collect();
+            order.sort_by_key(|&j| ids[j as usize]);
+            let (mut seg, mut uniq) = (Vec::new(), Vec::new());
+            for (k, &j) in order.iter().enumerate() {
+                if uniq.last() != Some(&ids[j as usize]) {
+                    seg.push(k as u32);
+                    uniq.push(ids[j as usize]);
+                }
+            }
+            seg.push(order.len() as u32);
+            let most = seg.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            let len = if split { piece_len(most as usize) } else { usize::MAX };
+            let (mut piece, mut first) = (Vec::new(), Vec::new());
+            for w in seg.windows(2) {
+                first.push(piece.len() as u32);
+                piece.extend((w[0]..w[1]).step_by(len));
+            }
+            first.push(piece.len() as u32);
+            piece.push(order.len() as u32);
+            Grouping { order, piece, first, uniq }
+        }
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let words: Vec<u32> = (0..5_000).map(|_| rng.random_range(0..3_000)).collect();
+        let positions: Vec<u32> = (0..5_000).map(|i| 2 + (i % 512) as u32).collect();
+        let one = vec![7u32; 3_000];
+        for ids in [&words, &positions, &one] {
+            for skip in [None, Some(1), Some(2), Some(7)] {
+                for split in [false, true] {
+                    assert_eq!(
+                        groups(ids, skip, split),
+                        by_comparison(ids, skip, split),
+                        "skip {skip:?}, split {split}"
+                    );
+                }
+            }
+        }
+        assert_eq!(groups(&[4, 4], Some(4), true), by_comparison(&[4, 4], Some(4), true), "every id skipped");
     }
 
     /// An id looked up many times (a token-type id: every position) is cut into pieces of
