@@ -123,10 +123,26 @@ pub fn progress_bar(len: usize, quiet: bool) -> DocProgress {
     }
 }
 
-/// Time between plain progress lines: 10 s, or `LONGREAD_PROGRESS_SECONDS`.
+/// Time between plain progress lines: 10 s, or `LONGREAD_PROGRESS_SECONDS` (a warning, and
+/// 10 s, for a value that is not a number of seconds ≥ 0).
 pub fn plain_interval() -> std::time::Duration {
-    let seconds = std::env::var("LONGREAD_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(10.0);
-    std::time::Duration::from_secs_f64(seconds.max(0.0))
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let value = std::env::var("LONGREAD_PROGRESS_SECONDS").ok();
+    interval_of(value.as_deref()).unwrap_or_else(|why| {
+        WARNED.call_once(|| tracing::warn!("{why}; progress lines every 10 s"));
+        std::time::Duration::from_secs(10)
+    })
+}
+
+/// [`plain_interval`] of the variable's value (10 s when unset), or why it is not one.
+fn interval_of(value: Option<&str>) -> Result<std::time::Duration, String> {
+    let Some(value) = value else { return Ok(std::time::Duration::from_secs(10)) };
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|seconds| std::time::Duration::try_from_secs_f64(seconds).ok())
+        .ok_or_else(|| format!("LONGREAD_PROGRESS_SECONDS={value:?} is not a number of seconds (0 or more)"))
 }
 
 /// [`progress_bar`]'s bar, with its plain lines.
@@ -270,5 +286,24 @@ fn truncate(s: &str, n: usize) -> String {
         s.to_owned()
     } else {
         s.chars().take(n - 1).chain(std::iter::once('…')).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A value that is not a number of seconds ≥ 0 is refused (it panicked on `inf` before),
+    /// and the default is 10 s.
+    #[test]
+    fn the_progress_interval_takes_seconds_and_refuses_the_rest() {
+        assert_eq!(interval_of(None), Ok(Duration::from_secs(10)));
+        assert_eq!(interval_of(Some("2.5")), Ok(Duration::from_millis(2500)));
+        assert_eq!(interval_of(Some(" 0 ")), Ok(Duration::ZERO));
+        for bad in ["inf", "NaN", "-1", "ten", ""] {
+            let err = interval_of(Some(bad)).unwrap_err();
+            assert!(err.contains("LONGREAD_PROGRESS_SECONDS") && err.contains(&format!("{bad:?}")), "{err}");
+        }
     }
 }
