@@ -17,6 +17,9 @@ impl TrainSpec {
         if epochs == 0 || batch_size == 0 || self.training.grad_accum == 0 {
             bail!("--epochs, --batch-size and --grad-accum must be at least 1");
         }
+        if self.encoder.max_batch_tokens == Some(0) {
+            bail!("--max-batch-tokens must be at least 1 (a batch holds at least one chunk, whatever the budget)");
+        }
         let class_weights = self.loss_class_weights(train_labels, labels)?;
         let unfreeze = self.encoder.unfreeze.as_deref().map(UnfreezeSchedule::parse).transpose()?;
         let lr = self.training.lr.unwrap_or_default();

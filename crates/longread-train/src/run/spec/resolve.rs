@@ -320,6 +320,22 @@ mod tests {
         assert!(matches!(spec.plan(), TrainPlan::Encoder { wide: Some(bow), .. } if bow.c_values == [1.0]));
     }
 
+    /// Counts of zero are refused by name, `--max-batch-tokens 0` too (it ran as one chunk a
+    /// batch while the run's first line said "batches of up to 0 tokens").
+    #[test]
+    fn zero_counts_are_refused_by_name() {
+        let config = |extra: &[&str]| {
+            let spec = resolved(&[&["--model", "m"], extra].concat()).unwrap();
+            spec.config(&[0, 1], &["a".into(), "b".into()], &["label".into()]).map(drop).map_err(|e| e.to_string())
+        };
+        assert_eq!(config(&[]), Ok(()));
+        assert!(config(&["--max-batch-tokens", "1"]).is_ok());
+        let err = config(&["--max-batch-tokens", "0"]).unwrap_err();
+        assert!(err.contains("--max-batch-tokens must be at least 1"), "{err}");
+        let err = config(&["--grad-accum", "0"]).unwrap_err();
+        assert!(err.contains("--grad-accum must be at least 1"), "{err}");
+    }
+
     #[test]
     fn each_kind_plans_with_its_own_defaults() {
         let han = resolved(&["--arch", "han"]).unwrap();
