@@ -430,6 +430,9 @@ if part train; then
   # candle's product of the transposed weight (its gradient copied into the weight's layout per
   # kept group) instead of session 39's product op, at 10,240.
   LONGREAD_CUDA_TRAIN_PRODUCT=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The GELU's gradient written, then read again for its bias's gradient (before session 40's
+  # one pass), at 10,240.
+  LONGREAD_CUDA_GELU_BIAS_GRAD=apart bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # cuDNN's gradients in blocks of their own (LONGREAD_CUDNN_GRADS=dense|heads, PyTorch's layouts),
   # deterministic and atomic, at 10,240 (rows marked "separate: cudnn-packed-grads").
   for grads in dense heads; do

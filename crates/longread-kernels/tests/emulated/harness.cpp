@@ -304,6 +304,32 @@ void bias_kernels_train(int rows, int cols, std::mt19937& rng, const char* dtype
     const std::string name = std::string(vec ? "bias_gelu_train_grad_vec_" : "bias_gelu_train_grad_") + dtype;
     check(name.c_str(), cols, got, grad, 1e-5f, relative);
   }
+  // The GELU's backward with its bias's gradient (bias_gelu_train_grad_sum, then
+  // column_sum_finish), in splits of 4 rows (the last one short): dz as the vector kernel
+  // writes it, the bias's gradient the column sums of that dz.
+  const long per_split = 4, splits = (rows + per_split - 1) / per_split;
+  std::vector<T> dz(n), dz_vec(n);
+  std::vector<float> partial(size_t(splits) * cols, NAN), d_bias(cols, NAN);
+  emu::launch(1, 32, [&] {
+    if constexpr (sizeof(T) == 2) {
+      bias_gelu_train_grad_sum_bf16(x.data(), bias.data(), dy.data(), dz.data(), partial.data(), rows, cols, per_split);
+      bias_gelu_train_grad_vec_bf16(x.data(), bias.data(), dy.data(), dz_vec.data(), n, cols);
+    } else {
+      bias_gelu_train_grad_sum_f32(x.data(), bias.data(), dy.data(), dz.data(), partial.data(), rows, cols, per_split);
+      bias_gelu_train_grad_vec_f32(x.data(), bias.data(), dy.data(), dz_vec.data(), n, cols);
+    }
+  }, unsigned(splits));
+  emu::launch(1, 64, [&] { column_sum_finish(partial.data(), d_bias.data(), int(splits), cols); });
+  std::vector<float> got(n), same(n), want_bias(cols, 0.f);
+  for (long i = 0; i < n; ++i) {
+    got[i] = value(dz[i]);
+    same[i] = value(dz_vec[i]);
+    want_bias[i % cols] += value(dz_vec[i]);
+  }
+  const std::string name = std::string("bias_gelu_train_grad_sum_") + dtype;
+  check((name + ": dz").c_str(), cols, got, grad, 1e-5f, relative);
+  check((name + ": dz as the vector kernel's").c_str(), cols, got, same, 0.f);
+  check((name + ": d bias").c_str(), cols, d_bias, want_bias, 1e-5f, 1e-6f);
 }
 
 // Inference's embeddings: three tables' rows summed, LayerNorm, and the bf16 copy.

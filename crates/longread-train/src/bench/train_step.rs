@@ -79,8 +79,9 @@ pub struct TrainStepResult {
     /// dense blocks, interleaved after), `joined-leaves` with `LONGREAD_JOINED_LEAVES=off` (the
     /// joined q/k/v and block-end weights back-propagated through in every group),
     /// `product-op` with `LONGREAD_CUDA_TRAIN_PRODUCT=candle` (candle's product of a transposed
-    /// weight, whose gradient is copied back into the weight's layout); empty: the default
-    /// route, all on. Absent on the CPU.
+    /// weight, whose gradient is copied back into the weight's layout), `gelu-bias-sum` with
+    /// `LONGREAD_CUDA_GELU_BIAS_GRAD=apart` (the GELU's gradient written, then summed for its
+    /// bias by a pass of its own); empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
@@ -290,6 +291,7 @@ pub fn run_train_step(
             ("cudnn-packed-grads", ops::cudnn_packed_gradients()),
             ("joined-leaves", longread_model::layers::weight_casts::joined_leaves_wanted()),
             ("product-op", ops::train_product_op()),
+            ("gelu-bias-sum", ops::gelu_bias_grad_fused()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

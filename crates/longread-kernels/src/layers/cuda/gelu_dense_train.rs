@@ -6,14 +6,15 @@
 //! both `h` and `gelu(h + b)`: two `[tokens, intermediate]` tensors, 8 of the 16 `[512, 768]`
 //! activations a roberta-base layer keeps per chunk on the GPU route. The op keeps `h` only; its
 //! backward pass recomputes the GELU (one elementwise pass) for the second product's weight
-//! gradient. Built from kernels that run on both sides ([`BiasActivationTrain`]'s and
-//! [`BiasGeluTrainGrad`]'s, the backend's matrix product); tested on the CPU with `reference`'s
-//! kernels against the composition, and on a GPU by the CUDA training tests.
+//! gradient. Built from kernels that run on both sides ([`BiasActivationTrain`]'s and the GELU's
+//! backward pass with its bias's gradient, `training::gelu_grad_and_bias_sum`; the backend's
+//! matrix product); tested on the CPU with `reference`'s kernels against the composition, and on
+//! a GPU by the CUDA training tests.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
 use super::route_kernels::RouteKernels;
-use super::training::{BiasActivationTrain, BiasGeluTrainGrad};
+use super::training::BiasActivationTrain;
 
 /// `h.apply_op3(&bias, &w, GeluDenseTrain)`: `h: [rows, inner]` (f32 or bf16, contiguous),
 /// `bias: [inner]` (f32), `w: [out, inner]` (`h`'s dtype, contiguous) → `[rows, out]`, without
@@ -98,8 +99,7 @@ impl CustomOp3 for GeluDenseTrain {
         let d_w = dy.t()?.matmul(&g)?;
         drop(g);
         let d_g = dy.matmul(&w)?;
-        let d_h = h.apply_op3_no_bwd(&bias, &d_g, &BiasGeluTrainGrad)?;
-        let d_bias = super::training::column_sum(&d_h)?;
+        let (d_h, d_bias) = super::training::gelu_grad_and_bias_sum(&h, &bias, &d_g)?;
         Ok((Some(d_h), Some(d_bias), Some(d_w)))
     }
 }

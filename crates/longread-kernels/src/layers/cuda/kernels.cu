@@ -1119,6 +1119,55 @@ __device__ void bias_gelu_train_grad_vec(const T* x, const float* bias, const T*
   }
 }
 
+// The GELU's backward and its bias's gradient in one pass: dz = dy · gelu'(x + bias) (as
+// bias_gelu_train_grad_vec) and each column's sum of dz, as stored, over a split of the rows
+// into partial[split] ([splits, cols]; column_sum_finish adds the splits in order:
+// deterministic), where column_sum_partial read dz back. A thread owns one 16-byte vector of
+// columns (cols a multiple of the vector, every tensor 16-byte aligned) and walks the rows of
+// its split (blockIdx.y), consecutive threads on consecutive vectors of a row (coalesced).
+template <typename T>
+__device__ void bias_gelu_train_grad_sum(const T* x, const float* bias, const T* dy, T* dz, float* partial, long rows,
+                                         int cols, long rows_per_split) {
+  constexpr int VEC = Vec16<T>::N;
+  const int col = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+  if (col >= cols) return;
+  const long start = (long)blockIdx.y * rows_per_split;
+  const long stop = min(rows, start + rows_per_split);
+  float b[VEC], acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    b[j] = bias[col + j];
+    acc[j] = 0.f;
+  }
+  for (long r = start; r < stop; ++r) {
+    const long at = r * cols + col;
+    const uint4 raw_x = *reinterpret_cast<const uint4*>(x + at);
+    const uint4 raw_g = *reinterpret_cast<const uint4*>(dy + at);
+    const T* ex = reinterpret_cast<const T*>(&raw_x);
+    const T* eg = reinterpret_cast<const T*>(&raw_g);
+    uint4 res;
+    T* out = reinterpret_cast<T*>(&res);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      store(out, j, load(eg, j) * gelu_erf_grad(load(ex, j) + b[j]));
+      acc[j] += load(out, j);
+    }
+    *reinterpret_cast<uint4*>(dz + at) = res;
+  }
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) partial[(long)blockIdx.y * cols + col + j] = acc[j];
+}
+
+extern "C" __global__ void bias_gelu_train_grad_sum_f32(const float* x, const float* bias, const float* dy, float* dz,
+                                                        float* partial, long rows, int cols, long rows_per_split) {
+  bias_gelu_train_grad_sum(x, bias, dy, dz, partial, rows, cols, rows_per_split);
+}
+extern "C" __global__ void bias_gelu_train_grad_sum_bf16(const __nv_bfloat16* x, const float* bias,
+                                                         const __nv_bfloat16* dy, __nv_bfloat16* dz, float* partial,
+                                                         long rows, int cols, long rows_per_split) {
+  bias_gelu_train_grad_sum(x, bias, dy, dz, partial, rows, cols, rows_per_split);
+}
+
 #define BIAS_TRAIN_VEC(SUFFIX, T)                                                                               \
   extern "C" __global__ void bias_activation_train_vec_##SUFFIX(const T* x, const float* bias, T* out, long n, \
                                                                 int cols, int gelu) {                          \

@@ -881,6 +881,90 @@ pub(super) fn residual_norm_train_grad(
     Ok(Some((dx, d_residual, CudaStorage::wrap_cuda_slice(d_params, dev))))
 }
 
+/// GELU's backward pass and its bias's gradient in one pass over the rows
+/// (`bias_gelu_train_grad_sum`, then the splits added in order): `(dz, d bias)`, `dz = dy ·
+/// gelu'(x + bias)` (`[rows, cols]`, the inputs' dtype) and its column sums (f32 `[cols]`), where
+/// `bias_gelu_train_grad_vec` and [`column_sum`] read dz back. `None` where the vector kernel
+/// does not fit (rows not whole 16-byte vectors, an input not starting on 16 bytes): the caller
+/// composes the two.
+pub(super) fn bias_gelu_train_grad_sum(
+    (x, x_l): (&CudaStorage, &Layout),
+    (bias, bias_l): (&CudaStorage, &Layout),
+    (dy, dy_l): (&CudaStorage, &Layout),
+) -> Result<Option<(CudaStorage, CudaStorage)>> {
+    let op = "cuda-bias-gelu-train-grad-sum";
+    let (rows, cols) = rows_of(x_l)?;
+    if bias_l.shape().dims() != [cols]
+        || bias.dtype() != DType::F32
+        || dy_l.shape() != x_l.shape()
+        || dy.dtype() != x.dtype()
+    {
+        candle_core::bail!(
+            "{op}: x {:?} ({:?}), bias {:?} ({:?}) and gradient {:?} ({:?}) disagree",
+            x_l.shape(),
+            x.dtype(),
+            bias_l.shape(),
+            bias.dtype(),
+            dy_l.shape(),
+            dy.dtype()
+        );
+    }
+    let (dtype, dev) = (x.dtype(), x.device.clone());
+    let (x_r, dy_r) = (range(x_l, op)?, range(dy_l, op)?);
+    let aligned = |start: usize| (start * dtype.size_in_bytes()).is_multiple_of(16);
+    let vec = vec_of(dtype);
+    if rows == 0 || !cols.is_multiple_of(vec) || !aligned(x_r.start) || !aligned(dy_r.start) {
+        return Ok(None);
+    }
+    // A thread per vector of a row, blocks of 128 threads; splits of the rows so that about
+    // four blocks per multiprocessor of an H200 run (528), each split at least 16 rows.
+    const THREADS: usize = 128;
+    let col_blocks = (cols / vec).div_ceil(THREADS).max(1);
+    let splits = rows.div_ceil(16).clamp(1, 528usize.div_ceil(col_blocks).max(1));
+    let rows_per_split = rows.div_ceil(splits);
+    let splits = rows.div_ceil(rows_per_split);
+    let dz = alloc_like(&dev, dtype, rows * cols)?;
+    // SAFETY: every (split, column) entry is written by the first kernel before the second reads it.
+    let mut partial = unsafe { dev.alloc::<f32>(splits * cols) }?;
+    let mut d_bias = unsafe { dev.alloc::<f32>(cols) }?;
+    let (stream, func) = kernel(&dev, "bias_gelu_train_grad_sum", dtype)?;
+    let bias = bias.as_cuda_slice::<f32>()?.slice(range(bias_l, op)?);
+    let cfg = LaunchConfig {
+        grid_dim: (col_blocks as u32, splits as u32, 1),
+        block_dim: (THREADS as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    fn go<T: CudaDType>(
+        (stream, func, cfg): (&std::sync::Arc<CudaStream>, &CudaFunction, LaunchConfig),
+        [x, dy]: [(&CudaStorage, std::ops::Range<usize>); 2],
+        bias: &CudaView<f32>,
+        mut dz: CudaStorage,
+        partial: &mut CudaSlice<f32>,
+        (rows, cols, rows_per_split): (i64, i32, i64),
+    ) -> Result<CudaStorage> {
+        let x = x.0.as_cuda_slice::<T>()?.slice(x.1);
+        let dy = dy.0.as_cuda_slice::<T>()?.slice(dy.1);
+        {
+            let mut b = stream.launch_builder(func);
+            b.arg(&x).arg(bias).arg(&dy).arg(dz.as_cuda_slice_mut::<T>()?).arg(partial);
+            b.arg(&rows).arg(&cols).arg(&rows_per_split);
+            // SAFETY: x and dy hold rows · cols elements from 16-byte boundaries, cols a multiple
+            // of the vector (checked above); the kernel writes every element of dz and the
+            // splits · cols sums of partial (splits · rows_per_split ≥ rows).
+            unsafe { b.launch(cfg) }.w()?;
+        }
+        Ok(dz)
+    }
+    let inputs = [(x, x_r), (dy, dy_r)];
+    let args = (rows as i64, cols as i32, rows_per_split as i64);
+    let dz = match dtype {
+        DType::BF16 => go::<bf16>((&stream, &func, cfg), inputs, &bias, dz, &mut partial, args)?,
+        _ => go::<f32>((&stream, &func, cfg), inputs, &bias, dz, &mut partial, args)?,
+    };
+    column_sum_finish(&dev, &partial, &mut d_bias, splits, cols)?;
+    Ok(Some((dz, CudaStorage::wrap_cuda_slice(d_bias, dev))))
+}
+
 /// Column sums of a contiguous `[rows, cols]` f32 or bf16 matrix into f32 `[cols]`: splits of
 /// the rows summed by coalesced column-per-thread kernels, then the splits in order.
 pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorage> {

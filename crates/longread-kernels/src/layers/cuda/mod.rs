@@ -501,6 +501,14 @@ pub fn train_column_sum_kernel() -> bool {
     !env_is(&CANDLE, "LONGREAD_CUDA_COLUMN_SUM", "candle")
 }
 
+/// Whether a GELU's backward pass on a GPU sums its bias's gradient in the same pass over the
+/// rows (the default since session 40), or, with `LONGREAD_CUDA_GELU_BIAS_GRAD=apart`, writes the
+/// gradient and then sums it with [`ColumnSum`], reading it back (kept to compare on a GPU).
+pub fn gelu_bias_grad_fused() -> bool {
+    static APART: OnceLock<bool> = OnceLock::new();
+    !env_is(&APART, "LONGREAD_CUDA_GELU_BIAS_GRAD", "apart")
+}
+
 /// Whether the training route's embedding lookups use [`EmbeddingTrain`] (the default), or,
 /// with `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, candle's `index_select` and `index_add` (kept to
 /// compare the two on a GPU).

@@ -352,10 +352,56 @@ impl CustomOp2 for BiasActivationTrain {
 
     fn bwd(&self, x: &Tensor, bias: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
         let grad = grad.contiguous()?;
-        let dz = if self.gelu { x.apply_op3_no_bwd(bias, &grad, &BiasGeluTrainGrad)? } else { grad };
-        let d_bias = column_sum(&dz)?;
+        let (dz, d_bias) = if self.gelu {
+            gelu_grad_and_bias_sum(x, bias, &grad)?
+        } else {
+            let d_bias = column_sum(&grad)?;
+            (grad, d_bias)
+        };
         Ok((Some(dz), Some(d_bias)))
     }
+}
+
+/// GELU's backward pass after a bias, and the bias's gradient: `(dz, d bias)`, `dz = grad ·
+/// gelu'(x + bias)`. On a GPU one kernel over the rows (`launch::bias_gelu_train_grad_sum`,
+/// unless [`super::gelu_bias_grad_fused`] says apart); elsewhere, and where its vectors do not
+/// fit, [`BiasGeluTrainGrad`] then [`column_sum`].
+///
+/// # Shapes
+/// `x, grad: [..., cols]` (one dtype), `bias: [cols]` (f32) → `(x's shape, [cols])`
+pub(crate) fn gelu_grad_and_bias_sum(x: &Tensor, bias: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor)> {
+    #[cfg(feature = "cuda")]
+    if let Some(both) = gelu_grad_and_bias_sum_in_one(x, bias, grad)? {
+        return Ok(both);
+    }
+    let dz = x.apply_op3_no_bwd(bias, grad, &BiasGeluTrainGrad)?;
+    let d_bias = column_sum(&dz.reshape(((), bias.elem_count()))?)?;
+    Ok((dz, d_bias))
+}
+
+/// [`gelu_grad_and_bias_sum`] as one kernel on a GPU; `None` off the GPU, when switched off, or
+/// where the kernel does not fit.
+#[cfg(feature = "cuda")]
+fn gelu_grad_and_bias_sum_in_one(x: &Tensor, bias: &Tensor, grad: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    use candle_core::Storage;
+    if !x.device().is_cuda()
+        || !super::gelu_bias_grad_fused()
+        || !super::train_column_sum_kernel()
+        || grad.dtype() != x.dtype()
+    {
+        return Ok(None);
+    }
+    let (x, bias, grad) = (x.contiguous()?, bias.contiguous()?, grad.contiguous()?);
+    let both = {
+        let (x_s, x_l) = x.storage_and_layout();
+        let (b_s, b_l) = bias.storage_and_layout();
+        let (g_s, g_l) = grad.storage_and_layout();
+        let (Storage::Cuda(x_s), Storage::Cuda(b_s), Storage::Cuda(g_s)) = (&*x_s, &*b_s, &*g_s) else {
+            return Ok(None);
+        };
+        launch::bias_gelu_train_grad_sum((x_s, x_l), (b_s, b_l), (g_s, g_l))?
+    };
+    Ok(both.map(|(dz, d_bias)| (super::untracked(dz, x.shape()), super::untracked(d_bias, bias.shape()))))
 }
 
 /// GELU's backward pass for [`BiasActivationTrain`]: `(product, bias, grad) → grad of product`.
