@@ -433,6 +433,12 @@ if part train; then
   # The GELU's gradient written, then read again for its bias's gradient (before session 40's
   # one pass), at 10,240.
   LONGREAD_CUDA_GELU_BIAS_GRAD=apart bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # The block end's backward kernel with its running sums in registers (2 blocks per
+  # multiprocessor; session 40's shared-memory sums allow 4), at 10,240 and on the whole step.
+  for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
+    # shellcheck disable=SC2086  # the arguments are words
+    LONGREAD_CUDA_NORM_GRAD_SUMS=registers bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
+  done
   # cuDNN's gradients in blocks of their own (LONGREAD_CUDNN_GRADS=dense|heads, PyTorch's layouts),
   # deterministic and atomic, at 10,240 (rows marked "separate: cudnn-packed-grads").
   for grads in dense heads; do

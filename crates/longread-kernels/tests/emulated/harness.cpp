@@ -154,23 +154,32 @@ struct NormTrainKernels {
   void (*forward)(const T*, const T*, const float*, T*, long, float, unsigned long long, unsigned, float);
   void (*backward)(const T*, const T*, const float*, const T*, T*, T*, float*, long, float, unsigned long long,
                    unsigned, float);
+  // The backward pass with its running sums in shared memory (the same bits as `backward`).
+  void (*backward_shared)(const T*, const T*, const float*, const T*, T*, T*, float*, long, float,
+                          unsigned long long, unsigned, float);
 };
 template <typename T>
 NormTrainKernels<T> norm_train_kernels(int cols);
 template <>
 NormTrainKernels<float> norm_train_kernels(int cols) {
   switch (cols) {
-    case 128: return {residual_norm_train_regs1_f32, residual_norm_train_grad_regs1_f32};
-    case 768: return {residual_norm_train_regs6_f32, residual_norm_train_grad_regs6_f32};
-    default: return {residual_norm_train_regs8_f32, residual_norm_train_grad_regs8_f32};
+    case 128: return {residual_norm_train_regs1_f32, residual_norm_train_grad_regs1_f32,
+                         residual_norm_train_grad_shared1_f32};
+    case 768: return {residual_norm_train_regs6_f32, residual_norm_train_grad_regs6_f32,
+                         residual_norm_train_grad_shared6_f32};
+    default: return {residual_norm_train_regs8_f32, residual_norm_train_grad_regs8_f32,
+                         residual_norm_train_grad_shared8_f32};
   }
 }
 template <>
 NormTrainKernels<__nv_bfloat16> norm_train_kernels(int cols) {
   switch (cols) {
-    case 128: return {residual_norm_train_regs1_bf16, residual_norm_train_grad_regs1_bf16};
-    case 768: return {residual_norm_train_regs6_bf16, residual_norm_train_grad_regs6_bf16};
-    default: return {residual_norm_train_regs8_bf16, residual_norm_train_grad_regs8_bf16};
+    case 128: return {residual_norm_train_regs1_bf16, residual_norm_train_grad_regs1_bf16,
+                         residual_norm_train_grad_shared1_bf16};
+    case 768: return {residual_norm_train_regs6_bf16, residual_norm_train_grad_regs6_bf16,
+                         residual_norm_train_grad_shared6_bf16};
+    default: return {residual_norm_train_regs8_bf16, residual_norm_train_grad_regs8_bf16,
+                         residual_norm_train_grad_shared8_bf16};
   }
 }
 
@@ -218,6 +227,19 @@ void residual_norms_train(int cols, float p, std::mt19937& rng) {
   check((std::string(name) + ": d x").c_str(), cols, dx, want.dx, 2e-5f);
   check((std::string(name) + ": d residual").c_str(), cols, d_residual, want.d_residual, 2e-5f);
   check((std::string(name) + ": d params").c_str(), cols, d_params, want.d_params, 1e-4f, 1e-5f);
+  // The running sums in shared memory: the same bits.
+  {
+    std::vector<float> dx2(n, NAN), d_residual2(n, NAN), partial2(partial.size(), NAN);
+    emu::launch(blocks, threads, [&] {
+      norm_train_kernels<float>(cols).backward_shared(x.data(), residual.data(), params.data(), dy.data(), dx2.data(),
+                                                      d_residual2.data(), partial2.data(), rows, eps, seed, threshold,
+                                                      keep);
+    });
+    std::snprintf(name, sizeof name, "residual_norm_train_grad_shared<NV>_f32 (p %.2f)", p);
+    check((std::string(name) + ": d x as regs'").c_str(), cols, dx2, dx, 0.f);
+    check((std::string(name) + ": d residual as regs'").c_str(), cols, d_residual2, d_residual, 0.f);
+    check((std::string(name) + ": block sums as regs'").c_str(), cols, partial2, partial, 0.f);
+  }
 
   // bf16 storage: the same arithmetic on bf16-rounded inputs, outputs rounded to bf16.
   const auto xb = to_bf16(x), rb = to_bf16(residual), gb = to_bf16(dy);
@@ -232,6 +254,20 @@ void residual_norms_train(int cols, float p, std::mt19937& rng) {
     norm_train_kernels<__nv_bfloat16>(cols).backward(xb.data(), rb.data(), params.data(), gb.data(), dxb.data(),
                                                      drb.data(), partial.data(), rows, eps, seed, threshold, keep);
   });
+  {
+    // The running sums in shared memory: the same bits.
+    std::vector<__nv_bfloat16> dxb2(n), drb2(n);
+    std::vector<float> partial2(partial.size(), NAN);
+    emu::launch(blocks, threads, [&] {
+      norm_train_kernels<__nv_bfloat16>(cols).backward_shared(xb.data(), rb.data(), params.data(), gb.data(),
+                                                              dxb2.data(), drb2.data(), partial2.data(), rows, eps,
+                                                              seed, threshold, keep);
+    });
+    std::snprintf(name, sizeof name, "residual_norm_train_grad_shared<NV>_bf16 (p %.2f)", p);
+    check((std::string(name) + ": d x as regs'").c_str(), cols, to_f32(dxb2), to_f32(dxb), 0.f);
+    check((std::string(name) + ": d residual as regs'").c_str(), cols, to_f32(drb2), to_f32(drb), 0.f);
+    check((std::string(name) + ": block sums as regs'").c_str(), cols, partial2, partial, 0.f);
+  }
   emu::launch(unsigned((3 * cols + 255) / 256), 256,
               [&] { column_sum_finish(partial.data(), d_params.data(), int(blocks), 3 * cols); });
   std::snprintf(name, sizeof name, "residual_norm_train_*_regs<NV>_bf16 (p %.2f)", p);

@@ -81,7 +81,9 @@ pub struct TrainStepResult {
     /// `product-op` with `LONGREAD_CUDA_TRAIN_PRODUCT=candle` (candle's product of a transposed
     /// weight, whose gradient is copied back into the weight's layout), `gelu-bias-sum` with
     /// `LONGREAD_CUDA_GELU_BIAS_GRAD=apart` (the GELU's gradient written, then summed for its
-    /// bias by a pass of its own); empty: the default route, all on. Absent on the CPU.
+    /// bias by a pass of its own), `norm-grad-shared-sums` with
+    /// `LONGREAD_CUDA_NORM_GRAD_SUMS=registers` (the block end's backward kernel keeping its
+    /// running sums in registers); empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_separate: Option<Vec<&'static str>>,
     /// On a GPU, the training attention's kernels that ran: `fa2` (FlashAttention-2, the
@@ -292,6 +294,7 @@ pub fn run_train_step(
             ("joined-leaves", longread_model::layers::weight_casts::joined_leaves_wanted()),
             ("product-op", ops::train_product_op()),
             ("gelu-bias-sum", ops::gelu_bias_grad_fused()),
+            ("norm-grad-shared-sums", ops::norm_grad_sums_shared()),
         ]
         .into_iter()
         .filter_map(|(name, fused)| (!fused).then_some(name))

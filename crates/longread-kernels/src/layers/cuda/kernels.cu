@@ -992,17 +992,51 @@ extern "C" __global__ void residual_norm_train_bf16(const __nv_bfloat16* x, cons
 // summing its rows (row warp, warp + warps, ...) in registers, the block's warps added in order
 // in shared memory into partial[block] ([blocks, 3 · cols]; column_sum_finish adds the blocks
 // in order: deterministic). Row in registers, cols = NV · 128.
-template <typename T, int NV>
+// SHARED_SUMS: each lane's running sums of its columns live in a region of shared memory per
+// warp (blocks of 4 warps, launch.rs), which only the owning lane reads and writes until the end,
+// instead of in registers (72 floats a lane at 768 features: ~200 registers a thread, 2 blocks
+// per multiprocessor); the same additions in the same order, so the same bits, in fewer
+// registers.
+template <typename T, int NV, bool SHARED_SUMS>
 __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, const float* params, const T* dy, T* dx,
                                               T* d_residual, float* partial, long rows, float eps,
                                               unsigned long long seed, unsigned int threshold, float keep_scale) {
-  constexpr int COLS = NV * 128;
-  __shared__ float block_sums[3 * COLS];
+  constexpr int COLS = NV * 128, SUMS = NV * 4;
+  __align__(16) __shared__ float block_sums[(SHARED_SUMS ? 4 : 1) * 3 * COLS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, block_warps = blockDim.x / 32;
   const long warps = (long)gridDim.x * block_warps;
-  float d_bias[NV * 4], d_gamma[NV * 4], d_beta[NV * 4];
+  // Running sums [Σ d_x, Σ dy·x̂, Σ dy] of the lane's columns — vector n holds columns
+  // (n · 32 + lane) · 4 … + 3 — in registers, or in its warp's region (16-byte accesses: no bank
+  // conflicts).
+  float regs[SHARED_SUMS ? 1 : 3 * SUMS];
+  float* own = block_sums + (SHARED_SUMS ? warp * 3 * COLS : 0);
+  const auto add4 = [&](int which, int n, const float (&v)[4]) {
+    if constexpr (SHARED_SUMS) {
+      float4* at = reinterpret_cast<float4*>(own + which * COLS + (n * 32 + lane) * 4);
+      float4 t = *at;
+      t.x += v[0];
+      t.y += v[1];
+      t.z += v[2];
+      t.w += v[3];
+      *at = t;
+    } else {
 #pragma unroll
-  for (int i = 0; i < NV * 4; ++i) d_bias[i] = d_gamma[i] = d_beta[i] = 0.f;
+      for (int i = 0; i < 4; ++i) regs[which * SUMS + n * 4 + i] += v[i];
+    }
+  };
+#pragma unroll
+  for (int n = 0; n < NV; ++n) {
+    const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int which = 0; which < 3; ++which) {
+      if constexpr (SHARED_SUMS) {
+        *reinterpret_cast<float4*>(own + which * COLS + (n * 32 + lane) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) regs[which * SUMS + n * 4 + i] = zeros[i];
+      }
+    }
+  }
   for (long row = (long)blockIdx.x * block_warps + warp; row < rows; row += warps) {
     const long first = row * COLS;
     float xh[NV * 4], g[NV * 4];
@@ -1016,6 +1050,7 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
       const int c = (n * 32 + lane) * 4;
       const float4 d = load4(dy + first + c), gm = load4(params + COLS + c);
       const float dv[4] = {d.x, d.y, d.z, d.w}, gv[4] = {gm.x, gm.y, gm.z, gm.w};
+      float dg[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int k = n * 4 + i;
@@ -1023,9 +1058,10 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
         g[k] = dv[i] * gv[i];
         g_mean += g[k];
         gx_mean += g[k] * xh[k];
-        d_gamma[k] += dv[i] * xh[k];
-        d_beta[k] += dv[i];
+        dg[i] = dv[i] * xh[k];
       }
+      add4(1, n, dg);
+      add4(2, n, dv);
     }
     g_mean = warp_sum(g_mean) / COLS;
     gx_mean = warp_sum(gx_mean) / COLS;
@@ -1038,29 +1074,37 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
         const int k = n * 4 + i;
         ds[i] = rstd * (g[k] - g_mean - xh[k] * gx_mean);
         dxv[i] = ds[i] * dropout_factor(seed, first + c + i, threshold, keep_scale);
-        d_bias[k] += dxv[i];
       }
+      add4(0, n, dxv);
       store4(d_residual + first + c, make_float4(ds[0], ds[1], ds[2], ds[3]));
       store4(dx + first + c, make_float4(dxv[0], dxv[1], dxv[2], dxv[3]));
     }
   }
-  // The block's warps in order: warp 0 stores its sums, each next one adds its own.
-  for (int w = 0; w < block_warps; ++w) {
-    if (warp == w) {
+  if constexpr (SHARED_SUMS) {
+    // Every warp's region complete: the warps added in order, from 0 (as below).
+    __syncthreads();
+    for (int j = threadIdx.x; j < 3 * COLS; j += blockDim.x) {
+      float total = 0.f;
+      for (int w = 0; w < block_warps; ++w) total = total + block_sums[w * 3 * COLS + j];
+      partial[(long)blockIdx.x * 3 * COLS + j] = total;
+    }
+  } else {
+    // The block's warps in order: warp 0 stores its sums, each next one adds its own.
+    for (int w = 0; w < block_warps; ++w) {
+      if (warp == w) {
 #pragma unroll
-      for (int n = 0; n < NV; ++n) {
+        for (int k = 0; k < SUMS; ++k) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int c = (n * 32 + lane) * 4 + i, k = n * 4 + i;
-          block_sums[c] = (w == 0 ? 0.f : block_sums[c]) + d_bias[k];
-          block_sums[COLS + c] = (w == 0 ? 0.f : block_sums[COLS + c]) + d_gamma[k];
-          block_sums[2 * COLS + c] = (w == 0 ? 0.f : block_sums[2 * COLS + c]) + d_beta[k];
+          for (int which = 0; which < 3; ++which) {
+            const int c = which * COLS + ((k / 4) * 32 + lane) * 4 + k % 4;
+            block_sums[c] = (w == 0 ? 0.f : block_sums[c]) + regs[which * SUMS + k];
+          }
         }
       }
+      __syncthreads();
     }
-    __syncthreads();
+    for (int j = threadIdx.x; j < 3 * COLS; j += blockDim.x) partial[(long)blockIdx.x * 3 * COLS + j] = block_sums[j];
   }
-  for (int j = threadIdx.x; j < 3 * COLS; j += blockDim.x) partial[(long)blockIdx.x * 3 * COLS + j] = block_sums[j];
 }
 
 // residual_norm_train with the row in registers (residual_layer_norm_regs with dropout: inputs
@@ -1078,8 +1122,14 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
   extern "C" __global__ void residual_norm_train_grad_regs##NV##_##SUFFIX(                                     \
       const T* x, const T* residual, const float* params, const T* dy, T* dx, T* d_residual, float* partial,     \
       long rows, float eps, unsigned long long seed, unsigned int threshold, float keep_scale) {                \
-    residual_norm_train_grad_regs<T, NV>(x, residual, params, dy, dx, d_residual, partial, rows, eps, seed,     \
-                                         threshold, keep_scale);                                               \
+    residual_norm_train_grad_regs<T, NV, false>(x, residual, params, dy, dx, d_residual, partial, rows, eps,    \
+                                                seed, threshold, keep_scale);                                  \
+  }                                                                                                            \
+  extern "C" __global__ void residual_norm_train_grad_shared##NV##_##SUFFIX(                                   \
+      const T* x, const T* residual, const float* params, const T* dy, T* dx, T* d_residual, float* partial,     \
+      long rows, float eps, unsigned long long seed, unsigned int threshold, float keep_scale) {                \
+    residual_norm_train_grad_regs<T, NV, true>(x, residual, params, dy, dx, d_residual, partial, rows, eps,     \
+                                               seed, threshold, keep_scale);                                   \
   }
 #define NORM_TRAIN_REGS_ALL(NV) NORM_TRAIN_REGS(f32, float, NV) NORM_TRAIN_REGS(bf16, __nv_bfloat16, NV)
 NORM_TRAIN_REGS_ALL(1)

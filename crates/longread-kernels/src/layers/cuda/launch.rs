@@ -791,7 +791,7 @@ pub(super) fn residual_norm_train(
 }
 
 /// The gradients of [`residual_norm_train`] in one kernel
-/// (`residual_norm_train_grad_regs<NV>`), given the output's gradient `dy`: `(d x, d residual,
+/// (`residual_norm_train_grad_{shared,regs}<NV>`), given the output's gradient `dy`: `(d x, d residual,
 /// d params)` (`[rows, cols]` twice in the inputs' dtype, `[3, cols]` f32: the bias's, γ's and
 /// β's). `None` where the register kernels do not fit (the caller composes the gradients):
 /// rows of 128 to 1,024 features in steps of 128, every tensor starting on 4 elements.
@@ -829,10 +829,13 @@ pub(super) fn residual_norm_train_grad(
     }
     let [x_r, residual_r, params_r, dy_r] = ranges;
     let (dtype, dev) = (x.dtype(), x.device.clone());
-    // Blocks of 4 warps, as many as the GPU holds at once for the kernel's registers (about 200
-    // a thread at 768 features: 2 blocks per multiprocessor) or one warp per row if fewer.
+    // Blocks of 4 warps (the shared-memory sums are sized for 4), as many as the GPU holds at
+    // once for the kernel's registers and shared memory, or one warp per row if fewer. The
+    // running sums in shared memory (`_shared`: ~120 registers a thread at 768 features, 4 blocks
+    // per multiprocessor) or in registers (`_regs`: ~200, 2 blocks): the same bits.
     const WARPS: usize = 4;
-    let name = format!("residual_norm_train_grad_regs{}", cols / 128);
+    let sums = if super::norm_grad_sums_shared() { "shared" } else { "regs" };
+    let name = format!("residual_norm_train_grad_{sums}{}", cols / 128);
     let (stream, func) = kernel(&dev, &name, dtype)?;
     let resident = super::waves::resident_blocks(&dev, &format!("{name}_{dtype:?}"), &func, (WARPS * 32) as u32);
     let blocks = super::waves::one_wave_blocks(rows, WARPS, resident);

@@ -501,6 +501,15 @@ pub fn train_column_sum_kernel() -> bool {
     !env_is(&CANDLE, "LONGREAD_CUDA_COLUMN_SUM", "candle")
 }
 
+/// Whether the block end's backward kernel keeps each lane's running sums of the bias, γ and β
+/// gradients in shared memory (the default since session 40: about 120 registers a thread at 768
+/// features, 4 blocks per multiprocessor), or, with `LONGREAD_CUDA_NORM_GRAD_SUMS=registers`, in
+/// registers (about 200: 2 blocks; kept to compare on a GPU). The same bits either way.
+pub fn norm_grad_sums_shared() -> bool {
+    static REGISTERS: OnceLock<bool> = OnceLock::new();
+    !env_is(&REGISTERS, "LONGREAD_CUDA_NORM_GRAD_SUMS", "registers")
+}
+
 /// Whether a GELU's backward pass on a GPU sums its bias's gradient in the same pass over the
 /// rows (the default since session 40), or, with `LONGREAD_CUDA_GELU_BIAS_GRAD=apart`, writes the
 /// gradient and then sums it with [`ColumnSum`], reading it back (kept to compare on a GPU).

@@ -120,7 +120,7 @@ impl CustomOp3 for ResidualNormTrain {
 
 #[cfg(feature = "cuda")]
 impl ResidualNormTrain {
-    /// The backward pass as one kernel on a GPU (`residual_norm_train_grad_regs` in
+    /// The backward pass as one kernel on a GPU (`residual_norm_train_grad_{shared,regs}` in
     /// `kernels.cu`: the sum recomputed, LayerNorm's gradient, the mask, and the parameters'
     /// gradients summed over the rows; tested on the CPU under emulation by
     /// `tests/kernels_emulated.rs`). `None` off the GPU, for rows its registers do not hold,
