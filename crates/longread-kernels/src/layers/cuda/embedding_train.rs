@@ -94,6 +94,22 @@ struct Grouping {
 }
 
 impl Grouping {
+    /// The grouping of positions `order` sorted by id, whose ids `uniq` start at `seg` (ids + 1
+    /// offsets), each id cut into pieces of [`piece_len`] of the most frequent id's count
+    /// (one piece per id when not `split`).
+    fn in_pieces(order: Vec<u32>, seg: &[u32], uniq: Vec<u32>, split: bool) -> Self {
+        let most = seg.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        let len = if split { piece_len(most as usize) } else { usize::MAX };
+        let (mut piece, mut first) = (Vec::new(), Vec::with_capacity(uniq.len() + 1));
+        for w in seg.windows(2) {
+            first.push(piece.len() as u32);
+            piece.extend((w[0]..w[1]).step_by(len));
+        }
+        first.push(piece.len() as u32);
+        piece.push(order.len() as u32);
+        Grouping { order, piece, first, uniq }
+    }
+
     fn counts(&self) -> GroupCounts {
         GroupCounts { positions: self.order.len(), pieces: self.piece.len() - 1, ids: self.uniq.len() }
     }
@@ -136,16 +152,7 @@ fn groups(ids: &[u32], skip: Option<u32>, split: bool) -> Grouping {
         order[*next as usize] = j as u32;
         *next += 1;
     }
-    let most = seg.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let len = if split { piece_len(most as usize) } else { usize::MAX };
-    let (mut piece, mut first) = (Vec::new(), Vec::with_capacity(uniq.len() + 1));
-    for w in seg.windows(2) {
-        first.push(piece.len() as u32);
-        piece.extend((w[0]..w[1]).step_by(len));
-    }
-    first.push(piece.len() as u32);
-    piece.push(order.len() as u32);
-    Grouping { order, piece, first, uniq }
+    Grouping::in_pieces(order, &seg, uniq, split)
 }
 
 fn piece_len(most: usize) -> usize {
@@ -420,9 +427,10 @@ mod tests {
         assert_eq!(groups(&[], None, true).counts(), GroupCounts { positions: 0, pieces: 0, ids: 0 });
     }
 
-    /// The counting sort groups as a stable comparison sort does (the grouping it replaced),
-    /// on word-like ids (many, spread over a large table), position-like ones (runs) and one
-    /// repeated id, with and without a skipped id.
+    /// The counting sort orders and segments the positions as a stable comparison sort does
+    /// (the grouping it replaced; the pieces are cut by the same code), on word-like ids (many,
+    /// spread over a large table), position-like ones (runs) and one repeated id, with and
+    /// without a skipped id.
     #[test]
     fn the_counting_sort_groups_as_a_stable_sort() {
         fn by_comparison(ids: &[u32], skip: Option<u32>, split: bool) -> Grouping {
@@ -436,16 +444,7 @@ mod tests {
                 }
             }
             seg.push(order.len() as u32);
-            let most = seg.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-            let len = if split { piece_len(most as usize) } else { usize::MAX };
-            let (mut piece, mut first) = (Vec::new(), Vec::new());
-            for w in seg.windows(2) {
-                first.push(piece.len() as u32);
-                piece.extend((w[0]..w[1]).step_by(len));
-            }
-            first.push(piece.len() as u32);
-            piece.push(order.len() as u32);
-            Grouping { order, piece, first, uniq }
+            Grouping::in_pieces(order, &seg, uniq, split)
         }
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);

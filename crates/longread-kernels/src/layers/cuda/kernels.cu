@@ -1112,6 +1112,14 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
 // point per row length (cols = NV · 128, NV = 1 to 8: up to 1,024 features), so that each has the
 // registers and shared memory its length needs: residual_norm_train_regs<NV>_<dtype> and
 // residual_norm_train_grad_regs<NV>_<dtype> (e.g. ..._regs6_bf16 for 768 features).
+// The backward pass's entry point residual_norm_train_grad_<SUMS><NV>_<dtype>, SUMS regs or shared.
+#define NORM_TRAIN_GRAD(SUMS, SHARED, SUFFIX, T, NV)                                                          \
+  extern "C" __global__ void residual_norm_train_grad_##SUMS##NV##_##SUFFIX(                                  \
+      const T* x, const T* residual, const float* params, const T* dy, T* dx, T* d_residual, float* partial,     \
+      long rows, float eps, unsigned long long seed, unsigned int threshold, float keep_scale) {                \
+    residual_norm_train_grad_regs<T, NV, SHARED>(x, residual, params, dy, dx, d_residual, partial, rows, eps,   \
+                                                 seed, threshold, keep_scale);                                 \
+  }
 #define NORM_TRAIN_REGS(SUFFIX, T, NV)                                                                        \
   extern "C" __global__ void residual_norm_train_regs##NV##_##SUFFIX(                                          \
       const T* x, const T* residual, const float* params, T* out, long rows, float eps, unsigned long long seed, \
@@ -1119,18 +1127,8 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
     residual_layer_norm_regs<T, T, T, NV, true>(x, residual, params, out, rows, eps, nullptr, seed, threshold,   \
                                                 keep_scale);                                                   \
   }                                                                                                            \
-  extern "C" __global__ void residual_norm_train_grad_regs##NV##_##SUFFIX(                                     \
-      const T* x, const T* residual, const float* params, const T* dy, T* dx, T* d_residual, float* partial,     \
-      long rows, float eps, unsigned long long seed, unsigned int threshold, float keep_scale) {                \
-    residual_norm_train_grad_regs<T, NV, false>(x, residual, params, dy, dx, d_residual, partial, rows, eps,    \
-                                                seed, threshold, keep_scale);                                  \
-  }                                                                                                            \
-  extern "C" __global__ void residual_norm_train_grad_shared##NV##_##SUFFIX(                                   \
-      const T* x, const T* residual, const float* params, const T* dy, T* dx, T* d_residual, float* partial,     \
-      long rows, float eps, unsigned long long seed, unsigned int threshold, float keep_scale) {                \
-    residual_norm_train_grad_regs<T, NV, true>(x, residual, params, dy, dx, d_residual, partial, rows, eps,     \
-                                               seed, threshold, keep_scale);                                   \
-  }
+  NORM_TRAIN_GRAD(regs, false, SUFFIX, T, NV)                                                                  \
+  NORM_TRAIN_GRAD(shared, true, SUFFIX, T, NV)
 #define NORM_TRAIN_REGS_ALL(NV) NORM_TRAIN_REGS(f32, float, NV) NORM_TRAIN_REGS(bf16, __nv_bfloat16, NV)
 NORM_TRAIN_REGS_ALL(1)
 NORM_TRAIN_REGS_ALL(2)
