@@ -31,10 +31,24 @@ pub(super) fn resident_blocks(
     if let Some((_, blocks)) = known.iter().find(|(k, _)| *k == key) {
         return *blocks;
     }
-    // A driver that cannot say: one block per multiprocessor, the least any kernel that
-    // launches at all gets.
-    let per_multiprocessor = func.occupancy_max_active_blocks_per_multiprocessor(threads, 0, None).unwrap_or(1).max(1);
+    // The query needs the GPU's context current on this thread. A driver that cannot say: one
+    // block per multiprocessor, the least any kernel that launches at all gets (logged).
+    let asked = dev
+        .cuda_stream()
+        .context()
+        .bind_to_thread()
+        .and_then(|()| func.occupancy_max_active_blocks_per_multiprocessor(threads, 0, None));
+    let per_multiprocessor = match asked {
+        Ok(n) if n > 0 => n,
+        other => {
+            tracing::warn!(
+                "{name}: the driver did not say how many blocks fit a multiprocessor ({other:?}); assuming 1"
+            );
+            1
+        }
+    };
     let blocks = crate::layers::cuda::flash::multiprocessors_of(dev) * per_multiprocessor as usize;
+    tracing::debug!("{name}: {per_multiprocessor} blocks of {threads} threads per multiprocessor, {blocks} at once");
     known.push((key, blocks));
     blocks
 }
