@@ -388,7 +388,9 @@ if part train; then
   : > "$work/train.jsonl"
   bench_train() { timeout 240 "$lr" --device cuda bench --workload train --repeat "${TRAIN_REPEAT:-3}" --json "$@" | tee -a "$work/train.jsonl" || echo "bench_train $*: failed or timed out" >&2; }
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 65536
-  bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
+  # (This row also logs how many blocks of the grid-sized kernels each multiprocessor holds.)
+  LONGREAD_LOG=warn,longread_kernels::layers::cuda::waves=debug \
+    bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 4096
   # Two documents per kept batch (since session 33 a document that fits a batch is not recomputed).
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 20480
