@@ -47,4 +47,6 @@ inline void check(const char* name, int cols, const std::vector<float>& got, con
 
 constexpr unsigned ROW_THREADS = 256;  // launch.rs: 8 warps, one row each
 inline unsigned row_blocks(long rows) { return unsigned((rows + 7) / 8); }
+// column_sum_finish: a block per 32 columns (launch.rs).
+inline unsigned finish_blocks(int cols) { return unsigned((cols + 31) / 32); }
 

@@ -221,7 +221,7 @@ void residual_norms_train(int cols, float p, std::mt19937& rng) {
     norm_train_kernels<float>(cols).backward(x.data(), residual.data(), params.data(), dy.data(), dx.data(),
                                              d_residual.data(), partial.data(), rows, eps, seed, threshold, keep);
   });
-  emu::launch(unsigned((3 * cols + 255) / 256), 256,
+  emu::launch(finish_blocks(3 * cols), 256,
               [&] { column_sum_finish(partial.data(), d_params.data(), int(blocks), 3 * cols); });
   std::snprintf(name, sizeof name, "residual_norm_train_grad_regs<NV>_f32 (p %.2f)", p);
   check((std::string(name) + ": d x").c_str(), cols, dx, want.dx, 2e-5f);
@@ -268,7 +268,7 @@ void residual_norms_train(int cols, float p, std::mt19937& rng) {
     check((std::string(name) + ": d residual as regs'").c_str(), cols, to_f32(drb2), to_f32(drb), 0.f);
     check((std::string(name) + ": block sums as regs'").c_str(), cols, partial2, partial, 0.f);
   }
-  emu::launch(unsigned((3 * cols + 255) / 256), 256,
+  emu::launch(finish_blocks(3 * cols), 256,
               [&] { column_sum_finish(partial.data(), d_params.data(), int(blocks), 3 * cols); });
   std::snprintf(name, sizeof name, "residual_norm_train_*_regs<NV>_bf16 (p %.2f)", p);
   check((std::string(name) + ": y").c_str(), cols, to_f32(yb), want16.y, 1e-5f, 1.f / 256);
@@ -355,7 +355,7 @@ void bias_kernels_train(int rows, int cols, std::mt19937& rng, const char* dtype
       bias_gelu_train_grad_vec_f32(x.data(), bias.data(), dy.data(), dz_vec.data(), n, cols);
     }
   }, unsigned(splits));
-  emu::launch(1, 64, [&] { column_sum_finish(partial.data(), d_bias.data(), int(splits), cols); });
+  emu::launch(finish_blocks(cols), 64, [&] { column_sum_finish(partial.data(), d_bias.data(), int(splits), cols); });
   std::vector<float> got(n), same(n), want_bias(cols, 0.f);
   for (long i = 0; i < n; ++i) {
     got[i] = value(dz[i]);

@@ -1266,12 +1266,26 @@ extern "C" __global__ void column_sum_partial_bf16(const __nv_bfloat16* x, float
   column_sum_partial(x, partial, rows, cols, rows_per_split);
 }
 
+// out[c] = Σ_s partial[s, c]: a block per 32 columns (lane = column: coalesced), its warps (up
+// to 8) each summing every warps-th split in order, then warp 0 adding the warps' sums in order:
+// deterministic, with a load in flight per warp and column where one thread walked all the
+// splits (528 of them after the block end's backward on an H200, 9 blocks: tens of µs).
 extern "C" __global__ void column_sum_finish(const float* partial, float* out, int splits, int cols) {
-  const int col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= cols) return;
-  float acc = 0.f;
-  for (int s = 0; s < splits; s++) acc += partial[(long)s * cols + col];
-  out[col] = acc;
+  __shared__ float warp_sums[8][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, warps = min((int)(blockDim.x / 32), 8);
+  const int col = blockIdx.x * 32 + lane;
+  if (warp < warps) {
+    float acc = 0.f;
+    if (col < cols)
+      for (int s = warp; s < splits; s += warps) acc += partial[(long)s * cols + col];
+    warp_sums[warp][lane] = acc;
+  }
+  __syncthreads();
+  if (warp == 0 && col < cols) {
+    float total = 0.f;
+    for (int w = 0; w < warps; ++w) total += warp_sums[w][lane];
+    out[col] = total;
+  }
 }
 
 // total[i] += grad[i] in f32, in place: a cast weight's bf16 gradient added into the f32 total of

@@ -1020,7 +1020,8 @@ fn column_sum_finish(
     let stream = dev.cuda_stream();
     let mut b = stream.launch_builder(&finish);
     b.arg(partial).arg(out).arg(&splits_i).arg(&cols_i);
-    let blocks = cols.div_ceil(256).max(1) as u32;
+    // A block of 8 warps per 32 columns.
+    let blocks = cols.div_ceil(32).max(1) as u32;
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: the caller's partial holds splits · cols sums and out cols.
     unsafe { b.launch(cfg) }.w()?;
