@@ -155,6 +155,8 @@ fn groups(ids: &[u32], skip: Option<u32>, split: bool) -> Grouping {
     Grouping::in_pieces(order, &seg, uniq, split)
 }
 
+/// Positions per piece when the most frequent id is looked up `most` times: √most (the two
+/// stages then each add about √most rows in turn), at least 32 (fewer repeats stay one piece).
 fn piece_len(most: usize) -> usize {
     (most as f64).sqrt().ceil().max(32.0) as usize
 }

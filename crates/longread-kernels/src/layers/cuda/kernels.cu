@@ -1026,14 +1026,13 @@ __device__ void residual_norm_train_grad_regs(const T* x, const T* residual, con
   };
 #pragma unroll
   for (int n = 0; n < NV; ++n) {
-    const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int which = 0; which < 3; ++which) {
       if constexpr (SHARED_SUMS) {
         *reinterpret_cast<float4*>(own + which * COLS + (n * 32 + lane) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
       } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) regs[which * SUMS + n * 4 + i] = zeros[i];
+        for (int i = 0; i < 4; ++i) regs[which * SUMS + n * 4 + i] = 0.f;
       }
     }
   }
@@ -1147,23 +1146,29 @@ __device__ void bias_gelu_train_grad(const T* x, const float* bias, const T* dy,
   }
 }
 
+// One 16-byte vector of the GELU's backward: dy · gelu'(x + bias), x and dy at a vector's start
+// (16-byte aligned), bias the vector's columns' biases.
+template <typename T>
+__device__ __forceinline__ uint4 gelu_grad_vec16(const T* x, const float* bias, const T* dy) {
+  constexpr int VEC = Vec16<T>::N;
+  const uint4 raw_x = *reinterpret_cast<const uint4*>(x);
+  const uint4 raw_g = *reinterpret_cast<const uint4*>(dy);
+  const T* ex = reinterpret_cast<const T*>(&raw_x);
+  const T* eg = reinterpret_cast<const T*>(&raw_g);
+  uint4 res;
+  T* r = reinterpret_cast<T*>(&res);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) store(r, j, load(eg, j) * gelu_erf_grad(load(ex, j) + bias[j]));
+  return res;
+}
+
 // The GELU's backward over 16-byte vectors (as bias_activation_vec; every tensor 16-byte aligned).
 template <typename T>
 __device__ void bias_gelu_train_grad_vec(const T* x, const float* bias, const T* dy, T* dz, long n, int cols) {
   constexpr int VEC = Vec16<T>::N;
   for (long v = (long)blockIdx.x * blockDim.x + threadIdx.x; v < n / VEC; v += (long)gridDim.x * blockDim.x) {
     const int col = (int)((v * VEC) % cols);
-    const uint4 raw_x = *reinterpret_cast<const uint4*>(x + v * VEC);
-    const uint4 raw_g = *reinterpret_cast<const uint4*>(dy + v * VEC);
-    const T* ex = reinterpret_cast<const T*>(&raw_x);
-    const T* eg = reinterpret_cast<const T*>(&raw_g);
-    uint4 res;
-    T* r = reinterpret_cast<T*>(&res);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      store(r, j, load(eg, j) * gelu_erf_grad(load(ex, j) + bias[col + j]));
-    }
-    *reinterpret_cast<uint4*>(dz + v * VEC) = res;
+    *reinterpret_cast<uint4*>(dz + v * VEC) = gelu_grad_vec16(x + v * VEC, bias + col, dy + v * VEC);
   }
 }
 
@@ -1189,17 +1194,10 @@ __device__ void bias_gelu_train_grad_sum(const T* x, const float* bias, const T*
   }
   for (long r = start; r < stop; ++r) {
     const long at = r * cols + col;
-    const uint4 raw_x = *reinterpret_cast<const uint4*>(x + at);
-    const uint4 raw_g = *reinterpret_cast<const uint4*>(dy + at);
-    const T* ex = reinterpret_cast<const T*>(&raw_x);
-    const T* eg = reinterpret_cast<const T*>(&raw_g);
-    uint4 res;
-    T* out = reinterpret_cast<T*>(&res);
+    const uint4 res = gelu_grad_vec16(x + at, b, dy + at);
+    const T* out = reinterpret_cast<const T*>(&res);
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      store(out, j, load(eg, j) * gelu_erf_grad(load(ex, j) + b[j]));
-      acc[j] += load(out, j);
-    }
+    for (int j = 0; j < VEC; ++j) acc[j] += load(out, j);
     *reinterpret_cast<uint4*>(dz + at) = res;
   }
 #pragma unroll

@@ -919,13 +919,10 @@ pub(super) fn bias_gelu_train_grad_sum(
     if rows == 0 || !cols.is_multiple_of(vec) || !aligned(x_r.start) || !aligned(dy_r.start) {
         return Ok(None);
     }
-    // A thread per vector of a row, blocks of 128 threads; splits of the rows so that about
-    // four blocks per multiprocessor of an H200 run (528), each split at least 16 rows.
+    // A thread per vector of a row, blocks of 128 threads, splits of at least 16 rows.
     const THREADS: usize = 128;
     let col_blocks = (cols / vec).div_ceil(THREADS).max(1);
-    let splits = rows.div_ceil(16).clamp(1, 528usize.div_ceil(col_blocks).max(1));
-    let rows_per_split = rows.div_ceil(splits);
-    let splits = rows.div_ceil(rows_per_split);
+    let (splits, rows_per_split) = row_splits(rows, 16, col_blocks);
     let dz = alloc_like(&dev, dtype, rows * cols)?;
     // SAFETY: every (split, column) entry is written by the first kernel before the second reads it.
     let mut partial = unsafe { dev.alloc::<f32>(splits * cols) }?;
@@ -975,11 +972,9 @@ pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorag
     let (rows, cols) = x_l.shape().dims2()?;
     let x_r = range(x_l, op)?;
     let dev = x.device.clone();
-    // Enough blocks to fill the GPU (~4 per SM of 132), each over at least 64 rows.
+    // Splits of at least 64 rows.
     let col_blocks = cols.div_ceil(256).max(1);
-    let splits = rows.div_ceil(64).clamp(1, 528usize.div_ceil(col_blocks).max(1));
-    let rows_per_split = rows.div_ceil(splits).max(1);
-    let splits = rows.div_ceil(rows_per_split).max(1);
+    let (splits, rows_per_split) = row_splits(rows, 64, col_blocks);
     // SAFETY: every (split, column) entry is written by the first kernel before the second reads it.
     let mut partial = unsafe { dev.alloc::<f32>(splits * cols) }?;
     let mut out = unsafe { dev.alloc::<f32>(cols) }?;
@@ -1004,6 +999,15 @@ pub(super) fn column_sum((x, x_l): (&CudaStorage, &Layout)) -> Result<CudaStorag
     unsafe { b.launch(cfg) }.w()?;
     column_sum_finish(&dev, &partial, &mut out, splits, cols)?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+/// How a kernel of `col_blocks` blocks per split of the rows cuts `rows` rows: `(splits, rows
+/// per split)`, enough blocks to fill the GPU (~4 per multiprocessor of an H200's 132: 528), each
+/// split at least `min_rows` rows, none empty (`splits · rows_per_split ≥ rows`).
+fn row_splits(rows: usize, min_rows: usize, col_blocks: usize) -> (usize, usize) {
+    let splits = rows.div_ceil(min_rows).clamp(1, 528usize.div_ceil(col_blocks).max(1));
+    let rows_per_split = rows.div_ceil(splits).max(1);
+    (rows.div_ceil(rows_per_split).max(1), rows_per_split)
 }
 
 /// `out[c] = Σ_s partial[s, c]`, the splits added in order (deterministic): the second step of

@@ -26,9 +26,9 @@ pub(super) fn resident_blocks(
     /// (GPU ordinal, kernel, threads a block) → blocks held at once.
     type Known = Vec<((usize, String, u32), usize)>;
     static KNOWN: Mutex<Known> = Mutex::new(Vec::new());
-    let key = (dev.cuda_stream().context().ordinal(), name.to_string(), threads);
+    let ordinal = dev.cuda_stream().context().ordinal();
     let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((_, blocks)) = known.iter().find(|(k, _)| *k == key) {
+    if let Some((_, blocks)) = known.iter().find(|((o, n, t), _)| (*o, n.as_str(), *t) == (ordinal, name, threads)) {
         return *blocks;
     }
     // The query needs the GPU's context current on this thread. A driver that cannot say: one
@@ -49,7 +49,7 @@ pub(super) fn resident_blocks(
     };
     let blocks = crate::layers::cuda::flash::multiprocessors_of(dev) * per_multiprocessor as usize;
     tracing::debug!("{name}: {per_multiprocessor} blocks of {threads} threads per multiprocessor, {blocks} at once");
-    known.push((key, blocks));
+    known.push(((ordinal, name.to_string(), threads), blocks));
     blocks
 }
 
