@@ -648,13 +648,13 @@ result = {
     "train_bf16_memory_ratio_docs_per_s": round(lean["docs_per_s"], 2) if lean else None,
     "train_bf16_speed_ratio_within_memory": round(fastest_within["docs_per_s"] / torch_nockpt["docs_per_s"], 3)
         if fastest_within and torch_nockpt else None,
-    "train_bf16_within_memory_row": {k: fastest_within.get(k) for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes", "kept_documents")}
+    "train_bf16_within_memory_row": {k: fastest_within.get(k) for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes", "kept_documents", "host", "head_start")}
         if fastest_within else None,
     "train_bf16_first_step_s": best.get("warmup_seconds") if best else None,
     "train_bf16_cudnn_speed_ratio": round(best_cudnn["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_cudnn and torch_nockpt else None,
     "train_bf16_cudnn_speed_ratio_within_memory": round(fastest_within_cudnn["docs_per_s"] / torch_nockpt["docs_per_s"], 3)
         if fastest_within_cudnn and torch_nockpt else None,
-    "train_bf16_cudnn_within_memory_row": {k: fastest_within_cudnn.get(k) for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes", "kept_documents")}
+    "train_bf16_cudnn_within_memory_row": {k: fastest_within_cudnn.get(k) for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes", "kept_documents", "host", "head_start")}
         if fastest_within_cudnn else None,
     # roberta-large at 10,240-token batches against PyTorch's checkpointed step (issue 34's target).
     **{f"train_large_bf16_{attention}_ratio": round(large(attention)["docs_per_s"] / torch_large["docs_per_s"], 3)
@@ -672,7 +672,9 @@ for r in ours:
           r["max_batch_tokens"], f'{r["docs"]}x{r["chunks_per_doc"]}', round(r["docs_per_s"], 2), "docs/s", gib(r.get("peak_gpu_bytes")), "GiB",
           f'(train\'s budget model: {gib(r.get("estimated_peak_gpu_bytes"))} GiB)',
           # The host's time to queue forward + backward against the GPU's to finish them.
-          f'queued {r["host"]["queued_s"]:.4f} s of {r["host"]["gradients_s"]:.4f} s' if r.get("host") else "")
+          f'queued {r["host"]["queued_s"]:.4f} s of {r["host"]["gradients_s"]:.4f} s' if r.get("host") else "",
+          # The GPU's own time for the same passes, queued behind a hold (no wait for the host).
+          f'GPU alone {r["head_start"]["gpu_s"]:.4f} s (host alone {r["head_start"]["host_s"] or 0:.4f} s)' if r.get("head_start") else "")
 for r in torch:
     print("pytorch", r["preset"], r["dtype"], "ckpt" if r["checkpointing"] else "no-ckpt", r["docs_per_s"], "docs/s", r["peak_gib"], "GiB")
 PY

@@ -1180,3 +1180,43 @@ fn cuda_adamw_in_one_launch_equals_a_launch_per_parameter() {
     }
     assert_ne!(flat(&one_launch[4]), flat(&params[4]), "the parameters moved");
 }
+
+/// The benchmark's head start: a hold of the GPU lasts what was asked by the GPU's own clock
+/// (the marks around it), and the host is not held by queueing it.
+#[test]
+fn a_gpu_hold_lasts_what_was_asked_on_the_gpus_clock() {
+    use longread_model::layers::cuda::{hold_gpu, GpuMark};
+    use std::time::{Duration, Instant};
+    if !gpu("a_gpu_hold_lasts_what_was_asked_on_the_gpus_clock") {
+        return;
+    }
+    let device = cuda();
+    device.synchronize().unwrap();
+    let before = GpuMark::now(&device).unwrap();
+    let queued = Instant::now();
+    hold_gpu(&device, Duration::from_millis(50)).unwrap();
+    let queue_time = queued.elapsed();
+    let after = GpuMark::now(&device).unwrap();
+    let held = before.seconds_until(&after).unwrap();
+    assert!((0.05..0.2).contains(&held), "held {held} s for 0.05 s");
+    assert!(queue_time < Duration::from_millis(25), "queueing the hold took {queue_time:?}");
+    // A mark right after another: (almost) no GPU time between them.
+    let (a, b) = (GpuMark::now(&device).unwrap(), GpuMark::now(&device).unwrap());
+    assert!(a.seconds_until(&b).unwrap() < 0.01);
+}
+
+/// `bench --workload train` on a GPU times the passes behind a hold too: GPU time that is
+/// positive and not above the ordinary step's (which adds any wait for the host).
+#[test]
+fn the_gpu_train_bench_times_the_passes_behind_a_head_start() {
+    use longread_train::bench::{run_train_step, TrainStepSettings};
+    if !gpu("the_gpu_train_bench_times_the_passes_behind_a_head_start") {
+        return;
+    }
+    let settings =
+        TrainStepSettings { docs: 2, chunks: 3, bf16: false, recompute: true, max_batch_tokens: None, repeat: 3 };
+    let result = run_train_step(&fixture("hier/roberta-attention"), settings, &cuda()).unwrap();
+    let (host, head) = (result.host.expect("host share on a GPU"), result.head_start.expect("head start on a GPU"));
+    assert!(head.gpu_s > 0.0 && head.hold_s > 0.0, "{head:?}");
+    assert!(head.gpu_s <= 1.5 * host.gradients_s + 1e-3, "{head:?} against {host:?}");
+}

@@ -268,11 +268,26 @@ fn run_train_bench(args: &BenchArgs, docs: usize, chunks: usize, choice: DeviceC
             result.docs_per_s,
             peak_gpu(result.peak_gpu_bytes)
         );
+        if let (Some(host), Some(head)) = (&result.host, &result.head_start) {
+            println!(
+                "forward + backward: {:.4} s in the step (the host queued it in {}); {:.4} s of GPU time queued behind a hold of {:.3} s (the host queued it in {})",
+                host.gradients_s,
+                seconds_or_unknown(host.queued_s),
+                head.gpu_s,
+                head.hold_s,
+                seconds_or_unknown(head.host_s)
+            );
+        }
         if let Some(profile) = &result.profile {
             print_train_profile(profile);
         }
     }
     Ok(())
+}
+
+/// `0.0123 s`, or `an unknown time` where no wait was noted.
+fn seconds_or_unknown(seconds: Option<f64>) -> String {
+    seconds.map_or_else(|| "an unknown time".into(), |s| format!("{s:.4} s"))
 }
 
 /// The parts of a profiled training step as tables for people (`LONGREAD_PROFILE=1`).

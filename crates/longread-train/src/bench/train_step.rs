@@ -4,7 +4,7 @@
 //! cross-entropy, backward into every parameter (embeddings included), clipping to norm 1,
 //! AdamW. On a GPU also the peak memory of the timed steps.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device};
 use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
@@ -100,6 +100,12 @@ pub struct TrainStepResult {
     /// (where each op runs as it is queued).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostShare>,
+    /// On a GPU, the same forward and backward passes queued behind a hold of the GPU
+    /// ([`HeadStart`]): the GPU's own time for them, beside [`HostShare::gradients_s`], which
+    /// also holds any time the GPU spent waiting for the host. Absent on the CPU, or with
+    /// `LONGREAD_BENCH_HEAD_START=off`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head_start: Option<HeadStart>,
     /// With LONGREAD_PROFILE=1, one more step timed in parts (each waited for on its own):
     /// seconds of the chunks' training-mode forward alone (graph built, no backward), of
     /// `batch_gradients` (forward, loss, backward; recomputation as set), of the gradient
@@ -216,6 +222,21 @@ pub fn run_train_step(
     }
     let host = device.is_cuda().then(|| HostShare::median(&shares)).flatten();
     let peak_gpu_bytes = longread_model::device::peak_memory_bytes(device);
+    let head_start = match (host, head_start_wanted()) {
+        (Some(host), true) => {
+            // Longer than the host takes to queue the passes, so that the GPU never waits.
+            let hold = Duration::from_secs_f64(1.5 * host.gradients_s + 0.02);
+            let runs = (0..settings.repeat.max(1))
+                .map(|_| {
+                    head_start_run(hold, device, || {
+                        batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device).map(drop)
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            HeadStart::median(runs)
+        }
+        _ => None,
+    };
     let profile = if longread_model::profile::enabled() {
         let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
             device.synchronize()?;
@@ -318,8 +339,56 @@ pub fn run_train_step(
         gpu_attention,
         max_batch_tokens,
         host,
+        head_start,
         profile,
     })
+}
+
+/// The GPU's own time for a training step's forward and backward passes, apart from the host's
+/// (`layers::cuda::gpu_clock`): the GPU is held busy while the host queues the passes behind
+/// the hold, then runs them with all of their work queued. When `gpu_s` is well below the
+/// step's [`HostShare::gradients_s`], the GPU waited for the host in the ordinary step (many
+/// small kernels, each queued slower than it runs); when close to it, the GPU's own work set
+/// the pace.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct HeadStart {
+    /// Seconds of GPU time from the hold's end to the passes' end (the loss read back
+    /// included: one small copy).
+    pub gpu_s: f64,
+    /// Seconds the host took to queue the passes while the GPU was held (from the start until
+    /// it first waited for a result): its own pace, with no GPU to wait for — unless the
+    /// driver's queue of launches filled, which holds the host back as the GPU drains it.
+    pub host_s: Option<f64>,
+    /// Seconds the GPU was held before the passes.
+    pub hold_s: f64,
+}
+
+impl HeadStart {
+    /// The run with the median `gpu_s` (`None` without runs).
+    fn median(mut runs: Vec<HeadStart>) -> Option<HeadStart> {
+        runs.sort_by(|a, b| a.gpu_s.total_cmp(&b.gpu_s));
+        runs.get(runs.len() / 2).copied()
+    }
+}
+
+/// Whether a GPU training bench also times the step with a head start (unless
+/// `LONGREAD_BENCH_HEAD_START=off`).
+fn head_start_wanted() -> bool {
+    std::env::var("LONGREAD_BENCH_HEAD_START").map_or(true, |v| v != "off")
+}
+
+/// Runs `passes` queued behind a hold of the GPU for `hold` and times them on the GPU's clock.
+fn head_start_run(hold: Duration, device: &Device, passes: impl FnOnce() -> Result<()>) -> Result<HeadStart> {
+    use longread_model::layers::cuda::{hold_gpu, GpuMark};
+    device.synchronize()?;
+    hold_gpu(device, hold)?;
+    let start = GpuMark::now(device)?;
+    let _ = longread_model::profile::take_first_wait();
+    let started = Instant::now();
+    passes()?;
+    let host_s = longread_model::profile::take_first_wait().map(|t| (t - started).as_secs_f64());
+    let end = GpuMark::now(device)?;
+    Ok(HeadStart { gpu_s: start.seconds_until(&end)?, host_s, hold_s: hold.as_secs_f64() })
 }
 
 /// How long the host took to queue a step's forward and backward passes, beside how long the

@@ -493,6 +493,18 @@ pub(super) fn dropout_mask(
     }
 }
 
+/// Queues `hold_gpu`: one thread that keeps the stream busy for `nanos` ns (`gpu_clock`).
+pub(super) fn hold(dev: &CudaDevice, nanos: u64) -> Result<()> {
+    let func = dev.get_or_load_custom_func("hold_gpu", MODULE, PTX)?.into_cuda_function();
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    b.arg(&nanos);
+    let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: the kernel reads the GPU's clock and touches no memory.
+    unsafe { b.launch(one) }.w()?;
+    Ok(())
+}
+
 pub(super) fn adamw_step(
     k: &super::AdamWStep,
     (p, p_l): (&mut CudaStorage, &Layout),

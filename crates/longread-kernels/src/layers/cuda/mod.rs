@@ -31,6 +31,7 @@ mod embedding_train;
 mod flash;
 mod gelu_dense_train;
 mod gemm_gelu;
+mod gpu_clock;
 #[cfg(feature = "cuda")]
 mod launch;
 mod linear_train;
@@ -53,6 +54,7 @@ pub use flash::{
 };
 pub use gelu_dense_train::GeluDenseTrain;
 pub use gemm_gelu::{fused_linear_gelu, fused_linear_gelu_by, FusedGeluKernel};
+pub use gpu_clock::{hold_gpu, GpuMark};
 pub use linear_train::{train_product_op, train_qkv_bias_in_product, LinearBiasTrain, ProductTrain};
 pub use multi_tensor::{adamw_multi, adamw_multi_kernel, grad_norm_kernel, sum_of_squares, AdamWParts};
 pub use residual_norm_train::ResidualNormTrain;
