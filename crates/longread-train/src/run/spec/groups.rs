@@ -22,7 +22,8 @@ const ENCODER_HEADING: &str = "Encoder models (--arch hierarchical or sequence, 
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 #[cfg_attr(feature = "clap", command(next_help_heading = LOOP_HEADING))]
 pub struct LoopSpec {
-    /// Fraction of the training data held out for dev (stratified, seeded) when --dev is absent.
+    /// Fraction of the training data held out for dev (stratified, seeded) when --dev is absent
+    /// (giving both is an error).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.1))]
     pub dev_split: f64,
     /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.

@@ -192,6 +192,12 @@ impl TrainSpec {
                  fine-tune the encoder use --precision f32 or bf16)"
             );
         }
+        if self.dev.is_some() && self.given.iter().any(|g| g == "dev_split") {
+            bail!(
+                "--dev-split holds part of the training data out as the dev set; with --dev given it would be \
+                 ignored: drop one of the two"
+            );
+        }
         if e.train_embeddings && e.freeze_bottom > 0 {
             bail!(
                 "--train-embeddings contradicts --freeze-bottom, which freezes the embeddings with the bottom layers"
@@ -318,6 +324,16 @@ mod tests {
         // With --wide-bow an encoder model takes the bag of words' flags.
         let spec = resolved(&["--model", "m", "--wide-bow", "--c-values", "1"]).unwrap();
         assert!(matches!(spec.plan(), TrainPlan::Encoder { wide: Some(bow), .. } if bow.c_values == [1.0]));
+    }
+
+    /// `--dev` and `--dev-split` together are refused (the split was silently ignored); each
+    /// alone is taken, and the split's default does not count as given.
+    #[test]
+    fn a_dev_file_and_a_dev_split_together_are_refused() {
+        let err = resolved(&["--model", "m", "--dev", "d.jsonl", "--dev-split", "0.2"]).err().expect("refused");
+        assert!(err.contains("--dev-split") && err.contains("--dev given"), "{err}");
+        assert!(resolved(&["--model", "m", "--dev", "d.jsonl"]).is_ok());
+        assert!(resolved(&["--model", "m", "--dev-split", "0.2"]).is_ok());
     }
 
     /// Counts of zero are refused by name, `--max-batch-tokens 0` too (it ran as one chunk a
