@@ -54,7 +54,10 @@ pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>, str
             .collect();
         files.sort();
         if files.is_empty() {
-            return Err(TextError::EmptyInput { source_name: format!("{} (no *.txt files)", path.display()) });
+            return Err(TextError::EmptyInput {
+                source_name: path.display().to_string(),
+                why: "the directory has no *.txt files",
+            });
         }
         return files.iter().map(|f| text_file(f)).collect();
     }
@@ -131,6 +134,15 @@ mod tests {
         assert_eq!(ids, vec!["a.txt", "b.txt", "c.txt"]);
         assert_eq!(docs[0].text, "first");
         assert!(docs[2].error.as_deref().unwrap().contains("not valid UTF-8"));
+    }
+
+    /// A directory without text files says so (it once said "the file is empty").
+    #[test]
+    fn a_directory_without_txt_files_is_an_error_saying_so() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
+        let err = read_documents(dir.path(), no_stdin, true).err().expect("no documents").to_string();
+        assert!(err.ends_with("no input records (the directory has no *.txt files)"), "{err}");
     }
 
     #[test]

@@ -45,11 +45,16 @@ pub enum TextError {
     #[error("chunking configuration: {0}")]
     Config(String),
     /// The input holds no records.
-    #[error("{source_name}: no input records (the file is empty)")]
+    #[error("{source_name}: no input records ({why})")]
     EmptyInput {
         /// The input's name.
         source_name: String,
+        /// Why, as the input is: an empty file, a directory without the files read.
+        why: &'static str,
     },
+    /// A setting cannot work; the message names it and says what can.
+    #[error("{0}")]
+    Setting(String),
 }
 
 /// Result type of this crate.

@@ -23,6 +23,9 @@ pub fn read_records(reader: impl BufRead, source_name: &str) -> Result<Vec<Recor
     read(reader, source_name, false)
 }
 
+/// Why an input without a line holds no records.
+const NO_LINES: &str = "the input is empty or holds only blank lines";
+
 /// Like [`read_records`], but an empty `"text"` is kept (its document fails on its own later).
 pub fn read_records_allowing_empty(reader: impl BufRead, source_name: &str) -> Result<Vec<Record>> {
     read(reader, source_name, true)
@@ -34,7 +37,7 @@ fn read(reader: impl BufRead, source_name: &str, allow_empty: bool) -> Result<Ve
         records.push(line?);
     }
     if records.is_empty() {
-        return Err(TextError::EmptyInput { source_name: source_name.to_owned() });
+        return Err(TextError::EmptyInput { source_name: source_name.to_owned(), why: NO_LINES });
     }
     Ok(records)
 }
@@ -45,7 +48,7 @@ fn read(reader: impl BufRead, source_name: &str, allow_empty: bool) -> Result<Ve
 pub fn read_records_lenient(reader: impl BufRead, source_name: &str) -> Result<Vec<Result<Record>>> {
     let lines: Vec<Result<Record>> = read_lines(reader, source_name, true).collect();
     if lines.is_empty() {
-        return Err(TextError::EmptyInput { source_name: source_name.to_owned() });
+        return Err(TextError::EmptyInput { source_name: source_name.to_owned(), why: NO_LINES });
     }
     Ok(lines)
 }

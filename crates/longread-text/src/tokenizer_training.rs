@@ -67,7 +67,7 @@ pub fn train_tokenizer(texts: &[String], cfg: TokenizerTraining) -> Result<Token
         TokenizerKind::WordPiece => 5 + 26,
     };
     if cfg.vocab_size < min_vocab {
-        return Err(TextError::Config(format!(
+        return Err(TextError::Setting(format!(
             "vocab size {} is too small: at least {min_vocab} for {:?} (special tokens and the base alphabet)",
             cfg.vocab_size, cfg.kind
         )));
@@ -161,6 +161,7 @@ pub fn read_corpus(paths: &[PathBuf]) -> Result<Vec<String>> {
     if texts.is_empty() {
         return Err(TextError::EmptyInput {
             source_name: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+            why: if files.is_empty() { "no *.txt or *.jsonl files" } else { "its files hold only blank lines" },
         });
     }
     Ok(texts)
@@ -236,11 +237,16 @@ mod tests {
     #[test]
     fn bad_settings_and_empty_corpora_are_errors() {
         let cfg = TokenizerTraining { kind: TokenizerKind::Bpe, vocab_size: 100, min_frequency: 2, lowercase: false };
-        assert!(train_tokenizer(&corpus(), cfg).unwrap_err().to_string().contains("too small"));
+        let small = train_tokenizer(&corpus(), cfg).unwrap_err().to_string();
+        assert!(small.starts_with("vocab size 100 is too small"), "a setting, not a chunking error: {small}");
         let cfg = TokenizerTraining { vocab_size: 400, ..cfg };
         assert!(train_tokenizer(&["  ".to_string()], cfg).unwrap_err().to_string().contains("no text"));
         let dir = tempfile::tempdir().unwrap();
-        assert!(read_corpus(&[dir.path().to_owned()]).unwrap_err().to_string().contains("no input records"));
+        let none = read_corpus(&[dir.path().to_owned()]).unwrap_err().to_string();
+        assert!(none.contains("no input records (no *.txt or *.jsonl files)"), "{none}");
+        std::fs::write(dir.path().join("blank.txt"), b"\n  \n").unwrap();
+        let blank = read_corpus(&[dir.path().to_owned()]).unwrap_err().to_string();
+        assert!(blank.contains("no input records (its files hold only blank lines)"), "{blank}");
         let missing = dir.path().join("missing.txt");
         assert!(read_corpus(&[missing]).unwrap_err().to_string().contains("missing.txt"));
         std::fs::write(dir.path().join("bad.txt"), b"ok\n\xff\xfe\n").unwrap();
