@@ -185,6 +185,24 @@ fn a_malformed_line_gets_its_own_error_record_unless_strict() {
     assert!(!strict_out.exists(), "nothing written");
 }
 
+/// As README says: a document without an "id" gets its 0-based position among the records
+/// (blank lines not counted), an unreadable line its 1-based line number in the file (blank
+/// lines counted, as editors count).
+#[test]
+fn missing_ids_are_record_positions_and_error_lines_are_file_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.jsonl");
+    std::fs::write(&input, "\n{\"text\": \"Rain is expected.\"}\n\nnot json\n{\"text\": \"Sun.\"}\n").unwrap();
+    let model = fixture("hier/roberta-attention");
+    let out = longread(&["predict", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["id"], 0);
+    assert_eq!(lines[1]["line"], 4);
+    assert_eq!(lines[2]["id"], 2);
+}
+
 #[test]
 fn predict_on_a_plain_encoder_says_to_run_init() {
     let out = longread(&[
