@@ -519,6 +519,19 @@ print(f"ops of one forward + backward (10,240-token batches), {total:.3f} s in a
 for r in ops[:40]:
     print(f"{r['phase']:<9} {r['op']:<40} {r['dtype']:<5} {r['seconds']:>9.4f} {100 * r['seconds'] / total:>5.1f}% "
           f"{r['calls']:>7} {r['elements']:>14}")
+# The same passes on the GPU's clock (a CUDA event after each op, nothing waited for): each kind
+# of op's GPU time and the GPU's possible wait for the host, at the step's own pace and behind a
+# hold of the GPU (the host out of the way).
+for r in rows:
+    for key, how in (("timeline", "own pace"), ("timeline_head_start", "behind a hold")):
+        t = (r.get("profile") or {}).get(key)
+        if not t:
+            continue
+        print(f'{r["max_batch_tokens"]} tokens, attention {r.get("gpu_attention")}, switched: {",".join(r.get("gpu_separate") or []) or "none"}, {how}: '
+              f'GPU {t["gpu_s"]:.4f} s, waiting for the host up to {t["waited_s"]:.4f} s, host {t["host_s"]:.4f} s')
+        if r is first:
+            for o in t["ops"][:30]:
+                print(f"  {o['phase']:<9} {o['op']:<40} {o['dtype']:<5} {1e3 * o['gpu_s']:>8.2f} ms  waited {1e3 * o['waited_s']:>7.2f} ms {o['calls']:>6}")
 # Each profiled run's attention op, forward and backward, per step (PyTorch's cuDNN kernels below).
 for r in rows:
     if not isinstance(r.get("profile"), dict):

@@ -59,3 +59,29 @@ fn nothing_is_counted_outside_start_and_finish() {
     let _ = (constant.exp().unwrap(), tracked.sum_all().unwrap().backward().unwrap());
     assert!(op_profile::finish().is_empty(), "finish stops the profile");
 }
+
+/// The timeline's arithmetic (`op_profile::start_timeline`): an op's GPU span is the time
+/// between the GPU reaching the previous mark and its own; the part after the previous mark
+/// but before the host had queued the op is counted as the GPU's possible wait.
+#[test]
+fn the_timeline_counts_the_gpus_wait_for_an_op_queued_late() {
+    // The GPU reached the previous mark at 1.0 s and this one at 3.0 s.
+    assert_eq!(op_profile::span_and_wait(1.0, 3.0, 0.5), (2.0, 0.0), "queued ahead: no wait");
+    assert_eq!(op_profile::span_and_wait(1.0, 3.0, 2.0), (2.0, 1.0), "queued by 2.0: up to 1.0 waited");
+    assert_eq!(op_profile::span_and_wait(1.0, 3.0, 5.0), (2.0, 2.0), "never more than the span");
+    assert_eq!(op_profile::span_and_wait(1.0, 0.9, 2.0), (0.0, 0.0), "clock noise: nothing negative");
+}
+
+/// A timeline needs a GPU: on the CPU it is an error, nothing is recorded and the normal
+/// profiler is unaffected.
+#[test]
+fn the_cpu_has_no_timeline() {
+    assert!(op_profile::start_timeline(&Device::Cpu).is_err());
+    assert!(op_profile::finish_timeline().is_err(), "none started");
+    let x = Var::new(&[1.0f32, 2.0], &Device::Cpu).unwrap();
+    op_profile::start(&Device::Cpu).unwrap();
+    let y = x.as_tensor().exp().unwrap();
+    let rows = op_profile::finish();
+    assert_eq!(row(&rows, "forward", "exp").map(|r| r.calls), Some(1), "{rows:?}");
+    drop(y);
+}

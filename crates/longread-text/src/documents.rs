@@ -141,7 +141,7 @@ mod tests {
     fn a_directory_without_txt_files_is_an_error_saying_so() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("notes.md"), "ignored").unwrap();
-        let err = read_documents(dir.path(), no_stdin, true).err().expect("no documents").to_string();
+        let err = read_documents(dir.path(), no_stdin, true).expect_err("no documents").to_string();
         assert!(err.ends_with("no input records (the directory has no *.txt files)"), "{err}");
     }
 

@@ -1220,3 +1220,29 @@ fn the_gpu_train_bench_times_the_passes_behind_a_head_start() {
     assert!(head.gpu_s > 0.0 && head.hold_s > 0.0, "{head:?}");
     assert!(head.gpu_s <= 1.5 * host.gradients_s + 1e-3, "{head:?} against {host:?}");
 }
+
+/// The op profiler's GPU timeline (`op_profile::start_timeline`): a product's row holds GPU
+/// time, every row's wait is within its span, and the rows add up to the whole.
+#[test]
+fn a_gpu_timeline_gives_each_op_its_gpu_time() {
+    use candle_core::op_profile;
+    if !gpu("a_gpu_timeline_gives_each_op_its_gpu_time") {
+        return;
+    }
+    let device = cuda();
+    let w = candle_core::Var::from_tensor(&Tensor::ones((2048, 2048), DType::F32, &device).unwrap()).unwrap();
+    let x = Tensor::ones((2048, 2048), DType::F32, &device).unwrap();
+    op_profile::start_timeline(&device).unwrap();
+    let y = x.matmul(w.as_tensor()).unwrap().exp().unwrap().sum_all().unwrap();
+    let grads = y.backward().unwrap();
+    let t = op_profile::finish_timeline().unwrap();
+    assert!(grads.get(w.as_tensor()).is_some());
+    let matmul = t.rows.iter().find(|r| r.phase == "forward" && r.op == "matmul").expect("a forward matmul row");
+    assert!(matmul.gpu_seconds > 0.0 && matmul.calls == 1, "{matmul:?}");
+    for r in &t.rows {
+        assert!((0.0..=r.gpu_seconds + 1e-9).contains(&r.waited_seconds), "{r:?}");
+    }
+    let sum: f64 = t.rows.iter().map(|r| r.gpu_seconds).sum();
+    assert!((sum - t.gpu_seconds).abs() < 1e-6 + 1e-3 * t.gpu_seconds, "{sum} against {}", t.gpu_seconds);
+    assert!(t.rows.iter().any(|r| r.phase == "backward"), "{:?}", t.rows);
+}

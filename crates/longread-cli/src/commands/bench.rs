@@ -11,8 +11,8 @@ use longread_classifier::Classifier;
 use longread_model::DeviceChoice;
 use longread_model::Precision;
 use longread_train::bench::{
-    peak_rss_bytes, run_han_step, run_kernels, run_predict, run_train_step, run_workload, EncoderSource, KernelShape,
-    StepProfile, TrainStepSettings, Workload, HAN_SENTENCE_WORDS,
+    peak_rss_bytes, run_han_step, run_kernels, run_predict, run_train_step, run_workload, EncoderSource, GpuTimeline,
+    KernelShape, StepProfile, TrainStepSettings, Workload, HAN_SENTENCE_WORDS,
 };
 
 use crate::commands::predict::EncodingArgs;
@@ -312,6 +312,29 @@ fn print_train_profile(profile: &StepProfile) {
             100.0 * row.seconds / total.max(f64::MIN_POSITIVE),
             row.calls,
             row.elements
+        );
+    }
+    let timelines =
+        [("at its own pace", &profile.timeline), ("behind a hold of the GPU", &profile.timeline_head_start)];
+    for (how, timeline) in timelines {
+        if let Some(t) = timeline {
+            print_gpu_timeline(how, t);
+        }
+    }
+}
+
+/// A [`GpuTimeline`] as a table for people: each kind of op's GPU time and the GPU's possible
+/// wait for the host before it.
+fn print_gpu_timeline(how: &str, t: &GpuTimeline) {
+    println!(
+        "forward + backward on the GPU's clock, {how}: {:.4} s of GPU time, of which up to {:.4} s waiting for the host; host {:.4} s (the 25 longest):",
+        t.gpu_s, t.waited_s, t.host_s
+    );
+    println!("{:<9} {:<32} {:<5} {:>9} {:>9} {:>7}", "phase", "op", "dtype", "GPU s", "waited s", "calls");
+    for row in t.ops.iter().take(25) {
+        println!(
+            "{:<9} {:<32} {:<5} {:>9.4} {:>9.4} {:>7}",
+            row.phase, row.op, row.dtype, row.gpu_s, row.waited_s, row.calls
         );
     }
 }

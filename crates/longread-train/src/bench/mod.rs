@@ -11,7 +11,9 @@ mod train_step;
 pub use han_step::{run_han_step, HAN_SENTENCE_WORDS};
 pub use kernels::{run_kernels, KernelRow, KernelShape};
 pub use predict::{run_predict, synthetic_documents};
-pub use train_step::{run_train_step, HeadStart, OpRow, StepProfile, StepTime, TrainStepResult, TrainStepSettings};
+pub use train_step::{
+    run_train_step, GpuTimeline, HeadStart, OpRow, SpanRow, StepProfile, StepTime, TrainStepResult, TrainStepSettings,
+};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

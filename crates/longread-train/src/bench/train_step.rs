@@ -132,6 +132,81 @@ pub struct StepProfile {
     /// One more `batch_gradients` with every op timed on its own (candle's `op_profile`):
     /// the forward ops that build the graph and each backward node, longest first.
     pub ops: Vec<OpRow>,
+    /// On a GPU, one more `batch_gradients` at its own pace with a CUDA event after each op
+    /// (candle's `op_profile::start_timeline`): each kind of op's GPU time, not inflated by
+    /// waits, and where the GPU waited for the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<GpuTimeline>,
+    /// The same queued behind a hold of the GPU ([`HeadStart`]): the ops' GPU times with the
+    /// host out of the way (as long as the driver's launch queue holds the host's lead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline_head_start: Option<GpuTimeline>,
+}
+
+/// A forward and backward pass on the GPU's clock (see [`StepProfile::timeline`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GpuTimeline {
+    /// GPU seconds from the start to the last op.
+    pub gpu_s: f64,
+    /// Of those, the seconds the GPU may have waited for the host (an upper bound).
+    pub waited_s: f64,
+    /// Host seconds from the start to the last op queued.
+    pub host_s: f64,
+    /// Rows by kind of op, most GPU time first.
+    pub ops: Vec<SpanRow>,
+}
+
+/// One kind of op on a [`GpuTimeline`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SpanRow {
+    /// `forward` or `backward`.
+    pub phase: &'static str,
+    /// The op's kind.
+    pub op: String,
+    /// The dtype of its output (backward: of the node).
+    pub dtype: &'static str,
+    /// GPU seconds from the previous op's end to this one's, in all.
+    pub gpu_s: f64,
+    /// Of those, the seconds the GPU may have waited for the host (an upper bound).
+    pub waited_s: f64,
+    /// How many times.
+    pub calls: usize,
+}
+
+impl GpuTimeline {
+    fn of(t: candle_core::op_profile::Timeline) -> Self {
+        let ops = t
+            .rows
+            .into_iter()
+            .map(|r| SpanRow {
+                phase: r.phase,
+                op: r.op,
+                dtype: r.dtype.as_str(),
+                gpu_s: r.gpu_seconds,
+                waited_s: r.waited_seconds,
+                calls: r.calls,
+            })
+            .collect();
+        Self { gpu_s: t.gpu_seconds, waited_s: t.waited_seconds, host_s: t.host_seconds, ops }
+    }
+}
+
+/// Runs `passes` on a GPU timeline (after a hold of the GPU for `hold`, when given).
+fn timed_on_the_gpu(
+    device: &Device,
+    hold: Option<Duration>,
+    passes: impl FnOnce() -> Result<()>,
+) -> Result<GpuTimeline> {
+    use candle_core::op_profile;
+    device.synchronize()?;
+    if let Some(hold) = hold {
+        longread_model::layers::cuda::hold_gpu(device, hold)?;
+    }
+    op_profile::start_timeline(device)?;
+    let ran = passes();
+    let timeline = op_profile::finish_timeline();
+    ran?;
+    Ok(GpuTimeline::of(timeline?))
 }
 
 /// A named step's total time (see [`StepProfile::forward_steps`]).
@@ -287,7 +362,23 @@ pub fn run_train_step(
             })
             .collect();
         drop(profiled?);
-        Some(StepProfile { forward_s, gradients_s, grad_norm_s, optimizer_s, forward_steps, ops })
+        let (timeline, timeline_head_start) = if device.is_cuda() {
+            let passes = || batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device).map(drop);
+            let hold = Duration::from_secs_f64(1.5 * gradients_s + 0.02);
+            (Some(timed_on_the_gpu(device, None, passes)?), Some(timed_on_the_gpu(device, Some(hold), passes)?))
+        } else {
+            (None, None)
+        };
+        Some(StepProfile {
+            forward_s,
+            gradients_s,
+            grad_norm_s,
+            optimizer_s,
+            forward_steps,
+            ops,
+            timeline,
+            timeline_head_start,
+        })
     } else {
         None
     };

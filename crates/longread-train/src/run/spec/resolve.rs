@@ -330,7 +330,7 @@ mod tests {
     /// alone is taken, and the split's default does not count as given.
     #[test]
     fn a_dev_file_and_a_dev_split_together_are_refused() {
-        let err = resolved(&["--model", "m", "--dev", "d.jsonl", "--dev-split", "0.2"]).err().expect("refused");
+        let err = resolved(&["--model", "m", "--dev", "d.jsonl", "--dev-split", "0.2"]).expect_err("refused");
         assert!(err.contains("--dev-split") && err.contains("--dev given"), "{err}");
         assert!(resolved(&["--model", "m", "--dev", "d.jsonl"]).is_ok());
         assert!(resolved(&["--model", "m", "--dev-split", "0.2"]).is_ok());
