@@ -63,7 +63,7 @@ case "$mode" in
   --check)
     # Everything behind the feature: the workspace, the GPU test executables (run only on a GPU
     # machine, so nothing else would notice them rot) and the Python package.
-    cargo check --workspace --locked --features longread-cli/cuda --target-dir target-cuda
+    cargo check --workspace --locked --features longread-cli/cuda,longread-cli/host-profile --target-dir target-cuda
     cargo check --locked -p longread-classifier --features cuda --target-dir target-cuda --test cuda
     cargo check --locked -p longread-train --features cuda,clap --target-dir target-cuda --test cuda_train
     exec cargo check --locked --manifest-path python/Cargo.toml --features cuda --target-dir target-cuda ;;
@@ -77,4 +77,5 @@ case "$mode" in
   "") ;;
   *) echo "usage: scripts/build_cuda.sh [--tests|--python|--check]" >&2; exit 2 ;;
 esac
-cargo build --release --locked -p longread-cli --features cuda --target-dir target-cuda
+# With the host's CPU profile (`LONGREAD_HOST_PROFILE=FILE`, gpu_check.sh's train-profile part).
+cargo build --release --locked -p longread-cli --features cuda,host-profile --target-dir target-cuda

@@ -4,11 +4,13 @@
 //! layer's GPU kernels alone ([`kernels`]), for comparison with PyTorch on the same workload.
 
 mod han_step;
+mod host_profile;
 mod kernels;
 mod predict;
 mod train_step;
 
 pub use han_step::{run_han_step, HAN_SENTENCE_WORDS};
+pub use host_profile::HostProfile;
 pub use kernels::{run_kernels, KernelRow, KernelShape};
 pub use predict::{run_predict, synthetic_documents};
 pub use train_step::{

@@ -289,11 +289,16 @@ pub fn run_train_step(
     let mut runs = Vec::with_capacity(settings.repeat.max(1));
     let mut shares = Vec::with_capacity(settings.repeat.max(1));
     let mut loss = 0.0;
+    // With LONGREAD_HOST_PROFILE=FILE, the host's CPU time by function over the timed steps.
+    let host_profile = crate::bench::HostProfile::start();
     for _ in 0..settings.repeat.max(1) {
         let (seconds, l, share) = step()?;
         runs.push(seconds);
         shares.push(share);
         loss = l;
+    }
+    if let Some(profile) = host_profile {
+        profile.finish()?;
     }
     let host = device.is_cuda().then(|| HostShare::median(&shares)).flatten();
     let peak_gpu_bytes = longread_model::device::peak_memory_bytes(device);
