@@ -508,7 +508,7 @@ if part train-profile; then
   done
   # The host's CPU time by function over 20 steps at 10,240 (LONGREAD_HOST_PROFILE): where the
   # host's time goes while it queues a step, when the timelines above say the GPU waits for it.
-  LONGREAD_HOST_PROFILE="bench/host-profile-$slug-10240.txt" timeout 120 "$lr" --device cuda bench --workload train \
+  LONGREAD_BENCH_HEAD_START=off LONGREAD_HOST_PROFILE="bench/host-profile-$slug-10240.txt" timeout 120 "$lr" --device cuda bench --workload train \
     --repeat 20 --json --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240 | cut -c1-300 || true
   head -40 "bench/host-profile-$slug-10240.txt" 2>/dev/null || echo "no host profile (built without host-profile?)"
   # The first run's op table for people (batches of 20 chunks), read from its JSON line rather
