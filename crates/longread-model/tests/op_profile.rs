@@ -76,7 +76,7 @@ fn the_timeline_counts_the_gpus_wait_for_an_op_queued_late() {
 /// profiler is unaffected.
 #[test]
 fn the_cpu_has_no_timeline() {
-    assert!(op_profile::start_timeline(&Device::Cpu).is_err());
+    assert!(op_profile::start_timeline(&Device::Cpu, std::time::Duration::ZERO).is_err());
     assert!(op_profile::finish_timeline().is_err(), "none started");
     let x = Var::new(&[1.0f32, 2.0], &Device::Cpu).unwrap();
     op_profile::start(&Device::Cpu).unwrap();

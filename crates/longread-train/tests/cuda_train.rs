@@ -1232,7 +1232,8 @@ fn a_gpu_timeline_gives_each_op_its_gpu_time() {
     let device = cuda();
     let w = candle_core::Var::from_tensor(&Tensor::ones((2048, 2048), DType::F32, &device).unwrap()).unwrap();
     let x = Tensor::ones((2048, 2048), DType::F32, &device).unwrap();
-    op_profile::start_timeline(&device).unwrap();
+    device.synchronize().unwrap();
+    op_profile::start_timeline(&device, std::time::Duration::ZERO).unwrap();
     let y = x.matmul(w.as_tensor()).unwrap().exp().unwrap().sum_all().unwrap();
     let grads = y.backward().unwrap();
     let t = op_profile::finish_timeline().unwrap();
@@ -1245,4 +1246,15 @@ fn a_gpu_timeline_gives_each_op_its_gpu_time() {
     let sum: f64 = t.rows.iter().map(|r| r.gpu_seconds).sum();
     assert!((sum - t.gpu_seconds).abs() < 1e-6 + 1e-3 * t.gpu_seconds, "{sum} against {}", t.gpu_seconds);
     assert!(t.rows.iter().any(|r| r.phase == "backward"), "{:?}", t.rows);
+
+    // Queued behind a hold (the host far ahead): the GPU waited for nothing once the hold
+    // ended — the clocks are lined up by the hold's length, not taken to start together.
+    let hold = std::time::Duration::from_millis(100);
+    device.synchronize().unwrap();
+    longread_model::layers::cuda::hold_gpu(&device, hold).unwrap();
+    op_profile::start_timeline(&device, hold).unwrap();
+    let y = x.matmul(w.as_tensor()).unwrap().exp().unwrap().sum_all().unwrap();
+    drop(y.backward().unwrap());
+    let t = op_profile::finish_timeline().unwrap();
+    assert!(t.waited_seconds < 0.2 * t.gpu_seconds, "waited {} of {} s behind a hold", t.waited_seconds, t.gpu_seconds);
 }

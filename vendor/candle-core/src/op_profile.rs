@@ -306,7 +306,6 @@ mod timeline {
                 let stream = cuda.cuda_stream();
                 let new = || stream.context().new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).w();
                 let spare = (0..Self::SPARE).map(|_| new()).collect::<Result<Vec<_>>>()?;
-                device.synchronize()?;
                 let start = new()?;
                 start.record(&stream).w()?;
                 Ok(Self { stream, start, host_start: Instant::now(), spare })
@@ -368,6 +367,8 @@ mod timeline {
 
     struct State {
         clock: gpu::Clock,
+        /// Seconds the GPU reaches the start after the host does (see [`start_timeline`]).
+        lag: f64,
         marks: Vec<Mark>,
     }
 
@@ -375,10 +376,14 @@ mod timeline {
         static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
     }
 
-    /// Starts a timeline of this thread's ops on `device` (a GPU).
-    pub fn start_timeline(device: &Device) -> crate::Result<()> {
+    /// Starts a timeline of this thread's ops on `device` (a GPU). The two clocks start
+    /// together when the GPU is idle (synchronize first) and `gpu_lag` is zero; when work was
+    /// queued just before that the GPU will take `gpu_lag` to finish (a hold, so that the host
+    /// runs ahead), the GPU's clock starts that much later than the host's.
+    pub fn start_timeline(device: &Device, gpu_lag: std::time::Duration) -> crate::Result<()> {
         let clock = gpu::Clock::start(device)?;
-        STATE.with(|s| *s.borrow_mut() = Some(State { clock, marks: Vec::new() }));
+        let lag = gpu_lag.as_secs_f64();
+        STATE.with(|s| *s.borrow_mut() = Some(State { clock, lag, marks: Vec::new() }));
         super::ON.with(|on| on.set(true));
         Ok(())
     }
@@ -412,7 +417,7 @@ mod timeline {
         let (mut gpu_before, mut waited_total, mut host_last) = (0.0f64, 0.0f64, 0.0f64);
         for mark in state.marks {
             let gpu = state.clock.seconds(&mark.event)?;
-            let host = mark.host.duration_since(state.clock.host_start).as_secs_f64();
+            let host = mark.host.duration_since(state.clock.host_start).as_secs_f64() - state.lag;
             let (span, waited) = span_and_wait(gpu_before, gpu, host);
             let (phase, op, dtype) = mark.key.clone();
             let row = rows.entry(mark.key).or_insert(OpSpan {

@@ -202,7 +202,7 @@ fn timed_on_the_gpu(
     if let Some(hold) = hold {
         longread_model::layers::cuda::hold_gpu(device, hold)?;
     }
-    op_profile::start_timeline(device)?;
+    op_profile::start_timeline(device, hold.unwrap_or_default())?;
     let ran = passes();
     let timeline = op_profile::finish_timeline();
     ran?;
