@@ -198,10 +198,7 @@ fn timed_on_the_gpu(
     passes: impl FnOnce() -> Result<()>,
 ) -> Result<GpuTimeline> {
     use candle_core::op_profile;
-    device.synchronize()?;
-    if let Some(hold) = hold {
-        longread_model::layers::cuda::hold_gpu(device, hold)?;
-    }
+    behind_a_hold(device, hold)?;
     op_profile::start_timeline(device, hold.unwrap_or_default())?;
     let ran = passes();
     let timeline = op_profile::finish_timeline();
@@ -304,8 +301,7 @@ pub fn run_train_step(
     let peak_gpu_bytes = longread_model::device::peak_memory_bytes(device);
     let head_start = match (host, head_start_wanted()) {
         (Some(host), true) => {
-            // Longer than the host takes to queue the passes, so that the GPU never waits.
-            let hold = Duration::from_secs_f64(1.5 * host.gradients_s + 0.02);
+            let hold = hold_for(host.gradients_s);
             let runs = (0..settings.repeat.max(1))
                 .map(|_| {
                     head_start_run(hold, device, || {
@@ -369,7 +365,7 @@ pub fn run_train_step(
         drop(profiled?);
         let (timeline, timeline_head_start) = if device.is_cuda() {
             let passes = || batch_gradients(&model, &docs, &labels, &vars, &rng, batch, device).map(drop);
-            let hold = Duration::from_secs_f64(1.5 * gradients_s + 0.02);
+            let hold = hold_for(gradients_s);
             (Some(timed_on_the_gpu(device, None, passes)?), Some(timed_on_the_gpu(device, Some(hold), passes)?))
         } else {
             (None, None)
@@ -473,11 +469,26 @@ fn head_start_wanted() -> bool {
     std::env::var("LONGREAD_BENCH_HEAD_START").map_or(true, |v| v != "off")
 }
 
+/// A hold of the GPU longer than the host takes to queue passes that took `passes_s` in an
+/// ordinary step (1.5 times that, plus 20 ms), so that the GPU never waits for them.
+fn hold_for(passes_s: f64) -> Duration {
+    Duration::from_secs_f64(1.5 * passes_s + 0.02)
+}
+
+/// Waits for the GPU, then (with `hold`) queues a hold of it: what the host queues next runs
+/// after the hold, with the host ahead.
+fn behind_a_hold(device: &Device, hold: Option<Duration>) -> Result<()> {
+    device.synchronize()?;
+    if let Some(hold) = hold {
+        longread_model::layers::cuda::hold_gpu(device, hold)?;
+    }
+    Ok(())
+}
+
 /// Runs `passes` queued behind a hold of the GPU for `hold` and times them on the GPU's clock.
 fn head_start_run(hold: Duration, device: &Device, passes: impl FnOnce() -> Result<()>) -> Result<HeadStart> {
-    use longread_model::layers::cuda::{hold_gpu, GpuMark};
-    device.synchronize()?;
-    hold_gpu(device, hold)?;
+    use longread_model::layers::cuda::GpuMark;
+    behind_a_hold(device, Some(hold))?;
     let start = GpuMark::now(device)?;
     let _ = longread_model::profile::take_first_wait();
     let started = Instant::now();
