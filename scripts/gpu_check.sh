@@ -24,6 +24,9 @@
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json), with
 #            rows on cuDNN's attention (`train_bf16_cudnn_*`, `train_large_bf16_cudnn_ratio`);
+#            each change of sessions 37-40 switched off at 10,240-token batches, then every switch
+#            that beat its backend's default there, all together (scripts/gpu_switch_winners.py:
+#            `train_bf16_winners_combined`, outside the official ratios);
 #            TRAIN_ABLATIONS=1 adds rows with each earlier change switched off (~1.5 minutes)
 #   train-profile  one training step in parts and op by op (candle's op_profile), beside PyTorch's
 #            step under torch.profiler (bench/train-profile-<card>.jsonl, tables in the log)
@@ -386,7 +389,22 @@ fi
 if part train; then
   echo "== training: longread (hierarchical roberta-base shape, 4 documents x 20 chunks x 512 tokens per step)"
   : > "$work/train.jsonl"
-  bench_train() { timeout 240 "$lr" --device cuda bench --workload train --repeat "${TRAIN_REPEAT:-3}" --json "$@" | tee -a "$work/train.jsonl" || echo "bench_train $*: failed or timed out" >&2; }
+  # Each row is tagged with the LONGREAD_* switches it ran under ("env"; not the ones that only
+  # log or locate), so that scripts/gpu_switch_winners.py can compare and combine them.
+  tag_env() {
+    ${PYTHON:-python3} -c '
+import json, os, sys
+quiet = {"LONGREAD_LOG", "LONGREAD_REPO", "LONGREAD_REQUIRE_GPU", "LONGREAD_GPU_MODELS"}
+env = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("LONGREAD_") and k not in quiet)
+for line in sys.stdin:
+    if line.startswith("{"):
+        row = json.loads(line)
+        row["env"] = env
+        line = json.dumps(row) + "\n"
+    sys.stdout.write(line)
+'
+  }
+  bench_train() { timeout 240 "$lr" --device cuda bench --workload train --repeat "${TRAIN_REPEAT:-3}" --json "$@" | tag_env | tee -a "$work/train.jsonl" || echo "bench_train $*: failed or timed out" >&2; }
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 65536
   # (This row also logs how many blocks of the grid-sized kernels each multiprocessor holds.)
   LONGREAD_LOG=warn,longread_kernels::layers::cuda::waves=debug \
@@ -449,6 +467,17 @@ if part train; then
         bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     done
   done
+  # Every switch above that beat its backend's default at 10,240 by more than 1%, all at once
+  # (one row per backend; none where nothing won): what the defaults would give if the winners
+  # were flipped together. Rows tagged with all their switches ("env"), outside the official ratios.
+  echo "== training switches against the default at 10,240 tokens"
+  ${PYTHON:-python3} scripts/gpu_switch_winners.py "$work/train.jsonl" || true
+  ${PYTHON:-python3} scripts/gpu_switch_winners.py "$work/train.jsonl" --combined > "$work/winners.txt" || : > "$work/winners.txt"
+  while read -r backend settings; do
+    echo "-- all the winners together on $backend: $settings"
+    (for setting in $settings; do export "${setting?}"; done
+      bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240 < /dev/null)
+  done < "$work/winners.txt"
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
     # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.
@@ -622,7 +651,8 @@ if part serve; then
 fi
 if part train; then
   touch "$work/train.jsonl" "$work/torch-train.jsonl"
-  ${PYTHON:-python3} - "$work/train.jsonl" "$work/torch-train.jsonl" "bench/results-gpu-$slug-train.json" "$card" "$tests_status" <<'PY'
+  touch "$work/winners.txt"
+  ${PYTHON:-python3} - "$work/train.jsonl" "$work/torch-train.jsonl" "bench/results-gpu-$slug-train.json" "$card" "$tests_status" "$work/winners.txt" <<'PY'
 import json, sys
 rows = lambda p: [json.loads(l) for l in open(p) if l.strip().startswith("{")]
 ours, torch = rows(sys.argv[1]), rows(sys.argv[2])
@@ -634,7 +664,8 @@ torch_ckpt = pick(torch, preset="roberta-base", dtype="bf16", checkpointing=True
 # The default route only (FlashAttention-2; the rows with ops switched off are there for comparison).
 def route(attention):
     return [r for r in ours if r.get("precision") == "bf16" and r.get("docs") == 4 and "rb-model" in r.get("model", "")
-            and not r.get("gpu_separate") and r.get("gpu_attention") == attention]
+            and not r.get("gpu_separate") and r.get("gpu_attention") == attention
+            and all(e.startswith("LONGREAD_CUDA_TRAIN_ATTENTION=") for e in r.get("env") or [])]
 base = route("fa2")
 best = max(base, key=lambda r: r["docs_per_s"]) if base else None
 measured = [r for r in base if r.get("peak_gpu_bytes")]
@@ -680,6 +711,16 @@ result = {
     "train_bf16_fused_speed_ratio": round(best_fused["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_fused and torch_nockpt else None,
     "train_bf16_fused_memory_ratio": round(gib(lean_fused["peak_gpu_bytes"]) / torch_ckpt["peak_gib"], 3) if lean_fused and torch_ckpt else None,
     "longread_best_bf16": {k: best[k] for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes")} if best else None,
+    # The rows with every switch that beat its backend's default at 10,240 flipped together
+    # (scripts/gpu_switch_winners.py): not the defaults, so outside the ratios above.
+    "train_bf16_winners_combined": [
+        {"backend": backend, "env": env.split(), "docs_per_s": r["docs_per_s"], "peak_gib": gib(r.get("peak_gpu_bytes")),
+         "speed_ratio": round(r["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if torch_nockpt else None,
+         "within_memory": bool(torch_ckpt and r.get("peak_gpu_bytes") and r["peak_gpu_bytes"] / 2**30 <= torch_ckpt["peak_gib"])}
+        for backend, env in (l.split(None, 1) for l in open(sys.argv[6]) if l.strip())
+        for r in [next((r for r in ours if r.get("max_batch_tokens") == 10240 and sorted(r.get("env") or []) == sorted(env.split())), None)]
+        if r
+    ],
     "longread": ours,
     "pytorch": torch,
 }
