@@ -237,6 +237,35 @@ fn report_writes_one_self_contained_page() {
     assert!(html.contains("Ünïcödé 🙂"), "text kept verbatim");
 }
 
+/// A JSON line that cannot be read fails its own entry of the page, as in `predict` (exit code
+/// 2, the other documents classified); `--strict` stops at it and writes no page.
+#[test]
+fn report_shows_an_unreadable_line_as_a_failed_document_unless_strict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("docs.jsonl");
+    std::fs::write(&input, "{\"id\": \"first\", \"text\": \"The committee met.\"}\nnot json\n{\"id\": \"third\", \"text\": \"Rain again.\"}\n").unwrap();
+    let model = fixture("hier/trained-bert-attention");
+    let page = tmp.path().join("report.html");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["report", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()];
+        args.extend(["--out", page.to_str().unwrap()]);
+        args.extend(extra);
+        longread(&args)
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    for id in ["first", "line 2", "third"] {
+        assert!(html.contains(&format!("<h2>{id}</h2>")), "{id} missing from the page");
+    }
+    assert!(html.contains("invalid JSON"), "the page says why line 2 failed");
+    assert_eq!(html.matches("Predicted: <span class=\"label\">").count(), 2, "the other documents are classified");
+    std::fs::remove_file(&page).unwrap();
+    let out = run(&["--strict"]);
+    assert_clean_failure(&out, "docs.jsonl:2: invalid JSON");
+    assert!(!page.exists(), "--strict writes no page");
+}
+
 /// Issue 37: with stderr not a terminal the progress bar drew nothing; plain lines now say how
 /// far `predict` is (every 10 s by default; LONGREAD_PROGRESS_SECONDS=0 here).
 #[test]

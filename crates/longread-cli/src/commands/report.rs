@@ -26,6 +26,11 @@ pub struct ReportArgs {
     /// The HTML file to write (atomically).
     #[arg(long)]
     out: PathBuf,
+    /// Stop at the first JSON line that cannot be read (invalid JSON, no "text"), writing no
+    /// page. Without it such a line is shown in the page as a failed document ("line N" and
+    /// why), the others are classified, and the exit code is 2 — as `predict` does.
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     encoding: EncodingArgs,
 }
@@ -33,7 +38,7 @@ pub struct ReportArgs {
 /// Runs `longread report`; returns the number of documents that failed.
 pub fn run(args: ReportArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
     let classifier = load(&args.model, args.encoding.options(device), None)?;
-    let documents = read_documents(&args.input, crate::io::stdin_reader, true)?;
+    let documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
     let progress = progress_bar(documents.len(), quiet);
     let mut views = Vec::with_capacity(documents.len());
     classifier.classify_documents(&documents, |document, result| {
