@@ -106,7 +106,7 @@ fn text_file(path: &Path) -> Result<Document> {
     let bytes = std::fs::read(path).map_err(|source| TextError::Io { path: path.to_owned(), source })?;
     let id = Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
     let (text, error) = match String::from_utf8(bytes) {
-        Ok(text) => (text, None),
+        Ok(text) => (text.strip_prefix(crate::jsonl::BOM).map(str::to_owned).unwrap_or(text), None),
         Err(e) => {
             (String::new(), Some(format!("not valid UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())))
         }
@@ -134,6 +134,19 @@ mod tests {
         assert_eq!(ids, vec!["a.txt", "b.txt", "c.txt"]);
         assert_eq!(docs[0].text, "first");
         assert!(docs[2].error.as_deref().unwrap().contains("not valid UTF-8"));
+    }
+
+    /// A text file saved with a byte order mark (as Windows tools do) reads without it, so that
+    /// the chunks' character offsets start at its first real character.
+    #[test]
+    fn a_text_files_byte_order_mark_is_not_part_of_its_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "\u{feff}Hello").unwrap();
+        std::fs::write(dir.path().join("b.jsonl"), "\u{feff}{\"text\": \"Hi\"}\n").unwrap();
+        let docs = read_documents(&dir.path().join("a.txt"), no_stdin, true).unwrap();
+        assert_eq!(docs[0].text, "Hello");
+        let docs = read_documents(&dir.path().join("b.jsonl"), no_stdin, true).unwrap();
+        assert_eq!(docs[0].text, "Hi");
     }
 
     /// A directory without text files says so (it once said "the file is empty").

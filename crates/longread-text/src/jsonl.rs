@@ -6,6 +6,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Result, TextError};
 
+/// The UTF-8 byte order mark: dropped where a line or a text file starts with it.
+pub const BOM: char = '\u{feff}';
+
 /// One input line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -76,7 +79,9 @@ fn parse_line(
     let bytes = line.map_err(|e| bad(e.to_string()))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| bad(format!("not valid UTF-8 (invalid byte at column {})", e.utf8_error().valid_up_to() + 1)))?;
-    let text = text.trim_end_matches('\r');
+    // A UTF-8 byte order mark (Windows tools write one at the start of a file; `cat` of such
+    // files puts it at the start of later lines) is never JSON: it is dropped, not an error.
+    let text = text.trim_start_matches(BOM).trim_end_matches('\r');
     if text.trim().is_empty() {
         return Ok(None);
     }
@@ -152,6 +157,20 @@ mod tests {
         assert!(lines[2].as_ref().unwrap_err().to_string().starts_with("in.jsonl:4: missing \"text\""));
         assert_eq!(lines[3].as_ref().unwrap().line, 5);
         assert!(read_records_lenient(&b"\n"[..], "in.jsonl").is_err());
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_of_a_line_is_dropped() {
+        // As Windows tools write a file's first line, and `cat` of two such files a later one.
+        let records = read("\u{feff}{\"text\": \"a\"}\r\n\u{feff}{\"text\": \"\u{feff}b\"}\n".as_bytes()).unwrap();
+        assert_eq!(
+            records.iter().map(|r| r.text.as_str()).collect::<Vec<_>>(),
+            ["a", "\u{feff}b"],
+            "only before the JSON"
+        );
+        assert_eq!(records[1].line, 2);
+        let err = read("\u{feff}\u{feff}not json\n".as_bytes()).unwrap_err().to_string();
+        assert!(err.contains(":1: invalid JSON"), "{err}");
     }
 
     #[test]

@@ -152,8 +152,9 @@ pub fn read_corpus(paths: &[PathBuf]) -> Result<Vec<String>> {
         } else {
             for line in reader.lines() {
                 let line = line.map_err(io)?;
+                let line = line.trim_start_matches(crate::jsonl::BOM);
                 if !line.trim().is_empty() {
-                    texts.push(line);
+                    texts.push(line.to_owned());
                 }
             }
         }
@@ -249,6 +250,9 @@ mod tests {
         assert!(blank.contains("no input records (its files hold only blank lines)"), "{blank}");
         let missing = dir.path().join("missing.txt");
         assert!(read_corpus(&[missing]).unwrap_err().to_string().contains("missing.txt"));
+        std::fs::write(dir.path().join("bom.txt"), "\u{feff}first line\nsecond\n").unwrap();
+        let texts = read_corpus(&[dir.path().join("bom.txt")]).unwrap();
+        assert_eq!(texts, ["first line", "second"], "the byte order mark is not text");
         std::fs::write(dir.path().join("bad.txt"), b"ok\n\xff\xfe\n").unwrap();
         assert!(read_corpus(&[dir.path().to_owned()]).unwrap_err().to_string().contains("bad.txt"));
     }
