@@ -34,6 +34,18 @@ fn hub_id_without_the_hub_feature_says_how_to_enable_it() {
         return;
     }
     assert_clean_failure(&out, "--features hub");
+    // A bare name, as the Hub's older ids are (the mission's own example), gets the hint too.
+    let out = longread(&[
+        "init",
+        "--encoder",
+        "roberta-base",
+        "--labels",
+        "a,b",
+        "--out",
+        tmp.path().join("m").to_str().unwrap(),
+    ]);
+    assert_clean_failure(&out, "roberta-base: not a model directory");
+    assert_clean_failure(&out, "if it is a Hugging Face Hub id, build longread with `--features hub`");
     let _ = input;
 }
 

@@ -148,15 +148,46 @@ pub fn resolve_model_dir(spec: &str) -> Result<PathBuf> {
     if path.is_dir() {
         return Ok(path);
     }
-    let looks_like_repo = spec.split('/').count() == 2 && !spec.starts_with('.') && !path.exists();
+    let looks_like_repo = !path.exists() && looks_like_hub_id(spec);
     #[cfg(feature = "hub")]
     if looks_like_repo {
         return hub::download(spec);
     }
     let hint = if looks_like_repo && cfg!(not(feature = "hub")) {
-        "; to download it from the Hugging Face Hub, build with `--features hub`".to_string()
+        "; if it is a Hugging Face Hub id, build longread with `--features hub` to download it".to_string()
     } else {
         String::new()
     };
     Err(ModelError::NotADirectory { path, hint })
+}
+
+/// Whether `spec` has the shape of a Hub repository id: `owner/name`, or a bare name such as
+/// `roberta-base` (the Hub's older ids, which it still serves), each part of letters, digits,
+/// `-`, `_` and `.`, not starting with `.`.
+fn looks_like_hub_id(spec: &str) -> bool {
+    let parts: Vec<&str> = spec.split('/').collect();
+    parts.len() <= 2
+        && parts.iter().all(|part| {
+            !part.is_empty()
+                && !part.starts_with('.')
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
+}
+
+#[cfg(test)]
+mod hub_id_tests {
+    use super::looks_like_hub_id;
+
+    #[test]
+    fn hub_ids_with_and_without_an_owner_are_told_from_paths() {
+        for id in
+            ["roberta-base", "FacebookAI/roberta-base", "sentence-transformers/all-MiniLM-L6-v2", "bert-base-uncased"]
+        {
+            assert!(looks_like_hub_id(id), "{id}");
+        }
+        for path in ["./model", "../shared/models/x", "/abs/model", "a/b/c", "model dir", "", "a//b", ".hidden", "out/"]
+        {
+            assert!(!looks_like_hub_id(path), "{path}");
+        }
+    }
 }
