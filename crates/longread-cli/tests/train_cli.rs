@@ -273,7 +273,14 @@ fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
 
     let whole = run("whole", &[]);
     assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
-    assert_clean_failure(&run("sliced", &["--resume", "auto"]), "nothing to resume");
+    assert_clean_failure(&run("sliced", &["--resume", "auto"]), "nothing to resume: ");
+    assert_clean_failure(
+        &run("sliced", &["--resume", "auto"]),
+        "sliced does not exist (start the run without --resume)",
+    );
+    let finished = run("whole", &["--resume", "auto"]);
+    assert_clean_failure(&finished, "nothing to resume: the run in ");
+    assert_clean_failure(&finished, "has finished (its checkpoint-last/ is removed at the end); to train further");
     let first = run("sliced", &["--stop-after-epoch", "1"]);
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     assert!(p("sliced").join("checkpoint-last/optimizer.safetensors").is_file());

@@ -92,11 +92,23 @@ pub fn resume_from(out: &Path, resume: Option<&str>) -> Result<Option<PathBuf>> 
         Some(dir) => PathBuf::from(dir),
     };
     if !checkpoint.join("trainer_state.json").is_file() {
-        return Err(TrainError::Run(format!(
-            "nothing to resume: {} is not a checkpoint (no trainer_state.json){}",
-            checkpoint.display(),
-            if resume == Some("auto") { format!(" in {}", out.display()) } else { String::new() }
-        )));
+        let why = match resume {
+            Some("auto") if !out.exists() => {
+                format!("{} does not exist (start the run without --resume)", out.display())
+            }
+            Some("auto") if !checkpoint.exists() && out.join("metrics.jsonl").is_file() => format!(
+                "the run in {} has finished (its {CHECKPOINT}/ is removed at the end); to train further, start a \
+                 new run from its model: --model {} --out ANOTHER",
+                out.display(),
+                out.display()
+            ),
+            _ => format!(
+                "{} is not a checkpoint (no trainer_state.json){}",
+                checkpoint.display(),
+                if resume == Some("auto") { format!(" in {}", out.display()) } else { String::new() }
+            ),
+        };
+        return Err(TrainError::Run(format!("nothing to resume: {why}")));
     }
     let run_of = |dir: &Path| dir.canonicalize().ok().and_then(|d| d.parent().map(Path::to_owned));
     if resume != Some("auto") && run_of(&checkpoint) != out.canonicalize().ok() {
