@@ -57,6 +57,9 @@ impl Output {
                     Some(d) if !d.as_os_str().is_empty() => d,
                     _ => Path::new("."),
                 };
+                if !dir.is_dir() {
+                    anyhow::bail!("{}: the directory {} does not exist (create it first)", p.display(), dir.display());
+                }
                 let tmp = tempfile::Builder::new()
                     .prefix(".longread-")
                     .permissions(readable_by_all())

@@ -238,6 +238,20 @@ fn an_output_path_that_is_a_directory_is_refused_and_leaves_no_temporary_file() 
         .filter(|n| n.starts_with(".longread-"))
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
+    // An output in a directory that does not exist says which directory, not what the
+    // temporary file's creation ran into.
+    let nested = tmp.path().join("missing/preds.jsonl");
+    let out = longread(&[
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        nested.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&out, "missing/preds.jsonl: the directory ");
+    assert_clean_failure(&out, "missing does not exist (create it first)");
 }
 
 /// Issue 36: `train` wrote the final model.safetensors with mode 0600, so another user's
