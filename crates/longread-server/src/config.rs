@@ -150,4 +150,34 @@ impl ServerConfig {
         matches!(self.host.as_str(), "localhost" | "::1" | "[::1]")
             || self.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
     }
+
+    /// A warning for a server that other machines may reach with no `--api-key` (every route
+    /// open to them); `None` on loopback or with a key.
+    pub fn open_access_warning(&self) -> Option<String> {
+        (!self.on_loopback() && self.api_key.is_none()).then(|| {
+            format!(
+                "listening on {} without --api-key: anyone who can reach this port may classify with the model \
+                 (set --api-key or LONGREAD_API_KEY, or keep the default --host 127.0.0.1 behind a proxy)",
+                self.host
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerConfig;
+
+    #[test]
+    fn only_a_server_open_to_other_machines_without_a_key_is_warned_about() {
+        let mut config = ServerConfig::new("model");
+        assert_eq!(config.open_access_warning(), None, "loopback");
+        for host in ["0.0.0.0", "::", "192.168.1.5"] {
+            config.host = host.into();
+            let warning = config.open_access_warning().expect(host);
+            assert!(warning.starts_with(&format!("listening on {host} without --api-key")), "{warning}");
+        }
+        config.api_key = Some("secret".into());
+        assert_eq!(config.open_access_warning(), None, "with a key");
+    }
 }

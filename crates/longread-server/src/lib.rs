@@ -32,6 +32,9 @@ impl Server {
     /// Binds `config.host:config.port` (port 0: any free port).
     pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         config.validate()?;
+        if let Some(warning) = config.open_access_warning() {
+            tracing::warn!("{warning}");
+        }
         let address = format!("{}:{}", config.host, config.port);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
