@@ -11,9 +11,7 @@ use crate::{InvalidDocumentError, LongreadError};
 /// set once (a later, different value is an error).
 pub(crate) fn set_threads(threads: Option<usize>) -> PyResult<()> {
     let Some(n) = threads else { return Ok(()) };
-    if n == 0 {
-        return Err(LongreadError::new_err("threads must be at least 1"));
-    }
+    longread_model::threads::check_thread_count(n).map_err(LongreadError::new_err)?;
     // The tensor library reads RAYON_NUM_THREADS at each call; rayon's pool is built once.
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
     if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_err() && rayon::current_num_threads() != n {

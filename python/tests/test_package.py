@@ -58,6 +58,9 @@ def test_bad_input_raises_the_documented_errors():
         clf.predict(["\udcff"])
     with pytest.raises(longread.LongreadError, match="precision"):
         longread.Classifier(os.path.join(FIXTURES, "hier", "trained-bert-attention"), precision="f64")
+    for threads in (0, 100000):  # 100,000 threads took minutes to start and never finished
+        with pytest.raises(longread.LongreadError, match=f"threads {threads}: must be between 1 and "):
+            longread.Classifier(os.path.join(FIXTURES, "hier", "trained-bert-attention"), threads=threads)
     assert issubclass(longread.InvalidDocumentError, longread.LongreadError)
     assert issubclass(longread.ModelLoadError, longread.LongreadError)
 

@@ -17,7 +17,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
     long_about = None
 )]
 struct Cli {
-    /// Number of CPU threads for tensor work (default: all cores; also RAYON_NUM_THREADS).
+    /// Number of CPU threads for tensor work, 1 to 4 × the cores (default: all cores; also
+    /// RAYON_NUM_THREADS).
     #[arg(long, global = true, env = "LONGREAD_THREADS")]
     threads: Option<usize>,
     /// Only print errors (no progress bars, no warnings).
@@ -101,9 +102,13 @@ fn main() {
         allocator::keep_freed_memory();
     }
     if let Some(n) = cli.threads {
-        if n == 0 {
-            eprintln!("error: --threads must be at least 1");
+        if let Err(why) = longread_model::threads::check_thread_count(n) {
+            eprintln!("error: --{why}");
             std::process::exit(2);
+        }
+        let cores = longread_model::threads::available_cores();
+        if n > cores {
+            tracing::warn!("--threads {n} is more than the {cores} cores available: tensor work slows down");
         }
         // Read by the tensor library's and rayon's thread pools on first use; nothing has started yet.
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());

@@ -286,3 +286,17 @@ fn a_trained_model_is_readable_by_other_users() {
         assert_eq!(mode & 0o044, 0o044, "{name}: mode {mode:o}");
     }
 }
+
+/// `--threads 100000` spent minutes starting threads and never exited: absurd counts are
+/// refused at once, as 0 is.
+#[test]
+fn an_absurd_thread_count_is_refused() {
+    for n in ["0", "100000"] {
+        let out = longread(&["--threads", n, "inspect", "--model", fixture("tiny-bert").to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "--threads {n}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("error: --threads {n}: must be between 1 and ")), "{err}");
+    }
+    let out = longread(&["--threads", "1", "inspect", "--model", fixture("tiny-bert").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -19,6 +19,7 @@ pub mod params;
 pub mod precision;
 pub mod presets;
 pub mod sentence_pooling;
+pub mod threads;
 pub mod variables;
 
 // The building blocks, kernels and modes live in their own crate, below this one; re-exported
