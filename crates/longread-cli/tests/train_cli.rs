@@ -1131,3 +1131,51 @@ fn an_edge_of_the_c_grid_is_warned_and_init_names_top_k_and_ordinal() {
     let said = String::from_utf8_lossy(&init.stderr);
     assert!(said.contains("pooling attention over the top 2 chunks, ordinal head"), "{said}");
 }
+
+/// The labelled JSON lines as CSV (a header, quoted texts with their quotes doubled).
+fn as_csv(jsonl: &Path, csv: &Path) {
+    let mut out = String::from("label,text\n");
+    for row in json_lines(&std::fs::read(jsonl).unwrap()) {
+        let label = match &row["label"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out.push_str(&format!("{label},\"{}\"\n", row["text"].as_str().unwrap().replace('"', "\"\"")));
+    }
+    std::fs::write(csv, out).unwrap();
+}
+
+/// A CSV file trains, cross-validates and evaluates exactly as the same rows in JSON lines do.
+#[test]
+fn csv_data_trains_and_evaluates_as_its_json_lines_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n);
+    write_mapped_training_data(&p("train.jsonl"));
+    as_csv(&p("train.jsonl"), &p("train.csv"));
+    let model = fixture("hier/bert-attention");
+    let flags = ["--epochs", "2", "--lr", "1e-3", "--batch-size", "3", "--seed", "5", "--threads", "1"];
+    for (data, out) in [("train.jsonl", "from-jsonl"), ("train.csv", "from-csv")] {
+        let run = train(&model, &p(data), &p(out), &[&flags[..], &["--dev-split", "0.25"]].concat());
+        assert!(run.status.success(), "{data}: {}", String::from_utf8_lossy(&run.stderr));
+        let cv = train(&model, &p(data), &p(&format!("{out}-cv")), &[&flags[..], &["--cv", "2"]].concat());
+        assert!(cv.status.success(), "{data} --cv: {}", String::from_utf8_lossy(&cv.stderr));
+    }
+    let weights = |d: &str| std::fs::read(p(d).join("model.safetensors")).unwrap();
+    assert!(weights("from-jsonl") == weights("from-csv"), "the same rows give the same model");
+    for fold in ["fold-1", "fold-2"] {
+        assert!(weights(&format!("from-jsonl-cv/{fold}")) == weights(&format!("from-csv-cv/{fold}")), "{fold}");
+    }
+    let eval = |data: &str| {
+        let out = longread(&[
+            "eval",
+            "--model",
+            p("from-csv").to_str().unwrap(),
+            "--data",
+            p(data).to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    assert_eq!(eval("train.jsonl"), eval("train.csv"));
+}

@@ -49,30 +49,29 @@ fn read(reader: impl BufRead, source_name: &str, allow_empty: bool) -> Result<Ve
 /// JSON, no `"text"`) is an error of its own, in input order, and the other lines are kept:
 /// one bad line among millions does not stop a job. An input without any line is an error.
 pub fn read_records_lenient(reader: impl BufRead, source_name: &str) -> Result<Vec<Result<Record>>> {
-    let mut lines = read_lines(reader, source_name, true).peekable();
-    // A CSV file fails as a whole, not as one error per row.
-    if let Some(Err(first)) = lines.peek() {
-        if is_csv_error(first) {
-            return Err(lines.next().and_then(Result::err).expect("peeked an error"));
-        }
-    }
-    let lines: Vec<Result<Record>> = lines.collect();
+    let lines: Vec<Result<Record>> = read_lines(reader, source_name, true).collect();
     if lines.is_empty() {
         return Err(TextError::EmptyInput { source_name: source_name.to_owned(), why: NO_LINES });
     }
     Ok(lines)
 }
 
-/// Every non-blank line as a record or the error that names it.
+/// Every non-blank line as a record or the error that names it; the rows of an input named
+/// `*.csv` or `*.tsv` likewise ([`crate::delimited`]).
 fn read_lines<'a>(
     reader: impl BufRead + 'a,
     source_name: &'a str,
     allow_empty: bool,
-) -> impl Iterator<Item = Result<Record>> + 'a {
-    reader
-        .split(b'\n')
-        .enumerate()
-        .filter_map(move |(i, line)| parse_line(i + 1, line, source_name, allow_empty).transpose())
+) -> Box<dyn Iterator<Item = Result<Record>> + 'a> {
+    if let Some(delimiter) = crate::delimited::delimiter_of(source_name) {
+        return crate::delimited::read_rows(reader, source_name, delimiter, allow_empty);
+    }
+    Box::new(
+        reader
+            .split(b'\n')
+            .enumerate()
+            .filter_map(move |(i, line)| parse_line(i + 1, line, source_name, allow_empty).transpose()),
+    )
 }
 
 /// One line as a record; `None` for a blank line.
@@ -92,8 +91,7 @@ fn parse_line(
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}{}", csv_hint(source_name))))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
     let Value::Object(mut fields) = value else {
         return Err(bad("expected a JSON object such as {\"text\": \"...\"}".into()));
     };
@@ -106,31 +104,6 @@ fn parse_line(
         return Err(bad("\"text\" is empty".into()));
     }
     Ok(Some(Record { line: line_no, text, fields }))
-}
-
-/// What [`csv_hint`] says, which marks an input in another format.
-const NOT_CSV: &str = "not CSV; convert with";
-
-/// For an input named `*.csv` or `*.tsv`: what longread reads instead, and a command that
-/// converts the file (pandas writes integer labels as numbers, as JSON lines give them).
-fn csv_hint(source_name: &str) -> String {
-    let lower = source_name.to_ascii_lowercase();
-    let separator = match () {
-        _ if lower.ends_with(".csv") => "",
-        _ if lower.ends_with(".tsv") => ", sep='\\t'",
-        _ => return String::new(),
-    };
-    let stem = &source_name[..source_name.len() - 4];
-    format!(
-        " (longread reads JSON lines, one {{\"text\": ..., \"label\": ...}} object per line, {NOT_CSV} \
-         python3 -c \"import pandas as pd; pd.read_csv('{source_name}'{separator}).to_json('{stem}.jsonl', \
-         orient='records', lines=True, force_ascii=False)\")"
-    )
-}
-
-/// True for an error that [`csv_hint`] explains: the whole input is in another format.
-fn is_csv_error(error: &TextError) -> bool {
-    matches!(error, TextError::BadLine { message, .. } if message.contains(NOT_CSV))
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -206,24 +179,20 @@ mod tests {
         assert!(err.contains(":1: invalid JSON"), "{err}");
     }
 
-    /// A CSV file (a common first try) is refused as a whole, with a command that converts it.
+    /// Inputs named `*.csv` / `*.tsv` are read as such by every reader (`crate::delimited`).
     #[test]
-    fn a_csv_file_is_refused_with_a_conversion_command() {
+    fn a_csv_file_reads_as_its_records() {
         let csv = "text,label\n\"Rain, then sun\",0\n";
-        for read in [
-            read_records(csv.as_bytes(), "data/train.csv").map(|_| ()),
-            read_records_lenient(csv.as_bytes(), "x.TSV").map(|_| ()),
-        ] {
-            let err = read.unwrap_err().to_string();
-            assert!(err.contains(":1: invalid JSON") && err.contains("not CSV; convert with python3 -c"), "{err}");
-        }
-        let err = read_records(csv.as_bytes(), "data/train.csv").unwrap_err().to_string();
-        assert!(err.contains("pd.read_csv('data/train.csv').to_json('data/train.jsonl'"), "{err}");
-        let tsv = read_records_lenient(csv.as_bytes(), "x.tsv").unwrap_err().to_string();
-        assert!(tsv.contains("pd.read_csv('x.tsv', sep='\\t').to_json('x.jsonl'"), "{tsv}");
-        // JSON lines in a file named .csv read as JSON lines; other names get no hint.
-        assert_eq!(read_records(&b"{\"text\": \"a\"}\n"[..], "x.csv").unwrap()[0].text, "a");
-        assert!(!read_records(csv.as_bytes(), "x.jsonl").unwrap_err().to_string().contains("CSV"));
+        let records = read_records(csv.as_bytes(), "data/train.csv").unwrap();
+        assert_eq!(
+            (records[0].line, records[0].text.as_str(), &records[0].fields["label"]),
+            (2, "Rain, then sun", &Value::from(0))
+        );
+        let lenient = read_records_lenient("text\nok\n".as_bytes(), "x.TSV").unwrap();
+        assert_eq!(lenient[0].as_ref().unwrap().text, "ok");
+        assert!(read_records(csv.as_bytes(), "x.jsonl").unwrap_err().to_string().contains(":1: invalid JSON"));
+        let empty = read_records("text,label\n".as_bytes(), "x.csv").unwrap_err().to_string();
+        assert!(empty.contains("no input records"), "{empty}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod chunking;
 pub mod dataset;
+pub mod delimited;
 pub mod documents;
 pub mod error;
 pub mod jsonl;

@@ -135,9 +135,9 @@ pub fn train_tokenizer(texts: &[String], cfg: TokenizerTraining) -> Result<Token
     Ok(tokenizer)
 }
 
-/// The texts of a corpus: every file given, and every `.txt`/`.jsonl` file under a directory
-/// given (sorted, recursively). A JSON-lines file gives each line's `"text"`; any other file
-/// gives each non-empty line. Non-UTF-8 text is an error naming the file.
+/// The texts of a corpus: every file given, and every `.txt`/`.jsonl`/`.csv`/`.tsv` file under a directory
+/// given (sorted, recursively). A JSON-lines file gives each line's `"text"`, a CSV/TSV file
+/// each row's `text` column; any other file gives each non-empty line. Non-UTF-8 text is an error naming the file.
 pub fn read_corpus(paths: &[PathBuf]) -> Result<Vec<String>> {
     let mut files = Vec::new();
     for path in paths {
@@ -147,7 +147,9 @@ pub fn read_corpus(paths: &[PathBuf]) -> Result<Vec<String>> {
     for file in &files {
         let io = |source| TextError::Io { path: file.clone(), source };
         let reader = std::io::BufReader::new(std::fs::File::open(file).map_err(io)?);
-        if file.extension().is_some_and(|e| e == "jsonl") {
+        if file.extension().is_some_and(|e| e == "jsonl")
+            || crate::delimited::delimiter_of(&file.to_string_lossy()).is_some()
+        {
             texts.extend(read_records(reader, &file.display().to_string())?.into_iter().map(|r| r.text));
         } else {
             for line in reader.lines() {
@@ -162,7 +164,11 @@ pub fn read_corpus(paths: &[PathBuf]) -> Result<Vec<String>> {
     if texts.is_empty() {
         return Err(TextError::EmptyInput {
             source_name: paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
-            why: if files.is_empty() { "no *.txt or *.jsonl files" } else { "its files hold only blank lines" },
+            why: if files.is_empty() {
+                "no *.txt, *.jsonl, *.csv or *.tsv files"
+            } else {
+                "its files hold only blank lines"
+            },
         });
     }
     Ok(texts)
@@ -184,7 +190,7 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for entry in entries {
         if entry.is_dir() {
             collect_files(&entry, out)?;
-        } else if entry.extension().is_some_and(|e| e == "txt" || e == "jsonl") {
+        } else if entry.extension().is_some_and(|e| ["txt", "jsonl", "csv", "tsv"].contains(&&*e.to_string_lossy())) {
             out.push(entry);
         }
     }
@@ -244,7 +250,7 @@ mod tests {
         assert!(train_tokenizer(&["  ".to_string()], cfg).unwrap_err().to_string().contains("no text"));
         let dir = tempfile::tempdir().unwrap();
         let none = read_corpus(&[dir.path().to_owned()]).unwrap_err().to_string();
-        assert!(none.contains("no input records (no *.txt or *.jsonl files)"), "{none}");
+        assert!(none.contains("no input records (no *.txt, *.jsonl, *.csv or *.tsv files)"), "{none}");
         std::fs::write(dir.path().join("blank.txt"), b"\n  \n").unwrap();
         let blank = read_corpus(&[dir.path().to_owned()]).unwrap_err().to_string();
         assert!(blank.contains("no input records (its files hold only blank lines)"), "{blank}");
@@ -253,6 +259,8 @@ mod tests {
         std::fs::write(dir.path().join("bom.txt"), "\u{feff}first line\nsecond\n").unwrap();
         let texts = read_corpus(&[dir.path().join("bom.txt")]).unwrap();
         assert_eq!(texts, ["first line", "second"], "the byte order mark is not text");
+        std::fs::write(dir.path().join("rows.csv"), "id,text\n1,\"a, b\"\n").unwrap();
+        assert_eq!(read_corpus(&[dir.path().join("rows.csv")]).unwrap(), ["a, b"], "a CSV file's text column");
         std::fs::write(dir.path().join("bad.txt"), b"ok\n\xff\xfe\n").unwrap();
         assert!(read_corpus(&[dir.path().to_owned()]).unwrap_err().to_string().contains("bad.txt"));
     }

@@ -18,7 +18,8 @@ pub struct EmbedArgs {
     /// repository id when built with `--features hub`.
     #[arg(long)]
     model: String,
-    /// JSON lines, one object per line with a "text" field; `-` reads standard input.
+    /// JSON lines, one object per line with a "text" field, or a .csv/.tsv file with a header
+    /// row and a "text" column; `-` reads JSON lines from standard input.
     /// Every other field (e.g. "id") is copied to the output line.
     #[arg(long)]
     input: PathBuf,

@@ -25,7 +25,8 @@ pub struct EvalArgs {
     /// recall with 95% bootstrap intervals, and paired bootstrap p-values against the first.
     #[arg(long, required = true)]
     model: Vec<PathBuf>,
-    /// Labelled JSON lines: {"text": ..., "label": name or index into the model's labels};
+    /// Labelled JSON lines: {"text": ..., "label": name or index into the model's labels} (or a
+    /// .csv/.tsv file with "text" and "label" columns);
     /// `-` reads standard input. A multi-task model reads each task's label from its column
     /// (see `inspect`); a line may lack some of them.
     #[arg(long)]

@@ -20,8 +20,9 @@ pub struct PredictArgs {
     /// Model directory made by `longread init` or `longread train` (any --arch, HAN included).
     #[arg(long)]
     pub model: PathBuf,
-    /// Documents: a JSON-lines file (one {"text": ..., "id"?: ...} per line), a .txt file (one
-    /// document), a directory (every *.txt, id = file name) or `-` (JSON lines on stdin).
+    /// Documents: a JSON-lines file (one {"text": ..., "id"?: ...} per line), a .csv/.tsv file
+    /// (a header row, a "text" column, other columns as fields), a .txt file (one document), a
+    /// directory (every *.txt, id = file name) or `-` (JSON lines on stdin).
     #[arg(long)]
     pub input: PathBuf,
     /// Where to write the results (default: standard output); written atomically.

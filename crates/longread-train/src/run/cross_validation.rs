@@ -77,9 +77,7 @@ pub(crate) fn run(
             smallest.unwrap_or(0)
         )));
     }
-    let text =
-        std::fs::read_to_string(&spec.train).map_err(|source| TrainError::Io { path: spec.train.clone(), source })?;
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = source_lines(&spec.train, &source)?;
     let settings = recorded_settings(spec, front.clone())?;
     if resuming {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
@@ -109,7 +107,7 @@ pub(crate) fn run(
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| keep(*i))
-                .map(|(_, e)| format!("{}\n", lines[e.line - 1]))
+                .map(|(_, e)| format!("{}\n", lines[e.line - 1].trim_start_matches(longread_text::jsonl::BOM)))
                 .collect()
         };
         write_fold_data(&train_path, &pick(&|i| held_out.binary_search(&i).is_err()), resuming)?;
@@ -254,6 +252,27 @@ fn best_logged(out: &Path) -> Result<Option<Best>> {
 }
 
 /// Writes a fold's data, or on a resumed run checks that it is what the run trained on.
+/// The training data's lines as the folds' JSON lines copy them, by 1-based line number: a
+/// JSON-lines file's own lines, or each row of a CSV/TSV file as a JSON line at the line it
+/// starts on.
+fn source_lines(path: &Path, source: &str) -> Result<Vec<String>> {
+    let io = |source| TrainError::Io { path: path.to_owned(), source };
+    if longread_text::delimited::delimiter_of(source).is_none() {
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        return Ok(text.lines().map(str::to_owned).collect());
+    }
+    let file = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
+    let mut lines = Vec::new();
+    for record in longread_text::read_records(file, source)? {
+        lines.resize(record.line, String::new());
+        let mut object = serde_json::Map::new();
+        object.insert("text".into(), record.text.into());
+        object.extend(record.fields);
+        lines[record.line - 1] = serde_json::Value::Object(object).to_string();
+    }
+    Ok(lines)
+}
+
 fn write_fold_data(path: &Path, text: &str, resuming: bool) -> Result<()> {
     if resuming && path.is_file() {
         let saved = std::fs::read_to_string(path).map_err(|source| TrainError::Io { path: path.to_owned(), source })?;

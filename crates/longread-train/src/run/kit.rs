@@ -18,8 +18,9 @@ use crate::run::pretrain_run::pretty;
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct TokenizerSpec {
-    /// Corpus: files or directories (every .txt and .jsonl below, sorted). A .jsonl file gives
-    /// each line's "text"; other files give each non-empty line.
+    /// Corpus: files or directories (every .txt, .jsonl, .csv and .tsv below, sorted). A .jsonl
+    /// file gives each line's "text", a .csv/.tsv file each row's "text" column; other files
+    /// give each non-empty line.
     #[cfg_attr(feature = "clap", arg(long, required = true, num_args = 1..))]
     pub corpus: Vec<PathBuf>,
     /// `bpe`: byte-level BPE with RoBERTa's special tokens (<s> <pad> </s> <unk> <mask> = 0–4)

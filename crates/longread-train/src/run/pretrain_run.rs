@@ -28,8 +28,9 @@ use crate::AdamWConfig;
 #[derive(Debug, Clone, serde::Serialize)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct PretrainSpec {
-    /// Corpus: files or directories (every .txt and .jsonl below). A .jsonl file gives each
-    /// line's "text"; other files give each non-empty line.
+    /// Corpus: files or directories (every .txt, .jsonl, .csv and .tsv below). A .jsonl file
+    /// gives each line's "text", a .csv/.tsv file each row's "text" column; other files give
+    /// each non-empty line.
     #[cfg_attr(feature = "clap", arg(long, required = true, num_args = 1..))]
     pub corpus: Vec<PathBuf>,
     /// tokenizer.json or a directory holding one (e.g. from `longread tokenizer train`). With

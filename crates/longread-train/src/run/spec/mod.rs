@@ -53,7 +53,8 @@ pub struct TrainSpec {
     /// list). Default: the label names found in the training data, sorted.
     #[cfg_attr(feature = "clap", arg(long, value_delimiter = ','))]
     pub labels: Vec<String>,
-    /// Training data: JSON lines with "text" and "label" (name or index).
+    /// Training data: JSON lines with "text" and "label" (name or index), or a .csv/.tsv file
+    /// with those columns (a header row; integer cells are indices, as in JSON lines).
     #[cfg_attr(feature = "clap", arg(long))]
     pub train: PathBuf,
     /// Dev data in the same format; without it, --dev-split of the training data is held out.
