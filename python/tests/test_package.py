@@ -165,6 +165,14 @@ def test_evaluate_equals_eval(tmp_path):
         assert report[key] == expected[key], key
     with pytest.raises(longread.LongreadError, match="missing.jsonl"):
         longread.evaluate(model, str(tmp_path / "missing.jsonl"))
+    # The same rows as CSV (Python's csv module quotes as RFC 4180 says) evaluate the same.
+    import csv
+    with open(tmp_path / "labelled.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(zip(texts(), labels))
+    from_csv = longread.evaluate(model, str(tmp_path / "labelled.csv"))
+    assert from_csv["tasks"][0]["report"] == report
 
 
 def test_ensemble_averages_members_like_the_cli(tmp_path):

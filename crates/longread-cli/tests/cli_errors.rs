@@ -221,16 +221,11 @@ fn an_output_path_that_is_a_directory_is_refused_and_leaves_no_temporary_file() 
     let target = tmp.path().join("out");
     std::fs::create_dir(&target).unwrap();
     let model = fixture("hier/trained-bert-attention");
-    let out = longread(&[
-        "predict",
-        "--model",
-        model.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        target.to_str().unwrap(),
-    ]);
-    assert_clean_failure(&out, "is a directory");
+    let predict_into = |output: &std::path::Path| {
+        let (model, input, output) = (model.to_str().unwrap(), input.to_str().unwrap(), output.to_str().unwrap());
+        longread(&["predict", "--model", model, "--input", input, "--output", output])
+    };
+    assert_clean_failure(&predict_into(&target), "is a directory");
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .flatten()
@@ -240,16 +235,7 @@ fn an_output_path_that_is_a_directory_is_refused_and_leaves_no_temporary_file() 
     assert!(left.is_empty(), "temporary files left: {left:?}");
     // An output in a directory that does not exist says which directory, not what the
     // temporary file's creation ran into.
-    let nested = tmp.path().join("missing/preds.jsonl");
-    let out = longread(&[
-        "predict",
-        "--model",
-        model.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        nested.to_str().unwrap(),
-    ]);
+    let out = predict_into(&tmp.path().join("missing/preds.jsonl"));
     assert_clean_failure(&out, "missing/preds.jsonl: the directory ");
     assert_clean_failure(&out, "missing does not exist (create it first)");
 }
