@@ -72,6 +72,14 @@ pub fn train_tokenizer(texts: &[String], cfg: TokenizerTraining) -> Result<Token
             cfg.vocab_size, cfg.kind
         )));
     }
+    if cfg.vocab_size > MAX_VOCAB {
+        // 4,000,000,000 ran for most of a minute in the trainer's allocations.
+        return Err(TextError::Setting(format!(
+            "vocab size {} is too large: at most {MAX_VOCAB} (the largest tokenizers in use have ~256,000 tokens; \
+             RoBERTa's has 50,265)",
+            cfg.vocab_size
+        )));
+    }
     let specials: Vec<AddedToken> = cfg
         .kind
         .special_tokens()
@@ -134,6 +142,9 @@ pub fn train_tokenizer(texts: &[String], cfg: TokenizerTraining) -> Result<Token
     }
     Ok(tokenizer)
 }
+
+/// The largest vocabulary `train_tokenizer` makes: 2^20 tokens.
+pub const MAX_VOCAB: usize = 1 << 20;
 
 /// The texts of a corpus: every file given, and every `.txt`/`.jsonl`/`.csv`/`.tsv` file under a directory
 /// given (sorted, recursively). A JSON-lines file gives each line's `"text"`, a CSV/TSV file
@@ -246,6 +257,8 @@ mod tests {
         let cfg = TokenizerTraining { kind: TokenizerKind::Bpe, vocab_size: 100, min_frequency: 2, lowercase: false };
         let small = train_tokenizer(&corpus(), cfg).unwrap_err().to_string();
         assert!(small.starts_with("vocab size 100 is too small"), "a setting, not a chunking error: {small}");
+        let huge = train_tokenizer(&corpus(), TokenizerTraining { vocab_size: 4_000_000_000, ..cfg }).unwrap_err();
+        assert!(huge.to_string().starts_with("vocab size 4000000000 is too large: at most 1048576"), "{huge}");
         let cfg = TokenizerTraining { vocab_size: 400, ..cfg };
         assert!(train_tokenizer(&["  ".to_string()], cfg).unwrap_err().to_string().contains("no text"));
         let dir = tempfile::tempdir().unwrap();

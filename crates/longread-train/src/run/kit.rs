@@ -27,7 +27,7 @@ pub struct TokenizerSpec {
     /// and post-processor; `wordpiece`: BERT's ([PAD] [UNK] [CLS] [SEP] [MASK] = 0–4).
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = TokenizerKind::Bpe))]
     pub kind: TokenizerKind,
-    /// Vocabulary size, special tokens included.
+    /// Vocabulary size, special tokens included (from 261 for BPE, 31 for WordPiece, to 1,048,576).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 50265))]
     pub vocab_size: usize,
     /// Pairs (BPE) or words (WordPiece) seen fewer times are not learned.
