@@ -57,12 +57,27 @@ class LongreadPredictor:
         }
 
 
+def _read_delimited(ray, path: str):
+    """A CSV/TSV file as `longread predict` reads it: a header row, quoted fields that may span
+    lines (RFC 4180), and `id` and `text` kept as written (pyarrow would make an id `007` the
+    number 7)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    delimiter = "\t" if path.lower().endswith(".tsv") else ","
+    return ray.data.read_csv(
+        path,
+        parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(column_types={"id": pa.string(), "text": pa.string()}),
+    )
+
+
 def classify(input: str, output: str, model_dir: str, concurrency: int = 2, threads_per_actor: int = 1,
              batch_size: int = 16, precision: Optional[str] = None, output_format: Optional[str] = None,
              num_cpus_per_actor: Optional[float] = None, num_gpus_per_actor: float = 0,
              **predictor_kwargs: Any):
-    """Reads `input` (JSON lines, or Parquet when it ends in .parquet or is a directory of
-    them) with columns `id` and `text`, classifies every document on `concurrency` actors of
+    """Reads `input` (JSON lines; Parquet when it ends in .parquet or is a directory of them;
+    CSV/TSV with a header row when it ends in .csv/.tsv) with columns `id` and `text`, classifies every document on `concurrency` actors of
     `threads_per_actor` CPUs each, and writes the predictions to the directory `output` as
     Parquet (default) or JSON lines (`output_format="json"`). Each actor reserves
     `num_cpus_per_actor` of Ray's CPUs (default `threads_per_actor`; leave some for Ray's read
@@ -87,6 +102,8 @@ def classify(input: str, output: str, model_dir: str, concurrency: int = 2, thre
           f"({cpus_per_actor:g} CPUs and {num_gpus_per_actor:g} GPUs each) into {output}", file=sys.stderr, flush=True)
     if input.endswith(".parquet") or (os.path.isdir(input) and any(f.endswith(".parquet") for f in os.listdir(input))):
         ds = ray.data.read_parquet(input)
+    elif input.lower().endswith((".csv", ".tsv")):
+        ds = _read_delimited(ray, input)
     else:
         ds = ray.data.read_json(input)
     # One file reads as one block: split it so that every actor gets work.

@@ -67,6 +67,29 @@ def test_two_actors_classify_every_document_once_as_the_cli_does(cluster, docume
     check(read_rows(str(out), "json"), expected)
 
 
+def test_a_csv_input_is_read_as_the_cli_reads_it(cluster, documents, tmp_path):
+    """Ids kept as written, texts with commas, quotes and line breaks in quoted fields."""
+    import csv
+
+    path, expected = documents
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["text"] = 'She said "no", then left.\nThe end.'
+    rows[0]["id"] = "007"
+    table = tmp_path / "docs.csv"
+    with open(table, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["id", "text"])
+        writer.writeheader()
+        writer.writerows(rows)
+    cli = run_cli("predict", "--model", MODEL, "--input", str(table))
+    assert cli.returncode == 0, cli.stderr
+    expected = {line.pop("id"): line for line in json_lines(cli.stdout)}
+    assert "007" in expected
+    out = tmp_path / "out"
+    longread.ray.classify(str(table), str(out), MODEL, concurrency=2, threads_per_actor=1, batch_size=16,
+                          num_cpus_per_actor=0.5, output_format="json")
+    check(read_rows(str(out), "json"), expected)
+
+
 def test_defaults_that_would_wait_forever_are_refused_naming_both_numbers(cluster, documents, tmp_path):
     """Issue 36: concurrency=2 with the defaults on ray.init(num_cpus=2) hung forever at
     "Repartition: 0/1": the actors reserved both CPUs and Ray's own tasks never got one."""
