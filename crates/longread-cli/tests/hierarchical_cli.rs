@@ -185,6 +185,56 @@ fn a_malformed_line_gets_its_own_error_record_unless_strict() {
     assert!(!strict_out.exists(), "nothing written");
 }
 
+/// `--format csv` says per document what the JSON lines say: the label, each label's
+/// probability, the most attended chunk; a failed line has its id ("line N") and error.
+#[test]
+fn csv_output_holds_what_the_json_lines_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.jsonl");
+    let docs = std::fs::read_to_string(fixture("hier/documents.jsonl")).unwrap();
+    std::fs::write(&input, format!("{docs}not json\n")).unwrap();
+    let model = fixture("hier/roberta-attention");
+    let args = ["predict", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()];
+    let json = longread(&args);
+    let csv = longread(&[&args[..], &["--format", "csv"]].concat());
+    assert_eq!((json.status.code(), csv.status.code()), (Some(2), Some(2)), "{}", String::from_utf8_lossy(&csv.stderr));
+    let lines = json_lines(&json.stdout);
+    let mut reader = csv::Reader::from_reader(&csv.stdout[..]);
+    let header: Vec<String> = reader.headers().unwrap().iter().map(str::to_owned).collect();
+    let labels: Vec<String> = lines[0]["scores"].as_object().unwrap().keys().cloned().collect();
+    let mut expected = vec!["id".to_string(), "label".into()];
+    expected.extend(labels.iter().map(|l| format!("p_{l}")));
+    expected.extend(["evidence_start", "evidence_end", "evidence_attention", "error"].map(String::from));
+    assert_eq!(header, expected);
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), lines.len());
+    let cell = |row: &csv::StringRecord, column: &str| row[header.iter().position(|h| h == column).unwrap()].to_owned();
+    for (row, line) in rows.iter().zip(&lines) {
+        if let Some(error) = line.get("error") {
+            assert_eq!(cell(row, "id"), format!("line {}", line["line"]));
+            assert_eq!(cell(row, "error"), error.as_str().unwrap());
+            assert_eq!(cell(row, "label"), "");
+            continue;
+        }
+        let id = match &line["id"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        assert_eq!((cell(row, "id"), cell(row, "label")), (id, line["label"].as_str().unwrap().to_owned()));
+        for label in &labels {
+            let p: f64 = cell(row, &format!("p_{label}")).parse().unwrap();
+            assert!((p - line["scores"][label].as_f64().unwrap()).abs() < 1e-6, "{label}");
+        }
+        let chunks = line["chunks"].as_array().unwrap();
+        // The first of the most attended (ties go to the earlier chunk).
+        let attention = |c: &Value| c["attention"].as_f64().unwrap();
+        let top = chunks.iter().fold(&chunks[0], |best, c| if attention(c) > attention(best) { c } else { best });
+        assert_eq!(cell(row, "evidence_start"), top["start"].to_string());
+        assert_eq!(cell(row, "evidence_end"), top["end"].to_string());
+        assert_eq!(cell(row, "error"), "");
+    }
+}
+
 /// As README says: a document without an "id" gets its 0-based position among the records
 /// (blank lines not counted), an unreadable line its 1-based line number in the file (blank
 /// lines counted, as editors count).

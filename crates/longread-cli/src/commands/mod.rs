@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod csv_rows;
 pub mod embed;
 pub mod encoder;
 pub mod ensemble;

@@ -12,6 +12,7 @@ use longread_model::{DeviceChoice, Precision};
 use longread_text::{read_documents, Document, Shard};
 use serde_json::Value;
 
+use crate::commands::csv_rows;
 use crate::io::Output;
 
 /// Arguments of `longread predict`.
@@ -28,7 +29,9 @@ pub struct PredictArgs {
     /// Where to write the results (default: standard output); written atomically.
     #[arg(long)]
     pub output: Option<PathBuf>,
-    /// `json`: one JSON line per document; `table`: a readable table.
+    /// `json`: one JSON line per document; `table`: a readable table; `csv`: a header row, then
+    /// a row per document (id, label, p_LABEL for each label, the most attended chunk's or
+    /// sentence's evidence_start/evidence_end/evidence_attention, other tasks' labels, error).
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
     #[command(flatten)]
@@ -87,6 +90,8 @@ pub enum Format {
     Json,
     /// A table for people.
     Table,
+    /// CSV for spreadsheets.
+    Csv,
 }
 
 /// Loads the model in `dir` to classify with `options`, reading and keeping chunk vectors in
@@ -186,8 +191,13 @@ pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize
     let progress = progress_bar(documents.len(), quiet);
     let mut out = Output::create(args.output.as_deref())?;
     let mut failed = 0;
-    if args.format == Format::Table {
-        writeln!(out, "{}", table_header(classifier.labels(), classifier.evidence_unit()))?;
+    match args.format {
+        Format::Table => writeln!(out, "{}", table_header(classifier.labels(), classifier.evidence_unit()))?,
+        Format::Csv => {
+            out.write_all(&csv_rows::line(&csv_rows::header(&classifier))?)?;
+            out.write_all(b"\n")?;
+        }
+        Format::Json => {}
     }
     let started = std::time::Instant::now();
     let mut tokens = 0usize;
@@ -199,6 +209,7 @@ pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize
         match args.format {
             Format::Json => serde_json::to_writer(&mut out, &PredictionLine::new(document, &result))?,
             Format::Table => write!(out, "{}", table_row(&classifier, document, &result))?,
+            Format::Csv => out.write_all(&csv_rows::line(&csv_rows::row(&classifier, document, &result))?)?,
         }
         progress.inc(1);
         out.write_all(b"\n").context("writing output")
