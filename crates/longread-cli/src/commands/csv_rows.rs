@@ -25,15 +25,10 @@ pub fn header(classifier: &Classifier) -> Vec<String> {
 /// One document's row, in [`header`]'s columns (empty cells where it has nothing: a failed
 /// document has only its id and error).
 pub fn row(classifier: &Classifier, document: &Document, result: &DocResult) -> Vec<String> {
-    let width = 2
-        + classifier.labels().len()
-        + if classifier.evidence_unit() != "none" { 3 } else { 0 }
-        + classifier.tasks().len().saturating_sub(1)
-        + 1;
     let mut cells = vec![id_text(document)];
     let prediction = match result {
         Err(e) => {
-            cells.resize(width - 1, String::new());
+            cells.resize(header(classifier).len() - 1, String::new());
             cells.push(e.to_string());
             return cells;
         }
