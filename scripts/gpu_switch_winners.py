@@ -67,29 +67,30 @@ def compare(rows, margin):
     return out
 
 
+def add_winners(chosen, table):
+    """Adds each winning row's settings of `table` to `chosen` ({variable: (setting, docs/s)}):
+    of two settings of one variable the faster stays."""
+    for extra, docs, _, winner in table:
+        if winner:
+            for e in extra:
+                key = e.split("=", 1)[0]
+                if key not in chosen or chosen[key][1] < docs:
+                    chosen[key] = (e, docs)
+
+
 def combined(found):
     """Per backend, the settings that try every winner at once: FlashAttention-2's winners
     apply to both backends (they change the rest of the step); of two settings of one variable
     the faster stays. None where nothing won."""
     general = {}
-    for extra, docs, _, winner in found.get("fa2", (None, []))[1]:
-        if winner:
-            for e in extra:
-                key = e.split("=", 1)[0]
-                if key not in general or general[key][1] < docs:
-                    general[key] = (e, docs)
+    add_winners(general, found.get("fa2", (None, []))[1])
     result = {}
     for backend in ("fa2", "cudnn"):
         if backend not in found:
             continue
         chosen = dict(general)
         if backend == "cudnn":
-            for extra, docs, _, winner in found["cudnn"][1]:
-                if winner:
-                    for e in extra:
-                        key = e.split("=", 1)[0]
-                        if key not in chosen or chosen[key][1] < docs:
-                            chosen[key] = (e, docs)
+            add_winners(chosen, found["cudnn"][1])
         if chosen:
             base = [] if backend == "fa2" else [f"{BACKEND}=cudnn"]
             result[backend] = base + sorted(e for e, _ in chosen.values())
