@@ -88,10 +88,8 @@ struct LineIndex<R> {
 struct Lines {
     /// Lines let go.
     passed: usize,
-    /// The offset of each `\n` not yet passed.
-    ends: VecDeque<u64>,
-    /// Whether each of those lines is blank.
-    blank: VecDeque<bool>,
+    /// Each line not yet passed: the offset of its `\n`, and whether it is blank.
+    ends: VecDeque<(u64, bool)>,
     /// Whether the current line has held anything but `\r` yet.
     content: bool,
 }
@@ -100,12 +98,11 @@ impl Lines {
     /// The 1-based line of the first non-blank line at or after `byte` (no smaller than the
     /// previous call's `byte`).
     fn first_line_from(&mut self, byte: u64) -> usize {
-        while self.ends.front().is_some_and(|&at| at < byte) {
+        while self.ends.front().is_some_and(|&(at, _)| at < byte) {
             self.ends.pop_front();
-            self.blank.pop_front();
             self.passed += 1;
         }
-        let skipped = self.blank.iter().take_while(|&&blank| blank).count();
+        let skipped = self.ends.iter().take_while(|&&(_, blank)| blank).count();
         self.passed + skipped + 1
     }
 }
@@ -117,9 +114,8 @@ impl<R: Read> Read for LineIndex<R> {
         for (i, &b) in buf[..n].iter().enumerate() {
             match b {
                 b'\n' => {
-                    lines.ends.push_back(self.offset + i as u64);
                     let blank = !lines.content;
-                    lines.blank.push_back(blank);
+                    lines.ends.push_back((self.offset + i as u64, blank));
                     lines.content = false;
                 }
                 b'\r' => {}
