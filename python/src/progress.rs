@@ -125,8 +125,11 @@ impl longread_train::run::RunHooks for Lines {
                 (false, false) => "",
             };
             eprintln!(
-                "epoch {}: train loss {:.4}, dev loss {:.4}, dev macro-F1 {:.4}{best}, {:.0} s",
-                log.epoch, log.train_loss, log.dev_loss, log.dev.macro_f1, log.seconds
+                "epoch {}: train loss {:.4}, {}{best}, {:.0} s",
+                log.epoch,
+                log.train_loss,
+                log.dev_words(),
+                log.seconds
             );
         }
         self.call_back(serde_json::to_value(log));

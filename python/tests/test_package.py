@@ -388,6 +388,23 @@ def test_train_on_epoch_sees_every_epoch_and_its_exception_stops_the_run_resumab
     assert not (tmp_path / "never").exists()
 
 
+def test_train_without_a_dev_set_keeps_the_last_epoch(tmp_path, capfd):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    init = tmp_path / "init"
+    longread.init(os.path.join(FIXTURES, "tiny-bert"), ["rain", "prices"], init, chunk_size=16, stride=4,
+                  attention_hidden_size=8, seed=1)
+    seen = []
+    summary = longread.train(train, tmp_path / "all", model=str(init), freeze_base=True, epochs=3, dev_split=0,
+                             on_epoch=seen.append)
+    assert [e["epoch"] for e in seen] == [1, 2, 3]
+    assert all("dev" not in e and "dev_loss" not in e and e["saved"] for e in seen), seen
+    assert (summary["best_epoch"], summary["kept_epoch"]) == (None, 3)
+    assert "no dev set" in capfd.readouterr().err
+    assert longread.Classifier(str(tmp_path / "all")).predict(["Rain all day."])[0]["label"] in ("rain", "prices")
+    with pytest.raises(longread.LongreadError, match="--keep best"):
+        longread.train(train, tmp_path / "best", model=str(init), dev_split=0, keep="best", quiet=True)
+
+
 def test_the_roberta_kit_makes_what_the_cli_makes(tmp_path, capfd):
     corpus = os.path.join(FIXTURES, "synthetic")
     made = longread.train_tokenizer(corpus, tmp_path / "tok-py", vocab_size=400)

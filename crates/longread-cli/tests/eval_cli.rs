@@ -52,6 +52,10 @@ fn eval_metrics_agree_with_predict_output() {
     let table = longread(&["eval", "--model", model.to_str().unwrap(), "--data", path.to_str().unwrap()]);
     let text = String::from_utf8(table.stdout).unwrap();
     assert!(text.contains("confusion matrix (rows: true, columns: predicted)") && text.contains("mature"), "{text}");
+    // `--input`, as predict and report call it, is the same flag.
+    let aliased = longread(&["eval", "--model", model.to_str().unwrap(), "--input", path.to_str().unwrap()]);
+    assert!(aliased.status.success(), "{}", String::from_utf8_lossy(&aliased.stderr));
+    assert_eq!(String::from_utf8(aliased.stdout).unwrap(), text);
 }
 
 #[test]

@@ -854,6 +854,46 @@ fn keep_last_keeps_the_last_epoch_in_runs_and_cv_folds() {
     assert_clean_failure(&bow, "--keep does not apply to --arch bow");
 }
 
+/// `--dev-split 0` trains on every document (a final model after --cv chose the settings):
+/// every epoch is kept, the logs carry no dev results, and OUT classifies as any model; the
+/// HAN too. Dev-metric flags are refused by name, and `--cv` still holds out its folds.
+#[test]
+fn a_run_without_a_dev_set_trains_on_every_document_and_keeps_the_last_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("init");
+    init_tiny(&model);
+    let data = fixture("synthetic/train.jsonl");
+    let documents = std::fs::read_to_string(&data).unwrap().lines().count();
+    let head = ["--freeze-base", "--epochs", "30", "--head-lr", "3e-2", "--seed", "3", "--dev-split", "0"];
+    let out = tmp.path().join("all");
+    let run = train(&model, &data, &out, &[&head[..], &["--log-format", "json"]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let done = json_lines(&run.stdout).pop().unwrap();
+    assert_eq!((done["kept_epoch"].as_u64(), done["best_epoch"].is_null()), (Some(30), true), "{done}");
+    let metrics = json_lines(&std::fs::read(out.join("metrics.jsonl")).unwrap());
+    assert_eq!(metrics.len(), 30);
+    for m in &metrics {
+        assert!(m.get("dev").is_none() && m.get("dev_loss").is_none() && m["saved"] == true, "{m}");
+    }
+    assert!(accuracy(&out, &fixture("synthetic/test.jsonl")) > 0.5, "the kept model classifies");
+    let text = train(&model, &data, &tmp.path().join("all-text"), &head);
+    let stderr = String::from_utf8_lossy(&text.stderr);
+    assert!(stderr.contains(&format!("with {documents} documents")) && stderr.contains("no dev set"), "{stderr}");
+    assert!(stderr.contains("epoch 30: train loss") && stderr.contains("last epoch 30 (no dev set)"), "{stderr}");
+
+    let han = tmp.path().join("han");
+    let (d, h) = (data.to_str().unwrap(), han.to_str().unwrap());
+    let run = longread(&["train", "--arch", "han", "--train", d, "--out", h, "--epochs", "2", "--dev-split", "0"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(json_lines(&std::fs::read(han.join("metrics.jsonl")).unwrap()).len(), 2);
+    assert!(han.join("model.safetensors").exists());
+
+    let refused = train(&model, &data, &tmp.path().join("best"), &[&head[..], &["--keep", "best"]].concat());
+    assert_clean_failure(&refused, "--keep best picks the epoch with the best dev metric, but --dev-split 0");
+    let cv = train(&model, &data, &tmp.path().join("cv"), &[&head[..], &["--cv", "2"]].concat());
+    assert_clean_failure(&cv, "--dev-split");
+}
+
 /// Starts `longread ARGS`, sends it SIGINT once `metrics` has `lines` lines, and returns its
 /// output (stderr captured).
 #[cfg(unix)]

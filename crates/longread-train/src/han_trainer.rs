@@ -46,10 +46,11 @@ pub fn train_han(
     mut on_epoch: impl FnMut(EpochEnd<HanClassifier>) -> Result<()>,
     mut on_checkpoint: impl FnMut(MidEpoch<HanClassifier>) -> Result<()>,
 ) -> Result<Vec<EpochLog>> {
+    // An empty dev set is a run without one (`--dev-split 0`): no evaluation, the last epoch kept.
+    if train_split.grids.is_empty() {
+        return Err(TrainError::InvalidSetting("training data must not be empty".into()));
+    }
     for (split, what) in [(&train_split, "training"), (&dev_split, "dev")] {
-        if split.grids.is_empty() {
-            return Err(TrainError::InvalidSetting("training and dev data must not be empty".into()));
-        }
         let cells = model.config().doc_size * model.config().sent_size;
         let labels = model.labels().len();
         if split.labels.len() != split.grids.len()
@@ -109,6 +110,10 @@ impl EpochTask for HanTask<'_> {
 
     fn documents(&self) -> usize {
         self.train.grids.len()
+    }
+
+    fn dev_documents(&self) -> usize {
+        self.dev.grids.len()
     }
 
     fn optimizer(&self, _state: &TrainerState) -> Result<AdamW> {

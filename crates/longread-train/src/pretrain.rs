@@ -293,7 +293,7 @@ impl TrainingTask for PretrainTask<'_> {
 
     fn end_round(&mut self, stats: &RoundStats, state: &mut TrainerState) -> Result<PretrainLog> {
         let eval_loss = evaluate(self.model, self.held_out, self.cfg, self.device)?;
-        state.record(stats.round, stats.step, -eval_loss);
+        state.record(stats.round, stats.step, Some(-eval_loss));
         Ok(PretrainLog {
             step: stats.step,
             train_loss: stats.train_loss,

@@ -117,7 +117,7 @@ fn head_only_training_learns_a_separable_task() {
     assert!(saved.iter().any(|&s| s), "the best epoch is saved");
     let (first, last) = (&logs[0], &logs[logs.len() - 1]);
     assert!(last.train_loss < first.train_loss * 0.7, "loss {} -> {}", first.train_loss, last.train_loss);
-    assert!(last.dev.accuracy >= 0.9, "dev accuracy {}", last.dev.accuracy);
+    assert!(last.dev.as_ref().unwrap().accuracy >= 0.9, "dev accuracy {}", last.dev.as_ref().unwrap().accuracy);
     let head_params: usize =
         model.named_vars().iter().filter(|(n, _)| !n.starts_with("encoder:")).map(|(_, v)| v.elem_count()).sum();
     assert_eq!(first.trainable_parameters, head_params, "only the head trains");
@@ -147,6 +147,39 @@ fn keep_last_saves_every_epoch_and_trains_the_same() {
 }
 
 #[test]
+fn a_run_without_a_dev_set_trains_exactly_as_one_with_and_keeps_every_epoch() {
+    // `--dev-split 0`: an empty dev split. Evaluation draws nothing from the run's generators,
+    // so the weights after each epoch are the same bits as with a dev set; the logs carry no
+    // dev results, no epoch is "best", and every epoch is saved. Fine-tuning (recomputation)
+    // and a frozen-layer cache, whose dev side is then empty.
+    let (train_texts, train_labels) = dataset("train", 8);
+    let (dev_texts, dev_labels) = dataset("test", 4);
+    for freezing in [Freezing::default(), Freezing { freeze_bottom: 1, ..Freezing::default() }] {
+        let cfg = TrainConfig { keep: Keep::Last, ..config(freezing, 2, 1e-3, 1e-2) };
+        let run = |with_dev: bool| {
+            let (model, chunker) = load();
+            let train_docs = chunk_all(&chunker, &train_texts);
+            let dev_docs = if with_dev { chunk_all(&chunker, &dev_texts) } else { Vec::new() };
+            let dev = if with_dev { dev_labels.as_slice() } else { &[] };
+            let (logs, saved) = train_noting_saves(&model, (&train_docs, &train_labels), (&dev_docs, dev), &cfg);
+            (snapshot(&model), logs, saved)
+        };
+        let (with, with_logs, _) = run(true);
+        let (without, logs, saved) = run(false);
+        assert_eq!(max_weight_diff(&with, &without), 0.0, "{freezing:?}: the same training either way");
+        assert_eq!(logs.len(), 2);
+        for (a, b) in with_logs.iter().zip(&logs) {
+            assert_eq!(a.train_loss.to_bits(), b.train_loss.to_bits(), "epoch {} train loss", a.epoch);
+            assert!(a.dev.is_some() && a.dev_loss.is_some(), "the run with a dev set evaluates");
+            assert!(b.dev.is_none() && b.dev_loss.is_none() && !b.best, "epoch {}: nothing to evaluate", b.epoch);
+        }
+        assert_eq!(saved, vec![true, true], "every epoch is saved: the last is the run's output");
+        let line = serde_json::to_value(&logs[0]).unwrap();
+        assert!(line.get("dev").is_none() && line.get("dev_loss").is_none(), "metrics.jsonl has no dev fields");
+    }
+}
+
+#[test]
 fn max_logits_top_k_attention_and_ordinal_heads_train() {
     // Gradients reach the head through the per-label max over chunks, through the top-k mask
     // and temperature of attention, and through an ordinal head's thresholds.
@@ -160,7 +193,11 @@ fn max_logits_top_k_attention_and_ordinal_heads_train() {
         let (first, last) = (&logs[0], &logs[logs.len() - 1]);
         assert!(last.train_loss < first.train_loss * 0.7, "{case}: loss {} -> {}", first.train_loss, last.train_loss);
         // Chance is 0.5 on these 12 dev documents.
-        assert!(last.dev.accuracy >= 0.8, "{case}: dev accuracy {}", last.dev.accuracy);
+        assert!(
+            last.dev.as_ref().unwrap().accuracy >= 0.8,
+            "{case}: dev accuracy {}",
+            last.dev.as_ref().unwrap().accuracy
+        );
     }
 }
 
@@ -329,7 +366,7 @@ fn resuming_from_the_middle_of_an_epoch_ends_bit_identical() {
     assert_eq!(whole_logs.len(), logs.len() + 1);
     for (a, b) in whole_logs[1..].iter().zip(&logs) {
         assert_eq!(a.train_loss.to_bits(), b.train_loss.to_bits(), "epoch {} train loss", a.epoch);
-        assert_eq!(a.dev_loss.to_bits(), b.dev_loss.to_bits(), "epoch {} dev loss", a.epoch);
+        assert_eq!(a.dev_loss.unwrap().to_bits(), b.dev_loss.unwrap().to_bits(), "epoch {} dev loss", a.epoch);
     }
     let (a, b) = (whole.named_tensors().unwrap(), resumed.named_tensors().unwrap());
     assert_eq!(a.len(), b.len());
@@ -415,7 +452,12 @@ fn caching_frozen_layers_gives_the_results_of_recomputing_them() {
         }
         assert_eq!(plain_logs.len(), memory_logs.len());
         for (a, b) in plain_logs.iter().zip(&memory_logs) {
-            assert!((a.dev_loss - b.dev_loss).abs() <= 1e-5, "dev loss {} vs {}", a.dev_loss, b.dev_loss);
+            assert!(
+                (a.dev_loss.unwrap() - b.dev_loss.unwrap()).abs() <= 1e-5,
+                "dev loss {} vs {}",
+                a.dev_loss.unwrap(),
+                b.dev_loss.unwrap()
+            );
         }
         // The frozen layers did not move.
         let original = load().0.named_tensors().unwrap();
@@ -550,8 +592,8 @@ fn logit_offsets_enter_the_loss_and_the_dev_metrics() {
     let offset = run(Some(offsets(&train_labels, 20.0)), Some(offsets(&dev_labels, -20.0)));
     assert!(plain[0].train_loss > 0.3, "an untrained head is unsure: {}", plain[0].train_loss);
     assert!(offset[0].train_loss < 1e-3, "the offsets decide: {}", offset[0].train_loss);
-    assert_eq!(offset[0].dev.accuracy, 0.0);
-    assert!(offset[0].dev_loss > 10.0, "dev loss {}", offset[0].dev_loss);
+    assert_eq!(offset[0].dev.as_ref().unwrap().accuracy, 0.0);
+    assert!(offset[0].dev_loss.unwrap() > 10.0, "dev loss {}", offset[0].dev_loss.unwrap());
     // One offset per document, or a clear refusal.
     let short = Split { offsets: Some(offsets(&train_labels[..3], 1.0)), ..Split::new(&train_docs, &train_labels) };
     let err = train(

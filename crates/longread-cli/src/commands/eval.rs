@@ -28,8 +28,9 @@ pub struct EvalArgs {
     /// Labelled JSON lines: {"text": ..., "label": name or index into the model's labels} (or a
     /// .csv/.tsv file with "text" and "label" columns);
     /// `-` reads standard input. A multi-task model reads each task's label from its column
-    /// (see `inspect`); a line may lack some of them.
-    #[arg(long)]
+    /// (see `inspect`); a line may lack some of them. `--input` is the same flag, as in
+    /// `predict` and `report`.
+    #[arg(long, visible_alias = "input")]
     data: PathBuf,
     /// Print one JSON object (accuracy, macro_f1, weighted_f1, per_class, confusion_matrix, …)
     /// instead of tables; for a multi-task model these are the primary task's, and "tasks"

@@ -52,13 +52,13 @@ pub(crate) fn run(
     });
     let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
     hooks.note(&format!(
-        "training on {} ({}, encoder batches of up to {} tokens) with {} documents ({} chunks), dev {} documents; {}",
+        "training on {} ({}, encoder batches of up to {} tokens) with {} documents ({} chunks), {}; {}",
         longread_model::device::describe(&device),
         spec.encoder.precision.name(),
         cfg.max_batch_tokens,
         train_docs.len(),
         train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
-        dev_docs.len(),
+        dev_set_words(dev_docs.len()),
         model
             .config()
             .tasks()
@@ -85,4 +85,12 @@ pub(crate) fn run(
         },
         |mid| output.borrow().mid_epoch(&mid),
     )
+}
+
+/// How a run's start names its dev set.
+pub(crate) fn dev_set_words(documents: usize) -> String {
+    match documents {
+        0 => "no dev set (--dev-split 0: every epoch's model is kept, the last in OUT)".to_string(),
+        n => format!("dev {n} documents"),
+    }
 }

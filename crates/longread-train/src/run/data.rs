@@ -52,8 +52,8 @@ impl Labelled {
     }
 }
 
-/// The training and dev sets of a run: `--dev`, or the stratified, seeded `--dev-split` of
-/// the training data.
+/// The training and dev sets of a run: `--dev`, the stratified, seeded `--dev-split` of the
+/// training data, or (`--dev-split 0`) every document for training and an empty dev set.
 pub fn train_and_dev(
     train: LabelledDataset,
     spec: &TrainSpec,
@@ -61,6 +61,10 @@ pub fn train_and_dev(
 ) -> Result<(LabelledDataset, LabelledDataset)> {
     match &spec.dev {
         Some(dev) => Ok((train, read_dev(dev)?)),
+        None if spec.trains_without_dev() => {
+            let none = train.pick(&[]);
+            Ok((train, none))
+        }
         None => Ok(train.split_dev(spec.training.dev_split, spec.seed)?),
     }
 }

@@ -62,6 +62,10 @@ pub(crate) fn run(
             let (examples, source) = read_examples(path, &["label".to_string()])?;
             (documents_all, documents(&LabelledDataset::resolve(examples, &label_names, &source)?)?)
         }
+        None if spec.trains_without_dev() => {
+            let none = documents_all.pick(&[]);
+            (documents_all, none)
+        }
         None => {
             let (train_idx, dev_idx) = all.dev_split_indices(spec.training.dev_split, spec.seed)?;
             (documents_all.pick(&train_idx), documents_all.pick(&dev_idx))
@@ -197,23 +201,26 @@ fn describe(model: &HanClassifier, train: &Documents, dev: &Documents, han: &Han
     let docs_cut = train.sentences.iter().filter(|d| d.len() > shape.doc_size).count();
     let sentences: Vec<&Sentence> = train.sentences.iter().flatten().collect();
     let sentences_cut = sentences.iter().filter(|s| s.words.len() > shape.sent_size).count();
+    let dev_known = match dev.sentences.len() {
+        0 => String::new(),
+        _ => format!(", {:.1}% of dev words", known(dev)),
+    };
     hooks.note(&format!(
-        "vocabulary: {} words (--min-count {}, --max-vocab {}); known: {:.1}% of training words, {:.1}% of dev words; \
+        "vocabulary: {} words (--min-count {}, --max-vocab {}); known: {:.1}% of training words{dev_known}; \
          cut: {:.1}% of training documents (more than {} sentences), {:.1}% of sentences (more than {} words)",
         vocabulary.len(),
         han.min_count,
         han.max_vocab,
         known(train),
-        known(dev),
         100.0 * docs_cut as f64 / train.sentences.len().max(1) as f64,
         shape.doc_size,
         100.0 * sentences_cut as f64 / sentences.len().max(1) as f64,
         shape.sent_size
     ));
     hooks.note(&format!(
-        "training on {} documents, dev {} documents; labels: {}",
+        "training on {} documents, {}; labels: {}",
         train.labels.len(),
-        dev.labels.len(),
+        super::classifier::dev_set_words(dev.labels.len()),
         model.labels().join(", ")
     ));
 }

@@ -116,9 +116,10 @@ impl RunOutput {
         self.points.push(EpochPoint {
             epoch: log.epoch,
             train_loss: log.train_loss,
-            dev_loss: log.dev_loss,
-            dev_accuracy: log.dev.accuracy,
-            dev_macro_f1: log.dev.macro_f1,
+            // A run without a dev set plots its training loss alone.
+            dev_loss: log.dev_loss.unwrap_or(f64::NAN),
+            dev_accuracy: log.dev.as_ref().map_or(f64::NAN, |d| d.accuracy),
+            dev_macro_f1: log.dev.as_ref().map_or(f64::NAN, |d| d.macro_f1),
         });
         let (moments_bytes, state_text) = self.checkpoint_files(end.state, end.optimizer)?;
         let metrics: String = self.lines.iter().map(|l| format!("{l}\n")).collect();

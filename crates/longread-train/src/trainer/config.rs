@@ -159,7 +159,8 @@ impl<'a> Split<'a> {
 }
 
 /// Checks that a split has one label list per task, of the right length and range, and that
-/// every task has at least one labelled document.
+/// every task has at least one labelled document (an empty split, a run without a dev set,
+/// has none to check).
 pub(super) fn check_labels(model: &HierarchicalClassifier, split: &Split, what: &str) -> Result<()> {
     let tasks = model.config().tasks();
     if split.offsets.as_ref().is_some_and(|o| o.len() != split.docs.len()) {
@@ -176,7 +177,7 @@ pub(super) fn check_labels(model: &HierarchicalClassifier, split: &Split, what: 
         if labels.len() != split.docs.len() || labels.iter().flatten().any(|&l| l >= spec.labels.len()) {
             return Err(TrainError::InvalidSetting(format!("{what} labels of task \"{}\" do not fit", spec.name)));
         }
-        if labels.iter().all(Option::is_none) {
+        if !split.docs.is_empty() && labels.iter().all(Option::is_none) {
             return Err(TrainError::InvalidSetting(format!(
                 "no {what} document has a label for task \"{}\" (column \"{}\")",
                 spec.name, spec.column

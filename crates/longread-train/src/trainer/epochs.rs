@@ -55,6 +55,8 @@ pub(crate) trait EpochTask {
     fn config(&self) -> &TrainConfig;
     /// Training documents.
     fn documents(&self) -> usize;
+    /// Dev documents (0: a run without a dev set, which evaluates nothing).
+    fn dev_documents(&self) -> usize;
     /// The optimizer for a run at `state` (before any resumed moments are imported).
     fn optimizer(&self, state: &TrainerState) -> Result<AdamW>;
     /// Gets epoch `epoch` ready (see [`TrainingTask::begin_round`]).
@@ -141,16 +143,20 @@ impl<T: EpochTask> TrainingTask for Epochs<T> {
     }
 
     fn end_round(&mut self, stats: &RoundStats, state: &mut TrainerState) -> Result<EpochLog> {
-        let dev = self.0.evaluate()?;
-        let best = state.record(stats.round, stats.step, dev.score);
+        let dev = if self.0.dev_documents() == 0 { None } else { Some(self.0.evaluate()?) };
+        let best = state.record(stats.round, stats.step, dev.as_ref().map(|d| d.score));
         let saved = best || self.0.config().keep == Keep::Last;
         let (trainable_parameters, total_parameters) = self.0.parameters();
+        let (dev_loss, dev, tasks) = match dev {
+            Some(d) => (Some(d.dev_loss), Some(d.dev), d.tasks),
+            None => (None, None, Vec::new()),
+        };
         Ok(EpochLog {
             epoch: stats.round,
             train_loss: stats.train_loss,
-            dev_loss: dev.dev_loss,
-            dev: dev.dev,
-            tasks: dev.tasks,
+            dev_loss,
+            dev,
+            tasks,
             best,
             saved,
             seconds: stats.seconds(),

@@ -79,14 +79,17 @@ pub struct EpochLog {
     pub epoch: usize,
     /// Mean training loss.
     pub train_loss: f64,
-    /// Dev loss (Σ over tasks of weight · loss).
-    pub dev_loss: f64,
-    /// Dev metrics of the first task.
-    pub dev: Report,
+    /// Dev loss (Σ over tasks of weight · loss); absent in a run without a dev set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev_loss: Option<f64>,
+    /// Dev metrics of the first task; absent in a run without a dev set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev: Option<Report>,
     /// Every task's dev loss and metrics (multi-task models only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskLog>,
-    /// True when this epoch is the best so far by the chosen metric.
+    /// True when this epoch is the best so far by the chosen metric (never in a run without a
+    /// dev set).
     pub best: bool,
     /// True when this epoch's model was saved as the run's output: the best so far, or every
     /// epoch with `Keep::Last`.
@@ -104,6 +107,19 @@ pub struct EpochLog {
     /// Peak GPU memory of the epoch (training and evaluation), in bytes; absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_gpu_bytes: Option<u64>,
+}
+
+impl EpochLog {
+    /// The epoch's dev results for people: "dev loss L, accuracy A, macro-F1 F", or "no dev
+    /// set" in a run without one.
+    pub fn dev_words(&self) -> String {
+        match (self.dev_loss, &self.dev) {
+            (Some(loss), Some(dev)) => {
+                format!("dev loss {loss:.4}, accuracy {:.4}, macro-F1 {:.4}", dev.accuracy, dev.macro_f1)
+            }
+            _ => "no dev set".to_string(),
+        }
+    }
 }
 
 /// What `on_epoch` receives (and pretraining's `on_eval`: a round's end, with its log `L`).

@@ -59,8 +59,9 @@ pub fn train(
     mut on_epoch: impl FnMut(EpochEnd) -> Result<()>,
     mut on_checkpoint: impl FnMut(MidEpoch) -> Result<()>,
 ) -> Result<Vec<EpochLog>> {
-    if train_split.docs.is_empty() || dev_split.docs.is_empty() {
-        return Err(TrainError::InvalidSetting("training and dev data must not be empty".into()));
+    // An empty dev set is a run without one (`--dev-split 0`): no evaluation, the last epoch kept.
+    if train_split.docs.is_empty() {
+        return Err(TrainError::InvalidSetting("training data must not be empty".into()));
     }
     let named = model.named_vars();
     if named.is_empty() {
@@ -105,6 +106,10 @@ impl EpochTask for ClassifierTask<'_> {
 
     fn documents(&self) -> usize {
         self.run.train.docs.len()
+    }
+
+    fn dev_documents(&self) -> usize {
+        self.run.dev.docs.len()
     }
 
     fn optimizer(&self, state: &TrainerState) -> Result<AdamW> {

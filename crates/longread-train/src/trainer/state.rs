@@ -79,13 +79,14 @@ impl TrainerState {
     }
 
     /// Records the end of `epoch` after `step` optimizer steps with a dev `score` (higher is
-    /// better); returns whether the epoch is the best so far.
-    pub(crate) fn record(&mut self, epoch: usize, step: usize, score: f64) -> bool {
-        let is_best = self.best.is_none_or(|b| score > b);
+    /// better; `None` without a dev set); returns whether the epoch is the best so far (never
+    /// without a dev set).
+    pub(crate) fn record(&mut self, epoch: usize, step: usize, score: Option<f64>) -> bool {
+        let is_best = score.is_some_and(|s| self.best.is_none_or(|b| s > b));
         if is_best {
-            self.best = Some(score);
+            self.best = score;
             self.since_best = 0;
-        } else {
+        } else if score.is_some() {
             self.since_best += 1;
         }
         self.epoch = epoch;

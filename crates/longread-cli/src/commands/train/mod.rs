@@ -73,8 +73,12 @@ pub fn run(mut args: TrainArgs, quiet: bool, device: longread_model::DeviceChoic
     }
     if let (true, Some(kept)) = (text, summary.kept()) {
         // With --keep last, OUT holds the last epoch whether or not it was the best.
-        let which = if kept.best { "best epoch" } else { "last epoch (--keep last)" };
-        eprintln!("{which} {} (macro-F1 {:.4}); model in {}", kept.epoch, kept.dev.macro_f1, out.display());
+        let (which, dev) = match &kept.dev {
+            None => ("last epoch", " (no dev set)".to_string()),
+            Some(dev) if kept.best => ("best epoch", format!(" (macro-F1 {:.4})", dev.macro_f1)),
+            Some(dev) => ("last epoch (--keep last)", format!(" (macro-F1 {:.4})", dev.macro_f1)),
+        };
+        eprintln!("{which} {}{dev}; model in {}", kept.epoch, out.display());
     }
     Ok(())
 }
@@ -232,14 +236,13 @@ impl Reporter {
         if self.text {
             self.bar.suspend(|| {
                 eprintln!(
-                    "epoch {}: train loss {:.4}, dev loss {:.4}, accuracy {:.4}, macro-F1 {:.4}{} ({:.0} s{})",
+                    "epoch {}: train loss {:.4}, {}{} ({:.0} s{})",
                     log.epoch,
                     log.train_loss,
-                    log.dev_loss,
-                    log.dev.accuracy,
-                    log.dev.macro_f1,
+                    log.dev_words(),
                     match (log.best, log.saved) {
                         (true, _) => ", best so far: saved",
+                        (false, true) if log.dev.is_none() => ", saved",
                         (false, true) => ", saved (--keep last)",
                         (false, false) => "",
                     },

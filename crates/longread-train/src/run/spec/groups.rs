@@ -23,7 +23,9 @@ const ENCODER_HEADING: &str = "Encoder models (--arch hierarchical or sequence, 
 #[cfg_attr(feature = "clap", command(next_help_heading = LOOP_HEADING))]
 pub struct LoopSpec {
     /// Fraction of the training data held out for dev (stratified, seeded) when --dev is absent
-    /// (giving both is an error).
+    /// (giving both is an error). 0 holds out nothing: every document trains, no dev metrics
+    /// are computed, and OUT keeps the last epoch (--keep best, --patience, --metric refused),
+    /// e.g. for the final model once --cv has chosen the settings and the epochs.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.1))]
     pub dev_split: f64,
     /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.

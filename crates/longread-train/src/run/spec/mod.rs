@@ -245,4 +245,10 @@ impl TrainSpec {
     pub fn is_bow(&self) -> bool {
         self.arch == Some(Arch::Bow)
     }
+
+    /// True when the run holds out no dev set (`--dev-split 0` without `--dev`): every
+    /// training document trains, and the last epoch's model is kept.
+    pub fn trains_without_dev(&self) -> bool {
+        self.dev.is_none() && self.training.dev_split == 0.0
+    }
 }

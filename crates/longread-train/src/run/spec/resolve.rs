@@ -6,6 +6,7 @@
 use super::groups::{BowSpec, EncoderTrainSpec, HanSpec, LoopSpec};
 use super::{Arch, ScheduleArg, TrainPrecision, TrainSpec};
 use crate::error::Result;
+use crate::trainer::Keep;
 
 /// What a run trains, with only the settings that apply to it ([`TrainSpec::plan`]); the run's
 /// data, output, seed and labels are the [`TrainSpec`]'s own fields.
@@ -198,12 +199,37 @@ impl TrainSpec {
                  ignored: drop one of the two"
             );
         }
+        if self.trains_without_dev() {
+            self.settle_without_dev()?;
+        }
+        let e = &self.encoder;
         if e.train_embeddings && e.freeze_bottom > 0 {
             bail!(
                 "--train-embeddings contradicts --freeze-bottom, which freezes the embeddings with the bottom layers"
             );
         }
         self.validate_numbers()
+    }
+
+    /// A run without a dev set (`--dev-split 0`) keeps its last epoch and never stops early;
+    /// the flags that choose an epoch by the dev metric are refused, saying so.
+    fn settle_without_dev(&mut self) -> Result<()> {
+        let given = |id: &str| self.given.iter().any(|g| g == id);
+        let why = "--dev-split 0 trains on every document and holds out no dev set";
+        if given("keep") && self.training.keep == Keep::Best {
+            bail!("--keep best picks the epoch with the best dev metric, but {why}: drop --keep (the last epoch's model is kept)");
+        }
+        if given("patience") && self.training.patience.is_some_and(|p| p > 0) {
+            bail!("--patience stops when the dev metric stops improving, but {why}: set --epochs instead");
+        }
+        for id in ["metric", "patience_min_steps"] {
+            if given(id) {
+                bail!("--{} applies to the dev set, but {why}", id.replace('_', "-"));
+            }
+        }
+        self.training.keep = Keep::Last;
+        self.training.patience = Some(0);
+        Ok(())
     }
 
     /// Whether `flag` is one of the bag of words' own.
@@ -246,7 +272,8 @@ impl TrainSpec {
             in_range("--weight-decay", v, v >= 0.0, "[0, ∞)")?;
         }
         if self.dev.is_none() {
-            in_range("--dev-split", t.dev_split, t.dev_split > 0.0 && t.dev_split < 1.0, "(0, 1)")?;
+            let range = "[0, 1) (0 holds out no dev set: every document trains)";
+            in_range("--dev-split", t.dev_split, (0.0..1.0).contains(&t.dev_split), range)?;
         }
         in_range("--adam-beta1", t.adam_beta1, (0.0..1.0).contains(&t.adam_beta1), "[0, 1)")?;
         in_range("--adam-beta2", t.adam_beta2, (0.0..1.0).contains(&t.adam_beta2), "[0, 1)")?;
@@ -334,6 +361,31 @@ mod tests {
         assert!(err.contains("--dev-split") && err.contains("--dev given"), "{err}");
         assert!(resolved(&["--model", "m", "--dev", "d.jsonl"]).is_ok());
         assert!(resolved(&["--model", "m", "--dev-split", "0.2"]).is_ok());
+    }
+
+    /// `--dev-split 0` holds out nothing: the last epoch is kept and nothing stops early
+    /// (--freeze-base's patience 8 included); the flags that pick epochs by the dev metric are
+    /// refused by name, as is a negative or whole split.
+    #[test]
+    fn a_run_without_a_dev_set_keeps_its_last_epoch_and_refuses_dev_flags() {
+        let spec = resolved(&["--model", "m", "--freeze-base", "--dev-split", "0"]).unwrap();
+        assert!(spec.trains_without_dev());
+        assert_eq!((spec.training.keep, spec.training.patience), (Keep::Last, Some(0)));
+        let han = resolved(&["--arch", "han", "--dev-split", "0"]).unwrap();
+        assert_eq!((han.training.keep, han.training.patience), (Keep::Last, Some(0)));
+        for extra in [&["--keep", "last"][..], &["--patience", "0"]] {
+            assert!(resolved(&[&["--model", "m", "--dev-split", "0"], extra].concat()).is_ok(), "{extra:?}");
+        }
+        for (flag, value) in
+            [("--keep", "best"), ("--patience", "3"), ("--metric", "accuracy"), ("--patience-min-steps", "5")]
+        {
+            let err = resolved(&["--model", "m", "--dev-split", "0", flag, value]).expect_err(flag);
+            assert!(err.contains(flag) && err.contains("no dev set"), "{err}");
+        }
+        let err = resolved(&["--model", "m", "--dev-split", "1"]).expect_err("a whole split");
+        assert!(err.contains("--dev-split 1: must be in [0, 1)"), "{err}");
+        assert!(!resolved(&["--model", "m", "--dev", "d.jsonl"]).unwrap().trains_without_dev());
+        assert_eq!(resolved(&["--model", "m"]).unwrap().training.keep, Keep::Best, "a dev split by default");
     }
 
     /// Counts of zero are refused by name, `--max-batch-tokens 0` too (it ran as one chunk a
