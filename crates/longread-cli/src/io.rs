@@ -31,9 +31,18 @@ pub fn input_name(path: &Path) -> String {
 
 /// Output that becomes visible only when complete: a temporary file beside the target,
 /// fsynced and renamed over it by [`Output::commit`]. Dropped without commit, nothing changes.
+/// A target that is not a file (`/dev/null`, `/dev/stdout`, a pipe) is written in place, and a
+/// symbolic link is followed to its file (see [`resolve_target`]).
 pub enum Output {
     /// Standard output.
     Stdout(BufWriter<std::io::Stdout>),
+    /// A device, pipe or socket, written as the output is made.
+    Stream {
+        /// Its writer.
+        writer: BufWriter<File>,
+        /// Its path, for messages.
+        path: PathBuf,
+    },
     /// A file in the making.
     File {
         /// The temporary file.
@@ -50,9 +59,19 @@ impl Output {
             None => Ok(Self::Stdout(BufWriter::new(std::io::stdout()))),
             Some(p) if p.as_os_str() == "-" => Ok(Self::Stdout(BufWriter::new(std::io::stdout()))),
             Some(p) => {
-                if p.is_dir() {
-                    anyhow::bail!("{} is a directory: give the output a file name", p.display());
-                }
+                let p = match resolve_target(p)? {
+                    Target::File(file) => file,
+                    Target::Stream(path) => {
+                        // Appending: a descriptor's file (`/dev/stdout` of `>> log`) keeps what it holds
+                        // (devices and pipes have no end to append at).
+                        let file = std::fs::OpenOptions::new()
+                            .append(true)
+                            .open(&path)
+                            .with_context(|| format!("opening output {}", path.display()))?;
+                        return Ok(Self::Stream { writer: BufWriter::new(file), path });
+                    }
+                };
+                let p = p.as_path();
                 let dir = match p.parent() {
                     Some(d) if !d.as_os_str().is_empty() => d,
                     _ => Path::new("."),
@@ -74,6 +93,7 @@ impl Output {
     pub fn commit(self) -> Result<()> {
         match self {
             Self::Stdout(mut w) => w.flush().context("writing to standard output"),
+            Self::Stream { mut writer, path } => writer.flush().with_context(|| format!("writing {}", path.display())),
             Self::File { writer, target } => {
                 let tmp = writer.into_inner().map_err(|e| e.into_error()).context("writing output")?;
                 tmp.as_file().sync_all().context("syncing output")?;
@@ -86,6 +106,45 @@ impl Output {
             }
         }
     }
+}
+
+/// Where an output goes.
+enum Target {
+    /// A regular file (or none yet): replaced atomically.
+    File(PathBuf),
+    /// Anything else that exists (a character device such as `/dev/null`, a pipe, a socket):
+    /// written in place. Renaming a file over it would replace it: as root, `--output
+    /// /dev/null` once put a regular file where the system's /dev/null was.
+    Stream(PathBuf),
+}
+
+/// The target of an output named `path`: a directory is refused, a device or pipe is a
+/// stream, and a symbolic link (a chain of them, dangling or not) is followed to the file it
+/// names, so that the link stays and its file is replaced.
+fn resolve_target(path: &Path) -> Result<Target> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => anyhow::bail!("{} is a directory: give the output a file name", path.display()),
+        Ok(m) if !m.is_file() => return Ok(Target::Stream(path.to_owned())),
+        _ => {}
+    }
+    let mut target = path.to_owned();
+    // Linux's own limit on links followed in one lookup.
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&target) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let link = std::fs::read_link(&target).with_context(|| format!("reading link {}", target.display()))?;
+                // A relative link is relative to the link's own directory (an absolute one replaces it).
+                target = target.parent().map_or_else(|| link.clone(), |dir| dir.join(&link));
+                if target.starts_with("/proc") {
+                    // `/dev/stdout`, `/dev/fd/N`: an open descriptor, maybe a file opened to
+                    // append (`>> log`); it is written through, not replaced.
+                    return Ok(Target::Stream(path.to_owned()));
+                }
+            }
+            _ => return Ok(Target::File(target)),
+        }
+    }
+    anyhow::bail!("{}: too many levels of symbolic links", path.display())
 }
 
 /// rw-r--r-- (less the umask), as a plain `File::create` gives; temporary files default to rw-------.
@@ -105,12 +164,14 @@ impl Write for Output {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Self::Stdout(w) => w.write(buf),
+            Self::Stream { writer, .. } => writer.write(buf),
             Self::File { writer, .. } => writer.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Self::Stdout(w) => w.flush(),
+            Self::Stream { writer, .. } => writer.flush(),
             Self::File { writer, .. } => writer.flush(),
         }
     }

@@ -240,6 +240,58 @@ fn an_output_path_that_is_a_directory_is_refused_and_leaves_no_temporary_file() 
     assert_clean_failure(&out, "missing does not exist (create it first)");
 }
 
+/// An output that is not a regular file was replaced by one: the temporary file was renamed
+/// over it, so as root `--output /dev/null` put a regular file where the system's /dev/null
+/// was, and a symbolic link became a file of its own. A pipe (and any device) is now written
+/// in place, a write error on it fails the command, and a link is followed to its file.
+#[test]
+fn outputs_that_are_pipes_devices_or_links_are_written_through_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let input = good_input(&tmp);
+    let model = fixture("hier/trained-bert-attention");
+    let predict_into = |output: &std::path::Path| {
+        let (model, input, output) = (model.to_str().unwrap(), input.to_str().unwrap(), output.to_str().unwrap());
+        longread(&["predict", "--model", model, "--input", input, "--output", output])
+    };
+    let expected = predict_into(&tmp.path().join("plain.jsonl"));
+    assert!(expected.status.success(), "{}", String::from_utf8_lossy(&expected.stderr));
+    let expected = std::fs::read(tmp.path().join("plain.jsonl")).unwrap();
+    assert!(!expected.is_empty());
+
+    let fifo = tmp.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let out = predict_into(&fifo);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Before joining: a pipe replaced by a file would leave the reader waiting forever.
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the pipe is still a pipe");
+    assert_eq!(reader.join().unwrap(), expected, "the predictions came through the pipe");
+
+    std::fs::create_dir(tmp.path().join("real")).unwrap();
+    let link = tmp.path().join("link.jsonl");
+    std::os::unix::fs::symlink("real/preds.jsonl", &link).unwrap();
+    for _ in 0..2 {
+        // Dangling the first time (its file is created), then replaced through the link.
+        let out = predict_into(&link);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link is still a link");
+        assert_eq!(std::fs::read(tmp.path().join("real/preds.jsonl")).unwrap(), expected);
+    }
+
+    // A device that takes nothing: the write error is the command's, with a non-zero exit.
+    let full = std::path::Path::new("/dev/full");
+    if std::fs::metadata(full).is_ok_and(|m| m.file_type().is_char_device()) {
+        assert_clean_failure(&predict_into(full), "writing /dev/full: No space left on device");
+        assert!(std::fs::metadata(full).unwrap().file_type().is_char_device(), "/dev/full is still a device");
+    } else {
+        println!("note: no /dev/full character device here; its case was skipped");
+    }
+}
+
 /// Issue 36: `train` wrote the final model.safetensors with mode 0600, so another user's
 /// `predict` failed. Every file of a trained model directory is readable by all (less the umask).
 #[test]

@@ -32,13 +32,14 @@ impl Server {
     /// Binds `config.host:config.port` (port 0: any free port).
     pub async fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         config.validate()?;
-        if let Some(warning) = config.open_access_warning() {
-            tracing::warn!("{warning}");
-        }
         let address = format!("{}:{}", config.host, config.port);
         let listener = tokio::net::TcpListener::bind(&address)
             .await
             .map_err(|e| ServerError::Io(format!("listening on {address}: {e}")))?;
+        // Once the address is bound: a server that never listened is open to no one.
+        if let Some(warning) = config.open_access_warning() {
+            tracing::warn!("{warning}");
+        }
         Ok(Self { listener, state: Arc::new(AppState::new(config)) })
     }
 
