@@ -29,6 +29,21 @@ pub fn input_name(path: &Path) -> String {
     }
 }
 
+/// Refuses an output (`flag`) that is the input file itself, under any name (a link, `./`):
+/// the output replaced the documents with their predictions, and the texts were gone.
+pub fn refuse_output_over_input(input: &Path, output: Option<&Path>, flag: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(output) = output.filter(|o| o.as_os_str() != "-") else { return Ok(()) };
+    let (Ok(i), Ok(o)) = (std::fs::metadata(input), std::fs::metadata(output)) else { return Ok(()) };
+    if i.is_file() && (i.dev(), i.ino()) == (o.dev(), o.ino()) {
+        anyhow::bail!(
+            "{flag} {} is the input file: writing it would replace the documents; choose another name",
+            output.display()
+        );
+    }
+    Ok(())
+}
+
 /// Output that becomes visible only when complete: a temporary file beside the target,
 /// fsynced and renamed over it by [`Output::commit`]. Dropped without commit, nothing changes.
 /// A target that is not a file (`/dev/null`, `/dev/stdout`, a pipe) is written in place, and a

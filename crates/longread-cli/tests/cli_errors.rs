@@ -292,6 +292,32 @@ fn outputs_that_are_pipes_devices_or_links_are_written_through_not_replaced() {
     }
 }
 
+/// `predict --input d.jsonl --output d.jsonl` replaced the documents with their predictions
+/// (texts gone); report and embed likewise. The input under any name (a link, `./`) is refused
+/// before anything is read, and the documents stay as they were.
+#[test]
+fn an_output_that_is_the_input_file_is_refused_and_the_documents_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = good_input(&tmp);
+    let before = std::fs::read(&input).unwrap();
+    let link = tmp.path().join("same.jsonl");
+    std::os::unix::fs::symlink(&input, &link).unwrap();
+    let model = fixture("hier/trained-bert-attention");
+    let dotted = tmp.path().join(".").join(input.file_name().unwrap());
+    let (m, i, l, d) =
+        (model.to_str().unwrap(), input.to_str().unwrap(), link.to_str().unwrap(), dotted.to_str().unwrap());
+    let encoder = fixture("tiny-bert");
+    for (args, flag) in [
+        (vec!["predict", "--model", m, "--input", i, "--output", d], "--output"),
+        (vec!["report", "--model", m, "--input", l, "--out", i], "--out"),
+        (vec!["embed", "--model", encoder.to_str().unwrap(), "--input", i, "--output", l], "--output"),
+    ] {
+        assert_clean_failure(&longread(&args), &format!("{flag} "));
+        assert_clean_failure(&longread(&args), "is the input file: writing it would replace the documents");
+        assert_eq!(std::fs::read(&input).unwrap(), before, "{args:?}: the documents are kept");
+    }
+}
+
 /// Issue 36: `train` wrote the final model.safetensors with mode 0600, so another user's
 /// `predict` failed. Every file of a trained model directory is readable by all (less the umask).
 #[test]

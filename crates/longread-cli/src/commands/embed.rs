@@ -54,6 +54,7 @@ struct OutputLine<'a> {
 
 /// Runs `longread embed`.
 pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
+    crate::io::refuse_output_over_input(&args.input, args.output.as_deref(), "--output")?;
     let name = input_name(&args.input);
     let records = longread_text::read_records(open_input(&args.input)?, &name)?;
     let dir = longread_model::resolve_model_dir(&args.model)?;

@@ -183,6 +183,7 @@ impl DocProgress {
 
 /// Runs `longread predict`; returns the number of documents that failed.
 pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
+    crate::io::refuse_output_over_input(&args.input, args.output.as_deref(), "--output")?;
     let classifier = load(&args.model, args.encoding.options(device), args.vector_cache.as_deref())?;
     let mut documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
     if let Some(shard) = args.shard {

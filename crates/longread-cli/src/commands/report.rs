@@ -37,6 +37,7 @@ pub struct ReportArgs {
 
 /// Runs `longread report`; returns the number of documents that failed.
 pub fn run(args: ReportArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
+    crate::io::refuse_output_over_input(&args.input, Some(&args.out), "--out")?;
     let classifier = load(&args.model, args.encoding.options(device), None)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
     let progress = progress_bar(documents.len(), quiet);
