@@ -131,6 +131,52 @@ fn training_input_problems_are_clear_errors() {
     assert_clean_failure(&out, "--class-weights needs 3 non-negative numbers");
 }
 
+/// Dev documents that are also training documents (a dev file cut from the same pool, a file
+/// with repeated texts) and training texts with two labels are named at the start; a dev set
+/// read from a pipe (`--dev <(...)`) trains (it was read once for its fingerprint, then found
+/// empty: "no input records").
+#[test]
+fn shared_dev_texts_and_conflicting_labels_are_warned_of_and_a_piped_dev_set_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("train.jsonl");
+    synthetic_for_fixture_models(&data, 12);
+    let mut lines: Vec<String> = std::fs::read_to_string(&data).unwrap().lines().map(str::to_owned).collect();
+    let first: Value = serde_json::from_str(&lines[0]).unwrap();
+    let other = if first["label"] == "teen" { "mature" } else { "teen" };
+    lines.push(serde_json::json!({"text": first["text"], "label": other}).to_string());
+    std::fs::write(&data, lines.join("\n") + "\n").unwrap();
+    let dev = tmp.path().join("dev.jsonl");
+    std::fs::write(&dev, lines[2..5].join("\n") + "\n").unwrap();
+    let model = fixture("hier/bert-attention");
+    let script = format!(
+        "exec \"$0\" train --model {} --train {} --out {} --epochs 1 --dev <(cat {})",
+        model.display(),
+        data.display(),
+        tmp.path().join("piped").display(),
+        dev.display()
+    );
+    let run = std::process::Command::new("bash")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_longread")])
+        .output()
+        .expect("running bash");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: 3 of 3 dev documents are also training documents (first: /dev/fd/"), "{stderr}");
+    assert!(stderr.contains(&format!("is {}:3)", data.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: 1 training text has more than one label (first: {}:1 and line 13)",
+            data.display()
+        )),
+        "{stderr}"
+    );
+    // Distinct texts: no warning.
+    let clean = tmp.path().join("clean.jsonl");
+    synthetic_for_fixture_models(&clean, 12);
+    let run = train(&model, &clean, &tmp.path().join("clean-run"), &["--epochs", "1"]);
+    assert!(run.status.success() && !String::from_utf8_lossy(&run.stderr).contains("warning"));
+}
+
 /// Regression: --resume silently ran with changed flags or data, or with another --out.
 /// (That --out holds no untrained model before the first epoch ends: `run::output` tests.)
 #[test]

@@ -10,6 +10,7 @@ pub mod error;
 pub mod jsonl;
 pub mod labelled;
 pub mod mlm;
+pub mod overlap;
 pub mod shard;
 pub mod synthetic;
 pub mod tokenizer;

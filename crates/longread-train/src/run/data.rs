@@ -118,6 +118,9 @@ pub fn load_data(
         let (examples, source) = read_examples(path, &columns)?;
         Ok(LabelledDataset::resolve(examples, &names, &source)?)
     })?;
+    for line in longread_text::overlap::check_overlap(&train, &dev).warnings(&train, &dev) {
+        note(&line);
+    }
     let wide_bow = match spec.plan() {
         TrainPlan::Encoder { wide, .. } => wide,
         TrainPlan::Han { .. } | TrainPlan::Bow(_) => None,

@@ -60,14 +60,18 @@ pub(crate) fn run(
     let (train, dev) = match &spec.dev {
         Some(path) => {
             let (examples, source) = read_examples(path, &["label".to_string()])?;
-            (documents_all, documents(&LabelledDataset::resolve(examples, &label_names, &source)?)?)
+            let dev_data = LabelledDataset::resolve(examples, &label_names, &source)?;
+            warn_of_overlap(&all, &dev_data, hooks);
+            (documents_all, documents(&dev_data)?)
         }
         None if spec.trains_without_dev() => {
+            warn_of_overlap(&all, &all.pick(&[]), hooks);
             let none = documents_all.pick(&[]);
             (documents_all, none)
         }
         None => {
             let (train_idx, dev_idx) = all.dev_split_indices(spec.training.dev_split, spec.seed)?;
+            warn_of_overlap(&all.pick(&train_idx), &all.pick(&dev_idx), hooks);
             (documents_all.pick(&train_idx), documents_all.pick(&dev_idx))
         }
     };
@@ -223,4 +227,11 @@ fn describe(model: &HanClassifier, train: &Documents, dev: &Documents, han: &Han
         super::classifier::dev_set_words(dev.labels.len()),
         model.labels().join(", ")
     ));
+}
+
+/// Notes what the dev set shares with the training set, and training texts with two labels.
+fn warn_of_overlap(train: &LabelledDataset, dev: &LabelledDataset, hooks: &mut dyn RunHooks) {
+    for line in longread_text::overlap::check_overlap(train, dev).warnings(train, dev) {
+        hooks.note(&line);
+    }
 }

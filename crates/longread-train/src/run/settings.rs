@@ -9,14 +9,29 @@ use crate::error::{Result, TrainError};
 use crate::run::spec::TrainSpec;
 
 /// A stable fingerprint of a file's bytes (64-bit FNV-1a, as hex), to notice that the data of a
-/// resumed run changed. Not a security hash.
+/// resumed run changed. Not a security hash. Read in blocks: memory stays flat in the file's size.
 pub fn fingerprint_file(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|source| TrainError::Io { path: path.to_owned(), source })?;
-    Ok(format!("fnv1a64:{:016x}", fnv1a64(&bytes)))
+    use std::io::Read;
+    let err = |source| TrainError::Io { path: path.to_owned(), source };
+    let mut file = std::fs::File::open(path).map_err(err)?;
+    let (mut hash, mut block) = (FNV_OFFSET, vec![0u8; 1 << 16]);
+    loop {
+        match file.read(&mut block) {
+            Ok(0) => break,
+            Ok(n) => hash = fnv1a64(hash, &block[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Ok(format!("fnv1a64:{hash:016x}"))
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+/// FNV-1a's 64-bit offset basis: the hash of nothing.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// `hash` continued over `bytes`.
+fn fnv1a64(hash: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(hash, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// Compares the settings of the run being resumed (`saved`, from its training_args.json) with
@@ -71,7 +86,8 @@ fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
     let mut settings =
         serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
     let fingerprint = |path: &Path| -> Result<serde_json::Value> {
-        if path.as_os_str() == "-" {
+        // Standard input, a pipe (`--dev <(...)`) or a device can be read once only: the data.
+        if path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
             return Ok(serde_json::Value::Null);
         }
         Ok(fingerprint_file(path)?.into())
@@ -120,9 +136,14 @@ mod tests {
     #[test]
     fn fingerprints_are_stable_and_differ_with_the_bytes() {
         // FNV-1a's published test values.
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_ne!(fnv1a64(b"label,a"), fnv1a64(b"label,b"));
+        assert_eq!(fnv1a64(FNV_OFFSET, b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(FNV_OFFSET, b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(fnv1a64(FNV_OFFSET, b"label,a"), fnv1a64(FNV_OFFSET, b"label,b"));
+        // A file is hashed in blocks: the hash of its bytes in one piece, across block ends.
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(tmp.path(), &bytes).unwrap();
+        assert_eq!(fingerprint_file(tmp.path()).unwrap(), format!("fnv1a64:{:016x}", fnv1a64(FNV_OFFSET, &bytes)));
     }
 
     #[test]
