@@ -132,11 +132,11 @@ fn training_input_problems_are_clear_errors() {
 }
 
 /// Dev documents that are also training documents (a dev file cut from the same pool, a file
-/// with repeated texts) and training texts with two labels are named at the start; a dev set
-/// read from a pipe (`--dev <(...)`) trains (it was read once for its fingerprint, then found
-/// empty: "no input records").
+/// with repeated texts) and training texts with two labels are named at the start; data read
+/// from a pipe (`--dev <(...)`) or standard input trains (read once for its fingerprint, or for
+/// the labels, it was then found empty: "no input records", and `--cv` panicked).
 #[test]
-fn shared_dev_texts_and_conflicting_labels_are_warned_of_and_a_piped_dev_set_trains() {
+fn shared_dev_texts_are_warned_of_and_piped_data_trains_as_a_file_does() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("train.jsonl");
     synthetic_for_fixture_models(&data, 12);
@@ -175,6 +175,33 @@ fn shared_dev_texts_and_conflicting_labels_are_warned_of_and_a_piped_dev_set_tra
     synthetic_for_fixture_models(&clean, 12);
     let run = train(&model, &clean, &tmp.path().join("clean-run"), &["--epochs", "1"]);
     assert!(run.status.success() && !String::from_utf8_lossy(&run.stderr).contains("warning"));
+
+    // Training data from a pipe or standard input, read several times by --cv (the labels,
+    // the documents, the folds' lines: a panic, then "no input records") and by the HAN: the
+    // same folds and models as from the file.
+    let cv_from = |input: &str, out: &str| {
+        let script = format!(
+            "exec \"$0\" train --model {} --train {input} --out {} --epochs 1 --cv 2",
+            model.display(),
+            tmp.path().join(out).display(),
+        );
+        let run = std::process::Command::new("bash")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_longread")])
+            .stdin(std::fs::File::open(&clean).unwrap())
+            .output()
+            .expect("running bash");
+        assert!(run.status.success(), "{input}: {}", String::from_utf8_lossy(&run.stderr));
+        std::fs::read(tmp.path().join(out).join("fold-2/model.safetensors")).unwrap()
+    };
+    let from_file = cv_from(&clean.display().to_string(), "cv-file");
+    assert_eq!(cv_from(&format!("<(cat {})", clean.display()), "cv-pipe"), from_file, "a pipe");
+    assert_eq!(cv_from("-", "cv-stdin"), from_file, "standard input");
+    let han = tmp.path().join("han");
+    let run = common::longread_stdin(
+        &["train", "--arch", "han", "--train", "-", "--out", han.to_str().unwrap(), "--epochs", "1"],
+        &clean,
+    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
 }
 
 /// Regression: --resume silently ran with changed flags or data, or with another --out.

@@ -6,6 +6,7 @@
 //! (Ctrl-C, a kill) continues with `--resume auto`: finished folds are read back, the fold in
 //! progress resumes from its checkpoint, the rest start.
 
+use std::io::Read;
 use std::path::Path;
 
 use longread_metrics::folds::{mean_std, stratified_folds};
@@ -16,7 +17,7 @@ use crate::run::data::read_examples;
 use crate::run::settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use crate::run::spec::{name_value, TrainSpec};
 use crate::run::start::training_labels;
-use crate::run::{check_resumed_run, train_run, RunHooks, RunOutput, RunSummary, CHECKPOINT};
+use crate::run::{check_resumed_run, train_run_reading, RunHooks, RunOutput, RunSummary, CHECKPOINT};
 
 /// One fold's outcome.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -78,6 +79,9 @@ pub(crate) fn run(
         )));
     }
     let lines = source_lines(&spec.train, &source)?;
+    if examples.last().is_some_and(|e| e.line > lines.len()) {
+        return Err(TrainError::Run(format!("{source} changed while it was read: run again on a file that stays put")));
+    }
     let settings = recorded_settings(spec, front.clone())?;
     if resuming {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
@@ -121,7 +125,8 @@ pub(crate) fn run(
                 fold_spec.dev = Some(dev_path);
                 fold_spec.out = fold_out.clone();
                 fold_spec.training.resume = matches!(state, FoldState::Interrupted).then(|| "auto".to_string());
-                train_run(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
+                // The fold's own data are files: the whole run's kept inputs stay kept.
+                train_run_reading(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
                     TrainError::Interrupted(why) => TrainError::Interrupted(format!("fold {fold} of {k}: {why}")),
                     other => other,
                 })?;
@@ -164,9 +169,6 @@ fn check(spec: &TrainSpec, k: usize) -> Result<bool> {
     }
     if spec.training.stop_after_epoch.is_some() {
         return refuse("--cv runs every fold to its end: drop --stop-after-epoch (Ctrl-C stops a --cv run resumably)");
-    }
-    if spec.train.as_os_str() == "-" {
-        return refuse("--cv reads the training data twice: give a file, not standard input");
     }
     match spec.training.resume.as_deref() {
         None if spec.out.exists() => Err(TrainError::Run(format!(
@@ -257,11 +259,12 @@ fn best_logged(out: &Path) -> Result<Option<Best>> {
 /// starts on.
 fn source_lines(path: &Path, source: &str) -> Result<Vec<String>> {
     let io = |source| TrainError::Io { path: path.to_owned(), source };
+    let (mut file, _) = crate::run::data::open_data(path)?;
     if longread_text::delimited::delimiter_of(source).is_none() {
-        let text = std::fs::read_to_string(path).map_err(io)?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(io)?;
         return Ok(text.lines().map(str::to_owned).collect());
     }
-    let file = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
     let mut lines = Vec::new();
     for record in longread_text::read_records(file, source)? {
         lines.resize(record.line, String::new());

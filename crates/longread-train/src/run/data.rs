@@ -13,9 +13,12 @@ use crate::run::spec::{name_value, TrainPlan, TrainSpec};
 use crate::run::wide::fit_wide;
 
 /// Opens labelled data (`-` is standard input); returns it with its name for messages.
+/// Standard input and pipes give the same bytes every time they are opened in a run
+/// ([`super::one_shot`]).
 pub fn open_data(path: &Path) -> Result<(Box<dyn BufRead>, String)> {
-    if path.as_os_str() == "-" {
-        return Ok((Box::new(std::io::BufReader::new(std::io::stdin())), "<stdin>".into()));
+    if super::one_shot::is_one_shot(path) {
+        let name = if path.as_os_str() == "-" { "<stdin>".into() } else { path.display().to_string() };
+        return Ok((Box::new(std::io::Cursor::new(super::one_shot::bytes(path)?)), name));
     }
     let file = std::fs::File::open(path).map_err(|source| TrainError::Io { path: path.to_owned(), source })?;
     Ok((Box::new(std::io::BufReader::new(file)), path.display().to_string()))

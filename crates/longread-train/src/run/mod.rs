@@ -20,6 +20,7 @@ pub mod flags;
 mod han;
 pub mod init;
 pub mod kit;
+pub mod one_shot;
 pub mod output;
 pub mod pretrain_output;
 pub mod pretrain_run;
@@ -90,6 +91,18 @@ impl RunSummary {
 /// directory (`front` adds settings of the front to training_args.json, e.g. its log format),
 /// trains and saves. The best model is in `spec.out` at the end.
 pub fn train_run(
+    spec: &mut TrainSpec,
+    front: serde_json::Map<String, serde_json::Value>,
+    hooks: &mut dyn RunHooks,
+) -> Result<RunSummary> {
+    let result = train_run_reading(spec, front, hooks);
+    // Standard input and pipes were kept for this run's reads; the next run reads anew.
+    one_shot::forget();
+    result
+}
+
+/// [`train_run`], its one-shot inputs kept meanwhile (a `--cv` run's folds run here too).
+pub(crate) fn train_run_reading(
     spec: &mut TrainSpec,
     front: serde_json::Map<String, serde_json::Value>,
     hooks: &mut dyn RunHooks,
