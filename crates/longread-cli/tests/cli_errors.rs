@@ -87,6 +87,12 @@ fn malformed_config() {
     write(&model, "config.json", b"{\"vocab_size\": ");
     let out = longread(&["inspect", "--model", model.path().to_str().unwrap()]);
     assert_clean_failure(&out, "config.json: invalid JSON");
+    // Without weights too (a half-copied directory): the config is named first, where the
+    // missing weights were the only complaint.
+    std::fs::remove_file(model.path().join("model.safetensors")).unwrap();
+    assert_clean_failure(&embed_with(model.path(), &good_input(&model)), "config.json: invalid JSON");
+    let out = longread(&["inspect", "--model", model.path().to_str().unwrap()]);
+    assert_clean_failure(&out, "config.json: invalid JSON");
 }
 
 #[test]

@@ -44,3 +44,18 @@ fn table_names_every_part() {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
 }
+
+/// `longread inspect DIR`, as a new user types it, is `inspect --model DIR`; giving both is
+/// refused, and giving neither asks for the model.
+#[test]
+fn the_model_may_be_given_without_the_flag() {
+    let dir = fixture("tiny-bert-sharded");
+    let flagged = longread(&["inspect", "--model", dir.to_str().unwrap()]);
+    let bare = longread(&["inspect", dir.to_str().unwrap()]);
+    assert!(bare.status.success(), "{}", String::from_utf8_lossy(&bare.stderr));
+    assert_eq!(bare.stdout, flagged.stdout);
+    let both = longread(&["inspect", dir.to_str().unwrap(), "--model", dir.to_str().unwrap()]);
+    assert_eq!(both.status.code(), Some(2), "clap's usage error");
+    let neither = longread(&["inspect"]);
+    assert!(!neither.status.success() && String::from_utf8_lossy(&neither.stderr).contains("--model"));
+}

@@ -8,8 +8,11 @@ use longread_classifier::summary::summarize;
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     /// Model directory, or a Hugging Face repository id when built with `--features hub`.
-    #[arg(long)]
-    model: String,
+    #[arg(long, required_unless_present = "model_dir", conflicts_with = "model_dir")]
+    model: Option<String>,
+    /// The same, without `--model` (`longread inspect my-model`).
+    #[arg(value_name = "MODEL")]
+    model_dir: Option<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -17,7 +20,8 @@ pub struct InspectArgs {
 
 /// Runs `longread inspect`.
 pub fn run(args: InspectArgs) -> Result<()> {
-    let dir = longread_model::resolve_model_dir(&args.model)?;
+    let model = args.model.or(args.model_dir).expect("clap requires one of the two");
+    let dir = longread_model::resolve_model_dir(&model)?;
     let summary = summarize(&dir).with_context(|| format!("opening model {}", dir.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary.json)?);

@@ -31,6 +31,7 @@ impl CheckpointFiles {
         if !config.is_file() {
             return Err(ModelError::MissingFile { path: config, what: "model configuration" });
         }
+        check_json_syntax(&config)?;
         let tokenizer = Some(dir.join("tokenizer.json")).filter(|p| p.is_file());
         let weights = locate_weights(dir)?;
         Ok(Self { dir: dir.to_owned(), config, weights, tokenizer })
@@ -43,6 +44,15 @@ impl CheckpointFiles {
             what: "Hugging Face tokenizer",
         })
     }
+}
+
+/// Refuses a config.json that is not JSON before the weights are looked for: a directory with
+/// a broken config and no weights yet (a half-copied download) was told only of the weights.
+fn check_json_syntax(config: &Path) -> Result<()> {
+    let text = crate::model_dir::read_config_text(config)?;
+    serde_json::from_str::<serde::de::IgnoredAny>(&text)
+        .map(drop)
+        .map_err(|source| ModelError::Json { path: config.to_owned(), source })
 }
 
 fn locate_weights(dir: &Path) -> Result<Vec<PathBuf>> {
