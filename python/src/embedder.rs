@@ -13,10 +13,12 @@ use crate::{LongreadError, ModelLoadError};
 
 /// Sentence embeddings (mean pooling, as sentence-transformers computes them).
 ///
-/// Embedder(model_dir, threads=None)
+/// Embedder(model_dir, threads=None, device="auto", precision=None)
 #[pyclass(module = "longread._longread", frozen)]
 pub(crate) struct Embedder {
     inner: Arc<RustEmbedder>,
+    /// The directory it was loaded from, as given.
+    model_dir: PathBuf,
 }
 
 #[pymethods]
@@ -40,13 +42,17 @@ impl Embedder {
         let loaded = py.allow_threads(|| RustEmbedder::open(&model_dir, options));
         let inner =
             loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
-        Ok(Self { inner: Arc::new(inner) })
+        Ok(Self { inner: Arc::new(inner), model_dir })
     }
 
     /// Size of the vectors.
     #[getter]
     fn dimension(&self) -> usize {
         self.inner.dimension()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Embedder({:?}, dimension={})", self.model_dir.display().to_string(), self.inner.dimension())
     }
 
     /// embed(texts, normalize=True, batch_size=32) -> numpy.ndarray

@@ -120,6 +120,7 @@ def test_embeddings_equal_the_clis(tmp_path):
     raw = embedder.embed(sentences, normalize=False)
     assert abs(np.linalg.norm(raw[0]) - 1.0) > 1e-3
     assert embedder.embed([]).shape == (0, embedder.dimension)
+    assert repr(embedder) == f"Embedder({json.dumps(str(model))}, dimension={embedder.dimension})"
     with pytest.raises(longread.InvalidDocumentError, match="document 1 is empty"):
         embedder.embed(["fine", " "])
 
