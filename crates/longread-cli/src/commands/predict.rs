@@ -266,7 +266,7 @@ fn table_header(labels: &[String], unit: &str) -> String {
 /// One table row: label, probabilities, how many parts were read, and the most attended one
 /// (its index, characters, attention and the start of its text); other tasks' labels last.
 fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -> String {
-    let id = truncate(&id_text(document), 24);
+    let id = truncate(&printable(&id_text(document)), 24);
     let prediction = match result {
         Err(e) => return format!("{id:<24} error: {e}"),
         Ok(p) => p,
@@ -275,7 +275,7 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
     let (count, top) = match prediction.top_evidence() {
         Some(e) => {
             let excerpt: String = document.text.chars().skip(e.start).take(e.end - e.start).take(40).collect();
-            let excerpt = excerpt.replace(['\n', '\r', '\t'], " ");
+            let excerpt = printable(&excerpt);
             (e.count, format!("#{} (chars {}–{}, attention {:.2}): {excerpt}", e.index, e.start, e.end, e.attention))
         }
         None if classifier.evidence_unit() == "none" => {
@@ -294,6 +294,19 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
     format!("{id:<24} {:<12}{probs} {count:>6}  {top}{other}", truncate(&prediction.label, 12))
 }
 
+/// Text of the input as a terminal shows it safely: line breaks and tabs as spaces, other
+/// control characters escaped (`\u{1b}`), so that a document or id cannot move the cursor,
+/// recolour the terminal or split a row (the table printed them raw).
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\n' | '\r' | '\t' => " ".to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_owned()
@@ -306,6 +319,14 @@ fn truncate(s: &str, n: usize) -> String {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Control characters of untrusted ids and texts reach the table escaped (an id with an
+    /// ANSI colour code recoloured the terminal, and one with a line break split its row).
+    #[test]
+    fn table_text_is_printable() {
+        assert_eq!(printable("evil\u{1b}[31mRED\nrow\ttab\u{7f}\u{9b}é"), "evil\\u{1b}[31mRED row tab\\u{7f}\\u{9b}é");
+        assert_eq!(printable("plain text"), "plain text");
+    }
 
     /// A value that is not a number of seconds ≥ 0 is refused (it panicked on `inf` before),
     /// and the default is 10 s.
