@@ -20,6 +20,7 @@ use longread_model::batching::UnitKey;
 use longread_model::error::{ModelError, Result};
 use longread_model::hierarchical::TaskSpec;
 use longread_model::model_dir::{io, temporary_dir_beside};
+use longread_text::labelled::label_list;
 
 /// The file that makes a directory an ensemble.
 pub const ENSEMBLE_FILE: &str = "ensemble.json";
@@ -186,8 +187,19 @@ pub(super) fn normalised_weights(members: &[(PathBuf, f64)]) -> Result<Vec<f64>>
     if let Some((dir, w)) = members.iter().find(|(_, w)| !(w.is_finite() && *w > 0.0)) {
         return Err(ModelError::InvalidInput(format!("{} has weight {w}: weights must be positive", dir.display())));
     }
-    let total: f64 = members.iter().map(|(_, w)| w).sum();
-    Ok(members.iter().map(|(_, w)| w / total).collect())
+    Ok(divided_by_sum(&members.iter().map(|(_, w)| *w).collect::<Vec<_>>()))
+}
+
+/// Positive finite weights divided by their sum; scaled by the largest first when the sum
+/// overflows (`1e308` twice summed to infinity and came out as weights of 0).
+fn divided_by_sum(weights: &[f64]) -> Vec<f64> {
+    let total: f64 = weights.iter().sum();
+    if total.is_finite() {
+        return weights.iter().map(|w| w / total).collect();
+    }
+    let largest = weights.iter().copied().fold(0.0, f64::max);
+    let total: f64 = weights.iter().map(|w| w / largest).sum();
+    weights.iter().map(|w| w / largest / total).collect()
 }
 
 /// A directory name made of `source`'s last component (letters, digits, `.`, `_`, `-`; not
@@ -256,7 +268,9 @@ pub(super) fn label_map(labels: &[String], member: &Classifier) -> Result<Vec<us
     sorted.sort();
     if sorted_own != sorted {
         return Err(ModelError::InvalidInput(format!(
-            "{dir} has labels {own:?}, the ensemble {labels:?}: every member needs the same labels"
+            "{dir} has labels {}, the ensemble {}: every member needs the same labels",
+            label_list(own),
+            label_list(labels)
         )));
     }
     Ok(own.iter().map(|l| labels.iter().position(|x| x == l).expect("same label sets")).collect())
@@ -320,8 +334,8 @@ impl Ensemble {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let total: f64 = members.iter().map(|m| m.weight).sum();
-        let members = members.into_iter().map(|m| Member { weight: m.weight / total, ..m }).collect();
+        let weights = divided_by_sum(&members.iter().map(|m| m.weight).collect::<Vec<_>>());
+        let members = members.into_iter().zip(weights).map(|(m, weight)| Member { weight, ..m }).collect();
         Ok(Self { tasks: single_task(spec.labels), members, combination: Combination::Mean })
     }
 
@@ -527,5 +541,26 @@ impl DocumentModel for Ensemble {
         let results =
             self.classifiers().map(|c| c.classify(&[text]).map(|mut r| r.remove(0))).collect::<Result<Vec<_>>>()?;
         Ok(self.combine(results.iter()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Weights are shares of their sum, however large or small (1e308 twice summed to infinity
+    /// and made every share 0); zero, negative and non-finite weights are refused.
+    #[test]
+    fn weights_become_shares_of_their_sum() {
+        let members = |w: &[f64]| -> Vec<(PathBuf, f64)> {
+            w.iter().enumerate().map(|(i, &w)| (PathBuf::from(format!("m{i}")), w)).collect()
+        };
+        assert_eq!(normalised_weights(&members(&[1.0, 3.0])).unwrap(), vec![0.25, 0.75]);
+        assert_eq!(normalised_weights(&members(&[1e308, 1e308])).unwrap(), vec![0.5, 0.5]);
+        assert_eq!(normalised_weights(&members(&[5e-324, 5e-324])).unwrap(), vec![0.5, 0.5]);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err = normalised_weights(&members(&[1.0, bad])).unwrap_err().to_string();
+            assert!(err.contains("m1 has weight") && err.contains("weights must be positive"), "{err}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use longread_metrics::bootstrap::{Bootstrap, Interval, Metric};
 use longread_metrics::Report;
+use longread_text::labelled::label_list;
 use longread_text::{read_labelled_columns, resolve_column, Document, Example};
 
 use crate::Classifier;
@@ -150,8 +151,8 @@ pub fn compare(
         if model.labels() != task.labels.as_slice() {
             return Err(ModelError::InvalidInput(format!(
                 "{name} has the labels {} but {first_name} has {}: models compare only on the same labels",
-                model.labels().join(", "),
-                task.labels.join(", ")
+                label_list(model.labels()),
+                label_list(&task.labels)
             )));
         }
     }

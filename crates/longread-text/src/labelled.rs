@@ -9,6 +9,16 @@ use serde_json::Value;
 use crate::error::{Result, TextError};
 use crate::jsonl::read_records;
 
+/// Label names for a message: all of them, comma-separated, up to 20; beyond that the first
+/// 10 and how many there are (a model of 10,000 labels made one error line of 60 KB).
+pub fn label_list(labels: &[String]) -> String {
+    const SHOWN: usize = 20;
+    if labels.len() <= SHOWN {
+        return labels.join(", ");
+    }
+    format!("{}, … ({} labels)", labels[..SHOWN / 2].join(", "), labels.len())
+}
+
 /// A label as written in the data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LabelValue {
@@ -143,14 +153,14 @@ pub fn resolve_column(
                 None => Ok(None),
                 Some(LabelValue::Name(n)) => {
                     labels.iter().position(|l| l == n).map(Some).ok_or_else(|| {
-                        bad(format!("unknown label \"{n}\" (the model's labels: {})", labels.join(", ")))
+                        bad(format!("unknown label \"{n}\" (the model's labels: {})", label_list(labels)))
                     })
                 }
                 Some(LabelValue::Index(i)) if *i < labels.len() => Ok(Some(*i)),
                 Some(LabelValue::Index(i)) => Err(bad(format!(
                     "label index {i} is out of range: the model has {} labels ({})",
                     labels.len(),
-                    labels.join(", ")
+                    label_list(labels)
                 ))),
             }
         })
@@ -202,6 +212,13 @@ mod tests {
 
     fn read(s: &str) -> Result<Vec<Example>> {
         read_labelled(s.as_bytes(), "d.jsonl")
+    }
+
+    #[test]
+    fn long_label_lists_are_cut_in_messages() {
+        let labels: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
+        assert_eq!(label_list(&labels), "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, … (10000 labels)");
+        assert_eq!(label_list(&labels[..20]), labels[..20].join(", "), "up to 20: all of them");
     }
 
     #[test]

@@ -359,7 +359,7 @@ impl ClassifierConfig {
                 return Err(invalid(format!(
                     "longread.tasks[0] (\"{}\") must have the id2label labels ({})",
                     first.name,
-                    labels.join(", ")
+                    longread_text::labelled::label_list(&labels)
                 )));
             }
         }

@@ -133,7 +133,7 @@ impl TrainSpec {
                     bail!(
                         "--class-weights needs {} non-negative numbers, one per label ({})",
                         labels.len(),
-                        labels.join(", ")
+                        longread_text::labelled::label_list(labels)
                     );
                 }
                 Some(w)
