@@ -47,10 +47,14 @@ pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>, str
         return from_jsonl(stdin(), "<stdin>", strict);
     }
     if path.is_dir() {
+        // Regular files, and `.txt` entries that cannot be followed (a dangling link): those fail
+        // as documents of their own instead of vanishing from the output. Pipes and devices are
+        // left out (reading one could wait forever).
         let mut files: Vec<_> = std::fs::read_dir(path)
             .map_err(io)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "txt"))
+            .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+            .filter(|p| std::fs::metadata(p).map_or(true, |m| m.is_file()))
             .collect();
         files.sort();
         if files.is_empty() {
@@ -59,7 +63,7 @@ pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>, str
                 why: "the directory has no *.txt files",
             });
         }
-        return files.iter().map(|f| text_file(f)).collect();
+        return Ok(files.iter().map(|f| text_file(f).unwrap_or_else(|e| unreadable_file(f, e))).collect());
     }
     if path.extension().is_some_and(|x| x == "txt") {
         return Ok(vec![text_file(path)?]);
@@ -102,6 +106,16 @@ fn from_jsonl(reader: Box<dyn BufRead>, name: &str, strict: bool) -> Result<Vec<
         .collect())
 }
 
+/// A file of a directory that could not be read: a document that fails on its own.
+fn unreadable_file(path: &Path, error: TextError) -> Document {
+    let id = Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    let why = match error {
+        TextError::Io { source, .. } => format!("cannot be read: {source}"),
+        other => other.to_string(),
+    };
+    Document { id, text: String::new(), fields: Map::new(), error: Some(why), line: None }
+}
+
 fn text_file(path: &Path) -> Result<Document> {
     let bytes = std::fs::read(path).map_err(|source| TextError::Io { path: path.to_owned(), source })?;
     let id = Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
@@ -120,6 +134,22 @@ mod tests {
 
     fn no_stdin() -> Box<dyn BufRead> {
         Box::new(std::io::empty())
+    }
+
+    /// A `.txt` entry that cannot be read (a dangling link) vanished from the output; it is now a
+    /// failed document of its own, and a pipe named `.txt` is left out (reading it would wait).
+    #[test]
+    fn an_unreadable_file_of_a_directory_fails_on_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "first").unwrap();
+        std::os::unix::fs::symlink("/nonexistent/x.txt", dir.path().join("b.txt")).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(dir.path().join("c.txt")).status().unwrap().success());
+        let docs = read_documents(dir.path(), no_stdin, true).unwrap();
+        let ids: Vec<_> = docs.iter().map(|d| d.id.as_str().unwrap()).collect();
+        assert_eq!(ids, vec!["a.txt", "b.txt"]);
+        assert_eq!(docs[0].error, None);
+        let why = docs[1].error.as_deref().unwrap();
+        assert!(why.starts_with("cannot be read: No such file or directory"), "{why}");
     }
 
     #[test]
