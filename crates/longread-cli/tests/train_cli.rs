@@ -127,7 +127,9 @@ fn training_input_problems_are_clear_errors() {
     )
     .unwrap();
     let ok = p("ok.jsonl");
-    let out = train(&model, &ok, &p("o"), &["--dev", ok.to_str().unwrap(), "--class-weights", "1,2"]);
+    // A dev set of other texts: the same file would add a warning line (dev = training texts).
+    std::fs::write(p("dev.jsonl"), "{\"text\": \"Snow.\", \"label\": \"teen\"}\n").unwrap();
+    let out = train(&model, &ok, &p("o"), &["--dev", p("dev.jsonl").to_str().unwrap(), "--class-weights", "1,2"]);
     assert_clean_failure(&out, "--class-weights needs 3 non-negative numbers");
 }
 

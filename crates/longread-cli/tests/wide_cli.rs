@@ -124,7 +124,8 @@ fn a_wide_and_deep_model_adds_its_bag_of_words_to_the_deep_logits() {
     assert_eq!(predict(&p("wd2")).len(), 12);
 
     // Training it again needs its bag of words refitted; the flag needs an encoder model.
-    let again = longread(&["train", "--model", &p("wd"), "--train", t, "--out", &p("again"), "--freeze-base"]);
+    // (-q: the fixture repeats texts, so a note warns that dev documents are training ones.)
+    let again = longread(&["train", "-q", "--model", &p("wd"), "--train", t, "--out", &p("again"), "--freeze-base"]);
     assert_clean_failure(&again, "--wide-bow");
     let bow = longread(&["train", "--arch", "bow", "--train", t, "--out", &p("bow"), "--wide-bow"]);
     assert_clean_failure(&bow, "--arch bow is the bag of words alone");
