@@ -106,9 +106,14 @@ fn from_jsonl(reader: Box<dyn BufRead>, name: &str, strict: bool) -> Result<Vec<
         .collect())
 }
 
+/// A `.txt` document's id: its file name.
+fn file_id(path: &Path) -> Value {
+    Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+}
+
 /// A file of a directory that could not be read: a document that fails on its own.
 fn unreadable_file(path: &Path, error: TextError) -> Document {
-    let id = Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    let id = file_id(path);
     let why = match error {
         TextError::Io { source, .. } => format!("cannot be read: {source}"),
         other => other.to_string(),
@@ -118,7 +123,7 @@ fn unreadable_file(path: &Path, error: TextError) -> Document {
 
 fn text_file(path: &Path) -> Result<Document> {
     let bytes = std::fs::read(path).map_err(|source| TextError::Io { path: path.to_owned(), source })?;
-    let id = Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    let id = file_id(path);
     let (text, error) = match String::from_utf8(bytes) {
         Ok(text) => (text.strip_prefix(crate::jsonl::BOM).map(str::to_owned).unwrap_or(text), None),
         Err(e) => {

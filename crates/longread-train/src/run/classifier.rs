@@ -9,7 +9,7 @@ use longread_text::{Chunker, TextTokenizer};
 
 use crate::error::Result;
 use crate::run::checkpoints::read_checkpoint;
-use crate::run::data::load_data;
+use crate::run::data::{dev_set_words, load_data};
 use crate::run::spec::TrainSpec;
 use crate::run::start::starting_model;
 use crate::run::{RunHooks, RunOutput};
@@ -85,12 +85,4 @@ pub(crate) fn run(
         },
         |mid| output.borrow().mid_epoch(&mid),
     )
-}
-
-/// How a run's start names its dev set.
-pub(crate) fn dev_set_words(documents: usize) -> String {
-    match documents {
-        0 => "no dev set (--dev-split 0: every epoch's model is kept, the last in OUT)".to_string(),
-        n => format!("dev {n} documents"),
-    }
 }

@@ -72,6 +72,22 @@ pub fn train_and_dev(
     }
 }
 
+/// Notes (`note`) what the dev set shares with the training set, and training texts with two
+/// labels (encoder runs and the HAN).
+pub(crate) fn warn_of_overlap(train: &LabelledDataset, dev: &LabelledDataset, note: &mut dyn FnMut(&str)) {
+    for line in longread_text::overlap::check_overlap(train, dev).warnings(train, dev) {
+        note(&line);
+    }
+}
+
+/// How a run's start names its dev set.
+pub(crate) fn dev_set_words(documents: usize) -> String {
+    match documents {
+        0 => "no dev set (--dev-split 0: every epoch's model is kept, the last in OUT)".to_string(),
+        n => format!("dev {n} documents"),
+    }
+}
+
 /// Sets up the tasks named by `--task` on `model` (renaming the primary task, adding heads for
 /// new ones with labels from the training data), then reads, labels and chunks the training
 /// and dev documents; with `--wide-bow`, fits the wide side on the training documents, gives
@@ -121,9 +137,7 @@ pub fn load_data(
         let (examples, source) = read_examples(path, &columns)?;
         Ok(LabelledDataset::resolve(examples, &names, &source)?)
     })?;
-    for line in longread_text::overlap::check_overlap(&train, &dev).warnings(&train, &dev) {
-        note(&line);
-    }
+    warn_of_overlap(&train, &dev, note);
     let wide_bow = match spec.plan() {
         TrainPlan::Encoder { wide, .. } => wide,
         TrainPlan::Han { .. } | TrainPlan::Bow(_) => None,

@@ -12,7 +12,7 @@ use longread_text::LabelledDataset;
 use crate::error::{Result, TrainError};
 use crate::han_trainer::{train_han, HanSplit};
 use crate::run::checkpoints::read_checkpoint;
-use crate::run::data::read_examples;
+use crate::run::data::{dev_set_words, read_examples, warn_of_overlap};
 use crate::run::spec::{HanSpec, TrainSpec};
 use crate::run::start::training_labels;
 use crate::run::{RunHooks, RunOutput};
@@ -61,17 +61,17 @@ pub(crate) fn run(
         Some(path) => {
             let (examples, source) = read_examples(path, &["label".to_string()])?;
             let dev_data = LabelledDataset::resolve(examples, &label_names, &source)?;
-            warn_of_overlap(&all, &dev_data, hooks);
+            warn_of_overlap(&all, &dev_data, &mut |l| hooks.note(l));
             (documents_all, documents(&dev_data)?)
         }
         None if spec.trains_without_dev() => {
-            warn_of_overlap(&all, &all.pick(&[]), hooks);
+            warn_of_overlap(&all, &all.pick(&[]), &mut |l| hooks.note(l));
             let none = documents_all.pick(&[]);
             (documents_all, none)
         }
         None => {
             let (train_idx, dev_idx) = all.dev_split_indices(spec.training.dev_split, spec.seed)?;
-            warn_of_overlap(&all.pick(&train_idx), &all.pick(&dev_idx), hooks);
+            warn_of_overlap(&all.pick(&train_idx), &all.pick(&dev_idx), &mut |l| hooks.note(l));
             (documents_all.pick(&train_idx), documents_all.pick(&dev_idx))
         }
     };
@@ -224,14 +224,7 @@ fn describe(model: &HanClassifier, train: &Documents, dev: &Documents, han: &Han
     hooks.note(&format!(
         "training on {} documents, {}; labels: {}",
         train.labels.len(),
-        super::classifier::dev_set_words(dev.labels.len()),
+        dev_set_words(dev.labels.len()),
         model.labels().join(", ")
     ));
-}
-
-/// Notes what the dev set shares with the training set, and training texts with two labels.
-fn warn_of_overlap(train: &LabelledDataset, dev: &LabelledDataset, hooks: &mut dyn RunHooks) {
-    for line in longread_text::overlap::check_overlap(train, dev).warnings(train, dev) {
-        hooks.note(&line);
-    }
 }

@@ -87,7 +87,7 @@ fn run_settings(spec: &TrainSpec) -> Result<serde_json::Value> {
         serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
     let fingerprint = |path: &Path| -> Result<serde_json::Value> {
         // Standard input, a pipe (`--dev <(...)`) or a device can be read once only: the data.
-        if path.as_os_str() == "-" || std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        if crate::run::one_shot::is_one_shot(path) {
             return Ok(serde_json::Value::Null);
         }
         Ok(fingerprint_file(path)?.into())
