@@ -5,6 +5,7 @@
 //! batches by the one planner ([`plan_batches`]), encoded (units the vector cache holds are
 //! skipped), and each document finished in input order.
 
+use std::borrow::Borrow;
 use std::sync::mpsc::sync_channel;
 
 use longread_model::batching::{plan_batches, Split, UnitKey};
@@ -38,55 +39,92 @@ impl Classifier {
     pub fn classify_documents<'d, E: From<ModelError>>(
         &self,
         documents: &'d [Document],
-        mut on_result: impl FnMut(&'d Document, DocResult) -> std::result::Result<(), E>,
+        on_result: impl FnMut(&'d Document, DocResult) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
+        self.classify_each(|| documents.iter(), on_result)
+    }
+
+    /// As [`Classifier::classify_documents`], for documents read as they are classified: the
+    /// iterator `documents()` makes is walked on the preparing thread, a few windows ahead of
+    /// the model, so that only the documents in flight are held (a directory or JSON-lines
+    /// input of any size; see `longread_text::DocumentSource`). Each document is handed back
+    /// with its result.
+    pub fn classify_stream<I, E>(
+        &self,
+        documents: impl FnOnce() -> I + Send,
+        on_result: impl FnMut(Document, DocResult) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        I: Iterator<Item = Document>,
+        E: From<ModelError>,
+    {
+        self.classify_each(documents, on_result)
+    }
+
+    /// The route of both: documents are taken from `documents()` on a thread of their own, a
+    /// window at a time prepared in parallel, and scored here in groups.
+    fn classify_each<D, I, E>(
+        &self,
+        documents: impl FnOnce() -> I + Send,
+        mut on_result: impl FnMut(D, DocResult) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        D: Borrow<Document> + Send + Sync,
+        I: Iterator<Item = D>,
+        E: From<ModelError>,
+    {
         let model: &dyn DocumentModel = &*self.model;
         std::thread::scope(|scope| {
-            let (sender, cut) = sync_channel::<Cut>(CUT_AHEAD);
+            let (sender, cut) = sync_channel::<(D, Cut)>(CUT_AHEAD);
             scope.spawn(move || {
-                for window in documents.chunks(CUT_WINDOW) {
-                    let done: Vec<Cut> = window.par_iter().map(|doc| cut_one(model, doc)).collect();
-                    for one in done {
+                let mut documents = documents();
+                loop {
+                    let window: Vec<D> = documents.by_ref().take(CUT_WINDOW).collect();
+                    if window.is_empty() {
+                        return;
+                    }
+                    let done: Vec<Cut> = window.par_iter().map(|doc| cut_one(model, doc.borrow())).collect();
+                    for one in window.into_iter().zip(done) {
                         if sender.send(one).is_err() {
                             return; // the model side stopped (an error)
                         }
                     }
                 }
             });
-            // Documents before `start` have their results; `group` holds the next ones, prepared.
-            let (mut start, mut units) = (0, 0);
+            // `group` holds the next documents, prepared, and `waiting` the documents themselves.
+            let mut units = 0;
             let group_units = self.group_units();
             let mut group: Vec<std::result::Result<PreparedDocument, DocError>> = Vec::new();
+            let mut waiting: Vec<D> = Vec::new();
             // Scores `group` and hands its results on, then `streamed`'s (the document after it).
-            let mut flush = |group: &mut Vec<_>, start: &mut usize, streamed: Option<DocResult>| {
+            let mut flush = |group: &mut Vec<_>, waiting: &mut Vec<D>, streamed: Option<(D, DocResult)>| {
                 let results = self.score_prepared(std::mem::take(group))?;
-                for result in results.into_iter().chain(streamed) {
-                    on_result(&documents[*start], prediction::finite_or_error(result))?;
-                    *start += 1;
+                for (document, result) in waiting.drain(..).zip(results).chain(streamed) {
+                    on_result(document, prediction::finite_or_error(result))?;
                 }
                 Ok::<(), E>(())
             };
-            for one in cut {
+            for (document, one) in cut {
                 let one = match one {
                     Cut::Prepared(doc) => Ok(doc),
                     Cut::Failed(e) => Err(e),
                     Cut::Stream => {
-                        let text = &documents[start + group.len()].text;
-                        let result = model.classify_streamed(text)?;
-                        flush(&mut group, &mut start, Some(result))?;
+                        let result = model.classify_streamed(&document.borrow().text)?;
+                        flush(&mut group, &mut waiting, Some((document, result)))?;
                         units = 0;
                         continue;
                     }
                 };
                 units += one.as_ref().map_or(0, PreparedDocument::units);
                 group.push(one);
+                waiting.push(document);
                 if units >= group_units {
-                    flush(&mut group, &mut start, None)?;
+                    flush(&mut group, &mut waiting, None)?;
                     units = 0;
                 }
             }
             if !group.is_empty() {
-                flush(&mut group, &mut start, None)?;
+                flush(&mut group, &mut waiting, None)?;
             }
             Ok(())
         })

@@ -16,7 +16,7 @@ pub fn open_input(path: &Path) -> Result<Box<dyn BufRead>> {
 }
 
 /// Standard input as a buffered reader.
-pub fn stdin_reader() -> Box<dyn BufRead> {
+pub fn stdin_reader() -> Box<dyn BufRead + Send> {
     Box::new(BufReader::new(std::io::stdin()))
 }
 

@@ -35,15 +35,15 @@ pub fn delimiter_of(source_name: &str) -> Option<u8> {
 /// line. A header without a `text` column, or with a column named twice, is one error.
 pub fn read_rows<'a>(
     reader: impl Read + 'a,
-    source_name: &'a str,
+    source_name: &str,
     delimiter: u8,
     allow_empty: bool,
 ) -> Box<dyn Iterator<Item = Result<Record>> + 'a> {
     let lines = Rc::new(RefCell::new(Lines::default()));
     let indexed = LineIndex { inner: reader, offset: 0, lines: lines.clone() };
     let mut csv = csv::ReaderBuilder::new().delimiter(delimiter).has_headers(true).from_reader(indexed);
-    let bad =
-        move |line: usize, message: String| TextError::BadLine { source_name: source_name.to_owned(), line, message };
+    let name: Rc<str> = source_name.into();
+    let bad = move |line: usize, message: String| TextError::BadLine { source_name: name.to_string(), line, message };
     // A record's line as editors count it (the csv crate's own numbers leave out blank lines).
     let line_of = move |position: Option<&csv::Position>| {
         lines.borrow_mut().first_line_from(position.map_or(0, csv::Position::byte))

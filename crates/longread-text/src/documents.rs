@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{Result, TextError};
-use crate::jsonl::{read_records_allowing_empty, read_records_lenient};
+use crate::source::DocumentSource;
 
 /// One document.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,73 +37,17 @@ impl Document {
     }
 }
 
-/// Reads documents from `path`: `-` (JSON lines on `stdin`), a directory (every `*.txt`,
-/// sorted by name, id = file name), a `.txt` file (one document) or a JSON-lines file.
-/// With `strict`, a JSON line that cannot be read fails the whole input; without, it becomes
-/// a document of its own with an error (see [`Document::is_unreadable_line`]).
-pub fn read_documents(path: &Path, stdin: impl FnOnce() -> Box<dyn BufRead>, strict: bool) -> Result<Vec<Document>> {
-    let io = |source: std::io::Error| TextError::Io { path: path.to_owned(), source };
-    if path.as_os_str() == "-" {
-        return from_jsonl(stdin(), "<stdin>", strict);
-    }
-    if path.is_dir() {
-        // Regular files, and `.txt` entries that cannot be followed (a dangling link): those fail
-        // as documents of their own instead of vanishing from the output. Pipes and devices are
-        // left out (reading one could wait forever).
-        let mut files: Vec<_> = std::fs::read_dir(path)
-            .map_err(io)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-            .filter(|p| std::fs::metadata(p).map_or(true, |m| m.is_file()))
-            .collect();
-        files.sort();
-        if files.is_empty() {
-            return Err(TextError::EmptyInput {
-                source_name: path.display().to_string(),
-                why: "the directory has no *.txt files",
-            });
-        }
-        return Ok(files.iter().map(|f| text_file(f).unwrap_or_else(|e| unreadable_file(f, e))).collect());
-    }
-    if path.extension().is_some_and(|x| x == "txt") {
-        return Ok(vec![text_file(path)?]);
-    }
-    let file = std::fs::File::open(path).map_err(io)?;
-    from_jsonl(Box::new(std::io::BufReader::new(file)), &path.display().to_string(), strict)
-}
-
-fn from_jsonl(reader: Box<dyn BufRead>, name: &str, strict: bool) -> Result<Vec<Document>> {
-    let lines = if strict {
-        read_records_allowing_empty(reader, name)?.into_iter().map(Ok).collect()
-    } else {
-        read_records_lenient(reader, name)?
-    };
-    Ok(lines
-        .into_iter()
-        .enumerate()
-        .map(|(i, line)| match line {
-            Ok(mut r) => Document {
-                id: r.fields.shift_remove("id").unwrap_or(Value::from(i)),
-                text: r.text,
-                fields: r.fields,
-                error: None,
-                line: Some(r.line),
-            },
-            Err(e) => {
-                let (line, message) = match e {
-                    TextError::BadLine { line, message, .. } => (line, message),
-                    other => (0, other.to_string()),
-                };
-                Document {
-                    id: Value::Null,
-                    text: String::new(),
-                    fields: Map::new(),
-                    error: Some(message),
-                    line: Some(line),
-                }
-            }
-        })
-        .collect())
+/// Reads every document of `path` at once (see [`DocumentSource`], which reads them one at a
+/// time): `-` (JSON lines on `stdin`), a directory (every `*.txt`, sorted by name, id = file
+/// name), a `.txt` file (one document) or a JSON-lines file. With `strict`, a JSON line that
+/// cannot be read fails the whole input; without, it becomes a document of its own with an
+/// error (see [`Document::is_unreadable_line`]).
+pub fn read_documents(
+    path: &Path,
+    stdin: impl FnOnce() -> Box<dyn BufRead + Send>,
+    strict: bool,
+) -> Result<Vec<Document>> {
+    DocumentSource::open(path, stdin, strict, None)?.documents().collect()
 }
 
 /// A `.txt` document's id: its file name.
@@ -112,7 +56,7 @@ fn file_id(path: &Path) -> Value {
 }
 
 /// A file of a directory that could not be read: a document that fails on its own.
-fn unreadable_file(path: &Path, error: TextError) -> Document {
+pub(crate) fn unreadable_file(path: &Path, error: TextError) -> Document {
     let id = file_id(path);
     let why = match error {
         TextError::Io { source, .. } => format!("cannot be read: {source}"),
@@ -121,7 +65,7 @@ fn unreadable_file(path: &Path, error: TextError) -> Document {
     Document { id, text: String::new(), fields: Map::new(), error: Some(why), line: None }
 }
 
-fn text_file(path: &Path) -> Result<Document> {
+pub(crate) fn text_file(path: &Path) -> Result<Document> {
     let bytes = std::fs::read(path).map_err(|source| TextError::Io { path: path.to_owned(), source })?;
     let id = file_id(path);
     let (text, error) = match String::from_utf8(bytes) {
@@ -137,7 +81,7 @@ fn text_file(path: &Path) -> Result<Document> {
 mod tests {
     use super::*;
 
-    fn no_stdin() -> Box<dyn BufRead> {
+    fn no_stdin() -> Box<dyn BufRead + Send> {
         Box::new(std::io::empty())
     }
 
@@ -214,8 +158,9 @@ mod tests {
 
     #[test]
     fn a_malformed_line_is_a_document_error_unless_strict() {
-        let input =
-            || -> Box<dyn BufRead> { Box::new(&b"{\"text\": \"a\"}\n{oops\n{\"id\": \"c\", \"text\": \"b\"}\n"[..]) };
+        let input = || -> Box<dyn BufRead + Send> {
+            Box::new(&b"{\"text\": \"a\"}\n{oops\n{\"id\": \"c\", \"text\": \"b\"}\n"[..])
+        };
         let docs = read_documents(Path::new("-"), input, false).unwrap();
         assert_eq!(docs.len(), 3);
         assert!(docs[1].is_unreadable_line() && docs[1].line == Some(2), "{:?}", docs[1]);

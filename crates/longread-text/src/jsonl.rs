@@ -58,19 +58,20 @@ pub fn read_records_lenient(reader: impl BufRead, source_name: &str) -> Result<V
 
 /// Every non-blank line as a record or the error that names it; the rows of an input named
 /// `*.csv` or `*.tsv` likewise ([`crate::delimited`]).
-fn read_lines<'a>(
+pub(crate) fn read_lines<'a>(
     reader: impl BufRead + 'a,
-    source_name: &'a str,
+    source_name: &str,
     allow_empty: bool,
 ) -> Box<dyn Iterator<Item = Result<Record>> + 'a> {
     if let Some(delimiter) = crate::delimited::delimiter_of(source_name) {
         return crate::delimited::read_rows(reader, source_name, delimiter, allow_empty);
     }
+    let name: std::rc::Rc<str> = source_name.into();
     Box::new(
         reader
             .split(b'\n')
             .enumerate()
-            .filter_map(move |(i, line)| parse_line(i + 1, line, source_name, allow_empty).transpose()),
+            .filter_map(move |(i, line)| parse_line(i + 1, line, &name, allow_empty).transpose()),
     )
 }
 

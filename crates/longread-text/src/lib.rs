@@ -12,6 +12,7 @@ pub mod labelled;
 pub mod mlm;
 pub mod overlap;
 pub mod shard;
+pub mod source;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod tokenizer_training;
@@ -27,5 +28,6 @@ pub use labelled::{
     stratified_split, Example, LabelValue,
 };
 pub use shard::Shard;
+pub use source::DocumentSource;
 pub use tokenizer::{pad_batch, Encoded, TextTokenizer};
 pub use tokenizer_training::{read_corpus, train_tokenizer, TokenizerKind, TokenizerTraining};

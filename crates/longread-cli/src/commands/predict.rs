@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use longread_classifier::{Classifier, ClassifierOptions};
 use longread_classifier::{DocResult, PredictionLine};
 use longread_model::{DeviceChoice, Precision};
-use longread_text::{read_documents, Document, Shard};
+use longread_text::{Document, DocumentSource, Shard};
 use serde_json::Value;
 
 use crate::commands::csv_rows;
@@ -111,14 +111,19 @@ pub fn load(
 /// A progress bar over documents on stderr (hidden when quiet); when stderr is not a terminal
 /// (a log file, a job scheduler) the bar draws nothing, and plain lines say how far it is, at
 /// most every 10 s (`LONGREAD_PROGRESS_SECONDS`).
-pub fn progress_bar(len: usize, quiet: bool) -> DocProgress {
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(len as u64) };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {pos}/{len} documents [{elapsed_precise}, {per_sec}, eta {eta}] {wide_bar}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+pub fn progress_bar(len: impl Into<Option<usize>>, quiet: bool) -> DocProgress {
+    let len = len.into();
+    let bar = match len {
+        _ if quiet => ProgressBar::hidden(),
+        Some(len) => ProgressBar::new(len as u64),
+        None => ProgressBar::no_length(),
+    };
+    let template = match len {
+        Some(_) => "{spinner} {pos}/{len} documents [{elapsed_precise}, {per_sec}, eta {eta}] {wide_bar}",
+        // Standard input: how many documents come is not known in advance.
+        None => "{spinner} {pos} documents [{elapsed_precise}, {per_sec}]",
+    };
+    bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()));
     let plain = !quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
     DocProgress {
         bar,
@@ -181,45 +186,53 @@ impl DocProgress {
     }
 }
 
-/// Runs `longread predict`; returns the number of documents that failed.
+/// Runs `longread predict`; returns the number of documents that failed. Documents are read as
+/// they are classified (memory holds those in flight, whatever the input's size), and each
+/// result is written as it comes, in input order.
 pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
     crate::io::refuse_output_over_input(&args.input, args.output.as_deref(), "--output")?;
     let classifier = load(&args.model, args.encoding.options(device), args.vector_cache.as_deref())?;
-    let mut documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
-    if let Some(shard) = args.shard {
-        documents = shard.select(documents);
-    }
-    let progress = progress_bar(documents.len(), quiet);
+    let source = DocumentSource::open(&args.input, crate::io::stdin_reader, args.strict, args.shard)?;
+    // A file is read through once first: the bar's length, and with --strict its bad line
+    // stops the run before anything is classified.
+    let progress = progress_bar(source.count()?, quiet);
     let mut out = Output::create(args.output.as_deref())?;
-    let mut failed = 0;
-    match args.format {
-        Format::Table => writeln!(out, "{}", table_header(classifier.labels(), classifier.evidence_unit()))?,
-        Format::Csv => {
-            out.write_all(&csv_rows::line(&csv_rows::header(&classifier))?)?;
-            out.write_all(b"\n")?;
-        }
-        Format::Json => {}
-    }
+    let (mut done, mut failed, mut tokens) = (0usize, 0usize, 0usize);
     let started = std::time::Instant::now();
-    let mut tokens = 0usize;
-    classifier.classify_documents(&documents, |document, result| {
+    // A reading error (an input without records, a strict line that changed since it was
+    // counted) ends the documents; it is the run's error once the results before it are out.
+    let read_error = std::sync::Mutex::new(None);
+    let documents = || {
+        source.documents().map_while(|document| {
+            document.map_err(|e| *read_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e)).ok()
+        })
+    };
+    classifier.classify_stream(documents, |document, result| {
+        if done + failed == 0 {
+            write_header(&mut out, &classifier, args.format)?;
+        }
         match &result {
-            Ok(prediction) => tokens += prediction.tokens.unwrap_or(0),
+            Ok(prediction) => {
+                done += 1;
+                tokens += prediction.tokens.unwrap_or(0);
+            }
             Err(_) => failed += 1,
         }
         match args.format {
-            Format::Json => serde_json::to_writer(&mut out, &PredictionLine::new(document, &result))?,
-            Format::Table => write!(out, "{}", table_row(&classifier, document, &result))?,
-            Format::Csv => out.write_all(&csv_rows::line(&csv_rows::row(&classifier, document, &result))?)?,
+            Format::Json => serde_json::to_writer(&mut out, &PredictionLine::new(&document, &result))?,
+            Format::Table => write!(out, "{}", table_row(&classifier, &document, &result))?,
+            Format::Csv => out.write_all(&csv_rows::line(&csv_rows::row(&classifier, &document, &result))?)?,
         }
         progress.inc(1);
         out.write_all(b"\n").context("writing output")
     })?;
     progress.finish_and_clear();
+    if let Some(e) = read_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e.into());
+    }
     out.commit()?;
     if !quiet {
         let secs = started.elapsed().as_secs_f64();
-        let done = documents.len() - failed;
         let token_rate = if tokens > 0 {
             format!(
                 " ({tokens} tokens) in {secs:.2} s: {:.2} documents/s, {:.0} tokens/s",
@@ -232,8 +245,22 @@ pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize
         let on = longread_model::device::describe(classifier.device());
         eprintln!("classified {done} documents{token_rate} on {on}, {:?}", classifier.precision());
     }
-    warn_failed(failed, documents.len());
+    warn_failed(failed, done + failed);
     Ok(failed)
+}
+
+/// The table's or CSV's header row (JSON lines have none), written with the first result so
+/// that an input without documents writes nothing.
+fn write_header(out: &mut Output, classifier: &Classifier, format: Format) -> Result<()> {
+    match format {
+        Format::Table => writeln!(out, "{}", table_header(classifier.labels(), classifier.evidence_unit()))?,
+        Format::Csv => {
+            out.write_all(&csv_rows::line(&csv_rows::header(classifier))?)?;
+            out.write_all(b"\n")?;
+        }
+        Format::Json => {}
+    }
+    Ok(())
 }
 
 /// Warns when some of `total` documents could not be classified.
