@@ -23,7 +23,8 @@ pub struct PredictArgs {
     pub model: PathBuf,
     /// Documents: a JSON-lines file (one {"text": ..., "id"?: ...} per line), a .csv/.tsv file
     /// (a header row, a "text" column, other columns as fields), a .txt file (one document), a
-    /// directory (every *.txt, id = file name) or `-` (JSON lines on stdin).
+    /// directory (every *.txt, id = file name) or `-` (JSON lines on stdin). Read as the
+    /// documents are classified: memory holds those in flight, not the input.
     #[arg(long)]
     pub input: PathBuf,
     /// Where to write the results (default: standard output); written atomically.
@@ -42,7 +43,7 @@ pub struct PredictArgs {
     #[arg(long, value_name = "DIR")]
     pub vector_cache: Option<PathBuf>,
     /// Stop at the first JSON line that cannot be read (invalid JSON, no "text"), writing
-    /// nothing. Without it such a line gets its own record {"line": N, "error": ...} and the
+    /// nothing (a file is checked through first; standard input is then read whole). Without it such a line gets its own record {"line": N, "error": ...} and the
     /// others are classified (exit code 2).
     #[arg(long)]
     pub strict: bool,
