@@ -3,13 +3,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{DeviceChoice, Embedder, EmbedderOptions, Precision};
 use serde_json::{Map, Value};
 
-use crate::io::{input_name, open_input, Output};
+use longread_text::{Document, DocumentSource};
+
+use crate::io::Output;
 
 /// Arguments of `longread embed`.
 #[derive(Debug, Args)]
@@ -19,8 +21,9 @@ pub struct EmbedArgs {
     #[arg(long)]
     model: String,
     /// JSON lines, one object per line with a "text" field, or a .csv/.tsv file with a header
-    /// row and a "text" column; `-` reads JSON lines from standard input.
-    /// Every other field (e.g. "id") is copied to the output line.
+    /// row and a "text" column; `-` reads JSON lines from standard input; a .txt file or a
+    /// directory of them is one text per file (id = file name). Every other field (e.g. "id")
+    /// is copied to the output line. Read, embedded and written 4,096 texts at a time.
     #[arg(long)]
     input: PathBuf,
     /// Where to write JSON lines `{"id": ..., "embedding": [...]}` in input order
@@ -52,57 +55,90 @@ struct OutputLine<'a> {
     embedding: &'a [f32],
 }
 
+/// Texts embedded at a time: the input is read, embedded and written a window at a time, so
+/// that memory holds one window's texts and vectors whatever the input's size (each window's
+/// texts are batched longest first; results do not depend on batching).
+const WINDOW: usize = 4096;
+
 /// Runs `longread embed`.
 pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     crate::io::refuse_output_over_input(&args.input, args.output.as_deref(), "--output")?;
-    let name = input_name(&args.input);
-    let records = longread_text::read_records(open_input(&args.input)?, &name)?;
+    let source = DocumentSource::open(&args.input, crate::io::stdin_reader, true, None).context("opening input")?;
+    // A file is read through once first: its bad line is the error before anything is written,
+    // and the bar gets its length (standard input is read whole when opened, for the same check).
+    let total = source.count()?;
+    let name = source.name().to_owned();
     let dir = longread_model::resolve_model_dir(&args.model)?;
     let options =
         EmbedderOptions { pooling: args.pooling, normalize: args.normalize, device, precision: args.precision };
     let embedder = Embedder::open(&dir, options).with_context(|| format!("loading model {}", dir.display()))?;
 
     // A bar on a terminal, plain lines every 10 s otherwise (as predict's).
-    let progress = crate::commands::predict::progress_bar(records.len(), quiet);
-    let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
+    let progress = crate::commands::predict::progress_bar(total, quiet);
     let started = std::time::Instant::now();
-    let result = embedder.embed(&texts, args.batch_size as usize, |n| progress.inc(n as u64))?;
-    let seconds = started.elapsed().as_secs_f64();
+    let mut out = Output::create(args.output.as_deref())?;
+    let (mut count, mut tokens) = (0usize, 0usize);
+    let mut truncated: Option<(usize, String)> = None;
+    let mut documents = source.documents();
+    loop {
+        let window = documents.by_ref().take(WINDOW).map(|d| usable(d?, &name)).collect::<Result<Vec<_>>>()?;
+        if window.is_empty() {
+            break;
+        }
+        let texts: Vec<&str> = window.iter().map(|d| d.text.as_str()).collect();
+        let result = embedder.embed(&texts, args.batch_size as usize, |n| progress.inc(n as u64))?;
+        tokens += result.token_counts.iter().sum::<usize>();
+        for (document, (vector, cut)) in window.iter().zip(result.vectors.iter().zip(&result.truncated)) {
+            if *cut {
+                let first = truncated.get_or_insert_with(|| (0, place(document, &name)));
+                first.0 += 1;
+            }
+            let mut line = Map::new();
+            line.insert("id".into(), document.id.clone());
+            line.extend(document.fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+            serde_json::to_writer(&mut out, &OutputLine { fields: &line, embedding: vector })
+                .context("writing output")?;
+            out.write_all(b"\n").context("writing output")?;
+        }
+        count += window.len();
+    }
     progress.finish_and_clear();
+    out.commit()?;
+    let seconds = started.elapsed().as_secs_f64();
     if !quiet {
-        let tokens: usize = result.token_counts.iter().sum();
         eprintln!(
-            "embedded {} texts ({tokens} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s on {}",
-            texts.len(),
-            texts.len() as f64 / seconds,
+            "embedded {count} texts ({tokens} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s on {}",
+            count as f64 / seconds,
             tokens as f64 / seconds,
             longread_model::device::describe(embedder.device())
         );
     }
-
-    let truncated: Vec<usize> = result.truncated.iter().enumerate().filter(|(_, t)| **t).map(|(i, _)| i).collect();
-    if let Some(&first) = truncated.first() {
+    if let Some((n, first)) = truncated {
         tracing::warn!(
-            "{} of {} texts were longer than the model's {} tokens and were truncated (first: {name} line {}); \
+            "{n} of {count} texts were longer than the model's {} tokens and were truncated (first: {first}); \
              use `longread predict` with a hierarchical model to read whole documents",
-            truncated.len(),
-            records.len(),
             embedder.max_length(),
-            records[first].line
         );
     }
+    Ok(())
+}
 
-    let mut out = Output::create(args.output.as_deref())?;
-    for (i, (record, vector)) in records.iter().zip(&result.vectors).enumerate() {
-        let mut line = Map::new();
-        line.insert("id".into(), record.fields.get("id").cloned().unwrap_or(Value::from(i)));
-        for (k, v) in &record.fields {
-            if k != "id" {
-                line.insert(k.clone(), v.clone());
-            }
-        }
-        serde_json::to_writer(&mut out, &OutputLine { fields: &line, embedding: vector }).context("writing output")?;
-        out.write_all(b"\n").context("writing output")?;
+/// A document to embed, or the error that names it: one read with a problem (a `.txt` file that
+/// is not UTF-8) or with an empty text.
+fn usable(document: Document, name: &str) -> Result<Document> {
+    let why = match &document.error {
+        Some(why) => why.clone(),
+        None if document.text.trim().is_empty() => "\"text\" is empty".into(),
+        None => return Ok(document),
+    };
+    bail!("{}: {why}", place(&document, name))
+}
+
+/// Where a document is in the input, for messages: `NAME:LINE`, or `NAME: ID` for a file of a
+/// directory.
+fn place(document: &Document, name: &str) -> String {
+    match document.line {
+        Some(line) => format!("{name}:{line}"),
+        None => format!("{name}: {}", crate::commands::predict::id_text(document)),
     }
-    out.commit()
 }

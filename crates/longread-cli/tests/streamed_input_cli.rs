@@ -1,7 +1,7 @@
 //! `predict` reads its documents as it classifies them: results come out while standard input
 //! is still open (a large input was read whole before anything was classified), in the order
 //! and with the values of the same input read from a file; an input without documents writes
-//! nothing.
+//! nothing. `embed` reads, embeds and writes its input a window at a time.
 
 mod common;
 
@@ -94,4 +94,50 @@ fn strict_stops_at_a_files_bad_line_before_writing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty(), "nothing written before the bad line was found");
     assert!(String::from_utf8_lossy(&out.stderr).contains("docs.jsonl:301: invalid JSON"));
+}
+
+/// `embed` reads, embeds and writes 4,096 texts at a time: an input longer than that keeps its
+/// order and ids across the window's edge, and a text gets the vector it gets on its own.
+#[test]
+fn embed_keeps_order_and_vectors_across_its_windows() {
+    let model = fixture("tiny-bert");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("texts.jsonl");
+    let text = |i: usize| format!("Report {i}: the committee met {} times.", i % 7);
+    let all: String = (0..4100).map(|i| format!("{{\"text\": \"{}\", \"n\": {i}}}\n", text(i))).collect();
+    std::fs::write(&input, all).unwrap();
+    let out = longread(&["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out.stdout);
+    assert_eq!(lines.len(), 4100);
+    assert!(lines.iter().enumerate().all(|(i, l)| l["id"] == i && l["n"] == i), "ids and fields in input order");
+    let last = dir.path().join("last.jsonl");
+    std::fs::write(&last, (4094..4100).map(|i| format!("{{\"text\": \"{}\"}}\n", text(i))).collect::<String>())
+        .unwrap();
+    let alone = longread(&["embed", "--model", model.to_str().unwrap(), "--input", last.to_str().unwrap()]);
+    for (i, line) in json_lines(&alone.stdout).iter().enumerate() {
+        let (a, b) = (line["embedding"].as_array().unwrap(), lines[4094 + i]["embedding"].as_array().unwrap());
+        let diff = a.iter().zip(b).map(|(x, y)| (x.as_f64().unwrap() - y.as_f64().unwrap()).abs()).fold(0.0, f64::max);
+        assert!(diff < 1e-5, "text {}: {diff}", 4094 + i);
+    }
+}
+
+/// `embed` takes a directory of `.txt` files (one text each, id = file name), and an empty
+/// text is an error naming where it is, with nothing written.
+#[test]
+fn embed_reads_text_files_and_refuses_an_empty_text() {
+    let model = fixture("tiny-bert");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.txt"), "Rain on the coast.").unwrap();
+    std::fs::write(dir.path().join("a.txt"), "The committee met.").unwrap();
+    let out = longread(&["embed", "--model", model.to_str().unwrap(), "--input", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ids: Vec<_> = json_lines(&out.stdout).iter().map(|l| l["id"].clone()).collect();
+    assert_eq!(ids, ["a.txt", "b.txt"]);
+    std::fs::write(dir.path().join("c.txt"), " \n").unwrap();
+    let out = longread(&["embed", "--model", model.to_str().unwrap(), "--input", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(": c.txt: \"text\" is empty"), "{stderr}");
 }
