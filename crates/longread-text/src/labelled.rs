@@ -99,12 +99,27 @@ pub fn labels_from_data(examples: &[Example], source_name: &str) -> Result<Vec<S
     labels_from_column(examples, 0, source_name)
 }
 
+/// Why `name` cannot be a label name, if it cannot: one with a control character (a tab, a
+/// line break, a terminal escape code) would become a JSON key, a CSV column and a table
+/// heading that moves the cursor or recolours the terminal of whoever reads the results.
+pub fn label_name_problem(name: &str) -> Option<String> {
+    let bad = name.chars().find(|c| c.is_control())?;
+    Some(format!(
+        "label {name:?} holds a control character ({}); label names become JSON keys, CSV columns and \
+         table headings",
+        bad.escape_default()
+    ))
+}
+
 /// The label names found in column `column` (an index into the columns read), sorted.
 pub fn labels_from_column(examples: &[Example], column: usize, source_name: &str) -> Result<Vec<String>> {
     let mut names = BTreeSet::new();
     for e in examples {
         match e.labels.get(column).and_then(Option::as_ref) {
             Some(LabelValue::Name(n)) => {
+                if let Some(message) = label_name_problem(n) {
+                    return Err(TextError::BadLine { source_name: source_name.to_owned(), line: e.line, message });
+                }
                 names.insert(n.clone());
             }
             Some(LabelValue::Index(_)) => {
@@ -249,6 +264,17 @@ mod tests {
     fn labels_from_data_are_sorted_and_unique() {
         let ex = read("{\"text\": \"t\", \"label\": \"b\"}\n{\"text\": \"t\", \"label\": \"a\"}\n{\"text\": \"t\", \"label\": \"b\"}\n").unwrap();
         assert_eq!(labels_from_data(&ex, "d").unwrap(), vec!["a", "b"]);
+    }
+
+    /// A label with a terminal escape code or a line break is refused, naming its line (it went
+    /// into the model and printed raw in tables, recolouring the terminal).
+    #[test]
+    fn labels_with_control_characters_are_refused() {
+        let ex = read("{\"text\": \"t\", \"label\": \"a\"}\n{\"text\": \"t\", \"label\": \"x\\u001b[2Jy\"}\n").unwrap();
+        let err = labels_from_data(&ex, "d.jsonl").unwrap_err().to_string();
+        assert!(err.starts_with("d.jsonl:2: label \"x\\u{1b}[2Jy\" holds a control character (\\u{1b})"), "{err}");
+        assert!(label_name_problem("a\tb").is_some() && label_name_problem("a\nb").is_some());
+        assert_eq!(label_name_problem("Mature 18+ (é)"), None);
     }
 
     #[test]

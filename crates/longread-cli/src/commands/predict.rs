@@ -281,7 +281,7 @@ pub fn id_text(document: &Document) -> String {
 }
 
 fn table_header(labels: &[String], unit: &str) -> String {
-    let scores: String = labels.iter().map(|l| format!(" {:>8}", truncate(l, 8))).collect();
+    let scores: String = labels.iter().map(|l| format!(" {:>8}", truncate(&printable(l), 8))).collect();
     let count = match unit {
         "chunk" => "chunks",
         "sentence" => "sents",
@@ -307,7 +307,7 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
             (e.count, format!("#{} (chars {}–{}, attention {:.2}): {excerpt}", e.index, e.start, e.end, e.attention))
         }
         None if classifier.evidence_unit() == "none" => {
-            return format!("{id:<24} {:<12}{probs}", truncate(&prediction.label, 12));
+            return format!("{id:<24} {:<12}{probs}", truncate(&printable(&prediction.label), 12));
         }
         None => (0, String::new()),
     };
@@ -316,10 +316,10 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
         .enumerate()
         .filter_map(|(t, spec)| {
             let label = prediction.task_label_index(t + 1, &spec.name)?;
-            Some(format!("  {}={}", spec.name, spec.labels[label]))
+            Some(printable(&format!("  {}={}", spec.name, spec.labels[label])))
         })
         .collect();
-    format!("{id:<24} {:<12}{probs} {count:>6}  {top}{other}", truncate(&prediction.label, 12))
+    format!("{id:<24} {:<12}{probs} {count:>6}  {top}{other}", truncate(&printable(&prediction.label), 12))
 }
 
 /// Text of the input as a terminal shows it safely: line breaks and tabs as spaces, other

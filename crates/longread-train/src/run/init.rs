@@ -79,11 +79,15 @@ pub struct InitSpec {
 }
 
 impl InitSpec {
-    /// The label names, trimmed; refuses fewer than two, empty or repeated names.
+    /// The label names, trimmed; refuses fewer than two, empty, repeated names, and names with
+    /// control characters.
     pub fn checked_labels(&self) -> Result<Vec<String>> {
         let labels: Vec<String> = self.labels.iter().map(|l| l.trim().to_owned()).collect();
         if labels.len() < 2 || labels.iter().any(String::is_empty) {
             bail!("--labels needs at least two non-empty names, e.g. --labels general,teen,mature");
+        }
+        if let Some(problem) = labels.iter().find_map(|l| longread_text::labelled::label_name_problem(l)) {
+            bail!("--labels: {problem}");
         }
         let mut unique = labels.clone();
         unique.sort();
