@@ -47,10 +47,9 @@ pub fn evaluate_examples(
         .enumerate()
         .map(|(t, spec)| resolve_column(examples, t, &spec.labels, source_name))
         .collect::<std::result::Result<_, _>>()?;
-    let documents = as_documents(examples);
     // predicted[task][document]
-    let mut predicted: Vec<Vec<usize>> = vec![Vec::with_capacity(documents.len()); tasks.len()];
-    classify_labelled(classifier, &documents, source_name, |prediction| {
+    let mut predicted: Vec<Vec<usize>> = vec![Vec::with_capacity(examples.len()); tasks.len()];
+    classify_labelled(classifier, examples, source_name, |prediction| {
         for (t, spec) in tasks.iter().enumerate() {
             predicted[t].push(prediction.task_label_index(t, &spec.name).unwrap_or(0));
         }
@@ -74,20 +73,18 @@ pub fn evaluate_examples(
         .collect()
 }
 
-/// Labelled examples as documents to classify.
-fn as_documents(examples: &[Example]) -> Vec<Document> {
-    examples.iter().map(|e| Document::new(e.id.clone(), e.text.clone())).collect()
-}
-
-/// Classifies labelled documents, handing each prediction to `on_prediction` in order; a
-/// document that cannot be classified fails the evaluation, naming it.
+/// Classifies labelled examples, handing each prediction to `on_prediction` in order; a
+/// document that cannot be classified fails the evaluation, naming it. Each example becomes a
+/// document to classify as its turn comes (a copy of every text held at once doubled the
+/// memory an evaluation takes).
 fn classify_labelled(
     classifier: &Classifier,
-    documents: &[Document],
+    examples: &[Example],
     source_name: &str,
     mut on_prediction: impl FnMut(&crate::Prediction),
 ) -> Result<()> {
-    classifier.classify_documents(documents, |document, result| {
+    let documents = || examples.iter().map(|e| Document::new(e.id.clone(), e.text.clone()));
+    classifier.classify_stream(documents, |document, result| {
         let prediction = result
             .map_err(|e| ModelError::InvalidInput(format!("{source_name}: document {}: {}", document.id, e.message)))?;
         on_prediction(&prediction);
@@ -158,11 +155,10 @@ pub fn compare(
     }
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
-    let documents = as_documents(&examples);
     let mut predictions: Vec<Vec<usize>> = Vec::with_capacity(models.len());
     for (_, model) in models {
-        let mut predicted = Vec::with_capacity(documents.len());
-        classify_labelled(model, &documents, source_name, |prediction| {
+        let mut predicted = Vec::with_capacity(examples.len());
+        classify_labelled(model, &examples, source_name, |prediction| {
             predicted.push(prediction.label_index());
             on_document();
         })?;
