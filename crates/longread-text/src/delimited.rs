@@ -19,9 +19,10 @@ use serde_json::{Map, Number, Value};
 use crate::error::{Result, TextError};
 use crate::jsonl::{Record, BOM};
 
-/// The delimiter of an input named `*.csv` or `*.tsv` (any case), else `None` (JSON lines).
+/// The delimiter of an input named `*.csv` or `*.tsv` (any case, `.gz` after it or not), else
+/// `None` (JSON lines).
 pub fn delimiter_of(source_name: &str) -> Option<u8> {
-    let lower = source_name.to_ascii_lowercase();
+    let lower = crate::compressed::format_name(source_name).to_ascii_lowercase();
     if lower.ends_with(".csv") {
         Some(b',')
     } else if lower.ends_with(".tsv") {

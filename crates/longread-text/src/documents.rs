@@ -50,6 +50,11 @@ pub fn read_documents(
     DocumentSource::open(path, stdin, strict, None)?.documents().collect()
 }
 
+/// Whether `path` names a text file: `*.txt`, or `*.txt.gz` (inflated when read).
+pub(crate) fn is_text_file_name(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| crate::compressed::format_name(&n.to_string_lossy()).ends_with(".txt"))
+}
+
 /// A `.txt` document's id: its file name.
 fn file_id(path: &Path) -> Value {
     Value::from(path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
@@ -66,7 +71,8 @@ pub(crate) fn unreadable_file(path: &Path, error: TextError) -> Document {
 }
 
 pub(crate) fn text_file(path: &Path) -> Result<Document> {
-    let bytes = std::fs::read(path).map_err(|source| TextError::Io { path: path.to_owned(), source })?;
+    let io = |source| TextError::Io { path: path.to_owned(), source };
+    let bytes = crate::compressed::inflate_if_gzip(std::fs::read(path).map_err(io)?).map_err(io)?;
     let id = file_id(path);
     let (text, error) = match String::from_utf8(bytes) {
         Ok(text) => (text.strip_prefix(crate::jsonl::BOM).map(str::to_owned).unwrap_or(text), None),

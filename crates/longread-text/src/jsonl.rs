@@ -63,15 +63,36 @@ pub(crate) fn read_lines<'a>(
     source_name: &str,
     allow_empty: bool,
 ) -> Box<dyn Iterator<Item = Result<Record>> + 'a> {
+    let reader = match crate::compressed::decompressed(reader) {
+        Ok(reader) => reader,
+        Err(e) => {
+            let message = e.to_string();
+            return Box::new(std::iter::once(Err(TextError::BadLine {
+                source_name: source_name.into(),
+                line: 1,
+                message,
+            })));
+        }
+    };
     if let Some(delimiter) = crate::delimited::delimiter_of(source_name) {
         return crate::delimited::read_rows(reader, source_name, delimiter, allow_empty);
     }
     let name: std::rc::Rc<str> = source_name.into();
+    // After a failed read (a device error, a corrupt gzip stream) the rest cannot be trusted,
+    // and reading on could fail forever: that line's error is the last item.
+    let mut failed = false;
     Box::new(
         reader
             .split(b'\n')
             .enumerate()
-            .filter_map(move |(i, line)| parse_line(i + 1, line, &name, allow_empty).transpose()),
+            .map_while(move |(i, line)| {
+                if failed {
+                    return None;
+                }
+                failed = line.is_err();
+                Some(parse_line(i + 1, line, &name, allow_empty).transpose())
+            })
+            .flatten(),
     )
 }
 
@@ -194,6 +215,33 @@ mod tests {
         assert!(read_records(csv.as_bytes(), "x.jsonl").unwrap_err().to_string().contains(":1: invalid JSON"));
         let empty = read_records("text,label\n".as_bytes(), "x.csv").unwrap_err().to_string();
         assert!(empty.contains("no input records"), "{empty}");
+    }
+
+    /// A gzip-compressed input reads as its text, whatever its name; a CSV's format is read
+    /// from its name without `.gz`.
+    #[test]
+    fn gzip_inputs_read_as_their_text() {
+        use crate::compressed::tests::gzip;
+        let records = read(&gzip(b"{\"text\": \"a\"}\n\n{\"text\": \"b\"}\n")).unwrap();
+        assert_eq!((records[1].line, records[1].text.as_str()), (3, "b"));
+        let csv = read_records(&gzip(b"text,label\nRain,0\n")[..], "train.csv.gz").unwrap();
+        assert_eq!((csv[0].text.as_str(), &csv[0].fields["label"]), ("Rain", &Value::from(0)));
+    }
+
+    /// A gzip stream cut short ends with one error naming the line it reached (reading on after
+    /// a failed read could fail forever, one error document at a time).
+    #[test]
+    fn a_failed_read_is_the_last_line() {
+        use crate::compressed::tests::gzip;
+        let text: String = (0..2000).map(|i| format!("{{\"text\": \"document {i}\"}}\n")).collect();
+        let whole = gzip(text.as_bytes());
+        let cut = &whole[..whole.len() / 2];
+        let lines = read_records_lenient(cut, "cut.jsonl.gz").unwrap();
+        let (last, good) = lines.split_last().unwrap();
+        assert!(good.iter().all(Result::is_ok) && !good.is_empty());
+        let err = last.as_ref().unwrap_err().to_string();
+        assert!(err.starts_with(&format!("cut.jsonl.gz:{}:", good.len() + 1)), "{err}");
+        assert!(read_records(cut, "cut.jsonl.gz").is_err());
     }
 
     #[test]

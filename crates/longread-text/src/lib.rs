@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 pub mod chunking;
+pub mod compressed;
 pub mod dataset;
 pub mod delimited;
 pub mod documents;

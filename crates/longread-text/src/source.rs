@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::documents::{text_file, unreadable_file, Document};
+use crate::documents::{is_text_file_name, text_file, unreadable_file, Document};
 use crate::error::{Result, TextError};
 use crate::jsonl::{read_lines, Record};
 use crate::Shard;
@@ -63,7 +63,7 @@ impl DocumentSource {
             let mut files: Vec<_> = std::fs::read_dir(path)
                 .map_err(io)?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+                .filter(|p| is_text_file_name(p))
                 .filter(|p| std::fs::metadata(p).map_or(true, |m| m.is_file()))
                 .collect();
             if files.is_empty() {
@@ -73,7 +73,7 @@ impl DocumentSource {
             let files = files.into_iter().enumerate().filter(|(i, _)| shard.is_none_or(|s| i % s.count == s.index));
             return Ok(source(Kind::Files(files.map(|(_, f)| f).collect()), name, None));
         }
-        if path.extension().is_some_and(|x| x == "txt") {
+        if is_text_file_name(path) {
             return Ok(source(Kind::Read(pick(vec![text_file(path)?])), name, None));
         }
         let file = std::fs::File::open(path).map_err(io)?;
@@ -272,6 +272,32 @@ mod tests {
         let err = documents.next().unwrap().unwrap_err().to_string();
         assert!(err.contains("no input records"), "{err}");
         assert!(documents.next().is_none());
+    }
+
+    /// Compressed inputs: a `.jsonl.gz` file (counted and read), standard input, a `.txt.gz`
+    /// file and one in a directory, beside a plain `.txt`.
+    #[test]
+    fn gzip_compressed_inputs_read_as_their_text() {
+        use crate::compressed::tests::gzip;
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = dir.path().join("docs.jsonl.gz");
+        std::fs::write(&jsonl, gzip(b"{\"text\": \"a\"}\n{\"text\": \"b\"}\n")).unwrap();
+        let source = DocumentSource::open(&jsonl, no_stdin, true, None).unwrap();
+        assert_eq!(source.count().unwrap(), Some(2));
+        assert_eq!(source.documents().map(|d| d.unwrap().text).collect::<Vec<_>>(), ["a", "b"]);
+        let stdin = || -> Box<dyn BufRead + Send> { Box::new(std::io::Cursor::new(gzip(b"{\"text\": \"c\"}\n"))) };
+        let source = DocumentSource::open(Path::new("-"), stdin, false, None).unwrap();
+        assert_eq!(source.documents().next().unwrap().unwrap().text, "c");
+        let texts = dir.path().join("texts");
+        std::fs::create_dir(&texts).unwrap();
+        std::fs::write(texts.join("a.txt.gz"), gzip("caf\u{e9}".as_bytes())).unwrap();
+        std::fs::write(texts.join("b.txt"), "plain").unwrap();
+        let documents: Vec<Document> =
+            DocumentSource::open(&texts, no_stdin, true, None).unwrap().documents().map(|d| d.unwrap()).collect();
+        assert_eq!((documents[0].id.as_str(), documents[0].text.as_str()), (Some("a.txt.gz"), "caf\u{e9}"));
+        assert_eq!(documents[1].text, "plain");
+        let one = DocumentSource::open(&texts.join("a.txt.gz"), no_stdin, true, None).unwrap();
+        assert_eq!(one.documents().next().unwrap().unwrap().text, "caf\u{e9}");
     }
 
     /// A directory's shard is chosen by place in the sorted listing, and counted without

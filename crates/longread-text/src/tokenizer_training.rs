@@ -158,12 +158,12 @@ pub fn read_corpus(paths: &[PathBuf]) -> Result<Vec<String>> {
     for file in &files {
         let io = |source| TextError::Io { path: file.clone(), source };
         let reader = std::io::BufReader::new(std::fs::File::open(file).map_err(io)?);
-        if file.extension().is_some_and(|e| e == "jsonl")
-            || crate::delimited::delimiter_of(&file.to_string_lossy()).is_some()
+        let name = file.to_string_lossy();
+        if crate::compressed::format_name(&name).ends_with(".jsonl") || crate::delimited::delimiter_of(&name).is_some()
         {
             texts.extend(read_records(reader, &file.display().to_string())?.into_iter().map(|r| r.text));
         } else {
-            for line in reader.lines() {
+            for line in crate::compressed::decompressed(reader).map_err(io)?.lines() {
                 let line = line.map_err(io)?;
                 let line = line.trim_start_matches(crate::jsonl::BOM);
                 if !line.trim().is_empty() {
@@ -201,7 +201,10 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     for entry in entries {
         if entry.is_dir() {
             collect_files(&entry, out)?;
-        } else if entry.extension().is_some_and(|e| ["txt", "jsonl", "csv", "tsv"].contains(&&*e.to_string_lossy())) {
+        } else if entry.file_name().is_some_and(|n| {
+            let name = n.to_string_lossy();
+            [".txt", ".jsonl", ".csv", ".tsv"].iter().any(|x| crate::compressed::format_name(&name).ends_with(x))
+        }) {
             out.push(entry);
         }
     }

@@ -23,8 +23,9 @@ pub struct PredictArgs {
     pub model: PathBuf,
     /// Documents: a JSON-lines file (one {"text": ..., "id"?: ...} per line), a .csv/.tsv file
     /// (a header row, a "text" column, other columns as fields), a .txt file (one document), a
-    /// directory (every *.txt, id = file name) or `-` (JSON lines on stdin). Read as the
-    /// documents are classified: memory holds those in flight, not the input.
+    /// directory (every *.txt, id = file name) or `-` (JSON lines on stdin); gzip-compressed
+    /// ones too (`docs.jsonl.gz`). Read as the documents are classified: memory holds those in
+    /// flight, not the input.
     #[arg(long)]
     pub input: PathBuf,
     /// Where to write the results (default: standard output); written atomically.
