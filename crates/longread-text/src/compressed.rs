@@ -1,11 +1,21 @@
-//! Gzip-compressed inputs: datasets of transcripts often come as `docs.jsonl.gz`. Every line
-//! input (JSON lines, CSV, TSV: files, standard input, pipes) and every text file is read
-//! through [`decompressed`], which inflates what starts with gzip's magic bytes, whatever its
-//! name; a name's `.gz` is left out when its format is read from it ([`format_name`]).
+//! What an input's bytes go through before they are text. Datasets of transcripts often come
+//! gzip-compressed (`docs.jsonl.gz`): every line input (JSON lines, CSV, TSV: files, standard
+//! input, pipes) and every text file is inflated when it starts with gzip's magic bytes,
+//! whatever its name; a name's `.gz` is left out when its format is read from it
+//! ([`format_name`]). And since a few kilobytes of gzip can inflate to terabytes, no line and
+//! no text file may pass [`MAX_TEXT_BYTES`]: past it reading stops with an error, before memory
+//! runs out.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 
 use flate2::bufread::MultiGzDecoder;
+
+/// The most bytes one line of a line input (a JSON line, a line of a CSV record) or one text
+/// file may hold once inflated: 256 MiB, some 60 million tokens, far past any document a
+/// classifier reads (a screenplay is ~150 KB; reading a line of this size already takes about
+/// three times its size in memory).
+pub const MAX_TEXT_BYTES: u64 = 1 << 28;
 
 /// The first two bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -20,19 +30,66 @@ pub fn decompressed<'a>(mut reader: impl BufRead + 'a) -> std::io::Result<Box<dy
     }
 }
 
-/// Whether `bytes` (a whole file) are gzip-compressed.
-pub fn is_gzip(bytes: &[u8]) -> bool {
-    bytes.starts_with(&GZIP_MAGIC)
+/// `reader` as the lines of a line input: inflated as [`decompressed`] does, and failing with
+/// an error saying so once a line runs past `limit` bytes ([`MAX_TEXT_BYTES`]).
+pub fn text_lines<'a>(reader: impl BufRead + 'a, limit: u64) -> std::io::Result<Box<dyn BufRead + 'a>> {
+    Ok(Box::new(BufReader::new(LineLimit { inner: decompressed(reader)?, run: 0, limit })))
 }
 
-/// The bytes of a whole file, inflated if they are gzip's.
-pub fn inflate_if_gzip(bytes: Vec<u8>) -> std::io::Result<Vec<u8>> {
-    if !is_gzip(&bytes) {
-        return Ok(bytes);
+/// The bytes of the text file `path`, inflated if they are gzip's; more than `limit` of them
+/// ([`MAX_TEXT_BYTES`]) is an error saying so.
+pub fn read_text_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let file = BufReader::new(std::fs::File::open(path)?);
+    let mut bytes = Vec::new();
+    decompressed(file)?.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_long("the text is", limit));
     }
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(&mut MultiGzDecoder::new(&bytes[..]), &mut out)?;
-    Ok(out)
+    Ok(bytes)
+}
+
+/// Passes bytes on, failing once more than `limit` of them come without a line break (the
+/// lines before that one are passed on first).
+struct LineLimit<R> {
+    inner: R,
+    /// Bytes since the last line break.
+    run: u64,
+    limit: u64,
+}
+
+impl<R: Read> Read for LineLimit<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.run > self.limit {
+            return Err(too_long("a line is", self.limit));
+        }
+        let n = self.inner.read(buf)?;
+        // Each stretch without a break: where it starts in `buf`, and the run before it.
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &buf[..n]).chain(std::iter::once(n)) {
+            let run = self.run + (end - start) as u64;
+            if run > self.limit {
+                // Pass on the bytes before the limit was passed; the next read fails.
+                let passed = start + (self.limit - self.run) as usize;
+                self.run = run;
+                return if passed == 0 { Err(too_long("a line is", self.limit)) } else { Ok(passed) };
+            }
+            self.run = if end < n { 0 } else { run };
+            start = end + 1;
+        }
+        Ok(n)
+    }
+}
+
+/// The error of a text past `limit` bytes.
+fn too_long(what: &str, limit: u64) -> std::io::Error {
+    let size = match limit {
+        l if l >= 1 << 20 => format!("{} MiB", l >> 20),
+        l => format!("{l} bytes"),
+    };
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{what} longer than {size} (once inflated, if compressed); split the document"),
+    )
 }
 
 /// The name an input's format is read from: `name` without a trailing `.gz` (any case).
@@ -45,7 +102,7 @@ pub fn format_name(name: &str) -> &str {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::io::{Read, Write};
+    use std::io::Write;
 
     use super::*;
 
@@ -65,8 +122,65 @@ pub(crate) mod tests {
         let mut plain = String::new();
         decompressed(&b"{\"text\": \"a\"}\n"[..]).unwrap().read_to_string(&mut plain).unwrap();
         assert_eq!(plain, "{\"text\": \"a\"}\n");
-        assert_eq!(inflate_if_gzip(gzip(b"hello")).unwrap(), b"hello");
-        assert_eq!(inflate_if_gzip(b"hello".to_vec()).unwrap(), b"hello");
+    }
+
+    /// A line or a text file past the limit is an error once the limit is passed (a few KB of
+    /// gzip inflate to gigabytes of one line), and lines within it pass whatever the reads'
+    /// sizes.
+    #[test]
+    fn lines_and_text_files_past_the_limit_are_errors() {
+        let bomb = gzip(&vec![b'a'; 1 << 20]);
+        assert!(bomb.len() < 4096, "{} bytes", bomb.len());
+        let mut sink = Vec::new();
+        let err = text_lines(&bomb[..], 1000).unwrap().read_to_end(&mut sink).unwrap_err();
+        assert!(err.to_string().starts_with("a line is longer than 1000 bytes"), "{err}");
+        assert!(sink.len() < 1 << 16, "stopped early: {} bytes", sink.len());
+        let lines = "x".repeat(999) + "\n" + &"y".repeat(1000) + "\n";
+        let mut text = String::new();
+        text_lines(BufReader::with_capacity(7, lines.as_bytes()), 1000).unwrap().read_to_string(&mut text).unwrap();
+        assert_eq!(text, lines);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.txt.gz");
+        std::fs::write(&file, &bomb).unwrap();
+        let err = read_text_file(&file, 1 << 19).unwrap_err().to_string();
+        assert!(err.starts_with("the text is longer than 524288 bytes"), "{err}");
+        assert_eq!(read_text_file(&file, 1 << 20).unwrap().len(), 1 << 20);
+    }
+
+    /// Against the plain rule, for many inputs and read sizes: the bytes passed on are the
+    /// input up to the first line's `limit + 1`-th byte, then an error; all of it when no line
+    /// is longer.
+    #[test]
+    fn the_limit_passes_exactly_the_bytes_before_it() {
+        let limit = 10;
+        for seed in 0..200u64 {
+            let lengths: Vec<usize> = (0..6).map(|i| ((seed * 7 + i * 13 + seed * i) % 14) as usize).collect();
+            let input: Vec<u8> = lengths.iter().flat_map(|&n| std::iter::repeat_n(b'x', n).chain([b'\n'])).collect();
+            let mut cut = None;
+            let mut at = 0;
+            for &n in &lengths {
+                if n > limit {
+                    cut = Some(at + limit);
+                    break;
+                }
+                at += n + 1;
+            }
+            for capacity in 1..9 {
+                let mut limited =
+                    LineLimit { inner: BufReader::with_capacity(capacity, &input[..]), run: 0, limit: 10 };
+                let mut passed = Vec::new();
+                let mut chunk = [0u8; 5];
+                let end = loop {
+                    match limited.read(&mut chunk) {
+                        Ok(0) => break None,
+                        Ok(k) => passed.extend_from_slice(&chunk[..k]),
+                        Err(_) => break Some(passed.len()),
+                    }
+                };
+                assert_eq!(end, cut, "seed {seed}, capacity {capacity}, lengths {lengths:?}");
+                assert_eq!(&passed[..], &input[..cut.unwrap_or(input.len())], "seed {seed}");
+            }
+        }
     }
 
     #[test]

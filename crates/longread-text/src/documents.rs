@@ -72,7 +72,7 @@ pub(crate) fn unreadable_file(path: &Path, error: TextError) -> Document {
 
 pub(crate) fn text_file(path: &Path) -> Result<Document> {
     let io = |source| TextError::Io { path: path.to_owned(), source };
-    let bytes = crate::compressed::inflate_if_gzip(std::fs::read(path).map_err(io)?).map_err(io)?;
+    let bytes = crate::compressed::read_text_file(path, crate::compressed::MAX_TEXT_BYTES).map_err(io)?;
     let id = file_id(path);
     let (text, error) = match String::from_utf8(bytes) {
         Ok(text) => (text.strip_prefix(crate::jsonl::BOM).map(str::to_owned).unwrap_or(text), None),

@@ -63,7 +63,18 @@ pub(crate) fn read_lines<'a>(
     source_name: &str,
     allow_empty: bool,
 ) -> Box<dyn Iterator<Item = Result<Record>> + 'a> {
-    let reader = match crate::compressed::decompressed(reader) {
+    read_lines_within(reader, source_name, allow_empty, crate::compressed::MAX_TEXT_BYTES)
+}
+
+/// [`read_lines`], with lines of at most `limit` bytes: a longer one is the last item, an
+/// error saying so.
+fn read_lines_within<'a>(
+    reader: impl BufRead + 'a,
+    source_name: &str,
+    allow_empty: bool,
+    limit: u64,
+) -> Box<dyn Iterator<Item = Result<Record>> + 'a> {
+    let reader = match crate::compressed::text_lines(reader, limit) {
         Ok(reader) => reader,
         Err(e) => {
             let message = e.to_string();
@@ -242,6 +253,20 @@ mod tests {
         let err = last.as_ref().unwrap_err().to_string();
         assert!(err.starts_with(&format!("cut.jsonl.gz:{}:", good.len() + 1)), "{err}");
         assert!(read_records(cut, "cut.jsonl.gz").is_err());
+    }
+
+    /// A line past the limit ends the reading with an error naming it, in JSON lines and CSV.
+    #[test]
+    fn a_line_past_the_limit_is_the_last_item() {
+        let input = format!("{{\"text\": \"a\"}}\n{{\"text\": \"{}\"}}\n{{\"text\": \"c\"}}\n", "b".repeat(5000));
+        let lines: Vec<_> = read_lines_within(input.as_bytes(), "in.jsonl", true, 4096).collect();
+        assert_eq!(lines.len(), 2);
+        let err = lines[1].as_ref().unwrap_err().to_string();
+        assert!(err.starts_with("in.jsonl:2: a line is longer than 4096 bytes"), "{err}");
+        let csv = format!("text\na\n{}\nc\n", "b".repeat(5000));
+        let rows: Vec<_> = read_lines_within(csv.as_bytes(), "in.csv", true, 4096).collect();
+        let err = rows.last().unwrap().as_ref().unwrap_err().to_string();
+        assert!(err.contains("a line is longer than 4096 bytes"), "{err}");
     }
 
     #[test]
