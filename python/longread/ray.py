@@ -57,6 +57,13 @@ class LongreadPredictor:
         }
 
 
+def _format_name(path: str) -> str:
+    """The name a file's format is read from, as `longread` reads it: lower case, without a
+    trailing `.gz` (Ray inflates `*.gz` files as it reads them)."""
+    name = path.lower()
+    return name[:-3] if name.endswith(".gz") else name
+
+
 def _read_delimited(ray, path: str):
     """A CSV/TSV file as `longread predict` reads it: a header row, quoted fields that may span
     lines (RFC 4180), and `id` and `text` kept as written (pyarrow would make an id `007` the
@@ -64,7 +71,7 @@ def _read_delimited(ray, path: str):
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    delimiter = "\t" if path.lower().endswith(".tsv") else ","
+    delimiter = "\t" if _format_name(path).endswith(".tsv") else ","
     return ray.data.read_csv(
         path,
         parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
@@ -77,7 +84,8 @@ def classify(input: str, output: str, model_dir: str, concurrency: int = 2, thre
              num_cpus_per_actor: Optional[float] = None, num_gpus_per_actor: float = 0,
              **predictor_kwargs: Any):
     """Reads `input` (JSON lines; Parquet when it ends in .parquet or is a directory of them;
-    CSV/TSV with a header row when it ends in .csv/.tsv) with columns `id` and `text`, classifies every document on `concurrency` actors of
+    CSV/TSV with a header row when it ends in .csv/.tsv; gzip-compressed when `.gz` follows)
+    with columns `id` and `text`, classifies every document on `concurrency` actors of
     `threads_per_actor` CPUs each, and writes the predictions to the directory `output` as
     Parquet (default) or JSON lines (`output_format="json"`). Each actor reserves
     `num_cpus_per_actor` of Ray's CPUs (default `threads_per_actor`; leave some for Ray's read
@@ -102,7 +110,7 @@ def classify(input: str, output: str, model_dir: str, concurrency: int = 2, thre
           f"({cpus_per_actor:g} CPUs and {num_gpus_per_actor:g} GPUs each) into {output}", file=sys.stderr, flush=True)
     if input.endswith(".parquet") or (os.path.isdir(input) and any(f.endswith(".parquet") for f in os.listdir(input))):
         ds = ray.data.read_parquet(input)
-    elif input.lower().endswith((".csv", ".tsv")):
+    elif _format_name(input).endswith((".csv", ".tsv")):
         ds = _read_delimited(ray, input)
     else:
         ds = ray.data.read_json(input)

@@ -113,3 +113,28 @@ def test_an_actor_that_dies_mid_run_is_restarted_and_nothing_is_lost(cluster, do
                           num_cpus_per_actor=0.5, _fail_once_file=str(died))
     assert died.exists(), "an actor was killed mid-run"
     check(read_rows(str(out), "parquet"), expected)
+
+
+def test_gzip_compressed_inputs_are_read_as_the_cli_reads_them(cluster, documents, tmp_path):
+    """`docs.jsonl.gz` and `docs.csv.gz`, as `longread predict` reads them."""
+    import csv
+    import gzip
+
+    path, expected = documents
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    jsonl = tmp_path / "docs.jsonl.gz"
+    with gzip.open(jsonl, "wt") as f:
+        f.write(path.read_text())
+    table = tmp_path / "docs.csv.gz"
+    with gzip.open(table, "wt", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["id", "text"])
+        writer.writeheader()
+        writer.writerows(rows)
+    for compressed in (jsonl, table):
+        cli = run_cli("predict", "--model", MODEL, "--input", str(compressed))
+        assert cli.returncode == 0, cli.stderr
+        assert {line.pop("id"): line for line in json_lines(cli.stdout)} == expected
+        out = tmp_path / f"out-{compressed.name}"
+        longread.ray.classify(str(compressed), str(out), MODEL, concurrency=2, threads_per_actor=1, batch_size=16,
+                              num_cpus_per_actor=0.5, output_format="json")
+        check(read_rows(str(out), "json"), expected)
