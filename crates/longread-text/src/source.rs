@@ -104,9 +104,9 @@ impl DocumentSource {
     }
 
     /// How many documents the input holds (its shard's), when that can be known before reading
-    /// them: a line input that is a regular file is read through once for it — strictly, so a
-    /// line that cannot be read is the error here, before anything is classified — and holding
-    /// one record at a time. `None` for a pipe read leniently: it can be read only once.
+    /// them: a line input that is a regular file is read through once for it, holding one
+    /// record at a time — when strict, a line that cannot be read is the error here, before
+    /// anything is classified. `None` for a pipe read leniently: it can be read only once.
     pub fn count(&self) -> Result<Option<usize>> {
         match (&self.kind, &self.path) {
             (Kind::Read(documents), _) => Ok(Some(documents.len())),
