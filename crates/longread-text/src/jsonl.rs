@@ -29,11 +29,6 @@ pub fn read_records(reader: impl BufRead, source_name: &str) -> Result<Vec<Recor
 /// Why an input without a line holds no records.
 const NO_LINES: &str = "the input is empty or holds only blank lines";
 
-/// Like [`read_records`], but an empty `"text"` is kept (its document fails on its own later).
-pub fn read_records_allowing_empty(reader: impl BufRead, source_name: &str) -> Result<Vec<Record>> {
-    read(reader, source_name, true)
-}
-
 fn read(reader: impl BufRead, source_name: &str, allow_empty: bool) -> Result<Vec<Record>> {
     let mut records = Vec::new();
     for line in read_lines(reader, source_name, allow_empty) {
@@ -45,7 +40,8 @@ fn read(reader: impl BufRead, source_name: &str, allow_empty: bool) -> Result<Ve
     Ok(records)
 }
 
-/// Like [`read_records_allowing_empty`], but a line that cannot be read (invalid UTF-8 or
+/// Like [`read_records`], but an empty `"text"` is kept (its document fails on its own later)
+/// and a line that cannot be read (invalid UTF-8 or
 /// JSON, no `"text"`) is an error of its own, in input order, and the other lines are kept:
 /// one bad line among millions does not stop a job. An input without any line is an error.
 pub fn read_records_lenient(reader: impl BufRead, source_name: &str) -> Result<Vec<Result<Record>>> {
