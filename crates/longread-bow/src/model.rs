@@ -195,6 +195,12 @@ pub fn train(
     let counts: Vec<TermCounts> = texts.iter().map(|t| count_terms(t, &options.tfidf, &mut interner)).collect();
     let classes = label_names.len();
     let weights: Vec<f64> = labels.iter().map(|&l| options.class_weights.as_ref().map_or(1.0, |w| w[l])).collect();
+    // The vocabulary of the final fit, found first: without a feature there is nothing to fit.
+    let all: Vec<&TermCounts> = counts.iter().collect();
+    let columns = Columns::fit(&all, &options.tfidf);
+    if columns.idf.is_empty() {
+        return Err(BowError::NoFeatures { min_df: options.tfidf.min_df, documents: texts.len() });
+    }
     let total = if options.cs.len() > 1 { options.folds * options.cs.len() + 1 } else { 1 };
     let mut done = 0;
     let mut cv = Vec::new();
@@ -229,8 +235,6 @@ pub fn train(
             _ => Some(*s),
         })
         .map_or(options.cs[0], |b| b.c);
-    let all: Vec<&TermCounts> = counts.iter().collect();
-    let columns = Columns::fit(&all, &options.tfidf);
     let rows: Vec<SparseRow> = all.iter().map(|d| columns.row(d, options.tfidf.sublinear_tf)).collect();
     let data = Data { rows: &rows, labels, sample_weights: &weights, classes, features: columns.idf.len() };
     let regression = LogisticRegression::fit(data, c, None, options.solver)?;
@@ -322,11 +326,7 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
     if options.cs.len() > 1 {
         let smallest = per_class.iter().filter(|&&n| n > 0).min().copied().unwrap_or(0);
         if options.folds < 2 || smallest < options.folds {
-            return bad(format!(
-                "{}-fold cross-validation to choose C needs at least 2 folds and as many documents of every label \
-                 (the rarest has {smallest}); give fewer folds or one C",
-                options.folds
-            ));
+            return Err(BowError::TooFewForFolds { folds: options.folds, rarest: smallest });
         }
     }
     Ok(())
@@ -336,4 +336,33 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
 fn cv_score(c: f64, scores: &[f64]) -> CvScore {
     let (macro_f1_mean, macro_f1_std) = mean_std(scores);
     CvScore { c, macro_f1_mean, macro_f1_std }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels() -> Vec<String> {
+        vec!["fruit".into(), "cars".into()]
+    }
+
+    /// Two documents share no word: with the default `min_df` of 2 the model would have had no
+    /// features and predicted the label frequencies whatever the text.
+    #[test]
+    fn a_vocabulary_with_no_feature_is_refused() {
+        let options = BowOptions { cs: vec![1.0], ..BowOptions::default() };
+        let err = train(&["red apples", "fast engines"], &[0, 1], &labels(), &options, |_, _| {}).unwrap_err();
+        assert!(matches!(err, BowError::NoFeatures { min_df: 2, documents: 2 }), "{err}");
+        let one = BowOptions { tfidf: TfidfSettings { min_df: 1, ..options.tfidf }, ..options };
+        let trained = train(&["red apples", "fast engines"], &[0, 1], &labels(), &one, |_, _| {}).unwrap();
+        assert!(trained.model.features() > 0);
+    }
+
+    #[test]
+    fn too_few_documents_for_the_folds_that_choose_c_is_refused_with_the_counts() {
+        let texts = ["red apples", "green apples", "fast red engines"];
+        let options = BowOptions { cs: vec![0.1, 1.0], folds: 2, ..BowOptions::default() };
+        let err = train(&texts, &[0, 0, 1], &labels(), &options, |_, _| {}).unwrap_err();
+        assert!(matches!(err, BowError::TooFewForFolds { folds: 2, rarest: 1 }), "{err}");
+    }
 }

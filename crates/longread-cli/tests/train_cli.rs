@@ -1294,3 +1294,32 @@ fn csv_data_trains_and_evaluates_as_its_json_lines_do() {
     };
     assert_eq!(eval("train.jsonl"), eval("train.csv"));
 }
+
+/// A newcomer's first `train --arch bow` on two documents: `--input`/`--output` (as `predict`
+/// takes) name `--train`/`--out`, and each refusal names the flag that fixes it (the fold
+/// message said "give fewer folds" with no flag for it; a vocabulary with no feature trained a
+/// model that ignored every text).
+#[test]
+fn tiny_bag_of_words_runs_are_refused_naming_the_flag_to_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("two.jsonl");
+    std::fs::write(
+        &data,
+        "{\"text\":\"red apples\",\"label\":\"fruit\"}\n{\"text\":\"fast engines\",\"label\":\"cars\"}\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("bow");
+    let args = |extra: &[&str]| {
+        let mut a =
+            vec!["-q", "train", "--arch", "bow", "--input", data.to_str().unwrap(), "--output", out.to_str().unwrap()];
+        a.extend_from_slice(extra);
+        longread(&a)
+    };
+    assert_clean_failure(&args(&[]), "`--cv K` sets the folds, `--c-values C` gives one C");
+    assert_clean_failure(&args(&["--c-values", "1"]), "would have no features");
+    assert_clean_failure(&args(&["--c-values", "1"]), "(`--min-df`)");
+    assert!(!out.exists(), "nothing kept, nothing left");
+    let run = args(&["--c-values", "1", "--min-df", "1"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(out.join("bow.json").exists());
+}

@@ -28,7 +28,7 @@ pub struct EmbedArgs {
     input: PathBuf,
     /// Where to write JSON lines `{"id": ..., "embedding": [...]}` in input order
     /// (default: standard output). Written atomically: the file appears only when complete.
-    #[arg(long)]
+    #[arg(long, visible_alias = "out")]
     output: Option<PathBuf>,
     /// How token vectors become one vector: mean over tokens, or the first token's.
     #[arg(long, value_enum, default_value_t = SentencePooling::Mean)]

@@ -28,7 +28,7 @@ pub struct EnsembleArgs {
     #[arg(long = "weight", num_args = 1, allow_negative_numbers = true)]
     weights: Vec<f64>,
     /// Output directory; must not exist (written under a temporary name, then renamed).
-    #[arg(long)]
+    #[arg(long, visible_alias = "output")]
     out: PathBuf,
     /// Labelled held-out documents (JSON lines with "text" and "label", not the members'
     /// training data): fit each member's temperature on them, so that probabilities are on one

@@ -29,7 +29,7 @@ pub struct PredictArgs {
     #[arg(long)]
     pub input: PathBuf,
     /// Where to write the results (default: standard output); written atomically.
-    #[arg(long)]
+    #[arg(long, visible_alias = "out")]
     pub output: Option<PathBuf>,
     /// `json`: one JSON line per document; `table`: a readable table; `csv`: a header row, then
     /// a row per document (id, label, p_LABEL for each label, the most attended chunk's or

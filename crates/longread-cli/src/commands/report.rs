@@ -24,7 +24,7 @@ pub struct ReportArgs {
     #[arg(long)]
     input: PathBuf,
     /// The HTML file to write (atomically).
-    #[arg(long)]
+    #[arg(long, visible_alias = "output")]
     out: PathBuf,
     /// Stop at the first JSON line that cannot be read (invalid JSON, no "text"), writing no
     /// page. Without it such a line is shown in the page as a failed document ("line N" and

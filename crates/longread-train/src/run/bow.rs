@@ -3,7 +3,7 @@
 //! C chosen by stratified cross-validation on the training data, then refitted on all of it.
 //! Trained in seconds, saved as a model directory that predict, eval and serve load.
 
-use longread_bow::{train, BowOptions, CvScore, TfidfSettings};
+use longread_bow::{train, BowError, BowOptions, CvScore, TfidfSettings};
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
@@ -74,6 +74,17 @@ pub(crate) fn bow_options(
     })
 }
 
+/// A bag-of-words training error in the words of `train`'s flags, where one is what to change.
+pub(crate) fn with_flags(e: BowError) -> String {
+    match e {
+        BowError::TooFewForFolds { .. } => {
+            format!("{e} (`--cv K` sets the folds, `--c-values C` gives one C)")
+        }
+        BowError::NoFeatures { .. } => format!("{e} (`--min-df`)"),
+        other => other.to_string(),
+    }
+}
+
 /// Trains the bag-of-words model `bow` describes into `spec.out` (training_args.json,
 /// cv.json and the model files).
 pub(crate) fn run(
@@ -98,7 +109,7 @@ pub(crate) fn run(
     let trained = train(&texts, &ids, &labels, &options, |done, total| {
         hooks.progress(Progress::Fits { done, total });
     })
-    .map_err(|e| TrainError::Run(e.to_string()))?;
+    .map_err(|e| TrainError::Run(with_flags(e)))?;
     for s in &trained.cv {
         hooks.note(&format!("C {:>8}: macro-F1 {:.4} ± {:.4}", s.c, s.macro_f1_mean, s.macro_f1_std));
     }

@@ -17,13 +17,13 @@ use crate::run::spec::{sequence_section, Arch};
 pub struct InitSpec {
     /// Pretrained encoder directory (config.json, model.safetensors, tokenizer.json), or a Hub id
     /// when built with `--features hub`.
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "model"))]
     pub encoder: String,
     /// Comma-separated label names, in id order (at least two), e.g. general,teen,mature.
     #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', required = true))]
     pub labels: Vec<String>,
     /// Output model directory; must not exist yet.
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "output"))]
     pub out: PathBuf,
     /// The classifier: `sequence` reads only the first --chunk-size tokens (at most the
     /// encoder's positions) and ignores the chunking and pooling flags below.

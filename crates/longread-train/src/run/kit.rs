@@ -21,7 +21,7 @@ pub struct TokenizerSpec {
     /// Corpus: files or directories (every .txt, .jsonl, .csv and .tsv below, sorted). A .jsonl
     /// file gives each line's "text", a .csv/.tsv file each row's "text" column; other files
     /// give each non-empty line.
-    #[cfg_attr(feature = "clap", arg(long, required = true, num_args = 1..))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "input", required = true, num_args = 1..))]
     pub corpus: Vec<PathBuf>,
     /// `bpe`: byte-level BPE with RoBERTa's special tokens (<s> <pad> </s> <unk> <mask> = 0–4)
     /// and post-processor; `wordpiece`: BERT's ([PAD] [UNK] [CLS] [SEP] [MASK] = 0–4).
@@ -37,7 +37,7 @@ pub struct TokenizerSpec {
     #[cfg_attr(feature = "clap", arg(long))]
     pub lowercase: bool,
     /// Output directory (created if missing); its tokenizer.json must not exist yet.
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "output"))]
     pub out: PathBuf,
 }
 
@@ -138,7 +138,7 @@ pub struct EncoderSpec {
     #[cfg_attr(feature = "clap", arg(long))]
     pub tokenizer: PathBuf,
     /// Output directory; must not exist.
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "output"))]
     pub out: PathBuf,
     /// Seed of the initial weights.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]

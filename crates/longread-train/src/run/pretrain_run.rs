@@ -31,7 +31,7 @@ pub struct PretrainSpec {
     /// Corpus: files or directories (every .txt, .jsonl, .csv and .tsv below). A .jsonl file
     /// gives each line's "text", a .csv/.tsv file each row's "text" column; other files give
     /// each non-empty line.
-    #[cfg_attr(feature = "clap", arg(long, required = true, num_args = 1..))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "input", required = true, num_args = 1..))]
     pub corpus: Vec<PathBuf>,
     /// tokenizer.json or a directory holding one (e.g. from `longread tokenizer train`). With
     /// --model, default: the model's own tokenizer.
@@ -53,7 +53,7 @@ pub struct PretrainSpec {
     pub model: Option<String>,
     /// Output directory: config.json, model.safetensors (latest weights), tokenizer.json,
     /// metrics.jsonl, trainer_state.json, training_args.json and checkpoint-last/.
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "output"))]
     pub out: PathBuf,
     /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.
     #[cfg_attr(feature = "clap", arg(long))]

@@ -16,7 +16,7 @@ use longread_classifier::calibration::fit_temperature;
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
-use crate::run::bow::{bow_options, labelled_texts};
+use crate::run::bow::{bow_options, labelled_texts, with_flags};
 use crate::run::spec::{BowSpec, TrainSpec};
 
 /// Most folds of the wide side's cross-validation (C and the out-of-fold scores).
@@ -54,7 +54,7 @@ pub fn fit_wide(
              training documents of every label (the rarest has {rarest})"
         )));
     }
-    let bow_error = |e: longread_bow::BowError| TrainError::Run(format!("--wide-bow: {e}"));
+    let bow_error = |e: longread_bow::BowError| TrainError::Run(format!("--wide-bow: {}", with_flags(e)));
     let options = bow_options(spec, bow, &ids, labels, folds)?;
     let fitted = train(&texts, &ids, labels, &options, |_, _| {}).map_err(bow_error)?;
     let c = fitted.model.c();

@@ -31,7 +31,7 @@ const QUICKSTART_EVAL: ClassifierOptions =
 pub struct QuickstartArgs {
     /// Output directory (must not exist): data/, tokenizer/, encoder/, hierarchical/,
     /// sequence/, report.html and summary.json.
-    #[arg(long, default_value = "quickstart")]
+    #[arg(long, visible_alias = "output", default_value = "quickstart")]
     out: PathBuf,
     /// A pretrained encoder (config.json, model.safetensors, tokenizer.json) to use instead of
     /// training a tokenizer and a tiny RoBERTa.

@@ -55,7 +55,7 @@ pub struct TrainSpec {
     pub labels: Vec<String>,
     /// Training data: JSON lines with "text" and "label" (name or index), or a .csv/.tsv file
     /// with those columns (a header row; integer cells are indices, as in JSON lines).
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "input"))]
     pub train: PathBuf,
     /// Dev data in the same format; without it, --dev-split of the training data is held out.
     #[cfg_attr(feature = "clap", arg(long))]
@@ -63,7 +63,7 @@ pub struct TrainSpec {
     /// Output directory: the best model (format v1) plus metrics.jsonl, trainer_state.json,
     /// training_args.json and checkpoint-last/ (to resume; removed when the run completes).
     /// Must not exist yet, unless resuming.
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "output"))]
     pub out: PathBuf,
     /// Class weights of the loss: none, balanced (n / (classes · count)), or w1,w2,... in label order.
     #[cfg_attr(feature = "clap", arg(long, default_value = "none"))]
