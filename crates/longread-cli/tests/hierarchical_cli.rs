@@ -94,6 +94,11 @@ fn init_refuses_bad_settings_and_existing_output() {
     );
     let o = longread(&["init", "--encoder", enc, "--labels", "a,a", "--out", out.to_str().unwrap()]);
     assert_clean_failure(&o, "contains a name twice");
+    // Two names and an empty one: the message said "needs at least two non-empty names".
+    let o = longread(&["init", "--encoder", enc, "--labels", "a,,b", "--out", out.to_str().unwrap()]);
+    assert_clean_failure(&o, "--labels: name 2 of 3 is empty (a doubled or trailing comma?)");
+    let o = longread(&["init", "--encoder", enc, "--labels", "a", "--out", out.to_str().unwrap()]);
+    assert_clean_failure(&o, "--labels needs at least two names");
     assert!(!out.exists(), "nothing written on failure");
     std::fs::create_dir(&out).unwrap();
     assert_clean_failure(&init(enc, &out, &["--chunk-size", "32", "--stride", "8"]), "already exists");

@@ -83,8 +83,11 @@ impl InitSpec {
     /// control characters.
     pub fn checked_labels(&self) -> Result<Vec<String>> {
         let labels: Vec<String> = self.labels.iter().map(|l| l.trim().to_owned()).collect();
-        if labels.len() < 2 || labels.iter().any(String::is_empty) {
-            bail!("--labels needs at least two non-empty names, e.g. --labels general,teen,mature");
+        if let Some(at) = labels.iter().position(String::is_empty) {
+            bail!("--labels: name {} of {} is empty (a doubled or trailing comma?)", at + 1, labels.len());
+        }
+        if labels.len() < 2 {
+            bail!("--labels needs at least two names, e.g. --labels general,teen,mature");
         }
         if let Some(problem) = labels.iter().find_map(|l| longread_text::labelled::label_name_problem(l)) {
             bail!("--labels: {problem}");
