@@ -9,9 +9,11 @@ use serde_json::{json, Value};
 
 use crate::ensemble::read_spec;
 use crate::model_kind::ModelKind;
+use longread_metrics::terminal::printable;
 use longread_model::checkpoint::Checkpoint;
 use longread_model::error::Result;
 use longread_model::han::{HanClassifier, HAN_ARCHITECTURE};
+use longread_model::hierarchical::{Architecture, ClassifierConfig, LongreadSection};
 use longread_model::params::ParameterBreakdown;
 
 /// A model directory's summary: as one JSON object, and as a table for people.
@@ -24,7 +26,15 @@ pub struct ModelSummary {
 }
 
 /// Summarises any model directory: a Hugging Face encoder, a longread classifier or a HAN.
+/// The table shows every line [`printable`]: a config.json (one from the Hub, say) may hold
+/// label names or a model type with control characters.
 pub fn summarize(dir: &Path) -> Result<ModelSummary> {
+    let ModelSummary { json, table } = summarize_kind(dir)?;
+    let table = table.split('\n').map(printable).collect::<Vec<_>>().join("\n");
+    Ok(ModelSummary { json, table })
+}
+
+fn summarize_kind(dir: &Path) -> Result<ModelSummary> {
     match ModelKind::of(dir) {
         ModelKind::Ensemble => return summarize_ensemble(dir),
         ModelKind::Bow => return summarize_bow(dir),
@@ -46,6 +56,9 @@ struct EncoderFacts {
     weight_files: Vec<String>,
     /// A wide-and-deep model's `longread.wide` (null otherwise).
     wide: Value,
+    /// A longread classifier's head (none for a plain encoder, or a section that does not load:
+    /// `predict` names its problem).
+    classifier: Option<ClassifierConfig>,
 }
 
 impl EncoderFacts {
@@ -77,14 +90,19 @@ impl EncoderFacts {
             .filter_map(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
             .collect();
         let wide = cfg.extra.get("longread").and_then(|l| l.get("wide")).cloned().unwrap_or(Value::Null);
-        Self { prefix, params, pooler_used, architectures, tasks, weight_files, wide }
+        let classifier = cfg
+            .extra
+            .contains_key("longread")
+            .then(|| ClassifierConfig::from_file(&checkpoint.files.config, cfg.clone()).ok())
+            .flatten();
+        Self { prefix, params, pooler_used, architectures, tasks, weight_files, wide, classifier }
     }
 }
 
 /// The summary as one JSON object.
 fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Value {
     let cfg = &checkpoint.config;
-    let EncoderFacts { prefix, params, architectures, tasks, weight_files, wide, .. } = facts;
+    let EncoderFacts { prefix, params, architectures, tasks, weight_files, wide, classifier, .. } = facts;
     json!({
         "model_dir": dir.display().to_string(),
         "model_type": cfg.model_type,
@@ -109,13 +127,15 @@ fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Va
         "parameters": params,
         "tasks": tasks,
         "wide": wide,
+        "labels": classifier.as_ref().map(|c| c.labels.clone()),
+        "classifier": classifier.as_ref().map(|c| &c.longread),
     })
 }
 
 /// The summary as a table for people.
 fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> String {
     let cfg = &checkpoint.config;
-    let EncoderFacts { prefix, params, pooler_used, architectures, tasks, weight_files, wide } = facts;
+    let EncoderFacts { prefix, params, pooler_used, architectures, tasks, weight_files, wide, classifier } = facts;
     let mut t = String::new();
 
     let arch = architectures.as_array().and_then(|a| a.first()).and_then(|v| v.as_str()).unwrap_or("-");
@@ -156,6 +176,12 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
     .ok();
     writeln!(t, "tokenizer        {}", if checkpoint.files.tokenizer.is_some() { "tokenizer.json" } else { "missing" })
         .ok();
+    if let Some(c) = classifier {
+        writeln!(t, "classifier       {}", head_line(&c.longread)).ok();
+        if tasks.is_empty() {
+            writeln!(t, "labels           {}", c.labels.join(", ")).ok();
+        }
+    }
     for (i, task) in tasks.iter().enumerate() {
         writeln!(
             t,
@@ -295,6 +321,36 @@ fn summarize_ensemble(dir: &Path) -> Result<ModelSummary> {
         "members": members,
     });
     Ok(ModelSummary { json: summary, table: t })
+}
+
+/// How a classifier reads a document, in words: "hierarchical: attention pooling over chunks of
+/// 512 tokens (stride 256, at most 20, head selection, cls vectors)".
+fn head_line(l: &LongreadSection) -> String {
+    if l.architecture == Architecture::Sequence {
+        return format!("sequence: the first {} tokens only, the first token's state", l.chunk_size);
+    }
+    let mut line = format!(
+        "{}: {} pooling over chunks of {} tokens (stride {}, at most {}, {} selection, {} vectors)",
+        name(&l.architecture),
+        name(&l.pooling_strategy),
+        l.chunk_size,
+        l.stride,
+        if l.max_chunks == 0 { "no limit".to_string() } else { l.max_chunks.to_string() },
+        name(&l.chunk_selection),
+        name(&l.chunk_pooling),
+    );
+    if l.attention_top_k > 0 {
+        line += &format!(", attention on the top {} chunks", l.attention_top_k);
+    }
+    if l.ordinal {
+        line += ", ordinal labels";
+    }
+    line
+}
+
+/// An enum setting as config.json spells it ("attention", "max_logits").
+fn name<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "?".into())
 }
 
 /// 1234567 → "1,234,567".

@@ -142,3 +142,41 @@ fn several_models_are_compared_with_bootstrap_intervals_and_paired_p_values() {
     assert!(table.contains("95% bootstrap intervals") && table.contains("recall mature"), "{table}");
     assert_eq!(table.lines().filter(|l| l.starts_with(&a.display().to_string())).count(), 1);
 }
+
+/// A model whose config.json (one from the Hub, or made before labels were checked) has a
+/// label name with an escape sequence: `eval`'s tables, `inspect` and `predict --format table`
+/// show it escaped (eval and inspect printed it raw, recolouring the terminal).
+#[test]
+fn label_names_with_control_characters_are_printed_escaped() {
+    let model = common::scratch_copy("hier/bert-attention");
+    let config = model.path().join("config.json");
+    let text = std::fs::read_to_string(&config).unwrap().replace("\"mature\"", "\"mat\\u001b[31mure\"");
+    std::fs::write(&config, text).unwrap();
+    let docs = std::fs::read_to_string(fixture("hier/documents.jsonl")).unwrap();
+    let data: String = docs
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v["label"] = (i % 3).into();
+            v.to_string() + "\n"
+        })
+        .collect();
+    let path = model.path().join("dev.jsonl");
+    std::fs::write(&path, data).unwrap();
+    let (m, p) = (model.path().to_str().unwrap(), path.to_str().unwrap());
+    for args in [
+        vec!["eval", "--model", m, "--data", p],
+        vec!["eval", "--model", m, "--model", m, "--data", p, "--bootstrap", "100"],
+        vec!["inspect", "--model", m],
+        vec!["predict", "--model", m, "--input", p, "--format", "table"],
+    ] {
+        let out = longread(&args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let shown = String::from_utf8(out.stdout).unwrap() + &String::from_utf8(out.stderr).unwrap();
+        assert!(!shown.contains('\u{1b}'), "{args:?} printed the escape raw: {shown}");
+        // predict's table cuts a column header to its width.
+        let escaped = if args[0] == "predict" { "mat\\u{1" } else { "mat\\u{1b}[31mure" };
+        assert!(shown.contains(escaped), "{args:?}: {shown}");
+    }
+}

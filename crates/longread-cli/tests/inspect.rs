@@ -59,3 +59,38 @@ fn the_model_may_be_given_without_the_flag() {
     let neither = longread(&["inspect"]);
     assert!(!neither.status.success() && String::from_utf8_lossy(&neither.stderr).contains("--model"));
 }
+
+/// A longread classifier's labels and how it reads a document (the table showed only the
+/// encoder: a user had to open config.json to see which labels a trained model gives).
+#[test]
+fn a_classifier_shows_its_labels_and_how_it_reads_documents() {
+    let table = |model: &str| {
+        let out = longread(&["inspect", "--model", fixture(model).to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let hier = table("hier/bert-top2-sharp");
+    assert!(hier.contains("\nlabels           general, teen, mature\n"), "{hier}");
+    assert!(
+        hier.contains(
+            "\nclassifier       hierarchical: attention pooling over chunks of 16 tokens (stride 4, at most 4, head \
+             selection, cls vectors), attention on the top 2 chunks\n"
+        ),
+        "{hier}"
+    );
+    let seq = table("seq/bert");
+    assert!(
+        seq.contains("\nclassifier       sequence: the first 64 tokens only")
+            && seq.contains("labels           prices, rain")
+    );
+    let multi = table("hier/trained-multitask");
+    assert!(!multi.contains("\nlabels "), "a multi-task model lists its tasks' labels: {multi}");
+    assert!(multi.contains("size (column \"size\"): long, short"), "{multi}");
+    let encoder = table("tiny-roberta");
+    assert!(!encoder.contains("\nclassifier       ") && !encoder.contains("\nlabels "), "{encoder}");
+
+    let out = longread(&["inspect", "--model", fixture("hier/bert-ordinal").to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["labels"], serde_json::json!(["general", "teen", "mature"]));
+    assert_eq!((v["classifier"]["ordinal"].as_bool(), v["classifier"]["chunk_size"].as_u64()), (Some(true), Some(16)));
+}

@@ -7,6 +7,9 @@ use serde::Serialize;
 
 pub mod bootstrap;
 pub mod folds;
+pub mod terminal;
+
+use terminal::printable;
 
 /// Counts of (true label, predicted label) pairs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -130,12 +133,14 @@ pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Resu
 
 impl Report {
     /// A readable table: per-class metrics, averages and the confusion matrix with names.
+    /// Label names are shown [`printable`].
     pub fn to_table(&self) -> String {
-        let width = self.labels.iter().map(|l| l.chars().count()).max().unwrap_or(5).max(12);
+        let labels: Vec<String> = self.labels.iter().map(|l| printable(l)).collect();
+        let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(5).max(12);
         let mut out = format!("{:<width$} {:>9} {:>9} {:>9} {:>9}\n", "", "precision", "recall", "f1", "support");
         for c in &self.per_class {
-            out +=
-                &format!("{:<width$} {:>9.4} {:>9.4} {:>9.4} {:>9}\n", c.label, c.precision, c.recall, c.f1, c.support);
+            let label = printable(&c.label);
+            out += &format!("{label:<width$} {:>9.4} {:>9.4} {:>9.4} {:>9}\n", c.precision, c.recall, c.f1, c.support);
         }
         out += &format!("\n{:<width$} {:>9} {:>9} {:>9.4} {:>9}\n", "accuracy", "", "", self.accuracy, self.examples);
         out += &format!(
@@ -145,11 +150,11 @@ impl Report {
         out +=
             &format!("{:<width$} {:>9} {:>9} {:>9.4} {:>9}\n", "weighted avg", "", "", self.weighted_f1, self.examples);
         out += &format!("\nconfusion matrix (rows: true, columns: predicted)\n{:<width$}", "");
-        for l in &self.labels {
+        for l in &labels {
             out += &format!(" {l:>width$}");
         }
         out.push('\n');
-        for (l, row) in self.labels.iter().zip(&self.confusion_matrix) {
+        for (l, row) in labels.iter().zip(&self.confusion_matrix) {
             out += &format!("{l:<width$}");
             for n in row {
                 out += &format!(" {n:>width$}");
@@ -227,6 +232,13 @@ mod tests {
         assert!(evaluate(&labels(), &[0], &[0, 1]).is_err());
         assert!(evaluate(&labels(), &[3], &[0]).unwrap_err().contains("out of range"));
         assert!(evaluate(&labels(), &[], &[]).is_err());
+    }
+
+    #[test]
+    fn table_escapes_control_characters_in_label_names() {
+        let names = vec!["a\u{1b}[2J".to_string(), "b".into()];
+        let t = evaluate(&names, &[0, 1], &[0, 1]).unwrap().to_table();
+        assert!(!t.contains('\u{1b}') && t.matches("a\\u{1b}[2J").count() == 3, "{t}");
     }
 
     #[test]

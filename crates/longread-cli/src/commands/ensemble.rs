@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble, EnsembleSpec};
+use longread_metrics::terminal::printable;
 use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 
 /// Arguments of `longread ensemble`.
@@ -100,7 +101,7 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
             "ensemble of {} models in {} (labels {})",
             spec.members.len(),
             args.out.display(),
-            spec.labels.join(", ")
+            printable(&spec.labels.join(", "))
         );
         for m in &spec.members {
             println!("  {:<40} weight {:.3}  temperature {:.3}  from {}", m.dir, m.weight, m.temperature, m.source);

@@ -8,6 +8,7 @@ use clap::Args;
 use longread_classifier::evaluate::{compare, evaluate_reader, Comparison, TaskReport};
 use longread_classifier::ClassifierOptions;
 use longread_metrics::bootstrap::{Bootstrap, Interval, RESAMPLES};
+use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
 use serde_json::Map;
 
@@ -130,8 +131,9 @@ fn run_comparison(args: &EvalArgs, options: ClassifierOptions, quiet: bool) -> R
 fn note_constant(model: &str, report: &longread_metrics::Report, quiet: bool) {
     if let (Some(label), false) = (&report.constant_prediction, quiet) {
         eprintln!(
-            "note: {model} predicted `{label}` for all {} documents (its scores are a constant's); if it did \
+            "note: {model} predicted `{}` for all {} documents (its scores are a constant's); if it did \
              well on its training data, these documents differ from that data (docs/recipes.md, section 1)",
+            printable(label),
             report.examples
         );
     }
@@ -150,7 +152,7 @@ fn comparison_table(c: &Comparison) -> String {
     );
     out += &format!("{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}", "model", "accuracy", "macro-F1", "p(acc)", "p(F1)");
     for label in &c.labels {
-        out += &format!("  {:<22}", format!("recall {label}"));
+        out += &format!("  {:<22}", format!("recall {}", printable(label)));
     }
     out.push('\n');
     for m in &c.models {

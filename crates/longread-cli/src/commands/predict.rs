@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use longread_classifier::{Classifier, ClassifierOptions};
 use longread_classifier::{DocResult, PredictionLine};
+use longread_metrics::terminal::printable;
 use longread_model::{DeviceChoice, Precision};
 use longread_text::{Document, DocumentSource, Shard};
 use serde_json::Value;
@@ -321,19 +322,6 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
         })
         .collect();
     format!("{id:<24} {:<12}{probs} {count:>6}  {top}{other}", truncate(&printable(&prediction.label), 12))
-}
-
-/// Text of the input as a terminal shows it safely: line breaks and tabs as spaces, other
-/// control characters escaped (`\u{1b}`), so that a document or id cannot move the cursor,
-/// recolour the terminal or split a row (the table printed them raw).
-fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '\n' | '\r' | '\t' => " ".to_string(),
-            c if c.is_control() => c.escape_default().to_string(),
-            c => c.to_string(),
-        })
-        .collect()
 }
 
 fn truncate(s: &str, n: usize) -> String {
