@@ -1323,3 +1323,28 @@ fn tiny_bag_of_words_runs_are_refused_naming_the_flag_to_change() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert!(out.join("bow.json").exists());
 }
+
+/// `--lr -1` was a clap usage error ("unexpected argument '-1' found") instead of the range
+/// check that names the flag; `--freeze-bottom` and `--unfreeze topN` beyond the encoder's
+/// layers froze or trained every layer without a word.
+#[test]
+fn negative_numbers_and_layer_counts_beyond_the_encoder_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("init");
+    init_tiny(&model);
+    let data = fixture("synthetic/train.jsonl");
+    let out = tmp.path().join("out");
+    let refused = |extra: &[&str], needle: &str| {
+        let run = train(&model, &data, &out, &[&["-q", "--epochs", "1"], extra].concat());
+        assert_clean_failure(&run, needle);
+        assert!(!out.exists(), "{extra:?}: nothing kept");
+    };
+    refused(&["--lr", "-1"], "--lr -1: a learning rate must be a number above 0");
+    refused(&["--weight-decay", "-0.5"], "--weight-decay -0.5: must be in [0, ∞)");
+    refused(&["--dev-split", "-1"], "--dev-split -1: must be in [0, 1)");
+    // tiny-bert has 2 layers.
+    refused(&["--freeze-bottom", "3"], "--freeze-bottom 3: the encoder has 2 layers");
+    refused(&["--unfreeze", "0:head,1:top3", "--epochs", "2"], "--unfreeze 1:top3: the encoder has 2 layers");
+    let all = train(&model, &data, &out, &["-q", "--epochs", "1", "--freeze-bottom", "2"]);
+    assert!(all.status.success(), "every layer is a valid count: {}", String::from_utf8_lossy(&all.stderr));
+}

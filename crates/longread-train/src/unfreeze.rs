@@ -55,6 +55,17 @@ impl UnfreezeSchedule {
         Ok(Self(phases))
     }
 
+    /// Refuses a `topN` phase above the encoder's `num_layers` (it would have trained every
+    /// layer, as `all` says plainly, and a typo such as `top24` for `top4` went unnoticed).
+    pub fn check_layers(&self, num_layers: usize) -> Result<()> {
+        match self.0.iter().find(|(_, what)| matches!(what, Unfreeze::Top(n) if *n > num_layers)) {
+            Some((epoch, Unfreeze::Top(n))) => Err(TrainError::InvalidSetting(format!(
+                "--unfreeze {epoch}:top{n}: the encoder has {num_layers} layers (`all` trains every one)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The phases as parsed.
     pub fn phases(&self) -> &[(usize, Unfreeze)] {
         &self.0
@@ -92,6 +103,14 @@ fn rank(what: Unfreeze) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_top_phase_above_the_encoders_layers_is_refused() {
+        let s = UnfreezeSchedule::parse("0:head,2:top6,4:all").unwrap();
+        assert!(s.check_layers(6).is_ok() && s.check_layers(12).is_ok());
+        let err = s.check_layers(4).unwrap_err().to_string();
+        assert!(err.contains("--unfreeze 2:top6: the encoder has 4 layers"), "{err}");
+    }
 
     #[test]
     fn parses_the_issue_example_and_picks_phases_by_epoch() {

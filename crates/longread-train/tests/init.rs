@@ -89,7 +89,7 @@ fn refuses_settings_that_do_not_apply_by_name() {
     refused(InitSpec { labels: vec!["a".into(), "a ".into()], ..spec(&out) }, "contains a name twice");
     refused(InitSpec { labels: vec!["a\u{1b}[31m".into(), "b".into()], ..spec(&out) }, "holds a control character");
     refused(InitSpec { labels: vec!["a".into()], ..spec(&out) }, "at least two");
-    refused(InitSpec { labels: vec!["a".into(), " ".into()], ..spec(&out) }, "non-empty");
+    refused(InitSpec { labels: vec!["a".into(), " ".into()], ..spec(&out) }, "name 2 of 2 is empty");
     refused(InitSpec { arch: Arch::Han, ..spec(&out) }, "--arch han is not built on an encoder");
     refused(InitSpec { arch: Arch::Bow, ..spec(&out) }, "--arch bow is not built on an encoder");
     refused(InitSpec { attention_temperature: 0.0, ..spec(&out) }, "--attention-temperature 0: must be above 0");

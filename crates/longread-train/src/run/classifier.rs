@@ -51,11 +51,16 @@ pub(crate) fn run(
         train_batch_tokens(&device, model.train_footprint(bf16))
     });
     let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
+    let chunk_size = model.config().longread.chunk_size;
+    let batches = if cfg.max_batch_tokens < chunk_size {
+        format!("encoder batches of one chunk: --max-batch-tokens {} is below a chunk's {chunk_size}", cfg.max_batch_tokens)
+    } else {
+        format!("encoder batches of up to {} tokens", cfg.max_batch_tokens)
+    };
     hooks.note(&format!(
-        "training on {} ({}, encoder batches of up to {} tokens) with {} documents ({} chunks), {}; {}",
+        "training on {} ({}, {batches}) with {} documents ({} chunks), {}; {}",
         longread_model::device::describe(&device),
         spec.encoder.precision.name(),
-        cfg.max_batch_tokens,
         train_docs.len(),
         train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
         dev_set_words(dev_docs.len()),

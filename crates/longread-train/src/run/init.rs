@@ -44,7 +44,7 @@ pub struct InitSpec {
     pub attention_top_k: usize,
     /// Softmax temperature of the attention scores (--pooling attention/multihead): below 1
     /// concentrates the weight on the top chunks.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1.0, value_name = "T"))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 1.0, value_name = "T"))]
     pub attention_temperature: f64,
     /// The labels are ordered, in the order --labels gives them (e.g. general,teen,mature):
     /// the head scores each document once and a cumulative link model (proportional odds)

@@ -68,25 +68,25 @@ pub struct PretrainSpec {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 128))]
     pub seq_len: usize,
     /// Fraction of ordinary tokens selected for prediction (80% → <mask>, 10% random, 10% kept).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.15))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.15))]
     pub mask_prob: f64,
     /// Peak learning rate.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 5e-4))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 5e-4))]
     pub lr: f64,
     /// Steps of linear warm-up.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 100))]
     pub warmup_steps: usize,
     /// AdamW's decoupled weight decay (none on biases and LayerNorm weights).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.01))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.01))]
     pub weight_decay: f64,
     /// Clip the global gradient norm to this (0 = off).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1.0))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 1.0))]
     pub max_grad_norm: f64,
     /// Held-out MLM loss and perplexity (and a checkpoint) every this many steps.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 200))]
     pub eval_every: usize,
     /// Fraction of the packed sequences held out for evaluation.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.05))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.05))]
     pub held_out: f64,
     /// Seed of the initial weights, data order, masks and dropout.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 42))]

@@ -68,6 +68,15 @@ pub fn train(
         return Err(TrainError::InvalidSetting("the model was loaded for inference only".into()));
     }
     let num_layers = model.config().encoder.num_hidden_layers;
+    if cfg.freezing.freeze_bottom > num_layers {
+        return Err(TrainError::InvalidSetting(format!(
+            "--freeze-bottom {}: the encoder has {num_layers} layers (--freeze-base freezes all of it)",
+            cfg.freezing.freeze_bottom
+        )));
+    }
+    if let Some(schedule) = &cfg.unfreeze {
+        schedule.check_layers(num_layers)?;
+    }
     check_labels(model, &train_split, "training")?;
     check_labels(model, &dev_split, "dev")?;
     let run = Run { model, train: &train_split, dev: &dev_split, cfg, device, named, num_layers };

@@ -26,7 +26,7 @@ pub struct LoopSpec {
     /// (giving both is an error). 0 holds out nothing: every document trains, no dev metrics
     /// are computed, and OUT keeps the last epoch (--keep best, --patience, --metric refused),
     /// e.g. for the final model once --cv has chosen the settings and the epochs.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.1))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.1))]
     pub dev_split: f64,
     /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.
     /// Use the same data and flags as the interrupted run.
@@ -45,14 +45,14 @@ pub struct LoopSpec {
     pub grad_accum: usize,
     /// Learning rate of the encoder [default: 2e-5; 5e-5 for the single-chunk sequence
     /// classifier], or of every HAN parameter [default with --arch han: 1e-3].
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true))]
     pub lr: Option<f64>,
     /// AdamW's decoupled weight decay (none on biases and LayerNorm weights) [default: 0.01;
     /// 0 with --arch han: plain Adam, as in the paper].
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true))]
     pub weight_decay: Option<f64>,
     /// Warm-up steps as a fraction of all optimizer steps [default: 0.1; 0 with --arch han].
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true))]
     pub warmup_ratio: Option<f64>,
     /// Warm-up in optimizer steps (instead of --warmup-ratio).
     #[cfg_attr(feature = "clap", arg(long, conflicts_with = "warmup_ratio"))]
@@ -61,7 +61,7 @@ pub struct LoopSpec {
     #[cfg_attr(feature = "clap", arg(long, value_enum))]
     pub schedule: Option<ScheduleArg>,
     /// Clip the global gradient norm to this, 0 = off [default: 1.0; 0.5 with --arch han].
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true))]
     pub max_grad_norm: Option<f64>,
     /// Dev metric that picks the best epoch.
     #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = MetricArg::MacroF1))]
@@ -92,13 +92,13 @@ pub struct LoopSpec {
     #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub save_every_steps: Option<usize>,
     /// AdamW's β1 (decay of the first-moment estimate), in [0, 1).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.9))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.9))]
     pub adam_beta1: f64,
     /// AdamW's β2 (decay of the second-moment estimate), in [0, 1).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.999))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.999))]
     pub adam_beta2: f64,
     /// AdamW's ε (added to the denominator), > 0.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1e-8))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 1e-8))]
     pub adam_epsilon: f64,
 }
 
@@ -109,7 +109,7 @@ pub struct LoopSpec {
 pub struct EncoderTrainSpec {
     /// Learning rate of pooling + head (default: 1e-3 with --freeze-base or when --unfreeze
     /// starts with 0:head, else --lr).
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true))]
     pub head_lr: Option<f64>,
     /// Freeze the whole encoder: only pooling and head train, on chunk vectors computed once.
     #[cfg_attr(feature = "clap", arg(long))]
@@ -145,7 +145,7 @@ pub struct EncoderTrainSpec {
     #[cfg_attr(feature = "clap", arg(long))]
     pub train_embeddings: bool,
     /// Layer-wise learning-rate decay: layer l of N gets lr·d^(N−l), embeddings lr·d^(N+1).
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1.0))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 1.0))]
     pub layer_lr_decay: f64,
     /// Most tokens per encoder batch (padded). Training keeps one batch's graph at a time, so
     /// this sets the memory plateau: a smaller budget holds less in memory and takes somewhat
@@ -204,7 +204,15 @@ pub struct BowSpec {
     /// with the best mean macro-F1 over --cv folds of the training data (with --wide-bow: 5, or
     /// fewer when a label has fewer documents) is refitted on all of it (one value: no
     /// cross-validation).
-    #[cfg_attr(feature = "clap", arg(long = "c-values", value_delimiter = ',', default_value = "0.1,1,10,100,1000"))]
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long = "c-values",
+            allow_negative_numbers = true,
+            value_delimiter = ',',
+            default_value = "0.1,1,10,100,1000"
+        )
+    )]
     pub c_values: Vec<f64>,
     /// Longest word n-gram used as a feature (1: words; 2: words and word pairs).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 2))]
@@ -248,7 +256,7 @@ pub struct HanSpec {
     #[cfg_attr(feature = "clap", arg(long))]
     pub sent_size: Option<usize>,
     /// Percentile of the training data's lengths that sets --doc-size and --sent-size.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 90.0))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 90.0))]
     pub length_percentile: f64,
     /// Word vector size (ignored with --word-vectors, which sets it to the encoder's).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 200))]
@@ -260,7 +268,7 @@ pub struct HanSpec {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 100))]
     pub attention_size: usize,
     /// Dropout on the word vectors and on the document vector.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.5))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.5))]
     pub dropout: f64,
     /// Context vectors of the sentence attention, r: r distributions over the sentences whose
     /// document vectors are concatenated.
@@ -268,7 +276,7 @@ pub struct HanSpec {
     pub attention_hops: usize,
     /// Weight λ of the penalty λ‖AAᵀ − I‖²_F on the sentence attention A ([r, sentences]),
     /// which pushes the hops apart (Lin et al. 2017); 0 = off.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0.0))]
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true, default_value_t = 0.0))]
     pub attention_penalty: f64,
     /// Start the word vectors from a pretrained encoder's input embeddings (a model directory
     /// with config.json, model.safetensors and tokenizer.json): each word gets the mean of its
