@@ -57,7 +57,7 @@ pub struct EnsembleArgs {
     #[arg(long, requires = "scored", value_name = "DIR")]
     vector_cache: Option<PathBuf>,
     /// Folds of --stack's refits, and of the out-of-fold scores of every choice.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(2..))]
+    #[arg(long, default_value_t = 5, value_parser = crate::commands::counts::at_least(2))]
     folds: u64,
     /// Seed of --stack's stratified folds.
     #[arg(long, default_value_t = 42)]

@@ -63,7 +63,7 @@ pub struct EncodingArgs {
     /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
     /// share batches, longest first. Lower it to save memory. Default: 2048 on the CPU; on a GPU
     /// what a quarter of its memory holds, 65536 (8 GB cards) to 256000 (40 GB and more).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::commands::counts::at_least(1))]
     pub max_batch_tokens: Option<u64>,
     /// Encoder precision. Default: f32 on the CPU, bf16 on a GPU (bf16 matrix products; softmax,
     /// LayerNorm statistics, pooling and head in f32). f32 on a GPU uses TF32 matrix products.
