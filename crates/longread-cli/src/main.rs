@@ -55,7 +55,7 @@ enum Command {
     /// Combine trained models (any kinds, same labels) into one whose probabilities are their
     /// weighted mean, e.g. a fine-tuned hierarchical model and the bag-of-words baseline.
     Ensemble(commands::ensemble::EnsembleArgs),
-    /// Write an HTML page per input showing the prediction and the chunks' attention.
+    /// Write one HTML page (`--out FILE.html`) showing each document's prediction and its chunks' attention.
     Report(commands::report::ReportArgs),
     /// Tokenizers: `tokenizer train` learns a byte-level BPE (RoBERTa) or WordPiece (BERT)
     /// tokenizer from a corpus.

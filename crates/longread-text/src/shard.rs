@@ -36,8 +36,13 @@ impl Shard {
     /// Whether the document at 0-based `position` of its input (the JSON-lines line number
     /// minus one when there is one) belongs to this shard.
     pub fn holds(&self, document: &Document, position: usize) -> bool {
-        let at = document.line.map_or(position, |line| line.saturating_sub(1));
-        at % self.count == self.index
+        self.holds_position(document.line.map_or(position, |line| line.saturating_sub(1)))
+    }
+
+    /// Whether the item at 0-based `position` (a line, a file of a sorted listing) belongs to
+    /// this shard.
+    pub fn holds_position(&self, position: usize) -> bool {
+        position % self.count == self.index
     }
 
     /// The documents of this shard, in input order.

@@ -70,7 +70,7 @@ impl DocumentSource {
                 return Err(TextError::EmptyInput { source_name: name, why: "the directory has no *.txt files" });
             }
             files.sort();
-            let files = files.into_iter().enumerate().filter(|(i, _)| shard.is_none_or(|s| i % s.count == s.index));
+            let files = files.into_iter().enumerate().filter(|(i, _)| shard.is_none_or(|s| s.holds_position(*i)));
             return Ok(source(Kind::Files(files.map(|(_, f)| f).collect()), name, None));
         }
         if is_text_file_name(path) {

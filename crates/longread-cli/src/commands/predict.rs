@@ -45,8 +45,9 @@ pub struct PredictArgs {
     #[arg(long, value_name = "DIR")]
     pub vector_cache: Option<PathBuf>,
     /// Stop at the first JSON line that cannot be read (invalid JSON, no "text"), writing
-    /// nothing (a file is checked through first; standard input is then read whole). Without it such a line gets its own record {"line": N, "error": ...} and the
-    /// others are classified (exit code 2).
+    /// nothing (a file is checked through first; standard input is then read whole). Without
+    /// it such a line gets its own record {"line": N, "error": ...} and the others are
+    /// classified (exit code 2).
     #[arg(long)]
     pub strict: bool,
     /// Classify only shard I of N (0-based, e.g. 0/3): the documents whose JSON-lines line
