@@ -34,6 +34,14 @@ pub enum TokenizerKind {
 }
 
 impl TokenizerKind {
+    /// Its name for people: "byte-level BPE" or "WordPiece".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Bpe => "byte-level BPE",
+            Self::WordPiece => "WordPiece",
+        }
+    }
+
     /// The special tokens, in id order (ids 0–4).
     pub fn special_tokens(self) -> [&'static str; 5] {
         match self {
@@ -68,8 +76,9 @@ pub fn train_tokenizer(texts: &[String], cfg: TokenizerTraining) -> Result<Token
     };
     if cfg.vocab_size < min_vocab {
         return Err(TextError::Setting(format!(
-            "vocab size {} is too small: at least {min_vocab} for {:?} (special tokens and the base alphabet)",
-            cfg.vocab_size, cfg.kind
+            "vocab size {} is too small: at least {min_vocab} for {} (special tokens and the base alphabet)",
+            cfg.vocab_size,
+            cfg.kind.describe()
         )));
     }
     if cfg.vocab_size > MAX_VOCAB {

@@ -26,8 +26,8 @@ pub fn run(command: TokenizerCommand, quiet: bool) -> Result<()> {
     let made = train_tokenizer_run(&args.spec)?;
     if !quiet {
         eprintln!(
-            "trained a {:?} tokenizer with {} tokens on {} texts ({} bytes) in {:.1} s: {}",
-            args.spec.kind,
+            "trained a {} tokenizer with {} tokens on {} texts ({} bytes) in {:.1} s: {}",
+            args.spec.kind.describe(),
             made.vocab_size,
             made.texts,
             made.bytes,

@@ -53,7 +53,10 @@ pub(crate) fn run(
     let (train_docs, dev_docs) = (&train_data.docs, &dev_data.docs);
     let chunk_size = model.config().longread.chunk_size;
     let batches = if cfg.max_batch_tokens < chunk_size {
-        format!("encoder batches of one chunk: --max-batch-tokens {} is below a chunk's {chunk_size}", cfg.max_batch_tokens)
+        format!(
+            "encoder batches of one chunk: --max-batch-tokens {} is below a chunk's {chunk_size}",
+            cfg.max_batch_tokens
+        )
     } else {
         format!("encoder batches of up to {} tokens", cfg.max_batch_tokens)
     };
