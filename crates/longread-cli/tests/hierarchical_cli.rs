@@ -336,3 +336,24 @@ fn predict_reports_progress_in_plain_lines_when_stderr_is_not_a_terminal() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.lines().any(|l| l.contains(" documents done (")), "{stderr}");
 }
+
+/// `init --chunk-size 32` alone was refused: the stride stayed at 256, more than a 32-token
+/// window. The stride now defaults to half the chunk size; given, it is kept.
+#[test]
+fn a_smaller_chunk_size_alone_gets_half_of_it_as_the_stride() {
+    let tmp = tempfile::tempdir().unwrap();
+    let enc = fixture("tiny-bert");
+    let stride_of = |out: &Path| {
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        (config["longread"]["chunk_size"].as_u64().unwrap(), config["longread"]["stride"].as_u64().unwrap())
+    };
+    let half = tmp.path().join("half");
+    let o = init(enc.to_str().unwrap(), &half, &["--chunk-size", "32"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stride_of(&half), (32, 16));
+    let given = tmp.path().join("given");
+    let o = init(enc.to_str().unwrap(), &given, &["--chunk-size", "32", "--stride", "4"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stride_of(&given), (32, 4));
+}

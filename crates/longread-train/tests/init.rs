@@ -25,7 +25,7 @@ fn spec(out: &Path) -> InitSpec {
         attention_temperature: 0.5,
         ordinal: false,
         chunk_size: 64,
-        stride: 16,
+        stride: Some(16),
         max_chunks: 5,
         chunk_selection: ChunkSelection::Spread,
         chunk_pooling: ChunkPooling::Mean,

@@ -185,7 +185,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(spec.labels, ["a", "b", "c"]);
-        assert_eq!((spec.attention_top_k, spec.stride, spec.seed), (3, 256, 42), "given and defaults");
+        assert_eq!((spec.attention_top_k, spec.stride, spec.seed), (3, None, 42), "given and defaults");
         assert_eq!(spec.given.iter().filter(|g| g.as_str() == "attention_top_k").count(), 1);
         assert!(!spec.given.contains(&"stride".to_string()));
         let err = init_spec_from_flags(&flags(&["--encoder", "e", "--out", "m"])).unwrap_err();

@@ -56,9 +56,10 @@ pub struct InitSpec {
     /// RoBERTa, up to 8,192 for ModernBERT).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
     pub chunk_size: usize,
-    /// Overlap in tokens between consecutive chunks.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 256))]
-    pub stride: usize,
+    /// Overlap in tokens between consecutive chunks. Default: half of --chunk-size (256 for
+    /// 512), so that a smaller --chunk-size alone works.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub stride: Option<usize>,
     /// Most chunks read per document; 0 reads every chunk.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 20))]
     pub max_chunks: usize,
@@ -134,7 +135,7 @@ impl InitSpec {
     fn hierarchical_section(&self) -> LongreadSection {
         LongreadSection {
             chunk_size: self.chunk_size,
-            stride: self.stride,
+            stride: self.stride.unwrap_or(self.chunk_size / 2),
             max_chunks: self.max_chunks,
             chunk_selection: self.chunk_selection,
             chunk_pooling: self.chunk_pooling,
