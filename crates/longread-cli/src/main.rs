@@ -12,7 +12,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "longread",
-    version,
+    version = version_line(),
     about = "longread: classify long documents with hierarchical transformers (BERT, RoBERTa, DistilBERT, ELECTRA, MPNet, ModernBERT, DeBERTa-v2/v3 encoders)",
     long_about = None
 )]
@@ -31,6 +31,18 @@ struct Cli {
     device: longread_model::DeviceChoice,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `longread --version`: the version and the optional features this binary was built with
+/// ("longread 0.1.0 (features: cuda)"), so that a report of a problem says which build ran.
+fn version_line() -> &'static str {
+    let features: Vec<&str> = [("cuda", cfg!(feature = "cuda")), ("hub", cfg!(feature = "hub"))]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+    let features = if features.is_empty() { "none".to_string() } else { features.join(", ") };
+    // Built once per run, for clap's static string.
+    Box::leak(format!("{} (features: {features})", env!("CARGO_PKG_VERSION")).into_boxed_str())
 }
 
 #[derive(Debug, Subcommand)]

@@ -370,3 +370,19 @@ fn an_absurd_thread_count_is_refused() {
     let out = longread(&["--threads", "1", "inspect", "--model", fixture("tiny-bert").to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `--version` names the optional features of the build, so that a problem report says
+/// whether the binary that ran could use a GPU.
+#[test]
+fn version_names_the_features_built_in() {
+    let out = longread(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let expected = match (cfg!(feature = "cuda"), cfg!(feature = "hub")) {
+        (false, false) => "(features: none)",
+        (true, false) => "(features: cuda)",
+        (false, true) => "(features: hub)",
+        (true, true) => "(features: cuda, hub)",
+    };
+    assert!(text.starts_with(&format!("longread {} ", env!("CARGO_PKG_VERSION"))) && text.contains(expected), "{text}");
+}
