@@ -357,3 +357,31 @@ fn a_smaller_chunk_size_alone_gets_half_of_it_as_the_stride() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(stride_of(&given), (32, 4));
 }
+
+/// CSV injection: a document id that a spreadsheet runs as a formula (`=HYPERLINK(...)`,
+/// `@SUM(...)`) was written as it came; it is now text (a leading `'`), and numeric ids stay.
+#[test]
+fn csv_cells_that_look_like_formulas_stay_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\": \"=HYPERLINK(\\\"http://x\\\",\\\"y\\\")\", \"text\": \"Rain is expected.\"}\n\
+         {\"id\": \"@SUM(A1)\", \"text\": \"Prices rose.\"}\n{\"id\": -7, \"text\": \"Wind.\"}\n",
+    )
+    .unwrap();
+    let model = fixture("hier/roberta-attention");
+    let out = longread(&[
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut reader = csv::Reader::from_reader(&out.stdout[..]);
+    let ids: Vec<String> = reader.records().map(|r| r.unwrap()[0].to_owned()).collect();
+    assert_eq!(ids, ["'=HYPERLINK(\"http://x\",\"y\")", "'@SUM(A1)", "-7"]);
+}

@@ -50,11 +50,40 @@ pub fn row(classifier: &Classifier, document: &Document, result: &DocResult) -> 
 }
 
 /// `cells` as one CSV line (RFC 4180 quoting: a cell with a comma, a quote or a line break is
-/// quoted), without its line break.
+/// quoted), without its line break; each cell [`inert`].
 pub fn line(cells: &[String]) -> Result<Vec<u8>> {
     let mut writer = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
-    writer.write_record(cells).context("writing a CSV row")?;
+    let cells: Vec<_> = cells.iter().map(|c| inert(c)).collect();
+    writer.write_record(cells.iter().map(|c| c.as_bytes())).context("writing a CSV row")?;
     let mut bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("writing a CSV row: {}", e.error()))?;
     bytes.pop(); // the terminator: the caller ends every format's line alike
     Ok(bytes)
+}
+
+/// A cell a spreadsheet shows as text: one that starts as a formula would (`=`, `+`, `-`, `@`,
+/// a tab or a carriage return) and is not a number gets a leading `'`, as OWASP advises against
+/// CSV injection — a document id such as `=HYPERLINK(...)` ran as a formula when the file was
+/// opened. Numbers (`-0.5`) are left as they are.
+fn inert(cell: &str) -> std::borrow::Cow<'_, str> {
+    let formula_like = cell.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    if formula_like && cell.trim().parse::<f64>().is_err() {
+        format!("'{cell}").into()
+    } else {
+        cell.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_that_a_spreadsheet_would_run_as_formulas_are_quoted_as_text() {
+        let cells: Vec<String> =
+            ["=HYPERLINK(\"http://x\")", "+1+2", "@SUM(A1)", "-2", "-1e-3", "\tx", "plain", "a=b", "-x"]
+                .map(String::from)
+                .into();
+        let text = String::from_utf8(line(&cells).unwrap()).unwrap();
+        assert_eq!(text, "\"'=HYPERLINK(\"\"http://x\"\")\",'+1+2,'@SUM(A1),-2,-1e-3,'\tx,plain,a=b,'-x");
+    }
 }
