@@ -63,7 +63,7 @@ def run_longread(model, path, threads, precision="f32", max_batch_tokens=2048):
                           "--threads", str(threads), "--precision", precision,
                           "--max-batch-tokens", str(max_batch_tokens)],
                          capture_output=True, text=True, check=True)
-    m = re.search(r"classified (\d+) documents \((\d+) tokens\) in ([\d.]+) s", res.stderr)
+    m = re.search(r"classified (\d+) documents? \((\d+) tokens?\) in ([\d.]+) s", res.stderr)
     return int(m.group(2)), float(m.group(3))
 
 

@@ -174,7 +174,7 @@ def main():
                 f.write(json.dumps({"id": d["id"], "text": d["text"]}) + "\n")
         res = subprocess.run([BINARY, "predict", "--threads", str(args.threads), "--model", model, "--input", path,
                               "--output", os.devnull], capture_output=True, text=True, check=True)
-        m = re.search(r"classified (\d+) documents \((\d+) tokens\) in ([\d.]+) s", res.stderr)
+        m = re.search(r"classified (\d+) documents? \((\d+) tokens?\) in ([\d.]+) s", res.stderr)
         tokens, seconds = int(m.group(2)), float(m.group(3))
         results["predict"] = {"tokens": tokens, "wall_s": seconds, "docs_per_s": round(args.docs / seconds, 3)}
         print(f"predict: {args.docs} documents ({tokens} tokens) in {seconds:.2f} s = "

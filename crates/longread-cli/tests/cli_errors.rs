@@ -386,3 +386,26 @@ fn version_names_the_features_built_in() {
     };
     assert!(text.starts_with(&format!("longread {} ", env!("CARGO_PKG_VERSION"))) && text.contains(expected), "{text}");
 }
+
+/// predict's closing line counts in words ("1 document", not "1 documents") and names the
+/// precision as its flag does (`f32`, not `F32`).
+#[test]
+fn predict_summary_line_reads_as_english() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("one.jsonl");
+    std::fs::write(&input, "{\"text\": \"Rain is expected.\"}\n").unwrap();
+    let model = fixture("hier/bert-attention");
+    let out = longread(&[
+        "--device",
+        "cpu",
+        "predict",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let line = stderr.lines().find(|l| l.starts_with("classified ")).expect("the summary line");
+    assert!(line.starts_with("classified 1 document (") && line.ends_with(" on cpu, f32"), "{line}");
+}

@@ -19,6 +19,15 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// Its name as the flag takes it: "f32", "bf16" or "int8".
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+            Self::Int8 => "int8",
+        }
+    }
+
     /// The precision when the user does not choose: f32 on the CPU, bf16 on a GPU.
     pub fn default_on(device: &Device) -> Self {
         if device.is_cpu() {

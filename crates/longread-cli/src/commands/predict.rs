@@ -241,7 +241,8 @@ pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize
         let secs = started.elapsed().as_secs_f64();
         let token_rate = if tokens > 0 {
             format!(
-                " ({tokens} tokens) in {secs:.2} s: {:.2} documents/s, {:.0} tokens/s",
+                " ({}) in {secs:.2} s: {:.2} documents/s, {:.0} tokens/s",
+                counted(tokens, "token"),
                 done as f64 / secs,
                 tokens as f64 / secs
             )
@@ -249,7 +250,7 @@ pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize
             format!(" in {secs:.2} s: {:.2} documents/s", done as f64 / secs)
         };
         let on = longread_model::device::describe(classifier.device());
-        eprintln!("classified {done} documents{token_rate} on {on}, {:?}", classifier.precision());
+        eprintln!("classified {}{token_rate} on {on}, {}", counted(done, "document"), classifier.precision().name());
     }
     warn_failed(failed, done + failed);
     Ok(failed)
@@ -272,8 +273,16 @@ fn write_header(out: &mut Output, classifier: &Classifier, format: Format) -> Re
 /// Warns when some of `total` documents could not be classified.
 pub fn warn_failed(failed: usize, total: usize) {
     if failed > 0 {
-        tracing::warn!("{failed} of {total} documents could not be classified (see their \"error\" field)");
+        tracing::warn!(
+            "{failed} of {} could not be classified (see their \"error\" field)",
+            counted(total, "document")
+        );
     }
+}
+
+/// "1 document", "2 documents".
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// A document id as text (strings without quotes; `line N` for an unreadable input line).
