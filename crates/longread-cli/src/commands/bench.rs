@@ -212,9 +212,9 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         println!("{line}");
     } else {
         println!(
-            "predict {} {docs}x{chunks} chunks of {chunk_size} on {device}, {:?}: {:.3} s (median of {}; first run {:.3} s), {:.1} documents/s{}",
+            "predict {} {docs}x{chunks} chunks of {chunk_size} on {device}, {}: {:.3} s (median of {}; first run {:.3} s), {:.1} documents/s{}",
             dir.display(),
-            classifier.precision(),
+            classifier.precision().name(),
             result.seconds,
             result.runs.len(),
             result.warmup_seconds,
