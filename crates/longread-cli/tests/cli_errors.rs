@@ -409,3 +409,39 @@ fn predict_summary_line_reads_as_english() {
     let line = stderr.lines().find(|l| l.starts_with("classified ")).expect("the summary line");
     assert!(line.starts_with("classified 1 document (") && line.ends_with(" on cpu, f32"), "{line}");
 }
+
+/// A bag of words or a HAN given where a transformer checkpoint is read (`embed`, `init
+/// --encoder`, `train --model`) was "config.json: file not found" or "missing field
+/// `hidden_size`"; the error now says what the directory is.
+#[test]
+fn models_without_an_encoder_are_named_where_a_checkpoint_is_needed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.jsonl");
+    std::fs::write(&input, "{\"text\": \"Rain is expected.\", \"label\": \"rain\"}\n").unwrap();
+    let out = tmp.path().join("out");
+    let (input, out_s) = (input.to_str().unwrap(), out.to_str().unwrap());
+    let bow = tmp.path().join("bow");
+    let synthetic = fixture("synthetic/train.jsonl");
+    let made = longread(&[
+        "-q",
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        synthetic.to_str().unwrap(),
+        "--out",
+        bow.to_str().unwrap(),
+    ]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    for (model, kind) in [(bow, "a bag-of-words model (bow.json)"), (fixture("han"), "a HAN classifier (word vectors and GRUs)")] {
+        let model = model.to_str().unwrap();
+        for args in [
+            vec!["embed", "--model", model, "--input", input],
+            vec!["init", "--encoder", model, "--labels", "a,b", "--out", out_s],
+            vec!["train", "--model", model, "--train", input, "--out", out_s, "-q"],
+        ] {
+            assert_clean_failure(&longread(&args), &format!("{kind}, which has no transformer encoder"));
+            assert!(!out.exists(), "{args:?}: nothing written");
+        }
+    }
+}

@@ -1348,3 +1348,34 @@ fn negative_numbers_and_layer_counts_beyond_the_encoder_are_refused_by_name() {
     let all = train(&model, &data, &out, &["-q", "--epochs", "1", "--freeze-bottom", "2"]);
     assert!(all.status.success(), "every layer is a valid count: {}", String::from_utf8_lossy(&all.stderr));
 }
+
+/// `train --labels` with a control character was refused by `init --labels` but not by
+/// `train` (bag of words, HAN, a plain encoder): the escape code went into the model's labels.
+#[test]
+fn train_labels_are_checked_as_init_labels_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bow");
+    let data = fixture("synthetic/train.jsonl");
+    let run = |labels: &str| {
+        longread(&[
+            "-q",
+            "train",
+            "--arch",
+            "bow",
+            "--labels",
+            labels,
+            "--train",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    assert_clean_failure(&run("rain\u{1b}[31m,prices"), "holds a control character");
+    assert_clean_failure(&run("rain,,prices"), "--labels: name 2 of 3 is empty");
+    assert_clean_failure(&run("rain,rain"), "contains a name twice");
+    assert!(!out.exists());
+    let ok = run("rain, prices");
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let bow: Value = serde_json::from_str(&std::fs::read_to_string(out.join("bow.json")).unwrap()).unwrap();
+    assert_eq!(bow["labels"], serde_json::json!(["rain", "prices"]), "names trimmed as init trims them");
+}

@@ -27,6 +27,7 @@ impl CheckpointFiles {
         if !dir.is_dir() {
             return Err(ModelError::NotADirectory { path: dir.to_owned(), hint: String::new() });
         }
+        refuse_encoderless(dir)?;
         let config = dir.join("config.json");
         if !config.is_file() {
             return Err(ModelError::MissingFile { path: config, what: "model configuration" });
@@ -43,6 +44,35 @@ impl CheckpointFiles {
             path: self.dir.join("tokenizer.json"),
             what: "Hugging Face tokenizer",
         })
+    }
+}
+
+/// Refuses a longread model without a transformer encoder (a bag of words, a HAN, an ensemble)
+/// where a checkpoint is wanted, saying what it is: loading one as a checkpoint said
+/// "config.json: file not found" or "missing field `hidden_size`".
+pub fn refuse_encoderless(dir: &Path) -> Result<()> {
+    match other_model_kind(dir) {
+        Some(kind) => Err(ModelError::InvalidConfig {
+            path: dir.to_owned(),
+            message: format!(
+                "{kind}, which has no transformer encoder: give a transformer checkpoint (config.json, \
+                 model.safetensors, tokenizer.json), or a longread classifier built on one"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// What `dir` is when it is a longread model without a transformer encoder.
+fn other_model_kind(dir: &Path) -> Option<&'static str> {
+    if dir.join("bow.json").is_file() {
+        Some("a bag-of-words model (bow.json)")
+    } else if dir.join("ensemble.json").is_file() {
+        Some("an ensemble of models (ensemble.json)")
+    } else if crate::han::is_han_dir(dir) {
+        Some("a HAN classifier (word vectors and GRUs)")
+    } else {
+        None
     }
 }
 

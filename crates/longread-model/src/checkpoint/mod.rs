@@ -14,7 +14,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
 
-pub use files::CheckpointFiles;
+pub use files::{refuse_encoderless, CheckpointFiles};
 pub use sentence_transformers::sentence_max_seq_length;
 pub use store::TensorStore;
 

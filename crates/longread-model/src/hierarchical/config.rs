@@ -291,7 +291,9 @@ impl LongreadSection {
 
 /// True when the config.json in `dir` has a `"longread"` section (a classifier made by
 /// `longread init`/`train`), false for a plain encoder checkpoint.
+/// A bag of words, HAN or ensemble is an error that says so.
 pub fn is_classifier_dir(dir: &Path) -> Result<bool> {
+    crate::checkpoint::refuse_encoderless(dir)?;
     let path = dir.join("config.json");
     let text = crate::model_dir::read_config_text(&path)?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|source| ModelError::Json { path, source })?;

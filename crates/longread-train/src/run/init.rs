@@ -79,27 +79,32 @@ pub struct InitSpec {
     pub given: Vec<String>,
 }
 
+/// `--labels` (of `init` or `train`), trimmed; refuses fewer than two, empty, repeated names,
+/// and names with control characters.
+pub fn checked_label_names(names: &[String]) -> Result<Vec<String>> {
+    let labels: Vec<String> = names.iter().map(|l| l.trim().to_owned()).collect();
+    if let Some(at) = labels.iter().position(String::is_empty) {
+        bail!("--labels: name {} of {} is empty (a doubled or trailing comma?)", at + 1, labels.len());
+    }
+    if labels.len() < 2 {
+        bail!("--labels needs at least two names, e.g. --labels general,teen,mature");
+    }
+    if let Some(problem) = labels.iter().find_map(|l| longread_text::labelled::label_name_problem(l)) {
+        bail!("--labels: {problem}");
+    }
+    let mut unique = labels.clone();
+    unique.sort();
+    unique.dedup();
+    if unique.len() != labels.len() {
+        bail!("--labels contains a name twice: {}", labels.join(","));
+    }
+    Ok(labels)
+}
+
 impl InitSpec {
-    /// The label names, trimmed; refuses fewer than two, empty, repeated names, and names with
-    /// control characters.
+    /// The label names ([`checked_label_names`]).
     pub fn checked_labels(&self) -> Result<Vec<String>> {
-        let labels: Vec<String> = self.labels.iter().map(|l| l.trim().to_owned()).collect();
-        if let Some(at) = labels.iter().position(String::is_empty) {
-            bail!("--labels: name {} of {} is empty (a doubled or trailing comma?)", at + 1, labels.len());
-        }
-        if labels.len() < 2 {
-            bail!("--labels needs at least two names, e.g. --labels general,teen,mature");
-        }
-        if let Some(problem) = labels.iter().find_map(|l| longread_text::labelled::label_name_problem(l)) {
-            bail!("--labels: {problem}");
-        }
-        let mut unique = labels.clone();
-        unique.sort();
-        unique.dedup();
-        if unique.len() != labels.len() {
-            bail!("--labels contains a name twice: {}", labels.join(","));
-        }
-        Ok(labels)
+        checked_label_names(&self.labels)
     }
 
     /// Refuses flags that do not apply to the chosen pooling or architecture, and values out

@@ -9,6 +9,7 @@ use longread_text::labels_from_column;
 
 use crate::error::{Result, TrainError};
 use crate::run::data::read_examples;
+use crate::run::init::checked_label_names;
 use crate::run::spec::{name_value, sequence_section, Arch, TrainSpec};
 
 /// Loads `source` as a trainable classifier, or builds one on it when it is a plain encoder.
@@ -56,15 +57,7 @@ pub fn starting_model(spec: &TrainSpec, source: &Path, device: &Device) -> Resul
 /// --task's column, else "label") found in the training data, sorted.
 pub fn training_labels(spec: &TrainSpec) -> Result<Vec<String>> {
     if !spec.labels.is_empty() {
-        let mut unique: Vec<&String> = spec.labels.iter().collect();
-        unique.sort();
-        unique.dedup();
-        if unique.len() != spec.labels.len() || spec.labels.len() < 2 || unique.iter().any(|l| l.trim().is_empty()) {
-            return Err(TrainError::Run(
-                "--labels needs at least two distinct, non-empty names, e.g. --labels general,teen,mature".into(),
-            ));
-        }
-        return Ok(spec.labels.clone());
+        return checked_label_names(&spec.labels);
     }
     // A model made by `init --labels` (or trained) knows its labels: integer labels in the data
     // are ids into them, as when training that model without --cv.
