@@ -27,10 +27,11 @@ pub fn starting_model(spec: &TrainSpec, source: &Path, device: &Device) -> Resul
                 wanted.name()
             )));
         }
-        if !spec.labels.is_empty() && spec.labels != model.labels() {
+        let given = if spec.labels.is_empty() { Vec::new() } else { checked_label_names(&spec.labels)? };
+        if !given.is_empty() && given != model.labels() {
             return Err(TrainError::Run(format!(
                 "--labels {} differs from the labels of the model in {} ({})",
-                spec.labels.join(","),
+                given.join(","),
                 source.display(),
                 model.labels().join(",")
             )));
