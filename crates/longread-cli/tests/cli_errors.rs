@@ -433,7 +433,9 @@ fn models_without_an_encoder_are_named_where_a_checkpoint_is_needed() {
         bow.to_str().unwrap(),
     ]);
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
-    for (model, kind) in [(bow, "a bag-of-words model (bow.json)"), (fixture("han"), "a HAN classifier (word vectors and GRUs)")] {
+    for (model, kind) in
+        [(bow, "a bag-of-words model (bow.json)"), (fixture("han"), "a HAN classifier (word vectors and GRUs)")]
+    {
         let model = model.to_str().unwrap();
         for args in [
             vec!["embed", "--model", model, "--input", input],

@@ -73,6 +73,17 @@ fn an_existing_output_directory_is_refused() {
     assert_clean_failure(&out, "already exists");
 }
 
+/// Sizes too small to run name the one flag at fault (the message listed every bound).
+#[test]
+fn sizes_too_small_name_their_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("q");
+    let run = |extra: &[&str]| longread(&[&["quickstart", "--out", out.to_str().unwrap()], extra].concat());
+    assert_clean_failure(&run(&["--train-docs", "2"]), "--train-docs 2: must be at least 30");
+    assert_clean_failure(&run(&["--epochs", "0"]), "--epochs 0: must be at least 1");
+    assert!(!out.exists());
+}
+
 #[test]
 fn the_default_quickstart_shows_the_hierarchical_model_reading_what_the_baseline_cannot() {
     let tmp = tempfile::tempdir().unwrap();

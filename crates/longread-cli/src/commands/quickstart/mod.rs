@@ -83,11 +83,16 @@ pub fn run(args: QuickstartArgs, quiet: bool) -> Result<()> {
     if args.min_chunks == 0 || args.min_chunks > args.max_chunks {
         bail!("--min-chunks must be at least 1 and at most --max-chunks");
     }
-    if args.chunk_size < 16 || args.train_docs < 30 || args.test_docs < 3 {
-        bail!("--chunk-size must be at least 16, --train-docs at least 30 and --test-docs at least 3");
-    }
-    if args.epochs == 0 || args.baseline_epochs == 0 || args.pretrain_steps == 0 {
-        bail!("--epochs, --baseline-epochs and --pretrain-steps must be at least 1");
+    let least = [
+        ("--chunk-size", args.chunk_size, 16),
+        ("--train-docs", args.train_docs, 30),
+        ("--test-docs", args.test_docs, 3),
+        ("--epochs", args.epochs, 1),
+        ("--baseline-epochs", args.baseline_epochs, 1),
+        ("--pretrain-steps", args.pretrain_steps, 1),
+    ];
+    if let Some((flag, value, least)) = least.into_iter().find(|&(_, value, least)| value < least) {
+        bail!("{flag} {value}: must be at least {least}");
     }
     let tour = Tour { args, quiet, started: Instant::now() };
     let (test, corpus) = tour.data()?;
