@@ -159,6 +159,6 @@ pub(crate) fn ensemble(
         }
         (None, None) => build_ensemble(&members, &out).map_err(|e| e.to_string()),
     });
-    let spec = built.map_err(|e| ModelLoadError::new_err(format!("writing ensemble {}: {e}", out.display())))?;
+    let spec = built.map_err(|e| ModelLoadError::new_err(format!("building ensemble {}: {e}", out.display())))?;
     from_json(py, &serde_json::to_string(&spec).unwrap_or_default())
 }

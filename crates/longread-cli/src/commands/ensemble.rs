@@ -81,11 +81,11 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
             build_calibrated_ensemble(&members, &args.out, data, args.fit_weights, args.folds as usize, cache, |m| {
                 eprintln!("calibration: {} classified the held-out documents", members[m].0.display())
             })
-            .with_context(|| format!("writing ensemble {}", args.out.display()))?
+            .with_context(|| format!("building ensemble {}", args.out.display()))?
         }
         (None, Some(train)) => stack(&args, &members, train, quiet)?,
         (None, None) => {
-            build_ensemble(&members, &args.out).with_context(|| format!("writing ensemble {}", args.out.display()))?
+            build_ensemble(&members, &args.out).with_context(|| format!("building ensemble {}", args.out.display()))?
         }
     };
     if spec.calibration.is_none() && !quiet {
@@ -139,5 +139,5 @@ fn stack(
             eprintln!("stacking: {} fold {}/{} retrained and scored", members[m].0.display(), f + 1, args.folds);
         }
     })
-    .with_context(|| format!("writing ensemble {}", args.out.display()))
+    .with_context(|| format!("building ensemble {}", args.out.display()))
 }
