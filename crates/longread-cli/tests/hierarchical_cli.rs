@@ -335,6 +335,16 @@ fn predict_reports_progress_in_plain_lines_when_stderr_is_not_a_terminal() {
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.lines().any(|l| l.contains(" documents done (")), "{stderr}");
+    // From standard input there is no total: the first line counts one document in words.
+    let piped = std::process::Command::new(env!("CARGO_BIN_EXE_longread"))
+        .args(["predict", "--model", model.to_str().unwrap(), "--input", "-"])
+        .env("LONGREAD_PROGRESS_SECONDS", "0")
+        .stdin(std::fs::File::open(&documents).unwrap())
+        .output()
+        .unwrap();
+    assert!(piped.status.success());
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(stderr.lines().any(|l| l.starts_with("1 document done (")), "{stderr}");
 }
 
 /// `init --chunk-size 32` alone was refused: the stride stayed at 256, more than a 32-token

@@ -181,8 +181,11 @@ impl DocProgress {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if last.unwrap_or(self.started).elapsed() >= self.interval {
             *last = Some(std::time::Instant::now());
-            let total = self.bar.length().filter(|&l| l > 0).map_or(String::new(), |l| format!(" of {l}"));
-            eprintln!("{}{total} documents done ({:.0} s)", self.bar.position(), self.started.elapsed().as_secs_f64());
+            let done = match self.bar.length().filter(|&l| l > 0) {
+                Some(total) => format!("{} of {total} documents", self.bar.position()),
+                None => counted(self.bar.position() as usize, "document"),
+            };
+            eprintln!("{done} done ({:.0} s)", self.started.elapsed().as_secs_f64());
         }
     }
 
