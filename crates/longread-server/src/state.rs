@@ -122,18 +122,18 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
         device: config.device,
     };
     let mut classifier =
-        Classifier::load(&config.model, options).map_err(|e| format!("{}: {e}", config.model.display()))?;
+        Classifier::load(&config.model, options).map_err(|e| format!("--model: {e}"))?;
     if let Some(dir) = &config.vector_cache {
         classifier.set_vector_cache(dir).map_err(|e| format!("--vector-cache {}: {e}", dir.display()))?;
     }
     let classifier = Arc::new(classifier);
     let summary = longread_classifier::summary::summarize(&config.model)
-        .map_err(|e| format!("{}: {e}", config.model.display()))?;
+        .map_err(|e| format!("--model: {e}"))?;
     let embedder = match &config.embedding_model {
         None => None,
         Some(dir) => {
             let options = EmbedderOptions { normalize: false, device: config.device, ..EmbedderOptions::default() };
-            Some(Arc::new(Embedder::open(dir, options).map_err(|e| format!("{}: {e}", dir.display()))?))
+            Some(Arc::new(Embedder::open(dir, options).map_err(|e| format!("--embedding-model: {e}"))?))
         }
     };
     let batches = Arc::clone(metrics);
