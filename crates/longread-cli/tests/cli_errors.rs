@@ -447,3 +447,26 @@ fn models_without_an_encoder_are_named_where_a_checkpoint_is_needed() {
         }
     }
 }
+
+/// `serve` names the flag whose model failed to load (it printed the path twice, and an
+/// embedding model's failure read like the classifier's).
+#[test]
+fn serve_names_the_flag_whose_model_failed_to_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing");
+    let model = fixture("hier/bert-attention");
+    for (args, needle) in [
+        (vec!["--model", missing.to_str().unwrap()], "the model failed to load: --model: "),
+        (
+            vec!["--model", model.to_str().unwrap(), "--embedding-model", missing.to_str().unwrap()],
+            "the model failed to load: --embedding-model: ",
+        ),
+    ] {
+        let out = longread(&[&["serve", "--port", "0"], &args[..]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("error: ") && last.contains(needle), "{needle:?} not in {stderr}");
+        assert_eq!(last.matches(missing.to_str().unwrap()).count(), 1, "the path once: {last}");
+    }
+}

@@ -121,14 +121,12 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
         max_batch_tokens: Some(max_batch_tokens),
         device: config.device,
     };
-    let mut classifier =
-        Classifier::load(&config.model, options).map_err(|e| format!("--model: {e}"))?;
+    let mut classifier = Classifier::load(&config.model, options).map_err(|e| format!("--model: {e}"))?;
     if let Some(dir) = &config.vector_cache {
         classifier.set_vector_cache(dir).map_err(|e| format!("--vector-cache {}: {e}", dir.display()))?;
     }
     let classifier = Arc::new(classifier);
-    let summary = longread_classifier::summary::summarize(&config.model)
-        .map_err(|e| format!("--model: {e}"))?;
+    let summary = longread_classifier::summary::summarize(&config.model).map_err(|e| format!("--model: {e}"))?;
     let embedder = match &config.embedding_model {
         None => None,
         Some(dir) => {
