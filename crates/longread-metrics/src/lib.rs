@@ -138,8 +138,8 @@ impl Report {
         let labels: Vec<String> = self.labels.iter().map(|l| printable(l)).collect();
         let width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(5).max(12);
         let mut out = format!("{:<width$} {:>9} {:>9} {:>9} {:>9}\n", "", "precision", "recall", "f1", "support");
-        for c in &self.per_class {
-            let label = printable(&c.label);
+        // One row per label, in the labels' order.
+        for (c, label) in self.per_class.iter().zip(&labels) {
             out += &format!("{label:<width$} {:>9.4} {:>9.4} {:>9.4} {:>9}\n", c.precision, c.recall, c.f1, c.support);
         }
         out += &format!("\n{:<width$} {:>9} {:>9} {:>9.4} {:>9}\n", "accuracy", "", "", self.accuracy, self.examples);
