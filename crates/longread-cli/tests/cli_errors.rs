@@ -109,6 +109,8 @@ fn corrupt_weights() {
     write(&model, "model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage");
     let out = embed_with(model.path(), &good_input(&model));
     assert_clean_failure(&out, "not a valid safetensors file");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("model.safetensors").count(), 1, "the file named once: {stderr}");
 }
 
 #[test]
@@ -468,5 +470,6 @@ fn serve_names_the_flag_whose_model_failed_to_load() {
         let last = stderr.lines().last().unwrap_or_default();
         assert!(last.starts_with("error: ") && last.contains(needle), "{needle:?} not in {stderr}");
         assert_eq!(last.matches(missing.to_str().unwrap()).count(), 1, "the path once: {last}");
+        assert_eq!(stderr.matches(missing.to_str().unwrap()).count(), 1, "the reason once: {stderr}");
     }
 }

@@ -94,8 +94,11 @@ pub enum ModelError {
         /// The path.
         path: PathBuf,
     },
-    /// Model input is out of range (token ids, sequence length, ...).
-    #[error("invalid model input: {0}")]
+    /// A request the model cannot serve: input out of range (token ids, sequence length, ...),
+    /// settings that contradict each other or the model, labels that do not match. The message
+    /// names the thing and says what is wrong; it is printed as it is (a prefix such as
+    /// "invalid model input" misnamed errors in a flag or a data file).
+    #[error("{0}")]
     InvalidInput(String),
     /// The tokenizer failed.
     #[error(transparent)]

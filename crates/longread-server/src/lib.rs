@@ -77,7 +77,9 @@ impl Server {
             match loaded {
                 Ok(Ok(())) => on_ready(address),
                 Ok(Err(message)) => {
-                    tracing::error!("the model failed to load: {message}");
+                    // Said now (requests in flight may hold the stop for --shutdown-timeout);
+                    // the reason is the error `serve` returns, printed once by its caller.
+                    tracing::error!("the model failed to load; stopping");
                     let _ = failed_tx.send(message);
                 }
                 Err(e) => {

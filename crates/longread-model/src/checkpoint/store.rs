@@ -101,7 +101,13 @@ fn looks_like_pytorch_pickle(path: &Path) -> bool {
     head == *b"PK\x03\x04" || (head[0] == 0x80 && (2..=5).contains(&head[1]))
 }
 
+/// The parser's complaint about `path`, without the path candle wraps some errors in (the
+/// message names the file once: it read `a.safetensors: … path: "a.safetensors" invalid header`).
 fn corrupt(path: &Path, e: candle_core::Error) -> ModelError {
+    let mut e = e;
+    while let candle_core::Error::WithPath { inner, .. } = e {
+        e = *inner;
+    }
     ModelError::CorruptWeights { path: path.to_owned(), message: e.to_string() }
 }
 
