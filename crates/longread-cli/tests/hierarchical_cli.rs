@@ -321,6 +321,28 @@ fn report_shows_an_unreadable_line_as_a_failed_document_unless_strict() {
     assert!(!page.exists(), "--strict writes no page");
 }
 
+/// The report's summary counted "1 documents".
+#[test]
+fn report_of_one_document_says_one_document() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("one.jsonl");
+    std::fs::write(&input, "{\"text\": \"The committee met.\"}\n").unwrap();
+    let page = tmp.path().join("report.html");
+    let model = fixture("hier/trained-bert-attention");
+    let out = longread(&[
+        "report",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("(1 document, 0 failed)"), "{stderr}");
+}
+
 /// Issue 37: with stderr not a terminal the progress bar drew nothing; plain lines now say how
 /// far `predict` is (every 10 s by default; LONGREAD_PROGRESS_SECONDS=0 here).
 #[test]

@@ -1,5 +1,10 @@
-//! Parsers of whole-number flags with a least value, whose errors say so in words (clap's own
-//! range check printed "0 is not in 1..18446744073709551615").
+//! Whole numbers in words: parsers of flags with a least value, whose errors say so (clap's own
+//! range check printed "0 is not in 1..18446744073709551615"), and counts in messages.
+
+/// "1 document", "2 documents" (the report and eval said "1 documents").
+pub fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
 
 /// A parser of a whole number at least `min`.
 pub fn at_least(min: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
@@ -15,6 +20,13 @@ pub fn at_least(min: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(counted(1, "document"), "1 document");
+        assert_eq!(counted(0, "document"), "0 documents");
+        assert_eq!(counted(2, "token"), "2 tokens");
+    }
 
     #[test]
     fn below_the_least_value_or_not_a_number_is_refused_in_words() {

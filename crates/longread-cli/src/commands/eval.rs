@@ -12,6 +12,7 @@ use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
 use serde_json::Map;
 
+use crate::commands::counts::counted;
 use crate::commands::predict::{load, progress_bar, EncodingArgs};
 use crate::io::{input_name, open_input};
 
@@ -78,7 +79,7 @@ pub fn run(args: EvalArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
         print!("{}", reports[0].report.to_table());
     } else {
         for r in &reports {
-            println!("task {} (column \"{}\", {} documents)", r.task.name, r.task.column, r.report.examples);
+            println!("task {} (column \"{}\", {})", r.task.name, r.task.column, counted(r.report.examples, "document"));
             print!("{}", r.report.to_table());
             println!();
         }
@@ -131,10 +132,10 @@ fn run_comparison(args: &EvalArgs, options: ClassifierOptions, quiet: bool) -> R
 fn note_constant(model: &str, report: &longread_metrics::Report, quiet: bool) {
     if let (Some(label), false) = (&report.constant_prediction, quiet) {
         eprintln!(
-            "note: {model} predicted `{}` for all {} documents (its scores are a constant's); if it did \
+            "note: {model} predicted `{}` for all {} (its scores are a constant's); if it did \
              well on its training data, these documents differ from that data (docs/recipes.md, section 1)",
             printable(label),
-            report.examples
+            counted(report.examples, "document")
         );
     }
 }
@@ -145,8 +146,8 @@ fn comparison_table(c: &Comparison) -> String {
     let p = |v: Option<f64>| v.map_or("-".to_string(), |p| format!("{p:.3}"));
     let width = c.models.iter().map(|m| m.model.chars().count()).max().unwrap_or(5).max(5);
     let mut out = format!(
-        "{} documents; {:.0}% bootstrap intervals from {} resamples; p: paired bootstrap against the first model\n\n",
-        c.documents,
+        "{}; {:.0}% bootstrap intervals from {} resamples; p: paired bootstrap against the first model\n\n",
+        counted(c.documents, "document"),
         c.level * 100.0,
         c.resamples
     );

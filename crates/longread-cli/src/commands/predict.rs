@@ -13,6 +13,7 @@ use longread_model::{DeviceChoice, Precision};
 use longread_text::{Document, DocumentSource, Shard};
 use serde_json::Value;
 
+use crate::commands::counts::counted;
 use crate::commands::csv_rows;
 use crate::io::Output;
 
@@ -281,11 +282,6 @@ pub fn warn_failed(failed: usize, total: usize) {
             counted(total, "document")
         );
     }
-}
-
-/// "1 document", "2 documents".
-fn counted(n: usize, noun: &str) -> String {
-    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// A document id as text (strings without quotes; `line N` for an unreadable input line).

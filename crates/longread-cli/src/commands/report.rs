@@ -11,6 +11,7 @@ use longread_model::DeviceChoice;
 use longread_report::{render_html, DocumentView};
 use longread_text::{read_documents, Document};
 
+use crate::commands::counts::counted;
 use crate::commands::predict::{id_text, load, progress_bar, EncodingArgs};
 use crate::io::Output;
 
@@ -54,7 +55,7 @@ pub fn run(args: ReportArgs, quiet: bool, device: DeviceChoice) -> Result<usize>
     out.write_all(html.as_bytes()).context("writing the report")?;
     out.commit()?;
     if !quiet {
-        eprintln!("wrote {} ({} documents, {failed} failed)", args.out.display(), views.len());
+        eprintln!("wrote {} ({}, {failed} failed)", args.out.display(), counted(views.len(), "document"));
     }
     Ok(failed)
 }
