@@ -117,6 +117,33 @@ fn pretraining_input_problems_are_clear_errors() {
     assert!(!tmp.path().join("o").exists(), "nothing is written for bad input");
 }
 
+/// A corpus too small to split, or a step count of 0, was found after the new run had written
+/// its directory, which then blocked the next try ("o already exists"), for new and continued
+/// encoders alike.
+#[test]
+fn pretraining_refused_for_its_data_or_counts_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let small = tmp.path().join("small.txt");
+    std::fs::write(&small, "one short line\n").unwrap();
+    let out = s(&tmp.path().join("o"));
+    let (roberta, bert) = (s(&fixture("tiny-roberta")), s(&fixture("tiny-bert")));
+    let corpus = s(&fixture("synthetic"));
+    for start in [vec!["--tokenizer", roberta.as_str(), "--preset", "tiny"], vec!["--model", bert.as_str()]] {
+        for (extra, needle) in [
+            (vec!["--corpus", small.to_str().unwrap()], "the corpus gives 1 sequence of 128 tokens: too few"),
+            (vec!["--corpus", corpus.as_str(), "--batch-size", "0"], "--batch-size, --max-steps and --eval-every"),
+            (vec!["--corpus", corpus.as_str(), "--eval-every", "0"], "--batch-size, --max-steps and --eval-every"),
+            (vec!["--corpus", corpus.as_str(), "--seq-len", "2"], "--seq-len must be at least 3"),
+        ] {
+            let mut args = vec!["pretrain", "--out", &out, "--steps", "2", "-q"];
+            args.extend_from_slice(&start);
+            args.extend_from_slice(&extra);
+            assert_clean_failure(&longread(&args), needle);
+            assert!(!tmp.path().join("o").exists(), "{args:?}: nothing written");
+        }
+    }
+}
+
 /// `pretrain --model` with tiny-bert (a bare BertModel: a new head) on the synthetic corpus,
 /// its own WordPiece tokenizer.
 fn continue_pretraining(tmp: &Path, out: &str, extra: &[&str]) -> std::process::Output {

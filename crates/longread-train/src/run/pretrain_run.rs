@@ -58,8 +58,8 @@ pub struct PretrainSpec {
     /// Continue an interrupted run: `auto` (OUT/checkpoint-last) or a checkpoint directory.
     #[cfg_attr(feature = "clap", arg(long))]
     pub resume: Option<String>,
-    /// Optimizer steps.
-    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1000))]
+    /// Optimizer steps (`--steps` is the same flag).
+    #[cfg_attr(feature = "clap", arg(long, visible_alias = "steps", default_value_t = 1000))]
     pub max_steps: usize,
     /// Sequences per step.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 16))]
@@ -162,6 +162,25 @@ pub fn pretrain_run(
         .encode_batch(texts.iter().map(String::as_str).collect::<Vec<_>>(), false)
         .map_err(|e| TrainError::Run(format!("tokenizing the corpus: {e}")))?;
     let ids: Vec<Vec<u32>> = encoded.iter().map(|e| e.get_ids().to_vec()).collect();
+    // The data and the step counts are checked before a new run writes its directory: a run
+    // refused here leaves nothing that a second try would find "already exists".
+    if spec.batch_size == 0 || spec.max_steps == 0 || spec.eval_every == 0 {
+        bail!("--batch-size, --max-steps and --eval-every must be at least 1");
+    }
+    if spec.seq_len < 3 {
+        bail!("--seq-len must be at least 3 (<s>, a token and </s>)");
+    }
+    let sequences = pack_sequences(&ids, spec.seq_len, special.bos, special.eos, special.eos);
+    let n = sequences.len();
+    let (held_out, train) = split_held_out(sequences, spec.held_out, spec.seed);
+    if train.is_empty() {
+        bail!(
+            "the corpus gives {n} sequence{} of {} tokens: too few to hold some out and train on the rest \
+             (give more text, or a shorter --seq-len)",
+            if n == 1 { "" } else { "s" },
+            spec.seq_len
+        );
+    }
     if checkpoint.is_none() {
         match &continued {
             Some(model) => {
@@ -181,12 +200,6 @@ pub fn pretrain_run(
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| PretrainResume { state, moments, steps }))
         .transpose()?;
 
-    let sequences = pack_sequences(&ids, spec.seq_len, special.bos, special.eos, special.eos);
-    let n = sequences.len();
-    let (held_out, train) = split_held_out(sequences, spec.held_out, spec.seed);
-    if train.is_empty() {
-        bail!("the corpus gives only {n} sequences of {} tokens: too few to hold some out", spec.seq_len);
-    }
     let (held_out, train) = (held_out.as_slice(), train.as_slice());
     let cfg = pretrain_config(spec, &special, vocab);
     let tokens: usize = train.iter().map(Vec::len).sum();
