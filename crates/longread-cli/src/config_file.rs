@@ -13,7 +13,8 @@ use longread_train::run::flags::{settings_as_flags, Settings};
 /// `args_override_self`). Clap has already parsed `args` and found `config` among `train`'s
 /// arguments; `args` is searched only for where the subcommand and that `--config` stand: the
 /// first `train` (global options take no such value) and the `--config` naming `config`.
-pub fn expand(args: Vec<OsString>, config: &Path) -> Result<Vec<OsString>> {
+/// Returns the expanded arguments and the flags the file gave.
+pub fn expand(args: Vec<OsString>, config: &Path) -> Result<(Vec<OsString>, Vec<OsString>)> {
     let sub = args.iter().position(|a| a == "train").context("the train subcommand is not in the arguments")?;
     let inline = {
         let mut flag = OsString::from("--config=");
@@ -33,10 +34,28 @@ pub fn expand(args: Vec<OsString>, config: &Path) -> Result<Vec<OsString>> {
         .context("--config: not found after the train subcommand")?;
     let from_file = flags_from_toml(config)?;
     let mut out: Vec<OsString> = args[..=sub].to_vec();
-    out.extend(from_file);
+    out.extend(from_file.iter().cloned());
     out.extend(args[sub + 1..at].iter().cloned());
     out.extend(args[at + len..].iter().cloned());
-    Ok(out)
+    Ok((out, from_file))
+}
+
+/// A note for a parse error in a flag that `config` supplied (clap names the flag, which the
+/// user did not type: `epoch = 3` read as "unexpected argument '--epoch'"); `None` when the
+/// error is in a flag the file does not give.
+pub fn note_on_error(err: &clap::Error, file_flags: &[OsString], config: &Path) -> Option<String> {
+    let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)? else {
+        return None;
+    };
+    // "--epochs <EPOCHS>" or "--epoch": the flag's name is the first word.
+    let flag = arg.split([' ', '=']).next()?;
+    let key = flag.strip_prefix("--")?;
+    file_flags.iter().any(|f| f == flag).then(|| {
+        format!(
+            "note: `{flag}` came from {} (its key `{key}`); the file's keys are `longread train`'s flag names",
+            config.display()
+        )
+    })
 }
 
 /// The file's table as flags, read as the Python package's settings are
@@ -77,7 +96,7 @@ mod tests {
         )
         .unwrap();
         let args = os(&["longread", "-q", "train", "--config", path.to_str().unwrap(), "--epochs", "2"]);
-        let out: Vec<String> = expand(args, &path).unwrap().into_iter().map(|s| s.into_string().unwrap()).collect();
+        let out: Vec<String> = expand(args, &path).unwrap().0.into_iter().map(|s| s.into_string().unwrap()).collect();
         assert_eq!(out[..3], ["longread", "-q", "train"]);
         assert!(out.windows(2).any(|w| w == ["--lr", "0.00003"]), "{out:?}");
         assert!(out.contains(&"--freeze-base".to_string()) && !out.contains(&"--no-recompute".to_string()));
@@ -97,7 +116,7 @@ mod tests {
         std::fs::write(&path, "epochs = 4\n").unwrap();
         let p = path.to_str().unwrap();
         let args = os(&["longread", "train", "--model", "train", &format!("--config={p}"), "--lr", "1e-5"]);
-        let out: Vec<String> = expand(args, &path).unwrap().into_iter().map(|s| s.into_string().unwrap()).collect();
+        let out: Vec<String> = expand(args, &path).unwrap().0.into_iter().map(|s| s.into_string().unwrap()).collect();
         assert_eq!(out, ["longread", "train", "--epochs", "4", "--model", "train", "--lr", "1e-5"]);
     }
 
@@ -111,6 +130,7 @@ mod tests {
         std::fs::write(&path, "task = [\"a=x\", \"b=y\"]\n").unwrap();
         let out: Vec<String> = expand(os(&["longread", "train", "--config", path.to_str().unwrap()]), &path)
             .unwrap()
+            .0
             .into_iter()
             .map(|s| s.into_string().unwrap())
             .collect();

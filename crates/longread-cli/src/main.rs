@@ -145,11 +145,18 @@ fn parse(args: Vec<std::ffi::OsString>) -> anyhow::Result<Cli> {
     let config = first
         .ok()
         .and_then(|m| m.subcommand_matches("train").and_then(|t| t.get_one::<std::path::PathBuf>("config").cloned()));
-    let args = match config {
-        Some(config) => config_file::expand(args, &config)?,
-        None => args,
+    let (args, file_flags) = match &config {
+        Some(config) => config_file::expand(args, config)?,
+        None => (args, Vec::new()),
     };
-    let matches = Cli::command().get_matches_from(args);
+    let matches = Cli::command().try_get_matches_from(args).unwrap_or_else(|e| {
+        let note = config.as_deref().and_then(|c| config_file::note_on_error(&e, &file_flags, c));
+        let _ = e.print();
+        if let (Some(note), true) = (note, e.use_stderr()) {
+            eprintln!("{note}");
+        }
+        std::process::exit(e.exit_code())
+    });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     Ok(cli.with_given_flags(&matches))
 }

@@ -459,6 +459,34 @@ fn flags_come_from_a_toml_file_and_the_command_line_wins() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("unexpected argument '--config'"));
 }
 
+/// A misspelt or mistyped key in a `--config` file read as a flag the user never typed
+/// ("unexpected argument '--epoch'"): a note now says the file gave it.
+#[test]
+fn a_bad_key_in_the_config_file_is_named_with_its_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("run.toml");
+    let (model, data, out) = (fixture("hier/bert-mean"), fixture("synthetic/train.jsonl"), tmp.path().join("o"));
+    for (toml, clap_says, note) in [
+        ("epoch = 3\n", "unexpected argument '--epoch'", "`--epoch` came from"),
+        ("epochs = \"three\"\n", "invalid value 'three' for '--epochs <EPOCHS>'", "`--epochs` came from"),
+    ] {
+        std::fs::write(&config, toml).unwrap();
+        let o = train(&model, &data, &out, &["--config", config.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(clap_says), "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with(&format!("note: {note} {}", config.display())), "{stderr}");
+        assert!(!out.exists());
+    }
+    // An error in the command line's own flags gets no such note.
+    std::fs::write(&config, "epochs = 3\n").unwrap();
+    let o = train(&model, &data, &out, &["--config", config.to_str().unwrap(), "--lr", "fast"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("note:"), "{stderr}");
+}
+
 /// The first `n` synthetic training documents with labels mapped onto the fixture models'
 /// general/teen/mature.
 fn synthetic_for_fixture_models(path: &Path, n: usize) {
