@@ -51,7 +51,7 @@ def run_longread(model, path, threads, batch_size):
     cmd = [BINARY, "embed", "--model", model, "--input", path, "--output", os.devnull, "--normalize",
            "--threads", str(threads), "--batch-size", str(batch_size)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    m = re.search(r"embedded (\d+) texts \((\d+) tokens\) in ([\d.]+) s", res.stderr)
+    m = re.search(r"embedded (\d+) texts? \((\d+) tokens?\) in ([\d.]+) s", res.stderr)
     return int(m.group(2)), float(m.group(3))
 
 

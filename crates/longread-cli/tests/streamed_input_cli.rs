@@ -140,4 +140,10 @@ fn embed_reads_text_files_and_refuses_an_empty_text() {
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(": c.txt: \"text\" is empty"), "{stderr}");
+    // One text is counted as one ("embedded 1 texts" before).
+    std::fs::remove_file(dir.path().join("c.txt")).unwrap();
+    std::fs::remove_file(dir.path().join("b.txt")).unwrap();
+    let out = longread(&["embed", "--model", model.to_str().unwrap(), "--input", dir.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("embedded 1 text ("), "{stderr}");
 }

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use longread_text::{Document, DocumentSource};
 
+use crate::commands::counts::counted;
 use crate::io::Output;
 
 /// Arguments of `longread embed`.
@@ -107,7 +108,9 @@ pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     if !quiet {
         eprintln!(
-            "embedded {count} texts ({tokens} tokens) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s on {}",
+            "embedded {} ({}) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s on {}",
+            counted(count, "text"),
+            counted(tokens, "token"),
             count as f64 / seconds,
             tokens as f64 / seconds,
             longread_model::device::describe(embedder.device())
@@ -115,8 +118,10 @@ pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     }
     if let Some((n, first)) = truncated {
         tracing::warn!(
-            "{n} of {count} texts were longer than the model's {} tokens and were truncated (first: {first}); \
+            "{n} of {} {} longer than the model's {} tokens and were truncated (first: {first}); \
              use `longread predict` with a hierarchical model to read whole documents",
+            counted(count, "text"),
+            if n == 1 { "was" } else { "were" },
             embedder.max_length(),
         );
     }
