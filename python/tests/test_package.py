@@ -254,12 +254,17 @@ def test_train_runs_the_clis_training_with_the_same_flags(tmp_path, capfd):
 
 def test_train_refuses_what_the_cli_refuses(tmp_path):
     train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
-    with pytest.raises(longread.LongreadError, match="--lrr"):
+    with pytest.raises(longread.LongreadError, match="unknown setting `lrr`"):
         longread.train(train, tmp_path / "a", arch="bow", lrr=1)
     with pytest.raises(longread.LongreadError, match="--epochs does not apply to --arch bow"):
         longread.train(train, tmp_path / "b", arch="bow", epochs=3)
     with pytest.raises(longread.LongreadError, match="no-such.jsonl"):
         longread.train(tmp_path / "no-such.jsonl", tmp_path / "c", arch="bow")
+    # Keywords are named as written, not as the command line's flags.
+    with pytest.raises(longread.LongreadError, match="`freeze_base` is a switch: give true or false"):
+        longread.train(train, tmp_path / "d", model="init", freeze_base="yes")
+    with pytest.raises(longread.LongreadError, match=r"^`epochs` = \"three\" is not valid: invalid digit found in string$"):
+        longread.train(train, tmp_path / "e", model="init", epochs="three")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -305,7 +310,7 @@ def test_init_refuses_what_the_cli_refuses(tmp_path):
         longread.init(encoder, ["a", "a"], tmp_path / "a")
     with pytest.raises(longread.LongreadError, match="--attention-top-k applies only to --pooling attention"):
         longread.init(encoder, ["a", "b"], tmp_path / "b", pooling="mean", attention_top_k=2)
-    with pytest.raises(longread.LongreadError, match="--poolin"):
+    with pytest.raises(longread.LongreadError, match="unknown setting `poolin` \\(did you mean `pooling`\\?\\)"):
         longread.init(encoder, ["a", "b"], tmp_path / "c", poolin="mean")
     with pytest.raises(longread.ModelLoadError, match="no-such-encoder"):
         longread.init(tmp_path / "no-such-encoder", ["a", "b"], tmp_path / "d")
@@ -440,7 +445,7 @@ def test_the_roberta_kit_makes_what_the_cli_makes(tmp_path, capfd):
 
 def test_the_roberta_kit_refuses_what_the_cli_refuses(tmp_path):
     corpus = os.path.join(FIXTURES, "synthetic")
-    with pytest.raises(longread.LongreadError, match="--kind"):
+    with pytest.raises(longread.LongreadError, match="`kind` = \"unigram\" is not valid"):
         longread.train_tokenizer(corpus, tmp_path / "a", kind="unigram")
     with pytest.raises(longread.LongreadError, match="no-such"):
         longread.train_tokenizer(tmp_path / "no-such", tmp_path / "b")
@@ -449,7 +454,7 @@ def test_the_roberta_kit_refuses_what_the_cli_refuses(tmp_path):
         longread.new_encoder("huge", tok, tmp_path / "c")
     with pytest.raises(longread.LongreadError, match="give --preset NAME or --config FILE"):
         longread.pretrain(corpus, tok, tmp_path / "d", max_steps=2)
-    with pytest.raises(longread.LongreadError, match="--max-stepz"):
+    with pytest.raises(longread.LongreadError, match="unknown setting `max_stepz` \\(did you mean `max_steps`\\?\\)"):
         longread.pretrain(corpus, tok, tmp_path / "e", preset="tiny", max_stepz=2)
     with pytest.raises(longread.LongreadError, match="give --tokenizer"):
         longread.pretrain(corpus, None, tmp_path / "f", max_steps=2)

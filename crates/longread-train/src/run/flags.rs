@@ -43,25 +43,113 @@ pub fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
     Ok(flags)
 }
 
-/// `longread train`'s settings from `settings` (see [`Settings`]); errors as
-/// [`spec_from_flags`]'s.
+/// `longread train`'s settings from `settings` (see [`Settings`]). Errors name the settings by
+/// their keys, as a caller passing data wrote them ("unknown setting `epoch` (did you mean
+/// `epochs`?)", not clap's "unexpected argument '--epoch'").
 pub fn spec_from_settings(settings: &Settings) -> Result<TrainSpec, String> {
-    spec_from_flags(&settings_as_flags(settings)?)
+    let (mut spec, given) = parse_settings::<TrainSpec>("train", settings)?;
+    spec.given = given;
+    Ok(spec)
 }
 
-/// `longread init`'s settings from `settings`.
+/// `longread init`'s settings from `settings`; errors as [`spec_from_settings`]'s.
 pub fn init_spec_from_settings(settings: &Settings) -> Result<InitSpec, String> {
-    init_spec_from_flags(&settings_as_flags(settings)?)
+    let (mut spec, given) = parse_settings::<InitSpec>("init", settings)?;
+    spec.given = given;
+    Ok(spec)
 }
 
-/// `longread pretrain`'s settings from `settings`.
+/// `longread pretrain`'s settings from `settings`; errors as [`spec_from_settings`]'s.
 pub fn pretrain_spec_from_settings(settings: &Settings) -> Result<PretrainSpec, String> {
-    pretrain_spec_from_flags(&settings_as_flags(settings)?)
+    parse_settings::<PretrainSpec>("pretrain", settings).map(|(spec, _)| spec)
 }
 
-/// `longread tokenizer train`'s settings from `settings`.
+/// `longread tokenizer train`'s settings from `settings`; errors as [`spec_from_settings`]'s.
 pub fn tokenizer_spec_from_settings(settings: &Settings) -> Result<TokenizerSpec, String> {
-    tokenizer_spec_from_flags(&settings_as_flags(settings)?)
+    parse_settings::<TokenizerSpec>("tokenizer train", settings).map(|(spec, _)| spec)
+}
+
+/// Parses `settings` as the subcommand `name` whose flags are `T`'s, with errors in the
+/// settings' terms (see [`spec_from_settings`]).
+fn parse_settings<T: Args + FromArgMatches>(
+    name: &'static str,
+    settings: &Settings,
+) -> Result<(T, Vec<String>), String> {
+    let command = T::augment_args(Command::new(name).no_binary_name(true));
+    // A switch given a string or a number became "--switch VALUE", and clap then complained
+    // of an unexpected argument VALUE.
+    for (key, value) in settings {
+        let long = key.replace('_', "-");
+        let switch = command
+            .get_arguments()
+            .any(|a| a.get_long() == Some(long.as_str()) && !a.get_action().takes_values() && !a.is_positional());
+        let values = match value {
+            Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        if switch && values.iter().any(|v| !matches!(v, Value::Bool(_) | Value::Null)) {
+            return Err(format!("`{key}` is a switch: give true or false (found {value})"));
+        }
+    }
+    let flags = settings_as_flags(settings)?;
+    let matches = command.try_get_matches_from(&flags).map_err(|e| in_settings_terms(&e))?;
+    let spec = T::from_arg_matches(&matches).map_err(|e| in_settings_terms(&e))?;
+    Ok((spec, flags_given(&matches)))
+}
+
+/// A flag as a setting's key: `--max-steps <MAX_STEPS>` → `max_steps`.
+fn key_of(flag: &str) -> String {
+    flag.split([' ', '=']).next().unwrap_or(flag).trim_start_matches('-').replace('-', "_")
+}
+
+/// clap's error about flags made from settings, told in the settings' keys.
+fn in_settings_terms(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let text = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => Some(v.join(", ")),
+        _ => None,
+    };
+    let keys = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => vec![key_of(s)],
+        Some(ContextValue::Strings(v)) => v.iter().map(|s| key_of(s)).collect(),
+        _ => Vec::new(),
+    };
+    let quoted = |keys: Vec<String>| keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+    match e.kind() {
+        ErrorKind::UnknownArgument => {
+            let hint = match keys(ContextKind::SuggestedArg).first() {
+                Some(k) => format!(" (did you mean `{k}`?)"),
+                None => String::new(),
+            };
+            format!("unknown setting {}{hint}", quoted(keys(ContextKind::InvalidArg)))
+        }
+        ErrorKind::MissingRequiredArgument => format!("missing setting {}", quoted(keys(ContextKind::InvalidArg))),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            let value = text(ContextKind::InvalidValue).unwrap_or_default();
+            let why = match (std::error::Error::source(e), text(ContextKind::ValidValue)) {
+                (Some(reason), _) => format!(": {reason}"),
+                (None, Some(valid)) => format!(" (one of {valid})"),
+                (None, None) => String::new(),
+            };
+            format!("{} = {value:?} is not valid{why}", quoted(keys(ContextKind::InvalidArg)))
+        }
+        ErrorKind::ArgumentConflict => format!(
+            "setting {} cannot be used with {}",
+            quoted(keys(ContextKind::InvalidArg)),
+            quoted(keys(ContextKind::PriorArg))
+        ),
+        _ => one_line(e),
+    }
+}
+
+/// clap's message without its usage and help lines, on one line ("the following required
+/// arguments were not provided: --labels <LABELS>").
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let lines = text.lines().map(str::trim).take_while(|l| !l.starts_with("Usage:") && !l.starts_with("tip:"));
+    let message = lines.filter(|l| !l.is_empty() && !l.starts_with("For more information")).collect::<Vec<_>>();
+    message.join(" ").trim_start_matches("error: ").to_owned()
 }
 
 /// Parses `flags` (`["--train", "t.jsonl", "--out", "m", "--freeze-base", ...]`, no program
@@ -95,16 +183,8 @@ pub fn tokenizer_spec_from_flags(flags: &[String]) -> Result<TokenizerSpec, Stri
 /// ids of the flags given.
 fn parse_flags<T: Args + FromArgMatches>(name: &'static str, flags: &[String]) -> Result<(T, Vec<String>), String> {
     let command = T::augment_args(Command::new(name).no_binary_name(true));
-    // clap's message without its usage and help lines, on one line ("the following required
-    // arguments were not provided: --labels <LABELS>").
-    let one_line = |e: clap::Error| {
-        let text = e.render().to_string();
-        let lines = text.lines().map(str::trim).take_while(|l| !l.starts_with("Usage:") && !l.starts_with("tip:"));
-        let message = lines.filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
-        message.trim_start_matches("error: ").to_owned()
-    };
-    let matches = command.try_get_matches_from(flags).map_err(one_line)?;
-    let spec = T::from_arg_matches(&matches).map_err(one_line)?;
+    let matches = command.try_get_matches_from(flags).map_err(|e| one_line(&e))?;
+    let spec = T::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
     Ok((spec, flags_given(&matches)))
 }
 
@@ -166,7 +246,41 @@ mod tests {
         let nested: Settings = serde_json::from_str(r#"{"train": "t", "out": "m", "lr": {"a": 1}}"#).unwrap();
         assert!(spec_from_settings(&nested).unwrap_err().contains("`lr` must be a string, number"));
         let unknown: Settings = serde_json::from_str(r#"{"train": "t", "out": "m", "lrr": 1}"#).unwrap();
-        assert!(spec_from_settings(&unknown).unwrap_err().contains("--lrr"));
+        assert!(spec_from_settings(&unknown).unwrap_err().contains("`lrr`"));
+    }
+
+    /// The Python package's keyword arguments were refused in the command line's words:
+    /// "unexpected argument '--epoch' found", "unexpected argument 'yes' found" for
+    /// `freeze_base="yes"`, "… For more information, try '--help'."
+    #[test]
+    fn settings_are_refused_in_their_own_keys() {
+        let refused = |json: &str| {
+            let mut settings: Settings = serde_json::from_str(json).unwrap();
+            settings.insert("train".into(), "t.jsonl".into());
+            settings.insert("out".into(), "m".into());
+            spec_from_settings(&settings).unwrap_err()
+        };
+        assert_eq!(refused(r#"{"epoch": 3}"#), "unknown setting `epoch` (did you mean `epochs`?)");
+        assert_eq!(
+            refused(r#"{"freeze_base": "yes"}"#),
+            "`freeze_base` is a switch: give true or false (found \"yes\")"
+        );
+        let err = refused(r#"{"epochs": "three"}"#);
+        assert!(err.starts_with("`epochs` = \"three\" is not valid: invalid digit"), "{err}");
+        let err = refused(r#"{"arch": "cnn"}"#);
+        assert!(err.starts_with("`arch` = \"cnn\" is not valid (one of hierarchical, sequence"), "{err}");
+        for err in [refused(r#"{"epochs": "three"}"#), refused(r#"{"arch": "cnn"}"#)] {
+            assert!(!err.contains("--") && !err.contains("help"), "{err}");
+        }
+        let err =
+            init_spec_from_settings(&serde_json::from_str(r#"{"encoder": "e", "out": "m"}"#).unwrap()).unwrap_err();
+        assert_eq!(err, "missing setting `labels`");
+        let err = pretrain_spec_from_settings(
+            &serde_json::from_str(r#"{"corpus": "c", "out": "o", "preset": "tiny", "model": "m"}"#).unwrap(),
+        )
+        .unwrap_err();
+        assert!(err.starts_with("setting `"), "{err}");
+        assert!(err.contains("`preset`") && err.contains("`model`"), "{err}");
     }
 
     #[test]
