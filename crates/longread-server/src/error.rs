@@ -1,5 +1,6 @@
 //! Errors: the server's own (it could not start), and a request's, answered as
-//! `{"error": ..., "error_type": ...}` with text-embeddings-inference's status codes.
+//! `{"error": ..., "error_type": ...}` with text-embeddings-inference's status codes (on OpenAI's
+//! routes, `/v1/...`, in OpenAI's shape: [`OpenAiErrorBody`]).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -18,7 +19,7 @@ pub enum ServerError {
 }
 
 /// What kind of failure a request met (TEI's `error_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorType {
     /// The request is malformed or over a limit.
@@ -38,12 +39,40 @@ pub enum ErrorType {
 }
 
 /// The JSON body of every error.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// What went wrong, for people.
     pub error: String,
     /// Its kind.
     pub error_type: ErrorType,
+}
+
+/// The JSON body of an error on OpenAI's routes (`/v1/...`), as OpenAI answers: its clients
+/// read `error.message` (they showed only "Error code: 422" for the shape above).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct OpenAiErrorBody {
+    /// The error.
+    pub error: OpenAiErrorDetail,
+}
+
+/// What OpenAI's error holds.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct OpenAiErrorDetail {
+    /// What went wrong, for people.
+    pub message: String,
+    /// Its kind (as `error_type` elsewhere).
+    #[serde(rename = "type")]
+    pub kind: ErrorType,
+    /// The request field at fault; not given.
+    pub param: Option<String>,
+    /// OpenAI's error code; not given.
+    pub code: Option<String>,
+}
+
+impl From<ErrorBody> for OpenAiErrorBody {
+    fn from(body: ErrorBody) -> Self {
+        Self { error: OpenAiErrorDetail { message: body.error, kind: body.error_type, param: None, code: None } }
+    }
 }
 
 /// A request's failure: its status and body.

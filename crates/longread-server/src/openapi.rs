@@ -1,6 +1,6 @@
 //! The OpenAPI document (GET /openapi.json), generated from the handlers and their types.
 
-use crate::error::{ErrorBody, ErrorType};
+use crate::error::{ErrorBody, ErrorType, OpenAiErrorBody, OpenAiErrorDetail};
 use crate::routes::{classify, embed, info, page};
 
 /// Every route and schema.
@@ -25,6 +25,8 @@ use crate::routes::{classify, embed, info, page};
     components(schemas(
         ErrorBody,
         ErrorType,
+        OpenAiErrorBody,
+        OpenAiErrorDetail,
         classify::ClassifyRequest,
         classify::PredictRequest,
         classify::LabelScore,

@@ -233,6 +233,43 @@ fn embeddings_as_tei_and_openai_answer_them() {
     let tokens: usize = expected.token_counts.iter().sum();
     assert_eq!(openai["usage"]["prompt_tokens"], tokens);
     assert_eq!(openai["usage"]["total_tokens"], tokens);
+
+    // OpenAI's own clients ask for base64 unless told otherwise (it was refused: "must be
+    // float"): the vector's little-endian f32 bytes.
+    use base64::Engine;
+    let (status, b64) = server.post_json("/v1/embeddings", &json!({ "input": texts, "encoding_format": "base64" }));
+    assert_eq!(status, 200, "{b64}");
+    for (i, served) in tei.iter().enumerate() {
+        let bytes =
+            base64::engine::general_purpose::STANDARD.decode(b64["data"][i]["embedding"].as_str().unwrap()).unwrap();
+        let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let want: Vec<f32> = numbers(served).iter().map(|&x| x as f32).collect();
+        assert_eq!(floats, want, "text {i}: the same vector, bit for bit");
+    }
+    // `dimensions` (it was ignored): the first N, scaled back to unit length.
+    // TEI's routes keep TEI's error shape.
+    let (status, error) = server.post_json("/embed", &json!({ "inputs": "" }));
+    assert_eq!(status, 422, "{error}");
+    assert!(error["error"].is_string() && error["error_type"] == "validation", "{error}");
+    let (status, short) = server.post_json("/v1/embeddings", &json!({ "input": texts[0], "dimensions": 8 }));
+    assert_eq!(status, 200, "{short}");
+    let short = numbers(&short["data"][0]["embedding"]);
+    let head = &numbers(&raw[0])[..8];
+    let norm = head.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let want: Vec<f64> = head.iter().map(|x| x / norm).collect();
+    assert_eq!(short.len(), 8);
+    assert!(max_diff(&short, &want) <= 1e-5, "{short:?} vs {want:?}");
+    for (body, needle) in [
+        (json!({ "input": "x", "encoding_format": "binary" }), "\"float\" or \"base64\""),
+        (json!({ "input": "x", "dimensions": 0 }), "at least 1"),
+        (json!({ "input": "x", "dimensions": 385 }), "`dimensions` 385 is more than the model's 384"),
+    ] {
+        let (status, error) = server.post_json("/v1/embeddings", &body);
+        assert_eq!(status, 422, "{body}: {error}");
+        // OpenAI's error shape there (its clients read error.message).
+        assert!(error["error"]["message"].as_str().unwrap().contains(needle), "{error}");
+        assert_eq!(error["error"]["type"], "validation", "{error}");
+    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use longread_model::embedder::Embeddings;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, OpenAiErrorBody};
 use crate::input::{parse_body, Inputs};
 use crate::state::AppState;
 
@@ -41,16 +41,66 @@ pub(crate) struct OpenAiRequest {
     /// Echoed back; the server has one embedding model.
     #[serde(default)]
     model: Option<String>,
-    /// Only "float" is supported.
+    /// "float" (the default: a list of numbers) or "base64" (the vector's little-endian f32
+    /// bytes in standard base64, what OpenAI's own clients ask for unless told otherwise).
     #[serde(default)]
     encoding_format: Option<String>,
+    /// Keep the first N dimensions of each vector, scaled back to unit length (as OpenAI's
+    /// text-embedding-3 models shorten theirs; meaningful for models trained for it, such as
+    /// Matryoshka embeddings). Default: all of them.
+    #[serde(default)]
+    dimensions: Option<usize>,
+    /// Accepted as OpenAI accepts it (an end user's id); not used.
+    #[serde(default)]
+    #[allow(dead_code)]
+    user: Option<String>,
+}
+
+/// How a vector is written in OpenAI's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EncodingFormat {
+    Float,
+    Base64,
+}
+
+impl EncodingFormat {
+    fn parse(name: Option<&str>) -> Result<Self, ApiError> {
+        match name {
+            None | Some("float") => Ok(Self::Float),
+            Some("base64") => Ok(Self::Base64),
+            Some(_) => Err(ApiError::invalid("`encoding_format` must be \"float\" or \"base64\"")),
+        }
+    }
+}
+
+/// One vector in OpenAI's answer: numbers, or base64 of their little-endian f32 bytes.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub(crate) enum EmbeddingVector {
+    /// `encoding_format` "float".
+    Float(Vec<f32>),
+    /// `encoding_format` "base64".
+    Base64(String),
+}
+
+impl EmbeddingVector {
+    fn encode(vector: Vec<f32>, format: EncodingFormat) -> Self {
+        use base64::Engine;
+        match format {
+            EncodingFormat::Float => Self::Float(vector),
+            EncodingFormat::Base64 => {
+                let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Self::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+            }
+        }
+    }
 }
 
 /// One vector in OpenAI's answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct OpenAiEmbedding {
     object: &'static str,
-    embedding: Vec<f32>,
+    embedding: EmbeddingVector,
     index: usize,
 }
 
@@ -86,7 +136,7 @@ fn yes() -> bool {
 pub(crate) async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Json<Vec<Vec<f32>>>, ApiError> {
     let request: EmbedRequest = parse_body(&body)?;
     let inputs = Inputs::from_value(request.inputs, "inputs")?;
-    let embeddings = embed_inputs(&state, &inputs, "inputs", request.normalize).await?;
+    let embeddings = embed_inputs(&state, &inputs, "inputs", None, request.normalize).await?;
     Ok(Json(embeddings.vectors))
 }
 
@@ -94,27 +144,32 @@ pub(crate) async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Re
 #[utoipa::path(post, path = "/v1/embeddings", request_body = OpenAiRequest,
     responses(
         (status = 200, description = "One embedding per text", body = OpenAiResponse),
-        (status = 404, description = "No --embedding-model", body = ErrorBody),
-        (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
-        (status = 422, description = "Invalid JSON, wrong types, an empty text", body = ErrorBody),
-        (status = 429, description = "Too many requests in flight", body = ErrorBody),
+        (status = 404, description = "No --embedding-model", body = OpenAiErrorBody),
+        (status = 413, description = "Body, text or batch over the limits", body = OpenAiErrorBody),
+        (status = 422, description = "Invalid JSON, wrong types, an empty text", body = OpenAiErrorBody),
+        (status = 429, description = "Too many requests in flight", body = OpenAiErrorBody),
     ))]
 pub(crate) async fn openai_embeddings(
     State(state): State<Arc<AppState>>,
     body: Bytes,
 ) -> Result<Json<OpenAiResponse>, ApiError> {
     let request: OpenAiRequest = parse_body(&body)?;
-    if request.encoding_format.as_deref().is_some_and(|f| f != "float") {
-        return Err(ApiError::invalid("`encoding_format` must be \"float\""));
+    let format = EncodingFormat::parse(request.encoding_format.as_deref())?;
+    if request.dimensions == Some(0) {
+        return Err(ApiError::invalid("`dimensions` must be at least 1"));
     }
     let inputs = Inputs::from_value(request.input, "input")?;
-    let embeddings = embed_inputs(&state, &inputs, "input", true).await?;
+    let embeddings = embed_inputs(&state, &inputs, "input", request.dimensions, true).await?;
     let tokens: usize = embeddings.token_counts.iter().sum();
     let data = embeddings
         .vectors
         .into_iter()
         .enumerate()
-        .map(|(index, embedding)| OpenAiEmbedding { object: "embedding", embedding, index })
+        .map(|(index, vector)| OpenAiEmbedding {
+            object: "embedding",
+            embedding: EmbeddingVector::encode(vector, format),
+            index,
+        })
         .collect();
     let model = request.model.unwrap_or_else(|| model_id(&state));
     Ok(Json(OpenAiResponse {
@@ -131,17 +186,23 @@ fn model_id(state: &AppState) -> String {
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Checks and embeds the texts of `inputs` off the async threads.
+/// Checks and embeds the texts of `inputs` off the async threads; keeps the first `dimensions`
+/// of each vector (before normalizing) when given.
 async fn embed_inputs(
     state: &Arc<AppState>,
     inputs: &Inputs,
     field: &str,
+    dimensions: Option<usize>,
     normalize: bool,
 ) -> Result<Embeddings, ApiError> {
     let loaded = state.loaded()?;
     let Some(embedder) = loaded.embedder.as_ref().map(Arc::clone) else {
         return Err(ApiError::not_found("this server has no embedding model (start it with --embedding-model DIR)"));
     };
+    let width = embedder.dimension();
+    if let Some(d) = dimensions.filter(|&d| d > width) {
+        return Err(ApiError::invalid(format!("`dimensions` {d} is more than the model's {width}")));
+    }
     let cfg = &state.config;
     let texts: Vec<String> =
         inputs.texts(field, cfg.max_client_batch_size, cfg.max_input_chars)?.into_iter().map(str::to_owned).collect();
@@ -153,6 +214,9 @@ async fn embed_inputs(
     .await
     .map_err(|e| ApiError::backend(format!("embedding: {e}")))?
     .map_err(|e| ApiError::backend(format!("embedding: {e}")))?;
+    if let Some(d) = dimensions {
+        embeddings.vectors.iter_mut().for_each(|v| v.truncate(d));
+    }
     if normalize {
         embeddings.normalize();
     }

@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody, OpenAiErrorBody};
 use crate::metrics::{Route, RouteStatus};
 use crate::state::AppState;
 
@@ -46,6 +46,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.request_timeout))
         .layer(axum::middleware::map_response(plain_errors_as_json))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), guard::guard))
+        .layer(axum::middleware::from_fn(openai_errors))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), track))
         .with_state(state)
 }
@@ -80,6 +81,32 @@ async fn plain_errors_as_json(response: Response) -> Response {
     }
     ApiError::with_status(status, if text.is_empty() { "the request could not be read".into() } else { text })
         .into_response()
+}
+
+/// Errors on OpenAI's routes (`/v1/...`) in OpenAI's shape, `{"error": {"message", "type",
+/// "param", "code"}}`, whichever layer answered them (the guard's 401, the body limit's 413,
+/// the handler's 422): OpenAI's clients read `error.message`, and showed only the status for
+/// TEI's `{"error": "...", "error_type"}`.
+async fn openai_errors(request: Request, next: Next) -> Response {
+    let openai = request.uri().path().starts_with("/v1/");
+    let response = next.run(request).await;
+    if !openai || response.status().is_success() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let reshaped = serde_json::from_slice::<ErrorBody>(&bytes)
+        .ok()
+        .and_then(|e| serde_json::to_vec(&OpenAiErrorBody::from(e)).ok());
+    match reshaped {
+        Some(json) => {
+            parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+            Response::from_parts(parts, axum::body::Body::from(json))
+        }
+        None => Response::from_parts(parts, axum::body::Body::from(bytes)),
+    }
 }
 
 /// Counts every request by route and status and times it; a request whose client goes away
