@@ -118,7 +118,17 @@ fn training_input_problems_are_clear_errors() {
     .unwrap();
     assert_clean_failure(&train(&model, &p("bad.jsonl"), &p("o"), &[]), "bad.jsonl:2: unknown label \"snow\"");
     std::fs::create_dir(p("exists")).unwrap();
-    assert_clean_failure(&train(&model, &p("bad.jsonl"), &p("exists"), &[]), "already exists");
+    // An existing directory with no run in it (an `init` directory, say): no --resume hint,
+    // which then failed with "nothing to resume".
+    assert_clean_failure(
+        &train(&model, &p("bad.jsonl"), &p("exists"), &[]),
+        "exists already exists; choose another --out (or remove it)",
+    );
+    std::fs::write(p("exists").join("metrics.jsonl"), "").unwrap();
+    assert_clean_failure(
+        &train(&model, &p("bad.jsonl"), &p("exists"), &[]),
+        "its run has finished; to train further, start a new run from its model: --model",
+    );
     std::fs::write(p("empty.jsonl"), "").unwrap();
     assert_clean_failure(&train(&model, &p("empty.jsonl"), &p("o"), &[]), "no input records");
     std::fs::write(
@@ -241,6 +251,11 @@ fn a_run_resumes_only_as_it_was_started() {
     };
     assert!(run(&["--epochs", "2", "--stop-after-epoch", "1"]).status.success());
     assert!(out.join("model.safetensors").exists(), "the best model after epoch 1");
+    // Run again without --resume: the hint says how to continue it.
+    assert_clean_failure(
+        &run(&["--epochs", "2"]),
+        "already exists; choose another --out, or continue its run with --resume auto",
+    );
     let changed = run(&["--epochs", "3", "--lr", "3e-5", "--resume", "auto"]);
     let stderr = String::from_utf8_lossy(&changed.stderr);
     assert_eq!(changed.status.code(), Some(1), "{stderr}");

@@ -82,10 +82,19 @@ pub fn remove_other_checkpoints(out: &Path, keep: Option<&str>) -> Result<()> {
 pub fn resume_from(out: &Path, resume: Option<&str>) -> Result<Option<PathBuf>> {
     let checkpoint = match resume {
         None if out.exists() => {
-            return Err(TrainError::Run(format!(
-                "{} already exists; choose another --out, or continue its run with --resume auto",
-                out.display()
-            )))
+            // The hint fits what is there: a run to continue, a finished run, or anything else
+            // (an `init` directory has no run to resume).
+            let what_to_do = if out.join(CHECKPOINT).join("trainer_state.json").is_file() {
+                "choose another --out, or continue its run with --resume auto".to_string()
+            } else if out.join("metrics.jsonl").is_file() {
+                format!(
+                    "its run has finished; to train further, start a new run from its model: --model {} --out ANOTHER",
+                    out.display()
+                )
+            } else {
+                "choose another --out (or remove it)".to_string()
+            };
+            return Err(TrainError::Run(format!("{} already exists; {what_to_do}", out.display())));
         }
         None => return Ok(None),
         Some("auto") => out.join(CHECKPOINT),
