@@ -43,7 +43,7 @@ fn mean_normalized_embeddings_match_sentence_transformers() {
         assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
     }
     // The last text is longer than sentence-transformers' 256 tokens.
-    assert!(stderr.contains("1 of 6 texts were longer than the model's 256 tokens"), "{stderr}");
+    assert!(stderr.contains("1 of 6 texts was longer than the model's 256 tokens"), "{stderr}");
 }
 
 #[test]

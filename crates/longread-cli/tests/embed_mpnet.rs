@@ -38,5 +38,5 @@ fn all_mpnet_base_v2_embeddings_match_sentence_transformers() {
         assert!(diff <= 1e-4, "text {i}: max abs diff {diff}");
     }
     // The last text is longer than sentence-transformers' 384 tokens.
-    assert!(stderr.contains("1 of 6 texts were longer than the model's 384 tokens"), "{stderr}");
+    assert!(stderr.contains("1 of 6 texts was longer than the model's 384 tokens"), "{stderr}");
 }

@@ -75,6 +75,10 @@ fn an_api_key_guards_every_route_but_health() {
     assert_eq!(post("\r\nAuthorization: Bearer s3cret").0, 200);
     assert_eq!(raw(&server, "GET /info HTTP/1.1\r\nHost: localhost", "").0, 401);
     assert_eq!(raw(&server, "GET /health HTTP/1.1\r\nHost: localhost", "").0, 200);
+    assert_eq!(raw(&server, "GET /ping HTTP/1.1\r\nHost: localhost", "").0, 200, "SageMaker's health alias");
+    // The aliases of the guarded routes are guarded too.
+    let root = "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json";
+    assert_eq!(raw(&server, root, r#"{"inputs": "The committee met."}"#).0, 401);
 }
 
 #[test]

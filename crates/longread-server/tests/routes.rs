@@ -65,6 +65,14 @@ fn predict_answers_as_tei_sorted_by_score() {
     let raw = raw.as_array().unwrap();
     assert_eq!(raw.len(), 2);
     assert!(raw[0].as_array().unwrap().iter().map(|s| s["score"].as_f64().unwrap()).sum::<f64>().abs() > 1e-9);
+    // TEI's aliases: POST / and /invocations (SageMaker) predict; GET /ping is /health. (A
+    // client pointed at the server's root URL, as huggingface_hub's InferenceClient is, got 405.)
+    for alias in ["/", "/invocations"] {
+        let (status, same) = server.post_json(alias, &json!({ "inputs": "The committee met on Tuesday." }));
+        assert_eq!((status, &same), (200, &one), "{alias}");
+    }
+    assert_eq!(server.get("/ping").0, 200);
+    assert!(server.get("/").1.contains("<html"), "GET / is still the page");
 }
 
 #[test]
@@ -247,6 +255,13 @@ fn embeddings_as_tei_and_openai_answer_them() {
         assert_eq!(floats, want, "text {i}: the same vector, bit for bit");
     }
     // `dimensions` (it was ignored): the first N, scaled back to unit length.
+    // OpenAI's route without /v1 (TEI serves it too), errors in OpenAI's shape there as well.
+    let (status, plain) = server.post_json("/embeddings", &json!({ "input": texts }));
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(plain["data"], openai["data"]);
+    let (status, error) = server.post_json("/embeddings", &json!({ "input": "" }));
+    assert_eq!(status, 422, "{error}");
+    assert!(error["error"]["message"].is_string(), "{error}");
     // TEI's routes keep TEI's error shape.
     let (status, error) = server.post_json("/embed", &json!({ "inputs": "" }));
     assert_eq!(status, 422, "{error}");

@@ -52,10 +52,11 @@ fn host_allowed(config: &ServerConfig, request: &Request) -> Result<(), ApiError
     )))
 }
 
-/// With `--api-key`, every route but GET /health needs `Authorization: Bearer KEY`.
+/// With `--api-key`, every route but GET /health (and its alias /ping) needs
+/// `Authorization: Bearer KEY`.
 fn authorized(config: &ServerConfig, request: &Request) -> Result<(), ApiError> {
     let Some(key) = &config.api_key else { return Ok(()) };
-    if request.method() == Method::GET && request.uri().path() == "/health" {
+    if request.method() == Method::GET && matches!(request.uri().path(), "/health" | "/ping") {
         return Ok(());
     }
     let given = request

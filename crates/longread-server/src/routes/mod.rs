@@ -26,13 +26,19 @@ use crate::state::AppState;
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
     Router::new()
-        .route("/", get(page::page))
+        // TEI's aliases too: POST / and /invocations (SageMaker) predict with a classifier,
+        // GET /ping (SageMaker) is /health, and /embeddings is OpenAI's route for clients whose
+        // base URL has no /v1 (TEI's GET / is our page).
+        .route("/", get(page::page).post(classify::predict))
+        .route("/invocations", post(classify::predict))
         .route("/report", post(page::report))
         .route("/classify", post(classify::classify))
         .route("/predict", post(classify::predict))
         .route("/embed", post(embed::embed))
         .route("/v1/embeddings", post(embed::openai_embeddings))
+        .route("/embeddings", post(embed::openai_embeddings))
         .route("/health", get(info::health))
+        .route("/ping", get(info::health))
         .route("/info", get(info::info))
         .route("/metrics", get(info::metrics))
         .route("/openapi.json", get(info::openapi))
@@ -83,12 +89,13 @@ async fn plain_errors_as_json(response: Response) -> Response {
         .into_response()
 }
 
-/// Errors on OpenAI's routes (`/v1/...`) in OpenAI's shape, `{"error": {"message", "type",
+/// Errors on OpenAI's routes (`/v1/...`, `/embeddings`) in OpenAI's shape, `{"error": {"message", "type",
 /// "param", "code"}}`, whichever layer answered them (the guard's 401, the body limit's 413,
 /// the handler's 422): OpenAI's clients read `error.message`, and showed only the status for
 /// TEI's `{"error": "...", "error_type"}`.
 async fn openai_errors(request: Request, next: Next) -> Response {
-    let openai = request.uri().path().starts_with("/v1/");
+    let path = request.uri().path();
+    let openai = path.starts_with("/v1/") || path == "/embeddings";
     let response = next.run(request).await;
     if !openai || response.status().is_success() {
         return response;
