@@ -29,6 +29,7 @@ use crate::routes::{classify, embed, info, page};
         OpenAiErrorDetail,
         classify::ClassifyRequest,
         classify::PredictRequest,
+        classify::PredictParameters,
         classify::LabelScore,
         embed::EmbedRequest,
         embed::OpenAiRequest,

@@ -73,6 +73,36 @@ fn predict_answers_as_tei_sorted_by_score() {
     }
     assert_eq!(server.get("/ping").0, 200);
     assert!(server.get("/").1.contains("<html"), "GET / is still the page");
+
+    // The Inference API's `parameters`, which huggingface_hub's InferenceClient sends with
+    // nulls (422 "unknown field `parameters`" before; TEI ignores them).
+    let text = "The committee met on Tuesday.";
+    let with =
+        |parameters: serde_json::Value| server.post_json("/", &json!({ "inputs": text, "parameters": parameters }));
+    assert_eq!(with(json!({ "top_k": null, "function_to_apply": null })), (200, one.clone()));
+    let (status, top) = with(json!({ "top_k": 1 }));
+    assert_eq!((status, top.as_array().unwrap().len(), &top[0]), (200, 1, &one[0]));
+    let (_, logits) = server.post_json("/predict", &json!({ "inputs": text, "raw_scores": true }));
+    assert_eq!(with(json!({ "function_to_apply": "none" })), (200, logits.clone()));
+    let (_, sigmoid) = with(json!({ "function_to_apply": "sigmoid" }));
+    for (s, z) in sigmoid.as_array().unwrap().iter().zip(logits.as_array().unwrap()) {
+        assert_eq!(s["label"], z["label"], "the same order: sigmoid is monotone");
+        let want = 1.0 / (1.0 + (-z["score"].as_f64().unwrap()).exp());
+        assert!((s["score"].as_f64().unwrap() - want).abs() < 1e-6, "{s} vs {z}");
+    }
+    for (body, needle) in [
+        (json!({ "inputs": text, "parameters": { "function_to_apply": "tanh" } }), "expected \"softmax\""),
+        (json!({ "inputs": text, "parameters": { "top_k": 0 } }), "at least 1"),
+        (json!({ "inputs": text, "parameters": { "topk": 1 } }), "unknown field `topk`"),
+        (
+            json!({ "inputs": text, "raw_scores": true, "parameters": { "function_to_apply": "softmax" } }),
+            "gives logits",
+        ),
+    ] {
+        let (status, error) = server.post_json("/predict", &body);
+        assert_eq!(status, 422, "{body}: {error}");
+        assert!(error["error"].as_str().unwrap().contains(needle), "{error}");
+    }
 }
 
 #[test]

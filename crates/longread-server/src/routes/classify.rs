@@ -47,6 +47,55 @@ pub(crate) struct PredictRequest {
     #[serde(default)]
     #[allow(dead_code)]
     truncation_direction: Option<String>,
+    /// The Hugging Face Inference API's text-classification parameters, which
+    /// `huggingface_hub.InferenceClient` sends (nulls included) to a server's URL.
+    #[serde(default)]
+    parameters: Option<PredictParameters>,
+}
+
+/// `parameters` of POST /predict (and its aliases): the Inference API's text classification.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PredictParameters {
+    /// Keep the k labels of highest score (default: every label).
+    #[serde(default)]
+    top_k: Option<usize>,
+    /// "softmax" (the default: probabilities), "sigmoid" (each logit's sigmoid) or "none"
+    /// (the logits, as `raw_scores`).
+    #[serde(default)]
+    function_to_apply: Option<String>,
+}
+
+/// What a label's score is in /predict's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScoreFunction {
+    Softmax,
+    Sigmoid,
+    Logits,
+}
+
+impl ScoreFunction {
+    /// From `raw_scores` and `parameters.function_to_apply`, which must agree when both are given.
+    fn of(raw_scores: bool, function: Option<&str>) -> Result<Self, ApiError> {
+        let named = match function {
+            None => None,
+            Some("softmax") => Some(Self::Softmax),
+            Some("sigmoid") => Some(Self::Sigmoid),
+            Some("none") => Some(Self::Logits),
+            Some(other) => {
+                return Err(ApiError::invalid(format!(
+                    "`parameters.function_to_apply` {other:?}: expected \"softmax\", \"sigmoid\" or \"none\""
+                )))
+            }
+        };
+        match (raw_scores, named) {
+            (true, Some(f)) if f != Self::Logits => Err(ApiError::invalid(
+                "`raw_scores: true` gives logits: leave out `parameters.function_to_apply` or make it \"none\"",
+            )),
+            (true, _) => Ok(Self::Logits),
+            (false, named) => Ok(named.unwrap_or(Self::Softmax)),
+        }
+    }
 }
 
 /// One label's score in TEI's answer.
@@ -104,17 +153,35 @@ pub(crate) async fn predict(
     body: Bytes,
 ) -> Result<Json<OneOrMany<Vec<LabelScore>>>, ApiError> {
     let request: PredictRequest = parse_body(&body)?;
+    let parameters = request.parameters.unwrap_or_default();
+    let function = ScoreFunction::of(request.raw_scores, parameters.function_to_apply.as_deref())?;
+    let top_k = match parameters.top_k {
+        Some(0) => return Err(ApiError::invalid("`parameters.top_k` must be at least 1")),
+        Some(k) => k,
+        None => usize::MAX,
+    };
     let inputs = Inputs::from_value(request.inputs, "inputs")?;
     let predictions = classify_inputs(&state, &inputs).await?;
-    let ranked: Vec<Vec<LabelScore>> = predictions.iter().map(|p| ranked(p, request.raw_scores)).collect();
+    let ranked: Vec<Vec<LabelScore>> = predictions
+        .iter()
+        .map(|p| {
+            let mut labels = ranked(p, function);
+            labels.truncate(top_k);
+            labels
+        })
+        .collect();
     Ok(Json(inputs.shape(ranked)))
 }
 
 /// Every label with its probability (or logit), highest first.
-fn ranked(p: &Prediction, raw: bool) -> Vec<LabelScore> {
-    let values = if raw { &p.logits } else { &p.scores.probabilities };
+fn ranked(p: &Prediction, function: ScoreFunction) -> Vec<LabelScore> {
+    let values: Vec<f32> = match function {
+        ScoreFunction::Softmax => p.scores.probabilities.clone(),
+        ScoreFunction::Logits => p.logits.clone(),
+        ScoreFunction::Sigmoid => p.logits.iter().map(|&z| 1.0 / (1.0 + (-z).exp())).collect(),
+    };
     let mut scores: Vec<LabelScore> =
-        p.scores.labels.iter().zip(values).map(|(label, &score)| LabelScore { label: label.clone(), score }).collect();
+        p.scores.labels.iter().zip(values).map(|(label, score)| LabelScore { label: label.clone(), score }).collect();
     scores.sort_by(|a, b| b.score.total_cmp(&a.score));
     scores
 }
