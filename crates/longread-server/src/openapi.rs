@@ -32,6 +32,7 @@ use crate::routes::{classify, embed, info, page};
         classify::PredictParameters,
         classify::LabelScore,
         embed::EmbedRequest,
+        embed::EmbedParameters,
         embed::OpenAiRequest,
         embed::OpenAiResponse,
         info::Info,

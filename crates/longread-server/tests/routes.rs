@@ -260,6 +260,23 @@ fn embeddings_as_tei_and_openai_answer_them() {
     let (_, raw) = server.post_json("/embed", &json!({ "inputs": texts[0], "normalize": false }));
     let norm = numbers(&raw[0]).iter().map(|x| x * x).sum::<f64>().sqrt();
     assert!((norm - 1.0).abs() > 1e-3, "normalize: false keeps the length ({norm})");
+    // The Inference API's parameters (huggingface_hub's InferenceClient): normalize honoured
+    // (it was ignored, so normalize=False gave unit vectors), nulls accepted.
+    let nulls = json!({ "normalize": null, "prompt_name": null, "truncate": null, "truncation_direction": null });
+    let (status, same) = server.post_json("/embed", &json!({ "inputs": texts, "parameters": nulls }));
+    assert_eq!((status, same.as_array().unwrap()), (200, tei));
+    let (_, unscaled) =
+        server.post_json("/embed", &json!({ "inputs": texts[0], "parameters": { "normalize": false } }));
+    assert_eq!(unscaled, raw);
+    for (body, needle) in [
+        (json!({ "inputs": "x", "normalize": true, "parameters": { "normalize": false } }), "disagree"),
+        (json!({ "inputs": "x", "prompt_name": "query" }), "no prompts"),
+        (json!({ "inputs": "x", "parameters": { "prompt_name": "query" } }), "no prompts"),
+    ] {
+        let (status, error) = server.post_json("/embed", &body);
+        assert_eq!(status, 422, "{body}: {error}");
+        assert!(error["error"].as_str().unwrap().contains(needle), "{error}");
+    }
 
     let (status, openai) = server.post_json("/v1/embeddings", &json!({ "input": texts, "model": "minilm" }));
     assert_eq!(status, 200, "{openai}");

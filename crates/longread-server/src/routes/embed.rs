@@ -23,13 +23,57 @@ pub(crate) struct EmbedRequest {
     /// One text, or a list of texts.
     #[schema(value_type = Object, example = json!("What is deep learning?"))]
     inputs: Value,
-    /// Scale each vector to unit length.
-    #[serde(default = "yes")]
-    normalize: bool,
+    /// Scale each vector to unit length (default true).
+    #[serde(default)]
+    normalize: Option<bool>,
     /// Accepted for TEI compatibility; texts longer than the model's positions are truncated.
     #[serde(default)]
     #[allow(dead_code)]
     truncate: Option<bool>,
+    /// TEI's sentence-transformers prompt: refused when given (the model has no prompts).
+    #[serde(default)]
+    prompt_name: Option<String>,
+    /// The Inference API's feature-extraction parameters, which
+    /// `huggingface_hub.InferenceClient` sends (nulls included): `normalize` is honoured.
+    #[serde(default)]
+    parameters: Option<EmbedParameters>,
+}
+
+/// `parameters` of POST /embed: the Inference API's feature extraction.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+pub(crate) struct EmbedParameters {
+    /// As the body's `normalize`.
+    #[serde(default)]
+    normalize: Option<bool>,
+    /// As the body's `prompt_name`.
+    #[serde(default)]
+    prompt_name: Option<String>,
+    /// Accepted; texts are truncated to the model's positions.
+    #[serde(default)]
+    #[allow(dead_code)]
+    truncate: Option<bool>,
+    /// Accepted; unused, as `truncate`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    truncation_direction: Option<String>,
+}
+
+impl EmbedRequest {
+    /// Whether to normalize: the body's `normalize` or `parameters.normalize` (they must agree
+    /// when both are given; was: `parameters` ignored, so `normalize=False` from
+    /// InferenceClient gave unit vectors); a prompt is refused.
+    fn normalize(&self) -> Result<bool, ApiError> {
+        let parameters = self.parameters.as_ref();
+        if self.prompt_name.is_some() || parameters.is_some_and(|p| p.prompt_name.is_some()) {
+            return Err(ApiError::invalid("`prompt_name`: the embedding model has no prompts"));
+        }
+        match (self.normalize, parameters.and_then(|p| p.normalize)) {
+            (Some(a), Some(b)) if a != b => {
+                Err(ApiError::invalid("`normalize` and `parameters.normalize` disagree: give one of them"))
+            }
+            (a, b) => Ok(a.or(b).unwrap_or(true)),
+        }
+    }
 }
 
 /// POST /v1/embeddings' body (OpenAI's).
@@ -120,10 +164,6 @@ pub(crate) struct OpenAiResponse {
     usage: Usage,
 }
 
-fn yes() -> bool {
-    true
-}
-
 /// Sentence embeddings (mean pooling), one vector per text, as TEI answers.
 #[utoipa::path(post, path = "/embed", request_body = EmbedRequest,
     responses(
@@ -135,8 +175,9 @@ fn yes() -> bool {
     ))]
 pub(crate) async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Json<Vec<Vec<f32>>>, ApiError> {
     let request: EmbedRequest = parse_body(&body)?;
+    let normalize = request.normalize()?;
     let inputs = Inputs::from_value(request.inputs, "inputs")?;
-    let embeddings = embed_inputs(&state, &inputs, "inputs", None, request.normalize).await?;
+    let embeddings = embed_inputs(&state, &inputs, "inputs", None, normalize).await?;
     Ok(Json(embeddings.vectors))
 }
 
