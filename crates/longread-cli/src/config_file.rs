@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
-use longread_train::run::flags::{settings_as_flags, Settings};
+use longread_train::run::flags::{flag_named_by_clap, settings_as_flags, Settings};
 
 /// Expands `--config FILE` of the `train` subcommand into flags placed right after the
 /// subcommand, before the user's own, so that the user's win (the command has
@@ -47,8 +47,7 @@ pub fn note_on_error(err: &clap::Error, file_flags: &[OsString], config: &Path) 
     let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)? else {
         return None;
     };
-    // "--epochs <EPOCHS>" or "--epoch": the flag's name is the first word.
-    let flag = arg.split([' ', '=']).next()?;
+    let flag = flag_named_by_clap(arg);
     let key = flag.strip_prefix("--")?;
     file_flags.iter().any(|f| f == flag).then(|| {
         format!(

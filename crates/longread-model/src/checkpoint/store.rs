@@ -103,8 +103,7 @@ fn looks_like_pytorch_pickle(path: &Path) -> bool {
 
 /// The parser's complaint about `path`, without the path candle wraps some errors in (the
 /// message names the file once: it read `a.safetensors: … path: "a.safetensors" invalid header`).
-fn corrupt(path: &Path, e: candle_core::Error) -> ModelError {
-    let mut e = e;
+fn corrupt(path: &Path, mut e: candle_core::Error) -> ModelError {
     while let candle_core::Error::WithPath { inner, .. } = e {
         e = *inner;
     }

@@ -24,11 +24,7 @@ pub fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
     let mut flags = Vec::new();
     for (key, value) in settings {
         let flag = format!("--{}", key.replace('_', "-"));
-        let values = match value {
-            Value::Array(items) => items.iter().collect(),
-            one => vec![one],
-        };
-        for value in values {
+        for value in values_of(value) {
             match value {
                 Value::Bool(true) => flags.push(flag.clone()),
                 Value::Bool(false) | Value::Null => {}
@@ -41,6 +37,14 @@ pub fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
         }
     }
     Ok(flags)
+}
+
+/// A setting's values: a list's items (the flag repeated), or the one value.
+fn values_of(value: &Value) -> Vec<&Value> {
+    match value {
+        Value::Array(items) => items.iter().collect(),
+        one => vec![one],
+    }
 }
 
 /// `longread train`'s settings from `settings` (see [`Settings`]). Errors name the settings by
@@ -75,7 +79,7 @@ fn parse_settings<T: Args + FromArgMatches>(
     name: &'static str,
     settings: &Settings,
 ) -> Result<(T, Vec<String>), String> {
-    let command = T::augment_args(Command::new(name).no_binary_name(true));
+    let command = command_of::<T>(name);
     // A switch given a string or a number became "--switch VALUE", and clap then complained
     // of an unexpected argument VALUE.
     for (key, value) in settings {
@@ -83,23 +87,22 @@ fn parse_settings<T: Args + FromArgMatches>(
         let switch = command
             .get_arguments()
             .any(|a| a.get_long() == Some(long.as_str()) && !a.get_action().takes_values() && !a.is_positional());
-        let values = match value {
-            Value::Array(items) => items.iter().collect(),
-            one => vec![one],
-        };
-        if switch && values.iter().any(|v| !matches!(v, Value::Bool(_) | Value::Null)) {
+        if switch && values_of(value).iter().any(|v| !matches!(v, Value::Bool(_) | Value::Null)) {
             return Err(format!("`{key}` is a switch: give true or false (found {value})"));
         }
     }
-    let flags = settings_as_flags(settings)?;
-    let matches = command.try_get_matches_from(&flags).map_err(|e| in_settings_terms(&e))?;
-    let spec = T::from_arg_matches(&matches).map_err(|e| in_settings_terms(&e))?;
-    Ok((spec, flags_given(&matches)))
+    parse_with(command, &settings_as_flags(settings)?, in_settings_terms)
+}
+
+/// The flag a clap error names in its context: `--max-steps <MAX_STEPS>` (or `--max-steps=3`)
+/// → `--max-steps`.
+pub fn flag_named_by_clap(arg: &str) -> &str {
+    arg.split([' ', '=']).next().unwrap_or(arg)
 }
 
 /// A flag as a setting's key: `--max-steps <MAX_STEPS>` → `max_steps`.
 fn key_of(flag: &str) -> String {
-    flag.split([' ', '=']).next().unwrap_or(flag).trim_start_matches('-').replace('-', "_")
+    flag_named_by_clap(flag).trim_start_matches('-').replace('-', "_")
 }
 
 /// clap's error about flags made from settings, told in the settings' keys.
@@ -182,9 +185,23 @@ pub fn tokenizer_spec_from_flags(flags: &[String]) -> Result<TokenizerSpec, Stri
 /// Parses `flags` as the subcommand `name` whose flags are `T`'s; returns the settings and the
 /// ids of the flags given.
 fn parse_flags<T: Args + FromArgMatches>(name: &'static str, flags: &[String]) -> Result<(T, Vec<String>), String> {
-    let command = T::augment_args(Command::new(name).no_binary_name(true));
-    let matches = command.try_get_matches_from(flags).map_err(|e| one_line(&e))?;
-    let spec = T::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
+    parse_with(command_of::<T>(name), flags, one_line)
+}
+
+/// The subcommand `name` whose flags are `T`'s, parsing flags without a program name.
+fn command_of<T: Args>(name: &'static str) -> Command {
+    T::augment_args(Command::new(name).no_binary_name(true))
+}
+
+/// Parses `flags` with `command` into `T` and the ids of the flags given; `describe` words
+/// clap's errors.
+fn parse_with<T: FromArgMatches>(
+    command: Command,
+    flags: &[String],
+    describe: fn(&clap::Error) -> String,
+) -> Result<(T, Vec<String>), String> {
+    let matches = command.try_get_matches_from(flags).map_err(|e| describe(&e))?;
+    let spec = T::from_arg_matches(&matches).map_err(|e| describe(&e))?;
     Ok((spec, flags_given(&matches)))
 }
 
