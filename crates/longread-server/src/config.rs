@@ -66,11 +66,15 @@ pub struct ServerConfig {
     /// flag, which other users can read in the process list.
     #[cfg_attr(feature = "clap", arg(long, env = "LONGREAD_API_KEY", hide_env_values = true))]
     pub api_key: Option<String>,
-    /// Let pages from this origin (e.g. `https://app.example.com`, or `*`) call the server from
-    /// a browser (CORS headers and preflight answers). Default: none, so other sites' pages
-    /// cannot read its answers.
-    #[cfg_attr(feature = "clap", arg(long))]
-    pub cors_allow_origin: Option<String>,
+    /// Let pages from these origins call the server from a browser (CORS headers and preflight
+    /// answers): `scheme://host[:port]` as browsers send it (e.g. `https://app.example.com`, no
+    /// path or trailing slash), several by repeating the flag or separated by commas, or `*`
+    /// for any. Default: none, so other sites' pages cannot read its answers.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "ORIGIN", value_delimiter = ',', env = "LONGREAD_CORS_ALLOW_ORIGIN")
+    )]
+    pub cors_allow_origin: Vec<String>,
     /// Show the model directories' full paths in GET /info (default: their names only).
     #[cfg_attr(feature = "clap", arg(long))]
     pub info_paths: bool,
@@ -96,6 +100,52 @@ fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is not a number of seconds ≥ 0"))
 }
 
+/// Whether `origin` is one a browser can send (`scheme://host[:port]`, lower case not
+/// required), or `*` given alone; the reason and the fix otherwise.
+fn check_origin(origin: &str, given: usize) -> Result<(), String> {
+    if origin == "*" {
+        return if given == 1 { Ok(()) } else { Err("`*` allows every origin: give it alone".into()) };
+    }
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return Err(format!(
+            "an origin starts with its scheme, as browsers send it (e.g. \"https://{}\")",
+            origin.trim_end_matches('/')
+        ));
+    };
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !scheme_ok {
+        return Err(format!("{scheme:?} is not a URL scheme"));
+    }
+    if let Some(at) = authority.find(['/', '?', '#']) {
+        return Err(format!(
+            "an origin has no path, query or trailing slash: give \"{scheme}://{}\"",
+            &authority[..at]
+        ));
+    }
+    if authority.contains('@') || authority.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("an origin is scheme://host[:port], with no spaces or user name".into());
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, rest)) => (host, Some(rest.strip_prefix(':').unwrap_or(rest))),
+            None => return Err("an IPv6 host needs its closing ']'".into()),
+        },
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err("the origin names no host".into());
+    }
+    if let Some(port) = port.filter(|p| p.parse::<u16>().is_err() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("{port:?} is not a port number"));
+    }
+    Ok(())
+}
+
 impl ServerConfig {
     /// The settings of a server for `model` with every default.
     pub fn new(model: impl Into<PathBuf>) -> Self {
@@ -115,7 +165,7 @@ impl ServerConfig {
             precision: None,
             device: DeviceChoice::default(),
             api_key: None,
-            cors_allow_origin: None,
+            cors_allow_origin: Vec::new(),
             info_paths: false,
             shutdown_timeout: std::time::Duration::from_secs(25),
             request_timeout: std::time::Duration::from_secs(30),
@@ -133,10 +183,16 @@ impl ServerConfig {
             ("--max-client-batch-size", self.max_client_batch_size),
             ("--max-body-bytes", self.max_body_bytes),
             ("--max-connections", self.max_connections),
-            ("--request-timeout (ms)", self.request_timeout.as_millis().min(usize::MAX as u128) as usize),
         ];
         if let Some((flag, _)) = zero.iter().find(|(_, v)| *v == 0) {
             return Err(crate::ServerError::Config(format!("{flag} must be at least 1")));
+        }
+        if self.request_timeout.as_millis() == 0 {
+            return Err(crate::ServerError::Config("--request-timeout must be at least 0.001 (seconds)".into()));
+        }
+        for origin in &self.cors_allow_origin {
+            check_origin(origin, self.cors_allow_origin.len())
+                .map_err(|why| crate::ServerError::Config(format!("--cors-allow-origin {origin:?}: {why}")))?;
         }
         if self.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
             return Err(crate::ServerError::Config("--api-key must not be empty".into()));
@@ -179,5 +235,41 @@ mod tests {
         }
         config.api_key = Some("secret".into());
         assert_eq!(config.open_access_warning(), None, "with a key");
+    }
+
+    #[test]
+    fn origins_a_browser_cannot_send_are_refused_with_the_fix() {
+        let refusal = |origins: &[&str]| {
+            let config = ServerConfig {
+                cors_allow_origin: origins.iter().map(|o| o.to_string()).collect(),
+                ..ServerConfig::new("model")
+            };
+            config.validate().err().map(|e| e.to_string())
+        };
+        for fine in [&["*"][..], &["https://app.example.com"], &["http://localhost:3000", "https://[::1]:8443"]] {
+            assert_eq!(refusal(fine), None, "{fine:?}");
+        }
+        let cases = [
+            (&["https://app.example.com/"][..], "no path, query or trailing slash: give \"https://app.example.com\""),
+            (&["app.example.com"], "starts with its scheme, as browsers send it (e.g. \"https://app.example.com\")"),
+            (&["https://app.example.com:http"], "\"http\" is not a port number"),
+            (&["https://a.example:99999"], "\"99999\" is not a port number"),
+            (&["https://"], "the origin names no host"),
+            (&["https://user@app.example"], "no spaces or user name"),
+            (&["https://a.example\nX-Evil: 1"], "no spaces or user name"),
+            (&["https://[::1"], "closing ']'"),
+            (&["*", "https://app.example.com"], "`*` allows every origin: give it alone"),
+        ];
+        for (origins, why) in cases {
+            let message = refusal(origins).unwrap_or_else(|| panic!("{origins:?} was accepted"));
+            assert!(message.contains("--cors-allow-origin") && message.contains(why), "{origins:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_request_timeout_under_a_millisecond_is_refused_in_seconds() {
+        let config = ServerConfig { request_timeout: std::time::Duration::from_micros(100), ..ServerConfig::new("m") };
+        let message = config.validate().unwrap_err().to_string();
+        assert!(message.contains("--request-timeout must be at least 0.001 (seconds)"), "{message}");
     }
 }

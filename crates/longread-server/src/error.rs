@@ -34,6 +34,8 @@ pub enum ErrorType {
     Unhealthy,
     /// No such route or model.
     NotFound,
+    /// A route that exists, asked with another method.
+    MethodNotAllowed,
     /// A missing or wrong API key, or a request for another host.
     Unauthorized,
 }
@@ -190,7 +192,7 @@ impl ApiError {
 
     /// 405: a route that exists, with another method.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, ErrorType::NotFound, message)
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, ErrorType::MethodNotAllowed, message)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The OpenAPI document (GET /openapi.json), generated from the handlers and their types.
 
 use crate::error::{ErrorBody, ErrorType, OpenAiErrorBody, OpenAiErrorDetail};
-use crate::routes::{classify, embed, info, page};
+use crate::routes::{classify, embed, info, models, page};
 
 /// Every route and schema.
 #[derive(utoipa::OpenApi)]
@@ -15,6 +15,8 @@ use crate::routes::{classify, embed, info, page};
         classify::predict,
         embed::embed,
         embed::openai_embeddings,
+        models::list,
+        models::retrieve,
         info::health,
         info::info,
         info::metrics,
@@ -35,6 +37,8 @@ use crate::routes::{classify, embed, info, page};
         embed::EmbedParameters,
         embed::OpenAiRequest,
         embed::OpenAiResponse,
+        models::OpenAiModel,
+        models::OpenAiModelList,
         info::Info,
         page::ReportRequest,
         longread_classifier::Prediction

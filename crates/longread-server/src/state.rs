@@ -20,6 +20,8 @@ pub(crate) struct Loaded {
     pub(crate) embedder: Option<Arc<Embedder>>,
     /// The model as `longread inspect --json` shows it.
     pub(crate) summary: serde_json::Value,
+    /// When the models were loaded, in seconds since the Unix epoch (OpenAI's `created`).
+    pub(crate) loaded_at: u64,
 }
 
 /// The server's shared state.
@@ -136,7 +138,8 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
     };
     let batches = Arc::clone(metrics);
     let queue = BatchQueue::start(Arc::clone(&classifier), move |stats| batches.batch(stats));
-    Ok(Loaded { classifier, queue, embedder, summary: summary.json })
+    let loaded_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Ok(Loaded { classifier, queue, embedder, summary: summary.json, loaded_at })
 }
 
 #[cfg(test)]

@@ -91,7 +91,10 @@ fn cors_headers_go_to_the_allowed_origin_only() {
     assert_ne!(status, 204);
     drop(plain);
 
-    let server = TestServer::start(ServerConfig { cors_allow_origin: Some("https://app.example".into()), ..config() });
+    let server = TestServer::start(ServerConfig {
+        cors_allow_origin: vec!["https://app.example".into(), "http://localhost:3000".into()],
+        ..config()
+    });
     let preflight = "OPTIONS /classify HTTP/1.1\r\nHost: localhost\r\nOrigin: https://app.example\r\n\
                      Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: content-type";
     let (status, headers, _) = raw(&server, preflight, "");
@@ -103,6 +106,11 @@ fn cors_headers_go_to_the_allowed_origin_only() {
     assert_eq!(status, 200);
     assert!(headers.contains("access-control-allow-origin: https://app.example"), "{headers}");
     let (_, headers, _) = raw(&server, "GET /health HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.example", "");
+    assert!(!headers.contains("access-control-allow-origin"), "{headers}");
+    // The second origin, sent with its host in capitals (origins compare without case).
+    let (_, headers, _) = raw(&server, "GET /health HTTP/1.1\r\nHost: localhost\r\nOrigin: http://LOCALHOST:3000", "");
+    assert!(headers.contains("access-control-allow-origin: http://localhost:3000"), "{headers}");
+    let (_, headers, _) = raw(&server, "GET /health HTTP/1.1\r\nHost: localhost\r\nOrigin: http://localhost:3001", "");
     assert!(!headers.contains("access-control-allow-origin"), "{headers}");
 }
 

@@ -170,6 +170,16 @@ fn every_error_has_the_error_shape_and_requests_are_objects() {
     assert_eq!(status, 405, "{text}");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(v["error"].as_str().unwrap().contains("/classify does not take GET"), "{text}");
+    assert_eq!(v["error_type"], "method_not_allowed", "{text}");
+    // OpenAI's model list without an embedding model: empty, and any id is not found.
+    let (status, models) = server.get("/v1/models");
+    assert_eq!(status, 200, "{models}");
+    let models: serde_json::Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models, json!({ "object": "list", "data": [] }));
+    let (status, text) = server.get("/v1/models/gpt-4");
+    assert_eq!(status, 404, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("no embedding model"), "{text}");
 }
 
 /// Issue 36: axum's own 2 MiB body limit applied whatever --max-body-bytes said (a 2.8 MB
@@ -225,7 +235,19 @@ fn health_info_metrics_openapi_and_the_page() {
     let (status, openapi) = server.get("/openapi.json");
     assert_eq!(status, 200);
     let openapi: serde_json::Value = serde_json::from_str(&openapi).unwrap();
-    for path in ["/classify", "/predict", "/embed", "/v1/embeddings", "/health", "/info", "/metrics", "/", "/report"] {
+    for path in [
+        "/classify",
+        "/predict",
+        "/embed",
+        "/v1/embeddings",
+        "/v1/models",
+        "/v1/models/{model}",
+        "/health",
+        "/info",
+        "/metrics",
+        "/",
+        "/report",
+    ] {
         assert!(openapi["paths"][path].is_object(), "{path} missing from openapi.json");
     }
     assert!(openapi["components"]["schemas"]["Prediction"].is_object());
@@ -277,6 +299,22 @@ fn embeddings_as_tei_and_openai_answer_them() {
         assert_eq!(status, 422, "{body}: {error}");
         assert!(error["error"].as_str().unwrap().contains(needle), "{error}");
     }
+
+    // OpenAI's model list names the embedding model by its directory (clients' models.list()).
+    let id = minilm.file_name().unwrap().to_str().unwrap();
+    let (status, models) = server.get("/v1/models");
+    assert_eq!(status, 200, "{models}");
+    let models: serde_json::Value = serde_json::from_str(&models).unwrap();
+    assert_eq!((models["object"].as_str(), models["data"].as_array().map(Vec::len)), (Some("list"), Some(1)));
+    assert_eq!((&models["data"][0]["id"], &models["data"][0]["object"]), (&json!(id), &json!("model")));
+    assert!(models["data"][0]["created"].as_u64().unwrap() > 1_700_000_000, "{models}");
+    let (status, one) = server.get(&format!("/v1/models/{id}"));
+    assert_eq!((status, serde_json::from_str::<serde_json::Value>(&one).unwrap()), (200, models["data"][0].clone()));
+    let (status, other) = server.get("/v1/models/text-embedding-3-small");
+    assert_eq!(status, 404, "{other}");
+    let other: serde_json::Value = serde_json::from_str(&other).unwrap();
+    let message = other["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`text-embedding-3-small` does not exist") && message.contains(id), "{other}");
 
     let (status, openai) = server.post_json("/v1/embeddings", &json!({ "input": texts, "model": "minilm" }));
     assert_eq!(status, 200, "{openai}");

@@ -222,7 +222,7 @@ pub(crate) async fn openai_embeddings(
 }
 
 /// The embedding model's name: its directory's.
-fn model_id(state: &AppState) -> String {
+pub(crate) fn model_id(state: &AppState) -> String {
     let dir = state.config.embedding_model.as_deref().unwrap_or(std::path::Path::new(""));
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }

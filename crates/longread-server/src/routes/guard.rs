@@ -1,7 +1,7 @@
 //! What a request must show before any route runs: a Host naming the machine when the server is
 //! on loopback (DNS rebinding), the API key when one is set, a JSON body on POST (so a page on
 //! another site cannot send one without a CORS preflight), and the CORS answers for the one
-//! origin `--cors-allow-origin` names, if any.
+//! origins `--cors-allow-origin` names, if any.
 
 use std::sync::Arc;
 
@@ -89,11 +89,12 @@ fn declared_json(request: &Request) -> Result<(), ApiError> {
     )))
 }
 
-/// The request's Origin, when `--cors-allow-origin` allows it (`*`: any).
+/// The request's Origin, when `--cors-allow-origin` allows it (`*`: any; scheme and host
+/// compare without regard to case, as URLs do).
 fn allowed_origin(config: &ServerConfig, request: &Request) -> Option<HeaderValue> {
-    let allowed = config.cors_allow_origin.as_deref()?;
     let origin = request.headers().get(header::ORIGIN)?;
-    (allowed == "*" || origin.as_bytes() == allowed.as_bytes()).then(|| origin.clone())
+    let allowed = &config.cors_allow_origin;
+    allowed.iter().any(|a| a == "*" || origin.as_bytes().eq_ignore_ascii_case(a.as_bytes())).then(|| origin.clone())
 }
 
 /// 204 to a preflight from the allowed origin.

@@ -4,6 +4,7 @@ pub(crate) mod classify;
 pub(crate) mod embed;
 mod guard;
 pub(crate) mod info;
+pub(crate) mod models;
 pub(crate) mod page;
 
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/embed", post(embed::embed))
         .route("/v1/embeddings", post(embed::openai_embeddings))
         .route("/embeddings", post(embed::openai_embeddings))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{model}", get(models::retrieve))
         .route("/health", get(info::health))
         .route("/ping", get(info::health))
         .route("/info", get(info::info))
