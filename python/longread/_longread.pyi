@@ -20,7 +20,11 @@ class InvalidDocumentError(LongreadError):
     """A document that cannot be classified: not text, not UTF-8, empty, or with no words."""
 
 class Classifier:
-    """A model that classifies long documents (any directory `longread train`/`init` writes)."""
+    """A model that classifies long documents (any directory `longread train`/`init` writes).
+
+    Pickles as its settings (absolute model_dir, precision, max_batch_tokens, device; not
+    threads) and loads the model again when unpickled; works in processes forked after the
+    parent predicted (each gets a thread pool of its own)."""
 
     def __init__(
         self,
@@ -50,7 +54,9 @@ class Classifier:
         classified shows why. In a notebook: IPython.display.HTML(clf.report(texts))."""
 
 class Embedder:
-    """Sentence embeddings (mean pooling), as sentence-transformers computes them."""
+    """Sentence embeddings (mean pooling), as sentence-transformers computes them.
+
+    Pickles as its settings (absolute model_dir, device, precision; not threads)."""
 
     def __init__(
         self,

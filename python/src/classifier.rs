@@ -9,7 +9,7 @@ use longread_report::{render_html, DocumentView};
 use longread_text::Document;
 use pyo3::prelude::*;
 
-use crate::convert::{classifier_options, from_json, set_threads, texts};
+use crate::convert::{classifier_options, from_json, off_gil, set_threads, texts};
 use crate::{InvalidDocumentError, ModelLoadError};
 
 /// A model that classifies long documents: any directory `longread train` or `longread init`
@@ -24,9 +24,16 @@ use crate::{InvalidDocumentError, ModelLoadError};
 /// the CPU, on a GPU what a quarter of its memory holds (65536 to 256000).
 /// device: "auto" (a GPU when built with `cuda` and one is visible, else the CPU), "cpu",
 /// "cuda" or "cuda:N". HAN and bag-of-words models run on the CPU.
+///
+/// A Classifier pickles as its settings (the directory's absolute path, precision,
+/// max_batch_tokens, device; not threads, which each process sets): unpickling loads the model
+/// again, so multiprocessing, joblib or Spark workers on machines that see the same path get
+/// their own copy.
 #[pyclass(module = "longread._longread", frozen)]
 pub(crate) struct Classifier {
     pub(crate) inner: Arc<RustClassifier>,
+    /// What `__reduce__` gives back: (absolute model_dir, precision, max_batch_tokens, device).
+    settings: (PathBuf, Option<String>, Option<usize>, String),
 }
 
 #[pymethods]
@@ -43,10 +50,21 @@ impl Classifier {
     ) -> PyResult<Self> {
         set_threads(threads)?;
         let options = classifier_options(precision, max_batch_tokens, device)?;
-        let loaded = py.allow_threads(|| RustClassifier::load(&model_dir, options));
+        let loaded = off_gil(py, || RustClassifier::load(&model_dir, options));
         let inner =
             loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
-        Ok(Self { inner: Arc::new(inner) })
+        let absolute = std::path::absolute(&model_dir).unwrap_or(model_dir);
+        let settings = (absolute, precision.map(str::to_owned), max_batch_tokens, device.to_owned());
+        Ok(Self { inner: Arc::new(inner), settings })
+    }
+
+    /// Pickles as `Classifier(model_dir, None, precision, max_batch_tokens, device)`.
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, (PathBuf, Option<usize>, Option<String>, Option<usize>, String))> {
+        let (dir, precision, max_batch_tokens, device) = slf.get().settings.clone();
+        Ok((slf.get_type(), (dir, None, precision, max_batch_tokens, device)))
     }
 
     /// Where the encoder runs: "cpu", or "cuda:N (GPU name)".
@@ -94,7 +112,7 @@ impl Classifier {
     fn report(&self, py: Python<'_>, texts: &Bound<'_, PyAny>) -> PyResult<String> {
         let texts = self::texts(texts)?;
         let classifier = Arc::clone(&self.inner);
-        let html = py.allow_threads(move || -> Result<String, String> {
+        let html = off_gil(py, move || -> Result<String, String> {
             let documents: Vec<Document> = texts.into_iter().enumerate().map(|(i, t)| Document::new(i, t)).collect();
             let mut views = Vec::with_capacity(documents.len());
             classifier
@@ -117,7 +135,7 @@ impl Classifier {
     fn run(&self, py: Python<'_>, items: &Bound<'_, PyAny>, strict: bool) -> PyResult<PyObject> {
         let texts = texts(items)?;
         let classifier = Arc::clone(&self.inner);
-        let json = py.allow_threads(move || -> Result<String, String> {
+        let json = off_gil(py, move || -> Result<String, String> {
             let documents: Vec<Document> = texts.into_iter().enumerate().map(|(i, t)| Document::new(i, t)).collect();
             let mut lines = Vec::with_capacity(documents.len());
             let mut first_error: Option<String> = None;

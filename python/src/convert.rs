@@ -3,6 +3,7 @@
 use longread_classifier::ClassifierOptions;
 use longread_model::{DeviceChoice, Precision};
 use pyo3::prelude::*;
+use longread_model::threads;
 use pyo3::types::{PyBytes, PyString};
 
 use crate::{InvalidDocumentError, LongreadError};
@@ -12,15 +13,30 @@ use crate::{InvalidDocumentError, LongreadError};
 pub(crate) fn set_threads(threads: Option<usize>) -> PyResult<()> {
     let Some(n) = threads else { return Ok(()) };
     longread_model::threads::check_thread_count(n).map_err(LongreadError::new_err)?;
-    // The tensor library reads RAYON_NUM_THREADS at each call; rayon's pool is built once.
+    // The tensor library reads RAYON_NUM_THREADS at each call; rayon's pool is built once (in a
+    // process forked after longread ran in its parent, its own pool is, from this variable).
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-    if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_err() && rayon::current_num_threads() != n {
+    let running = if threads::is_fork_of_a_started_process() {
+        threads::pool_threads()
+    } else if rayon::ThreadPoolBuilder::new().num_threads(n).build_global().is_ok() {
+        n
+    } else {
+        rayon::current_num_threads()
+    };
+    if running != n {
         return Err(LongreadError::new_err(format!(
-            "threads is set once per process; this one already runs {} threads",
-            rayon::current_num_threads()
+            "threads is set once per process; this one already runs {running} threads"
         )));
     }
     Ok(())
+}
+
+/// `py.allow_threads(f)` on the pool this process's tensor work runs on: rayon's, or in a
+/// process forked after longread ran in its parent (multiprocessing's default on Linux, a
+/// pre-forking server), one of its own — the inherited pool has no threads, and work given to
+/// it waited forever.
+pub(crate) fn off_gil<R: Send>(py: Python<'_>, f: impl FnOnce() -> R + Send) -> R {
+    py.allow_threads(|| threads::on_pool(f))
 }
 
 /// Classifier options from Python's arguments (`None`: the device's default).

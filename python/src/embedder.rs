@@ -8,17 +8,22 @@ use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 
-use crate::convert::{parse_device, parse_precision, set_threads, texts_checked};
+use crate::convert::{off_gil, parse_device, parse_precision, set_threads, texts_checked};
 use crate::{LongreadError, ModelLoadError};
 
 /// Sentence embeddings (mean pooling, as sentence-transformers computes them).
 ///
 /// Embedder(model_dir, threads=None, device="auto", precision=None)
+///
+/// Pickles as its settings (the directory's absolute path, device, precision; not threads):
+/// unpickling loads the model again.
 #[pyclass(module = "longread._longread", frozen)]
 pub(crate) struct Embedder {
     inner: Arc<RustEmbedder>,
     /// The directory it was loaded from, as given.
     model_dir: PathBuf,
+    /// What `__reduce__` gives back: (absolute model_dir, device, precision).
+    settings: (PathBuf, String, Option<String>),
 }
 
 #[pymethods]
@@ -39,10 +44,21 @@ impl Embedder {
             precision: precision.map(parse_precision).transpose()?,
             ..EmbedderOptions::default()
         };
-        let loaded = py.allow_threads(|| RustEmbedder::open(&model_dir, options));
+        let loaded = off_gil(py, || RustEmbedder::open(&model_dir, options));
         let inner =
             loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
-        Ok(Self { inner: Arc::new(inner), model_dir })
+        let absolute = std::path::absolute(&model_dir).unwrap_or_else(|_| model_dir.clone());
+        let settings = (absolute, device.to_owned(), precision.map(str::to_owned));
+        Ok(Self { inner: Arc::new(inner), model_dir, settings })
+    }
+
+    /// Pickles as `Embedder(model_dir, None, device, precision)`.
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, (PathBuf, Option<usize>, String, Option<String>))> {
+        let (dir, device, precision) = slf.get().settings.clone();
+        Ok((slf.get_type(), (dir, None, device, precision)))
     }
 
     /// Size of the vectors.
@@ -70,7 +86,7 @@ impl Embedder {
         let texts = texts_checked(texts)?;
         let embedder = Arc::clone(&self.inner);
         let dim = embedder.dimension();
-        let embedded = py.allow_threads(move || {
+        let embedded = off_gil(py, move || {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             embedder.embed(&refs, batch_size, |_| {})
         });

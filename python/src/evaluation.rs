@@ -9,7 +9,7 @@ use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 use pyo3::prelude::*;
 
 use crate::classifier::Classifier;
-use crate::convert::from_json;
+use crate::convert::{from_json, off_gil};
 use crate::{InvalidDocumentError, LongreadError, ModelLoadError};
 
 /// evaluate(model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto") -> dict
@@ -31,7 +31,7 @@ pub(crate) fn evaluate(
     device: &str,
 ) -> PyResult<PyObject> {
     let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens, device)?.inner;
-    let result = py.allow_threads(move || -> Result<String, String> {
+    let result = off_gil(py, move || -> Result<String, String> {
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
         let mut documents = 0usize;
         let reports =
@@ -80,7 +80,7 @@ pub(crate) fn compare(
             ))
         })
         .collect::<PyResult<Vec<_>>>()?;
-    let result = py.allow_threads(move || -> Result<String, String> {
+    let result = off_gil(py, move || -> Result<String, String> {
         let named: Vec<(String, &RustClassifier)> = loaded.iter().map(|(n, c)| (n.clone(), c.as_ref())).collect();
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
         let comparison = longread_classifier::evaluate::compare(
@@ -150,7 +150,7 @@ pub(crate) fn ensemble(
     }
     let members: Vec<(PathBuf, f64)> = models.into_iter().zip(weights).collect();
     let cache = vector_cache.as_deref();
-    let built = py.allow_threads(|| match (&calibrate, &stack) {
+    let built = off_gil(py, || match (&calibrate, &stack) {
         (Some(data), _) => build_calibrated_ensemble(&members, &out, data, fit_weights, folds, cache, |_| {})
             .map_err(|e| e.to_string()),
         (None, Some(train)) => {

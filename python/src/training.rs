@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 use serde_json::Value;
 
-use crate::convert::{callback, from_json, parse_device, set_threads};
+use crate::convert::{callback, from_json, off_gil, parse_device, set_threads};
 use crate::progress::Lines;
 use crate::{LongreadError, ModelLoadError};
 
@@ -87,7 +87,7 @@ pub(crate) fn init(
     settings.insert("out".into(), path_value(&out));
     settings.insert("labels".into(), labels.into());
     let spec = longread_train::run::flags::init_spec_from_settings(&settings).map_err(LongreadError::new_err)?;
-    let made = py.allow_threads(|| longread_train::run::init::init_run(&spec));
+    let made = off_gil(py, || longread_train::run::init::init_run(&spec));
     let model = made.map_err(|e| match e {
         longread_train::TrainError::Model(e) => ModelLoadError::new_err(e.to_string()),
         other => LongreadError::new_err(other.to_string()),
@@ -164,7 +164,7 @@ pub(crate) fn train_tokenizer(
     settings.insert("corpus".into(), setting_value("corpus", corpus)?);
     settings.insert("out".into(), path_value(&out));
     let spec = longread_train::run::flags::tokenizer_spec_from_settings(&settings).map_err(LongreadError::new_err)?;
-    let made = py.allow_threads(|| longread_train::run::kit::train_tokenizer_run(&spec));
+    let made = off_gil(py, || longread_train::run::kit::train_tokenizer_run(&spec));
     let made = made.map_err(|e| LongreadError::new_err(e.to_string()))?;
     from_json(py, &serde_json::to_string(&made).unwrap_or_default())
 }
@@ -185,7 +185,7 @@ pub(crate) fn new_encoder(
     seed: u64,
 ) -> PyResult<PyObject> {
     let spec = longread_train::run::kit::EncoderSpec { preset, tokenizer, out, seed };
-    let made = py.allow_threads(|| longread_train::run::kit::new_encoder_run(&spec));
+    let made = off_gil(py, || longread_train::run::kit::new_encoder_run(&spec));
     let made = made.map_err(|e| LongreadError::new_err(e.to_string()))?;
     from_json(py, &serde_json::to_string(&made).unwrap_or_default())
 }
@@ -247,7 +247,7 @@ pub(crate) fn run_interruptibly(
     run: impl FnOnce(&mut Lines) -> Result<serde_json::Value, longread_train::TrainError> + Send,
 ) -> PyResult<PyObject> {
     longread_train::interrupt::clear_stop();
-    let (run, interrupted) = py.allow_threads(|| {
+    let (run, interrupted) = off_gil(py, || {
         let mut hooks = Lines { quiet, callback, interrupted: None, last_line: None, first_step: None };
         let result = run(&mut hooks).map(|json| json.to_string());
         (result, hooks.interrupted)

@@ -58,3 +58,9 @@ def test_the_openai_client_gets_the_cli_embeddings(server, tmp_path):
     assert abs(sum(x * x for x in short.data[0].embedding) - 1.0) < 1e-5
     with pytest.raises(openai.UnprocessableEntityError, match="more than the model's 384"):
         client.embeddings.create(model="all-MiniLM-L6-v2", input=texts[0], dimensions=1000)
+    # models.list() and models.retrieve(): the embedding model by its directory's name.
+    listed = client.models.list()
+    assert [m.id for m in listed.data] == [os.path.basename(model)]
+    assert client.models.retrieve(os.path.basename(model)).owned_by == "longread"
+    with pytest.raises(openai.NotFoundError, match="`gpt-4` does not exist"):
+        client.models.retrieve("gpt-4")

@@ -1,7 +1,9 @@
 """The package gives what the CLI gives, releases the GIL, and raises its documented errors."""
 
 import json
+import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 import longread
+import workers
 from conftest import FIXTURES, assert_close, json_lines, longread as run_cli, minilm
 
 DOCUMENTS = os.path.join(FIXTURES, "hier", "documents.jsonl")
@@ -505,3 +508,35 @@ def test_report_is_the_clis_page(tmp_path):
     assert html == (tmp_path / "r.html").read_text()
     with_error = longread.Classifier(model).report(["Rain is expected.", ""])
     assert with_error.startswith("<!DOCTYPE html>") and "the document is empty" in with_error
+
+
+def test_models_pickle_and_work_in_forked_and_spawned_workers():
+    """multiprocessing on Linux forks by default: a worker forked after the parent had predicted
+    waited forever (rayon's pool came over without its threads); models did not pickle."""
+    model_dir = os.path.join(FIXTURES, "hier", "trained-bert-attention")
+    clf = longread.Classifier(model_dir, precision="f32")
+    documents = texts()
+    expected = clf.predict(documents)  # the parent's thread pool runs before any fork
+    clone = pickle.loads(pickle.dumps(clf))
+    assert (clone.labels, repr(clone).count("trained-bert-attention")) == (clf.labels, 1)
+    assert_close(clone.predict(documents), expected)
+
+    def same(got):
+        for g, e in zip(got, expected):
+            g, e = dict(g), dict(e)
+            g.pop("id"), e.pop("id")
+            assert_close(g, e, 1e-6)
+
+    for method in ["fork", "spawn"]:
+        context = multiprocessing.get_context(method)
+        with context.Pool(2) as pool:  # the model pickled to each task
+            same(pool.map_async(workers.predict_with, [(clf, t) for t in documents]).get(timeout=120))
+        with context.Pool(2, initializer=workers.hold, initargs=(clf,)) as pool:  # fork: inherited as is
+            same(pool.map_async(workers.predict_with_held, documents).get(timeout=120))
+
+    embedder = longread.Embedder(minilm())
+    vector = embedder.embed(["The committee met on Tuesday."])[0]
+    assert np.array_equal(pickle.loads(pickle.dumps(embedder)).embed(["The committee met on Tuesday."])[0], vector)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        forked = pool.map_async(workers.embed_with, [(embedder, "The committee met on Tuesday.")]).get(timeout=120)
+    assert np.allclose(forked[0], vector, atol=1e-6)

@@ -76,20 +76,23 @@ impl Classifier {
         let model: &dyn DocumentModel = &*self.model;
         std::thread::scope(|scope| {
             let (sender, cut) = sync_channel::<(D, Cut)>(CUT_AHEAD);
+            // (On a pool of its own in a forked Python process: see `threads::on_side_pool`.)
             scope.spawn(move || {
-                let mut documents = documents();
-                loop {
-                    let window: Vec<D> = documents.by_ref().take(CUT_WINDOW).collect();
-                    if window.is_empty() {
-                        return;
-                    }
-                    let done: Vec<Cut> = window.par_iter().map(|doc| cut_one(model, doc.borrow())).collect();
-                    for one in window.into_iter().zip(done) {
-                        if sender.send(one).is_err() {
-                            return; // the model side stopped (an error)
+                longread_model::threads::on_side_pool(move || {
+                    let mut documents = documents();
+                    loop {
+                        let window: Vec<D> = documents.by_ref().take(CUT_WINDOW).collect();
+                        if window.is_empty() {
+                            return;
+                        }
+                        let done: Vec<Cut> = window.par_iter().map(|doc| cut_one(model, doc.borrow())).collect();
+                        for one in window.into_iter().zip(done) {
+                            if sender.send(one).is_err() {
+                                return; // the model side stopped (an error)
+                            }
                         }
                     }
-                }
+                })
             });
             // `group` holds the next documents, prepared, and `waiting` the documents themselves.
             let mut units = 0;

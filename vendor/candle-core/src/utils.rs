@@ -360,11 +360,34 @@ impl Drop for BarrierPool {
     }
 }
 
-static BARRIER_POOL: OnceLock<BarrierPool> = OnceLock::new();
+/// The pool and the process that made it.
+static BARRIER_POOL: OnceLock<(u32, BarrierPool)> = OnceLock::new();
 
-/// Persistent barrier pool
+/// A pool made by a process forked from the one that made `BARRIER_POOL` (longread's patch).
+static FORKED_BARRIER_POOL: Mutex<Option<(u32, &'static BarrierPool)>> = Mutex::new(None);
+
+/// Persistent barrier pool, one per process: a process forked after the pool started inherits
+/// its state but not its threads (waiting on them spun forever), so it gets a pool of its own.
 pub fn barrier_pool() -> &'static BarrierPool {
-    BARRIER_POOL.get_or_init(|| BarrierPool::new(candle_num_threads().saturating_sub(1)))
+    let me = std::process::id();
+    let (maker, pool) = BARRIER_POOL
+        .get_or_init(|| (me, BarrierPool::new(candle_num_threads().saturating_sub(1))));
+    if *maker == me {
+        return pool;
+    }
+    let mut forked = FORKED_BARRIER_POOL
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    match *forked {
+        Some((pid, pool)) if pid == me => pool,
+        _ => {
+            let pool: &'static BarrierPool = Box::leak(Box::new(BarrierPool::new(
+                candle_num_threads().saturating_sub(1),
+            )));
+            *forked = Some((me, pool));
+            pool
+        }
+    }
 }
 
 pub fn with_threadpool<F: FnOnce() -> R + Send, R: Send>(f: F) -> R {
