@@ -54,9 +54,10 @@ class Classifier:
         classified shows why. In a notebook: IPython.display.HTML(clf.report(texts))."""
 
 class Embedder:
-    """Sentence embeddings (mean pooling), as sentence-transformers computes them.
+    """Sentence embeddings, as sentence-transformers computes them: the model's Pooling module's
+    mode (pooling=None; "mean" or "cls" to choose) and its Normalize module (normalize=None).
 
-    Pickles as its settings (absolute model_dir, device, precision; not threads)."""
+    Pickles as its settings (absolute model_dir, device, precision, pooling; not threads)."""
 
     def __init__(
         self,
@@ -64,13 +65,18 @@ class Embedder:
         threads: Optional[int] = None,
         device: str = "auto",
         precision: Optional[str] = None,
+        pooling: Optional[str] = None,
     ) -> None: ...
     @property
     def dimension(self) -> int: ...
+    @property
+    def pooling(self) -> str:
+        """"mean" or "cls"."""
     def embed(
-        self, texts: Iterable[Text], normalize: bool = True, batch_size: int = 32
+        self, texts: Iterable[Text], normalize: Optional[bool] = None, batch_size: int = 32
     ) -> npt.NDArray[np.float32]:
-        """A float32 array of shape [len(texts), dimension]."""
+        """A float32 array of shape [len(texts), dimension]; normalize=None scales to unit length
+        when the model has sentence-transformers' Normalize module."""
 
 def evaluate(
     model_dir: Union[str, PathLike[str]],

@@ -1,6 +1,7 @@
 //! Conversions between Python values and the library's: texts, options, devices, JSON.
 
 use longread_classifier::ClassifierOptions;
+use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{DeviceChoice, Precision};
 use pyo3::prelude::*;
 use longread_model::threads;
@@ -55,6 +56,15 @@ pub(crate) fn classifier_options(
 /// `"auto"`, `"cpu"`, `"cuda"` or `"cuda:N"`.
 pub(crate) fn parse_device(device: &str) -> PyResult<DeviceChoice> {
     device.parse().map_err(LongreadError::new_err)
+}
+
+/// `"mean"` or `"cls"`.
+pub(crate) fn parse_pooling(pooling: &str) -> PyResult<SentencePooling> {
+    match pooling {
+        "mean" => Ok(SentencePooling::Mean),
+        "cls" => Ok(SentencePooling::Cls),
+        other => Err(LongreadError::new_err(format!("pooling {other:?}: expected \"mean\" or \"cls\""))),
+    }
 }
 
 pub(crate) fn parse_precision(precision: &str) -> PyResult<Precision> {

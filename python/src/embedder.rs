@@ -3,17 +3,21 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{Embedder as RustEmbedder, EmbedderOptions};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
 
-use crate::convert::{off_gil, parse_device, parse_precision, set_threads, texts_checked};
+use crate::convert::{off_gil, parse_device, parse_pooling, parse_precision, set_threads, texts_checked};
 use crate::{LongreadError, ModelLoadError};
 
-/// Sentence embeddings (mean pooling, as sentence-transformers computes them).
+/// Sentence embeddings, as sentence-transformers computes them.
 ///
-/// Embedder(model_dir, threads=None, device="auto", precision=None)
+/// Embedder(model_dir, threads=None, device="auto", precision=None, pooling=None)
+///
+/// pooling: "mean" or "cls"; None: what the model's sentence-transformers Pooling module says
+/// (CLS for the BGE models), else mean.
 ///
 /// Pickles as its settings (the directory's absolute path, device, precision; not threads):
 /// unpickling loads the model again.
@@ -22,43 +26,54 @@ pub(crate) struct Embedder {
     inner: Arc<RustEmbedder>,
     /// The directory it was loaded from, as given.
     model_dir: PathBuf,
-    /// What `__reduce__` gives back: (absolute model_dir, device, precision).
-    settings: (PathBuf, String, Option<String>),
+    /// What `__reduce__` gives back: (absolute model_dir, device, precision, pooling).
+    settings: (PathBuf, String, Option<String>, Option<String>),
 }
 
 #[pymethods]
 impl Embedder {
     #[new]
-    #[pyo3(signature = (model_dir, threads=None, device="auto", precision=None))]
+    #[pyo3(signature = (model_dir, threads=None, device="auto", precision=None, pooling=None))]
     fn new(
         py: Python<'_>,
         model_dir: PathBuf,
         threads: Option<usize>,
         device: &str,
         precision: Option<&str>,
+        pooling: Option<&str>,
     ) -> PyResult<Self> {
         set_threads(threads)?;
         let options = EmbedderOptions {
-            normalize: false,
+            pooling: pooling.map(parse_pooling).transpose()?,
+            normalize: Some(false), // per call
             device: parse_device(device)?,
             precision: precision.map(parse_precision).transpose()?,
-            ..EmbedderOptions::default()
         };
         let loaded = off_gil(py, || RustEmbedder::open(&model_dir, options));
         let inner =
             loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
         let absolute = std::path::absolute(&model_dir).unwrap_or_else(|_| model_dir.clone());
-        let settings = (absolute, device.to_owned(), precision.map(str::to_owned));
+        let settings = (absolute, device.to_owned(), precision.map(str::to_owned), pooling.map(str::to_owned));
         Ok(Self { inner: Arc::new(inner), model_dir, settings })
     }
 
-    /// Pickles as `Embedder(model_dir, None, device, precision)`.
+    /// Pickles as `Embedder(model_dir, None, device, precision, pooling)`.
     #[allow(clippy::type_complexity)]
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, (PathBuf, Option<usize>, String, Option<String>))> {
-        let (dir, device, precision) = slf.get().settings.clone();
-        Ok((slf.get_type(), (dir, None, device, precision)))
+    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, (PathBuf, Option<usize>, String, Option<String>, Option<String>))>
+    {
+        let (dir, device, precision, pooling) = slf.get().settings.clone();
+        Ok((slf.get_type(), (dir, None, device, precision, pooling)))
+    }
+
+    /// How token vectors become one vector: "mean" or "cls".
+    #[getter]
+    fn pooling(&self) -> &'static str {
+        match self.inner.pooling() {
+            SentencePooling::Mean => "mean",
+            SentencePooling::Cls => "cls",
+        }
     }
 
     /// Size of the vectors.
@@ -71,18 +86,20 @@ impl Embedder {
         format!("Embedder({:?}, dimension={})", self.model_dir.display().to_string(), self.inner.dimension())
     }
 
-    /// embed(texts, normalize=True, batch_size=32) -> numpy.ndarray
+    /// embed(texts, normalize=None, batch_size=32) -> numpy.ndarray
     ///
     /// One float32 row per text (shape [len(texts), dimension]); normalize scales each to
-    /// unit length. Texts longer than the model's positions are truncated.
-    #[pyo3(signature = (texts, normalize=true, batch_size=32))]
+    /// unit length (None: when the model has sentence-transformers' Normalize module, as
+    /// `SentenceTransformer.encode` does). Texts longer than the model's positions are truncated.
+    #[pyo3(signature = (texts, normalize=None, batch_size=32))]
     fn embed<'py>(
         &self,
         py: Python<'py>,
         texts: &Bound<'py, PyAny>,
-        normalize: bool,
+        normalize: Option<bool>,
         batch_size: usize,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let normalize = normalize.unwrap_or(self.inner.has_normalize_module());
         let texts = texts_checked(texts)?;
         let embedder = Arc::clone(&self.inner);
         let dim = embedder.dimension();

@@ -124,6 +124,11 @@ def test_embeddings_equal_the_clis(tmp_path):
     assert abs(np.linalg.norm(raw[0]) - 1.0) > 1e-3
     assert embedder.embed([]).shape == (0, embedder.dimension)
     assert repr(embedder) == f"Embedder({json.dumps(str(model))}, dimension={embedder.dimension})"
+    assert embedder.pooling == "mean"  # all-MiniLM-L6-v2's 1_Pooling/config.json
+    cls = longread.Embedder(model, pooling="cls")
+    assert cls.pooling == "cls" and np.abs(cls.embed(sentences) - got).max() > 1e-3
+    with pytest.raises(longread.LongreadError, match='pooling "max": expected "mean" or "cls"'):
+        longread.Embedder(model, pooling="max")
     with pytest.raises(longread.InvalidDocumentError, match="document 1 is empty"):
         embedder.embed(["fine", " "])
 
@@ -133,7 +138,10 @@ def test_embeddings_equal_the_clis(tmp_path):
 def test_every_encoder_family_embeds_and_classifies_as_the_cli_does(tmp_path, encoder):
     directory = os.path.join(FIXTURES, encoder)
     sentences = ["The committee met on Tuesday.", "Rain is expected over the weekend."]
-    got = longread.Embedder(directory).embed(sentences)
+    embedder = longread.Embedder(directory)
+    assert embedder.embed(sentences, normalize=False).tolist() == embedder.embed(sentences).tolist(), \
+        "no Normalize module: kept as they are by default"
+    got = embedder.embed(sentences, normalize=True)
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps({"id": i, "text": s}) + "\n" for i, s in enumerate(sentences)))
     cli = run_cli("embed", "--model", directory, "--input", str(path), "--normalize")

@@ -275,7 +275,7 @@ fn cuda_embeddings_equal_the_cpus() {
     let dir = fixture("tiny-bert");
     let texts = ["A short sentence.", "Another, somewhat longer sentence about the weather in spring."];
     let options = |device, precision| EmbedderOptions {
-        normalize: true,
+        normalize: Some(true),
         device,
         precision: Some(precision),
         ..Default::default()

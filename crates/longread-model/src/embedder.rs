@@ -6,7 +6,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use longread_text::{pad_batch, Encoded, TextTokenizer};
 
-use crate::checkpoint::{sentence_max_seq_length, Checkpoint, LoadOptions};
+use crate::checkpoint::{sentence_max_seq_length, sentence_modules, Checkpoint, LoadOptions, SentenceModules};
 use crate::device::DeviceChoice;
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
@@ -39,15 +39,44 @@ impl Embeddings {
 /// How an [`Embedder`] pools and scales.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EmbedderOptions {
-    /// How token vectors become one vector.
-    pub pooling: SentencePooling,
-    /// Scale each embedding to unit L2 norm (sentence-transformers' Normalize module).
-    pub normalize: bool,
+    /// How token vectors become one vector; `None`: as the model's sentence-transformers
+    /// Pooling module says (mean when it has none).
+    pub pooling: Option<SentencePooling>,
+    /// Scale each embedding to unit L2 norm; `None`: when the model has sentence-transformers'
+    /// Normalize module.
+    pub normalize: Option<bool>,
     /// Where the encoder runs.
     pub device: DeviceChoice,
     /// Encoder precision (f32 or bf16); `None`: bf16 on a GPU (as text-embeddings-inference
     /// runs half precision there), f32 on the CPU.
     pub precision: Option<Precision>,
+}
+
+/// The pooling and normalizing of `options`, with the model's own where they leave them open
+/// (sentence-transformers' modules), as `SentenceTransformer(dir).encode` computes: a pooling
+/// mode longread does not compute, or a module it does not apply (a Dense projection), is an
+/// error, where the vectors would otherwise differ without a word.
+fn settings_for(dir: &Path, modules: &SentenceModules, options: EmbedderOptions) -> Result<(SentencePooling, bool)> {
+    if let Some(kind) = modules.unapplied.first() {
+        return Err(ModelError::InvalidInput(format!(
+            "{}: its sentence-transformers modules include a {kind} module, which longread does not apply \
+             (Transformer, Pooling and Normalize only): its embeddings would differ from sentence-transformers'",
+            dir.join("modules.json").display()
+        )));
+    }
+    let pooling = match (options.pooling, modules.pooling.clone()) {
+        (Some(chosen), _) => chosen,
+        (None, None) => SentencePooling::Mean,
+        (None, Some(Ok(mode))) => mode,
+        (None, Some(Err(mode))) => {
+            return Err(ModelError::InvalidInput(format!(
+                "{}: the model's pooling is `{mode}`, which longread does not compute (mean or cls): choose \
+                 mean or cls pooling to embed with it anyway (its vectors will differ from sentence-transformers')",
+                dir.display()
+            )))
+        }
+    };
+    Ok((pooling, options.normalize.unwrap_or(modules.normalize)))
 }
 
 /// The sentence embedder every front uses.
@@ -60,6 +89,8 @@ pub struct SentenceEmbedder {
     tokenizer: TextTokenizer,
     pooling: SentencePooling,
     normalize: bool,
+    /// Whether the model has sentence-transformers' Normalize module.
+    has_normalize_module: bool,
     max_length: usize,
     pad_id: u32,
     device: Device,
@@ -70,7 +101,10 @@ impl SentenceEmbedder {
     /// (see [`SentenceEmbedder::load`]).
     pub fn open(dir: &Path, options: EmbedderOptions) -> Result<Self> {
         let device = options.device.resolve()?;
-        let mut embedder = Self::load(dir, options.pooling, options.normalize, &device)?;
+        let modules = sentence_modules(dir)?;
+        let (pooling, normalize) = settings_for(dir, &modules, options)?;
+        let mut embedder = Self::load(dir, pooling, normalize, &device)?;
+        embedder.has_normalize_module = modules.normalize;
         match options.precision.unwrap_or_else(|| Precision::default_on(&device)) {
             // On a GPU the weights are prepared for inference (q/k/v fused into one product).
             Precision::F32 if device.is_cuda() => embedder.encoder.set_inference_dtype(DType::F32)?,
@@ -86,6 +120,22 @@ impl SentenceEmbedder {
     /// Where the encoder runs.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// How token vectors become one vector.
+    pub fn pooling(&self) -> SentencePooling {
+        self.pooling
+    }
+
+    /// Whether each vector is scaled to unit length.
+    pub fn normalizes(&self) -> bool {
+        self.normalize
+    }
+
+    /// Whether the model has sentence-transformers' Normalize module (what `normalize: None`
+    /// follows), for fronts that choose per call.
+    pub fn has_normalize_module(&self) -> bool {
+        self.has_normalize_module
     }
 
     /// Loads a checkpoint directory. The maximum length is, in order of precedence,
@@ -105,6 +155,7 @@ impl SentenceEmbedder {
             tokenizer,
             pooling,
             normalize,
+            has_normalize_module: false,
             max_length,
             device: device.clone(),
         })

@@ -13,9 +13,15 @@ pub struct ServerConfig {
     #[cfg_attr(feature = "clap", arg(long))]
     pub model: PathBuf,
     /// An encoder directory (config.json, model.safetensors, tokenizer.json) that serves
-    /// POST /embed and POST /v1/embeddings (mean pooling); without it those routes answer 404.
+    /// POST /embed and POST /v1/embeddings (pooled as sentence-transformers pools it, see
+    /// --embedding-pooling); without it those routes answer 404.
     #[cfg_attr(feature = "clap", arg(long))]
     pub embedding_model: Option<PathBuf>,
+    /// How the embedding model pools token vectors: mean or cls. Default: what its
+    /// sentence-transformers Pooling module says (`1_Pooling/config.json`: CLS for the BGE
+    /// models), else mean; a mode longread does not compute (max, last token) must be overridden.
+    #[cfg_attr(feature = "clap", arg(long, value_enum))]
+    pub embedding_pooling: Option<longread_model::sentence_pooling::SentencePooling>,
     /// Address to listen on. Keep 127.0.0.1 unless a proxy or firewall guards the port.
     #[cfg_attr(feature = "clap", arg(long, default_value = "127.0.0.1"))]
     pub host: String,
@@ -152,6 +158,7 @@ impl ServerConfig {
         Self {
             model: model.into(),
             embedding_model: None,
+            embedding_pooling: None,
             host: "127.0.0.1".into(),
             port: 8080,
             max_batch_tokens: None,

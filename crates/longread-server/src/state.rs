@@ -132,7 +132,12 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
     let embedder = match &config.embedding_model {
         None => None,
         Some(dir) => {
-            let options = EmbedderOptions { normalize: false, device: config.device, ..EmbedderOptions::default() };
+            let options = EmbedderOptions {
+                pooling: config.embedding_pooling,
+                normalize: Some(false), // per request
+                device: config.device,
+                precision: None,
+            };
             Some(Arc::new(Embedder::open(dir, options).map_err(|e| format!("--embedding-model: {e}"))?))
         }
     };

@@ -4,6 +4,7 @@ mod common;
 
 use common::{documents, fixture, max_diff, minilm, numbers, TestServer};
 use longread_classifier::{Classifier, ClassifierOptions};
+use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{Embedder, EmbedderOptions};
 use longread_server::ServerConfig;
 use serde_json::json;
@@ -268,7 +269,8 @@ fn embeddings_as_tei_and_openai_answer_them() {
     let config = ServerConfig { embedding_model: Some(minilm.clone()), ..hierarchical() };
     let server = TestServer::start(config);
     let texts = ["What is deep learning?", "The committee met on Tuesday."];
-    let embedder = Embedder::open(&minilm, EmbedderOptions { normalize: true, ..EmbedderOptions::default() }).unwrap();
+    let embedder =
+        Embedder::open(&minilm, EmbedderOptions { normalize: Some(true), ..EmbedderOptions::default() }).unwrap();
     let expected = embedder.embed(&texts, 8, |_| {}).unwrap();
 
     let (status, tei) = server.post_json("/embed", &json!({ "inputs": texts }));
@@ -369,6 +371,28 @@ fn embeddings_as_tei_and_openai_answer_them() {
         // OpenAI's error shape there (its clients read error.message).
         assert!(error["error"]["message"].as_str().unwrap().contains(needle), "{error}");
         assert_eq!(error["error"]["type"], "validation", "{error}");
+    }
+    drop(server);
+
+    // --embedding-pooling overrides the model's own (all-MiniLM-L6-v2 pools the mean).
+    let config = ServerConfig {
+        embedding_model: Some(minilm.clone()),
+        embedding_pooling: Some(SentencePooling::Cls),
+        ..hierarchical()
+    };
+    let server = TestServer::start(config);
+    let cls = Embedder::open(
+        &minilm,
+        EmbedderOptions { pooling: Some(SentencePooling::Cls), normalize: Some(true), ..EmbedderOptions::default() },
+    )
+    .unwrap();
+    let want = cls.embed(&texts, 8, |_| {}).unwrap();
+    let (status, served) = server.post_json("/embed", &json!({ "inputs": texts }));
+    assert_eq!(status, 200, "{served}");
+    for ((served, want), mean) in served.as_array().unwrap().iter().zip(&want.vectors).zip(tei) {
+        let want: Vec<f64> = want.iter().map(|&x| x as f64).collect();
+        assert!(max_diff(&numbers(served), &want) <= 1e-5);
+        assert!(max_diff(&numbers(served), &numbers(mean)) > 1e-3, "not the mean's vectors");
     }
 }
 

@@ -31,12 +31,20 @@ pub struct EmbedArgs {
     /// (default: standard output). Written atomically: the file appears only when complete.
     #[arg(long, visible_alias = "out")]
     output: Option<PathBuf>,
-    /// How token vectors become one vector: mean over tokens, or the first token's.
-    #[arg(long, value_enum, default_value_t = SentencePooling::Mean)]
-    pooling: SentencePooling,
+    /// How token vectors become one vector: mean over tokens, or the first token's. Default:
+    /// what the model's sentence-transformers Pooling module says (`1_Pooling/config.json`: CLS
+    /// for the BGE models, mean for all-MiniLM-L6-v2), else mean; a mode longread does not
+    /// compute (max, last token) is an error unless this overrides it.
+    #[arg(long, value_enum)]
+    pooling: Option<SentencePooling>,
     /// Scale each embedding to unit L2 norm (as sentence-transformers' Normalize module).
-    #[arg(long)]
+    /// Default: when the model has that module (its modules.json lists it, as
+    /// all-MiniLM-L6-v2's does), as sentence-transformers' `encode` does.
+    #[arg(long, overrides_with = "no_normalize")]
     normalize: bool,
+    /// Keep each embedding's length, even when the model has a Normalize module.
+    #[arg(long, overrides_with = "normalize")]
+    no_normalize: bool,
     /// Texts per forward pass, longest first. On the CPU their tokens are packed end to end
     /// without padding (each text attends to itself); elsewhere a batch is padded to its longest.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65536))]
@@ -70,8 +78,12 @@ pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     let total = source.count()?;
     let name = source.name().to_owned();
     let dir = longread_model::resolve_model_dir(&args.model)?;
-    let options =
-        EmbedderOptions { pooling: args.pooling, normalize: args.normalize, device, precision: args.precision };
+    let normalize = match (args.normalize, args.no_normalize) {
+        (true, _) => Some(true),
+        (false, true) => Some(false),
+        (false, false) => None,
+    };
+    let options = EmbedderOptions { pooling: args.pooling, normalize, device, precision: args.precision };
     let embedder = Embedder::open(&dir, options).with_context(|| format!("loading model {}", dir.display()))?;
 
     // A bar on a terminal, plain lines every 10 s otherwise (as predict's).

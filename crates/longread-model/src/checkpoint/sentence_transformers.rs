@@ -1,10 +1,15 @@
-//! The one sentence-transformers setting `embed` honours: `sentence_bert_config.json`'s
-//! `max_seq_length`, which overrides the tokenizer's own truncation (all-MiniLM-L6-v2 ships
-//! a tokenizer.json truncating at 128 but is used at 256).
+//! The sentence-transformers settings `embed` honours, so that its vectors are the ones
+//! `SentenceTransformer(dir).encode(texts)` gives: `sentence_bert_config.json`'s
+//! `max_seq_length`, which overrides the tokenizer's own truncation (all-MiniLM-L6-v2 ships a
+//! tokenizer.json truncating at 128 but is used at 256); the Pooling module's mode (CLS for
+//! the BGE models, mean for most); and whether a Normalize module follows it.
 
 use std::path::Path;
 
+use serde_json::Value;
+
 use crate::error::{ModelError, Result};
+use crate::sentence_pooling::SentencePooling;
 
 /// `max_seq_length` from `sentence_bert_config.json` in `dir`, if the file exists.
 pub fn sentence_max_seq_length(dir: &Path) -> Result<Option<usize>> {
@@ -12,8 +17,130 @@ pub fn sentence_max_seq_length(dir: &Path) -> Result<Option<usize>> {
     if !path.is_file() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io { path: path.clone(), source })?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.clone(), source })?;
-    Ok(value.get("max_seq_length").and_then(|v| v.as_u64()).map(|v| v as usize))
+    Ok(read_json(&path)?.get("max_seq_length").and_then(Value::as_u64).map(|v| v as usize))
+}
+
+/// What a sentence-transformers directory's modules do after the encoder.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SentenceModules {
+    /// The Pooling module's mode: `None` without one (sentence-transformers then averages);
+    /// `Err(mode)` for a mode longread does not compute (max, weighted mean, last token, ...).
+    pub pooling: Option<std::result::Result<SentencePooling, String>>,
+    /// Whether a Normalize module scales each vector to unit length.
+    pub normalize: bool,
+    /// Modules longread does not apply (a Dense projection after pooling, ...), by type name.
+    pub unapplied: Vec<String>,
+}
+
+/// Reads `modules.json` in `dir` and its Pooling module's `config.json`; a directory without
+/// `modules.json` (a plain transformers checkpoint) has neither module.
+pub fn sentence_modules(dir: &Path) -> Result<SentenceModules> {
+    let path = dir.join("modules.json");
+    if !path.is_file() {
+        return Ok(SentenceModules::default());
+    }
+    let modules = read_json(&path)?;
+    let Some(modules) = modules.as_array() else {
+        return Err(ModelError::InvalidInput(format!("{}: expected a list of modules", path.display())));
+    };
+    let kind_of =
+        |m: &Value| m.get("type").and_then(Value::as_str).unwrap_or("").rsplit('.').next().unwrap_or("").to_owned();
+    let normalize = modules.iter().any(|m| kind_of(m) == "Normalize");
+    let unapplied = modules
+        .iter()
+        .map(kind_of)
+        .filter(|k| !matches!(k.as_str(), "Transformer" | "Pooling" | "Normalize"))
+        .collect();
+    let pooling = match modules.iter().find(|m| kind_of(m) == "Pooling") {
+        None => None,
+        Some(module) => {
+            let folder = module.get("path").and_then(Value::as_str).unwrap_or("1_Pooling");
+            Some(pooling_mode(&dir.join(folder).join("config.json"))?)
+        }
+    };
+    Ok(SentenceModules { pooling, normalize, unapplied })
+}
+
+/// The mode a Pooling module's `config.json` sets (`pooling_mode_*_tokens` switches, or the
+/// `pooling_mode` name some versions write).
+fn pooling_mode(path: &Path) -> Result<std::result::Result<SentencePooling, String>> {
+    let config = read_json(path)?;
+    let mut modes: Vec<String> = match config.get("pooling_mode").and_then(Value::as_str) {
+        Some(name) => vec![name.to_owned()],
+        None => config
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(key, on)| key.starts_with("pooling_mode_") && on.as_bool() == Some(true))
+            .map(|(key, _)| {
+                key.trim_start_matches("pooling_mode_")
+                    .trim_end_matches("_tokens")
+                    .trim_end_matches("_token")
+                    .to_owned()
+            })
+            .collect(),
+    };
+    modes.sort();
+    Ok(match modes.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["mean"] => Ok(SentencePooling::Mean),
+        ["cls"] => Ok(SentencePooling::Cls),
+        [] => Err("none".to_owned()),
+        _ => Err(modes.join(" + ")),
+    })
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: path.to_owned(), source })?;
+    serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.to_owned(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) {
+        std::fs::create_dir_all(dir.join(name).parent().unwrap()).unwrap();
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+
+    const MODULES: &str = r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]"#;
+
+    #[test]
+    fn the_modules_say_the_pooling_and_the_normalizing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(sentence_modules(dir.path()).unwrap(), SentenceModules::default(), "a plain checkpoint");
+        write(dir.path(), "modules.json", MODULES);
+        let pooling = |config: &str| {
+            write(dir.path(), "1_Pooling/config.json", config);
+            sentence_modules(dir.path()).unwrap().pooling.unwrap()
+        };
+        // BGE's and all-MiniLM-L6-v2's configs.
+        assert_eq!(
+            pooling(r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#),
+            Ok(SentencePooling::Cls)
+        );
+        assert_eq!(
+            pooling(r#"{"pooling_mode_cls_token": false, "pooling_mode_mean_tokens": true}"#),
+            Ok(SentencePooling::Mean)
+        );
+        assert_eq!(pooling(r#"{"pooling_mode": "cls"}"#), Ok(SentencePooling::Cls));
+        assert_eq!(pooling(r#"{"pooling_mode_max_tokens": true}"#), Err("max".into()));
+        assert_eq!(pooling(r#"{"pooling_mode_lasttoken": true}"#), Err("lasttoken".into()));
+        assert_eq!(
+            pooling(r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": true}"#),
+            Err("cls + mean".into())
+        );
+        assert!(sentence_modules(dir.path()).unwrap().normalize);
+        write(
+            dir.path(),
+            "modules.json",
+            &MODULES.replace("sentence_transformers.models.Normalize", "sentence_transformers.models.Dense"),
+        );
+        let dense = sentence_modules(dir.path()).unwrap();
+        assert_eq!((dense.normalize, dense.unapplied), (false, vec!["Dense".to_owned()]));
+        write(dir.path(), "modules.json", "{}");
+        assert!(sentence_modules(dir.path()).unwrap_err().to_string().contains("expected a list of modules"));
+    }
 }

@@ -164,7 +164,7 @@ pub(crate) struct OpenAiResponse {
     usage: Usage,
 }
 
-/// Sentence embeddings (mean pooling), one vector per text, as TEI answers.
+/// Sentence embeddings (pooled as the model's sentence-transformers modules say), one vector per text, as TEI answers.
 #[utoipa::path(post, path = "/embed", request_body = EmbedRequest,
     responses(
         (status = 200, description = "One vector per text", body = Vec<Vec<f32>>),
