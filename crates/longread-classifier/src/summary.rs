@@ -10,11 +10,12 @@ use serde_json::{json, Value};
 use crate::ensemble::read_spec;
 use crate::model_kind::ModelKind;
 use longread_metrics::terminal::printable;
-use longread_model::checkpoint::Checkpoint;
+use longread_model::checkpoint::{sentence_max_seq_length, sentence_modules, Checkpoint};
 use longread_model::error::Result;
 use longread_model::han::{HanClassifier, HAN_ARCHITECTURE};
 use longread_model::hierarchical::{Architecture, ClassifierConfig, LongreadSection};
 use longread_model::params::ParameterBreakdown;
+use longread_model::sentence_pooling::SentencePooling;
 
 /// A model directory's summary: as one JSON object, and as a table for people.
 #[derive(Debug, Clone)]
@@ -42,7 +43,7 @@ fn summarize_kind(dir: &Path) -> Result<ModelSummary> {
         ModelKind::Encoder => {}
     }
     let checkpoint = Checkpoint::open(dir)?;
-    let facts = EncoderFacts::of(&checkpoint);
+    let facts = EncoderFacts::of(&checkpoint, dir);
     Ok(ModelSummary { json: encoder_json(dir, &checkpoint, &facts), table: encoder_table(dir, &checkpoint, &facts) })
 }
 
@@ -59,10 +60,12 @@ struct EncoderFacts {
     /// A longread classifier's head (none for a plain encoder, or a section that does not load:
     /// `predict` names its problem).
     classifier: Option<ClassifierConfig>,
+    /// What `embed` does with a sentence-transformers directory (null for another).
+    sentence: Value,
 }
 
 impl EncoderFacts {
-    fn of(checkpoint: &Checkpoint) -> Self {
+    fn of(checkpoint: &Checkpoint, dir: &Path) -> Self {
         let cfg = &checkpoint.config;
         let prefix = checkpoint.encoder_prefix().to_owned();
         let store = &checkpoint.store;
@@ -95,8 +98,31 @@ impl EncoderFacts {
             .contains_key("longread")
             .then(|| ClassifierConfig::from_file(&checkpoint.files.config, cfg.clone()).ok())
             .flatten();
-        Self { prefix, params, pooler_used, architectures, tasks, weight_files, wide, classifier }
+        let sentence = sentence_facts(dir);
+        Self { prefix, params, pooler_used, architectures, tasks, weight_files, wide, classifier, sentence }
     }
+}
+
+/// A sentence-transformers directory's modules as `embed` applies them: pooling (or the mode it
+/// refuses), normalizing, the longest input and the modules it would refuse; null without
+/// `modules.json` or when it cannot be read (`embed` names the problem).
+fn sentence_facts(dir: &Path) -> Value {
+    let Ok(modules) = sentence_modules(dir) else { return Value::Null };
+    if !dir.join("modules.json").is_file() {
+        return Value::Null;
+    }
+    let pooling = match &modules.pooling {
+        None => "mean".to_owned(),
+        Some(Ok(SentencePooling::Mean)) => "mean".to_owned(),
+        Some(Ok(SentencePooling::Cls)) => "cls".to_owned(),
+        Some(Err(mode)) => format!("{mode} (not computed: embed needs --pooling)"),
+    };
+    json!({
+        "pooling": pooling,
+        "normalize": modules.normalize,
+        "max_seq_length": sentence_max_seq_length(dir).ok().flatten(),
+        "unapplied_modules": modules.unapplied,
+    })
 }
 
 /// The summary as one JSON object.
@@ -129,13 +155,15 @@ fn encoder_json(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> Va
         "wide": wide,
         "labels": classifier.as_ref().map(|c| c.labels.clone()),
         "classifier": classifier.as_ref().map(|c| &c.longread),
+        "sentence_transformers": facts.sentence,
     })
 }
 
 /// The summary as a table for people.
 fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> String {
     let cfg = &checkpoint.config;
-    let EncoderFacts { prefix, params, pooler_used, architectures, tasks, weight_files, wide, classifier } = facts;
+    let EncoderFacts { prefix, params, pooler_used, architectures, tasks, weight_files, wide, classifier, sentence } =
+        facts;
     let mut t = String::new();
 
     let arch = architectures.as_array().and_then(|a| a.first()).and_then(|v| v.as_str()).unwrap_or("-");
@@ -176,6 +204,16 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
     .ok();
     writeln!(t, "tokenizer        {}", if checkpoint.files.tokenizer.is_some() { "tokenizer.json" } else { "missing" })
         .ok();
+    if let Some(pooling) = sentence["pooling"].as_str() {
+        let s = sentence;
+        let length = s["max_seq_length"].as_u64().map_or(String::new(), |n| format!(", up to {n} tokens"));
+        let scaled = if s["normalize"] == json!(true) { ", unit length" } else { "" };
+        let refused = s["unapplied_modules"]
+            .as_array()
+            .and_then(|m| m.first())
+            .map_or(String::new(), |m| format!("; a {} module embed refuses", m.as_str().unwrap_or("?")));
+        writeln!(t, "embeddings       {pooling} pooling{scaled}{length} (sentence-transformers modules){refused}").ok();
+    }
     if let Some(c) = classifier {
         writeln!(t, "classifier       {}", head_line(&c.longread)).ok();
         if tasks.is_empty() {

@@ -94,3 +94,26 @@ fn a_classifier_shows_its_labels_and_how_it_reads_documents() {
     assert_eq!(v["labels"], serde_json::json!(["general", "teen", "mature"]));
     assert_eq!((v["classifier"]["ordinal"].as_bool(), v["classifier"]["chunk_size"].as_u64()), (Some(true), Some(16)));
 }
+
+/// A sentence-transformers directory shows how `embed` pools it (its modules), a plain
+/// checkpoint nothing of the kind.
+#[test]
+fn a_sentence_transformers_model_shows_how_embed_pools_it() {
+    assert!(String::from_utf8(longread(&["inspect", fixture("tiny-bert").to_str().unwrap()]).stdout)
+        .unwrap()
+        .lines()
+        .all(|l| !l.starts_with("embeddings ")));
+    let Some(model) = common::minilm() else { return };
+    let out = longread(&["inspect", model.to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("embeddings       mean pooling, unit length, up to 256 tokens (sentence-transformers modules)"),
+        "{text}"
+    );
+    let out = longread(&["inspect", model.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["sentence_transformers"],
+        serde_json::json!({"pooling": "mean", "normalize": true, "max_seq_length": 256, "unapplied_modules": []})
+    );
+}
