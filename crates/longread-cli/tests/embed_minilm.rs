@@ -85,7 +85,8 @@ fn variant(model: &std::path::Path, modules: &str, pooling: &str) -> tempfile::T
 fn the_models_own_pooling_and_normalize_modules_are_the_defaults() {
     let Some(model) = minilm() else { return };
     let (expected, _) = reference("embeddings");
-    let (plain, _) = embed(&model, &[]);
+    let (plain, stderr) = embed(&model, &[]);
+    assert!(stderr.contains(" (mean pooling, unit length)\n"), "the summary says so: {stderr}");
     for (i, (got, want)) in vectors(&plain).iter().zip(&expected).enumerate() {
         assert!(max_diff(got, want) <= 1e-4, "text {i}: the Normalize module applies by default");
     }

@@ -120,12 +120,17 @@ pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     if !quiet {
         eprintln!(
-            "embedded {} ({}) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s on {}",
+            "embedded {} ({}) in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s on {} ({} pooling{})",
             counted(count, "text"),
             counted(tokens, "token"),
             count as f64 / seconds,
             tokens as f64 / seconds,
-            longread_model::device::describe(embedder.device())
+            longread_model::device::describe(embedder.device()),
+            match embedder.pooling() {
+                SentencePooling::Mean => "mean",
+                SentencePooling::Cls => "cls",
+            },
+            if embedder.normalizes() { ", unit length" } else { "" }
         );
     }
     if let Some((n, first)) = truncated {
