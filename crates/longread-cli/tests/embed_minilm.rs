@@ -124,3 +124,30 @@ fn the_models_own_pooling_and_normalize_modules_are_the_defaults() {
         "{stderr}"
     );
 }
+
+/// sentence-transformers lowercases every text first when `sentence_bert_config.json` says
+/// `do_lower_case` (a cased tokenizer: tiny-roberta's byte-level BPE).
+#[test]
+fn do_lower_case_lowercases_the_texts_first() {
+    let model = fixture("tiny-roberta");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::os::unix::fs::symlink(model.join(name), dir.path().join(name)).unwrap();
+    }
+    std::fs::write(dir.path().join("sentence_bert_config.json"), r#"{"max_seq_length": 32, "do_lower_case": true}"#)
+        .unwrap();
+    let texts = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = texts.path().join(name);
+        std::fs::write(&path, format!("{{\"text\": \"{text}\"}}\n")).unwrap();
+        path
+    };
+    let (upper, lower) = (write("upper.jsonl", "The Committee MET"), write("lower.jsonl", "the committee met"));
+    let run = |model: &std::path::Path, input: &std::path::Path| {
+        let out = longread(&["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "-q"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        vectors(&json_lines(&out.stdout))
+    };
+    assert_eq!(run(dir.path(), &upper), run(&model, &lower), "lowercased as sentence-transformers does");
+    assert_ne!(run(&model, &upper), run(&model, &lower), "the tokenizer itself is cased");
+}

@@ -6,7 +6,9 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use longread_text::{pad_batch, Encoded, TextTokenizer};
 
-use crate::checkpoint::{sentence_max_seq_length, sentence_modules, Checkpoint, LoadOptions, SentenceModules};
+use crate::checkpoint::{
+    sentence_lowercases, sentence_max_seq_length, sentence_modules, Checkpoint, LoadOptions, SentenceModules,
+};
 use crate::device::DeviceChoice;
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
@@ -91,6 +93,8 @@ pub struct SentenceEmbedder {
     normalize: bool,
     /// Whether the model has sentence-transformers' Normalize module.
     has_normalize_module: bool,
+    /// Whether texts are lowercased before tokenizing (`do_lower_case`).
+    lowercase: bool,
     max_length: usize,
     pad_id: u32,
     device: Device,
@@ -138,7 +142,8 @@ impl SentenceEmbedder {
         self.has_normalize_module
     }
 
-    /// Loads a checkpoint directory. The maximum length is, in order of precedence,
+    /// Loads a checkpoint directory; texts are lowercased first when sentence-transformers'
+    /// `do_lower_case` says so. The maximum length is, in order of precedence,
     /// sentence-transformers' `max_seq_length`, the tokenizer's truncation, the model's positions,
     /// never more than the positions allow.
     pub fn load(dir: &Path, pooling: SentencePooling, normalize: bool, device: &Device) -> Result<Self> {
@@ -156,6 +161,7 @@ impl SentenceEmbedder {
             pooling,
             normalize,
             has_normalize_module: false,
+            lowercase: sentence_lowercases(dir)?,
             max_length,
             device: device.clone(),
         })
@@ -174,7 +180,12 @@ impl SentenceEmbedder {
     /// Embeds texts in batches of `batch_size`, longest first to limit padding;
     /// `on_batch(n)` is called after each batch with the number of texts done in it.
     pub fn embed(&self, texts: &[&str], batch_size: usize, mut on_batch: impl FnMut(usize)) -> Result<Embeddings> {
-        let encoded: Vec<Encoded> = self.tokenizer.encode_batch(texts)?;
+        let encoded: Vec<Encoded> = if self.lowercase {
+            let lowered: Vec<String> = texts.iter().map(|t| t.to_lowercase()).collect();
+            self.tokenizer.encode_batch(&lowered.iter().map(String::as_str).collect::<Vec<_>>())?
+        } else {
+            self.tokenizer.encode_batch(texts)?
+        };
         let mut order: Vec<usize> = (0..encoded.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].ids.len()));
         let mut vectors = vec![Vec::new(); encoded.len()];

@@ -20,6 +20,16 @@ pub fn sentence_max_seq_length(dir: &Path) -> Result<Option<usize>> {
     Ok(read_json(&path)?.get("max_seq_length").and_then(Value::as_u64).map(|v| v as usize))
 }
 
+/// `do_lower_case` from `sentence_bert_config.json` in `dir`: sentence-transformers lowercases
+/// every text before tokenizing it (false without the file).
+pub fn sentence_lowercases(dir: &Path) -> Result<bool> {
+    let path = dir.join("sentence_bert_config.json");
+    if !path.is_file() {
+        return Ok(false);
+    }
+    Ok(read_json(&path)?.get("do_lower_case").and_then(Value::as_bool).unwrap_or(false))
+}
+
 /// What a sentence-transformers directory's modules do after the encoder.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SentenceModules {
