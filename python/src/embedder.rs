@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{Embedder as RustEmbedder, EmbedderOptions};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
@@ -70,10 +69,7 @@ impl Embedder {
     /// How token vectors become one vector: "mean" or "cls".
     #[getter]
     fn pooling(&self) -> &'static str {
-        match self.inner.pooling() {
-            SentencePooling::Mean => "mean",
-            SentencePooling::Cls => "cls",
-        }
+        self.inner.pooling().name()
     }
 
     /// Size of the vectors.

@@ -112,9 +112,8 @@ fn sentence_facts(dir: &Path) -> Value {
         return Value::Null;
     }
     let pooling = match &modules.pooling {
-        None => "mean".to_owned(),
-        Some(Ok(SentencePooling::Mean)) => "mean".to_owned(),
-        Some(Ok(SentencePooling::Cls)) => "cls".to_owned(),
+        None => SentencePooling::Mean.name().to_owned(),
+        Some(Ok(mode)) => mode.name().to_owned(),
         Some(Err(mode)) => format!("{mode} (not computed: embed needs --pooling)"),
     };
     json!({

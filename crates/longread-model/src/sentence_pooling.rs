@@ -18,6 +18,14 @@ pub enum SentencePooling {
 }
 
 impl SentencePooling {
+    /// Its name on the command line and in JSON: "mean" or "cls".
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mean => "mean",
+            Self::Cls => "cls",
+        }
+    }
+
     /// Pools token states.
     ///
     /// # Shapes

@@ -126,10 +126,7 @@ pub fn run(args: EmbedArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
             count as f64 / seconds,
             tokens as f64 / seconds,
             longread_model::device::describe(embedder.device()),
-            match embedder.pooling() {
-                SentencePooling::Mean => "mean",
-                SentencePooling::Cls => "cls",
-            },
+            embedder.pooling().name(),
             if embedder.normalizes() { ", unit length" } else { "" }
         );
     }
