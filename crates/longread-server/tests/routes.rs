@@ -302,6 +302,13 @@ fn embeddings_as_tei_and_openai_answer_them() {
         assert!(error["error"].as_str().unwrap().contains(needle), "{error}");
     }
 
+    let (_, info) = server.get("/info");
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(
+        info["embedding"],
+        json!({ "pooling": "mean", "normalize_module": true, "dimension": 384, "max_tokens": 256 }),
+        "{info}"
+    );
     // OpenAI's model list names the embedding model by its directory (clients' models.list()).
     let id = minilm.file_name().unwrap().to_str().unwrap();
     let (status, models) = server.get("/v1/models");

@@ -30,6 +30,10 @@ pub(crate) struct Info {
     model: serde_json::Value,
     /// The embedding model's directory (name or path, as `model_dir`), if any.
     embedding_model: Option<String>,
+    /// How it embeds: `pooling` ("mean" or "cls"), `normalize_module` (whether the model has
+    /// sentence-transformers' Normalize module; requests choose), `dimension`, `max_tokens`.
+    #[schema(value_type = Option<Object>)]
+    embedding: Option<serde_json::Value>,
     /// The server's limits.
     #[schema(value_type = Object)]
     limits: serde_json::Value,
@@ -79,6 +83,14 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Result<Json<Info
         tasks: serde_json::Value::from(tasks),
         model: summary,
         embedding_model: cfg.embedding_model.as_deref().map(shown),
+        embedding: loaded.embedder.as_ref().map(|e| {
+            serde_json::json!({
+                "pooling": e.pooling().name(),
+                "normalize_module": e.has_normalize_module(),
+                "dimension": e.dimension(),
+                "max_tokens": e.max_length(),
+            })
+        }),
         limits: serde_json::json!({
             "max_batch_tokens": classifier.max_batch_tokens(),
             "max_concurrent_requests": cfg.max_concurrent_requests,
