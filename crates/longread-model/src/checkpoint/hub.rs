@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use crate::error::{ModelError, Result};
 
-/// Downloads config, weights (single or sharded) and tokenizer; returns the snapshot directory.
+/// Downloads config, weights (single or sharded), tokenizer and sentence-transformers' settings
+/// where the repository has them; returns the snapshot directory.
 pub fn download(repo_id: &str) -> Result<PathBuf> {
     let err = |message: String| ModelError::Hub { repo: repo_id.to_owned(), message };
     let api = hf_hub::api::sync::Api::new().map_err(|e| err(e.to_string()))?;
@@ -26,5 +27,11 @@ pub fn download(repo_id: &str) -> Result<PathBuf> {
         }
     }
     repo.get("tokenizer.json").map_err(|e| err(format!("tokenizer.json: {e}")))?;
+    // sentence-transformers' settings, which `embed` honours (max_seq_length, pooling, Normalize):
+    // optional, as a plain transformers repository has none of them.
+    let modules = repo.get("modules.json").ok().and_then(|path| std::fs::read_to_string(path).ok());
+    for name in super::sentence_files(modules.as_deref()) {
+        let _ = repo.get(&name);
+    }
     Ok(config.parent().map(PathBuf::from).unwrap_or_default())
 }

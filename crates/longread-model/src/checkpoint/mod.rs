@@ -15,7 +15,9 @@ use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
 
 pub use files::{refuse_encoderless, CheckpointFiles};
-pub use sentence_transformers::{sentence_lowercases, sentence_max_seq_length, sentence_modules, SentenceModules};
+pub use sentence_transformers::{
+    sentence_files, sentence_lowercases, sentence_max_seq_length, sentence_modules, SentenceModules,
+};
 pub use store::TensorStore;
 
 use crate::config::EncoderConfig;

@@ -42,6 +42,21 @@ pub struct SentenceModules {
     pub unapplied: Vec<String>,
 }
 
+/// The files of a sentence-transformers repository that `embed` reads beside the checkpoint,
+/// given its `modules.json` text (`None`: the repository has none): the two top-level files and
+/// each Pooling module's `config.json` — what a Hub download must fetch too.
+pub fn sentence_files(modules_json: Option<&str>) -> Vec<String> {
+    let mut files = vec!["sentence_bert_config.json".to_owned(), "modules.json".to_owned()];
+    let modules: Vec<Value> = modules_json.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
+    for module in &modules {
+        if module.get("type").and_then(Value::as_str).is_some_and(|t| t.ends_with(".Pooling")) {
+            let folder = module.get("path").and_then(Value::as_str).unwrap_or("1_Pooling");
+            files.push(format!("{folder}/config.json"));
+        }
+    }
+    files
+}
+
 /// Reads `modules.json` in `dir` and its Pooling module's `config.json`; a directory without
 /// `modules.json` (a plain transformers checkpoint) has neither module.
 pub fn sentence_modules(dir: &Path) -> Result<SentenceModules> {
@@ -116,6 +131,16 @@ mod tests {
     const MODULES: &str = r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]"#;
+
+    #[test]
+    fn a_hub_download_fetches_the_pooling_config_too() {
+        assert_eq!(sentence_files(None), ["sentence_bert_config.json", "modules.json"]);
+        assert_eq!(
+            sentence_files(Some(MODULES)),
+            ["sentence_bert_config.json", "modules.json", "1_Pooling/config.json"]
+        );
+        assert_eq!(sentence_files(Some("not json")).len(), 2);
+    }
 
     #[test]
     fn the_modules_say_the_pooling_and_the_normalizing() {
