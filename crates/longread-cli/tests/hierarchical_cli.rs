@@ -417,3 +417,26 @@ fn csv_cells_that_look_like_formulas_stay_text() {
     let ids: Vec<String> = reader.records().map(|r| r.unwrap()[0].to_owned()).collect();
     assert_eq!(ids, ["'=HYPERLINK(\"http://x\",\"y\")", "'@SUM(A1)", "-7"]);
 }
+
+/// A sentence-embedding encoder read by mean pooling (all-MiniLM-L6-v2's Pooling module) gets a
+/// note when chunks are left to the default CLS pooling; not when the flag is given, nor for an
+/// encoder without that module.
+#[test]
+fn init_notes_a_mean_pooled_encoder_left_to_cls_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let note = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stderr).lines().any(|l| {
+            l.starts_with("note: ") && l.contains("is read by mean pooling") && l.contains("--chunk-pooling mean")
+        })
+    };
+    let plain = init(fixture("tiny-bert").to_str().unwrap(), &tmp.path().join("plain"), &["--chunk-size", "64"]);
+    assert!(plain.status.success() && !note(&plain), "{}", String::from_utf8_lossy(&plain.stderr));
+    let Some(minilm) = common::minilm() else { return };
+    let minilm = minilm.to_str().unwrap();
+    let default = init(minilm, &tmp.path().join("default"), &[]);
+    assert!(default.status.success() && note(&default), "{}", String::from_utf8_lossy(&default.stderr));
+    for (name, extra) in [("cls", ["--chunk-pooling", "cls"]), ("mean", ["--chunk-pooling", "mean"])] {
+        let chosen = init(minilm, &tmp.path().join(name), &extra);
+        assert!(chosen.status.success() && !note(&chosen), "{}", String::from_utf8_lossy(&chosen.stderr));
+    }
+}

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use longread_train::run::init::{describe, init_run, InitSpec};
+use longread_train::run::init::{advice, describe, init_run, InitSpec};
 
 /// Arguments of `longread init`.
 #[derive(Debug, Args)]
@@ -18,6 +18,9 @@ pub fn run(args: InitArgs, quiet: bool) -> Result<()> {
     let model = init_run(&args.spec)?;
     if !quiet {
         eprintln!("wrote {} ({})", args.spec.out.display(), describe(&model));
+        if let Some(advice) = advice(&args.spec) {
+            eprintln!("note: {advice}");
+        }
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use longread_model::hierarchical::{ChunkPooling, HierarchicalClassifier, LongreadSection, PoolingStrategy};
+use longread_model::sentence_pooling::SentencePooling;
 use longread_text::ChunkSelection;
 
 use crate::error::{Result, TrainError};
@@ -171,6 +172,27 @@ pub fn init_run(spec: &InitSpec) -> Result<HierarchicalClassifier> {
     };
     HierarchicalClassifier::create(&encoder, labels, section, spec.seed, &spec.out)
         .map_err(|e| TrainError::Run(format!("creating a classifier on {}: {e}", encoder.display())))
+}
+
+/// Advice on settings left at their defaults that do not suit the encoder: a sentence-embedding
+/// encoder trained with mean pooling (its sentence-transformers Pooling module, as
+/// all-MiniLM-L6-v2's) was not trained to put the text's meaning in its first token, which the
+/// default `--chunk-pooling cls` reads. `None` when nothing needs saying.
+pub fn advice(spec: &InitSpec) -> Option<String> {
+    let chosen = spec.given.iter().any(|g| g == "chunk_pooling");
+    if chosen || spec.arch != Arch::Hierarchical || spec.chunk_pooling != ChunkPooling::Cls {
+        return None;
+    }
+    let encoder = longread_model::resolve_model_dir(&spec.encoder).ok()?;
+    let modules = longread_model::checkpoint::sentence_modules(&encoder).ok()?;
+    (modules.pooling == Some(Ok(SentencePooling::Mean))).then(|| {
+        format!(
+            "{} is read by mean pooling (its sentence-transformers Pooling module), not by its first \
+             token as the default --chunk-pooling cls reads chunks: --chunk-pooling mean reads them the way \
+             it was trained (docs/recipes.md)",
+            encoder.display()
+        )
+    })
 }
 
 /// One line for people about a model `init_run` made: its labels and how it reads a document.
