@@ -50,11 +50,23 @@ pub fn sentence_files(modules_json: Option<&str>) -> Vec<String> {
     let modules: Vec<Value> = modules_json.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
     for module in &modules {
         if module.get("type").and_then(Value::as_str).is_some_and(|t| t.ends_with(".Pooling")) {
-            let folder = module.get("path").and_then(Value::as_str).unwrap_or("1_Pooling");
-            files.push(format!("{folder}/config.json"));
+            if let Some(folder) = module_folder(module) {
+                files.push(format!("{folder}/config.json"));
+            }
         }
     }
     files
+}
+
+/// A module's folder (`path`, default `1_Pooling`) when it is a plain relative path inside the
+/// model directory: no `..`, no root, no backslash (a repository's modules.json must not name
+/// files elsewhere).
+fn module_folder(module: &Value) -> Option<&str> {
+    let folder = module.get("path").and_then(Value::as_str).unwrap_or("1_Pooling");
+    let inside = !folder.is_empty()
+        && !folder.contains('\\')
+        && Path::new(folder).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    inside.then_some(folder)
 }
 
 /// Reads `modules.json` in `dir` and its Pooling module's `config.json`; a directory without
@@ -79,7 +91,13 @@ pub fn sentence_modules(dir: &Path) -> Result<SentenceModules> {
     let pooling = match modules.iter().find(|m| kind_of(m) == "Pooling") {
         None => None,
         Some(module) => {
-            let folder = module.get("path").and_then(Value::as_str).unwrap_or("1_Pooling");
+            let Some(folder) = module_folder(module) else {
+                return Err(ModelError::InvalidInput(format!(
+                    "{}: the Pooling module's path {} is not a folder inside the model directory",
+                    path.display(),
+                    module.get("path").unwrap_or(&Value::Null)
+                )));
+            };
             Some(pooling_mode(&dir.join(folder).join("config.json"))?)
         }
     };
@@ -140,6 +158,8 @@ mod tests {
             ["sentence_bert_config.json", "modules.json", "1_Pooling/config.json"]
         );
         assert_eq!(sentence_files(Some("not json")).len(), 2);
+        let outside = MODULES.replace("1_Pooling", "../../elsewhere");
+        assert_eq!(sentence_files(Some(&outside)).len(), 2, "a path out of the repository is not fetched");
     }
 
     #[test]
@@ -175,6 +195,9 @@ mod tests {
         );
         let dense = sentence_modules(dir.path()).unwrap();
         assert_eq!((dense.normalize, dense.unapplied), (false, vec!["Dense".to_owned()]));
+        write(dir.path(), "modules.json", &MODULES.replace("1_Pooling", "/etc"));
+        let outside = sentence_modules(dir.path()).unwrap_err().to_string();
+        assert!(outside.contains("path \"/etc\" is not a folder inside the model directory"), "{outside}");
         write(dir.path(), "modules.json", "{}");
         assert!(sentence_modules(dir.path()).unwrap_err().to_string().contains("expected a list of modules"));
     }
