@@ -92,6 +92,10 @@ pub(crate) fn init(
         longread_train::TrainError::Model(e) => ModelLoadError::new_err(e.to_string()),
         other => LongreadError::new_err(other.to_string()),
     })?;
+    // The command line's note, as a Python warning (a UserWarning).
+    if let Some(advice) = longread_train::run::init::advice(&spec) {
+        PyErr::warn(py, &py.get_type::<pyo3::exceptions::PyUserWarning>(), &std::ffi::CString::new(advice)?, 1)?;
+    }
     from_json(py, &model.config().to_json().to_string())
 }
 

@@ -548,3 +548,13 @@ def test_models_pickle_and_work_in_forked_and_spawned_workers():
     with multiprocessing.get_context("fork").Pool(1) as pool:
         forked = pool.map_async(workers.embed_with, [(embedder, "The committee met on Tuesday.")]).get(timeout=120)
     assert np.allclose(forked[0], vector, atol=1e-6)
+
+
+def test_init_warns_as_the_cli_notes_about_a_mean_pooled_encoder(tmp_path):
+    import warnings
+    encoder = minilm()
+    with pytest.warns(UserWarning, match="is read by mean pooling .* --chunk-pooling mean"):
+        longread.init(encoder, ["a", "b"], tmp_path / "default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        longread.init(encoder, ["a", "b"], tmp_path / "mean", chunk_pooling="mean")
