@@ -542,6 +542,27 @@ def test_models_pickle_and_work_in_forked_and_spawned_workers():
         with context.Pool(2, initializer=workers.hold, initargs=(clf,)) as pool:  # fork: inherited as is
             same(pool.map_async(workers.predict_with_held, documents).get(timeout=120))
 
+    # A fork of a fork: the child's own pools did not come over either.
+    def fork_and_predict(depth):
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                ok = clf.predict(documents[:1])[0]["scores"] == expected[0]["scores"]
+                ok = ok and (depth == 1 or fork_and_predict(depth - 1))
+            finally:
+                os._exit(0 if ok else 1)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status == 0
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+        return False
+
+    assert fork_and_predict(2), "a forked (or twice forked) process predicts the parent's scores"
+
     embedder = longread.Embedder(minilm())
     vector = embedder.embed(["The committee met on Tuesday."])[0]
     assert np.array_equal(pickle.loads(pickle.dumps(embedder)).embed(["The committee met on Tuesday."])[0], vector)

@@ -70,7 +70,9 @@ fn forked_pools() -> Option<(Arc<rayon::ThreadPool>, Arc<rayon::ThreadPool>)> {
             .unwrap_or_else(available_cores);
         let build = |n: usize| rayon::ThreadPoolBuilder::new().num_threads(n).build().map(Arc::new);
         match (build(threads), build(1)) {
-            (Ok(main), Ok(side)) => *pools = Some(ForkedPools { pid: me, main, side }),
+            // An ancestor's own pools (a fork of a fork) are left alone, not dropped: their
+            // threads are not in this process either.
+            (Ok(main), Ok(side)) => std::mem::forget(pools.replace(ForkedPools { pid: me, main, side })),
             // No threads to be had: run on the calling thread, as before.
             _ => return None,
         }
