@@ -3,8 +3,8 @@
 use longread_classifier::ClassifierOptions;
 use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{DeviceChoice, Precision};
-use pyo3::prelude::*;
 use longread_model::threads;
+use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 use crate::{InvalidDocumentError, LongreadError};
@@ -13,7 +13,7 @@ use crate::{InvalidDocumentError, LongreadError};
 /// set once (a later, different value is an error).
 pub(crate) fn set_threads(threads: Option<usize>) -> PyResult<()> {
     let Some(n) = threads else { return Ok(()) };
-    longread_model::threads::check_thread_count(n).map_err(LongreadError::new_err)?;
+    threads::check_thread_count(n).map_err(LongreadError::new_err)?;
     // The tensor library reads RAYON_NUM_THREADS at each call; rayon's pool is built once (in a
     // process forked after longread ran in its parent, its own pool is, from this variable).
     std::env::set_var("RAYON_NUM_THREADS", n.to_string());

@@ -10,12 +10,11 @@ use serde_json::{json, Value};
 use crate::ensemble::read_spec;
 use crate::model_kind::ModelKind;
 use longread_metrics::terminal::printable;
-use longread_model::checkpoint::{sentence_max_seq_length, sentence_modules, Checkpoint};
+use longread_model::checkpoint::{sentence_bert_config, sentence_modules, Checkpoint};
 use longread_model::error::Result;
 use longread_model::han::{HanClassifier, HAN_ARCHITECTURE};
 use longread_model::hierarchical::{Architecture, ClassifierConfig, LongreadSection};
 use longread_model::params::ParameterBreakdown;
-use longread_model::sentence_pooling::SentencePooling;
 
 /// A model directory's summary: as one JSON object, and as a table for people.
 #[derive(Debug, Clone)]
@@ -107,19 +106,18 @@ impl EncoderFacts {
 /// refuses), normalizing, the longest input and the modules it would refuse; null without
 /// `modules.json` or when it cannot be read (`embed` names the problem).
 fn sentence_facts(dir: &Path) -> Value {
-    let Ok(modules) = sentence_modules(dir) else { return Value::Null };
     if !dir.join("modules.json").is_file() {
         return Value::Null;
     }
-    let pooling = match &modules.pooling {
-        None => SentencePooling::Mean.name().to_owned(),
-        Some(Ok(mode)) => mode.name().to_owned(),
-        Some(Err(mode)) => format!("{mode} (not computed: embed needs --pooling)"),
+    let Ok(modules) = sentence_modules(dir) else { return Value::Null };
+    let pooling = match modules.effective_pooling() {
+        Ok(mode) => mode.name().to_owned(),
+        Err(mode) => format!("{mode} (not computed: embed needs --pooling)"),
     };
     json!({
         "pooling": pooling,
         "normalize": modules.normalize,
-        "max_seq_length": sentence_max_seq_length(dir).ok().flatten(),
+        "max_seq_length": sentence_bert_config(dir).ok().and_then(|c| c.max_seq_length),
         "unapplied_modules": modules.unapplied,
     })
 }

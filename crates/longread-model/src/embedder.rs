@@ -6,9 +6,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use longread_text::{pad_batch, Encoded, TextTokenizer};
 
-use crate::checkpoint::{
-    sentence_lowercases, sentence_max_seq_length, sentence_modules, Checkpoint, LoadOptions, SentenceModules,
-};
+use crate::checkpoint::{sentence_bert_config, sentence_modules, Checkpoint, LoadOptions, SentenceModules};
 use crate::device::DeviceChoice;
 use crate::encoder::Encoder;
 use crate::error::{ModelError, Result};
@@ -66,17 +64,15 @@ fn settings_for(dir: &Path, modules: &SentenceModules, options: EmbedderOptions)
             dir.join("modules.json").display()
         )));
     }
-    let pooling = match (options.pooling, modules.pooling.clone()) {
-        (Some(chosen), _) => chosen,
-        (None, None) => SentencePooling::Mean,
-        (None, Some(Ok(mode))) => mode,
-        (None, Some(Err(mode))) => {
-            return Err(ModelError::InvalidInput(format!(
+    let pooling = match options.pooling {
+        Some(chosen) => chosen,
+        None => modules.effective_pooling().map_err(|mode| {
+            ModelError::InvalidInput(format!(
                 "{}: the model's pooling is `{mode}`, which longread does not compute (mean or cls): choose \
                  mean or cls pooling to embed with it anyway (its vectors will differ from sentence-transformers')",
                 dir.display()
-            )))
-        }
+            ))
+        })?,
     };
     Ok((pooling, options.normalize.unwrap_or(modules.normalize)))
 }
@@ -105,10 +101,7 @@ impl SentenceEmbedder {
     /// (see [`SentenceEmbedder::load`]).
     pub fn open(dir: &Path, options: EmbedderOptions) -> Result<Self> {
         let device = options.device.resolve()?;
-        let modules = sentence_modules(dir)?;
-        let (pooling, normalize) = settings_for(dir, &modules, options)?;
-        let mut embedder = Self::load(dir, pooling, normalize, &device)?;
-        embedder.has_normalize_module = modules.normalize;
+        let mut embedder = Self::load(dir, options, &device)?;
         match options.precision.unwrap_or_else(|| Precision::default_on(&device)) {
             // On a GPU the weights are prepared for inference (q/k/v fused into one product).
             Precision::F32 if device.is_cuda() => embedder.encoder.set_inference_dtype(DType::F32)?,
@@ -142,16 +135,20 @@ impl SentenceEmbedder {
         self.has_normalize_module
     }
 
-    /// Loads a checkpoint directory; texts are lowercased first when sentence-transformers'
-    /// `do_lower_case` says so. The maximum length is, in order of precedence,
-    /// sentence-transformers' `max_seq_length`, the tokenizer's truncation, the model's positions,
-    /// never more than the positions allow.
-    pub fn load(dir: &Path, pooling: SentencePooling, normalize: bool, device: &Device) -> Result<Self> {
+    /// Loads a checkpoint directory in f32 on `device`, pooling and normalizing as `options` say
+    /// or else as the model's sentence-transformers modules do; texts are lowercased first when
+    /// sentence-transformers' `do_lower_case` says so. The maximum length is, in order of
+    /// precedence, sentence-transformers' `max_seq_length`, the tokenizer's truncation, the
+    /// model's positions, never more than the positions allow.
+    pub fn load(dir: &Path, options: EmbedderOptions, device: &Device) -> Result<Self> {
+        let modules = sentence_modules(dir)?;
+        let (pooling, normalize) = settings_for(dir, &modules, options)?;
+        let sentence_config = sentence_bert_config(dir)?;
         let checkpoint = Checkpoint::open(dir)?;
         let mut tokenizer = TextTokenizer::from_file(checkpoint.files.require_tokenizer()?)?;
         let positions = checkpoint.config.max_sequence_length();
         let max_length =
-            sentence_max_seq_length(dir)?.or(tokenizer.truncation_max_length()).unwrap_or(positions).min(positions);
+            sentence_config.max_seq_length.or(tokenizer.truncation_max_length()).unwrap_or(positions).min(positions);
         tokenizer.set_max_length(max_length)?;
         let encoder = checkpoint.load_encoder(&LoadOptions::default(), device)?;
         Ok(Self {
@@ -160,8 +157,8 @@ impl SentenceEmbedder {
             tokenizer,
             pooling,
             normalize,
-            has_normalize_module: false,
-            lowercase: sentence_lowercases(dir)?,
+            has_normalize_module: modules.normalize,
+            lowercase: sentence_config.do_lower_case,
             max_length,
             device: device.clone(),
         })

@@ -49,7 +49,8 @@ pub fn mark_started() {
     let _ = STARTED_IN.compare_exchange(0, std::process::id(), Ordering::SeqCst, Ordering::SeqCst);
 }
 
-/// Whether this process was forked after longread ran in an ancestor.
+/// Whether this process was forked after longread ran in an ancestor (recording this process
+/// as started when none was).
 pub fn is_fork_of_a_started_process() -> bool {
     mark_started();
     STARTED_IN.load(Ordering::SeqCst) != std::process::id()

@@ -16,7 +16,7 @@ use candle_nn::{VarBuilder, VarMap};
 
 pub use files::{refuse_encoderless, CheckpointFiles};
 pub use sentence_transformers::{
-    sentence_files, sentence_lowercases, sentence_max_seq_length, sentence_modules, SentenceModules,
+    sentence_bert_config, sentence_files, sentence_modules, SentenceBertConfig, SentenceModules,
 };
 pub use store::TensorStore;
 

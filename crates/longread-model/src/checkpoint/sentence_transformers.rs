@@ -11,23 +11,26 @@ use serde_json::Value;
 use crate::error::{ModelError, Result};
 use crate::sentence_pooling::SentencePooling;
 
-/// `max_seq_length` from `sentence_bert_config.json` in `dir`, if the file exists.
-pub fn sentence_max_seq_length(dir: &Path) -> Result<Option<usize>> {
-    let path = dir.join("sentence_bert_config.json");
-    if !path.is_file() {
-        return Ok(None);
-    }
-    Ok(read_json(&path)?.get("max_seq_length").and_then(Value::as_u64).map(|v| v as usize))
+/// What `sentence_bert_config.json` says (nothing without the file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SentenceBertConfig {
+    /// `max_seq_length`: the longest input, overriding the tokenizer's truncation.
+    pub max_seq_length: Option<usize>,
+    /// `do_lower_case`: sentence-transformers lowercases every text before tokenizing it.
+    pub do_lower_case: bool,
 }
 
-/// `do_lower_case` from `sentence_bert_config.json` in `dir`: sentence-transformers lowercases
-/// every text before tokenizing it (false without the file).
-pub fn sentence_lowercases(dir: &Path) -> Result<bool> {
+/// Reads `sentence_bert_config.json` in `dir`, if the file exists.
+pub fn sentence_bert_config(dir: &Path) -> Result<SentenceBertConfig> {
     let path = dir.join("sentence_bert_config.json");
     if !path.is_file() {
-        return Ok(false);
+        return Ok(SentenceBertConfig::default());
     }
-    Ok(read_json(&path)?.get("do_lower_case").and_then(Value::as_bool).unwrap_or(false))
+    let config = read_json(&path)?;
+    Ok(SentenceBertConfig {
+        max_seq_length: config.get("max_seq_length").and_then(Value::as_u64).map(|v| v as usize),
+        do_lower_case: config.get("do_lower_case").and_then(Value::as_bool).unwrap_or(false),
+    })
 }
 
 /// What a sentence-transformers directory's modules do after the encoder.
@@ -40,6 +43,14 @@ pub struct SentenceModules {
     pub normalize: bool,
     /// Modules longread does not apply (a Dense projection after pooling, ...), by type name.
     pub unapplied: Vec<String>,
+}
+
+impl SentenceModules {
+    /// The pooling sentence-transformers applies: the Pooling module's mode, mean without one;
+    /// `Err(mode)` for a mode longread does not compute.
+    pub fn effective_pooling(&self) -> std::result::Result<SentencePooling, String> {
+        self.pooling.clone().unwrap_or(Ok(SentencePooling::Mean))
+    }
 }
 
 /// The files of a sentence-transformers repository that `embed` reads beside the checkpoint,
