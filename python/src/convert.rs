@@ -5,7 +5,7 @@ use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{DeviceChoice, Precision};
 use longread_model::threads;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyMapping, PySet, PyString};
 
 use crate::{InvalidDocumentError, LongreadError};
 
@@ -77,10 +77,26 @@ pub(crate) fn parse_precision(precision: &str) -> PyResult<Precision> {
 }
 
 /// The texts of a list (or other iterable) of `str` (or UTF-8 `bytes`); a single string is
-/// refused rather than read as characters.
+/// refused rather than read as characters, a dict rather than read as its keys (`{"text": ...}`
+/// was classified as the word "text") and a set, whose order is not the caller's.
 pub(crate) fn texts(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    if items.is_instance_of::<PyString>() || items.is_instance_of::<PyBytes>() {
-        return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one string"));
+    if items.is_instance_of::<PyString>() {
+        return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one string: give [text]"));
+    }
+    if items.is_instance_of::<PyBytes>() {
+        return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one bytes object: give [text]"));
+    }
+    if items.is_instance_of::<PyDict>() || items.downcast::<PyMapping>().is_ok() {
+        return Err(InvalidDocumentError::new_err(format!(
+            "texts must be a list of strings, not a {} (its keys would be read as the texts): give [d[\"text\"] for d in ...]",
+            type_name(items)
+        )));
+    }
+    if items.is_instance_of::<PySet>() || items.is_instance_of::<PyFrozenSet>() {
+        return Err(InvalidDocumentError::new_err(format!(
+            "texts must be a list of strings, not a {} (its order is arbitrary, so results would not line up): give a list",
+            type_name(items)
+        )));
     }
     let iter = items.try_iter().map_err(|_| {
         InvalidDocumentError::new_err(format!("texts must be a list of strings, not {}", type_name(items)))

@@ -55,6 +55,15 @@ def test_bad_input_raises_the_documented_errors():
         clf.predict("a string, not a list")
     with pytest.raises(longread.InvalidDocumentError, match="document 1 is int, not str"):
         clf.predict(["fine", 3])
+    # Regression: a dict was read as its keys ({"text": ...} classified the word "text"), and a
+    # set's results came back in an order the caller never had.
+    with pytest.raises(longread.InvalidDocumentError, match="not a dict .its keys would be read"):
+        clf.predict({"text": "a document"})
+    with pytest.raises(longread.InvalidDocumentError, match="not a set .its order is arbitrary"):
+        clf.predict({"one", "two"})
+    with pytest.raises(longread.InvalidDocumentError, match="not one bytes object"):
+        clf.predict(b"bytes")
+    assert len(clf.predict(t for t in ["a generator", "of texts"])) == 2
     with pytest.raises(longread.InvalidDocumentError, match="not valid UTF-8"):
         clf.predict([b"\xff\xfe"])
     with pytest.raises(longread.InvalidDocumentError, match="not valid UTF-8"):
@@ -276,6 +285,12 @@ def test_train_refuses_what_the_cli_refuses(tmp_path):
         longread.train(train, tmp_path / "d", model="init", freeze_base="yes")
     with pytest.raises(longread.LongreadError, match=r"^`epochs` = \"three\" is not valid: invalid digit found in string$"):
         longread.train(train, tmp_path / "e", model="init", epochs="three")
+    # Regression: -1 was read as a flag ("unknown setting `1`"), True for a flag with a value
+    # as an empty value ("`max_chunks` = \"\" is not valid (one of )").
+    with pytest.raises(longread.LongreadError, match=r"^`epochs` = \"-1\" is not valid"):
+        longread.train(train, tmp_path / "f", model="init", epochs=-1)
+    with pytest.raises(longread.LongreadError, match=r"^`max_chunks` takes a value, not true"):
+        longread.init(os.path.join(FIXTURES, "tiny-bert"), ["a", "b"], tmp_path / "g", max_chunks=True)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 

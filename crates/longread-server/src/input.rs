@@ -21,11 +21,17 @@ impl Inputs {
     pub(crate) fn from_value(value: Value, field: &str) -> Result<Self, ApiError> {
         match value {
             Value::String(s) => Ok(Self::One(s)),
+            Value::Array(items) if token_ids(&items) => {
+                Err(ApiError::invalid(format!("`{field}` is a list of token ids; {TEXT_ONLY}")))
+            }
             Value::Array(items) => items
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| match v {
                     Value::String(s) => Ok(s),
+                    Value::Array(ids) if token_ids(&ids) => {
+                        Err(ApiError::invalid(format!("`{field}[{i}]` is a list of token ids; {TEXT_ONLY}")))
+                    }
                     other => Err(ApiError::invalid(format!("`{field}[{i}]` must be a string, not {}", kind(&other)))),
                 })
                 .collect::<Result<Vec<_>, _>>()
@@ -116,6 +122,16 @@ pub(crate) fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiErro
 }
 
 /// What a JSON value is, in words.
+/// Why token ids are refused, and what sends them: OpenAI's API takes them, but they are ids of
+/// OpenAI's tokenizer (tiktoken), which mean nothing to this model's.
+const TEXT_ONLY: &str = "this server reads text only, through its model's own tokenizer (LangChain's \
+OpenAIEmbeddings sends OpenAI's tiktoken ids unless created with check_embedding_ctx_length=False)";
+
+/// Whether `items` is a non-empty list of integers (tokens), as OpenAI's API allows for `input`.
+fn token_ids(items: &[Value]) -> bool {
+    !items.is_empty() && items.iter().all(|v| v.is_u64() || v.is_i64())
+}
+
 fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -140,6 +156,14 @@ mod tests {
         assert!(bad.body.error.contains("`inputs[1]` must be a string, not a number"), "{}", bad.body.error);
         assert_eq!(bad.status.as_u16(), 422);
         assert_eq!(Inputs::from_value(Value::Null, "input").unwrap_err().body.error, "`input` is missing");
+        // Regression: LangChain's OpenAIEmbeddings sends tiktoken ids by default, and the answer
+        // said only "`input[0]` must be a string, not a list".
+        for (value, at) in [(serde_json::json!([[1, 2, 3]]), "`input[0]`"), (serde_json::json!([1, 2, 3]), "`input`")] {
+            let bad = Inputs::from_value(value, "input").unwrap_err();
+            assert!(bad.body.error.starts_with(&format!("{at} is a list of token ids; ")), "{}", bad.body.error);
+            assert!(bad.body.error.contains("check_embedding_ctx_length=False"), "{}", bad.body.error);
+            assert_eq!(bad.status.as_u16(), 422);
+        }
     }
 
     #[test]

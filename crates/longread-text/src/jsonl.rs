@@ -120,7 +120,16 @@ fn parse_line(
     if text.trim().is_empty() {
         return Ok(None);
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        // A line of plain text (`echo "some text" | longread predict --input -`) is the likely
+        // mistake when the line does not even start as JSON does.
+        let hint = if text.trim_start().starts_with(['{', '[', '"']) {
+            ""
+        } else {
+            " (each line is a JSON object such as {\"text\": \"...\"}; a plain-text document goes in a .txt file)"
+        };
+        bad(format!("invalid JSON: {e}{hint}"))
+    })?;
     let Value::Object(mut fields) = value else {
         return Err(bad("expected a JSON object such as {\"text\": \"...\"}".into()));
     };
@@ -177,6 +186,10 @@ mod tests {
             let err = read(input).unwrap_err().to_string();
             assert!(err.starts_with(expected), "{err:?} should start with {expected:?}");
         }
+        // Plain text where JSON lines were expected gets a hint; broken JSON does not.
+        let err = read(b"just some text").unwrap_err().to_string();
+        assert!(err.ends_with("a plain-text document goes in a .txt file)"), "{err}");
+        assert!(!read(b"{\"text\": ").unwrap_err().to_string().contains(".txt"));
     }
 
     #[test]

@@ -18,8 +18,9 @@ use crate::run::spec::TrainSpec;
 /// `char_ngrams="2-5"`).
 pub type Settings = serde_json::Map<String, Value>;
 
-/// The command-line form of `settings` (in their order); `train --config FILE.toml` reads its
-/// file through it too.
+/// The command-line form of `settings` (in their order): `--name=value` (a value of its own
+/// would read `-1` as a flag), `--name` for a switch; `train --config FILE.toml` reads its file
+/// through it too.
 pub fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
     let mut flags = Vec::new();
     for (key, value) in settings {
@@ -28,8 +29,8 @@ pub fn settings_as_flags(settings: &Settings) -> Result<Vec<String>, String> {
             match value {
                 Value::Bool(true) => flags.push(flag.clone()),
                 Value::Bool(false) | Value::Null => {}
-                Value::String(s) => flags.extend([flag.clone(), s.clone()]),
-                Value::Number(n) => flags.extend([flag.clone(), n.to_string()]),
+                Value::String(s) => flags.push(format!("{flag}={s}")),
+                Value::Number(n) => flags.push(format!("{flag}={n}")),
                 Value::Array(_) | Value::Object(_) => {
                     return Err(format!("`{key}` must be a string, number, boolean or a list of them"))
                 }
@@ -81,14 +82,20 @@ fn parse_settings<T: Args + FromArgMatches>(
 ) -> Result<(T, Vec<String>), String> {
     let command = command_of::<T>(name);
     // A switch given a string or a number became "--switch VALUE", and clap then complained
-    // of an unexpected argument VALUE.
+    // of an unexpected argument VALUE; a flag with a value given `true` became a bare flag, and
+    // clap's complaint read "`max_chunks` = "" is not valid (one of )".
     for (key, value) in settings {
         let long = key.replace('_', "-");
-        let switch = command
-            .get_arguments()
-            .any(|a| a.get_long() == Some(long.as_str()) && !a.get_action().takes_values() && !a.is_positional());
-        if switch && values_of(value).iter().any(|v| !matches!(v, Value::Bool(_) | Value::Null)) {
+        let Some(arg) = command.get_arguments().find(|a| a.get_long() == Some(long.as_str()) && !a.is_positional())
+        else {
+            continue;
+        };
+        let values = values_of(value);
+        if !arg.get_action().takes_values() && values.iter().any(|v| !matches!(v, Value::Bool(_) | Value::Null)) {
             return Err(format!("`{key}` is a switch: give true or false (found {value})"));
+        }
+        if arg.get_action().takes_values() && values.iter().any(|v| matches!(v, Value::Bool(true))) {
+            return Err(format!("`{key}` takes a value, not true (false or null leaves it at its default)"));
         }
     }
     parse_with(command, &settings_as_flags(settings)?, in_settings_terms)
@@ -284,6 +291,19 @@ mod tests {
         );
         let err = refused(r#"{"epochs": "three"}"#);
         assert!(err.starts_with("`epochs` = \"three\" is not valid: invalid digit"), "{err}");
+        // Regression: `epochs=-1` became "--epochs -1", and "-1" was read as a flag: "unknown
+        // setting `1`".
+        let err = refused(r#"{"epochs": -1}"#);
+        assert!(err.starts_with("`epochs` = \"-1\" is not valid"), "{err}");
+        // Regression: `max_grad_norm=True` became a bare "--max-grad-norm": "`max_grad_norm` = \"\"
+        // is not valid (one of )".
+        assert_eq!(
+            refused(r#"{"max_grad_norm": true}"#),
+            "`max_grad_norm` takes a value, not true (false or null leaves it at its default)"
+        );
+        let mut negative: Settings = serde_json::from_str(r#"{"train": "t", "out": "m", "adam_beta1": 0.5}"#).unwrap();
+        negative.insert("labels".into(), "-a,b".into());
+        assert_eq!(spec_from_settings(&negative).unwrap().labels, ["-a", "b"], "a value may start with -");
         let err = refused(r#"{"arch": "cnn"}"#);
         assert!(err.starts_with("`arch` = \"cnn\" is not valid (one of hierarchical, sequence"), "{err}");
         for err in [refused(r#"{"epochs": "three"}"#), refused(r#"{"arch": "cnn"}"#)] {
