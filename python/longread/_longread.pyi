@@ -87,8 +87,10 @@ def evaluate(
     device: str = "auto",
 ) -> dict[str, Any]:
     """`longread eval` on one model: {"documents", "tasks": [{"name", "labels", "report"}]}; a
-    report holds "constant_prediction" (the label) when the model predicted one label for every
-    document while the gold labels vary."""
+    report holds accuracy, F1s, the confusion matrix, "roc_auc" and "log_loss" of the
+    probabilities (as scikit-learn's roc_auc_score and log_loss; "roc_auc" absent when a label
+    has no documents), and "constant_prediction" (the label) when the model predicted one label
+    for every document while the gold labels vary."""
 
 def compare(
     models: Sequence[Union[str, PathLike[str]]],

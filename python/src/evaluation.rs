@@ -16,9 +16,10 @@ use crate::{InvalidDocumentError, LongreadError, ModelLoadError};
 ///
 /// `longread eval` on one model: classifies the labelled JSON lines in `data` (each task's
 /// label in its column) and returns {"documents": n, "tasks": [{"name", "labels", "report"}]}
-/// with accuracy, per-class precision/recall/F1, macro/weighted F1 and the confusion matrix
-/// (and "constant_prediction", the label, when the model predicted one label for every
-/// document while the gold labels vary).
+/// with accuracy, per-class precision/recall/F1, macro/weighted F1, the confusion matrix,
+/// "roc_auc" and "log_loss" of the probabilities (as scikit-learn's `roc_auc_score` and
+/// `log_loss`; "roc_auc" absent when a label has no documents), and "constant_prediction" (the
+/// label) when the model predicted one label for every document while the gold labels vary.
 #[pyfunction]
 #[pyo3(signature = (model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto"))]
 pub(crate) fn evaluate(

@@ -1,6 +1,7 @@
 """The package gives what the CLI gives, releases the GIL, and raises its documented errors."""
 
 import json
+import math
 import multiprocessing
 import os
 import pickle
@@ -182,8 +183,11 @@ def test_evaluate_equals_eval(tmp_path):
     assert got["documents"] == 4
     report = got["tasks"][0]["report"]
     assert got["tasks"][0]["labels"] == ["general", "teen", "mature"]
-    for key in ["accuracy", "macro_f1", "weighted_f1", "per_class", "confusion_matrix", "labels"]:
+    for key in ["accuracy", "macro_f1", "weighted_f1", "per_class", "confusion_matrix", "labels", "roc_auc", "log_loss"]:
         assert report[key] == expected[key], key
+    # The probabilities' log loss, from the predictions' own scores.
+    scores = [p["scores"][l] for p, l in zip(longread.Classifier(model).predict(texts()), labels)]
+    assert abs(report["log_loss"] - sum(-math.log(s) for s in scores) / 4) < 1e-6
     with pytest.raises(longread.LongreadError, match="missing.jsonl"):
         longread.evaluate(model, str(tmp_path / "missing.jsonl"))
     # The same rows as CSV (Python's csv module quotes as RFC 4180 says) evaluate the same.

@@ -6,6 +6,7 @@ use longread_metrics::Report;
 use longread_text::labelled::label_list;
 use longread_text::{read_labelled_columns, resolve_column, Document, Example};
 
+use crate::prediction::argmax;
 use crate::Classifier;
 use longread_model::error::{ModelError, Result};
 use longread_model::hierarchical::TaskSpec;
@@ -47,11 +48,11 @@ pub fn evaluate_examples(
         .enumerate()
         .map(|(t, spec)| resolve_column(examples, t, &spec.labels, source_name))
         .collect::<std::result::Result<_, _>>()?;
-    // predicted[task][document]
-    let mut predicted: Vec<Vec<usize>> = vec![Vec::with_capacity(examples.len()); tasks.len()];
+    // predicted[task][document]: the probabilities, when the model gave the task's.
+    let mut predicted: Vec<Vec<Option<Vec<f32>>>> = vec![Vec::with_capacity(examples.len()); tasks.len()];
     classify_labelled(classifier, examples, source_name, |prediction| {
         for (t, spec) in tasks.iter().enumerate() {
-            predicted[t].push(prediction.task_label_index(t, &spec.name).unwrap_or(0));
+            predicted[t].push(prediction.task_probabilities(t, &spec.name).map(<[f32]>::to_vec));
         }
         on_document();
     })?;
@@ -59,18 +60,31 @@ pub fn evaluate_examples(
         .iter()
         .enumerate()
         .map(|(t, spec)| {
-            let (gold, pred): (Vec<usize>, Vec<usize>) =
-                truth[t].iter().zip(&predicted[t]).filter_map(|(gold, &p)| gold.map(|g| (g, p))).unzip();
+            let (gold, scores): (Vec<usize>, Vec<&Option<Vec<f32>>>) =
+                truth[t].iter().zip(&predicted[t]).filter_map(|(gold, p)| gold.map(|g| (g, p))).unzip();
             if gold.is_empty() {
                 return Err(ModelError::InvalidInput(format!(
                     "{source_name}: no document has a label for task {} (column \"{}\")",
                     spec.name, spec.column
                 )));
             }
-            let report = longread_metrics::evaluate(&spec.labels, &gold, &pred).map_err(ModelError::InvalidInput)?;
+            let report = scored_report(&spec.labels, &gold, &scores)?;
             Ok(TaskReport { task: spec.clone(), report })
         })
         .collect()
+}
+
+/// The metrics of `gold` labels against predicted `scores` (a missing row counts as the first
+/// label, without probability metrics): the labels' metrics, and the probabilities' (ROC-AUC,
+/// log loss) when every document has them.
+fn scored_report(labels: &[String], gold: &[usize], scores: &[&Option<Vec<f32>>]) -> Result<Report> {
+    let predicted: Vec<usize> = scores.iter().map(|p| p.as_deref().map_or(0, argmax)).collect();
+    let report = longread_metrics::evaluate(labels, gold, &predicted).map_err(ModelError::InvalidInput)?;
+    let rows: Option<Vec<Vec<f32>>> = scores.iter().map(|p| p.as_ref().cloned()).collect();
+    match rows {
+        Some(rows) => report.with_scores(gold, &rows).map_err(ModelError::InvalidInput),
+        None => Ok(report),
+    }
 }
 
 /// Classifies labelled examples, handing each prediction to `on_prediction` in order; a
@@ -155,14 +169,15 @@ pub fn compare(
     }
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
-    let mut predictions: Vec<Vec<usize>> = Vec::with_capacity(models.len());
+    // probabilities[model][document]
+    let mut probabilities: Vec<Vec<Vec<f32>>> = Vec::with_capacity(models.len());
     for (_, model) in models {
-        let mut predicted = Vec::with_capacity(examples.len());
+        let mut scores = Vec::with_capacity(examples.len());
         classify_labelled(model, &examples, source_name, |prediction| {
-            predicted.push(prediction.label_index());
+            scores.push(prediction.probabilities().to_vec());
             on_document();
         })?;
-        predictions.push(predicted);
+        probabilities.push(scores);
     }
     // Documents without the primary label do not count.
     let kept: Vec<usize> = (0..gold.len()).filter(|&i| gold[i].is_some()).collect();
@@ -170,8 +185,10 @@ pub fn compare(
         return Err(ModelError::InvalidInput(format!("{source_name}: no document has a label in \"{}\"", task.column)));
     }
     let truth: Vec<usize> = kept.iter().filter_map(|&i| gold[i]).collect();
-    let pick = |p: &Vec<usize>| -> Vec<usize> { kept.iter().map(|&i| p[i]).collect() };
-    let predictions: Vec<Vec<usize>> = predictions.iter().map(pick).collect();
+    let probabilities: Vec<Vec<Vec<f32>>> =
+        probabilities.iter().map(|p| kept.iter().map(|&i| p[i].clone()).collect()).collect();
+    let predictions: Vec<Vec<usize>> =
+        probabilities.iter().map(|p| p.iter().map(|row| argmax(row)).collect()).collect();
     let labels = &task.labels;
     let (accuracy, macro_f1): (Metric, Metric) = (|r| r.accuracy, |r| r.macro_f1);
     let scores = models
@@ -179,7 +196,9 @@ pub fn compare(
         .zip(&predictions)
         .enumerate()
         .map(|(m, ((name, _), predicted))| {
-            let report = longread_metrics::evaluate(labels, &truth, predicted).map_err(ModelError::InvalidInput)?;
+            let report = longread_metrics::evaluate(labels, &truth, predicted)
+                .and_then(|r| r.with_scores(&truth, &probabilities[m]))
+                .map_err(ModelError::InvalidInput)?;
             let recall_ci = (0..labels.len())
                 .map(|c| {
                     // A label's recall on its own documents.

@@ -202,10 +202,16 @@ impl Prediction {
 
     /// The predicted label index of task `task` (0 = the primary task), when the model has it.
     pub fn task_label_index(&self, task: usize, name: &str) -> Option<usize> {
+        self.task_probabilities(task, name).map(argmax)
+    }
+
+    /// The probabilities of task `task` (0 = the primary task) in its label order, when the
+    /// model has it.
+    pub fn task_probabilities(&self, task: usize, name: &str) -> Option<&[f32]> {
         if task == 0 {
-            return Some(self.label_index());
+            return Some(self.probabilities());
         }
-        self.tasks.as_ref()?.get(name).map(|t| argmax(&t.scores.probabilities))
+        self.tasks.as_ref()?.get(name).map(|t| t.scores.probabilities.as_slice())
     }
 
     /// The most attended chunk or sentence (none for a prediction without evidence).

@@ -48,10 +48,38 @@ fn eval_metrics_agree_with_predict_output() {
     for key in ["macro_f1", "weighted_f1", "per_class", "labels"] {
         assert!(report.get(key).is_some(), "{key}");
     }
+    // The probabilities' metrics from predict's scores, computed here by counting pairs.
+    let labels = ["general", "teen", "mature"];
+    let p = |doc: &Value, label: &str| doc["scores"][label].as_f64().unwrap() as f32 as f64;
+    let log_loss = predicted.iter().zip(GOLD).map(|(d, g)| -p(d, g).ln()).sum::<f64>() / 4.0;
+    assert!((report["log_loss"].as_f64().unwrap() - log_loss).abs() < 1e-9, "{report}");
+    let auc = |label: &str| {
+        let (pos, neg): (Vec<_>, Vec<_>) = predicted.iter().zip(GOLD).partition(|(_, g)| *g == label);
+        let wins: f64 = pos
+            .iter()
+            .flat_map(|(a, _)| neg.iter().map(move |(b, _)| (p(a, label), p(b, label))))
+            .map(|(a, b)| {
+                if a > b {
+                    1.0
+                } else if a == b {
+                    0.5
+                } else {
+                    0.0
+                }
+            })
+            .sum();
+        wins / (pos.len() * neg.len()) as f64
+    };
+    for (c, label) in labels.iter().enumerate() {
+        assert!((report["per_class"][c]["roc_auc"].as_f64().unwrap() - auc(label)).abs() < 1e-12, "{report}");
+    }
+    let macro_auc = labels.iter().map(|l| auc(l)).sum::<f64>() / 3.0;
+    assert!((report["roc_auc"].as_f64().unwrap() - macro_auc).abs() < 1e-12, "{report}");
 
     let table = longread(&["eval", "--model", model.to_str().unwrap(), "--data", path.to_str().unwrap()]);
     let text = String::from_utf8(table.stdout).unwrap();
     assert!(text.contains("confusion matrix (rows: true, columns: predicted)") && text.contains("mature"), "{text}");
+    assert!(text.contains("(one-vs-rest, macro)") && text.contains(&format!("{log_loss:.4}")), "{text}");
     // `--input`, as predict and report call it, is the same flag.
     let aliased = longread(&["eval", "--model", model.to_str().unwrap(), "--input", path.to_str().unwrap()]);
     assert!(aliased.status.success(), "{}", String::from_utf8_lossy(&aliased.stderr));

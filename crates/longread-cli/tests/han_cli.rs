@@ -245,3 +245,57 @@ fn han_on_small_imbalanced_three_class_data_is_not_stopped_before_it_learns() {
     assert_eq!(predicted_classes, 3, "{report}");
     assert!(report["macro_f1"].as_f64().unwrap() >= 0.8, "{report}");
 }
+
+/// `--metric roc-auc` picks the epoch whose dev probabilities rank best (every epoch's log has
+/// the dev ROC-AUC and log loss), and the summary names the metric that chose (it said
+/// macro-F1 whatever `--metric` was); a dev set without one of the labels is refused by name.
+#[test]
+fn metric_roc_auc_picks_the_best_ranking_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("han");
+    let run = train_han(&out, &["--epochs", "12", "--patience", "0", "--metric", "roc-auc"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let logs: Vec<Value> = json_lines(std::fs::read(out.join("metrics.jsonl")).unwrap().as_slice());
+    let aucs: Vec<f64> = logs.iter().map(|l| l["dev"]["roc_auc"].as_f64().unwrap()).collect();
+    for (log, auc) in logs.iter().zip(&aucs) {
+        assert!((0.0..=1.0).contains(auc), "{log}");
+        // On the dev set the log loss of the probabilities is the dev loss (both cross-entropy).
+        let (loss, log_loss) = (log["dev_loss"].as_f64().unwrap(), log["dev"]["log_loss"].as_f64().unwrap());
+        assert!((loss - log_loss).abs() < 1e-5, "{log}");
+    }
+    let best = aucs.iter().enumerate().fold(0, |b, (i, a)| if *a > aucs[b] { i } else { b });
+    let summary = format!("best epoch {} (ROC-AUC {:.4})", best + 1, aucs[best]);
+    assert!(stderr.contains(&summary), "expected {summary:?} in {stderr}");
+    assert!(stderr.contains(", ROC-AUC "), "each epoch line shows it: {stderr}");
+
+    let rain_only: String = std::fs::read_to_string(fixture("synthetic/train.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"label\": \"rain\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!rain_only.is_empty());
+    let dev = tmp.path().join("rain.jsonl");
+    std::fs::write(&dev, rain_only).unwrap();
+    let (data, refused) = (fixture("synthetic/train.jsonl"), tmp.path().join("refused"));
+    let refused = longread(&[
+        "train",
+        "--arch",
+        "han",
+        "--train",
+        data.to_str().unwrap(),
+        "--dev",
+        dev.to_str().unwrap(),
+        "--out",
+        refused.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--metric",
+        "roc-auc",
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("ROC-AUC is undefined on this dev set: no dev document has the label prices;"), "{stderr}");
+    assert!(!stderr.contains("epoch 1:") && !tmp.path().join("refused").exists(), "refused before training: {stderr}");
+}

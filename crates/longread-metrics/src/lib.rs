@@ -7,6 +7,7 @@ use serde::Serialize;
 
 pub mod bootstrap;
 pub mod folds;
+pub mod scores;
 pub mod terminal;
 
 use terminal::printable;
@@ -53,6 +54,10 @@ pub struct ClassMetrics {
     pub f1: f64,
     /// Number of true examples.
     pub support: usize,
+    /// One-vs-rest ROC-AUC of this label's probability, when the report has the
+    /// probabilities ([`Report::with_scores`]) and the label has documents and non-documents.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc: Option<f64>,
 }
 
 /// Everything `eval` reports.
@@ -82,6 +87,15 @@ pub struct Report {
     /// wherever its report is shown. Absent from the JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub constant_prediction: Option<String>,
+    /// ROC-AUC of the probabilities ([`scores::ScoreMetrics::roc_auc`]: binary, or one-vs-rest
+    /// macro), when the report has them ([`Report::with_scores`]) and it is defined (every
+    /// label has documents). Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc: Option<f64>,
+    /// Log loss of the probabilities ([`scores::ScoreMetrics::log_loss`]), when the report has
+    /// them. Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_loss: Option<f64>,
 }
 
 /// Computes every metric. `labels` names the classes; `truth` and `predicted` are indices.
@@ -102,7 +116,7 @@ pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Resu
             let support: usize = cm.counts[c].iter().sum();
             let (precision, recall) = (ratio(tp, predictions[c]), ratio(tp, support));
             let f1 = if precision + recall == 0.0 { 0.0 } else { 2.0 * precision * recall / (precision + recall) };
-            ClassMetrics { label: label.clone(), precision, recall, f1, support }
+            ClassMetrics { label: label.clone(), precision, recall, f1, support, roc_auc: None }
         })
         .collect();
     // Macro averages over the labels present in the gold labels or the predictions, as
@@ -128,10 +142,25 @@ pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Resu
         labels: labels.to_vec(),
         examples: total,
         constant_prediction,
+        roc_auc: None,
+        log_loss: None,
     })
 }
 
 impl Report {
+    /// The report with the metrics of the predicted probabilities added (ROC-AUC overall and
+    /// per label, log loss): `truth` as given to [`evaluate`], `probabilities` one row per
+    /// example in label order.
+    pub fn with_scores(mut self, truth: &[usize], probabilities: &[Vec<f32>]) -> Result<Self, String> {
+        let scores = scores::score_metrics(self.labels.len(), truth, probabilities)?;
+        self.roc_auc = scores.roc_auc;
+        self.log_loss = Some(scores.log_loss);
+        for (class, auc) in self.per_class.iter_mut().zip(scores.per_class_auc) {
+            class.roc_auc = auc;
+        }
+        Ok(self)
+    }
+
     /// A readable table: per-class metrics, averages and the confusion matrix with names.
     /// Label names are shown [`printable`].
     pub fn to_table(&self) -> String {
@@ -149,6 +178,17 @@ impl Report {
         );
         out +=
             &format!("{:<width$} {:>9} {:>9} {:>9.4} {:>9}\n", "weighted avg", "", "", self.weighted_f1, self.examples);
+        if let Some(log_loss) = self.log_loss {
+            out.push('\n');
+            match self.roc_auc {
+                Some(auc) if labels.len() == 2 => {
+                    out += &format!("{:<width$} {auc:>9.4}   (of `{}`'s probability)\n", "ROC-AUC", labels[1]);
+                }
+                Some(auc) => out += &format!("{:<width$} {auc:>9.4}   (one-vs-rest, macro)\n", "ROC-AUC"),
+                None => out += &format!("{:<width$} {:>9}   (a label has no documents)\n", "ROC-AUC", "-"),
+            }
+            out += &format!("{:<width$} {log_loss:>9.4}\n", "log loss");
+        }
         out += &format!("\nconfusion matrix (rows: true, columns: predicted)\n{:<width$}", "");
         for l in &labels {
             out += &format!(" {l:>width$}");

@@ -168,7 +168,7 @@ impl EpochTask for HanTask<'_> {
 
     fn evaluate(&self) -> Result<DevResult> {
         let (dev_loss, dev) = evaluate(self.model, self.dev, self.device)?;
-        let score = epoch_score(self.cfg.metric, dev_loss, std::iter::once(&dev));
+        let score = epoch_score(self.cfg.metric, dev_loss, std::iter::once(&dev))?;
         Ok(DevResult { dev_loss, dev, tasks: Vec::new(), score })
     }
 
@@ -189,7 +189,10 @@ fn evaluate(model: &HanClassifier, split: HanSplit, device: &Device) -> Result<(
     let logits = Tensor::cat(&logits, 0)?;
     let dev_loss = cross_entropy(&logits, split.labels, None, device)?.to_scalar::<f32>()? as f64;
     let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
-    let report =
-        longread_metrics::evaluate(model.labels(), split.labels, &predicted).map_err(TrainError::InvalidSetting)?;
+    let probabilities =
+        candle_nn::ops::softmax_last_dim(&logits.to_dtype(candle_core::DType::F32)?)?.to_vec2::<f32>()?;
+    let report = longread_metrics::evaluate(model.labels(), split.labels, &predicted)
+        .and_then(|r| r.with_scores(split.labels, &probabilities))
+        .map_err(TrainError::InvalidSetting)?;
     Ok((dev_loss, report))
 }

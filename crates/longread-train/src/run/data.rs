@@ -9,7 +9,7 @@ use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec, DEFAULT_TAS
 use longread_text::{labels_from_column, read_labelled_columns, ChunkedDocument, Chunker, Example, LabelledDataset};
 
 use crate::error::{Result, TrainError};
-use crate::run::spec::{name_value, TrainPlan, TrainSpec};
+use crate::run::spec::{name_value, MetricArg, TrainPlan, TrainSpec};
 use crate::run::wide::fit_wide;
 
 /// Opens labelled data (`-` is standard input); returns it with its name for messages.
@@ -80,6 +80,27 @@ pub(crate) fn warn_of_overlap(train: &LabelledDataset, dev: &LabelledDataset, no
     }
 }
 
+/// Refuses `--metric roc-auc` before training when the dev set lacks one of a task's labels
+/// (`names`, per task): its ROC-AUC is undefined, and the run would stop at its first epoch's
+/// end. An empty dev set (no dev) is left to the run.
+pub(crate) fn check_dev_for_metric(spec: &TrainSpec, dev: &LabelledDataset, names: &[&[String]]) -> Result<()> {
+    if spec.training.metric != MetricArg::RocAuc || dev.examples.is_empty() {
+        return Ok(());
+    }
+    for (column, labels) in dev.labels.iter().zip(names) {
+        let missing: Vec<&str> =
+            (0..labels.len()).filter(|&c| !column.contains(&Some(c))).map(|c| labels[c].as_str()).collect();
+        if !missing.is_empty() && column.iter().any(Option::is_some) {
+            return Err(TrainError::Run(format!(
+                "--metric roc-auc: ROC-AUC is undefined on this dev set: no dev document has the label {}; \
+                 give a dev set with every label (--dev, or a larger --dev-split) or another --metric",
+                missing.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// How a run's start names its dev set.
 pub(crate) fn dev_set_words(documents: usize) -> String {
     match documents {
@@ -138,6 +159,7 @@ pub fn load_data(
         Ok(LabelledDataset::resolve(examples, &names, &source)?)
     })?;
     warn_of_overlap(&train, &dev, note);
+    check_dev_for_metric(spec, &dev, &names)?;
     let wide_bow = match spec.plan() {
         TrainPlan::Encoder { wide, .. } => wide,
         TrainPlan::Han { .. } | TrainPlan::Bow(_) => None,

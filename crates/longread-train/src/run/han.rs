@@ -12,7 +12,7 @@ use longread_text::LabelledDataset;
 use crate::error::{Result, TrainError};
 use crate::han_trainer::{train_han, HanSplit};
 use crate::run::checkpoints::read_checkpoint;
-use crate::run::data::{dev_set_words, read_examples, warn_of_overlap};
+use crate::run::data::{check_dev_for_metric, dev_set_words, read_examples, warn_of_overlap};
 use crate::run::spec::{HanSpec, TrainSpec};
 use crate::run::start::training_labels;
 use crate::run::{RunHooks, RunOutput};
@@ -62,6 +62,7 @@ pub(crate) fn run(
             let (examples, source) = read_examples(path, &["label".to_string()])?;
             let dev_data = LabelledDataset::resolve(examples, &label_names, &source)?;
             warn_of_overlap(&all, &dev_data, &mut |l| hooks.note(l));
+            check_dev_for_metric(spec, &dev_data, &label_names)?;
             (documents_all, documents(&dev_data)?)
         }
         None if spec.trains_without_dev() => {
@@ -72,6 +73,7 @@ pub(crate) fn run(
         None => {
             let (train_idx, dev_idx) = all.dev_split_indices(spec.training.dev_split, spec.seed)?;
             warn_of_overlap(&all.pick(&train_idx), &all.pick(&dev_idx), &mut |l| hooks.note(l));
+            check_dev_for_metric(spec, &all.pick(&dev_idx), &label_names)?;
             (documents_all.pick(&train_idx), documents_all.pick(&dev_idx))
         }
     };

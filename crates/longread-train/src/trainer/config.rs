@@ -21,6 +21,9 @@ pub enum Metric {
     WeightedF1,
     /// Accuracy.
     Accuracy,
+    /// ROC-AUC of the probabilities (binary, or one-vs-rest macro; see
+    /// `longread_metrics::scores`).
+    RocAuc,
     /// Dev loss (lower is better).
     DevLoss,
 }

@@ -34,14 +34,18 @@ pub(crate) struct DevResult {
 impl DevResult {
     /// The result of tasks' logs (the primary task first): loss weighted by `task_weight`,
     /// score by `cfg.metric` averaged over the tasks.
-    pub(crate) fn of_tasks(cfg: &TrainConfig, mut tasks: Vec<TaskLog>, task_weight: impl Fn(usize) -> f64) -> Self {
+    pub(crate) fn of_tasks(
+        cfg: &TrainConfig,
+        mut tasks: Vec<TaskLog>,
+        task_weight: impl Fn(usize) -> f64,
+    ) -> Result<Self> {
         let dev_loss: f64 = tasks.iter().enumerate().map(|(t, l)| task_weight(t) * l.dev_loss).sum();
-        let score = epoch_score(cfg.metric, dev_loss, tasks.iter().map(|l| &l.dev));
+        let score = epoch_score(cfg.metric, dev_loss, tasks.iter().map(|l| &l.dev))?;
         let dev = tasks[0].dev.clone();
         if tasks.len() == 1 {
             tasks.clear();
         }
-        Self { dev_loss, dev, tasks, score }
+        Ok(Self { dev_loss, dev, tasks, score })
     }
 }
 

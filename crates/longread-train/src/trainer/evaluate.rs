@@ -1,6 +1,7 @@
 //! The dev-set evaluation after every epoch.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
+use candle_nn::ops::softmax_last_dim;
 use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::Mode;
 use longread_text::ChunkedDocument;
@@ -50,8 +51,10 @@ pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
             let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
             let dev_loss = cross_entropy(&logits, &gold, None, device)?.to_scalar::<f32>()? as f64;
             let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
-            let dev =
-                longread_metrics::evaluate(&spec.labels, &gold, &predicted).map_err(TrainError::InvalidSetting)?;
+            let probabilities = softmax_last_dim(&logits.to_dtype(DType::F32)?)?.to_vec2::<f32>()?;
+            let dev = longread_metrics::evaluate(&spec.labels, &gold, &predicted)
+                .and_then(|r| r.with_scores(&gold, &probabilities))
+                .map_err(TrainError::InvalidSetting)?;
             Ok(TaskLog { name: spec.name.clone(), dev_loss, dev })
         })
         .collect()

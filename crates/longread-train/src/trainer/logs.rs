@@ -110,12 +110,13 @@ pub struct EpochLog {
 }
 
 impl EpochLog {
-    /// The epoch's dev results for people: "dev loss L, accuracy A, macro-F1 F", or "no dev
-    /// set" in a run without one.
+    /// The epoch's dev results for people: "dev loss L, accuracy A, macro-F1 F, ROC-AUC R"
+    /// (ROC-AUC where defined), or "no dev set" in a run without one.
     pub fn dev_words(&self) -> String {
         match (self.dev_loss, &self.dev) {
             (Some(loss), Some(dev)) => {
-                format!("dev loss {loss:.4}, accuracy {:.4}, macro-F1 {:.4}", dev.accuracy, dev.macro_f1)
+                let auc = dev.roc_auc.map_or(String::new(), |auc| format!(", ROC-AUC {auc:.4}"));
+                format!("dev loss {loss:.4}, accuracy {:.4}, macro-F1 {:.4}{auc}", dev.accuracy, dev.macro_f1)
             }
             _ => "no dev set".to_string(),
         }

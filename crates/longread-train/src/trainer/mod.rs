@@ -190,7 +190,7 @@ impl EpochTask for ClassifierTask<'_> {
     fn evaluate(&self) -> Result<DevResult> {
         let phase = self.phase.as_ref().expect("begin_epoch sets the phase");
         let tasks = evaluate(&self.run, phase)?;
-        Ok(DevResult::of_tasks(self.run.cfg, tasks, |t| task_weight(self.run.cfg, t)))
+        DevResult::of_tasks(self.run.cfg, tasks, |t| task_weight(self.run.cfg, t))
     }
 
     fn parameters(&self) -> (usize, usize) {

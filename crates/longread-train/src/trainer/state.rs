@@ -105,18 +105,36 @@ impl TrainerState {
 }
 
 /// An epoch's dev score, higher is better: −dev loss, or the mean of the metric over the tasks.
+/// ROC-AUC is an error where a dev set lacks a label (undefined there).
 pub(crate) fn epoch_score<'a>(
     metric: Metric,
     dev_loss: f64,
     reports: impl ExactSizeIterator<Item = &'a Report>,
-) -> f64 {
+) -> Result<f64> {
     let n = reports.len().max(1) as f64;
-    match metric {
+    Ok(match metric {
         Metric::DevLoss => -dev_loss,
         Metric::MacroF1 => reports.map(|r| r.macro_f1).sum::<f64>() / n,
         Metric::WeightedF1 => reports.map(|r| r.weighted_f1).sum::<f64>() / n,
         Metric::Accuracy => reports.map(|r| r.accuracy).sum::<f64>() / n,
-    }
+        Metric::RocAuc => {
+            let mut sum = 0.0;
+            for r in reports {
+                sum += r.roc_auc.ok_or_else(|| {
+                    // With two labels or more, a label without dev documents is why.
+                    let missing: Vec<&str> =
+                        r.per_class.iter().filter(|c| c.support == 0).map(|c| c.label.as_str()).collect();
+                    TrainError::InvalidSetting(format!(
+                        "--metric roc-auc: ROC-AUC is undefined on this dev set: no dev document has the \
+                         label {}; give a dev set with every label (--dev, or a larger --dev-split) or \
+                         another --metric",
+                        missing.join(", ")
+                    ))
+                })?;
+            }
+            sum / n
+        }
+    })
 }
 
 /// Seed of an epoch's generators.

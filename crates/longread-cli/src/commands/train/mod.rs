@@ -9,6 +9,7 @@ use crate::commands::predict::plain_interval;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use longread_train::run::spec::MetricArg;
 use longread_train::run::{train_run, RunHooks, TrainSpec};
 use longread_train::trainer::{EpochLog, PhaseLog, Progress};
 
@@ -73,10 +74,18 @@ pub fn run(mut args: TrainArgs, quiet: bool, device: longread_model::DeviceChoic
     }
     if let (true, Some(kept)) = (text, summary.kept()) {
         // With --keep last, OUT holds the last epoch whether or not it was the best.
+        // The metric that chose it (it said macro-F1 whatever --metric was).
+        let chosen = |dev: &longread_metrics::Report| match args.spec.training.metric {
+            MetricArg::MacroF1 => format!(" (macro-F1 {:.4})", dev.macro_f1),
+            MetricArg::WeightedF1 => format!(" (weighted F1 {:.4})", dev.weighted_f1),
+            MetricArg::Accuracy => format!(" (accuracy {:.4})", dev.accuracy),
+            MetricArg::RocAuc => format!(" (ROC-AUC {:.4})", dev.roc_auc.unwrap_or(f64::NAN)),
+            MetricArg::DevLoss => format!(" (dev loss {:.4})", kept.dev_loss.unwrap_or(f64::NAN)),
+        };
         let (which, dev) = match &kept.dev {
             None => ("last epoch", " (no dev set)".to_string()),
-            Some(dev) if kept.best => ("best epoch", format!(" (macro-F1 {:.4})", dev.macro_f1)),
-            Some(dev) => ("last epoch (--keep last)", format!(" (macro-F1 {:.4})", dev.macro_f1)),
+            Some(dev) if kept.best => ("best epoch", chosen(dev)),
+            Some(dev) => ("last epoch (--keep last)", chosen(dev)),
         };
         eprintln!("{which} {}{dev}; model in {}", kept.epoch, out.display());
     }

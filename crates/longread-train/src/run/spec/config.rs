@@ -50,6 +50,7 @@ impl TrainSpec {
                 MetricArg::MacroF1 => Metric::MacroF1,
                 MetricArg::WeightedF1 => Metric::WeightedF1,
                 MetricArg::Accuracy => Metric::Accuracy,
+                MetricArg::RocAuc => Metric::RocAuc,
                 MetricArg::DevLoss => Metric::DevLoss,
             },
             keep: self.training.keep,

@@ -162,6 +162,10 @@ pub enum MetricArg {
     WeightedF1,
     /// Accuracy.
     Accuracy,
+    /// ROC-AUC of the dev probabilities: for two labels, of the second's (how well the scores
+    /// rank the documents, whatever the threshold); for more, the mean one-vs-rest AUC. Every
+    /// label needs dev documents.
+    RocAuc,
     /// Dev loss (lower is better).
     DevLoss,
 }

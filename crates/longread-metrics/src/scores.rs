@@ -1,0 +1,159 @@
+//! Metrics of the predicted probabilities rather than the predicted labels, as scikit-learn
+//! defines them: ROC-AUC (`roc_auc_score`: binary, and one-vs-rest macro for more labels) and
+//! log loss (`log_loss`). They see what accuracy and F1 cannot: how well the scores rank the
+//! documents, and how far a confident mistake is from the truth.
+
+use serde::Serialize;
+
+/// What the probabilities score.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScoreMetrics {
+    /// ROC-AUC: for two labels, of the second label's probability (scikit-learn's
+    /// `roc_auc_score(y, p[:, 1])`); for more, the mean of each label's one-vs-rest AUC
+    /// (`multi_class="ovr", average="macro"`). `None` when a label has no document or every
+    /// document (the AUC of that label is undefined, and scikit-learn raises).
+    pub roc_auc: Option<f64>,
+    /// Mean negative log of the true label's probability, clipped to [ε, 1 − ε] with ε the f32
+    /// epsilon (scikit-learn's `log_loss` on float32 scores; the rows are not renormalized).
+    pub log_loss: f64,
+    /// Each label's one-vs-rest ROC-AUC, in label order (`None` where undefined).
+    pub per_class_auc: Vec<Option<f64>>,
+}
+
+/// Computes [`ScoreMetrics`]. `truth` holds label indices; `probabilities` one row per example
+/// of one probability per label.
+pub fn score_metrics(n_labels: usize, truth: &[usize], probabilities: &[Vec<f32>]) -> Result<ScoreMetrics, String> {
+    if truth.len() != probabilities.len() {
+        return Err(format!("{} true labels but {} rows of probabilities", truth.len(), probabilities.len()));
+    }
+    if truth.is_empty() {
+        return Err("no examples to evaluate".into());
+    }
+    if let Some((i, row)) = probabilities.iter().enumerate().find(|(_, row)| row.len() != n_labels) {
+        return Err(format!("row {i} has {} probabilities for {n_labels} labels", row.len()));
+    }
+    if let Some(&t) = truth.iter().find(|&&t| t >= n_labels) {
+        return Err(format!("label index {t} is out of range for {n_labels} labels"));
+    }
+    if probabilities.iter().flatten().any(|p| !p.is_finite()) {
+        return Err("a probability is not a finite number".into());
+    }
+    let per_class_auc: Vec<Option<f64>> = (0..n_labels)
+        .map(|c| {
+            let positive: Vec<bool> = truth.iter().map(|&t| t == c).collect();
+            let scores: Vec<f64> = probabilities.iter().map(|row| f64::from(row[c])).collect();
+            roc_auc(&positive, &scores)
+        })
+        .collect();
+    let roc_auc = match n_labels {
+        0 | 1 => None,
+        2 => per_class_auc[1],
+        _ => per_class_auc.iter().copied().sum::<Option<f64>>().map(|sum| sum / n_labels as f64),
+    };
+    let eps = f64::from(f32::EPSILON);
+    let log_loss =
+        truth.iter().zip(probabilities).map(|(&t, row)| -f64::from(row[t]).clamp(eps, 1.0 - eps).ln()).sum::<f64>()
+            / truth.len() as f64;
+    Ok(ScoreMetrics { roc_auc, log_loss, per_class_auc })
+}
+
+/// The area under the ROC curve of `scores` for the examples marked `positive`: the chance that
+/// a random positive scores above a random negative, ties counting half (the Mann–Whitney U
+/// statistic, equal to the trapezoidal area scikit-learn computes). `None` without a positive
+/// or without a negative.
+pub fn roc_auc(positive: &[bool], scores: &[f64]) -> Option<f64> {
+    let positives = positive.iter().filter(|&&p| p).count();
+    let negatives = positive.len() - positives;
+    if positives == 0 || negatives == 0 {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+    // Sum of the positives' ranks (1-based), tied scores sharing their mean rank.
+    let mut rank_sum = 0.0;
+    let mut start = 0;
+    while start < order.len() {
+        let mut end = start + 1;
+        while end < order.len() && scores[order[end]] == scores[order[start]] {
+            end += 1;
+        }
+        let mean_rank = (start + 1 + end) as f64 / 2.0;
+        rank_sum += mean_rank * order[start..end].iter().filter(|&&i| positive[i]).count() as f64;
+        start = end;
+    }
+    let (p, n) = (positives as f64, negatives as f64);
+    Some((rank_sum - p * (p + 1.0) / 2.0) / (p * n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    /// Expected values from scikit-learn 1.9.1 (`scripts/metric_references.py` prints them):
+    /// `roc_auc_score(y, p[:, 1])` and `log_loss(y, p.astype(np.float32), labels=[0, 1])`.
+    #[test]
+    fn binary_scores_match_scikit_learn() {
+        let truth = [0, 1, 1, 0, 1, 0, 0, 1];
+        let p1 = [0.3f32, 0.6, 0.5, 0.5, 0.9, 0.1, 0.7, 0.7];
+        let rows: Vec<Vec<f32>> = p1.iter().map(|&p| vec![1.0 - p, p]).collect();
+        let m = score_metrics(2, &truth, &rows).unwrap();
+        assert!(close(m.roc_auc.unwrap(), 0.8125), "{m:?}");
+        assert!((m.log_loss - 0.5031454563140869).abs() < 1e-6, "{m:?}");
+        // Each label's one-vs-rest AUC: the first label's scores rank the other way round.
+        assert!(close(m.per_class_auc[0].unwrap(), 0.8125) && close(m.per_class_auc[1].unwrap(), 0.8125));
+    }
+
+    /// scikit-learn 1.9.1: `roc_auc_score(y, p, multi_class="ovr", average="macro")`,
+    /// `roc_auc_score(y == c, p[:, c])` per label and `log_loss(y, p.astype(np.float32))`.
+    #[test]
+    fn multiclass_scores_match_scikit_learn() {
+        let truth = [0, 1, 2, 2, 1, 0, 2, 1, 0];
+        let rows: Vec<Vec<f32>> = [
+            [0.6, 0.3, 0.1],
+            [0.2, 0.5, 0.3],
+            [0.1, 0.2, 0.7],
+            [0.3, 0.4, 0.3],
+            [0.3, 0.3, 0.4],
+            [0.5, 0.4, 0.1],
+            [0.2, 0.2, 0.6],
+            [0.4, 0.4, 0.2],
+            [0.2, 0.7, 0.1],
+        ]
+        .iter()
+        .map(|r| r.to_vec())
+        .collect();
+        let m = score_metrics(3, &truth, &rows).unwrap();
+        let per_class: Vec<f64> = m.per_class_auc.iter().map(|a| a.unwrap()).collect();
+        for (got, want) in per_class.iter().zip([0.7777777777777778, 0.6388888888888888, 0.9166666666666666]) {
+            assert!(close(*got, want), "{per_class:?}");
+        }
+        assert!(close(m.roc_auc.unwrap(), 0.7777777777777777), "{m:?}");
+        assert!((m.log_loss - 0.855366051197052).abs() < 1e-6, "{m:?}");
+    }
+
+    #[test]
+    fn an_undefined_auc_is_none_and_certainty_is_clipped() {
+        // The third label has no document: its AUC, and the macro mean, are undefined.
+        let rows = vec![vec![0.9f32, 0.1, 0.0], vec![0.2, 0.8, 0.0]];
+        let m = score_metrics(3, &[0, 1], &rows).unwrap();
+        assert_eq!((m.roc_auc, m.per_class_auc[2]), (None, None));
+        assert!(close(m.per_class_auc[0].unwrap(), 1.0));
+        // A zero probability for the true label costs -ln(ε), not infinity.
+        let m = score_metrics(2, &[0], &[vec![0.0, 1.0]]).unwrap();
+        assert!(close(m.log_loss, -f64::from(f32::EPSILON).ln()), "{m:?}");
+        assert_eq!(m.roc_auc, None, "one example: no negative");
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        assert!(score_metrics(2, &[0, 1], &[vec![0.5, 0.5]]).unwrap_err().contains("2 true labels but 1 rows"));
+        assert!(score_metrics(2, &[0], &[vec![1.0]]).unwrap_err().contains("row 0 has 1 probabilities for 2 labels"));
+        assert!(score_metrics(2, &[2], &[vec![0.5, 0.5]]).unwrap_err().contains("label index 2"));
+        assert!(score_metrics(2, &[0], &[vec![f32::NAN, 0.5]]).unwrap_err().contains("not a finite number"));
+        assert!(score_metrics(2, &[], &[]).is_err());
+    }
+}
