@@ -927,6 +927,15 @@ fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
     let f1: Vec<f64> = results.iter().map(|r| r["macro_f1"].as_f64().unwrap()).collect();
     let mean = f1.iter().sum::<f64>() / 3.0;
     assert!((cv["macro_f1_mean"].as_f64().unwrap() - mean).abs() < 1e-12);
+    // Each fold's ROC-AUC at its kept epoch is the one its log has, and cv.json their mean.
+    let aucs: Vec<f64> = results.iter().map(|r| r["roc_auc"].as_f64().unwrap()).collect();
+    assert!((cv["roc_auc_mean"].as_f64().unwrap() - aucs.iter().sum::<f64>() / 3.0).abs() < 1e-12, "{cv}");
+    for (fold, auc) in results.iter().zip(&aucs) {
+        let logs = std::fs::read_to_string(Path::new(fold["out"].as_str().unwrap()).join("metrics.jsonl")).unwrap();
+        let kept: Vec<Value> =
+            logs.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|l| l["saved"] == true).collect();
+        assert_eq!(kept.last().unwrap()["dev"]["roc_auc"].as_f64(), Some(*auc), "{fold}");
+    }
     for fold in 1..=3 {
         let dir = out.join(format!("fold-{fold}"));
         assert!(dir.join("model.safetensors").is_file() && dir.join("metrics.jsonl").is_file(), "{}", dir.display());

@@ -37,6 +37,9 @@ pub struct FoldResult {
     pub accuracy: f64,
     /// See `accuracy`.
     pub macro_f1: f64,
+    /// Dev ROC-AUC at that epoch (absent where undefined, or in logs from before it was kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc: Option<f64>,
 }
 
 /// The folds and their summary (`OUT/cv.json`).
@@ -54,6 +57,13 @@ pub struct CvSummary {
     pub macro_f1_mean: f64,
     /// See `macro_f1_mean`.
     pub macro_f1_std: f64,
+    /// Mean and standard deviation of the folds' dev ROC-AUC at their kept epochs, when every
+    /// fold has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc_mean: Option<f64>,
+    /// See `roc_auc_mean`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc_std: Option<f64>,
 }
 
 /// Runs `spec` once per fold of its training data (K = `spec.cv`).
@@ -143,14 +153,33 @@ pub(crate) fn run(
             best_epoch: best.epoch,
             accuracy: best.accuracy,
             macro_f1: best.macro_f1,
+            roc_auc: best.roc_auc,
         });
     }
     let (accuracy_mean, accuracy_std) = mean_std(&results.iter().map(|r| r.accuracy).collect::<Vec<_>>());
     let (macro_f1_mean, macro_f1_std) = mean_std(&results.iter().map(|r| r.macro_f1).collect::<Vec<_>>());
-    let cv = CvSummary { folds: k, results, accuracy_mean, accuracy_std, macro_f1_mean, macro_f1_std };
+    let aucs: Option<Vec<f64>> = results.iter().map(|r| r.roc_auc).collect();
+    let (roc_auc_mean, roc_auc_std) = match aucs.map(|a| mean_std(&a)) {
+        Some((mean, std)) => (Some(mean), Some(std)),
+        None => (None, None),
+    };
+    let auc_words = match (roc_auc_mean, roc_auc_std) {
+        (Some(mean), Some(std)) => format!(", ROC-AUC {mean:.4} ± {std:.4}"),
+        _ => String::new(),
+    };
+    let cv = CvSummary {
+        folds: k,
+        results,
+        accuracy_mean,
+        accuracy_std,
+        macro_f1_mean,
+        macro_f1_std,
+        roc_auc_mean,
+        roc_auc_std,
+    };
     hooks.note(&format!(
         "{k}-fold cross-validation: dev macro-F1 {macro_f1_mean:.4} ± {macro_f1_std:.4}, accuracy {accuracy_mean:.4} ± \
-         {accuracy_std:.4}; folds in {}",
+         {accuracy_std:.4}{auc_words}; folds in {}",
         spec.out.display()
     ));
     let json = serde_json::to_string_pretty(&cv).map_err(|e| TrainError::Run(format!("cv.json: {e}")))? + "\n";
@@ -192,6 +221,7 @@ struct Best {
     epoch: usize,
     accuracy: f64,
     macro_f1: f64,
+    roc_auc: Option<f64>,
 }
 
 /// Where a fold's run stands.
@@ -247,7 +277,8 @@ fn best_logged(out: &Path) -> Result<Option<Best>> {
             let (Some(epoch), Some(accuracy), Some(macro_f1)) = (epoch, accuracy, macro_f1) else {
                 return Err(TrainError::Run(format!("{} line {}: not an epoch's log", path.display(), i + 1)));
             };
-            best = Some(Best { epoch: epoch as usize, accuracy, macro_f1 });
+            let roc_auc = log["dev"]["roc_auc"].as_f64();
+            best = Some(Best { epoch: epoch as usize, accuracy, macro_f1, roc_auc });
         }
     }
     Ok(best)
