@@ -368,6 +368,30 @@ fn embeddings_as_tei_and_openai_answer_them() {
     let want: Vec<f64> = head.iter().map(|x| x / norm).collect();
     assert_eq!(short.len(), 8);
     assert!(max_diff(&short, &want) <= 1e-5, "{short:?} vs {want:?}");
+    // TEI's /embed takes `dimensions` too, in the body (InferenceClient's feature_extraction
+    // puts its keys there) or in `parameters`; it was ignored and 384 values came back.
+    let root =
+        json!({ "inputs": texts[0], "dimensions": 8, "truncation_direction": "Right", "encoding_format": "float" });
+    for body in [root, json!({ "inputs": texts[0], "parameters": { "dimensions": 8 } })] {
+        let (status, tei_short) = server.post_json("/embed", &body);
+        assert_eq!(status, 200, "{body}: {tei_short}");
+        assert!(max_diff(&numbers(&tei_short[0]), &want) <= 1e-5, "{body}: {tei_short}");
+    }
+    // Regression: an option /embed does not know (misspelt, or one it cannot honour) was
+    // ignored, and the answer was computed without it.
+    for (body, needle) in [
+        (json!({ "inputs": "x", "normalise": false }), "unknown field `normalise`"),
+        (json!({ "inputs": "x", "parameters": { "dimension": 8 } }), "unknown field `dimension`"),
+        (json!({ "inputs": "x", "truncation_direction": "left" }), "\"left\" is not supported"),
+        (json!({ "inputs": "x", "encoding_format": "base64" }), "/embed answers floats"),
+        (json!({ "inputs": "x", "dimensions": 0 }), "at least 1"),
+        (json!({ "inputs": "x", "dimensions": 385 }), "`dimensions` 385 is more than the model's 384"),
+        (json!({ "inputs": "x", "dimensions": 8, "parameters": { "dimensions": 9 } }), "disagree"),
+    ] {
+        let (status, error) = server.post_json("/embed", &body);
+        assert_eq!(status, 422, "{body}: {error}");
+        assert!(error["error"].as_str().unwrap().contains(needle), "{body}: {error}");
+    }
     for (body, needle) in [
         (json!({ "input": "x", "encoding_format": "binary" }), "\"float\" or \"base64\""),
         (json!({ "input": "x", "dimensions": 0 }), "at least 1"),

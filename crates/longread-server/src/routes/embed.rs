@@ -17,8 +17,11 @@ use crate::state::AppState;
 /// Texts per encoder batch when embedding.
 const EMBED_BATCH: usize = 32;
 
-/// POST /embed's body (TEI's).
+/// POST /embed's body (TEI's, and the root-level keys `huggingface_hub.InferenceClient`'s
+/// `feature_extraction` sends). Any other key is refused: a misspelt option ("normalise") was
+/// ignored, and the answer was computed without it.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct EmbedRequest {
     /// One text, or a list of texts.
     #[schema(value_type = Object, example = json!("What is deep learning?"))]
@@ -33,14 +36,25 @@ pub(crate) struct EmbedRequest {
     /// TEI's sentence-transformers prompt: refused when given (the model has no prompts).
     #[serde(default)]
     prompt_name: Option<String>,
-    /// The Inference API's feature-extraction parameters, which
-    /// `huggingface_hub.InferenceClient` sends (nulls included): `normalize` is honoured.
+    /// "right" (what the server does); "left" is refused.
+    #[serde(default)]
+    truncation_direction: Option<String>,
+    /// Keep the first N dimensions of each vector (before normalizing), as TEI and the
+    /// Inference API do for Matryoshka models; it was ignored.
+    #[serde(default)]
+    dimensions: Option<usize>,
+    /// "float" (what /embed answers); anything else is refused.
+    #[serde(default)]
+    encoding_format: Option<String>,
+    /// The Inference API's feature-extraction parameters, which older
+    /// `huggingface_hub.InferenceClient`s send (nulls included).
     #[serde(default)]
     parameters: Option<EmbedParameters>,
 }
 
-/// `parameters` of POST /embed: the Inference API's feature extraction.
+/// `parameters` of POST /embed: the Inference API's feature extraction (other keys refused).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct EmbedParameters {
     /// As the body's `normalize`.
     #[serde(default)]
@@ -52,27 +66,58 @@ pub(crate) struct EmbedParameters {
     #[serde(default)]
     #[allow(dead_code)]
     truncate: Option<bool>,
-    /// Accepted; unused, as `truncate`.
+    /// As the body's `truncation_direction`.
     #[serde(default)]
-    #[allow(dead_code)]
     truncation_direction: Option<String>,
+    /// As the body's `dimensions`.
+    #[serde(default)]
+    dimensions: Option<usize>,
 }
 
 impl EmbedRequest {
     /// Whether to normalize: the body's `normalize` or `parameters.normalize` (they must agree
     /// when both are given; was: `parameters` ignored, so `normalize=False` from
-    /// InferenceClient gave unit vectors); a prompt is refused.
+    /// InferenceClient gave unit vectors); a prompt, left truncation and an encoding other than
+    /// floats are refused.
     fn normalize(&self) -> Result<bool, ApiError> {
         let parameters = self.parameters.as_ref();
         if self.prompt_name.is_some() || parameters.is_some_and(|p| p.prompt_name.is_some()) {
             return Err(ApiError::invalid("`prompt_name`: the embedding model has no prompts"));
         }
-        match (self.normalize, parameters.and_then(|p| p.normalize)) {
-            (Some(a), Some(b)) if a != b => {
-                Err(ApiError::invalid("`normalize` and `parameters.normalize` disagree: give one of them"))
-            }
-            (a, b) => Ok(a.or(b).unwrap_or(true)),
+        let direction =
+            self.truncation_direction.as_deref().or(parameters.and_then(|p| p.truncation_direction.as_deref()));
+        if direction.is_some_and(|d| !d.eq_ignore_ascii_case("right")) {
+            return Err(ApiError::invalid(
+                "`truncation_direction`: this server truncates long texts on the right (their last tokens are cut); \
+                 \"left\" is not supported",
+            ));
         }
+        if self.encoding_format.as_deref().is_some_and(|f| f != "float") {
+            return Err(ApiError::invalid(
+                "`encoding_format`: /embed answers floats; POST /v1/embeddings also answers \"base64\"",
+            ));
+        }
+        agree("normalize", self.normalize, parameters.and_then(|p| p.normalize)).map(|n| n.unwrap_or(true))
+    }
+
+    /// How many dimensions to keep: the body's `dimensions` or `parameters.dimensions` (which
+    /// must agree), at least 1.
+    fn dimensions(&self) -> Result<Option<usize>, ApiError> {
+        let dimensions = agree("dimensions", self.dimensions, self.parameters.as_ref().and_then(|p| p.dimensions))?;
+        if dimensions == Some(0) {
+            return Err(ApiError::invalid("`dimensions` must be at least 1"));
+        }
+        Ok(dimensions)
+    }
+}
+
+/// A setting given in the body, in `parameters`, or in both (then they must agree).
+fn agree<T: PartialEq>(name: &str, body: Option<T>, parameters: Option<T>) -> Result<Option<T>, ApiError> {
+    match (body, parameters) {
+        (Some(a), Some(b)) if a != b => {
+            Err(ApiError::invalid(format!("`{name}` and `parameters.{name}` disagree: give one of them")))
+        }
+        (a, b) => Ok(a.or(b)),
     }
 }
 
@@ -175,9 +220,9 @@ pub(crate) struct OpenAiResponse {
     ))]
 pub(crate) async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Json<Vec<Vec<f32>>>, ApiError> {
     let request: EmbedRequest = parse_body(&body)?;
-    let normalize = request.normalize()?;
+    let (normalize, dimensions) = (request.normalize()?, request.dimensions()?);
     let inputs = Inputs::from_value(request.inputs, "inputs")?;
-    let embeddings = embed_inputs(&state, &inputs, "inputs", None, normalize).await?;
+    let embeddings = embed_inputs(&state, &inputs, "inputs", dimensions, normalize).await?;
     Ok(Json(embeddings.vectors))
 }
 
