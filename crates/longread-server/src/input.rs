@@ -32,6 +32,12 @@ impl Inputs {
                     Value::Array(ids) if token_ids(&ids) => {
                         Err(ApiError::invalid(format!("`{field}[{i}]` is a list of token ids; {TEXT_ONLY}")))
                     }
+                    Value::Array(pair) if pair.len() == 2 && pair.iter().all(Value::is_string) => {
+                        Err(ApiError::invalid(format!(
+                            "`{field}[{i}]` is a pair of texts (TEI's input for cross-encoders); this server's \
+                             models read one text at a time: join them, or send them as two inputs"
+                        )))
+                    }
                     other => Err(ApiError::invalid(format!("`{field}[{i}]` must be a string, not {}", kind(&other)))),
                 })
                 .collect::<Result<Vec<_>, _>>()
@@ -158,6 +164,8 @@ mod tests {
         assert_eq!(Inputs::from_value(Value::Null, "input").unwrap_err().body.error, "`input` is missing");
         // Regression: LangChain's OpenAIEmbeddings sends tiktoken ids by default, and the answer
         // said only "`input[0]` must be a string, not a list".
+        let pair = Inputs::from_value(serde_json::json!([["a", "b"]]), "inputs").unwrap_err();
+        assert!(pair.body.error.starts_with("`inputs[0]` is a pair of texts"), "{}", pair.body.error);
         for (value, at) in [(serde_json::json!([[1, 2, 3]]), "`input[0]`"), (serde_json::json!([1, 2, 3]), "`input`")] {
             let bad = Inputs::from_value(value, "input").unwrap_err();
             assert!(bad.body.error.starts_with(&format!("{at} is a list of token ids; ")), "{}", bad.body.error);
