@@ -2,6 +2,7 @@
 //! `longread_metrics` (accuracy, per-class precision/recall/F1, macro/weighted F1, confusion).
 
 use longread_metrics::bootstrap::{Bootstrap, Interval, Metric};
+use longread_metrics::scores::score_metrics;
 use longread_metrics::Report;
 use longread_text::labelled::label_list;
 use longread_text::{read_labelled_columns, resolve_column, Document, Example};
@@ -124,6 +125,13 @@ pub struct ModelScores {
     pub accuracy_p_value: Option<f64>,
     /// Paired p-value of the macro-F1 difference with the first model.
     pub macro_f1_p_value: Option<f64>,
+    /// Interval of the ROC-AUC (absent where the AUC is undefined: a label without documents).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc_ci: Option<Interval>,
+    /// Paired p-value of the ROC-AUC difference with the first model (none for the first, or
+    /// where the AUC is undefined).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roc_auc_p_value: Option<f64>,
 }
 
 /// Several models on the same labelled documents.
@@ -191,6 +199,12 @@ pub fn compare(
         probabilities.iter().map(|p| p.iter().map(|row| argmax(row)).collect()).collect();
     let labels = &task.labels;
     let (accuracy, macro_f1): (Metric, Metric) = (|r| r.accuracy, |r| r.macro_f1);
+    // Model m's ROC-AUC on the documents `idx` of a resample.
+    let auc = |m: usize, idx: &[usize]| {
+        let t: Vec<usize> = idx.iter().map(|&i| truth[i]).collect();
+        let p: Vec<Vec<f32>> = idx.iter().map(|&i| probabilities[m][i].clone()).collect();
+        score_metrics(labels.len(), &t, &p).ok().and_then(|s| s.roc_auc)
+    };
     let scores = models
         .iter()
         .zip(&predictions)
@@ -219,6 +233,9 @@ pub fn compare(
                 model: name.clone(),
                 accuracy_ci: bootstrap.interval(labels, &truth, predicted, accuracy),
                 macro_f1_ci: bootstrap.interval(labels, &truth, predicted, macro_f1),
+                roc_auc_ci: report.roc_auc.map(|_| bootstrap.interval_of(truth.len(), |idx| auc(m, idx))),
+                roc_auc_p_value: (m > 0 && report.roc_auc.is_some())
+                    .then(|| bootstrap.paired_p_value_of(truth.len(), |idx| auc(0, idx), |idx| auc(m, idx))),
                 recall_ci,
                 accuracy_p_value: p_value(accuracy),
                 macro_f1_p_value: p_value(macro_f1),

@@ -163,11 +163,21 @@ fn several_models_are_compared_with_bootstrap_intervals_and_paired_p_values() {
     }
     let p = models[1]["macro_f1_p_value"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&p));
+    // ROC-AUC with its interval (over the resamples where every label is drawn) and p-value.
+    for m in models {
+        let (low, high) = (m["roc_auc_ci"]["low"].as_f64().unwrap(), m["roc_auc_ci"]["high"].as_f64().unwrap());
+        assert!((0.0..=1.0).contains(&low) && low <= high && high <= 1.0, "{m}");
+        assert!(m["report"]["roc_auc"].is_f64(), "{m}");
+    }
+    assert!(models[0].get("roc_auc_p_value").is_none(), "the first model is the reference");
+    assert!((0.0..=1.0).contains(&models[1]["roc_auc_p_value"].as_f64().unwrap()));
     // A model against itself: no difference at all.
     let same: Value = serde_json::from_slice(&run(&[&a, &a], true)).unwrap();
     assert_eq!(same["models"][1]["accuracy_p_value"], 1.0);
+    assert_eq!(same["models"][1]["roc_auc_p_value"], 1.0);
     let table = String::from_utf8(run(&[&a, &b], false)).unwrap();
     assert!(table.contains("95% bootstrap intervals") && table.contains("recall mature"), "{table}");
+    assert!(table.contains("ROC-AUC") && table.contains("p(AUC)"), "{table}");
     assert_eq!(table.lines().filter(|l| l.starts_with(&a.display().to_string())).count(), 1);
 }
 

@@ -74,8 +74,14 @@ impl Bootstrap {
     /// The percentile interval of `metric` over resamples of the documents (`truth` and
     /// `predicted` are label indices into `labels`).
     pub fn interval(&self, labels: &[String], truth: &[usize], predicted: &[usize], metric: Metric) -> Interval {
-        let mut values: Vec<f64> =
-            self.samples(truth.len()).filter_map(|idx| score_on(labels, truth, predicted, &idx, metric)).collect();
+        self.interval_of(truth.len(), |idx| score_on(labels, truth, predicted, idx, metric))
+    }
+
+    /// The percentile interval of `score` over resamples of `n` documents: `score` takes a
+    /// resample's document indices (they may repeat) and gives `None` where it is undefined
+    /// (such resamples are left out). For metrics a [`Report`] does not hold, such as ROC-AUC.
+    pub fn interval_of(&self, n: usize, score: impl Fn(&[usize]) -> Option<f64>) -> Interval {
+        let mut values: Vec<f64> = self.samples(n).filter_map(|idx| score(&idx)).collect();
         percentile_interval(&mut values, self.level)
     }
 
@@ -85,12 +91,23 @@ impl Bootstrap {
     /// difference is unlikely to be a fluke of which documents were drawn.
     pub fn paired_p_value(&self, labels: &[String], truth: &[usize], a: &[usize], b: &[usize], metric: Metric) -> f64 {
         let score = |pred: &[usize], idx: &[usize]| score_on(labels, truth, pred, idx, metric);
-        let all: Vec<usize> = (0..truth.len()).collect();
-        let (Some(sa), Some(sb)) = (score(a, &all), score(b, &all)) else { return 1.0 };
+        self.paired_p_value_of(truth.len(), |idx| score(a, idx), |idx| score(b, idx))
+    }
+
+    /// [`Self::paired_p_value`] of two scores of resamples of the same `n` documents (see
+    /// [`Self::interval_of`]).
+    pub fn paired_p_value_of(
+        &self,
+        n: usize,
+        score_a: impl Fn(&[usize]) -> Option<f64>,
+        score_b: impl Fn(&[usize]) -> Option<f64>,
+    ) -> f64 {
+        let all: Vec<usize> = (0..n).collect();
+        let (Some(sa), Some(sb)) = (score_a(&all), score_b(&all)) else { return 1.0 };
         let observed = sb - sa;
         let (mut against, mut total) = (0usize, 0usize);
-        for idx in self.samples(truth.len()) {
-            if let (Some(x), Some(y)) = (score(a, &idx), score(b, &idx)) {
+        for idx in self.samples(n) {
+            if let (Some(x), Some(y)) = (score_a(&idx), score_b(&idx)) {
                 let delta = y - x;
                 total += 1;
                 if observed == 0.0 || delta * observed.signum() <= 0.0 {

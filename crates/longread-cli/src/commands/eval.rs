@@ -152,22 +152,27 @@ fn comparison_table(c: &Comparison) -> String {
         c.resamples
     );
     out += &format!(
-        "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:>7}",
-        "model", "accuracy", "macro-F1", "p(acc)", "p(F1)", "ROC-AUC"
+        "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:<22}  {:>7}",
+        "model", "accuracy", "macro-F1", "p(acc)", "p(F1)", "ROC-AUC", "p(AUC)"
     );
     for label in &c.labels {
         out += &format!("  {:<22}", format!("recall {}", printable(label)));
     }
     out.push('\n');
     for m in &c.models {
+        let auc = match (m.report.roc_auc, &m.roc_auc_ci) {
+            (Some(auc), Some(interval)) => ci(auc, interval),
+            _ => "-".to_string(),
+        };
         out += &format!(
-            "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:>7}",
+            "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:<22}  {:>7}",
             m.model,
             ci(m.report.accuracy, &m.accuracy_ci),
             ci(m.report.macro_f1, &m.macro_f1_ci),
             p(m.accuracy_p_value),
             p(m.macro_f1_p_value),
-            p(m.report.roc_auc)
+            auc,
+            p(m.roc_auc_p_value)
         );
         for (class, interval) in m.report.per_class.iter().zip(&m.recall_ci) {
             out += &format!("  {:<22}", ci(class.recall, interval));
