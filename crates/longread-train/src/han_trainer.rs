@@ -12,8 +12,8 @@ use crate::gradients::StepGradients;
 use crate::loss::{attention_penalty, cross_entropy};
 use crate::optim::{AdamW, ParamGroup};
 use crate::trainer::{
-    epoch_score, fit, DevResult, EpochEnd, EpochLog, EpochTask, Epochs, MidEpoch, PhaseLog, Progress, Resume,
-    TrainConfig, TrainerState,
+    dev_report, epoch_score, fit, DevResult, EpochEnd, EpochLog, EpochTask, Epochs, MidEpoch, PhaseLog, Progress,
+    Resume, TrainConfig, TrainerState,
 };
 
 /// Documents (as grids of the model's shape) and their gold labels.
@@ -188,11 +188,5 @@ fn evaluate(model: &HanClassifier, split: HanSplit, device: &Device) -> Result<(
     }
     let logits = Tensor::cat(&logits, 0)?;
     let dev_loss = cross_entropy(&logits, split.labels, None, device)?.to_scalar::<f32>()? as f64;
-    let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
-    let probabilities =
-        candle_nn::ops::softmax_last_dim(&logits.to_dtype(candle_core::DType::F32)?)?.to_vec2::<f32>()?;
-    let report = longread_metrics::evaluate(model.labels(), split.labels, &predicted)
-        .and_then(|r| r.with_scores(split.labels, &probabilities))
-        .map_err(TrainError::InvalidSetting)?;
-    Ok((dev_loss, report))
+    Ok((dev_loss, dev_report(model.labels(), split.labels, &logits)?))
 }

@@ -6,6 +6,8 @@ use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vector
 use longread_model::Mode;
 use longread_text::ChunkedDocument;
 
+use longread_metrics::Report;
+
 use crate::error::{Result, TrainError};
 use crate::loss::{cross_entropy, offset_logits};
 use crate::prefix::{encode_batch, Prefix};
@@ -50,12 +52,24 @@ pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
             let logits = Tensor::stack(&logits, 0)?;
             let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
             let dev_loss = cross_entropy(&logits, &gold, None, device)?.to_scalar::<f32>()? as f64;
-            let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
-            let probabilities = softmax_last_dim(&logits.to_dtype(DType::F32)?)?.to_vec2::<f32>()?;
-            let dev = longread_metrics::evaluate(&spec.labels, &gold, &predicted)
-                .and_then(|r| r.with_scores(&gold, &probabilities))
-                .map_err(TrainError::InvalidSetting)?;
+            let dev = dev_report(&spec.labels, &gold, &logits)?;
             Ok(TaskLog { name: spec.name.clone(), dev_loss, dev })
         })
         .collect()
+}
+
+/// The dev metrics of `logits` against `gold`: the labels' (argmax), and the probabilities'
+/// (ROC-AUC, log loss) unless a probability is not finite (a diverged model's epoch is
+/// still logged; `--metric roc-auc` then says why it has no AUC).
+///
+/// # Shapes
+/// `logits: [documents, labels]`
+pub(crate) fn dev_report(labels: &[String], gold: &[usize], logits: &Tensor) -> Result<Report> {
+    let predicted: Vec<usize> = logits.argmax(1)?.to_vec1::<u32>()?.into_iter().map(|p| p as usize).collect();
+    let report = longread_metrics::evaluate(labels, gold, &predicted).map_err(TrainError::InvalidSetting)?;
+    let probabilities = softmax_last_dim(&logits.to_dtype(DType::F32)?)?.to_vec2::<f32>()?;
+    if probabilities.iter().flatten().any(|p| !p.is_finite()) {
+        return Ok(report);
+    }
+    report.with_scores(gold, &probabilities).map_err(TrainError::InvalidSetting)
 }

@@ -121,15 +121,21 @@ pub(crate) fn epoch_score<'a>(
             let mut sum = 0.0;
             for r in reports {
                 sum += r.roc_auc.ok_or_else(|| {
-                    // With two labels or more, a label without dev documents is why.
+                    // With two labels or more, a label without dev documents is why, or
+                    // probabilities that are not numbers.
                     let missing: Vec<&str> =
                         r.per_class.iter().filter(|c| c.support == 0).map(|c| c.label.as_str()).collect();
-                    TrainError::InvalidSetting(format!(
-                        "--metric roc-auc: ROC-AUC is undefined on this dev set: no dev document has the \
-                         label {}; give a dev set with every label (--dev, or a larger --dev-split) or \
-                         another --metric",
-                        missing.join(", ")
-                    ))
+                    TrainError::InvalidSetting(match missing.is_empty() {
+                        true => "--metric roc-auc: the dev probabilities are not finite numbers (the model \
+                                 diverged: lower --lr, or keep --max-grad-norm)"
+                            .to_string(),
+                        false => format!(
+                            "--metric roc-auc: ROC-AUC is undefined on this dev set: no dev document has the \
+                             label {}; give a dev set with every label (--dev, or a larger --dev-split) or \
+                             another --metric",
+                            missing.join(", ")
+                        ),
+                    })
                 })?;
             }
             sum / n
@@ -140,4 +146,26 @@ pub(crate) fn epoch_score<'a>(
 /// Seed of an epoch's generators.
 pub(crate) fn epoch_seed(seed: u64, epoch: usize, stream: u64) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (epoch as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ stream
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--metric roc-auc` scores an epoch by its dev ROC-AUC, and says why when it has none: a
+    /// label without dev documents, or probabilities that are not numbers (a diverged model).
+    #[test]
+    fn roc_auc_scores_an_epoch_or_says_why_it_cannot() {
+        let labels = ["a".to_string(), "b".to_string()];
+        let report = longread_metrics::evaluate(&labels, &[0, 1, 1], &[0, 1, 0]).unwrap();
+        let scored = report.clone().with_scores(&[0, 1, 1], &[vec![0.8, 0.2], vec![0.3, 0.7], vec![0.6, 0.4]]).unwrap();
+        let score = epoch_score(Metric::RocAuc, 0.5, std::iter::once(&scored)).unwrap();
+        assert_eq!(score, 1.0, "every b above every a");
+        let err = epoch_score(Metric::RocAuc, 0.5, std::iter::once(&report)).unwrap_err().to_string();
+        assert!(err.contains("not finite numbers"), "{err}");
+        let one_label = longread_metrics::evaluate(&labels, &[1, 1], &[1, 0]).unwrap();
+        let one_label = one_label.with_scores(&[1, 1], &[vec![0.2, 0.8], vec![0.6, 0.4]]).unwrap();
+        let err = epoch_score(Metric::RocAuc, 0.5, std::iter::once(&one_label)).unwrap_err().to_string();
+        assert!(err.contains("no dev document has the label a;"), "{err}");
+    }
 }
