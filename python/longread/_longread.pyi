@@ -102,9 +102,9 @@ def compare(
     seed: int = 0,
     device: str = "auto",
 ) -> dict[str, Any]:
-    """`longread eval --model A --model B ... --json`: accuracy, macro-F1 and per-label recall
-    of each model on the same labelled documents, with 95% bootstrap intervals and paired
-    bootstrap p-values against the first model."""
+    """`longread eval --model A --model B ... --json`: accuracy, macro-F1, ROC-AUC and
+    per-label recall of each model on the same labelled documents, with 95% bootstrap intervals
+    and paired bootstrap p-values against the first model."""
 
 def ensemble(
     models: Sequence[Union[str, PathLike[str]]],

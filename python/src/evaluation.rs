@@ -54,7 +54,7 @@ pub(crate) fn evaluate(
 /// seed=0, device="auto") -> dict
 ///
 /// `longread eval --model A --model B ... --json`: the models (directories, same labels) on the
-/// same labelled documents: accuracy, macro-F1 and per-label recall with 95% bootstrap
+/// same labelled documents: accuracy, macro-F1, ROC-AUC and per-label recall with 95% bootstrap
 /// intervals (`bootstrap` resamples, seeded), and paired bootstrap p-values against the first
 /// model. Returns the JSON the command line prints.
 #[pyfunction]

@@ -518,6 +518,7 @@ def test_compare_gives_the_clis_comparison(tmp_path):
     assert cli.returncode == 0, cli.stderr
     assert_close(got, json.loads(cli.stdout), tol=1e-9)
     assert got["documents"] == 4 and got["models"][0]["accuracy_p_value"] is None
+    assert "roc_auc_ci" in got["models"][0] and 0 <= got["models"][1]["roc_auc_p_value"] <= 1
     with pytest.raises(longread.LongreadError, match="bootstrap must be between"):
         longread.compare(models, data, bootstrap=5)
     with pytest.raises(longread.ModelLoadError):
