@@ -96,6 +96,10 @@ impl Embedder {
         batch_size: usize,
     ) -> PyResult<Bound<'py, PyArray2<f32>>> {
         let normalize = normalize.unwrap_or(self.inner.has_normalize_module());
+        // As the command line's --batch-size (0 was taken for 1 without a word).
+        if !(1..=65536).contains(&batch_size) {
+            return Err(LongreadError::new_err(format!("batch_size must be between 1 and 65536, not {batch_size}")));
+        }
         let texts = texts_checked(texts)?;
         let embedder = Arc::clone(&self.inner);
         let dim = embedder.dimension();

@@ -141,6 +141,8 @@ def test_embeddings_equal_the_clis(tmp_path):
         longread.Embedder(model, pooling="max")
     with pytest.raises(longread.InvalidDocumentError, match="document 1 is empty"):
         embedder.embed(["fine", " "])
+    with pytest.raises(longread.LongreadError, match="batch_size must be between 1 and 65536, not 0"):
+        embedder.embed(["fine"], batch_size=0)  # was taken for 1 without a word
 
 
 @pytest.mark.parametrize("encoder", ["tiny-distilbert", "tiny-electra", "tiny-mpnet", "tiny-modernbert",
