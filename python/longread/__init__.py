@@ -31,6 +31,7 @@ from ._longread import (
     pretrain,
     train,
     train_tokenizer,
+    tune_threshold,
 )
 
 __all__ = [
@@ -47,5 +48,6 @@ __all__ = [
     "pretrain",
     "train",
     "train_tokenizer",
+    "tune_threshold",
     "__version__",
 ]

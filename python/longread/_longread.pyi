@@ -106,6 +106,20 @@ def compare(
     per-label recall of each model on the same labelled documents, with 95% bootstrap intervals
     and paired bootstrap p-values against the first model."""
 
+def tune_threshold(
+    model_dir: Union[str, PathLike[str]],
+    data: Union[str, PathLike[str]],
+    metric: str = "macro-f1",
+    write: bool = True,
+    threads: Optional[int] = None,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """`longread threshold`: a two-label model's threshold on its second label's probability
+    that maximizes `metric` ("macro-f1", "accuracy", "weighted-f1") on held-out labelled
+    documents; with write=True it is kept in the model (decision.json) and every Classifier
+    loaded from it labels by it. {"threshold", "positive", "metric", "at_default",
+    "at_threshold", "written"}."""
+
 def ensemble(
     models: Sequence[Union[str, PathLike[str]]],
     out: Union[str, PathLike[str]],

@@ -100,6 +100,67 @@ pub(crate) fn compare(
     }
 }
 
+/// tune_threshold(model_dir, data, metric="macro-f1", write=True, threads=None, device="auto") -> dict
+///
+/// `longread threshold`: for a two-label model, the threshold on its second label's
+/// probability that maximizes `metric` ("macro-f1", "accuracy" or "weighted-f1") on the
+/// labelled held-out documents in `data`; with `write=True` it is kept in the model directory
+/// (decision.json), and every Classifier (and the command line, the server) loaded from it then
+/// labels by it. Returns {"threshold", "positive", "metric", "at_default", "at_threshold"
+/// (reports at 0.5 and at the threshold), "written"}.
+#[pyfunction]
+#[pyo3(signature = (model_dir, data, metric="macro-f1", write=true, threads=None, device="auto"))]
+pub(crate) fn tune_threshold(
+    py: Python<'_>,
+    model_dir: PathBuf,
+    data: PathBuf,
+    metric: &str,
+    write: bool,
+    threads: Option<usize>,
+    device: &str,
+) -> PyResult<PyObject> {
+    use longread_classifier::evaluate::ThresholdMetric;
+    let metric = match metric {
+        "macro-f1" => ThresholdMetric::MacroF1,
+        "accuracy" => ThresholdMetric::Accuracy,
+        "weighted-f1" => ThresholdMetric::WeightedF1,
+        other => {
+            return Err(LongreadError::new_err(format!(
+                "metric {other:?}: expected \"macro-f1\", \"accuracy\" or \"weighted-f1\""
+            )))
+        }
+    };
+    let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device)?.inner;
+    let result = off_gil(py, move || -> Result<String, String> {
+        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        let source = data.display().to_string();
+        let (tuned, decision) = longread_classifier::evaluate::tune_threshold(
+            &classifier,
+            std::io::BufReader::new(file),
+            &source,
+            metric,
+            || {},
+        )
+        .map_err(|e| e.to_string())?;
+        if write {
+            decision.save(&model_dir).map_err(|e| e.to_string())?;
+        }
+        let value = serde_json::json!({
+            "threshold": tuned.threshold,
+            "positive": decision.positive,
+            "metric": metric.name(),
+            "at_default": tuned.at_default,
+            "at_threshold": tuned.at_threshold,
+            "written": write,
+        });
+        Ok(value.to_string())
+    });
+    match result {
+        Ok(json) => from_json(py, &json),
+        Err(message) => Err(InvalidDocumentError::new_err(message)),
+    }
+}
+
 /// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5, stack=None,
 ///          vector_cache=None, seed=42) -> dict
 ///

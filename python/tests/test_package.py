@@ -601,3 +601,32 @@ def test_init_warns_as_the_cli_notes_about_a_mean_pooled_encoder(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         longread.init(encoder, ["a", "b"], tmp_path / "mean", chunk_pooling="mean")
+
+
+def test_tune_threshold_keeps_it_in_the_model_and_classifiers_label_by_it(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    test = os.path.join(FIXTURES, "synthetic", "test.jsonl")
+    longread.train(train, tmp_path / "bow", arch="bow", quiet=True)
+    model = str(tmp_path / "bow")
+    rows = json_lines(open(test).read())
+    before = longread.Classifier(model).predict([r["text"] for r in rows])
+    rain = sorted(p["scores"]["rain"] for p in before)
+    # Gold: `rain` for the highest P(rain) from a gap above another P(rain) > 0.5, which only a
+    # threshold above 0.5 separates.
+    k = max(k for k in range(2, len(rain)) if rain[k - 1] < rain[k] and rain[k - 1] > 0.5)
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps({**r, "label": "rain" if p["scores"]["rain"] >= rain[k] else "prices"}) + "\n"
+                           for r, p in zip(rows, before)))
+    dry = longread.tune_threshold(model, dev, write=False)
+    assert not dry["written"] and not os.path.exists(os.path.join(model, "decision.json"))
+    assert rain[k - 1] < dry["threshold"] < rain[k] and dry["at_threshold"]["accuracy"] == 1.0
+    got = longread.tune_threshold(model, dev)
+    assert got["written"] and got["positive"] == "rain"
+    after = longread.Classifier(model).predict([r["text"] for r in rows])
+    for p in after:
+        assert p["label"] == ("rain" if p["scores"]["rain"] >= got["threshold"] else "prices"), p
+    assert longread.evaluate(model, str(dev))["tasks"][0]["report"]["accuracy"] == 1.0
+    with pytest.raises(longread.LongreadError, match="metric \"f2\""):
+        longread.tune_threshold(model, dev, metric="f2")
+    with pytest.raises(longread.LongreadError, match="two labels"):
+        longread.tune_threshold(os.path.join(FIXTURES, "hier", "trained-bert-attention"), dev)

@@ -7,7 +7,6 @@ use longread_metrics::Report;
 use longread_text::labelled::label_list;
 use longread_text::{read_labelled_columns, resolve_column, Document, Example};
 
-use crate::prediction::argmax;
 use crate::Classifier;
 use longread_model::error::{ModelError, Result};
 use longread_model::hierarchical::TaskSpec;
@@ -49,11 +48,13 @@ pub fn evaluate_examples(
         .enumerate()
         .map(|(t, spec)| resolve_column(examples, t, &spec.labels, source_name))
         .collect::<std::result::Result<_, _>>()?;
-    // predicted[task][document]: the probabilities, when the model gave the task's.
-    let mut predicted: Vec<Vec<Option<Vec<f32>>>> = vec![Vec::with_capacity(examples.len()); tasks.len()];
+    // predicted[task][document]: the label and probabilities, when the model gave the task's.
+    let mut predicted: Vec<Vec<Option<Scored>>> = vec![Vec::with_capacity(examples.len()); tasks.len()];
     classify_labelled(classifier, examples, source_name, |prediction| {
         for (t, spec) in tasks.iter().enumerate() {
-            predicted[t].push(prediction.task_probabilities(t, &spec.name).map(<[f32]>::to_vec));
+            let label = prediction.task_label_index(t, &spec.name);
+            let probabilities = prediction.task_probabilities(t, &spec.name);
+            predicted[t].push(label.zip(probabilities).map(|(l, p)| (l, p.to_vec())));
         }
         on_document();
     })?;
@@ -61,7 +62,7 @@ pub fn evaluate_examples(
         .iter()
         .enumerate()
         .map(|(t, spec)| {
-            let (gold, scores): (Vec<usize>, Vec<&Option<Vec<f32>>>) =
+            let (gold, scores): (Vec<usize>, Vec<&Option<Scored>>) =
                 truth[t].iter().zip(&predicted[t]).filter_map(|(gold, p)| gold.map(|g| (g, p))).unzip();
             if gold.is_empty() {
                 return Err(ModelError::InvalidInput(format!(
@@ -75,13 +76,16 @@ pub fn evaluate_examples(
         .collect()
 }
 
+/// A document's predicted label index and probabilities for one task.
+type Scored = (usize, Vec<f32>);
+
 /// The metrics of `gold` labels against predicted `scores` (a missing row counts as the first
 /// label, without probability metrics): the labels' metrics, and the probabilities' (ROC-AUC,
 /// log loss) when every document has them.
-fn scored_report(labels: &[String], gold: &[usize], scores: &[&Option<Vec<f32>>]) -> Result<Report> {
-    let predicted: Vec<usize> = scores.iter().map(|p| p.as_deref().map_or(0, argmax)).collect();
+fn scored_report(labels: &[String], gold: &[usize], scores: &[&Option<Scored>]) -> Result<Report> {
+    let predicted: Vec<usize> = scores.iter().map(|p| p.as_ref().map_or(0, |(l, _)| *l)).collect();
     let report = longread_metrics::evaluate(labels, gold, &predicted).map_err(ModelError::InvalidInput)?;
-    let rows: Option<Vec<Vec<f32>>> = scores.iter().map(|p| p.as_ref().cloned()).collect();
+    let rows: Option<Vec<Vec<f32>>> = scores.iter().map(|p| p.as_ref().map(|(_, p)| p.clone())).collect();
     match rows {
         Some(rows) => report.with_scores(gold, &rows).map_err(ModelError::InvalidInput),
         None => Ok(report),
@@ -177,14 +181,17 @@ pub fn compare(
     }
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
-    // probabilities[model][document]
+    // (labels, probabilities)[model][document]
+    let mut predictions: Vec<Vec<usize>> = Vec::with_capacity(models.len());
     let mut probabilities: Vec<Vec<Vec<f32>>> = Vec::with_capacity(models.len());
     for (_, model) in models {
-        let mut scores = Vec::with_capacity(examples.len());
+        let (mut labels, mut scores) = (Vec::with_capacity(examples.len()), Vec::with_capacity(examples.len()));
         classify_labelled(model, &examples, source_name, |prediction| {
+            labels.push(prediction.label_index());
             scores.push(prediction.probabilities().to_vec());
             on_document();
         })?;
+        predictions.push(labels);
         probabilities.push(scores);
     }
     // Documents without the primary label do not count.
@@ -195,8 +202,7 @@ pub fn compare(
     let truth: Vec<usize> = kept.iter().filter_map(|&i| gold[i]).collect();
     let probabilities: Vec<Vec<Vec<f32>>> =
         probabilities.iter().map(|p| kept.iter().map(|&i| p[i].clone()).collect()).collect();
-    let predictions: Vec<Vec<usize>> =
-        probabilities.iter().map(|p| p.iter().map(|row| argmax(row)).collect()).collect();
+    let predictions: Vec<Vec<usize>> = predictions.iter().map(|p| kept.iter().map(|&i| p[i]).collect()).collect();
     let labels = &task.labels;
     let (accuracy, macro_f1): (Metric, Metric) = (|r| r.accuracy, |r| r.macro_f1);
     // Model m's ROC-AUC on the documents `idx` of a resample.
@@ -250,4 +256,77 @@ pub fn compare(
         level: bootstrap.level,
         models: scores,
     })
+}
+
+/// How [`tune_threshold`] scores a threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThresholdMetric {
+    /// Macro-averaged F1.
+    MacroF1,
+    /// Accuracy.
+    Accuracy,
+    /// F1 weighted by support.
+    WeightedF1,
+}
+
+impl ThresholdMetric {
+    /// The metric of a report.
+    pub fn of(self, report: &Report) -> f64 {
+        match self {
+            Self::MacroF1 => report.macro_f1,
+            Self::Accuracy => report.accuracy,
+            Self::WeightedF1 => report.weighted_f1,
+        }
+    }
+
+    /// Its name for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::MacroF1 => "macro-F1",
+            Self::Accuracy => "accuracy",
+            Self::WeightedF1 => "weighted F1",
+        }
+    }
+}
+
+/// Classifies the labelled JSON lines of `reader` (primary task) with a two-label
+/// `classifier` and finds the threshold on its second label's probability that maximizes
+/// `metric` there ([`crate::decision::tune`]); the documents should be held out from training.
+/// `on_document` is called after each document is scored. Returns what was found and the
+/// [`Decision`](crate::decision::Decision) to keep (not saved).
+pub fn tune_threshold(
+    classifier: &Classifier,
+    reader: impl std::io::BufRead,
+    source_name: &str,
+    metric: ThresholdMetric,
+    mut on_document: impl FnMut(),
+) -> Result<(crate::decision::Tuned, crate::decision::Decision)> {
+    let task = &classifier.tasks()[0];
+    if task.labels.len() != 2 {
+        return Err(ModelError::InvalidInput(format!(
+            "a decision threshold is for a model with two labels; {} has {} ({})",
+            classifier.dir().display(),
+            task.labels.len(),
+            label_list(&task.labels)
+        )));
+    }
+    let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
+    let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
+    let mut positive = Vec::with_capacity(examples.len());
+    classify_labelled(classifier, &examples, source_name, |prediction| {
+        positive.push(prediction.probabilities()[1]);
+        on_document();
+    })?;
+    let (truth, positive): (Vec<usize>, Vec<f32>) =
+        gold.iter().zip(positive).filter_map(|(g, p)| g.map(|g| (g, p))).unzip();
+    if truth.is_empty() {
+        return Err(ModelError::InvalidInput(format!("{source_name}: no document has a label in \"{}\"", task.column)));
+    }
+    let tuned = crate::decision::tune(&task.labels, &truth, &positive, |r| metric.of(r))?;
+    let decision = crate::decision::Decision {
+        positive: task.labels[1].clone(),
+        threshold: tuned.threshold,
+        chosen_by: format!("{} on {source_name} ({} documents)", metric.name(), truth.len()),
+    };
+    Ok((tuned, decision))
 }

@@ -7,6 +7,7 @@
 
 pub mod calibrated;
 pub mod calibration;
+pub mod decision;
 pub mod ensemble;
 pub mod evaluate;
 pub mod kinds;
@@ -105,11 +106,25 @@ impl std::fmt::Debug for Classifier {
 
 impl Classifier {
     /// Loads any model directory made by `longread init` or `longread train`.
+    /// A two-label model with a tuned threshold (`decision.json`, see [`decision`]) labels
+    /// by it.
     pub fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
         let kind = ModelKind::of(dir);
         // Models without an encoder run on the CPU whatever the device asked for.
         let device = if kind.has_encoder() { options.device.resolve()? } else { longread_model::device::host() };
-        Self::load_on(dir, kind, options, device)
+        let classifier = Self::load_on(dir, kind, options, device)?;
+        match decision::Decision::load(dir, classifier.labels())? {
+            None => Ok(classifier),
+            Some(decision) => {
+                let Self { model, options, dir, device } = classifier;
+                Ok(Self { model: Box::new(decision::Thresholded::new(model, decision)), options, dir, device })
+            }
+        }
+    }
+
+    /// The decision threshold this classifier labels by, if its directory has one.
+    pub fn decision(&self) -> Result<Option<decision::Decision>> {
+        decision::Decision::load(&self.dir, self.labels())
     }
 
     /// [`Classifier::load`] of a directory of `kind` on a resolved device.

@@ -195,13 +195,17 @@ impl Prediction {
         &self.scores.probabilities
     }
 
-    /// Index of the predicted label.
+    /// Index of the predicted label: the most probable one, or the one a decision threshold
+    /// chose ([`crate::decision`]).
     pub fn label_index(&self) -> usize {
-        argmax(&self.scores.probabilities)
+        self.scores.labels.iter().position(|l| *l == self.label).unwrap_or_else(|| argmax(&self.scores.probabilities))
     }
 
     /// The predicted label index of task `task` (0 = the primary task), when the model has it.
     pub fn task_label_index(&self, task: usize, name: &str) -> Option<usize> {
+        if task == 0 {
+            return Some(self.label_index());
+        }
         self.task_probabilities(task, name).map(argmax)
     }
 

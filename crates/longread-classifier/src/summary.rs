@@ -29,7 +29,21 @@ pub struct ModelSummary {
 /// The table shows every line [`printable`]: a config.json (one from the Hub, say) may hold
 /// label names or a model type with control characters.
 pub fn summarize(dir: &Path) -> Result<ModelSummary> {
-    let ModelSummary { json, table } = summarize_kind(dir)?;
+    let ModelSummary { mut json, mut table } = summarize_kind(dir)?;
+    // Any kind may have a decision threshold (`longread threshold`).
+    let labels: Vec<String> = json["labels"]
+        .as_array()
+        .map_or_else(Vec::new, |l| l.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect());
+    if let Some(decision) = crate::decision::Decision::load(dir, &labels)? {
+        if !table.ends_with('\n') {
+            table.push('\n');
+        }
+        table += &format!(
+            "decision         `{}` when its probability is at least {} ({})\n",
+            decision.positive, decision.threshold, decision.chosen_by
+        );
+        json["decision"] = serde_json::to_value(&decision).unwrap_or_default();
+    }
     let table = table.split('\n').map(printable).collect::<Vec<_>>().join("\n");
     Ok(ModelSummary { json, table })
 }

@@ -67,6 +67,10 @@ enum Command {
     /// Combine trained models (any kinds, same labels) into one whose probabilities are their
     /// weighted mean, e.g. a fine-tuned hierarchical model and the bag-of-words baseline.
     Ensemble(commands::ensemble::EnsembleArgs),
+    /// Tune a two-label model's decision threshold on held-out labelled documents (the
+    /// probability its second label needs), and keep it in the model: predict, eval, report,
+    /// serve and Python then label by it. `--set T` keeps a given one, `--clear` removes it.
+    Threshold(commands::threshold::ThresholdArgs),
     /// Write one HTML page (`--out FILE.html`) showing each document's prediction and its chunks' attention.
     Report(commands::report::ReportArgs),
     /// Tokenizers: `tokenizer train` learns a byte-level BPE (RoBERTa) or WordPiece (BERT)
@@ -198,6 +202,7 @@ fn dispatch(command: Command, quiet: bool, device: longread_model::DeviceChoice)
         Command::Report(args) => commands::report::run(args, quiet, device),
         Command::Eval(args) => commands::eval::run(args, quiet, device).map(|_| 0),
         Command::Ensemble(args) => commands::ensemble::run(args, quiet).map(|_| 0),
+        Command::Threshold(args) => commands::threshold::run(args, quiet, device).map(|_| 0),
         Command::Train(args) => commands::train::run(*args, quiet, device).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, quiet).map(|_| 0),
         Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),

@@ -12,5 +12,6 @@ pub mod pretrain;
 pub mod quickstart;
 pub mod report;
 pub mod serve;
+pub mod threshold;
 pub mod tokenizer;
 pub mod train;

@@ -1,0 +1,151 @@
+//! `longread threshold`: tune a two-label model's decision threshold on held-out labelled
+//! documents and keep it in the model directory, where predict, eval, report, the server and
+//! Python apply it.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use longread_classifier::decision::{Decision, DECISION_FILE};
+use longread_classifier::evaluate::{tune_threshold, ThresholdMetric};
+use longread_classifier::Classifier;
+use longread_metrics::terminal::printable;
+use longread_model::DeviceChoice;
+
+use crate::commands::counts::counted;
+use crate::commands::predict::{progress_bar, EncodingArgs};
+use crate::io::{input_name, open_input};
+
+/// Arguments of `longread threshold`.
+#[derive(Debug, Args)]
+#[command(after_help = "The threshold applies to the model's second label (`inspect` lists the labels): it is \
+predicted when its probability is at least the threshold, the first label otherwise. Probabilities are \
+unchanged; only the label chosen from them moves. Tune on documents held out from training (a dev set), \
+not on the test set you report.")]
+pub struct ThresholdArgs {
+    /// Model directory with two labels (any kind: hierarchical, sequence, HAN, bag of words,
+    /// ensemble).
+    #[arg(long)]
+    model: PathBuf,
+    /// Labelled JSON lines (or .csv/.tsv) held out from training, as `eval --data` reads them;
+    /// `-` reads standard input. Not needed with --set or --clear.
+    #[arg(long, visible_alias = "input", required_unless_present_any = ["set", "clear"])]
+    data: Option<PathBuf>,
+    /// What the threshold maximizes on --data.
+    #[arg(long, value_enum, default_value_t = MetricArg::MacroF1)]
+    metric: MetricArg,
+    /// Print what tuning finds without writing it to the model.
+    #[arg(long)]
+    dry_run: bool,
+    /// Keep this threshold (between 0 and 1) instead of tuning one.
+    #[arg(long, conflicts_with_all = ["data", "clear", "dry_run"])]
+    set: Option<f32>,
+    /// Remove the model's threshold: it labels by the most probable label again.
+    #[arg(long, conflicts_with_all = ["data", "dry_run"])]
+    clear: bool,
+    /// Print one JSON object (threshold, the metrics at 0.5 and at the threshold, written).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    encoding: EncodingArgs,
+}
+
+/// The metric a threshold maximizes (`--metric`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MetricArg {
+    /// Macro-averaged F1: both labels count alike, whatever their frequency.
+    MacroF1,
+    /// Accuracy.
+    Accuracy,
+    /// F1 weighted by each label's documents.
+    WeightedF1,
+}
+
+impl MetricArg {
+    fn metric(self) -> ThresholdMetric {
+        match self {
+            Self::MacroF1 => ThresholdMetric::MacroF1,
+            Self::Accuracy => ThresholdMetric::Accuracy,
+            Self::WeightedF1 => ThresholdMetric::WeightedF1,
+        }
+    }
+}
+
+/// Runs `longread threshold`.
+pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
+    let dir = &args.model;
+    let classifier = Classifier::load(dir, args.encoding.options(device))
+        .with_context(|| format!("loading model {}", dir.display()))?;
+    let labels = classifier.labels().to_vec();
+    if args.clear {
+        let removed = Decision::clear(dir)?;
+        if args.json {
+            println!("{}", serde_json::json!({ "cleared": removed }));
+        } else if !quiet {
+            let what = if removed { "removed its threshold" } else { "had no threshold" };
+            eprintln!("{}: {what}; it labels by the most probable label", dir.display());
+        }
+        return Ok(());
+    }
+    if let Some(threshold) = args.set {
+        let decision = Decision {
+            positive: labels.get(1).cloned().unwrap_or_default(),
+            threshold,
+            chosen_by: "set by hand".into(),
+        };
+        if let Err(why) = decision.check(&labels) {
+            bail!("{}: {why}", dir.display());
+        }
+        decision.save(dir)?;
+        if args.json {
+            println!("{}", serde_json::json!({ "threshold": threshold, "written": true }));
+        } else if !quiet {
+            eprintln!("{}: `{}` when its probability is at least {threshold}", dir.display(), printable(&labels[1]));
+        }
+        return Ok(());
+    }
+    let Some(data) = &args.data else { bail!("--data is needed to tune a threshold") };
+    let progress = progress_bar(0, quiet);
+    let source = input_name(data);
+    let (tuned, decision) =
+        tune_threshold(&classifier, open_input(data)?, &source, args.metric.metric(), || progress.inc(1))?;
+    progress.finish_and_clear();
+    let written = !args.dry_run;
+    if written {
+        decision.save(dir)?;
+    }
+    if args.json {
+        let value = serde_json::json!({
+            "threshold": tuned.threshold,
+            "positive": decision.positive,
+            "metric": args.metric.metric().name(),
+            "at_default": tuned.at_default,
+            "at_threshold": tuned.at_threshold,
+            "written": written,
+        });
+        println!("{value}");
+        return Ok(());
+    }
+    println!(
+        "{} ({}, maximizing {}): `{}` when its probability is at least {:.4}",
+        source,
+        counted(tuned.at_default.examples, "document"),
+        args.metric.metric().name(),
+        printable(&labels[1]),
+        tuned.threshold
+    );
+    println!("{:<22} {:>9} {:>9} {:>11}", "", "accuracy", "macro-F1", "weighted F1");
+    for (what, r) in [("most probable (0.5)", &tuned.at_default), ("tuned threshold", &tuned.at_threshold)] {
+        println!("{what:<22} {:>9.4} {:>9.4} {:>11.4}", r.accuracy, r.macro_f1, r.weighted_f1);
+    }
+    if !quiet {
+        match written {
+            true => eprintln!(
+                "kept in {}; predict, eval, report, serve and Python apply it",
+                dir.join(DECISION_FILE).display()
+            ),
+            false => eprintln!("--dry-run: nothing written"),
+        }
+    }
+    Ok(())
+}
