@@ -97,6 +97,9 @@ impl Decision {
     }
 }
 
+/// The most thresholds [`tune`] tries.
+pub const MAX_CANDIDATES: usize = 1000;
+
 /// What [`tune`] found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Tuned {
@@ -110,8 +113,10 @@ pub struct Tuned {
 
 /// The threshold on the second label's probability (`positive[i]` for document i, whose label
 /// index is `truth[i]`) that maximizes `metric` on these documents. The candidates lie halfway
-/// between consecutive distinct probabilities (each splits the documents differently); ties
-/// go to the one nearest 0.5, so that a threshold moves only as far as the data asks.
+/// between consecutive distinct probabilities (each splits the documents differently; at most
+/// [`MAX_CANDIDATES`], evenly spaced among them, so that a large set costs seconds, not
+/// minutes); ties go to the one nearest 0.5, so that a threshold moves only as far as the data
+/// asks.
 pub fn tune(labels: &[String], truth: &[usize], positive: &[f32], metric: impl Fn(&Report) -> f64) -> Result<Tuned> {
     let invalid = |m: String| ModelError::InvalidInput(m);
     if labels.len() != 2 {
@@ -130,7 +135,9 @@ pub fn tune(labels: &[String], truth: &[usize], positive: &[f32], metric: impl F
     let mut values: Vec<f32> = positive.to_vec();
     values.sort_by(f32::total_cmp);
     values.dedup();
-    let candidates = values.windows(2).map(|w| w[0] + (w[1] - w[0]) / 2.0).filter(|&t| t > 0.0 && t < 1.0);
+    let midpoints: Vec<f32> = values.windows(2).map(|w| w[0] + (w[1] - w[0]) / 2.0).collect();
+    let step = midpoints.len().div_ceil(MAX_CANDIDATES).max(1);
+    let candidates = midpoints.into_iter().step_by(step).filter(|&t| t > 0.0 && t < 1.0);
     let mut best = (0.5f32, metric(&report_at(0.5)?));
     for t in candidates {
         let score = metric(&report_at(t)?);
@@ -219,6 +226,18 @@ mod tests {
         assert!((tuned.threshold - 0.25).abs() < 1e-6, "{tuned:?}");
         assert_eq!(tuned.at_threshold.accuracy, 1.0);
         assert!((tuned.at_default.macro_f1 - 0.375).abs() < 1e-12, "{:?}", tuned.at_default);
+    }
+
+    /// Many distinct probabilities: at most MAX_CANDIDATES thresholds are tried, and the best
+    /// of them still separates two groups that a gap splits.
+    #[test]
+    fn many_documents_are_tuned_over_a_bounded_number_of_candidates() {
+        let n = 20_000;
+        let positive: Vec<f32> = (0..n).map(|i| 0.1 + 0.3 * i as f32 / n as f32).collect();
+        let truth: Vec<usize> = (0..n).map(|i| usize::from(i >= n / 2)).collect();
+        let tuned = tune(&labels(), &truth, &positive, |r| r.accuracy).unwrap();
+        assert!(tuned.at_threshold.accuracy > 0.99, "{}", tuned.at_threshold.accuracy);
+        assert!((tuned.threshold - 0.25).abs() < 0.01, "{}", tuned.threshold);
     }
 
     /// Where several thresholds score the same, the nearest to 0.5 wins; where 0.5 is already
