@@ -122,11 +122,6 @@ impl Classifier {
         }
     }
 
-    /// The decision threshold this classifier labels by, if its directory has one.
-    pub fn decision(&self) -> Result<Option<decision::Decision>> {
-        decision::Decision::load(&self.dir, self.labels())
-    }
-
     /// [`Classifier::load`] of a directory of `kind` on a resolved device.
     fn load_on(dir: &Path, kind: ModelKind, options: ClassifierOptions, device: Device) -> Result<Self> {
         let options = options.resolved(&device)?;
