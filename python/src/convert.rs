@@ -5,7 +5,7 @@ use longread_model::sentence_pooling::SentencePooling;
 use longread_model::{DeviceChoice, Precision};
 use longread_model::threads;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyMapping, PySet, PyString};
+use pyo3::types::{PyBytes, PyFrozenSet, PyMapping, PySet, PyString};
 
 use crate::{InvalidDocumentError, LongreadError};
 
@@ -86,7 +86,7 @@ pub(crate) fn texts(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     if items.is_instance_of::<PyBytes>() {
         return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one bytes object: give [text]"));
     }
-    if items.is_instance_of::<PyDict>() || items.downcast::<PyMapping>().is_ok() {
+    if items.downcast::<PyMapping>().is_ok() {
         return Err(InvalidDocumentError::new_err(format!(
             "texts must be a list of strings, not a {} (its keys would be read as the texts): give [d[\"text\"] for d in ...]",
             type_name(items)

@@ -85,7 +85,7 @@ impl Decision {
     /// The label index this decision gives for a document whose second label has probability
     /// `positive`.
     pub fn label_index(&self, positive: f32) -> usize {
-        usize::from(positive >= self.threshold)
+        label_at(positive, self.threshold)
     }
 
     /// `prediction` with its primary label chosen by the threshold.
@@ -95,6 +95,12 @@ impl Decision {
         }
         prediction
     }
+}
+
+/// The label index (0 or 1) of a document whose second label has probability `positive`, at
+/// `threshold`.
+fn label_at(positive: f32, threshold: f32) -> usize {
+    usize::from(positive >= threshold)
 }
 
 /// The most thresholds [`tune`] tries.
@@ -129,7 +135,7 @@ pub fn tune(labels: &[String], truth: &[usize], positive: &[f32], metric: impl F
         return Err(invalid("a probability is not a finite number".into()));
     }
     let report_at = |t: f32| {
-        let predicted: Vec<usize> = positive.iter().map(|&p| usize::from(p >= t)).collect();
+        let predicted: Vec<usize> = positive.iter().map(|&p| label_at(p, t)).collect();
         longread_metrics::evaluate(labels, truth, &predicted).map_err(invalid)
     };
     let mut values: Vec<f32> = positive.to_vec();

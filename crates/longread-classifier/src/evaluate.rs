@@ -85,7 +85,7 @@ type Scored = (usize, Vec<f32>);
 fn scored_report(labels: &[String], gold: &[usize], scores: &[&Option<Scored>]) -> Result<Report> {
     let predicted: Vec<usize> = scores.iter().map(|p| p.as_ref().map_or(0, |(l, _)| *l)).collect();
     let report = longread_metrics::evaluate(labels, gold, &predicted).map_err(ModelError::InvalidInput)?;
-    let rows: Option<Vec<Vec<f32>>> = scores.iter().map(|p| p.as_ref().map(|(_, p)| p.clone())).collect();
+    let rows: Option<Vec<&[f32]>> = scores.iter().map(|p| p.as_ref().map(|(_, p)| p.as_slice())).collect();
     match rows {
         Some(rows) => report.with_scores(gold, &rows).map_err(ModelError::InvalidInput),
         None => Ok(report),
@@ -208,7 +208,7 @@ pub fn compare(
     // Model m's ROC-AUC on the documents `idx` of a resample.
     let auc = |m: usize, idx: &[usize]| {
         let t: Vec<usize> = idx.iter().map(|&i| truth[i]).collect();
-        let p: Vec<Vec<f32>> = idx.iter().map(|&i| probabilities[m][i].clone()).collect();
+        let p: Vec<&[f32]> = idx.iter().map(|&i| probabilities[m][i].as_slice()).collect();
         score_metrics(labels.len(), &t, &p).ok().and_then(|s| s.roc_auc)
     };
     let scores = models

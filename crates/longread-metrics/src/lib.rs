@@ -151,7 +151,7 @@ impl Report {
     /// The report with the metrics of the predicted probabilities added (ROC-AUC overall and
     /// per label, log loss): `truth` as given to [`evaluate`], `probabilities` one row per
     /// example in label order.
-    pub fn with_scores(mut self, truth: &[usize], probabilities: &[Vec<f32>]) -> Result<Self, String> {
+    pub fn with_scores<R: AsRef<[f32]>>(mut self, truth: &[usize], probabilities: &[R]) -> Result<Self, String> {
         let scores = scores::score_metrics(self.labels.len(), truth, probabilities)?;
         self.roc_auc = scores.roc_auc;
         self.log_loss = Some(scores.log_loss);

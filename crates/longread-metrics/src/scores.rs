@@ -22,20 +22,25 @@ pub struct ScoreMetrics {
 
 /// Computes [`ScoreMetrics`]. `truth` holds label indices; `probabilities` one row per example
 /// of one probability per label.
-pub fn score_metrics(n_labels: usize, truth: &[usize], probabilities: &[Vec<f32>]) -> Result<ScoreMetrics, String> {
+pub fn score_metrics<R: AsRef<[f32]>>(
+    n_labels: usize,
+    truth: &[usize],
+    probabilities: &[R],
+) -> Result<ScoreMetrics, String> {
     if truth.len() != probabilities.len() {
         return Err(format!("{} true labels but {} rows of probabilities", truth.len(), probabilities.len()));
     }
     if truth.is_empty() {
         return Err("no examples to evaluate".into());
     }
+    let probabilities: Vec<&[f32]> = probabilities.iter().map(AsRef::as_ref).collect();
     if let Some((i, row)) = probabilities.iter().enumerate().find(|(_, row)| row.len() != n_labels) {
         return Err(format!("row {i} has {} probabilities for {n_labels} labels", row.len()));
     }
     if let Some(&t) = truth.iter().find(|&&t| t >= n_labels) {
         return Err(format!("label index {t} is out of range for {n_labels} labels"));
     }
-    if probabilities.iter().flatten().any(|p| !p.is_finite()) {
+    if probabilities.iter().copied().flatten().any(|p| !p.is_finite()) {
         return Err("a probability is not a finite number".into());
     }
     let per_class_auc: Vec<Option<f64>> = (0..n_labels)
@@ -52,7 +57,7 @@ pub fn score_metrics(n_labels: usize, truth: &[usize], probabilities: &[Vec<f32>
     };
     let eps = f64::from(f32::EPSILON);
     let log_loss =
-        truth.iter().zip(probabilities).map(|(&t, row)| -f64::from(row[t]).clamp(eps, 1.0 - eps).ln()).sum::<f64>()
+        truth.iter().zip(&probabilities).map(|(&t, row)| -f64::from(row[t]).clamp(eps, 1.0 - eps).ln()).sum::<f64>()
             / truth.len() as f64;
     Ok(ScoreMetrics { roc_auc, log_loss, per_class_auc })
 }
@@ -154,6 +159,6 @@ mod tests {
         assert!(score_metrics(2, &[0], &[vec![1.0]]).unwrap_err().contains("row 0 has 1 probabilities for 2 labels"));
         assert!(score_metrics(2, &[2], &[vec![0.5, 0.5]]).unwrap_err().contains("label index 2"));
         assert!(score_metrics(2, &[0], &[vec![f32::NAN, 0.5]]).unwrap_err().contains("not a finite number"));
-        assert!(score_metrics(2, &[], &[]).is_err());
+        assert!(score_metrics::<Vec<f32>>(2, &[], &[]).is_err());
     }
 }

@@ -91,11 +91,7 @@ pub(crate) fn check_dev_for_metric(spec: &TrainSpec, dev: &LabelledDataset, name
         let missing: Vec<&str> =
             (0..labels.len()).filter(|&c| !column.contains(&Some(c))).map(|c| labels[c].as_str()).collect();
         if !missing.is_empty() && column.iter().any(Option::is_some) {
-            return Err(TrainError::Run(format!(
-                "--metric roc-auc: ROC-AUC is undefined on this dev set: no dev document has the label {}; \
-                 give a dev set with every label (--dev, or a larger --dev-split) or another --metric",
-                missing.join(", ")
-            )));
+            return Err(TrainError::Run(crate::trainer::roc_auc_without(&missing)));
         }
     }
     Ok(())

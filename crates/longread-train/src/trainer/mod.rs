@@ -30,7 +30,7 @@ pub(crate) use epochs::{DevResult, EpochTask, Epochs};
 pub(crate) use evaluate::dev_report;
 pub(crate) use fit::{fit, RoundPlan, RoundStats, StepAt, TrainingTask};
 pub use logs::{EpochEnd, EpochLog, MidEpoch, PhaseLog, PretrainLog, PretrainStep, Progress, StepLog, TaskLog};
-pub(crate) use state::epoch_score;
+pub(crate) use state::{epoch_score, roc_auc_without};
 pub use state::{EpochProgress, Resume, TrainerState};
 pub(crate) use stepper::Stepper;
 

@@ -129,18 +129,23 @@ pub(crate) fn epoch_score<'a>(
                         true => "--metric roc-auc: the dev probabilities are not finite numbers (the model \
                                  diverged: lower --lr, or keep --max-grad-norm)"
                             .to_string(),
-                        false => format!(
-                            "--metric roc-auc: ROC-AUC is undefined on this dev set: no dev document has the \
-                             label {}; give a dev set with every label (--dev, or a larger --dev-split) or \
-                             another --metric",
-                            missing.join(", ")
-                        ),
+                        false => roc_auc_without(&missing),
                     })
                 })?;
             }
             sum / n
         }
     })
+}
+
+/// Why `--metric roc-auc` cannot score a dev set whose documents have none of the labels
+/// `missing` (checked before training, and at each epoch).
+pub(crate) fn roc_auc_without(missing: &[&str]) -> String {
+    format!(
+        "--metric roc-auc: ROC-AUC is undefined on this dev set: no dev document has the label {}; give a dev set \
+         with every label (--dev, or a larger --dev-split) or another --metric",
+        missing.join(", ")
+    )
 }
 
 /// Seed of an epoch's generators.
