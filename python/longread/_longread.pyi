@@ -207,5 +207,6 @@ def train(
     KeyboardInterrupt; the same call with `resume="auto"` continues it. `on_epoch` is called
     after every epoch with that epoch's dict (as in "epochs"); an exception it raises stops
     the run the same way (checkpoint saved, the exception raised).
-    Returns {"out", "epochs", "best_epoch", "kept_epoch", "stopped_for_resume", "bow", "cv"};
+    Returns {"out", "epochs", "best_epoch", "kept_epoch", "stopped_for_resume", "bow", "cv",
+    "threshold"};
     raises LongreadError with the command line's message for flags it refuses."""

@@ -146,9 +146,9 @@ pub(crate) fn tune_threshold(
             decision.save(&model_dir).map_err(|e| e.to_string())?;
         }
         let value = serde_json::json!({
-            "threshold": tuned.threshold,
+            "threshold": longread_classifier::decision::as_json_number(tuned.threshold),
             "positive": decision.positive,
-            "metric": metric.name(),
+            "metric": metric,
             "at_default": tuned.at_default,
             "at_threshold": tuned.at_threshold,
             "written": write,

@@ -630,3 +630,20 @@ def test_tune_threshold_keeps_it_in_the_model_and_classifiers_label_by_it(tmp_pa
         longread.tune_threshold(model, dev, metric="f2")
     with pytest.raises(longread.LongreadError, match="two labels"):
         longread.tune_threshold(os.path.join(FIXTURES, "hier", "trained-bert-attention"), dev)
+
+
+def test_train_tune_threshold_keeps_the_threshold_found_on_its_dev_set(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    dev = os.path.join(FIXTURES, "synthetic", "test.jsonl")
+    out = tmp_path / "han"
+    run = longread.train(train, out, arch="han", embedding_dim=16, gru_hidden=8, attention_size=16, epochs=2,
+                         dev=dev, tune_threshold="accuracy", quiet=True)
+    kept = run["threshold"]
+    assert kept["positive"] == "rain" and kept["metric"] == "accuracy"
+    # What the run kept is what tune_threshold finds on the same documents with that model.
+    again = longread.tune_threshold(str(out), dev, metric="accuracy", write=False)
+    assert again["threshold"] == kept["threshold"]
+    assert again["at_threshold"]["accuracy"] == kept["at_threshold"]["accuracy"]
+    assert json.load(open(out / "decision.json"))["threshold"] == kept["threshold"]
+    with pytest.raises(longread.LongreadError, match="--dev-split 0 holds out no dev set"):
+        longread.train(train, tmp_path / "none", arch="han", dev_split=0, tune_threshold="accuracy", quiet=True)

@@ -27,6 +27,7 @@ pub struct Decision {
     /// The label predicted when its probability is at least `threshold`: the model's second.
     pub positive: String,
     /// In (0, 1).
+    #[serde(serialize_with = "shortest")]
     pub threshold: f32,
     /// How it was chosen, for people ("macro-F1 on dev.jsonl (120 documents)").
     #[serde(default)]
@@ -97,6 +98,17 @@ impl Decision {
     }
 }
 
+/// `t` as the f64 of its shortest decimal, so that JSON shows the threshold as decision.json
+/// does (0.58575845, not 0.5857584476470947) wherever it goes through a `serde_json::Value`.
+pub fn as_json_number(t: f32) -> f64 {
+    t.to_string().parse().unwrap_or(f64::from(t))
+}
+
+/// Serializes an f32 threshold as [`as_json_number`].
+pub fn shortest<S: serde::Serializer>(t: &f32, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+    serializer.serialize_f64(as_json_number(*t))
+}
+
 /// The label index (0 or 1) of a document whose second label has probability `positive`, at
 /// `threshold`.
 fn label_at(positive: f32, threshold: f32) -> usize {
@@ -110,6 +122,7 @@ pub const MAX_CANDIDATES: usize = 1000;
 #[derive(Debug, Clone, Serialize)]
 pub struct Tuned {
     /// The threshold on the second label's probability.
+    #[serde(serialize_with = "shortest")]
     pub threshold: f32,
     /// The metrics with the most probable label (the threshold 0.5).
     pub at_default: Report,

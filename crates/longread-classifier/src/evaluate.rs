@@ -258,14 +258,16 @@ pub fn compare(
     })
 }
 
-/// How [`tune_threshold`] scores a threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How [`tune_threshold`] scores a threshold (`threshold --metric`, `train --tune-threshold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
 pub enum ThresholdMetric {
-    /// Macro-averaged F1.
+    /// Macro-averaged F1: both labels count alike, whatever their frequency.
     MacroF1,
     /// Accuracy.
     Accuracy,
-    /// F1 weighted by support.
+    /// F1 weighted by each label's documents.
     WeightedF1,
 }
 
@@ -299,21 +301,26 @@ pub fn tune_threshold(
     reader: impl std::io::BufRead,
     source_name: &str,
     metric: ThresholdMetric,
+    on_document: impl FnMut(),
+) -> Result<(crate::decision::Tuned, crate::decision::Decision)> {
+    let task = two_label_task(classifier)?;
+    let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
+    tune_threshold_on(classifier, &examples, source_name, metric, on_document)
+}
+
+/// [`tune_threshold`] on documents already read, their primary-task label in the first
+/// column (as `train` holds its dev set).
+pub fn tune_threshold_on(
+    classifier: &Classifier,
+    examples: &[Example],
+    source_name: &str,
+    metric: ThresholdMetric,
     mut on_document: impl FnMut(),
 ) -> Result<(crate::decision::Tuned, crate::decision::Decision)> {
-    let task = &classifier.tasks()[0];
-    if task.labels.len() != 2 {
-        return Err(ModelError::InvalidInput(format!(
-            "a decision threshold is for a model with two labels; {} has {} ({})",
-            classifier.dir().display(),
-            task.labels.len(),
-            label_list(&task.labels)
-        )));
-    }
-    let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
-    let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
+    let task = two_label_task(classifier)?;
+    let gold = resolve_column(examples, 0, &task.labels, source_name)?;
     let mut positive = Vec::with_capacity(examples.len());
-    classify_labelled(classifier, &examples, source_name, |prediction| {
+    classify_labelled(classifier, examples, source_name, |prediction| {
         positive.push(prediction.probabilities()[1]);
         on_document();
     })?;
@@ -329,4 +336,19 @@ pub fn tune_threshold(
         chosen_by: format!("{} on {source_name} ({} documents)", metric.name(), truth.len()),
     };
     Ok((tuned, decision))
+}
+
+/// The primary task of a two-label `classifier`; another is refused before any document is
+/// classified.
+fn two_label_task(classifier: &Classifier) -> Result<&TaskSpec> {
+    let task = &classifier.tasks()[0];
+    if task.labels.len() != 2 {
+        return Err(ModelError::InvalidInput(format!(
+            "a decision threshold is for a model with two labels; {} has {} ({})",
+            classifier.dir().display(),
+            task.labels.len(),
+            label_list(&task.labels)
+        )));
+    }
+    Ok(task)
 }

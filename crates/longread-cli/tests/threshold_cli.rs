@@ -132,3 +132,113 @@ fn thresholds_that_cannot_apply_are_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("decision.json") && stderr.contains("second label is \"rain\""), "{stderr}");
 }
+
+/// `train --tune-threshold`: small HAN sizes so that a run takes a second.
+const SMALL_HAN: [&str; 8] = ["--embedding-dim", "16", "--gru-hidden", "8", "--attention-size", "16", "--seed", "3"];
+
+/// `longread train --arch han --train synthetic/train.jsonl --out OUT` with small sizes and
+/// `extra` flags.
+fn train_han(out: &Path, extra: &[&str]) -> std::process::Output {
+    let data = fixture("synthetic/train.jsonl");
+    let mut args = vec!["train", "--arch", "han", "--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    args.extend_from_slice(&SMALL_HAN);
+    args.extend_from_slice(extra);
+    longread(&args)
+}
+
+#[test]
+fn train_tune_threshold_keeps_what_the_threshold_command_finds_on_the_dev_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("han");
+    let dev = fixture("synthetic/test.jsonl");
+    let dev = dev.to_str().unwrap();
+    let run = train_han(&out, &["--dev", dev, "--epochs", "2", "--tune-threshold", "accuracy", "--log-format", "json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let done = json_lines(&run.stdout).into_iter().find(|e| e["event"] == "done").expect("a done event");
+    let kept = &done["threshold"];
+    assert_eq!((kept["positive"].as_str(), kept["metric"].as_str()), (Some("rain"), Some("accuracy")), "{done}");
+    let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
+    assert_eq!(decision["threshold"].as_f64(), kept["threshold"].as_f64());
+    let chosen_by = decision["chosen_by"].as_str().unwrap();
+    assert!(
+        chosen_by.starts_with("accuracy on ") && chosen_by.ends_with("synthetic/test.jsonl (12 documents)"),
+        "{decision}"
+    );
+
+    // The same threshold as `longread threshold` finds on the same documents with the model
+    // the run kept (the run classifies its dev set as predict does).
+    let model = out.to_str().unwrap();
+    let check =
+        longread(&["threshold", "--model", model, "--data", dev, "--metric", "accuracy", "--dry-run", "--json"]);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let check: Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!(check["threshold"].as_f64(), kept["threshold"].as_f64(), "{check} vs {kept}");
+    assert_eq!(check["at_threshold"]["accuracy"], kept["at_threshold"]["accuracy"]);
+    assert_eq!(check["at_default"]["accuracy"], kept["at_default"]["accuracy"]);
+    assert!(kept["at_threshold"]["accuracy"].as_f64() >= kept["at_default"]["accuracy"].as_f64(), "{kept}");
+    // eval applies it: its accuracy on the dev set is the one found at the threshold.
+    let eval = longread(&["eval", "--model", model, "--data", dev, "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let eval: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    assert_eq!(eval["accuracy"], kept["at_threshold"]["accuracy"]);
+}
+
+#[test]
+fn train_tune_threshold_waits_for_a_stopped_run_to_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("han");
+    let flags = ["--dev-split", "0.25", "--epochs", "2"];
+    let first = train_han(&out, &[&flags[..], &["--stop-after-epoch", "1", "--tune-threshold", "macro-f1"]].concat());
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(!out.join("decision.json").exists(), "a stopped run tunes nothing yet");
+    // Given only when resuming: it applies to the model the completed run keeps.
+    let rest = train_han(&out, &[&flags[..], &["--resume", "auto", "--tune-threshold", "macro-f1"]].concat());
+    let stderr = String::from_utf8_lossy(&rest.stderr);
+    assert!(rest.status.success(), "{stderr}");
+    assert!(stderr.contains("tuning the decision threshold on the dev set's 8 documents"), "{stderr}");
+    assert!(stderr.contains("kept in") && stderr.contains("decision.json"), "{stderr}");
+    let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
+    let threshold = decision["threshold"].as_f64().unwrap();
+    assert!(threshold > 0.0 && threshold < 1.0, "{decision}");
+    let inspect = longread(&["inspect", out.to_str().unwrap(), "--json"]);
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+    let inspect: Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(inspect["decision"]["threshold"].as_f64(), Some(threshold), "{inspect}");
+    let chosen_by = inspect["decision"]["chosen_by"].as_str().unwrap();
+    assert!(
+        chosen_by.starts_with("macro-F1 on the --dev-split 0.25 of ") && chosen_by.ends_with("(8 documents)"),
+        "{chosen_by}"
+    );
+}
+
+#[test]
+fn train_tune_threshold_without_a_dev_set_or_two_labels_is_refused_before_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let train = fixture("synthetic/train.jsonl");
+    let refused = |args: &[&str], needle: &str| {
+        assert_clean_failure(&longread(args), needle);
+        assert!(!out.exists(), "{args:?} left {}", out.display());
+    };
+    let (data, o) = (train.to_str().unwrap(), out.to_str().unwrap());
+    let base = ["train", "--train", data, "--out", o, "--tune-threshold", "macro-f1"];
+    refused(&[&base[..], &["--arch", "bow"]].concat(), "--arch bow holds none out");
+    refused(&[&base[..], &["--arch", "han", "--dev-split", "0"]].concat(), "--dev-split 0 holds out no dev set");
+    refused(&[&base[..], &["--arch", "han", "--cv", "3"]].concat(), "--cv trains one model per fold");
+
+    let three = tmp.path().join("three.jsonl");
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{}\n",
+                serde_json::json!({"text": format!("words number {i} here"), "label": (["a", "b", "c"])[i % 3]})
+            )
+        })
+        .collect();
+    std::fs::write(&three, lines).unwrap();
+    let three = three.to_str().unwrap();
+    refused(
+        &["train", "--arch", "han", "--train", three, "--out", o, "--tune-threshold", "accuracy"],
+        "--tune-threshold is for a model with two labels",
+    );
+}

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
-use longread_classifier::decision::{Decision, DECISION_FILE};
+use clap::Args;
+use longread_classifier::decision::{as_json_number, Decision, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, ThresholdMetric};
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
@@ -32,8 +32,8 @@ pub struct ThresholdArgs {
     #[arg(long, visible_alias = "input", required_unless_present_any = ["set", "clear"])]
     data: Option<PathBuf>,
     /// What the threshold maximizes on --data.
-    #[arg(long, value_enum, default_value_t = MetricArg::MacroF1)]
-    metric: MetricArg,
+    #[arg(long, value_enum, default_value_t = ThresholdMetric::MacroF1)]
+    metric: ThresholdMetric,
     /// Print what tuning finds without writing it to the model.
     #[arg(long)]
     dry_run: bool,
@@ -48,27 +48,6 @@ pub struct ThresholdArgs {
     json: bool,
     #[command(flatten)]
     encoding: EncodingArgs,
-}
-
-/// The metric a threshold maximizes (`--metric`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum MetricArg {
-    /// Macro-averaged F1: both labels count alike, whatever their frequency.
-    MacroF1,
-    /// Accuracy.
-    Accuracy,
-    /// F1 weighted by each label's documents.
-    WeightedF1,
-}
-
-impl MetricArg {
-    fn metric(self) -> ThresholdMetric {
-        match self {
-            Self::MacroF1 => ThresholdMetric::MacroF1,
-            Self::Accuracy => ThresholdMetric::Accuracy,
-            Self::WeightedF1 => ThresholdMetric::WeightedF1,
-        }
-    }
 }
 
 /// Runs `longread threshold`.
@@ -98,7 +77,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
         decision.save(dir)?;
         if args.json {
-            println!("{}", serde_json::json!({ "threshold": threshold, "written": true }));
+            println!("{}", serde_json::json!({ "threshold": as_json_number(threshold), "written": true }));
         } else if !quiet {
             eprintln!("{}: `{}` when its probability is at least {threshold}", dir.display(), printable(&labels[1]));
         }
@@ -107,8 +86,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     let Some(data) = &args.data else { bail!("--data is needed to tune a threshold") };
     let progress = progress_bar(0, quiet);
     let source = input_name(data);
-    let (tuned, decision) =
-        tune_threshold(&classifier, open_input(data)?, &source, args.metric.metric(), || progress.inc(1))?;
+    let (tuned, decision) = tune_threshold(&classifier, open_input(data)?, &source, args.metric, || progress.inc(1))?;
     progress.finish_and_clear();
     let written = !args.dry_run;
     if written {
@@ -116,9 +94,9 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     }
     if args.json {
         let value = serde_json::json!({
-            "threshold": tuned.threshold,
+            "threshold": as_json_number(tuned.threshold),
             "positive": decision.positive,
-            "metric": args.metric.metric().name(),
+            "metric": args.metric,
             "at_default": tuned.at_default,
             "at_threshold": tuned.at_threshold,
             "written": written,
@@ -130,7 +108,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         "{} ({}, maximizing {}): `{}` when its probability is at least {:.4}",
         source,
         counted(tuned.at_default.examples, "document"),
-        args.metric.metric().name(),
+        args.metric.name(),
         printable(&labels[1]),
         tuned.threshold
     );

@@ -12,16 +12,18 @@ use crate::run::checkpoints::read_checkpoint;
 use crate::run::data::{dev_set_words, load_data};
 use crate::run::spec::TrainSpec;
 use crate::run::start::starting_model;
+use crate::run::threshold::DevTexts;
 use crate::run::{RunHooks, RunOutput};
 use crate::trainer::{train, EpochLog, Resume, Split};
 
-/// Trains a classifier as `spec` says, new or resumed from `checkpoint`.
+/// Trains a classifier as `spec` says, new or resumed from `checkpoint`; returns the epochs
+/// and the dev texts kept for `--tune-threshold`.
 pub(crate) fn run(
     spec: &TrainSpec,
     checkpoint: Option<&Path>,
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
-) -> Result<Vec<EpochLog>> {
+) -> Result<(Vec<EpochLog>, Option<DevTexts>)> {
     let device = spec.device.resolve()?;
     let model_dir = spec.model.clone().unwrap_or_default();
     let source = checkpoint.unwrap_or(&model_dir);
@@ -40,7 +42,8 @@ pub(crate) fn run(
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
         .transpose()?;
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
-    let (train_data, dev_data) = load_data(spec, &mut model, &chunker, &device, &mut |line| hooks.note(line))?;
+    let (train_data, dev_data, dev_texts) =
+        load_data(spec, &mut model, &chunker, &device, &mut |line| hooks.note(line))?;
     let model = model;
     let labels = model.labels().to_vec();
     let tasks: Vec<String> = model.config().tasks().into_iter().map(|t| t.name).collect();
@@ -78,7 +81,7 @@ pub(crate) fn run(
     let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
     // Both callbacks report: the hooks are shared.
     let hooks = RefCell::new(hooks);
-    train(
+    let logs = train(
         &model,
         Split { docs: train_docs, labels: train_data.labels.clone(), offsets: train_data.offsets.clone() },
         Split { docs: dev_docs, labels: dev_data.labels.clone(), offsets: dev_data.offsets.clone() },
@@ -92,5 +95,6 @@ pub(crate) fn run(
             Ok(())
         },
         |mid| output.borrow().mid_epoch(&mid),
-    )
+    )?;
+    Ok((logs, dev_texts))
 }

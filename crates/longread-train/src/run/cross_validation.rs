@@ -184,7 +184,7 @@ pub(crate) fn run(
     ));
     let json = serde_json::to_string_pretty(&cv).map_err(|e| TrainError::Run(format!("cv.json: {e}")))? + "\n";
     write(&spec.out.join("cv.json"), &json)?;
-    Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: None, cv: Some(cv) })
+    Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: None, cv: Some(cv), threshold: None })
 }
 
 /// Refuses what cross-validation cannot combine with; true when `spec` resumes a run.

@@ -10,6 +10,7 @@ use longread_text::{labels_from_column, read_labelled_columns, ChunkedDocument, 
 
 use crate::error::{Result, TrainError};
 use crate::run::spec::{name_value, MetricArg, TrainPlan, TrainSpec};
+use crate::run::threshold::{self, DevTexts};
 use crate::run::wide::fit_wide;
 
 /// Opens labelled data (`-` is standard input); returns it with its name for messages.
@@ -109,14 +110,14 @@ pub(crate) fn dev_set_words(documents: usize) -> String {
 /// new ones with labels from the training data), then reads, labels and chunks the training
 /// and dev documents; with `--wide-bow`, fits the wide side on the training documents, gives
 /// it to `model` and the documents their logit offsets (`note` hears what it fitted).
-/// Returns (train, dev).
-pub fn load_data(
+/// Returns (train, dev, the dev texts kept for `--tune-threshold`).
+pub(crate) fn load_data(
     spec: &TrainSpec,
     model: &mut HierarchicalClassifier,
     chunker: &Chunker,
     device: &Device,
     note: &mut dyn FnMut(&str),
-) -> Result<(Labelled, Labelled)> {
+) -> Result<(Labelled, Labelled, Option<DevTexts>)> {
     let requested: Vec<(&str, &str)> =
         spec.encoder.task.iter().map(|t| name_value("--task", t)).collect::<Result<Vec<_>>>()?;
     let mut new_tasks: Vec<(String, String)> = Vec::new();
@@ -156,6 +157,8 @@ pub fn load_data(
     })?;
     warn_of_overlap(&train, &dev, note);
     check_dev_for_metric(spec, &dev, &names)?;
+    threshold::check_labels(spec, names[0])?;
+    let dev_texts = threshold::keep_dev(spec, &dev.examples, &dev.source);
     let wide_bow = match spec.plan() {
         TrainPlan::Encoder { wide, .. } => wide,
         TrainPlan::Han { .. } | TrainPlan::Bow(_) => None,
@@ -187,5 +190,5 @@ pub fn load_data(
         train.offsets = Some(tensors(wide.train)?);
         dev.offsets = Some(tensors(wide.dev)?);
     }
-    Ok((train, dev))
+    Ok((train, dev, dev_texts))
 }

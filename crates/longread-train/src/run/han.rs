@@ -15,6 +15,7 @@ use crate::run::checkpoints::read_checkpoint;
 use crate::run::data::{check_dev_for_metric, dev_set_words, read_examples, warn_of_overlap};
 use crate::run::spec::{HanSpec, TrainSpec};
 use crate::run::start::training_labels;
+use crate::run::threshold::{self, DevTexts};
 use crate::run::{RunHooks, RunOutput};
 use crate::trainer::{EpochLog, Resume};
 
@@ -34,14 +35,15 @@ impl Documents {
     }
 }
 
-/// Trains a HAN as `spec` says, new or resumed from `checkpoint`.
+/// Trains a HAN as `spec` says, new or resumed from `checkpoint`; returns the epochs and the
+/// dev texts kept for `--tune-threshold`.
 pub(crate) fn run(
     spec: &TrainSpec,
     han: &HanSpec,
     checkpoint: Option<&Path>,
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
-) -> Result<Vec<EpochLog>> {
+) -> Result<(Vec<EpochLog>, Option<DevTexts>)> {
     let device = longread_model::device::host();
     let resumed = checkpoint.map(|dir| HanClassifier::load(dir, &device)).transpose()?;
     let resume = checkpoint
@@ -53,28 +55,32 @@ pub(crate) fn run(
         Some(model) => model.labels().to_vec(),
         None => training_labels(spec)?,
     };
+    threshold::check_labels(spec, &labels)?;
     let label_names = [labels.as_slice()];
     let all = LabelledDataset::resolve(examples, &label_names, &source)?;
     // Every training text must have words and a label, whichever side of the split it lands on.
     let documents_all = documents(&all)?;
-    let (train, dev) = match &spec.dev {
+    let (train, dev, dev_texts) = match &spec.dev {
         Some(path) => {
             let (examples, source) = read_examples(path, &["label".to_string()])?;
             let dev_data = LabelledDataset::resolve(examples, &label_names, &source)?;
             warn_of_overlap(&all, &dev_data, &mut |l| hooks.note(l));
             check_dev_for_metric(spec, &dev_data, &label_names)?;
-            (documents_all, documents(&dev_data)?)
+            let texts = threshold::keep_dev(spec, &dev_data.examples, &dev_data.source);
+            (documents_all, documents(&dev_data)?, texts)
         }
         None if spec.trains_without_dev() => {
             warn_of_overlap(&all, &all.pick(&[]), &mut |l| hooks.note(l));
             let none = documents_all.pick(&[]);
-            (documents_all, none)
+            (documents_all, none, None)
         }
         None => {
             let (train_idx, dev_idx) = all.dev_split_indices(spec.training.dev_split, spec.seed)?;
-            warn_of_overlap(&all.pick(&train_idx), &all.pick(&dev_idx), &mut |l| hooks.note(l));
-            check_dev_for_metric(spec, &all.pick(&dev_idx), &label_names)?;
-            (documents_all.pick(&train_idx), documents_all.pick(&dev_idx))
+            let dev_data = all.pick(&dev_idx);
+            warn_of_overlap(&all.pick(&train_idx), &dev_data, &mut |l| hooks.note(l));
+            check_dev_for_metric(spec, &dev_data, &label_names)?;
+            let texts = threshold::keep_dev(spec, &dev_data.examples, &dev_data.source);
+            (documents_all.pick(&train_idx), documents_all.pick(&dev_idx), texts)
         }
     };
     let model = match resumed {
@@ -90,7 +96,7 @@ pub(crate) fn run(
     let cfg = spec.config(&train.labels, model.labels(), &["label".to_string()])?;
     let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
     let hooks = RefCell::new(hooks);
-    train_han(
+    let logs = train_han(
         &model,
         HanSplit { grids: &train_grids, labels: &train.labels },
         HanSplit { grids: &dev_grids, labels: &dev.labels },
@@ -105,7 +111,8 @@ pub(crate) fn run(
             Ok(())
         },
         |mid| output.borrow().mid_epoch(&mid),
-    )
+    )?;
+    Ok((logs, dev_texts))
 }
 
 /// Splits every document into sentences of words; a text without any word, or without a

@@ -29,6 +29,7 @@ pub mod spec;
 #[cfg(feature = "clap")]
 pub mod stacking;
 pub mod start;
+mod threshold;
 pub mod wide;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +44,7 @@ pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 use settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use spec::TrainPlan as Plan;
 pub use spec::{Arch, BowSpec, EncoderTrainSpec, HanSpec, LoopSpec, TrainPlan, TrainPrecision, TrainSpec};
+pub use threshold::ThresholdSummary;
 
 use crate::error::{Result, TrainError};
 use crate::trainer::{EpochLog, PretrainLog, Progress};
@@ -71,6 +73,8 @@ pub struct RunSummary {
     pub bow: Option<BowSummary>,
     /// The folds of a `--cv` run (its epochs are the folds' runs').
     pub cv: Option<cross_validation::CvSummary>,
+    /// The decision threshold `--tune-threshold` kept (when the run completed).
+    pub threshold: Option<ThresholdSummary>,
 }
 
 impl RunSummary {
@@ -133,15 +137,29 @@ fn run_from(
     if checkpoint.is_some() {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
     }
-    let logs = match spec.plan() {
+    let ran = match spec.plan() {
         Plan::Bow(bow) => {
             let summary = bow::run(spec, bow, &settings, hooks)?;
-            return Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: Some(summary), cv: None });
+            return Ok(RunSummary {
+                logs: Vec::new(),
+                stopped_for_resume: false,
+                bow: Some(summary),
+                cv: None,
+                threshold: None,
+            });
         }
         Plan::Han { han, .. } => han::run(spec, han, checkpoint.as_deref(), &settings, hooks),
         Plan::Encoder { .. } => classifier::run(spec, checkpoint.as_deref(), &settings, hooks),
     };
-    finish(spec, logs)
+    let (logs, dev_texts) = match ran {
+        Ok((logs, dev_texts)) => (Ok(logs), dev_texts),
+        Err(e) => (Err(e), None),
+    };
+    let mut summary = finish(spec, logs)?;
+    if let (Some(metric), Some(dev), false) = (spec.tune_threshold, dev_texts, summary.stopped_for_resume) {
+        summary.threshold = Some(threshold::tune_and_keep(spec, metric, &dev, hooks)?);
+    }
+    Ok(summary)
 }
 
 /// Removes a run directory that holds nothing but its settings and logs (no model, no
@@ -172,5 +190,5 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
     if !stopped_for_resume {
         remove_other_checkpoints(&spec.out, None)?;
     }
-    Ok(RunSummary { logs, stopped_for_resume, bow: None, cv: None })
+    Ok(RunSummary { logs, stopped_for_resume, bow: None, cv: None, threshold: None })
 }

@@ -113,11 +113,13 @@ pub(crate) fn recorded_settings(
 }
 
 /// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
-/// how much of the frozen-layer cache stays in memory (none changes the results), and the
-/// device (a run moved to another device continues from the same state, though not
+/// how much of the frozen-layer cache stays in memory (none changes the results), whether a
+/// threshold is tuned when it completes, and the device (a run moved to another device continues from the same state, though not
 /// bit-identically to staying put: the devices round differently).
-pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 10] = [
+pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 11] = [
     "device",
+    // Applies when the run completes, to the model it kept.
+    "tune_threshold",
     "vector_cache",
     "resume",
     "out",

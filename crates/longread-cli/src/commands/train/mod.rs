@@ -67,6 +67,9 @@ pub fn run(mut args: TrainArgs, quiet: bool, device: longread_model::DeviceChoic
         if let Some(cv) = &summary.cv {
             done["cv"] = serde_json::to_value(cv)?;
         }
+        if let Some(threshold) = &summary.threshold {
+            done["threshold"] = serde_json::to_value(threshold)?;
+        }
         println!("{done}");
     }
     if text && summary.stopped_for_resume {

@@ -93,6 +93,12 @@ impl TrainSpec {
         if self.model.is_some() {
             bail!("--model does not apply to --arch bow, which learns from the training data's words alone");
         }
+        if self.tune_threshold.is_some() {
+            bail!(
+                "--tune-threshold tunes on a dev set, and --arch bow holds none out (its --cv folds choose C): tune \
+                 the trained model with `longread threshold --model OUT --data DEV.jsonl`"
+            );
+        }
         if self.encoder.wide_bow {
             bail!("--wide-bow adds a bag of words to an encoder model; --arch bow is the bag of words alone");
         }
@@ -201,6 +207,16 @@ impl TrainSpec {
         }
         if self.trains_without_dev() {
             self.settle_without_dev()?;
+        }
+        if self.tune_threshold.is_some() && (self.cv.is_some() || self.trains_without_dev()) {
+            let why = match self.cv {
+                Some(_) => "--cv trains one model per fold, each with its own dev set",
+                None => "--dev-split 0 holds out no dev set",
+            };
+            bail!(
+                "--tune-threshold tunes on the run's dev set, but {why}: tune the final model with `longread \
+                 threshold --model OUT --data DEV.jsonl`"
+            );
         }
         let e = &self.encoder;
         if e.train_embeddings && e.freeze_bottom > 0 {
