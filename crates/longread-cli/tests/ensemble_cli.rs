@@ -15,6 +15,25 @@ fn an_ensemble_of_a_hierarchical_model_and_a_han_predicts_with_its_members_score
     let made = longread(&[
         "ensemble", "--model", hier, "--model", han, "--weight", "3", "--weight", "1", "--out", o, "--json",
     ]);
+    // The same weights comma-separated, as --labels and --c-values take lists.
+    let comma = tmp.path().join("comma");
+    let again = longread(&[
+        "ensemble",
+        "--model",
+        hier,
+        "--model",
+        han,
+        "--weight",
+        "3,1",
+        "--out",
+        comma.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&again.stdout).unwrap()["members"],
+        serde_json::from_slice::<Value>(&made.stdout).unwrap()["members"]
+    );
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     assert!(String::from_utf8_lossy(&made.stderr).contains("--calibrate DEV.jsonl"), "uncalibrated: a note");
     let spec: Value = serde_json::from_slice(&made.stdout).unwrap();
@@ -73,6 +92,8 @@ fn wrong_ensemble_arguments_are_refused_before_anything_is_written() {
         (vec!["--model", hier], "at least two"),
         (vec!["--model", hier, "--model", han, "--weight", "1"], "one per model"),
         (vec!["--model", hier, "--model", han, "--weight", "1", "--weight", "-2"], "weights must be positive"),
+        (vec!["--model", hier, "--model", han, "--weight", "1,-2"], "weights must be positive"),
+        (vec!["--model", hier, "--model", han, "--weight", "1,2,3"], "one per model"),
         (vec!["--model", hier, "--model", "/nonexistent/model"], "/nonexistent/model"),
     ];
     for (args, needle) in cases {

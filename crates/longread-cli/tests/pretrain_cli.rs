@@ -134,6 +134,11 @@ fn pretraining_refused_for_its_data_or_counts_writes_nothing() {
             (vec!["--corpus", corpus.as_str(), "--batch-size", "0"], "--batch-size, --max-steps and --eval-every"),
             (vec!["--corpus", corpus.as_str(), "--eval-every", "0"], "--batch-size, --max-steps and --eval-every"),
             (vec!["--corpus", corpus.as_str(), "--seq-len", "2"], "--seq-len must be at least 3"),
+            // A negative rate ran (climbing the loss), NaN diverged after five steps.
+            (vec!["--corpus", corpus.as_str(), "--lr", "-1"], "--lr -1: a learning rate must be a number above 0"),
+            (vec!["--corpus", corpus.as_str(), "--lr", "nan"], "--lr NaN: a learning rate must be a number above 0"),
+            (vec!["--corpus", corpus.as_str(), "--weight-decay", "-0.1"], "--weight-decay -0.1: must be in [0, ∞)"),
+            (vec!["--corpus", corpus.as_str(), "--max-grad-norm", "inf"], "--max-grad-norm inf: must be in [0, ∞)"),
         ] {
             let mut args = vec!["pretrain", "--out", &out, "--steps", "2", "-q"];
             args.extend_from_slice(&start);

@@ -25,8 +25,9 @@ pub struct EnsembleArgs {
     #[arg(long = "model", required = true, num_args = 1)]
     models: Vec<PathBuf>,
     /// Weight of each member, in the order of --model (as many as models; they are divided by
-    /// their sum). Default: equal weights.
-    #[arg(long = "weight", num_args = 1, allow_negative_numbers = true)]
+    /// their sum): repeated (`--weight 2 --weight 1`) or comma-separated (`--weight 2,1`).
+    /// Default: equal weights.
+    #[arg(long = "weight", num_args = 1, value_delimiter = ',', allow_negative_numbers = true)]
     weights: Vec<f64>,
     /// Output directory; must not exist (written under a temporary name, then renamed).
     #[arg(long, visible_alias = "output")]

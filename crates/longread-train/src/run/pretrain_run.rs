@@ -136,6 +136,18 @@ pub fn pretrain_run(
     if !in_unit(spec.mask_prob) || !in_unit(spec.held_out) {
         bail!("--mask-prob and --held-out must be between 0 and 1");
     }
+    // A negative rate climbed the loss and NaN diverged after a few steps: both ran.
+    if !(spec.lr.is_finite() && spec.lr > 0.0) {
+        bail!("--lr {}: a learning rate must be a number above 0", spec.lr);
+    }
+    for (name, value, range) in [
+        ("--weight-decay", spec.weight_decay, "[0, ∞)"),
+        ("--max-grad-norm", spec.max_grad_norm, "[0, ∞) (0 turns clipping off)"),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            bail!("{name} {value}: must be in {range}");
+        }
+    }
     let mut settings =
         serde_json::to_value(spec).map_err(|e| TrainError::Run(format!("recording the settings: {e}")))?;
     if let Some(obj) = settings.as_object_mut() {
