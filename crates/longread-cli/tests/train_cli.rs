@@ -141,6 +141,11 @@ fn training_input_problems_are_clear_errors() {
     std::fs::write(p("dev.jsonl"), "{\"text\": \"Snow.\", \"label\": \"teen\"}\n").unwrap();
     let out = train(&model, &ok, &p("o"), &["--dev", p("dev.jsonl").to_str().unwrap(), "--class-weights", "1,2"]);
     assert_clean_failure(&out, "--class-weights needs 3 non-negative numbers");
+    // Zero on both labels the training data has (its documents are label 0 and "teen"): every
+    // step was 0/0, skipped as NaN, and the run completed untrained.
+    let out = train(&model, &ok, &p("o"), &["--dev", p("dev.jsonl").to_str().unwrap(), "--class-weights", "0,0,1"]);
+    assert_clean_failure(&out, "--class-weights 0,0,1: the training documents' labels all weigh 0");
+    assert!(!p("o").exists());
 }
 
 /// Dev documents that are also training documents (a dev file cut from the same pool, a file

@@ -137,6 +137,14 @@ impl TrainSpec {
                         longread_text::labelled::label_list(labels)
                     );
                 }
+                // All zero (or zero on every label the training data has): every step's loss was
+                // 0/0, each skipped as NaN, and the run "completed" untrained.
+                if train_labels.iter().all(|&l| w[l] == 0.0) {
+                    bail!(
+                        "--class-weights {list}: the training documents' labels all weigh 0, which leaves no loss to \
+                         train on (give a label a weight above 0)"
+                    );
+                }
                 Some(w)
             }
         })
