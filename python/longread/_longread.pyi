@@ -114,11 +114,12 @@ def tune_threshold(
     threads: Optional[int] = None,
     device: str = "auto",
 ) -> dict[str, Any]:
-    """`longread threshold`: a two-label model's threshold on its second label's probability
-    that maximizes `metric` ("macro-f1", "accuracy", "weighted-f1") on held-out labelled
-    documents; with write=True it is kept in the model (decision.json) and every Classifier
-    loaded from it labels by it. {"threshold", "positive", "metric", "at_default",
-    "at_threshold", "written"}."""
+    """`longread threshold`: the decision rule that maximizes `metric` ("macro-f1",
+    "accuracy", "weighted-f1") on held-out labelled documents — a two-label model's threshold
+    on its second label's probability, or a bias per label (added to ln p) for more labels;
+    with write=True it is kept in the model (decision.json) and every Classifier loaded from it
+    labels by it. {"positive" and "threshold", or "biases"; "chosen_by", "metric",
+    "at_default", "at_threshold", "written"}."""
 
 def ensemble(
     models: Sequence[Union[str, PathLike[str]]],

@@ -102,12 +102,14 @@ pub(crate) fn compare(
 
 /// tune_threshold(model_dir, data, metric="macro-f1", write=True, threads=None, device="auto") -> dict
 ///
-/// `longread threshold`: for a two-label model, the threshold on its second label's
-/// probability that maximizes `metric` ("macro-f1", "accuracy" or "weighted-f1") on the
-/// labelled held-out documents in `data`; with `write=True` it is kept in the model directory
-/// (decision.json), and every Classifier (and the command line, the server) loaded from it then
-/// labels by it. Returns {"threshold", "positive", "metric", "at_default", "at_threshold"
-/// (reports at 0.5 and at the threshold), "written"}.
+/// `longread threshold`: the decision rule that maximizes `metric` ("macro-f1", "accuracy" or
+/// "weighted-f1") on the labelled held-out documents in `data` — for a two-label model the
+/// threshold on its second label's probability, for more labels a bias per label added to
+/// ln(probability); with `write=True` it is kept in the model directory (decision.json), and
+/// every Classifier (and the command line, the server) loaded from it then labels by it.
+/// Returns {"positive" and "threshold", or "biases" ({label: bias}); "chosen_by", "metric",
+/// "at_default", "at_threshold" (reports with the most probable label and with the rule),
+/// "written"}.
 #[pyfunction]
 #[pyo3(signature = (model_dir, data, metric="macro-f1", write=true, threads=None, device="auto"))]
 pub(crate) fn tune_threshold(
@@ -145,14 +147,11 @@ pub(crate) fn tune_threshold(
         if write {
             decision.save(&model_dir).map_err(|e| e.to_string())?;
         }
-        let value = serde_json::json!({
-            "threshold": longread_classifier::decision::as_json_number(tuned.threshold),
-            "positive": decision.positive,
-            "metric": metric,
-            "at_default": tuned.at_default,
-            "at_threshold": tuned.at_threshold,
-            "written": write,
-        });
+        let mut value = serde_json::to_value(&decision).map_err(|e| e.to_string())?;
+        value["metric"] = serde_json::to_value(metric).map_err(|e| e.to_string())?;
+        value["at_default"] = serde_json::to_value(&tuned.at_default).map_err(|e| e.to_string())?;
+        value["at_threshold"] = serde_json::to_value(&tuned.at_threshold).map_err(|e| e.to_string())?;
+        value["written"] = write.into();
         Ok(value.to_string())
     });
     match result {

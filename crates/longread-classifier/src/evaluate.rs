@@ -291,11 +291,11 @@ impl ThresholdMetric {
     }
 }
 
-/// Classifies the labelled JSON lines of `reader` (primary task) with a two-label
-/// `classifier` and finds the threshold on its second label's probability that maximizes
-/// `metric` there ([`crate::decision::tune`]); the documents should be held out from training.
-/// `on_document` is called after each document is scored. Returns what was found and the
-/// [`Decision`](crate::decision::Decision) to keep (not saved).
+/// Classifies the labelled JSON lines of `reader` (primary task) with `classifier` and finds
+/// the decision rule that maximizes `metric` there ([`crate::decision::tune`]: a threshold on
+/// the second label's probability for two labels, label biases for more); the documents
+/// should be held out from training. `on_document` is called after each document is scored.
+/// Returns what was found and the [`Decision`](crate::decision::Decision) to keep (not saved).
 pub fn tune_threshold(
     classifier: &Classifier,
     reader: impl std::io::BufRead,
@@ -303,7 +303,7 @@ pub fn tune_threshold(
     metric: ThresholdMetric,
     on_document: impl FnMut(),
 ) -> Result<(crate::decision::Tuned, crate::decision::Decision)> {
-    let task = two_label_task(classifier)?;
+    let task = &classifier.tasks()[0];
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     tune_threshold_on(classifier, &examples, source_name, metric, on_document)
 }
@@ -317,38 +317,22 @@ pub fn tune_threshold_on(
     metric: ThresholdMetric,
     mut on_document: impl FnMut(),
 ) -> Result<(crate::decision::Tuned, crate::decision::Decision)> {
-    let task = two_label_task(classifier)?;
+    let task = &classifier.tasks()[0];
     let gold = resolve_column(examples, 0, &task.labels, source_name)?;
-    let mut positive = Vec::with_capacity(examples.len());
+    let mut probabilities = Vec::with_capacity(examples.len());
     classify_labelled(classifier, examples, source_name, |prediction| {
-        positive.push(prediction.probabilities()[1]);
+        probabilities.push(prediction.probabilities().to_vec());
         on_document();
     })?;
-    let (truth, positive): (Vec<usize>, Vec<f32>) =
-        gold.iter().zip(positive).filter_map(|(g, p)| g.map(|g| (g, p))).unzip();
+    let (truth, probabilities): (Vec<usize>, Vec<Vec<f32>>) =
+        gold.iter().zip(probabilities).filter_map(|(g, p)| g.map(|g| (g, p))).unzip();
     if truth.is_empty() {
         return Err(ModelError::InvalidInput(format!("{source_name}: no document has a label in \"{}\"", task.column)));
     }
-    let tuned = crate::decision::tune(&task.labels, &truth, &positive, |r| metric.of(r))?;
+    let tuned = crate::decision::tune(&task.labels, &truth, &probabilities, |r| metric.of(r))?;
     let decision = crate::decision::Decision {
-        positive: task.labels[1].clone(),
-        threshold: tuned.threshold,
+        rule: tuned.rule.clone(),
         chosen_by: format!("{} on {source_name} ({} documents)", metric.name(), truth.len()),
     };
     Ok((tuned, decision))
-}
-
-/// The primary task of a two-label `classifier`; another is refused before any document is
-/// classified.
-fn two_label_task(classifier: &Classifier) -> Result<&TaskSpec> {
-    let task = &classifier.tasks()[0];
-    if task.labels.len() != 2 {
-        return Err(ModelError::InvalidInput(format!(
-            "a decision threshold is for a model with two labels; {} has {} ({})",
-            classifier.dir().display(),
-            task.labels.len(),
-            label_list(&task.labels)
-        )));
-    }
-    Ok(task)
 }

@@ -38,10 +38,7 @@ pub fn summarize(dir: &Path) -> Result<ModelSummary> {
         if !table.ends_with('\n') {
             table.push('\n');
         }
-        table += &format!(
-            "decision         `{}` when its probability is at least {} ({})\n",
-            decision.positive, decision.threshold, decision.chosen_by
-        );
+        table += &format!("decision         {} ({})\n", decision.describe(), decision.chosen_by);
         json["decision"] = serde_json::to_value(&decision).unwrap_or_default();
     }
     let table = table.split('\n').map(printable).collect::<Vec<_>>().join("\n");

@@ -67,9 +67,10 @@ enum Command {
     /// Combine trained models (any kinds, same labels) into one whose probabilities are their
     /// weighted mean, e.g. a fine-tuned hierarchical model and the bag-of-words baseline.
     Ensemble(commands::ensemble::EnsembleArgs),
-    /// Tune a two-label model's decision threshold on held-out labelled documents (the
-    /// probability its second label needs), and keep it in the model: predict, eval, report,
-    /// serve and Python then label by it. `--set T` keeps a given one, `--clear` removes it.
+    /// Tune a model's decision rule on held-out labelled documents (two labels: the probability
+    /// its second label needs; more: a bias per label), and keep it in the model: predict,
+    /// eval, report, serve and Python then label by it. `--set T` keeps a given threshold,
+    /// `--clear` removes the rule.
     Threshold(commands::threshold::ThresholdArgs),
     /// Write one HTML page (`--out FILE.html`) showing each document's prediction and its chunks' attention.
     Report(commands::report::ReportArgs),

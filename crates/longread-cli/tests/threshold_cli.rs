@@ -121,8 +121,8 @@ fn thresholds_that_cannot_apply_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let three = fixture("hier/trained-bert-attention");
     let data = fixture("synthetic/test.jsonl");
-    let out = longread(&["threshold", "--model", three.to_str().unwrap(), "--data", data.to_str().unwrap()]);
-    assert_clean_failure(&out, "a decision threshold is for a model with two labels");
+    let out = longread(&["threshold", "--model", three.to_str().unwrap(), "--set", "0.3"]);
+    assert_clean_failure(&out, "--set is a threshold for a model with two labels");
     let model = bow(tmp.path());
     assert_clean_failure(&longread(&["threshold", "--model", &model, "--set", "1.5"]), "not between 0 and 1");
     // A decision.json that does not fit the model is an error naming the file, not ignored.
@@ -195,7 +195,7 @@ fn train_tune_threshold_waits_for_a_stopped_run_to_complete() {
     let rest = train_han(&out, &[&flags[..], &["--resume", "auto", "--tune-threshold", "macro-f1"]].concat());
     let stderr = String::from_utf8_lossy(&rest.stderr);
     assert!(rest.status.success(), "{stderr}");
-    assert!(stderr.contains("tuning the decision threshold on the dev set's 8 documents"), "{stderr}");
+    assert!(stderr.contains("tuning the decision rule on the dev set's 8 documents"), "{stderr}");
     assert!(stderr.contains("kept in") && stderr.contains("decision.json"), "{stderr}");
     let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
     let threshold = decision["threshold"].as_f64().unwrap();
@@ -212,7 +212,7 @@ fn train_tune_threshold_waits_for_a_stopped_run_to_complete() {
 }
 
 #[test]
-fn train_tune_threshold_without_a_dev_set_or_two_labels_is_refused_before_training() {
+fn train_tune_threshold_without_a_dev_set_is_refused_before_training_and_three_labels_take_biases() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let train = fixture("synthetic/train.jsonl");
@@ -237,8 +237,91 @@ fn train_tune_threshold_without_a_dev_set_or_two_labels_is_refused_before_traini
         .collect();
     std::fs::write(&three, lines).unwrap();
     let three = three.to_str().unwrap();
-    refused(
-        &["train", "--arch", "han", "--train", three, "--out", o, "--tune-threshold", "accuracy"],
-        "--tune-threshold is for a model with two labels",
-    );
+    // Three labels take a bias per label.
+    let run = longread(&["train", "--arch", "han", "--train", three, "--out", o, "--tune-threshold", "accuracy"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
+    let biased: Vec<&str> = decision["biases"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(biased, ["a", "b", "c"], "{decision}");
+}
+
+/// (id, probabilities, label) of each document `model` predicts from `input`.
+fn scored(model: &str, input: &Path, labels: &[&str]) -> Vec<(String, Vec<f64>, String)> {
+    let out = longread(&["predict", "--model", model, "--input", input.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    json_lines(&out.stdout)
+        .iter()
+        .map(|p| {
+            let scores = labels.iter().map(|l| p["scores"][*l].as_f64().unwrap()).collect();
+            (p["id"].as_str().unwrap().to_owned(), scores, p["label"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+/// Three labels: gold labels that the most probable label gets wrong but a bias on `mature`
+/// gets right; the tuned biases label every document right, predict and eval apply them, and
+/// probabilities do not move.
+#[test]
+fn three_labels_take_label_biases_that_predict_and_eval_apply() {
+    let dir = common::scratch_copy("hier/trained-bert-attention");
+    let model = dir.path().to_str().unwrap().to_owned();
+    let documents = fixture("hier/documents.jsonl");
+    let labels = ["general", "teen", "mature"];
+    let before = scored(&model, &documents, &labels);
+    // The bias `mature` needs to win document d: the best other ln p minus its own.
+    let switch: Vec<f64> = before.iter().map(|(_, p, _)| p[0].max(p[1]).ln() - p[2].ln()).collect();
+    let mut positive: Vec<f64> = switch.iter().copied().filter(|&s| s > 0.0).collect();
+    positive.sort_by(f64::total_cmp);
+    assert!(positive.len() >= 2, "the fixture needs two documents mature does not win: {switch:?}");
+    let bias = (positive[0] + positive[1]) / 2.0;
+    let gold: Vec<&str> = before
+        .iter()
+        .zip(&switch)
+        .map(|((_, p, _), &s)| {
+            if s < bias {
+                "mature"
+            } else if p[1] > p[0] {
+                "teen"
+            } else {
+                "general"
+            }
+        })
+        .collect();
+    assert_ne!(gold, before.iter().map(|(_, _, l)| l.as_str()).collect::<Vec<_>>(), "some label must change");
+    let dev = dir.path().join("dev.jsonl");
+    let lines: String = std::fs::read_to_string(&documents)
+        .unwrap()
+        .lines()
+        .zip(&gold)
+        .map(|(line, label)| {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            v["label"] = (*label).into();
+            v.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(&dev, lines).unwrap();
+
+    let tuned =
+        longread(&["threshold", "--model", &model, "--data", dev.to_str().unwrap(), "--metric", "accuracy", "--json"]);
+    assert!(tuned.status.success(), "{}", String::from_utf8_lossy(&tuned.stderr));
+    let tuned: Value = serde_json::from_slice(&tuned.stdout).unwrap();
+    assert!(tuned["at_default"]["accuracy"].as_f64().unwrap() < 1.0, "{tuned}");
+    assert_eq!(tuned["at_threshold"]["accuracy"], 1.0, "{tuned}");
+    assert_eq!(tuned["biases"]["general"], 0.0, "{tuned}");
+    assert!(tuned.get("threshold").is_none(), "{tuned}");
+
+    let after = scored(&model, &documents, &labels);
+    for ((id, p0, _), ((_, p1, label), want)) in before.iter().zip(after.iter().zip(&gold)) {
+        assert_eq!(p0, p1, "{id}: probabilities unchanged");
+        assert_eq!(label, want, "{id}");
+    }
+    let eval = longread(&["eval", "--model", &model, "--data", dev.to_str().unwrap(), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&eval.stdout).unwrap()["accuracy"], 1.0);
+    let inspect = longread(&["inspect", &model]);
+    let table = String::from_utf8_lossy(&inspect.stdout);
+    assert!(table.contains("decision         the label with the highest ln p + bias (general +0, teen "), "{table}");
+    assert!(longread(&["threshold", "--model", &model, "--clear"]).status.success());
+    let cleared: Vec<String> = scored(&model, &documents, &labels).into_iter().map(|(_, _, l)| l).collect();
+    assert_eq!(cleared, before.into_iter().map(|(_, _, l)| l).collect::<Vec<_>>());
 }

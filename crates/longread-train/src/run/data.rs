@@ -157,7 +157,6 @@ pub(crate) fn load_data(
     })?;
     warn_of_overlap(&train, &dev, note);
     check_dev_for_metric(spec, &dev, &names)?;
-    threshold::check_labels(spec, names[0])?;
     let dev_texts = threshold::keep_dev(spec, &dev.examples, &dev.source);
     let wide_bow = match spec.plan() {
         TrainPlan::Encoder { wide, .. } => wide,

@@ -55,7 +55,6 @@ pub(crate) fn run(
         Some(model) => model.labels().to_vec(),
         None => training_labels(spec)?,
     };
-    threshold::check_labels(spec, &labels)?;
     let label_names = [labels.as_slice()];
     let all = LabelledDataset::resolve(examples, &label_names, &source)?;
     // Every training text must have words and a label, whichever side of the split it lands on.

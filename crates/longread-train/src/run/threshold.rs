@@ -1,9 +1,9 @@
-//! `train --tune-threshold`: when a run completes, the decision threshold of its two-label
-//! model tuned on the run's dev set — classified by the saved model as `predict` would, then
+//! `train --tune-threshold`: when a run completes, the decision rule of its model (a
+//! two-label threshold, or label biases) tuned on the run's dev set — classified by the saved model as `predict` would, then
 //! [`longread_classifier::decision::tune`] as `longread threshold` does — and kept in
 //! OUT/decision.json, where every front applies it.
 
-use longread_classifier::decision::DECISION_FILE;
+use longread_classifier::decision::{Decision, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold_on, ThresholdMetric};
 use longread_classifier::{Classifier, ClassifierOptions};
 use longread_metrics::Report;
@@ -25,30 +25,15 @@ pub(crate) struct DevTexts {
 /// What `--tune-threshold` found and kept.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ThresholdSummary {
-    /// The threshold on `positive`'s probability.
-    #[serde(serialize_with = "longread_classifier::decision::shortest")]
-    pub threshold: f32,
-    /// The label predicted at or above it: the model's second.
-    pub positive: String,
+    /// The rule (`positive` and `threshold` for two labels, `biases` for more; `chosen_by`).
+    #[serde(flatten)]
+    pub decision: Decision,
     /// What it maximizes.
     pub metric: ThresholdMetric,
-    /// The dev metrics with the most probable label (0.5).
+    /// The dev metrics with the most probable label.
     pub at_default: Report,
-    /// The dev metrics at the threshold (optimistic: the dev set chose it, and the epoch).
+    /// The dev metrics with the rule (optimistic: the dev set chose it, and the epoch).
     pub at_threshold: Report,
-}
-
-/// Refuses `--tune-threshold` before training when the primary task's `labels` are not two.
-pub(crate) fn check_labels(spec: &TrainSpec, labels: &[String]) -> Result<()> {
-    if spec.tune_threshold.is_some() && labels.len() != 2 {
-        return Err(TrainError::Run(format!(
-            "--tune-threshold is for a model with two labels (a threshold on the second label's probability); this \
-             one has {} ({}): drop --tune-threshold",
-            labels.len(),
-            labels.join(", ")
-        )));
-    }
-    Ok(())
 }
 
 /// The dev documents to keep for tuning (read from `source`: the --dev file, or the
@@ -62,7 +47,7 @@ pub(crate) fn keep_dev(spec: &TrainSpec, examples: &[Example], source: &str) -> 
     spec.tune_threshold.map(|_| DevTexts { examples: examples.to_vec(), source })
 }
 
-/// Tunes the threshold of the model in `spec.out` on `dev` and keeps it there (`hooks` hear
+/// Tunes the decision rule of the model in `spec.out` on `dev` and keeps it there (`hooks` hear
 /// what was found).
 pub(crate) fn tune_and_keep(
     spec: &TrainSpec,
@@ -72,12 +57,12 @@ pub(crate) fn tune_and_keep(
 ) -> Result<ThresholdSummary> {
     let failed = |why: String| {
         TrainError::Run(format!(
-            "training completed (the model is in {}), but tuning its threshold failed: {why}",
+            "training completed (the model is in {}), but tuning its decision rule failed: {why}",
             spec.out.display()
         ))
     };
     hooks.note(&format!(
-        "tuning the decision threshold on the dev set's {} documents (--tune-threshold {})",
+        "tuning the decision rule on the dev set's {} documents (--tune-threshold {})",
         dev.examples.len(),
         metric.name()
     ));
@@ -86,23 +71,16 @@ pub(crate) fn tune_and_keep(
     let (tuned, decision) =
         tune_threshold_on(&classifier, &dev.examples, &dev.source, metric, || {}).map_err(|e| failed(e.to_string()))?;
     decision.save(&spec.out).map_err(|e| failed(e.to_string()))?;
-    let summary = ThresholdSummary {
-        threshold: tuned.threshold,
-        positive: decision.positive,
-        metric,
-        at_default: tuned.at_default,
-        at_threshold: tuned.at_threshold,
-    };
+    let summary = ThresholdSummary { decision, metric, at_default: tuned.at_default, at_threshold: tuned.at_threshold };
     let (before, after) = (metric.of(&summary.at_default), metric.of(&summary.at_threshold));
-    let found = if summary.threshold == 0.5 {
-        format!("no threshold did better than 0.5 (dev {} {before:.4})", metric.name())
+    let found = if before == after {
+        format!("nothing did better than the most probable label (dev {} {before:.4})", metric.name())
     } else {
-        format!("dev {} {before:.4} at 0.5 → {after:.4} (optimistic: the dev set chose it)", metric.name())
+        format!("dev {} {before:.4} → {after:.4} (optimistic: the dev set chose it)", metric.name())
     };
     hooks.note(&format!(
-        "decision threshold {:.4} on P({}): {found}; kept in {}",
-        summary.threshold,
-        longread_metrics::terminal::printable(&summary.positive),
+        "decision rule: {}; {found}; kept in {}",
+        longread_metrics::terminal::printable(&summary.decision.describe()),
         spec.out.join(DECISION_FILE).display()
     ));
     Ok(summary)

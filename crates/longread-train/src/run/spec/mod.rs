@@ -79,10 +79,11 @@ pub struct TrainSpec {
     /// --resume auto continues a stopped --cv run fold by fold.
     #[cfg_attr(feature = "clap", arg(long, value_name = "K"))]
     pub cv: Option<usize>,
-    /// When the run completes, tune a two-label model's decision threshold on its dev set
-    /// (--dev or the --dev-split) to maximize METRIC, as `longread threshold` does, and keep it
-    /// in OUT/decision.json (predict, eval, report, serve and Python apply it; probabilities
-    /// are unchanged). The dev set also chose the epoch, so its figures at the threshold are
+    /// When the run completes, tune the model's decision rule on its dev set (--dev or the
+    /// --dev-split) to maximize METRIC, as `longread threshold` does — two labels: a threshold
+    /// on the second label's probability; more: a bias per label — and keep it in
+    /// OUT/decision.json (predict, eval, report, serve and Python apply it; probabilities are
+    /// unchanged). The dev set also chose the epoch, so its figures with the rule are
     /// optimistic: report a test set. Not with --cv, --dev-split 0 or --arch bow (no dev set).
     #[cfg_attr(feature = "clap", arg(long, value_enum, value_name = "METRIC"))]
     pub tune_threshold: Option<longread_classifier::evaluate::ThresholdMetric>,

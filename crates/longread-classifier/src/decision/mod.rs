@@ -1,0 +1,243 @@
+//! How a model's primary label is chosen from its probabilities, when not simply as the most
+//! probable one. A model can rank documents well (high ROC-AUC) and still label them badly by
+//! the most probable label — a shifted prior, a rare class —; `longread threshold` tunes a
+//! rule on labelled held-out documents ([`tune`]) and keeps it in the model directory
+//! (`decision.json`), where every front applies it ([`Thresholded`], wrapped around any kind
+//! by [`crate::Classifier::load`]). Two labels take a threshold on the second label's
+//! probability; three or more take a bias per label, added to the log of its probability
+//! (the threshold's generalization: with two labels, a threshold t is the bias
+//! ln((1 − t) / t) on the second). Probabilities are never changed, only the label chosen
+//! from them.
+
+mod thresholded;
+mod tune;
+
+use std::path::Path;
+
+use longread_model::error::{ModelError, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::Prediction;
+pub(crate) use thresholded::Thresholded;
+pub use tune::{tune, Tuned, MAX_CANDIDATES};
+
+/// The file in a model directory that holds its [`Decision`].
+pub const DECISION_FILE: &str = "decision.json";
+
+/// How the label is chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rule {
+    /// Two labels: `positive` (the second) when its probability is at least `threshold`, in
+    /// (0, 1); the first otherwise.
+    Threshold {
+        /// The model's second label.
+        positive: String,
+        /// In (0, 1).
+        threshold: f32,
+    },
+    /// Three or more labels: the label whose ln(probability) + bias is highest (ties: the
+    /// first); one (label, bias) per label, in the model's order.
+    Biases(Vec<(String, f32)>),
+}
+
+/// A model's decision rule (`decision.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "DecisionFile", into = "DecisionFile")]
+pub struct Decision {
+    /// The rule.
+    pub rule: Rule,
+    /// How it was chosen, for people ("macro-F1 on dev.jsonl (120 documents)").
+    pub chosen_by: String,
+}
+
+/// `decision.json` as written: `{"positive", "threshold"}` or `{"biases": {label: bias}}`,
+/// with `"chosen_by"`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    positive: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    threshold: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    biases: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    chosen_by: String,
+}
+
+impl TryFrom<DecisionFile> for Decision {
+    type Error = String;
+
+    fn try_from(file: DecisionFile) -> std::result::Result<Self, String> {
+        let rule = match (file.positive, file.threshold, file.biases) {
+            (Some(positive), Some(threshold), None) => Rule::Threshold { positive, threshold: threshold as f32 },
+            (None, None, Some(biases)) => Rule::Biases(
+                biases
+                    .into_iter()
+                    .map(|(label, bias)| match bias.as_f64() {
+                        Some(b) if b.is_finite() => Ok((label, b as f32)),
+                        _ => Err(format!("the bias of \"{label}\" is {bias}, not a finite number")),
+                    })
+                    .collect::<std::result::Result<_, _>>()?,
+            ),
+            _ => {
+                return Err(
+                    "give \"positive\" and \"threshold\" (two labels) or \"biases\" (one per label), not both".into()
+                )
+            }
+        };
+        Ok(Self { rule, chosen_by: file.chosen_by })
+    }
+}
+
+impl From<Decision> for DecisionFile {
+    fn from(decision: Decision) -> Self {
+        let (positive, threshold, biases) = match decision.rule {
+            Rule::Threshold { positive, threshold } => (Some(positive), Some(as_json_number(threshold)), None),
+            Rule::Biases(biases) => {
+                let map = biases.into_iter().map(|(label, b)| (label, as_json_number(b).into())).collect();
+                (None, None, Some(map))
+            }
+        };
+        Self { positive, threshold, biases, chosen_by: decision.chosen_by }
+    }
+}
+
+impl Decision {
+    /// The decision kept in `dir`, if any; one that does not fit `labels` ([`Decision::check`])
+    /// is an error.
+    pub fn load(dir: &Path, labels: &[String]) -> Result<Option<Self>> {
+        let path = dir.join(DECISION_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ModelError::Io { path, source }),
+        };
+        let decision: Self =
+            serde_json::from_str(&text).map_err(|e| ModelError::InvalidInput(format!("{}: {e}", path.display())))?;
+        decision.check(labels).map_err(|why| ModelError::InvalidInput(format!("{}: {why}", path.display())))?;
+        Ok(Some(decision))
+    }
+
+    /// Why this decision does not fit a model with `labels`, if it does not: a threshold needs
+    /// two labels, its positive label the second, and a value in (0, 1); biases need three or
+    /// more labels, one bias each, in the model's order.
+    pub fn check(&self, labels: &[String]) -> std::result::Result<(), String> {
+        match &self.rule {
+            Rule::Threshold { positive, threshold } => {
+                if labels.len() != 2 {
+                    return Err(format!("a decision threshold needs a model with two labels, not {}", labels.len()));
+                }
+                if *positive != labels[1] {
+                    return Err(format!(
+                        "the threshold is for label \"{positive}\" but the model's second label is \"{}\"",
+                        labels[1]
+                    ));
+                }
+                if !(*threshold > 0.0 && *threshold < 1.0) {
+                    return Err(format!("threshold {threshold} is not between 0 and 1"));
+                }
+            }
+            Rule::Biases(biases) => {
+                if labels.len() < 3 {
+                    return Err(format!(
+                        "label biases are for a model with three or more labels (two take a threshold), not {}",
+                        labels.len()
+                    ));
+                }
+                let named: Vec<&str> = biases.iter().map(|(l, _)| l.as_str()).collect();
+                if named != labels.iter().map(String::as_str).collect::<Vec<_>>() {
+                    return Err(format!(
+                        "the biases are for the labels {named:?} but the model's labels are {labels:?} (one bias per \
+                         label, in that order)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes it as `dir/decision.json`, atomically.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_string_pretty(self).map_err(|e| ModelError::InvalidInput(e.to_string()))? + "\n";
+        longread_model::model_dir::write_file_atomically(&dir.join(DECISION_FILE), json.as_bytes())
+    }
+
+    /// Removes `dir/decision.json`; whether there was one.
+    pub fn clear(dir: &Path) -> Result<bool> {
+        let path = dir.join(DECISION_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(ModelError::Io { path, source }),
+        }
+    }
+
+    /// The label index this decision gives a document with these label `probabilities` (as
+    /// many as the model's labels, which [`Decision::check`] has matched).
+    pub fn label_index(&self, probabilities: &[f32]) -> usize {
+        match &self.rule {
+            Rule::Threshold { threshold, .. } => label_at(probabilities[1], *threshold),
+            Rule::Biases(biases) => {
+                let biases: Vec<f64> = biases.iter().map(|(_, b)| f64::from(*b)).collect();
+                biased_argmax(&log_probabilities(probabilities), &biases)
+            }
+        }
+    }
+
+    /// The rule in words: "`rain` when its probability is at least 0.31" or "the label with
+    /// the highest ln p + bias (general 0, teen +0.35, mature −0.2)".
+    pub fn describe(&self) -> String {
+        match &self.rule {
+            Rule::Threshold { positive, threshold } => {
+                format!("`{positive}` when its probability is at least {}", as_json_number(*threshold))
+            }
+            Rule::Biases(biases) => {
+                let each: Vec<String> =
+                    biases.iter().map(|(label, b)| format!("{label} {:+}", as_json_number(*b))).collect();
+                format!("the label with the highest ln p + bias ({})", each.join(", "))
+            }
+        }
+    }
+
+    /// `prediction` with its primary label chosen by this decision.
+    fn relabel(&self, mut prediction: Prediction) -> Prediction {
+        let probabilities = &prediction.scores.probabilities;
+        if probabilities.len() == prediction.scores.labels.len() && !probabilities.is_empty() {
+            prediction.label = prediction.scores.labels[self.label_index(probabilities)].clone();
+        }
+        prediction
+    }
+}
+
+/// `t` as the f64 of its shortest decimal, so that JSON shows the number as decision.json
+/// does (0.58575845, not 0.5857584476470947) wherever it goes through a `serde_json::Value`.
+pub fn as_json_number(t: f32) -> f64 {
+    t.to_string().parse().unwrap_or(f64::from(t))
+}
+
+/// The label index (0 or 1) of a document whose second label has probability `positive`, at
+/// `threshold`.
+fn label_at(positive: f32, threshold: f32) -> usize {
+    usize::from(positive >= threshold)
+}
+
+/// ln of each probability (a zero taken as the smallest positive f32, so that a bias can
+/// still lift it).
+fn log_probabilities(probabilities: &[f32]) -> Vec<f64> {
+    probabilities.iter().map(|&p| f64::from(p.max(f32::MIN_POSITIVE)).ln()).collect()
+}
+
+/// The index of the highest `log_p[i] + biases[i]` (ties: the first).
+fn biased_argmax(log_p: &[f64], biases: &[f64]) -> usize {
+    let mut best = 0;
+    for i in 1..log_p.len() {
+        if log_p[i] + biases[i] > log_p[best] + biases[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests;

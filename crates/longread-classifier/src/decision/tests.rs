@@ -1,0 +1,173 @@
+use super::*;
+
+fn labels() -> Vec<String> {
+    vec!["neutral".into(), "partisan".into()]
+}
+
+fn three() -> Vec<String> {
+    vec!["general".into(), "teen".into(), "mature".into()]
+}
+
+/// Two-label rows from the second label's probabilities.
+fn rows(positive: &[f32]) -> Vec<Vec<f32>> {
+    positive.iter().map(|&p| vec![1.0 - p, p]).collect()
+}
+
+fn threshold_of(tuned: &Tuned) -> f32 {
+    match tuned.rule {
+        Rule::Threshold { threshold, .. } => threshold,
+        Rule::Biases(_) => panic!("two labels take a threshold: {tuned:?}"),
+    }
+}
+
+fn threshold(positive: &str, threshold: f32) -> Decision {
+    Decision { rule: Rule::Threshold { positive: positive.into(), threshold }, chosen_by: String::new() }
+}
+
+/// Every positive scores above every negative, but below 0.5: the most probable label
+/// is always "neutral" (macro-F1 1/3); a threshold between the groups labels all right.
+#[test]
+fn the_threshold_separates_documents_the_default_mislabels() {
+    let truth = [0, 0, 0, 1, 1];
+    let tuned = tune(&labels(), &truth, &rows(&[0.05, 0.1, 0.2, 0.3, 0.4]), |r| r.macro_f1).unwrap();
+    assert!((threshold_of(&tuned) - 0.25).abs() < 1e-6, "{tuned:?}");
+    assert_eq!(tuned.at_threshold.accuracy, 1.0);
+    assert!((tuned.at_default.macro_f1 - 0.375).abs() < 1e-12, "{:?}", tuned.at_default);
+}
+
+/// Many distinct probabilities: at most MAX_CANDIDATES thresholds are tried, and the best
+/// of them still separates two groups that a gap splits.
+#[test]
+fn many_documents_are_tuned_over_a_bounded_number_of_candidates() {
+    let n = 20_000;
+    let positive: Vec<f32> = (0..n).map(|i| 0.1 + 0.3 * i as f32 / n as f32).collect();
+    let truth: Vec<usize> = (0..n).map(|i| usize::from(i >= n / 2)).collect();
+    let tuned = tune(&labels(), &truth, &rows(&positive), |r| r.accuracy).unwrap();
+    assert!(tuned.at_threshold.accuracy > 0.99, "{}", tuned.at_threshold.accuracy);
+    assert!((threshold_of(&tuned) - 0.25).abs() < 0.01, "{}", threshold_of(&tuned));
+}
+
+/// Where several thresholds score the same, the nearest to 0.5 wins; where 0.5 is already
+/// best, it stays.
+#[test]
+fn ties_keep_the_threshold_near_one_half() {
+    let truth = [0, 0, 1, 1];
+    let tuned = tune(&labels(), &truth, &rows(&[0.1, 0.2, 0.8, 0.9]), |r| r.accuracy).unwrap();
+    assert_eq!(threshold_of(&tuned), 0.5);
+    let decision = threshold("partisan", 0.3);
+    assert_eq!((decision.label_index(&[0.7, 0.3]), decision.label_index(&[0.71, 0.29])), (1, 0));
+}
+
+/// Three labels: "teen" documents all score below "general" (a prior learned from data where
+/// teen was rare) but rank above the general documents on P(teen): no threshold applies, and a
+/// bias on teen labels every document right; mature, already right, keeps a bias of 0.
+#[test]
+fn label_biases_fix_a_shifted_label_among_three() {
+    let probabilities = [
+        [0.80, 0.15, 0.05], // general
+        [0.75, 0.20, 0.05], // general
+        [0.70, 0.25, 0.05], // general
+        [0.55, 0.40, 0.05], // teen
+        [0.60, 0.35, 0.05], // teen
+        [0.10, 0.10, 0.80], // mature
+        [0.20, 0.10, 0.70], // mature
+    ];
+    let truth = [0, 0, 0, 1, 1, 2, 2];
+    let tuned = tune(&three(), &truth, &probabilities, |r| r.macro_f1).unwrap();
+    assert!(tuned.at_default.accuracy < 0.75, "{:?}", tuned.at_default);
+    assert_eq!(tuned.at_threshold.accuracy, 1.0, "{tuned:?}");
+    let Rule::Biases(biases) = &tuned.rule else { panic!("three labels take biases: {tuned:?}") };
+    let names: Vec<&str> = biases.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(names, ["general", "teen", "mature"]);
+    // Between the teen document that needs the most and the general one that needs the least;
+    // general's is 0.
+    let (needs, limit) = ((0.60f32 / 0.35).ln(), (0.70f32 / 0.25).ln());
+    assert_eq!(biases[0].1, 0.0);
+    assert!(biases[1].1 > needs && biases[1].1 < limit, "{biases:?}");
+    // The rule, applied as every front applies it, labels the documents as tuning scored.
+    let decision = Decision { rule: tuned.rule.clone(), chosen_by: String::new() };
+    let labelled: Vec<usize> = probabilities.iter().map(|p| decision.label_index(p)).collect();
+    assert_eq!(labelled, truth);
+    assert!(decision.describe().starts_with("the label with the highest ln p + bias (general +0, teen +"));
+}
+
+/// Three labels already labelled right by the most probable label: every bias stays 0.
+#[test]
+fn biases_stay_zero_when_the_most_probable_label_is_best() {
+    let probabilities = [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8], [0.6, 0.3, 0.1]];
+    let tuned = tune(&three(), &[0, 1, 2, 0], &probabilities, |r| r.macro_f1).unwrap();
+    assert_eq!(tuned.rule, Rule::Biases(three().into_iter().map(|l| (l, 0.0)).collect()));
+    assert_eq!(tuned.at_default.accuracy, 1.0);
+}
+
+/// Every document has the label the model finds less probable (all but one by a wide
+/// margin): a rule may give every document that label (candidates beyond the extremes).
+#[test]
+fn a_rule_may_give_every_document_one_label() {
+    let tuned = tune(&labels(), &[1, 1, 1], &rows(&[0.1, 0.2, 0.4]), |r| r.accuracy).unwrap();
+    assert!(threshold_of(&tuned) < 0.1 && threshold_of(&tuned) > 0.0, "{tuned:?}");
+    assert_eq!(tuned.at_threshold.accuracy, 1.0);
+    let probabilities = [[0.6, 0.3, 0.1], [0.5, 0.2, 0.3], [0.2, 0.7, 0.1]];
+    let tuned = tune(&three(), &[2, 2, 2], &probabilities, |r| r.accuracy).unwrap();
+    assert_eq!(tuned.at_threshold.accuracy, 1.0, "{tuned:?}");
+}
+
+#[test]
+fn decisions_that_do_not_fit_the_model_are_refused() {
+    assert!(threshold("partisan", 0.3).check(&labels()).is_ok());
+    assert!(threshold("neutral", 0.3).check(&labels()).unwrap_err().contains("second label is \"partisan\""));
+    assert!(threshold("partisan", 1.0).check(&labels()).unwrap_err().contains("not between 0 and 1"));
+    assert!(threshold("b", 0.3).check(&three()).unwrap_err().contains("two labels, not 3"));
+    let biases = |names: &[&str]| Decision {
+        rule: Rule::Biases(names.iter().map(|n| (n.to_string(), 0.1)).collect()),
+        chosen_by: String::new(),
+    };
+    assert!(biases(&["general", "teen", "mature"]).check(&three()).is_ok());
+    let wrong = biases(&["general", "mature", "teen"]).check(&three()).unwrap_err();
+    assert!(wrong.contains("the model's labels are") && wrong.contains("in that order"), "{wrong}");
+    assert!(biases(&["neutral", "partisan"]).check(&labels()).unwrap_err().contains("two take a threshold"));
+    assert!(tune(&["a".to_string()], &[0], &[[1.0]], |r| r.accuracy).is_err());
+    assert!(tune(&labels(), &[0], &[[f32::NAN, 0.5]], |r| r.accuracy).is_err());
+    assert!(tune(&three(), &[0], &[[0.5, 0.5]], |r| r.accuracy)
+        .unwrap_err()
+        .to_string()
+        .contains("one value per label"));
+}
+
+#[test]
+fn a_decision_is_saved_loaded_and_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(Decision::load(dir.path(), &labels()).unwrap(), None);
+    let decision = Decision { chosen_by: "test".into(), ..threshold("partisan", 0.3) };
+    decision.save(dir.path()).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(DECISION_FILE)).unwrap();
+    assert!(text.contains("\"threshold\": 0.3,"), "shortest decimal: {text}");
+    assert_eq!(Decision::load(dir.path(), &labels()).unwrap(), Some(decision));
+    let swapped = vec!["partisan".to_string(), "neutral".into()];
+    assert!(Decision::load(dir.path(), &swapped).unwrap_err().to_string().contains("decision.json"));
+    assert!(Decision::clear(dir.path()).unwrap());
+    assert!(!Decision::clear(dir.path()).unwrap());
+
+    let biased = Decision {
+        rule: Rule::Biases(vec![("general".into(), 0.0), ("teen".into(), 0.35), ("mature".into(), -0.2)]),
+        chosen_by: "test".into(),
+    };
+    biased.save(dir.path()).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(DECISION_FILE)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["biases"], serde_json::json!({"general": 0.0, "teen": 0.35, "mature": -0.2}), "{text}");
+    assert_eq!(Decision::load(dir.path(), &three()).unwrap(), Some(biased));
+}
+
+#[test]
+fn malformed_decision_files_are_refused_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |text: &str| {
+        std::fs::write(dir.path().join(DECISION_FILE), text).unwrap();
+        Decision::load(dir.path(), &three()).unwrap_err().to_string()
+    };
+    assert!(refused(r#"{"biases": {"general": 0, "teen": "x", "mature": 0}}"#).contains("the bias of \"teen\""));
+    assert!(refused(r#"{"positive": "teen", "threshold": 0.2, "biases": {}}"#).contains("not both"));
+    assert!(refused(r#"{"threshold": 0.2}"#).contains("give \"positive\" and \"threshold\""));
+    assert!(refused(r#"{"biases": {"general": 0}, "extra": 1}"#).contains("unknown field `extra`"));
+}

@@ -1,0 +1,142 @@
+//! Tuning a [`Rule`] on labelled documents: the threshold (two labels) or the label biases
+//! (three or more) that maximize a metric there.
+
+use longread_metrics::Report;
+use longread_model::error::{ModelError, Result};
+
+use super::{biased_argmax, label_at, log_probabilities, Rule};
+
+/// The most values [`tune`] tries for a threshold, or for one label's bias in a round.
+pub const MAX_CANDIDATES: usize = 1000;
+
+/// The most rounds of label-by-label bias search (each round tries every label but the
+/// first; it stops early when a round finds nothing better).
+const MAX_ROUNDS: usize = 5;
+
+/// What [`tune`] found.
+#[derive(Debug, Clone)]
+pub struct Tuned {
+    /// The rule (its labels are the model's).
+    pub rule: Rule,
+    /// The metrics with the most probable label (for two labels, the threshold 0.5).
+    pub at_default: Report,
+    /// The metrics with `rule`.
+    pub at_threshold: Report,
+}
+
+/// The rule that maximizes `metric` on these documents (document i has label index
+/// `truth[i]` and the label probabilities `probabilities[i]`): with two labels, the threshold
+/// on the second label's probability; with more, a bias per label added to ln(probability)
+/// (the first label's stays 0), found label by label over a few rounds. The candidates lie
+/// halfway between the values at which a document's label changes (at most
+/// [`MAX_CANDIDATES`], evenly spaced among them, so that a large set costs seconds); ties go
+/// to the threshold nearest 0.5 or the bias nearest 0, so that a rule moves only as far as
+/// the data asks.
+pub fn tune<R: AsRef<[f32]>>(
+    labels: &[String],
+    truth: &[usize],
+    probabilities: &[R],
+    metric: impl Fn(&Report) -> f64,
+) -> Result<Tuned> {
+    let invalid = |m: String| ModelError::InvalidInput(m);
+    if labels.len() < 2 {
+        return Err(invalid(format!("a decision rule needs a model with two or more labels, not {}", labels.len())));
+    }
+    if truth.len() != probabilities.len() || truth.is_empty() {
+        return Err(invalid(format!("{} labels for {} probability rows", truth.len(), probabilities.len())));
+    }
+    let rows: Vec<&[f32]> = probabilities.iter().map(AsRef::as_ref).collect();
+    if rows.iter().any(|r| r.len() != labels.len()) {
+        return Err(invalid(format!("a probability row does not have one value per label ({})", labels.len())));
+    }
+    if rows.iter().flat_map(|r| r.iter()).any(|p| !p.is_finite()) {
+        return Err(invalid("a probability is not a finite number".into()));
+    }
+    let report_of = |predicted: &[usize]| longread_metrics::evaluate(labels, truth, predicted).map_err(invalid);
+    if labels.len() == 2 {
+        let positive: Vec<f32> = rows.iter().map(|r| r[1]).collect();
+        let report_at = |t: f32| report_of(&positive.iter().map(|&p| label_at(p, t)).collect::<Vec<_>>());
+        let threshold = tune_threshold(&positive, |t| Ok(metric(&report_at(t)?)))?;
+        return Ok(Tuned {
+            rule: Rule::Threshold { positive: labels[1].clone(), threshold },
+            at_default: report_at(0.5)?,
+            at_threshold: report_at(threshold)?,
+        });
+    }
+    let log_p: Vec<Vec<f64>> = rows.iter().map(|r| log_probabilities(r)).collect();
+    let report_at = |b: &[f64]| report_of(&log_p.iter().map(|lp| biased_argmax(lp, b)).collect::<Vec<_>>());
+    let biases = tune_biases(&log_p, |b| Ok(metric(&report_at(b)?)))?;
+    Ok(Tuned {
+        rule: Rule::Biases(labels.iter().cloned().zip(biases.iter().map(|&b| b as f32)).collect()),
+        at_default: report_at(&vec![0.0; labels.len()])?,
+        at_threshold: report_at(&biases)?,
+    })
+}
+
+/// At most [`MAX_CANDIDATES`] of the midpoints between consecutive distinct `values` and the
+/// bounds `outside` (a value below all and one above all, so that a rule may give every
+/// document one label), evenly spaced.
+fn candidates(mut values: Vec<f64>, outside: impl Fn(f64, f64) -> [f64; 2]) -> Vec<f64> {
+    values.retain(|v| v.is_finite());
+    let lowest = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if lowest.is_finite() {
+        values.extend(outside(lowest, highest));
+    }
+    values.sort_by(f64::total_cmp);
+    values.dedup();
+    let midpoints: Vec<f64> = values.windows(2).map(|w| w[0] + (w[1] - w[0]) / 2.0).collect();
+    let step = midpoints.len().div_ceil(MAX_CANDIDATES).max(1);
+    midpoints.into_iter().step_by(step).collect()
+}
+
+/// The threshold on `positive` that scores best (`score`), nearest 0.5 among equals.
+fn tune_threshold(positive: &[f32], score: impl Fn(f32) -> Result<f64>) -> Result<f32> {
+    let values = positive.iter().map(|&p| f64::from(p)).collect();
+    let mut best = (0.5f32, score(0.5)?);
+    // Probabilities lie in [0, 1]: bounded by 0 and 1.
+    let values = candidates(values, |_, _| [0.0, 1.0]);
+    for t in values.into_iter().map(|t| t as f32).filter(|&t| t > 0.0 && t < 1.0) {
+        let s = score(t)?;
+        if s > best.1 || (s == best.1 && (t - 0.5).abs() < (best.0 - 0.5).abs()) {
+            best = (t, s);
+        }
+    }
+    Ok(best.0)
+}
+
+/// Label biases (the first 0) that score best (`score`) on documents with these
+/// ln(probabilities): coordinate ascent, one label's bias at a time over the values at which
+/// a document would change label, for at most [`MAX_ROUNDS`] rounds. Values are rounded to
+/// f32 as they are tried, so the kept biases label the documents as they were scored.
+fn tune_biases(log_p: &[Vec<f64>], score: impl Fn(&[f64]) -> Result<f64>) -> Result<Vec<f64>> {
+    let labels = log_p[0].len();
+    let mut biases = vec![0.0; labels];
+    let mut best = score(&biases)?;
+    for _ in 0..MAX_ROUNDS {
+        let before = best;
+        for c in 1..labels {
+            // Document d takes label c once its bias passes the best of the others.
+            let switch_points = log_p
+                .iter()
+                .map(|lp| {
+                    let others = (0..labels).filter(|&j| j != c).map(|j| lp[j] + biases[j]);
+                    others.fold(f64::NEG_INFINITY, f64::max) - lp[c]
+                })
+                .collect();
+            let mut trial = biases.clone();
+            for v in candidates(switch_points, |lowest, highest| [lowest - 2.0, highest + 2.0]) {
+                trial[c] = f64::from(v as f32);
+                let s = score(&trial)?;
+                if s > best || (s == best && trial[c].abs() < biases[c].abs()) {
+                    best = s;
+                    biases[c] = trial[c];
+                }
+            }
+        }
+        if best <= before {
+            break;
+        }
+    }
+    Ok(biases)
+}
