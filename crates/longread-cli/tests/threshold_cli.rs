@@ -222,7 +222,6 @@ fn train_tune_threshold_without_a_dev_set_is_refused_before_training_and_three_l
     };
     let (data, o) = (train.to_str().unwrap(), out.to_str().unwrap());
     let base = ["train", "--train", data, "--out", o, "--tune-threshold", "macro-f1"];
-    refused(&[&base[..], &["--arch", "bow"]].concat(), "--arch bow holds none out");
     refused(&[&base[..], &["--arch", "han", "--dev-split", "0"]].concat(), "--dev-split 0 holds out no dev set");
     refused(&[&base[..], &["--arch", "han", "--cv", "3"]].concat(), "--cv trains one model per fold");
 
@@ -324,4 +323,36 @@ fn three_labels_take_label_biases_that_predict_and_eval_apply() {
     assert!(longread(&["threshold", "--model", &model, "--clear"]).status.success());
     let cleared: Vec<String> = scored(&model, &documents, &labels).into_iter().map(|(_, _, l)| l).collect();
     assert_eq!(cleared, before.into_iter().map(|(_, _, l)| l).collect::<Vec<_>>());
+}
+
+/// A bag of words holds out no dev set: its rule is tuned on the out-of-fold probabilities of
+/// the cross-validation that chose C.
+#[test]
+fn train_tune_threshold_of_a_bag_of_words_uses_out_of_fold_probabilities() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bow");
+    let data = fixture("synthetic/train.jsonl");
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--tune-threshold",
+        "macro-f1",
+        "--log-format",
+        "json",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let done = json_lines(&run.stdout).into_iter().find(|e| e["event"] == "done").expect("a done event");
+    let kept = &done["threshold"];
+    let chosen_by = kept["chosen_by"].as_str().unwrap();
+    assert_eq!(chosen_by, "macro-F1 on the training documents' out-of-fold probabilities (5 folds, 32 documents)");
+    assert_eq!(kept["at_default"]["examples"], 32, "{kept}");
+    assert!(kept["at_threshold"]["macro_f1"].as_f64() >= kept["at_default"]["macro_f1"].as_f64(), "{kept}");
+    let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
+    assert_eq!(decision["threshold"], kept["threshold"]);
+    assert_eq!(decision["chosen_by"], kept["chosen_by"]);
 }

@@ -112,6 +112,22 @@ fn a_rule_may_give_every_document_one_label() {
     assert_eq!(tuned.at_threshold.accuracy, 1.0, "{tuned:?}");
 }
 
+/// A rule far from the most probable label, tuned on few documents, is warned of; a
+/// moderate one, or one tuned on many, is not.
+#[test]
+fn extreme_rules_from_few_documents_are_warned_of() {
+    assert!(threshold("partisan", 0.007).warning(65).unwrap().contains("tuned on 65 documents"));
+    assert!(threshold("partisan", 0.95).warning(65).is_some());
+    assert!(threshold("partisan", 0.3).warning(65).is_none());
+    assert!(threshold("partisan", 0.007).warning(500).is_none());
+    let biases = |b: f32| Decision {
+        rule: Rule::Biases(three().into_iter().zip([0.0, b, 0.1]).collect()),
+        chosen_by: String::new(),
+    };
+    assert!(biases(-2.5).warning(50).is_some());
+    assert!(biases(1.0).warning(50).is_none());
+}
+
 #[test]
 fn decisions_that_do_not_fit_the_model_are_refused() {
     assert!(threshold("partisan", 0.3).check(&labels()).is_ok());

@@ -123,6 +123,9 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         println!("{what:<22} {:>9.4} {:>9.4} {:>11.4}", r.accuracy, r.macro_f1, r.weighted_f1);
     }
     if !quiet {
+        if let Some(warning) = decision.warning(tuned.at_default.examples) {
+            eprintln!("{warning}");
+        }
         match written {
             true => eprintln!(
                 "kept in {}; predict, eval, report, serve and Python apply it",

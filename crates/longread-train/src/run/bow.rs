@@ -3,7 +3,8 @@
 //! C chosen by stratified cross-validation on the training data, then refitted on all of it.
 //! Trained in seconds, saved as a model directory that predict, eval and serve load.
 
-use longread_bow::{train, BowError, BowOptions, CvScore, TfidfSettings};
+use longread_bow::logistic::softmax;
+use longread_bow::{out_of_fold_logits, train, BowError, BowOptions, CvScore, TfidfSettings};
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
@@ -11,6 +12,7 @@ use crate::run::data::read_examples;
 use crate::run::output::RunOutput;
 use crate::run::spec::{BowSpec, TrainSpec};
 use crate::run::start::training_labels;
+use crate::run::threshold::{tune_out_of_fold, ThresholdSummary};
 use crate::run::RunHooks;
 use crate::trainer::Progress;
 
@@ -86,13 +88,14 @@ pub(crate) fn with_flags(e: BowError) -> String {
 }
 
 /// Trains the bag-of-words model `bow` describes into `spec.out` (training_args.json,
-/// cv.json and the model files).
+/// cv.json and the model files); with `--tune-threshold`, also its decision rule, on the
+/// out-of-fold probabilities of the training documents at the chosen C.
 pub(crate) fn run(
     spec: &TrainSpec,
     bow: &BowSpec,
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
-) -> Result<BowSummary> {
+) -> Result<(BowSummary, Option<ThresholdSummary>)> {
     let output = RunOutput::create(&spec.out, settings)?;
     let labels = training_labels(spec)?;
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
@@ -151,5 +154,24 @@ pub(crate) fn run(
             options.cs
         ));
     }
-    Ok(summary)
+    let threshold = match spec.tune_threshold {
+        None => None,
+        Some(metric) => {
+            hooks.note(&format!(
+                "tuning the decision rule on the training documents' out-of-fold probabilities at C {chosen_c} \
+                 (--tune-threshold {})",
+                metric.name()
+            ));
+            let options = BowOptions { cs: vec![chosen_c], ..options };
+            let logits = out_of_fold_logits(&texts, &ids, labels.len(), chosen_c, &options, |done, total| {
+                hooks.progress(Progress::Fits { done, total });
+            })
+            .map_err(|e| TrainError::Run(with_flags(e)))?;
+            // As the saved model scores a document (`BowModel::scores`).
+            let probabilities: Vec<Vec<f32>> =
+                logits.iter().map(|z| softmax(z).into_iter().map(|p| p as f32).collect()).collect();
+            Some(tune_out_of_fold(spec, metric, &labels, &ids, &probabilities, folds, hooks)?)
+        }
+    };
+    Ok((summary, threshold))
 }

@@ -139,13 +139,13 @@ fn run_from(
     }
     let ran = match spec.plan() {
         Plan::Bow(bow) => {
-            let summary = bow::run(spec, bow, &settings, hooks)?;
+            let (summary, threshold) = bow::run(spec, bow, &settings, hooks)?;
             return Ok(RunSummary {
                 logs: Vec::new(),
                 stopped_for_resume: false,
                 bow: Some(summary),
                 cv: None,
-                threshold: None,
+                threshold,
             });
         }
         Plan::Han { han, .. } => han::run(spec, han, checkpoint.as_deref(), &settings, hooks),

@@ -3,7 +3,7 @@
 //! [`longread_classifier::decision::tune`] as `longread threshold` does — and kept in
 //! OUT/decision.json, where every front applies it.
 
-use longread_classifier::decision::{Decision, DECISION_FILE};
+use longread_classifier::decision::{Decision, Tuned, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold_on, ThresholdMetric};
 use longread_classifier::{Classifier, ClassifierOptions};
 use longread_metrics::Report;
@@ -47,6 +47,14 @@ pub(crate) fn keep_dev(spec: &TrainSpec, examples: &[Example], source: &str) -> 
     spec.tune_threshold.map(|_| DevTexts { examples: examples.to_vec(), source })
 }
 
+/// The error of a run that completed but whose rule could not be tuned.
+fn failed(spec: &TrainSpec, why: impl std::fmt::Display) -> TrainError {
+    TrainError::Run(format!(
+        "training completed (the model is in {}), but tuning its decision rule failed: {why}",
+        spec.out.display()
+    ))
+}
+
 /// Tunes the decision rule of the model in `spec.out` on `dev` and keeps it there (`hooks` hear
 /// what was found).
 pub(crate) fn tune_and_keep(
@@ -55,33 +63,77 @@ pub(crate) fn tune_and_keep(
     dev: &DevTexts,
     hooks: &mut dyn RunHooks,
 ) -> Result<ThresholdSummary> {
-    let failed = |why: String| {
-        TrainError::Run(format!(
-            "training completed (the model is in {}), but tuning its decision rule failed: {why}",
-            spec.out.display()
-        ))
-    };
     hooks.note(&format!(
         "tuning the decision rule on the dev set's {} documents (--tune-threshold {})",
         dev.examples.len(),
         metric.name()
     ));
     let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
-    let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(e.to_string()))?;
+    let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
     let (tuned, decision) =
-        tune_threshold_on(&classifier, &dev.examples, &dev.source, metric, || {}).map_err(|e| failed(e.to_string()))?;
-    decision.save(&spec.out).map_err(|e| failed(e.to_string()))?;
+        tune_threshold_on(&classifier, &dev.examples, &dev.source, metric, || {}).map_err(|e| failed(spec, e))?;
+    keep(spec, metric, tuned, decision, "dev", "optimistic: the dev set chose it", hooks)
+}
+
+/// Tunes the decision rule of the bag of words in `spec.out` on the out-of-fold probabilities
+/// of its training documents (`probabilities[d]` for document d of label index `truth[d]`:
+/// each scored by a model fitted without its fold) and keeps it there.
+pub(crate) fn tune_out_of_fold(
+    spec: &TrainSpec,
+    metric: ThresholdMetric,
+    labels: &[String],
+    truth: &[usize],
+    probabilities: &[Vec<f32>],
+    folds: usize,
+    hooks: &mut dyn RunHooks,
+) -> Result<ThresholdSummary> {
+    let tuned = longread_classifier::decision::tune(labels, truth, probabilities, |r| metric.of(r))
+        .map_err(|e| failed(spec, e))?;
+    let decision = Decision {
+        rule: tuned.rule.clone(),
+        chosen_by: format!(
+            "{} on the training documents' out-of-fold probabilities ({folds} folds, {} documents)",
+            metric.name(),
+            truth.len()
+        ),
+    };
+    keep(
+        spec,
+        metric,
+        tuned,
+        decision,
+        "out-of-fold",
+        "the fold models are fitted on less data than the final one",
+        hooks,
+    )
+}
+
+/// Saves `decision` in `spec.out` and tells `hooks` what it changed (`scored`: on what, `caveat`:
+/// how far to trust the figures).
+fn keep(
+    spec: &TrainSpec,
+    metric: ThresholdMetric,
+    tuned: Tuned,
+    decision: Decision,
+    scored: &str,
+    caveat: &str,
+    hooks: &mut dyn RunHooks,
+) -> Result<ThresholdSummary> {
+    decision.save(&spec.out).map_err(|e| failed(spec, e))?;
     let summary = ThresholdSummary { decision, metric, at_default: tuned.at_default, at_threshold: tuned.at_threshold };
     let (before, after) = (metric.of(&summary.at_default), metric.of(&summary.at_threshold));
     let found = if before == after {
-        format!("nothing did better than the most probable label (dev {} {before:.4})", metric.name())
+        format!("nothing did better than the most probable label ({scored} {} {before:.4})", metric.name())
     } else {
-        format!("dev {} {before:.4} → {after:.4} (optimistic: the dev set chose it)", metric.name())
+        format!("{scored} {} {before:.4} → {after:.4} ({caveat})", metric.name())
     };
     hooks.note(&format!(
         "decision rule: {}; {found}; kept in {}",
         longread_metrics::terminal::printable(&summary.decision.describe()),
         spec.out.join(DECISION_FILE).display()
     ));
+    if let Some(warning) = summary.decision.warning(summary.at_default.examples) {
+        hooks.note(&warning);
+    }
     Ok(summary)
 }

@@ -84,7 +84,9 @@ pub struct TrainSpec {
     /// on the second label's probability; more: a bias per label — and keep it in
     /// OUT/decision.json (predict, eval, report, serve and Python apply it; probabilities are
     /// unchanged). The dev set also chose the epoch, so its figures with the rule are
-    /// optimistic: report a test set. Not with --cv, --dev-split 0 or --arch bow (no dev set).
+    /// optimistic: report a test set. --arch bow, which holds out no dev set, tunes on the
+    /// out-of-fold probabilities of its C-choosing cross-validation. Not with --cv or
+    /// --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long, value_enum, value_name = "METRIC"))]
     pub tune_threshold: Option<longread_classifier::evaluate::ThresholdMetric>,
     #[cfg_attr(feature = "clap", command(flatten))]

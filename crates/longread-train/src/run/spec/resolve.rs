@@ -93,12 +93,7 @@ impl TrainSpec {
         if self.model.is_some() {
             bail!("--model does not apply to --arch bow, which learns from the training data's words alone");
         }
-        if self.tune_threshold.is_some() {
-            bail!(
-                "--tune-threshold tunes on a dev set, and --arch bow holds none out (its --cv folds choose C): tune \
-                 the trained model with `longread threshold --model OUT --data DEV.jsonl`"
-            );
-        }
+
         if self.encoder.wide_bow {
             bail!("--wide-bow adds a bag of words to an encoder model; --arch bow is the bag of words alone");
         }
