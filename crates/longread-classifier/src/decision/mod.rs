@@ -74,9 +74,9 @@ impl TryFrom<DecisionFile> for Decision {
             (None, None, Some(biases)) => Rule::Biases(
                 biases
                     .into_iter()
-                    .map(|(label, bias)| match bias.as_f64() {
-                        Some(b) if b.is_finite() => Ok((label, b as f32)),
-                        _ => Err(format!("the bias of \"{label}\" is {bias}, not a finite number")),
+                    .map(|(label, bias)| match bias.as_f64().map(|b| b as f32) {
+                        Some(b) if b.is_finite() => Ok((label, b)),
+                        _ => Err(format!("the bias of \"{label}\" is {bias}, not a finite (32-bit) number")),
                     })
                     .collect::<std::result::Result<_, _>>()?,
             ),

@@ -184,6 +184,8 @@ fn malformed_decision_files_are_refused_naming_the_problem() {
     };
     assert!(refused(r#"{"biases": {"general": 0, "teen": "x", "mature": 0}}"#).contains("the bias of \"teen\""));
     assert!(refused(r#"{"positive": "teen", "threshold": 0.2, "biases": {}}"#).contains("not both"));
+    // Beyond f32's range: infinite once read.
+    assert!(refused(r#"{"biases": {"general": 0, "teen": 1e39, "mature": 0}}"#).contains("not a finite (32-bit)"));
     assert!(refused(r#"{"threshold": 0.2}"#).contains("give \"positive\" and \"threshold\""));
     assert!(refused(r#"{"biases": {"general": 0}, "extra": 1}"#).contains("unknown field `extra`"));
 }
