@@ -73,7 +73,7 @@ pub struct RunSummary {
     pub bow: Option<BowSummary>,
     /// The folds of a `--cv` run (its epochs are the folds' runs').
     pub cv: Option<cross_validation::CvSummary>,
-    /// The decision threshold `--tune-threshold` kept (when the run completed).
+    /// The decision rule `--tune-threshold` kept (when the run completed).
     pub threshold: Option<ThresholdSummary>,
 }
 
