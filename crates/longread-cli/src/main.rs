@@ -69,8 +69,8 @@ enum Command {
     Ensemble(commands::ensemble::EnsembleArgs),
     /// Tune a model's decision rule on held-out labelled documents (two labels: the probability
     /// its second label needs; more: a bias per label), and keep it in the model: predict,
-    /// eval, report, serve and Python then label by it. `--set T` keeps a given threshold,
-    /// `--clear` removes the rule.
+    /// eval, report, serve and Python then label by it. `--set` keeps a given threshold or
+    /// biases, `--clear` removes the rule.
     Threshold(commands::threshold::ThresholdArgs),
     /// Write one HTML page (`--out FILE.html`) showing each document's prediction and its chunks' attention.
     Report(commands::report::ReportArgs),

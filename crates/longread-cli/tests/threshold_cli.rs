@@ -122,9 +122,13 @@ fn thresholds_that_cannot_apply_are_refused() {
     let three = fixture("hier/trained-bert-attention");
     let data = fixture("synthetic/test.jsonl");
     let out = longread(&["threshold", "--model", three.to_str().unwrap(), "--set", "0.3"]);
-    assert_clean_failure(&out, "--set is a threshold for a model with two labels");
+    assert_clean_failure(&out, "--set 0.3: a threshold is for a model with two labels; this one has 3");
     let model = bow(tmp.path());
     assert_clean_failure(&longread(&["threshold", "--model", &model, "--set", "1.5"]), "not between 0 and 1");
+    assert_clean_failure(
+        &longread(&["threshold", "--model", &model, "--set", "rain=1"]),
+        "label biases are for a model with three or more labels (two take a threshold)",
+    );
     // A decision.json that does not fit the model is an error naming the file, not ignored.
     std::fs::write(Path::new(&model).join("decision.json"), r#"{"positive": "prices", "threshold": 0.3}"#).unwrap();
     let out = longread(&["predict", "--model", &model, "--input", data.to_str().unwrap()]);
@@ -320,6 +324,21 @@ fn three_labels_take_label_biases_that_predict_and_eval_apply() {
     let inspect = longread(&["inspect", &model]);
     let table = String::from_utf8_lossy(&inspect.stdout);
     assert!(table.contains("decision         the label with the highest ln p + bias (general +0, teen "), "{table}");
+    // Biases set by hand: the labels not named get 0; unknown labels and non-numbers refused.
+    let set = longread(&["threshold", "--model", &model, "--set", "teen=0.4,mature=-0.2", "--json"]);
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let decision: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("decision.json")).unwrap()).unwrap();
+    assert_eq!(decision["biases"], serde_json::json!({"general": 0.0, "teen": 0.4, "mature": -0.2}), "{decision}");
+    assert_eq!(serde_json::from_slice::<Value>(&set.stdout).unwrap()["biases"], decision["biases"]);
+    for (bad, needle) in [
+        ("adult=1", "the model has no label `adult` (its labels: general, teen, mature)"),
+        ("teen=x", "the bias of `teen` must be a finite number"),
+        ("teen", "give a threshold between 0 and 1, or label biases LABEL=B"),
+        ("teen=1,mature", "`mature` is not LABEL=B"),
+    ] {
+        assert_clean_failure(&longread(&["threshold", "--model", &model, "--set", bad]), needle);
+    }
     assert!(longread(&["threshold", "--model", &model, "--clear"]).status.success());
     let cleared: Vec<String> = scored(&model, &documents, &labels).into_iter().map(|(_, _, l)| l).collect();
     assert_eq!(cleared, before.into_iter().map(|(_, _, l)| l).collect::<Vec<_>>());

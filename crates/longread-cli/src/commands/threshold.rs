@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use longread_classifier::decision::{as_json_number, Decision, Rule, DECISION_FILE};
+use longread_classifier::decision::{Decision, Rule, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, ThresholdMetric};
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
@@ -38,9 +38,11 @@ pub struct ThresholdArgs {
     /// Print what tuning finds without writing it to the model.
     #[arg(long)]
     dry_run: bool,
-    /// Keep this threshold (between 0 and 1) instead of tuning one (two-label models).
-    #[arg(long, conflicts_with_all = ["data", "clear", "dry_run"])]
-    set: Option<f32>,
+    /// Keep this rule instead of tuning one: a threshold between 0 and 1 (two labels, e.g.
+    /// `--set 0.3`), or label biases `LABEL=B,...` added to ln p (three or more labels, e.g.
+    /// `--set teen=0.4,mature=-0.2`; a label not named gets 0).
+    #[arg(long, value_name = "T | LABEL=B,...", conflicts_with_all = ["data", "clear", "dry_run"])]
+    set: Option<String>,
     /// Remove the model's threshold or biases: it labels by the most probable label again.
     #[arg(long, conflicts_with_all = ["data", "dry_run"])]
     clear: bool,
@@ -68,26 +70,18 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
         return Ok(());
     }
-    if let Some(threshold) = args.set {
-        if labels.len() != 2 {
-            bail!(
-                "--set is a threshold for a model with two labels; {} has {} (tune its label biases with --data)",
-                dir.display(),
-                labels.len()
-            );
-        }
-        let decision = Decision {
-            rule: Rule::Threshold { positive: labels[1].clone(), threshold },
-            chosen_by: "set by hand".into(),
-        };
+    if let Some(rule) = &args.set {
+        let decision = Decision { rule: rule_to_set(rule, &labels)?, chosen_by: "set by hand".into() };
         if let Err(why) = decision.check(&labels) {
             bail!("{}: {why}", dir.display());
         }
         decision.save(dir)?;
         if args.json {
-            println!("{}", serde_json::json!({ "threshold": as_json_number(threshold), "written": true }));
+            let mut value = serde_json::to_value(&decision)?;
+            value["written"] = true.into();
+            println!("{value}");
         } else if !quiet {
-            eprintln!("{}: `{}` when its probability is at least {threshold}", dir.display(), printable(&labels[1]));
+            eprintln!("{}: {}", dir.display(), printable(&decision.describe()));
         }
         return Ok(());
     }
@@ -135,4 +129,36 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// The rule `--set` gives: a threshold (two labels) or `LABEL=B,...` biases (more labels; a
+/// label not named gets 0), in the model's label order.
+fn rule_to_set(given: &str, labels: &[String]) -> Result<Rule> {
+    if !given.contains('=') {
+        let threshold: f32 = given.trim().parse().map_err(|_| {
+            anyhow::anyhow!("--set {given}: give a threshold between 0 and 1, or label biases LABEL=B,...")
+        })?;
+        if labels.len() != 2 {
+            bail!(
+                "--set {given}: a threshold is for a model with two labels; this one has {} ({}): give label biases, \
+                 e.g. --set {}=0.5",
+                labels.len(),
+                labels.join(", "),
+                labels[1]
+            );
+        }
+        return Ok(Rule::Threshold { positive: labels[1].clone(), threshold });
+    }
+    let mut biases: Vec<(String, f32)> = labels.iter().map(|l| (l.clone(), 0.0)).collect();
+    for pair in given.split(',') {
+        let Some((label, bias)) = pair.split_once('=') else { bail!("--set {given}: `{pair}` is not LABEL=B") };
+        let Some(slot) = biases.iter_mut().find(|(l, _)| l == label.trim()) else {
+            bail!("--set {given}: the model has no label `{}` (its labels: {})", label.trim(), labels.join(", "))
+        };
+        slot.1 = match bias.trim().parse::<f32>() {
+            Ok(b) if b.is_finite() => b,
+            _ => bail!("--set {given}: the bias of `{}` must be a finite number", label.trim()),
+        };
+    }
+    Ok(Rule::Biases(biases))
 }
