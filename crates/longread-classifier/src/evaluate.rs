@@ -263,7 +263,7 @@ pub fn compare(
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum ThresholdMetric {
-    /// Macro-averaged F1: both labels count alike, whatever their frequency.
+    /// Macro-averaged F1: every label counts alike, whatever its frequency.
     MacroF1,
     /// Accuracy.
     Accuracy,
