@@ -100,7 +100,15 @@ pub struct Report {
 
 /// Computes every metric. `labels` names the classes; `truth` and `predicted` are indices.
 pub fn evaluate(labels: &[String], truth: &[usize], predicted: &[usize]) -> Result<Report, String> {
-    let cm = ConfusionMatrix::new(labels.len(), truth, predicted)?;
+    evaluate_counts(labels, ConfusionMatrix::new(labels.len(), truth, predicted)?)
+}
+
+/// [`evaluate`] from the confusion matrix alone (one row and column per label), for callers
+/// that update the counts as predictions change instead of recounting every document.
+pub fn evaluate_counts(labels: &[String], cm: ConfusionMatrix) -> Result<Report, String> {
+    if cm.counts.len() != labels.len() || cm.counts.iter().any(|row| row.len() != labels.len()) {
+        return Err(format!("a confusion matrix for {} labels must be {0} × {0}", labels.len()));
+    }
     let total = cm.total();
     if total == 0 {
         return Err("no examples to evaluate".into());
@@ -223,6 +231,17 @@ mod tests {
         assert!(serde_json::to_value(&varied).unwrap().get("constant_prediction").is_none());
         // One gold label and the model predicting it: right, not collapsed.
         assert_eq!(evaluate(&labels(), &[2, 2, 2], &[2, 2, 2]).unwrap().constant_prediction, None);
+    }
+
+    /// From the counts alone: the same report as from the labels; a matrix of another size is
+    /// refused.
+    #[test]
+    fn a_report_from_counts_is_the_report_from_labels() {
+        let (truth, predicted) = ([0, 0, 1, 2, 2, 1], [0, 1, 1, 2, 0, 1]);
+        let cm = ConfusionMatrix::new(3, &truth, &predicted).unwrap();
+        assert_eq!(evaluate_counts(&labels(), cm).unwrap(), evaluate(&labels(), &truth, &predicted).unwrap());
+        let small = ConfusionMatrix { counts: vec![vec![1, 0], vec![0, 1]] };
+        assert!(evaluate_counts(&labels(), small).unwrap_err().contains("must be 3 × 3"));
     }
 
     /// Expected values checked with scikit-learn 1.9.1: `confusion_matrix(t, p)` and

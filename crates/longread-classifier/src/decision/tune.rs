@@ -1,7 +1,7 @@
 //! Tuning a [`Rule`] on labelled documents: the threshold (two labels) or the label biases
 //! (three or more) that maximize a metric there.
 
-use longread_metrics::Report;
+use longread_metrics::{ConfusionMatrix, Report};
 use longread_model::error::{ModelError, Result};
 
 use super::{biased_argmax, label_at, log_probabilities, Rule};
@@ -65,7 +65,8 @@ pub fn tune<R: AsRef<[f32]>>(
     }
     let log_p: Vec<Vec<f64>> = rows.iter().map(|r| log_probabilities(r)).collect();
     let report_at = |b: &[f64]| report_of(&log_p.iter().map(|lp| biased_argmax(lp, b)).collect::<Vec<_>>());
-    let biases = tune_biases(&log_p, |b| Ok(metric(&report_at(b)?)))?;
+    let (biases, _) =
+        tune_biases(&log_p, truth, |cm| Ok(metric(&longread_metrics::evaluate_counts(labels, cm).map_err(invalid)?)))?;
     Ok(Tuned {
         rule: Rule::Biases(labels.iter().cloned().zip(biases.iter().map(|&b| b as f32)).collect()),
         at_default: report_at(&vec![0.0; labels.len()])?,
@@ -76,7 +77,7 @@ pub fn tune<R: AsRef<[f32]>>(
 /// At most [`MAX_CANDIDATES`] of the midpoints between consecutive distinct `values` and the
 /// bounds `outside` (a value below all and one above all, so that a rule may give every
 /// document one label), evenly spaced.
-fn candidates(mut values: Vec<f64>, outside: impl Fn(f64, f64) -> [f64; 2]) -> Vec<f64> {
+pub(super) fn candidates(mut values: Vec<f64>, outside: impl Fn(f64, f64) -> [f64; 2]) -> Vec<f64> {
     values.retain(|v| v.is_finite());
     let lowest = values.iter().copied().fold(f64::INFINITY, f64::min);
     let highest = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -105,38 +106,82 @@ fn tune_threshold(positive: &[f32], score: impl Fn(f32) -> Result<f64>) -> Resul
     Ok(best.0)
 }
 
-/// Label biases (the first 0) that score best (`score`) on documents with these
-/// ln(probabilities): coordinate ascent, one label's bias at a time over the values at which
-/// a document would change label, for at most [`MAX_ROUNDS`] rounds. Values are rounded to
-/// f32 as they are tried, so the kept biases label the documents as they were scored.
-fn tune_biases(log_p: &[Vec<f64>], score: impl Fn(&[f64]) -> Result<f64>) -> Result<Vec<f64>> {
+/// Label biases (the first 0) that score best (`score`, of the confusion matrix of the labels
+/// they give) on documents with these ln(probabilities) and `truth` labels, and that score:
+/// coordinate ascent, one label's bias at a time over the values at which a document would
+/// change label, for at most [`MAX_ROUNDS`] rounds. Values are rounded to f32 as they are
+/// tried, so the kept biases label the documents as they were scored. Each label's sweep
+/// finds, per document, the first candidate at which it takes the label (a binary search: the
+/// test is monotone in the bias), then moves documents between the counts as the candidates
+/// rise: O(n log K + K L²) per label instead of classifying every document K times (which took
+/// 28 s for 20,000 documents and 10 labels).
+pub(super) fn tune_biases(
+    log_p: &[Vec<f64>],
+    truth: &[usize],
+    score: impl Fn(ConfusionMatrix) -> Result<f64>,
+) -> Result<(Vec<f64>, f64)> {
     let labels = log_p[0].len();
+    let counts_of = |predicted: &mut dyn Iterator<Item = usize>| {
+        let mut counts = vec![vec![0usize; labels]; labels];
+        for (&t, p) in truth.iter().zip(predicted) {
+            counts[t][p] += 1;
+        }
+        counts
+    };
     let mut biases = vec![0.0; labels];
-    let mut best = score(&biases)?;
+    let start = counts_of(&mut log_p.iter().map(|lp| biased_argmax(lp, &biases)));
+    let mut best = score(ConfusionMatrix { counts: start })?;
     for _ in 0..MAX_ROUNDS {
         let before = best;
         for c in 1..labels {
-            // Document d takes label c once its bias passes the best of the others.
-            let switch_points = log_p
+            // Each document's label while c does not win — the first of the others with the
+            // highest ln p + bias — and that sum.
+            let others: Vec<(usize, f64)> = log_p
                 .iter()
                 .map(|lp| {
-                    let others = (0..labels).filter(|&j| j != c).map(|j| lp[j] + biases[j]);
-                    others.fold(f64::NEG_INFINITY, f64::max) - lp[c]
+                    let mut top = 0;
+                    for j in 1..labels {
+                        if j != c && lp[j] + biases[j] > lp[top] + biases[top] {
+                            top = j;
+                        }
+                    }
+                    (top, lp[top] + biases[top])
                 })
                 .collect();
-            let mut trial = biases.clone();
-            for v in candidates(switch_points, |lowest, highest| [lowest - 2.0, highest + 2.0]) {
-                trial[c] = f64::from(v as f32);
-                let s = score(&trial)?;
-                if s > best || (s == best && trial[c].abs() < biases[c].abs()) {
+            // Document d takes label c once its bias passes the best of the others (a tie goes
+            // to the lower index, as `biased_argmax` gives it).
+            let wins = |d: usize, v: f64| {
+                let (top, other) = others[d];
+                let mine = log_p[d][c] + v;
+                mine > other || (mine == other && c < top)
+            };
+            let switch_points = others.iter().zip(log_p).map(|((_, other), lp)| other - lp[c]).collect();
+            let tried: Vec<f64> = candidates(switch_points, |lowest, highest| [lowest - 2.0, highest + 2.0])
+                .into_iter()
+                .map(|v| f64::from(v as f32))
+                .collect();
+            let mut switch_at: Vec<Vec<usize>> = vec![Vec::new(); tried.len() + 1];
+            for d in 0..log_p.len() {
+                switch_at[tried.partition_point(|&v| !wins(d, v))].push(d);
+            }
+            let mut counts = counts_of(&mut others.iter().map(|&(top, _)| top));
+            let mut chosen = biases[c];
+            for (i, &v) in tried.iter().enumerate() {
+                for &d in &switch_at[i] {
+                    counts[truth[d]][others[d].0] -= 1;
+                    counts[truth[d]][c] += 1;
+                }
+                let s = score(ConfusionMatrix { counts: counts.clone() })?;
+                if s > best || (s == best && v.abs() < chosen.abs()) {
                     best = s;
-                    biases[c] = trial[c];
+                    chosen = v;
                 }
             }
+            biases[c] = chosen;
         }
         if best <= before {
             break;
         }
     }
-    Ok(biases)
+    Ok((biases, best))
 }
