@@ -144,6 +144,9 @@ fn decisions_that_do_not_fit_the_model_are_refused() {
     assert!(biases(&["neutral", "partisan"]).check(&labels()).unwrap_err().contains("two take a threshold"));
     assert!(tune(&["a".to_string()], &[0], &[[1.0]], |r| r.accuracy).is_err());
     assert!(tune(&labels(), &[0], &[[f32::NAN, 0.5]], |r| r.accuracy).is_err());
+    // A label index beyond the labels (the sweep's counts would have panicked).
+    let out_of_range = tune(&three(), &[3], &[[0.2, 0.3, 0.5]], |r| r.accuracy).unwrap_err().to_string();
+    assert!(out_of_range.contains("label index 3 is out of range for 3 labels"), "{out_of_range}");
     assert!(tune(&three(), &[0], &[[0.5, 0.5]], |r| r.accuracy)
         .unwrap_err()
         .to_string()

@@ -49,6 +49,9 @@ pub fn tune<R: AsRef<[f32]>>(
     if rows.iter().any(|r| r.len() != labels.len()) {
         return Err(invalid(format!("a probability row does not have one value per label ({})", labels.len())));
     }
+    if let Some(&t) = truth.iter().find(|&&t| t >= labels.len()) {
+        return Err(invalid(format!("label index {t} is out of range for {} labels", labels.len())));
+    }
     if rows.iter().flat_map(|r| r.iter()).any(|p| !p.is_finite()) {
         return Err(invalid("a probability is not a finite number".into()));
     }
