@@ -136,7 +136,7 @@ pub(crate) fn tune_threshold(
     let result = off_gil(py, move || -> Result<String, String> {
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
         let source = data.display().to_string();
-        let (tuned, decision) = longread_classifier::evaluate::tune_threshold(
+        let tuned = longread_classifier::evaluate::tune_threshold(
             &classifier,
             std::io::BufReader::new(file),
             &source,
@@ -145,12 +145,9 @@ pub(crate) fn tune_threshold(
         )
         .map_err(|e| e.to_string())?;
         if write {
-            decision.save(&model_dir).map_err(|e| e.to_string())?;
+            tuned.decision.save(&model_dir).map_err(|e| e.to_string())?;
         }
-        let mut value = serde_json::to_value(&decision).map_err(|e| e.to_string())?;
-        value["metric"] = serde_json::to_value(metric).map_err(|e| e.to_string())?;
-        value["at_default"] = serde_json::to_value(&tuned.at_default).map_err(|e| e.to_string())?;
-        value["at_threshold"] = serde_json::to_value(&tuned.at_threshold).map_err(|e| e.to_string())?;
+        let mut value = serde_json::to_value(&tuned).map_err(|e| e.to_string())?;
         value["written"] = write.into();
         Ok(value.to_string())
     });

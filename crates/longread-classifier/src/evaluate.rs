@@ -291,18 +291,42 @@ impl ThresholdMetric {
     }
 }
 
+/// A tuned decision rule with how it scored — what `threshold --json`, Python's
+/// `tune_threshold` and `train --tune-threshold` report: the rule's fields (`positive` and
+/// `threshold`, or `biases`; `chosen_by`), `metric`, and the metrics with the most probable
+/// label (`at_default`) and with the rule (`at_threshold`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TunedRule {
+    /// The rule to keep (not saved here).
+    #[serde(flatten)]
+    pub decision: crate::decision::Decision,
+    /// What it maximizes.
+    pub metric: ThresholdMetric,
+    /// The metrics with the most probable label.
+    pub at_default: Report,
+    /// The metrics with the rule (optimistic on the documents that chose it).
+    pub at_threshold: Report,
+}
+
+impl TunedRule {
+    /// What [`crate::decision::tune`] found for `metric`, `chosen_by` saying on what.
+    pub fn new(tuned: crate::decision::Tuned, metric: ThresholdMetric, chosen_by: String) -> Self {
+        let decision = crate::decision::Decision { rule: tuned.rule, chosen_by };
+        Self { decision, metric, at_default: tuned.at_default, at_threshold: tuned.at_threshold }
+    }
+}
+
 /// Classifies the labelled JSON lines of `reader` (primary task) with `classifier` and finds
 /// the decision rule that maximizes `metric` there ([`crate::decision::tune`]: a threshold on
 /// the second label's probability for two labels, label biases for more); the documents
 /// should be held out from training. `on_document` is called after each document is scored.
-/// Returns what was found and the [`Decision`](crate::decision::Decision) to keep (not saved).
 pub fn tune_threshold(
     classifier: &Classifier,
     reader: impl std::io::BufRead,
     source_name: &str,
     metric: ThresholdMetric,
     on_document: impl FnMut(),
-) -> Result<(crate::decision::Tuned, crate::decision::Decision)> {
+) -> Result<TunedRule> {
     let task = &classifier.tasks()[0];
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     tune_threshold_on(classifier, &examples, source_name, metric, on_document)
@@ -316,7 +340,7 @@ pub fn tune_threshold_on(
     source_name: &str,
     metric: ThresholdMetric,
     mut on_document: impl FnMut(),
-) -> Result<(crate::decision::Tuned, crate::decision::Decision)> {
+) -> Result<TunedRule> {
     let task = &classifier.tasks()[0];
     let gold = resolve_column(examples, 0, &task.labels, source_name)?;
     let mut probabilities = Vec::with_capacity(examples.len());
@@ -330,9 +354,5 @@ pub fn tune_threshold_on(
         return Err(ModelError::InvalidInput(format!("{source_name}: no document has a label in \"{}\"", task.column)));
     }
     let tuned = crate::decision::tune(&task.labels, &truth, &probabilities, |r| metric.of(r))?;
-    let decision = crate::decision::Decision {
-        rule: tuned.rule.clone(),
-        chosen_by: format!("{} on {source_name} ({} documents)", metric.name(), truth.len()),
-    };
-    Ok((tuned, decision))
+    Ok(TunedRule::new(tuned, metric, format!("{} on {source_name} ({} documents)", metric.name(), truth.len())))
 }

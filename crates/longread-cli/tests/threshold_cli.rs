@@ -8,22 +8,20 @@ use std::path::Path;
 use common::{assert_clean_failure, fixture, json_lines, longread};
 use serde_json::Value;
 
+/// `longread train --arch bow` on the synthetic fixture into `dir/bow`, with `extra` flags.
+fn train_bow(dir: &Path, extra: &[&str]) -> std::process::Output {
+    let (data, out) = (fixture("synthetic/train.jsonl"), dir.join("bow"));
+    let mut args = vec!["train", "--arch", "bow", "--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    longread(&args)
+}
+
 /// A bag of words trained on the synthetic fixture (any kind takes a threshold; this one
 /// trains in a moment).
 fn bow(dir: &Path) -> String {
-    let out = dir.join("bow");
-    let run = longread(&[
-        "train",
-        "--arch",
-        "bow",
-        "--train",
-        fixture("synthetic/train.jsonl").to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "-q",
-    ]);
+    let run = train_bow(dir, &["-q"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    out.to_str().unwrap().to_owned()
+    dir.join("bow").to_str().unwrap().to_owned()
 }
 
 /// (id, P(rain), label) of each test document.
@@ -350,20 +348,7 @@ fn three_labels_take_label_biases_that_predict_and_eval_apply() {
 fn train_tune_threshold_of_a_bag_of_words_uses_out_of_fold_probabilities() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bow");
-    let data = fixture("synthetic/train.jsonl");
-    let run = longread(&[
-        "train",
-        "--arch",
-        "bow",
-        "--train",
-        data.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--tune-threshold",
-        "macro-f1",
-        "--log-format",
-        "json",
-    ]);
+    let run = train_bow(tmp.path(), &["--tune-threshold", "macro-f1", "--log-format", "json"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let done = json_lines(&run.stdout).into_iter().find(|e| e["event"] == "done").expect("a done event");
     let kept = &done["threshold"];

@@ -88,17 +88,15 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     let Some(data) = &args.data else { bail!("--data is needed to tune a threshold") };
     let progress = progress_bar(0, quiet);
     let source = input_name(data);
-    let (tuned, decision) = tune_threshold(&classifier, open_input(data)?, &source, args.metric, || progress.inc(1))?;
+    let tuned = tune_threshold(&classifier, open_input(data)?, &source, args.metric, || progress.inc(1))?;
     progress.finish_and_clear();
+    let decision = &tuned.decision;
     let written = !args.dry_run;
     if written {
         decision.save(dir)?;
     }
     if args.json {
-        let mut value = serde_json::to_value(&decision)?;
-        value["metric"] = serde_json::to_value(args.metric)?;
-        value["at_default"] = serde_json::to_value(&tuned.at_default)?;
-        value["at_threshold"] = serde_json::to_value(&tuned.at_threshold)?;
+        let mut value = serde_json::to_value(&tuned)?;
         value["written"] = written.into();
         println!("{value}");
         return Ok(());

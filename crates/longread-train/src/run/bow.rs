@@ -12,7 +12,7 @@ use crate::run::data::read_examples;
 use crate::run::output::RunOutput;
 use crate::run::spec::{BowSpec, TrainSpec};
 use crate::run::start::training_labels;
-use crate::run::threshold::{tune_out_of_fold, ThresholdSummary};
+use crate::run::threshold::tune_out_of_fold;
 use crate::run::RunHooks;
 use crate::trainer::Progress;
 
@@ -95,7 +95,7 @@ pub(crate) fn run(
     bow: &BowSpec,
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
-) -> Result<(BowSummary, Option<ThresholdSummary>)> {
+) -> Result<(BowSummary, Option<longread_classifier::evaluate::TunedRule>)> {
     let output = RunOutput::create(&spec.out, settings)?;
     let labels = training_labels(spec)?;
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;

@@ -44,7 +44,6 @@ pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 use settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use spec::TrainPlan as Plan;
 pub use spec::{Arch, BowSpec, EncoderTrainSpec, HanSpec, LoopSpec, TrainPlan, TrainPrecision, TrainSpec};
-pub use threshold::ThresholdSummary;
 
 use crate::error::{Result, TrainError};
 use crate::trainer::{EpochLog, PretrainLog, Progress};
@@ -74,7 +73,7 @@ pub struct RunSummary {
     /// The folds of a `--cv` run (its epochs are the folds' runs').
     pub cv: Option<cross_validation::CvSummary>,
     /// The decision rule `--tune-threshold` kept (when the run completed).
-    pub threshold: Option<ThresholdSummary>,
+    pub threshold: Option<longread_classifier::evaluate::TunedRule>,
 }
 
 impl RunSummary {

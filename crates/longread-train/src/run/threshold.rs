@@ -3,10 +3,9 @@
 //! [`longread_classifier::decision::tune`] as `longread threshold` does — and kept in
 //! OUT/decision.json, where every front applies it.
 
-use longread_classifier::decision::{Decision, Tuned, DECISION_FILE};
-use longread_classifier::evaluate::{tune_threshold_on, ThresholdMetric};
+use longread_classifier::decision::DECISION_FILE;
+use longread_classifier::evaluate::{tune_threshold_on, ThresholdMetric, TunedRule};
 use longread_classifier::{Classifier, ClassifierOptions};
-use longread_metrics::Report;
 use longread_text::Example;
 
 use crate::error::{Result, TrainError};
@@ -20,20 +19,6 @@ pub(crate) struct DevTexts {
     pub examples: Vec<Example>,
     /// Where they came from, for messages.
     pub source: String,
-}
-
-/// What `--tune-threshold` found and kept.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ThresholdSummary {
-    /// The rule (`positive` and `threshold` for two labels, `biases` for more; `chosen_by`).
-    #[serde(flatten)]
-    pub decision: Decision,
-    /// What it maximizes.
-    pub metric: ThresholdMetric,
-    /// The dev metrics with the most probable label.
-    pub at_default: Report,
-    /// The dev metrics with the rule (optimistic: the dev set chose it, and the epoch).
-    pub at_threshold: Report,
 }
 
 /// The dev documents to keep for tuning (read from `source`: the --dev file, or the
@@ -62,7 +47,7 @@ pub(crate) fn tune_and_keep(
     metric: ThresholdMetric,
     dev: &DevTexts,
     hooks: &mut dyn RunHooks,
-) -> Result<ThresholdSummary> {
+) -> Result<TunedRule> {
     hooks.note(&format!(
         "tuning the decision rule on the dev set's {} documents (--tune-threshold {})",
         dev.examples.len(),
@@ -70,9 +55,9 @@ pub(crate) fn tune_and_keep(
     ));
     let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
     let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
-    let (tuned, decision) =
+    let tuned =
         tune_threshold_on(&classifier, &dev.examples, &dev.source, metric, || {}).map_err(|e| failed(spec, e))?;
-    keep(spec, metric, tuned, decision, "dev", "optimistic: the dev set chose it", hooks)
+    keep(spec, tuned, "dev", "optimistic: the dev set chose it", hooks)
 }
 
 /// Tunes the decision rule of the bag of words in `spec.out` on the out-of-fold probabilities
@@ -86,42 +71,24 @@ pub(crate) fn tune_out_of_fold(
     probabilities: &[Vec<f32>],
     folds: usize,
     hooks: &mut dyn RunHooks,
-) -> Result<ThresholdSummary> {
+) -> Result<TunedRule> {
     let tuned = longread_classifier::decision::tune(labels, truth, probabilities, |r| metric.of(r))
         .map_err(|e| failed(spec, e))?;
-    let decision = Decision {
-        rule: tuned.rule.clone(),
-        chosen_by: format!(
-            "{} on the training documents' out-of-fold probabilities ({folds} folds, {} documents)",
-            metric.name(),
-            truth.len()
-        ),
-    };
-    keep(
-        spec,
-        metric,
-        tuned,
-        decision,
-        "out-of-fold",
-        "the fold models are fitted on less data than the final one",
-        hooks,
-    )
+    let chosen_by = format!(
+        "{} on the training documents' out-of-fold probabilities ({folds} folds, {} documents)",
+        metric.name(),
+        truth.len()
+    );
+    let tuned = TunedRule::new(tuned, metric, chosen_by);
+    keep(spec, tuned, "out-of-fold", "the fold models are fitted on less data than the final one", hooks)
 }
 
-/// Saves `decision` in `spec.out` and tells `hooks` what it changed (`scored`: on what, `caveat`:
-/// how far to trust the figures).
-fn keep(
-    spec: &TrainSpec,
-    metric: ThresholdMetric,
-    tuned: Tuned,
-    decision: Decision,
-    scored: &str,
-    caveat: &str,
-    hooks: &mut dyn RunHooks,
-) -> Result<ThresholdSummary> {
-    decision.save(&spec.out).map_err(|e| failed(spec, e))?;
-    let summary = ThresholdSummary { decision, metric, at_default: tuned.at_default, at_threshold: tuned.at_threshold };
-    let (before, after) = (metric.of(&summary.at_default), metric.of(&summary.at_threshold));
+/// Saves the rule `tuned` found in `spec.out` and tells `hooks` what it changed (`scored`: on
+/// what, `caveat`: how far to trust the figures).
+fn keep(spec: &TrainSpec, tuned: TunedRule, scored: &str, caveat: &str, hooks: &mut dyn RunHooks) -> Result<TunedRule> {
+    tuned.decision.save(&spec.out).map_err(|e| failed(spec, e))?;
+    let metric = tuned.metric;
+    let (before, after) = (metric.of(&tuned.at_default), metric.of(&tuned.at_threshold));
     let found = if before == after {
         format!("nothing did better than the most probable label ({scored} {} {before:.4})", metric.name())
     } else {
@@ -129,11 +96,11 @@ fn keep(
     };
     hooks.note(&format!(
         "decision rule: {}; {found}; kept in {}",
-        longread_metrics::terminal::printable(&summary.decision.describe()),
+        longread_metrics::terminal::printable(&tuned.decision.describe()),
         spec.out.join(DECISION_FILE).display()
     ));
-    if let Some(warning) = summary.decision.warning(summary.at_default.examples) {
+    if let Some(warning) = tuned.decision.warning(tuned.at_default.examples) {
         hooks.note(&warning);
     }
-    Ok(summary)
+    Ok(tuned)
 }
