@@ -176,13 +176,28 @@ impl SentenceEmbedder {
 
     /// Embeds texts in batches of `batch_size`, longest first to limit padding;
     /// `on_batch(n)` is called after each batch with the number of texts done in it.
-    pub fn embed(&self, texts: &[&str], batch_size: usize, mut on_batch: impl FnMut(usize)) -> Result<Embeddings> {
-        let encoded: Vec<Encoded> = if self.lowercase {
+    pub fn embed(&self, texts: &[&str], batch_size: usize, on_batch: impl FnMut(usize)) -> Result<Embeddings> {
+        self.embed_encoded(self.tokenize(texts)?, batch_size, on_batch)
+    }
+
+    /// Tokenizes texts as [`Embedder::embed`] does (lowercased when the model says so, cut to
+    /// [`Embedder::max_length`]), so that a front can look at their lengths before embedding.
+    pub fn tokenize(&self, texts: &[&str]) -> Result<Vec<Encoded>> {
+        Ok(if self.lowercase {
             let lowered: Vec<String> = texts.iter().map(|t| t.to_lowercase()).collect();
             self.tokenizer.encode_batch(&lowered.iter().map(String::as_str).collect::<Vec<_>>())?
         } else {
             self.tokenizer.encode_batch(texts)?
-        };
+        })
+    }
+
+    /// Embeds texts tokenized by [`Embedder::tokenize`], as [`Embedder::embed`].
+    pub fn embed_encoded(
+        &self,
+        encoded: Vec<Encoded>,
+        batch_size: usize,
+        mut on_batch: impl FnMut(usize),
+    ) -> Result<Embeddings> {
         let mut order: Vec<usize> = (0..encoded.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(encoded[i].ids.len()));
         let mut vectors = vec![Vec::new(); encoded.len()];

@@ -392,6 +392,34 @@ fn embeddings_as_tei_and_openai_answer_them() {
         assert_eq!(status, 422, "{body}: {error}");
         assert!(error["error"].as_str().unwrap().contains(needle), "{body}: {error}");
     }
+    // `truncate: false` refuses a text over the model's 256 tokens (413, as TEI answers it; it
+    // was accepted and ignored, so the vector silently covered the first 256 tokens only);
+    // absent or true, the text is cut, and its vector is the first 256 tokens' vector.
+    let long = "word ".repeat(400);
+    let (status, cut) = server.post_json("/embed", &json!({ "inputs": long }));
+    assert_eq!(status, 200, "{cut}");
+    let (status, explicit) = server.post_json("/embed", &json!({ "inputs": long, "truncate": true }));
+    assert_eq!((status, &explicit), (200, &cut));
+    let first = embedder.tokenize(&[long.as_str()]).unwrap().remove(0);
+    assert!(first.truncated && first.ids.len() == 256, "{} tokens", first.ids.len());
+    let want: Vec<f64> =
+        embedder.embed(&[long.as_str()], 8, |_| {}).unwrap().vectors[0].iter().map(|&x| x as f64).collect();
+    assert!(max_diff(&numbers(&cut[0]), &want) <= 1e-5);
+    for (body, place) in [
+        (json!({ "inputs": long, "truncate": false }), "`inputs` is longer"),
+        (json!({ "inputs": ["short", long], "truncate": false }), "`inputs[1]` is longer"),
+        (json!({ "inputs": long, "parameters": { "truncate": false } }), "`inputs` is longer"),
+    ] {
+        let (status, error) = server.post_json("/embed", &body);
+        assert_eq!(status, 413, "{error}");
+        let message = error["error"].as_str().unwrap();
+        assert!(message.contains(place) && message.contains("256 tokens"), "{message}");
+    }
+    let (status, fits) = server.post_json("/embed", &json!({ "inputs": texts, "truncate": false }));
+    assert_eq!((status, fits.as_array().unwrap()), (200, tei));
+    let (status, error) =
+        server.post_json("/embed", &json!({ "inputs": "x", "truncate": true, "parameters": { "truncate": false } }));
+    assert_eq!(status, 422, "{error}");
     for (body, needle) in [
         (json!({ "input": "x", "encoding_format": "binary" }), "\"float\" or \"base64\""),
         (json!({ "input": "x", "dimensions": 0 }), "at least 1"),

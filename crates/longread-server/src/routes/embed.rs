@@ -29,9 +29,9 @@ pub(crate) struct EmbedRequest {
     /// Scale each vector to unit length (default true).
     #[serde(default)]
     normalize: Option<bool>,
-    /// Accepted for TEI compatibility; texts longer than the model's positions are truncated.
+    /// Cut texts longer than the model's maximum length (default true, as TEI started with
+    /// `--auto-truncate`); false: such a text is refused (413), as TEI refuses it.
     #[serde(default)]
-    #[allow(dead_code)]
     truncate: Option<bool>,
     /// TEI's sentence-transformers prompt: refused when given (the model has no prompts).
     #[serde(default)]
@@ -62,9 +62,8 @@ pub(crate) struct EmbedParameters {
     /// As the body's `prompt_name`.
     #[serde(default)]
     prompt_name: Option<String>,
-    /// Accepted; texts are truncated to the model's positions.
+    /// As the body's `truncate`.
     #[serde(default)]
-    #[allow(dead_code)]
     truncate: Option<bool>,
     /// As the body's `truncation_direction`.
     #[serde(default)]
@@ -98,6 +97,12 @@ impl EmbedRequest {
             ));
         }
         agree("normalize", self.normalize, parameters.and_then(|p| p.normalize)).map(|n| n.unwrap_or(true))
+    }
+
+    /// Whether to cut long texts: the body's `truncate` or `parameters.truncate` (which must
+    /// agree), true when neither is given.
+    fn truncate(&self) -> Result<bool, ApiError> {
+        agree("truncate", self.truncate, self.parameters.as_ref().and_then(|p| p.truncate)).map(|t| t.unwrap_or(true))
     }
 
     /// How many dimensions to keep: the body's `dimensions` or `parameters.dimensions` (which
@@ -214,15 +219,15 @@ pub(crate) struct OpenAiResponse {
     responses(
         (status = 200, description = "One vector per text", body = Vec<Vec<f32>>),
         (status = 404, description = "No --embedding-model", body = ErrorBody),
-        (status = 413, description = "Body, text or batch over the limits", body = ErrorBody),
+        (status = 413, description = "Body, text or batch over the limits; a text over the model's maximum length with `truncate: false`", body = ErrorBody),
         (status = 422, description = "Invalid JSON, wrong types, an empty text", body = ErrorBody),
         (status = 429, description = "Too many requests in flight", body = ErrorBody),
     ))]
 pub(crate) async fn embed(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Json<Vec<Vec<f32>>>, ApiError> {
     let request: EmbedRequest = parse_body(&body)?;
-    let (normalize, dimensions) = (request.normalize()?, request.dimensions()?);
+    let (normalize, dimensions, truncate) = (request.normalize()?, request.dimensions()?, request.truncate()?);
     let inputs = Inputs::from_value(request.inputs, "inputs")?;
-    let embeddings = embed_inputs(&state, &inputs, "inputs", dimensions, normalize).await?;
+    let embeddings = embed_inputs(&state, &inputs, "inputs", Vectors { dimensions, normalize, truncate }).await?;
     Ok(Json(embeddings.vectors))
 }
 
@@ -245,7 +250,8 @@ pub(crate) async fn openai_embeddings(
         return Err(ApiError::invalid("`dimensions` must be at least 1"));
     }
     let inputs = Inputs::from_value(request.input, "input")?;
-    let embeddings = embed_inputs(&state, &inputs, "input", request.dimensions, true).await?;
+    let vectors = Vectors { dimensions: request.dimensions, normalize: true, truncate: true };
+    let embeddings = embed_inputs(&state, &inputs, "input", vectors).await?;
     let tokens: usize = embeddings.token_counts.iter().sum();
     let data = embeddings
         .vectors
@@ -272,15 +278,25 @@ pub(crate) fn model_id(state: &AppState) -> String {
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Checks and embeds the texts of `inputs` off the async threads; keeps the first `dimensions`
-/// of each vector (before normalizing) when given.
+/// What a request asks of its vectors.
+#[derive(Debug, Clone, Copy)]
+struct Vectors {
+    /// Keep the first N dimensions (before normalizing).
+    dimensions: Option<usize>,
+    /// Scale to unit length.
+    normalize: bool,
+    /// Cut texts over the model's maximum length (else refuse them).
+    truncate: bool,
+}
+
+/// Checks and embeds the texts of `inputs` off the async threads.
 async fn embed_inputs(
     state: &Arc<AppState>,
     inputs: &Inputs,
     field: &str,
-    dimensions: Option<usize>,
-    normalize: bool,
+    asked: Vectors,
 ) -> Result<Embeddings, ApiError> {
+    let Vectors { dimensions, normalize, truncate } = asked;
     let loaded = state.loaded()?;
     let Some(embedder) = loaded.embedder.as_ref().map(Arc::clone) else {
         return Err(ApiError::not_found("this server has no embedding model (start it with --embedding-model DIR)"));
@@ -293,13 +309,22 @@ async fn embed_inputs(
     let texts: Vec<String> =
         inputs.texts(field, cfg.max_client_batch_size, cfg.max_input_chars)?.into_iter().map(str::to_owned).collect();
     let _in_flight = state.admit(texts.iter().map(String::len).sum())?;
+    let (single, field) = (matches!(inputs, Inputs::One(_)), field.to_owned());
     let mut embeddings = tokio::task::spawn_blocking(move || {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        embedder.embed(&refs, EMBED_BATCH, |_| {})
+        let encoded = embedder.tokenize(&refs).map_err(|e| ApiError::backend(format!("embedding: {e}")))?;
+        if let Some(i) = encoded.iter().position(|e| e.truncated).filter(|_| !truncate) {
+            return Err(ApiError::too_large(format!(
+                "{} is longer than the embedding model's {} tokens; send `truncate: true` to embed its first {} tokens",
+                if single { format!("`{field}`") } else { format!("`{field}[{i}]`") },
+                embedder.max_length(),
+                embedder.max_length()
+            )));
+        }
+        embedder.embed_encoded(encoded, EMBED_BATCH, |_| {}).map_err(|e| ApiError::backend(format!("embedding: {e}")))
     })
     .await
-    .map_err(|e| ApiError::backend(format!("embedding: {e}")))?
-    .map_err(|e| ApiError::backend(format!("embedding: {e}")))?;
+    .map_err(|e| ApiError::backend(format!("embedding: {e}")))??;
     if let Some(d) = dimensions {
         embeddings.vectors.iter_mut().for_each(|v| v.truncate(d));
     }
