@@ -38,3 +38,25 @@ p = np.array(
 print("multiclass roc_auc (ovr, macro)", repr(roc_auc_score(y, p, multi_class="ovr", average="macro")))
 print("multiclass per label", [repr(roc_auc_score(y == c, p[:, c])) for c in range(3)])
 print("multiclass log_loss", repr(log_loss(y, p)))
+
+
+def expected_calibration_error(y, p, bins=15):
+    """Guo et al. 2017's ECE of the most probable label (their reference code's binning:
+    a confidence c falls in (lower, upper])."""
+    confidences = p.max(axis=1).astype(np.float64)
+    correct = (p.argmax(axis=1) == y).astype(np.float64)
+    edges = np.linspace(0, 1, bins + 1)
+    ece = 0.0
+    for lower, upper in zip(edges[:-1], edges[1:]):
+        in_bin = (confidences > lower) & (confidences <= upper)
+        if in_bin.any():
+            ece += in_bin.mean() * abs(correct[in_bin].mean() - confidences[in_bin].mean())
+    return ece
+
+
+# the scores' expected calibration error (binary and multiclass above)
+y = np.array([0, 1, 1, 0, 1, 0, 0, 1])
+p1 = np.array([0.3, 0.6, 0.5, 0.5, 0.9, 0.1, 0.7, 0.7], dtype=np.float32)
+print("binary ece", repr(expected_calibration_error(y, np.stack([1 - p1, p1], axis=1))))
+y = np.array([0, 1, 2, 2, 1, 0, 2, 1, 0])
+print("multiclass ece", repr(expected_calibration_error(y, p)))

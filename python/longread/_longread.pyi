@@ -121,6 +121,20 @@ def tune_threshold(
     labels by it. {"positive" and "threshold", or "biases"; "chosen_by", "metric",
     "at_default", "at_threshold", "written"}."""
 
+def calibrate(
+    model_dir: Union[str, PathLike[str]],
+    data: Union[str, PathLike[str]],
+    write: bool = True,
+    threads: Optional[int] = None,
+    device: str = "auto",
+) -> dict[str, Any]:
+    """`longread calibrate`: the temperature of least log loss on held-out labelled documents
+    (the primary task's probabilities become softmax(ln p / T)); with write=True it is kept in
+    the model (calibration.json, the decision rule restated so that no label changes) and every
+    Classifier loaded from it gives calibrated probabilities. {"temperature", "chosen_by",
+    "previous", "at_bound", "documents", "log_loss" and "ece" ({"before", "after"}), "written", and
+    "decision" when a rule was restated}."""
+
 def ensemble(
     models: Sequence[Union[str, PathLike[str]]],
     out: Union[str, PathLike[str]],

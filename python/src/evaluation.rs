@@ -157,6 +157,54 @@ pub(crate) fn tune_threshold(
     }
 }
 
+/// calibrate(model_dir, data, write=True, threads=None, device="auto") -> dict
+///
+/// `longread calibrate`: the temperature of least log loss on the labelled held-out documents
+/// in `data` (temperature scaling: the primary task's probabilities become
+/// softmax(ln p / T)); with `write=True` it is kept in the model directory (calibration.json),
+/// with the model's decision rule restated so that no label changes, and every Classifier (and
+/// the command line, the server) loaded from it then gives calibrated probabilities. Returns
+/// {"temperature", "chosen_by", "previous" (the temperature it replaces, 1 for none), "at_bound", "documents", "log_loss" and
+/// "ece" ({"before", "after"}), "written", and "decision" when a rule was restated}.
+#[pyfunction]
+#[pyo3(signature = (model_dir, data, write=true, threads=None, device="auto"))]
+pub(crate) fn calibrate(
+    py: Python<'_>,
+    model_dir: PathBuf,
+    data: PathBuf,
+    write: bool,
+    threads: Option<usize>,
+    device: &str,
+) -> PyResult<PyObject> {
+    let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device)?.inner;
+    let result = off_gil(py, move || -> Result<String, String> {
+        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        let source = data.display().to_string();
+        let fitted = longread_classifier::evaluate::calibrate_temperature(
+            &classifier,
+            std::io::BufReader::new(file),
+            &source,
+            || {},
+        )
+        .map_err(|e| e.to_string())?;
+        let restated = match write {
+            true => longread_classifier::decision::temperature::keep(&model_dir, &fitted, classifier.labels())
+                .map_err(|e| e.to_string())?,
+            false => None,
+        };
+        let mut value = serde_json::to_value(&fitted).map_err(|e| e.to_string())?;
+        value["written"] = write.into();
+        if let Some(decision) = restated {
+            value["decision"] = serde_json::to_value(&decision).map_err(|e| e.to_string())?;
+        }
+        Ok(value.to_string())
+    });
+    match result {
+        Ok(json) => from_json(py, &json),
+        Err(message) => Err(InvalidDocumentError::new_err(message)),
+    }
+}
+
 /// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5, stack=None,
 ///          vector_cache=None, seed=42) -> dict
 ///

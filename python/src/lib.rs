@@ -30,7 +30,7 @@ create_exception!(
 
 use classifier::Classifier;
 use embedder::Embedder;
-use evaluation::{compare, ensemble, evaluate, tune_threshold};
+use evaluation::{calibrate, compare, ensemble, evaluate, tune_threshold};
 use training::{init, new_encoder, pretrain, train, train_tokenizer};
 
 #[pymodule]
@@ -41,6 +41,7 @@ fn _longread(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(ensemble, m)?)?;
     m.add_function(wrap_pyfunction!(tune_threshold, m)?)?;
+    m.add_function(wrap_pyfunction!(calibrate, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(train, m)?)?;
     m.add_function(wrap_pyfunction!(pretrain, m)?)?;

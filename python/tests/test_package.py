@@ -633,6 +633,30 @@ def test_tune_threshold_keeps_it_in_the_model_and_classifiers_label_by_it(tmp_pa
         longread.tune_threshold(os.path.join(FIXTURES, "hier", "trained-bert-attention"), dev, write=False)
 
 
+def test_calibrate_keeps_a_temperature_classifiers_apply_without_changing_labels(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    dev = os.path.join(FIXTURES, "synthetic", "test.jsonl")
+    longread.train(train, tmp_path / "bow", arch="bow", quiet=True)
+    model = str(tmp_path / "bow")
+    texts = [r["text"] for r in json_lines(open(dev).read())]
+    before = longread.Classifier(model).predict(texts)
+    dry = longread.calibrate(model, dev, write=False)
+    assert not dry["written"] and not os.path.exists(os.path.join(model, "calibration.json"))
+    assert dry["log_loss"]["after"] <= dry["log_loss"]["before"] and dry["documents"] == len(texts)
+    got = longread.calibrate(model, dev)
+    assert got["written"] and got["temperature"] == pytest.approx(dry["temperature"])
+    t = got["temperature"]
+    after = longread.Classifier(model).predict(texts)
+    for b, a in zip(before, after):
+        assert a["label"] == b["label"]
+        p = np.array([b["scores"][label] for label in b["scores"]], dtype=np.float64)
+        want = np.exp(np.log(p) / t) / np.exp(np.log(p) / t).sum()
+        assert np.allclose([a["scores"][label] for label in b["scores"]], want, atol=1e-6), (a, want)
+    report = longread.evaluate(model, dev)["tasks"][0]["report"]
+    assert report["log_loss"] == pytest.approx(got["log_loss"]["after"], abs=1e-5)
+    assert report["ece"] == pytest.approx(got["ece"]["after"], abs=1e-5)
+
+
 def test_train_tune_threshold_keeps_the_threshold_found_on_its_dev_set(tmp_path):
     train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
     dev = os.path.join(FIXTURES, "synthetic", "test.jsonl")

@@ -79,10 +79,12 @@ fn member_loss(probs: &[Vec<f64>], gold: &[usize], docs: &[usize], t: f64) -> f6
     docs.iter().map(|&d| -temper(&probs[d], t)[gold[d]].max(FLOOR).ln()).sum::<f64>() / docs.len().max(1) as f64
 }
 
-/// The temperature in [0.05, 20] of least log loss on `docs` (golden-section search on ln T;
-/// the loss is smooth and, in practice, unimodal in it).
+/// The temperature in [0.05, 20] ([`crate::decision::temperature::TEMPERATURE_RANGE`]) of
+/// least log loss on `docs` (golden-section search on ln T; the loss is smooth and, in
+/// practice, unimodal in it).
 pub fn fit_temperature(probs: &[Vec<f64>], gold: &[usize], docs: &[usize]) -> f64 {
-    let (mut lo, mut hi) = (0.05f64.ln(), 20f64.ln());
+    let (low, high) = crate::decision::temperature::TEMPERATURE_RANGE;
+    let (mut lo, mut hi) = (low.ln(), high.ln());
     let phi = (5f64.sqrt() - 1.0) / 2.0;
     let loss = |x: f64| member_loss(probs, gold, docs, x.exp());
     let (mut a, mut b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));

@@ -339,8 +339,41 @@ pub fn tune_threshold_on(
     examples: &[Example],
     source_name: &str,
     metric: ThresholdMetric,
-    mut on_document: impl FnMut(),
+    on_document: impl FnMut(),
 ) -> Result<TunedRule> {
+    let task = &classifier.tasks()[0];
+    let (truth, probabilities) = primary_probabilities(classifier, examples, source_name, on_document)?;
+    let tuned = crate::decision::tune(&task.labels, &truth, &probabilities, |r| metric.of(r))?;
+    Ok(TunedRule::new(tuned, metric, format!("{} on {source_name} ({} documents)", metric.name(), truth.len())))
+}
+
+/// Classifies the labelled JSON lines of `reader` (primary task) with `classifier` and fits
+/// the temperature that calibrates its probabilities there
+/// ([`crate::decision::temperature::fit`]); the documents should be held out from training.
+/// Nothing is saved ([`crate::decision::temperature::keep`] does). `on_document` is called
+/// after each document is scored.
+pub fn calibrate_temperature(
+    classifier: &Classifier,
+    reader: impl std::io::BufRead,
+    source_name: &str,
+    on_document: impl FnMut(),
+) -> Result<crate::decision::temperature::Fitted> {
+    let task = &classifier.tasks()[0];
+    let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
+    let (truth, probabilities) = primary_probabilities(classifier, &examples, source_name, on_document)?;
+    let current = crate::decision::Temperature::load(classifier.dir())?;
+    let chosen_by = format!("log loss on {source_name} ({} documents)", truth.len());
+    crate::decision::temperature::fit(task.labels.len(), &truth, &probabilities, current.as_ref(), chosen_by)
+}
+
+/// The gold primary-task labels of `examples` (their first column) that have one, and the
+/// probabilities `classifier` gives those documents.
+fn primary_probabilities(
+    classifier: &Classifier,
+    examples: &[Example],
+    source_name: &str,
+    mut on_document: impl FnMut(),
+) -> Result<(Vec<usize>, Vec<Vec<f32>>)> {
     let task = &classifier.tasks()[0];
     let gold = resolve_column(examples, 0, &task.labels, source_name)?;
     let mut probabilities = Vec::with_capacity(examples.len());
@@ -353,6 +386,5 @@ pub fn tune_threshold_on(
     if truth.is_empty() {
         return Err(ModelError::InvalidInput(format!("{source_name}: no document has a label in \"{}\"", task.column)));
     }
-    let tuned = crate::decision::tune(&task.labels, &truth, &probabilities, |r| metric.of(r))?;
-    Ok(TunedRule::new(tuned, metric, format!("{} on {source_name} ({} documents)", metric.name(), truth.len())))
+    Ok((truth, probabilities))
 }

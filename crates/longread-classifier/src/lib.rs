@@ -106,20 +106,18 @@ impl std::fmt::Debug for Classifier {
 
 impl Classifier {
     /// Loads any model directory made by `longread init` or `longread train`.
-    /// A two-label model with a tuned threshold (`decision.json`, see [`decision`]) labels
-    /// by it.
+    /// A model with a calibration (`calibration.json`, [`decision::Temperature`]) gives its
+    /// calibrated probabilities; one with a tuned decision rule (`decision.json`, see
+    /// [`decision`]) labels by it.
     pub fn load(dir: &Path, options: ClassifierOptions) -> Result<Self> {
         let kind = ModelKind::of(dir);
         // Models without an encoder run on the CPU whatever the device asked for.
         let device = if kind.has_encoder() { options.device.resolve()? } else { longread_model::device::host() };
         let classifier = Self::load_on(dir, kind, options, device)?;
-        match decision::Decision::load(dir, classifier.labels())? {
-            None => Ok(classifier),
-            Some(decision) => {
-                let Self { model, options, dir, device } = classifier;
-                Ok(Self { model: Box::new(decision::Thresholded::new(model, decision)), options, dir, device })
-            }
-        }
+        let decision = decision::Decision::load(dir, classifier.labels())?;
+        let temperature = decision::Temperature::load(dir)?;
+        let Self { model, options, dir, device } = classifier;
+        Ok(Self { model: decision::Adjusted::wrap(model, temperature, decision), options, dir, device })
     }
 
     /// [`Classifier::load`] of a directory of `kind` on a resolved device.

@@ -30,7 +30,16 @@ pub struct ModelSummary {
 /// label names or a model type with control characters.
 pub fn summarize(dir: &Path) -> Result<ModelSummary> {
     let ModelSummary { mut json, mut table } = summarize_kind(dir)?;
-    // Any kind may have a decision threshold (`longread threshold`).
+    // Any kind may have a calibration (`longread calibrate`) and a decision rule (`longread
+    // threshold`).
+    if let Some(calibration) = crate::decision::Temperature::load(dir)? {
+        if !table.ends_with('\n') {
+            table.push('\n');
+        }
+        let t = crate::decision::temperature::short(calibration.temperature);
+        table += &format!("calibration      temperature {t} ({})\n", calibration.chosen_by);
+        json["calibration"] = serde_json::to_value(&calibration).unwrap_or_default();
+    }
     let labels: Vec<String> = json["labels"]
         .as_array()
         .map_or_else(Vec::new, |l| l.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect());

@@ -72,6 +72,11 @@ enum Command {
     /// eval, report, serve and Python then label by it. `--set` keeps a given threshold or
     /// biases, `--clear` removes the rule.
     Threshold(commands::threshold::ThresholdArgs),
+    /// Calibrate a model's probabilities on held-out labelled documents (temperature scaling:
+    /// the temperature of least log loss), and keep it in the model: predict, eval, report,
+    /// serve and Python then give calibrated probabilities; labels do not change. `--clear`
+    /// removes it.
+    Calibrate(commands::calibrate::CalibrateArgs),
     /// Write one HTML page (`--out FILE.html`) showing each document's prediction and its chunks' attention.
     Report(commands::report::ReportArgs),
     /// Tokenizers: `tokenizer train` learns a byte-level BPE (RoBERTa) or WordPiece (BERT)
@@ -204,6 +209,7 @@ fn dispatch(command: Command, quiet: bool, device: longread_model::DeviceChoice)
         Command::Eval(args) => commands::eval::run(args, quiet, device).map(|_| 0),
         Command::Ensemble(args) => commands::ensemble::run(args, quiet).map(|_| 0),
         Command::Threshold(args) => commands::threshold::run(args, quiet, device).map(|_| 0),
+        Command::Calibrate(args) => commands::calibrate::run(args, quiet, device).map(|_| 0),
         Command::Train(args) => commands::train::run(*args, quiet, device).map(|_| 0),
         Command::Tokenizer(command) => commands::tokenizer::run(command, quiet).map(|_| 0),
         Command::Encoder(command) => commands::encoder::run(command, quiet).map(|_| 0),

@@ -96,6 +96,11 @@ pub struct Report {
     /// them. Absent from the JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_loss: Option<f64>,
+    /// Expected calibration error of the probabilities
+    /// ([`scores::expected_calibration_error`]), when the report has them. Absent from the
+    /// JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ece: Option<f64>,
 }
 
 /// Computes every metric. `labels` names the classes; `truth` and `predicted` are indices.
@@ -152,6 +157,7 @@ pub fn evaluate_counts(labels: &[String], cm: ConfusionMatrix) -> Result<Report,
         constant_prediction,
         roc_auc: None,
         log_loss: None,
+        ece: None,
     })
 }
 
@@ -163,6 +169,7 @@ impl Report {
         let scores = scores::score_metrics(self.labels.len(), truth, probabilities)?;
         self.roc_auc = scores.roc_auc;
         self.log_loss = Some(scores.log_loss);
+        self.ece = Some(scores.ece);
         for (class, auc) in self.per_class.iter_mut().zip(scores.per_class_auc) {
             class.roc_auc = auc;
         }
@@ -196,6 +203,13 @@ impl Report {
                 None => out += &format!("{:<width$} {:>9}   (a label has no documents)\n", "ROC-AUC", "-"),
             }
             out += &format!("{:<width$} {log_loss:>9.4}\n", "log loss");
+            if let Some(ece) = self.ece {
+                out += &format!(
+                    "{:<width$} {ece:>9.4}   (expected calibration error, {} bins)\n",
+                    "ECE",
+                    scores::CALIBRATION_BINS
+                );
+            }
         }
         out += &format!("\nconfusion matrix (rows: true, columns: predicted)\n{:<width$}", "");
         for l in &labels {

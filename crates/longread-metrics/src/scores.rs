@@ -1,7 +1,9 @@
 //! Metrics of the predicted probabilities rather than the predicted labels, as scikit-learn
 //! defines them: ROC-AUC (`roc_auc_score`: binary, and one-vs-rest macro for more labels) and
-//! log loss (`log_loss`). They see what accuracy and F1 cannot: how well the scores rank the
-//! documents, and how far a confident mistake is from the truth.
+//! log loss (`log_loss`), and the expected calibration error (Guo et al. 2017, "On Calibration
+//! of Modern Neural Networks"). They see what accuracy and F1 cannot: how well the scores rank
+//! the documents, how far a confident mistake is from the truth, and whether "90% sure" is
+//! right nine times in ten.
 
 use serde::Serialize;
 
@@ -16,6 +18,8 @@ pub struct ScoreMetrics {
     /// Mean negative log of the true label's probability, clipped to [ε, 1 − ε] with ε the f32
     /// epsilon (scikit-learn's `log_loss` on float32 scores; the rows are not renormalized).
     pub log_loss: f64,
+    /// Expected calibration error ([`expected_calibration_error`]).
+    pub ece: f64,
     /// Each label's one-vs-rest ROC-AUC, in label order (`None` where undefined).
     pub per_class_auc: Vec<Option<f64>>,
 }
@@ -59,7 +63,39 @@ pub fn score_metrics<R: AsRef<[f32]>>(
     let log_loss =
         truth.iter().zip(&probabilities).map(|(&t, row)| -f64::from(row[t]).clamp(eps, 1.0 - eps).ln()).sum::<f64>()
             / truth.len() as f64;
-    Ok(ScoreMetrics { roc_auc, log_loss, per_class_auc })
+    let ece = expected_calibration_error(truth, &probabilities);
+    Ok(ScoreMetrics { roc_auc, log_loss, ece, per_class_auc })
+}
+
+/// Equal-width confidence bins of [`expected_calibration_error`].
+pub const CALIBRATION_BINS: usize = 15;
+
+/// The expected calibration error of the most probable label (Guo et al. 2017): examples
+/// binned by their highest probability (the confidence) into [`CALIBRATION_BINS`] equal-width
+/// bins (k/15, (k+1)/15], then the mean over bins, weighted by their share of the examples, of
+/// |accuracy − mean confidence|. 0 when every confidence is the rate at which it is right.
+/// The most probable label is the first on ties. `truth` and `probabilities` as
+/// [`score_metrics`] checks them.
+pub fn expected_calibration_error(truth: &[usize], probabilities: &[&[f32]]) -> f64 {
+    // Per bin: examples, correct ones, sum of confidences.
+    let mut bins = [(0usize, 0usize, 0f64); CALIBRATION_BINS];
+    for (&t, row) in truth.iter().zip(probabilities) {
+        let (best, confidence) =
+            row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(b, c), (i, &p)| if p > c { (i, p) } else { (b, c) });
+        let confidence = f64::from(confidence);
+        // The bin whose interval (k/15, (k+1)/15] holds the confidence (0 goes to the first).
+        let bin = ((confidence * CALIBRATION_BINS as f64).ceil() as usize).clamp(1, CALIBRATION_BINS) - 1;
+        let entry = &mut bins[bin];
+        *entry = (entry.0 + 1, entry.1 + usize::from(best == t), entry.2 + confidence);
+    }
+    let n = truth.len().max(1) as f64;
+    bins.iter()
+        .filter(|(count, _, _)| *count > 0)
+        .map(|&(count, correct, confidence)| {
+            let count_f = count as f64;
+            count_f / n * (correct as f64 / count_f - confidence / count_f).abs()
+        })
+        .sum()
 }
 
 /// The area under the ROC curve of `scores` for the examples marked `positive`: the chance that
@@ -108,6 +144,8 @@ mod tests {
         let m = score_metrics(2, &truth, &rows).unwrap();
         assert!(close(m.roc_auc.unwrap(), 0.8125), "{m:?}");
         assert!((m.log_loss - 0.5031454563140869).abs() < 1e-6, "{m:?}");
+        // Guo et al.'s binning in numpy (the script's `expected_calibration_error`).
+        assert!((m.ece - 0.0874999985098839).abs() < 1e-9, "{m:?}");
         // Each label's one-vs-rest AUC: the first label's scores rank the other way round.
         assert!(close(m.per_class_auc[0].unwrap(), 0.8125) && close(m.per_class_auc[1].unwrap(), 0.8125));
     }
@@ -138,6 +176,21 @@ mod tests {
         }
         assert!(close(m.roc_auc.unwrap(), 0.7777777777777777), "{m:?}");
         assert!((m.log_loss - 0.855366051197052).abs() < 1e-6, "{m:?}");
+        assert!((m.ece - 0.3777777718173133).abs() < 1e-9, "{m:?}");
+    }
+
+    #[test]
+    fn calibration_error_is_zero_when_confidence_is_the_hit_rate_and_large_when_overconfident() {
+        // Four documents at 0.75, three of them right: calibrated.
+        let rows: Vec<&[f32]> = vec![&[0.75, 0.25]; 4];
+        assert!(expected_calibration_error(&[0, 0, 0, 1], &rows).abs() < 1e-9);
+        // Always 0.99 sure, right half the time.
+        let rows: Vec<&[f32]> = vec![&[0.99, 0.01]; 4];
+        assert!((expected_calibration_error(&[0, 1, 0, 1], &rows) - 0.49).abs() < 1e-6);
+        // A confidence of exactly 1 is in the last bin, and 0 (all labels zero: the first label
+        // counts as chosen, here rightly) in the first.
+        let rows: Vec<&[f32]> = vec![&[1.0, 0.0], &[0.0, 0.0]];
+        assert!((expected_calibration_error(&[0, 0], &rows) - 0.5).abs() < 1e-9);
     }
 
     #[test]

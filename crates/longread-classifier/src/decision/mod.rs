@@ -2,14 +2,15 @@
 //! probable one. A model can rank documents well (high ROC-AUC) and still label them badly by
 //! the most probable label — a shifted prior, a rare class —; `longread threshold` tunes a
 //! rule on labelled held-out documents ([`tune`]) and keeps it in the model directory
-//! (`decision.json`), where every front applies it ([`Thresholded`], wrapped around any kind
-//! by [`crate::Classifier::load`]). Two labels take a threshold on the second label's
+//! (`decision.json`), where every front applies it ([`Adjusted`], wrapped around any kind
+//! by [`crate::Classifier::load`], with the model's calibration, [`Temperature`]). Two labels take a threshold on the second label's
 //! probability; three or more take a bias per label, added to the log of its probability
 //! (the threshold's generalization: with two labels, a threshold t is the bias
 //! ln((1 − t) / t) on the second). Probabilities are never changed, only the label chosen
 //! from them.
 
-mod thresholded;
+mod adjusted;
+pub mod temperature;
 mod tune;
 
 use std::path::Path;
@@ -18,7 +19,8 @@ use longread_model::error::{ModelError, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::Prediction;
-pub(crate) use thresholded::Thresholded;
+pub(crate) use adjusted::Adjusted;
+pub use temperature::{Temperature, CALIBRATION_FILE};
 pub use tune::{tune, Tuned, MAX_CANDIDATES};
 
 /// The file in a model directory that holds its [`Decision`].

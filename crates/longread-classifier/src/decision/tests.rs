@@ -257,3 +257,44 @@ fn the_bias_sweep_matches_classifying_every_document_at_every_candidate() {
         assert_eq!((swept, best), (biases, top), "problem {problem}");
     }
 }
+
+#[test]
+fn a_restated_rule_gives_tempered_probabilities_the_labels_it_gave_before() {
+    let mut state = 7u64;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) as f32 / (1u64 << 31) as f32).max(1e-4)
+    };
+    let thresholded = threshold("rain", 0.3);
+    let biased = Decision {
+        rule: Rule::Biases(vec![("general".into(), 0.0), ("teen".into(), 0.8), ("mature".into(), -0.5)]),
+        chosen_by: String::new(),
+    };
+    for t in [0.3, 1.7, 6.0] {
+        let calibration = Temperature { temperature: t, chosen_by: String::new() };
+        for decision in [&thresholded, &biased] {
+            let restated = temperature::restate(decision, t);
+            let labels = if matches!(decision.rule, Rule::Threshold { .. }) { 2 } else { 3 };
+            for _ in 0..500 {
+                let raw: Vec<f32> = (0..labels).map(|_| next()).collect();
+                let sum: f32 = raw.iter().sum();
+                let p: Vec<f32> = raw.iter().map(|x| x / sum).collect();
+                let tempered = calibration.apply(&p);
+                // Away from the boundary (f32 rounding may move a document sitting on it).
+                let margin = match &decision.rule {
+                    Rule::Threshold { threshold, .. } => (p[1] - threshold).abs(),
+                    Rule::Biases(_) => 1.0,
+                };
+                if margin > 1e-4 {
+                    assert_eq!(decision.label_index(&p), restated.label_index(&tempered), "t {t}, p {p:?}");
+                }
+            }
+        }
+        assert!(restated_chosen_by_is_marked_once(&thresholded, t));
+    }
+}
+
+fn restated_chosen_by_is_marked_once(decision: &Decision, t: f64) -> bool {
+    let twice = temperature::restate(&temperature::restate(decision, t), t);
+    twice.chosen_by.matches("restated").count() == 1
+}

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod calibrate;
 pub mod counts;
 pub mod csv_rows;
 pub mod embed;

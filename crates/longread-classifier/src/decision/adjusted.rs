@@ -1,4 +1,6 @@
-//! Any model wrapped so that its primary label is chosen by a [`Decision`].
+//! Any model wrapped so that its primary task's probabilities are calibrated by a
+//! [`Temperature`] and its primary label chosen by a [`Decision`] (in that order: a rule kept
+//! with a calibration applies to the calibrated probabilities).
 
 use std::path::Path;
 
@@ -6,28 +8,45 @@ use longread_model::batching::UnitKey;
 use longread_model::error::Result;
 use longread_model::hierarchical::TaskSpec;
 
-use super::Decision;
+use super::{Decision, Temperature};
 use crate::kinds::{DocumentModel, PreparedDocument, UnitOutput};
 use crate::{DocError, DocResult};
 
-/// A model whose primary label is chosen by a [`Decision`] (everything else is the inner
-/// model's).
-pub(crate) struct Thresholded {
+/// A model whose primary task's probabilities are tempered and whose primary label is
+/// chosen by a rule (everything else is the inner model's).
+pub(crate) struct Adjusted {
     inner: Box<dyn DocumentModel>,
-    decision: Decision,
+    temperature: Option<Temperature>,
+    decision: Option<Decision>,
 }
 
-impl Thresholded {
-    pub(crate) fn new(inner: Box<dyn DocumentModel>, decision: Decision) -> Self {
-        Self { inner, decision }
+impl Adjusted {
+    /// `inner` itself when there is nothing to adjust.
+    pub(crate) fn wrap(
+        inner: Box<dyn DocumentModel>,
+        temperature: Option<Temperature>,
+        decision: Option<Decision>,
+    ) -> Box<dyn DocumentModel> {
+        if temperature.is_none() && decision.is_none() {
+            return inner;
+        }
+        Box::new(Self { inner, temperature, decision })
     }
 
     fn relabel(&self, result: DocResult) -> DocResult {
-        result.map(|p| self.decision.relabel(p))
+        result.map(|mut p| {
+            if let Some(temperature) = &self.temperature {
+                p = temperature.calibrate(p);
+            }
+            match &self.decision {
+                Some(decision) => decision.relabel(p),
+                None => p,
+            }
+        })
     }
 }
 
-impl DocumentModel for Thresholded {
+impl DocumentModel for Adjusted {
     fn tasks(&self) -> &[TaskSpec] {
         self.inner.tasks()
     }

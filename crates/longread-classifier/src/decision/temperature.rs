@@ -1,0 +1,210 @@
+//! A model's probabilities calibrated by a temperature (`calibration.json`): the primary
+//! task's log-probabilities divided by T and renormalised (`softmax(ln p / T)`, which for an
+//! encoder's softmax head is `softmax(logits / T)`; Guo et al. 2017's temperature scaling),
+//! with T fitted on labelled held-out documents to minimise the log loss
+//! (`longread calibrate`). T > 1 softens an overconfident model, T < 1 sharpens a timid one;
+//! the most probable label never changes, only how sure the model says it is.
+
+use std::path::Path;
+
+use longread_model::error::{ModelError, Result};
+use serde::{Deserialize, Serialize};
+
+use super::{Decision, Rule};
+use crate::calibration::temper;
+use crate::Prediction;
+
+/// The file in a model directory that holds its [`Temperature`].
+pub const CALIBRATION_FILE: &str = "calibration.json";
+
+/// A model's calibration (`calibration.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Temperature {
+    /// Positive and finite; 1 changes nothing.
+    pub temperature: f64,
+    /// How it was fitted, for people ("log loss on dev.jsonl (120 documents)").
+    #[serde(default)]
+    pub chosen_by: String,
+}
+
+impl Temperature {
+    /// The calibration kept in `dir`, if any; a temperature that is not positive and finite
+    /// is an error naming the file.
+    pub fn load(dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join(CALIBRATION_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ModelError::Io { path, source }),
+        };
+        let invalid = |why: String| ModelError::InvalidInput(format!("{}: {why}", path.display()));
+        let calibration: Self = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        if !(calibration.temperature.is_finite() && calibration.temperature > 0.0) {
+            return Err(invalid(format!("temperature {} is not a positive number", calibration.temperature)));
+        }
+        Ok(Some(calibration))
+    }
+
+    /// Writes it as `dir/calibration.json`, atomically.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_string_pretty(self).map_err(|e| ModelError::InvalidInput(e.to_string()))? + "\n";
+        longread_model::model_dir::write_file_atomically(&dir.join(CALIBRATION_FILE), json.as_bytes())
+    }
+
+    /// Removes `dir/calibration.json`; whether there was one.
+    pub fn clear(dir: &Path) -> Result<bool> {
+        let path = dir.join(CALIBRATION_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(ModelError::Io { path, source }),
+        }
+    }
+
+    /// `probabilities` (one row of the primary task) at this temperature.
+    pub fn apply(&self, probabilities: &[f32]) -> Vec<f32> {
+        let row: Vec<f64> = probabilities.iter().map(|&p| f64::from(p)).collect();
+        temper(&row, self.temperature).into_iter().map(|p| p as f32).collect()
+    }
+
+    /// `prediction` with its primary task's probabilities (and logits) at this temperature.
+    pub(crate) fn calibrate(&self, mut prediction: Prediction) -> Prediction {
+        let scores = &mut prediction.scores;
+        if !scores.probabilities.is_empty() && scores.probabilities.len() == scores.labels.len() {
+            scores.probabilities = self.apply(&scores.probabilities);
+            let t = self.temperature as f32;
+            prediction.logits.iter_mut().for_each(|z| *z /= t);
+        }
+        prediction
+    }
+}
+
+/// `decision` restated for probabilities tempered by `t` so that it gives every document the
+/// label it gave before: a threshold τ on p becomes σ(logit(τ) / t) on the tempered p (logit
+/// p' = logit p / t for two labels), biases b become b / t (ln p' = ln p / t − a constant).
+pub fn restate(decision: &Decision, t: f64) -> Decision {
+    let rule = match &decision.rule {
+        Rule::Threshold { positive, threshold } => {
+            let logit = (f64::from(*threshold) / (1.0 - f64::from(*threshold))).ln();
+            let moved = 1.0 / (1.0 + (-logit / t).exp());
+            Rule::Threshold { positive: positive.clone(), threshold: moved as f32 }
+        }
+        Rule::Biases(biases) => {
+            Rule::Biases(biases.iter().map(|(label, b)| (label.clone(), (f64::from(*b) / t) as f32)).collect())
+        }
+    };
+    const RESTATED: &str = " (restated for the calibration)";
+    let chosen_by = match decision.chosen_by.ends_with(RESTATED) {
+        true => decision.chosen_by.clone(),
+        false => format!("{}{RESTATED}", decision.chosen_by),
+    };
+    Decision { rule, chosen_by }
+}
+
+/// `t` to at most four decimals, for people.
+pub fn short(t: f64) -> String {
+    format!("{:.4}", t).trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// What [`fit`] found: the calibration to keep and the probabilities' scores without and
+/// with it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fitted {
+    /// The model's temperature from now on.
+    #[serde(flatten)]
+    pub calibration: Temperature,
+    /// The temperature the model had (1 without a calibration); the fit starts from its own
+    /// probabilities, so that calibrating again refits rather than compounds.
+    pub previous: f64,
+    /// Whether the fit stopped at an end of its range ([`TEMPERATURE_RANGE`]): the documents'
+    /// log loss keeps falling beyond it (at the low end, every one labelled right with a
+    /// margin), and the temperature says more about the documents than about the model.
+    pub at_bound: bool,
+    /// Documents it was fitted on.
+    pub documents: usize,
+    /// Log loss before (the probabilities as the model gave them) and after.
+    pub log_loss: BeforeAfter,
+    /// Expected calibration error before and after.
+    pub ece: BeforeAfter,
+}
+
+/// A score without and with the calibration.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BeforeAfter {
+    /// The probabilities as the model gave them.
+    pub before: f64,
+    /// At the fitted temperature.
+    pub after: f64,
+}
+
+/// The temperatures [`fit`] searches.
+pub const TEMPERATURE_RANGE: (f64, f64) = (0.05, 20.0);
+
+/// Fits the temperature of least log loss (in [`TEMPERATURE_RANGE`]) to `probabilities` (one
+/// row per document, in the model's label order) of documents with gold labels `truth`.
+/// `current`: the model's calibration, if it has one (the probabilities are then tempered by
+/// it; the fit undoes that first, so the result replaces it).
+pub fn fit<R: AsRef<[f32]>>(
+    labels: usize,
+    truth: &[usize],
+    probabilities: &[R],
+    current: Option<&Temperature>,
+    chosen_by: String,
+) -> Result<Fitted> {
+    let invalid = |e: String| ModelError::InvalidInput(e);
+    let before = longread_metrics::scores::score_metrics(labels, truth, probabilities).map_err(invalid)?;
+    let previous = current.map_or(1.0, |c| c.temperature);
+    // The model's own probabilities: tempering by a, then by 1/a, gives them back.
+    let own: Vec<Vec<f64>> = probabilities
+        .iter()
+        .map(|row| temper(&row.as_ref().iter().map(|&p| f64::from(p)).collect::<Vec<_>>(), 1.0 / previous))
+        .collect();
+    let all: Vec<usize> = (0..own.len()).collect();
+    let temperature = crate::calibration::fit_temperature(&own, truth, &all);
+    let tempered: Vec<Vec<f32>> =
+        own.iter().map(|row| temper(row, temperature).into_iter().map(|p| p as f32).collect()).collect();
+    let after = longread_metrics::scores::score_metrics(labels, truth, &tempered).map_err(invalid)?;
+    let (low, high) = TEMPERATURE_RANGE;
+    Ok(Fitted {
+        calibration: Temperature { temperature, chosen_by },
+        previous,
+        at_bound: temperature < low * 1.01 || temperature > high / 1.01,
+        documents: truth.len(),
+        log_loss: BeforeAfter { before: before.log_loss, after: after.log_loss },
+        ece: BeforeAfter { before: before.ece, after: after.ece },
+    })
+}
+
+/// Keeps `fitted` in the model directory `dir` (calibration.json), with the model's decision
+/// rule, if it has one, restated ([`restate`], from the previous temperature to the new) so
+/// that every document keeps its label. Returns the restated rule.
+pub fn keep(dir: &Path, fitted: &Fitted, labels: &[String]) -> Result<Option<Decision>> {
+    let factor = fitted.calibration.temperature / fitted.previous;
+    let restated = Decision::load(dir, labels)?.map(|d| restate(&d, factor));
+    if let Some(decision) = &restated {
+        decision.save(dir)?;
+    }
+    fitted.calibration.save(dir)?;
+    Ok(restated)
+}
+
+/// The warning for people when the fit stopped at an end of its range.
+pub fn bound_warning(fitted: &Fitted) -> Option<String> {
+    fitted.at_bound.then(|| {
+        let t = short(fitted.calibration.temperature);
+        match fitted.calibration.temperature < 1.0 {
+            true => format!(
+                "warning: the temperature stopped at the end of its range ({t}): on these {} documents the model is \
+                 right with a margin everywhere, so sharper is always better; calibrate on more (or harder) \
+                 held-out documents",
+                fitted.documents
+            ),
+            false => format!(
+                "warning: the temperature stopped at the end of its range ({t}): the probabilities carry almost no \
+                 information on these {} documents",
+                fitted.documents
+            ),
+        }
+    })
+}

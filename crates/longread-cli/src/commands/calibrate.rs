@@ -1,0 +1,114 @@
+//! `longread calibrate`: fit a temperature that calibrates a model's probabilities on held-out
+//! labelled documents and keep it in the model directory, where predict, eval, report, the
+//! server and Python apply it.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use longread_classifier::decision::temperature::{self, bound_warning, short, Fitted, Temperature, CALIBRATION_FILE};
+use longread_classifier::evaluate::calibrate_temperature;
+use longread_classifier::Classifier;
+use longread_metrics::terminal::printable;
+use longread_model::DeviceChoice;
+
+use crate::commands::counts::counted;
+use crate::commands::predict::{progress_bar, EncodingArgs};
+use crate::io::{input_name, open_input};
+
+/// Arguments of `longread calibrate`.
+#[derive(Debug, Args)]
+#[command(after_help = "Temperature scaling (Guo et al. 2017): the primary task's log-probabilities are divided \
+by T and renormalised, softmax(ln p / T); T > 1 softens an overconfident model, T < 1 sharpens a timid one. T is \
+the value of least log loss on --data, searched in [0.05, 20]. The most probable label never changes; a decision \
+rule the model keeps (`threshold`) is restated so that every document keeps its label. Calibrating again fits anew \
+from the model's own probabilities (it replaces T). Fit on documents held out from training (a dev set), not on the test set you report; `eval` \
+then shows log loss and ECE (expected calibration error) on the test set.")]
+pub struct CalibrateArgs {
+    /// Model directory (any kind: hierarchical, sequence, HAN, bag of words, ensemble).
+    #[arg(long)]
+    model: PathBuf,
+    /// Labelled JSON lines (or .csv/.tsv) held out from training, as `eval --data` reads them;
+    /// `-` reads standard input. Not needed with --clear.
+    #[arg(long, visible_alias = "input", required_unless_present = "clear")]
+    data: Option<PathBuf>,
+    /// Print what fitting finds without writing it to the model.
+    #[arg(long)]
+    dry_run: bool,
+    /// Remove the model's calibration: it gives its own probabilities again (a decision rule
+    /// restated for the calibration is left as it is: tune it again with `threshold`).
+    #[arg(long, conflicts_with_all = ["data", "dry_run"])]
+    clear: bool,
+    /// Print one JSON object (temperature, chosen_by, previous, at_bound, documents, log_loss
+    /// and ece before and after, written; decision when a rule was restated).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    encoding: EncodingArgs,
+}
+
+/// Runs `longread calibrate`.
+pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
+    let dir = &args.model;
+    let classifier = Classifier::load(dir, args.encoding.options(device))
+        .with_context(|| format!("loading model {}", dir.display()))?;
+    if args.clear {
+        let removed = Temperature::clear(dir)?;
+        if args.json {
+            println!("{}", serde_json::json!({ "cleared": removed }));
+        } else if !quiet {
+            let what = if removed { "removed its calibration" } else { "had no calibration" };
+            eprintln!("{}: {what}; it gives its own probabilities", dir.display());
+        }
+        return Ok(());
+    }
+    let Some(data) = &args.data else { bail!("--data is needed to calibrate") };
+    let progress = progress_bar(0, quiet);
+    let source = input_name(data);
+    let fitted = calibrate_temperature(&classifier, open_input(data)?, &source, || progress.inc(1))?;
+    progress.finish_and_clear();
+    let written = !args.dry_run;
+    let restated = if written { temperature::keep(dir, &fitted, classifier.labels())? } else { None };
+    if args.json {
+        let mut value = serde_json::to_value(&fitted)?;
+        value["written"] = written.into();
+        if let Some(decision) = &restated {
+            value["decision"] = serde_json::to_value(decision)?;
+        }
+        println!("{value}");
+        return Ok(());
+    }
+    print_table(&source, &fitted);
+    if !quiet {
+        if let Some(warning) = bound_warning(&fitted) {
+            eprintln!("{warning}");
+        }
+        if let Some(decision) = &restated {
+            eprintln!(
+                "its decision rule, restated for the calibrated probabilities: {}",
+                printable(&decision.describe())
+            );
+        }
+        match written {
+            true => eprintln!(
+                "kept in {}; predict, eval, report, serve and Python give the calibrated probabilities",
+                dir.join(CALIBRATION_FILE).display()
+            ),
+            false => eprintln!("--dry-run: nothing written"),
+        }
+    }
+    Ok(())
+}
+
+/// The fitted temperature and the scores before and after, for people.
+fn print_table(source: &str, fitted: &Fitted) {
+    let replaced = match fitted.previous == 1.0 {
+        true => String::new(),
+        false => format!(" (it was {})", short(fitted.previous)),
+    };
+    let t = short(fitted.calibration.temperature);
+    println!("{source} ({}): temperature {t}{replaced}", counted(fitted.documents, "document"));
+    println!("{:<14} {:>9} {:>9}", "", "log loss", "ECE");
+    println!("{:<14} {:>9.4} {:>9.4}", "as given", fitted.log_loss.before, fitted.ece.before);
+    println!("{:<14} {:>9.4} {:>9.4}", "calibrated", fitted.log_loss.after, fitted.ece.after);
+}

@@ -1,0 +1,180 @@
+//! `longread calibrate`: a temperature fitted on labelled documents, kept in the model
+//! directory and applied by predict and eval without changing a label; a decision rule the
+//! model keeps restated; `--dry-run`, `--clear`, refitting, a broken calibration.json.
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_clean_failure, fixture, json_lines, longread};
+use serde_json::Value;
+
+/// A bag of words trained on the synthetic fixture, in `dir/bow`.
+fn bow(dir: &Path) -> String {
+    let (data, out) = (fixture("synthetic/train.jsonl"), dir.join("bow"));
+    let run = longread(&["train", "--arch", "bow", "--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    out.to_str().unwrap().to_owned()
+}
+
+/// (label, [P(prices), P(rain)]) of each test document.
+fn predictions(model: &str) -> Vec<(String, [f64; 2])> {
+    let out = longread(&["predict", "--model", model, "--input", fixture("synthetic/test.jsonl").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    json_lines(&out.stdout)
+        .iter()
+        .map(|p| {
+            let score = |label: &str| p["scores"][label].as_f64().unwrap();
+            (p["label"].as_str().unwrap().to_owned(), [score("prices"), score("rain")])
+        })
+        .collect()
+}
+
+/// The test documents with every third gold label swapped.
+fn noisy_dev(dir: &Path) -> String {
+    let lines: String = std::fs::read_to_string(fixture("synthetic/test.jsonl"))
+        .unwrap()
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let mut row: Value = serde_json::from_str(line).unwrap();
+            if i % 3 == 0 {
+                row["label"] = if row["label"] == "rain" { "prices" } else { "rain" }.into();
+            }
+            row.to_string() + "\n"
+        })
+        .collect();
+    let path = dir.join("dev.jsonl");
+    std::fs::write(&path, lines).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// `p` tempered by `t`: softmax(ln p / t).
+fn tempered(p: [f64; 2], t: f64) -> [f64; 2] {
+    let e = p.map(|x| (x.ln() / t).exp());
+    [e[0] / (e[0] + e[1]), e[1] / (e[0] + e[1])]
+}
+
+fn calibrate(args: &[&str]) -> Value {
+    let mut all = vec!["calibrate"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = longread(&all);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_fitted_temperature_is_kept_and_applied_by_predict_and_eval_without_changing_a_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = bow(tmp.path());
+    // The bag of words is timid (probabilities near 0.5) and right on two documents in
+    // three: the temperature that fits is below 1.
+    let dev = noisy_dev(tmp.path());
+    let before = predictions(&model);
+
+    let dry = calibrate(&["--model", &model, "--data", &dev, "--dry-run"]);
+    assert_eq!(dry["written"], false);
+    assert!(!Path::new(&model).join("calibration.json").exists());
+    let t = dry["temperature"].as_f64().unwrap();
+    assert!(t < 0.8 && dry["at_bound"] == false, "a timid model is sharpened: {dry}");
+    let (ll, ece) = (&dry["log_loss"], &dry["ece"]);
+    assert!(ll["after"].as_f64() < ll["before"].as_f64(), "{dry}");
+
+    let kept = calibrate(&["--model", &model, "--data", &dev]);
+    assert_eq!((kept["written"].as_bool(), kept["temperature"].as_f64()), (Some(true), Some(t)));
+    for ((label, p), (now_label, now)) in before.iter().zip(predictions(&model)) {
+        assert_eq!(label, &now_label, "labels do not change");
+        let want = tempered(*p, t);
+        assert!((now[0] - want[0]).abs() < 1e-6 && (now[1] - want[1]).abs() < 1e-6, "{now:?} vs {want:?}");
+    }
+    // eval scores the calibrated probabilities: the log loss and ECE the fit reported.
+    let out = longread(&["eval", "--model", &model, "--data", &dev, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!((report["log_loss"].as_f64().unwrap() - ll["after"].as_f64().unwrap()).abs() < 1e-5, "{report}");
+    assert!((report["ece"].as_f64().unwrap() - ece["after"].as_f64().unwrap()).abs() < 1e-5, "{report}");
+    let inspect = longread(&["inspect", &model]);
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(text.contains("calibration      temperature") && text.contains("log loss on "), "{text}");
+
+    // Calibrating again fits anew from the model's own probabilities: the same temperature,
+    // not its square.
+    let again = calibrate(&["--model", &model, "--data", &dev]);
+    assert!((again["temperature"].as_f64().unwrap() - t).abs() < 1e-3 * t, "{again}");
+    assert!((again["previous"].as_f64().unwrap() - t).abs() < 1e-9 * t, "{again}");
+    assert!((again["log_loss"]["before"].as_f64().unwrap() - ll["after"].as_f64().unwrap()).abs() < 1e-5);
+
+    // --clear gives the model's own probabilities back.
+    assert_eq!(calibrate(&["--model", &model, "--clear"])["cleared"], true);
+    assert_eq!(predictions(&model), before);
+    assert_eq!(calibrate(&["--model", &model, "--clear"])["cleared"], false);
+}
+
+#[test]
+fn a_fit_at_the_end_of_its_range_is_warned_of() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = bow(tmp.path());
+    // Every document of the fixture is labelled right: sharper is always better.
+    let dev = fixture("synthetic/test.jsonl");
+    let out = longread(&["calibrate", "--model", &model, "--data", dev.to_str().unwrap(), "--dry-run"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("temperature 0.05"), "{stdout}");
+    assert!(stderr.contains("stopped at the end of its range (0.05)") && stderr.contains("harder"), "{stderr}");
+    assert_eq!(calibrate(&["--model", &model, "--data", dev.to_str().unwrap(), "--dry-run"])["at_bound"], true);
+}
+
+#[test]
+fn a_decision_rule_is_restated_so_that_every_document_keeps_its_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = bow(tmp.path());
+    let dev = noisy_dev(tmp.path());
+    // A threshold that labels some documents differently from the most probable label.
+    let plain = predictions(&model);
+    let mut rain: Vec<f64> = plain.iter().map(|(_, p)| p[1]).collect();
+    rain.sort_by(f64::total_cmp);
+    let cut = (rain[rain.len() / 2] + rain[rain.len() / 2 + 1]) / 2.0;
+    let set = longread(&["threshold", "--model", &model, "--set", &cut.to_string()]);
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let before = predictions(&model);
+    assert_ne!(before.iter().map(|(l, _)| l).collect::<Vec<_>>(), plain.iter().map(|(l, _)| l).collect::<Vec<_>>());
+
+    let kept = calibrate(&["--model", &model, "--data", &dev]);
+    let t = kept["temperature"].as_f64().unwrap();
+    let restated = kept["decision"]["threshold"].as_f64().unwrap();
+    let logit = (cut / (1.0 - cut)).ln();
+    assert!((restated - 1.0 / (1.0 + (-logit / t).exp())).abs() < 1e-6, "{kept}");
+    let decision: Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(&model).join("decision.json")).unwrap()).unwrap();
+    assert_eq!(decision["threshold"], kept["decision"]["threshold"]);
+    let after = predictions(&model);
+    assert_eq!(after.iter().map(|(l, _)| l).collect::<Vec<_>>(), before.iter().map(|(l, _)| l).collect::<Vec<_>>());
+}
+
+#[test]
+fn bad_calibrations_and_data_are_refused_naming_the_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = bow(tmp.path());
+    let input = fixture("synthetic/test.jsonl");
+    let file = Path::new(&model).join("calibration.json");
+    for (content, needle) in [
+        (r#"{"temperature": -1}"#, "temperature -1 is not a positive number"),
+        (r#"{"temperature": 0}"#, "temperature 0 is not a positive number"),
+        (r#"{"temperature": "hot"}"#, "calibration.json: invalid type"),
+        (r#"{"temprature": 2}"#, "calibration.json: unknown field `temprature`"),
+        ("{", "calibration.json: EOF"),
+    ] {
+        std::fs::write(&file, content).unwrap();
+        let out = longread(&["predict", "--model", &model, "--input", input.to_str().unwrap()]);
+        assert_clean_failure(&out, needle);
+    }
+    std::fs::remove_file(&file).unwrap();
+    let unknown = tmp.path().join("unknown.jsonl");
+    std::fs::write(&unknown, "{\"text\": \"rain\", \"label\": \"snow\"}\n").unwrap();
+    let out = longread(&["calibrate", "--model", &model, "--data", unknown.to_str().unwrap()]);
+    assert_clean_failure(&out, "unknown label \"snow\"");
+    let out = longread(&["calibrate", "--model", &model]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--data"));
+    assert!(!file.exists(), "nothing written");
+}
