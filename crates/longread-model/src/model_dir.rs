@@ -46,6 +46,25 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomically(path, |tmp| std::fs::write(tmp, bytes).map_err(io(tmp)))
 }
 
+/// The text of `path`, or `None` when there is no such file (an optional file of a model
+/// directory: decision.json, calibration.json).
+pub fn read_if_present(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ModelError::Io { path: path.to_owned(), source }),
+    }
+}
+
+/// Removes `path`; whether there was such a file.
+pub fn remove_if_present(path: &Path) -> Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(ModelError::Io { path: path.to_owned(), source }),
+    }
+}
+
 /// Runs `write` on a temporary file beside `target` (named `.model-*`, mode rw-r--r-- less
 /// the umask), syncs it and renames it over `target`.
 fn write_atomically(target: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {

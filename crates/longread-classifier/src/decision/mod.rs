@@ -110,11 +110,7 @@ impl Decision {
     /// is an error.
     pub fn load(dir: &Path, labels: &[String]) -> Result<Option<Self>> {
         let path = dir.join(DECISION_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(ModelError::Io { path, source }),
-        };
+        let Some(text) = longread_model::model_dir::read_if_present(&path)? else { return Ok(None) };
         let decision: Self =
             serde_json::from_str(&text).map_err(|e| ModelError::InvalidInput(format!("{}: {e}", path.display())))?;
         decision.check(labels).map_err(|why| ModelError::InvalidInput(format!("{}: {why}", path.display())))?;
@@ -167,12 +163,7 @@ impl Decision {
 
     /// Removes `dir/decision.json`; whether there was one.
     pub fn clear(dir: &Path) -> Result<bool> {
-        let path = dir.join(DECISION_FILE);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(ModelError::Io { path, source }),
-        }
+        longread_model::model_dir::remove_if_present(&dir.join(DECISION_FILE))
     }
 
     /// The label index this decision gives a document with these label `probabilities` (as

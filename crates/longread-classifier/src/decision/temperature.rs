@@ -33,11 +33,7 @@ impl Temperature {
     /// is an error naming the file.
     pub fn load(dir: &Path) -> Result<Option<Self>> {
         let path = dir.join(CALIBRATION_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(ModelError::Io { path, source }),
-        };
+        let Some(text) = longread_model::model_dir::read_if_present(&path)? else { return Ok(None) };
         let invalid = |why: String| ModelError::InvalidInput(format!("{}: {why}", path.display()));
         let calibration: Self = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         if !(calibration.temperature.is_finite() && calibration.temperature > 0.0) {
@@ -54,12 +50,7 @@ impl Temperature {
 
     /// Removes `dir/calibration.json`; whether there was one.
     pub fn clear(dir: &Path) -> Result<bool> {
-        let path = dir.join(CALIBRATION_FILE);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(ModelError::Io { path, source }),
-        }
+        longread_model::model_dir::remove_if_present(&dir.join(CALIBRATION_FILE))
     }
 
     /// `probabilities` (one row of the primary task) at this temperature.

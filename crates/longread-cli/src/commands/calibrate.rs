@@ -14,6 +14,7 @@ use longread_model::DeviceChoice;
 
 use crate::commands::counts::counted;
 use crate::commands::predict::{progress_bar, EncodingArgs};
+use crate::commands::threshold::report_cleared;
 use crate::io::{input_name, open_input};
 
 /// Arguments of `longread calibrate`.
@@ -54,12 +55,7 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         .with_context(|| format!("loading model {}", dir.display()))?;
     if args.clear {
         let removed = Temperature::clear(dir)?;
-        if args.json {
-            println!("{}", serde_json::json!({ "cleared": removed }));
-        } else if !quiet {
-            let what = if removed { "removed its calibration" } else { "had no calibration" };
-            eprintln!("{}: {what}; it gives its own probabilities", dir.display());
-        }
+        report_cleared(dir, removed, args.json, quiet, "calibration", "it gives its own probabilities");
         return Ok(());
     }
     let Some(data) = &args.data else { bail!("--data is needed to calibrate") };

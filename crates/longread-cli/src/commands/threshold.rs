@@ -62,12 +62,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     let labels = classifier.labels().to_vec();
     if args.clear {
         let removed = Decision::clear(dir)?;
-        if args.json {
-            println!("{}", serde_json::json!({ "cleared": removed }));
-        } else if !quiet {
-            let what = if removed { "removed its decision rule" } else { "had no decision rule" };
-            eprintln!("{}: {what}; it labels by the most probable label", dir.display());
-        }
+        report_cleared(dir, removed, args.json, quiet, "decision rule", "it labels by the most probable label");
         return Ok(());
     }
     if let Some(rule) = &args.set {
@@ -127,6 +122,17 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// Says that `--clear` removed the model's `what` (or that it had none) and what the model
+/// does `now`: `{"cleared": bool}` with `json`, a line on standard error otherwise.
+pub(crate) fn report_cleared(dir: &std::path::Path, removed: bool, json: bool, quiet: bool, what: &str, now: &str) {
+    if json {
+        println!("{}", serde_json::json!({ "cleared": removed }));
+    } else if !quiet {
+        let done = if removed { format!("removed its {what}") } else { format!("had no {what}") };
+        eprintln!("{}: {done}; {now}", dir.display());
+    }
 }
 
 /// The rule `--set` gives: a threshold (two labels) or `LABEL=B,...` biases (more labels; a
