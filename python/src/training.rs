@@ -114,7 +114,8 @@ pub(crate) fn init(
 /// "best_epoch", "kept_epoch" (the model in OUT: the best, or the last with keep="last"),
 /// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
 /// run's folds), "threshold" (what `tune_threshold="macro-f1"` kept: threshold, positive,
-/// metric, at_default, at_threshold)}. `device` as for `Classifier`: where the encoder trains (the HAN and the bag
+/// metric, at_default, at_threshold), "calibration" (what `calibrate=True` kept: temperature,
+/// log_loss and ece before and after, ...)}. `device` as for `Classifier`: where the encoder trains (the HAN and the bag
 /// of words train on the CPU).
 #[pyfunction]
 #[pyo3(signature = (train, out, threads=None, quiet=false, device="auto", on_epoch=None, **flags))]
@@ -147,6 +148,7 @@ pub(crate) fn train(
             "bow": summary.bow,
             "cv": summary.cv,
             "threshold": summary.threshold,
+            "calibration": summary.calibration,
         }))
     })
 }

@@ -657,6 +657,15 @@ def test_calibrate_keeps_a_temperature_classifiers_apply_without_changing_labels
     assert report["ece"] == pytest.approx(got["ece"]["after"], abs=1e-5)
 
 
+def test_train_calibrate_returns_and_keeps_the_temperature(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    run = longread.train(train, tmp_path / "bow", arch="bow", calibrate=True, tune_threshold="macro-f1", quiet=True)
+    kept = json.load(open(tmp_path / "bow" / "calibration.json"))
+    assert run["calibration"]["temperature"] == pytest.approx(kept["temperature"])
+    assert run["calibration"]["log_loss"]["after"] <= run["calibration"]["log_loss"]["before"]
+    assert "out-of-fold" in run["threshold"]["chosen_by"]
+
+
 def test_train_tune_threshold_keeps_the_threshold_found_on_its_dev_set(tmp_path):
     train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
     dev = os.path.join(FIXTURES, "synthetic", "test.jsonl")

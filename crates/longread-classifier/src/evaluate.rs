@@ -367,8 +367,9 @@ pub fn calibrate_temperature(
 }
 
 /// The gold primary-task labels of `examples` (their first column) that have one, and the
-/// probabilities `classifier` gives those documents.
-fn primary_probabilities(
+/// probabilities `classifier` gives those documents (`on_document` is called after each
+/// document is scored).
+pub fn primary_probabilities(
     classifier: &Classifier,
     examples: &[Example],
     source_name: &str,

@@ -178,3 +178,90 @@ fn bad_calibrations_and_data_are_refused_naming_the_problem() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--data"));
     assert!(!file.exists(), "nothing written");
 }
+
+/// `train --calibrate --tune-threshold`: the temperature `calibrate` finds on the run's dev
+/// set with the model the run kept, then the rule `threshold` finds on the calibrated model.
+#[test]
+fn train_calibrate_keeps_what_the_calibrate_command_finds_and_tunes_the_rule_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, data, dev) = (tmp.path().join("han"), fixture("synthetic/train.jsonl"), noisy_dev(tmp.path()));
+    let run = longread(&[
+        "train",
+        "--arch",
+        "han",
+        "--train",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--embedding-dim",
+        "16",
+        "--gru-hidden",
+        "8",
+        "--attention-size",
+        "16",
+        "--seed",
+        "3",
+        "--epochs",
+        "2",
+        "--dev",
+        &dev,
+        "--calibrate",
+        "--tune-threshold",
+        "accuracy",
+        "--log-format",
+        "json",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let done = json_lines(&run.stdout).into_iter().find(|e| e["event"] == "done").expect("a done event");
+    let (calibration, rule) = (&done["calibration"], &done["threshold"]);
+    let t = calibration["temperature"].as_f64().unwrap();
+    assert_eq!(calibration["previous"], 1.0, "{done}");
+    assert!(calibration["chosen_by"].as_str().unwrap().starts_with("log loss on "), "{done}");
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(out.join("calibration.json")).unwrap()).unwrap();
+    assert_eq!(file["temperature"].as_f64(), Some(t));
+
+    let model = out.to_str().unwrap();
+    let check = calibrate(&["--model", model, "--data", &dev, "--dry-run"]);
+    assert!((check["temperature"].as_f64().unwrap() - t).abs() < 1e-4 * t, "{check} vs {calibration}");
+    assert!(
+        (check["log_loss"]["before"].as_f64().unwrap() - calibration["log_loss"]["after"].as_f64().unwrap()).abs()
+            < 1e-5
+    );
+    // The rule was tuned on the calibrated probabilities: `threshold` on the calibrated model
+    // finds it again.
+    let again =
+        longread(&["threshold", "--model", model, "--data", &dev, "--metric", "accuracy", "--dry-run", "--json"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["threshold"].as_f64(), rule["threshold"].as_f64(), "{again} vs {rule}");
+    assert_eq!(again["at_threshold"]["accuracy"], rule["at_threshold"]["accuracy"]);
+}
+
+#[test]
+fn train_calibrate_of_a_bag_of_words_uses_out_of_fold_probabilities_and_needs_a_dev_set_elsewhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, data) = (tmp.path().join("bow"), fixture("synthetic/train.jsonl"));
+    let (data, out_str) = (data.to_str().unwrap(), out.to_str().unwrap());
+    let run =
+        longread(&["train", "--arch", "bow", "--train", data, "--out", out_str, "--calibrate", "--log-format", "json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let done = json_lines(&run.stdout).into_iter().find(|e| e["event"] == "done").expect("a done event");
+    assert_eq!(
+        done["calibration"]["chosen_by"],
+        "log loss on the training documents' out-of-fold probabilities (5 folds, 32 documents)"
+    );
+    assert!(out.join("calibration.json").exists() && !out.join("decision.json").exists());
+    for (flags, needle) in [
+        (&["--cv", "2"][..], "--calibrate calibrates on the run's dev set, but --cv trains one model per fold"),
+        (
+            &["--dev-split", "0"][..],
+            "--calibrate calibrates on the run's dev set, but --dev-split 0 holds out no dev set",
+        ),
+    ] {
+        let other = tmp.path().join("han");
+        let mut args = vec!["train", "--arch", "han", "--train", data, "--out", other.to_str().unwrap(), "--calibrate"];
+        args.extend_from_slice(flags);
+        assert_clean_failure(&longread(&args), needle);
+        assert!(!other.exists(), "refused before anything is written");
+    }
+}

@@ -12,7 +12,7 @@ use crate::run::data::read_examples;
 use crate::run::output::RunOutput;
 use crate::run::spec::{BowSpec, TrainSpec};
 use crate::run::start::training_labels;
-use crate::run::threshold::tune_out_of_fold;
+use crate::run::threshold::{after_run, AfterRun, Scored};
 use crate::run::RunHooks;
 use crate::trainer::Progress;
 
@@ -88,14 +88,15 @@ pub(crate) fn with_flags(e: BowError) -> String {
 }
 
 /// Trains the bag-of-words model `bow` describes into `spec.out` (training_args.json,
-/// cv.json and the model files); with `--tune-threshold`, also its decision rule, on the
-/// out-of-fold probabilities of the training documents at the chosen C.
+/// cv.json and the model files); with `--calibrate` and `--tune-threshold`, also its
+/// calibration and decision rule, on the out-of-fold probabilities of the training documents
+/// at the chosen C.
 pub(crate) fn run(
     spec: &TrainSpec,
     bow: &BowSpec,
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
-) -> Result<(BowSummary, Option<longread_classifier::evaluate::TunedRule>)> {
+) -> Result<(BowSummary, AfterRun)> {
     let output = RunOutput::create(&spec.out, settings)?;
     let labels = training_labels(spec)?;
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
@@ -154,13 +155,16 @@ pub(crate) fn run(
             options.cs
         ));
     }
-    let threshold = match spec.tune_threshold {
-        None => None,
-        Some(metric) => {
+    let after = match (spec.calibrate, spec.tune_threshold) {
+        (false, None) => AfterRun::default(),
+        _ => {
             hooks.note(&format!(
-                "tuning the decision rule on the training documents' out-of-fold probabilities at C {chosen_c} \
-                 (--tune-threshold {})",
-                metric.name()
+                "scoring the training documents out of fold at C {chosen_c} for {}",
+                match (spec.calibrate, spec.tune_threshold) {
+                    (true, Some(_)) => "--calibrate and --tune-threshold",
+                    (true, None) => "--calibrate",
+                    _ => "--tune-threshold",
+                }
             ));
             let options = BowOptions { cs: vec![chosen_c], ..options };
             let logits = out_of_fold_logits(&texts, &ids, labels.len(), chosen_c, &options, |done, total| {
@@ -170,8 +174,12 @@ pub(crate) fn run(
             // As the saved model scores a document (`BowModel::scores`).
             let probabilities: Vec<Vec<f32>> =
                 logits.iter().map(|z| softmax(z).into_iter().map(|p| p as f32).collect()).collect();
-            Some(tune_out_of_fold(spec, metric, &labels, &ids, &probabilities, folds, hooks)?)
+            let scored = Scored { labels: &labels, truth: &ids, probabilities, current: None };
+            let chosen_on =
+                format!("the training documents' out-of-fold probabilities ({folds} folds, {} documents)", ids.len());
+            let caveat = ("out-of-fold", "the fold models are fitted on less data than the final one");
+            after_run(spec, scored, &chosen_on, caveat, hooks)?
         }
     };
-    Ok((summary, threshold))
+    Ok((summary, after))
 }

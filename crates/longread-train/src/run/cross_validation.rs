@@ -184,7 +184,14 @@ pub(crate) fn run(
     ));
     let json = serde_json::to_string_pretty(&cv).map_err(|e| TrainError::Run(format!("cv.json: {e}")))? + "\n";
     write(&spec.out.join("cv.json"), &json)?;
-    Ok(RunSummary { logs: Vec::new(), stopped_for_resume: false, bow: None, cv: Some(cv), threshold: None })
+    Ok(RunSummary {
+        logs: Vec::new(),
+        stopped_for_resume: false,
+        bow: None,
+        cv: Some(cv),
+        threshold: None,
+        calibration: None,
+    })
 }
 
 /// Refuses what cross-validation cannot combine with; true when `spec` resumes a run.

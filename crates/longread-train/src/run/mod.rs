@@ -74,6 +74,8 @@ pub struct RunSummary {
     pub cv: Option<cross_validation::CvSummary>,
     /// The decision rule `--tune-threshold` kept (when the run completed).
     pub threshold: Option<longread_classifier::evaluate::TunedRule>,
+    /// The calibration `--calibrate` kept (when the run completed).
+    pub calibration: Option<longread_classifier::decision::temperature::Fitted>,
 }
 
 impl RunSummary {
@@ -138,13 +140,14 @@ fn run_from(
     }
     let ran = match spec.plan() {
         Plan::Bow(bow) => {
-            let (summary, threshold) = bow::run(spec, bow, &settings, hooks)?;
+            let (summary, after) = bow::run(spec, bow, &settings, hooks)?;
             return Ok(RunSummary {
                 logs: Vec::new(),
                 stopped_for_resume: false,
                 bow: Some(summary),
                 cv: None,
-                threshold,
+                threshold: after.threshold,
+                calibration: after.calibration,
             });
         }
         Plan::Han { han, .. } => han::run(spec, han, checkpoint.as_deref(), &settings, hooks),
@@ -155,8 +158,9 @@ fn run_from(
         Err(e) => (Err(e), None),
     };
     let mut summary = finish(spec, logs)?;
-    if let (Some(metric), Some(dev), false) = (spec.tune_threshold, dev_texts, summary.stopped_for_resume) {
-        summary.threshold = Some(threshold::tune_and_keep(spec, metric, &dev, hooks)?);
+    if let (Some(dev), false) = (dev_texts, summary.stopped_for_resume) {
+        let after = threshold::calibrate_and_tune(spec, &dev, hooks)?;
+        (summary.threshold, summary.calibration) = (after.threshold, after.calibration);
     }
     Ok(summary)
 }
@@ -189,5 +193,5 @@ fn finish(spec: &TrainSpec, logs: Result<Vec<EpochLog>>) -> Result<RunSummary> {
     if !stopped_for_resume {
         remove_other_checkpoints(&spec.out, None)?;
     }
-    Ok(RunSummary { logs, stopped_for_resume, bow: None, cv: None, threshold: None })
+    Ok(RunSummary { logs, stopped_for_resume, bow: None, cv: None, threshold: None, calibration: None })
 }

@@ -114,12 +114,13 @@ pub(crate) fn recorded_settings(
 
 /// Settings that may differ when a run is resumed: how it is resumed, logged and stopped, and
 /// how much of the frozen-layer cache stays in memory (none changes the results), whether a
-/// threshold is tuned when it completes, and the device (a run moved to another device continues from the same state, though not
+/// threshold is tuned or the model calibrated when it completes, and the device (a run moved to another device continues from the same state, though not
 /// bit-identically to staying put: the devices round differently).
-pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 11] = [
+pub(crate) const MAY_CHANGE_ON_RESUME: [&str; 12] = [
     "device",
-    // Applies when the run completes, to the model it kept.
+    // Apply when the run completes, to the model it kept.
     "tune_threshold",
+    "calibrate",
     "vector_cache",
     "resume",
     "out",

@@ -1,10 +1,12 @@
-//! `train --tune-threshold`: when a run completes, the decision rule of its model (a
-//! two-label threshold, or label biases) tuned on the run's dev set — classified by the saved model as `predict` would, then
-//! [`longread_classifier::decision::tune`] as `longread threshold` does — and kept in
-//! OUT/decision.json, where every front applies it.
+//! `train --calibrate` and `--tune-threshold`: when a run completes, its model classifies the
+//! run's dev set as `predict` would; a temperature fitted there, as `longread calibrate` fits
+//! it, goes to OUT/calibration.json, then the decision rule (a two-label threshold, or label
+//! biases) tuned on the calibrated probabilities, as `longread threshold` tunes it
+//! ([`longread_classifier::decision::tune`]), to OUT/decision.json; every front applies both.
 
-use longread_classifier::decision::DECISION_FILE;
-use longread_classifier::evaluate::{tune_threshold_on, ThresholdMetric, TunedRule};
+use longread_classifier::decision::temperature::{self, bound_warning, Fitted};
+use longread_classifier::decision::{Temperature, CALIBRATION_FILE, DECISION_FILE};
+use longread_classifier::evaluate::{primary_probabilities, TunedRule};
 use longread_classifier::{Classifier, ClassifierOptions};
 use longread_text::Example;
 
@@ -22,65 +24,113 @@ pub(crate) struct DevTexts {
 }
 
 /// The dev documents to keep for tuning (read from `source`: the --dev file, or the
-/// training data a --dev-split came from): `examples` when the run tunes a threshold, none
-/// otherwise (they are not held in memory for nothing).
+/// training data a --dev-split came from): `examples` when the run tunes a threshold or
+/// calibrates, none otherwise (they are not held in memory for nothing).
 pub(crate) fn keep_dev(spec: &TrainSpec, examples: &[Example], source: &str) -> Option<DevTexts> {
     let source = match spec.dev {
         Some(_) => source.to_owned(),
         None => format!("the --dev-split {} of {source}", spec.training.dev_split),
     };
-    spec.tune_threshold.map(|_| DevTexts { examples: examples.to_vec(), source })
+    (spec.tune_threshold.is_some() || spec.calibrate).then(|| DevTexts { examples: examples.to_vec(), source })
 }
 
-/// The error of a run that completed but whose rule could not be tuned.
+/// The error of a run that completed but whose model could not be calibrated or its rule
+/// tuned.
 fn failed(spec: &TrainSpec, why: impl std::fmt::Display) -> TrainError {
     TrainError::Run(format!(
-        "training completed (the model is in {}), but tuning its decision rule failed: {why}",
+        "training completed (the model is in {}), but calibrating it or tuning its decision rule failed: {why}",
         spec.out.display()
     ))
 }
 
-/// Tunes the decision rule of the model in `spec.out` on `dev` and keeps it there (`hooks` hear
-/// what was found).
-pub(crate) fn tune_and_keep(
-    spec: &TrainSpec,
-    metric: ThresholdMetric,
-    dev: &DevTexts,
-    hooks: &mut dyn RunHooks,
-) -> Result<TunedRule> {
-    hooks.note(&format!(
-        "tuning the decision rule on the dev set's {} documents (--tune-threshold {})",
-        dev.examples.len(),
-        metric.name()
-    ));
-    let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
-    let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
-    let tuned =
-        tune_threshold_on(&classifier, &dev.examples, &dev.source, metric, || {}).map_err(|e| failed(spec, e))?;
-    keep(spec, tuned, "dev", "optimistic: the dev set chose it", hooks)
+/// What a completed run kept besides its model.
+#[derive(Default)]
+pub(crate) struct AfterRun {
+    /// `--calibrate`'s temperature.
+    pub calibration: Option<Fitted>,
+    /// `--tune-threshold`'s rule.
+    pub threshold: Option<TunedRule>,
 }
 
-/// Tunes the decision rule of the bag of words in `spec.out` on the out-of-fold probabilities
-/// of its training documents (`probabilities[d]` for document d of label index `truth[d]`:
-/// each scored by a model fitted without its fold) and keeps it there.
-pub(crate) fn tune_out_of_fold(
+/// Calibrates the model in `spec.out` on `dev` (with --calibrate) and tunes its decision
+/// rule on the calibrated probabilities (with --tune-threshold), keeping both there (`hooks`
+/// hear what was found). The dev set is classified once.
+pub(crate) fn calibrate_and_tune(spec: &TrainSpec, dev: &DevTexts, hooks: &mut dyn RunHooks) -> Result<AfterRun> {
+    let (what, flags) = match (spec.calibrate, spec.tune_threshold) {
+        (true, Some(metric)) => (
+            "calibrating the probabilities and tuning the decision rule",
+            format!("--calibrate, --tune-threshold {}", metric.name()),
+        ),
+        (true, None) => ("calibrating the probabilities", "--calibrate".to_owned()),
+        (false, Some(metric)) => ("tuning the decision rule", format!("--tune-threshold {}", metric.name())),
+        (false, None) => return Ok(AfterRun::default()),
+    };
+    hooks.note(&format!("{what} on the dev set's {} documents ({flags})", dev.examples.len()));
+    let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
+    let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
+    let (truth, probabilities) =
+        primary_probabilities(&classifier, &dev.examples, &dev.source, || {}).map_err(|e| failed(spec, e))?;
+    let labels = classifier.labels().to_vec();
+    let current = Temperature::load(&spec.out).map_err(|e| failed(spec, e))?;
+    let scored = Scored { labels: &labels, truth: &truth, probabilities, current };
+    let chosen_on = format!("{} ({} documents)", dev.source, truth.len());
+    after_run(spec, scored, &chosen_on, ("dev", "optimistic: the dev set chose it"), hooks)
+}
+
+/// Labelled documents' probabilities for [`after_run`].
+pub(crate) struct Scored<'a> {
+    /// The model's labels.
+    pub labels: &'a [String],
+    /// Each document's label index.
+    pub truth: &'a [usize],
+    /// Each document's probabilities, in label order (as the model in OUT gives them).
+    pub probabilities: Vec<Vec<f32>>,
+    /// The calibration the model in OUT has, if any (the probabilities are tempered by it).
+    pub current: Option<Temperature>,
+}
+
+/// Calibrates (with --calibrate) and tunes the rule (with --tune-threshold) on `scored`,
+/// keeping both in `spec.out`. `chosen_on` says on what for the files' `chosen_by`; `scored`
+/// and `caveat` say how far to trust the rule's figures.
+pub(crate) fn after_run(
     spec: &TrainSpec,
-    metric: ThresholdMetric,
-    labels: &[String],
-    truth: &[usize],
-    probabilities: &[Vec<f32>],
-    folds: usize,
+    scored: Scored,
+    chosen_on: &str,
+    (on, caveat): (&str, &str),
     hooks: &mut dyn RunHooks,
-) -> Result<TunedRule> {
-    let tuned = longread_classifier::decision::tune(labels, truth, probabilities, |r| metric.of(r))
-        .map_err(|e| failed(spec, e))?;
-    let chosen_by = format!(
-        "{} on the training documents' out-of-fold probabilities ({folds} folds, {} documents)",
-        metric.name(),
-        truth.len()
-    );
-    let tuned = TunedRule::new(tuned, metric, chosen_by);
-    keep(spec, tuned, "out-of-fold", "the fold models are fitted on less data than the final one", hooks)
+) -> Result<AfterRun> {
+    let Scored { labels, truth, mut probabilities, current } = scored;
+    let mut kept = AfterRun::default();
+    if spec.calibrate {
+        let chosen_by = format!("log loss on {chosen_on}");
+        let fitted = temperature::fit(labels.len(), truth, &probabilities, current.as_ref(), chosen_by)
+            .map_err(|e| failed(spec, e))?;
+        temperature::keep(&spec.out, &fitted, labels).map_err(|e| failed(spec, e))?;
+        // The probabilities the calibrated model gives.
+        let change =
+            Temperature { temperature: fitted.calibration.temperature / fitted.previous, chosen_by: String::new() };
+        probabilities = probabilities.iter().map(|p| change.apply(p)).collect();
+        hooks.note(&format!(
+            "calibration: temperature {}; {on} log loss {:.4} → {:.4}, ECE {:.4} → {:.4}; kept in {}",
+            temperature::short(fitted.calibration.temperature),
+            fitted.log_loss.before,
+            fitted.log_loss.after,
+            fitted.ece.before,
+            fitted.ece.after,
+            spec.out.join(CALIBRATION_FILE).display()
+        ));
+        if let Some(warning) = bound_warning(&fitted) {
+            hooks.note(&warning);
+        }
+        kept.calibration = Some(fitted);
+    }
+    if let Some(metric) = spec.tune_threshold {
+        let tuned = longread_classifier::decision::tune(labels, truth, &probabilities, |r| metric.of(r))
+            .map_err(|e| failed(spec, e))?;
+        let tuned = TunedRule::new(tuned, metric, format!("{} on {chosen_on}", metric.name()));
+        kept.threshold = Some(keep(spec, tuned, on, caveat, hooks)?);
+    }
+    Ok(kept)
 }
 
 /// Saves the rule `tuned` found in `spec.out` and tells `hooks` what it changed (`scored`: on

@@ -70,6 +70,9 @@ pub fn run(mut args: TrainArgs, quiet: bool, device: longread_model::DeviceChoic
         if let Some(threshold) = &summary.threshold {
             done["threshold"] = serde_json::to_value(threshold)?;
         }
+        if let Some(calibration) = &summary.calibration {
+            done["calibration"] = serde_json::to_value(calibration)?;
+        }
         println!("{done}");
     }
     if text && summary.stopped_for_resume {

@@ -89,6 +89,15 @@ pub struct TrainSpec {
     /// --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long, value_enum, value_name = "METRIC"))]
     pub tune_threshold: Option<longread_classifier::evaluate::ThresholdMetric>,
+    /// When the run completes, calibrate the model's probabilities on its dev set, as
+    /// `longread calibrate` does (temperature scaling: the temperature of least log loss),
+    /// and keep it in OUT/calibration.json; labels do not change. Before --tune-threshold,
+    /// which then tunes on the calibrated probabilities. --arch bow calibrates on the
+    /// out-of-fold probabilities of its C-choosing cross-validation. Not with --cv or
+    /// --dev-split 0 (no dev set).
+    #[cfg_attr(feature = "clap", arg(long))]
+    #[serde(default)]
+    pub calibrate: bool,
     #[cfg_attr(feature = "clap", command(flatten))]
     #[serde(flatten)]
     #[allow(missing_docs)]

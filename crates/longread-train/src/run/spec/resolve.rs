@@ -203,14 +203,18 @@ impl TrainSpec {
         if self.trains_without_dev() {
             self.settle_without_dev()?;
         }
-        if self.tune_threshold.is_some() && (self.cv.is_some() || self.trains_without_dev()) {
+        if (self.tune_threshold.is_some() || self.calibrate) && (self.cv.is_some() || self.trains_without_dev()) {
             let why = match self.cv {
                 Some(_) => "--cv trains one model per fold, each with its own dev set",
                 None => "--dev-split 0 holds out no dev set",
             };
+            let (flag, command) = match self.calibrate {
+                true => ("--calibrate calibrates", "calibrate"),
+                false => ("--tune-threshold tunes", "threshold"),
+            };
             bail!(
-                "--tune-threshold tunes on the run's dev set, but {why}: tune the final model with `longread \
-                 threshold --model OUT --data DEV.jsonl`"
+                "{flag} on the run's dev set, but {why}: do it to the final model with `longread {command} --model \
+                 OUT --data DEV.jsonl`"
             );
         }
         let e = &self.encoder;
