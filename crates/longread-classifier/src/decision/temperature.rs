@@ -180,22 +180,33 @@ pub fn keep(dir: &Path, fitted: &Fitted, labels: &[String]) -> Result<Option<Dec
     Ok(restated)
 }
 
-/// The warning for people when the fit stopped at an end of its range.
-pub fn bound_warning(fitted: &Fitted) -> Option<String> {
-    fitted.at_bound.then(|| {
-        let t = short(fitted.calibration.temperature);
-        match fitted.calibration.temperature < 1.0 {
+/// Fewer documents than this make a temperature worth a warning.
+pub const FEW_DOCUMENTS: usize = 30;
+
+/// Warnings for people about `fitted`: it stopped at an end of its range, or rests on fewer
+/// than [`FEW_DOCUMENTS`] documents.
+pub fn warnings(fitted: &Fitted) -> Vec<String> {
+    let t = short(fitted.calibration.temperature);
+    let n = fitted.documents;
+    let mut warnings = Vec::new();
+    if fitted.at_bound {
+        warnings.push(match fitted.calibration.temperature < 1.0 {
             true => format!(
-                "warning: the temperature stopped at the end of its range ({t}): on these {} documents the model is \
+                "warning: the temperature stopped at the end of its range ({t}): on these {n} documents the model is \
                  right with a margin everywhere, so sharper is always better; calibrate on more (or harder) \
-                 held-out documents",
-                fitted.documents
+                 held-out documents"
             ),
             false => format!(
                 "warning: the temperature stopped at the end of its range ({t}): the probabilities carry almost no \
-                 information on these {} documents",
-                fitted.documents
+                 information on these {n} documents"
             ),
-        }
-    })
+        });
+    }
+    if n < FEW_DOCUMENTS {
+        warnings.push(format!(
+            "warning: a temperature fitted on {n} documents (under {FEW_DOCUMENTS}) is noisy; calibrate on more \
+             held-out documents"
+        ));
+    }
+    warnings
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use longread_classifier::decision::temperature::{self, bound_warning, short, Fitted, Temperature, CALIBRATION_FILE};
+use longread_classifier::decision::temperature::{self, short, Fitted, Temperature, CALIBRATION_FILE};
 use longread_classifier::evaluate::calibrate_temperature;
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
@@ -76,7 +76,7 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     }
     print_table(&source, &fitted);
     if !quiet {
-        if let Some(warning) = bound_warning(&fitted) {
+        for warning in temperature::warnings(&fitted) {
             eprintln!("{warning}");
         }
         if let Some(decision) = &restated {

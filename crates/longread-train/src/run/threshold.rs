@@ -4,7 +4,7 @@
 //! biases) tuned on the calibrated probabilities, as `longread threshold` tunes it
 //! ([`longread_classifier::decision::tune`]), to OUT/decision.json; every front applies both.
 
-use longread_classifier::decision::temperature::{self, bound_warning, Fitted};
+use longread_classifier::decision::temperature::{self, Fitted};
 use longread_classifier::decision::{Temperature, CALIBRATION_FILE, DECISION_FILE};
 use longread_classifier::evaluate::{primary_probabilities, TunedRule};
 use longread_classifier::{Classifier, ClassifierOptions};
@@ -119,7 +119,7 @@ pub(crate) fn after_run(
             fitted.ece.after,
             spec.out.join(CALIBRATION_FILE).display()
         ));
-        if let Some(warning) = bound_warning(&fitted) {
+        for warning in temperature::warnings(&fitted) {
             hooks.note(&warning);
         }
         kept.calibration = Some(fitted);
