@@ -151,6 +151,13 @@ fn a_decision_rule_is_restated_so_that_every_document_keeps_its_label() {
     assert_eq!(decision["threshold"], kept["decision"]["threshold"]);
     let after = predictions(&model);
     assert_eq!(after.iter().map(|(l, _)| l).collect::<Vec<_>>(), before.iter().map(|(l, _)| l).collect::<Vec<_>>());
+    // --clear restates it back: the threshold set by hand, and the labels, again.
+    assert_eq!(calibrate(&["--model", &model, "--clear"])["cleared"], true);
+    let decision: Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(&model).join("decision.json")).unwrap()).unwrap();
+    assert!((decision["threshold"].as_f64().unwrap() - cut).abs() < 1e-6, "{decision} vs {cut}");
+    assert_eq!(decision["chosen_by"], "set by hand");
+    assert_eq!(predictions(&model), before);
 }
 
 #[test]

@@ -71,6 +71,9 @@ impl Temperature {
     }
 }
 
+/// What [`restate`] adds to a rule's `chosen_by` (once).
+const RESTATED: &str = " (restated for the calibration)";
+
 /// `decision` restated for probabilities tempered by `t` so that it gives every document the
 /// label it gave before: a threshold τ on p becomes σ(logit(τ) / t) on the tempered p (logit
 /// p' = logit p / t for two labels), biases b become b / t (ln p' = ln p / t − a constant).
@@ -85,7 +88,6 @@ pub fn restate(decision: &Decision, t: f64) -> Decision {
             Rule::Biases(biases.iter().map(|(label, b)| (label.clone(), (f64::from(*b) / t) as f32)).collect())
         }
     };
-    const RESTATED: &str = " (restated for the calibration)";
     let chosen_by = match decision.chosen_by.ends_with(RESTATED) {
         true => decision.chosen_by.clone(),
         false => format!("{}{RESTATED}", decision.chosen_by),
@@ -178,6 +180,22 @@ pub fn keep(dir: &Path, fitted: &Fitted, labels: &[String]) -> Result<Option<Dec
     }
     fitted.calibration.save(dir)?;
     Ok(restated)
+}
+
+/// Removes the calibration from the model directory `dir`, with the model's decision rule,
+/// if it has one, restated for the model's own probabilities (so that every document keeps
+/// its label, as [`keep`] did). Returns whether there was a calibration, and the restated
+/// rule.
+pub fn remove(dir: &Path, labels: &[String]) -> Result<(bool, Option<Decision>)> {
+    let Some(current) = Temperature::load(dir)? else { return Ok((false, None)) };
+    let restated = Decision::load(dir, labels)?.map(|d| {
+        let back = restate(&d, 1.0 / current.temperature);
+        Decision { chosen_by: back.chosen_by.trim_end_matches(RESTATED).to_owned(), ..back }
+    });
+    if let Some(decision) = &restated {
+        decision.save(dir)?;
+    }
+    Ok((Temperature::clear(dir)?, restated))
 }
 
 /// Fewer documents than this make a temperature worth a warning.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use longread_classifier::decision::temperature::{self, short, Fitted, Temperature, CALIBRATION_FILE};
+use longread_classifier::decision::temperature::{self, short, Fitted, CALIBRATION_FILE};
 use longread_classifier::evaluate::calibrate_temperature;
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
@@ -36,8 +36,8 @@ pub struct CalibrateArgs {
     /// Print what fitting finds without writing it to the model.
     #[arg(long)]
     dry_run: bool,
-    /// Remove the model's calibration: it gives its own probabilities again (a decision rule
-    /// restated for the calibration is left as it is: tune it again with `threshold`).
+    /// Remove the model's calibration: it gives its own probabilities again (its decision
+    /// rule, if it has one, restated for them, so that no label changes).
     #[arg(long, conflicts_with_all = ["data", "dry_run"])]
     clear: bool,
     /// Print one JSON object (temperature, chosen_by, previous, at_bound, documents, log_loss
@@ -54,8 +54,11 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     let classifier = Classifier::load(dir, args.encoding.options(device))
         .with_context(|| format!("loading model {}", dir.display()))?;
     if args.clear {
-        let removed = Temperature::clear(dir)?;
+        let (removed, restated) = temperature::remove(dir, classifier.labels())?;
         report_cleared(dir, removed, args.json, quiet, "calibration", "it gives its own probabilities");
+        if let (Some(decision), false) = (restated, quiet || args.json) {
+            eprintln!("its decision rule, restated for them: {}", printable(&decision.describe()));
+        }
         return Ok(());
     }
     let Some(data) = &args.data else { bail!("--data is needed to calibrate") };
