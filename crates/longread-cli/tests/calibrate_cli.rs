@@ -122,7 +122,7 @@ fn a_fit_at_the_end_of_its_range_is_warned_of() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("temperature 0.05"), "{stdout}");
     assert!(stderr.contains("stopped at the end of its range (0.05)") && stderr.contains("harder"), "{stderr}");
-    assert!(stderr.contains("a temperature fitted on 12 documents (under 30) is noisy"), "{stderr}");
+    assert!(stderr.contains("a temperature fitted on 12 documents (under 100) is noisy"), "{stderr}");
     assert_eq!(calibrate(&["--model", &model, "--data", dev.to_str().unwrap(), "--dry-run"])["at_bound"], true);
 }
 
