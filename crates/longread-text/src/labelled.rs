@@ -67,8 +67,8 @@ pub fn read_labelled_columns(reader: impl BufRead, source_name: &str, columns: &
             for column in columns {
                 let label = match r.fields.shift_remove(column.as_str()) {
                     Some(Value::String(s)) if !s.trim().is_empty() => Some(LabelValue::Name(s)),
-                    Some(Value::Number(n)) if n.as_u64().is_some() => {
-                        Some(LabelValue::Index(n.as_u64().unwrap_or(0) as usize))
+                    Some(Value::Number(n)) if whole_number(&n).is_some() => {
+                        Some(LabelValue::Index(whole_number(&n).unwrap_or(0)))
                     }
                     Some(Value::Null) | None if columns.len() > 1 => None,
                     Some(other) => {
@@ -91,6 +91,27 @@ pub fn read_labelled_columns(reader: impl BufRead, source_name: &str, columns: &
             })
         })
         .collect()
+}
+
+/// A JSON number that is a non-negative whole number (`1`, or `1.0` as pandas writes an
+/// integer column that held a missing value), as an index.
+fn whole_number(n: &serde_json::Number) -> Option<usize> {
+    match n.as_u64() {
+        Some(i) => usize::try_from(i).ok(),
+        None => n.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 2f64.powi(53)).map(|f| f as usize),
+    }
+}
+
+/// The index of the label named by the whole number a CSV cell such as `1.0` writes (pandas'
+/// float column of integer labels), when the model has a label of that name (`1`) and none
+/// named as the cell is.
+fn whole_number_name(cell: &str, labels: &[String]) -> Option<usize> {
+    let value: f64 = cell.trim().parse().ok()?;
+    if !(value >= 0.0 && value.fract() == 0.0 && value < 2f64.powi(53)) {
+        return None;
+    }
+    let name = (value as u64).to_string();
+    labels.iter().position(|l| *l == name)
 }
 
 /// The label names found in the data (first column), sorted; integer labels have no names, so
@@ -167,9 +188,9 @@ pub fn resolve_column(
             match e.labels.get(column).and_then(Option::as_ref) {
                 None => Ok(None),
                 Some(LabelValue::Name(n)) => {
-                    labels.iter().position(|l| l == n).map(Some).ok_or_else(|| {
-                        bad(format!("unknown label \"{n}\" (the model's labels: {})", label_list(labels)))
-                    })
+                    labels.iter().position(|l| l == n).or_else(|| whole_number_name(n, labels)).map(Some).ok_or_else(
+                        || bad(format!("unknown label \"{n}\" (the model's labels: {})", label_list(labels))),
+                    )
                 }
                 Some(LabelValue::Index(i)) if *i < labels.len() => Ok(Some(*i)),
                 Some(LabelValue::Index(i)) => Err(bad(format!(
@@ -243,6 +264,26 @@ mod tests {
         let labels: Vec<String> = ["general", "teen", "mature"].iter().map(|s| s.to_string()).collect();
         assert_eq!(resolve_labels(&ex, &labels, "d.jsonl").unwrap(), vec![1, 2]);
         assert_eq!(ex[1].id, "x");
+    }
+
+    /// pandas writes an integer label column that held a missing value as floats: `1.0` in
+    /// JSON lines (`to_json`) and in CSV (`to_csv`). Both were refused ("found 1.0", "unknown
+    /// label \"1.0\"").
+    #[test]
+    fn whole_numbers_written_as_floats_resolve_as_the_integers() {
+        let labels: Vec<String> = vec!["0".into(), "1".into()];
+        let ex = read("{\"text\": \"a\", \"label\": 1.0}\n{\"text\": \"b\", \"label\": 0.0}\n").unwrap();
+        assert_eq!(resolve_labels(&ex, &labels, "d.jsonl").unwrap(), vec![1, 0]);
+        // A CSV input (read as such by its name): its cells are label names.
+        let csv = read_labelled("text,label\na,1.0\nb,0\n".as_bytes(), "d.csv").unwrap();
+        assert_eq!(resolve_labels(&csv, &labels, "d.csv").unwrap(), vec![1, 0]);
+        // A label named "1.0" is that label; a fraction is still refused.
+        let named: Vec<String> = vec!["1".into(), "1.0".into()];
+        let ex = read("{\"text\": \"a\", \"label\": \"1.0\"}\n").unwrap();
+        assert_eq!(resolve_labels(&ex, &named, "d.jsonl").unwrap(), vec![1]);
+        assert!(read("{\"text\": \"t\", \"label\": 1.5}\n").unwrap_err().to_string().contains("found 1.5"));
+        let ex = read("{\"text\": \"a\", \"label\": \"1.5\"}\n").unwrap();
+        assert!(resolve_labels(&ex, &labels, "d.jsonl").is_err());
     }
 
     #[test]
