@@ -81,11 +81,16 @@ pub fn restate(decision: &Decision, t: f64) -> Decision {
     let rule = match &decision.rule {
         Rule::Threshold { positive, threshold } => {
             let logit = (f64::from(*threshold) / (1.0 - f64::from(*threshold))).ln();
-            let moved = 1.0 / (1.0 + (-logit / t).exp());
-            Rule::Threshold { positive: positive.clone(), threshold: moved as f32 }
+            // Kept inside (0, 1) in f32 (a rule at 0 or 1 is refused at load): a threshold
+            // moved that far is one no f32 probability crosses either way.
+            let moved = (1.0 / (1.0 + (-logit / t).exp())) as f32;
+            let threshold = moved.clamp(f32::MIN_POSITIVE, 1.0 - f32::EPSILON / 2.0);
+            Rule::Threshold { positive: positive.clone(), threshold }
         }
         Rule::Biases(biases) => {
-            Rule::Biases(biases.iter().map(|(label, b)| (label.clone(), (f64::from(*b) / t) as f32)).collect())
+            // Finite in f32 (a bias set by hand near f32's limit could overflow).
+            let moved = |b: f32| ((f64::from(b) / t) as f32).clamp(-f32::MAX, f32::MAX);
+            Rule::Biases(biases.iter().map(|(label, b)| (label.clone(), moved(*b))).collect())
         }
     };
     let chosen_by = match decision.chosen_by.ends_with(RESTATED) {

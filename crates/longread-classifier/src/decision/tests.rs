@@ -298,3 +298,14 @@ fn restated_chosen_by_is_marked_once(decision: &Decision, t: f64) -> bool {
     let twice = temperature::restate(&temperature::restate(decision, t), t);
     twice.chosen_by.matches("restated").count() == 1
 }
+
+/// Regression: a threshold of 0.99 restated for T = 0.05 rounded to 1.0 in f32, a rule
+/// refused at load: calibrating made the model directory unloadable.
+#[test]
+fn a_restated_threshold_stays_inside_zero_and_one() {
+    let labels = vec!["dry".to_string(), "rain".to_string()];
+    for (threshold, t) in [(0.99f32, 0.05), (0.01, 0.05), (0.5, 0.05), (0.999_999, 20.0)] {
+        let restated = temperature::restate(&self::threshold("rain", threshold), t);
+        assert_eq!(restated.check(&labels), Ok(()), "{threshold} at {t}: {restated:?}");
+    }
+}
