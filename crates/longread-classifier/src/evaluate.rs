@@ -136,6 +136,12 @@ pub struct ModelScores {
     /// where the AUC is undefined).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roc_auc_p_value: Option<f64>,
+    /// Interval of the log loss of the probabilities (lower is better: how far from the truth
+    /// the model's confidence is; `calibrate` lowers it).
+    pub log_loss_ci: Interval,
+    /// Paired p-value of the log-loss difference with the first model (none for the first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_loss_p_value: Option<f64>,
 }
 
 /// Several models on the same labelled documents.
@@ -155,8 +161,8 @@ pub struct Comparison {
 
 /// Scores every model on the labelled JSON lines of `reader` (primary task: the `"label"`
 /// column or the first model's primary column) and compares them: bootstrap intervals of
-/// accuracy, macro-F1 and per-label recall, and paired bootstrap p-values against the first
-/// model. The models must share the primary task's labels, and `bootstrap` must pass
+/// accuracy, macro-F1, ROC-AUC, log loss and per-label recall, and paired bootstrap p-values
+/// against the first model. The models must share the primary task's labels, and `bootstrap` must pass
 /// [`Bootstrap::check`]. `on_document` is called after each document of each model.
 pub fn compare(
     models: &[(String, &Classifier)],
@@ -211,6 +217,12 @@ pub fn compare(
         let p: Vec<&[f32]> = idx.iter().map(|&i| probabilities[m][i].as_slice()).collect();
         score_metrics(labels.len(), &t, &p).ok().and_then(|s| s.roc_auc)
     };
+    // Model m's log loss on the documents `idx` of a resample.
+    let log_loss = |m: usize, idx: &[usize]| {
+        let t: Vec<usize> = idx.iter().map(|&i| truth[i]).collect();
+        let p: Vec<&[f32]> = idx.iter().map(|&i| probabilities[m][i].as_slice()).collect();
+        Some(longread_metrics::scores::log_loss(&t, &p))
+    };
     let scores = models
         .iter()
         .zip(&predictions)
@@ -242,6 +254,9 @@ pub fn compare(
                 roc_auc_ci: report.roc_auc.map(|_| bootstrap.interval_of(truth.len(), |idx| auc(m, idx))),
                 roc_auc_p_value: (m > 0 && report.roc_auc.is_some())
                     .then(|| bootstrap.paired_p_value_of(truth.len(), |idx| auc(0, idx), |idx| auc(m, idx))),
+                log_loss_ci: bootstrap.interval_of(truth.len(), |idx| log_loss(m, idx)),
+                log_loss_p_value: (m > 0)
+                    .then(|| bootstrap.paired_p_value_of(truth.len(), |idx| log_loss(0, idx), |idx| log_loss(m, idx))),
                 recall_ci,
                 accuracy_p_value: p_value(accuracy),
                 macro_f1_p_value: p_value(macro_f1),

@@ -171,13 +171,24 @@ fn several_models_are_compared_with_bootstrap_intervals_and_paired_p_values() {
     }
     assert!(models[0].get("roc_auc_p_value").is_none(), "the first model is the reference");
     assert!((0.0..=1.0).contains(&models[1]["roc_auc_p_value"].as_f64().unwrap()));
+    // Log loss with its interval and p-value (lower is better: a calibrated copy is compared
+    // with its model on it).
+    for m in models {
+        let (low, high) = (m["log_loss_ci"]["low"].as_f64().unwrap(), m["log_loss_ci"]["high"].as_f64().unwrap());
+        let log_loss = m["report"]["log_loss"].as_f64().unwrap();
+        assert!(0.0 < low && low <= log_loss && log_loss <= high, "{m}");
+    }
+    assert!(models[0].get("log_loss_p_value").is_none(), "the first model is the reference");
+    assert!((0.0..=1.0).contains(&models[1]["log_loss_p_value"].as_f64().unwrap()));
     // A model against itself: no difference at all.
     let same: Value = serde_json::from_slice(&run(&[&a, &a], true)).unwrap();
     assert_eq!(same["models"][1]["accuracy_p_value"], 1.0);
     assert_eq!(same["models"][1]["roc_auc_p_value"], 1.0);
+    assert_eq!(same["models"][1]["log_loss_p_value"], 1.0);
     let table = String::from_utf8(run(&[&a, &b], false)).unwrap();
     assert!(table.contains("95% bootstrap intervals") && table.contains("recall mature"), "{table}");
     assert!(table.contains("ROC-AUC") && table.contains("p(AUC)"), "{table}");
+    assert!(table.contains("log loss") && table.contains("p(LL)"), "{table}");
     assert_eq!(table.lines().filter(|l| l.starts_with(&a.display().to_string())).count(), 1);
 }
 

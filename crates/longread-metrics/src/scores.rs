@@ -59,12 +59,18 @@ pub fn score_metrics<R: AsRef<[f32]>>(
         2 => per_class_auc[1],
         _ => per_class_auc.iter().copied().sum::<Option<f64>>().map(|sum| sum / n_labels as f64),
     };
-    let eps = f64::from(f32::EPSILON);
-    let log_loss =
-        truth.iter().zip(&probabilities).map(|(&t, row)| -f64::from(row[t]).clamp(eps, 1.0 - eps).ln()).sum::<f64>()
-            / truth.len() as f64;
+    let log_loss = log_loss(truth, &probabilities);
     let ece = expected_calibration_error(truth, &probabilities);
     Ok(ScoreMetrics { roc_auc, log_loss, ece, per_class_auc })
+}
+
+/// Mean negative log of the true label's probability, clipped to [ε, 1 − ε] with ε the f32
+/// epsilon ([`ScoreMetrics::log_loss`]); `truth` and `probabilities` as [`score_metrics`]
+/// checks them.
+pub fn log_loss(truth: &[usize], probabilities: &[&[f32]]) -> f64 {
+    let eps = f64::from(f32::EPSILON);
+    truth.iter().zip(probabilities).map(|(&t, row)| -f64::from(row[t]).clamp(eps, 1.0 - eps).ln()).sum::<f64>()
+        / truth.len().max(1) as f64
 }
 
 /// Equal-width confidence bins of [`expected_calibration_error`].

@@ -152,8 +152,8 @@ fn comparison_table(c: &Comparison) -> String {
         c.resamples
     );
     out += &format!(
-        "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:<22}  {:>7}",
-        "model", "accuracy", "macro-F1", "p(acc)", "p(F1)", "ROC-AUC", "p(AUC)"
+        "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:<22}  {:>7}  {:<22}  {:>7}",
+        "model", "accuracy", "macro-F1", "p(acc)", "p(F1)", "ROC-AUC", "p(AUC)", "log loss", "p(LL)"
     );
     for label in &c.labels {
         out += &format!("  {:<22}", format!("recall {}", printable(label)));
@@ -164,15 +164,18 @@ fn comparison_table(c: &Comparison) -> String {
             (Some(auc), Some(interval)) => ci(auc, interval),
             _ => "-".to_string(),
         };
+        let log_loss = m.report.log_loss.map_or("-".to_string(), |l| ci(l, &m.log_loss_ci));
         out += &format!(
-            "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:<22}  {:>7}",
+            "{:<width$}  {:<22}  {:<22}  {:>7}  {:>7}  {:<22}  {:>7}  {:<22}  {:>7}",
             m.model,
             ci(m.report.accuracy, &m.accuracy_ci),
             ci(m.report.macro_f1, &m.macro_f1_ci),
             p(m.accuracy_p_value),
             p(m.macro_f1_p_value),
             auc,
-            p(m.roc_auc_p_value)
+            p(m.roc_auc_p_value),
+            log_loss,
+            p(m.log_loss_p_value)
         );
         for (class, interval) in m.report.per_class.iter().zip(&m.recall_ci) {
             out += &format!("  {:<22}", ci(class.recall, interval));
