@@ -243,7 +243,8 @@ fn restore_sigpipe() {
 }
 
 fn init_logging(quiet: bool) {
-    let default = if quiet { "error" } else { "warn" };
+    // The server's info lines are its reloads (SIGHUP).
+    let default = if quiet { "error" } else { "warn,longread_server=info" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("LONGREAD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;

@@ -280,3 +280,57 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     found.sort();
     found
 }
+
+/// Waits until /metrics counts one reload that ended `result` (the series appears with it).
+fn reloaded(served: &Served, result: &str) {
+    let line = format!("longread_reloads_total{{result=\"{result}\"}} 1");
+    let started = Instant::now();
+    loop {
+        let text = ureq::get(&format!("{}/metrics", served.url)).call().unwrap().into_string().unwrap();
+        if text.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no `{line}` in:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGHUP reloads the model directory (a calibration or decision rule changed): new requests
+/// get the new probabilities, a request in flight finishes, and a reload that fails keeps the
+/// models already loaded. (SIGHUP stopped the server before.)
+#[test]
+fn sighup_reloads_the_models_and_a_failed_reload_keeps_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = slow_model(tmp.path());
+    let served = Served::start(&["--model", &model, "--max-batch-tokens", "16"]);
+    let scores = |body: &Value| vec![body["scores"]["a"].as_f64().unwrap(), body["scores"]["b"].as_f64().unwrap()];
+    let (status, before) = served.post("/classify", &json!({ "inputs": "a short text" }));
+    assert_eq!(status, 200, "{before}");
+    let before = scores(&before);
+
+    let url = served.url.clone();
+    let slow = std::thread::spawn(move || post(&url, "/predict", &json!({ "inputs": long_text(20_000) }), None));
+    served.wait_for("longread_requests_in_flight", 1.0);
+    std::fs::write(std::path::Path::new(&model).join("calibration.json"), r#"{"temperature": 2.0}"#).unwrap();
+    let hangup = |pid: u32| assert!(Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap().success());
+    hangup(served.child.id());
+    reloaded(&served, "ok");
+    let (status, slow) = slow.join().unwrap().unwrap();
+    assert_eq!(status, 200, "the request in flight finishes: {slow}");
+
+    let (_, after) = served.post("/classify", &json!({ "inputs": "a short text" }));
+    let halved: Vec<f64> = before.iter().map(|p| (p.ln() / 2.0).exp()).collect();
+    let sum: f64 = halved.iter().sum();
+    let want: Vec<f64> = halved.iter().map(|p| p / sum).collect();
+    assert!(max_diff(&scores(&after), &want) < 1e-5, "{after} vs {want:?}");
+    let info = ureq::get(&format!("{}/info", served.url)).call().unwrap().into_json::<Value>().unwrap();
+    assert_eq!(info["model"]["calibration"]["temperature"], 2.0, "{info}");
+
+    // A broken file: the reload fails and the models loaded before keep serving.
+    std::fs::write(std::path::Path::new(&model).join("calibration.json"), "{").unwrap();
+    hangup(served.child.id());
+    reloaded(&served, "failed");
+    let (status, still) = served.post("/classify", &json!({ "inputs": "a short text" }));
+    assert_eq!(status, 200, "{still}");
+    assert!(max_diff(&scores(&still), &want) < 1e-6, "{still}");
+}

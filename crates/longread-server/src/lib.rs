@@ -87,6 +87,8 @@ impl Server {
                 }
             }
         });
+        #[cfg(unix)]
+        reload_on_hangup(Arc::clone(&self.state));
         let app = routes::router(Arc::clone(&self.state));
         let failed = Arc::new(tokio::sync::Mutex::new(None::<String>));
         let failed_in = Arc::clone(&failed);
@@ -139,6 +141,46 @@ pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr) + Send + 'sta
         let server = Server::bind(config).await?;
         server.serve(termination(), on_ready).await
     })
+}
+
+/// Reloads the models on every SIGHUP ([`AppState::reload`]), as servers reread their files
+/// on it: after `longread threshold` or `calibrate` changed the model, or a retraining
+/// replaced it, without dropping a request. A SIGHUP before the models first loaded is
+/// ignored (it no longer stops the process).
+#[cfg(unix)]
+fn reload_on_hangup(state: Arc<AppState>) {
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(e) => {
+            tracing::warn!("SIGHUP will not reload the models: {e}");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            if state.loaded().is_err() {
+                tracing::warn!("SIGHUP: the models are not loaded yet; nothing reloaded");
+                continue;
+            }
+            tracing::info!("SIGHUP: reloading the models");
+            let reloading = Arc::clone(&state);
+            let result = match tokio::task::spawn_blocking(move || reloading.reload()).await {
+                Ok(Ok(())) => {
+                    tracing::info!("reloaded the models; new requests use them");
+                    "ok"
+                }
+                Ok(Err(message)) => {
+                    tracing::error!("reloading the models failed, still serving the ones loaded before: {message}");
+                    "failed"
+                }
+                Err(e) => {
+                    tracing::error!("reloading the models failed: {e}");
+                    "failed"
+                }
+            };
+            state.metrics.reloads.get_or_create(&metrics::Outcome { result }).inc();
+        }
+    });
 }
 
 /// Completes on SIGTERM or SIGINT.

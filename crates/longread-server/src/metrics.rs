@@ -23,6 +23,12 @@ pub(crate) struct Route {
     pub(crate) route: String,
 }
 
+/// How a reload ended ("ok" or "failed").
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct Outcome {
+    pub(crate) result: &'static str,
+}
+
 /// Every metric the server keeps.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -42,6 +48,7 @@ pub(crate) struct Metrics {
     pub(crate) queue_documents: Gauge,
     pub(crate) queue_units: Gauge,
     pub(crate) in_flight: Gauge,
+    pub(crate) reloads: Family<Outcome, Counter>,
 }
 
 /// Buckets from 1 ms to about 9 minutes.
@@ -74,6 +81,7 @@ impl Metrics {
             queue_documents: Gauge::default(),
             queue_units: Gauge::default(),
             in_flight: Gauge::default(),
+            reloads: Family::default(),
         };
         let mut registry = m.registry;
         registry.register("requests", "HTTP requests by route and status", m.requests.clone());
@@ -103,6 +111,7 @@ impl Metrics {
             "From a document's first batch to its scores",
             m.inference_seconds.clone(),
         );
+        registry.register("reloads", "Model reloads on SIGHUP, by result (ok, failed)", m.reloads.clone());
         registry.register("documents", "Documents classified", m.documents.clone());
         registry.register("chunks", "Chunks encoded for classified documents", m.chunks.clone());
         registry.register("tokens", "Tokens of classified documents", m.tokens.clone());

@@ -2,7 +2,7 @@
 //! loaded yet), the requests in flight and the metrics.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use longread_classifier::queue::BatchQueue;
 use longread_classifier::{Classifier, ClassifierOptions};
@@ -27,7 +27,8 @@ pub(crate) struct Loaded {
 /// The server's shared state.
 pub(crate) struct AppState {
     pub(crate) config: ServerConfig,
-    loaded: OnceLock<Loaded>,
+    /// The models; replaced whole by [`AppState::reload`].
+    loaded: RwLock<Option<Arc<Loaded>>>,
     load_error: Mutex<Option<String>>,
     in_flight: AtomicUsize,
     /// Bytes of input text held by the requests in flight.
@@ -39,7 +40,7 @@ impl AppState {
     pub(crate) fn new(config: ServerConfig) -> Self {
         Self {
             config,
-            loaded: OnceLock::new(),
+            loaded: RwLock::new(None),
             load_error: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
             in_flight_bytes: AtomicUsize::new(0),
@@ -53,7 +54,7 @@ impl AppState {
         let result = load_models(&self.config, &self.metrics);
         match result {
             Ok(loaded) => {
-                let _ = self.loaded.set(loaded);
+                *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(loaded));
                 Ok(())
             }
             Err(message) => {
@@ -63,9 +64,29 @@ impl AppState {
         }
     }
 
+    /// Loads the models again from the same directories (SIGHUP: a decision rule or a
+    /// calibration changed, a model retrained in place) and swaps them in whole; requests
+    /// under way finish on the models they started with. Blocking: run it off the async
+    /// threads. On failure the models loaded before keep serving, and the error is returned.
+    /// Both sets of models are in memory until the old one is released.
+    pub(crate) fn reload(&self) -> Result<(), String> {
+        let fresh = Arc::new(load_models(&self.config, &self.metrics)?);
+        let old = self.loaded.write().unwrap_or_else(|p| p.into_inner()).replace(fresh);
+        if let Some(old) = old {
+            // Dropped here, off the async threads, once the requests holding it let go (its
+            // queue finishes what they submitted and stops its worker).
+            while Arc::strong_count(&old) > 1 {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            drop(old);
+        }
+        Ok(())
+    }
+
     /// The models, or 503 while they load or after they failed to.
-    pub(crate) fn loaded(&self) -> Result<&Loaded, ApiError> {
-        if let Some(loaded) = self.loaded.get() {
+    pub(crate) fn loaded(&self) -> Result<Arc<Loaded>, ApiError> {
+        let current = self.loaded.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(loaded) = current {
             if !loaded.queue.is_running() {
                 return Err(ApiError::unhealthy("the inference worker stopped"));
             }
