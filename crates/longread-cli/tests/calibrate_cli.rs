@@ -80,6 +80,23 @@ fn a_fitted_temperature_is_kept_and_applied_by_predict_and_eval_without_changing
     assert!(t < 0.8 && dry["at_bound"] == false, "a timid model is sharpened: {dry}");
     let (ll, ece) = (&dry["log_loss"], &dry["ece"]);
     assert!(ll["after"].as_f64() < ll["before"].as_f64(), "{dry}");
+    // The reliability diagrams hold every document, and the ECE is theirs.
+    for (when, bins) in [("before", &dry["reliability"]["before"]), ("after", &dry["reliability"]["after"])] {
+        let bins = bins.as_array().unwrap();
+        let count = |b: &Value| b["examples"].as_u64().unwrap() as f64;
+        assert_eq!(bins.iter().map(count).sum::<f64>(), 12.0, "{when}: {dry}");
+        let from_bins: f64 = bins
+            .iter()
+            .map(|b| count(b) / 12.0 * (b["accuracy"].as_f64().unwrap() - b["confidence"].as_f64().unwrap()).abs())
+            .sum();
+        assert!((from_bins - ece[when].as_f64().unwrap()).abs() < 1e-9, "{when}: {dry}");
+    }
+    let text = longread(&["calibrate", "--model", &model, "--data", &dev, "--dry-run"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("reliability: documents by their top probability"), "{text}");
+    let rows = text.lines().filter(|l| l.starts_with("(0.") || l.starts_with("(1.")).count();
+    let bins = |when: &str| dry["reliability"][when].as_array().unwrap().len();
+    assert!(rows >= bins("before").max(bins("after")), "a row per bin: {text}");
 
     let kept = calibrate(&["--model", &model, "--data", &dev]);
     assert_eq!((kept["written"].as_bool(), kept["temperature"].as_f64()), (Some(true), Some(t)));

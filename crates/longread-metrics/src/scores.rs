@@ -76,13 +76,27 @@ pub fn log_loss(truth: &[usize], probabilities: &[&[f32]]) -> f64 {
 /// Equal-width confidence bins of [`expected_calibration_error`].
 pub const CALIBRATION_BINS: usize = 15;
 
-/// The expected calibration error of the most probable label (Guo et al. 2017): examples
-/// binned by their highest probability (the confidence) into [`CALIBRATION_BINS`] equal-width
-/// bins (k/15, (k+1)/15], then the mean over bins, weighted by their share of the examples, of
-/// |accuracy − mean confidence|. 0 when every confidence is the rate at which it is right.
-/// The most probable label is the first on ties. `truth` and `probabilities` as
+/// One bin of a reliability diagram ([`reliability`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ReliabilityBin {
+    /// The bin holds confidences in (lower, upper] (the first also 0).
+    pub lower: f64,
+    /// See `lower`.
+    pub upper: f64,
+    /// Examples whose confidence falls in it.
+    pub examples: usize,
+    /// Their mean confidence (their highest probability).
+    pub confidence: f64,
+    /// How often their most probable label is right.
+    pub accuracy: f64,
+}
+
+/// The reliability diagram of the most probable label: examples binned by their highest
+/// probability (the confidence) into [`CALIBRATION_BINS`] equal-width bins (k/15, (k+1)/15]
+/// (Guo et al.'s binning), each with its mean confidence and accuracy; only bins with
+/// examples. The most probable label is the first on ties. `truth` and `probabilities` as
 /// [`score_metrics`] checks them.
-pub fn expected_calibration_error(truth: &[usize], probabilities: &[&[f32]]) -> f64 {
+pub fn reliability(truth: &[usize], probabilities: &[&[f32]]) -> Vec<ReliabilityBin> {
     // Per bin: examples, correct ones, sum of confidences.
     let mut bins = [(0usize, 0usize, 0f64); CALIBRATION_BINS];
     for (&t, row) in truth.iter().zip(probabilities) {
@@ -94,13 +108,28 @@ pub fn expected_calibration_error(truth: &[usize], probabilities: &[&[f32]]) -> 
         let entry = &mut bins[bin];
         *entry = (entry.0 + 1, entry.1 + usize::from(best == t), entry.2 + confidence);
     }
-    let n = truth.len().max(1) as f64;
+    let width = 1.0 / CALIBRATION_BINS as f64;
     bins.iter()
-        .filter(|(count, _, _)| *count > 0)
-        .map(|&(count, correct, confidence)| {
-            let count_f = count as f64;
-            count_f / n * (correct as f64 / count_f - confidence / count_f).abs()
+        .enumerate()
+        .filter(|(_, (count, _, _))| *count > 0)
+        .map(|(k, &(examples, correct, confidence))| ReliabilityBin {
+            lower: k as f64 * width,
+            upper: (k + 1) as f64 * width,
+            examples,
+            confidence: confidence / examples as f64,
+            accuracy: correct as f64 / examples as f64,
         })
+        .collect()
+}
+
+/// The expected calibration error of the most probable label (Guo et al. 2017): the mean over
+/// the [`reliability`] bins, weighted by their share of the examples, of |accuracy − mean
+/// confidence|. 0 when every confidence is the rate at which it is right.
+pub fn expected_calibration_error(truth: &[usize], probabilities: &[&[f32]]) -> f64 {
+    let n = truth.len().max(1) as f64;
+    reliability(truth, probabilities)
+        .iter()
+        .map(|bin| bin.examples as f64 / n * (bin.accuracy - bin.confidence).abs())
         .sum()
 }
 
@@ -183,6 +212,21 @@ mod tests {
         assert!(close(m.roc_auc.unwrap(), 0.7777777777777777), "{m:?}");
         assert!((m.log_loss - 0.855366051197052).abs() < 1e-6, "{m:?}");
         assert!((m.ece - 0.3777777718173133).abs() < 1e-9, "{m:?}");
+    }
+
+    #[test]
+    fn reliability_bins_hold_their_examples_confidence_and_accuracy() {
+        let rows: Vec<&[f32]> = vec![&[0.75, 0.25], &[0.25, 0.75], &[0.7, 0.3], &[0.99, 0.01], &[0.5, 0.5]];
+        let bins = reliability(&[0, 0, 0, 1, 1], &rows);
+        // 0.5 → (7/15, 8/15]; 0.7 and 0.75 → (10/15, 11/15] and (11/15, 12/15]; 0.99 → the last.
+        let spans: Vec<(usize, usize)> =
+            bins.iter().map(|b| ((b.lower * 15.0).round() as usize, (b.upper * 15.0).round() as usize)).collect();
+        assert_eq!(spans, vec![(7, 8), (10, 11), (11, 12), (14, 15)], "{bins:?}");
+        assert_eq!(bins.iter().map(|b| b.examples).collect::<Vec<_>>(), vec![1, 1, 2, 1]);
+        // The 0.75 bin: one right (label 0 at 0.75), one wrong (label 1 at 0.75, truth 0).
+        assert!((bins[2].confidence - 0.75).abs() < 1e-7 && (bins[2].accuracy - 0.5).abs() < 1e-12, "{bins:?}");
+        // The tie at 0.5 picks the first label: wrong (truth 1).
+        assert_eq!(bins[0].accuracy, 0.0);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use longread_metrics::scores::{reliability, ReliabilityBin};
 use longread_model::error::{ModelError, Result};
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +126,18 @@ pub struct Fitted {
     pub log_loss: BeforeAfter,
     /// Expected calibration error before and after.
     pub ece: BeforeAfter,
+    /// The reliability diagram (confidence bins with their mean confidence and accuracy)
+    /// before and after.
+    pub reliability: Reliability,
+}
+
+/// Reliability diagrams without and with the calibration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reliability {
+    /// The probabilities as the model gave them.
+    pub before: Vec<ReliabilityBin>,
+    /// At the fitted temperature.
+    pub after: Vec<ReliabilityBin>,
 }
 
 /// A score without and with the calibration.
@@ -171,7 +184,14 @@ pub fn fit<R: AsRef<[f32]>>(
         documents: truth.len(),
         log_loss: BeforeAfter { before: before.log_loss, after: after.log_loss },
         ece: BeforeAfter { before: before.ece, after: after.ece },
+        reliability: Reliability { before: bins(truth, probabilities), after: bins(truth, &tempered) },
     })
+}
+
+/// The reliability diagram of `probabilities`.
+fn bins<R: AsRef<[f32]>>(truth: &[usize], probabilities: &[R]) -> Vec<ReliabilityBin> {
+    let rows: Vec<&[f32]> = probabilities.iter().map(AsRef::as_ref).collect();
+    reliability(truth, &rows)
 }
 
 /// Keeps `fitted` in the model directory `dir` (calibration.json), with the model's decision

@@ -110,4 +110,23 @@ fn print_table(source: &str, fitted: &Fitted) {
     println!("{:<14} {:>9} {:>9}", "", "log loss", "ECE");
     println!("{:<14} {:>9.4} {:>9.4}", "as given", fitted.log_loss.before, fitted.ece.before);
     println!("{:<14} {:>9.4} {:>9.4}", "calibrated", fitted.log_loss.after, fitted.ece.after);
+    println!("\nreliability: documents by their top probability, its mean and how often that label is right");
+    println!(
+        "{:<16} {:>27}   {:>27}",
+        "top probability", "as given: docs  mean  right", "calibrated: docs  mean  right"
+    );
+    let (before, after) = (&fitted.reliability.before, &fitted.reliability.after);
+    let mut lowers: Vec<f64> = before.iter().chain(after).map(|b| b.lower).collect();
+    lowers.sort_by(f64::total_cmp);
+    lowers.dedup();
+    let cell =
+        |bins: &[longread_metrics::scores::ReliabilityBin], lower: f64| match bins.iter().find(|b| b.lower == lower) {
+            Some(b) => format!("{:>6} {:>6.3} {:>6.3}", b.examples, b.confidence, b.accuracy),
+            None => format!("{:>6} {:>6} {:>6}", 0, "-", "-"),
+        };
+    for lower in lowers {
+        let upper = lower + 1.0 / longread_metrics::scores::CALIBRATION_BINS as f64;
+        let span = format!("({lower:.3}, {upper:.3}]");
+        println!("{span:<16} {:>27}   {:>29}", cell(before, lower), cell(after, lower));
+    }
 }
