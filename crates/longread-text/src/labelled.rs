@@ -93,12 +93,17 @@ pub fn read_labelled_columns(reader: impl BufRead, source_name: &str, columns: &
         .collect()
 }
 
-/// A JSON number that is a non-negative whole number (`1`, or `1.0` as pandas writes an
-/// integer column that held a missing value), as an index.
+/// `value` when it is a non-negative whole number an f64 holds exactly (`1.0`, as pandas
+/// writes an integer column that held a missing value).
+fn whole(value: f64) -> Option<usize> {
+    (value >= 0.0 && value.fract() == 0.0 && value < 2f64.powi(53)).then_some(value as usize)
+}
+
+/// A JSON number that is a non-negative whole number (`1`, or `1.0`), as an index.
 fn whole_number(n: &serde_json::Number) -> Option<usize> {
     match n.as_u64() {
         Some(i) => usize::try_from(i).ok(),
-        None => n.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0 && *f < 2f64.powi(53)).map(|f| f as usize),
+        None => n.as_f64().and_then(whole),
     }
 }
 
@@ -106,11 +111,7 @@ fn whole_number(n: &serde_json::Number) -> Option<usize> {
 /// float column of integer labels), when the model has a label of that name (`1`) and none
 /// named as the cell is.
 fn whole_number_name(cell: &str, labels: &[String]) -> Option<usize> {
-    let value: f64 = cell.trim().parse().ok()?;
-    if !(value >= 0.0 && value.fract() == 0.0 && value < 2f64.powi(53)) {
-        return None;
-    }
-    let name = (value as u64).to_string();
+    let name = whole(cell.trim().parse().ok()?)?.to_string();
     labels.iter().position(|l| *l == name)
 }
 
