@@ -129,6 +129,10 @@ pub struct Fitted {
     /// The reliability diagram (confidence bins with their mean confidence and accuracy)
     /// before and after.
     pub reliability: Reliability,
+    /// The documents' probabilities at the fitted temperature (what the calibrated model
+    /// gives them), for a rule tuned after calibrating; not in the JSON.
+    #[serde(skip)]
+    pub calibrated: Vec<Vec<f32>>,
 }
 
 /// Reliability diagrams without and with the calibration.
@@ -166,10 +170,19 @@ pub fn fit<R: AsRef<[f32]>>(
     let invalid = |e: String| ModelError::InvalidInput(e);
     let before = longread_metrics::scores::score_metrics(labels, truth, probabilities).map_err(invalid)?;
     let previous = current.map_or(1.0, |c| c.temperature);
-    // The model's own probabilities: tempering by a, then by 1/a, gives them back.
+    // The model's own probabilities: tempering by a, then by 1/a, gives them back. Without a
+    // calibration they are the rows themselves, so that the fitted temperature applies to
+    // them exactly as the calibrated model will (`Temperature::apply`).
     let own: Vec<Vec<f64>> = probabilities
         .iter()
-        .map(|row| temper(&row.as_ref().iter().map(|&p| f64::from(p)).collect::<Vec<_>>(), 1.0 / previous))
+        .map(|row| {
+            let row: Vec<f64> = row.as_ref().iter().map(|&p| f64::from(p)).collect();
+            if current.is_some() {
+                temper(&row, 1.0 / previous)
+            } else {
+                row
+            }
+        })
         .collect();
     let all: Vec<usize> = (0..own.len()).collect();
     let temperature = crate::calibration::fit_temperature(&own, truth, &all);
@@ -185,6 +198,7 @@ pub fn fit<R: AsRef<[f32]>>(
         log_loss: BeforeAfter { before: before.log_loss, after: after.log_loss },
         ece: BeforeAfter { before: before.ece, after: after.ece },
         reliability: Reliability { before: bins(truth, probabilities), after: bins(truth, &tempered) },
+        calibrated: tempered,
     })
 }
 

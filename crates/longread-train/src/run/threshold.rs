@@ -103,13 +103,11 @@ pub(crate) fn after_run(
     let mut kept = AfterRun::default();
     if spec.calibrate {
         let chosen_by = format!("log loss on {chosen_on}");
-        let fitted = temperature::fit(labels.len(), truth, &probabilities, current.as_ref(), chosen_by)
+        let mut fitted = temperature::fit(labels.len(), truth, &probabilities, current.as_ref(), chosen_by)
             .map_err(|e| failed(spec, e))?;
         temperature::keep(&spec.out, &fitted, labels).map_err(|e| failed(spec, e))?;
-        // The probabilities the calibrated model gives.
-        let change =
-            Temperature { temperature: fitted.calibration.temperature / fitted.previous, chosen_by: String::new() };
-        probabilities = probabilities.iter().map(|p| change.apply(p)).collect();
+        // The rule is tuned on the probabilities the calibrated model gives.
+        probabilities = std::mem::take(&mut fitted.calibrated);
         hooks.note(&format!(
             "calibration: temperature {}; {on} log loss {:.4} → {:.4}, ECE {:.4} → {:.4}; kept in {}",
             temperature::short(fitted.calibration.temperature),
