@@ -65,9 +65,33 @@ pub fn remove_if_present(path: &Path) -> Result<bool> {
     }
 }
 
+/// Replaces several files of one directory with new contents as one change, as far as a
+/// file system allows: every new file is written and synced under a temporary name first (a
+/// failure there — a full disk, no permission — changes none of them), then each is renamed
+/// over its target in turn. Files that must agree with each other (a decision rule restated
+/// for a calibration) are written this way.
+pub fn write_files_atomically(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    let prepared = files
+        .iter()
+        .map(|(path, bytes)| prepare_temporary(path, |tmp| std::fs::write(tmp, bytes).map_err(io(tmp))))
+        .collect::<Result<Vec<_>>>()?;
+    for (tmp, (target, _)) in prepared.into_iter().zip(files) {
+        tmp.persist(target).map_err(|e| ModelError::Io { path: target.clone(), source: e.error })?;
+    }
+    Ok(())
+}
+
 /// Runs `write` on a temporary file beside `target` (named `.model-*`, mode rw-r--r-- less
 /// the umask), syncs it and renames it over `target`.
 fn write_atomically(target: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let tmp = prepare_temporary(target, write)?;
+    tmp.persist(target).map_err(|e| ModelError::Io { path: target.to_owned(), source: e.error })?;
+    Ok(())
+}
+
+/// A synced temporary file beside `target` (named `.model-*`, mode rw-r--r-- less the umask)
+/// that `write` has filled, for the caller to rename over `target`; removed if dropped.
+fn prepare_temporary(target: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<tempfile::NamedTempFile> {
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
@@ -86,8 +110,7 @@ fn write_atomically(target: &Path, write: impl FnOnce(&Path) -> Result<()>) -> R
     // The safetensors writer replaces the file with a rw------- one of its own: restore the mode.
     std::fs::set_permissions(tmp.path(), mode).map_err(io(tmp.path()))?;
     std::fs::File::open(tmp.path()).and_then(|f| f.sync_all()).map_err(io(tmp.path()))?;
-    tmp.persist(target).map_err(|e| ModelError::Io { path: target.to_owned(), source: e.error })?;
-    Ok(())
+    Ok(tmp)
 }
 
 /// Reads a config.json: a missing file is [`ModelError::MissingFile`] ("model configuration").
@@ -156,4 +179,29 @@ pub fn temporary_dir_beside(out: &Path) -> Result<(tempfile::TempDir, PathBuf)> 
 pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError {
     let path = path.to_owned();
     move |source| ModelError::Io { path, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_written_together_change_none_when_one_cannot_be_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("decision.json");
+        std::fs::write(&first, "old").unwrap();
+        // The second file's folder does not exist: its temporary file cannot be made.
+        let second = dir.path().join("missing").join("calibration.json");
+        let files = [(first.clone(), b"new".to_vec()), (second.clone(), b"new".to_vec())];
+        assert!(write_files_atomically(&files).is_err());
+        assert_eq!(std::fs::read_to_string(&first).unwrap(), "old");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["decision.json"], "no temporary file is left behind");
+
+        let second = dir.path().join("calibration.json");
+        let files = [(first.clone(), b"new".to_vec()), (second.clone(), b"also new".to_vec())];
+        write_files_atomically(&files).unwrap();
+        assert_eq!(std::fs::read_to_string(&first).unwrap(), "new");
+        assert_eq!(std::fs::read_to_string(&second).unwrap(), "also new");
+    }
 }

@@ -13,7 +13,7 @@ mod adjusted;
 pub mod temperature;
 mod tune;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use longread_model::error::{ModelError, Result};
 use serde::{Deserialize, Serialize};
@@ -157,8 +157,13 @@ impl Decision {
 
     /// Writes it as `dir/decision.json`, atomically.
     pub fn save(&self, dir: &Path) -> Result<()> {
+        longread_model::model_dir::write_files_atomically(&[self.file(dir)?])
+    }
+
+    /// Its file: `dir/decision.json` and the JSON it holds.
+    pub(crate) fn file(&self, dir: &Path) -> Result<(PathBuf, Vec<u8>)> {
         let json = serde_json::to_string_pretty(self).map_err(|e| ModelError::InvalidInput(e.to_string()))? + "\n";
-        longread_model::model_dir::write_file_atomically(&dir.join(DECISION_FILE), json.as_bytes())
+        Ok((dir.join(DECISION_FILE), json.into_bytes()))
     }
 
     /// Removes `dir/decision.json`; whether there was one.

@@ -5,7 +5,7 @@
 //! (`longread calibrate`). T > 1 softens an overconfident model, T < 1 sharpens a timid one;
 //! the most probable label never changes, only how sure the model says it is.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use longread_metrics::scores::{reliability, ReliabilityBin};
 use longread_model::error::{ModelError, Result};
@@ -45,8 +45,13 @@ impl Temperature {
 
     /// Writes it as `dir/calibration.json`, atomically.
     pub fn save(&self, dir: &Path) -> Result<()> {
+        longread_model::model_dir::write_files_atomically(&[self.file(dir)?])
+    }
+
+    /// Its file: `dir/calibration.json` and the JSON it holds.
+    fn file(&self, dir: &Path) -> Result<(PathBuf, Vec<u8>)> {
         let json = serde_json::to_string_pretty(self).map_err(|e| ModelError::InvalidInput(e.to_string()))? + "\n";
-        longread_model::model_dir::write_file_atomically(&dir.join(CALIBRATION_FILE), json.as_bytes())
+        Ok((dir.join(CALIBRATION_FILE), json.into_bytes()))
     }
 
     /// Removes `dir/calibration.json`; whether there was one.
@@ -214,10 +219,13 @@ fn bins<R: AsRef<[f32]>>(truth: &[usize], probabilities: &[R]) -> Vec<Reliabilit
 pub fn keep(dir: &Path, fitted: &Fitted, labels: &[String]) -> Result<Option<Decision>> {
     let factor = fitted.calibration.temperature / fitted.previous;
     let restated = Decision::load(dir, labels)?.map(|d| restate(&d, factor));
+    // The rule and the temperature are written together: a rule restated without its
+    // temperature would move labels.
+    let mut files = vec![fitted.calibration.file(dir)?];
     if let Some(decision) = &restated {
-        decision.save(dir)?;
+        files.push(decision.file(dir)?);
     }
-    fitted.calibration.save(dir)?;
+    longread_model::model_dir::write_files_atomically(&files)?;
     Ok(restated)
 }
 
