@@ -113,7 +113,8 @@ pub(crate) fn init(
 /// (checkpoint saved, the exception raised). Returns {"out", "epochs" (one dict per epoch run),
 /// "best_epoch", "kept_epoch" (the model in OUT: the best, or the last with keep="last"),
 /// "stopped_for_resume", "bow" (a bag-of-words run's C search), "cv" (a --cv
-/// run's folds), "threshold" (what `tune_threshold="macro-f1"` kept: threshold, positive,
+/// run's folds, and "out_of_fold": every document scored by the fold model that held it
+/// out), "threshold" (what `tune_threshold="macro-f1"` kept: threshold, positive,
 /// metric, at_default, at_threshold), "calibration" (what `calibrate=True` kept: temperature,
 /// log_loss and ece before and after, ...)}. `device` as for `Classifier`: where the encoder trains (the HAN and the bag
 /// of words train on the CPU).

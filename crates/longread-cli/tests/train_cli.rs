@@ -947,6 +947,35 @@ fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
     }
     // Each fold's best model is a model like any other.
     assert!(accuracy(&out.join("fold-1"), &fixture("synthetic/test.jsonl")) > 0.5);
+    // Out of fold: every training document, in the file's order, as `predict` with the model
+    // of the fold that held it out classifies it; cv.json scores them together.
+    let oof = json_lines(&std::fs::read(out.join("out-of-fold.jsonl")).unwrap());
+    assert_eq!(oof.len() as u64, total);
+    let ids: Vec<&str> = oof.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, (0..total).map(|i| format!("d{i}")).collect::<Vec<_>>(), "in the training file's order");
+    for fold in 1..=3 {
+        let dir = out.join(format!("fold-{fold}"));
+        let dev = out.join(format!("cv-data/fold-{fold}-dev.jsonl"));
+        let predicted = longread(&["predict", "--model", dir.to_str().unwrap(), "--input", dev.to_str().unwrap()]);
+        assert!(predicted.status.success(), "{}", String::from_utf8_lossy(&predicted.stderr));
+        let predicted = json_lines(&predicted.stdout);
+        let mine: Vec<&Value> = oof.iter().filter(|l| l["fold"] == fold).collect();
+        assert_eq!(mine.len(), predicted.len(), "fold {fold}");
+        for (line, prediction) in mine.iter().zip(&predicted) {
+            assert_eq!((&line["id"], &line["predicted"]), (&prediction["id"], &prediction["label"]));
+            for (label, p) in prediction["scores"].as_object().unwrap() {
+                let diff = (line["scores"][label].as_f64().unwrap() - p.as_f64().unwrap()).abs();
+                assert!(diff < 1e-6, "{line} against {prediction}");
+            }
+        }
+    }
+    let right = oof.iter().filter(|l| l["label"] == l["predicted"]).count();
+    let pooled = &cv["out_of_fold"];
+    assert_eq!(pooled["documents"].as_u64(), Some(total));
+    assert!((pooled["accuracy"].as_f64().unwrap() - right as f64 / total as f64).abs() < 1e-12, "{pooled}");
+    let log_loss = oof.iter().map(|l| -l["scores"][l["label"].as_str().unwrap()].as_f64().unwrap().ln()).sum::<f64>();
+    assert!((pooled["log_loss"].as_f64().unwrap() - log_loss / total as f64).abs() < 1e-5, "{pooled}");
+    assert!(pooled["macro_f1"].as_f64().is_some() && pooled["roc_auc"].as_f64().is_some(), "{pooled}");
     let refused =
         train(&model, &fixture("synthetic/train.jsonl"), &tmp.path().join("x"), &["--cv", "3", "--dev-split", "0.2"]);
     assert_clean_failure(&refused, "drop --dev and --dev-split");
@@ -1143,9 +1172,12 @@ fn ctrl_c_in_a_cv_run_resumes_to_the_same_folds() {
     let summary = |d: &Path| {
         let mut cv: Value = serde_json::from_str(&std::fs::read_to_string(d.join("cv.json")).unwrap()).unwrap();
         cv["results"].as_array_mut().unwrap().iter_mut().for_each(|r| r["out"] = Value::Null);
+        cv["out_of_fold"]["predictions"] = Value::Null;
         cv
     };
     assert_eq!(summary(&full), summary(&out));
+    let predictions = |d: &Path| std::fs::read(d.join("out-of-fold.jsonl")).unwrap();
+    assert!(predictions(&full) == predictions(&out), "the same out-of-fold predictions");
     let again = train(&model, &data, &dir.path().join("nothing"), &resumed_flags);
     assert_clean_failure(&again, "nothing to resume");
 }

@@ -2,7 +2,8 @@
 //! training data, each holding one fold out as its dev set (OUT/fold-1 … OUT/fold-K, each a
 //! complete run directory with its best model), and OUT/cv.json with each fold's best dev
 //! metric and their mean ± std — a dev estimate for small data sets, where a 10% dev split is
-//! a handful of documents. OUT/training_args.json records the settings; a run stopped part-way
+//! a handful of documents — and OUT/out-of-fold.jsonl, each document classified by the model
+//! of the fold that held it out, scored together in cv.json. OUT/training_args.json records the settings; a run stopped part-way
 //! (Ctrl-C, a kill) continues with `--resume auto`: finished folds are read back, the fold in
 //! progress resumes from its checkpoint, the rest start.
 
@@ -14,6 +15,7 @@ use longread_text::resolve_labels;
 
 use crate::error::{Result, TrainError};
 use crate::run::data::read_examples;
+use crate::run::out_of_fold::{describe, out_of_fold, OutOfFold};
 use crate::run::settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use crate::run::spec::{name_value, TrainSpec};
 use crate::run::start::training_labels;
@@ -64,6 +66,9 @@ pub struct CvSummary {
     /// See `roc_auc_mean`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roc_auc_std: Option<f64>,
+    /// Every training document classified by the model of the fold that held it out, scored
+    /// together ([`crate::run::out_of_fold`]).
+    pub out_of_fold: OutOfFold,
 }
 
 /// Runs `spec` once per fold of its training data (K = `spec.cv`).
@@ -101,7 +106,8 @@ pub(crate) fn run(
     let data_dir = spec.out.join("cv-data");
     std::fs::create_dir_all(&data_dir).map_err(|source| TrainError::Io { path: data_dir.clone(), source })?;
     let mut results = Vec::with_capacity(k);
-    for (f, held_out) in stratified_folds(&ids, k, spec.seed).iter().enumerate() {
+    let folds = stratified_folds(&ids, k, spec.seed);
+    for (f, held_out) in folds.iter().enumerate() {
         let fold = f + 1;
         let fold_out = spec.out.join(format!("fold-{fold}"));
         let (train_path, dev_path) =
@@ -167,8 +173,11 @@ pub(crate) fn run(
         (Some(mean), Some(std)) => format!(", ROC-AUC {mean:.4} ± {std:.4}"),
         _ => String::new(),
     };
+    let outs: Vec<&Path> = results.iter().map(|r| r.out.as_path()).collect();
+    let pooled = out_of_fold(spec, &examples, &ids, &folds, &outs, &source, hooks)?;
     let cv = CvSummary {
         folds: k,
+        out_of_fold: pooled,
         results,
         accuracy_mean,
         accuracy_std,
@@ -182,6 +191,7 @@ pub(crate) fn run(
          {accuracy_std:.4}{auc_words}; folds in {}",
         spec.out.display()
     ));
+    hooks.note(&describe(&cv.out_of_fold));
     let json = serde_json::to_string_pretty(&cv).map_err(|e| TrainError::Run(format!("cv.json: {e}")))? + "\n";
     write(&spec.out.join("cv.json"), &json)?;
     Ok(RunSummary {

@@ -21,6 +21,7 @@ mod han;
 pub mod init;
 pub mod kit;
 pub mod one_shot;
+pub mod out_of_fold;
 pub mod output;
 pub mod pretrain_output;
 pub mod pretrain_run;
