@@ -108,32 +108,37 @@ def compare(
 
 def tune_threshold(
     model_dir: Union[str, PathLike[str]],
-    data: Union[str, PathLike[str]],
+    data: Optional[Union[str, PathLike[str]]] = None,
     metric: str = "macro-f1",
     write: bool = True,
     threads: Optional[int] = None,
     device: str = "auto",
+    out_of_fold: Optional[Union[str, PathLike[str]]] = None,
 ) -> dict[str, Any]:
     """`longread threshold`: the decision rule that maximizes `metric` ("macro-f1",
     "accuracy", "weighted-f1") on held-out labelled documents — a two-label model's threshold
     on its second label's probability, or a bias per label (added to ln p) for more labels;
     with write=True it is kept in the model (decision.json) and every Classifier loaded from it
     labels by it. {"positive" and "threshold", or "biases"; "chosen_by", "metric",
-    "at_default", "at_threshold", "written"}."""
+    "at_default", "at_threshold", "written", "warnings"}. out_of_fold instead of data: the
+    out-of-fold predictions of a `train --cv` run (its out directory), for a final model
+    trained on every document with its settings ("warnings" names where they differ)."""
 
 def calibrate(
     model_dir: Union[str, PathLike[str]],
-    data: Union[str, PathLike[str]],
+    data: Optional[Union[str, PathLike[str]]] = None,
     write: bool = True,
     threads: Optional[int] = None,
     device: str = "auto",
+    out_of_fold: Optional[Union[str, PathLike[str]]] = None,
 ) -> dict[str, Any]:
     """`longread calibrate`: the temperature of least log loss on held-out labelled documents
     (the primary task's probabilities become softmax(ln p / T)); with write=True it is kept in
     the model (calibration.json, the decision rule restated so that no label changes) and every
     Classifier loaded from it gives calibrated probabilities. {"temperature", "chosen_by",
-    "previous", "at_bound", "documents", "log_loss" and "ece" ({"before", "after"}), "written", and
-    "decision" when a rule was restated}."""
+    "previous", "at_bound", "documents", "log_loss" and "ece" ({"before", "after"}), "written",
+    "warnings", and "decision" when a rule was restated}. out_of_fold instead of data: as for
+    tune_threshold."""
 
 def ensemble(
     models: Sequence[Union[str, PathLike[str]]],

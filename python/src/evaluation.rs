@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
 use longread_classifier::evaluate::evaluate_reader;
+use longread_classifier::out_of_fold::setting_warnings;
 use longread_classifier::Classifier as RustClassifier;
 use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 use pyo3::prelude::*;
@@ -100,7 +101,8 @@ pub(crate) fn compare(
     }
 }
 
-/// tune_threshold(model_dir, data, metric="macro-f1", write=True, threads=None, device="auto") -> dict
+/// tune_threshold(model_dir, data=None, metric="macro-f1", write=True, threads=None, device="auto",
+///                out_of_fold=None) -> dict
 ///
 /// `longread threshold`: the decision rule that maximizes `metric` ("macro-f1", "accuracy" or
 /// "weighted-f1") on the labelled held-out documents in `data` — for a two-label model the
@@ -109,17 +111,22 @@ pub(crate) fn compare(
 /// every Classifier (and the command line, the server) loaded from it then labels by it.
 /// Returns {"positive" and "threshold", or "biases" ({label: bias}); "chosen_by", "metric",
 /// "at_default", "at_threshold" (reports with the most probable label and with the rule),
-/// "written"}.
+/// "written", "warnings"}. `out_of_fold` instead of `data`: the out-of-fold predictions of a
+/// `train --cv` run (its out directory, or its out-of-fold.jsonl), for a final model trained
+/// on every document with that run's settings; "warnings" names settings or data in which
+/// they differ.
 #[pyfunction]
-#[pyo3(signature = (model_dir, data, metric="macro-f1", write=true, threads=None, device="auto"))]
+#[pyo3(signature = (model_dir, data=None, metric="macro-f1", write=true, threads=None, device="auto", out_of_fold=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn tune_threshold(
     py: Python<'_>,
     model_dir: PathBuf,
-    data: PathBuf,
+    data: Option<PathBuf>,
     metric: &str,
     write: bool,
     threads: Option<usize>,
     device: &str,
+    out_of_fold: Option<PathBuf>,
 ) -> PyResult<PyObject> {
     use longread_classifier::evaluate::ThresholdMetric;
     let metric = match metric {
@@ -132,23 +139,27 @@ pub(crate) fn tune_threshold(
             )))
         }
     };
+    let held_out = HeldOut::of(data, out_of_fold)?;
     let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
-        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-        let source = data.display().to_string();
-        let tuned = longread_classifier::evaluate::tune_threshold(
-            &classifier,
-            std::io::BufReader::new(file),
-            &source,
-            metric,
-            || {},
-        )
-        .map_err(|e| e.to_string())?;
+        let (tuned, warnings) = match held_out {
+            HeldOut::Data(data) => {
+                let (reader, source) = open_labelled(&data)?;
+                let tuned = longread_classifier::evaluate::tune_threshold(&classifier, reader, &source, metric, || {});
+                (tuned.map_err(|e| e.to_string())?, Vec::new())
+            }
+            HeldOut::OutOfFold(run) => {
+                let oof = out_of_fold_of(&classifier, &run)?;
+                let tuned = longread_classifier::evaluate::tune_threshold_out_of_fold(&classifier, &oof, metric);
+                (tuned.map_err(|e| e.to_string())?, setting_warnings(&model_dir, &run))
+            }
+        };
         if write {
             tuned.decision.save(&model_dir).map_err(|e| e.to_string())?;
         }
         let mut value = serde_json::to_value(&tuned).map_err(|e| e.to_string())?;
         value["written"] = write.into();
+        value["warnings"] = warnings.into();
         Ok(value.to_string())
     });
     match result {
@@ -157,7 +168,7 @@ pub(crate) fn tune_threshold(
     }
 }
 
-/// calibrate(model_dir, data, write=True, threads=None, device="auto") -> dict
+/// calibrate(model_dir, data=None, write=True, threads=None, device="auto", out_of_fold=None) -> dict
 ///
 /// `longread calibrate`: the temperature of least log loss on the labelled held-out documents
 /// in `data` (temperature scaling: the primary task's probabilities become
@@ -165,28 +176,34 @@ pub(crate) fn tune_threshold(
 /// with the model's decision rule restated so that no label changes, and every Classifier (and
 /// the command line, the server) loaded from it then gives calibrated probabilities. Returns
 /// {"temperature", "chosen_by", "previous" (the temperature it replaces, 1 for none), "at_bound", "documents", "log_loss" and
-/// "ece" ({"before", "after"}), "written", and "decision" when a rule was restated}.
+/// "ece" ({"before", "after"}), "written", "warnings", and "decision" when a rule was
+/// restated}. `out_of_fold` instead of `data`: as for `tune_threshold`.
 #[pyfunction]
-#[pyo3(signature = (model_dir, data, write=true, threads=None, device="auto"))]
+#[pyo3(signature = (model_dir, data=None, write=true, threads=None, device="auto", out_of_fold=None))]
 pub(crate) fn calibrate(
     py: Python<'_>,
     model_dir: PathBuf,
-    data: PathBuf,
+    data: Option<PathBuf>,
     write: bool,
     threads: Option<usize>,
     device: &str,
+    out_of_fold: Option<PathBuf>,
 ) -> PyResult<PyObject> {
+    let held_out = HeldOut::of(data, out_of_fold)?;
     let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
-        let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-        let source = data.display().to_string();
-        let fitted = longread_classifier::evaluate::calibrate_temperature(
-            &classifier,
-            std::io::BufReader::new(file),
-            &source,
-            || {},
-        )
-        .map_err(|e| e.to_string())?;
+        let (fitted, warnings) = match held_out {
+            HeldOut::Data(data) => {
+                let (reader, source) = open_labelled(&data)?;
+                let fitted = longread_classifier::evaluate::calibrate_temperature(&classifier, reader, &source, || {});
+                (fitted.map_err(|e| e.to_string())?, Vec::new())
+            }
+            HeldOut::OutOfFold(run) => {
+                let oof = out_of_fold_of(&classifier, &run)?;
+                let fitted = longread_classifier::evaluate::calibrate_out_of_fold(&classifier, &oof);
+                (fitted.map_err(|e| e.to_string())?, setting_warnings(&model_dir, &run))
+            }
+        };
         let restated = match write {
             true => longread_classifier::decision::temperature::keep(&model_dir, &fitted, classifier.labels())
                 .map_err(|e| e.to_string())?,
@@ -194,6 +211,7 @@ pub(crate) fn calibrate(
         };
         let mut value = serde_json::to_value(&fitted).map_err(|e| e.to_string())?;
         value["written"] = write.into();
+        value["warnings"] = warnings.into();
         if let Some(decision) = restated {
             value["decision"] = serde_json::to_value(&decision).map_err(|e| e.to_string())?;
         }
@@ -203,6 +221,38 @@ pub(crate) fn calibrate(
         Ok(json) => from_json(py, &json),
         Err(message) => Err(InvalidDocumentError::new_err(message)),
     }
+}
+
+/// What `tune_threshold` and `calibrate` fit on: labelled held-out documents, or a --cv run's
+/// out-of-fold predictions.
+enum HeldOut {
+    Data(PathBuf),
+    OutOfFold(PathBuf),
+}
+
+impl HeldOut {
+    /// Exactly one of `data` and `out_of_fold`.
+    fn of(data: Option<PathBuf>, out_of_fold: Option<PathBuf>) -> PyResult<Self> {
+        match (data, out_of_fold) {
+            (Some(data), None) => Ok(Self::Data(data)),
+            (None, Some(run)) => Ok(Self::OutOfFold(run)),
+            _ => Err(LongreadError::new_err("give either data (labelled held-out documents) or out_of_fold (a --cv run)")),
+        }
+    }
+}
+
+/// The labelled documents in `data`, and its name for messages.
+fn open_labelled(data: &std::path::Path) -> Result<(std::io::BufReader<std::fs::File>, String), String> {
+    let file = std::fs::File::open(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    Ok((std::io::BufReader::new(file), data.display().to_string()))
+}
+
+/// The out-of-fold predictions of the --cv run `run` for `classifier`'s labels.
+fn out_of_fold_of(
+    classifier: &RustClassifier,
+    run: &std::path::Path,
+) -> Result<longread_classifier::out_of_fold::OutOfFold, String> {
+    longread_classifier::out_of_fold::read_out_of_fold(run, classifier.labels()).map_err(|e| e.to_string())
 }
 
 /// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5, stack=None,

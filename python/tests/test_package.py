@@ -666,6 +666,26 @@ def test_train_calibrate_returns_and_keeps_the_temperature(tmp_path):
     assert "out-of-fold" in run["threshold"]["chosen_by"]
 
 
+def test_a_final_model_calibrates_and_tunes_on_its_cv_runs_out_of_fold_predictions(tmp_path):
+    train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
+    small = dict(arch="han", labels="rain,prices", embedding_dim=16, gru_hidden=8, attention_size=16, epochs=2,
+                 quiet=True)
+    run = longread.train(train, tmp_path / "cv", cv=2, **small)
+    pooled = run["cv"]["out_of_fold"]
+    assert pooled["documents"] == len(open(train).read().splitlines())
+    rows = json_lines(open(tmp_path / "cv" / "out-of-fold.jsonl").read())
+    assert pooled["accuracy"] == pytest.approx(np.mean([r["label"] == r["predicted"] for r in rows]))
+    longread.train(train, tmp_path / "final", dev_split=0, **small)
+    final = str(tmp_path / "final")
+    fitted = longread.calibrate(final, out_of_fold=tmp_path / "cv")
+    assert fitted["written"] and fitted["warnings"] == []
+    assert fitted["log_loss"]["before"] == pytest.approx(pooled["log_loss"], abs=1e-9)
+    rule = longread.tune_threshold(final, out_of_fold=tmp_path / "cv", write=False)
+    assert rule["at_default"]["accuracy"] == pytest.approx(pooled["accuracy"])
+    with pytest.raises(longread.LongreadError, match="give either data"):
+        longread.calibrate(final)
+
+
 def test_train_tune_threshold_keeps_the_threshold_found_on_its_dev_set(tmp_path):
     train = os.path.join(FIXTURES, "synthetic", "train.jsonl")
     dev = os.path.join(FIXTURES, "synthetic", "test.jsonl")

@@ -381,6 +381,39 @@ pub fn calibrate_temperature(
     crate::decision::temperature::fit(task.labels.len(), &truth, &probabilities, current.as_ref(), chosen_by)
 }
 
+/// Fits the temperature that calibrates `classifier` on the out-of-fold predictions of the
+/// `--cv` run that chose its settings ([`crate::out_of_fold`]): for a final model trained on
+/// every document, which has none held out. The predictions are the fold models' own
+/// probabilities, so the fit replaces any calibration the model has. Nothing is saved.
+pub fn calibrate_out_of_fold(
+    classifier: &Classifier,
+    oof: &crate::out_of_fold::OutOfFold,
+) -> Result<crate::decision::temperature::Fitted> {
+    let current = crate::decision::Temperature::load(classifier.dir())?;
+    let chosen_by = format!("log loss on the out-of-fold predictions {} ({} documents)", oof.source, oof.truth.len());
+    let labels = classifier.tasks()[0].labels.len();
+    crate::decision::temperature::fit_own(labels, &oof.truth, &oof.probabilities, current.as_ref(), chosen_by)
+}
+
+/// Finds the decision rule that maximizes `metric` on the out-of-fold predictions of the
+/// `--cv` run that chose `classifier`'s settings (see [`calibrate_out_of_fold`]), at the
+/// calibration the model has. Nothing is saved.
+pub fn tune_threshold_out_of_fold(
+    classifier: &Classifier,
+    oof: &crate::out_of_fold::OutOfFold,
+    metric: ThresholdMetric,
+) -> Result<TunedRule> {
+    let current = crate::decision::Temperature::load(classifier.dir())?;
+    let probabilities: Vec<Vec<f32>> = match &current {
+        Some(t) => oof.probabilities.iter().map(|row| t.apply(row)).collect(),
+        None => oof.probabilities.clone(),
+    };
+    let labels = &classifier.tasks()[0].labels;
+    let tuned = crate::decision::tune(labels, &oof.truth, &probabilities, |r| metric.of(r))?;
+    let on = format!("the out-of-fold predictions {} ({} documents)", oof.source, oof.truth.len());
+    Ok(TunedRule::new(tuned, metric, format!("{} on {on}", metric.name())))
+}
+
 /// The gold primary-task labels of `examples` (their first column) that have one, and the
 /// probabilities `classifier` gives those documents (`on_document` is called after each
 /// document is scored).

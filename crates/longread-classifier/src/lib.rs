@@ -12,6 +12,7 @@ pub mod ensemble;
 pub mod evaluate;
 pub mod kinds;
 pub mod model_kind;
+pub mod out_of_fold;
 pub mod prediction;
 pub mod queue;
 mod route;

@@ -290,3 +290,63 @@ fn train_calibrate_of_a_bag_of_words_uses_out_of_fold_probabilities_and_needs_a_
         assert!(!other.exists(), "refused before anything is written");
     }
 }
+
+/// A final model trained on every document (`--dev-split 0`) is calibrated and its rule tuned
+/// on the out-of-fold predictions of the `--cv` run with its settings: the same rows cv.json
+/// scored; another run's settings or labels are named.
+#[test]
+fn a_final_model_is_calibrated_and_tuned_on_the_out_of_fold_predictions_of_its_cv_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = fixture("synthetic/train.jsonl");
+    let train = |out: &str, flags: &[&str]| {
+        let out = tmp.path().join(out);
+        let mut args = vec!["train", "--arch", "han", "--labels", "rain,prices", "--epochs", "3", "--seed", "4"];
+        args.extend_from_slice(&["--train", data.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        args.extend_from_slice(flags);
+        let run = longread(&args);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        out.to_str().unwrap().to_owned()
+    };
+    let cv = train("cv", &["--cv", "2"]);
+    let final_model = train("final", &["--dev-split", "0"]);
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(&cv).join("cv.json")).unwrap()).unwrap();
+    let pooled = &summary["out_of_fold"];
+
+    let run = longread(&["calibrate", "--model", &final_model, "--out-of-fold", &cv, "--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(!String::from_utf8_lossy(&run.stderr).contains("trained with"), "same settings: no warning");
+    let fitted: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(fitted["documents"], pooled["documents"]);
+    let before = fitted["log_loss"]["before"].as_f64().unwrap();
+    assert!((before - pooled["log_loss"].as_f64().unwrap()).abs() < 1e-12, "{fitted} vs {pooled}");
+    assert!(fitted["log_loss"]["after"].as_f64().unwrap() <= before);
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(&final_model).join("calibration.json")).unwrap())
+            .unwrap();
+    assert_eq!(kept["temperature"], fitted["temperature"]);
+    assert!(kept["chosen_by"].as_str().unwrap().contains("out-of-fold predictions"), "{kept}");
+
+    let oof = Path::new(&cv).join("out-of-fold.jsonl");
+    let run = longread(&["threshold", "--model", &final_model, "--out-of-fold", oof.to_str().unwrap(), "--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let rule: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(rule["at_default"]["accuracy"], pooled["accuracy"], "the most probable label of the same rows");
+    assert!(Path::new(&final_model).join("decision.json").is_file());
+
+    let other = train("other", &["--dev-split", "0", "--lr", "7e-3"]);
+    let run = longread(&["calibrate", "--model", &other, "--out-of-fold", &cv, "--dry-run"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success() && stderr.contains("warning: lr: ") && stderr.contains("the --cv run with"),
+        "{stderr}"
+    );
+    let bow = bow(tmp.path());
+    std::fs::write(&oof, std::fs::read_to_string(&oof).unwrap().replace("\"rain\"", "\"snow\"")).unwrap();
+    for command in ["calibrate", "threshold"] {
+        let refused = longread(&[command, "--model", &bow, "--out-of-fold", &cv]);
+        assert_clean_failure(&refused, "is not one of the model's labels (prices, rain): another run's predictions?");
+        let missing = longread(&[command, "--model", &bow, "--out-of-fold", &final_model]);
+        assert_clean_failure(&missing, "no out-of-fold predictions there");
+    }
+}

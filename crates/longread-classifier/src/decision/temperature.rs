@@ -172,8 +172,6 @@ pub fn fit<R: AsRef<[f32]>>(
     current: Option<&Temperature>,
     chosen_by: String,
 ) -> Result<Fitted> {
-    let invalid = |e: String| ModelError::InvalidInput(e);
-    let before = longread_metrics::scores::score_metrics(labels, truth, probabilities).map_err(invalid)?;
     let previous = current.map_or(1.0, |c| c.temperature);
     // The model's own probabilities: tempering by a, then by 1/a, gives them back. Without a
     // calibration they are the rows themselves, so that the fitted temperature applies to
@@ -189,6 +187,35 @@ pub fn fit<R: AsRef<[f32]>>(
             }
         })
         .collect();
+    fit_tempered(labels, truth, probabilities, own, previous, chosen_by)
+}
+
+/// [`fit`] to probabilities that are a model's own, whatever calibration it has (`current`:
+/// its decision rule is restated from that temperature), such as the out-of-fold
+/// probabilities of the `--cv` run that chose its settings; the "before" figures are theirs.
+pub fn fit_own<R: AsRef<[f32]>>(
+    labels: usize,
+    truth: &[usize],
+    own: &[R],
+    current: Option<&Temperature>,
+    chosen_by: String,
+) -> Result<Fitted> {
+    let rows = own.iter().map(|row| row.as_ref().iter().map(|&p| f64::from(p)).collect()).collect();
+    fit_tempered(labels, truth, own, rows, current.map_or(1.0, |c| c.temperature), chosen_by)
+}
+
+/// [`fit`]'s search: `given` the probabilities scored as "before", `own` the model's own,
+/// `previous` the temperature the model had.
+fn fit_tempered<R: AsRef<[f32]>>(
+    labels: usize,
+    truth: &[usize],
+    given: &[R],
+    own: Vec<Vec<f64>>,
+    previous: f64,
+    chosen_by: String,
+) -> Result<Fitted> {
+    let invalid = |e: String| ModelError::InvalidInput(e);
+    let before = longread_metrics::scores::score_metrics(labels, truth, given).map_err(invalid)?;
     let all: Vec<usize> = (0..own.len()).collect();
     let temperature = crate::calibration::fit_temperature(&own, truth, &all);
     let tempered: Vec<Vec<f32>> =
@@ -202,7 +229,7 @@ pub fn fit<R: AsRef<[f32]>>(
         documents: truth.len(),
         log_loss: BeforeAfter { before: before.log_loss, after: after.log_loss },
         ece: BeforeAfter { before: before.ece, after: after.ece },
-        reliability: Reliability { before: bins(truth, probabilities), after: bins(truth, &tempered) },
+        reliability: Reliability { before: bins(truth, given), after: bins(truth, &tempered) },
         calibrated: tempered,
     })
 }

@@ -7,14 +7,14 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_classifier::decision::temperature::{self, short, Fitted, CALIBRATION_FILE};
-use longread_classifier::evaluate::calibrate_temperature;
+use longread_classifier::evaluate::{calibrate_out_of_fold, calibrate_temperature};
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
 
 use crate::commands::counts::counted;
 use crate::commands::predict::{progress_bar, EncodingArgs};
-use crate::commands::threshold::report_cleared;
+use crate::commands::threshold::{out_of_fold_for, report_cleared};
 use crate::io::{input_name, open_input};
 
 /// Arguments of `longread calibrate`.
@@ -30,9 +30,15 @@ pub struct CalibrateArgs {
     #[arg(long)]
     model: PathBuf,
     /// Labelled JSON lines (or .csv/.tsv) held out from training, as `eval --data` reads them;
-    /// `-` reads standard input. Not needed with --clear.
-    #[arg(long, visible_alias = "input", required_unless_present = "clear")]
+    /// `-` reads standard input. Not needed with --clear or --out-of-fold.
+    #[arg(long, visible_alias = "input", required_unless_present_any = ["clear", "out_of_fold"])]
     data: Option<PathBuf>,
+    /// Fit on the out-of-fold predictions of a `train --cv K` run (its --out directory, or its
+    /// out-of-fold.jsonl) instead of --data: for a final model trained on every document
+    /// (`train --dev-split 0`) with that run's settings, which has no documents held out. A
+    /// warning names settings or data in which the model and the run differ.
+    #[arg(long, value_name = "CV_RUN", conflicts_with_all = ["data", "clear"])]
+    out_of_fold: Option<PathBuf>,
     /// Print what fitting finds without writing it to the model.
     #[arg(long)]
     dry_run: bool,
@@ -61,11 +67,20 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
         return Ok(());
     }
-    let Some(data) = &args.data else { bail!("--data is needed to calibrate") };
-    let progress = progress_bar(0, quiet);
-    let source = input_name(data);
-    let fitted = calibrate_temperature(&classifier, open_input(data)?, &source, || progress.inc(1))?;
-    progress.finish_and_clear();
+    let (source, fitted) = match (&args.out_of_fold, &args.data) {
+        (Some(run), _) => {
+            let oof = out_of_fold_for(dir, run, classifier.labels(), quiet)?;
+            (oof.source.clone(), calibrate_out_of_fold(&classifier, &oof)?)
+        }
+        (None, Some(data)) => {
+            let progress = progress_bar(0, quiet);
+            let source = input_name(data);
+            let fitted = calibrate_temperature(&classifier, open_input(data)?, &source, || progress.inc(1))?;
+            progress.finish_and_clear();
+            (source, fitted)
+        }
+        (None, None) => bail!("--data (or --out-of-fold) is needed to calibrate"),
+    };
     let written = !args.dry_run;
     let restated = if written { temperature::keep(dir, &fitted, classifier.labels())? } else { None };
     if args.json {

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_classifier::decision::{Decision, Rule, DECISION_FILE};
-use longread_classifier::evaluate::{tune_threshold, ThresholdMetric};
+use longread_classifier::evaluate::{tune_threshold, tune_threshold_out_of_fold, ThresholdMetric};
+use longread_classifier::out_of_fold::{read_out_of_fold, setting_warnings, OutOfFold};
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
@@ -29,9 +30,15 @@ pub struct ThresholdArgs {
     #[arg(long)]
     model: PathBuf,
     /// Labelled JSON lines (or .csv/.tsv) held out from training, as `eval --data` reads them;
-    /// `-` reads standard input. Not needed with --set or --clear.
-    #[arg(long, visible_alias = "input", required_unless_present_any = ["set", "clear"])]
+    /// `-` reads standard input. Not needed with --set, --clear or --out-of-fold.
+    #[arg(long, visible_alias = "input", required_unless_present_any = ["set", "clear", "out_of_fold"])]
     data: Option<PathBuf>,
+    /// Tune on the out-of-fold predictions of a `train --cv K` run (its --out directory, or its
+    /// out-of-fold.jsonl) instead of --data, at the calibration the model has: for a final
+    /// model trained on every document (`train --dev-split 0`) with that run's settings. A
+    /// warning names settings or data in which the model and the run differ.
+    #[arg(long, value_name = "CV_RUN", conflicts_with_all = ["data", "set", "clear"])]
+    out_of_fold: Option<PathBuf>,
     /// What the threshold (or the biases) maximize on --data.
     #[arg(long, value_enum, default_value_t = ThresholdMetric::MacroF1)]
     metric: ThresholdMetric,
@@ -80,11 +87,20 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
         return Ok(());
     }
-    let Some(data) = &args.data else { bail!("--data is needed to tune a threshold") };
-    let progress = progress_bar(0, quiet);
-    let source = input_name(data);
-    let tuned = tune_threshold(&classifier, open_input(data)?, &source, args.metric, || progress.inc(1))?;
-    progress.finish_and_clear();
+    let (source, tuned) = match (&args.out_of_fold, &args.data) {
+        (Some(run), _) => {
+            let oof = out_of_fold_for(dir, run, &labels, quiet)?;
+            (oof.source.clone(), tune_threshold_out_of_fold(&classifier, &oof, args.metric)?)
+        }
+        (None, Some(data)) => {
+            let progress = progress_bar(0, quiet);
+            let source = input_name(data);
+            let tuned = tune_threshold(&classifier, open_input(data)?, &source, args.metric, || progress.inc(1))?;
+            progress.finish_and_clear();
+            (source, tuned)
+        }
+        (None, None) => bail!("--data (or --out-of-fold) is needed to tune a threshold"),
+    };
     let decision = &tuned.decision;
     let written = !args.dry_run;
     if written {
@@ -122,6 +138,21 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// The out-of-fold predictions of the `--cv` run `run` for the model in `dir` with `labels`,
+/// warning (unless `quiet`) of settings or data in which the model and the run differ.
+pub(crate) fn out_of_fold_for(
+    dir: &std::path::Path,
+    run: &std::path::Path,
+    labels: &[String],
+    quiet: bool,
+) -> Result<OutOfFold> {
+    let oof = read_out_of_fold(run, labels)?;
+    if !quiet {
+        setting_warnings(dir, run).iter().for_each(|w| eprintln!("{}", printable(w)));
+    }
+    Ok(oof)
 }
 
 /// Says that `--clear` removed the model's `what` (or that it had none) and what the model

@@ -9,16 +9,14 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use longread_classifier::evaluate::primary_probabilities;
-use longread_classifier::{Classifier, ClassifierOptions};
+use longread_classifier::out_of_fold::OUT_OF_FOLD_FILE;
+use longread_classifier::{argmax, Classifier, ClassifierOptions};
 use longread_text::Example;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Result, TrainError};
 use crate::run::spec::TrainSpec;
 use crate::run::RunHooks;
-
-/// The file of out-of-fold predictions in a --cv run's directory.
-pub const OUT_OF_FOLD_FILE: &str = "out-of-fold.jsonl";
 
 /// The pooled metrics of the out-of-fold predictions (`cv.json`'s `out_of_fold`).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -77,7 +75,7 @@ pub(crate) fn out_of_fold(
             (fold_of[i], probabilities[i]) = (f + 1, row);
         }
     }
-    let predicted: Vec<usize> = probabilities.iter().map(|row| top(row)).collect();
+    let predicted: Vec<usize> = probabilities.iter().map(|row| argmax(row)).collect();
     let scoring = |e: String| TrainError::Run(format!("scoring the out-of-fold predictions: {e}"));
     let report = longread_metrics::evaluate(&labels, gold, &predicted).map_err(scoring)?;
     let scores = longread_metrics::scores::score_metrics(labels.len(), gold, &probabilities).map_err(scoring)?;
@@ -106,12 +104,6 @@ pub(crate) fn out_of_fold(
         ece: scores.ece,
         predictions,
     })
-}
-
-/// The index of the largest probability (the first on ties), as a model without a decision
-/// rule labels a document.
-fn top(row: &[f32]) -> usize {
-    row.iter().enumerate().fold(0, |best, (i, &p)| if p > row[best] { i } else { best })
 }
 
 /// One line for people about `pooled`.

@@ -214,7 +214,8 @@ impl TrainSpec {
             };
             bail!(
                 "{flag} on the run's dev set, but {why}: do it to the final model with `longread {command} --model \
-                 OUT --data DEV.jsonl`"
+                 OUT --data DEV.jsonl`, or with `--out-of-fold CV_OUT`: the predictions of the --cv run that chose \
+                 its settings"
             );
         }
         let e = &self.encoder;
