@@ -976,6 +976,15 @@ fn cross_validation_trains_one_run_per_fold_and_summarises_them() {
     let log_loss = oof.iter().map(|l| -l["scores"][l["label"].as_str().unwrap()].as_f64().unwrap().ln()).sum::<f64>();
     assert!((pooled["log_loss"].as_f64().unwrap() - log_loss / total as f64).abs() < 1e-5, "{pooled}");
     assert!(pooled["macro_f1"].as_f64().is_some() && pooled["roc_auc"].as_f64().is_some(), "{pooled}");
+    // With a --vector-cache the out-of-fold pass reads the frozen encoder's vectors from it:
+    // the same predictions.
+    let (cached, cache) = (tmp.path().join("cv-cached"), tmp.path().join("vc"));
+    let flags = ["--cv", "3", "--freeze-base", "--epochs", "20", "--head-lr", "3e-2", "--seed", "3", "--vector-cache"];
+    let run =
+        train(&model, &fixture("synthetic/train.jsonl"), &cached, &[&flags[..], &[cache.to_str().unwrap()]].concat());
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let predictions = |d: &Path| std::fs::read(d.join("out-of-fold.jsonl")).unwrap();
+    assert!(predictions(&cached) == predictions(&out), "the same out-of-fold predictions from the vector cache");
     let refused =
         train(&model, &fixture("synthetic/train.jsonl"), &tmp.path().join("x"), &["--cv", "3", "--dev-split", "0.2"]);
     assert_clean_failure(&refused, "drop --dev and --dev-split");

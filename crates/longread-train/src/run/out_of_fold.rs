@@ -62,7 +62,12 @@ pub(crate) fn out_of_fold(
             TrainError::Run(format!("classifying fold {}'s held-out documents with {}: {e}", f + 1, out.display()))
         };
         let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
-        let classifier = Classifier::load(out, options).map_err(|e| failed(&e))?;
+        let mut classifier = Classifier::load(out, options).map_err(|e| failed(&e))?;
+        // The run's --vector-cache: a frozen encoder's chunk vectors are not computed again
+        // (a fine-tuned fold's encoder has weights of its own, and misses).
+        if let Some(cache) = &spec.encoder.vector_cache {
+            classifier.set_vector_cache(cache).map_err(|e| failed(&e))?;
+        }
         labels = classifier.labels().to_vec();
         let held: Vec<Example> = held_out.iter().map(|&i| examples[i].clone()).collect();
         let name = format!("fold {} of {source}", f + 1);
