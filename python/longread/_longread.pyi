@@ -22,9 +22,11 @@ class InvalidDocumentError(LongreadError):
 class Classifier:
     """A model that classifies long documents (any directory `longread train`/`init` writes).
 
-    Pickles as its settings (absolute model_dir, precision, max_batch_tokens, device; not
-    threads) and loads the model again when unpickled; works in processes forked after the
-    parent predicted (each gets a thread pool of its own)."""
+    Pickles as its settings (absolute model_dir, precision, max_batch_tokens, device,
+    occlusion; not threads) and loads the model again when unpickled; works in processes
+    forked after the parent predicted (each gets a thread pool of its own). occlusion=True:
+    each chunk also gets "occlusion", the predicted label's probability minus its probability
+    without that chunk (hierarchical models only)."""
 
     def __init__(
         self,
@@ -33,6 +35,7 @@ class Classifier:
         precision: Optional[str] = None,
         max_batch_tokens: Optional[int] = None,
         device: str = "auto",
+        occlusion: bool = False,
     ) -> None: ...
     @property
     def device(self) -> str:

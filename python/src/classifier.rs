@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use longread_classifier::Classifier as RustClassifier;
+use longread_classifier::{Classifier as RustClassifier, ClassifierOptions};
 use longread_classifier::PredictionLine;
 use longread_report::{render_html, DocumentView};
 use longread_text::Document;
@@ -15,7 +15,8 @@ use crate::{InvalidDocumentError, ModelLoadError};
 /// A model that classifies long documents: any directory `longread train` or `longread init`
 /// writes (hierarchical, single-chunk sequence or HAN).
 ///
-/// Classifier(model_dir, threads=None, precision=None, max_batch_tokens=None, device="auto")
+/// Classifier(model_dir, threads=None, precision=None, max_batch_tokens=None, device="auto",
+///            occlusion=False)
 ///
 /// threads: CPU threads for the whole process (default: every core; set once).
 /// precision: "f32", "int8" (CPU only; faster than f32 with AVX-512 VNNI, about level on
@@ -24,6 +25,9 @@ use crate::{InvalidDocumentError, ModelLoadError};
 /// the CPU, on a GPU what a quarter of its memory holds (65536 to 256000).
 /// device: "auto" (a GPU when built with `cuda` and one is visible, else the CPU), "cpu",
 /// "cuda" or "cuda:N". HAN and bag-of-words models run on the CPU.
+/// occlusion: each chunk of a prediction also gets "occlusion", the predicted label's
+/// probability minus its probability without that chunk (positive: the chunk supports the
+/// label); hierarchical models only, as `longread predict --occlusion`.
 ///
 /// A Classifier pickles as its settings (the directory's absolute path, precision,
 /// max_batch_tokens, device; not threads, which each process sets): unpickling loads the model
@@ -32,14 +36,15 @@ use crate::{InvalidDocumentError, ModelLoadError};
 #[pyclass(module = "longread._longread", frozen)]
 pub(crate) struct Classifier {
     pub(crate) inner: Arc<RustClassifier>,
-    /// What `__reduce__` gives back: (absolute model_dir, precision, max_batch_tokens, device).
-    settings: (PathBuf, Option<String>, Option<usize>, String),
+    /// What `__reduce__` gives back: (absolute model_dir, precision, max_batch_tokens, device,
+    /// occlusion).
+    settings: (PathBuf, Option<String>, Option<usize>, String, bool),
 }
 
 #[pymethods]
 impl Classifier {
     #[new]
-    #[pyo3(signature = (model_dir, threads=None, precision=None, max_batch_tokens=None, device="auto"))]
+    #[pyo3(signature = (model_dir, threads=None, precision=None, max_batch_tokens=None, device="auto", occlusion=false))]
     pub(crate) fn new(
         py: Python<'_>,
         model_dir: PathBuf,
@@ -47,24 +52,28 @@ impl Classifier {
         precision: Option<&str>,
         max_batch_tokens: Option<usize>,
         device: &str,
+        occlusion: bool,
     ) -> PyResult<Self> {
         set_threads(threads)?;
-        let options = classifier_options(precision, max_batch_tokens, device)?;
+        let options = ClassifierOptions { occlusion, ..classifier_options(precision, max_batch_tokens, device)? };
         let loaded = off_gil(py, || RustClassifier::load(&model_dir, options));
         let inner =
             loaded.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
         let absolute = std::path::absolute(&model_dir).unwrap_or(model_dir);
-        let settings = (absolute, precision.map(str::to_owned), max_batch_tokens, device.to_owned());
+        let settings = (absolute, precision.map(str::to_owned), max_batch_tokens, device.to_owned(), occlusion);
         Ok(Self { inner: Arc::new(inner), settings })
     }
 
-    /// Pickles as `Classifier(model_dir, None, precision, max_batch_tokens, device)`.
+    /// Pickles as `Classifier(model_dir, None, precision, max_batch_tokens, device, occlusion)`.
     #[allow(clippy::type_complexity)]
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, (PathBuf, Option<usize>, Option<String>, Option<usize>, String))> {
-        let (dir, precision, max_batch_tokens, device) = slf.get().settings.clone();
-        Ok((slf.get_type(), (dir, None, precision, max_batch_tokens, device)))
+    ) -> PyResult<(
+        Bound<'py, pyo3::types::PyType>,
+        (PathBuf, Option<usize>, Option<String>, Option<usize>, String, bool),
+    )> {
+        let (dir, precision, max_batch_tokens, device, occlusion) = slf.get().settings.clone();
+        Ok((slf.get_type(), (dir, None, precision, max_batch_tokens, device, occlusion)))
     }
 
     /// Where the encoder runs: "cpu", or "cuda:N (GPU name)".

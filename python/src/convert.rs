@@ -50,6 +50,7 @@ pub(crate) fn classifier_options(
         precision: precision.map(parse_precision).transpose()?,
         max_batch_tokens,
         device: parse_device(device)?,
+        occlusion: false,
     })
 }
 

@@ -32,7 +32,7 @@ pub(crate) fn evaluate(
     max_batch_tokens: Option<usize>,
     device: &str,
 ) -> PyResult<PyObject> {
-    let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens, device)?.inner;
+    let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens, device, false)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
         let mut documents = 0usize;
@@ -78,7 +78,7 @@ pub(crate) fn compare(
         .map(|dir| {
             Ok((
                 dir.display().to_string(),
-                Classifier::new(py, dir.clone(), threads, precision, max_batch_tokens, device)?.inner,
+                Classifier::new(py, dir.clone(), threads, precision, max_batch_tokens, device, false)?.inner,
             ))
         })
         .collect::<PyResult<Vec<_>>>()?;
@@ -140,7 +140,7 @@ pub(crate) fn tune_threshold(
         }
     };
     let held_out = HeldOut::of(data, out_of_fold)?;
-    let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device)?.inner;
+    let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device, false)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
         let (tuned, warnings) = match held_out {
             HeldOut::Data(data) => {
@@ -190,7 +190,7 @@ pub(crate) fn calibrate(
     out_of_fold: Option<PathBuf>,
 ) -> PyResult<PyObject> {
     let held_out = HeldOut::of(data, out_of_fold)?;
-    let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device)?.inner;
+    let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device, false)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
         let (fitted, warnings) = match held_out {
             HeldOut::Data(data) => {

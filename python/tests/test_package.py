@@ -540,6 +540,26 @@ def test_report_is_the_clis_page(tmp_path):
     assert with_error.startswith("<!DOCTYPE html>") and "the document is empty" in with_error
 
 
+def test_occlusion_is_what_the_cli_gives_and_survives_pickling():
+    model_dir = os.path.join(FIXTURES, "hier", "trained-bert-attention")
+    clf = longread.Classifier(model_dir, occlusion=True)
+    documents = texts()
+    got = clf.predict(documents)
+    cli = run_cli("predict", "--model", model_dir, "--input", os.path.join(FIXTURES, "hier", "documents.jsonl"),
+                  "--occlusion")
+    expected = json_lines(cli.stdout)
+    several = [g for g in got if len(g["chunks"]) > 1]
+    assert several
+    for g, e in zip(got, expected):
+        assert [c.get("occlusion") for c in g["chunks"]] == pytest.approx([c.get("occlusion") for c in e["chunks"]],
+                                                                         abs=1e-6)
+    clone = pickle.loads(pickle.dumps(clf))
+    assert clone.predict(documents)[0]["chunks"] == got[0]["chunks"]
+    assert "occlusion" not in longread.Classifier(model_dir).predict(documents)[-1]["chunks"][0]
+    with pytest.raises(longread.ModelLoadError, match="occlusion reads a hierarchical model"):
+        longread.Classifier(os.path.join(FIXTURES, "han"), occlusion=True)
+
+
 def test_models_pickle_and_work_in_forked_and_spawned_workers():
     """multiprocessing on Linux forks by default: a worker forked after the parent had predicted
     waited forever (rayon's pool came over without its threads); models did not pickle."""

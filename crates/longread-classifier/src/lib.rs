@@ -53,7 +53,16 @@ pub struct ClassifierOptions {
     pub max_batch_tokens: Option<usize>,
     /// Where the encoder runs (HAN and bag-of-words models always run on the CPU).
     pub device: DeviceChoice,
+    /// Occlusion evidence: every chunk's [`ChunkEvidence::occlusion`], the head run again
+    /// without each chunk in turn (hierarchical models only; the cost grows with the square of
+    /// a document's chunks, and documents over [`MAX_OCCLUSION_CHUNKS`] get none).
+    pub occlusion: bool,
 }
+
+/// Documents of more chunks than this get no occlusion evidence: its cost grows with the
+/// square of the chunks (on 2 CPU cores, 1,023 chunks of MiniLM added 4–6 s to the 60 s of
+/// encoding them; BENCHMARKS.md, "Occlusion").
+pub const MAX_OCCLUSION_CHUNKS: usize = 2048;
 
 impl ClassifierOptions {
     /// The precision these options give on `device`.
@@ -74,7 +83,7 @@ impl ClassifierOptions {
                 "precision int8 is a CPU mode; on a GPU use bf16 (the default there) or f32".into(),
             ));
         }
-        Ok(Self { precision: Some(precision), max_batch_tokens: Some(max_batch_tokens), device: self.device })
+        Ok(Self { precision: Some(precision), max_batch_tokens: Some(max_batch_tokens), ..self })
     }
 
     /// The resolved batch budget (after [`Classifier::load`]).
@@ -124,6 +133,20 @@ impl Classifier {
     /// [`Classifier::load`] of a directory of `kind` on a resolved device.
     fn load_on(dir: &Path, kind: ModelKind, options: ClassifierOptions, device: Device) -> Result<Self> {
         let options = options.resolved(&device)?;
+        let no_occlusion = |what: &str| {
+            ModelError::InvalidInput(format!(
+                "occlusion reads a hierarchical model without each of its chunks; {} is {what}",
+                dir.display()
+            ))
+        };
+        if options.occlusion {
+            match kind {
+                ModelKind::Ensemble => return Err(no_occlusion("an ensemble")),
+                ModelKind::Bow => return Err(no_occlusion("a bag-of-words model")),
+                ModelKind::Han => return Err(no_occlusion("a HAN (its sentences carry attention)")),
+                _ => {}
+            }
+        }
         if kind == ModelKind::Ensemble {
             let ensemble = Ensemble::load(dir, options)?;
             return Ok(Self { model: Box::new(ensemble), options, dir: dir.to_owned(), device });
@@ -157,7 +180,16 @@ impl Classifier {
         let chunker = Chunker::new(tokenizer, model.config().longread.chunking())?;
         let wide = model.config().longread.wide;
         let precision = options.precision_on(&device);
-        let model = EncoderModel::new(model, chunker, device.clone(), options.batch_tokens(), precision);
+        if options.occlusion {
+            if model.config().longread.architecture != longread_model::hierarchical::Architecture::Hierarchical {
+                return Err(no_occlusion("a single-chunk sequence classifier"));
+            }
+            if wide.is_some() {
+                return Err(no_occlusion("a wide-and-deep model (its bag of words reads the whole text)"));
+            }
+        }
+        let mut model = EncoderModel::new(model, chunker, device.clone(), options.batch_tokens(), precision);
+        model.occlusion = options.occlusion;
         let deep = Self { model: Box::new(model), options, dir: dir.to_owned(), device };
         match wide {
             None => Ok(deep),

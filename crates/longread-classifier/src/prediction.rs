@@ -36,6 +36,31 @@ pub struct Prediction {
     pub tokens: Option<usize>,
 }
 
+impl Prediction {
+    /// Sets each chunk's `occlusion` from the probabilities it was read `without`: the
+    /// predicted label's probability minus its probability there. Called whenever the label
+    /// or the probabilities are settled (by the model, then by a calibration or decision rule).
+    pub fn settle_occlusion(&mut self) {
+        let Some(label) = self.scores.labels.iter().position(|l| *l == self.label) else { return };
+        let Some(&p) = self.scores.probabilities.get(label) else { return };
+        if let Parts::Chunks { chunks } = &mut self.parts {
+            for chunk in chunks {
+                chunk.occlusion = chunk.without.as_ref().and_then(|row| row.get(label)).map(|q| p - q);
+            }
+        }
+    }
+
+    /// Applies `f` to the primary task's probabilities without each chunk, as a calibration
+    /// applies it to the document's own.
+    pub fn map_without(&mut self, f: impl Fn(&[f32]) -> Vec<f32>) {
+        if let Parts::Chunks { chunks } = &mut self.parts {
+            for row in chunks.iter_mut().filter_map(|c| c.without.as_mut()) {
+                *row = f(row);
+            }
+        }
+    }
+}
+
 /// The parts of a document a model read, with their weights: one kind per model kind.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -128,7 +153,7 @@ pub struct MemberPrediction {
 }
 
 /// A chunk the encoder read; offsets in characters (Unicode scalar values).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChunkEvidence {
     /// Index of the window among all of the document's windows.
@@ -139,6 +164,25 @@ pub struct ChunkEvidence {
     pub end: usize,
     /// Its weight in the pooled document vector.
     pub attention: f32,
+    /// Occlusion (a classifier loaded with `occlusion` on; absent otherwise, and for a document
+    /// of one chunk): the predicted label's probability minus its probability when the
+    /// document is read without this chunk. Positive: the chunk supports the label; negative:
+    /// it speaks against it. Unlike attention, it says which way and how far the chunk moved
+    /// the decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub occlusion: Option<f32>,
+    /// The primary task's probabilities without this chunk (occlusion on), from which
+    /// `occlusion` is computed once the label is settled; not in the JSON.
+    #[serde(skip)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub without: Option<Vec<f32>>,
+}
+
+impl ChunkEvidence {
+    /// A chunk with its attention, without occlusion.
+    pub fn new(index: usize, start: usize, end: usize, attention: f32) -> Self {
+        Self { index, start, end, attention, occlusion: None, without: None }
+    }
 }
 
 /// A sentence a HAN read; offsets in characters.
@@ -347,12 +391,7 @@ mod tests {
             label: "b".into(),
             scores: LabelScores { labels: vec!["a".into(), "b".into()], probabilities: vec![0.25, 0.75] },
             logits: vec![-1.0, 0.5],
-            parts: Parts::Chunks {
-                chunks: vec![
-                    ChunkEvidence { index: 0, start: 0, end: 10, attention: 0.2 },
-                    ChunkEvidence { index: 1, start: 5, end: 20, attention: 0.8 },
-                ],
-            },
+            parts: Parts::Chunks { chunks: vec![ChunkEvidence::new(0, 0, 10, 0.2), ChunkEvidence::new(1, 5, 20, 0.8)] },
             tasks: None,
             members: None,
             tokens: Some(30),

@@ -257,3 +257,103 @@ fn a_long_text_read_whole_is_streamed_with_the_prediction_of_cutting_it_first() 
     };
     assert!(max_diff(&attention(streamed), &attention(&reference)) <= 1e-5);
 }
+
+/// Occlusion: each chunk's value is the predicted label's probability minus the probability
+/// the model gives the document's other chunks, scored on their own by the model's head —
+/// for every pooling strategy, ordinal heads and a multi-task model's primary task; nothing
+/// else in the prediction changes, and a one-chunk document has none.
+#[test]
+fn occlusion_is_the_labels_probability_lost_without_each_chunk() {
+    use longread_model::hierarchical::HierarchicalClassifier;
+    use longread_text::{Chunker, TextTokenizer};
+    let models = [
+        "hier/bert-attention",
+        "hier/bert-first",
+        "hier/bert-max",
+        "hier/bert-max-logits",
+        "hier/bert-max-logits-ordinal",
+        "hier/bert-mean",
+        "hier/bert-multihead",
+        "hier/bert-multihead-top2",
+        "hier/bert-ordinal",
+        "hier/bert-top2-sharp",
+        "hier/trained-multitask",
+    ];
+    let docs = documents();
+    let texts: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let mut checked = 0;
+    for model in models {
+        let dir = fixture(model);
+        let plain = Classifier::load(&dir, ClassifierOptions::default()).unwrap().classify(&texts).unwrap();
+        let options = ClassifierOptions { occlusion: true, ..ClassifierOptions::default() };
+        let occluded = Classifier::load(&dir, options).unwrap().classify(&texts).unwrap();
+        let head = HierarchicalClassifier::load(&dir, false, &candle_core::Device::Cpu).unwrap();
+        let chunker =
+            Chunker::new(TextTokenizer::from_file(head.tokenizer_path()).unwrap(), head.config().longread.chunking())
+                .unwrap();
+        for ((text, plain), occluded) in texts.iter().zip(&plain).zip(&occluded) {
+            let (plain, occluded) = (plain.as_ref().unwrap(), occluded.as_ref().unwrap());
+            let chunks = occluded.parts.chunks().unwrap();
+            let mut without = occluded.clone();
+            if let longread_classifier::Parts::Chunks { chunks } = &mut without.parts {
+                chunks.iter_mut().for_each(|c| (c.occlusion, c.without) = (None, None));
+            }
+            assert_eq!(&without, plain, "{model}: occlusion changes nothing else");
+            if chunks.len() == 1 {
+                assert_eq!(chunks[0].occlusion, None, "{model}: one chunk, nothing to leave out");
+                continue;
+            }
+            let chunked = chunker.chunk(text).unwrap();
+            let vectors = head.encode_documents(&[&chunked], 2048, &candle_core::Device::Cpu, |_| {}).unwrap();
+            let label = occluded.scores.labels.iter().position(|l| *l == occluded.label).unwrap();
+            let p = occluded.probabilities()[label];
+            for (i, chunk) in chunks.iter().enumerate() {
+                let others: Vec<u32> = (0..chunks.len() as u32).filter(|&c| c != i as u32).collect();
+                let others = candle_core::Tensor::new(others.as_slice(), &candle_core::Device::Cpu).unwrap();
+                let alone = head.score(&vectors[0].index_select(&others, 0).unwrap()).unwrap();
+                let expected = p - alone.probabilities[label];
+                let got = chunk.occlusion.expect("every chunk of a document of several");
+                assert!((got - expected).abs() <= 1e-5, "{model}, chunk {i}: {got} against {expected}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 50, "{checked} chunks checked");
+}
+
+/// A calibrated model's occlusion is of its calibrated probabilities; models occlusion cannot
+/// read chunk by chunk are refused by name.
+#[test]
+fn occlusion_follows_the_calibration_and_is_refused_where_there_are_no_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("calibrated");
+    std::fs::create_dir(&dir).unwrap();
+    for entry in std::fs::read_dir(fixture("hier/bert-attention")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    let options = ClassifierOptions { occlusion: true, ..ClassifierOptions::default() };
+    let text = documents().into_iter().max_by_key(String::len).unwrap();
+    let raw = Classifier::load(&dir, options).unwrap().classify(&[&text]).unwrap().remove(0).unwrap();
+    std::fs::write(dir.join("calibration.json"), r#"{"temperature": 2.5, "chosen_by": "a test"}"#).unwrap();
+    let calibrated = Classifier::load(&dir, options).unwrap().classify(&[&text]).unwrap().remove(0).unwrap();
+    let t = longread_classifier::decision::Temperature { temperature: 2.5, chosen_by: String::new() };
+    let label = calibrated.scores.labels.iter().position(|l| *l == calibrated.label).unwrap();
+    let (raw_chunks, chunks) = (raw.parts.chunks().unwrap(), calibrated.parts.chunks().unwrap());
+    assert!(chunks.len() > 1);
+    let raw_label = raw.scores.labels.iter().position(|l| *l == raw.label).unwrap();
+    for (r, c) in raw_chunks.iter().zip(chunks) {
+        // The probabilities without the chunk as the model gives them, then tempered.
+        let row = r.without.as_ref().unwrap();
+        assert!((r.occlusion.unwrap() - (raw.probabilities()[raw_label] - row[raw_label])).abs() <= 1e-6);
+        let expected = calibrated.probabilities()[label] - t.apply(row)[label];
+        assert!((c.occlusion.unwrap() - expected).abs() <= 1e-5, "{} against {expected}", c.occlusion.unwrap());
+    }
+    for (model, what) in [("han", "is a HAN"), ("seq/bert", "is a single-chunk sequence classifier")] {
+        let err = Classifier::load(&fixture(model), options).unwrap_err().to_string();
+        assert!(
+            err.contains("occlusion reads a hierarchical model without each of its chunks") && err.contains(what),
+            "{err}"
+        );
+    }
+}

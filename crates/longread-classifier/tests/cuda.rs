@@ -54,7 +54,12 @@ fn models() -> Vec<PathBuf> {
 }
 
 fn load(dir: &std::path::Path, device: DeviceChoice, precision: Precision, max_batch_tokens: usize) -> Classifier {
-    let options = ClassifierOptions { precision: Some(precision), max_batch_tokens: Some(max_batch_tokens), device };
+    let options = ClassifierOptions {
+        precision: Some(precision),
+        max_batch_tokens: Some(max_batch_tokens),
+        device,
+        occlusion: false,
+    };
     Classifier::load(dir, options).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
 }
 

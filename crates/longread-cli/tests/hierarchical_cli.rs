@@ -440,3 +440,39 @@ fn init_notes_a_mean_pooled_encoder_left_to_cls_chunks() {
         assert!(chosen.status.success() && !note(&chosen), "{}", String::from_utf8_lossy(&chosen.stderr));
     }
 }
+
+/// `predict --occlusion` adds each chunk's occlusion (the label's probability lost without
+/// it) and changes nothing else; models without chunks to leave out are refused by name.
+#[test]
+fn predict_occlusion_adds_each_chunks_effect_on_the_label() {
+    let model = fixture("hier/trained-bert-attention");
+    let input = fixture("hier/documents.jsonl");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["predict", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = longread(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json_lines(&out.stdout)
+    };
+    let (plain, occluded) = (run(&[]), run(&["--occlusion"]));
+    let mut several = 0;
+    for (plain, occluded) in plain.iter().zip(&occluded) {
+        let chunks = occluded["chunks"].as_array().unwrap();
+        let mut stripped = occluded.clone();
+        stripped["chunks"].as_array_mut().unwrap().iter_mut().for_each(|c| {
+            c.as_object_mut().unwrap().remove("occlusion");
+        });
+        assert_eq!(&stripped, plain);
+        if chunks.len() > 1 {
+            several += 1;
+            assert!(chunks.iter().all(|c| c["occlusion"].as_f64().is_some_and(|o| o.abs() <= 1.0)), "{occluded}");
+        } else {
+            assert!(chunks[0].get("occlusion").is_none(), "{occluded}");
+        }
+    }
+    assert!(several > 0);
+    let han = fixture("han");
+    let refused =
+        longread(&["predict", "--model", han.to_str().unwrap(), "--input", input.to_str().unwrap(), "--occlusion"]);
+    assert_clean_failure(&refused, "occlusion reads a hierarchical model without each of its chunks");
+}

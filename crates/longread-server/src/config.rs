@@ -64,6 +64,12 @@ pub struct ServerConfig {
     /// only and run on the CPU.
     #[cfg_attr(feature = "clap", arg(long, value_enum))]
     pub precision: Option<Precision>,
+    /// Occlusion evidence in /classify's chunks (`occlusion`: the label's probability minus
+    /// its probability without the chunk; hierarchical models only, as `predict --occlusion`).
+    /// The head runs once more per chunk: a cost that grows with the square of a document's
+    /// chunks (none past 2,048 chunks).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub occlusion: bool,
     /// Where the encoders run (the global `--device`).
     #[cfg_attr(feature = "clap", arg(skip))]
     pub device: DeviceChoice,
@@ -170,6 +176,7 @@ impl ServerConfig {
             max_client_batch_size: 32,
             max_body_bytes: 32 * 1024 * 1024,
             precision: None,
+            occlusion: false,
             device: DeviceChoice::default(),
             api_key: None,
             cors_allow_origin: Vec::new(),

@@ -143,6 +143,7 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
         precision: config.precision,
         max_batch_tokens: Some(max_batch_tokens),
         device: config.device,
+        occlusion: config.occlusion,
     };
     let mut classifier = Classifier::load(&config.model, options).map_err(|e| format!("--model: {e}"))?;
     if let Some(dir) = &config.vector_cache {

@@ -50,6 +50,26 @@ fn classify_answers_what_the_library_answers_for_every_model_kind() {
     }
 }
 
+/// `serve --occlusion`: /classify's chunks carry the occlusion the library gives.
+#[test]
+fn classify_carries_occlusion_when_the_server_is_started_with_it() {
+    let server = TestServer::start(ServerConfig { occlusion: true, ..hierarchical() });
+    let options = ClassifierOptions { occlusion: true, ..ClassifierOptions::default() };
+    let classifier = Classifier::load(&fixture("hier/trained-bert-attention"), options).unwrap();
+    let text = documents().into_iter().max_by_key(String::len).unwrap();
+    let (status, served) = server.post_json("/classify", &json!({ "inputs": text }));
+    assert_eq!(status, 200, "{served}");
+    let expected = serde_json::to_value(classifier.classify(&[&text]).unwrap().remove(0).unwrap()).unwrap();
+    let occlusion = |v: &serde_json::Value| -> Vec<f64> {
+        v["chunks"].as_array().unwrap().iter().map(|c| c["occlusion"].as_f64().unwrap()).collect()
+    };
+    assert!(occlusion(&expected).len() > 1);
+    assert!(max_diff(&occlusion(&served), &occlusion(&expected)) <= 1e-6, "{served}");
+    let plain = TestServer::start(hierarchical());
+    let (_, served) = plain.post_json("/classify", &json!({ "inputs": text }));
+    assert!(served["chunks"][0].get("occlusion").is_none(), "off by default: {served}");
+}
+
 #[test]
 fn predict_answers_as_tei_sorted_by_score() {
     let server = TestServer::start(hierarchical());

@@ -37,11 +37,14 @@ impl Adjusted {
         result.map(|mut p| {
             if let Some(temperature) = &self.temperature {
                 p = temperature.calibrate(p);
+                p.map_without(|row| temperature.apply(row));
             }
-            match &self.decision {
-                Some(decision) => decision.relabel(p),
-                None => p,
+            if let Some(decision) = &self.decision {
+                p = decision.relabel(p);
             }
+            // Occlusion is of the label and probabilities as they are now.
+            p.settle_occlusion();
+            p
         })
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct EncoderModel {
     pub(super) max_batch_tokens: usize,
     precision: Precision,
     vector_cache: Option<VectorCache>,
+    /// Whether predictions carry occlusion evidence ([`crate::ClassifierOptions::occlusion`]).
+    pub(crate) occlusion: bool,
 }
 
 impl EncoderModel {
@@ -36,7 +38,7 @@ impl EncoderModel {
         precision: Precision,
     ) -> Self {
         let tasks = model.config().tasks();
-        Self { model, chunker, tasks, device, max_batch_tokens, precision, vector_cache: None }
+        Self { model, chunker, tasks, device, max_batch_tokens, precision, vector_cache: None, occlusion: false }
     }
 
     /// Token ids of chunk `unit` of `doc`.
@@ -58,7 +60,29 @@ impl EncoderModel {
         let scores = longread_model::profile::timed("pooling + head, every document", &self.device, || {
             self.model.score_tasks_many(vectors)
         })?;
-        Ok(docs.iter().zip(scores).map(|(doc, scores)| encoder_prediction(&self.tasks, doc, scores)).collect())
+        let mut predictions: Vec<Prediction> =
+            docs.iter().zip(scores).map(|(doc, scores)| encoder_prediction(&self.tasks, doc, scores)).collect();
+        if self.occlusion {
+            for (prediction, chunks) in predictions.iter_mut().zip(vectors) {
+                self.add_occlusion(prediction, chunks)?;
+            }
+        }
+        Ok(predictions)
+    }
+
+    /// Fills `prediction`'s occlusion evidence from its document's chunk vectors `[n_chunks,
+    /// hidden]` (none past [`crate::MAX_OCCLUSION_CHUNKS`] chunks).
+    fn add_occlusion(&self, prediction: &mut Prediction, chunks: &Tensor) -> Result<()> {
+        let Parts::Chunks { chunks: evidence } = &mut prediction.parts else { return Ok(()) };
+        if evidence.len() > crate::MAX_OCCLUSION_CHUNKS {
+            return Ok(());
+        }
+        let rows = longread_model::profile::timed("occlusion", &self.device, || self.model.leave_one_out(chunks))?;
+        for (chunk, row) in evidence.iter_mut().zip(rows) {
+            chunk.without = Some(row);
+        }
+        prediction.settle_occlusion();
+        Ok(())
     }
 }
 
@@ -179,7 +203,7 @@ fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<Doc
                 .chunks
                 .iter()
                 .zip(&primary.attention)
-                .map(|(c, &attention)| ChunkEvidence { index: c.index, start: c.start, end: c.end, attention })
+                .map(|(c, &attention)| ChunkEvidence::new(c.index, c.start, c.end, attention))
                 .collect(),
         },
         scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },

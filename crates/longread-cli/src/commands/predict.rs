@@ -58,6 +58,15 @@ pub struct PredictArgs {
     /// together hold every document once; for job arrays (Kubernetes indexed jobs, Slurm).
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
+    /// Occlusion evidence (hierarchical models): each chunk of the JSON output gets
+    /// `occlusion`, the predicted label's probability minus its probability when the document
+    /// is read without that chunk — positive where the chunk supports the label, negative where
+    /// it speaks against it (attention says how much the pooling looked at a chunk, not which
+    /// way it pushed). The head runs once more per chunk (the encoder does not): cheap at 20
+    /// chunks, growing with the square of a document's chunks; none past 2,048 chunks or for a
+    /// one-chunk document.
+    #[arg(long)]
+    pub occlusion: bool,
 }
 
 /// How the encoder runs: the flags `predict`, `eval`, `report` and `bench --workload predict`
@@ -86,6 +95,7 @@ impl EncodingArgs {
             precision: self.precision,
             max_batch_tokens: self.max_batch_tokens.map(|n| n as usize),
             device,
+            occlusion: false,
         }
     }
 }
@@ -201,7 +211,8 @@ impl DocProgress {
 /// result is written as it comes, in input order.
 pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
     crate::io::refuse_output_over_input(&args.input, args.output.as_deref(), "--output")?;
-    let classifier = load(&args.model, args.encoding.options(device), args.vector_cache.as_deref())?;
+    let options = ClassifierOptions { occlusion: args.occlusion, ..args.encoding.options(device) };
+    let classifier = load(&args.model, options, args.vector_cache.as_deref())?;
     let source = DocumentSource::open(&args.input, crate::io::stdin_reader, args.strict, args.shard)?;
     // A file is read through once first: the bar's length, and with --strict its bad line
     // stops the run before anything is classified.

@@ -141,6 +141,30 @@ impl HierarchicalClassifier {
         Ok(scores.chunks(self.task_count().max(1)).map(<[DocumentScores]>::to_vec).collect())
     }
 
+    /// The primary task's probabilities of a document read without each of its chunks in
+    /// turn (occlusion: how much each chunk moves the decision), the head run once per chunk
+    /// over the others and every row read back at once. Empty for a document of one chunk
+    /// (there is nothing to read without it). The cost grows with the square of the chunks.
+    ///
+    /// # Shapes
+    /// `chunks: [n_chunks, hidden]` → `n_chunks` rows of `[labels]` (none when `n_chunks < 2`)
+    pub fn leave_one_out(&self, chunks: &Tensor) -> Result<Vec<Vec<f32>>> {
+        let n = chunks.dim(0)?;
+        if n < 2 {
+            return Ok(Vec::new());
+        }
+        let mut rows = Vec::with_capacity(n);
+        for left_out in 0..n as u32 {
+            let kept: Vec<u32> = (0..n as u32).filter(|&c| c != left_out).collect();
+            let kept = Tensor::from_vec(kept, n - 1, chunks.device())?;
+            let [probabilities, ..] =
+                score_parts(&self.classify_task(&chunks.index_select(&kept, 0)?, 0, Mode::Eval)?)?;
+            rows.push(probabilities);
+        }
+        let numbers = Tensor::cat(&rows, 0)?.to_vec1::<f32>()?;
+        Ok(numbers.chunks_exact(numbers.len() / n).map(<[f32]>::to_vec).collect())
+    }
+
     /// Scores documents. `on_chunks(n)` is called after each encoder batch of `n` chunks.
     pub fn predict(
         &self,

@@ -23,8 +23,12 @@ use crate::commands::eval::evaluate_file;
 use longread_text::synthetic::{transcripts, Transcript, LABELS};
 
 /// The quickstart trains on the CPU and evaluates there too, in f32.
-const QUICKSTART_EVAL: ClassifierOptions =
-    ClassifierOptions { precision: Some(Precision::F32), max_batch_tokens: Some(4096), device: DeviceChoice::Cpu };
+const QUICKSTART_EVAL: ClassifierOptions = ClassifierOptions {
+    precision: Some(Precision::F32),
+    max_batch_tokens: Some(4096),
+    device: DeviceChoice::Cpu,
+    occlusion: false,
+};
 
 /// Arguments of `longread quickstart`.
 #[derive(Debug, Args)]
