@@ -475,4 +475,20 @@ fn predict_occlusion_adds_each_chunks_effect_on_the_label() {
     let refused =
         longread(&["predict", "--model", han.to_str().unwrap(), "--input", input.to_str().unwrap(), "--occlusion"]);
     assert_clean_failure(&refused, "occlusion reads a hierarchical model without each of its chunks");
+    // `report --occlusion` draws each document's occlusion chart, with the values predict gave.
+    let tmp = tempfile::tempdir().unwrap();
+    let page = tmp.path().join("report.html");
+    let (model, input) = (model.to_str().unwrap(), input.to_str().unwrap());
+    let report =
+        longread(&["report", "--model", model, "--input", input, "--out", page.to_str().unwrap(), "--occlusion"]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(
+        html.matches("aria-label=\"occlusion per chunk\"").count(),
+        several,
+        "a chart per document of several chunks"
+    );
+    let first = occluded.iter().find(|o| o["chunks"].as_array().unwrap().len() > 1).unwrap();
+    let value = first["chunks"][0]["occlusion"].as_f64().unwrap();
+    assert!(html.contains(&format!("chunk #0 chars 0–{}: {value:+.4}", first["chunks"][0]["end"])), "{value}");
 }

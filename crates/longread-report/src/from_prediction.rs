@@ -28,7 +28,13 @@ impl<'a> DocumentView<'a> {
                     .chunks()
                     .unwrap_or_default()
                     .iter()
-                    .map(|c| ChunkView { index: c.index, start: c.start, end: c.end, attention: c.attention })
+                    .map(|c| ChunkView {
+                        index: c.index,
+                        start: c.start,
+                        end: c.end,
+                        attention: c.attention,
+                        occlusion: c.occlusion,
+                    })
                     .collect();
                 view.sentences = p
                     .parts

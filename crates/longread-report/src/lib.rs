@@ -27,6 +27,9 @@ pub struct ChunkView {
     pub end: usize,
     /// The chunk's contribution.
     pub attention: f32,
+    /// The predicted label's probability minus its probability without the chunk (a
+    /// classifier with occlusion on; `None` otherwise).
+    pub occlusion: Option<f32>,
 }
 
 /// A word of a HAN's sentence: where it is (characters) and its attention in the sentence.
@@ -152,6 +155,7 @@ fn render_document(html: &mut String, doc: &DocumentView) {
     }
     if doc.sentences.is_empty() {
         html.push_str(&svg::attention_chart(&doc.chunks, "chunk"));
+        html.push_str(&svg::occlusion_chart(&doc.chunks));
         html.push_str("<div class=\"text\">");
         shaded_text(html, doc.text, &doc.chunks);
     } else {
@@ -159,7 +163,7 @@ fn render_document(html: &mut String, doc: &DocumentView) {
             .sentences
             .iter()
             .enumerate()
-            .map(|(index, s)| ChunkView { index, start: s.start, end: s.end, attention: s.attention })
+            .map(|(index, s)| ChunkView { index, start: s.start, end: s.end, attention: s.attention, occlusion: None })
             .collect();
         html.push_str(&svg::attention_chart(&bars, "sentence"));
         html.push_str("<div class=\"text\">");
@@ -282,7 +286,7 @@ mod tests {
         let html = render_html(
             "Report",
             "m",
-            &[doc("<b>x</b> & y", vec![ChunkView { index: 0, start: 0, end: 12, attention: 1.0 }])],
+            &[doc("<b>x</b> & y", vec![ChunkView { index: 0, start: 0, end: 12, attention: 1.0, occlusion: None }])],
         );
         assert!(html.contains("&lt;b&gt;x&lt;/b&gt; &amp; y"));
         assert!(html.contains("d&lt;1&gt;"));
@@ -293,8 +297,8 @@ mod tests {
     #[test]
     fn overlapping_chunks_take_the_larger_attention_and_unicode_offsets_are_chars() {
         let chunks = vec![
-            ChunkView { index: 0, start: 0, end: 4, attention: 0.2 },
-            ChunkView { index: 1, start: 2, end: 6, attention: 0.8 },
+            ChunkView { index: 0, start: 0, end: 4, attention: 0.2, occlusion: None },
+            ChunkView { index: 1, start: 2, end: 6, attention: 0.8, occlusion: None },
         ];
         let mut html = String::new();
         shaded_text(&mut html, "ünï🙂de", &chunks);
@@ -302,6 +306,21 @@ mod tests {
         assert!(html.contains("title=\"chunk #0 (0.200)\">ün</span>"), "{html}");
         assert!(html.contains("rgba(255,140,0,0.700)\" title=\"chunk #0 (0.200), #1 (0.800)\">ï🙂</span>"), "{html}");
         assert!(html.contains(">de</span>"));
+    }
+
+    #[test]
+    fn occlusion_gets_a_chart_of_bars_up_and_down_only_when_chunks_have_it() {
+        let chunks = vec![
+            ChunkView { index: 0, start: 0, end: 4, attention: 0.2, occlusion: Some(-0.1) },
+            ChunkView { index: 1, start: 2, end: 6, attention: 0.8, occlusion: Some(0.3) },
+        ];
+        let html = render_html("Report", "m", &[doc("ünï🙂de", chunks.clone())]);
+        assert!(html.contains("occlusion per chunk") && html.contains("largest 0.3000"), "{html}");
+        // The supporting chunk rises from the middle line in green, the other falls in red.
+        assert!(html.contains("fill=\"#2b8a3e\"><title>chunk #1 chars 2–6: +0.3000</title>"), "{html}");
+        assert!(html.contains("fill=\"#c92a2a\"><title>chunk #0 chars 0–4: -0.1000</title>"), "{html}");
+        let without: Vec<ChunkView> = chunks.into_iter().map(|c| ChunkView { occlusion: None, ..c }).collect();
+        assert!(!render_html("Report", "m", &[doc("ünï🙂de", without)]).contains("occlusion per chunk"));
     }
 
     #[test]

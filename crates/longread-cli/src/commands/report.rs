@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use longread_classifier::DocResult;
+use longread_classifier::{ClassifierOptions, DocResult};
 use longread_model::DeviceChoice;
 use longread_report::{render_html, DocumentView};
 use longread_text::{read_documents, Document};
@@ -32,6 +32,11 @@ pub struct ReportArgs {
     /// why), the others are classified, and the exit code is 2 — as `predict` does.
     #[arg(long)]
     strict: bool,
+    /// Add each document's occlusion chart (hierarchical models; see `predict --occlusion`):
+    /// the label's probability lost without each chunk, bars up where a chunk supports the
+    /// label and down where it speaks against it.
+    #[arg(long)]
+    occlusion: bool,
     #[command(flatten)]
     encoding: EncodingArgs,
 }
@@ -39,7 +44,8 @@ pub struct ReportArgs {
 /// Runs `longread report`; returns the number of documents that failed.
 pub fn run(args: ReportArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
     crate::io::refuse_output_over_input(&args.input, Some(&args.out), "--out")?;
-    let classifier = load(&args.model, args.encoding.options(device), None)?;
+    let options = ClassifierOptions { occlusion: args.occlusion, ..args.encoding.options(device) };
+    let classifier = load(&args.model, options, None)?;
     let documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
     let progress = progress_bar(documents.len(), quiet);
     let mut views = Vec::with_capacity(documents.len());
