@@ -65,6 +65,9 @@ fn classify_carries_occlusion_when_the_server_is_started_with_it() {
     };
     assert!(occlusion(&expected).len() > 1);
     assert!(max_diff(&occlusion(&served), &occlusion(&expected)) <= 1e-6, "{served}");
+    let (_, info) = server.get("/info");
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["limits"]["occlusion"], true, "{info}");
     let plain = TestServer::start(hierarchical());
     let (_, served) = plain.post_json("/classify", &json!({ "inputs": text }));
     assert!(served["chunks"][0].get("occlusion").is_none(), "off by default: {served}");

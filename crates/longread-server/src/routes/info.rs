@@ -100,6 +100,7 @@ pub(crate) async fn info(State(state): State<Arc<AppState>>) -> Result<Json<Info
             "max_client_batch_size": cfg.max_client_batch_size,
             "max_body_bytes": cfg.max_body_bytes,
             "precision": classifier.precision(),
+            "occlusion": classifier.options().occlusion,
         }),
         device: longread_model::device::describe(classifier.device()),
         version: env!("CARGO_PKG_VERSION"),
