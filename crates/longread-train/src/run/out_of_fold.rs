@@ -58,6 +58,13 @@ pub(crate) fn out_of_fold(
     let mut probabilities: Vec<Vec<f32>> = vec![Vec::new(); examples.len()];
     let mut labels = Vec::new();
     for (f, (held_out, out)) in folds.iter().zip(outs).enumerate() {
+        // Ctrl-C between folds: `--resume auto` finds every fold finished and classifies again.
+        if crate::interrupt::stop_requested() {
+            return Err(TrainError::Interrupted(format!(
+                "interrupted while classifying the out-of-fold predictions ({f} of {} folds done)",
+                folds.len()
+            )));
+        }
         let failed = |e: &dyn std::fmt::Display| {
             TrainError::Run(format!("classifying fold {}'s held-out documents with {}: {e}", f + 1, out.display()))
         };
