@@ -37,7 +37,6 @@ impl Adjusted {
         result.map(|mut p| {
             if let Some(temperature) = &self.temperature {
                 p = temperature.calibrate(p);
-                p.map_without(|row| temperature.apply(row));
             }
             if let Some(decision) = &self.decision {
                 p = decision.relabel(p);

@@ -65,13 +65,15 @@ impl Temperature {
         temper(&row, self.temperature).into_iter().map(|p| p as f32).collect()
     }
 
-    /// `prediction` with its primary task's probabilities (and logits) at this temperature.
+    /// `prediction` with its primary task's probabilities (and logits, and its chunks'
+    /// probabilities without each of them, for occlusion) at this temperature.
     pub(crate) fn calibrate(&self, mut prediction: Prediction) -> Prediction {
         let scores = &mut prediction.scores;
         if !scores.probabilities.is_empty() && scores.probabilities.len() == scores.labels.len() {
             scores.probabilities = self.apply(&scores.probabilities);
             let t = self.temperature as f32;
             prediction.logits.iter_mut().for_each(|z| *z /= t);
+            prediction.map_without(|row| self.apply(row));
         }
         prediction
     }
