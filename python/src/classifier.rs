@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use longread_classifier::{Classifier as RustClassifier, ClassifierOptions};
 use longread_classifier::PredictionLine;
+use longread_classifier::{Classifier as RustClassifier, ClassifierOptions};
 use longread_report::{render_html, DocumentView};
 use longread_text::Document;
 use pyo3::prelude::*;

@@ -2,8 +2,8 @@
 
 use longread_classifier::ClassifierOptions;
 use longread_model::sentence_pooling::SentencePooling;
-use longread_model::{DeviceChoice, Precision};
 use longread_model::threads;
+use longread_model::{DeviceChoice, Precision};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFrozenSet, PyMapping, PySet, PyString};
 
@@ -85,7 +85,9 @@ pub(crate) fn texts(items: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one string: give [text]"));
     }
     if items.is_instance_of::<PyBytes>() {
-        return Err(InvalidDocumentError::new_err("texts must be a list of strings, not one bytes object: give [text]"));
+        return Err(InvalidDocumentError::new_err(
+            "texts must be a list of strings, not one bytes object: give [text]",
+        ));
     }
     if items.downcast::<PyMapping>().is_ok() {
         return Err(InvalidDocumentError::new_err(format!(

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble};
 use longread_classifier::evaluate::evaluate_reader;
-use longread_classifier::out_of_fold::setting_warnings;
+use longread_classifier::out_of_fold::out_of_fold_for;
 use longread_classifier::Classifier as RustClassifier;
 use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 use pyo3::prelude::*;
@@ -149,9 +149,9 @@ pub(crate) fn tune_threshold(
                 (tuned.map_err(|e| e.to_string())?, Vec::new())
             }
             HeldOut::OutOfFold(run) => {
-                let oof = out_of_fold_of(&classifier, &run)?;
+                let oof = out_of_fold_for(&classifier, &run).map_err(|e| e.to_string())?;
                 let tuned = longread_classifier::evaluate::tune_threshold_out_of_fold(&classifier, &oof, metric);
-                (tuned.map_err(|e| e.to_string())?, setting_warnings(&model_dir, &run))
+                (tuned.map_err(|e| e.to_string())?, oof.warnings)
             }
         };
         if write {
@@ -199,9 +199,9 @@ pub(crate) fn calibrate(
                 (fitted.map_err(|e| e.to_string())?, Vec::new())
             }
             HeldOut::OutOfFold(run) => {
-                let oof = out_of_fold_of(&classifier, &run)?;
+                let oof = out_of_fold_for(&classifier, &run).map_err(|e| e.to_string())?;
                 let fitted = longread_classifier::evaluate::calibrate_out_of_fold(&classifier, &oof);
-                (fitted.map_err(|e| e.to_string())?, setting_warnings(&model_dir, &run))
+                (fitted.map_err(|e| e.to_string())?, oof.warnings)
             }
         };
         let restated = match write {
@@ -236,7 +236,9 @@ impl HeldOut {
         match (data, out_of_fold) {
             (Some(data), None) => Ok(Self::Data(data)),
             (None, Some(run)) => Ok(Self::OutOfFold(run)),
-            _ => Err(LongreadError::new_err("give either data (labelled held-out documents) or out_of_fold (a --cv run)")),
+            _ => Err(LongreadError::new_err(
+                "give either data (labelled held-out documents) or out_of_fold (a --cv run)",
+            )),
         }
     }
 }
@@ -245,14 +247,6 @@ impl HeldOut {
 fn open_labelled(data: &std::path::Path) -> Result<(std::io::BufReader<std::fs::File>, String), String> {
     let file = std::fs::File::open(data).map_err(|e| format!("{}: {e}", data.display()))?;
     Ok((std::io::BufReader::new(file), data.display().to_string()))
-}
-
-/// The out-of-fold predictions of the --cv run `run` for `classifier`'s labels.
-fn out_of_fold_of(
-    classifier: &RustClassifier,
-    run: &std::path::Path,
-) -> Result<longread_classifier::out_of_fold::OutOfFold, String> {
-    longread_classifier::out_of_fold::read_out_of_fold(run, classifier.labels()).map_err(|e| e.to_string())
 }
 
 /// ensemble(models, out, weights=None, calibrate=None, fit_weights=False, folds=5, stack=None,

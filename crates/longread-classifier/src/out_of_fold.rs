@@ -5,7 +5,7 @@
 //! `CalibratedClassifierCV(ensemble=False)` calibrates a model fitted on all the data with its
 //! cross-validated predictions.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use longread_model::error::{ModelError, Result};
 use serde_json::Value;
@@ -22,13 +22,23 @@ pub struct OutOfFold {
     pub truth: Vec<usize>,
     /// Each document's probabilities as the fold models gave them, in the model's label order.
     pub probabilities: Vec<Vec<f32>>,
+    /// Warnings for people: settings or data in which the model and the `--cv` run differ.
+    pub warnings: Vec<String>,
+}
+
+/// The out-of-fold predictions at `path` (a `--cv` run's directory, or its out-of-fold.jsonl)
+/// for `classifier` ([`read_out_of_fold`] with its labels), with warnings where its recorded
+/// training differs from the run's ([`setting_warnings`]).
+pub fn out_of_fold_for(classifier: &crate::Classifier, path: &Path) -> Result<OutOfFold> {
+    let oof = read_out_of_fold(path, classifier.labels())?;
+    Ok(OutOfFold { warnings: setting_warnings(classifier.dir(), path), ..oof })
 }
 
 /// Reads the out-of-fold predictions at `path` (a `--cv` run's directory, or its
 /// out-of-fold.jsonl) for a model with `labels`: every line must carry a `label` among them
-/// and `scores` for exactly these labels. Problems name the file and line.
-pub fn read_out_of_fold(path: &Path, labels: &[String]) -> Result<OutOfFold> {
-    let file = if path.is_dir() { path.join(OUT_OF_FOLD_FILE) } else { path.to_owned() };
+/// and `scores` for exactly these labels. Problems name the file and line. No warnings.
+fn read_out_of_fold(path: &Path, labels: &[String]) -> Result<OutOfFold> {
+    let (_, file) = run_and_file(path);
     let text = std::fs::read_to_string(&file).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => ModelError::InvalidInput(format!(
             "{}: no out-of-fold predictions there (a `train --cv K` run writes {OUT_OF_FOLD_FILE} in its --out)",
@@ -70,7 +80,7 @@ pub fn read_out_of_fold(path: &Path, labels: &[String]) -> Result<OutOfFold> {
     if truth.is_empty() {
         return Err(ModelError::InvalidInput(format!("{source}: no predictions")));
     }
-    Ok(OutOfFold { source, truth, probabilities })
+    Ok(OutOfFold { source, truth, probabilities, warnings: Vec::new() })
 }
 
 /// The recorded training settings (training_args.json) that make a model what it is: a
@@ -103,8 +113,9 @@ const SETTINGS_THAT_MATTER: [&str; 19] = [
 /// Warnings for people when the model in `model_dir` was trained with other settings or data
 /// than the `--cv` run whose out-of-fold predictions are at `path` (both as their
 /// training_args.json record them; nothing to say where either has none).
-pub fn setting_warnings(model_dir: &Path, path: &Path) -> Vec<String> {
-    let run_dir = if path.is_dir() { path } else { path.parent().unwrap_or(Path::new(".")) };
+fn setting_warnings(model_dir: &Path, path: &Path) -> Vec<String> {
+    let (run_dir, _) = run_and_file(path);
+    let run_dir = run_dir.as_path();
     let read = |dir: &Path| -> Option<Value> {
         serde_json::from_str(&std::fs::read_to_string(dir.join("training_args.json")).ok()?).ok()
     };
@@ -137,6 +148,14 @@ pub fn setting_warnings(model_dir: &Path, path: &Path) -> Vec<String> {
         warnings.push(format!("warning: {} is not a --cv run", run_dir.display()));
     }
     warnings
+}
+
+/// The `--cv` run's directory and its out-of-fold file, from `path`: either of the two.
+fn run_and_file(path: &Path) -> (PathBuf, PathBuf) {
+    match path.is_dir() {
+        true => (path.to_owned(), path.join(OUT_OF_FOLD_FILE)),
+        false => (path.parent().unwrap_or(Path::new(".")).to_owned(), path.to_owned()),
+    }
 }
 
 /// The last component of a path recorded as a JSON string (a hub id stays whole).

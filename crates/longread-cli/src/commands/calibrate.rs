@@ -14,7 +14,7 @@ use longread_model::DeviceChoice;
 
 use crate::commands::counts::counted;
 use crate::commands::predict::{progress_bar, EncodingArgs};
-use crate::commands::threshold::{out_of_fold_for, report_cleared};
+use crate::commands::threshold::{out_of_fold_warned, report_cleared};
 use crate::io::{input_name, open_input};
 
 /// Arguments of `longread calibrate`.
@@ -69,7 +69,7 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     }
     let (source, fitted) = match (&args.out_of_fold, &args.data) {
         (Some(run), _) => {
-            let oof = out_of_fold_for(dir, run, classifier.labels(), quiet)?;
+            let oof = out_of_fold_warned(&classifier, run, quiet)?;
             (oof.source.clone(), calibrate_out_of_fold(&classifier, &oof)?)
         }
         (None, Some(data)) => {

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_classifier::decision::{Decision, Rule, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, tune_threshold_out_of_fold, ThresholdMetric};
-use longread_classifier::out_of_fold::{read_out_of_fold, setting_warnings, OutOfFold};
+use longread_classifier::out_of_fold::{out_of_fold_for, OutOfFold};
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
@@ -89,7 +89,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     }
     let (source, tuned) = match (&args.out_of_fold, &args.data) {
         (Some(run), _) => {
-            let oof = out_of_fold_for(dir, run, &labels, quiet)?;
+            let oof = out_of_fold_warned(&classifier, run, quiet)?;
             (oof.source.clone(), tune_threshold_out_of_fold(&classifier, &oof, args.metric)?)
         }
         (None, Some(data)) => {
@@ -140,17 +140,12 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     Ok(())
 }
 
-/// The out-of-fold predictions of the `--cv` run `run` for the model in `dir` with `labels`,
-/// warning (unless `quiet`) of settings or data in which the model and the run differ.
-pub(crate) fn out_of_fold_for(
-    dir: &std::path::Path,
-    run: &std::path::Path,
-    labels: &[String],
-    quiet: bool,
-) -> Result<OutOfFold> {
-    let oof = read_out_of_fold(run, labels)?;
+/// The out-of-fold predictions of the `--cv` run `run` for `classifier`, its warnings
+/// printed unless `quiet`.
+pub(crate) fn out_of_fold_warned(classifier: &Classifier, run: &std::path::Path, quiet: bool) -> Result<OutOfFold> {
+    let oof = out_of_fold_for(classifier, run)?;
     if !quiet {
-        setting_warnings(dir, run).iter().for_each(|w| eprintln!("{}", printable(w)));
+        oof.warnings.iter().for_each(|w| eprintln!("{}", printable(w)));
     }
     Ok(oof)
 }

@@ -174,7 +174,7 @@ pub(crate) fn run(
         _ => String::new(),
     };
     let outs: Vec<&Path> = results.iter().map(|r| r.out.as_path()).collect();
-    let pooled = out_of_fold(spec, &examples, &ids, &folds, &outs, &source, hooks)?;
+    let pooled = out_of_fold(spec, &examples, &labels, &ids, &folds, &outs, &source, hooks)?;
     let cv = CvSummary {
         folds: k,
         out_of_fold: pooled,

@@ -38,12 +38,14 @@ pub struct OutOfFold {
     pub predictions: PathBuf,
 }
 
-/// Classifies the documents `examples[folds[f]]` (gold label indices `gold`) with the model
-/// kept in `outs[f]`, for every fold f; writes each document's prediction to
+/// Classifies the documents `examples[folds[f]]` (gold label indices `gold` into `labels`)
+/// with the model kept in `outs[f]`, for every fold f; writes each document's prediction to
 /// `spec.out`/[`OUT_OF_FOLD_FILE`] and returns the metrics over all of them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn out_of_fold(
     spec: &TrainSpec,
     examples: &[Example],
+    labels: &[String],
     gold: &[usize],
     folds: &[Vec<usize>],
     outs: &[&Path],
@@ -56,7 +58,6 @@ pub(crate) fn out_of_fold(
     ));
     let mut fold_of = vec![0; examples.len()];
     let mut probabilities: Vec<Vec<f32>> = vec![Vec::new(); examples.len()];
-    let mut labels = Vec::new();
     for (f, (held_out, out)) in folds.iter().zip(outs).enumerate() {
         // Ctrl-C between folds: `--resume auto` finds every fold finished and classifies again.
         if crate::interrupt::stop_requested() {
@@ -75,7 +76,9 @@ pub(crate) fn out_of_fold(
         if let Some(cache) = &spec.encoder.vector_cache {
             classifier.set_vector_cache(cache).map_err(|e| failed(&e))?;
         }
-        labels = classifier.labels().to_vec();
+        if classifier.labels() != labels {
+            return Err(failed(&format!("its labels {:?} are not the run's {labels:?}", classifier.labels())));
+        }
         let held: Vec<Example> = held_out.iter().map(|&i| examples[i].clone()).collect();
         let name = format!("fold {} of {source}", f + 1);
         let (truth, rows) = primary_probabilities(&classifier, &held, &name, || {}).map_err(|e| failed(&e))?;
@@ -89,7 +92,7 @@ pub(crate) fn out_of_fold(
     }
     let predicted: Vec<usize> = probabilities.iter().map(|row| argmax(row)).collect();
     let scoring = |e: String| TrainError::Run(format!("scoring the out-of-fold predictions: {e}"));
-    let report = longread_metrics::evaluate(&labels, gold, &predicted).map_err(scoring)?;
+    let report = longread_metrics::evaluate(labels, gold, &predicted).map_err(scoring)?;
     let scores = longread_metrics::scores::score_metrics(labels.len(), gold, &probabilities).map_err(scoring)?;
     let mut lines = String::new();
     for (i, example) in examples.iter().enumerate() {
