@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A/B of two longread builds' outputs (issue 32's refactoring check): `predict` on a
+"""A/B of two longread builds' outputs (a refactoring must change no byte): `predict` on a
 model and an input file, and the server's /classify on the first documents, byte for byte.
 
     python3 scripts/ab_outputs.py --old /path/old-longread --new target/release/longread \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""longread vs PyTorch on the same workloads, in one run, with ratios (issue 7's bench):
+"""longread vs PyTorch on the same workloads, in one run, with ratios:
 encoder forward (BERT-base shape with random weights at 4×512 and 32×128, all-MiniLM-L6-v2 at
 the same shapes), a training step (forward in training mode + backward of the mean last hidden
 state + AdamW over every parameter, BERT-base shape, 2×512) and an AdamW step alone. Each

@@ -8,7 +8,7 @@ the padded tensors directly (no packing: PyTorch's fastest path); Adam is the fu
 each does one warm-up step and --repeat timed steps; min and median are printed, with the CPU.
 Memory: the workload's own, peak RSS minus RSS once model and batch are set up.
 
-On a GPU (`--device cuda`, issue 34: should the HAN's training move there?) both sides run on
+On a GPU (`--device cuda`: should the HAN's training move there?) both sides run on
 the card: longread with `--device cuda` (its GRU time loop composed of candle ops, step by step),
 PyTorch with cuDNN's GRU and the fused CUDA Adam, each step waited for; memory is then PyTorch's
 max_memory_allocated (longread's JSON gives no GPU figure for this workload).

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Python package against the CLI on the same documents, and Ray with 1 and 2 actors, in
-one run (issue 16). Needs the package installed (`pip install "./python[ray]"`) and a release
+one run. Needs the package installed (`pip install "./python[ray]"`) and a release
 build of the binary.
 
   python scripts/bench_python.py [--docs 100] [--threads 2] [--repeats 3] [--no-ray] [--json-out FILE]

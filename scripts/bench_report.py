@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders a `bench/results-<cpu>.json` written by `scripts/bench_all.sh` as the Markdown table
 of BENCHMARKS.md's summary: every comparison with PyTorch, longread's and PyTorch's median
-(and min), the ratio, and the issue-17 target it is held to.
+(and min), the ratio, and the target it is held to.
 
     python3 scripts/bench_report.py bench/results-<cpu>.json
 

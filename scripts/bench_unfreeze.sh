@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Times docs/recipes.md's gradual-unfreezing recipe (issue 34: "one epoch of the gradual-unfreezing
-# recipe with all-MiniLM-L6-v2 on the GPU against the 16.8 minutes it takes on 2 CPU cores"):
+# Times docs/recipes.md's gradual-unfreezing recipe (the GPU target: "one epoch of the
+# gradual-unfreezing recipe with all-MiniLM-L6-v2 on the GPU against the 16.8 minutes it takes
+# on 2 CPU cores"):
 # `init` + `train --unfreeze 0:head,1:top2,2:all --layer-lr-decay 0.9 --epochs 4 --lr 5e-5
 # --head-lr 2e-3 --batch-size 8 --seed 42` on the hyperpartisan training articles, as BENCHMARKS.md
 # "gradual unfreezing" runs it on the CPU.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fault injection against `longread serve` and `longread predict` (issue 36): what a hostile
+"""Fault injection against `longread serve` and `longread predict`: what a hostile
 operator or a broken client does, each probe with what must happen, run against the real binary
 on 127.0.0.1 (bounded in requests and time). Standard library only.
 
@@ -330,7 +330,7 @@ def main():
         return peaks
 
     def big_document():
-        # The issue's setting: a real encoder (all-MiniLM-L6-v2 from ../shared, as in
+        # The measured setting: a real encoder (all-MiniLM-L6-v2 from ../shared, as in
         # BENCHMARKS.md), chunks of 512, max_chunks 4. Without ../shared the tiny fixture
         # encoder stands in; its own footprint is so small that the 50 MB text alone is more
         # than the 50 KB run's whole peak (the text is held once; see the table's note).

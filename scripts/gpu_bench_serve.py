@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`longread serve` on a GPU against `longread predict` on the same card, documents and model, in
-one run (scripts/gpu_check.sh, issue 33: serve at concurrency 32 >= 0.9x predict's documents/s,
+one run (scripts/gpu_check.sh; the target: serve at concurrency 32 >= 0.9x predict's documents/s,
 GPU memory flat). Standard library only.
 
   python3 scripts/gpu_bench_serve.py LONGREAD MODEL_DIR WORKDIR [--docs 384] [--words 4000]

@@ -1,4 +1,4 @@
-"""PyTorch side of scripts/gpu_check.sh's training comparison (issue 34): the hierarchical
+"""PyTorch side of scripts/gpu_check.sh's training comparison: the hierarchical
 classifier's whole training step on a GPU as a practitioner writes it, the model and step of
 ../shared/gpu/anchor_torch.py's `train`: transformers' RobertaModel (SDPA attention, dropout on),
 CLS per chunk, tanh attention pooling, LayerNorm, 768->384->tanh->3 head, cross-entropy, backward,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 33, in one command on a machine with an NVIDIA GPU and no Rust
+# The GPU check, in one command on a machine with an NVIDIA GPU and no Rust
 # toolchain: runs the GPU tests, then longread and PyTorch on the same card and workload, and
 # writes bench/results-gpu-<card>.json. Fits in ~8 minutes on an H100/H200.
 #
@@ -24,7 +24,7 @@
 #   embed    longread embed vs sentence-transformers
 #   train    longread vs PyTorch training steps (bench/results-gpu-<card>-train.json), with
 #            rows on cuDNN's attention (`train_bf16_cudnn_*`, `train_large_bf16_cudnn_ratio`);
-#            each change of sessions 37-40 switched off at 10,240-token batches, then every switch
+#            each change of 2026-11-28 switched off at 10,240-token batches, then every switch
 #            that beat its backend's default there, all together (scripts/gpu_switch_winners.py:
 #            `train_bf16_winners_combined`, outside the official ratios);
 #            TRAIN_ABLATIONS=1 adds rows with each earlier change switched off (~1.5 minutes)
@@ -198,7 +198,7 @@ for precision in bf16 f32; do
   done
 done
 # bf16 with the scores materialised (LONGREAD_CUDA_ATTENTION=materialized, the default until
-# session 31 measured FlashAttention-2 faster): rows of their own, marked "attention", to compare.
+# FlashAttention-2 measured faster, commit 2c20134): rows of their own, marked "attention", to compare.
 : > "$work/materialized.jsonl"
 for tokens in 65536 256000; do
   LONGREAD_CUDA_ATTENTION=materialized "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
@@ -207,7 +207,7 @@ for tokens in 65536 256000; do
     | tee -a "$work/materialized.jsonl"
 done
 # candle's cuBLAS products with the q/k/v bias as a pass of its own (LONGREAD_CUDA_GEMM=cublas,
-# the default until session 33 measured cuBLASLt's faster), cuBLAS's own default workspace instead of the 32 MiB one
+# the default until cuBLASLt's measured faster, commit 2a6340c), cuBLAS's own default workspace instead of the 32 MiB one
 # (LONGREAD_CUBLAS_WORKSPACE=default), and the driver's memory pool that gives freed memory back
 # at each synchronisation (LONGREAD_CUDA_POOL=release): comparison rows, marked "variant".
 # cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn, PyTorch's SDPA kernels on Hopper) first.
@@ -222,8 +222,8 @@ for variant in LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_CUDA_GELU=pass LONGREAD_CU
   done
 done
 # Diagnostics: the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
-# (Session 31 measured longread's WMMA flash kernel, 70 documents/s, and one document of 1,280
-# chunks for the head's share; those rows are no longer run.)
+# (Rows of longread's WMMA flash kernel, 70 documents/s on an H200 on 2026-11-27, and of one
+# document of 1,280 chunks for the head's share are no longer run.)
 : > "$work/diagnostics.jsonl"
 LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 8x20 --repeat 1 \
   --precision bf16 --json | tee -a "$work/diagnostics.jsonl"
@@ -345,11 +345,11 @@ result = {
     # runs), beside PyTorch's max_memory_allocated at its best setting.
     "predict_bf16_peak_gib": round(ours_bf16["peak_gpu_bytes"] / 2**30, 2) if ours_bf16.get("peak_gpu_bytes") else None,
     "pytorch_bf16_peak_gib": torch_bf16.get("peak_gib"),
-    # The untimed first run (kernels loaded, memory pool filled): issue 34's "no warm-up longer
-    # than a few seconds" (from session 28's builds on).
+    # The untimed first run (kernels loaded, memory pool filled), held to "no warm-up longer
+    # than a few seconds" (reported since commit 6e74b74).
     "predict_bf16_first_run_s": ours_bf16.get("warmup_seconds"),
     "pytorch_eager_bf16_docs_per_s": torch_bf16["docs_per_s"],
-    # The same against PyTorch under torch.compile (the `compile` part; the issue's "at least
+    # The same against PyTorch under torch.compile (the `compile` part; the target: "at least
     # torch.compile's"), with the seconds its first pass spent compiling.
     "predict_bf16_compile_ratio": round(ours_bf16["docs_per_s"] / compiled[0]["docs_per_s"], 3) if compiled else None,
     "pytorch_compile_bf16_docs_per_s": compiled[0]["docs_per_s"] if compiled else None,
@@ -362,7 +362,7 @@ result = {
     # The same with each variant (an environment switch; variant_ratio below).
     **{f"predict_bf16_{key}_ratio": variant_ratio(var) for key, var in [
         ("cudnn", "LONGREAD_CUDA_ATTENTION=cudnn"),
-        # The GELU in a pass of its own (the default before session 36 made the CUTLASS
+        # The GELU in a pass of its own (the default before commit d48ea7e made the CUTLASS
         # product's epilogue the default on Hopper).
         ("gelu_pass", "LONGREAD_CUDA_GELU=pass"),
         # Bias + GELU in cuBLASLt's epilogue: the tanh approximation of GELU (not the default).
@@ -410,7 +410,7 @@ for line in sys.stdin:
   LONGREAD_LOG=warn,longread_kernels::layers::cuda::waves=debug \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 4096
-  # Two documents per kept batch (since session 33 a document that fits a batch is not recomputed).
+  # Two documents per kept batch (since commit 1326f73 a document that fits a batch is not recomputed).
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 20480
   bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
   # cuDNN's fused attention (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn): rows marked "attention: cudnn".
@@ -418,43 +418,43 @@ for line in sys.stdin:
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_TRAIN_ATTENTION=cudnn bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
-  # Each kept group casting the weights to bf16 again (before session 37's per-step casts).
+  # Each kept group casting the weights to bf16 again (before the per-step casts, commit 4f76dca).
   LONGREAD_STEP_CASTS=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # The gradient norm by candle's ops (a square and a sum per gradient) instead of one launch.
   LONGREAD_CUDA_GRAD_NORM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # AdamW with a launch per parameter instead of one for all.
   LONGREAD_CUDA_ADAMW=per-tensor bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # The embedding tables' gradient with each id's positions in one block (before session 38's
-  # pieces), at 10,240 and on the whole step.
+  # The embedding tables' gradient with each id's positions in one block (before the
+  # pieces, commit 8d8483b), at 10,240 and on the whole step.
   for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_EMBEDDING_GRAD=unsplit bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
-  # The q/k/v bias added by the attention op in passes of its own (before session 38's epilogue).
+  # The q/k/v bias added by the attention op in passes of its own (before the epilogue, commit 8fa6078).
   for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_TRAIN_QKV_BIAS=separate bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
-  # Each kept group's cast gradients cast to f32 and added into new totals (before session 38's
-  # in-place accumulation).
+  # Each kept group's cast gradients cast to f32 and added into new totals (before the
+  # in-place accumulation, commit 5693e84).
   LONGREAD_CAST_ACCUMULATE=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # cuDNN's atomic (non-deterministic) attention backward, PyTorch's default, at 10,240.
   LONGREAD_CUDA_TRAIN_ATTENTION=cudnn LONGREAD_CUDA_ATTENTION_BWD=fast \
     bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # The joined q/k/v and block-end weights back-propagated through in every kept group (before
-  # session 39's joined leaves), at 10,240 and on the whole step.
+  # the joined leaves, commit df10736), at 10,240 and on the whole step.
   for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_JOINED_LEAVES=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
   # candle's product of the transposed weight (its gradient copied into the weight's layout per
-  # kept group) instead of session 39's product op, at 10,240.
+  # kept group) instead of the product op (ProductTrain), at 10,240.
   LONGREAD_CUDA_TRAIN_PRODUCT=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # The GELU's gradient written, then read again for its bias's gradient (before session 40's
-  # one pass), at 10,240.
+  # The GELU's gradient written, then read again for its bias's gradient (before the
+  # one pass, commit 4565a13), at 10,240.
   LONGREAD_CUDA_GELU_BIAS_GRAD=apart bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # The block end's backward kernel with its running sums in registers (2 blocks per
-  # multiprocessor; session 40's shared-memory sums allow 4), at 10,240 and on the whole step.
+  # multiprocessor; the shared-memory sums allow 4), at 10,240 and on the whole step.
   for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"; do
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_NORM_GRAD_SUMS=registers bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
@@ -480,25 +480,25 @@ for line in sys.stdin:
   done < "$work/winners.txt"
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
-    # Session 29's training ops switched off one at a time, then all (the route measured before), for comparison.
+    # The fused training ops switched off one at a time, then all (the route before them), for comparison.
     for off in ATTENTION NORM FFN; do
       (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
     done
     LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     # The attention's non-deterministic backward (FlashAttention-2's atomics, the default before
-    # session 34; cuDNN's default engine), rows marked "separate: deterministic-backward".
+    # commit fef465e; cuDNN's default engine), rows marked "separate: deterministic-backward".
     for backend in fa2 cudnn; do
       LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDA_TRAIN_ATTENTION=$backend \
         bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     done
     LONGREAD_CUDA_COLUMN_SUM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-    # The driver's memory pool that gives freed memory back at each synchronisation (before session 32).
+    # The driver's memory pool that gives freed memory back at each synchronisation (before commit f8d3196).
     LONGREAD_CUDA_POOL=release bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-    # The block ends' row-strided kernels and composed backward pass (before session 32).
+    # The block ends' row-strided kernels and composed backward pass (before commit 6747773).
     LONGREAD_CUDA_NORM_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     # longread's own attention op (AttentionTrain) instead of FlashAttention-2: the default until
-    # session 31 measured FlashAttention-2 faster on an H200.
+    # FlashAttention-2 measured faster on an H200 (commit 2c20134).
     for tokens in 10240 65536; do
       LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens "$tokens"
     done
@@ -670,7 +670,7 @@ base = route("fa2")
 best = max(base, key=lambda r: r["docs_per_s"]) if base else None
 measured = [r for r in base if r.get("peak_gpu_bytes")]
 lean = min(measured, key=lambda r: r["peak_gpu_bytes"]) if measured else None
-# Issue 34's target as one figure: the fastest row whose peak memory is within PyTorch's
+# The GPU training target as one figure: the fastest row whose peak memory is within PyTorch's
 # checkpointed peak, against PyTorch's speed without checkpointing (met at >= 1.0).
 within = [r for r in measured if torch_ckpt and r["peak_gpu_bytes"] / 2**30 <= torch_ckpt["peak_gib"]]
 fastest_within = max(within, key=lambda r: r["docs_per_s"]) if within else None
@@ -705,7 +705,7 @@ result = {
         if fastest_within_cudnn and torch_nockpt else None,
     "train_bf16_cudnn_within_memory_row": {k: fastest_within_cudnn.get(k) for k in ("docs_per_s", "max_batch_tokens", "recompute", "peak_gpu_bytes", "kept_documents", "host", "head_start")}
         if fastest_within_cudnn else None,
-    # roberta-large at 10,240-token batches against PyTorch's checkpointed step (issue 34's target).
+    # roberta-large at 10,240-token batches against PyTorch's checkpointed step (the GPU training target).
     **{f"train_large_bf16_{attention}_ratio": round(large(attention)["docs_per_s"] / torch_large["docs_per_s"], 3)
        if large(attention) and torch_large else None for attention in ("fa2", "cudnn")},
     "train_bf16_fused_speed_ratio": round(best_fused["docs_per_s"] / torch_nockpt["docs_per_s"], 3) if best_fused and torch_nockpt else None,

@@ -2,7 +2,7 @@
 # cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn / LONGREAD_CUDA_TRAIN_ATTENTION=cudnn,
 # vendor/cudnn-attn) against FlashAttention-2, the default, on a GPU machine in ~5 minutes: what
 # decides whether cuDNN becomes the default. In order, each bounded by a timeout:
-#   0. FlashAttention-2's training op test (its backward deterministic since session 34), a bf16
+#   0. FlashAttention-2's training op test (its backward deterministic since commit fef465e), a bf16
 #      run stopped and resumed bit-identically on each backend (deterministic backwards), and the
 #      CUTLASS product with bias + exact GELU against its f32 reference;
 #   1. the two attention op tests on cuDNN (inference; training, with dropout and gradients),
@@ -73,7 +73,7 @@ timeout 60 python3 scripts/gpu_bench_kernels_torch.py --sequences 128 --seq 512 
 echo "cudnn-check: 3. predict bf16, 64 x 20 x 512, 256,000-token batches"
 for round in 1 2; do
   for backend in fa2 cudnn fa2+gelu-pass fa2+gelu-tanh; do
-    # The default (since session 36): bias + exact GELU in longread's CUTLASS product's epilogue
+    # The default (since commit d48ea7e): bias + exact GELU in longread's CUTLASS product's epilogue
     # (LONGREAD_CUDA_GELU=fused); +gelu-pass: the GELU in a pass of its own (the default before);
     # +gelu-tanh: bias + GELU in cuBLASLt's epilogue (LONGREAD_CUDA_GELU=tanh, tanh-approximated).
     gelu=fused
@@ -94,7 +94,7 @@ for args in "--max-batch-tokens 10240" "--no-recompute --max-batch-tokens 65536"
       | python3 -c 'import json,sys;[print("cudnn-check: train", sys.argv[1], sys.argv[2], r["gpu_attention"], "kept", r["kept_documents"], round(r["docs_per_s"],2), "docs/s", round(r["peak_gpu_bytes"]/2**30,2), "GiB (estimated", round(r["estimated_peak_gpu_bytes"]/2**30,2), "), first step", round(r["warmup_seconds"],2), "s") for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin))]' "$args" "$backend"
   done
 done
-# The non-deterministic backward of each (FlashAttention-2's atomics, the default before session 34).
+# The non-deterministic backward of each (FlashAttention-2's atomics, the default before commit fef465e).
 for backend in fa2 cudnn; do
   LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDA_TRAIN_ATTENTION=$backend timeout 120 $lr --device cuda bench \
     --workload train --model "$w/m" --shape 4x20 --precision bf16 --repeat 3 --json --max-batch-tokens 10240 \

@@ -3,9 +3,10 @@
 # tests at the defaults, the bias passes alone, then bf16 predict (64 documents x 20 x 512,
 # random roberta-base-shaped weights) with the default products and with candle's cuBLAS ones
 # (LONGREAD_CUDA_GEMM=cublas), two rounds, and PyTorch eager's bf16 predict in the same run.
-# For a lease too short for scripts/gpu_check.sh; session 33 measured build 2a6340c with it
-# (bench/gpu-check-h200-s33-after.log). Needs gpu-run/ packed (scripts/gpu_pack.sh). The bf16
-# encoder test is skipped: it needs LONGREAD_BF16_REFERENCE, which gpu_check.sh makes.
+# For GPU time too short for scripts/gpu_check.sh; it measured commit 2a6340c on an H200 on
+# 2026-11-27 (bench/gpu-check-h200-2026-11-27-after.log). Needs gpu-run/ packed
+# (scripts/gpu_pack.sh). The bf16 encoder test is skipped: it needs LONGREAD_BF16_REFERENCE,
+# which gpu_check.sh makes.
 #   bash scripts/gpu_quick_predict.sh
 set -u
 cd "$(dirname "$0")/.."

@@ -2,13 +2,13 @@
 """Which training switches beat the default route, and the route with all the winners at once.
 
 `scripts/gpu_check.sh`'s `train` part times the within-memory training step (4 × 20 × 512,
-bf16, 10,240-token kept groups) with each change of sessions 37–40 switched off by its
+bf16, 10,240-token kept groups) with each change of 2026-11-28 to the route switched off by its
 environment variable, one at a time, on FlashAttention-2 and on cuDNN's attention. Each row of
 its `train.jsonl` carries the `LONGREAD_*` variables it ran under (`"env"`). This script reads
 those rows and prints, per attention backend, each switch's documents/s against the backend's
 default row; then, with `--combined`, one line per backend that names every switch that beat
 its default by more than `--margin` — the settings of a row that tries them all together (the
-check runs it next, so one GPU session both finds and measures them). Settings of one variable
+check runs it next, so one GPU run both finds and measures them). Settings of one variable
 that exclude each other (cuDNN's gradient layouts) give the faster. The attention's
 non-deterministic backward (`LONGREAD_CUDA_ATTENTION_BWD=fast`) is never chosen: a resumed run
 must repeat the first's bits.

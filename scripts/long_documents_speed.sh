@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Documents of 25k+ tokens on 2 cores (issue 37 item 8, docs/recipes.md §2): how long reading them
+# Documents of 25k+ tokens on 2 cores (docs/recipes.md §2): how long reading them
 # takes with all-MiniLM-L6-v2 in f32 and int8, every chunk or 32 spread chunks. 12 documents of
 # ~27k tokens made of hyperpartisan training articles; prints predict's timing line per setting.
 #   scripts/long_documents_speed.sh [WORKDIR]      # default: a temporary directory

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Long-document benchmark from real text (issue 18): "bundles" of hyperpartisan news articles.
+"""Long-document benchmark from real text: "bundles" of hyperpartisan news articles.
 
   python3 scripts/make_long_hyperpartisan.py --out data/long-hyperpartisan [--seed 0]
           [--train-bundles 400] [--test-bundles 400]

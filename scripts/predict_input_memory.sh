@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Peak memory of `longread predict` on a large input (session 44): 10,000 documents of ~23 KB
+# Peak memory of `longread predict` on a large input: 10,000 documents of ~23 KB
 # (231 MB of JSON lines) through the bag-of-words model trained on hyperpartisan, whose
 # per-document work is small, so that what the input costs shows. Read from the file and from
 # standard input (both streamed), and from standard input with --strict, which reads the input
-# whole before classifying (as every input was read before session 44). The three outputs must
+# whole before classifying (as every input was read before commit 9ec1201). The three outputs must
 # be identical; prints the time and peak RSS of each.
 #   scripts/predict_input_memory.sh [WORKDIR]      # default: a temporary directory
 set -euo pipefail

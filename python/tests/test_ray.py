@@ -91,7 +91,7 @@ def test_a_csv_input_is_read_as_the_cli_reads_it(cluster, documents, tmp_path):
 
 
 def test_defaults_that_would_wait_forever_are_refused_naming_both_numbers(cluster, documents, tmp_path):
-    """Issue 36: concurrency=2 with the defaults on ray.init(num_cpus=2) hung forever at
+    """Unchecked, concurrency=2 with the defaults on ray.init(num_cpus=2) hung forever at
     "Repartition: 0/1": the actors reserved both CPUs and Ray's own tasks never got one."""
     path, _ = documents
     with pytest.raises(ValueError, match=r"concurrency=2 actors × num_cpus_per_actor=1 reserve 2 of the cluster's 2 CPUs"):

@@ -176,25 +176,32 @@ pub fn compare(
         return Err(ModelError::InvalidInput("compare needs at least one model".into()));
     };
     let task = &first.tasks()[0];
-    for (name, model) in &models[1..] {
-        if model.labels() != task.labels.as_slice() {
-            return Err(ModelError::InvalidInput(format!(
+    // Each model's label indices in the first model's order: models whose labels are the same
+    // names in another order (a bag of words sorts them; `init --labels` keeps the order given)
+    // are compared label by label.
+    let mut orders: Vec<Vec<usize>> = Vec::with_capacity(models.len());
+    for (name, model) in models {
+        let order = label_order(model.labels(), &task.labels).ok_or_else(|| {
+            ModelError::InvalidInput(format!(
                 "{name} has the labels {} but {first_name} has {}: models compare only on the same labels",
                 label_list(model.labels()),
                 label_list(&task.labels)
-            )));
-        }
+            ))
+        })?;
+        orders.push(order);
     }
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     let gold = resolve_column(&examples, 0, &task.labels, source_name)?;
-    // (labels, probabilities)[model][document]
+    // (labels, probabilities)[model][document], in the first model's label order
     let mut predictions: Vec<Vec<usize>> = Vec::with_capacity(models.len());
     let mut probabilities: Vec<Vec<Vec<f32>>> = Vec::with_capacity(models.len());
-    for (_, model) in models {
+    for ((_, model), order) in models.iter().zip(&orders) {
         let (mut labels, mut scores) = (Vec::with_capacity(examples.len()), Vec::with_capacity(examples.len()));
         classify_labelled(model, &examples, source_name, |prediction| {
-            labels.push(prediction.label_index());
-            scores.push(prediction.probabilities().to_vec());
+            let theirs = prediction.label_index();
+            labels.push(order.iter().position(|&k| k == theirs).unwrap_or(theirs));
+            let p = prediction.probabilities();
+            scores.push(order.iter().map(|&k| p[k]).collect());
             on_document();
         })?;
         predictions.push(labels);
@@ -271,6 +278,14 @@ pub fn compare(
         level: bootstrap.level,
         models: scores,
     })
+}
+
+/// For each of `ours`, its index in `theirs`; `None` unless both name the same labels.
+fn label_order(theirs: &[String], ours: &[String]) -> Option<Vec<usize>> {
+    if theirs.len() != ours.len() {
+        return None;
+    }
+    ours.iter().map(|label| theirs.iter().position(|t| t == label)).collect()
 }
 
 /// How [`tune_threshold`] scores a threshold (`threshold --metric`, `train --tune-threshold`).

@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(line, r#"{"line":9,"error":"invalid JSON"}"#);
     }
 
-    /// Issue 36: NaN weights gave exit 0 with label "general" and null scores.
+    /// Without this check, NaN weights gave exit 0 with label "general" and null scores.
     #[test]
     fn a_non_finite_score_makes_the_document_an_error() {
         assert!(finite_or_error(Ok(prediction())).is_ok());

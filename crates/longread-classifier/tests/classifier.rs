@@ -160,9 +160,9 @@ fn the_vector_cache_gives_the_same_scores_and_is_shared_by_models_on_one_encoder
     assert_eq!(scores("hier/bert-attention", true), plain);
 }
 
-/// Issue 37: the chunk-vector cache was written only after every document of a split was
-/// encoded, so an interrupt 25 minutes into filling it lost all of it. Now it is written group by
-/// group: files appear while the encoder is still working.
+/// The chunk-vector cache is written group by group, so that an interrupt while it fills keeps
+/// what was encoded (written only after every document of a split, an interrupt 25 minutes into
+/// filling it lost all of it): files appear while the encoder is still working.
 #[test]
 fn the_vector_cache_fills_group_by_group_while_encoding() {
     use candle_core::Device;
@@ -201,11 +201,11 @@ fn the_vector_cache_fills_group_by_group_while_encoding() {
     }
 }
 
-/// Issue 36: with `max_chunks` 0 a long text used to be held cut into chunks (every window's
-/// ids) before the encoder saw any of it. Texts over 1 MiB are now streamed: windows are
-/// tokenized as the encoder needs them, group by group. The prediction equals the one of the
-/// document cut first (same chunks, spans and token count; logits within batching noise), and
-/// documents around it keep their order and their own results.
+/// With `max_chunks` 0, a long text held cut into chunks (every window's ids) before the encoder
+/// saw any of it costs memory in proportion to its length. Texts over 1 MiB are streamed:
+/// windows are tokenized as the encoder needs them, group by group. The prediction equals the
+/// one of the document cut first (same chunks, spans and token count; logits within batching
+/// noise), and documents around it keep their order and their own results.
 #[test]
 fn a_long_text_read_whole_is_streamed_with_the_prediction_of_cutting_it_first() {
     use longread_text::{ChunkSelection, Chunker, ChunkingConfig, TextTokenizer};

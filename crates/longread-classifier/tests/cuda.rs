@@ -1,4 +1,4 @@
-//! GPU tests (issue 33): on a CUDA device, every encoder model gives the CPU's numbers. They
+//! GPU tests: on a CUDA device, every encoder model gives the CPU's numbers. They
 //! run where a GPU is visible to a `cuda` build, and otherwise print "skipped: no CUDA device"
 //! (scripts/gpu_check.sh sets LONGREAD_REQUIRE_GPU=1, which turns a skip into a failure).
 //!
@@ -122,8 +122,8 @@ fn hidden_size(dir: &std::path::Path) -> usize {
     config["hidden_size"].as_u64().unwrap() as usize
 }
 
-/// The issue's bf16 check on full-size encoders (hidden ≥ 256: the roberta-base-shaped model of
-/// gpu_check.sh): logits within 1e-2 of f32's relative to their scale, the same labels. The tiny
+/// The bf16 acceptance check on full-size encoders (hidden ≥ 256: the roberta-base-shaped model
+/// of gpu_check.sh): logits within 1e-2 of f32's relative to their scale, the same labels. The tiny
 /// fixtures (hidden 32, two layers), whose bf16 error is larger for PyTorch too, are held to
 /// PyTorch's own bf16 error instead (the next test).
 #[test]

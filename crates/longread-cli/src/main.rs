@@ -106,6 +106,9 @@ enum Command {
     /// Time one workload (encoder forward, training step, optimizer step) and report the
     /// median and peak memory; `scripts/bench_compare.py` runs it next to PyTorch.
     Bench(commands::bench::BenchArgs),
+    /// Write the command reference made from these definitions: a markdown page, man pages
+    /// and shell completions (bash, zsh, fish, elvish, PowerShell).
+    Reference(commands::reference::ReferenceArgs),
 }
 
 fn main() {
@@ -216,6 +219,7 @@ fn dispatch(command: Command, quiet: bool, device: longread_model::DeviceChoice)
         Command::Pretrain(args) => commands::pretrain::run(*args, quiet, device).map(|_| 0),
         Command::Quickstart(args) => commands::quickstart::run(args, quiet).map(|_| 0),
         Command::Bench(args) => commands::bench::run(args, device).map(|_| 0),
+        Command::Reference(args) => commands::reference::run(args, Cli::command()).map(|_| 0),
     }
 }
 

@@ -105,8 +105,8 @@ fn wrong_ensemble_arguments_are_refused_before_anything_is_written() {
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "no temporary directory left");
 }
 
-/// Issue 37: equal-weight ensembles followed the confident member (the bag of words'
-/// probabilities were near uniform): members are calibrated on held-out documents first, each
+/// With equal weights the confident member decides (the bag of words' probabilities are near
+/// uniform): members are calibrated on held-out documents first, each
 /// tempered by its fitted temperature, and the weights fitted when they beat equal weights out
 /// of fold.
 #[test]
@@ -228,7 +228,7 @@ fn calibrated_ensembles_temper_each_member_before_averaging() {
     assert!(!again.exists(), "nothing written");
 }
 
-/// Issue 38: a stacked ensemble's temperatures and weights are fitted by cross-validation on
+/// A stacked ensemble's temperatures and weights are fitted by cross-validation on
 /// the training set: every member is retrained on K − 1 folds with its recorded settings and
 /// scores the fold it did not see; no held-out set is spent. Members without a recorded run
 /// are refused with the way out.

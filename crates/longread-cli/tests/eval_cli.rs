@@ -4,6 +4,7 @@ mod common;
 
 use common::{assert_clean_failure, fixture, json_lines, longread};
 use serde_json::Value;
+use std::path::Path;
 
 /// Gold labels of the fixture documents, chosen so that some predictions are right and some wrong.
 const GOLD: [&str; 4] = ["general", "teen", "mature", "general"];
@@ -228,4 +229,74 @@ fn label_names_with_control_characters_are_printed_escaped() {
         let escaped = if args[0] == "predict" { "mat\\u{1" } else { "mat\\u{1b}[31mure" };
         assert!(shown.contains(escaped), "{args:?}: {shown}");
     }
+}
+
+/// Models whose labels are the same names in another order (a bag of words sorts them, `init
+/// --labels` keeps the order given) are compared label by label: a model's scores do not
+/// depend on where it stands in the comparison.
+#[test]
+fn models_with_the_same_labels_in_another_order_compare() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data.jsonl");
+    let mut lines = String::new();
+    for i in 0..12 {
+        let (label, text) =
+            if i % 2 == 0 { ("zeta", "storm rain wind cloud") } else { ("alpha", "sun heat dry desert") };
+        lines.push_str(&format!("{{\"text\": \"{text} {i}\", \"label\": \"{label}\"}}\n"));
+    }
+    std::fs::write(&data, lines).unwrap();
+    let bow = tmp.path().join("bow");
+    let out = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        data.to_str().unwrap(),
+        "--out",
+        bow.to_str().unwrap(),
+        "--min-df",
+        "1",
+        "--cv",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hier = tmp.path().join("hier");
+    let out = longread(&[
+        "init",
+        "--encoder",
+        fixture("tiny-bert").to_str().unwrap(),
+        "--labels",
+        "zeta,alpha",
+        "--chunk-size",
+        "32",
+        "--out",
+        hier.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let compare = |first: &Path, second: &Path| -> serde_json::Value {
+        let out = longread(&[
+            "eval",
+            "--model",
+            first.to_str().unwrap(),
+            "--model",
+            second.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (a, b) = (compare(&bow, &hier), compare(&hier, &bow));
+    let scores = |v: &serde_json::Value, name: &Path| -> serde_json::Value {
+        v["models"].as_array().unwrap().iter().find(|m| m["model"] == name.to_str().unwrap()).unwrap()["report"].clone()
+    };
+    for model in [&bow, &hier] {
+        let (x, y) = (scores(&a, model), scores(&b, model));
+        for key in ["accuracy", "macro_f1", "log_loss"] {
+            assert_eq!(x[key], y[key], "{key} of {}", model.display());
+        }
+    }
+    assert_eq!(a["labels"], serde_json::json!(["alpha", "zeta"]));
+    assert_eq!(b["labels"], serde_json::json!(["zeta", "alpha"]));
 }

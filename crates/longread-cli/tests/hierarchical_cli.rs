@@ -343,8 +343,8 @@ fn report_of_one_document_says_one_document() {
     assert!(stderr.contains("(1 document, 0 failed)"), "{stderr}");
 }
 
-/// Issue 37: with stderr not a terminal the progress bar drew nothing; plain lines now say how
-/// far `predict` is (every 10 s by default; LONGREAD_PROGRESS_SECONDS=0 here).
+/// With stderr not a terminal the progress bar draws nothing; plain lines say how far
+/// `predict` is (every 10 s by default; LONGREAD_PROGRESS_SECONDS=0 here).
 #[test]
 fn predict_reports_progress_in_plain_lines_when_stderr_is_not_a_terminal() {
     let model = fixture("hier/trained-bert-attention");

@@ -267,8 +267,8 @@ fn pretraining_reads_whole_documents_whatever_the_tokenizer_truncates_to() {
     assert!(whole.starts_with("pretraining on 50 sequences"), "{whole}");
 }
 
-/// Issue 37: with stderr not a terminal (a log file, a job scheduler) the bar drew nothing;
-/// `pretrain` and `embed` now write plain progress lines (every 10 s, here every step).
+/// With stderr not a terminal (a log file, a job scheduler) the bar draws nothing; `pretrain`
+/// and `embed` write plain progress lines (every 10 s, here every step).
 #[test]
 fn pretrain_and_embed_report_progress_when_stderr_is_not_a_terminal() {
     let tmp = tempfile::tempdir().unwrap();

@@ -128,7 +128,7 @@ fn sigterm_lets_the_request_in_flight_finish() {
     assert!(exit.success(), "{exit:?}");
 }
 
-/// Issue 36: SIGTERM drained for 43 s with no deadline. With --shutdown-timeout 1 a request
+/// Without a deadline, SIGTERM drained for 43 s. With --shutdown-timeout 1 a request
 /// that would take much longer is dropped and the server exits soon after the signal.
 #[test]
 fn sigterm_drains_for_at_most_the_shutdown_timeout() {
@@ -178,15 +178,15 @@ fn a_client_that_goes_away_cancels_its_remaining_chunks() {
     let encoded = served.metric("longread_batch_units_sum");
     assert!(encoded < 12_000.0, "{encoded} chunks encoded for a cancelled document");
     assert_eq!(served.metric("longread_documents_total"), 0.0);
-    // Issue 36: aborted requests were invisible in the metrics.
+    // Aborted requests are counted in the metrics.
     served.wait_until("longread_requests_cancelled_total{route=\"/predict\"}", |n| n == 1.0);
     assert_eq!(served.metric("longread_requests_total{route=\"/predict\",status=\"499\"}"), 1.0);
     let (status, _) = served.post("/predict", &json!({ "inputs": "still serving" }));
     assert_eq!(status, 200);
 }
 
-/// Issue 36: memory grew with the text of every request in flight (16 concurrent 2M-character
-/// requests: 4 GB). Over --max-inflight-text-bytes a request is answered 429 (with
+/// Without a budget, memory grows with the text of every request in flight (16 concurrent
+/// 2M-character requests: 4 GB). Over --max-inflight-text-bytes a request is answered 429 (with
 /// Retry-After) while a long one is in flight; alone, a request is served whatever its size.
 #[test]
 fn text_over_the_in_flight_budget_is_429_and_a_lone_request_is_served() {
@@ -212,8 +212,8 @@ fn text_over_the_in_flight_budget_is_429_and_a_lone_request_is_served() {
     assert_eq!(info["limits"]["max_inflight_text_bytes"], 200000);
 }
 
-/// Issue 36: overload had no deadline (48 of 51 long documents ran past their clients'
-/// timeouts, their chunks encoded for nobody). Past --max-queue-time a request is answered 503,
+/// Without a deadline under overload, 48 of 51 long documents ran past their clients'
+/// timeouts, their chunks encoded for nobody. Past --max-queue-time a request is answered 503,
 /// its remaining chunks leave the queue, and the metrics count it.
 #[test]
 fn a_request_past_the_max_queue_time_is_503_and_its_work_is_cancelled() {

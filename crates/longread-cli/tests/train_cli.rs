@@ -395,7 +395,7 @@ fn a_run_stopped_and_resumed_ends_like_an_uninterrupted_one() {
     assert_eq!((lines("whole"), lines("sliced")), (3, 3));
 }
 
-/// Issue 36: a flipped byte in checkpoint weights was resumed from silently.
+/// A flipped byte in checkpoint weights must not be resumed from silently.
 #[test]
 fn a_checkpoint_with_a_flipped_byte_is_refused_not_resumed() {
     let tmp = tempfile::tempdir().unwrap();
@@ -748,8 +748,8 @@ fn bf16_training_and_prediction_run_and_stay_close_to_f32() {
     assert!(largest < 0.05, "probabilities differ by {largest}");
 }
 
-/// Issue 37: `train` could not fill its cache with the int8 encoder that makes `predict`
-/// faster. Head-only training with `--precision int8` encodes the chunks with int8 products,
+/// `train` fills its cache with the int8 encoder that makes `predict` faster. Head-only
+/// training with `--precision int8` encodes the chunks with int8 products,
 /// keeps them in the vector cache under their own key, and `predict --precision int8` then
 /// reuses them; fine-tuning and pretraining in int8 are refused with the way out.
 #[test]
@@ -821,7 +821,7 @@ fn head_only_training_fills_the_vector_cache_with_the_int8_encoder() {
     assert!(!y.exists(), "nothing written");
 }
 
-/// Issue 37: every long phase is resumable. With `--freeze-bottom K` and `--vector-cache DIR`
+/// Every long phase is resumable. With `--freeze-bottom K` and `--vector-cache DIR`
 /// the frozen layers' outputs are kept in DIR document by document as they are computed, so a
 /// run stopped while filling them (or any later run on the same encoder) reads them back; the
 /// model trained is the one trained without the store.
@@ -863,9 +863,9 @@ fn frozen_layer_outputs_are_kept_in_the_vector_cache_and_read_back() {
     assert!(plain == filled && filled == reused, "the store does not change the model trained");
 }
 
-/// Issue 37: the single-chunk baseline's defaults (3 epochs at 2e-5) undertrained and head-only
-/// runs had no epoch count. The defaults now depend on what trains, and training_args.json
-/// records them.
+/// Fixed defaults do not fit every run: 3 epochs at 2e-5 undertrained the single-chunk baseline,
+/// and head-only runs need an epoch count of their own. The defaults depend on what trains,
+/// and training_args.json records them.
 #[test]
 fn defaults_depend_on_what_trains_and_are_recorded() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1084,8 +1084,8 @@ fn interrupt_when(args: &[&str], metrics: &Path, lines: usize) -> std::process::
     child.wait_with_output().unwrap()
 }
 
-/// Issue 37: Ctrl-C while a frozen encoder fills `--vector-cache` stops the fill between
-/// groups (it used to run on to the end, however long); what the cache holds is kept, and the
+/// Ctrl-C while a frozen encoder fills `--vector-cache` stops the fill between groups (not at
+/// the end, however long); what the cache holds is kept, and the
 /// same command starts again from there (nothing had trained, so there is no checkpoint and
 /// the message says so).
 #[cfg(unix)]
@@ -1225,8 +1225,8 @@ fn ctrl_c_saves_a_checkpoint_that_resumes_to_the_same_model() {
     assert_eq!(std::fs::read_to_string(&metrics).unwrap().lines().count(), 80);
 }
 
-/// Issue 37: filling the frozen-encoder cache printed nothing for 27 minutes when stderr was not
-/// a terminal, and `--log-format json` gave one event at the end. Plain lines now come at most
+/// Filling the frozen-encoder cache takes minutes (27 on 2 cores) and must say so when stderr is
+/// not a terminal, and not as one `--log-format json` event at the end. Plain lines come at most
 /// every LONGREAD_PROGRESS_SECONDS (10 s by default; 0 here), and JSON `caching` events.
 #[test]
 fn progress_is_reported_when_stderr_is_not_a_terminal() {
@@ -1256,8 +1256,8 @@ fn progress_is_reported_when_stderr_is_not_a_terminal() {
     assert!(events.iter().any(|e| e["event"] == "cached"));
 }
 
-/// Issue 37: a failed `train --arch bow` (integer labels, no `--labels`) left
-/// `OUT/training_args.json`, and the rerun with `--labels` was refused ("already exists").
+/// A failed `train --arch bow` (integer labels, no `--labels`) leaves no
+/// `OUT/training_args.json`, so that the rerun with `--labels` is not refused ("already exists").
 #[test]
 fn a_run_that_fails_before_keeping_anything_leaves_no_output_directory() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1277,8 +1277,8 @@ fn a_run_that_fails_before_keeping_anything_leaves_no_output_directory() {
     assert!(out.join("bow.json").exists() && out.join("model.safetensors").exists());
 }
 
-/// Issue 37: `train --cv` on a model made by `init --labels` with integer labels in the data
-/// asked for `--labels` (cross-validation read the labels from the data, not the model).
+/// `train --cv` on a model made by `init --labels` with integer labels in the data reads the
+/// labels through the model's, as training does, and does not ask for `--labels`.
 #[test]
 fn cross_validation_reads_integer_labels_through_the_models_labels() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1296,8 +1296,8 @@ fn cross_validation_reads_integer_labels_through_the_models_labels() {
     assert_eq!(cv["results"].as_array().unwrap().len(), 2);
 }
 
-/// Issue 37: the bag of words' cross-validation picked the edge of its grid (C = 1000, then
-/// 0.1) without a word; and `init` said "pooling attention" for top-k and ordinal models alike.
+/// When the bag of words' cross-validation picks the edge of its grid (C = 1000, or 0.1) it
+/// says so; and `init` names top-k and ordinal models as such, not "pooling attention".
 #[test]
 fn an_edge_of_the_c_grid_is_warned_and_init_names_top_k_and_ordinal() {
     let tmp = tempfile::tempdir().unwrap();

@@ -215,12 +215,12 @@ impl TrainFootprint {
     }
 
     /// Peak bytes one batch token adds: 32 bytes per layer and hidden unit in bf16, twice that
-    /// in f32, fitted to session 33's bf16 steps on an H200 (BENCHMARKS.md "GPU"): with the
-    /// state's 16 bytes a parameter it puts roberta-base at 2.99, 4.68 and 13.11 GiB for
+    /// in f32, fitted to the bf16 steps measured on an H200 on 2026-11-27 (BENCHMARKS.md "GPU"):
+    /// with the state's 16 bytes a parameter it puts roberta-base at 2.99, 4.68 and 13.11 GiB for
     /// batches of 4,096, 10,240 and 40,960 tokens (measured 2.89, 4.41 and 11.71) and
     /// roberta-large at 12.79 GiB for 10,240 (measured 12.74): a bound within 12%. Those steps
     /// still held a second copy of the gradients at each part's end (0.47 GiB for roberta-base;
-    /// gone since session 36's `backward_into`), so the bound is looser now, until remeasured.
+    /// gone since `backward_into`, commit 993a2be), so the bound is looser now, until remeasured.
     fn token_bytes(&self) -> u64 {
         let per_unit = if self.bf16 { 32 } else { 64 };
         self.layers.saturating_mul(self.hidden).saturating_mul(per_unit)
@@ -244,7 +244,7 @@ pub fn train_batch_tokens(device: &Device, footprint: TrainFootprint) -> usize {
 /// from 512 to 65,536 (the largest budget measured, BENCHMARKS.md "GPU"). One batch's graph is
 /// held at a time, so this is the memory plateau: a roberta-base-shaped model in bf16 gets
 /// 65,536 on an 80 GB card, 36,864 on a 24 GB one, 7,680 on an 8 GB one. `None` (the driver
-/// did not say): 10,240, what session 33 measured at 4.41 GiB.
+/// did not say): 10,240, measured at 4.41 GiB on an H200 (2026-11-27).
 pub fn gpu_train_batch_tokens(total: Option<u64>, footprint: TrainFootprint) -> usize {
     let Some(total) = total else { return 10_240 };
     let free = (total / 2).saturating_sub(footprint.state_bytes());

@@ -104,7 +104,7 @@ pub enum ModelError {
     #[error(transparent)]
     Text(#[from] longread_text::TextError),
     /// Downloading from the Hugging Face Hub failed.
-    #[error("downloading `{repo}` from the Hugging Face Hub: {message}")]
+    #[error("{repo}: not a local directory; downloading it from the Hugging Face Hub: {message}")]
     Hub {
         /// The repository id.
         repo: String,

@@ -99,7 +99,7 @@ fn out_of_range_inputs_are_errors() {
 
 #[test]
 fn nan_bytes_in_the_weights_are_refused_at_load_naming_the_tensor() {
-    // Issue 36: NaN bytes written into model.safetensors gave exit 0, label "general" and null
+    // Unchecked, NaN bytes written into model.safetensors gave exit 0, label "general" and null
     // scores. Overwrite one value of a layer's weight in place, as a corrupting write would.
     let dir = scratch_copy("tiny-bert");
     let path = dir.path().join("model.safetensors");
@@ -124,7 +124,7 @@ fn nan_bytes_in_the_weights_are_refused_at_load_naming_the_tensor() {
     assert!(load_err(dir.path()).contains(name));
 }
 
-/// Issue 36: a pickle named model.safetensors said only "header too large".
+/// A pickle named model.safetensors is named as a pickle, not only as "header too large".
 #[test]
 fn a_pytorch_pickle_named_model_safetensors_is_refused_as_pickle() {
     let dir = scratch_copy("tiny-bert");

@@ -4,7 +4,8 @@
 //! bytes this thread allocated during the forward pass and still holds when it returns, at 1 and
 //! 2 chunks (the difference is the cost of one more chunk). With `LONGREAD_CUDA_TRAIN_ATTENTION`,
 //! `LONGREAD_CUDA_TRAIN_NORM` and `LONGREAD_CUDA_TRAIN_FFN` set to `separate` in the
-//! environment, the GPU route is the one measured before session 29 (BENCHMARKS.md "GPU").
+//! environment, the GPU route is the one before its fused training ops (`AttentionTrain`,
+//! `ResidualNormTrain`, `GeluDenseTrain`: commits f6250d5, e4ac1f9, 4558611; BENCHMARKS.md "GPU").
 
 #[path = "../../longread-kernels/tests/support/thread_bytes.rs"]
 mod thread_bytes;

@@ -1,5 +1,5 @@
-//! What a request must show before any route runs (issue 36, item 8: any page open in the
-//! operator's browser could drive the server): a Host naming the machine on loopback, the API
+//! What a request must show before any route runs (otherwise any page open in the operator's
+//! browser could drive the server): a Host naming the machine on loopback, the API
 //! key when one is set, a JSON body; CORS only for the origin allowed; /info without paths.
 
 mod common;
@@ -148,8 +148,8 @@ fn read_until_closed(stream: &mut std::net::TcpStream, limit: std::time::Duratio
     (String::from_utf8_lossy(&got).into_owned(), false)
 }
 
-/// Issue 36, item 4: 300 clients sending one byte every 0.5 s were never closed, and with few
-/// file descriptors slow clients made normal requests fail.
+/// Without request timeouts and a connection cap, 300 clients sending one byte every 0.5 s were
+/// never closed, and with few file descriptors slow clients made normal requests fail.
 #[test]
 fn slow_and_silent_clients_are_disconnected_and_connections_are_capped() {
     let timeout = std::time::Duration::from_secs(1);

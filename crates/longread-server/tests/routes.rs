@@ -165,9 +165,10 @@ fn bad_requests_get_tei_codes_and_the_server_goes_on() {
     assert_eq!(status, 200, "{ok}");
 }
 
-/// Issue 36's minor findings: a 405 had an empty body, a top-level JSON list was read as a
-/// request, /predict took unknown fields that /classify refuses, and a lone surrogate escape got
-/// serde's bare "unexpected end of hex escape".
+/// Each error has the error shape and a request is an object: otherwise a 405 had an empty
+/// body, a top-level JSON list was read as a request, /predict took unknown fields that
+/// /classify refuses, and a lone surrogate escape got serde's bare "unexpected end of hex
+/// escape".
 #[test]
 fn every_error_has_the_error_shape_and_requests_are_objects() {
     let server = TestServer::start(hierarchical());
@@ -206,7 +207,7 @@ fn every_error_has_the_error_shape_and_requests_are_objects() {
     assert!(v["error"]["message"].as_str().unwrap().contains("no embedding model"), "{text}");
 }
 
-/// Issue 36: axum's own 2 MiB body limit applied whatever --max-body-bytes said (a 2.8 MB
+/// axum's own 2 MiB body limit must not apply whatever --max-body-bytes says (a 2.8 MB
 /// Cyrillic document inside the character limit got 413).
 #[test]
 fn the_body_limit_is_max_body_bytes_above_two_mebibytes() {

@@ -1,4 +1,4 @@
-//! GPU training tests (issue 34): on a CUDA device, training computes the CPU's numbers. They
+//! GPU training tests: on a CUDA device, training computes the CPU's numbers. They
 //! run where a GPU is visible to a `cuda` build and otherwise print "skipped: no CUDA device"
 //! (scripts/gpu_check.sh sets LONGREAD_REQUIRE_GPU=1, which turns a skip into a failure);
 //! one runs everywhere: the GPU route's composition on the CPU, with the ops' reference kernels.
@@ -448,8 +448,8 @@ fn cuda_bf16_training_follows_the_f32_loss_curve() {
 
 /// Gradual unfreezing in bf16 (head, then the top layer over a cached frozen prefix, then all):
 /// the caches are filled on the GPU's inference path, and the epochs follow the f32 run's.
-/// (A bf16 prefix stream fed to those kernels with f32 products failed on the H200 of session
-/// 31, in scripts/bench_unfreeze.sh.)
+/// (A bf16 prefix stream fed to those kernels with f32 products failed on an H200 on 2026-11-27,
+/// in scripts/bench_unfreeze.sh.)
 #[cfg(feature = "clap")]
 #[test]
 fn cuda_bf16_gradual_unfreezing_follows_the_f32_loss_curve() {
@@ -628,8 +628,8 @@ fn han_step(device: &Device) -> (f32, Vec<(String, Vec<f32>)>) {
     (loss.to_scalar::<f32>().unwrap(), by_name)
 }
 
-/// The HAN on a GPU (issue 34 asks whether its training should move there; `bench --workload
-/// han-step --device cuda` times it): there its GRU time loop is composed of candle ops, on the
+/// The HAN on a GPU (whether its training should move there: `bench --workload han-step
+/// --device cuda` times it): there its GRU time loop is composed of candle ops, on the
 /// CPU it is one fused op. In f32 both give the same loss and the same gradient of every
 /// parameter, dropout included.
 #[test]
@@ -669,7 +669,7 @@ fn op_and_gradients(device: &Device, dtype: DType, inputs: &[Tensor; 3], w: &Ten
     out
 }
 
-/// The training ops of the GPU route (session 29), on the GPU against their CPU reference
+/// The training ops of the GPU route, on the GPU against their CPU reference
 /// kernels: `AttentionTrain` (q/k/v split, scores, probabilities with dropout, merged heads),
 /// `ResidualNormTrain` (bias, dropout, residual, LayerNorm) and `GeluDenseTrain` (bias, GELU,
 /// second product), values and input gradients,
@@ -858,7 +858,7 @@ fn flash_attention_training_equals_its_cpu_reference() {
 }
 
 /// Training's q/k/v projection with its bias in cuBLASLt's epilogue (`LinearBiasTrain`, then
-/// the attention over the biased product: `forward_biased`), the default since session 38:
+/// the attention over the biased product: `forward_biased`), the default:
 /// on the GPU in bf16, the attention's output and the gradients of the layer input, the weight
 /// and the bias equal the route it replaced (the product unbiased, the attention op adding the
 /// bias in its own passes) to 2e-2 of each tensor's scale (the epilogue rounds the bias to bf16
@@ -931,7 +931,7 @@ fn cuda_qkv_bias_in_the_product_equals_the_attention_adding_it() {
 }
 
 /// A cast weight's bf16 gradient added into its f32 total in place (`AddInto`, candle's
-/// cast-accumulate hook, the default since session 38): on the GPU, over two parts' backward
+/// cast-accumulate hook, the default): on the GPU, over two parts' backward
 /// passes through one shared cast of a roberta-base-sized weight, the total has the bits of
 /// casting and adding (each part's gradient alone, then summed), and the op alone the CPU's bits.
 #[test]

@@ -124,7 +124,7 @@ fn documents_that_fit_one_batch_keep_their_graph_and_give_the_whole_graphs_gradi
         let whole = run(40, false);
         assert_eq!(whole.grads.len(), vars.len(), "{case}: every variable gets a gradient");
         // Recomputation alone (the two long documents) without dropout: the chunk vectors'
-        // gradients are constants of the second pass (until session 33 they carried the head's
+        // gradients are constants of the second pass (before commit 1326f73 they carried the head's
         // graph there, and the head's pooling weights got second-order terms: 0.1 off).
         let long: Vec<&ChunkedDocument> = docs.iter().filter(|d| !fits(d, 40)).collect();
         let long_labels: Vec<Vec<Option<usize>>> = labels.iter().map(|t| vec![t[2], t[3]]).collect();

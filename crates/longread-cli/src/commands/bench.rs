@@ -109,7 +109,8 @@ pub fn run(args: BenchArgs, device: DeviceChoice) -> Result<()> {
     let encoder = |workload| {
         run_workload(&source, workload, batch, tokens, args.repeat).with_context(|| format!("benchmarking {name}"))
     };
-    // The encoder workloads are the CPU comparisons of issue 7; the HAN step follows a named GPU.
+    // The encoder workloads are the CPU comparisons with PyTorch (scripts/bench_compare.py); the
+    // HAN step follows a named GPU.
     let run_on = match args.workload {
         WorkloadArg::HanStep => device.resolve_named()?,
         _ => longread_model::device::host(),

@@ -17,8 +17,8 @@ use crate::io::Output;
 /// Arguments of `longread embed`.
 #[derive(Debug, Args)]
 pub struct EmbedArgs {
-    /// Model directory (config.json, model.safetensors, tokenizer.json), or a Hugging Face
-    /// repository id when built with `--features hub`.
+    /// Model directory (config.json, model.safetensors, tokenizer.json), or a Hugging Face Hub
+    /// id such as sentence-transformers/all-MiniLM-L6-v2 (downloaded into the Hugging Face cache).
     #[arg(long)]
     model: String,
     /// JSON lines, one object per line with a "text" field, or a .csv/.tsv file with a header

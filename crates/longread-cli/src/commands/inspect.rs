@@ -7,7 +7,7 @@ use longread_classifier::summary::summarize;
 /// Arguments of `longread inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// Model directory, or a Hugging Face repository id when built with `--features hub`.
+    /// Model directory, or a Hugging Face Hub id (downloaded into the Hugging Face cache).
     #[arg(long, required_unless_present = "model_dir", conflicts_with = "model_dir")]
     model: Option<String>,
     /// The same, without `--model` (`longread inspect my-model`).

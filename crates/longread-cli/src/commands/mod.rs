@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod predict;
 pub mod pretrain;
 pub mod quickstart;
+pub mod reference;
 pub mod report;
 pub mod serve;
 pub mod threshold;

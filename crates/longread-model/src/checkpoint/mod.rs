@@ -166,7 +166,7 @@ pub fn resolve_model_dir(spec: &str) -> Result<PathBuf> {
 /// Whether `spec` has the shape of a Hub repository id: `owner/name`, or a bare name such as
 /// `roberta-base` (the Hub's older ids, which it still serves), each part of letters, digits,
 /// `-`, `_` and `.`, not starting with `.`.
-fn looks_like_hub_id(spec: &str) -> bool {
+pub fn looks_like_hub_id(spec: &str) -> bool {
     let parts: Vec<&str> = spec.split('/').collect();
     parts.len() <= 2
         && parts.iter().all(|part| {

@@ -16,8 +16,9 @@ use crate::run::spec::{sequence_section, Arch};
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct InitSpec {
-    /// Pretrained encoder directory (config.json, model.safetensors, tokenizer.json), or a Hub id
-    /// when built with `--features hub`.
+    /// Pretrained encoder directory (config.json, model.safetensors, tokenizer.json), or a
+    /// Hugging Face Hub id such as sentence-transformers/all-MiniLM-L6-v2 (downloaded into the
+    /// Hugging Face cache; HF_HOME, HF_HUB_OFFLINE and HF_ENDPOINT as Hugging Face's tools read them).
     #[cfg_attr(feature = "clap", arg(long, visible_alias = "model"))]
     pub encoder: String,
     /// Comma-separated label names, in id order (at least two), e.g. general,teen,mature.

@@ -45,7 +45,7 @@ pub struct PretrainSpec {
     pub config: Option<PathBuf>,
     /// Continue the pretraining of this encoder instead of starting a new one: a Hugging Face
     /// checkpoint directory (BERT or RoBERTa family; config.json, model.safetensors,
-    /// tokenizer.json) or a Hub id (with the `hub` feature). Its masked-LM head is used when it
+    /// tokenizer.json) or a Hugging Face Hub id. Its masked-LM head is used when it
     /// has one, else a new head is initialised (sentence-transformers models have none). Adapting
     /// an encoder to the task's own texts before fine-tuning ("task-adaptive pretraining") wants a
     /// lower --lr than from scratch: 1e-4 or less.

@@ -2,8 +2,8 @@
 //! settings) is fitted on the training documents first, and its scores become fixed offsets of
 //! the encoder model's logits while the deep side trains: `logits = deep + s · ln p_bow`.
 //!
-//! Designed against what lost on rating data (issue 38: out-of-fold TF-IDF log-probabilities
-//! through a learned 3×3 layer on a fully fine-tuned encoder, below both parts): the wide side
+//! Designed against what lost on rating data (out-of-fold TF-IDF log-probabilities through a
+//! learned 3×3 layer on a fully fine-tuned encoder, below both parts): the wide side
 //! is fitted first and then held fixed — no layer on it for the deep side's gradients to bend;
 //! the training documents get out-of-fold scores (a bag of words scored on its own training
 //! documents is near-perfect, and the deep side would learn to leave everything to it); its one

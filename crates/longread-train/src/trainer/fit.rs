@@ -41,11 +41,11 @@ pub(crate) struct RoundStats {
     pub(crate) step: usize,
     /// Mean loss of the round's steps taken (NaN when none was).
     pub(crate) train_loss: f64,
-    /// Seconds of the round's training steps (earlier sessions of it included).
+    /// Seconds of the round's training steps (those before a mid-round resume included).
     pub(crate) train_seconds: f64,
     /// Steps skipped (NaN/inf).
     pub(crate) skipped: usize,
-    /// Units (chunks, documents, tokens) of the steps taken in this session of the round.
+    /// Units (chunks, documents, tokens) of the steps taken since the round started or resumed.
     pub(crate) units: usize,
     /// The reported learning rate at the round's last step.
     pub(crate) lr: f64,
@@ -118,7 +118,7 @@ struct RoundRun {
     skipped: usize,
     units: usize,
     lr: f64,
-    /// Training seconds of earlier sessions of this round (a mid-round resume).
+    /// Training seconds of this round before a mid-round resume.
     seconds_before: f64,
     started: Instant,
 }

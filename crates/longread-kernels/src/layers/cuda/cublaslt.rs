@@ -1,8 +1,8 @@
 //! bf16 dense products through cuBLASLt (cudarc's `cublaslt`), with the bias added in the
 //! product's epilogue where one is given — as PyTorch's `F.linear` runs under autocast — instead
 //! of candle's cuBLAS call followed by a pass of its own over the output. The default for bf16
-//! inference since session 33 measured it on an H200 (197 against 183 documents/s for candle's
-//! cuBLAS products, BENCHMARKS.md "GPU"); `LONGREAD_CUDA_GEMM=cublas` goes back to candle's
+//! inference, measured on an H200 on 2026-11-27 (197 against 183 documents/s for candle's cuBLAS
+//! products, BENCHMARKS.md "GPU"); `LONGREAD_CUDA_GEMM=cublas` goes back to candle's
 //! products. The ops here have no backward pass (inference); training's q/k/v product with its
 //! bias runs the same `product` through `linear_train::LinearBiasTrain`, which has one.
 //!
@@ -78,8 +78,8 @@ pub fn gemm_cublaslt() -> bool {
 /// `LONGREAD_CUDA_GELU`: `fused` (the default: the exact GELU in the epilogue of longread's
 /// CUTLASS product on GPUs of compute capability 9.0, [`super::fused_linear_gelu`]; elsewhere
 /// `pass` runs), `pass` (the exact GELU in a pass of its own over the product) or `tanh` (in
-/// cuBLASLt's epilogue: the tanh approximation of GELU; see the module's note). Session 36 on an
-/// H200: `fused` 214 documents/s against `pass`'s 203 (BENCHMARKS.md "GPU").
+/// cuBLASLt's epilogue: the tanh approximation of GELU; see the module's note). On an H200
+/// (2026-11-28): `fused` 214 documents/s against `pass`'s 203 (BENCHMARKS.md "GPU").
 pub fn gelu_epilogue() -> &'static str {
     static MODE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     super::env_choice(&MODE, "LONGREAD_CUDA_GELU", &["tanh", "pass"], "fused")

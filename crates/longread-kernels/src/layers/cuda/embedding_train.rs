@@ -10,8 +10,8 @@
 //! more than 32 times (RoBERTa's one token-type id: every position of the batch; a position id:
 //! once per chunk) is summed in two stages: pieces of about √count positions each, in parallel,
 //! then the pieces in order ([`groups`]). Before, one block walked the 40,960 positions of a
-//! 4 × 20 × 512 step's token-type table alone: ~5 ms of an 85 ms step on an H200 (session 38's
-//! profile). The grouping is
+//! 4 × 20 × 512 step's token-type table alone: ~5 ms of an 85 ms step on an H200 (a profile of
+//! 2026-11-28). The grouping is
 //! made in the forward pass from the batch's ids as the host made them, where the caller has
 //! them ([`embedding_lookup`]'s `host_ids`), and copied to the GPU while it works; else the
 //! backward pass reads the ids back, which waits for all the work queued before it (every

@@ -4,8 +4,8 @@
 //! approximation ([`super::lt_linear_gelu_tanh`]) and `LONGREAD_CUDA_GELU=pass` runs the exact
 //! GELU in a pass of its own over the `[tokens, 4 · hidden]` product. The default of bf16
 //! inference on GPUs of compute capability 9.0 (H100, H200) with a binary built for them
-//! (`CUDA_COMPUTE_CAP=90`) since session 36 ([`super::gelu_epilogue`]: 5% more documents/s on
-//! an H200); elsewhere the pass runs. Inference only (no backward pass).
+//! (`CUDA_COMPUTE_CAP=90`) since commit d48ea7e ([`super::gelu_epilogue`]: 5% more documents/s
+//! on an H200); elsewhere the pass runs. Inference only (no backward pass).
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 

@@ -258,7 +258,7 @@ pub(super) fn bias_activation(
     let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
     let total = x_l.shape().elem_count();
     // Grid-stride over the work items (vectors or elements), at most `items_config`'s blocks.
-    // Until session 33 the grid had a thread per element, so 7 of 8 threads of the bf16 vector
+    // Until commit 2a6340c the grid had a thread per element, so 7 of 8 threads of the bf16 vector
     // kernel had no work (their blocks only launched and ended): the pass over [65,536, 2,304]
     // bf16 took 0.47 ms on an H200, 1.3 TB/s of the card's ~4.8.
     let cfg = items_config(if vectorised { total / vec_of(x.dtype()) } else { total });

@@ -197,16 +197,15 @@ fn product_grads(x: &Tensor, w: &Tensor, grad: &Tensor) -> Result<(Tensor, Tenso
     Ok((dy, d_x, d_w))
 }
 
-/// Whether training's products on the GPU route run as [`ProductTrain`] (the default since
-/// session 39), or, with `LONGREAD_CUDA_TRAIN_PRODUCT=candle`, as candle's product of the
-/// transposed weight.
+/// Whether training's products on the GPU route run as [`ProductTrain`] (the default), or, with
+/// `LONGREAD_CUDA_TRAIN_PRODUCT=candle`, as candle's product of the transposed weight.
 pub fn train_product_op() -> bool {
     static CANDLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     !super::env_is(&CANDLE, "LONGREAD_CUDA_TRAIN_PRODUCT", "candle")
 }
 
 /// Whether training's q/k/v projection adds its bias in the product's epilogue
-/// ([`LinearBiasTrain`], the default since session 38) where FlashAttention-2 or cuDNN runs the
+/// ([`LinearBiasTrain`], the default) where FlashAttention-2 or cuDNN runs the
 /// attention in bf16 with cuBLASLt's products ([`super::gemm_cublaslt`]), or, with
 /// `LONGREAD_CUDA_TRAIN_QKV_BIAS=separate`, inside the attention op in passes of its own.
 pub fn train_qkv_bias_in_product() -> bool {

@@ -437,7 +437,7 @@ pub fn zero_padded_keys_only() -> bool {
 /// changes cuDNN's engine or its speed: in PyTorch's step (80 × 512 tokens) cuDNN's backward
 /// kernel takes 0.58 ms a layer, FlashAttention-2's 1.57 in ours, and our cuDNN op was only 9%
 /// faster than our FlashAttention-2 op in `bench --workload kernels` (BENCHMARKS.md "GPU",
-/// session 38).
+/// measured on an H200 on 2026-11-28).
 pub fn cudnn_gradient_layout() -> &'static str {
     static LAYOUT: OnceLock<&'static str> = OnceLock::new();
     env_choice(&LAYOUT, "LONGREAD_CUDNN_GRADS", &["dense", "heads"], "packed")
@@ -486,10 +486,10 @@ pub fn train_probs_in_registers() -> bool {
 /// to 1,024 features in steps of 128; the default): inference's and training's forward kernels
 /// read each input once with wide loads, training's backward pass is one kernel
 /// ([`ResidualNormTrain`]), and inference's embeddings are one kernel ([`EmbeddingTables`]).
-/// With `LONGREAD_CUDA_NORM_KERNEL=rows`, as before session 32: kernels that read each row three
-/// times an element at a time, a backward pass composed of about 15 kernels, and embeddings
-/// composed of lookups, sums and candle's LayerNorm (kept to compare on a GPU, or to rule the
-/// register kernels out).
+/// With `LONGREAD_CUDA_NORM_KERNEL=rows`, as before commits 6bb6f6f and 6747773: kernels that
+/// read each row three times an element at a time, a backward pass composed of about 15
+/// kernels, and embeddings composed of lookups, sums and candle's LayerNorm (kept to compare on
+/// a GPU, or to rule the register kernels out).
 pub fn norm_in_registers() -> bool {
     static ROWS: OnceLock<bool> = OnceLock::new();
     !env_is(&ROWS, "LONGREAD_CUDA_NORM_KERNEL", "rows")
@@ -504,7 +504,7 @@ pub fn train_column_sum_kernel() -> bool {
 }
 
 /// Whether the block end's backward kernel keeps each lane's running sums of the bias, γ and β
-/// gradients in shared memory (the default since session 40: about 120 registers a thread at 768
+/// gradients in shared memory (the default: about 120 registers a thread at 768
 /// features, 4 blocks per multiprocessor), or, with `LONGREAD_CUDA_NORM_GRAD_SUMS=registers`, in
 /// registers (about 200: 2 blocks; kept to compare on a GPU). The same bits either way.
 pub fn norm_grad_sums_shared() -> bool {
@@ -513,7 +513,7 @@ pub fn norm_grad_sums_shared() -> bool {
 }
 
 /// Whether a GELU's backward pass on a GPU sums its bias's gradient in the same pass over the
-/// rows (the default since session 40), or, with `LONGREAD_CUDA_GELU_BIAS_GRAD=apart`, writes the
+/// rows (the default), or, with `LONGREAD_CUDA_GELU_BIAS_GRAD=apart`, writes the
 /// gradient and then sums it with [`ColumnSum`], reading it back (kept to compare on a GPU).
 pub fn gelu_bias_grad_fused() -> bool {
     static APART: OnceLock<bool> = OnceLock::new();
@@ -529,8 +529,8 @@ pub fn train_embedding_kernel() -> bool {
 }
 
 /// Whether [`EmbeddingTrain`]'s backward pass sums an id looked up many times in pieces (the
-/// default since session 38), or, with `LONGREAD_CUDA_EMBEDDING_GRAD=unsplit`, each id's
-/// positions in one block (session 37's kernel, kept to compare on a GPU).
+/// default), or, with `LONGREAD_CUDA_EMBEDDING_GRAD=unsplit`, each id's positions in one block
+/// (the kernel before commit 8d8483b, kept to compare on a GPU).
 pub fn embedding_grad_in_pieces() -> bool {
     static UNSPLIT: OnceLock<bool> = OnceLock::new();
     !env_is(&UNSPLIT, "LONGREAD_CUDA_EMBEDDING_GRAD", "unsplit")

@@ -130,9 +130,23 @@ impl TrainSpec {
         value.is_some_and(|v| v["longread"]["architecture"] == "sequence")
     }
 
+    /// A `--model` that names no local path but a Hugging Face Hub id (`org/name`) is
+    /// downloaded (with the `hub` feature) and replaced by its directory in the cache.
+    fn resolve_hub_model(&mut self) -> Result<()> {
+        let Some(model) = self.model.as_deref() else { return Ok(()) };
+        if model.exists() {
+            return Ok(());
+        }
+        if let Some(id) = model.to_str().filter(|id| longread_model::checkpoint::looks_like_hub_id(id)) {
+            self.model = Some(longread_model::resolve_model_dir(id)?);
+        }
+        Ok(())
+    }
+
     /// Fills in the flags whose defaults depend on the kind of run (so that
     /// training_args.json records what the run used) and refuses flags that do not apply to it.
     pub fn resolve_defaults(&mut self) -> Result<()> {
+        self.resolve_hub_model()?;
         if self.is_bow() {
             return self.check_bow();
         }
@@ -164,7 +178,7 @@ impl TrainSpec {
         if !han && self.model.is_none() {
             bail!("--model is required (a model made by `longread init`, or a pretrained encoder)");
         }
-        // Defaults chosen on data (issue 37): head-only runs take seconds an epoch and stop
+        // Defaults chosen on data: head-only runs take seconds an epoch and stop
         // early (hyperpartisan, MiniLM and MPNet heads, 3 seeds each: 30 epochs with patience
         // 8 kept epochs 3–17; 3 epochs undertrained, 30 without early stopping overfit); the
         // single-chunk baseline trained to a loss of 1.05 in 3 epochs at 2e-5 on transcripts,
