@@ -1,5 +1,7 @@
 """Prints the scikit-learn values that `crates/longread-metrics/src/scores.rs`'s tests expect
-(ROC-AUC and log loss of predicted probabilities). Run by hand, not in CI:
+(ROC-AUC and log loss of predicted probabilities), and writes
+tests/fixtures/metrics/multilabel.json, the multi-label metrics that
+`crates/longread-metrics/tests/multilabel_golden.rs` compares with. Run by hand, not in CI:
 
     python3 -m venv /tmp/skv && /tmp/skv/bin/pip install scikit-learn
     /tmp/skv/bin/python scripts/metric_references.py
@@ -60,3 +62,46 @@ p1 = np.array([0.3, 0.6, 0.5, 0.5, 0.9, 0.1, 0.7, 0.7], dtype=np.float32)
 print("binary ece", repr(expected_calibration_error(y, np.stack([1 - p1, p1], axis=1))))
 y = np.array([0, 1, 2, 2, 1, 0, 2, 1, 0])
 print("multiclass ece", repr(expected_calibration_error(y, p)))
+
+# Multi-label metrics (crates/longread-metrics/src/multilabel.rs): written as a fixture,
+# tests/fixtures/metrics/multilabel.json, that tests/multilabel_golden.rs reads.
+import json
+import os
+
+from sklearn.metrics import (
+    accuracy_score,
+    hamming_loss,
+    label_ranking_average_precision_score,
+    precision_recall_fscore_support,
+)
+
+rng = np.random.default_rng(5)
+cases = []
+for n_docs, n_labels, density in [(40, 5, 0.3), (25, 8, 0.15), (60, 3, 0.5)]:
+    y_true = (rng.random((n_docs, n_labels)) < density).astype(int)
+    y_true[:3] = 0  # documents without a label
+    y_true[:, -1] = 0  # a label no document has (left out of the macro ROC-AUC)
+    y_true[5, -1] = 1 if n_labels > 3 else 0
+    scores = np.clip(y_true * 0.35 + rng.random((n_docs, n_labels)) * 0.65, 0, 1).astype(np.float32)
+    y_pred = (scores >= 0.5).astype(int)
+    case = {"truth": y_true.tolist(), "predicted": y_pred.tolist(), "scores": scores.tolist()}
+    for average in ["micro", "macro", "weighted", "samples"]:
+        p, r, f, _ = precision_recall_fscore_support(y_true, y_pred, average=average, zero_division=0)
+        case[average] = {"precision": float(p), "recall": float(r), "f1": float(f)}
+    p, r, f, s = precision_recall_fscore_support(y_true, y_pred, average=None, zero_division=0)
+    case["per_label"] = {"precision": p.tolist(), "recall": r.tolist(), "f1": f.tolist(), "support": s.tolist()}
+    case["subset_accuracy"] = float(accuracy_score(y_true, y_pred))
+    case["hamming_loss"] = float(hamming_loss(y_true, y_pred))
+    case["lrap"] = float(label_ranking_average_precision_score(y_true, scores))
+    case["roc_auc_micro"] = float(roc_auc_score(y_true, scores, average="micro"))
+    both = [l for l in range(n_labels) if 0 < y_true[:, l].sum() < n_docs]
+    case["roc_auc_macro"] = float(roc_auc_score(y_true[:, both], scores[:, both], average="macro"))
+    case["roc_auc_per_label"] = [
+        float(roc_auc_score(y_true[:, l], scores[:, l])) if l in both else None for l in range(n_labels)
+    ]
+    cases.append(case)
+out = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "metrics", "multilabel.json")
+os.makedirs(os.path.dirname(out), exist_ok=True)
+with open(out, "w") as f:
+    json.dump({"scikit_learn": sklearn.__version__, "cases": cases}, f)
+print("wrote", out)

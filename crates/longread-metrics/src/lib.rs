@@ -7,6 +7,7 @@ use serde::Serialize;
 
 pub mod bootstrap;
 pub mod folds;
+pub mod multilabel;
 pub mod scores;
 pub mod terminal;
 
