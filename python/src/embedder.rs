@@ -51,12 +51,7 @@ impl Embedder {
         // A Hugging Face Hub id (`sentence-transformers/all-MiniLM-L6-v2`) is downloaded into
         // the Hugging Face cache, as the command line does.
         let spec = model_dir.clone();
-        let resolved = off_gil(py, || match spec.to_str() {
-            Some(id) if !spec.exists() && longread_model::checkpoint::looks_like_hub_id(id) => {
-                longread_model::resolve_model_dir(id)
-            }
-            _ => Ok(spec.clone()),
-        });
+        let resolved = off_gil(py, || longread_model::checkpoint::local_or_hub(&spec));
         let model_dir =
             resolved.map_err(|e| ModelLoadError::new_err(format!("loading model {}: {e}", model_dir.display())))?;
         let loaded = off_gil(py, || RustEmbedder::open(&model_dir, options));

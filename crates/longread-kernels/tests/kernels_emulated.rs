@@ -1,8 +1,9 @@
 //! The CUDA kernels of `src/layers/cuda/kernels.cu` tested on the CPU: the file is compiled as
 //! C++ with `tests/emulated`'s stand-ins for CUDA (every GPU thread a host thread, warp shuffles
 //! and barriers between them) and `tests/emulated/harness.cpp` (with `others.hpp`) runs every
-//! kernel but the WMMA flash-attention one on random inputs against double-precision loops. This checks a kernel's arithmetic and indexing where no GPU
-//! is at hand (CI, most development machines); the GPU tests
+//! kernel but `hold_gpu` (a benchmark's, which reads the GPU's clock) on random inputs against
+//! double-precision loops. This checks a kernel's arithmetic and indexing where no GPU is at
+//! hand (CI, most development machines); the GPU tests
 //! (`crates/longread-classifier/tests/cuda.rs`) still decide on a GPU. Needs a C++20 compiler:
 //! `c++`, or the one `CXX` names.
 

@@ -2,10 +2,9 @@
 //! passes of training, per 512-token chunk, on the GPU route (emulated on the CPU with its ops'
 //! f32 reference kernels: the graph is the GPU's, its tensors f32) and on the CPU route: the
 //! bytes this thread allocated during the forward pass and still holds when it returns, at 1 and
-//! 2 chunks (the difference is the cost of one more chunk). With `LONGREAD_CUDA_TRAIN_ATTENTION`,
-//! `LONGREAD_CUDA_TRAIN_NORM` and `LONGREAD_CUDA_TRAIN_FFN` set to `separate` in the
-//! environment, the GPU route is the one before its fused training ops (`AttentionTrain`,
-//! `ResidualNormTrain`, `GeluDenseTrain`: commits f6250d5, e4ac1f9, 4558611; BENCHMARKS.md "GPU").
+//! 2 chunks (the difference is the cost of one more chunk). The GPU route runs its training ops
+//! that keep only their inputs (`AttentionTrain`, `ResidualNormTrain`, `GeluDenseTrain`: commits
+//! f6250d5, e4ac1f9, 4558611; BENCHMARKS.md "GPU").
 
 #[path = "../../longread-kernels/tests/support/thread_bytes.rs"]
 mod thread_bytes;
@@ -73,27 +72,19 @@ fn a_training_layer_keeps_about_a_dozen_activations_per_chunk_on_the_gpu_route()
     let (cpu_one, cpu_chunk) = per_chunk(false);
     // One [512, 768] f32 activation.
     let activation = 512 * 768 * 4;
-    let separate = ["LONGREAD_CUDA_TRAIN_ATTENTION", "LONGREAD_CUDA_TRAIN_NORM", "LONGREAD_CUDA_TRAIN_FFN"]
-        .map(|v| std::env::var(v).is_ok_and(|s| s == "separate"));
-    let route = |off: bool| if off { "separate" } else { "fused" };
     println!(
-        "held between the passes, f32, one roberta-base layer: GPU route (attention {}, norm {}, ffn {}) {:.2} MB \
-         for one chunk, {:.2} MB per further chunk ({:.1} activations of [512, 768]); CPU route {:.2} MB, {:.2} MB per chunk",
-        route(separate[0]),
-        route(separate[1]),
-        route(separate[2]),
+        "held between the passes, f32, one roberta-base layer: GPU route {:.2} MB for one chunk, {:.2} MB per \
+         further chunk ({:.1} activations of [512, 768]); CPU route {:.2} MB, {:.2} MB per chunk",
         mb(gpu_one),
         mb(gpu_chunk),
         gpu_chunk as f64 / activation as f64,
         mb(cpu_one),
         mb(cpu_chunk)
     );
-    if separate == [false; 3] {
-        // By count: the input, the q/k/v product (3), the merged context, the attention's
-        // output product and block output, the feed-forward's first product (4), its output
-        // product: 12 activations of [512, 768].
-        assert!(gpu_chunk <= 13 * activation, "{} MB per chunk", mb(gpu_chunk));
-    }
+    // By count: the input, the q/k/v product (3), the merged context, the attention's output
+    // product and block output, the feed-forward's first product (4), its output product: 12
+    // activations of [512, 768].
+    assert!(gpu_chunk <= 13 * activation, "{} MB per chunk", mb(gpu_chunk));
     assert!(cpu_chunk > 0 && gpu_chunk > 0);
 }
 

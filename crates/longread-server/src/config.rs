@@ -12,7 +12,8 @@ pub struct ServerConfig {
     /// directory `longread train` or `longread init` writes).
     #[cfg_attr(feature = "clap", arg(long))]
     pub model: PathBuf,
-    /// An encoder directory (config.json, model.safetensors, tokenizer.json) that serves
+    /// An encoder directory (config.json, model.safetensors, tokenizer.json), or a Hugging Face
+    /// Hub id such as sentence-transformers/all-MiniLM-L6-v2, that serves
     /// POST /embed and POST /v1/embeddings (pooled as sentence-transformers pools it, see
     /// --embedding-pooling); without it those routes answer 404.
     #[cfg_attr(feature = "clap", arg(long))]

@@ -160,7 +160,8 @@ fn load_models(config: &ServerConfig, metrics: &Arc<Metrics>) -> Result<Loaded, 
                 device: config.device,
                 precision: None,
             };
-            Some(Arc::new(Embedder::open(dir, options).map_err(|e| format!("--embedding-model: {e}"))?))
+            let dir = longread_model::checkpoint::local_or_hub(dir).map_err(|e| format!("--embedding-model: {e}"))?;
+            Some(Arc::new(Embedder::open(&dir, options).map_err(|e| format!("--embedding-model: {e}"))?))
         }
     };
     let batches = Arc::clone(metrics);

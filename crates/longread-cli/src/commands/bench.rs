@@ -200,8 +200,7 @@ fn run_predict_bench(args: &BenchArgs, docs: usize, chunks: usize, device: Devic
         line["tokens_per_s"] = (docs_per_s * (chunks * chunk_size) as f64).into();
         line["peak_gpu_bytes"] = peak_gpu_bytes.into();
         if classifier.device().is_cuda() {
-            let bf16 = classifier.precision() == longread_model::Precision::Bf16;
-            line["gpu_attention"] = longread_model::layers::cuda::inference_attention_ran(bf16).into();
+            line["gpu_attention"] = longread_model::layers::cuda::inference_attention_ran().into();
         }
         if longread_model::profile::enabled() {
             let steps: Vec<serde_json::Value> = longread_model::profile::report()

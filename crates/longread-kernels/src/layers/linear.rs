@@ -62,7 +62,7 @@ impl Linear {
     }
 
     /// `x·Wᵀ` on a GPU as one two-dimensional product (one cuBLAS call over every row; bf16
-    /// through cuBLASLt with `LONGREAD_CUDA_GEMM=cublaslt`), in the weight's dtype: an f32
+    /// through cuBLASLt, [`cuda::lt_linear`]), in the weight's dtype: an f32
     /// input (the residual stream) is cast to a bf16 weight's, or read from the bf16 copy its
     /// block end wrote ([`cuda::twin`]).
     ///
@@ -71,7 +71,7 @@ impl Linear {
     fn product_rows(&self, xs: &Tensor) -> Result<Tensor> {
         let w = self.dense.weight();
         let xs = &cuda::twin::product_input(xs, w.dtype())?;
-        if w.dtype() == DType::BF16 && cuda::gemm_cublaslt() {
+        if w.dtype() == DType::BF16 {
             return cuda::lt_linear(xs, w, None);
         }
         let mut dims = xs.dims().to_vec();
@@ -180,7 +180,7 @@ impl Linear {
             return Ok(None);
         }
         match cuda::gelu_epilogue() {
-            "tanh" if cuda::gemm_cublaslt() => {
+            "tanh" => {
                 let xs = cuda::twin::product_input(xs, w.dtype())?;
                 Ok(Some(cuda::lt_linear_gelu_tanh(&xs, w, bias)?))
             }

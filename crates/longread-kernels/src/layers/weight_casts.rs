@@ -18,7 +18,6 @@
 //!
 //! The casts are kept per thread and dropped when the outermost scope ends, before the optimizer
 //! changes the weights (a cast made before an update would be stale after it).
-//! `LONGREAD_STEP_CASTS=off` casts at every use, as before (to compare the two on a GPU).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -41,12 +40,6 @@ thread_local! {
     static CASTS: RefCell<Option<Scope>> = const { RefCell::new(None) };
     /// This thread's choice of [`joined_leaves_wanted`] while [`with_joined_leaves`] runs.
     static LEAVES_CHOSEN: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Whether casts are shared within a step (unless `LONGREAD_STEP_CASTS=off`).
-pub fn wanted() -> bool {
-    static OFF: OnceLock<bool> = OnceLock::new();
-    !super::cuda::env_is(&OFF, "LONGREAD_STEP_CASTS", "off")
 }
 
 /// Whether [`joined`] makes leaves within a scope (unless `LONGREAD_JOINED_LEAVES=off`, or
@@ -77,20 +70,18 @@ pub struct StepCasts {
 }
 
 impl StepCasts {
-    /// Starts sharing casts on this thread (a no-op inside a scope, or with
-    /// `LONGREAD_STEP_CASTS=off`).
+    /// Starts sharing casts on this thread (a no-op inside a scope).
     pub fn begin() -> Self {
         // The casts' backward passes add into the weights' totals in place (`cuda::add_into`).
         super::cuda::install_cast_accumulate();
-        let outermost = wanted()
-            && CASTS.with(|casts| {
-                let mut casts = casts.borrow_mut();
-                let outermost = casts.is_none();
-                if outermost {
-                    *casts = Some(Scope::default());
-                }
-                outermost
-            });
+        let outermost = CASTS.with(|casts| {
+            let mut casts = casts.borrow_mut();
+            let outermost = casts.is_none();
+            if outermost {
+                *casts = Some(Scope::default());
+            }
+            outermost
+        });
         Self { outermost }
     }
 }

@@ -163,6 +163,17 @@ pub fn resolve_model_dir(spec: &str) -> Result<PathBuf> {
     Err(ModelError::NotADirectory { path, hint })
 }
 
+/// A path as given when it exists or cannot be a Hub id; a Hugging Face Hub id (`org/name`,
+/// no such local path) downloaded (with the `hub` feature) and replaced by its directory in the
+/// cache. For flags that take a directory and may take a Hub id (`train --model`,
+/// `serve --embedding-model`, Python's `Embedder`).
+pub fn local_or_hub(path: &std::path::Path) -> Result<PathBuf> {
+    match path.to_str() {
+        Some(id) if !path.exists() && looks_like_hub_id(id) => resolve_model_dir(id),
+        _ => Ok(path.to_path_buf()),
+    }
+}
+
 /// Whether `spec` has the shape of a Hub repository id: `owner/name`, or a bare name such as
 /// `roberta-base` (the Hub's older ids, which it still serves), each part of letters, digits,
 /// `-`, `_` and `.`, not starting with `.`.

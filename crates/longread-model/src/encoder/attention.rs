@@ -126,7 +126,7 @@ impl SelfAttention {
             return self.forward_fused(xs, weight, bias, mask, lengths, mode);
         }
         if let (Keys::Masked { mask, position: None, relative: None, lengths }, true) =
-            (keys, mode.is_train() && route::gpu(xs.device()) && cuda::train_attention_fused())
+            (keys, mode.is_train() && route::gpu(xs.device()))
         {
             if let Some(out) = self.forward_fused_train(xs, mask, lengths, mode)? {
                 return Ok(out);
@@ -186,9 +186,9 @@ impl SelfAttention {
     ) -> Result<Tensor> {
         let (b, s, h) = xs.dims3()?;
         let device = xs.device();
-        // With cuBLASLt (LONGREAD_CUDA_GEMM=cublaslt) the bias comes with the product where
-        // FlashAttention-2 reads it.
-        let lt = cuda::gemm_cublaslt() && weight.dtype() == DType::BF16;
+        // bf16 products run through cuBLASLt, the bias with the product where FlashAttention-2
+        // reads it.
+        let lt = weight.dtype() == DType::BF16;
         let bias_in_product = lt && lengths.is_some();
         let product = timed("qkv projection (fused)", device, || {
             let x = cuda::twin::product_input(xs, weight.dtype())?.reshape((b * s, h))?;

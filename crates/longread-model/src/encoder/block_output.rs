@@ -55,7 +55,7 @@ impl BlockOutput {
                 return cuda::residual_layer_norm(product, residual, &bias, gamma, beta, self.norm.eps());
             }
         }
-        if route::gpu(xs.device()) && mode.is_train() && cuda::train_norm_fused() {
+        if route::gpu(xs.device()) && mode.is_train() {
             if let Some(out) = self.forward_fused_train(xs, residual, mode)? {
                 return Ok(out);
             }
@@ -100,9 +100,8 @@ impl BlockOutput {
 
     /// Training on the GPU route from a product of this block's dense layer made elsewhere
     /// (without its bias; `layers::cuda::GeluDenseTrain` makes the feed-forward block's): bias,
-    /// dropout, residual and LayerNorm as `ResidualNormTrain`, or composed with
-    /// LONGREAD_CUDA_TRAIN_NORM=separate. `None` where the dense layer has no bias or the product
-    /// and the residual differ in dtype (the caller composes instead).
+    /// dropout, residual and LayerNorm as `ResidualNormTrain`. `None` where the dense layer has
+    /// no bias or the product and the residual differ in dtype (the caller composes instead).
     ///
     /// # Shapes
     /// `product, residual: [batch, seq, hidden]` → `[batch, seq, hidden]`
@@ -111,19 +110,11 @@ impl BlockOutput {
             return Ok(None);
         };
         let product = product.contiguous()?;
-        if cuda::train_norm_fused() {
-            let (gamma, beta) = self.norm.affine();
-            // Stacked once per training step (`weight_casts::joined`), not for every chunk batch.
-            let params = weight_casts::joined(&[bias, gamma, beta], Join::Stack, DType::F32, "bias-gamma-beta")?;
-            let op = cuda::ResidualNormTrain { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
-            return product.apply_op3(&residual.contiguous()?, &params, op).map(Some);
-        }
-        // The bias op is two-dimensional (its bias gradient sums the rows).
-        let n = product.dim(candle_core::D::Minus1)?;
-        let rows = product.reshape((product.elem_count() / n.max(1), n))?;
-        let biased = rows.apply_op2(&bias.to_dtype(DType::F32)?, cuda::BiasActivationTrain { gelu: false })?;
-        let out = self.dropout.forward(&biased.reshape(product.shape())?, mode)?;
-        self.norm.forward(&(out + residual)?, mode).map(Some)
+        let (gamma, beta) = self.norm.affine();
+        // Stacked once per training step (`weight_casts::joined`), not for every chunk batch.
+        let params = weight_casts::joined(&[bias, gamma, beta], Join::Stack, DType::F32, "bias-gamma-beta")?;
+        let op = cuda::ResidualNormTrain { eps: self.norm.eps() as f32, dropout: self.dropout.seeded(mode) };
+        product.apply_op3(&residual.contiguous()?, &params, op).map(Some)
     }
 
     /// The dense layer (`output.dense`).

@@ -91,7 +91,7 @@ impl EncoderLayer {
     pub(crate) fn forward_keys(&self, xs: &Tensor, keys: Keys, mode: Mode) -> Result<Tensor> {
         let attended = self.attention.forward(xs, keys, mode)?;
         let device = xs.device();
-        if mode.is_train() && route::gpu(device) && self.activation == Activation::GeluErf && cuda::train_ffn_fused() {
+        if mode.is_train() && route::gpu(device) && self.activation == Activation::GeluErf {
             if let Some(out) = timed("feed-forward (training)", device, || self.feed_forward_train(&attended, mode))? {
                 return Ok(out);
             }

@@ -63,25 +63,19 @@ pub struct TrainStepResult {
     pub kept_documents: usize,
     /// See [`Self::kept_documents`].
     pub chunked_documents: usize,
-    /// On a GPU, which of the training ops that keep only their inputs were switched off by
-    /// `LONGREAD_CUDA_TRAIN_{ATTENTION,NORM,FFN}=separate` (`attention`, `norm`, `ffn`), and
-    /// `probs-registers` with `LONGREAD_CUDA_PROBS_KERNEL=rows`, `column-sum` with
-    /// `LONGREAD_CUDA_COLUMN_SUM=candle`, `embedding-grad` with
-    /// `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, `embedding-pieces` with
+    /// On a GPU, which of the training route's choices were switched off: `probs-registers` with
+    /// `LONGREAD_CUDA_PROBS_KERNEL=rows`, `embedding-pieces` with
     /// `LONGREAD_CUDA_EMBEDDING_GRAD=unsplit`, `qkv-bias-epilogue` with
-    /// `LONGREAD_CUDA_TRAIN_QKV_BIAS=separate` (or `LONGREAD_CUDA_GEMM=cublas`), `cast-accumulate`
-    /// with `LONGREAD_CAST_ACCUMULATE=off`, `norm-registers` with `LONGREAD_CUDA_NORM_KERNEL=rows`,
-    /// `pool-cache` with `LONGREAD_CUDA_POOL=release`, `deterministic-backward` with
-    /// `LONGREAD_CUDA_ATTENTION_BWD=fast`, `step-casts` with `LONGREAD_STEP_CASTS=off` (each
-    /// kept group casts the weights again), `grad-norm-kernel` with
-    /// `LONGREAD_CUDA_GRAD_NORM=candle`, `adamw-one-launch` with `LONGREAD_CUDA_ADAMW=per-tensor`,
-    /// `cudnn-packed-grads` with `LONGREAD_CUDNN_GRADS=dense` (cuDNN's attention gradients in
-    /// dense blocks, interleaved after), `joined-leaves` with `LONGREAD_JOINED_LEAVES=off` (the
-    /// joined q/k/v and block-end weights back-propagated through in every group),
-    /// `product-op` with `LONGREAD_CUDA_TRAIN_PRODUCT=candle` (candle's product of a transposed
-    /// weight, whose gradient is copied back into the weight's layout), `gelu-bias-sum` with
-    /// `LONGREAD_CUDA_GELU_BIAS_GRAD=apart` (the GELU's gradient written, then summed for its
-    /// bias by a pass of its own), `norm-grad-shared-sums` with
+    /// `LONGREAD_CUDA_TRAIN_QKV_BIAS=separate`, `cast-accumulate` with
+    /// `LONGREAD_CAST_ACCUMULATE=off`, `pool-cache` with `LONGREAD_CUDA_POOL=release`,
+    /// `deterministic-backward` with `LONGREAD_CUDA_ATTENTION_BWD=fast`, `adamw-one-launch` with
+    /// `LONGREAD_CUDA_ADAMW=per-tensor`, `cudnn-packed-grads` with `LONGREAD_CUDNN_GRADS=dense`
+    /// (cuDNN's attention gradients in dense blocks, interleaved after), `joined-leaves` with
+    /// `LONGREAD_JOINED_LEAVES=off` (the joined q/k/v and block-end weights back-propagated
+    /// through in every group), `product-op` with `LONGREAD_CUDA_TRAIN_PRODUCT=candle` (candle's
+    /// product of a transposed weight, whose gradient is copied back into the weight's layout),
+    /// `gelu-bias-sum` with `LONGREAD_CUDA_GELU_BIAS_GRAD=apart` (the GELU's gradient written,
+    /// then summed for its bias by a pass of its own), `norm-grad-shared-sums` with
     /// `LONGREAD_CUDA_NORM_GRAD_SUMS=registers` (the block end's backward kernel keeping its
     /// running sums in registers); empty: the default route, all on. Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -388,20 +382,12 @@ pub fn run_train_step(
     let gpu_separate = device.is_cuda().then(|| {
         use longread_model::layers::cuda as ops;
         [
-            ("attention", ops::train_attention_fused()),
-            ("norm", ops::train_norm_fused()),
-            ("ffn", ops::train_ffn_fused()),
             ("probs-registers", ops::train_probs_in_registers()),
-            ("column-sum", ops::train_column_sum_kernel()),
-            ("embedding-grad", ops::train_embedding_kernel()),
             ("embedding-pieces", ops::embedding_grad_in_pieces()),
             ("qkv-bias-epilogue", ops::train_qkv_bias_in_product()),
             ("cast-accumulate", ops::cast_accumulate_in_place()),
-            ("norm-registers", ops::norm_in_registers()),
             ("pool-cache", longread_model::device::gpu_pool_caches()),
             ("deterministic-backward", ops::attention_backward_deterministic()),
-            ("step-casts", longread_model::layers::weight_casts::wanted()),
-            ("grad-norm-kernel", ops::grad_norm_kernel()),
             ("adamw-one-launch", ops::adamw_multi_kernel()),
             ("cudnn-packed-grads", ops::cudnn_packed_gradients()),
             ("joined-leaves", longread_model::layers::weight_casts::joined_leaves_wanted()),

@@ -2,8 +2,7 @@
 //! product's epilogue where one is given — as PyTorch's `F.linear` runs under autocast — instead
 //! of candle's cuBLAS call followed by a pass of its own over the output. The default for bf16
 //! inference, measured on an H200 on 2026-11-27 (197 against 183 documents/s for candle's cuBLAS
-//! products, BENCHMARKS.md "GPU"); `LONGREAD_CUDA_GEMM=cublas` goes back to candle's
-//! products. The ops here have no backward pass (inference); training's q/k/v product with its
+//! products, BENCHMARKS.md "GPU"); f32 products keep candle's. The ops here have no backward pass (inference); training's q/k/v product with its
 //! bias runs the same `product` through `linear_train::LinearBiasTrain`, which has one.
 //!
 //! With `LONGREAD_CUDA_GELU=tanh` the feed-forward block's bias and GELU run in the first
@@ -65,13 +64,6 @@ impl CustomOp3 for LtProduct {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         launch::product((x, x_l), (w, w_l), Some((bias, bias_l)), self.gelu)
     }
-}
-
-/// Whether GPU inference runs its bf16 products through cuBLASLt (the default) rather than
-/// candle's cuBLAS call (`LONGREAD_CUDA_GEMM=cublas`).
-pub fn gemm_cublaslt() -> bool {
-    static CUBLAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !super::env_is(&CUBLAS, "LONGREAD_CUDA_GEMM", "cublas")
 }
 
 /// Where bf16 inference on a GPU applies the feed-forward block's bias and GELU, from

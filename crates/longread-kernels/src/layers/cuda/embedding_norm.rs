@@ -25,9 +25,9 @@ pub struct EmbeddingTables<'a> {
 
 impl EmbeddingTables<'_> {
     /// `LayerNorm(word[ids] + position[positions] (+ types[type_ids]))` as one kernel on a GPU,
-    /// with the bf16 copy kept for the next product when `bf16_copy` (and
-    /// [`super::twin::wanted`]); `None` off the GPU or where the kernel does not take the
-    /// width (the caller composes). The ids must have been checked against the tables.
+    /// with the bf16 copy kept for the next product when `bf16_copy` ([`super::twin`]); `None`
+    /// off the GPU or where the kernel does not take the width (the caller composes). The ids
+    /// must have been checked against the tables.
     ///
     /// # Shapes
     /// `ids, positions, type_ids: [batch, seq]` (u32) → `[batch, seq, n]` (f32)
@@ -52,7 +52,7 @@ impl EmbeddingTables<'_> {
     #[cfg(feature = "cuda")]
     fn forward_cuda(&self, ids: &Tensor, positions: &Tensor, type_ids: &Tensor, copy: bool) -> Result<Option<Tensor>> {
         use candle_core::{DType, Storage};
-        if !ids.device().is_cuda() || !super::norm_in_registers() {
+        if !ids.device().is_cuda() {
             return Ok(None);
         }
         let (batch, seq) = ids.dims2()?;
@@ -62,7 +62,6 @@ impl EmbeddingTables<'_> {
         let types = self.types.unwrap_or(self.word);
         let tensors = [self.word, self.position, types, &ids, &positions, &type_ids, self.affine.0, self.affine.1];
         let contiguous = tensors.iter().map(|t| t.contiguous()).collect::<Result<Vec<_>>>()?;
-        let twin = copy && super::twin::wanted();
         let made = {
             let guards: Vec<_> = contiguous.iter().map(|t| t.storage_and_layout()).collect();
             let mut cuda = Vec::with_capacity(guards.len());
@@ -77,7 +76,7 @@ impl EmbeddingTables<'_> {
                 affine: [cuda[6], cuda[7]],
                 eps: self.eps as f32,
             };
-            super::launch::embedding_layer_norm(&inputs, twin)?
+            super::launch::embedding_layer_norm(&inputs, copy)?
         };
         let Some((out, copy)) = made else { return Ok(None) };
         let out = super::untracked(out, (batch, seq, n));

@@ -309,9 +309,8 @@ impl CustomOp2 for EmbeddingTrainGrad {
 /// Rows of `table` at `ids` with [`EmbeddingTrain`] (GPU-route training; no gradient for the
 /// row of `padding_idx`); `host_ids`, the same ids on the CPU where the caller made them there,
 /// are grouped for the backward pass now (if `table` is trained), so that it reads nothing
-/// back from the GPU. With `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, candle's
-/// `index_select` as before, its padding rows' gradient blocked by a `where_cond` (kept to
-/// compare the two on a GPU).
+/// back from the GPU. Tables that are not f32 take candle's `index_select`, the padding row's
+/// gradient blocked by a `where_cond`.
 ///
 /// # Shapes
 /// `table: [vocab, cols]`, `ids, host_ids: [...]` (u32) → `[..., cols]`
@@ -325,7 +324,7 @@ pub fn embedding_lookup(
     let mut shape = ids.dims().to_vec();
     shape.push(cols);
     let flat = ids.flatten_all()?.to_dtype(DType::U32)?.contiguous()?;
-    if super::train_embedding_kernel() && table.dtype() == DType::F32 {
+    if table.dtype() == DType::F32 {
         let grouped = match host_ids {
             Some(host) if table.track_op() => {
                 if host.dims() != ids.dims() {

@@ -5,55 +5,18 @@
 //! GELU in a pass of its own over the `[tokens, 4 · hidden]` product. The default of bf16
 //! inference on GPUs of compute capability 9.0 (H100, H200) with a binary built for them
 //! (`CUDA_COMPUTE_CAP=90`) since commit d48ea7e ([`super::gelu_epilogue`]: 5% more documents/s
-//! on an H200); elsewhere the pass runs. Inference only (no backward pass).
+//! on an H200); elsewhere the pass runs. One configuration: CUTLASS's cooperative schedule, two
+//! consumer warp groups sharing a 128 × 256 tile. Inference only (no backward pass).
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 
 use super::cuda_only;
 
-/// Which of the kernel's two configurations runs (`LONGREAD_CUDA_GELU_KERNEL`; CUTLASS's two
-/// Hopper schedules, to be chosen by measurement).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FusedGeluKernel {
-    /// Two consumer warp groups share a 128 × 256 tile (the default).
-    Cooperative,
-    /// Each consumer warp group takes a 128 × 128 tile of its own; one's epilogue (here the
-    /// GELU) overlaps the other's products (`LONGREAD_CUDA_GELU_KERNEL=pingpong`).
-    Pingpong,
-}
-
-impl FusedGeluKernel {
-    /// From `LONGREAD_CUDA_GELU_KERNEL` (`cooperative` by default, or `pingpong`), read once.
-    pub fn chosen() -> Self {
-        static MODE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
-        match super::env_choice(&MODE, "LONGREAD_CUDA_GELU_KERNEL", &["pingpong"], "cooperative") {
-            "pingpong" => Self::Pingpong,
-            _ => Self::Cooperative,
-        }
-    }
-
-    /// The name benchmark rows give it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Cooperative => "cooperative",
-            Self::Pingpong => "pingpong",
-        }
-    }
-
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    fn code(self) -> i32 {
-        match self {
-            Self::Cooperative => 0,
-            Self::Pingpong => 1,
-        }
-    }
-}
-
 /// `gelu_erf(x · Wᵀ + bias)` for a bf16 `x: [rows, k]`, `W: [n, k]` and `bias: [n]`, all
-/// contiguous, into a new bf16 `[rows, n]`, by the kernel named.
+/// contiguous, into a new bf16 `[rows, n]`.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct GemmBiasGelu(FusedGeluKernel);
+struct GemmBiasGelu;
 
 impl CustomOp3 for GemmBiasGelu {
     fn name(&self) -> &'static str {
@@ -72,7 +35,7 @@ impl CustomOp3 for GemmBiasGelu {
         bias: &candle_core::CudaStorage,
         bias_l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        launch::product((x, x_l), (w, w_l), (bias, bias_l), self.0.code())
+        launch::product((x, x_l), (w, w_l), (bias, bias_l))
     }
 }
 
@@ -84,19 +47,6 @@ impl CustomOp3 for GemmBiasGelu {
 /// # Shapes
 /// `xs: [..., k]`, `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)
 pub fn fused_linear_gelu(xs: &Tensor, weight: &Tensor, bias: &Tensor) -> Result<Option<Tensor>> {
-    fused_linear_gelu_by(xs, weight, bias, FusedGeluKernel::chosen())
-}
-
-/// [`fused_linear_gelu`] by the kernel `kernel` (for its test and benchmark rows).
-///
-/// # Shapes
-/// `xs: [..., k]`, `weight: [n, k]` (bf16), `bias: [n]` → `[..., n]` (bf16)
-pub fn fused_linear_gelu_by(
-    xs: &Tensor,
-    weight: &Tensor,
-    bias: &Tensor,
-    kernel: FusedGeluKernel,
-) -> Result<Option<Tensor>> {
     let mut dims = xs.dims().to_vec();
     let k = dims.pop().unwrap_or(1);
     let n = weight.dim(0)?;
@@ -108,7 +58,7 @@ pub fn fused_linear_gelu_by(
     let rows = xs.elem_count() / k.max(1);
     // Fresh contiguous tensors start 16-byte aligned, as the kernel's TMA loads need.
     let x = aligned(&xs.reshape((rows, k))?)?;
-    let out = x.apply_op3_no_bwd(&aligned(weight)?, &aligned(&bias.to_dtype(DType::BF16)?)?, &GemmBiasGelu(kernel))?;
+    let out = x.apply_op3_no_bwd(&aligned(weight)?, &aligned(&bias.to_dtype(DType::BF16)?)?, &GemmBiasGelu)?;
     dims.push(n);
     Ok(Some(out.reshape(dims)?))
 }
@@ -151,7 +101,6 @@ mod launch {
         (x, x_l): (&CudaStorage, &Layout),
         (w, w_l): (&CudaStorage, &Layout),
         (bias, bias_l): (&CudaStorage, &Layout),
-        variant: i32,
     ) -> Result<(CudaStorage, Shape)> {
         let op = "cuda-gemm-bias-gelu";
         let (rows, k) = x_l.shape().dims2()?;
@@ -175,7 +124,6 @@ mod launch {
             0 => Ok(()),
             1 => candle_core::bail!("{op}: [{rows}, {k}] x [{n}, {k}]T does not fit the kernel (multiples of 8)"),
             2 => candle_core::bail!("{op}: the binary holds no sm90a code (built without CUDA_COMPUTE_CAP=90)"),
-            4 => candle_core::bail!("{op}: no kernel variant {variant}"),
             _ => candle_core::bail!("{op}: the kernel's launch failed"),
         };
         // SAFETY: the kernel writes every element of the output.
@@ -198,7 +146,6 @@ mod launch {
                     n as i64,
                     k as i64,
                     sm_count,
-                    variant,
                     workspace as *mut c_void,
                     size,
                     stream.cu_stream() as *mut c_void,
@@ -221,7 +168,7 @@ mod tests {
         let w = Tensor::zeros((8, 16), DType::BF16, &Device::Cpu).unwrap();
         let b = Tensor::zeros(8, DType::BF16, &Device::Cpu).unwrap();
         assert!(fused_linear_gelu(&x, &w, &b).unwrap().is_none());
-        let err = x.apply_op3_no_bwd(&w, &b, &GemmBiasGelu(FusedGeluKernel::Pingpong)).unwrap_err().to_string();
+        let err = x.apply_op3_no_bwd(&w, &b, &GemmBiasGelu).unwrap_err().to_string();
         assert!(err.contains("cuda-gemm-bias-gelu"), "{err}");
     }
 }

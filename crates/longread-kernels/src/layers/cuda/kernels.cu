@@ -324,12 +324,8 @@ extern "C" __global__ void residual_layer_norm_regs_bf16(__nv_bfloat16* x, const
                                                          const float* params, long rows, int cols, float eps) {
   NORM_REGS_CASES(__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, x, nullptr)
 }
-extern "C" __global__ void residual_layer_norm_regs_bf16_f32(const __nv_bfloat16* x, const float* residual,
-                                                             const float* params, float* out, long rows, int cols,
-                                                             float eps) {
-  NORM_REGS_CASES(__nv_bfloat16, float, float, out, nullptr)
-}
-// The same writing the output twice: f32 (the residual stream) and bf16 (the next product's input).
+// A bf16 product and the f32 residual stream, the output written twice: f32 (the residual stream)
+// and bf16 (the next product's input).
 extern "C" __global__ void residual_layer_norm_regs_bf16_f32_twin(const __nv_bfloat16* x, const float* residual,
                                                                   const float* params, float* out,
                                                                   __nv_bfloat16* twin, long rows, int cols,
@@ -518,163 +514,12 @@ extern "C" __global__ void merge_heads_bf16(const __nv_bfloat16* x, __nv_bfloat1
 }
 
 
-// ---- Flash-style attention (bf16 inference) ----
-// (Left out of the CPU emulation of these kernels, tests/emulated: it has no WMMA.)
-#ifndef LONGREAD_KERNEL_EMULATION
-// Attention of one fused q/k/v product without materialising the scores: per block, 64 query
-// rows of one head of one sequence (4 warps of 16 rows); keys and values stream through shared
-// memory 32 at a time; scores and the running softmax (max, sum) in f32, probabilities rounded
-// to bf16 for the second product (as FlashAttention does), tensor cores through WMMA. Reads q,
-// k, v straight from the projection [batch · seq, 3 · hidden] adding their bias, and writes the
-// context merged, [batch · seq, hidden]: no split or merge of heads.
-#include <mma.h>
-
-template <int D>
-__device__ void flash_attention(const __nv_bfloat16* qkv, const float* bias, const float* key_bias,
-                                __nv_bfloat16* out, int seq, int heads, float scale) {
-  using namespace nvcuda;
-  constexpr int BQ = 64, BK = 32, WARPS = 4, VEC = 8;
-  __shared__ __align__(32) __nv_bfloat16 qs[BQ][D];
-  __shared__ __align__(32) __nv_bfloat16 ks[BK][D];
-  __shared__ __align__(32) __nv_bfloat16 vs[BK][D];
-  __shared__ __align__(32) float sbuf[WARPS][16][BK];
-  __shared__ __align__(32) __nv_bfloat16 pbuf[WARPS][16][BK];
-  __shared__ __align__(32) float obuf[WARPS][16][D];
-  __shared__ float kb[BK];
-  __shared__ float row_m[WARPS][16], row_l[WARPS][16], row_alpha[WARPS][16];
-
-  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int hidden = heads * D;
-  const long stride = 3L * hidden;
-  const __nv_bfloat16* base = qkv + (long)b * seq * stride;
-
-  // One 8-element vector of row `s`, part `part` (0 q, 1 k, 2 v), columns d..d+8, plus bias.
-  auto load_vec = [&](int s, int part, int d, __nv_bfloat16* dst) {
-    uint4 res = make_uint4(0, 0, 0, 0);
-    if (s < seq) {
-      const int col = part * hidden + h * D + d;
-      const uint4 raw = *reinterpret_cast<const uint4*>(base + s * stride + col);
-      const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&raw);
-      __nv_bfloat16* r = reinterpret_cast<__nv_bfloat16*>(&res);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) r[j] = __float2bfloat16(__bfloat162float(e[j]) + bias[col + j]);
-    }
-    *reinterpret_cast<uint4*>(dst) = res;
-  };
-
-  for (int i = tid; i < BQ * D / VEC; i += blockDim.x) {
-    const int r = i / (D / VEC), d = (i % (D / VEC)) * VEC;
-    load_vec(q0 + r, 0, d, &qs[r][d]);
-  }
-  for (int i = lane; i < 16 * D; i += 32) obuf[warp][i / D][i % D] = 0.f;
-  if (lane < 16) {
-    row_m[warp][lane] = -INFINITY;
-    row_l[warp][lane] = 0.f;
-  }
-  __syncthreads();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf[D / 16];
-#pragma unroll
-  for (int k = 0; k < D / 16; ++k) wmma::load_matrix_sync(qf[k], &qs[warp * 16][k * 16], D);
-
-  const int row = lane / 2, c0 = (lane % 2) * (BK / 2);
-  for (int k0 = 0; k0 < seq; k0 += BK) {
-    __syncthreads();
-    for (int i = tid; i < BK * D / VEC; i += blockDim.x) {
-      const int r = i / (D / VEC), d = (i % (D / VEC)) * VEC;
-      load_vec(k0 + r, 1, d, &ks[r][d]);
-      load_vec(k0 + r, 2, d, &vs[r][d]);
-    }
-    if (tid < BK) kb[tid] = k0 + tid < seq ? key_bias[(long)b * seq + k0 + tid] : -INFINITY;
-    __syncthreads();
-
-    // Scores of this warp's 16 rows against the 32 keys.
-#pragma unroll
-    for (int n = 0; n < BK / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-      for (int k = 0; k < D / 16; ++k) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kf;
-        wmma::load_matrix_sync(kf, &ks[n * 16][k * 16], D);
-        wmma::mma_sync(acc, qf[k], kf, acc);
-      }
-      wmma::store_matrix_sync(&sbuf[warp][0][n * 16], acc, BK, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    // Online softmax: two lanes per row, 16 keys each.
-    float t[BK / 2];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < BK / 2; ++c) {
-      t[c] = sbuf[warp][row][c0 + c] * scale + kb[c0 + c];
-      mx = fmaxf(mx, t[c]);
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_old = row_m[warp][row];
-    const float m_new = fmaxf(m_old, mx);
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int c = 0; c < BK / 2; ++c) {
-      const float p = expf(t[c] - m_use);
-      pbuf[warp][row][c0 + c] = __float2bfloat16(p);
-      sum += p;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    const float alpha = expf(m_old - m_use);
-    __syncwarp();
-    if (lane % 2 == 0) {
-      row_l[warp][row] = row_l[warp][row] * alpha + sum;
-      row_m[warp][row] = m_new;
-      row_alpha[warp][row] = alpha;
-    }
-    __syncwarp();
-    for (int i = lane; i < 16 * D; i += 32) obuf[warp][i / D][i % D] *= row_alpha[warp][i / D];
-    __syncwarp();
-
-    // O += P · V.
-#pragma unroll
-    for (int n = 0; n < D / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, &obuf[warp][0][n * 16], D, wmma::mem_row_major);
-#pragma unroll
-      for (int k = 0; k < BK / 16; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pf;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vf;
-        wmma::load_matrix_sync(pf, &pbuf[warp][0][k * 16], BK);
-        wmma::load_matrix_sync(vf, &vs[k * 16][n * 16], D);
-        wmma::mma_sync(acc, pf, vf, acc);
-      }
-      wmma::store_matrix_sync(&obuf[warp][0][n * 16], acc, D, wmma::mem_row_major);
-    }
-    __syncwarp();
-  }
-
-  for (int i = lane; i < 16 * D; i += 32) {
-    const int r = i / D, d = i % D, s = q0 + warp * 16 + r;
-    if (s < seq) out[((long)b * seq + s) * hidden + h * D + d] = __float2bfloat16(obuf[warp][r][d] / row_l[warp][r]);
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128) flash_attention_bf16_d64(const __nv_bfloat16* qkv, const float* bias,
-                                                                           const float* key_bias, __nv_bfloat16* out,
-                                                                           int seq, int heads, float scale) {
-  flash_attention<64>(qkv, bias, key_bias, out, seq, heads, scale);
-}
-
-extern "C" __global__ void __launch_bounds__(128) flash_attention_bf16_d32(const __nv_bfloat16* qkv, const float* bias,
-                                                                           const float* key_bias, __nv_bfloat16* out,
-                                                                           int seq, int heads, float scale) {
-  flash_attention<32>(qkv, bias, key_bias, out, seq, heads, scale);
-}
-
 // ---- A benchmark's head start ----
 // One thread that keeps the GPU busy for `ns` nanoseconds of its global timer, so that the host
 // queues a whole step behind it: the step then runs with its work all queued, and its GPU time
 // (CUDA events around it) is the GPU's own, with no wait for the host (bench --workload train).
-// Outside the CPU emulation too: it reads the GPU's clock.
+// Left out of the CPU emulation (tests/emulated): it reads the GPU's clock.
+#ifndef LONGREAD_KERNEL_EMULATION
 extern "C" __global__ void hold_gpu(unsigned long long ns) {
   unsigned long long start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));

@@ -112,15 +112,13 @@ pub(super) fn attention_softmax(
     }
 }
 
-/// Whether a residual LayerNorm (inference or training) over rows of `n` features, its tensors starting at element
-/// offsets `starts`, runs the register kernels: `n` a multiple of 128 up to 1,024, every start
-/// a multiple of 4 elements (the kernels load 4 at a time), and not switched off
-/// ([`super::norm_in_registers`]).
+/// Whether a residual LayerNorm (inference or training) over rows of `n` features, its tensors
+/// starting at element offsets `starts`, runs the register kernels: `n` a multiple of 128 up to
+/// 1,024 and every start a multiple of 4 elements (the kernels load 4 at a time); elsewhere the
+/// row-strided kernels run (inference and training's forward), or the caller composes
+/// (training's backward pass, the embeddings).
 fn norm_in_registers(n: usize, starts: &[usize]) -> bool {
-    super::norm_in_registers()
-        && n.is_multiple_of(128)
-        && (1..=8).contains(&(n / 128))
-        && starts.iter().all(|s| s.is_multiple_of(4))
+    n.is_multiple_of(128) && (1..=8).contains(&(n / 128)) && starts.iter().all(|s| s.is_multiple_of(4))
 }
 
 pub(super) fn residual_layer_norm(
@@ -171,13 +169,12 @@ pub(super) fn residual_layer_norm(
 }
 
 /// `LayerNorm(x + bias + residual)` of a bf16 `x` and an f32 `residual` into a new f32 buffer,
-/// and with `twin` (where the register kernel runs) the same values in a new bf16 buffer.
+/// and, where the register kernel runs, the same values in a new bf16 buffer (`twin.rs`).
 pub(super) fn residual_layer_norm_into(
     eps: f32,
     (x, x_l): (&CudaStorage, &Layout),
     (residual, residual_l): (&CudaStorage, &Layout),
     (params, params_l): (&CudaStorage, &Layout),
-    twin: bool,
 ) -> Result<(CudaStorage, Option<CudaStorage>)> {
     let op = "cuda-residual-layer-norm-into";
     let (rows, n) = rows_of(x_l)?;
@@ -198,13 +195,8 @@ pub(super) fn residual_layer_norm_into(
     }
     let (x_r, residual_r, params_r) = (range(x_l, op)?, range(residual_l, op)?, range(params_l, op)?);
     let dev = x.device.clone();
-    let regs = norm_in_registers(n, &[x_r.start, residual_r.start, params_r.start]);
-    let twin = twin && regs;
-    let name = match (regs, twin) {
-        (true, true) => "residual_layer_norm_regs_bf16_f32_twin",
-        (true, false) => "residual_layer_norm_regs_bf16_f32",
-        _ => "residual_layer_norm_bf16_f32",
-    };
+    let twin = norm_in_registers(n, &[x_r.start, residual_r.start, params_r.start]);
+    let name = if twin { "residual_layer_norm_regs_bf16_f32_twin" } else { "residual_layer_norm_bf16_f32" };
     let func = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
     let stream = dev.cuda_stream();
     let x = x.as_cuda_slice::<bf16>()?.slice(x_r);
@@ -407,60 +399,6 @@ pub(super) fn merge_heads(heads: usize, (x, x_l): (&CudaStorage, &Layout)) -> Re
         _ => go::<f32>(&stream, &func, (x, x_r), &mut out, args, vectors)?,
     }
     Ok(out)
-}
-
-/// Flash-style attention of a fused bf16 projection `[batch · seq, 3 · hidden]` with its bias,
-/// under `key_bias: [batch, seq]`, into the merged context `[batch · seq, hidden]`.
-pub(super) fn flash_attention(
-    (heads, scale): (usize, f32),
-    (qkv, qkv_l): (&CudaStorage, &Layout),
-    (bias, bias_l): (&CudaStorage, &Layout),
-    (key_bias, key_bias_l): (&CudaStorage, &Layout),
-) -> Result<CudaStorage> {
-    let op = "cuda-flash-attention";
-    let (batch, seq) = key_bias_l.shape().dims2()?;
-    let (rows, width) = qkv_l.shape().dims2()?;
-    let hidden = width / 3;
-    let head_size = hidden / heads.max(1);
-    if rows != batch * seq
-        || width != 3 * hidden
-        || head_size * heads != hidden
-        || !matches!(head_size, 32 | 64)
-        || bias_l.shape().dims() != [width]
-        || qkv.dtype() != DType::BF16
-        || bias.dtype() != DType::F32
-        || key_bias.dtype() != DType::F32
-    {
-        candle_core::bail!(
-            "{op}: qkv {:?} ({:?}), bias {:?}, key bias {:?} do not fit {heads} heads of 32 or 64",
-            qkv_l.shape(),
-            qkv.dtype(),
-            bias_l.shape(),
-            key_bias_l.shape()
-        );
-    }
-    let (qkv_r, bias_r, key_r) = (aligned_range(qkv_l, DType::BF16, op)?, range(bias_l, op)?, range(key_bias_l, op)?);
-    let dev = qkv.device.clone();
-    let name = if head_size == 64 { "flash_attention_bf16_d64" } else { "flash_attention_bf16_d32" };
-    let func = dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function();
-    let stream = dev.cuda_stream();
-    // SAFETY: the kernel writes every element of the context.
-    let mut out = unsafe { dev.alloc::<bf16>(rows * hidden) }?;
-    let qkv = qkv.as_cuda_slice::<bf16>()?.slice(qkv_r);
-    let bias = bias.as_cuda_slice::<f32>()?.slice(bias_r);
-    let key_bias = key_bias.as_cuda_slice::<f32>()?.slice(key_r);
-    let (seq_i, heads_i) = (seq as i32, heads as i32);
-    let mut b = stream.launch_builder(&func);
-    b.arg(&qkv).arg(&bias).arg(&key_bias).arg(&mut out).arg(&seq_i).arg(&heads_i).arg(&scale);
-    let cfg = LaunchConfig {
-        grid_dim: (seq.div_ceil(64) as u32, heads as u32, batch as u32),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: qkv holds batch·seq rows of 3·hidden, bias 3·hidden, key_bias batch·seq, out
-    // batch·seq·hidden elements (checked above); the kernel's shared memory is static.
-    unsafe { b.launch(cfg) }.w()?;
-    Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
 pub(super) fn dropout_mask(

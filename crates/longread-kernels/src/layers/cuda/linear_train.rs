@@ -206,11 +206,11 @@ pub fn train_product_op() -> bool {
 
 /// Whether training's q/k/v projection adds its bias in the product's epilogue
 /// ([`LinearBiasTrain`], the default) where FlashAttention-2 or cuDNN runs the
-/// attention in bf16 with cuBLASLt's products ([`super::gemm_cublaslt`]), or, with
-/// `LONGREAD_CUDA_TRAIN_QKV_BIAS=separate`, inside the attention op in passes of its own.
+/// attention in bf16, or, with `LONGREAD_CUDA_TRAIN_QKV_BIAS=separate`, inside the attention op
+/// in passes of its own.
 pub fn train_qkv_bias_in_product() -> bool {
     static SEPARATE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !super::env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_QKV_BIAS", "separate") && super::gemm_cublaslt()
+    !super::env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_QKV_BIAS", "separate")
 }
 
 #[cfg(test)]

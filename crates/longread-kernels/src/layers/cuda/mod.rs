@@ -11,7 +11,8 @@
 //! - [`EmbeddingTables`]: the embeddings' lookups, sum and LayerNorm as one kernel;
 //! - [`bias_activation`]: a dense layer's bias, with exact GELU or without.
 //!
-//! The LayerNorm kernels hold each row in registers where it fits ([`norm_in_registers`]).
+//! The LayerNorm kernels hold each row in registers where it fits (rows of 128 to 1,024
+//! features in steps of 128); other widths run row-strided kernels.
 //! All accumulate in f32 for f32 and bf16 tensors. The training path's ops, with their backward
 //! passes: in [`training`] the pieces (dropout masks, attention probabilities, LayerNorm, bias
 //! and GELU, AdamW), and three ops that keep only their inputs between the passes and recompute
@@ -45,7 +46,7 @@ mod waves;
 
 pub use add_into::{accumulate_cast, cast_accumulate_in_place, install_cast_accumulate, AddInto};
 pub use attention_train::AttentionTrain;
-pub use cublaslt::{gelu_epilogue, gemm_cublaslt, lt_linear, lt_linear_gelu_tanh, LtProduct};
+pub use cublaslt::{gelu_epilogue, lt_linear, lt_linear_gelu_tanh, LtProduct};
 pub use embedding_norm::EmbeddingTables;
 pub use embedding_train::{embedding_lookup, EmbeddingTrain, GroupedIds};
 pub use flash::{
@@ -53,10 +54,10 @@ pub use flash::{
     train_attention_fa2, Backend, FlashAttention2, FlashAttentionTrain, KeyLengths,
 };
 pub use gelu_dense_train::GeluDenseTrain;
-pub use gemm_gelu::{fused_linear_gelu, fused_linear_gelu_by, FusedGeluKernel};
+pub use gemm_gelu::fused_linear_gelu;
 pub use gpu_clock::{hold_gpu, GpuMark};
 pub use linear_train::{train_product_op, train_qkv_bias_in_product, LinearBiasTrain, ProductTrain};
-pub use multi_tensor::{adamw_multi, adamw_multi_kernel, grad_norm_kernel, sum_of_squares, AdamWParts};
+pub use multi_tensor::{adamw_multi, adamw_multi_kernel, sum_of_squares, AdamWParts};
 pub use residual_norm_train::ResidualNormTrain;
 pub use training::AdamWStep;
 pub use training::{column_sum, AttentionProbsTrain, BiasActivationTrain, ColumnSum, DropoutMask, LayerNormTrain};
@@ -110,7 +111,7 @@ pub(crate) use cuda_only;
 
 use std::sync::OnceLock;
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp2, InplaceOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, InplaceOp2, InplaceOp3, Layout, Result, Shape, Tensor};
 
 /// In place: `scores = softmax(scores · scale + key_bias)` over the last dimension.
 /// `scores: [items, rows_per_item…, keys]` (f32 or bf16, contiguous), `key_bias: [items, keys]`
@@ -237,7 +238,7 @@ fn residual_layer_norm_into(x: &Tensor, residual: &Tensor, params: &Tensor, eps:
         let (Storage::Cuda(x_s), Storage::Cuda(r_s), Storage::Cuda(p_s)) = (&*x_s, &*r_s, &*p_s) else {
             candle_core::bail!("cuda-residual-layer-norm-into runs on CUDA only")
         };
-        launch::residual_layer_norm_into(eps, (x_s, x_l), (r_s, r_l), (p_s, p_l), twin::wanted())?
+        launch::residual_layer_norm_into(eps, (x_s, x_l), (r_s, r_l), (p_s, p_l))?
     };
     let out = untracked(out, x.shape());
     if let Some(copy) = copy {
@@ -334,79 +335,33 @@ impl CustomOp1 for MergeHeads {
     }
 }
 
-/// Flash-style attention of a fused bf16 q/k/v projection (heads of 32 or 64):
-/// `(qkv [batch·seq, 3·hidden], bias [3·hidden], key_bias [batch, seq])` → `[batch, seq, hidden]`.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub struct FlashAttention {
-    /// Attention heads.
-    pub heads: usize,
-    /// Multiplier of the scores (1/√head_size).
-    pub scale: f32,
-}
-
-impl CustomOp3 for FlashAttention {
-    fn name(&self) -> &'static str {
-        "cuda-flash-attention"
-    }
-
-    cuda_only!(CustomOp3);
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        qkv: &candle_core::CudaStorage,
-        qkv_l: &Layout,
-        bias: &candle_core::CudaStorage,
-        bias_l: &Layout,
-        key_bias: &candle_core::CudaStorage,
-        key_bias_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (batch, seq) = key_bias_l.shape().dims2()?;
-        let hidden = qkv_l.shape().dims2()?.1 / 3;
-        let out =
-            launch::flash_attention((self.heads, self.scale), (qkv, qkv_l), (bias, bias_l), (key_bias, key_bias_l))?;
-        Ok((out, Shape::from((batch, seq, hidden))))
-    }
-}
-
 /// How bf16 attention of GPU inference runs, from LONGREAD_CUDA_ATTENTION: `fa2` (the default:
 /// [`FlashAttention2`] where the GPU runs it, [`flash2_runs_on`]; 160 against 136 documents/s
-/// on an H200, BENCHMARKS.md "GPU"), `materialized` (the scores as a tensor between two cuBLAS
-/// products; also where FlashAttention-2 does not apply) or `flash` ([`FlashAttention`], heads
-/// of 32 or 64: correct and closer to f32, but this first WMMA version is slower on an H200, 70
-/// against 139 documents/s). Also what benchmark rows report.
+/// on an H200, BENCHMARKS.md "GPU"), `cudnn` (the same op on cuDNN, [`Backend`]) or
+/// `materialized` (the scores as a tensor between two cuBLAS products; also where
+/// FlashAttention-2 does not apply). Also what benchmark rows report.
 pub fn inference_attention() -> &'static str {
     static MODE: OnceLock<&'static str> = OnceLock::new();
-    env_choice(&MODE, "LONGREAD_CUDA_ATTENTION", &["materialized", "flash", "cudnn"], "fa2")
+    env_choice(&MODE, "LONGREAD_CUDA_ATTENTION", &["materialized", "cudnn"], "fa2")
 }
 
 /// The attention kernel GPU inference ran since the last call (of this or
 /// [`fused_attention_ran`]), for benchmark rows: `fa2` or `cudnn` if [`FlashAttention2`] ran
-/// (on that backend), else `flash` (bf16 with `LONGREAD_CUDA_ATTENTION=flash`) or `materialized`.
-pub fn inference_attention_ran(bf16: bool) -> &'static str {
-    if let Some(backend) = fused_attention_ran() {
-        backend
-    } else if bf16 && flash_enabled() {
-        "flash"
-    } else {
-        "materialized"
-    }
-}
-
-fn flash_enabled() -> bool {
-    inference_attention() == "flash"
+/// (on that backend), else `materialized`.
+pub fn inference_attention_ran() -> &'static str {
+    fused_attention_ran().unwrap_or("materialized")
 }
 
 /// How training on a GPU runs self-attention, from LONGREAD_CUDA_TRAIN_ATTENTION: `fa2` (the
 /// default: [`FlashAttentionTrain`] over one q/k/v product where it applies and the GPU runs
 /// it, [`flash2_runs_on`]; 17.2 against 15.2 documents/s at less memory on an H200,
-/// BENCHMARKS.md "GPU"), `fused` ([`AttentionTrain`] over the same product; also where
-/// FlashAttention-2 does not apply) or `separate` (as before both: three projections and a
-/// composition that keeps the scores and probabilities for the backward pass; kept to compare).
+/// BENCHMARKS.md "GPU"), `cudnn` (the same op on cuDNN, [`Backend`]) or `fused`
+/// ([`AttentionTrain`] over the same product; also where FlashAttention-2 does not apply).
+/// Where the projections have no bias or the heads do not fit the kernels' 16-byte vectors,
+/// the attention is composed of separate projections and ops whatever this says.
 pub(crate) fn train_attention() -> &'static str {
     static MODE: OnceLock<&'static str> = OnceLock::new();
-    env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fused", "separate", "cudnn"], "fa2")
+    env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fused", "cudnn"], "fa2")
 }
 
 /// Whether the fused attention's backward pass (FlashAttention-2's or cuDNN's) is deterministic
@@ -449,30 +404,6 @@ pub fn cudnn_packed_gradients() -> bool {
     cudnn_gradient_layout() == "packed"
 }
 
-/// Whether training on a GPU runs self-attention over one fused q/k/v product (`fused` or `fa2`
-/// in [`train_attention`]).
-pub fn train_attention_fused() -> bool {
-    train_attention() != "separate"
-}
-
-/// Whether training on a GPU ends each transformer block with [`ResidualNormTrain`] (bias,
-/// dropout, residual and LayerNorm as one op that keeps only its inputs; the default), or, with
-/// `LONGREAD_CUDA_TRAIN_NORM=separate`, as before: the composition of a bias op, a dropout mask,
-/// the residual sum and LayerNorm with its casts (kept to compare the two on a GPU).
-pub fn train_norm_fused() -> bool {
-    static SEPARATE: OnceLock<bool> = OnceLock::new();
-    !env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_NORM", "separate")
-}
-
-/// Whether training on a GPU runs each feed-forward block's GELU and second product as
-/// [`GeluDenseTrain`] (keeping the first product only; the default), or, with
-/// `LONGREAD_CUDA_TRAIN_FFN=separate`, as before: a bias + GELU op and a product that keeps its
-/// output (kept to compare the two on a GPU).
-pub fn train_ffn_fused() -> bool {
-    static SEPARATE: OnceLock<bool> = OnceLock::new();
-    !env_is(&SEPARATE, "LONGREAD_CUDA_TRAIN_FFN", "separate")
-}
-
 /// Whether the attention probabilities of training (forward and backward) use their kernels
 /// with the row in registers where it fits (the default), or, with
 /// `LONGREAD_CUDA_PROBS_KERNEL=rows`, the row-strided kernels only (kept to compare the two on
@@ -480,27 +411,6 @@ pub fn train_ffn_fused() -> bool {
 pub fn train_probs_in_registers() -> bool {
     static ROWS: OnceLock<bool> = OnceLock::new();
     !env_is(&ROWS, "LONGREAD_CUDA_PROBS_KERNEL", "rows")
-}
-
-/// Whether the residual LayerNorm kernels hold each row in registers where it fits (rows of 128
-/// to 1,024 features in steps of 128; the default): inference's and training's forward kernels
-/// read each input once with wide loads, training's backward pass is one kernel
-/// ([`ResidualNormTrain`]), and inference's embeddings are one kernel ([`EmbeddingTables`]).
-/// With `LONGREAD_CUDA_NORM_KERNEL=rows`, as before commits 6bb6f6f and 6747773: kernels that
-/// read each row three times an element at a time, a backward pass composed of about 15
-/// kernels, and embeddings composed of lookups, sums and candle's LayerNorm (kept to compare on
-/// a GPU, or to rule the register kernels out).
-pub fn norm_in_registers() -> bool {
-    static ROWS: OnceLock<bool> = OnceLock::new();
-    !env_is(&ROWS, "LONGREAD_CUDA_NORM_KERNEL", "rows")
-}
-
-/// Whether the training route's bias, γ and β gradients use [`ColumnSum`]'s kernel (the
-/// default), or, with `LONGREAD_CUDA_COLUMN_SUM=candle`, candle's sum over dim 0 (kept to
-/// compare the two on a GPU).
-pub fn train_column_sum_kernel() -> bool {
-    static CANDLE: OnceLock<bool> = OnceLock::new();
-    !env_is(&CANDLE, "LONGREAD_CUDA_COLUMN_SUM", "candle")
 }
 
 /// Whether the block end's backward kernel keeps each lane's running sums of the bias, γ and β
@@ -518,14 +428,6 @@ pub fn norm_grad_sums_shared() -> bool {
 pub fn gelu_bias_grad_fused() -> bool {
     static APART: OnceLock<bool> = OnceLock::new();
     !env_is(&APART, "LONGREAD_CUDA_GELU_BIAS_GRAD", "apart")
-}
-
-/// Whether the training route's embedding lookups use [`EmbeddingTrain`] (the default), or,
-/// with `LONGREAD_CUDA_EMBEDDING_GRAD=candle`, candle's `index_select` and `index_add` (kept to
-/// compare the two on a GPU).
-pub fn train_embedding_kernel() -> bool {
-    static CANDLE: OnceLock<bool> = OnceLock::new();
-    !env_is(&CANDLE, "LONGREAD_CUDA_EMBEDDING_GRAD", "candle")
 }
 
 /// Whether [`EmbeddingTrain`]'s backward pass sums an id looked up many times in pieces (the
@@ -557,13 +459,12 @@ fn env_choice(
 /// Scaled, masked multi-head attention of a fused q/k/v projection, on a GPU (inference): the
 /// scores in the activations' dtype, softmax in place with f32 arithmetic; bf16 with heads of
 /// 32 or 64 runs [`FlashAttention2`] given the batch's [`KeyLengths`] (the encoder makes them
-/// where it applies: by default) or, with `LONGREAD_CUDA_ATTENTION=flash`, longread's own
-/// flash-style kernel [`FlashAttention`]. (Keeping bf16 scores in f32 was measured: 15% slower,
-/// no closer to f32; BENCHMARKS.md "GPU".)
+/// where it applies: by default). (Keeping bf16 scores in f32 was measured: 15% slower, no
+/// closer to f32; BENCHMARKS.md "GPU".)
 ///
 /// # Shapes
 /// `qkv: [batch · seq, 3 · hidden]`, `bias: [3 · hidden]` (`None`: already in `qkv`, which
-/// FlashAttention-2 alone takes), `key_bias: [batch, seq]` (f32) → `[batch, seq, hidden]`
+/// FlashAttention-2 takes, and only so), `key_bias: [batch, seq]` (f32) → `[batch, seq, hidden]`
 pub fn fused_attention(
     qkv: &Tensor,
     bias: Option<&Tensor>,
@@ -577,9 +478,8 @@ pub fn fused_attention(
     let hidden = qkv.dim(1)? / 3;
     // The encoder makes lengths only where FlashAttention-2 applies (bf16, heads of 32 or 64).
     if let Some(lengths) = lengths {
-        if let Some(bias) = bias {
-            let bias = bias.to_dtype(candle_core::DType::F32)?;
-            timed("attention: bias", device, || qkv.inplace_op2(&bias, &BiasActivation { gelu: false }))?;
+        if bias.is_some() {
+            candle_core::bail!("fused_attention: FlashAttention-2 takes the q/k/v product with its bias already in it")
         }
         let context =
             timed("attention (FlashAttention-2)", device, || FlashAttention2::forward(qkv, lengths, heads, scale))?;
@@ -588,10 +488,6 @@ pub fn fused_attention(
     let Some(bias) = bias else {
         candle_core::bail!("fused_attention: a q/k/v product with its bias is for FlashAttention-2 only")
     };
-    if qkv.dtype() == candle_core::DType::BF16 && matches!(hidden / heads, 32 | 64) && flash_enabled() {
-        let op = FlashAttention { heads, scale };
-        return timed("attention (flash)", device, || qkv.apply_op3_no_bwd(bias, key_bias, &op));
-    }
     let split = SplitQkv { batch, seq, heads, head_size: hidden / heads };
     let qkv = timed("attention: bias + split heads", device, || qkv.apply_op2_no_bwd(bias, &split))?;
     let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);

@@ -13,21 +13,12 @@ use candle_core::{Result, Tensor};
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(super) const SPAN: usize = 1 << 15;
 
-/// Whether the global gradient norm of GPU training sums every gradient's squares in one
-/// kernel launch ([`sum_of_squares`], the default), or, with `LONGREAD_CUDA_GRAD_NORM=candle`,
-/// through candle's ops: a square and a sum per gradient, about 400 launches for roberta-base
-/// (kept to compare the two on a GPU).
-pub fn grad_norm_kernel() -> bool {
-    static CANDLE: OnceLock<bool> = OnceLock::new();
-    !super::env_is(&CANDLE, "LONGREAD_CUDA_GRAD_NORM", "candle")
-}
-
 /// The sum of the squares of every element of `tensors`, in f64, on a GPU in one kernel launch
 /// and one wait: the squares of each span of 32,768 elements summed in f32 on the GPU, in a
 /// fixed order, and the spans' sums added here in order (the same bits every time). `None`
 /// where it does not apply — a tensor not f32, not contiguous or not on the first one's GPU, no
-/// `cuda` feature, no tensors, or `LONGREAD_CUDA_GRAD_NORM=candle` — and the caller sums
-/// another way (`longread_train::clip::grad_norm`).
+/// `cuda` feature, or no tensors — and the caller sums another way
+/// (`longread_train::clip::grad_norm`).
 ///
 /// # Shapes
 /// `tensors: n × [...]` → a scalar
@@ -39,7 +30,7 @@ pub fn sum_of_squares(tensors: &[&Tensor]) -> Result<Option<f64>> {
         let fits = |t: &&Tensor| {
             t.dtype() == candle_core::DType::F32 && t.is_contiguous() && t.device().same_device(first.device())
         };
-        if !grad_norm_kernel() || !tensors.iter().all(fits) {
+        if !tensors.iter().all(fits) {
             return Ok(None);
         }
         let guards: Vec<_> = tensors.iter().map(|t| t.storage_and_layout()).collect();

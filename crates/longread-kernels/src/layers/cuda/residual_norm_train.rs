@@ -123,8 +123,8 @@ impl ResidualNormTrain {
     /// The backward pass as one kernel on a GPU (`residual_norm_train_grad_{shared,regs}` in
     /// `kernels.cu`: the sum recomputed, LayerNorm's gradient, the mask, and the parameters'
     /// gradients summed over the rows; tested on the CPU under emulation by
-    /// `tests/kernels_emulated.rs`). `None` off the GPU, for rows its registers do not hold,
-    /// or with `LONGREAD_CUDA_NORM_KERNEL=rows` (the caller composes the gradients).
+    /// `tests/kernels_emulated.rs`). `None` off the GPU or for rows its registers do not hold
+    /// (the caller composes the gradients).
     ///
     /// # Shapes
     /// `x, residual, grad: [..., n]`, `params: [3, n]` → `(d x, d residual, d params)`
@@ -136,7 +136,7 @@ impl ResidualNormTrain {
         grad: &Tensor,
     ) -> Result<Option<(Tensor, Tensor, Tensor)>> {
         use candle_core::Storage;
-        if !x.device().is_cuda() || !super::norm_in_registers() {
+        if !x.device().is_cuda() {
             return Ok(None);
         }
         let (x, residual, params) = (x.contiguous()?, residual.contiguous()?, params.contiguous()?);

@@ -384,11 +384,7 @@ pub(crate) fn gelu_grad_and_bias_sum(x: &Tensor, bias: &Tensor, grad: &Tensor) -
 #[cfg(feature = "cuda")]
 fn gelu_grad_and_bias_sum_in_one(x: &Tensor, bias: &Tensor, grad: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
     use candle_core::Storage;
-    if !x.device().is_cuda()
-        || !super::gelu_bias_grad_fused()
-        || !super::train_column_sum_kernel()
-        || grad.dtype() != x.dtype()
-    {
+    if !x.device().is_cuda() || !super::gelu_bias_grad_fused() || grad.dtype() != x.dtype() {
         return Ok(None);
     }
     let (x, bias, grad) = (x.contiguous()?, bias.contiguous()?, grad.contiguous()?);
@@ -479,16 +475,11 @@ impl CustomOp1 for ColumnSum {
     }
 }
 
-/// [`ColumnSum`] of `x` (made contiguous), without a gradient; with
-/// `LONGREAD_CUDA_COLUMN_SUM=candle`, candle's f32 sum over dim 0 as before (kept to compare
-/// the two on a GPU).
+/// [`ColumnSum`] of `x` (made contiguous), without a gradient.
 ///
 /// # Shapes
 /// `x: [rows, cols]` → `[cols]` (f32)
 pub fn column_sum(x: &Tensor) -> Result<Tensor> {
-    if !super::train_column_sum_kernel() {
-        return x.to_dtype(candle_core::DType::F32)?.sum(0);
-    }
     x.contiguous()?.apply_op1_no_bwd(&ColumnSum)
 }
 

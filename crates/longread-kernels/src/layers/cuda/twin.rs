@@ -7,21 +7,13 @@
 //!
 //! One copy is kept per thread, for the tensor it was written beside (by id): the next product
 //! takes it, and a tensor made since (a reshape, another block's output) is cast as before.
-//! `LONGREAD_CUDA_CAST_TWIN=off` turns the copies off (to compare the two on a GPU).
 
 use std::cell::RefCell;
-use std::sync::OnceLock;
 
 use candle_core::{DType, Result, Tensor, TensorId};
 
 thread_local! {
     static KEPT: RefCell<Option<(TensorId, Tensor)>> = const { RefCell::new(None) };
-}
-
-/// Whether block ends write bf16 copies of their output (unless `LONGREAD_CUDA_CAST_TWIN=off`).
-pub fn wanted() -> bool {
-    static OFF: OnceLock<bool> = OnceLock::new();
-    !super::env_is(&OFF, "LONGREAD_CUDA_CAST_TWIN", "off")
 }
 
 /// Keeps `copy` as `of` in `copy`'s dtype, for [`product_input`]; replaces the copy kept before.

@@ -133,12 +133,8 @@ impl TrainSpec {
     /// A `--model` that names no local path but a Hugging Face Hub id (`org/name`) is
     /// downloaded (with the `hub` feature) and replaced by its directory in the cache.
     fn resolve_hub_model(&mut self) -> Result<()> {
-        let Some(model) = self.model.as_deref() else { return Ok(()) };
-        if model.exists() {
-            return Ok(());
-        }
-        if let Some(id) = model.to_str().filter(|id| longread_model::checkpoint::looks_like_hub_id(id)) {
-            self.model = Some(longread_model::resolve_model_dir(id)?);
+        if let Some(model) = self.model.as_deref() {
+            self.model = Some(longread_model::checkpoint::local_or_hub(model)?);
         }
         Ok(())
     }

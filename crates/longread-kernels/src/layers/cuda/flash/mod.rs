@@ -1,9 +1,9 @@
 //! FlashAttention-2 (`vendor/flash-attn`: bf16, heads of 32 and 64) for the GPU's attention,
 //! the default of both passes where the GPU runs it ([`flash2_runs_on`]): inference
-//! ([`FlashAttention2`]; `LONGREAD_CUDA_ATTENTION=materialized|flash` for longread's kernels) and
+//! ([`FlashAttention2`]; `LONGREAD_CUDA_ATTENTION=materialized` for longread's kernels) and
 //! training ([`FlashAttentionTrain`], with its backward kernel and dropout;
-//! `LONGREAD_CUDA_TRAIN_ATTENTION=fused|separate`). The same two ops run cuDNN's fused attention
-//! instead (`vendor/cudnn-attn`, the kernels PyTorch's SDPA runs on Hopper) with
+//! `LONGREAD_CUDA_TRAIN_ATTENTION=fused` for longread's op). The same two ops run cuDNN's fused
+//! attention instead (`vendor/cudnn-attn`, the kernels PyTorch's SDPA runs on Hopper) with
 //! `LONGREAD_CUDA_ATTENTION=cudnn` / `LONGREAD_CUDA_TRAIN_ATTENTION=cudnn` where cuDNN 9 opens
 //! ([`Backend`]). q, k and v are read in place from the fused q/k/v product (its bias
 //! added first), the scores never reach memory, and each chunk's keys end where its padding
