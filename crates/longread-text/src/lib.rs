@@ -11,6 +11,7 @@ pub mod error;
 pub mod jsonl;
 pub mod labelled;
 pub mod mlm;
+pub mod multilabel;
 pub mod overlap;
 pub mod shard;
 pub mod source;
