@@ -8,8 +8,8 @@ use longread_model::{DeviceChoice, Precision};
 #[derive(Debug, Clone)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct ServerConfig {
-    /// Model directory to classify with (hierarchical, single-chunk sequence or HAN; any
-    /// directory `longread train` or `longread init` writes).
+    /// Model directory to classify with: any directory `longread init`, `train` or `ensemble`
+    /// writes (hierarchical, single-chunk, HAN, bag of words, an ensemble).
     #[cfg_attr(feature = "clap", arg(long))]
     pub model: PathBuf,
     /// An encoder directory (config.json, model.safetensors, tokenizer.json), or a Hugging Face
@@ -74,7 +74,7 @@ pub struct ServerConfig {
     /// Where the encoders run (the global `--device`).
     #[cfg_attr(feature = "clap", arg(skip))]
     pub device: DeviceChoice,
-    /// Require `Authorization: Bearer KEY` on every route but GET /health (compared in
+    /// Require `Authorization: Bearer KEY` on every route but GET /health and GET /ping (compared in
     /// constant time; 401 otherwise). Default: none. Prefer the environment variable to the
     /// flag, which other users can read in the process list.
     #[cfg_attr(feature = "clap", arg(long, env = "LONGREAD_API_KEY", hide_env_values = true))]

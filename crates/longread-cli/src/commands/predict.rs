@@ -75,7 +75,7 @@ pub struct PredictArgs {
 pub struct EncodingArgs {
     /// Most tokens (chunks × padded length) per encoder batch; chunks of several documents
     /// share batches, longest first. Lower it to save memory. Default: 2048 on the CPU; on a GPU
-    /// what a quarter of its memory holds, 65536 (8 GB cards) to 256000 (40 GB and more).
+    /// what a quarter of its memory holds, 65536 (8 GB cards) to 256000 (from about 57 GB).
     #[arg(long, value_parser = crate::commands::counts::at_least(1))]
     pub max_batch_tokens: Option<u64>,
     /// Encoder precision. Default: f32 on the CPU, bf16 on a GPU (bf16 matrix products; softmax,

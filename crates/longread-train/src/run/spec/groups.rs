@@ -149,8 +149,7 @@ pub struct EncoderTrainSpec {
     pub layer_lr_decay: f64,
     /// Most tokens per encoder batch (padded). Training keeps one batch's graph at a time, so
     /// this sets the memory plateau: a smaller budget holds less in memory and takes somewhat
-    /// more time per step (figures in BENCHMARKS.md, "Training step: memory and time vs
-    /// PyTorch"). Documents that fit a batch are encoded once; longer ones are recomputed.
+    /// more time per step (figures in BENCHMARKS.md, "Training step memory"). Documents that fit a batch are encoded once; longer ones are recomputed.
     /// Default: 512 on the CPU (one chunk: the least memory); on a GPU what half of its memory
     /// holds beside the model's weights, gradients and AdamW moments, in whole chunks of 512,
     /// up to 65,536 (the run's first line says what it chose).
