@@ -222,7 +222,8 @@ impl MultiLabelReport {
 
     /// A readable table: the averages, the set metrics and one row per label.
     pub fn to_table(&self) -> String {
-        let width = self.labels.iter().map(|l| crate::terminal::printable(l).chars().count()).max().unwrap_or(5).max(12);
+        let width =
+            self.labels.iter().map(|l| crate::terminal::printable(l).chars().count()).max().unwrap_or(5).max(12);
         let mut out = format!("{:width$}  precision  recall      f1\n", "average");
         for (name, a) in
             [("micro", self.micro), ("macro", self.macro_avg), ("weighted", self.weighted), ("samples", self.samples)]

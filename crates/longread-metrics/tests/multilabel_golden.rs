@@ -10,7 +10,11 @@ fn close(a: f64, b: &Value, what: &str) {
 }
 
 fn matrix(v: &Value) -> Vec<Vec<bool>> {
-    v.as_array().unwrap().iter().map(|row| row.as_array().unwrap().iter().map(|x| x.as_i64() == Some(1)).collect()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row.as_array().unwrap().iter().map(|x| x.as_i64() == Some(1)).collect())
+        .collect()
 }
 
 #[test]
@@ -30,7 +34,8 @@ fn multilabel_metrics_match_scikit_learn() {
             .collect();
         let labels: Vec<String> = (0..truth[0].len()).map(|l| format!("l{l}")).collect();
         let r = evaluate_multilabel(&labels, &truth, &predicted).unwrap().with_scores(&truth, &scores).unwrap();
-        for (name, a) in [("micro", r.micro), ("macro", r.macro_avg), ("weighted", r.weighted), ("samples", r.samples)] {
+        for (name, a) in [("micro", r.micro), ("macro", r.macro_avg), ("weighted", r.weighted), ("samples", r.samples)]
+        {
             close(a.precision, &case[name]["precision"], &format!("case {i} {name} precision"));
             close(a.recall, &case[name]["recall"], &format!("case {i} {name} recall"));
             close(a.f1, &case[name]["f1"], &format!("case {i} {name} f1"));
