@@ -143,8 +143,7 @@ inference_tests "" --skip flash_attention_2 --skip cublaslt --skip cutlass_produ
 echo "== GPU tests again with LONGREAD_CUDA_ATTENTION=cudnn"
 inference_tests LONGREAD_CUDA_ATTENTION=cudnn flash_attention_2
 inference_tests LONGREAD_CUDA_ATTENTION=cudnn --skip flash_attention_2
-for choice in LONGREAD_CUDA_ATTENTION=flash LONGREAD_CUDA_GEMM=cublas LONGREAD_CUDA_ATTENTION=materialized LONGREAD_CUDA_GELU=tanh \
-  LONGREAD_CUDA_GELU=pass; do
+for choice in LONGREAD_CUDA_ATTENTION=materialized LONGREAD_CUDA_GELU=tanh LONGREAD_CUDA_GELU=pass; do
   echo "== GPU tests again with $choice"
   inference_tests "$choice"
 done
@@ -206,13 +205,13 @@ for tokens in 65536 256000; do
     | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**json.loads(l), "attention": "materialized"})) for l in sys.stdin if l.startswith("{")]' \
     | tee -a "$work/materialized.jsonl"
 done
-# candle's cuBLAS products with the q/k/v bias as a pass of its own (LONGREAD_CUDA_GEMM=cublas,
-# the default until cuBLASLt's measured faster, commit 2a6340c), cuBLAS's own default workspace instead of the 32 MiB one
-# (LONGREAD_CUBLAS_WORKSPACE=default), and the driver's memory pool that gives freed memory back
-# at each synchronisation (LONGREAD_CUDA_POOL=release): comparison rows, marked "variant".
+# The GELU in a pass of its own or in cuBLASLt's epilogue (tanh-approximated), cuBLAS's own
+# default workspace instead of the 32 MiB one (LONGREAD_CUBLAS_WORKSPACE=default), and the
+# driver's memory pool that gives freed memory back at each synchronisation
+# (LONGREAD_CUDA_POOL=release): comparison rows, marked "variant".
 # cuDNN's fused attention (LONGREAD_CUDA_ATTENTION=cudnn, PyTorch's SDPA kernels on Hopper) first.
-for variant in LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_CUDA_GELU=pass LONGREAD_CUDA_GELU=tanh LONGREAD_CUDA_GEMM=cublas LONGREAD_CUBLAS_WORKSPACE=default \
-  LONGREAD_CUDA_POOL=release LONGREAD_CUDA_NORM_KERNEL=rows LONGREAD_CUDA_CAST_TWIN=off; do
+for variant in LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_CUDA_GELU=pass LONGREAD_CUDA_GELU=tanh LONGREAD_CUBLAS_WORKSPACE=default \
+  LONGREAD_CUDA_POOL=release; do
   # At the default budget on an H100/H200 only (each row costs a model load and four passes).
   for tokens in 256000; do
     env "$variant" "$lr" --device cuda bench --workload predict --model "$work/rb-model" \
@@ -222,8 +221,7 @@ for variant in LONGREAD_CUDA_ATTENTION=cudnn LONGREAD_CUDA_GELU=pass LONGREAD_CU
   done
 done
 # Diagnostics: the time per step with LONGREAD_PROFILE=1 (each step waited for on its own).
-# (Rows of longread's WMMA flash kernel, 70 documents/s on an H200 on 2026-11-27, and of one
-# document of 1,280 chunks for the head's share are no longer run.)
+# (Rows of one document of 1,280 chunks for the head's share are no longer run.)
 : > "$work/diagnostics.jsonl"
 LONGREAD_PROFILE=1 "$lr" --device cuda bench --workload predict --model "$work/rb-model" --shape 8x20 --repeat 1 \
   --precision bf16 --json | tee -a "$work/diagnostics.jsonl"
@@ -246,10 +244,6 @@ mkdir -p bench
 LONGREAD_CUBLAS_WORKSPACE=default "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
   --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " [cuBLAS default workspace]"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("product") and "cuBLASLt" not in r["kernel"]]' \
   | tee -a "$work/kernels.jsonl" || echo "kernels bench (default workspace) failed" >&2
-# The residual LayerNorm with the kernels that read each row three times (LONGREAD_CUDA_NORM_KERNEL=rows).
-LONGREAD_CUDA_NORM_KERNEL=rows "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
-  --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(json.dumps({**r, "kernel": r["kernel"] + " [row-strided kernel]"})) for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)) if r["kernel"].startswith("residual")]' \
-  | tee -a "$work/kernels.jsonl" || echo "kernels bench (row-strided LayerNorm) failed" >&2
 # Training's attention forward + backward on cuDNN (LONGREAD_CUDA_TRAIN_ATTENTION=cudnn; its row is marked).
 LONGREAD_CUDA_TRAIN_ATTENTION=cudnn "$lr" --device cuda bench --workload kernels --preset roberta-base --shape 128x512 \
   --repeat 10 --json | ${PYTHON:-python3} -c 'import json, sys; [print(l.strip()) for l in sys.stdin if l.startswith("{") and "attention training" in json.loads(l)["kernel"]]' \
@@ -367,10 +361,7 @@ result = {
         ("gelu_pass", "LONGREAD_CUDA_GELU=pass"),
         # Bias + GELU in cuBLASLt's epilogue: the tanh approximation of GELU (not the default).
         ("gelu_tanh_epilogue", "LONGREAD_CUDA_GELU=tanh"),
-        ("cublas", "LONGREAD_CUDA_GEMM=cublas"),
         ("default_workspace", "LONGREAD_CUBLAS_WORKSPACE=default"),
-        ("row_norm", "LONGREAD_CUDA_NORM_KERNEL=rows"),
-        ("no_cast_twin", "LONGREAD_CUDA_CAST_TWIN=off"),
         ("pool_release", "LONGREAD_CUDA_POOL=release"),
     ]},
     "longread_materialized": materialized,
@@ -418,10 +409,6 @@ for line in sys.stdin:
     # shellcheck disable=SC2086  # the arguments are words
     LONGREAD_CUDA_TRAIN_ATTENTION=cudnn bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 $args
   done
-  # Each kept group casting the weights to bf16 again (before the per-step casts, commit 4f76dca).
-  LONGREAD_STEP_CASTS=off bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-  # The gradient norm by candle's ops (a square and a sum per gradient) instead of one launch.
-  LONGREAD_CUDA_GRAD_NORM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # AdamW with a launch per parameter instead of one for all.
   LONGREAD_CUDA_ADAMW=per-tensor bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   # The embedding tables' gradient with each id's positions in one block (before the
@@ -480,10 +467,6 @@ for line in sys.stdin:
   done < "$work/winners.txt"
   # Earlier routes, each change switched off (TRAIN_ABLATIONS=1; ~1.5 minutes): what each is worth.
   if [ "${TRAIN_ABLATIONS:-0}" = 1 ]; then
-    # The fused training ops switched off one at a time, then all (the route before them), for comparison.
-    for off in ATTENTION NORM FFN; do
-      (export "LONGREAD_CUDA_TRAIN_$off=separate"; bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240)
-    done
     LONGREAD_CUDA_PROBS_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     # The attention's non-deterministic backward (FlashAttention-2's atomics, the default before
     # commit fef465e; cuDNN's default engine), rows marked "separate: deterministic-backward".
@@ -491,20 +474,14 @@ for line in sys.stdin:
       LONGREAD_CUDA_ATTENTION_BWD=fast LONGREAD_CUDA_TRAIN_ATTENTION=$backend \
         bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     done
-    LONGREAD_CUDA_COLUMN_SUM=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-    LONGREAD_CUDA_EMBEDDING_GRAD=candle bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     # The driver's memory pool that gives freed memory back at each synchronisation (before commit f8d3196).
     LONGREAD_CUDA_POOL=release bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
-    # The block ends' row-strided kernels and composed backward pass (before commit 6747773).
-    LONGREAD_CUDA_NORM_KERNEL=rows bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
     # longread's own attention op (AttentionTrain) instead of FlashAttention-2: the default until
     # FlashAttention-2 measured faster on an H200 (commit 2c20134).
     for tokens in 10240 65536; do
       LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens "$tokens"
     done
     LONGREAD_CUDA_TRAIN_ATTENTION=fused bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --no-recompute --max-batch-tokens 65536
-    LONGREAD_CUDA_TRAIN_ATTENTION=separate LONGREAD_CUDA_TRAIN_NORM=separate LONGREAD_CUDA_TRAIN_FFN=separate \
-      bench_train --model "$work/rb-model" --shape 4x20 --precision bf16 --max-batch-tokens 10240
   fi
   bench_train --model "$work/rb-model" --shape 4x20 --precision f32 --max-batch-tokens 65536
   # Peak memory against document length (chunk batches of 20 chunks, recomputation on).

@@ -1,5 +1,5 @@
 # Sourced by the scripts that run on a GPU machine (gpu_check.sh, gpu_quick_cudnn.sh,
-# gpu_quick_predict.sh, gpu_varied_shapes.sh): what each needs there before it starts.
+# gpu_varied_shapes.sh): what each needs there before it starts.
 export PYTHONUNBUFFERED=1
 
 # Folders holding the shared library files matching NAME under /usr and /opt (PyTorch's wheels

@@ -10,7 +10,7 @@
 #      (LONGREAD_CUDNN_SHAPES=buckets: the test batches of 3 and 12 sequences run as 2 + 1, 8 + 4);
 #   2. the attention alone at 128 x 512 tokens (bench --workload kernels, both backends) beside
 #      PyTorch's SDPA, and the feed-forward's first product + GELU: cuBLASLt + the GELU pass, the
-#      tanh epilogue, the CUTLASS kernel's two schedules (cooperative, pingpong);
+#      tanh epilogue, the exact GELU in longread's CUTLASS kernel's epilogue;
 #   3. bf16 predict, 64 documents x 20 x 512 (random roberta-base-shaped weights), both backends
 #      (bias + exact GELU in longread's CUTLASS product's epilogue, the default) and
 #      FlashAttention-2 with the GELU in a pass of its own (LONGREAD_CUDA_GELU=pass) or in

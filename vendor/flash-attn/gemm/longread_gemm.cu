@@ -50,12 +50,9 @@ struct Config {
     using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// 0: two consumer warp groups share a 128 × 256 tile (cooperative); 1: each takes a 128 × 128
-// tile of its own, one's epilogue overlapping the other's products (ping-pong).
+// Two consumer warp groups share a 128 × 256 tile (cooperative).
 using Cooperative = Config<Shape<_128, _256, _64>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                            cutlass::epilogue::TmaWarpSpecializedCooperative>;
-using Pingpong = Config<Shape<_128, _128, _64>, Shape<_1, _2, _1>, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                        cutlass::epilogue::TmaWarpSpecialized>;
 
 // Runs (or sizes the workspace of, `*workspace_size < 0`) one configuration: 0, 1 (sizes the
 // kernel cannot take) or 3 (launch failed).
@@ -95,31 +92,22 @@ extern "C" {
 
 // out[rows, n] = gelu_erf(x[rows, k] · W[n, k]ᵀ + bias[n]), bf16 row-major, f32 accumulation and
 // epilogue, on a GPU of `sm_count` multiprocessors (compute capability 9.0: sm90a code), by the
-// kernel `variant` names (0: cooperative 128 × 256 tiles; 1: ping-pong 128 × 128). With
-// `*workspace_size < 0` stores the workspace it needs and returns. Returns 0; 1 where the sizes
-// do not fit the kernel (n and k multiples of 8, each under 2³¹); 2 where the binary holds no
-// sm90a code (built for another compute capability); 3 where the launch failed; 4 for an unknown
-// variant.
+// cooperative configuration (128 × 256 tiles). With `*workspace_size < 0` stores the workspace it
+// needs and returns. Returns 0; 1 where the sizes do not fit the kernel (n and k multiples of 8,
+// each under 2³¹); 2 where the binary holds no sm90a code (built for another compute
+// capability); 3 where the launch failed.
 int longread_gemm_bias_gelu_bf16(const void *x, const void *w, const void *bias, void *out, int64_t rows, int64_t n,
-                                 int64_t k, int sm_count, int variant, void *workspace, int64_t *workspace_size,
-                                 void *stream) {
+                                 int64_t k, int sm_count, void *workspace, int64_t *workspace_size, void *stream) {
 #if defined(LONGREAD_GEMM_SM90A)
     const int64_t limit = int64_t(1) << 31;
     if (rows <= 0 || n <= 0 || k <= 0 || rows >= limit || n >= limit || k >= limit || n % kAlignment ||
         k % kAlignment) {
         return 1;
     }
-    switch (variant) {
-        case 0:
-            return run<Cooperative>(x, w, bias, out, rows, n, k, sm_count, workspace, workspace_size, stream);
-        case 1:
-            return run<Pingpong>(x, w, bias, out, rows, n, k, sm_count, workspace, workspace_size, stream);
-        default:
-            return 4;
-    }
+    return run<Cooperative>(x, w, bias, out, rows, n, k, sm_count, workspace, workspace_size, stream);
 #else
-    (void)x, (void)w, (void)bias, (void)out, (void)rows, (void)n, (void)k, (void)sm_count, (void)variant,
-        (void)workspace, (void)workspace_size, (void)stream;
+    (void)x, (void)w, (void)bias, (void)out, (void)rows, (void)n, (void)k, (void)sm_count, (void)workspace,
+        (void)workspace_size, (void)stream;
     return 2;
 #endif
 }

@@ -79,11 +79,11 @@ extern "C" {
 
     /// `out[rows, n] = gelu_erf(x[rows, k] · W[n, k]ᵀ + bias[n])` (bf16, row-major; f32
     /// accumulation and epilogue) by `gemm/longread_gemm.cu`'s CUTLASS kernel, on a GPU of compute
-    /// capability 9.0 with `sm_count` multiprocessors, by the kernel `variant` names (0:
-    /// cooperative, 128 × 256 tiles; 1: ping-pong, 128 × 128). With `*workspace_size < 0` it
-    /// stores the workspace it needs and returns. Returns 0; 1 where the sizes do not fit the
-    /// kernel (`n` and `k` multiples of 8); 2 where the binary holds no sm90a code (not built
-    /// with `CUDA_COMPUTE_CAP=90`); 3 where the launch failed; 4 for an unknown variant.
+    /// capability 9.0 with `sm_count` multiprocessors (CUTLASS's cooperative schedule, 128 × 256
+    /// tiles). With `*workspace_size < 0` it stores the workspace it needs and returns. Returns
+    /// 0; 1 where the sizes do not fit the kernel (`n` and `k` multiples of 8); 2 where the
+    /// binary holds no sm90a code (not built with `CUDA_COMPUTE_CAP=90`); 3 where the launch
+    /// failed.
     ///
     /// # Safety
     /// `x`, `w`, `bias` and `out` are 16-byte aligned device pointers of the current context
@@ -98,7 +98,6 @@ extern "C" {
         n: i64,
         k: i64,
         sm_count: c_int,
-        variant: c_int,
         workspace: *mut c_void,
         workspace_size: *mut i64,
         stream: *mut c_void,

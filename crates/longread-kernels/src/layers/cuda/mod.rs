@@ -357,8 +357,9 @@ pub fn inference_attention_ran() -> &'static str {
 /// it, [`flash2_runs_on`]; 17.2 against 15.2 documents/s at less memory on an H200,
 /// BENCHMARKS.md "GPU"), `cudnn` (the same op on cuDNN, [`Backend`]) or `fused`
 /// ([`AttentionTrain`] over the same product; also where FlashAttention-2 does not apply).
-/// Where the projections have no bias or the heads do not fit the kernels' 16-byte vectors,
-/// the attention is composed of separate projections and ops whatever this says.
+/// Where the projections have no bias, the heads do not fit the kernels' 16-byte vectors or the
+/// model adds a position bias, the attention is composed of separate projections and ops
+/// whatever this says.
 pub(crate) fn train_attention() -> &'static str {
     static MODE: OnceLock<&'static str> = OnceLock::new();
     env_choice(&MODE, "LONGREAD_CUDA_TRAIN_ATTENTION", &["fused", "cudnn"], "fa2")
