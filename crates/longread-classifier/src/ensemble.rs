@@ -220,13 +220,19 @@ fn safe_name(source: &Path) -> String {
     }
 }
 
-/// Copies the regular files of the model directory `source` (model directories are flat)
+/// Copies the files of the model directory `source` (and a wide-and-deep model's `wide/`)
 /// into the new directory `target`, each synced.
 fn copy_model_files(source: &Path, target: &Path) -> Result<()> {
     std::fs::create_dir_all(target).map_err(io(target))?;
     for entry in std::fs::read_dir(source).map_err(io(source))? {
         let entry = entry.map_err(io(source))?;
         let from = entry.path();
+        // A wide-and-deep model keeps its bag of words in `wide/`, part of the model; other
+        // subdirectories (a run's checkpoints, folds) are not.
+        if from.is_dir() && entry.file_name() == "wide" {
+            copy_model_files(&from, &target.join("wide"))?;
+            continue;
+        }
         if !from.is_file() {
             continue;
         }

@@ -131,3 +131,45 @@ fn a_wide_and_deep_model_adds_its_bag_of_words_to_the_deep_logits() {
     assert_clean_failure(&bow, "--arch bow is the bag of words alone");
     assert!(!tmp.path().join("again").exists() && !tmp.path().join("bow").exists());
 }
+
+/// An ensemble with a wide-and-deep member keeps the member's bag of words (its `wide/`
+/// directory) and loads: it was copied without it, and the ensemble failed to load.
+#[test]
+fn an_ensemble_keeps_a_wide_and_deep_members_bag_of_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |name: &str| tmp.path().join(name).to_str().unwrap().to_owned();
+    let run = |args: &[&str]| {
+        let out = longread(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let (train, test) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
+    let (t, test) = (train.to_str().unwrap(), test.to_str().unwrap());
+    let encoder = fixture("tiny-bert");
+    let init = ["--labels", "prices,rain", "--out", &p("init"), "--chunk-size", "64", "--stride", "16"];
+    run(&[&["init", "--encoder", encoder.to_str().unwrap()][..], &init].concat());
+    run(&[
+        "train",
+        "--model",
+        &p("init"),
+        "--train",
+        t,
+        "--out",
+        &p("wd"),
+        "--freeze-base",
+        "--epochs",
+        "2",
+        "--wide-bow",
+    ]);
+    run(&["train", "--arch", "bow", "--train", t, "--out", &p("bow")]);
+    run(&["ensemble", "--model", &p("wd"), "--model", &p("bow"), "--out", &p("ens")]);
+    let members: Vec<std::path::PathBuf> = std::fs::read_dir(tmp.path().join("ens/members"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|path| path.join("wide/bow.json").is_file())
+        .collect();
+    assert_eq!(members.len(), 1, "the wide-and-deep member's wide/ is in the ensemble");
+    let predicted = json_lines(&run(&["predict", "--model", &p("ens"), "--input", test]).stdout);
+    assert_eq!(predicted.len(), 12);
+    assert!(predicted.iter().all(|line| line.get("error").is_none()), "{predicted:?}");
+}

@@ -142,7 +142,6 @@ impl TrainSpec {
     /// Fills in the flags whose defaults depend on the kind of run (so that
     /// training_args.json records what the run used) and refuses flags that do not apply to it.
     pub fn resolve_defaults(&mut self) -> Result<()> {
-        self.resolve_hub_model()?;
         if self.is_bow() {
             return self.check_bow();
         }
@@ -174,6 +173,9 @@ impl TrainSpec {
         if !han && self.model.is_none() {
             bail!("--model is required (a model made by `longread init`, or a pretrained encoder)");
         }
+        // Only once the flags are known to fit an encoder run, so that a refusal is not
+        // preceded by a download (or a network error).
+        self.resolve_hub_model()?;
         // Defaults chosen on data: head-only runs take seconds an epoch and stop
         // early (hyperpartisan, MiniLM and MPNet heads, 3 seeds each: 30 epochs with patience
         // 8 kept epochs 3–17; 3 epochs undertrained, 30 without early stopping overfit); the
