@@ -17,20 +17,41 @@ fn numbers(v: &Value) -> Vec<f64> {
     v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
 }
 
+/// Runs `longread ARGS`, which must succeed.
+fn run(args: &[&str]) -> std::process::Output {
+    let out = longread(args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// A classifier on the tiny BERT fixture, made by `init` in `dir/init`, for the synthetic
+/// two-label fixture.
+fn init_tiny(dir: &std::path::Path) -> String {
+    let out = dir.join("init").to_str().unwrap().to_owned();
+    let encoder = fixture("tiny-bert");
+    run(&[
+        "init",
+        "--encoder",
+        encoder.to_str().unwrap(),
+        "--labels",
+        "prices,rain",
+        "--out",
+        &out,
+        "--chunk-size",
+        "64",
+        "--stride",
+        "16",
+    ]);
+    out
+}
+
 #[test]
 fn a_wide_and_deep_model_adds_its_bag_of_words_to_the_deep_logits() {
     let tmp = tempfile::tempdir().unwrap();
     let p = |name: &str| tmp.path().join(name).to_str().unwrap().to_owned();
-    let run = |args: &[&str]| {
-        let out = longread(args);
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        out
-    };
     let (train, test) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
     let (t, test) = (train.to_str().unwrap(), test.to_str().unwrap());
-    let encoder = fixture("tiny-bert");
-    let init = ["--labels", "prices,rain", "--out", &p("init"), "--chunk-size", "64", "--stride", "16"];
-    run(&[&["init", "--encoder", encoder.to_str().unwrap()][..], &init].concat());
+    init_tiny(tmp.path());
     let trained = run(&[
         "train",
         "--model",
@@ -138,16 +159,9 @@ fn a_wide_and_deep_model_adds_its_bag_of_words_to_the_deep_logits() {
 fn an_ensemble_keeps_a_wide_and_deep_members_bag_of_words() {
     let tmp = tempfile::tempdir().unwrap();
     let p = |name: &str| tmp.path().join(name).to_str().unwrap().to_owned();
-    let run = |args: &[&str]| {
-        let out = longread(args);
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        out
-    };
     let (train, test) = (fixture("synthetic/train.jsonl"), fixture("synthetic/test.jsonl"));
     let (t, test) = (train.to_str().unwrap(), test.to_str().unwrap());
-    let encoder = fixture("tiny-bert");
-    let init = ["--labels", "prices,rain", "--out", &p("init"), "--chunk-size", "64", "--stride", "16"];
-    run(&[&["init", "--encoder", encoder.to_str().unwrap()][..], &init].concat());
+    init_tiny(tmp.path());
     run(&[
         "train",
         "--model",
