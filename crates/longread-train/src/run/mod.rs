@@ -114,6 +114,7 @@ pub(crate) fn train_run_reading(
     hooks: &mut dyn RunHooks,
 ) -> Result<RunSummary> {
     spec.resolve_defaults()?;
+    spec.resolve_hub_model()?;
     if spec.cv.is_some() && !spec.is_bow() {
         return cross_validation::run(spec, &front, hooks);
     }

@@ -187,6 +187,7 @@ fn recipe_flags(recorded: &Value) -> Result<Vec<String>> {
     // Parsed back and resolved, the flags must give the recorded recipe.
     let mut spec = spec_from_flags(&[placeholder.to_vec(), flags.clone()].concat()).map_err(TrainError::Run)?;
     spec.resolve_defaults()?;
+    spec.resolve_hub_model()?;
     let resolved = serde_json::to_value(&spec).map_err(|e| TrainError::Run(e.to_string()))?;
     for (key, value) in recorded_obj {
         if !NOT_RECIPE.contains(&key.as_str()) && resolved.get(key).is_some_and(|r| r != value) {

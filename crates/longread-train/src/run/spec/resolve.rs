@@ -131,8 +131,9 @@ impl TrainSpec {
     }
 
     /// A `--model` that names no local path but a Hugging Face Hub id (`org/name`) is
-    /// downloaded (with the `hub` feature) and replaced by its directory in the cache.
-    fn resolve_hub_model(&mut self) -> Result<()> {
+    /// downloaded (with the `hub` feature) and replaced by its directory in the cache. Called
+    /// after [`Self::resolve_defaults`], so that a refused flag is not preceded by a download.
+    pub fn resolve_hub_model(&mut self) -> Result<()> {
         if let Some(model) = self.model.as_deref() {
             self.model = Some(longread_model::checkpoint::local_or_hub(model)?);
         }
@@ -173,9 +174,6 @@ impl TrainSpec {
         if !han && self.model.is_none() {
             bail!("--model is required (a model made by `longread init`, or a pretrained encoder)");
         }
-        // Only once the flags are known to fit an encoder run, so that a refusal is not
-        // preceded by a download (or a network error).
-        self.resolve_hub_model()?;
         // Defaults chosen on data: head-only runs take seconds an epoch and stop
         // early (hyperpartisan, MiniLM and MPNet heads, 3 seeds each: 30 epochs with patience
         // 8 kept epochs 3–17; 3 epochs undertrained, 30 without early stopping overfit); the
