@@ -196,10 +196,14 @@ pub fn compare(
     let mut predictions: Vec<Vec<usize>> = Vec::with_capacity(models.len());
     let mut probabilities: Vec<Vec<Vec<f32>>> = Vec::with_capacity(models.len());
     for ((_, model), order) in models.iter().zip(&orders) {
+        // The model's label index → the first model's.
+        let mut ours = vec![0; order.len()];
+        for (i, &k) in order.iter().enumerate() {
+            ours[k] = i;
+        }
         let (mut labels, mut scores) = (Vec::with_capacity(examples.len()), Vec::with_capacity(examples.len()));
         classify_labelled(model, &examples, source_name, |prediction| {
-            let theirs = prediction.label_index();
-            labels.push(order.iter().position(|&k| k == theirs).unwrap_or(theirs));
+            labels.push(ours[prediction.label_index()]);
             let p = prediction.probabilities();
             scores.push(order.iter().map(|&k| p[k]).collect());
             on_document();
