@@ -4,7 +4,9 @@
       vocabulary size and test probabilities of
       TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2) +
       LogisticRegression(C=10, solver="lbfgs") on a binary task (the real hyperpartisan labels)
-      and a 3-class task (labels i % 3: a multinomial fit, parity only).
+      and a 3-class task (labels i % 3: a multinomial fit, parity only); and, under
+      "multilabel", OneVsRestClassifier(LogisticRegression(C=10)) on three labels a document
+      carries any number of (the real label, i % 3 == 0, "trump" in the text).
 
 Texts: the first 120 words of 60 training and 20 test articles of ../shared/data/hyperpartisan.
 Usage: .venv/bin/python scripts/make_bow_fixtures.py
@@ -14,6 +16,7 @@ import os
 
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
+from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import make_union
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -51,6 +54,20 @@ def main():
             "features": x.shape[1],
             "probabilities": lr.predict_proba(vec.transform(test)).tolist(),
         }
+    carried = [
+        [name for name, on in (("hyperpartisan", y == 1), ("third", i % 3 == 0), ("trump", "trump" in t.lower())) if on]
+        for i, (t, y) in enumerate(zip(train, train_labels))
+    ]
+    names = ["hyperpartisan", "third", "trump"]
+    indicator = [[int(n in c) for n in names] for c in carried]
+    vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+    x = vec.fit_transform(train)
+    ovr = OneVsRestClassifier(LogisticRegression(C=10.0, tol=1e-12, max_iter=100000)).fit(x, indicator)
+    out["multilabel"] = {
+        "names": names,
+        "labels": carried,
+        "probabilities": ovr.predict_proba(vec.transform(test)).tolist(),
+    }
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump(out, f)

@@ -1,4 +1,4 @@
-//! A bag-of-words model directory: `bow.json` (labels, TF-IDF settings, C), `vocabulary.txt`
+//! A bag-of-words model directory: `bow.json` (labels, TF-IDF settings, C, whether multi-label), `vocabulary.txt`
 //! (one n-gram per line, in column order) and `model.safetensors` (`idf [features]`,
 //! `weights [outputs, features]`, `intercepts [outputs]`, f64). Every file is written to a
 //! temporary name and renamed, so a crash never leaves a half-written model.
@@ -28,6 +28,9 @@ struct BowConfig {
     labels: Vec<String>,
     tfidf: TfidfSettings,
     c: f64,
+    /// One-vs-rest over labels a document may carry any number of (absent: one label each).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    multi_label: bool,
 }
 
 pub(crate) fn write_bow_files(model: &BowModel, dir: &Path) -> Result<()> {
@@ -65,6 +68,7 @@ pub(crate) fn bow_files(model: &BowModel) -> Result<Vec<(&'static str, Vec<u8>)>
         labels: model.labels.clone(),
         tfidf: model.tfidf,
         c: model.c,
+        multi_label: model.multi_label,
     };
     let json = serde_json::to_vec_pretty(&config).map_err(|e| BowError::Solver(e.to_string()))?;
     Ok(vec![(VOCABULARY, vocabulary.into_bytes()), (WEIGHTS, data), (CONFIG, json)])
@@ -85,8 +89,8 @@ pub(crate) fn read_bow_files(dir: &Path) -> Result<BowModel> {
             ),
         ));
     }
-    if config.labels.len() < 2 {
-        return Err(format(&config_path, "needs at least two labels".into()));
+    if config.labels.len() < 2 && !(config.multi_label && config.labels.len() == 1) {
+        return Err(format(&config_path, "needs at least two labels (a multi-label model: at least one)".into()));
     }
     let vocab_path = dir.join(VOCABULARY);
     let text = String::from_utf8(read(&vocab_path)?).map_err(|_| format(&vocab_path, "not UTF-8".into()))?;
@@ -106,7 +110,7 @@ pub(crate) fn read_bow_files(dir: &Path) -> Result<BowModel> {
     let (w_shape, weights) = tensor("weights")?;
     let (b_shape, intercepts) = tensor("intercepts")?;
     let features = vocabulary.len();
-    let outputs = if config.labels.len() == 2 { 1 } else { config.labels.len() };
+    let outputs = if config.labels.len() == 2 && !config.multi_label { 1 } else { config.labels.len() };
     if idf_shape != [features]
         || w_shape != [outputs, features]
         || b_shape != [outputs]
@@ -122,7 +126,15 @@ pub(crate) fn read_bow_files(dir: &Path) -> Result<BowModel> {
         ));
     }
     let regression = LogisticRegression { classes: config.labels.len(), features, weights, intercepts };
-    Ok(BowModel { labels: config.labels, tfidf: config.tfidf, c: config.c, vocabulary, idf, regression })
+    Ok(BowModel {
+        labels: config.labels,
+        tfidf: config.tfidf,
+        c: config.c,
+        vocabulary,
+        idf,
+        regression,
+        multi_label: config.multi_label,
+    })
 }
 
 /// An f64 tensor over `data`.

@@ -130,6 +130,11 @@ impl LogisticRegression {
         }
     }
 
+    /// `w·x + b` of every weight row (one per label of a one-vs-rest model).
+    pub fn decision(&self, row: &SparseRow) -> Vec<f64> {
+        linear(&self.weights, &self.intercepts, self.features, row)
+    }
+
     /// Class probabilities of a row.
     pub fn probabilities(&self, row: &SparseRow) -> Vec<f64> {
         softmax(&self.logits(row))
@@ -151,6 +156,16 @@ pub fn log_softmax(z: &[f64]) -> Vec<f64> {
     let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let lse = max + z.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
     z.iter().map(|v| v - lse).collect()
+}
+
+/// The logistic function, stable for large |z|.
+pub fn sigmoid(z: f64) -> f64 {
+    if z >= 0.0 {
+        1.0 / (1.0 + (-z).exp())
+    } else {
+        let e = z.exp();
+        e / (1.0 + e)
+    }
 }
 
 /// Softmax, stable.

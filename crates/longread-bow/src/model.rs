@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::counts::{count_terms, for_each_char_term, Interner, TermCounts};
 use crate::error::{BowError, Result};
 use crate::files::{bow_files, read_bow_files, write_bow_files};
-use crate::logistic::{argmax, softmax, Data, LogisticRegression, Solver};
+use crate::logistic::{argmax, sigmoid, softmax, Data, LogisticRegression, Solver};
 use crate::sparse::SparseRow;
 use crate::terms::{for_each_ngram, words};
 use crate::tfidf::{blocks, Columns, TfidfSettings};
@@ -92,6 +92,9 @@ pub struct BowModel {
     pub(crate) vocabulary: HashMap<String, u32>,
     pub(crate) idf: Vec<f64>,
     pub(crate) regression: LogisticRegression,
+    /// One-vs-rest over labels a document may carry any number of (one weight row per label,
+    /// sigmoid probabilities), rather than one label per document (softmax).
+    pub(crate) multi_label: bool,
 }
 
 impl BowModel {
@@ -115,11 +118,24 @@ impl BowModel {
         self.idf.len()
     }
 
-    /// Classifies one text; a text without words is an error.
+    /// Whether each label is decided on its own (one-vs-rest, sigmoid probabilities).
+    pub fn multi_label(&self) -> bool {
+        self.multi_label
+    }
+
+    /// Classifies one text; a text without words is an error. A multi-label model's logits are
+    /// each label's `w·x + b` and its probabilities their sigmoids (they need not sum to 1).
     pub fn scores(&self, text: &str) -> Result<BowScores> {
         let row = self.row(text)?;
-        let logits = self.regression.logits(&row);
-        let probabilities = softmax(&logits);
+        let (logits, probabilities) = if self.multi_label {
+            let z = self.regression.decision(&row);
+            let p = z.iter().map(|&v| sigmoid(v)).collect();
+            (z, p)
+        } else {
+            let z = self.regression.logits(&row);
+            let p = softmax(&z);
+            (z, p)
+        };
         Ok(BowScores {
             logits: logits.iter().map(|&v| v as f32).collect(),
             probabilities: probabilities.iter().map(|&v| v as f32).collect(),
@@ -239,13 +255,25 @@ pub fn train(
     let data = Data { rows: &rows, labels, sample_weights: &weights, classes, features: columns.idf.len() };
     let regression = LogisticRegression::fit(data, c, None, options.solver)?;
     on_fit(total, total);
+    let vocabulary = vocabulary(&columns, &interner);
+    let model = BowModel {
+        labels: label_names.to_vec(),
+        tfidf: options.tfidf,
+        c,
+        vocabulary,
+        idf: columns.idf,
+        regression,
+        multi_label: false,
+    };
+    Ok(Trained { model, cv })
+}
+
+/// n-gram → column of fitted `columns`.
+pub(crate) fn vocabulary(columns: &Columns, interner: &Interner) -> HashMap<String, u32> {
     let mut by_column: Vec<(u32, u32)> = columns.of_term.iter().map(|(&term, &col)| (col, term)).collect();
     by_column.sort_unstable();
     let terms: Vec<u32> = by_column.iter().map(|&(_, term)| term).collect();
-    let vocabulary = interner.names(&terms).into_iter().enumerate().map(|(col, name)| (name, col as u32)).collect();
-    let model =
-        BowModel { labels: label_names.to_vec(), tfidf: options.tfidf, c, vocabulary, idf: columns.idf, regression };
-    Ok(Trained { model, cv })
+    interner.names(&terms).into_iter().enumerate().map(|(col, name)| (name, col as u32)).collect()
 }
 
 /// What one cross-validation fold fits on: the features fitted on every document but the
@@ -253,7 +281,7 @@ pub fn train(
 pub(crate) struct FoldFit {
     /// The fold's TF-IDF columns (score held-out documents with them).
     pub(crate) columns: Columns,
-    rows: Vec<SparseRow>,
+    pub(crate) rows: Vec<SparseRow>,
     labels: Vec<usize>,
     weights: Vec<f64>,
 }
@@ -300,6 +328,24 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
     if let Some(&l) = labels.iter().find(|&&l| l >= label_names.len()) {
         return bad(format!("label id {l} is out of range for {} labels", label_names.len()));
     }
+    check_options(options, label_names)?;
+    let mut per_class = vec![0usize; label_names.len()];
+    labels.iter().for_each(|&l| per_class[l] += 1);
+    if per_class.iter().filter(|&&n| n > 0).count() < 2 {
+        return bad("the training data has documents of only one label".into());
+    }
+    if options.cs.len() > 1 {
+        let smallest = per_class.iter().filter(|&&n| n > 0).min().copied().unwrap_or(0);
+        if options.folds < 2 || smallest < options.folds {
+            return Err(BowError::TooFewForFolds { folds: options.folds, rarest: smallest });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses options no fit can use.
+pub(crate) fn check_options(options: &BowOptions, label_names: &[String]) -> Result<()> {
+    let bad = |m: String| Err(BowError::InvalidInput(m));
     if options.cs.is_empty() || options.cs.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
         return bad(format!("C values {:?}: give at least one, each above 0", options.cs));
     }
@@ -316,17 +362,6 @@ fn check(texts: &[&str], labels: &[usize], label_names: &[String], options: &Bow
     if let Some(w) = &options.class_weights {
         if w.len() != label_names.len() || w.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
             return bad(format!("class weights {w:?}: one per label, each above 0"));
-        }
-    }
-    let mut per_class = vec![0usize; label_names.len()];
-    labels.iter().for_each(|&l| per_class[l] += 1);
-    if per_class.iter().filter(|&&n| n > 0).count() < 2 {
-        return bad("the training data has documents of only one label".into());
-    }
-    if options.cs.len() > 1 {
-        let smallest = per_class.iter().filter(|&&n| n > 0).min().copied().unwrap_or(0);
-        if options.folds < 2 || smallest < options.folds {
-            return Err(BowError::TooFewForFolds { folds: options.folds, rarest: smallest });
         }
     }
     Ok(())

@@ -141,3 +141,42 @@ fn cross_validation_scores_every_c_and_picks_the_best() {
     let err = train(&texts, &labels, &names, &too_many_folds, |_, _| {}).unwrap_err().to_string();
     assert!(err.contains("1000-fold"), "{err}");
 }
+
+/// One-vs-rest: each label's probability is scikit-learn's
+/// `OneVsRestClassifier(LogisticRegression(C=10))`'s, saved and loaded unchanged.
+#[test]
+fn one_vs_rest_logistic_regression_matches_scikit_learn() {
+    let fx = fixture();
+    let texts = strings(&fx["train"]);
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let expected = &fx["multilabel"];
+    let names = strings(&expected["names"]);
+    let labels: Vec<Vec<usize>> = expected["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| strings(l).iter().map(|n| names.iter().position(|x| x == n).unwrap()).collect())
+        .collect();
+    let options = BowOptions {
+        cs: vec![fx["c"].as_f64().unwrap()],
+        solver: Solver { max_iters: 5000, tolerance: 1e-12 },
+        ..BowOptions::default()
+    };
+    let model =
+        longread_bow::train_multilabel(&texts, &labels, &names, &options, longread_bow::LabelWeights::Equal, |_, _| {})
+            .unwrap()
+            .model;
+    let dir = tempfile::tempdir().unwrap();
+    model.save(dir.path()).unwrap();
+    let loaded = BowModel::load(dir.path()).unwrap();
+    assert!(loaded.multi_label());
+    let mut worst = 0.0f64;
+    for (text, probs) in strings(&fx["test"]).iter().zip(expected["probabilities"].as_array().unwrap()) {
+        let (got, again) = (model.scores(text).unwrap(), loaded.scores(text).unwrap());
+        assert_eq!(got, again, "saved and loaded");
+        for (g, e) in got.probabilities.iter().zip(probs.as_array().unwrap()) {
+            worst = worst.max((f64::from(*g) - e.as_f64().unwrap()).abs());
+        }
+    }
+    assert!(worst <= 1e-4, "max abs diff {worst}");
+}
