@@ -163,19 +163,75 @@ impl Scratch {
     }
 }
 
-/// Stops a background block's process group when the file is done (or a block failed).
+/// Stops a background block's process group when the file is done (or a block failed):
+/// SIGTERM, then SIGKILL for whatever is left after a grace period.
 struct Background(Vec<Child>);
 
 impl Drop for Background {
     fn drop(&mut self) {
         for child in &mut self.0 {
-            // SAFETY: signals the process group this harness started (setsid below).
-            unsafe {
-                libc::kill(-(child.id() as i32), libc::SIGTERM);
+            signal_group(child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(100));
             }
+            signal_group(child.id(), libc::SIGKILL);
             let _ = child.wait();
         }
     }
+}
+
+/// Signals the process group led by `leader` (a group this harness started).
+fn signal_group(leader: u32, signal: i32) {
+    // SAFETY: kill(2) on a process group id; no memory is touched.
+    unsafe {
+        libc::kill(-(leader as i32), signal);
+    }
+}
+
+/// The longest a block may run: a block that hangs (a server it started that never exits, a
+/// wait on it) fails with its output instead of stalling the whole test run.
+const BLOCK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How a block ended, and what it printed.
+struct BlockRun {
+    success: bool,
+    ending: String,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Runs a block in a process group of its own, its output in files (a process it leaves behind
+/// cannot hold a pipe open), for at most [`BLOCK_TIMEOUT`]; then kills whatever of the group
+/// is still running, so that no block outlives itself.
+fn run_block(scratch: &Scratch, text: &str) -> BlockRun {
+    use std::os::unix::process::CommandExt;
+    let logs = tempfile::tempdir().unwrap();
+    let (out_path, err_path) = (logs.path().join("stdout"), logs.path().join("stderr"));
+    let mut child = scratch
+        .command(text)
+        .process_group(0)
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("running bash");
+    let deadline = Instant::now() + BLOCK_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for bash") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    signal_group(child.id(), libc::SIGKILL);
+    let _ = child.wait();
+    let (success, ending) = match status {
+        Some(status) => (status.success(), format!("failed ({status})")),
+        None => (false, format!("was stopped after {} s", BLOCK_TIMEOUT.as_secs())),
+    };
+    BlockRun { success, ending, stdout: std::fs::read(&out_path).unwrap(), stderr: std::fs::read(&err_path).unwrap() }
 }
 
 /// Waits until the server's `/health` answers 200 (it answers 503 while its model loads).
@@ -209,12 +265,12 @@ fn run_file(name: &str) {
         let started = Instant::now();
         match block.kind {
             Kind::Run => {
-                let out = scratch.command(&block.text).output().expect("running bash");
-                if !out.status.success() {
+                let out = run_block(&scratch, &block.text);
+                if !out.success {
                     panic!(
-                        "{name}:{}: the block failed ({}):\n{}\n--- stdout (end) ---\n{}\n--- stderr (end) ---\n{}",
+                        "{name}:{}: the block {}:\n{}\n--- stdout (end) ---\n{}\n--- stderr (end) ---\n{}",
                         block.line,
-                        out.status,
+                        out.ending,
                         block.text,
                         tail(&out.stdout),
                         tail(&out.stderr)
@@ -333,4 +389,22 @@ fn fences_are_read_as_documented() {
     assert!(fence_kind("bash").is_err());
     assert!(fence_kind("sh later").is_err());
     assert!(fence_kind("python sometimes").is_err());
+}
+
+/// A block that starts a process and exits (or fails) without stopping it ends when bash
+/// does: the leftover cannot hold the block's output open, and it is killed with the block.
+#[test]
+fn a_process_a_block_leaves_behind_neither_stalls_nor_outlives_it() {
+    let scratch = Scratch::new(repo().join("examples"));
+    let started = Instant::now();
+    let out = run_block(&scratch, "sleep 300 & echo $! > leftover.pid; echo started; false");
+    assert!(!out.success, "the block's own failure is reported");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "started");
+    assert!(started.elapsed() < Duration::from_secs(60), "the block took {:?}", started.elapsed());
+    let pid: i32 = std::fs::read_to_string(scratch.dir.path().join("leftover.pid")).unwrap().trim().parse().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // Gone, or a zombie its new parent has yet to reap.
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let running = state.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
+    assert!(!running, "the process the block left behind ({pid}) is still running: {state}");
 }
