@@ -1,8 +1,13 @@
-"""Writes the example data the README and docs/ use: examples/transcripts/{train,test}.csv.
+"""Writes the example data the README and docs/ use:
 
-Synthetic show transcripts rated general / teen / mature. Each is neutral talk with one short
-passage, placed anywhere, that carries the rating, so a reader of the first chunk alone cannot
-rate most of them. Deterministic (seed 11); run from the repository root:
+- examples/transcripts/{train,test}.csv: synthetic show transcripts rated general / teen /
+  mature. Each is neutral talk with one short passage, placed anywhere, that carries the
+  rating, so a reader of the first chunk alone cannot rate most of them (seed 11).
+- examples/descriptors/{train,test}.csv: multi-label: transcripts that carry any of the content
+  descriptors violence, language and drugs (a `labels` column joined by `;`, empty for none),
+  each descriptor by a passage of its own placed anywhere (seed 12).
+
+Deterministic; run from the repository root:
 
     python3 scripts/make_example_data.py
 """
@@ -71,12 +76,54 @@ def write(path: Path, rng: random.Random, per_label: int, prefix: str) -> None:
             writer.writerow([f"{prefix}-{i:03d}", text, label])
 
 
+DESCRIPTORS = {
+    "violence": [
+        "The gang beat the witness bloody behind the {place} and left him for dead.",
+        "He pulled a knife and stabbed the guard twice outside the {place}.",
+        "They kicked him until he stopped moving on the floor of the {place}.",
+    ],
+    "language": [
+        "Shut your damn mouth, you stupid bastard, and get out of my {place}.",
+        "What the hell is this crap? Who the hell left it by the {place}?",
+        "Damn it, the bloody {thing} is broken again, this is total crap.",
+    ],
+    "drugs": [
+        "They snorted cocaine in the car before driving to the {place}.",
+        "He sold pills and weed to the kids behind the {place} every night.",
+        "She was high on heroin again and could not find the {thing}.",
+    ],
+}
+
+
+def described(rng: random.Random, descriptors: list) -> str:
+    lines = [line(rng, rng.choice(NEUTRAL)) for _ in range(rng.randint(28, 60))]
+    for descriptor in descriptors:
+        passage = [line(rng, template) for template in rng.sample(DESCRIPTORS[descriptor], 2)]
+        at = rng.randint(0, len(lines))
+        lines = lines[:at] + passage + lines[at:]
+    return "\n".join(lines)
+
+
+def write_descriptors(path: Path, rng: random.Random, documents: int, prefix: str) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text", "labels"])
+        for i in range(documents):
+            carried = [d for d in DESCRIPTORS if rng.random() < 0.4]
+            writer.writerow([f"{prefix}-{i:03d}", described(rng, carried), ";".join(carried)])
+
+
 def main() -> None:
     rng = random.Random(11)
     out = Path("examples/transcripts")
     out.mkdir(parents=True, exist_ok=True)
     write(out / "train.csv", rng, 20, "train")
     write(out / "test.csv", rng, 10, "test")
+    rng = random.Random(12)
+    out = Path("examples/descriptors")
+    out.mkdir(parents=True, exist_ok=True)
+    write_descriptors(out / "train.csv", rng, 80, "train")
+    write_descriptors(out / "test.csv", rng, 40, "test")
 
 
 if __name__ == "__main__":

@@ -423,6 +423,7 @@ impl Ensemble {
             logits,
             scores: LabelScores { labels: self.labels().to_vec(), probabilities },
             parts: evidence.map_or(crate::Parts::Whole {}, |p| p.parts.clone()),
+            labels: None,
             tasks: None,
             members: Some(members),
             tokens,

@@ -12,6 +12,7 @@ pub mod ensemble;
 pub mod evaluate;
 pub mod kinds;
 pub mod model_kind;
+pub mod multilabel_eval;
 pub mod out_of_fold;
 pub mod prediction;
 pub mod queue;
@@ -249,6 +250,12 @@ impl Classifier {
     /// Every task, the primary one first (one for all but multi-task models).
     pub fn tasks(&self) -> &[TaskSpec] {
         self.model.tasks()
+    }
+
+    /// Whether a document carries any number of the labels, each decided on its own: its
+    /// predictions give [`Prediction::labels`], and its probabilities need not sum to 1.
+    pub fn multi_label(&self) -> bool {
+        self.model.multi_label()
     }
 
     /// The options it runs with, every default decided (precision and batch budget `Some`).

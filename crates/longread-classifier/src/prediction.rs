@@ -12,8 +12,14 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Prediction {
-    /// The most probable label (the first on ties).
+    /// The most probable label (the first on ties). A multi-label model decides each label on
+    /// its own: read [`Prediction::labels`]; this is then the most probable label, carried or not.
     pub label: String,
+    /// Multi-label models: the labels the document carries — each whose probability reaches
+    /// its threshold (0.5 unless a decision rule was tuned) — in the model's order, possibly
+    /// none. Absent for single-label models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
     /// `{label: probability}` in the model's label order.
     #[cfg_attr(feature = "openapi", schema(value_type = std::collections::HashMap<String, f32>))]
     pub scores: LabelScores,
@@ -37,6 +43,15 @@ pub struct Prediction {
 }
 
 impl Prediction {
+    /// The decision as text: the label, or a multi-label model's labels joined by `;` (empty
+    /// when the document carries none).
+    pub fn decision_text(&self) -> String {
+        match &self.labels {
+            Some(labels) => labels.join(";"),
+            None => self.label.clone(),
+        }
+    }
+
     /// Sets each chunk's `occlusion` from the probabilities it was read `without`: the
     /// predicted label's probability minus its probability there. Called whenever the label
     /// or the probabilities are settled (by the model, then by a calibration or decision rule).
@@ -377,6 +392,22 @@ impl<'r> PredictionLine<'r> {
     }
 }
 
+/// A multi-label model's default threshold: a label is carried when its probability is at
+/// least this.
+pub const MULTI_LABEL_THRESHOLD: f32 = 0.5;
+
+/// The labels whose probability reaches their threshold (`thresholds`, one per label; `None`:
+/// [`MULTI_LABEL_THRESHOLD`] for each), in label order.
+pub fn carried(labels: &[String], probabilities: &[f32], thresholds: Option<&[f32]>) -> Vec<String> {
+    labels
+        .iter()
+        .zip(probabilities)
+        .enumerate()
+        .filter(|&(i, (_, &p))| p >= thresholds.and_then(|t| t.get(i).copied()).unwrap_or(MULTI_LABEL_THRESHOLD))
+        .map(|(_, (label, _))| label.clone())
+        .collect()
+}
+
 /// Index of the largest value (the first on ties; 0 when empty).
 pub fn argmax(values: &[f32]) -> usize {
     values.iter().enumerate().fold(0, |best, (i, v)| if *v > values[best] { i } else { best })
@@ -392,6 +423,7 @@ mod tests {
             scores: LabelScores { labels: vec!["a".into(), "b".into()], probabilities: vec![0.25, 0.75] },
             logits: vec![-1.0, 0.5],
             parts: Parts::Chunks { chunks: vec![ChunkEvidence::new(0, 0, 10, 0.2), ChunkEvidence::new(1, 5, 20, 0.8)] },
+            labels: None,
             tasks: None,
             members: None,
             tokens: Some(30),

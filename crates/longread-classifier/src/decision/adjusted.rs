@@ -52,6 +52,10 @@ impl DocumentModel for Adjusted {
     fn tasks(&self) -> &[TaskSpec] {
         self.inner.tasks()
     }
+
+    fn multi_label(&self) -> bool {
+        self.inner.multi_label()
+    }
     fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
         self.inner.prepare(text)
     }

@@ -6,7 +6,7 @@ use longread_model::error::Result;
 use rayon::prelude::*;
 
 use super::whole::TextScorer;
-use crate::prediction::{argmax, LabelScores, Parts, Prediction};
+use crate::prediction::{argmax, carried, LabelScores, Parts, Prediction};
 use crate::{DocError, DocResult};
 
 impl TextScorer for BowModel {
@@ -15,7 +15,9 @@ impl TextScorer for BowModel {
         Ok(texts
             .par_iter()
             .map(|text| {
-                self.scores(text).map(|s| bow_prediction(self.labels(), s)).map_err(|e| DocError::new(e.to_string()))
+                self.scores(text)
+                    .map(|s| bow_prediction(self.labels(), self.multi_label(), s))
+                    .map_err(|e| DocError::new(e.to_string()))
             })
             .collect())
     }
@@ -27,12 +29,18 @@ impl TextScorer for BowModel {
     fn labels(&self) -> &[String] {
         BowModel::labels(self)
     }
+
+    fn multi_label(&self) -> bool {
+        BowModel::multi_label(self)
+    }
 }
 
-/// A bag-of-words prediction: scores only.
-fn bow_prediction(labels: &[String], scores: BowScores) -> Prediction {
+/// A bag-of-words prediction: scores only; a multi-label model's carries each label whose
+/// probability is at least [`crate::prediction::MULTI_LABEL_THRESHOLD`].
+fn bow_prediction(labels: &[String], multi_label: bool, scores: BowScores) -> Prediction {
     Prediction {
         label: labels[argmax(&scores.probabilities)].clone(),
+        labels: multi_label.then(|| carried(labels, &scores.probabilities, None)),
         scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
         logits: scores.logits,
         parts: Parts::Whole {},

@@ -208,6 +208,7 @@ fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<Doc
         },
         scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },
         logits: primary.logits,
+        labels: None,
         tasks: (!other.is_empty()).then_some(other),
         members: None,
         tokens: Some(doc.total_tokens),

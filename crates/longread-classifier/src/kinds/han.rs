@@ -53,6 +53,7 @@ fn han_prediction(labels: &[String], scores: HanScores) -> Prediction {
         scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
         logits: scores.logits,
         parts: Parts::Sentences { total_sentences: scores.total_sentences, sentences },
+        labels: None,
         tasks: None,
         members: None,
         tokens: None,

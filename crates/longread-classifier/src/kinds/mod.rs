@@ -121,6 +121,12 @@ pub(crate) trait DocumentModel: Send + Sync {
     /// Every task it predicts, the primary one first (one for all but multi-task models).
     fn tasks(&self) -> &[TaskSpec];
 
+    /// Whether its primary task is multi-label: a document carries any number of the labels,
+    /// each decided on its own (sigmoid probabilities, [`crate::Prediction::labels`]).
+    fn multi_label(&self) -> bool {
+        false
+    }
+
     /// `text` prepared into units; a text this model cannot read is a [`DocError`].
     fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError>;
 

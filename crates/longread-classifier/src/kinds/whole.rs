@@ -18,6 +18,11 @@ pub(crate) trait TextScorer: Send + Sync {
 
     /// Its labels, in id order.
     fn labels(&self) -> &[String];
+
+    /// Whether a document carries any number of its labels (decided one by one).
+    fn multi_label(&self) -> bool {
+        false
+    }
 }
 
 /// A [`TextScorer`] as a [`DocumentModel`].
@@ -40,6 +45,10 @@ impl<S: TextScorer> WholeText<S> {
 impl<S: TextScorer> DocumentModel for WholeText<S> {
     fn tasks(&self) -> &[TaskSpec] {
         &self.tasks
+    }
+
+    fn multi_label(&self) -> bool {
+        self.scorer.multi_label()
     }
 
     /// The text as it is: the scorer says why one cannot be classified.

@@ -1,4 +1,5 @@
-//! `predict --format csv`: a row per document for spreadsheets — the id, the label, each
+//! `predict --format csv`: a row per document for spreadsheets — the id, the label (a
+//! multi-label model's labels, joined by `;`), each
 //! label's probability, the most attended chunk or sentence (its character span and weight),
 //! the other tasks' labels, and the error of a document that failed.
 
@@ -12,7 +13,8 @@ use super::predict::id_text;
 /// `evidence_attention` (models that read chunks or sentences), one column per other task,
 /// `error`.
 pub fn header(classifier: &Classifier) -> Vec<String> {
-    let mut columns = vec!["id".to_string(), "label".to_string()];
+    let decision = if classifier.multi_label() { "labels" } else { "label" };
+    let mut columns = vec!["id".to_string(), decision.to_string()];
     columns.extend(classifier.labels().iter().map(|l| format!("p_{l}")));
     if classifier.evidence_unit() != "none" {
         columns.extend(["evidence_start", "evidence_end", "evidence_attention"].map(String::from));
@@ -34,7 +36,7 @@ pub fn row(classifier: &Classifier, document: &Document, result: &DocResult) -> 
         }
         Ok(p) => p,
     };
-    cells.push(prediction.label.clone());
+    cells.push(prediction.decision_text());
     cells.extend(prediction.probabilities().iter().map(|p| p.to_string()));
     if classifier.evidence_unit() != "none" {
         match prediction.top_evidence() {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::Args;
 use longread_classifier::evaluate::{compare, evaluate_reader, Comparison, TaskReport};
+use longread_classifier::multilabel_eval::evaluate_multilabel_models;
 use longread_classifier::ClassifierOptions;
 use longread_metrics::bootstrap::{Bootstrap, Interval, RESAMPLES};
 use longread_metrics::terminal::printable;
@@ -30,8 +31,10 @@ pub struct EvalArgs {
     /// Labelled JSON lines: {"text": ..., "label": name or index into the model's labels} (or a
     /// .csv/.tsv file with "text" and "label" columns);
     /// `-` reads standard input. A multi-task model reads each task's label from its column
-    /// (see `inspect`); a line may lack some of them. `--input` is the same flag, as in
-    /// `predict` and `report`.
+    /// (see `inspect`); a line may lack some of them. A multi-label model reads a "labels" list
+    /// (CSV/TSV: a labels cell joined by --label-separator, or --label-columns) and reports
+    /// micro/macro/weighted/samples F1, subset accuracy, Hamming loss, ROC-AUC and per-label
+    /// scores. `--input` is the same flag, as in `predict` and `report`.
     #[arg(long, visible_alias = "input")]
     data: PathBuf,
     /// Print one JSON object (accuracy, macro_f1, weighted_f1, per_class, confusion_matrix, …)
@@ -52,15 +55,32 @@ pub struct EvalArgs {
     /// Seed of the bootstrap (the same seed, the same intervals).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    label_layout: longread_train::run::LabelLayoutSpec,
+    /// Multi-label models: refuse data that names a label the model does not know (by default
+    /// such labels are left out of the scores, with one warning naming them and counting their
+    /// documents, as scikit-learn's MultiLabelBinarizer ignores unknown classes).
+    #[arg(long)]
+    strict_labels: bool,
 }
 
 /// Runs `longread eval`.
 pub fn run(args: EvalArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     let options = args.encoding.options(device);
-    if args.model.len() > 1 {
-        return run_comparison(&args, options, quiet);
+    let first = load(&args.model[0], options, args.vector_cache.as_deref())?;
+    if first.multi_label() {
+        return run_multilabel(&args, first, options, quiet);
     }
-    let reports = evaluate_file(&args.model[0], &args.data, options, args.vector_cache.as_deref(), quiet)?;
+    if args.strict_labels || !args.label_layout.label_columns.is_empty() {
+        anyhow::bail!(
+            "--strict-labels and --label-columns are for multi-label models; {} predicts one label per document",
+            args.model[0].display()
+        );
+    }
+    if args.model.len() > 1 {
+        return run_comparison(&args, first, options, quiet);
+    }
+    let reports = evaluate_loaded(&first, &args.data, quiet)?;
     for r in &reports {
         let task = if reports.len() > 1 { format!(" (task {})", r.task.name) } else { String::new() };
         note_constant(&format!("{}{task}", args.model[0].display()), &r.report, quiet);
@@ -96,20 +116,75 @@ pub fn evaluate_file(
     vector_cache: Option<&Path>,
     quiet: bool,
 ) -> Result<Vec<TaskReport>> {
-    let classifier = load(model_dir, options, vector_cache)?;
+    evaluate_loaded(&load(model_dir, options, vector_cache)?, data, quiet)
+}
+
+/// [`evaluate_file`] with the model loaded.
+fn evaluate_loaded(classifier: &longread_classifier::Classifier, data: &Path, quiet: bool) -> Result<Vec<TaskReport>> {
     let progress = progress_bar(0, quiet);
-    let reports = evaluate_reader(&classifier, open_input(data)?, &input_name(data), || progress.inc(1))?;
+    let reports = evaluate_reader(classifier, open_input(data)?, &input_name(data), || progress.inc(1))?;
     progress.finish_and_clear();
     Ok(reports)
 }
 
+/// `eval` of multi-label models (one, or several compared on the same documents): the
+/// multi-label metrics with bootstrap intervals, as a table or JSON.
+fn run_multilabel(
+    args: &EvalArgs,
+    first: longread_classifier::Classifier,
+    options: ClassifierOptions,
+    quiet: bool,
+) -> Result<()> {
+    let mut classifiers = vec![(args.model[0].display().to_string(), first)];
+    for dir in &args.model[1..] {
+        classifiers.push((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?));
+    }
+    let models: Vec<(String, &longread_classifier::Classifier)> =
+        classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
+    let progress = progress_bar(0, quiet);
+    let bootstrap = Bootstrap::new(args.bootstrap as usize, args.seed).map_err(anyhow::Error::msg)?;
+    let evaluation = evaluate_multilabel_models(
+        &models,
+        open_input(&args.data)?,
+        &input_name(&args.data),
+        &args.label_layout.layout(),
+        args.strict_labels,
+        bootstrap,
+        || progress.inc(1),
+    )?;
+    progress.finish_and_clear();
+    if let (Some(note), false) = (evaluation.unknown_note(), quiet) {
+        eprintln!("{note}");
+    }
+    if args.json {
+        match evaluation.models.as_slice() {
+            [one] => {
+                let mut value = serde_json::to_value(&one.report)?;
+                value["micro_f1_ci"] = serde_json::to_value(one.micro_f1_ci)?;
+                value["macro_f1_ci"] = serde_json::to_value(one.macro_f1_ci)?;
+                value["unknown_labels"] = serde_json::to_value(&evaluation.unknown_labels)?;
+                value["documents_with_unknown_labels"] = evaluation.documents_with_unknown_labels.into();
+                println!("{value}");
+            }
+            _ => println!("{}", serde_json::to_string(&evaluation)?),
+        }
+    } else {
+        print!("{}", evaluation.to_table());
+    }
+    Ok(())
+}
+
 /// `eval` with several models: the comparison table, or its JSON.
-fn run_comparison(args: &EvalArgs, options: ClassifierOptions, quiet: bool) -> Result<()> {
-    let classifiers: Vec<(String, longread_classifier::Classifier)> = args
-        .model
-        .iter()
-        .map(|dir| Ok((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?)))
-        .collect::<Result<_>>()?;
+fn run_comparison(
+    args: &EvalArgs,
+    first: longread_classifier::Classifier,
+    options: ClassifierOptions,
+    quiet: bool,
+) -> Result<()> {
+    let mut classifiers = vec![(args.model[0].display().to_string(), first)];
+    for dir in &args.model[1..] {
+        classifiers.push((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?));
+    }
     let models: Vec<(String, &longread_classifier::Classifier)> =
         classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
     let progress = progress_bar(0, quiet);

@@ -275,7 +275,16 @@ pub fn run(args: PredictArgs, quiet: bool, device: DeviceChoice) -> Result<usize
 /// that an input without documents writes nothing.
 fn write_header(out: &mut Output, classifier: &Classifier, format: Format) -> Result<()> {
     match format {
-        Format::Table => writeln!(out, "{}", table_header(classifier.labels(), classifier.evidence_unit()))?,
+        Format::Table => writeln!(
+            out,
+            "{}",
+            table_header(
+                classifier.labels(),
+                classifier.evidence_unit(),
+                classifier.multi_label(),
+                label_width(classifier)
+            )
+        )?,
         Format::Csv => {
             out.write_all(&csv_rows::line(&csv_rows::header(classifier))?)?;
             out.write_all(b"\n")?;
@@ -304,21 +313,33 @@ pub fn id_text(document: &Document) -> String {
     }
 }
 
-fn table_header(labels: &[String], unit: &str) -> String {
+/// The width of the label column: 12 characters, or for a multi-label model room for every
+/// label joined by `;` (at most 40).
+fn label_width(classifier: &Classifier) -> usize {
+    if !classifier.multi_label() {
+        return 12;
+    }
+    let all: usize = classifier.labels().iter().map(|l| printable(l).chars().count() + 1).sum();
+    all.saturating_sub(1).clamp(12, 40)
+}
+
+fn table_header(labels: &[String], unit: &str, multi_label: bool, width: usize) -> String {
     let scores: String = labels.iter().map(|l| format!(" {:>8}", truncate(&printable(l), 8))).collect();
+    let label = if multi_label { "labels" } else { "label" };
     let count = match unit {
         "chunk" => "chunks",
         "sentence" => "sents",
         // A model that reads no parts (bag of words) has no evidence columns.
-        _ => return format!("{:<24} {:<12}{scores}", "id", "label"),
+        _ => return format!("{:<24} {label:<width$}{scores}", "id"),
     };
-    format!("{:<24} {:<12}{scores} {count:>6}  most attended {unit}", "id", "label")
+    format!("{:<24} {label:<width$}{scores} {count:>6}  most attended {unit}", "id")
 }
 
 /// One table row: label, probabilities, how many parts were read, and the most attended one
 /// (its index, characters, attention and the start of its text); other tasks' labels last.
 fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -> String {
     let id = truncate(&printable(&id_text(document)), 24);
+    let width = label_width(classifier);
     let prediction = match result {
         Err(e) => return format!("{id:<24} error: {e}"),
         Ok(p) => p,
@@ -331,7 +352,7 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
             (e.count, format!("#{} (chars {}–{}, attention {:.2}): {excerpt}", e.index, e.start, e.end, e.attention))
         }
         None if classifier.evidence_unit() == "none" => {
-            return format!("{id:<24} {:<12}{probs}", truncate(&printable(&prediction.label), 12));
+            return format!("{id:<24} {:<width$}{probs}", truncate(&printable(&prediction.decision_text()), width));
         }
         None => (0, String::new()),
     };
@@ -343,7 +364,8 @@ fn table_row(classifier: &Classifier, document: &Document, result: &DocResult) -
             Some(printable(&format!("  {}={}", spec.name, spec.labels[label])))
         })
         .collect();
-    format!("{id:<24} {:<12}{probs} {count:>6}  {top}{other}", truncate(&printable(&prediction.label), 12))
+    let label = truncate(&printable(&prediction.decision_text()), width);
+    format!("{id:<24} {label:<width$}{probs} {count:>6}  {top}{other}")
 }
 
 fn truncate(s: &str, n: usize) -> String {

@@ -4,11 +4,14 @@
 //! Trained in seconds, saved as a model directory that predict, eval and serve load.
 
 use longread_bow::logistic::softmax;
-use longread_bow::{out_of_fold_logits, train, BowError, BowOptions, CvScore, TfidfSettings};
+use longread_bow::{
+    out_of_fold_logits, train, train_multilabel, BowError, BowOptions, CvScore, LabelWeights, TfidfSettings,
+};
+use longread_text::multilabel::{multilabel_names, resolve_multilabel, LabelLayout};
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
-use crate::run::data::read_examples;
+use crate::run::data::{read_examples, read_multilabel_examples};
 use crate::run::output::RunOutput;
 use crate::run::spec::{BowSpec, TrainSpec};
 use crate::run::start::training_labels;
@@ -97,6 +100,9 @@ pub(crate) fn run(
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
 ) -> Result<(BowSummary, AfterRun)> {
+    if spec.is_multi_label() {
+        return run_multilabel(spec, bow, settings, hooks).map(|summary| (summary, AfterRun::default()));
+    }
     let output = RunOutput::create(&spec.out, settings)?;
     let labels = training_labels(spec)?;
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
@@ -182,4 +188,86 @@ pub(crate) fn run(
         }
     };
     Ok((summary, after))
+}
+
+/// `train --arch bow --multi-label`: one-vs-rest logistic regression, C by micro-F1 over
+/// iteratively stratified folds (the `macro_f1_*` fields of cv.json then hold micro-F1).
+fn run_multilabel(
+    spec: &TrainSpec,
+    bow: &BowSpec,
+    settings: &serde_json::Value,
+    hooks: &mut dyn RunHooks,
+) -> Result<BowSummary> {
+    let layout = spec.label_layout.layout();
+    let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
+    let labels = match (&layout, spec.labels.is_empty()) {
+        (LabelLayout::Columns(columns), true) => columns.clone(),
+        (_, false) => crate::run::init::checked_label_names(&spec.labels)?,
+        (LabelLayout::Joined { .. }, true) => multilabel_names(&examples),
+    };
+    if labels.is_empty() {
+        return Err(TrainError::Run(format!(
+            "{source}: no document carries a label, so there is nothing to learn (give --labels, or data whose \
+             \"labels\" lists name some)"
+        )));
+    }
+    let (ids, _) = resolve_multilabel(&examples, &labels, &source, false)?;
+    let texts: Vec<&str> = examples.iter().map(|e| e.text.as_str()).collect();
+    let output = RunOutput::create(&spec.out, settings)?;
+    let folds = spec.cv.unwrap_or(DEFAULT_FOLDS);
+    let weights = match spec.class_weights.as_str() {
+        "balanced" => LabelWeights::Balanced,
+        _ => LabelWeights::Equal,
+    };
+    let options = BowOptions {
+        tfidf: TfidfSettings {
+            ngram_max: bow.ngram_max,
+            min_df: bow.min_df,
+            sublinear_tf: true,
+            char_ngrams: bow.char_ngrams,
+        },
+        cs: bow.c_values.clone(),
+        folds,
+        seed: spec.seed,
+        class_weights: None,
+        ..BowOptions::default()
+    };
+    let carried: usize = ids.iter().map(Vec::len).sum();
+    hooks.note(&format!(
+        "multi-label bag of words on {} documents ({} labels, {:.2} a document, {} with none): one-vs-rest, C from \
+         {:?} by {folds}-fold cross-validation on micro-F1",
+        texts.len(),
+        labels.len(),
+        carried as f64 / texts.len().max(1) as f64,
+        ids.iter().filter(|l| l.is_empty()).count(),
+        options.cs
+    ));
+    let trained = train_multilabel(&texts, &ids, &labels, &options, weights, |done, total| {
+        hooks.progress(Progress::Fits { done, total });
+    })
+    .map_err(|e| TrainError::Run(with_flags(e)))?;
+    for s in &trained.cv {
+        hooks.note(&format!("C {:>8}: micro-F1 {:.4} ± {:.4}", s.c, s.macro_f1_mean, s.macro_f1_std));
+    }
+    trained.model.save(&spec.out).map_err(|e| TrainError::Run(e.to_string()))?;
+    let chosen_c = trained.model.c();
+    let (lowest, highest) =
+        options.cs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
+    let summary = BowSummary {
+        cv: trained.cv,
+        chosen_c,
+        folds,
+        documents: texts.len(),
+        features: trained.model.features(),
+        chosen_at_edge: options.cs.len() > 1 && (chosen_c == lowest || chosen_c == highest),
+    };
+    output.write_json("cv.json", &summary)?;
+    hooks.note(&format!("chose C {chosen_c} ({} features); model in {}", summary.features, spec.out.display()));
+    if summary.chosen_at_edge {
+        hooks.note(&format!(
+            "warning: C {chosen_c} is at the edge of --c-values {:?}: the best C may lie beyond it",
+            options.cs
+        ));
+    }
+    Ok(summary)
 }

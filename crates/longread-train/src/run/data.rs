@@ -25,6 +25,15 @@ pub fn open_data(path: &Path) -> Result<(Box<dyn BufRead>, String)> {
     Ok((Box::new(std::io::BufReader::new(file)), path.display().to_string()))
 }
 
+/// Reads multi-label examples laid out as `layout` says (see [`longread_text::multilabel`]).
+pub fn read_multilabel_examples(
+    path: &Path,
+    layout: &longread_text::multilabel::LabelLayout,
+) -> Result<(Vec<longread_text::multilabel::MultiLabelExample>, String)> {
+    let (reader, name) = open_data(path)?;
+    Ok((longread_text::multilabel::read_multilabel(reader, &name, layout)?, name))
+}
+
 /// Reads labelled JSON lines with these label columns.
 pub fn read_examples(path: &Path, columns: &[String]) -> Result<(Vec<Example>, String)> {
     let (reader, name) = open_data(path)?;

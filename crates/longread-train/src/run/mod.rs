@@ -44,7 +44,9 @@ pub use pretrain_run::{pretrain_run, PretrainSpec, PretrainSummary};
 pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 use settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use spec::TrainPlan as Plan;
-pub use spec::{Arch, BowSpec, EncoderTrainSpec, HanSpec, LoopSpec, TrainPlan, TrainPrecision, TrainSpec};
+pub use spec::{
+    Arch, BowSpec, EncoderTrainSpec, HanSpec, LabelLayoutSpec, LoopSpec, TrainPlan, TrainPrecision, TrainSpec,
+};
 
 use crate::error::{Result, TrainError};
 use crate::trainer::{EpochLog, PretrainLog, Progress};

@@ -226,6 +226,33 @@ pub struct BowSpec {
     pub char_ngrams: Option<[usize; 2]>,
 }
 
+/// How multi-label data gives each document's labels in CSV/TSV (JSON lines give a "labels"
+/// list): shared by `train --multi-label` and `eval`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct LabelLayoutSpec {
+    /// Multi-label CSV/TSV: what joins the label names in a `labels` cell (`3;6`; an empty
+    /// cell: none).
+    #[cfg_attr(feature = "clap", arg(long, default_value = ";", value_name = "TEXT"))]
+    pub label_separator: String,
+    /// Multi-label data with one 0/1 column per label (the layout of most public multi-label
+    /// sets), comma-separated, instead of a `labels` list or cell; for training, they are the
+    /// new model's labels, in this order.
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', value_name = "A,B,..."))]
+    pub label_columns: Vec<String>,
+}
+
+impl LabelLayoutSpec {
+    /// The layout these flags describe.
+    pub fn layout(&self) -> longread_text::multilabel::LabelLayout {
+        use longread_text::multilabel::LabelLayout;
+        match self.label_columns.is_empty() {
+            true => LabelLayout::Joined { separator: self.label_separator.clone() },
+            false => LabelLayout::Columns(self.label_columns.clone()),
+        }
+    }
+}
+
 /// `2-5` → `[2, 5]`.
 #[cfg(feature = "clap")]
 fn parse_char_ngrams(text: &str) -> std::result::Result<[usize; 2], String> {

@@ -13,7 +13,7 @@ mod config;
 mod groups;
 mod resolve;
 
-pub use groups::{BowSpec, EncoderTrainSpec, HanSpec, LoopSpec};
+pub use groups::{BowSpec, EncoderTrainSpec, HanSpec, LabelLayoutSpec, LoopSpec};
 pub use resolve::TrainPlan;
 
 /// `.with_context` for options: `None` becomes a run error with this message.
@@ -65,6 +65,20 @@ pub struct TrainSpec {
     /// Must not exist yet, unless resuming.
     #[cfg_attr(feature = "clap", arg(long, visible_alias = "output"))]
     pub out: PathBuf,
+    /// Each document carries any number of the labels, none included (the articles a judgment
+    /// found violated, a record's billing codes, a rating's content descriptors): one
+    /// probability per label, each label decided on its own (at 0.5). The data gives "labels"
+    /// lists (JSON lines; `[]` for none), or in CSV/TSV a labels column joined by
+    /// --label-separator, or one 0/1 column per label (--label-columns, which implies it).
+    /// Trains with --arch bow: one-vs-rest logistic regression, C chosen by micro-F1 over folds
+    /// made by iterative stratification; --class-weights balanced weighs each label's own fit.
+    #[cfg_attr(feature = "clap", arg(long))]
+    #[serde(default)]
+    pub multi_label: bool,
+    #[cfg_attr(feature = "clap", command(flatten))]
+    #[serde(flatten)]
+    #[allow(missing_docs)]
+    pub label_layout: LabelLayoutSpec,
     /// Class weights of the loss: none, balanced (n / (classes · count)), or w1,w2,... in label order.
     #[cfg_attr(feature = "clap", arg(long, default_value = "none"))]
     pub class_weights: String,
@@ -262,6 +276,11 @@ impl TrainSpec {
     /// True for `--arch han`.
     pub fn is_han(&self) -> bool {
         self.arch == Some(Arch::Han)
+    }
+
+    /// True for `--multi-label` (or `--label-columns`, which implies it).
+    pub fn is_multi_label(&self) -> bool {
+        self.multi_label || !self.label_layout.label_columns.is_empty()
     }
 
     /// True for `--arch bow`.

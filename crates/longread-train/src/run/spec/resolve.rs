@@ -112,6 +112,15 @@ impl TrainSpec {
                 bail!("--char-ngrams {lo}-{hi}: give 1 <= MIN <= MAX <= {longest}, e.g. 2-5");
             }
         }
+        if self.is_multi_label() && !matches!(self.class_weights.as_str(), "none" | "balanced") {
+            bail!(
+                "--class-weights {}: a multi-label bag of words weighs each label's own fit: none or balanced",
+                self.class_weights
+            );
+        }
+        if self.is_multi_label() && (self.calibrate || self.tune_threshold.is_some()) {
+            bail!("--calibrate and --tune-threshold are for single-label models in this version");
+        }
         if self.bow.c_values.is_empty() || self.bow.c_values.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
             bail!("--c-values {:?}: give numbers above 0, e.g. --c-values 0.1,1,10", self.bow.c_values);
         }
@@ -143,6 +152,15 @@ impl TrainSpec {
     /// Fills in the flags whose defaults depend on the kind of run (so that
     /// training_args.json records what the run used) and refuses flags that do not apply to it.
     pub fn resolve_defaults(&mut self) -> Result<()> {
+        if !self.is_multi_label() && self.given.iter().any(|g| g == "label_separator") {
+            bail!("--label-separator reads multi-label data: add --multi-label");
+        }
+        if self.is_multi_label() && !self.is_bow() {
+            bail!(
+                "--multi-label trains a bag of words (--arch bow) in this version: hierarchical, sequence and HAN \
+                 models predict one label per document"
+            );
+        }
         if self.is_bow() {
             return self.check_bow();
         }

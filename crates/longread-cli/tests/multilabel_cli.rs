@@ -1,0 +1,176 @@
+//! Multi-label documents end to end with the bag of words: `train --multi-label` on the
+//! descriptor examples (a labels column joined by `;`), `predict` giving each document its set
+//! of labels, `eval` with micro/macro intervals; data that does not fit is refused naming the
+//! line, and labels the model does not know are left out with a warning (or refused).
+
+mod common;
+
+use common::{assert_clean_failure, json_lines, longread, repo};
+use serde_json::Value;
+use std::path::Path;
+
+fn descriptors(name: &str) -> String {
+    repo().join("examples/descriptors").join(name).to_str().unwrap().to_string()
+}
+
+fn train(out: &Path, extra: &[&str]) -> std::process::Output {
+    let out = out.to_str().unwrap();
+    let train = descriptors("train.csv");
+    let mut args =
+        vec!["train", "--arch", "bow", "--multi-label", "--train", &train, "--c-values", "1,10", "--out", out];
+    args.extend_from_slice(extra);
+    longread(&args)
+}
+
+/// The set of labels in a `labels` cell joined by `;`.
+fn label_set(cell: &str) -> Vec<String> {
+    let mut labels: Vec<String> = cell.split(';').filter(|l| !l.is_empty()).map(str::to_string).collect();
+    labels.sort();
+    labels
+}
+
+#[test]
+fn a_multi_label_bag_of_words_predicts_each_documents_set_of_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    let run = train(&out, &[]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let bow: Value = serde_json::from_str(&std::fs::read_to_string(out.join("bow.json")).unwrap()).unwrap();
+    assert_eq!(bow["multi_label"], Value::Bool(true), "{bow}");
+    let model = out.to_str().unwrap();
+
+    let predict = longread(&["predict", "--model", model, "--input", &descriptors("test.csv")]);
+    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
+    let rows = json_lines(&predict.stdout);
+    let truth = csv_labels(&descriptors("test.csv"));
+    assert_eq!(rows.len(), truth.len());
+    let mut exact = 0;
+    let mut empty_sets = 0;
+    for (row, truth) in rows.iter().zip(&truth) {
+        let labels: Vec<String> =
+            row["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect();
+        // Each label is predicted on its own: in the set exactly when its sigmoid score is ≥ 0.5.
+        for (name, score) in row["scores"].as_object().unwrap() {
+            assert_eq!(labels.contains(name), score.as_f64().unwrap() >= 0.5, "{row}");
+        }
+        let total: f64 = row["scores"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
+        empty_sets += usize::from(labels.is_empty());
+        exact += usize::from(&label_set(&labels.join(";")) == truth);
+        assert!(total > 0.0);
+    }
+    assert!(empty_sets > 0, "some test transcripts carry no descriptor and are predicted so");
+    assert!(exact * 10 >= rows.len() * 9, "{exact} of {} sets exact", rows.len());
+
+    let table = longread(&["predict", "--model", model, "--input", &descriptors("test.csv"), "--format", "table"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.lines().next().unwrap().contains("labels") && text.contains("drugs;violence"), "{text}");
+
+    let eval = longread(&["eval", "--model", model, "--data", &descriptors("test.csv"), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let report: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    let micro = report["micro"]["f1"].as_f64().unwrap();
+    let (low, high) = (report["micro_f1_ci"]["low"].as_f64().unwrap(), report["micro_f1_ci"]["high"].as_f64().unwrap());
+    assert!(micro >= 0.9 && low <= micro && micro <= high, "{report}");
+    assert_eq!(report["per_label"].as_array().unwrap().len(), 3);
+    assert_eq!(report["documents"].as_u64(), Some(truth.len() as u64));
+}
+
+#[test]
+fn labels_the_model_does_not_know_are_left_out_with_a_warning_or_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    assert!(train(&out, &[]).status.success());
+    let data = tmp.path().join("gore.csv");
+    std::fs::write(&data, "id,text,labels\na,\"he hit him and swore\",violence;gore\nb,\"a quiet walk\",\n").unwrap();
+    let (model, data) = (out.to_str().unwrap(), data.to_str().unwrap());
+
+    let eval = longread(&["eval", "--model", model, "--data", data, "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let report: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    assert_eq!((report["unknown_labels"]["gore"].as_u64(), report["documents"].as_u64()), (Some(1), Some(2)));
+    let warned = String::from_utf8_lossy(&eval.stderr);
+    assert!(warned.contains("gore") && warned.contains("--strict-labels"), "{warned}");
+
+    let strict = longread(&["eval", "--model", model, "--data", data, "--strict-labels"]);
+    assert_clean_failure(&strict, "gore.csv:2: unknown label \"gore\"");
+}
+
+#[test]
+fn data_that_does_not_fit_a_multi_label_model_is_refused_naming_the_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m");
+
+    let single = tmp.path().join("single.jsonl");
+    std::fs::write(&single, "{\"text\": \"a b c\", \"labels\": []}\n{\"text\": \"d e\", \"label\": \"violence\"}\n")
+        .unwrap();
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--multi-label",
+        "--train",
+        single.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&run, "single.jsonl:2: \"label\" holds one label, but this model is multi-label");
+
+    let both = tmp.path().join("both.jsonl");
+    std::fs::write(&both, "{\"text\": \"d e\", \"label\": \"drugs\", \"labels\": [\"drugs\"]}\n").unwrap();
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--multi-label",
+        "--train",
+        both.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&run, "both.jsonl:1: both \"label\" and \"labels\"");
+
+    let run = train(&out, &["--labels", "violence,drugs"]);
+    assert_clean_failure(&run, "unknown label \"language\"");
+    assert!(!out.exists(), "a refused run writes no model");
+
+    let transcripts = repo().join("examples/transcripts/train.csv");
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--multi-label",
+        "--train",
+        transcripts.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&run, "no \"labels\" column");
+}
+
+#[test]
+fn flags_that_do_not_fit_multi_label_training_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m");
+    let train_csv = descriptors("train.csv");
+    let hierarchical = longread(&["train", "--multi-label", "--train", &train_csv, "--out", out.to_str().unwrap()]);
+    assert_clean_failure(&hierarchical, "--multi-label trains a bag of words (--arch bow)");
+    let separator = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--label-separator",
+        "|",
+        "--train",
+        &train_csv,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&separator, "--label-separator");
+}
+
+/// The `labels` column of a CSV file, each as a sorted set.
+fn csv_labels(path: &str) -> Vec<Vec<String>> {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    let column = reader.headers().unwrap().iter().position(|h| h == "labels").unwrap();
+    reader.records().map(|row| label_set(&row.unwrap()[column])).collect()
+}
