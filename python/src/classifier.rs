@@ -88,6 +88,13 @@ impl Classifier {
         self.inner.labels().to_vec()
     }
 
+    /// Whether each document carries any number of the labels (its predictions then have
+    /// "labels", the list, and a probability of its own per label).
+    #[getter]
+    fn multi_label(&self) -> bool {
+        self.inner.multi_label()
+    }
+
     /// What a prediction's evidence is made of: "chunk" or "sentence".
     #[getter]
     fn evidence_unit(&self) -> &'static str {

@@ -21,6 +21,11 @@ use crate::{InvalidDocumentError, LongreadError, ModelLoadError};
 /// "roc_auc" and "log_loss" of the probabilities (as scikit-learn's `roc_auc_score` and
 /// `log_loss`; "roc_auc" absent when a label has no documents), and "constant_prediction" (the
 /// label) when the model predicted one label for every document while the gold labels vary.
+///
+/// A multi-label model reads "labels" lists (CSV: a labels column joined by ";") and returns
+/// `longread eval --json`'s object instead: {"documents", "micro", "macro_avg", "weighted",
+/// "samples", "subset_accuracy", "hamming_loss", "per_label", ..., "micro_f1_ci",
+/// "macro_f1_ci", "unknown_labels"} (labels the model does not know are left out of the scores).
 #[pyfunction]
 #[pyo3(signature = (model_dir, data, threads=None, precision=None, max_batch_tokens=None, device="auto"))]
 pub(crate) fn evaluate(
@@ -35,6 +40,20 @@ pub(crate) fn evaluate(
     let classifier = Classifier::new(py, model_dir, threads, precision, max_batch_tokens, device, false)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        if classifier.multi_label() {
+            let bootstrap = longread_metrics::bootstrap::Bootstrap::new(1000, 0)?;
+            let evaluation = longread_classifier::multilabel_eval::evaluate_multilabel_models(
+                &[(String::new(), &classifier)],
+                std::io::BufReader::new(file),
+                &data.display().to_string(),
+                &Default::default(),
+                false,
+                bootstrap,
+                || {},
+            )
+            .map_err(|e| e.to_string())?;
+            return Ok(evaluation.to_json().to_string());
+        }
         let mut documents = 0usize;
         let reports =
             evaluate_reader(&classifier, std::io::BufReader::new(file), &data.display().to_string(), || documents += 1)

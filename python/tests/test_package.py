@@ -721,3 +721,29 @@ def test_train_tune_threshold_keeps_the_threshold_found_on_its_dev_set(tmp_path)
     assert json.load(open(out / "decision.json"))["threshold"] == kept["threshold"]
     with pytest.raises(longread.LongreadError, match="--dev-split 0 holds out no dev set"):
         longread.train(train, tmp_path / "none", arch="han", dev_split=0, tune_threshold="accuracy", quiet=True)
+
+
+def test_a_multi_label_model_trains_predicts_and_evaluates_as_the_cli_does(tmp_path):
+    descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
+    train, test = os.path.join(descriptors, "train.csv"), os.path.join(descriptors, "test.csv")
+    out = str(tmp_path / "descriptors")
+    result = longread.train(train, out, arch="bow", multi_label=True, c_values=[1, 10], quiet=True)
+    assert result["bow"]["chosen_c"] in (1, 10)
+    model = longread.Classifier(out)
+    assert model.multi_label and model.labels == ["drugs", "language", "violence"]
+    cli = json_lines(run_cli("predict", "--model", out, "--input", test).stdout)
+    import csv
+    with open(test, newline="") as f:
+        rows = list(csv.DictReader(f))
+    got = model.predict([row["text"] for row in rows])
+    for mine, theirs in zip(got, cli):
+        assert mine["labels"] == theirs["labels"]
+        assert mine["labels"] == [l for l in model.labels if mine["scores"][l] >= 0.5]
+        assert_close(mine["scores"], theirs["scores"], 1e-6)
+    expected = json.loads(run_cli("eval", "--model", out, "--data", test, "--json").stdout)
+    report = longread.evaluate(out, test)
+    for key in ["documents", "micro", "macro_avg", "samples", "subset_accuracy", "hamming_loss", "per_label"]:
+        assert report[key] == expected[key], key
+    assert report["micro_f1_ci"]["low"] <= report["micro"]["f1"] <= report["micro_f1_ci"]["high"]
+    with pytest.raises(longread.LongreadError, match="unknown label"):
+        longread.train(train, str(tmp_path / "refused"), arch="bow", multi_label=True, labels="violence,drugs")

@@ -216,6 +216,22 @@ impl MultiLabelEvaluation {
         out
     }
 
+    /// For machines: one model's report with its intervals and the labels left out (`eval
+    /// --json`), or for several models the whole comparison.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self.models.as_slice() {
+            [one] => {
+                let mut value = serde_json::to_value(&one.report).expect("a report serializes");
+                value["micro_f1_ci"] = serde_json::json!(one.micro_f1_ci);
+                value["macro_f1_ci"] = serde_json::json!(one.macro_f1_ci);
+                value["unknown_labels"] = serde_json::json!(self.unknown_labels);
+                value["documents_with_unknown_labels"] = self.documents_with_unknown_labels.into();
+                value
+            }
+            _ => serde_json::to_value(self).expect("an evaluation serializes"),
+        }
+    }
+
     /// The warning for people about labels left out, if any.
     pub fn unknown_note(&self) -> Option<String> {
         (!self.unknown_labels.is_empty()).then(|| {

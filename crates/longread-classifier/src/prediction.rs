@@ -16,8 +16,7 @@ pub struct Prediction {
     /// its own: read [`Prediction::labels`]; this is then the most probable label, carried or not.
     pub label: String,
     /// Multi-label models: the labels the document carries — each whose probability reaches
-    /// its threshold (0.5 unless a decision rule was tuned) — in the model's order, possibly
-    /// none. Absent for single-label models.
+    /// 0.5 — in the model's order, possibly none. Absent for single-label models.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub labels: Option<Vec<String>>,
     /// `{label: probability}` in the model's label order.

@@ -350,6 +350,10 @@ fn summarize_bow(dir: &Path) -> Result<ModelSummary> {
     let kinds = format!("word 1–{}-grams{chars}, min_df {}", tfidf.ngram_max, tfidf.min_df);
     writeln!(t, "features         {} ({kinds})", group(model.features())).ok();
     writeln!(t, "labels           {}", model.labels().join(", ")).ok();
+    if model.multi_label() {
+        writeln!(t, "multi-label      one logistic regression per label; each label at probability ≥ 0.5 is predicted")
+            .ok();
+    }
     Ok(ModelSummary { json: summary, table: t })
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{assert_clean_failure, json_lines, longread, repo};
+use common::{assert_clean_failure, json_lines, longread, repo, Served};
 use serde_json::Value;
 use std::path::Path;
 
@@ -38,6 +38,10 @@ fn a_multi_label_bag_of_words_predicts_each_documents_set_of_labels() {
     let bow: Value = serde_json::from_str(&std::fs::read_to_string(out.join("bow.json")).unwrap()).unwrap();
     assert_eq!(bow["multi_label"], Value::Bool(true), "{bow}");
     let model = out.to_str().unwrap();
+    let inspect = longread(&["inspect", model]);
+    assert!(String::from_utf8_lossy(&inspect.stdout).contains("multi-label"));
+    let inspect: Value = serde_json::from_slice(&longread(&["inspect", model, "--json"]).stdout).unwrap();
+    assert_eq!(inspect["multi_label"], Value::Bool(true), "{inspect}");
 
     let predict = longread(&["predict", "--model", model, "--input", &descriptors("test.csv")]);
     assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
@@ -166,6 +170,41 @@ fn flags_that_do_not_fit_multi_label_training_are_refused() {
         out.to_str().unwrap(),
     ]);
     assert_clean_failure(&separator, "--label-separator");
+}
+
+#[test]
+fn the_server_returns_the_set_and_tei_routes_every_labels_own_probability() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    assert!(train(&out, &[]).status.success());
+    let served = Served::start(&["--model", out.to_str().unwrap()]);
+    let started = std::time::Instant::now();
+    while ureq::get(&format!("{}/health", served.url)).call().is_err() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "the model never loaded");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let text = "He punched the guard, swore at him and they smoked weed behind the club.";
+    let (status, classified) = served.post("/classify", &serde_json::json!({ "inputs": text }));
+    assert_eq!(status, 200, "{classified}");
+    let scores = classified["scores"].as_object().unwrap();
+    let mut expected: Vec<&str> =
+        scores.iter().filter(|(_, p)| p.as_f64().unwrap() >= 0.5).map(|(l, _)| l.as_str()).collect();
+    expected.sort();
+    let labels: Vec<&str> = classified["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(labels, expected, "{classified}");
+
+    // TEI answers a multi-label model with every label's sigmoid score, highest first.
+    let (status, tei) = served.post("/predict", &serde_json::json!({ "inputs": text }));
+    assert_eq!(status, 200, "{tei}");
+    let tei = tei.as_array().unwrap();
+    assert_eq!(tei.len(), scores.len());
+    for pair in tei.windows(2) {
+        assert!(pair[0]["score"].as_f64() >= pair[1]["score"].as_f64(), "{tei:?}");
+    }
+    for entry in tei {
+        let label = entry["label"].as_str().unwrap();
+        assert!((entry["score"].as_f64().unwrap() - scores[label].as_f64().unwrap()).abs() < 1e-6, "{tei:?}");
+    }
 }
 
 /// The `labels` column of a CSV file, each as a sorted set.

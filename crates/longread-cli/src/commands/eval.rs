@@ -157,17 +157,7 @@ fn run_multilabel(
         eprintln!("{note}");
     }
     if args.json {
-        match evaluation.models.as_slice() {
-            [one] => {
-                let mut value = serde_json::to_value(&one.report)?;
-                value["micro_f1_ci"] = serde_json::to_value(one.micro_f1_ci)?;
-                value["macro_f1_ci"] = serde_json::to_value(one.macro_f1_ci)?;
-                value["unknown_labels"] = serde_json::to_value(&evaluation.unknown_labels)?;
-                value["documents_with_unknown_labels"] = evaluation.documents_with_unknown_labels.into();
-                println!("{value}");
-            }
-            _ => println!("{}", serde_json::to_string(&evaluation)?),
-        }
+        println!("{}", evaluation.to_json());
     } else {
         print!("{}", evaluation.to_table());
     }
