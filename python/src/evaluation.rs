@@ -133,7 +133,9 @@ pub(crate) fn compare(
 /// "written", "warnings"}. `out_of_fold` instead of `data`: the out-of-fold predictions of a
 /// `train --cv` run (its out directory, or its out-of-fold.jsonl), for a final model trained
 /// on every document with that run's settings; "warnings" names settings or data in which
-/// they differ.
+/// they differ. A multi-label model gets a threshold per label, each maximizing its label's
+/// F1 on `data` (metric "macro-f1"): {"decision": {"thresholds": {label: t}, "chosen_by"},
+/// "documents", "at_default", "at_threshold" (multi-label reports), "written", "warnings"}.
 #[pyfunction]
 #[pyo3(signature = (model_dir, data=None, metric="macro-f1", write=true, threads=None, device="auto", out_of_fold=None))]
 #[allow(clippy::too_many_arguments)]
@@ -161,6 +163,9 @@ pub(crate) fn tune_threshold(
     let held_out = HeldOut::of(data, out_of_fold)?;
     let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device, false)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
+        if classifier.multi_label() {
+            return tune_multilabel(&classifier, &model_dir, held_out, metric, write);
+        }
         let (tuned, warnings) = match held_out {
             HeldOut::Data(data) => {
                 let (reader, source) = open_labelled(&data)?;
@@ -185,6 +190,38 @@ pub(crate) fn tune_threshold(
         Ok(json) => from_json(py, &json),
         Err(message) => Err(InvalidDocumentError::new_err(message)),
     }
+}
+
+/// `tune_threshold` of a multi-label model: per-label thresholds on held-out data.
+fn tune_multilabel(
+    classifier: &RustClassifier,
+    model_dir: &std::path::Path,
+    held_out: HeldOut,
+    metric: longread_classifier::evaluate::ThresholdMetric,
+    write: bool,
+) -> Result<String, String> {
+    if metric != longread_classifier::evaluate::ThresholdMetric::MacroF1 {
+        return Err("a multi-label model's thresholds maximize each label's F1 (metric \"macro-f1\")".into());
+    }
+    let HeldOut::Data(data) = held_out else {
+        return Err("out_of_fold tunes single-label models in this version; give data".into());
+    };
+    let (reader, source) = open_labelled(&data)?;
+    let tuned = longread_classifier::multilabel_eval::tune_multilabel_thresholds(
+        classifier,
+        reader,
+        &source,
+        &Default::default(),
+        || {},
+    )
+    .map_err(|e| e.to_string())?;
+    if write {
+        tuned.decision.save(model_dir).map_err(|e| e.to_string())?;
+    }
+    let mut value = serde_json::to_value(&tuned).map_err(|e| e.to_string())?;
+    value["written"] = write.into();
+    value["warnings"] = Vec::<String>::new().into();
+    Ok(value.to_string())
 }
 
 /// calibrate(model_dir, data=None, write=True, threads=None, device="auto", out_of_fold=None) -> dict

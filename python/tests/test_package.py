@@ -747,3 +747,21 @@ def test_a_multi_label_model_trains_predicts_and_evaluates_as_the_cli_does(tmp_p
     assert report["micro_f1_ci"]["low"] <= report["micro"]["f1"] <= report["micro_f1_ci"]["high"]
     with pytest.raises(longread.LongreadError, match="unknown label"):
         longread.train(train, str(tmp_path / "refused"), arch="bow", multi_label=True, labels="violence,drugs")
+
+
+def test_a_multi_label_models_thresholds_are_tuned_per_label_as_the_cli_tunes_them(tmp_path):
+    descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
+    train, test = os.path.join(descriptors, "train.csv"), os.path.join(descriptors, "test.csv")
+    out = str(tmp_path / "descriptors")
+    longread.train(train, out, arch="bow", multi_label=True, c_values=[1, 10], quiet=True)
+    cli = run_cli("threshold", "--model", out, "--data", test, "--dry-run", "--json")
+    assert cli.returncode == 0, cli.stderr
+    tuned = longread.tune_threshold(out, data=test, write=False)
+    expected = json.loads(cli.stdout)
+    assert tuned["decision"]["thresholds"] == expected["decision"]["thresholds"]
+    assert tuned["at_threshold"]["macro_avg"] == expected["at_threshold"]["macro_avg"]
+    assert not tuned["written"] and not os.path.exists(os.path.join(out, "decision.json"))
+    with pytest.raises(longread.LongreadError, match="each label's F1"):
+        longread.tune_threshold(out, data=test, metric="accuracy")
+    with pytest.raises(longread.LongreadError, match="multi-label"):
+        longread.calibrate(out, data=test)

@@ -361,6 +361,7 @@ pub fn tune_threshold(
     metric: ThresholdMetric,
     on_document: impl FnMut(),
 ) -> Result<TunedRule> {
+    single_label_only(classifier, "a threshold or label biases")?;
     let task = &classifier.tasks()[0];
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     tune_threshold_on(classifier, &examples, source_name, metric, on_document)
@@ -375,6 +376,7 @@ pub fn tune_threshold_on(
     metric: ThresholdMetric,
     on_document: impl FnMut(),
 ) -> Result<TunedRule> {
+    single_label_only(classifier, "a threshold or label biases")?;
     let task = &classifier.tasks()[0];
     let (truth, probabilities) = primary_probabilities(classifier, examples, source_name, on_document)?;
     let tuned = crate::decision::tune(&task.labels, &truth, &probabilities, |r| metric.of(r))?;
@@ -392,6 +394,7 @@ pub fn calibrate_temperature(
     source_name: &str,
     on_document: impl FnMut(),
 ) -> Result<crate::decision::temperature::Fitted> {
+    single_label_only(classifier, "a temperature")?;
     let task = &classifier.tasks()[0];
     let examples = read_labelled_columns(reader, source_name, std::slice::from_ref(&task.column))?;
     let (truth, probabilities) = primary_probabilities(classifier, &examples, source_name, on_document)?;
@@ -408,6 +411,7 @@ pub fn calibrate_out_of_fold(
     classifier: &Classifier,
     oof: &crate::out_of_fold::OutOfFold,
 ) -> Result<crate::decision::temperature::Fitted> {
+    single_label_only(classifier, "a temperature")?;
     let current = crate::decision::Temperature::load(classifier.dir())?;
     let chosen_by = format!("log loss on the out-of-fold predictions {} ({} documents)", oof.source, oof.truth.len());
     let labels = classifier.tasks()[0].labels.len();
@@ -422,6 +426,7 @@ pub fn tune_threshold_out_of_fold(
     oof: &crate::out_of_fold::OutOfFold,
     metric: ThresholdMetric,
 ) -> Result<TunedRule> {
+    single_label_only(classifier, "a threshold or label biases")?;
     let current = crate::decision::Temperature::load(classifier.dir())?;
     let probabilities: Vec<Vec<f32>> = match &current {
         Some(t) => oof.probabilities.iter().map(|row| t.apply(row)).collect(),
@@ -455,4 +460,17 @@ pub fn primary_probabilities(
         return Err(ModelError::InvalidInput(format!("{source_name}: no document has a label in \"{}\"", task.column)));
     }
     Ok((truth, probabilities))
+}
+
+/// Refuses a multi-label model where a rule or calibration of one softmax over the labels is
+/// asked for.
+fn single_label_only(classifier: &Classifier, what: &str) -> Result<()> {
+    match classifier.multi_label() {
+        true => Err(ModelError::InvalidInput(format!(
+            "{} is multi-label: {what} is for models that predict one label; a multi-label model takes a threshold \
+             per label (`longread threshold --data`), and its probabilities are not calibrated in this version",
+            classifier.dir().display()
+        ))),
+        false => Ok(()),
+    }
 }

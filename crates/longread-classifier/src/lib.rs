@@ -126,6 +126,9 @@ impl Classifier {
         let device = if kind.has_encoder() { options.device.resolve()? } else { longread_model::device::host() };
         let classifier = Self::load_on(dir, kind, options, device)?;
         let decision = decision::Decision::load(dir, classifier.labels())?;
+        if let Some(why) = decision.as_ref().and_then(|d| d.check_fits(classifier.multi_label()).err()) {
+            return Err(ModelError::InvalidInput(format!("{}: {why}", dir.join(decision::DECISION_FILE).display())));
+        }
         let temperature = decision::Temperature::load(dir)?;
         let Self { model, options, dir, device } = classifier;
         Ok(Self { model: decision::Adjusted::wrap(model, temperature, decision), options, dir, device })

@@ -248,3 +248,63 @@ impl MultiLabelEvaluation {
         })
     }
 }
+
+/// What [`tune_multilabel_thresholds`] found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TunedThresholds {
+    /// The rule: a threshold per label.
+    pub decision: crate::decision::Decision,
+    /// Documents tuned on.
+    pub documents: usize,
+    /// The scores with every threshold at 0.5.
+    pub at_default: MultiLabelReport,
+    /// The scores with the tuned thresholds (on the same documents: an optimistic figure).
+    pub at_threshold: MultiLabelReport,
+}
+
+/// The per-label thresholds that maximize each label's F1 on the labelled documents of
+/// `reader` ([`crate::decision::tune_per_label`]), for the multi-label `classifier`. Labels of
+/// the data that the model does not know are left out, as [`evaluate_multilabel_models`]
+/// does.
+pub fn tune_multilabel_thresholds(
+    classifier: &Classifier,
+    reader: impl std::io::BufRead,
+    source_name: &str,
+    layout: &LabelLayout,
+    mut on_document: impl FnMut(),
+) -> Result<TunedThresholds> {
+    if !classifier.multi_label() {
+        return Err(ModelError::InvalidInput("per-label thresholds are for multi-label models".into()));
+    }
+    let labels = classifier.labels().to_vec();
+    let examples = read_multilabel(reader, source_name, layout)?;
+    if examples.is_empty() {
+        return Err(ModelError::InvalidInput(format!("{source_name}: no documents to tune on")));
+    }
+    let (ids, _) = resolve_multilabel(&examples, &labels, source_name, true)?;
+    let truth: Vec<Vec<bool>> = ids.iter().map(|doc| (0..labels.len()).map(|l| doc.contains(&l)).collect()).collect();
+    let predicted = predict(classifier, &labels, &examples, source_name, &mut on_document)?;
+    let rule = crate::decision::tune_per_label(&labels, &truth, &predicted.probabilities);
+    let decision = crate::decision::Decision {
+        rule,
+        chosen_by: format!("each label's F1 on {source_name} ({} documents)", examples.len()),
+    };
+    let thresholds = decision.thresholds().expect("a per-label rule");
+    let report = |thresholds: Option<&[f32]>| {
+        let carried: Vec<Vec<bool>> = predicted
+            .probabilities
+            .iter()
+            .map(|p| {
+                let named = crate::prediction::carried(&labels, p, thresholds);
+                labels.iter().map(|l| named.contains(l)).collect()
+            })
+            .collect();
+        evaluate_multilabel(&labels, &truth, &carried).map_err(ModelError::InvalidInput)
+    };
+    Ok(TunedThresholds {
+        documents: examples.len(),
+        at_default: report(None)?,
+        at_threshold: report(Some(&thresholds))?,
+        decision,
+    })
+}

@@ -351,7 +351,7 @@ fn summarize_bow(dir: &Path) -> Result<ModelSummary> {
     writeln!(t, "features         {} ({kinds})", group(model.features())).ok();
     writeln!(t, "labels           {}", model.labels().join(", ")).ok();
     if model.multi_label() {
-        writeln!(t, "multi-label      one logistic regression per label; each label at probability ≥ 0.5 is predicted")
+        writeln!(t, "multi-label      one logistic regression per label, each decided on its own (at probability 0.5 unless a decision rule says otherwise)")
             .ok();
     }
     Ok(ModelSummary { json: summary, table: t })

@@ -207,6 +207,46 @@ fn the_server_returns_the_set_and_tei_routes_every_labels_own_probability() {
     }
 }
 
+#[test]
+fn per_label_thresholds_are_tuned_set_by_hand_applied_everywhere_and_cleared() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    assert!(train(&out, &[]).status.success());
+    let (model, test) = (out.to_str().unwrap(), descriptors("test.csv"));
+
+    let tuned = longread(&["threshold", "--model", model, "--data", &test, "--json"]);
+    assert!(tuned.status.success(), "{}", String::from_utf8_lossy(&tuned.stderr));
+    let tuned: Value = serde_json::from_slice(&tuned.stdout).unwrap();
+    let thresholds = tuned["decision"]["thresholds"].as_object().unwrap();
+    assert_eq!(thresholds.keys().collect::<Vec<_>>(), ["drugs", "language", "violence"]);
+    assert!(thresholds.values().all(|t| t.as_f64().is_some_and(|t| t > 0.0 && t < 1.0)), "{tuned}");
+    let f1 = |at: &str| tuned[at]["macro_avg"]["f1"].as_f64().unwrap();
+    assert!(f1("at_threshold") >= f1("at_default"), "{tuned}");
+    assert_eq!(tuned["written"], Value::Bool(true));
+
+    // A threshold near 0 for one label: every document carries it, in predict and in eval.
+    let set = longread(&["threshold", "--model", model, "--set", "language=0.0001"]);
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let rows = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    assert!(rows.iter().all(|r| r["labels"].as_array().unwrap().iter().any(|l| l == "language")));
+    let eval: Value =
+        serde_json::from_slice(&longread(&["eval", "--model", model, "--data", &test, "--json"]).stdout).unwrap();
+    let language = eval["per_label"].as_array().unwrap().iter().find(|l| l["label"] == "language").unwrap().clone();
+    assert_eq!(language["predicted"].as_u64(), Some(rows.len() as u64), "{language}");
+    assert!(String::from_utf8_lossy(&longread(&["inspect", model]).stdout).contains("language 0.0001"));
+
+    assert_clean_failure(&longread(&["threshold", "--model", model, "--set", "language=1.5"]), "not between 0 and 1");
+    assert_clean_failure(&longread(&["threshold", "--model", model, "--set", "gore=0.3"]), "no label `gore`");
+    assert_clean_failure(
+        &longread(&["threshold", "--model", model, "--data", &test, "--metric", "accuracy"]),
+        "each label's F1",
+    );
+    let cleared = longread(&["threshold", "--model", model, "--clear"]);
+    assert!(cleared.status.success() && !out.join("decision.json").exists());
+    let rows_after = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    assert!(rows_after.iter().any(|r| !r["labels"].as_array().unwrap().iter().any(|l| l == "language")));
+}
+
 /// The `labels` column of a CSV file, each as a sorted set.
 fn csv_labels(path: &str) -> Vec<Vec<String>> {
     let mut reader = csv::Reader::from_path(path).unwrap();

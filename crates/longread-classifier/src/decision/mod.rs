@@ -21,7 +21,10 @@ use serde::{Deserialize, Serialize};
 use crate::Prediction;
 pub(crate) use adjusted::Adjusted;
 pub use temperature::{Temperature, CALIBRATION_FILE};
-pub use tune::{tune, Tuned, MAX_CANDIDATES};
+pub use tune::{tune, tune_per_label, Tuned, MAX_CANDIDATES};
+
+/// The threshold of every label of a multi-label model without a tuned rule.
+pub const MULTI_LABEL_DEFAULT: f32 = crate::prediction::MULTI_LABEL_THRESHOLD;
 
 /// The file in a model directory that holds its [`Decision`].
 pub const DECISION_FILE: &str = "decision.json";
@@ -40,6 +43,9 @@ pub enum Rule {
     /// Three or more labels: the label whose ln(probability) + bias is highest (ties: the
     /// first); one (label, bias) per label, in the model's order.
     Biases(Vec<(String, f32)>),
+    /// Multi-label models: each label is carried when its probability is at least its own
+    /// threshold, in (0, 1); one (label, threshold) per label, in the model's order.
+    PerLabel(Vec<(String, f32)>),
 }
 
 /// A model's decision rule (`decision.json`).
@@ -52,8 +58,8 @@ pub struct Decision {
     pub chosen_by: String,
 }
 
-/// `decision.json` as written: `{"positive", "threshold"}` or `{"biases": {label: bias}}`,
-/// with `"chosen_by"`.
+/// `decision.json` as written: `{"positive", "threshold"}`, `{"biases": {label: bias}}` or
+/// (multi-label) `{"thresholds": {label: threshold}}`, with `"chosen_by"`.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DecisionFile {
@@ -63,6 +69,8 @@ struct DecisionFile {
     threshold: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     biases: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    thresholds: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     chosen_by: String,
 }
@@ -71,21 +79,22 @@ impl TryFrom<DecisionFile> for Decision {
     type Error = String;
 
     fn try_from(file: DecisionFile) -> std::result::Result<Self, String> {
-        let rule = match (file.positive, file.threshold, file.biases) {
-            (Some(positive), Some(threshold), None) => Rule::Threshold { positive, threshold: threshold as f32 },
-            (None, None, Some(biases)) => Rule::Biases(
-                biases
-                    .into_iter()
-                    .map(|(label, bias)| match bias.as_f64().map(|b| b as f32) {
-                        Some(b) if b.is_finite() => Ok((label, b)),
-                        _ => Err(format!("the bias of \"{label}\" is {bias}, not a finite (32-bit) number")),
-                    })
-                    .collect::<std::result::Result<_, _>>()?,
-            ),
+        let numbers = |map: serde_json::Map<String, serde_json::Value>, what: &str| {
+            map.into_iter()
+                .map(|(label, value)| match value.as_f64().map(|b| b as f32) {
+                    Some(b) if b.is_finite() => Ok((label, b)),
+                    _ => Err(format!("the {what} of \"{label}\" is {value}, not a finite (32-bit) number")),
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()
+        };
+        let rule = match (file.positive, file.threshold, file.biases, file.thresholds) {
+            (Some(positive), Some(threshold), None, None) => Rule::Threshold { positive, threshold: threshold as f32 },
+            (None, None, Some(biases), None) => Rule::Biases(numbers(biases, "bias")?),
+            (None, None, None, Some(thresholds)) => Rule::PerLabel(numbers(thresholds, "threshold")?),
             _ => {
-                return Err(
-                    "give \"positive\" and \"threshold\" (two labels) or \"biases\" (one per label), not both".into()
-                )
+                return Err("give \"positive\" and \"threshold\" (two labels), \"biases\" (one per label) or \
+                            \"thresholds\" (multi-label: one per label), one of them"
+                    .into())
             }
         };
         Ok(Self { rule, chosen_by: file.chosen_by })
@@ -94,14 +103,13 @@ impl TryFrom<DecisionFile> for Decision {
 
 impl From<Decision> for DecisionFile {
     fn from(decision: Decision) -> Self {
-        let (positive, threshold, biases) = match decision.rule {
-            Rule::Threshold { positive, threshold } => (Some(positive), Some(as_json_number(threshold)), None),
-            Rule::Biases(biases) => {
-                let map = biases.into_iter().map(|(label, b)| (label, as_json_number(b).into())).collect();
-                (None, None, Some(map))
-            }
+        let map = |pairs: Vec<(String, f32)>| pairs.into_iter().map(|(l, v)| (l, as_json_number(v).into())).collect();
+        let (positive, threshold, biases, thresholds) = match decision.rule {
+            Rule::Threshold { positive, threshold } => (Some(positive), Some(as_json_number(threshold)), None, None),
+            Rule::Biases(biases) => (None, None, Some(map(biases)), None),
+            Rule::PerLabel(thresholds) => (None, None, None, Some(map(thresholds))),
         };
-        Self { positive, threshold, biases, chosen_by: decision.chosen_by }
+        Self { positive, threshold, biases, thresholds, chosen_by: decision.chosen_by }
     }
 }
 
@@ -151,8 +159,36 @@ impl Decision {
                     ));
                 }
             }
+            Rule::PerLabel(thresholds) => {
+                let named: Vec<&str> = thresholds.iter().map(|(l, _)| l.as_str()).collect();
+                if named != labels.iter().map(String::as_str).collect::<Vec<_>>() {
+                    return Err(format!(
+                        "the thresholds are for the labels {named:?} but the model's labels are {labels:?} (one \
+                         threshold per label, in that order)"
+                    ));
+                }
+                if let Some((label, t)) = thresholds.iter().find(|(_, t)| !(*t > 0.0 && *t < 1.0)) {
+                    return Err(format!("the threshold of \"{label}\", {t}, is not between 0 and 1"));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Why this rule does not fit a model that is (or is not) `multi_label`, if it does not:
+    /// per-label thresholds are for multi-label models, a threshold or biases for the others.
+    pub fn check_fits(&self, multi_label: bool) -> std::result::Result<(), String> {
+        match (&self.rule, multi_label) {
+            (Rule::PerLabel(_), false) => {
+                Err("per-label thresholds are for multi-label models; this model predicts one label".into())
+            }
+            (Rule::Threshold { .. } | Rule::Biases(_), true) => {
+                Err("a multi-label model decides each label on its own: its rule is a threshold per label \
+                 (\"thresholds\")"
+                    .into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Writes it as `dir/decision.json`, atomically.
@@ -180,6 +216,15 @@ impl Decision {
                 let biases: Vec<f64> = biases.iter().map(|(_, b)| f64::from(*b)).collect();
                 biased_argmax(&log_probabilities(probabilities), &biases)
             }
+            Rule::PerLabel(_) => crate::prediction::argmax(probabilities),
+        }
+    }
+
+    /// Per-label thresholds, in the model's label order, when the rule has them.
+    pub fn thresholds(&self) -> Option<Vec<f32>> {
+        match &self.rule {
+            Rule::PerLabel(thresholds) => Some(thresholds.iter().map(|(_, t)| *t).collect()),
+            _ => None,
         }
     }
 
@@ -195,6 +240,11 @@ impl Decision {
                     biases.iter().map(|(label, b)| format!("{label} {:+}", as_json_number(*b))).collect();
                 format!("the label with the highest ln p + bias ({})", each.join(", "))
             }
+            Rule::PerLabel(thresholds) => {
+                let each: Vec<String> =
+                    thresholds.iter().map(|(label, t)| format!("{label} {}", as_json_number(*t))).collect();
+                format!("each label whose probability is at least its threshold ({})", each.join(", "))
+            }
         }
     }
 
@@ -204,6 +254,9 @@ impl Decision {
         match &self.rule {
             Rule::Threshold { threshold, .. } => ((1.0 - threshold) / threshold).ln().abs(),
             Rule::Biases(biases) => biases.iter().map(|(_, b)| b.abs()).fold(0.0, f32::max),
+            Rule::PerLabel(thresholds) => {
+                thresholds.iter().map(|(_, t)| ((1.0 - t) / t).ln().abs()).fold(0.0, f32::max)
+            }
         }
     }
 
@@ -223,6 +276,13 @@ impl Decision {
     /// `prediction` with its primary label chosen by this decision.
     fn relabel(&self, mut prediction: Prediction) -> Prediction {
         let probabilities = &prediction.scores.probabilities;
+        if let (Some(thresholds), Some(_)) = (self.thresholds(), &prediction.labels) {
+            if probabilities.len() == thresholds.len() {
+                prediction.labels =
+                    Some(crate::prediction::carried(&prediction.scores.labels, probabilities, Some(&thresholds)));
+            }
+            return prediction;
+        }
         if probabilities.len() == prediction.scores.labels.len() && !probabilities.is_empty() {
             prediction.label = prediction.scores.labels[self.label_index(probabilities)].clone();
         }

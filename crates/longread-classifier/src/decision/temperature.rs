@@ -100,6 +100,8 @@ pub fn restate(decision: &Decision, t: f64) -> Decision {
             let moved = |b: f32| ((f64::from(b) / t) as f32).clamp(-f32::MAX, f32::MAX);
             Rule::Biases(biases.iter().map(|(label, b)| (label.clone(), moved(*b))).collect())
         }
+        // A temperature is fitted to one softmax over the labels; multi-label models have none.
+        Rule::PerLabel(thresholds) => Rule::PerLabel(thresholds.clone()),
     };
     let chosen_by = match decision.chosen_by.ends_with(RESTATED) {
         true => decision.chosen_by.clone(),

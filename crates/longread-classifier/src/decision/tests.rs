@@ -16,7 +16,7 @@ fn rows(positive: &[f32]) -> Vec<Vec<f32>> {
 fn threshold_of(tuned: &Tuned) -> f32 {
     match tuned.rule {
         Rule::Threshold { threshold, .. } => threshold,
-        Rule::Biases(_) => panic!("two labels take a threshold: {tuned:?}"),
+        Rule::Biases(_) | Rule::PerLabel(_) => panic!("two labels take a threshold: {tuned:?}"),
     }
 }
 
@@ -186,7 +186,7 @@ fn malformed_decision_files_are_refused_naming_the_problem() {
         Decision::load(dir.path(), &three()).unwrap_err().to_string()
     };
     assert!(refused(r#"{"biases": {"general": 0, "teen": "x", "mature": 0}}"#).contains("the bias of \"teen\""));
-    assert!(refused(r#"{"positive": "teen", "threshold": 0.2, "biases": {}}"#).contains("not both"));
+    assert!(refused(r#"{"positive": "teen", "threshold": 0.2, "biases": {}}"#).contains("one of them"));
     // Beyond f32's range: infinite once read.
     assert!(refused(r#"{"biases": {"general": 0, "teen": 1e39, "mature": 0}}"#).contains("not a finite (32-bit)"));
     assert!(refused(r#"{"threshold": 0.2}"#).contains("give \"positive\" and \"threshold\""));
@@ -283,7 +283,7 @@ fn a_restated_rule_gives_tempered_probabilities_the_labels_it_gave_before() {
                 // Away from the boundary (f32 rounding may move a document sitting on it).
                 let margin = match &decision.rule {
                     Rule::Threshold { threshold, .. } => (p[1] - threshold).abs(),
-                    Rule::Biases(_) => 1.0,
+                    Rule::Biases(_) | Rule::PerLabel(_) => 1.0,
                 };
                 if margin > 1e-4 {
                     assert_eq!(decision.label_index(&p), restated.label_index(&tempered), "t {t}, p {p:?}");
@@ -308,4 +308,71 @@ fn a_restated_threshold_stays_inside_zero_and_one() {
         let restated = temperature::restate(&self::threshold("rain", threshold), t);
         assert_eq!(restated.check(&labels), Ok(()), "{threshold} at {t}: {restated:?}");
     }
+}
+
+fn per_label(rule: &Rule) -> Vec<f32> {
+    match rule {
+        Rule::PerLabel(thresholds) => thresholds.iter().map(|(_, t)| *t).collect(),
+        other => panic!("a multi-label model takes per-label thresholds: {other:?}"),
+    }
+}
+
+/// Label 0's positives all score above its negatives but one of them below 0.5; label 1 has
+/// no positive at all; label 2 is right at 0.5 already.
+#[test]
+fn per_label_thresholds_maximize_each_labels_f1_and_move_only_as_far_as_needed() {
+    let labels = three();
+    let probabilities =
+        vec![vec![0.9, 0.2, 0.8], vec![0.7, 0.1, 0.3], vec![0.35, 0.3, 0.6], vec![0.3, 0.05, 0.2], vec![0.1, 0.4, 0.1]];
+    let truth =
+        [[true, false, true], [true, false, false], [true, false, true], [false, false, false], [false, false, false]]
+            .map(|row| row.to_vec())
+            .to_vec();
+    let thresholds = per_label(&tune_per_label(&labels, &truth, &probabilities));
+    assert!((thresholds[0] - 0.325).abs() < 1e-6, "{thresholds:?}");
+    assert_eq!(thresholds[1], 0.5, "no threshold helps a label with no positives");
+    assert_eq!(thresholds[2], 0.5, "0.5 already separates label 2 and ties go to 0.5");
+    // Brute force: no threshold on a grid gives label 0 a better F1 than the tuned one.
+    let f1 = |t: f32| {
+        let tp = (0..5).filter(|&i| probabilities[i][0] >= t && truth[i][0]).count() as f64;
+        let fp = (0..5).filter(|&i| probabilities[i][0] >= t && !truth[i][0]).count() as f64;
+        2.0 * tp / (2.0 * tp + fp + (3.0 - tp))
+    };
+    assert!((1..100).all(|k| f1(k as f32 / 100.0) <= f1(thresholds[0])));
+}
+
+#[test]
+fn per_label_thresholds_decide_each_label_and_fit_only_multi_label_models() {
+    let labels = three();
+    let decision = Decision {
+        rule: Rule::PerLabel(vec![("general".into(), 0.3), ("teen".into(), 0.5), ("mature".into(), 0.9)]),
+        chosen_by: String::new(),
+    };
+    assert_eq!(decision.check(&labels), Ok(()));
+    assert!(decision.check_fits(true).is_ok() && decision.check_fits(false).is_err());
+    assert!(threshold("partisan", 0.4).check_fits(true).unwrap_err().contains("threshold per label"));
+    let prediction = Prediction {
+        label: "mature".into(),
+        labels: Some(vec!["mature".into()]),
+        scores: crate::prediction::LabelScores { labels: labels.clone(), probabilities: vec![0.35, 0.45, 0.85] },
+        logits: vec![0.0; 3],
+        parts: crate::prediction::Parts::Whole {},
+        tasks: None,
+        members: None,
+        tokens: None,
+    };
+    let relabelled = decision.relabel(prediction);
+    assert_eq!(relabelled.labels, Some(vec!["general".to_string()]));
+    assert_eq!(relabelled.label, "mature", "the most probable label stays");
+
+    let wrong = Decision {
+        rule: Rule::PerLabel(vec![("general".into(), 0.3), ("teen".into(), 1.0), ("mature".into(), 0.9)]),
+        chosen_by: String::new(),
+    };
+    assert!(wrong.check(&labels).unwrap_err().contains("\"teen\", 1, is not between 0 and 1"));
+    let dir = tempfile::tempdir().unwrap();
+    decision.save(dir.path()).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(DECISION_FILE)).unwrap();
+    assert!(text.contains("\"thresholds\""), "{text}");
+    assert_eq!(Decision::load(dir.path(), &labels).unwrap(), Some(decision));
 }

@@ -188,3 +188,49 @@ pub(super) fn tune_biases(
     }
     Ok((biases, best))
 }
+
+/// Multi-label: for each label, the threshold that maximizes that label's F1 on these
+/// documents (document i carries label l when `truth[i][l]`; its probabilities are
+/// `probabilities[i]`), which also maximizes macro-F1. Candidates lie halfway between
+/// consecutive distinct probabilities of the label (every one of them: a sweep over the
+/// documents sorted by probability); ties go to the threshold nearest 0.5, and a label no
+/// threshold helps (none of its documents in the data, say) keeps 0.5.
+pub fn tune_per_label<R: AsRef<[f32]>>(labels: &[String], truth: &[Vec<bool>], probabilities: &[R]) -> Rule {
+    let thresholds = labels
+        .iter()
+        .enumerate()
+        .map(|(l, name)| {
+            let mut scored: Vec<(f32, bool)> =
+                probabilities.iter().zip(truth).map(|(p, t)| (p.as_ref()[l], t[l])).collect();
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+            let positives = scored.iter().filter(|(_, t)| *t).count();
+            let f1 = |tp: usize, fp: usize| match tp {
+                0 => 0.0,
+                _ => 2.0 * tp as f64 / (2 * tp + fp + (positives - tp)) as f64,
+            };
+            let at_half = scored.iter().filter(|(p, _)| *p >= super::MULTI_LABEL_DEFAULT);
+            let (tp, fp) = at_half.fold((0, 0), |(tp, fp), (_, t)| if *t { (tp + 1, fp) } else { (tp, fp + 1) });
+            let mut best = (super::MULTI_LABEL_DEFAULT, f1(tp, fp));
+            let (mut tp, mut fp) = (0, 0);
+            for (i, &(p, carries)) in scored.iter().enumerate() {
+                if carries {
+                    tp += 1;
+                } else {
+                    fp += 1;
+                }
+                let next = scored.get(i + 1).map_or(0.0, |s| s.0);
+                let t = (p + next) / 2.0;
+                // Between this document and the next (a midpoint that rounds onto either is no cut).
+                if !(t > next && t <= p && t > 0.0 && t < 1.0) {
+                    continue;
+                }
+                let score = f1(tp, fp);
+                if score > best.1 || (score == best.1 && (t - 0.5).abs() < (best.0 - 0.5).abs()) {
+                    best = (t, score);
+                }
+            }
+            (name.clone(), best.0)
+        })
+        .collect();
+    Rule::PerLabel(thresholds)
+}

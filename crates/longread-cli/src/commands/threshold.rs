@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_classifier::decision::{Decision, Rule, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, tune_threshold_out_of_fold, ThresholdMetric};
+use longread_classifier::multilabel_eval::tune_multilabel_thresholds;
 use longread_classifier::out_of_fold::{out_of_fold_for, OutOfFold};
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
@@ -23,8 +24,10 @@ use crate::io::{input_name, open_input};
 labels): it is predicted when its probability is at least the threshold, the first label otherwise. Three or \
 more take a bias per label, added to the log of its probability; the label with the highest sum is predicted \
 (the first label's bias stays 0; with two labels this is the same as a threshold). Probabilities are \
-unchanged; only the label chosen from them moves. Tune on documents held out from training (a dev set), \
-not on the test set you report.")]
+unchanged; only the label chosen from them moves. A multi-label model takes a threshold per label: each \
+label is carried when its probability reaches its own threshold (0.5 by default); tuning picks, label by \
+label, the threshold with the best F1 (which maximizes macro-F1). Tune on documents held out from training \
+(a dev set), not on the test set you report.")]
 pub struct ThresholdArgs {
     /// Model directory (any kind: hierarchical, sequence, HAN, bag of words, ensemble).
     #[arg(long)]
@@ -47,7 +50,9 @@ pub struct ThresholdArgs {
     dry_run: bool,
     /// Keep this rule instead of tuning one: a threshold between 0 and 1 (two labels, e.g.
     /// `--set 0.3`), or label biases `LABEL=B,...` added to ln p (three or more labels, e.g.
-    /// `--set teen=0.4,mature=-0.2`; a label not named gets 0).
+    /// `--set teen=0.4,mature=-0.2`; a label not named gets 0). A multi-label model takes
+    /// thresholds: `--set 0.3` for every label, or `--set 3=0.3,6=0.6` (a label not named
+    /// keeps 0.5).
     #[arg(long, value_name = "T | LABEL=B,...", conflicts_with_all = ["data", "clear", "dry_run"])]
     set: Option<String>,
     /// Remove the model's threshold or biases: it labels by the most probable label again.
@@ -57,6 +62,8 @@ pub struct ThresholdArgs {
     /// with the most probable label and with the rule; written).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    label_layout: longread_train::run::LabelLayoutSpec,
     #[command(flatten)]
     encoding: EncodingArgs,
 }
@@ -69,8 +76,18 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     let labels = classifier.labels().to_vec();
     if args.clear {
         let removed = Decision::clear(dir)?;
-        report_cleared(dir, removed, args.json, quiet, "decision rule", "it labels by the most probable label");
+        let now = match classifier.multi_label() {
+            true => "each label is carried at probability 0.5 again",
+            false => "it labels by the most probable label",
+        };
+        report_cleared(dir, removed, args.json, quiet, "decision rule", now);
         return Ok(());
+    }
+    if classifier.multi_label() {
+        return run_multilabel(&args, &classifier, quiet);
+    }
+    if !args.label_layout.label_columns.is_empty() {
+        bail!("--label-columns is for multi-label models; {} predicts one label per document", dir.display());
     }
     if let Some(rule) = &args.set {
         let decision = Decision { rule: rule_to_set(rule, &labels)?, chosen_by: "set by hand".into() };
@@ -138,6 +155,101 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// `threshold` for a multi-label model: a threshold per label, set by hand or tuned on --data.
+fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) -> Result<()> {
+    let dir = &args.model;
+    let labels = classifier.labels();
+    if let Some(given) = &args.set {
+        let decision = Decision { rule: thresholds_to_set(given, labels)?, chosen_by: "set by hand".into() };
+        if let Err(why) = decision.check(labels) {
+            bail!("--set {given}: {why}");
+        }
+        decision.save(dir)?;
+        if args.json {
+            let mut value = serde_json::to_value(&decision)?;
+            value["written"] = true.into();
+            println!("{value}");
+        } else if !quiet {
+            eprintln!("{}: {}", dir.display(), printable(&decision.describe()));
+        }
+        return Ok(());
+    }
+    if args.out_of_fold.is_some() {
+        bail!(
+            "--out-of-fold tunes single-label models in this version; tune a multi-label model's thresholds on --data"
+        );
+    }
+    if args.metric != ThresholdMetric::MacroF1 {
+        bail!(
+            "--metric {}: a multi-label model's thresholds maximize each label's F1 (and so macro-F1), the only metric \
+             for them",
+            args.metric.name()
+        );
+    }
+    let Some(data) = &args.data else { bail!("--data is needed to tune the thresholds") };
+    let progress = progress_bar(0, quiet);
+    let source = input_name(data);
+    let tuned =
+        tune_multilabel_thresholds(classifier, open_input(data)?, &source, &args.label_layout.layout(), || {
+            progress.inc(1)
+        })?;
+    progress.finish_and_clear();
+    let written = !args.dry_run;
+    if written {
+        tuned.decision.save(dir)?;
+    }
+    if args.json {
+        let mut value = serde_json::to_value(&tuned)?;
+        value["written"] = written.into();
+        println!("{value}");
+        return Ok(());
+    }
+    println!(
+        "{source} ({}, each label's F1): {}",
+        counted(tuned.documents, "document"),
+        printable(&tuned.decision.describe())
+    );
+    println!("{:<22} {:>9} {:>9} {:>9}", "", "micro-F1", "macro-F1", "samples");
+    for (what, r) in [("every label at 0.5", &tuned.at_default), ("tuned thresholds", &tuned.at_threshold)] {
+        println!("{what:<22} {:>9.4} {:>9.4} {:>9.4}", r.micro.f1, r.macro_avg.f1, r.samples.f1);
+    }
+    if !quiet {
+        if let Some(warning) = tuned.decision.warning(tuned.documents) {
+            eprintln!("{warning}");
+        }
+        match written {
+            true => eprintln!(
+                "kept in {}; predict, eval, report, serve and Python apply it",
+                dir.join(DECISION_FILE).display()
+            ),
+            false => eprintln!("--dry-run: nothing written"),
+        }
+    }
+    Ok(())
+}
+
+/// The thresholds `--set` gives a multi-label model: one for every label, or `LABEL=T,...`
+/// (a label not named keeps 0.5), in the model's label order.
+fn thresholds_to_set(given: &str, labels: &[String]) -> Result<Rule> {
+    let default = longread_classifier::decision::MULTI_LABEL_DEFAULT;
+    let parse = |text: &str, what: &str| -> Result<f32> {
+        text.trim().parse::<f32>().map_err(|_| anyhow::anyhow!("--set {given}: {what} is not a number between 0 and 1"))
+    };
+    if !given.contains('=') {
+        let t = parse(given, "the threshold")?;
+        return Ok(Rule::PerLabel(labels.iter().map(|l| (l.clone(), t)).collect()));
+    }
+    let mut thresholds: Vec<(String, f32)> = labels.iter().map(|l| (l.clone(), default)).collect();
+    for pair in given.split(',') {
+        let Some((label, t)) = pair.split_once('=') else { bail!("--set {given}: `{pair}` is not LABEL=T") };
+        let Some(slot) = thresholds.iter_mut().find(|(l, _)| l == label.trim()) else {
+            bail!("--set {given}: the model has no label `{}` (its labels: {})", label.trim(), labels.join(", "))
+        };
+        slot.1 = parse(t, &format!("the threshold of `{}`", label.trim()))?;
+    }
+    Ok(Rule::PerLabel(thresholds))
 }
 
 /// The out-of-fold predictions of the `--cv` run `run` for `classifier`, its warnings
