@@ -35,6 +35,13 @@ pub fn build_calibrated_ensemble(
     }
     let given = normalised_weights(members)?;
     let (labels, mut loaded) = load_members(members)?;
+    if loaded.first().is_some_and(|(c, _)| c.multi_label()) {
+        return Err(ModelError::InvalidInput(
+            "--calibrate fits temperatures to one softmax over the labels; multi-label members are averaged as they \
+             are (`ensemble` without --calibrate)"
+                .into(),
+        ));
+    }
     if let Some(dir) = vector_cache {
         loaded.iter_mut().try_for_each(|(classifier, _)| classifier.set_vector_cache(dir))?;
     }
@@ -93,11 +100,19 @@ fn write_calibrated(
     write_ensemble(members, &weights, &temperatures, labels, Some(calibration), out)
 }
 
-/// The labels an ensemble of `members` has (the first member's order), after checking that
-/// every member loads, has one task and the same labels.
+/// The labels a stacked ensemble of `members` has (the first member's order), after checking
+/// that every member loads, has one task and the same labels, and predicts one label.
 pub fn ensemble_labels(members: &[PathBuf]) -> Result<Vec<String>> {
     let weighted: Vec<(PathBuf, f64)> = members.iter().map(|m| (m.clone(), 1.0)).collect();
-    Ok(load_members(&weighted)?.0)
+    let (labels, loaded) = load_members(&weighted)?;
+    if loaded.first().is_some_and(|(c, _)| c.multi_label()) {
+        return Err(ModelError::InvalidInput(
+            "stacking fits weights to one softmax over the labels; multi-label members are averaged as they are \
+             (`ensemble` without --stack)"
+                .into(),
+        ));
+    }
+    Ok(labels)
 }
 
 /// The labelled documents of the JSON lines `data` (the `"label"` column, names or ids into

@@ -137,11 +137,30 @@ pub(super) fn load_members(members: &[(PathBuf, f64)]) -> Result<(Vec<String>, V
     let mut loaded = Vec::with_capacity(members.len());
     for (dir, _) in members {
         let classifier = load_member(dir, ClassifierOptions::default())?;
+        if let Some((first, _)) = loaded.first() {
+            same_kind_of_labels(&members[0].0, first, dir, &classifier)?;
+        }
         let expected = labels.get_or_insert_with(|| classifier.labels().to_vec());
         let map = label_map(expected, &classifier)?;
         loaded.push((classifier, map));
     }
     Ok((labels.expect("at least two members"), loaded))
+}
+
+/// Refuses a member that is multi-label beside one that is not (or the other way round): an
+/// ensemble averages one kind of probabilities.
+fn same_kind_of_labels(first_dir: &Path, first: &Classifier, dir: &Path, classifier: &Classifier) -> Result<()> {
+    if first.multi_label() == classifier.multi_label() {
+        return Ok(());
+    }
+    let kind = |c: &Classifier| if c.multi_label() { "multi-label" } else { "single-label" };
+    Err(ModelError::InvalidInput(format!(
+        "{} is {} but {} is {}: an ensemble's members are all multi-label or all single-label",
+        dir.display(),
+        kind(classifier),
+        first_dir.display(),
+        kind(first)
+    )))
 }
 
 /// Writes the ensemble directory `out` (under a temporary name, then renamed): a copy of every
@@ -299,6 +318,9 @@ pub(super) struct Ensemble {
     tasks: Vec<TaskSpec>,
     members: Vec<Member>,
     combination: Combination,
+    /// Its members are multi-label: the mean of their per-label probabilities decides each
+    /// label on its own.
+    multi_label: bool,
 }
 
 /// A loaded member.
@@ -340,9 +362,15 @@ impl Ensemble {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        for (m, member) in members.iter().enumerate().skip(1) {
+            let first = &members[0];
+            same_kind_of_labels(Path::new(&first.name), &first.classifier, Path::new(&member.name), &member.classifier)
+                .map_err(|e| ModelError::InvalidInput(format!("{}: {e} (member {})", dir.display(), m + 1)))?;
+        }
+        let multi_label = members.first().is_some_and(|m| m.classifier.multi_label());
         let weights = divided_by_sum(&members.iter().map(|m| m.weight).collect::<Vec<_>>());
         let members = members.into_iter().zip(weights).map(|(m, weight)| Member { weight, ..m }).collect();
-        Ok(Self { tasks: single_task(spec.labels), members, combination: Combination::Mean })
+        Ok(Self { tasks: single_task(spec.labels), members, combination: Combination::Mean, multi_label })
     }
 
     /// A wide-and-deep model as two members combined log-linearly: `deep` (the encoder model,
@@ -355,7 +383,7 @@ impl Ensemble {
             Ok(Member { name: name.into(), weight, temperature: 1.0, classifier, to_ensemble })
         };
         let members = vec![member("deep", 1.0, deep)?, member("wide", scale, wide)?];
-        Ok(Self { tasks: single_task(labels), members, combination: Combination::LogLinear })
+        Ok(Self { tasks: single_task(labels), members, combination: Combination::LogLinear, multi_label: false })
     }
 
     /// The ensemble's labels.
@@ -412,18 +440,23 @@ impl Ensemble {
             });
         }
         let (probabilities, logits): (Vec<f32>, Vec<f32>) = match self.combination {
+            // Each label's own probability: its logit is ln(p / (1 − p)).
+            Combination::Mean if self.multi_label => {
+                combined.iter().map(|&p| (p as f32, (p / (1.0 - p)).ln().clamp(-1e30, 1e30) as f32)).unzip()
+            }
             Combination::Mean => combined.iter().map(|&p| (p as f32, (p as f32).max(f32::MIN_POSITIVE).ln())).unzip(),
             Combination::LogLinear => {
                 let lp = log_softmax(&combined);
                 lp.iter().zip(&combined).map(|(&l, &z)| (l.exp() as f32, z as f32)).unzip()
             }
         };
+        let labels = self.multi_label.then(|| crate::prediction::carried(self.labels(), &probabilities, None));
         Ok(crate::Prediction {
             label: self.labels()[argmax(&probabilities)].clone(),
             logits,
             scores: LabelScores { labels: self.labels().to_vec(), probabilities },
             parts: evidence.map_or(crate::Parts::Whole {}, |p| p.parts.clone()),
-            labels: None,
+            labels,
             tasks: None,
             members: Some(members),
             tokens,
@@ -459,6 +492,10 @@ impl Ensemble {
 impl DocumentModel for Ensemble {
     fn tasks(&self) -> &[TaskSpec] {
         &self.tasks
+    }
+
+    fn multi_label(&self) -> bool {
+        self.multi_label
     }
 
     /// `text` as each member prepares it, in member order (in the server's queue an encoder

@@ -247,6 +247,54 @@ fn per_label_thresholds_are_tuned_set_by_hand_applied_everywhere_and_cleared() {
     assert!(rows_after.iter().any(|r| !r["labels"].as_array().unwrap().iter().any(|l| l == "language")));
 }
 
+#[test]
+fn an_ensemble_of_multi_label_models_averages_each_labels_probability() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (words, chars) = (tmp.path().join("words"), tmp.path().join("chars"));
+    assert!(train(&words, &[]).status.success());
+    assert!(train(&chars, &["--char-ngrams", "2-4"]).status.success());
+    let ensemble = tmp.path().join("ensemble");
+    let (w, c, e) = (words.to_str().unwrap(), chars.to_str().unwrap(), ensemble.to_str().unwrap());
+    let built = longread(&["ensemble", "--model", w, "--model", c, "--out", e]);
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let test = descriptors("test.csv");
+    let rows = |model: &str| json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    let (mine, first, second) = (rows(e), rows(w), rows(c));
+    assert_eq!(mine.len(), first.len());
+    for ((row, a), b) in mine.iter().zip(&first).zip(&second) {
+        let mut expected = Vec::new();
+        for (label, p) in row["scores"].as_object().unwrap() {
+            let mean = (a["scores"][label].as_f64().unwrap() + b["scores"][label].as_f64().unwrap()) / 2.0;
+            assert!((p.as_f64().unwrap() - mean).abs() < 1e-6, "{row}");
+            if mean >= 0.5 {
+                expected.push(Value::String(label.clone()));
+            }
+        }
+        assert_eq!(row["labels"].as_array().unwrap(), &expected, "{row}");
+    }
+    let eval = longread(&["eval", "--model", e, "--data", &test, "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+
+    let single = tmp.path().join("single");
+    let transcripts = repo().join("examples/transcripts/train.csv");
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        transcripts.to_str().unwrap(),
+        "--out",
+        single.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let mixed =
+        longread(&["ensemble", "--model", w, "--model", single.to_str().unwrap(), "--out", &format!("{e}-mixed")]);
+    assert_clean_failure(&mixed, "all multi-label or all single-label");
+    let calibrated =
+        longread(&["ensemble", "--model", w, "--model", c, "--calibrate", &test, "--out", &format!("{e}-cal")]);
+    assert_clean_failure(&calibrated, "multi-label members are averaged as they are");
+}
+
 /// The `labels` column of a CSV file, each as a sorted set.
 fn csv_labels(path: &str) -> Vec<Vec<String>> {
     let mut reader = csv::Reader::from_path(path).unwrap();
