@@ -69,6 +69,14 @@ fn a_multi_label_bag_of_words_predicts_each_documents_set_of_labels() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.lines().next().unwrap().contains("labels") && text.contains("drugs;violence"), "{text}");
 
+    let page = tmp.path().join("report.html");
+    let report =
+        longread(&["report", "--model", model, "--input", &descriptors("test.csv"), "--out", page.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Predicted: none of the labels"), "documents without a descriptor say so");
+    assert!(html.contains("<span class=\"label\">drugs</span>, <span class=\"label\">violence</span>"));
+
     let eval = longread(&["eval", "--model", model, "--data", &descriptors("test.csv"), "--json"]);
     assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
     let report: Value = serde_json::from_slice(&eval.stdout).unwrap();

@@ -7,12 +7,21 @@ use crate::{ChunkView, DocumentView, MemberView, SentenceView, WordView};
 impl<'a> DocumentView<'a> {
     /// The view of document `id` with text `text` and its classification `result`.
     pub fn of_result(id: String, text: &'a str, result: DocResult) -> Self {
-        let mut view =
-            DocumentView { id, text, scores: vec![], chunks: vec![], sentences: vec![], members: vec![], error: None };
+        let mut view = DocumentView {
+            id,
+            text,
+            scores: vec![],
+            labels: None,
+            chunks: vec![],
+            sentences: vec![],
+            members: vec![],
+            error: None,
+        };
         match result {
             Err(e) => view.error = Some(e.message),
             Ok(p) => {
                 view.scores = p.scores.labels.into_iter().zip(p.scores.probabilities).collect();
+                view.labels = p.labels;
                 view.members = p
                     .members
                     .unwrap_or_default()

@@ -65,6 +65,8 @@ pub struct DocumentView<'a> {
     pub text: &'a str,
     /// `(label, probability)` for every label; empty when the document failed.
     pub scores: Vec<(String, f32)>,
+    /// Multi-label models: the labels the document carries (possibly none).
+    pub labels: Option<Vec<String>>,
     /// Its chunks (hierarchical and single-chunk models).
     pub chunks: Vec<ChunkView>,
     /// Its sentences (HAN models; then `chunks` is empty).
@@ -123,7 +125,16 @@ fn render_document(html: &mut String, doc: &DocumentView) {
         return;
     }
     let best = doc.scores.iter().max_by(|a, b| a.1.total_cmp(&b.1));
-    if let Some((label, p)) = best {
+    if let Some(labels) = &doc.labels {
+        let named: Vec<String> =
+            labels.iter().map(|l| format!("<span class=\"label\">{}</span>", escape_html(l))).collect();
+        match named.is_empty() {
+            true => html.push_str("<p>Predicted: none of the labels</p>"),
+            false => {
+                let _ = write!(html, "<p>Predicted: {}</p>", named.join(", "));
+            }
+        }
+    } else if let Some((label, p)) = best {
         let _ =
             write!(html, "<p>Predicted: <span class=\"label\">{}</span> ({:.1}%)</p>", escape_html(label), p * 100.0);
     }
@@ -258,11 +269,21 @@ mod tests {
             id: "d<1>".into(),
             text,
             scores: vec![("a".into(), 0.25), ("b".into(), 0.75)],
+            labels: None,
             chunks,
             sentences: Vec::new(),
             members: Vec::new(),
             error: None,
         }
+    }
+
+    #[test]
+    fn a_multi_label_document_shows_its_set_of_labels() {
+        let carried = DocumentView { labels: Some(vec!["a".into(), "b<".into()]), ..doc("text", vec![]) };
+        let none = DocumentView { labels: Some(vec![]), ..doc("text", vec![]) };
+        let html = render_html("r", "m", &[carried, none]);
+        assert!(html.contains("Predicted: <span class=\"label\">a</span>, <span class=\"label\">b&lt;</span></p>"));
+        assert!(html.contains("Predicted: none of the labels") && !html.contains("(75.0%)"), "{html}");
     }
 
     #[test]
