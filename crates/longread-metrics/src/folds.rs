@@ -87,11 +87,9 @@ pub fn iterative_stratified_folds(labels: &[Vec<usize>], k: usize, seed: u64) ->
         rng.shuffle(&mut tied);
         tied
     };
-    loop {
-        // The label with the fewest documents still to deal (ties: the lowest id).
-        let Some(label) = (0..n_labels).filter(|&l| remaining[l] > 0).min_by_key(|&l| (remaining[l], l)) else {
-            break;
-        };
+    // The label with the fewest documents still to deal (ties: the lowest id).
+    let rarest = |remaining: &[usize]| (0..n_labels).filter(|&l| remaining[l] > 0).min_by_key(|&l| (remaining[l], l));
+    while let Some(label) = rarest(&remaining) {
         let mut members: Vec<usize> = (0..labels.len()).filter(|&d| left[d] && labels[d].contains(&label)).collect();
         rng.shuffle(&mut members);
         for d in members {

@@ -173,11 +173,10 @@ fn joined(value: Value, separator: &str) -> std::result::Result<Vec<String>, Str
 fn indicator(value: &Value) -> Option<bool> {
     match value {
         Value::Bool(b) => Some(*b),
-        Value::Number(n) => match n.as_f64()? {
-            x if x == 0.0 => Some(false),
-            x if x == 1.0 => Some(true),
-            _ => None,
-        },
+        Value::Number(n) => {
+            let x = n.as_f64()?;
+            (x == 0.0 || x == 1.0).then_some(x == 1.0)
+        }
         Value::String(s) => match s.trim() {
             "0" | "0.0" | "false" | "False" => Some(false),
             "1" | "1.0" | "true" | "True" => Some(true),
