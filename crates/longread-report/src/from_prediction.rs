@@ -11,6 +11,7 @@ impl<'a> DocumentView<'a> {
             id,
             text,
             scores: vec![],
+            label: None,
             labels: None,
             chunks: vec![],
             sentences: vec![],
@@ -22,6 +23,7 @@ impl<'a> DocumentView<'a> {
             Ok(p) => {
                 view.scores = p.scores.labels.into_iter().zip(p.scores.probabilities).collect();
                 view.labels = p.labels;
+                view.label = Some(p.label);
                 view.members = p
                     .members
                     .unwrap_or_default()

@@ -65,6 +65,9 @@ pub struct DocumentView<'a> {
     pub text: &'a str,
     /// `(label, probability)` for every label; empty when the document failed.
     pub scores: Vec<(String, f32)>,
+    /// The label the model gave (its decision rule's, which may not be the most probable);
+    /// `None`: the most probable label is shown.
+    pub label: Option<String>,
     /// Multi-label models: the labels the document carries (possibly none).
     pub labels: Option<Vec<String>>,
     /// Its chunks (hierarchical and single-chunk models).
@@ -124,7 +127,8 @@ fn render_document(html: &mut String, doc: &DocumentView) {
         let _ = write!(html, "<p class=\"error\">Not classified: {}</p></section>", escape_html(error));
         return;
     }
-    let best = doc.scores.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    let given = doc.label.as_ref().and_then(|label| doc.scores.iter().find(|(l, _)| l == label));
+    let best = given.or_else(|| doc.scores.iter().max_by(|a, b| a.1.total_cmp(&b.1)));
     if let Some(labels) = &doc.labels {
         let named: Vec<String> =
             labels.iter().map(|l| format!("<span class=\"label\">{}</span>", escape_html(l))).collect();
@@ -269,12 +273,19 @@ mod tests {
             id: "d<1>".into(),
             text,
             scores: vec![("a".into(), 0.25), ("b".into(), 0.75)],
+            label: None,
             labels: None,
             chunks,
             sentences: Vec::new(),
             members: Vec::new(),
             error: None,
         }
+    }
+
+    #[test]
+    fn the_label_shown_is_the_one_the_model_gave() {
+        let html = render_html("r", "m", &[DocumentView { label: Some("a".into()), ..doc("text", vec![]) }]);
+        assert!(html.contains("Predicted: <span class=\"label\">a</span> (25.0%)"), "{html}");
     }
 
     #[test]
