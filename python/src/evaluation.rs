@@ -76,7 +76,9 @@ pub(crate) fn evaluate(
 /// `longread eval --model A --model B ... --json`: the models (directories, same labels) on the
 /// same labelled documents: accuracy, macro-F1, ROC-AUC and per-label recall with 95% bootstrap
 /// intervals (`bootstrap` resamples, seeded), and paired bootstrap p-values against the first
-/// model. Returns the JSON the command line prints.
+/// model. Returns the JSON the command line prints; for multi-label models {"documents",
+/// "models": [{"model", "report", "micro_f1_ci", "macro_f1_ci", "micro_f1_p_value",
+/// "macro_f1_p_value"}], ...}.
 #[pyfunction]
 #[pyo3(signature = (models, data, threads=None, precision=None, max_batch_tokens=None, bootstrap=1000, seed=0, device="auto"))]
 #[allow(clippy::too_many_arguments)]
@@ -104,6 +106,19 @@ pub(crate) fn compare(
     let result = off_gil(py, move || -> Result<String, String> {
         let named: Vec<(String, &RustClassifier)> = loaded.iter().map(|(n, c)| (n.clone(), c.as_ref())).collect();
         let file = std::fs::File::open(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+        if named.first().is_some_and(|(_, c)| c.multi_label()) {
+            let evaluation = longread_classifier::multilabel_eval::evaluate_multilabel_models(
+                &named,
+                std::io::BufReader::new(file),
+                &data.display().to_string(),
+                &Default::default(),
+                false,
+                settings,
+                || {},
+            )
+            .map_err(|e| e.to_string())?;
+            return Ok(evaluation.to_json().to_string());
+        }
         let comparison = longread_classifier::evaluate::compare(
             &named,
             std::io::BufReader::new(file),

@@ -745,6 +745,10 @@ def test_a_multi_label_model_trains_predicts_and_evaluates_as_the_cli_does(tmp_p
     for key in ["documents", "micro", "macro_avg", "samples", "subset_accuracy", "hamming_loss", "per_label"]:
         assert report[key] == expected[key], key
     assert report["micro_f1_ci"]["low"] <= report["micro"]["f1"] <= report["micro_f1_ci"]["high"]
+    compared = longread.compare([out, out], test)
+    cli_compared = json.loads(run_cli("eval", "--model", out, "--model", out, "--data", test, "--json").stdout)
+    assert [m["report"]["micro"] for m in compared["models"]] == [m["report"]["micro"] for m in cli_compared["models"]]
+    assert compared["models"][1]["micro_f1_p_value"] == cli_compared["models"][1]["micro_f1_p_value"]
     with pytest.raises(longread.LongreadError, match="unknown label"):
         longread.train(train, str(tmp_path / "refused"), arch="bow", multi_label=True, labels="violence,drugs")
 

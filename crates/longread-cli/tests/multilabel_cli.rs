@@ -160,6 +160,31 @@ fn data_that_does_not_fit_a_multi_label_model_is_refused_naming_the_line() {
 }
 
 #[test]
+fn joined_labels_trained_without_multi_label_are_noted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("joined.csv");
+    std::fs::write(&data, "text,label\nhe hit him,violence;drugs\nthey hit,violence;drugs\nweed,drugs\npills,drugs\n")
+        .unwrap();
+    let out = tmp.path().join("m");
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--c-values",
+        "1",
+        "--min-df",
+        "1",
+        "--train",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(said.contains("\"violence;drugs\" hold `;`") && said.contains("--multi-label"), "{said}");
+}
+
+#[test]
 fn flags_that_do_not_fit_multi_label_training_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("m");

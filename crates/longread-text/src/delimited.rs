@@ -99,7 +99,9 @@ impl Lines {
     /// The 1-based line of the first non-blank line at or after `byte` (no smaller than the
     /// previous call's `byte`).
     fn first_line_from(&mut self, byte: u64) -> usize {
-        while self.ends.front().is_some_and(|&(at, _)| at < byte) {
+        // `<=`: after a `\r\n`, the csv crate starts the next record at the `\n`, which ends
+        // the line before.
+        while self.ends.front().is_some_and(|&(at, _)| at <= byte) {
             self.ends.pop_front();
             self.passed += 1;
         }
@@ -230,6 +232,15 @@ mod tests {
         assert_eq!(records[2].fields["label"], "2.5");
         let keys: Vec<&String> = records[1].fields.keys().collect();
         assert_eq!(keys, ["id", "label", "note"], "the header's order");
+    }
+
+    #[test]
+    fn lines_ending_in_crlf_are_counted_as_editors_count_them() {
+        let input = "id,text,label\r\na,\"two\r\nlines\",1\r\n\r\nb,one,2\r\nc,,3\r\n";
+        let read = rows(input, "d.csv");
+        assert_eq!(read[0].as_ref().unwrap().line, 2);
+        assert_eq!(read[1].as_ref().unwrap().line, 5, "after a two-line record and a blank line");
+        assert_eq!(read[2].as_ref().unwrap_err(), "d.csv:6: \"text\" is empty");
     }
 
     #[test]

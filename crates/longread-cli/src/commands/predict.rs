@@ -34,8 +34,9 @@ pub struct PredictArgs {
     #[arg(long, visible_alias = "out")]
     pub output: Option<PathBuf>,
     /// `json`: one JSON line per document; `table`: a readable table; `csv`: a header row, then
-    /// a row per document (id, label, p_LABEL for each label, the most attended chunk's or
-    /// sentence's evidence_start/evidence_end/evidence_attention, other tasks' labels, error;
+    /// a row per document (id, label — a multi-label model: labels, joined by `;` —, p_LABEL
+    /// for each label, the most attended chunk's or sentence's
+    /// evidence_start/evidence_end/evidence_attention, other tasks' labels, error;
     /// a cell starting with = + - @ that is not a number gets a leading ', so that a
     /// spreadsheet shows it as text instead of running it as a formula).
     #[arg(long, value_enum, default_value_t = Format::Json)]

@@ -42,7 +42,8 @@ pub struct ThresholdArgs {
     /// warning names settings or data in which the model and the run differ.
     #[arg(long, value_name = "CV_RUN", conflicts_with_all = ["data", "set", "clear"])]
     out_of_fold: Option<PathBuf>,
-    /// What the threshold (or the biases) maximize on --data.
+    /// What the threshold (or the biases) maximize on --data. A multi-label model's thresholds
+    /// maximize each label's F1 (macro-f1 only).
     #[arg(long, value_enum, default_value_t = ThresholdMetric::MacroF1)]
     metric: ThresholdMetric,
     /// Print what tuning finds without writing it to the model.
@@ -55,11 +56,14 @@ pub struct ThresholdArgs {
     /// keeps 0.5).
     #[arg(long, value_name = "T | LABEL=B,...", conflicts_with_all = ["data", "clear", "dry_run"])]
     set: Option<String>,
-    /// Remove the model's threshold or biases: it labels by the most probable label again.
+    /// Remove the model's threshold or biases: it labels by the most probable label again (a
+    /// multi-label model: every label at 0.5 again).
     #[arg(long, conflicts_with_all = ["data", "dry_run"])]
     clear: bool,
     /// Print one JSON object (the rule: "positive" and "threshold", or "biases"; the metrics
-    /// with the most probable label and with the rule; written).
+    /// with the most probable label and with the rule; written). A multi-label model:
+    /// {"decision": {"thresholds": {label: t}, "chosen_by"}, "documents", "at_default",
+    /// "at_threshold" (multi-label reports), "written"}.
     #[arg(long)]
     json: bool,
     #[command(flatten)]

@@ -108,6 +108,12 @@ pub(crate) fn run(
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
     let data = LabelledDataset::resolve(examples, &[labels.as_slice()], &source)?;
     let (texts, ids) = labelled_texts(&data, " (every training document needs one)")?;
+    if let Some(joined) = labels.iter().find(|l| l.contains(';')) {
+        hooks.note(&format!(
+            "note: labels such as \"{joined}\" hold `;`: if a document carries several labels, train with \
+             --multi-label (a labels column joined by `;`), or each combination is a class of its own"
+        ));
+    }
     let folds = spec.cv.unwrap_or(DEFAULT_FOLDS);
     let options = bow_options(spec, bow, &ids, &labels, folds)?;
     hooks.note(&format!(

@@ -200,7 +200,7 @@ pub(super) const BOW_HEADING: &str = "Bag of words (--arch bow, or the wide side
 #[cfg_attr(feature = "clap", command(next_help_heading = BOW_HEADING))]
 pub struct BowSpec {
     /// Inverse L2 regularisation strengths of the logistic regression, comma-separated; the one
-    /// with the best mean macro-F1 over --cv folds of the training data (with --wide-bow: 5, or
+    /// with the best mean macro-F1 (multi-label: micro-F1) over --cv folds of the training data (with --wide-bow: 5, or
     /// fewer when a label has fewer documents) is refitted on all of it (one value: no
     /// cross-validation).
     #[cfg_attr(
