@@ -98,15 +98,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         if let Err(why) = decision.check(&labels) {
             bail!("{}: {why}", dir.display());
         }
-        decision.save(dir)?;
-        if args.json {
-            let mut value = serde_json::to_value(&decision)?;
-            value["written"] = true.into();
-            println!("{value}");
-        } else if !quiet {
-            eprintln!("{}: {}", dir.display(), printable(&decision.describe()));
-        }
-        return Ok(());
+        return keep_set(dir, &decision, args.json, quiet);
     }
     let (source, tuned) = match (&args.out_of_fold, &args.data) {
         (Some(run), _) => {
@@ -147,16 +139,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         println!("{what:<22} {:>9.4} {:>9.4} {:>11.4}", r.accuracy, r.macro_f1, r.weighted_f1);
     }
     if !quiet {
-        if let Some(warning) = decision.warning(tuned.at_default.examples) {
-            eprintln!("{warning}");
-        }
-        match written {
-            true => eprintln!(
-                "kept in {}; predict, eval, report, serve and Python apply it",
-                dir.join(DECISION_FILE).display()
-            ),
-            false => eprintln!("--dry-run: nothing written"),
-        }
+        announce(dir, decision, tuned.at_default.examples, written);
     }
     Ok(())
 }
@@ -170,15 +153,7 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
         if let Err(why) = decision.check(labels) {
             bail!("--set {given}: {why}");
         }
-        decision.save(dir)?;
-        if args.json {
-            let mut value = serde_json::to_value(&decision)?;
-            value["written"] = true.into();
-            println!("{value}");
-        } else if !quiet {
-            eprintln!("{}: {}", dir.display(), printable(&decision.describe()));
-        }
-        return Ok(());
+        return keep_set(dir, &decision, args.json, quiet);
     }
     if args.out_of_fold.is_some() {
         bail!(
@@ -220,16 +195,34 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
         println!("{what:<22} {:>9.4} {:>9.4} {:>9.4}", r.micro.f1, r.macro_avg.f1, r.samples.f1);
     }
     if !quiet {
-        if let Some(warning) = tuned.decision.warning(tuned.documents) {
-            eprintln!("{warning}");
+        announce(dir, &tuned.decision, tuned.documents, written);
+    }
+    Ok(())
+}
+
+/// Says, on standard error, where a tuned `decision` went (or that `--dry-run` kept it), with
+/// its warning when it moved far on few `documents`.
+fn announce(dir: &std::path::Path, decision: &Decision, documents: usize, written: bool) {
+    if let Some(warning) = decision.warning(documents) {
+        eprintln!("{warning}");
+    }
+    match written {
+        true => {
+            eprintln!("kept in {}; predict, eval, report, serve and Python apply it", dir.join(DECISION_FILE).display())
         }
-        match written {
-            true => eprintln!(
-                "kept in {}; predict, eval, report, serve and Python apply it",
-                dir.join(DECISION_FILE).display()
-            ),
-            false => eprintln!("--dry-run: nothing written"),
-        }
+        false => eprintln!("--dry-run: nothing written"),
+    }
+}
+
+/// Keeps a rule set by hand in `dir` and says so: its JSON with `json`, its description otherwise.
+fn keep_set(dir: &std::path::Path, decision: &Decision, json: bool, quiet: bool) -> Result<()> {
+    decision.save(dir)?;
+    if json {
+        let mut value = serde_json::to_value(decision)?;
+        value["written"] = true.into();
+        println!("{value}");
+    } else if !quiet {
+        eprintln!("{}: {}", dir.display(), printable(&decision.describe()));
     }
     Ok(())
 }
