@@ -127,6 +127,19 @@ fn evaluate_loaded(classifier: &longread_classifier::Classifier, data: &Path, qu
     Ok(reports)
 }
 
+/// The loaded first model and every other `--model`, each named by its directory as given.
+fn with_the_others(
+    args: &EvalArgs,
+    first: longread_classifier::Classifier,
+    options: ClassifierOptions,
+) -> Result<Vec<(String, longread_classifier::Classifier)>> {
+    let mut classifiers = vec![(args.model[0].display().to_string(), first)];
+    for dir in &args.model[1..] {
+        classifiers.push((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?));
+    }
+    Ok(classifiers)
+}
+
 /// `eval` of multi-label models (one, or several compared on the same documents): the
 /// multi-label metrics with bootstrap intervals, as a table or JSON.
 fn run_multilabel(
@@ -135,10 +148,7 @@ fn run_multilabel(
     options: ClassifierOptions,
     quiet: bool,
 ) -> Result<()> {
-    let mut classifiers = vec![(args.model[0].display().to_string(), first)];
-    for dir in &args.model[1..] {
-        classifiers.push((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?));
-    }
+    let classifiers = with_the_others(args, first, options)?;
     let models: Vec<(String, &longread_classifier::Classifier)> =
         classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
     let progress = progress_bar(0, quiet);
@@ -171,10 +181,7 @@ fn run_comparison(
     options: ClassifierOptions,
     quiet: bool,
 ) -> Result<()> {
-    let mut classifiers = vec![(args.model[0].display().to_string(), first)];
-    for dir in &args.model[1..] {
-        classifiers.push((dir.display().to_string(), load(dir, options, args.vector_cache.as_deref())?));
-    }
+    let classifiers = with_the_others(args, first, options)?;
     let models: Vec<(String, &longread_classifier::Classifier)> =
         classifiers.iter().map(|(n, c)| (n.clone(), c)).collect();
     let progress = progress_bar(0, quiet);

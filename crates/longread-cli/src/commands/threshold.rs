@@ -115,14 +115,8 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         (None, None) => bail!("--data (or --out-of-fold) is needed to tune a threshold"),
     };
     let decision = &tuned.decision;
-    let written = !args.dry_run;
-    if written {
-        decision.save(dir)?;
-    }
+    let written = keep_tuned(dir, decision, &tuned, &args)?;
     if args.json {
-        let mut value = serde_json::to_value(&tuned)?;
-        value["written"] = written.into();
-        println!("{value}");
         return Ok(());
     }
     println!(
@@ -175,14 +169,8 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
             progress.inc(1)
         })?;
     progress.finish_and_clear();
-    let written = !args.dry_run;
-    if written {
-        tuned.decision.save(dir)?;
-    }
+    let written = keep_tuned(dir, &tuned.decision, &tuned, args)?;
     if args.json {
-        let mut value = serde_json::to_value(&tuned)?;
-        value["written"] = written.into();
-        println!("{value}");
         return Ok(());
     }
     println!(
@@ -198,6 +186,26 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
         announce(dir, &tuned.decision, tuned.documents, written);
     }
     Ok(())
+}
+
+/// Keeps a tuned `decision` in `dir` unless `--dry-run`, and with `--json` prints what tuning
+/// found (`tuned`) with "written"; returns whether it was written.
+fn keep_tuned(
+    dir: &std::path::Path,
+    decision: &Decision,
+    tuned: &impl serde::Serialize,
+    args: &ThresholdArgs,
+) -> Result<bool> {
+    let written = !args.dry_run;
+    if written {
+        decision.save(dir)?;
+    }
+    if args.json {
+        let mut value = serde_json::to_value(tuned)?;
+        value["written"] = written.into();
+        println!("{value}");
+    }
+    Ok(written)
 }
 
 /// Says, on standard error, where a tuned `decision` went (or that `--dry-run` kept it), with

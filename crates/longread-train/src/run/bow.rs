@@ -79,6 +79,17 @@ pub(crate) fn bow_options(
     })
 }
 
+/// The smallest and largest of `cs`.
+fn c_range(cs: &[f64]) -> (f64, f64) {
+    cs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)))
+}
+
+/// Whether cross-validation over several `cs` chose one at an end of their range.
+fn at_edge(cs: &[f64], chosen: f64) -> bool {
+    let (lowest, highest) = c_range(cs);
+    cs.len() > 1 && (chosen == lowest || chosen == highest)
+}
+
 /// A bag-of-words training error in the words of `train`'s flags, where one is what to change.
 pub(crate) fn with_flags(e: BowError) -> String {
     match e {
@@ -131,9 +142,8 @@ pub(crate) fn run(
     }
     trained.model.save(&spec.out).map_err(|e| TrainError::Run(e.to_string()))?;
     let chosen_c = trained.model.c();
-    let (lowest, highest) =
-        options.cs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
-    let chosen_at_edge = options.cs.len() > 1 && (chosen_c == lowest || chosen_c == highest);
+    let (lowest, highest) = c_range(&options.cs);
+    let chosen_at_edge = at_edge(&options.cs, chosen_c);
     let summary = BowSummary {
         cv: trained.cv,
         chosen_c,
@@ -257,15 +267,13 @@ fn run_multilabel(
     }
     trained.model.save(&spec.out).map_err(|e| TrainError::Run(e.to_string()))?;
     let chosen_c = trained.model.c();
-    let (lowest, highest) =
-        options.cs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &c| (lo.min(c), hi.max(c)));
     let summary = BowSummary {
         cv: trained.cv,
         chosen_c,
         folds,
         documents: texts.len(),
         features: trained.model.features(),
-        chosen_at_edge: options.cs.len() > 1 && (chosen_c == lowest || chosen_c == highest),
+        chosen_at_edge: at_edge(&options.cs, chosen_c),
     };
     output.write_json("cv.json", &summary)?;
     hooks.note(&format!("chose C {chosen_c} ({} features); model in {}", summary.features, spec.out.display()));
