@@ -102,6 +102,10 @@ pub struct Report {
     /// JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ece: Option<f64>,
+    /// A multi-label report's micro-averaged F1 (see [`Report::from_multilabel`]). Absent from
+    /// the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_f1: Option<f64>,
 }
 
 /// Computes every metric. `labels` names the classes; `truth` and `predicted` are indices.
@@ -159,10 +163,47 @@ pub fn evaluate_counts(labels: &[String], cm: ConfusionMatrix) -> Result<Report,
         roc_auc: None,
         log_loss: None,
         ece: None,
+        micro_f1: None,
     })
 }
 
 impl Report {
+    /// A multi-label evaluation in a report's fields, for what logs and selects epochs by the
+    /// same names: `accuracy` is the subset accuracy, `macro_f1`/`weighted_f1`/`macro_*` and
+    /// `per_class` are over labels (each label's one-vs-rest scores), `micro_f1` is set,
+    /// `roc_auc` is the macro ROC-AUC, `log_loss` the mean binary cross-entropy given
+    /// (`None`: absent), and the confusion matrix is empty (a document is in several classes).
+    pub fn from_multilabel(report: &multilabel::MultiLabelReport, log_loss: Option<f64>) -> Self {
+        let per_class = report
+            .per_label
+            .iter()
+            .map(|l| ClassMetrics {
+                label: l.label.clone(),
+                precision: l.precision,
+                recall: l.recall,
+                f1: l.f1,
+                support: l.support,
+                roc_auc: l.roc_auc,
+            })
+            .collect();
+        Report {
+            accuracy: report.subset_accuracy,
+            macro_f1: report.macro_avg.f1,
+            weighted_f1: report.weighted.f1,
+            macro_precision: report.macro_avg.precision,
+            macro_recall: report.macro_avg.recall,
+            per_class,
+            confusion_matrix: Vec::new(),
+            labels: report.labels.clone(),
+            examples: report.documents,
+            constant_prediction: None,
+            roc_auc: report.roc_auc_macro,
+            log_loss,
+            ece: None,
+            micro_f1: Some(report.micro.f1),
+        }
+    }
+
     /// The report with the metrics of the predicted probabilities added (ROC-AUC overall and
     /// per label, log loss): `truth` as given to [`evaluate`], `probabilities` one row per
     /// example in label order.

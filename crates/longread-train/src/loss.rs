@@ -1,5 +1,5 @@
-//! Losses: cross-entropy as PyTorch computes it, and the weighted sum over the tasks of a
-//! multi-task model.
+//! Losses: cross-entropy and binary cross-entropy (a multi-label task's) as PyTorch computes
+//! them, and the weighted sum over the tasks of a multi-task model.
 
 use candle_core::{Device, Tensor};
 use longread_model::hierarchical::HierarchicalClassifier;
@@ -50,6 +50,57 @@ fn gold_nll(logits: &Tensor, labels: &[usize], device: &Device) -> Result<(Tenso
     Ok((log_probs.gather(&targets, 1)?.squeeze(1)?.neg()?, targets.squeeze(1)?))
 }
 
+/// `BCEWithLogitsLoss(reduction="sum", pos_weight=w)` of `torch.nn`: over every (document,
+/// label) pair, `−(w_l · y · log σ(x) + (1 − y) · log(1 − σ(x)))`, computed from the logits as
+/// `w_l · y · softplus(−x) + (1 − y) · softplus(x)` (stable for large |x|). Without
+/// `pos_weight`, w = 1. Divided by `docs × labels` it is the default mean reduction.
+///
+/// # Shapes
+/// `logits: [docs, labels]`, `targets: [docs, labels]` (0/1), `pos_weight: [labels]` → scalar
+pub fn binary_cross_entropy_sum(logits: &Tensor, targets: &Tensor, pos_weight: Option<&Tensor>) -> Result<Tensor> {
+    let logits = logits.to_dtype(candle_core::DType::F32)?;
+    let positive = softplus(&logits.neg()?)?.mul(targets)?; // y · (−log σ(x))
+    let positive = match pos_weight {
+        Some(w) => positive.broadcast_mul(&w.unsqueeze(0)?)?,
+        None => positive,
+    };
+    let negative = softplus(&logits)?.mul(&targets.affine(-1.0, 1.0)?)?; // (1 − y) · (−log(1 − σ(x)))
+    Ok((positive + negative)?.sum_all()?)
+}
+
+/// `ln(1 + eˣ)`, stable for large |x|: `max(x, 0) + ln(1 + e^{−|x|})`.
+fn softplus(x: &Tensor) -> Result<Tensor> {
+    Ok((x.relu()? + x.abs()?.neg()?.exp()?.affine(1.0, 1.0)?.log()?)?)
+}
+
+/// The 0/1 targets of label sets: row d has a 1 at each label of `sets[d]`.
+///
+/// # Shapes
+/// `sets`: docs lists of label indices → `[docs, labels]`
+pub fn multi_hot(sets: &[&[usize]], labels: usize, device: &Device) -> Result<Tensor> {
+    let mut rows = vec![0f32; sets.len() * labels];
+    for (d, set) in sets.iter().enumerate() {
+        for &l in *set {
+            if l >= labels {
+                return Err(TrainError::InvalidSetting(format!("label {l} of a document is past the {labels} labels")));
+            }
+            rows[d * labels + l] = 1.0;
+        }
+    }
+    Ok(Tensor::from_vec(rows, (sets.len(), labels), device)?)
+}
+
+/// The gold label sets of a multi-label primary task (see [`crate::trainer::Split::sets`]).
+#[derive(Debug, Clone, Copy)]
+pub struct MultiLabelGold<'a> {
+    /// Each document's labels, in the order of the step's documents.
+    pub sets: &'a [Vec<usize>],
+    /// How many labels the task has.
+    pub labels: usize,
+    /// Weight of each label's positive term (`--pos-weight`; `[labels]`), or none.
+    pub pos_weight: Option<&'a Tensor>,
+}
+
 /// How the tasks' losses are combined.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskLoss<'a> {
@@ -60,9 +111,13 @@ pub struct TaskLoss<'a> {
     /// Added to the first task's logits, one `[labels]` tensor per document of the batch (a
     /// wide-and-deep model's wide side; see [`crate::trainer::Split::offsets`]).
     pub offsets: Option<&'a [Tensor]>,
+    /// The first task's label sets when it is multi-label: its loss is then the binary
+    /// cross-entropy over every (document, label) pair, averaged over them.
+    pub multi_label: Option<MultiLabelGold<'a>>,
 }
 
-/// `Σ_t w_t · cross_entropy_t` over the documents that have a label for task t.
+/// `Σ_t w_t · loss_t` over the documents that have a label for task t (cross-entropy, or a
+/// multi-label task's mean binary cross-entropy).
 /// `labels[t][d]` is document d's label for task t; `chunks[d]` its chunk vectors.
 ///
 /// # Shapes
@@ -82,12 +137,37 @@ pub fn task_loss(
         if weight == 0.0 {
             continue;
         }
-        if let Some((logits, gold)) = task_logits(model, &all, chunks, task_labels, t, how, mode)? {
-            let class_weights = if t == 0 { how.class_weights } else { None };
-            total = Some(sum_of(total, (cross_entropy(&logits, &gold, class_weights, device)? * weight)?)?);
+        if let Some((logits, gold, docs)) = task_logits(model, &all, chunks, task_labels, t, how, mode)? {
+            let loss = match how.multi_label.filter(|_| t == 0) {
+                Some(multi) => {
+                    let sum = multi_label_sum(&logits, &docs, multi, device)?;
+                    (sum / (docs.len() * multi.labels) as f64)?
+                }
+                None => cross_entropy(&logits, &gold, if t == 0 { how.class_weights } else { None }, device)?,
+            };
+            total = Some(sum_of(total, (loss * weight)?)?);
         }
     }
     total.ok_or_else(no_label)
+}
+
+/// The summed binary cross-entropy of a multi-label task's `logits`, whose row k is the step's
+/// document `docs[k]` (an index into `multi.sets`).
+///
+/// # Shapes
+/// `logits: [docs, labels]` → scalar
+fn multi_label_sum(logits: &Tensor, docs: &[usize], multi: MultiLabelGold, device: &Device) -> Result<Tensor> {
+    let sets: Vec<&[usize]> = docs
+        .iter()
+        .map(|&d| {
+            multi
+                .sets
+                .get(d)
+                .map(Vec::as_slice)
+                .ok_or_else(|| TrainError::InvalidSetting(format!("no label set for document {d} of the step")))
+        })
+        .collect::<Result<_>>()?;
+    binary_cross_entropy_sum(logits, &multi_hot(&sets, multi.labels, device)?, multi.pos_weight)
 }
 
 /// The error of a batch whose documents have no label for any task that counts.
@@ -95,12 +175,12 @@ pub(crate) fn no_label() -> TrainError {
     TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into())
 }
 
-/// Task `t`'s logits (with the first task's offsets) and gold labels for the documents of
-/// `part` that have a label for it (`chunks[i]` being the chunk vectors of `part[i]`, an index
-/// into `task_labels`), in `part`'s order; `None` where none has.
+/// Task `t`'s logits (with the first task's offsets), gold labels and step documents (from
+/// `part`) for the documents of `part` that have a label for it (`chunks[i]` being the chunk
+/// vectors of `part[i]`, an index into `task_labels`), in `part`'s order; `None` where none has.
 ///
 /// # Shapes
-/// `chunks[i]: [n_chunks, hidden]` → `([labelled, labels], labelled)`
+/// `chunks[i]: [n_chunks, hidden]` → `([labelled, labels], labelled, labelled)`
 fn task_logits(
     model: &HierarchicalClassifier,
     part: &[usize],
@@ -109,7 +189,7 @@ fn task_logits(
     t: usize,
     how: TaskLoss,
     mode: Mode,
-) -> Result<Option<(Tensor, Vec<usize>)>> {
+) -> Result<Option<(Tensor, Vec<usize>, Vec<usize>)>> {
     let chosen: Vec<(usize, usize)> =
         part.iter().enumerate().filter_map(|(i, &d)| task_labels.get(d).copied().flatten().map(|l| (i, l))).collect();
     if chosen.is_empty() {
@@ -120,7 +200,8 @@ fn task_logits(
         .iter()
         .map(|&(i, _)| offset_logits(model.classify_task(chunks[i], t, mode)?.logits, offsets, part[i]))
         .collect::<Result<_>>()?;
-    Ok(Some((Tensor::stack(&logits, 0)?, chosen.iter().map(|&(_, l)| l).collect())))
+    let docs = chosen.iter().map(|&(i, _)| part[i]).collect();
+    Ok(Some((Tensor::stack(&logits, 0)?, chosen.iter().map(|&(_, l)| l).collect(), docs)))
 }
 
 /// `total + loss` (or `loss` alone when there is no total yet).
@@ -133,7 +214,7 @@ fn sum_of(total: Option<Tensor>, loss: Tensor) -> Result<Tensor> {
 
 /// Each task's denominator of [`task_loss`] over a whole step's documents: how many have a
 /// label for task t, or for the first task with class weights the sum of their gold classes'
-/// weights; 0 for a task of weight 0. [`task_loss_share`]s divided by these add up to the
+/// weights, or for a multi-label first task documents × labels; 0 for a task of weight 0. [`task_loss_share`]s divided by these add up to the
 /// step's [`task_loss`].
 pub fn loss_norms(labels: &[Vec<Option<usize>>], how: TaskLoss) -> Result<Vec<f64>> {
     let class_weights = how.class_weights.map(|w| w.to_vec1::<f32>()).transpose()?;
@@ -143,6 +224,10 @@ pub fn loss_norms(labels: &[Vec<Option<usize>>], how: TaskLoss) -> Result<Vec<f6
         .map(|(t, task_labels)| {
             if how.task_weights.get(t).copied().unwrap_or(1.0) == 0.0 {
                 return Ok(0.0);
+            }
+            if let Some(multi) = how.multi_label.filter(|_| t == 0) {
+                // The mean over every (document, label) pair.
+                return Ok((task_labels.iter().flatten().count() * multi.labels) as f64);
             }
             let weights = if t == 0 { class_weights.as_deref() } else { None };
             task_labels.iter().flatten().try_fold(0.0, |sum, &l| match weights {
@@ -185,9 +270,12 @@ pub fn task_loss_share(
         if weight == 0.0 || norm == 0.0 {
             continue;
         }
-        if let Some((logits, gold)) = task_logits(model, part, chunks, task_labels, t, how, mode)? {
-            let class_weights = if t == 0 { how.class_weights } else { None };
-            let share = (cross_entropy_sum(&logits, &gold, class_weights, device)? * (weight / norm))?;
+        if let Some((logits, gold, docs)) = task_logits(model, part, chunks, task_labels, t, how, mode)? {
+            let sum = match how.multi_label.filter(|_| t == 0) {
+                Some(multi) => multi_label_sum(&logits, &docs, multi, device)?,
+                None => cross_entropy_sum(&logits, &gold, if t == 0 { how.class_weights } else { None }, device)?,
+            };
+            let share = (sum * (weight / norm))?;
             total = Some(sum_of(total, share)?);
         }
     }

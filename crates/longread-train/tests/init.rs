@@ -24,6 +24,7 @@ fn spec(out: &Path) -> InitSpec {
         attention_top_k: 2,
         attention_temperature: 0.5,
         ordinal: false,
+        multi_label: false,
         chunk_size: 64,
         stride: Some(16),
         max_chunks: 5,

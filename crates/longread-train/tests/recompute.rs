@@ -116,7 +116,7 @@ fn documents_that_fit_one_batch_keep_their_graph_and_give_the_whole_graphs_gradi
             let settings = BatchSettings {
                 max_batch_tokens,
                 recompute,
-                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None },
+                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None, multi_label: None },
                 prefix: Prefix::None,
             };
             batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(3), settings, &Device::Cpu).unwrap()
@@ -132,7 +132,7 @@ fn documents_that_fit_one_batch_keep_their_graph_and_give_the_whole_graphs_gradi
             let settings = BatchSettings {
                 max_batch_tokens: 40,
                 recompute,
-                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None },
+                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None, multi_label: None },
                 prefix: Prefix::None,
             };
             batch_gradients(&model, &long, &long_labels, &vars, &DropoutRng::new(3), settings, &Device::Cpu)
@@ -172,7 +172,7 @@ fn two_batches_of_a_step_add_up_to_the_gradient_of_the_whole_batch() {
         let settings = BatchSettings {
             max_batch_tokens,
             recompute,
-            loss: TaskLoss { task_weights: &task_weights, class_weights: None, offsets: None },
+            loss: TaskLoss { task_weights: &task_weights, class_weights: None, offsets: None, multi_label: None },
             prefix: Prefix::None,
         };
         let rng = DropoutRng::new(3);
@@ -220,7 +220,7 @@ fn shared_casts_case(dtype: candle_core::DType, gpu_route: bool) {
     let settings = BatchSettings {
         max_batch_tokens: 40,
         recompute: true,
-        loss: TaskLoss { task_weights: &task_weights, class_weights: None, offsets: None },
+        loss: TaskLoss { task_weights: &task_weights, class_weights: None, offsets: None, multi_label: None },
         prefix: Prefix::None,
     };
     let rng = DropoutRng::new(3);
@@ -272,7 +272,7 @@ fn joined_leaves_give_the_bits_of_joining_with_the_graph() {
                 let settings = BatchSettings {
                     max_batch_tokens: 40,
                     recompute: true,
-                    loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+                    loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: None },
                     prefix: Prefix::None,
                 };
                 let scope = StepCasts::begin();
@@ -301,7 +301,7 @@ fn kept_groups_with_dropout_on_are_deterministic_and_draw_their_masks() {
         let settings = BatchSettings {
             max_batch_tokens: 40,
             recompute: true,
-            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: None },
             prefix: Prefix::None,
         };
         batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(seed), settings, &Device::Cpu).unwrap()
@@ -330,7 +330,7 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
             let settings = BatchSettings {
                 max_batch_tokens: 40,
                 recompute,
-                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights), offsets: None },
+                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights), offsets: None, multi_label: None },
                 prefix: Prefix::None,
             };
             batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(11), settings, &Device::Cpu).unwrap()
@@ -357,7 +357,7 @@ fn recomputed_gradients_equal_full_graph_gradients_with_dropout_on() {
             BatchSettings {
                 max_batch_tokens: 40,
                 recompute: true,
-                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights), offsets: None },
+                loss: TaskLoss { task_weights: &[], class_weights: Some(&weights), offsets: None, multi_label: None },
                 prefix: Prefix::None,
             },
             &Device::Cpu,
@@ -401,7 +401,7 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         let settings = BatchSettings {
             max_batch_tokens: 40,
             recompute,
-            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: None },
             prefix,
         };
         batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(5), settings, &Device::Cpu).unwrap()
@@ -437,7 +437,7 @@ fn cached_frozen_prefix_gives_the_gradients_of_recomputing_it() {
         BatchSettings {
             max_batch_tokens: 40,
             recompute: true,
-            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: None },
             prefix: Prefix::Frozen { layers: 1 },
         },
         &Device::Cpu,

@@ -12,7 +12,7 @@ use longread_model::mode::Mode;
 use longread_text::{pad_batch, ChunkedDocument, Chunker};
 
 use super::{mismatch, DocumentModel, Output, Prepared, PreparedDocument, UnitOutput};
-use crate::prediction::{argmax, ChunkEvidence, LabelScores, Parts, Prediction, TaskPrediction};
+use crate::prediction::{argmax, carried, ChunkEvidence, LabelScores, Parts, Prediction, TaskPrediction};
 use crate::{DocError, DocResult, Precision};
 
 /// An encoder model ready to classify.
@@ -61,13 +61,18 @@ impl EncoderModel {
             self.model.score_tasks_many(vectors)
         })?;
         let mut predictions: Vec<Prediction> =
-            docs.iter().zip(scores).map(|(doc, scores)| encoder_prediction(&self.tasks, doc, scores)).collect();
+            docs.iter().zip(scores).map(|(doc, scores)| self.prediction(doc, scores)).collect();
         if self.occlusion {
             for (prediction, chunks) in predictions.iter_mut().zip(vectors) {
                 self.add_occlusion(prediction, chunks)?;
             }
         }
         Ok(predictions)
+    }
+
+    /// A document's prediction from its score sets (one per task, the primary first).
+    fn prediction(&self, doc: &ChunkedDocument, scores: Vec<DocumentScores>) -> Prediction {
+        encoder_prediction(&self.tasks, self.model.is_multi_label(0), doc, scores)
     }
 
     /// Fills `prediction`'s occlusion evidence from its document's chunk vectors `[n_chunks,
@@ -89,6 +94,10 @@ impl EncoderModel {
 impl DocumentModel for EncoderModel {
     fn tasks(&self) -> &[TaskSpec] {
         &self.tasks
+    }
+
+    fn multi_label(&self) -> bool {
+        self.model.is_multi_label(0)
     }
 
     fn prepare(&self, text: &str) -> std::result::Result<PreparedDocument, DocError> {
@@ -178,8 +187,15 @@ impl DocumentModel for EncoderModel {
     }
 }
 
-/// An encoder model's prediction: `scores` holds one score set per task, the primary first.
-fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<DocumentScores>) -> Prediction {
+/// An encoder model's prediction: `scores` holds one score set per task, the primary first; a
+/// `multi_label` primary task carries each label whose probability is at least
+/// [`crate::prediction::MULTI_LABEL_THRESHOLD`].
+fn encoder_prediction(
+    tasks: &[TaskSpec],
+    multi_label: bool,
+    doc: &ChunkedDocument,
+    scores: Vec<DocumentScores>,
+) -> Prediction {
     let mut scores = scores.into_iter();
     let primary = scores.next().expect("one score set per task");
     let other: std::collections::BTreeMap<String, TaskPrediction> = tasks[1..]
@@ -196,6 +212,7 @@ fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<Doc
         })
         .collect();
     let labels = &tasks[0].labels;
+    let carried_labels = multi_label.then(|| carried(labels, &primary.probabilities, None));
     Prediction {
         label: labels[argmax(&primary.probabilities)].clone(),
         parts: Parts::Chunks {
@@ -208,7 +225,7 @@ fn encoder_prediction(tasks: &[TaskSpec], doc: &ChunkedDocument, scores: Vec<Doc
         },
         scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },
         logits: primary.logits,
-        labels: None,
+        labels: carried_labels,
         tasks: (!other.is_empty()).then_some(other),
         members: None,
         tokens: Some(doc.total_tokens),

@@ -98,6 +98,12 @@ pub struct LongreadSection {
     /// model turns it into label probabilities (see `head.rs`), so that confusing "general"
     /// with "mature" costs more than with "teen". Labels in id order are the order.
     pub ordinal: bool,
+    /// Several labels per document (false): the primary task's head gives one independent
+    /// sigmoid probability per label and trains with binary cross-entropy, so a document may
+    /// carry any number of the labels, none included (the articles a judgment found violated).
+    /// Written with transformers' `"problem_type": "multi_label_classification"` beside it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub multi_label: bool,
     /// Softmax temperature of the attention scores (1.0; "attention" and "multihead"): below
     /// 1 sharpens the weights towards the top chunks, above 1 flattens them.
     pub attention_temperature: f64,
@@ -164,6 +170,7 @@ impl Default for LongreadSection {
             attention_top_k: 0,
             attention_temperature: 1.0,
             ordinal: false,
+            multi_label: false,
             classifier_hidden_size: None,
             hidden_dropout: 0.1,
             attention_dropout: 0.1,
@@ -233,6 +240,14 @@ impl LongreadSection {
         }
         if self.ordinal && (self.architecture == Architecture::Sequence || self.tasks.len() > 1) {
             return Err("longread.ordinal applies to a hierarchical model with one task".into());
+        }
+        if self.multi_label && self.ordinal {
+            return Err("longread.multi_label and longread.ordinal exclude each other: ordered labels are one \
+                        label per document"
+                .into());
+        }
+        if self.multi_label && self.wide.is_some() {
+            return Err("longread.wide applies to a single-label model (its bag of words scores one label)".into());
         }
         if let Some(wide) = self.wide {
             if !(wide.scale.is_finite() && wide.scale > 0.0) {
@@ -324,12 +339,18 @@ struct HeadKeys {
     #[serde(default)]
     architectures: Vec<String>,
     #[serde(default)]
+    problem_type: Option<String>,
+    #[serde(default)]
     id2label: BTreeMap<String, String>,
     longread: Option<LongreadSection>,
 }
 
 /// Keys of config.json that belong to the classifier, not to the encoder.
-const HEAD_KEYS: [&str; 5] = ["architectures", "id2label", "label2id", "longread", "num_labels"];
+const HEAD_KEYS: [&str; 6] = ["architectures", "id2label", "label2id", "longread", "num_labels", "problem_type"];
+
+/// transformers' `problem_type` of a model with one sigmoid per label (its
+/// `*ForSequenceClassification` then trains with `BCEWithLogitsLoss`).
+pub const MULTI_LABEL_PROBLEM: &str = "multi_label_classification";
 
 impl ClassifierConfig {
     /// A classifier configuration; head-specific keys left in the encoder's config (a source
@@ -347,13 +368,16 @@ impl ClassifierConfig {
         let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: path.to_owned(), source })?;
         let keys: HeadKeys =
             serde_json::from_str(&text).map_err(|source| ModelError::Json { path: path.to_owned(), source })?;
-        let Some(longread) = keys.longread else {
+        let Some(mut longread) = keys.longread else {
             return Err(invalid(format!(
                 "no \"longread\" section: this is a plain encoder ({}), not a longread classifier; \
                  create one with `longread init --encoder DIR --labels ...`",
                 keys.architectures.join(", ")
             )));
         };
+        // transformers' own key says it too (a config.json written by transformers' tools
+        // keeps it and may drop unknown keys of ours).
+        longread.multi_label |= keys.problem_type.as_deref() == Some(MULTI_LABEL_PROBLEM);
         longread.validate(&encoder).map_err(invalid)?;
         let labels = labels_from_id2label(&keys.id2label).map_err(invalid)?;
         if let Some(first) = longread.tasks.first() {
@@ -412,6 +436,9 @@ impl ClassifierConfig {
             obj.insert("id2label".into(), serde_json::json!(id2label));
             obj.insert("label2id".into(), serde_json::json!(label2id));
             obj.insert("longread".into(), serde_json::to_value(&self.longread).unwrap_or_default());
+            if self.longread.multi_label {
+                obj.insert("problem_type".into(), MULTI_LABEL_PROBLEM.into());
+            }
             if self.longread.architecture == Architecture::Sequence
                 && self.encoder.family() == crate::encoder::Family::ModernBert
             {

@@ -375,6 +375,12 @@ impl HierarchicalClassifier {
         }
     }
 
+    /// Whether task `task` is multi-label (one sigmoid per label): the primary task of a
+    /// model made with `multi_label` (see [`LongreadSection::multi_label`]).
+    pub fn is_multi_label(&self, task: usize) -> bool {
+        task == 0 && self.config.longread.multi_label
+    }
+
     /// Number of tasks (heads).
     pub fn task_count(&self) -> usize {
         self.heads.len()

@@ -16,7 +16,7 @@ use crate::mode::Mode;
 pub struct DocumentScores {
     /// Raw logits, one per label.
     pub logits: Vec<f32>,
-    /// Softmax of the logits.
+    /// Softmax of the logits; a multi-label task's sigmoid of each.
     pub probabilities: Vec<f32>,
     /// Contribution of each kept chunk, in chunk order.
     pub attention: Vec<f32>,
@@ -98,7 +98,7 @@ impl HierarchicalClassifier {
     /// `chunks: [n_chunks, hidden]` → scores over the labels and chunks
     pub fn score(&self, chunks: &Tensor) -> Result<DocumentScores> {
         let classified = self.classify(chunks, Mode::Eval)?;
-        scores_of(&classified)
+        scores_of(&classified, self.is_multi_label(0))
     }
 
     /// Scores of one document for every task, the primary task first.
@@ -121,7 +121,7 @@ impl HierarchicalClassifier {
         let mut parts: Vec<Tensor> = Vec::with_capacity(docs.len() * self.task_count() * 3);
         for chunks in docs {
             for t in 0..self.task_count() {
-                parts.extend(score_parts(&self.classify_task(chunks, t, Mode::Eval)?)?);
+                parts.extend(score_parts(&self.classify_task(chunks, t, Mode::Eval)?, self.is_multi_label(t))?);
             }
         }
         let numbers = if parts.is_empty() { Vec::new() } else { Tensor::cat(&parts, 0)?.to_vec1::<f32>()? };
@@ -158,7 +158,7 @@ impl HierarchicalClassifier {
             let kept: Vec<u32> = (0..n as u32).filter(|&c| c != left_out).collect();
             let kept = Tensor::from_vec(kept, n - 1, chunks.device())?;
             let [probabilities, ..] =
-                score_parts(&self.classify_task(&chunks.index_select(&kept, 0)?, 0, Mode::Eval)?)?;
+                score_parts(&self.classify_task(&chunks.index_select(&kept, 0)?, 0, Mode::Eval)?, self.is_multi_label(0))?;
             rows.push(probabilities);
         }
         let numbers = Tensor::cat(&rows, 0)?.to_vec1::<f32>()?;
@@ -177,19 +177,21 @@ impl HierarchicalClassifier {
     }
 }
 
-/// What a score set is made of, still on the device: probabilities, logits and attention (f32,
-/// one dimension each).
+/// What a score set is made of, still on the device: probabilities (the softmax of the logits,
+/// or each one's sigmoid when `multi_label`), logits and attention (f32, one dimension each).
 ///
 /// # Shapes
 /// logits `[labels]`, attention `[n_chunks]` → `[[labels], [labels], [n_chunks]]`
-fn score_parts(classified: &crate::hierarchical::Classified) -> Result<[Tensor; 3]> {
+fn score_parts(classified: &crate::hierarchical::Classified, multi_label: bool) -> Result<[Tensor; 3]> {
     let logits = classified.logits.to_dtype(candle_core::DType::F32)?;
-    Ok([softmax_last_dim(&logits)?, logits, classified.attention.to_dtype(candle_core::DType::F32)?.flatten_all()?])
+    let probabilities =
+        if multi_label { candle_nn::ops::sigmoid(&logits)? } else { softmax_last_dim(&logits)? };
+    Ok([probabilities, logits, classified.attention.to_dtype(candle_core::DType::F32)?.flatten_all()?])
 }
 
 /// Logits, probabilities and attention as plain numbers.
-fn scores_of(classified: &crate::hierarchical::Classified) -> Result<DocumentScores> {
-    let [probabilities, logits, attention] = score_parts(classified)?;
+fn scores_of(classified: &crate::hierarchical::Classified, multi_label: bool) -> Result<DocumentScores> {
+    let [probabilities, logits, attention] = score_parts(classified, multi_label)?;
     Ok(DocumentScores {
         probabilities: probabilities.to_vec1()?,
         logits: logits.to_vec1()?,

@@ -254,7 +254,7 @@ pub fn run_train_step(
     let batch = BatchSettings {
         max_batch_tokens,
         recompute: settings.recompute,
-        loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+        loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: None },
         prefix: Prefix::None,
     };
     // The trainer's own stepping (clipping to norm 1, the NaN/inf guard), at a constant rate.

@@ -7,7 +7,7 @@ use longread_bow::logistic::softmax;
 use longread_bow::{
     out_of_fold_logits, train, train_multilabel, BowError, BowOptions, CvScore, LabelWeights, TfidfSettings,
 };
-use longread_text::multilabel::{multilabel_names, resolve_multilabel, LabelLayout};
+use longread_text::multilabel::resolve_multilabel;
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
@@ -216,17 +216,7 @@ fn run_multilabel(
 ) -> Result<BowSummary> {
     let layout = spec.label_layout.layout();
     let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
-    let labels = match (&layout, spec.labels.is_empty()) {
-        (LabelLayout::Columns(columns), true) => columns.clone(),
-        (_, false) => crate::run::init::checked_label_names(&spec.labels)?,
-        (LabelLayout::Joined { .. }, true) => multilabel_names(&examples),
-    };
-    if labels.is_empty() {
-        return Err(TrainError::Run(format!(
-            "{source}: no document carries a label, so there is nothing to learn (give --labels, or data whose \
-             \"labels\" lists name some)"
-        )));
-    }
+    let labels = crate::run::data::multilabel_training_labels(spec, &layout, &examples, &source)?;
     let (ids, _) = resolve_multilabel(&examples, &labels, &source, false)?;
     let texts: Vec<&str> = examples.iter().map(|e| e.text.as_str()).collect();
     let output = RunOutput::create(&spec.out, settings)?;

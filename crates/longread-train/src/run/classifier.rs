@@ -9,7 +9,7 @@ use longread_text::{Chunker, TextTokenizer};
 
 use crate::error::Result;
 use crate::run::checkpoints::read_checkpoint;
-use crate::run::data::{dev_set_words, load_data};
+use crate::run::data::{dev_set_words, load_data, load_multilabel_data};
 use crate::run::spec::TrainSpec;
 use crate::run::start::starting_model;
 use crate::run::threshold::DevTexts;
@@ -42,13 +42,21 @@ pub(crate) fn run(
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
         .transpose()?;
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
-    let (train_data, dev_data, dev_texts) =
-        load_data(spec, &mut model, &chunker, &device, &mut |line| hooks.note(line))?;
+    let (train_data, dev_data, dev_texts) = if model.is_multi_label(0) {
+        let (train, dev) = load_multilabel_data(spec, &model, &chunker, &mut |line| hooks.note(line))?;
+        (train, dev, None)
+    } else {
+        load_data(spec, &mut model, &chunker, &device, &mut |line| hooks.note(line))?
+    };
     let model = model;
     let labels = model.labels().to_vec();
     let tasks: Vec<String> = model.config().tasks().into_iter().map(|t| t.name).collect();
     let primary: Vec<usize> = train_data.labels[0].iter().flatten().copied().collect();
     let mut cfg = spec.config(&primary, &labels, &tasks)?;
+    if let Some(sets) = &train_data.sets {
+        cfg.pos_weight = spec.pos_weights(sets, &labels)?;
+        note_multilabel(&labels, sets, cfg.pos_weight.as_deref(), &mut |line| hooks.note(line));
+    }
     cfg.max_batch_tokens = spec.encoder.max_batch_tokens.unwrap_or_else(|| {
         let bf16 = spec.encoder.precision == crate::run::spec::TrainPrecision::Bf16;
         train_batch_tokens(&device, model.train_footprint(bf16))
@@ -83,8 +91,13 @@ pub(crate) fn run(
     let hooks = RefCell::new(hooks);
     let logs = train(
         &model,
-        Split { docs: train_docs, labels: train_data.labels.clone(), offsets: train_data.offsets.clone() },
-        Split { docs: dev_docs, labels: dev_data.labels.clone(), offsets: dev_data.offsets.clone() },
+        Split {
+            docs: train_docs,
+            labels: train_data.labels.clone(),
+            offsets: train_data.offsets.clone(),
+            sets: train_data.sets.clone(),
+        },
+        Split { docs: dev_docs, labels: dev_data.labels.clone(), offsets: dev_data.offsets.clone(), sets: dev_data.sets.clone() },
         &cfg,
         &device,
         resume,
@@ -97,4 +110,21 @@ pub(crate) fn run(
         |mid| output.borrow().mid_epoch(&mid),
     )?;
     Ok((logs, dev_texts))
+}
+
+/// Tells how the multi-label training documents carry the `labels` (`sets`, one per
+/// document), and the --pos-weight used.
+fn note_multilabel(labels: &[String], sets: &[Vec<usize>], pos_weight: Option<&[f32]>, note: &mut dyn FnMut(&str)) {
+    let carried: usize = sets.iter().map(Vec::len).sum();
+    let mut line = format!(
+        "multi-label: {} labels, {:.2} a training document, {} with none; binary cross-entropy",
+        labels.len(),
+        carried as f64 / sets.len().max(1) as f64,
+        sets.iter().filter(|s| s.is_empty()).count()
+    );
+    if let Some(w) = pos_weight {
+        let (lo, hi) = w.iter().fold((f32::INFINITY, 0f32), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        line += &format!(" with positive weights {lo:.2}–{hi:.2}");
+    }
+    note(&line);
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use longread_model::hierarchical::{HierarchicalClassifier, TaskSpec, DEFAULT_TASK};
+use longread_text::multilabel::{multilabel_names, resolve_multilabel, LabelLayout, MultiLabelExample};
 use longread_text::{labels_from_column, read_labelled_columns, ChunkedDocument, Chunker, Example, LabelledDataset};
 
 use crate::error::{Result, TrainError};
@@ -48,6 +49,8 @@ pub struct Labelled {
     pub labels: Vec<Vec<Option<usize>>>,
     /// A wide-and-deep run's primary-task logit offsets, one `[labels]` per document.
     pub offsets: Option<Vec<Tensor>>,
+    /// A multi-label model's label sets, one per document (see [`crate::trainer::Split::sets`]).
+    pub sets: Option<Vec<Vec<usize>>>,
 }
 
 impl Labelled {
@@ -61,8 +64,107 @@ impl Labelled {
                 chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{}:{}: {err}", data.source, e.line)))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { docs, labels: data.labels, offsets: None })
+        Ok(Self { docs, labels: data.labels, offsets: None, sets: None })
     }
+
+    /// Multi-label documents chunked (an empty or untokenisable one is an error naming its
+    /// line), with their label sets.
+    fn chunk_multilabel(examples: &[MultiLabelExample], sets: Vec<Vec<usize>>, source: &str, chunker: &Chunker) -> Result<Self> {
+        let docs = examples
+            .iter()
+            .map(|e| chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{source}:{}: {err}", e.line))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { labels: vec![vec![Some(0); docs.len()]], docs, offsets: None, sets: Some(sets) })
+    }
+}
+
+/// A new multi-label model's labels: --labels, else the --label-columns, else every label the
+/// training `examples` (read from `source`) name, sorted; none at all is an error.
+pub(crate) fn multilabel_training_labels(
+    spec: &TrainSpec,
+    layout: &LabelLayout,
+    examples: &[MultiLabelExample],
+    source: &str,
+) -> Result<Vec<String>> {
+    let labels = match (layout, spec.labels.is_empty()) {
+        (LabelLayout::Columns(columns), true) => columns.clone(),
+        (_, false) => crate::run::init::checked_label_names(&spec.labels)?,
+        (LabelLayout::Joined { .. }, true) => multilabel_names(examples),
+    };
+    if labels.is_empty() {
+        return Err(TrainError::Run(format!(
+            "{source}: no document carries a label, so there is nothing to learn (give --labels, or data whose \
+             \"labels\" lists name some)"
+        )));
+    }
+    Ok(labels)
+}
+
+/// The (training, dev) document indices of a multi-label `--dev-split fraction`: one of
+/// round(1 / fraction) folds (at least 2) made by iterative stratification, seeded, so that
+/// rare labels reach the dev set in proportion.
+pub(crate) fn multilabel_dev_split(sets: &[Vec<usize>], fraction: f64, seed: u64) -> Result<(Vec<usize>, Vec<usize>)> {
+    if !(0.0 < fraction && fraction < 1.0) {
+        return Err(TrainError::Run("--dev-split must be between 0 and 1 (or give --dev FILE)".into()));
+    }
+    let k = ((1.0 / fraction).round() as usize).max(2);
+    let folds = longread_metrics::folds::iterative_stratified_folds(sets, k, seed);
+    let dev = folds[0].clone();
+    let train: Vec<usize> = folds[1..].concat().into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    if train.is_empty() || dev.is_empty() {
+        return Err(TrainError::Run(format!("--dev-split {fraction} leaves an empty training or dev set")));
+    }
+    Ok((train, dev))
+}
+
+/// The training and dev documents of a multi-label model (its primary task's labels, one
+/// task): the data laid out as --label-separator / --label-columns say, the training labels
+/// checked against the model's, the dev set's unknown labels left out with a note; the dev set
+/// is --dev, a --dev-split by iterative stratification, or none.
+pub(crate) fn load_multilabel_data(
+    spec: &TrainSpec,
+    model: &HierarchicalClassifier,
+    chunker: &Chunker,
+    note: &mut dyn FnMut(&str),
+) -> Result<(Labelled, Labelled)> {
+    if !spec.encoder.task.is_empty() || model.task_count() > 1 {
+        return Err(TrainError::Run(
+            "--task and multi-task models take one label per document per task; a multi-label model has one task"
+                .into(),
+        ));
+    }
+    let layout = spec.label_layout.layout();
+    let labels = model.labels();
+    let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
+    let (sets, _) = resolve_multilabel(&examples, labels, &source, false)?;
+    let (train, dev) = match &spec.dev {
+        Some(path) => {
+            let (dev_examples, dev_source) = read_multilabel_examples(path, &layout)?;
+            let (dev_sets, unknown) = resolve_multilabel(&dev_examples, labels, &dev_source, true)?;
+            if let Some(unknown) = unknown {
+                note(&format!("warning: {dev_source}: {unknown}"));
+            }
+            (
+                Labelled::chunk_multilabel(&examples, sets, &source, chunker)?,
+                Labelled::chunk_multilabel(&dev_examples, dev_sets, &dev_source, chunker)?,
+            )
+        }
+        None if spec.trains_without_dev() => {
+            (Labelled::chunk_multilabel(&examples, sets, &source, chunker)?, Labelled::chunk_multilabel(&[], Vec::new(), &source, chunker)?)
+        }
+        None => {
+            let (train, dev) = multilabel_dev_split(&sets, spec.training.dev_split, spec.seed)?;
+            let pick = |idx: &[usize]| -> (Vec<MultiLabelExample>, Vec<Vec<usize>>) {
+                (idx.iter().map(|&i| examples[i].clone()).collect(), idx.iter().map(|&i| sets[i].clone()).collect())
+            };
+            let ((train_examples, train_sets), (dev_examples, dev_sets)) = (pick(&train), pick(&dev));
+            (
+                Labelled::chunk_multilabel(&train_examples, train_sets, &source, chunker)?,
+                Labelled::chunk_multilabel(&dev_examples, dev_sets, &source, chunker)?,
+            )
+        }
+    };
+    Ok((train, dev))
 }
 
 /// The training and dev sets of a run: `--dev`, the stratified, seeded `--dev-split` of the

@@ -54,6 +54,14 @@ pub struct InitSpec {
     /// from the truth. With --pooling max-logits the document's score is its highest chunk's.
     #[cfg_attr(feature = "clap", arg(long))]
     pub ordinal: bool,
+    /// Each document carries any number of the labels, none included (the articles a judgment
+    /// found violated, a record's billing codes): one sigmoid probability per label, binary
+    /// cross-entropy in training (`train --pos-weight` weighs rare labels), each label decided
+    /// on its own (at 0.5, or per-label thresholds from `longread threshold`). config.json
+    /// says `"problem_type": "multi_label_classification"`, as transformers does. Train it on
+    /// "labels" lists (see `train --multi-label`).
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub multi_label: bool,
     /// Tokens per chunk, special tokens included (at most the encoder's positions: 512 for BERT and
     /// RoBERTa, up to 8,192 for ModernBERT).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 512))]
@@ -122,6 +130,9 @@ impl InitSpec {
                 bail!("--{} applies only to --pooling attention or multihead", flag.replace('_', "-"));
             }
         }
+        if self.multi_label && self.ordinal {
+            bail!("--multi-label and --ordinal exclude each other: ordered labels are one label per document");
+        }
         if !(self.attention_temperature.is_finite() && self.attention_temperature > 0.0) {
             bail!("--attention-temperature {}: must be above 0", self.attention_temperature);
         }
@@ -171,6 +182,7 @@ pub fn init_run(spec: &InitSpec) -> Result<HierarchicalClassifier> {
         }
         _ => spec.hierarchical_section(),
     };
+    let section = LongreadSection { multi_label: spec.multi_label, ..section };
     HierarchicalClassifier::create(&encoder, labels, section, spec.seed, &spec.out)
         .map_err(|e| TrainError::Run(format!("creating a classifier on {}: {e}", encoder.display())))
 }
@@ -209,12 +221,16 @@ pub fn describe(model: &HierarchicalClassifier) -> String {
         if section.ordinal {
             pooling.push_str(", ordinal head");
         }
+        if section.multi_label {
+            pooling.push_str(", multi-label (a sigmoid per label)");
+        }
         format!(
             "pooling {pooling}, chunks of {} tokens, stride {}, max {}",
             section.chunk_size, section.stride, section.max_chunks
         )
     } else {
-        format!("single chunk: the first {} tokens, {}", section.chunk_size, config.hf_architecture())
+        let multi = if section.multi_label { ", multi-label" } else { "" };
+        format!("single chunk: the first {} tokens, {}{multi}", section.chunk_size, config.hf_architecture())
     };
     format!("{} labels: {}, {shape}", model.labels().len(), model.labels().join(", "))
 }

@@ -8,7 +8,7 @@ use longread_model::hierarchical::{is_classifier_dir, HierarchicalClassifier, Lo
 use longread_text::labels_from_column;
 
 use crate::error::{Result, TrainError};
-use crate::run::data::read_examples;
+use crate::run::data::{multilabel_training_labels, read_examples, read_multilabel_examples};
 use crate::run::init::checked_label_names;
 use crate::run::spec::{name_value, sequence_section, Arch, TrainSpec};
 
@@ -36,6 +36,13 @@ pub fn starting_model(spec: &TrainSpec, source: &Path, device: &Device) -> Resul
                 model.labels().join(",")
             )));
         }
+        if spec.is_multi_label() && !model.is_multi_label(0) {
+            return Err(TrainError::Run(format!(
+                "--multi-label: the model in {} predicts one label per document; make a multi-label one with \
+                 `longread init --multi-label`, or give a plain encoder as --model",
+                source.display()
+            )));
+        }
         return Ok(model);
     }
     let arch = spec.arch.unwrap_or(Arch::Hierarchical);
@@ -50,6 +57,7 @@ pub fn starting_model(spec: &TrainSpec, source: &Path, device: &Device) -> Resul
             )))
         }
     };
+    let section = LongreadSection { multi_label: spec.is_multi_label(), ..section };
     let labels = training_labels(spec)?;
     Ok(HierarchicalClassifier::init(source, labels, section, spec.seed, device)?)
 }
@@ -64,6 +72,11 @@ pub fn training_labels(spec: &TrainSpec) -> Result<Vec<String>> {
     // are ids into them, as when training that model without --cv.
     if let Some(labels) = spec.model.as_deref().map(model_labels).transpose()?.flatten() {
         return Ok(labels);
+    }
+    if spec.is_multi_label() {
+        let layout = spec.label_layout.layout();
+        let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
+        return multilabel_training_labels(spec, &layout, &examples, &source);
     }
     let column = match spec.encoder.task.first() {
         Some(task) => name_value("--task", task)?.1.to_string(),

@@ -19,8 +19,11 @@ pub enum Metric {
     MacroF1,
     /// Weighted F1.
     WeightedF1,
-    /// Accuracy.
+    /// Accuracy (a multi-label task's: subset accuracy).
     Accuracy,
+    /// Micro-averaged F1: a multi-label task's F1 over every (document, label) pair; a
+    /// single-label task's equals its accuracy.
+    MicroF1,
     /// ROC-AUC of the probabilities (binary, or one-vs-rest macro; see
     /// `longread_metrics::scores`).
     RocAuc,
@@ -72,6 +75,9 @@ pub struct TrainConfig {
     pub recompute: bool,
     /// Per-class loss weights.
     pub class_weights: Option<Vec<f32>>,
+    /// A multi-label primary task's weight of each label's positive term in the binary
+    /// cross-entropy (`--pos-weight`, `[labels]`).
+    pub pos_weight: Option<Vec<f32>>,
     /// Metric for the best epoch.
     pub metric: Metric,
     /// Which epoch's model the run keeps.
@@ -137,17 +143,32 @@ pub struct Split<'a> {
     /// Chunked documents.
     pub docs: &'a [ChunkedDocument],
     /// Gold label indices, `labels[task][doc]`; `None` where a document has no label for a task.
+    /// A multi-label primary task's entries are `Some(0)` (every document is labelled, with a
+    /// set, possibly empty, in [`Split::sets`]).
     pub labels: Vec<Vec<Option<usize>>>,
     /// Added to each document's primary-task logits before the loss and the dev metrics, one
     /// `[labels]` tensor per document: the wide side of a wide-and-deep model (its bag of
     /// words' scaled log-probabilities; out of fold for training documents). `None`: nothing.
     pub offsets: Option<Vec<Tensor>>,
+    /// The primary task's label sets, one per document, when the model's primary task is
+    /// multi-label (`None` otherwise).
+    pub sets: Option<Vec<Vec<usize>>>,
 }
 
 impl<'a> Split<'a> {
     /// Documents of a single-task model, every one labelled.
     pub fn new(docs: &'a [ChunkedDocument], labels: &[usize]) -> Self {
-        Self { docs, labels: vec![labels.iter().map(|&l| Some(l)).collect()], offsets: None }
+        Self { docs, labels: vec![labels.iter().map(|&l| Some(l)).collect()], offsets: None, sets: None }
+    }
+
+    /// Documents of a single-task multi-label model: `sets[d]` holds document d's labels.
+    pub fn multi_label(docs: &'a [ChunkedDocument], sets: Vec<Vec<usize>>) -> Self {
+        Self { docs, labels: vec![vec![Some(0); sets.len()]], offsets: None, sets: Some(sets) }
+    }
+
+    /// Label sets of the documents in `batch`, in batch order (see [`Split::sets`]).
+    pub(super) fn batch_sets(&self, batch: &[usize]) -> Option<Vec<Vec<usize>>> {
+        self.sets.as_ref().map(|s| batch.iter().map(|&i| s[i].clone()).collect())
     }
 
     /// Labels of the documents in `batch`, `[task][position in batch]`.
@@ -168,6 +189,23 @@ pub(super) fn check_labels(model: &HierarchicalClassifier, split: &Split, what: 
     let tasks = model.config().tasks();
     if split.offsets.as_ref().is_some_and(|o| o.len() != split.docs.len()) {
         return Err(TrainError::InvalidSetting(format!("{what} data needs one logit offset per document")));
+    }
+    match (&split.sets, model.is_multi_label(0)) {
+        (Some(sets), true) => {
+            let n = tasks[0].labels.len();
+            if sets.len() != split.docs.len() || sets.iter().flatten().any(|&l| l >= n) {
+                return Err(TrainError::InvalidSetting(format!("{what} label sets do not fit the model")));
+            }
+        }
+        (None, true) => {
+            return Err(TrainError::InvalidSetting(format!("the model is multi-label: {what} data needs label sets")))
+        }
+        (Some(_), false) => {
+            return Err(TrainError::InvalidSetting(format!(
+                "{what} data has label sets but the model predicts one label per document"
+            )))
+        }
+        (None, false) => {}
     }
     if split.labels.len() != tasks.len() {
         return Err(TrainError::InvalidSetting(format!(

@@ -1,6 +1,6 @@
 //! The dev-set evaluation after every epoch.
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::ops::softmax_last_dim;
 use longread_model::hierarchical::predictor::{chunk_batches, gather_chunk_vectors};
 use longread_model::Mode;
@@ -9,7 +9,7 @@ use longread_text::ChunkedDocument;
 use longread_metrics::Report;
 
 use crate::error::{Result, TrainError};
-use crate::loss::{cross_entropy, offset_logits};
+use crate::loss::{binary_cross_entropy_sum, cross_entropy, multi_hot, offset_logits};
 use crate::prefix::{encode_batch, Prefix};
 use crate::trainer::phase::{Phase, Run};
 use crate::trainer::TaskLog;
@@ -50,12 +50,40 @@ pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
                 .map(|&(d, _)| offset_logits(model.classify_task(&vectors[d], t, Mode::Eval)?.logits, offsets, d))
                 .collect::<Result<_>>()?;
             let logits = Tensor::stack(&logits, 0)?;
+            if let (0, Some(sets)) = (t, &split.sets) {
+                let sets: Vec<&[usize]> = chosen.iter().map(|&(d, _)| sets[d].as_slice()).collect();
+                let (dev_loss, dev) = multi_label_dev(&spec.labels, &sets, &logits, device)?;
+                return Ok(TaskLog { name: spec.name.clone(), dev_loss, dev });
+            }
             let gold: Vec<usize> = chosen.iter().map(|&(_, l)| l).collect();
             let dev_loss = cross_entropy(&logits, &gold, None, device)?.to_scalar::<f32>()? as f64;
             let dev = dev_report(&spec.labels, &gold, &logits)?;
             Ok(TaskLog { name: spec.name.clone(), dev_loss, dev })
         })
         .collect()
+}
+
+/// A multi-label task's dev loss (the mean binary cross-entropy, without `--pos-weight`, as
+/// the single-label dev loss is without class weights) and metrics (each label carried at
+/// probability ≥ 0.5; see [`Report::from_multilabel`]) of `logits` against the label `sets`.
+///
+/// # Shapes
+/// `logits: [documents, labels]`
+fn multi_label_dev(labels: &[String], sets: &[&[usize]], logits: &Tensor, device: &Device) -> Result<(f64, Report)> {
+    let targets = multi_hot(sets, labels.len(), device)?;
+    let sum = binary_cross_entropy_sum(logits, &targets, None)?.to_scalar::<f32>()? as f64;
+    let dev_loss = sum / (sets.len() * labels.len()).max(1) as f64;
+    let probabilities = candle_nn::ops::sigmoid(&logits.to_dtype(DType::F32)?)?.to_vec2::<f32>()?;
+    let truth: Vec<Vec<bool>> = targets.to_vec2::<f32>()?.iter().map(|r| r.iter().map(|&y| y > 0.5).collect()).collect();
+    let predicted: Vec<Vec<bool>> = probabilities
+        .iter()
+        .map(|r| r.iter().map(|&p| p >= longread_classifier::prediction::MULTI_LABEL_THRESHOLD).collect())
+        .collect();
+    let report = longread_metrics::multilabel::evaluate_multilabel(labels, &truth, &predicted)
+        .map_err(TrainError::InvalidSetting)?;
+    let finite = probabilities.iter().flatten().all(|p| p.is_finite());
+    let report = if finite { report.with_scores(&truth, &probabilities).map_err(TrainError::InvalidSetting)? } else { report };
+    Ok((dev_loss, Report::from_multilabel(&report, finite.then_some(dev_loss))))
 }
 
 /// The dev metrics of `logits` against `gold`: the labels' (argmax), and the probabilities'

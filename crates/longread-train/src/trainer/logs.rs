@@ -111,12 +111,20 @@ pub struct EpochLog {
 
 impl EpochLog {
     /// The epoch's dev results for people: "dev loss L, accuracy A, macro-F1 F, ROC-AUC R"
-    /// (ROC-AUC where defined), or "no dev set" in a run without one.
+    /// (ROC-AUC where defined; a multi-label model's micro-F1, macro-F1 and subset accuracy),
+    /// or "no dev set" in a run without one.
     pub fn dev_words(&self) -> String {
         match (self.dev_loss, &self.dev) {
             (Some(loss), Some(dev)) => {
                 let auc = dev.roc_auc.map_or(String::new(), |auc| format!(", ROC-AUC {auc:.4}"));
-                format!("dev loss {loss:.4}, accuracy {:.4}, macro-F1 {:.4}{auc}", dev.accuracy, dev.macro_f1)
+                match dev.micro_f1 {
+                    // A multi-label task: its accuracy is the subset accuracy, which says little.
+                    Some(micro) => format!(
+                        "dev loss {loss:.4}, micro-F1 {micro:.4}, macro-F1 {:.4}, subset accuracy {:.4}{auc}",
+                        dev.macro_f1, dev.accuracy
+                    ),
+                    None => format!("dev loss {loss:.4}, accuracy {:.4}, macro-F1 {:.4}{auc}", dev.accuracy, dev.macro_f1),
+                }
             }
             _ => "no dev set".to_string(),
         }

@@ -37,7 +37,7 @@ pub(crate) use stepper::Stepper;
 use crate::error::{Result, TrainError};
 use crate::gradients::StepGradients;
 use crate::groups::{param_groups, Freezing};
-use crate::loss::{task_loss, TaskLoss};
+use crate::loss::{task_loss, MultiLabelGold, TaskLoss};
 use crate::optim::{AdamW, ParamGroup};
 use crate::recompute::{add_batch_gradients, BatchSettings};
 use config::check_labels;
@@ -86,7 +86,8 @@ pub fn train(
     let base_lr: HashMap<String, f64> =
         param_groups(&run.named, num_layers, everything, cfg.groups).into_iter().map(|g| (g.name, g.lr)).collect();
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
-    let mut task = Epochs(ClassifierTask { run, base_lr, weights, phase: None });
+    let pos_weight = cfg.pos_weight.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
+    let mut task = Epochs(ClassifierTask { run, base_lr, weights, pos_weight, phase: None });
     fit(&mut task, resume, &mut on_progress, &mut on_epoch, &mut on_checkpoint)
 }
 
@@ -96,6 +97,8 @@ struct ClassifierTask<'a> {
     run: Run<'a>,
     base_lr: HashMap<String, f64>,
     weights: Option<Tensor>,
+    /// A multi-label primary task's `--pos-weight` (`[labels]`).
+    pos_weight: Option<Tensor>,
     phase: Option<Phase>,
 }
 
@@ -151,10 +154,16 @@ impl EpochTask for ClassifierTask<'_> {
         let (run, phase) = (&self.run, self.phase.as_ref().expect("begin_epoch sets the phase"));
         let labels = run.train.batch_labels(batch);
         let offsets = run.train.batch_offsets(batch);
+        let sets = run.train.batch_sets(batch);
         let how = TaskLoss {
             task_weights: &run.cfg.task_weights,
             class_weights: self.weights.as_ref(),
             offsets: offsets.as_deref(),
+            multi_label: sets.as_deref().map(|sets| MultiLabelGold {
+                sets,
+                labels: run.model.labels().len(),
+                pos_weight: self.pos_weight.as_ref(),
+            }),
         };
         match &phase.vectors {
             Some((vectors, _)) => {

@@ -117,6 +117,8 @@ pub(crate) fn epoch_score<'a>(
         Metric::MacroF1 => reports.map(|r| r.macro_f1).sum::<f64>() / n,
         Metric::WeightedF1 => reports.map(|r| r.weighted_f1).sum::<f64>() / n,
         Metric::Accuracy => reports.map(|r| r.accuracy).sum::<f64>() / n,
+        // A single-label task's micro-F1 is its accuracy.
+        Metric::MicroF1 => reports.map(|r| r.micro_f1.unwrap_or(r.accuracy)).sum::<f64>() / n,
         Metric::RocAuc => {
             let mut sum = 0.0;
             for r in reports {

@@ -84,7 +84,9 @@ pub fn run(mut args: TrainArgs, quiet: bool, device: longread_model::DeviceChoic
         let chosen = |dev: &longread_metrics::Report| match args.spec.training.metric {
             MetricArg::MacroF1 => format!(" (macro-F1 {:.4})", dev.macro_f1),
             MetricArg::WeightedF1 => format!(" (weighted F1 {:.4})", dev.weighted_f1),
+            MetricArg::Accuracy if dev.micro_f1.is_some() => format!(" (subset accuracy {:.4})", dev.accuracy),
             MetricArg::Accuracy => format!(" (accuracy {:.4})", dev.accuracy),
+            MetricArg::MicroF1 => format!(" (micro-F1 {:.4})", dev.micro_f1.unwrap_or(dev.accuracy)),
             MetricArg::RocAuc => format!(" (ROC-AUC {:.4})", dev.roc_auc.unwrap_or(f64::NAN)),
             MetricArg::DevLoss => format!(" (dev loss {:.4})", kept.dev_loss.unwrap_or(f64::NAN)),
         };

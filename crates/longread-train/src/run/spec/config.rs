@@ -8,6 +8,11 @@ use crate::trainer::{balanced_class_weights, CacheSettings, Metric, TrainConfig}
 use crate::unfreeze::UnfreezeSchedule;
 use crate::AdamWConfig;
 
+/// The largest weight `--pos-weight auto` gives a label's positive documents: a label on 1 of
+/// 700 documents would otherwise weigh 700 times, and its few documents' gradients swamp the
+/// others'.
+pub const MAX_AUTO_POS_WEIGHT: f32 = 10.0;
+
 impl TrainSpec {
     /// The training configuration; `train_labels` (the primary task's, where present) and
     /// `labels` resolve `--class-weights`, `tasks` (names in task order) the task flags.
@@ -46,10 +51,12 @@ impl TrainSpec {
             max_batch_tokens: self.encoder.max_batch_tokens.unwrap_or(512),
             recompute: !self.encoder.no_recompute,
             class_weights,
+            pos_weight: None,
             metric: match self.training.metric {
                 MetricArg::MacroF1 => Metric::MacroF1,
                 MetricArg::WeightedF1 => Metric::WeightedF1,
                 MetricArg::Accuracy => Metric::Accuracy,
+                MetricArg::MicroF1 => Metric::MicroF1,
                 MetricArg::RocAuc => Metric::RocAuc,
                 MetricArg::DevLoss => Metric::DevLoss,
             },
@@ -116,6 +123,51 @@ impl TrainSpec {
             .map(|name| task_index("--freeze-task", name))
             .collect::<Result<Vec<_>>>()?;
         Ok((task_weights, frozen_tasks))
+    }
+
+    /// A multi-label model's `--pos-weight` for the training label `sets` (one per document):
+    /// none; auto, negatives / positives per label capped at [`MAX_AUTO_POS_WEIGHT`] (1 for a
+    /// label no document carries); or a JSON file of label → weight (others weigh 1).
+    pub(crate) fn pos_weights(&self, sets: &[Vec<usize>], labels: &[String]) -> Result<Option<Vec<f32>>> {
+        let Some(given) = self.pos_weight.as_deref() else { return Ok(None) };
+        Ok(match given {
+            "none" => None,
+            "auto" => {
+                let mut positives = vec![0usize; labels.len()];
+                for &l in sets.iter().flatten() {
+                    positives[l] += 1;
+                }
+                let n = sets.len();
+                Some(
+                    positives
+                        .iter()
+                        .map(|&p| if p == 0 { 1.0 } else { ((n - p) as f32 / p as f32).min(MAX_AUTO_POS_WEIGHT) })
+                        .collect(),
+                )
+            }
+            file => {
+                let path = std::path::Path::new(file);
+                let text = std::fs::read_to_string(path)
+                    .or_run(|| format!("--pos-weight {file}: not auto or none, and no readable file of that name"))?;
+                let given: std::collections::BTreeMap<String, f64> = serde_json::from_str(&text).or_run(|| {
+                    format!("--pos-weight {file}: expected a JSON object of label → weight, e.g. {{\"P3\": 4.0}}")
+                })?;
+                let mut weights = vec![1f32; labels.len()];
+                for (label, &w) in &given {
+                    let Some(i) = labels.iter().position(|l| l == label) else {
+                        bail!(
+                            "--pos-weight {file}: \"{label}\" is not a label of the model ({})",
+                            longread_text::labelled::label_list(labels)
+                        );
+                    };
+                    if !(w.is_finite() && w > 0.0) {
+                        bail!("--pos-weight {file}: the weight of \"{label}\" must be a number above 0 (got {w})");
+                    }
+                    weights[i] = w as f32;
+                }
+                Some(weights)
+            }
+        })
     }
 
     /// The loss's class weights (`--class-weights`): none, balanced over `train_labels`, or

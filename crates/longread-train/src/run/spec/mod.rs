@@ -82,6 +82,14 @@ pub struct TrainSpec {
     /// Class weights of the loss: none, balanced (n / (classes · count)), or w1,w2,... in label order.
     #[cfg_attr(feature = "clap", arg(long, default_value = "none"))]
     pub class_weights: String,
+    /// A multi-label encoder model's weight of each label's positive documents in the binary
+    /// cross-entropy (PyTorch's `BCEWithLogitsLoss(pos_weight=…)`), for labels few documents
+    /// carry: none; auto (each label's negatives / positives over the training documents,
+    /// capped at 10, 1 for a label no document has); or FILE, a JSON object of label → weight
+    /// (labels it does not name weigh 1) [default: none].
+    #[cfg_attr(feature = "clap", arg(long, value_name = "auto|none|FILE"))]
+    #[serde(default)]
+    pub pos_weight: Option<String>,
     /// Seed for the dev split, shuffling and dropout.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 42))]
     pub seed: u64,
@@ -193,8 +201,11 @@ pub enum MetricArg {
     MacroF1,
     /// Weighted F1.
     WeightedF1,
-    /// Accuracy.
+    /// Accuracy (multi-label: subset accuracy, every label of a document right).
     Accuracy,
+    /// Micro-averaged F1: for a multi-label model, F1 over every (document, label) pair; for
+    /// one label per document it equals accuracy.
+    MicroF1,
     /// ROC-AUC of the dev probabilities: for two labels, of the second's (how well the scores
     /// rank the documents, whatever the threshold); for more, the mean one-vs-rest AUC. Every
     /// label needs dev documents.

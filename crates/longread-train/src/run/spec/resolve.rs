@@ -130,13 +130,44 @@ impl TrainSpec {
     /// Whether the run trains the single-chunk sequence classifier: `--arch sequence`, or a
     /// model made by `init --arch sequence` (its config.json says so).
     fn trains_sequence(&self) -> bool {
-        if self.arch == Some(Arch::Sequence) {
-            return true;
-        }
-        let Some(dir) = self.model.as_deref() else { return false };
+        self.arch == Some(Arch::Sequence) || self.model_config()["longread"]["architecture"] == "sequence"
+    }
+
+    /// The config.json of --model as JSON (`null` when there is none or it does not parse:
+    /// loading the model says why).
+    fn model_config(&self) -> serde_json::Value {
+        let Some(dir) = self.model.as_deref() else { return serde_json::Value::Null };
         let config = std::fs::read_to_string(dir.join("config.json")).ok();
-        let value: Option<serde_json::Value> = config.and_then(|t| serde_json::from_str(&t).ok());
-        value.is_some_and(|v| v["longread"]["architecture"] == "sequence")
+        config.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    }
+
+    /// Checks the flags of a multi-label hierarchical or sequence model: its loss weighs labels
+    /// with --pos-weight, and what this version does for one label per document only is refused
+    /// by name.
+    fn check_multi_label_encoder(&self) -> Result<()> {
+        if self.is_han() {
+            bail!("--multi-label: the HAN predicts one label per document in this version (use --arch bow or an encoder)");
+        }
+        if self.class_weights != "none" {
+            bail!(
+                "--class-weights {}: a multi-label encoder model weighs each label's positive documents with \
+                 --pos-weight auto|none|FILE",
+                self.class_weights
+            );
+        }
+        if self.encoder.wide_bow {
+            bail!("--wide-bow adds a single-label bag of words; for a multi-label model beside a bag of words, build an ensemble of the two");
+        }
+        if self.cv.is_some() {
+            bail!("--cv trains single-label encoder models in this version; for a multi-label model give --dev or --dev-split");
+        }
+        if self.calibrate || self.tune_threshold.is_some() {
+            bail!(
+                "--calibrate and --tune-threshold are for single-label models in this version: tune a multi-label \
+                 model's per-label thresholds with `longread threshold --model OUT --data DEV.jsonl`"
+            );
+        }
+        Ok(())
     }
 
     /// A `--model` that names no local path but a Hugging Face Hub id (`org/name`) is
@@ -155,11 +186,16 @@ impl TrainSpec {
         if !self.is_multi_label() && self.given.iter().any(|g| g == "label_separator") {
             bail!("--label-separator reads multi-label data: add --multi-label");
         }
-        if self.is_multi_label() && !self.is_bow() {
+        // A model made by `init --multi-label` trains on label sets without being told again.
+        self.multi_label |= self.model_config()["longread"]["multi_label"] == true;
+        if self.pos_weight.is_some() && !(self.is_multi_label() && !self.is_bow()) {
             bail!(
-                "--multi-label trains a bag of words (--arch bow) in this version: hierarchical, sequence and HAN \
-                 models predict one label per document"
+                "--pos-weight weighs the positive documents of a multi-label encoder model's labels: add \
+                 --multi-label (a multi-label bag of words weighs its labels with --class-weights balanced)"
             );
+        }
+        if self.is_multi_label() && !self.is_bow() {
+            self.check_multi_label_encoder()?;
         }
         if self.is_bow() {
             return self.check_bow();
