@@ -1,7 +1,8 @@
-//! Multi-label documents end to end with the bag of words: `train --multi-label` on the
-//! descriptor examples (a labels column joined by `;`), `predict` giving each document its set
-//! of labels, `eval` with micro/macro intervals; data that does not fit is refused naming the
-//! line, and labels the model does not know are left out with a warning (or refused).
+//! Multi-label documents end to end with the bag of words and a hierarchical model on MiniLM:
+//! `train --multi-label` on the descriptor examples (a labels column joined by `;`), `predict`
+//! giving each document its set of labels, `eval` with micro/macro intervals; data that does
+//! not fit is refused naming the line, and labels the model does not know are left out with a
+//! warning (or refused).
 
 mod common;
 
@@ -189,8 +190,21 @@ fn flags_that_do_not_fit_multi_label_training_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("m");
     let train_csv = descriptors("train.csv");
-    let hierarchical = longread(&["train", "--multi-label", "--train", &train_csv, "--out", out.to_str().unwrap()]);
-    assert_clean_failure(&hierarchical, "--multi-label trains a bag of words (--arch bow)");
+    let han =
+        longread(&["train", "--arch", "han", "--multi-label", "--train", &train_csv, "--out", out.to_str().unwrap()]);
+    assert_clean_failure(&han, "the HAN predicts one label per document");
+    let weighted = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--pos-weight",
+        "auto",
+        "--train",
+        &train_csv,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&weighted, "--pos-weight weighs the positive documents");
     let separator = longread(&[
         "train",
         "--arch",
@@ -333,4 +347,140 @@ fn csv_labels(path: &str) -> Vec<Vec<String>> {
     let mut reader = csv::Reader::from_path(path).unwrap();
     let column = reader.headers().unwrap().iter().position(|h| h == "labels").unwrap();
     reader.records().map(|row| label_set(&row.unwrap()[column])).collect()
+}
+
+#[test]
+fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_documents_set() {
+    let Some(minilm) = common::minilm() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (init_dir, out) = (tmp.path().join("init"), tmp.path().join("trained"));
+    let (init_dir_s, out_s) = (init_dir.to_str().unwrap(), out.to_str().unwrap());
+    let made = longread(&[
+        "init",
+        "--encoder",
+        minilm.to_str().unwrap(),
+        "--labels",
+        "drugs,language,violence",
+        "--multi-label",
+        "--chunk-size",
+        "128",
+        "--chunk-pooling",
+        "mean",
+        "--out",
+        init_dir_s,
+    ]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(init_dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["problem_type"], "multi_label_classification", "transformers' key says it");
+    assert_eq!(config["longread"]["multi_label"], true);
+
+    let train_csv = descriptors("train.csv");
+    let run = longread(&[
+        "train",
+        "--model",
+        init_dir_s,
+        "--train",
+        &train_csv,
+        "--freeze-base",
+        "--epochs",
+        "15",
+        "--keep",
+        "last",
+        "--pos-weight",
+        "auto",
+        "--metric",
+        "micro-f1",
+        "--out",
+        out_s,
+    ]);
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{said}");
+    assert!(said.contains("binary cross-entropy with positive weights") && said.contains("micro-F1"), "{said}");
+    assert!(said.contains("(micro-F1 "), "the kept epoch is named by the metric that chose it: {said}");
+    let first_epoch: Value =
+        serde_json::from_str(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().lines().next().unwrap())
+            .unwrap();
+    assert!(first_epoch["dev"]["micro_f1"].is_number(), "{first_epoch}");
+
+    let predict = longread(&["predict", "--model", out_s, "--input", &descriptors("test.csv")]);
+    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
+    let rows = json_lines(&predict.stdout);
+    let mut sums_differ_from_one = 0;
+    for row in &rows {
+        let labels: Vec<&str> = row["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+        let scores = row["scores"].as_object().unwrap();
+        for (name, score) in scores {
+            assert_eq!(labels.contains(&name.as_str()), score.as_f64().unwrap() >= 0.5, "{row}");
+        }
+        let total: f64 = scores.values().map(|v| v.as_f64().unwrap()).sum();
+        sums_differ_from_one += usize::from((total - 1.0).abs() > 0.01);
+        assert!(!row["chunks"].as_array().unwrap().is_empty(), "the chunks that drove it: {row}");
+    }
+    assert!(sums_differ_from_one > rows.len() / 2, "each label has its own sigmoid, not a share of a softmax");
+
+    let eval = longread(&["eval", "--model", out_s, "--data", &descriptors("test.csv"), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let report: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    // Random scores rank at 0.5; frozen MiniLM chunk vectors carry the descriptors' words (the
+    // last of 15 epochs: a dev split of 8 documents picks epochs by chance).
+    let auc = report["roc_auc_micro"].as_f64().unwrap();
+    assert!(auc > 0.7, "{report}");
+
+    let tuned = longread(&["threshold", "--model", out_s, "--data", &train_csv]);
+    assert!(tuned.status.success(), "{}", String::from_utf8_lossy(&tuned.stderr));
+    let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
+    assert_eq!(decision["thresholds"].as_object().unwrap().len(), 3, "{decision}");
+
+    // What a multi-label encoder model does not take is refused by name.
+    let again = tmp.path().join("again");
+    let again = again.to_str().unwrap();
+    let base = ["train", "--model", init_dir_s, "--train", &train_csv, "--freeze-base", "--out", again];
+    let refused = |extra: &[&str], needle: &str| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        assert_clean_failure(&longread(&args), needle);
+    };
+    refused(&["--class-weights", "balanced"], "weighs each label's positive documents with --pos-weight");
+    refused(&["--tune-threshold", "macro-f1"], "tune a multi-label model's per-label thresholds");
+    let weights = tmp.path().join("weights.json");
+    std::fs::write(&weights, r#"{"gore": 3}"#).unwrap();
+    refused(&["--pos-weight", weights.to_str().unwrap()], "\"gore\" is not a label of the model");
+    refused(&["--pos-weight", "often"], "--pos-weight often: not auto or none");
+    let single = tmp.path().join("single");
+    assert!(longread(&[
+        "init",
+        "--encoder",
+        minilm.to_str().unwrap(),
+        "--labels",
+        "drugs,language,violence",
+        "--chunk-size",
+        "128",
+        "--out",
+        single.to_str().unwrap(),
+    ])
+    .status
+    .success());
+    let mixed = longread(&[
+        "train",
+        "--model",
+        single.to_str().unwrap(),
+        "--multi-label",
+        "--train",
+        &train_csv,
+        "--out",
+        again,
+    ]);
+    assert_clean_failure(&mixed, "predicts one label per document");
+    let both = longread(&[
+        "init",
+        "--encoder",
+        minilm.to_str().unwrap(),
+        "--labels",
+        "a,b",
+        "--multi-label",
+        "--ordinal",
+        "--out",
+        again,
+    ]);
+    assert_clean_failure(&both, "--multi-label and --ordinal exclude each other");
 }

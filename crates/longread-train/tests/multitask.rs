@@ -91,8 +91,12 @@ fn run(
 ) -> Vec<EpochLog> {
     let (docs, labels) = data(model, 12);
     let (dev_docs, dev_labels) = (docs[8..].to_vec(), labels.iter().map(|l| l[8..].to_vec()).collect::<Vec<_>>());
-    let train_split =
-        Split { docs: &docs[..8], labels: labels_of(labels.iter().map(|l| l[..8].to_vec()).collect()), offsets: None, sets: None };
+    let train_split = Split {
+        docs: &docs[..8],
+        labels: labels_of(labels.iter().map(|l| l[..8].to_vec()).collect()),
+        offsets: None,
+        sets: None,
+    };
     let dev_split = Split { docs: &dev_docs, labels: labels_of(dev_labels), offsets: None, sets: None };
     train(model, train_split, dev_split, cfg, &Device::Cpu, None, |_| {}, |_| Ok(()), |_| Ok(())).unwrap()
 }

@@ -6,7 +6,7 @@ use candle_core::{Device, Tensor, Var};
 use longread_model::hierarchical::{DocumentStore, HierarchicalClassifier};
 use longread_model::DropoutRng;
 use longread_text::{ChunkedDocument, Chunker, TextTokenizer};
-use longread_train::loss::TaskLoss;
+use longread_train::loss::{MultiLabelGold, TaskLoss};
 use longread_train::prefix::{open_store, Prefix, PrefixCache, Storage};
 use longread_train::recompute::{batch_gradients, BatchSettings, StepPlan};
 
@@ -116,7 +116,12 @@ fn documents_that_fit_one_batch_keep_their_graph_and_give_the_whole_graphs_gradi
             let settings = BatchSettings {
                 max_batch_tokens,
                 recompute,
-                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None, multi_label: None },
+                loss: TaskLoss {
+                    task_weights: &task_weights,
+                    class_weights: Some(&weights),
+                    offsets: None,
+                    multi_label: None,
+                },
                 prefix: Prefix::None,
             };
             batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(3), settings, &Device::Cpu).unwrap()
@@ -132,7 +137,12 @@ fn documents_that_fit_one_batch_keep_their_graph_and_give_the_whole_graphs_gradi
             let settings = BatchSettings {
                 max_batch_tokens: 40,
                 recompute,
-                loss: TaskLoss { task_weights: &task_weights, class_weights: Some(&weights), offsets: None, multi_label: None },
+                loss: TaskLoss {
+                    task_weights: &task_weights,
+                    class_weights: Some(&weights),
+                    offsets: None,
+                    multi_label: None,
+                },
                 prefix: Prefix::None,
             };
             batch_gradients(&model, &long, &long_labels, &vars, &DropoutRng::new(3), settings, &Device::Cpu)
@@ -498,4 +508,52 @@ fn an_interrupted_prefix_store_fill_resumes_where_it_stopped() {
     // Another number of frozen layers is another key.
     let two_layers = open_store(&model, dir.path(), 2, "F32").unwrap();
     assert_ne!(two_layers.path(&docs[0]), store.path(&docs[0]));
+}
+
+#[test]
+fn a_multi_label_loss_splits_into_shares_that_add_up_to_the_whole_steps() {
+    // The loss of label sets (binary cross-entropy over documents × labels, with positive
+    // weights) recomputed chunk by chunk and in groups gives the whole graph's loss and gradients.
+    let dir = tempfile::tempdir().unwrap();
+    let model =
+        HierarchicalClassifier::load(&without_dropout("hier/bert-attention", dir.path()), true, &Device::Cpu).unwrap();
+    let docs = documents(&model);
+    let refs: Vec<&ChunkedDocument> = docs.iter().collect();
+    let vars: Vec<Var> = model.trainable_vars();
+    let sets: Vec<Vec<usize>> = vec![vec![0, 2], vec![], vec![1], vec![0, 1, 2]];
+    let marked = vec![vec![Some(0); sets.len()]];
+    let pos_weight = Tensor::new(&[2.0f32, 1.0, 4.0], &Device::Cpu).unwrap();
+    let multi = MultiLabelGold { sets: &sets, labels: 3, pos_weight: Some(&pos_weight) };
+    let run = |max_batch_tokens: usize, recompute: bool| {
+        let settings = BatchSettings {
+            max_batch_tokens,
+            recompute,
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: Some(multi) },
+            prefix: Prefix::None,
+        };
+        batch_gradients(&model, &refs, &marked, &vars, &DropoutRng::new(3), settings, &Device::Cpu).unwrap()
+    };
+    let whole = run(40, false);
+    assert!(whole.loss.is_finite() && whole.loss > 0.0, "{}", whole.loss);
+    for max_batch_tokens in [100_000, 48, 40] {
+        let parts = run(max_batch_tokens, true);
+        assert!((parts.loss - whole.loss).abs() < 1e-5, "{max_batch_tokens}: loss {} vs {}", parts.loss, whole.loss);
+        let diff = largest_gradient_difference(&whole, &parts, &vars);
+        assert!(diff <= 1e-5, "{max_batch_tokens}: gradients differ by {diff}");
+    }
+    // Another document's set changes the loss: the sets are read, not ignored.
+    let other: Vec<Vec<usize>> = vec![vec![0, 2], vec![1], vec![1], vec![0, 1, 2]];
+    let settings = BatchSettings {
+        max_batch_tokens: 40,
+        recompute: false,
+        loss: TaskLoss {
+            task_weights: &[],
+            class_weights: None,
+            offsets: None,
+            multi_label: Some(MultiLabelGold { sets: &other, ..multi }),
+        },
+        prefix: Prefix::None,
+    };
+    let changed = batch_gradients(&model, &refs, &marked, &vars, &DropoutRng::new(3), settings, &Device::Cpu).unwrap();
+    assert!((changed.loss - whole.loss).abs() > 1e-4);
 }

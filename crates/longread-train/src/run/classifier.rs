@@ -78,13 +78,17 @@ pub(crate) fn run(
         train_docs.len(),
         train_docs.iter().map(|d| d.chunks.len()).sum::<usize>(),
         dev_set_words(dev_docs.len()),
-        model
-            .config()
-            .tasks()
-            .iter()
-            .map(|t| format!("task {} (column \"{}\"): {}", t.name, t.column, t.labels.join(", ")))
-            .collect::<Vec<_>>()
-            .join("; ")
+        if model.is_multi_label(0) {
+            format!("labels (any number a document): {}", labels.join(", "))
+        } else {
+            model
+                .config()
+                .tasks()
+                .iter()
+                .map(|t| format!("task {} (column \"{}\"): {}", t.name, t.column, t.labels.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        }
     ));
     let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
     // Both callbacks report: the hooks are shared.
@@ -97,7 +101,12 @@ pub(crate) fn run(
             offsets: train_data.offsets.clone(),
             sets: train_data.sets.clone(),
         },
-        Split { docs: dev_docs, labels: dev_data.labels.clone(), offsets: dev_data.offsets.clone(), sets: dev_data.sets.clone() },
+        Split {
+            docs: dev_docs,
+            labels: dev_data.labels.clone(),
+            offsets: dev_data.offsets.clone(),
+            sets: dev_data.sets.clone(),
+        },
         &cfg,
         &device,
         resume,

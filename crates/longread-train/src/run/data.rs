@@ -69,7 +69,12 @@ impl Labelled {
 
     /// Multi-label documents chunked (an empty or untokenisable one is an error naming its
     /// line), with their label sets.
-    fn chunk_multilabel(examples: &[MultiLabelExample], sets: Vec<Vec<usize>>, source: &str, chunker: &Chunker) -> Result<Self> {
+    fn chunk_multilabel(
+        examples: &[MultiLabelExample],
+        sets: Vec<Vec<usize>>,
+        source: &str,
+        chunker: &Chunker,
+    ) -> Result<Self> {
         let docs = examples
             .iter()
             .map(|e| chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{source}:{}: {err}", e.line))))
@@ -110,7 +115,8 @@ pub(crate) fn multilabel_dev_split(sets: &[Vec<usize>], fraction: f64, seed: u64
     let k = ((1.0 / fraction).round() as usize).max(2);
     let folds = longread_metrics::folds::iterative_stratified_folds(sets, k, seed);
     let dev = folds[0].clone();
-    let train: Vec<usize> = folds[1..].concat().into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let train: Vec<usize> =
+        folds[1..].concat().into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     if train.is_empty() || dev.is_empty() {
         return Err(TrainError::Run(format!("--dev-split {fraction} leaves an empty training or dev set")));
     }
@@ -149,9 +155,10 @@ pub(crate) fn load_multilabel_data(
                 Labelled::chunk_multilabel(&dev_examples, dev_sets, &dev_source, chunker)?,
             )
         }
-        None if spec.trains_without_dev() => {
-            (Labelled::chunk_multilabel(&examples, sets, &source, chunker)?, Labelled::chunk_multilabel(&[], Vec::new(), &source, chunker)?)
-        }
+        None if spec.trains_without_dev() => (
+            Labelled::chunk_multilabel(&examples, sets, &source, chunker)?,
+            Labelled::chunk_multilabel(&[], Vec::new(), &source, chunker)?,
+        ),
         None => {
             let (train, dev) = multilabel_dev_split(&sets, spec.training.dev_split, spec.seed)?;
             let pick = |idx: &[usize]| -> (Vec<MultiLabelExample>, Vec<Vec<usize>>) {

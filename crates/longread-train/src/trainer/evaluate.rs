@@ -74,7 +74,8 @@ fn multi_label_dev(labels: &[String], sets: &[&[usize]], logits: &Tensor, device
     let sum = binary_cross_entropy_sum(logits, &targets, None)?.to_scalar::<f32>()? as f64;
     let dev_loss = sum / (sets.len() * labels.len()).max(1) as f64;
     let probabilities = candle_nn::ops::sigmoid(&logits.to_dtype(DType::F32)?)?.to_vec2::<f32>()?;
-    let truth: Vec<Vec<bool>> = targets.to_vec2::<f32>()?.iter().map(|r| r.iter().map(|&y| y > 0.5).collect()).collect();
+    let truth: Vec<Vec<bool>> =
+        targets.to_vec2::<f32>()?.iter().map(|r| r.iter().map(|&y| y > 0.5).collect()).collect();
     let predicted: Vec<Vec<bool>> = probabilities
         .iter()
         .map(|r| r.iter().map(|&p| p >= longread_classifier::prediction::MULTI_LABEL_THRESHOLD).collect())
@@ -82,7 +83,8 @@ fn multi_label_dev(labels: &[String], sets: &[&[usize]], logits: &Tensor, device
     let report = longread_metrics::multilabel::evaluate_multilabel(labels, &truth, &predicted)
         .map_err(TrainError::InvalidSetting)?;
     let finite = probabilities.iter().flatten().all(|p| p.is_finite());
-    let report = if finite { report.with_scores(&truth, &probabilities).map_err(TrainError::InvalidSetting)? } else { report };
+    let report =
+        if finite { report.with_scores(&truth, &probabilities).map_err(TrainError::InvalidSetting)? } else { report };
     Ok((dev_loss, Report::from_multilabel(&report, finite.then_some(dev_loss))))
 }
 

@@ -123,7 +123,9 @@ impl EpochLog {
                         "dev loss {loss:.4}, micro-F1 {micro:.4}, macro-F1 {:.4}, subset accuracy {:.4}{auc}",
                         dev.macro_f1, dev.accuracy
                     ),
-                    None => format!("dev loss {loss:.4}, accuracy {:.4}, macro-F1 {:.4}{auc}", dev.accuracy, dev.macro_f1),
+                    None => {
+                        format!("dev loss {loss:.4}, accuracy {:.4}, macro-F1 {:.4}{auc}", dev.accuracy, dev.macro_f1)
+                    }
                 }
             }
             _ => "no dev set".to_string(),

@@ -149,8 +149,10 @@ impl TrainSpec {
                 let path = std::path::Path::new(file);
                 let text = std::fs::read_to_string(path)
                     .or_run(|| format!("--pos-weight {file}: not auto or none, and no readable file of that name"))?;
-                let given: std::collections::BTreeMap<String, f64> = serde_json::from_str(&text).or_run(|| {
-                    format!("--pos-weight {file}: expected a JSON object of label → weight, e.g. {{\"P3\": 4.0}}")
+                let given: std::collections::BTreeMap<String, f64> = serde_json::from_str(&text).map_err(|e| {
+                    crate::error::TrainError::Run(format!(
+                        "--pos-weight {file}: expected a JSON object of label → weight, e.g. {{\"3\": 4.0}} ({e})"
+                    ))
                 })?;
                 let mut weights = vec![1f32; labels.len()];
                 for (label, &w) in &given {

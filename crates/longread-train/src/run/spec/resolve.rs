@@ -146,7 +146,9 @@ impl TrainSpec {
     /// by name.
     fn check_multi_label_encoder(&self) -> Result<()> {
         if self.is_han() {
-            bail!("--multi-label: the HAN predicts one label per document in this version (use --arch bow or an encoder)");
+            bail!(
+                "--multi-label: the HAN predicts one label per document in this version (use --arch bow or an encoder)"
+            );
         }
         if self.class_weights != "none" {
             bail!(
