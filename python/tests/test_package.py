@@ -753,6 +753,32 @@ def test_a_multi_label_model_trains_predicts_and_evaluates_as_the_cli_does(tmp_p
         longread.train(train, str(tmp_path / "refused"), arch="bow", multi_label=True, labels="violence,drugs")
 
 
+def test_a_multi_label_hierarchical_model_is_made_trained_and_read_as_the_cli_does(tmp_path):
+    encoder = minilm()
+    descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
+    train, test = os.path.join(descriptors, "train.csv"), os.path.join(descriptors, "test.csv")
+    made = str(tmp_path / "init")
+    config = longread.init(encoder, ["drugs", "language", "violence"], made, multi_label=True, chunk_size=128,
+                           chunk_pooling="mean")
+    assert config["problem_type"] == "multi_label_classification" and config["longread"]["multi_label"]
+    out = str(tmp_path / "trained")
+    run = longread.train(train, out, model=made, freeze_base=True, epochs=2, pos_weight="auto", metric="micro-f1",
+                         quiet=True)
+    assert run["epochs"][-1]["dev"]["micro_f1"] is not None
+    model = longread.Classifier(out)
+    assert model.multi_label
+    import csv
+    with open(test, newline="") as f:
+        texts = [row["text"] for row in csv.DictReader(f)][:6]
+    cli = json_lines(run_cli("predict", "--model", out, "--input", test).stdout)[:6]
+    for mine, theirs in zip(model.predict(texts), cli):
+        assert mine["labels"] == theirs["labels"]
+        assert mine["labels"] == [l for l in model.labels if mine["scores"][l] >= 0.5]
+        assert_close(mine["scores"], theirs["scores"], 1e-5)
+    with pytest.raises(longread.LongreadError, match="--pos-weight"):
+        longread.train(train, str(tmp_path / "refused"), model=made, freeze_base=True, class_weights="balanced")
+
+
 def test_a_multi_label_models_thresholds_are_tuned_per_label_as_the_cli_tunes_them(tmp_path):
     descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
     train, test = os.path.join(descriptors, "train.csv"), os.path.join(descriptors, "test.csv")

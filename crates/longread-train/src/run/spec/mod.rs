@@ -70,8 +70,11 @@ pub struct TrainSpec {
     /// probability per label, each label decided on its own (at 0.5). The data gives "labels"
     /// lists (JSON lines; `[]` for none), or in CSV/TSV a labels column joined by
     /// --label-separator, or one 0/1 column per label (--label-columns, which implies it).
-    /// Trains with --arch bow: one-vs-rest logistic regression, C chosen by micro-F1 over folds
-    /// made by iterative stratification; --class-weights balanced weighs each label's own fit.
+    /// --arch bow: one-vs-rest logistic regression, C chosen by micro-F1 over folds made by
+    /// iterative stratification; --class-weights balanced weighs each label's own fit. An
+    /// encoder model (a plain encoder as --model, or one made by `init --multi-label`, which
+    /// needs no flag): a sigmoid per label and binary cross-entropy (--pos-weight), the dev
+    /// split made by iterative stratification. Not with the HAN, --task, --cv or --wide-bow.
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]
     pub multi_label: bool,
