@@ -18,6 +18,7 @@ Chunk size 16 (stride 4) on the tiny encoders gives many windows from short text
 
 Usage: cargo build --release -p longread-cli &&
        python3 scripts/make_hierarchical_fixtures.py [--shared ../shared] [--longread target/release/longread]
+       python3 scripts/make_hierarchical_fixtures.py --only bert-label-attention   (one tiny case)
 """
 import argparse
 import json
@@ -69,6 +70,8 @@ CASES = {
                                               attention_hidden_size=8, attention_temperature=2.0)),
     "bert-ordinal": ("tiny-bert", dict(pooling_strategy="attention", attention_hidden_size=8, ordinal=True)),
     "bert-max-logits-ordinal": ("tiny-bert", dict(pooling_strategy="max_logits", chunk_pooling="mean", ordinal=True)),
+    "bert-label-attention": ("tiny-bert", dict(pooling_strategy="label_attention", attention_hidden_size=8,
+                                               multi_label=True, chunk_pooling="mean")),
 }
 
 
@@ -76,15 +79,17 @@ def random_head(hidden, section, n_labels, seed):
     g = torch.Generator().manual_seed(seed)
     rnd = lambda *shape, s=0.3: s * torch.randn(*shape, generator=g)  # noqa: E731
     a, k = section["attention_hidden_size"], section["attention_heads"]
-    if section["pooling_strategy"] != "multihead":
+    if section["pooling_strategy"] == "label_attention":
+        k = n_labels
+    elif section["pooling_strategy"] != "multihead":
         k = 1
     ch = section["classifier_hidden_size"] or hidden // 2
     head = {}
-    if section["pooling_strategy"] in ("attention", "multihead"):
+    if section["pooling_strategy"] in ("attention", "multihead", "label_attention"):
         head["pooler.projection.weight"] = rnd(a, hidden)
         head["pooler.projection.bias"] = rnd(a, s=0.1)
         head["pooler.context.weight"] = rnd(k, a, s=1.0)
-        if k > 1:
+        if k > 1 and section["pooling_strategy"] == "multihead":
             head["pooler.merge.weight"] = rnd(hidden, k * hidden, s=0.1)
             head["pooler.merge.bias"] = rnd(hidden, s=0.1)
     head["norm.weight"] = 1.0 + rnd(hidden, s=0.1)
@@ -132,13 +137,17 @@ def expected_for(model_dir, docs, selections=("head", "spread")):
     return out
 
 
-def tiny_cases():
-    shutil.rmtree(OUT, ignore_errors=True)
-    os.makedirs(OUT)
-    with open(os.path.join(OUT, "documents.jsonl"), "w") as f:
-        for d in DOCUMENTS:
-            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+def tiny_cases(only=None):
+    if only is None:
+        shutil.rmtree(OUT, ignore_errors=True)
+        os.makedirs(OUT)
+        with open(os.path.join(OUT, "documents.jsonl"), "w") as f:
+            for d in DOCUMENTS:
+                f.write(json.dumps(d, ensure_ascii=False) + "\n")
     for i, (name, (encoder, overrides)) in enumerate(CASES.items()):
+        if only is not None and name not in only:
+            continue
+        shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
         section = {**SECTION_DEFAULTS, "chunk_size": 16, "stride": 4, "max_chunks": 4, **overrides}
         encoder_dir = os.path.join(FIXTURES, encoder)
         hidden = json.load(open(os.path.join(encoder_dir, "config.json")))["hidden_size"]
@@ -222,8 +231,12 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--longread", default=os.path.join(ROOT, "target", "release", "longread"))
+    ap.add_argument("--only", nargs="+", help="remake only these tiny cases (e.g. bert-label-attention)")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
+    if args.only:
+        tiny_cases(args.only)
+        sys.exit(0)
     tiny_cases()
     trained_case(args.longread)
     trained_case(args.longread, "trained-multitask", multi_task=True)

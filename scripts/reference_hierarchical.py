@@ -137,7 +137,8 @@ class HierarchicalReference(torch.nn.Module):
             logits = chunk_logits.max(0).values
             attention = torch.softmax(chunk_logits[:, logits.argmax()], dim=0)
             return (self.ordinal_logits(t, logits[0]) if self.s.get("ordinal") else logits), attention
-        if strategy in ("attention", "multihead"):
+        self.label_attention = None
+        if strategy in ("attention", "multihead", "label_attention"):
             u = torch.tanh(h @ t["pooler.projection.weight"].T + t["pooler.projection.bias"])  # [n, A]
             scores = u @ t["pooler.context.weight"].T / self.s.get("attention_temperature", 1.0)  # [n, K]
             k = self.s.get("attention_top_k", 0)
@@ -147,6 +148,13 @@ class HierarchicalReference(torch.nn.Module):
                 scores = scores.masked_fill(~keep, -1e9)
             alpha = torch.softmax(scores, dim=0)  # [n, K]
             docs = alpha.T @ h  # [K, H]
+            if strategy == "label_attention":
+                # LAAT-style: one query per label, label l's logit from label l's document vector.
+                x = F.layer_norm(docs, (hidden,), t["norm.weight"], t["norm.bias"], self.s["layer_norm_eps"])
+                x = torch.tanh(x @ t["classifier.dense.weight"].T + t["classifier.dense.bias"])  # [L, C]
+                outputs = x @ t["classifier.out_proj.weight"].T + t["classifier.out_proj.bias"]  # [L, L]
+                self.label_attention = alpha.T  # [L, n]
+                return outputs.diagonal(), alpha.mean(dim=1)
             if docs.shape[0] == 1:
                 d = docs[0]
             else:
@@ -192,7 +200,8 @@ class HierarchicalReference(torch.nn.Module):
     def prediction(self, chunks, h):
         """The `predict` JSON of one document from its chunks and their vectors h [n, H]."""
         logits, attention = self.classify(h)
-        probs = torch.softmax(logits, 0)
+        multi_label = self.s.get("multi_label", False)
+        probs = torch.sigmoid(logits) if multi_label else torch.softmax(logits, 0)
         out = {
             "label": self.labels[int(probs.argmax())],
             "scores": {l: float(p) for l, p in zip(self.labels, probs)},
@@ -200,6 +209,11 @@ class HierarchicalReference(torch.nn.Module):
             "chunks": [{"index": c["index"], "start": c["start"], "end": c["end"], "attention": float(a)}
                        for c, a in zip(chunks, attention)],
         }
+        if multi_label:
+            out["labels"] = [l for l, p in zip(self.labels, probs) if p >= 0.5]
+        if self.label_attention is not None:
+            for i, chunk in enumerate(out["chunks"]):
+                chunk["labels"] = {l: float(self.label_attention[j, i]) for j, l in enumerate(self.labels)}
         extra = self.s.get("tasks") or []
         if len(extra) > 1:
             out["tasks"] = {}

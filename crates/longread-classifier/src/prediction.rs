@@ -185,6 +185,11 @@ pub struct ChunkEvidence {
     /// the decision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub occlusion: Option<f32>,
+    /// A model with label-wise attention: each label's weight of this chunk (each label's
+    /// weights over the chunks sum to 1), so each label shows the chunks that drove it.
+    /// Absent for the other poolings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, f32>>,
     /// The primary task's probabilities without this chunk (occlusion on), from which
     /// `occlusion` is computed once the label is settled; not in the JSON.
     #[serde(skip)]
@@ -195,7 +200,7 @@ pub struct ChunkEvidence {
 impl ChunkEvidence {
     /// A chunk with its attention, without occlusion.
     pub fn new(index: usize, start: usize, end: usize, attention: f32) -> Self {
-        Self { index, start, end, attention, occlusion: None, without: None }
+        Self { index, start, end, attention, occlusion: None, labels: None, without: None }
     }
 }
 

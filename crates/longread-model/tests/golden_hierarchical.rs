@@ -15,8 +15,9 @@ use serde_json::Value;
 /// `trained-bert-attention` is bert-attention after `longread train` (see its provenance.json):
 /// what training writes must load in the reference with the same predictions;
 /// `trained-multitask` has a second task with its own head, compared too.
-const CASES: [&str; 13] = [
+const CASES: [&str; 14] = [
     "bert-attention",
+    "bert-label-attention",
     "bert-ordinal",
     "bert-max-logits-ordinal",
     "bert-max-logits",
@@ -99,6 +100,26 @@ fn compare(case: &str, expected: &[Value], chunked: &[ChunkedDocument], scores: 
         let want_attention: Vec<f32> = want_chunks.iter().map(|c| c["attention"].as_f64().unwrap() as f32).collect();
         let attention = max_diff(&got.attention, &want_attention);
         assert!(logits <= 1e-4 && attention <= 1e-4, "{case} {id}: logits diff {logits}, attention diff {attention}");
+        // Probabilities: the softmax, or a multi-label model's sigmoid of each logit.
+        let labels: Vec<&str> = want["scores"].as_object().unwrap().keys().map(String::as_str).collect();
+        let order: Vec<String> = ["general", "teen", "mature"].iter().map(|l| l.to_string()).collect();
+        let want_probabilities: Vec<f32> = order.iter().map(|l| want["scores"][l].as_f64().unwrap() as f32).collect();
+        assert_eq!(labels.len(), order.len(), "{case} {id}");
+        let probabilities = max_diff(&got.probabilities, &want_probabilities);
+        assert!(probabilities <= 1e-4, "{case} {id}: probabilities diff {probabilities}");
+        // Label-wise attention: each label's own weight of each chunk.
+        match (&got.label_attention, want_chunks[0].get("labels")) {
+            (Some(rows), Some(_)) => {
+                for (l, row) in order.iter().zip(rows) {
+                    let want_row: Vec<f32> =
+                        want_chunks.iter().map(|c| c["labels"][l].as_f64().unwrap() as f32).collect();
+                    let diff = max_diff(row, &want_row);
+                    assert!(diff <= 1e-4, "{case} {id}: label {l}'s attention diff {diff}");
+                }
+            }
+            (None, None) => {}
+            (got, want) => panic!("{case} {id}: label attention {got:?} vs reference {want:?}"),
+        }
     }
 }
 

@@ -96,7 +96,7 @@ fn refuses_settings_that_do_not_apply_by_name() {
     refused(InitSpec { attention_temperature: 0.0, ..spec(&out) }, "--attention-temperature 0: must be above 0");
     refused(
         InitSpec { pooling: PoolingStrategy::Mean, given: vec!["attention_top_k".into()], ..spec(&out) },
-        "--attention-top-k applies only to --pooling attention or multihead",
+        "--attention-top-k applies only to --pooling attention, multihead or label-attention",
     );
     refused(
         InitSpec { given: vec!["attention_heads".into()], ..spec(&out) },

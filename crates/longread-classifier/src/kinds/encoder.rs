@@ -220,7 +220,17 @@ fn encoder_prediction(
                 .chunks
                 .iter()
                 .zip(&primary.attention)
-                .map(|(c, &attention)| ChunkEvidence::new(c.index, c.start, c.end, attention))
+                .enumerate()
+                .map(|(i, (c, &attention))| ChunkEvidence {
+                    labels: primary.label_attention.as_ref().map(|rows| {
+                        labels
+                            .iter()
+                            .zip(rows)
+                            .map(|(l, row)| (l.clone(), row.get(i).copied().unwrap_or(0.0)))
+                            .collect()
+                    }),
+                    ..ChunkEvidence::new(c.index, c.start, c.end, attention)
+                })
                 .collect(),
         },
         scores: LabelScores { labels: labels.clone(), probabilities: primary.probabilities },

@@ -32,10 +32,13 @@ pub struct ChunkPooler {
 /// A pooled document.
 #[derive(Debug, Clone)]
 pub struct Pooled {
-    /// Document vector `[hidden]`.
+    /// Document vector `[hidden]`; with label-wise attention one per label, `[labels, hidden]`.
     pub vector: Tensor,
     /// Contribution of each chunk `[n_chunks]`, summing to 1 (see [`ChunkPooler::forward`]).
     pub attention: Tensor,
+    /// Label-wise attention's weights, `[labels, n_chunks]` (each row sums to 1); `None` for
+    /// the other poolings.
+    pub label_attention: Option<Tensor>,
 }
 
 impl ChunkPooler {
@@ -45,17 +48,23 @@ impl ChunkPooler {
         self.strategy == PoolingStrategy::MaxLogits
     }
 
-    /// Loads (or, with an initialising builder, creates) the pooler under `vb` (= `pooler`).
-    pub fn load(vb: VarBuilder, section: &LongreadSection, hidden: usize, std: f64) -> Result<Self> {
+    /// Loads (or, with an initialising builder, creates) the pooler under `vb` (= `pooler`) of a
+    /// task with `labels` labels.
+    pub fn load(vb: VarBuilder, section: &LongreadSection, hidden: usize, labels: usize, std: f64) -> Result<Self> {
         let attention = match section.pooling_strategy {
-            PoolingStrategy::Attention | PoolingStrategy::Multihead => {
-                let (a, k) = (section.attention_hidden_size, section.heads());
+            PoolingStrategy::Attention | PoolingStrategy::Multihead | PoolingStrategy::LabelAttention => {
+                let label_wise = section.pooling_strategy == PoolingStrategy::LabelAttention;
+                let (a, k) = (section.attention_hidden_size, if label_wise { labels } else { section.heads() });
                 let context =
                     vb.pp("context").get_with_hints((k, a), "weight", Init::Randn { mean: 0.0, stdev: std })?;
                 Some(AttentionPooler {
                     projection: linear(vb.pp("projection"), hidden, a, std)?,
                     context: Linear::new(context, None),
-                    merge: if k > 1 { Some(linear(vb.pp("merge"), k * hidden, hidden, std)?) } else { None },
+                    merge: if k > 1 && !label_wise {
+                        Some(linear(vb.pp("merge"), k * hidden, hidden, std)?)
+                    } else {
+                        None
+                    },
                     dropout: Dropout::new(section.attention_dropout),
                     top_k: section.attention_top_k,
                     temperature: section.attention_temperature,
@@ -69,7 +78,8 @@ impl ChunkPooler {
     /// Pools one document's chunk vectors.
     ///
     /// Reported attention: the softmax weights for "attention" (for "multihead" the mean of
-    /// the K distributions), `1/n` each for "mean", one-hot on the first chunk for "first",
+    /// the K distributions, for "label_attention" of the labels' distributions, each kept in
+    /// [`Pooled::label_attention`]), `1/n` each for "mean", one-hot on the first chunk for "first",
     /// and for "max" the share of hidden dimensions whose maximum comes from each chunk.
     ///
     /// # Shapes
@@ -89,21 +99,36 @@ impl ChunkPooler {
                     None => docs.squeeze(0)?,
                     Some(merge) => merge.forward(&docs.reshape((1, ()))?)?.squeeze(0)?,
                 };
-                Ok(Pooled { vector, attention: alpha.mean(0)? })
+                Ok(Pooled { vector, attention: alpha.mean(0)?, label_attention: None })
             }
-            (PoolingStrategy::Mean, _) => {
-                Ok(Pooled { vector: chunks.mean(0)?, attention: Tensor::full(1.0 / n as f32, n, dev)? })
+            (PoolingStrategy::LabelAttention, Some(p)) => {
+                let scores = p.scores(chunks)?; // [L, n]
+                let scores = if p.temperature == 1.0 { scores } else { (scores / p.temperature)? };
+                let scores = if p.top_k > 0 && p.top_k < n { keep_top_k(&scores, p.top_k)? } else { scores };
+                let alpha = softmax_last_dim(&scores)?; // [L, n]
+                let weights = p.dropout.forward(&alpha, mode)?;
+                let vector = weights.matmul(chunks)?; // [L, H]
+                Ok(Pooled { vector, attention: alpha.mean(0)?, label_attention: Some(alpha) })
             }
+            (PoolingStrategy::Mean, _) => Ok(Pooled {
+                vector: chunks.mean(0)?,
+                attention: Tensor::full(1.0 / n as f32, n, dev)?,
+                label_attention: None,
+            }),
             (PoolingStrategy::Max, _) => {
                 let winners: Vec<u32> = chunks.argmax(0)?.to_vec1()?;
                 let mut share = vec![0f32; n];
                 for w in winners {
                     share[w as usize] += 1.0 / hidden as f32;
                 }
-                Ok(Pooled { vector: chunks.max(0)?, attention: Tensor::from_vec(share, n, dev)? })
+                Ok(Pooled {
+                    vector: chunks.max(0)?,
+                    attention: Tensor::from_vec(share, n, dev)?,
+                    label_attention: None,
+                })
             }
             // Max-logits pooling scores the chunks with the head: see `HierarchicalClassifier`.
-            _ => Ok(Pooled { vector: chunks.get(0)?, attention: first_chunk_only(n, dev)? }),
+            _ => Ok(Pooled { vector: chunks.get(0)?, attention: first_chunk_only(n, dev)?, label_attention: None }),
         }
     }
 }
@@ -207,7 +232,7 @@ mod tests {
             "pooling_strategy": "multihead", "attention_heads": 2, "attention_hidden_size": 8
         }))
         .unwrap();
-        let pooler = ChunkPooler::load(vb.pp("pooler"), &section, 16, 0.5).unwrap();
+        let pooler = ChunkPooler::load(vb.pp("pooler"), &section, 16, 3, 0.5).unwrap();
         let p = pooler.attention.as_ref().unwrap();
         let n = 2 * SCORE_BLOCK + 123;
         let chunks = normals.tensor(0f32, 1.0, (n, 16), &Device::Cpu).unwrap();

@@ -63,6 +63,13 @@ pub enum PoolingStrategy {
     #[serde(rename = "max_logits")]
     #[cfg_attr(feature = "clap", value(name = "max-logits"))]
     MaxLogits,
+    /// Label-wise attention, for multi-label models: one attention query per label over the
+    /// chunks (as LAAT and CAML attend over tokens), so each label reads its own document
+    /// vector and has its own chunk weights — its own evidence; the head scores label l from
+    /// label l's vector.
+    #[serde(rename = "label_attention")]
+    #[cfg_attr(feature = "clap", value(name = "label-attention"))]
+    LabelAttention,
 }
 
 /// The `"longread"` object of config.json. Every field has a default (stated on the field),
@@ -88,7 +95,7 @@ pub struct LongreadSection {
     pub pooling_strategy: PoolingStrategy,
     /// Size of the attention projection (256).
     pub attention_hidden_size: usize,
-    /// Context vectors K (1; ≥ 2 for "multihead").
+    /// Context vectors K (1; ≥ 2 for "multihead"; "label_attention" has one per label).
     pub attention_heads: usize,
     /// Attention over the K highest-scoring chunks only, the others get weight 0 (0 = every
     /// chunk; "attention" and "multihead"). Keeps a long document's many ordinary chunks from
@@ -240,6 +247,11 @@ impl LongreadSection {
         }
         if self.ordinal && (self.architecture == Architecture::Sequence || self.tasks.len() > 1) {
             return Err("longread.ordinal applies to a hierarchical model with one task".into());
+        }
+        if self.pooling_strategy == PoolingStrategy::LabelAttention && !self.multi_label {
+            return Err("pooling_strategy \"label_attention\" gives each label its own chunk weights: it needs \
+                        longread.multi_label"
+                .into());
         }
         if self.multi_label && self.ordinal {
             return Err("longread.multi_label and longread.ordinal exclude each other: ordered labels are one \

@@ -64,6 +64,17 @@ impl ClassificationHead {
         self.ordinal_logits(&self.outputs(&doc.unsqueeze(0)?, mode)?)?.squeeze(0)
     }
 
+    /// Label-wise logits: label l's logit from label l's document vector (the diagonal of the
+    /// head's outputs on every label's vector).
+    ///
+    /// # Shapes
+    /// `docs: [labels, hidden]` → logits `[labels]`
+    pub fn label_wise(&self, docs: &Tensor, mode: Mode) -> Result<Tensor> {
+        let outputs = self.outputs(docs, mode)?; // [labels, labels]
+        let eye = Tensor::eye(outputs.dim(0)?, outputs.dtype(), outputs.device())?;
+        outputs.mul(&eye)?.sum(1)
+    }
+
     /// `out_proj`'s outputs on each row (each chunk, for multiple-instance pooling): the
     /// logits, or an ordinal head's scores.
     ///

@@ -35,7 +35,7 @@ impl TaskHead {
         if s.architecture == Architecture::Sequence {
             return Ok(Self::Sequence(SequenceHead::load(vb, &config.encoder, labels, s.classifier_dropout)?));
         }
-        let pooler = ChunkPooler::load(vb.pp("pooler"), s, h, std)?;
+        let pooler = ChunkPooler::load(vb.pp("pooler"), s, h, labels, std)?;
         let head = ClassificationHead::load(vb, config, labels)?;
         Ok(Self::Pooled { pooler, head })
     }
@@ -85,6 +85,8 @@ pub struct Classified {
     pub logits: Tensor,
     /// Contribution of each chunk `[n_chunks]`.
     pub attention: Tensor,
+    /// Label-wise attention: each label's chunk weights `[labels, n_chunks]`; `None` otherwise.
+    pub label_attention: Option<Tensor>,
 }
 
 impl HierarchicalClassifier {
@@ -360,16 +362,21 @@ impl HierarchicalClassifier {
                     // chunk score, turned into label probabilities.
                     let (outputs, attention) = max_over_chunks(&head.outputs(&x, mode)?)?;
                     let logits = head.ordinal_logits(&outputs.unsqueeze(0)?)?.squeeze(0)?;
-                    return Ok(Classified { logits, attention });
+                    return Ok(Classified { logits, attention, label_attention: None });
                 }
                 let pooled = pooler.forward(&x, mode)?;
-                Ok(Classified { logits: head.forward(&pooled.vector, mode)?, attention: pooled.attention })
+                let logits = match pooled.label_attention {
+                    Some(_) => head.label_wise(&pooled.vector, mode)?,
+                    None => head.forward(&pooled.vector, mode)?,
+                };
+                Ok(Classified { logits, attention: pooled.attention, label_attention: pooled.label_attention })
             }
             TaskHead::Sequence(head) => {
                 // One chunk by construction (max_chunks 1); the head applies its own dropout.
                 Ok(Classified {
                     logits: head.forward(&chunks.get(0)?, mode)?,
                     attention: first_chunk_only(chunks.dim(0)?, chunks.device())?,
+                    label_attention: None,
                 })
             }
         }

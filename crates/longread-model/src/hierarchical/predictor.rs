@@ -20,6 +20,9 @@ pub struct DocumentScores {
     pub probabilities: Vec<f32>,
     /// Contribution of each kept chunk, in chunk order.
     pub attention: Vec<f32>,
+    /// Label-wise attention: each label's weight of each chunk (`[label][chunk]`); `None` for
+    /// the other poolings.
+    pub label_attention: Option<Vec<Vec<f32>>>,
 }
 
 /// Every chunk of `docs` as `(document, position)`, and encoder batches of indices into that
@@ -117,11 +120,15 @@ impl HierarchicalClassifier {
     /// # Shapes
     /// `docs[i]: [n_chunks_i, hidden]` → per document, one score set per task
     pub fn score_tasks_many(&self, docs: &[Tensor]) -> Result<Vec<Vec<DocumentScores>>> {
-        // Per document and task: probabilities, logits and attention, in that order.
+        // Per document and task: probabilities, logits, attention and (label-wise attention)
+        // each label's weights, in that order; `counts` says how many parts each score set has.
         let mut parts: Vec<Tensor> = Vec::with_capacity(docs.len() * self.task_count() * 3);
+        let mut counts: Vec<usize> = Vec::with_capacity(docs.len() * self.task_count());
         for chunks in docs {
             for t in 0..self.task_count() {
-                parts.extend(score_parts(&self.classify_task(chunks, t, Mode::Eval)?, self.is_multi_label(t))?);
+                let set = score_parts(&self.classify_task(chunks, t, Mode::Eval)?, self.is_multi_label(t))?;
+                counts.push(set.len());
+                parts.extend(set);
             }
         }
         let numbers = if parts.is_empty() { Vec::new() } else { Tensor::cat(&parts, 0)?.to_vec1::<f32>()? };
@@ -134,9 +141,23 @@ impl HierarchicalClassifier {
                 piece
             })
             .collect();
-        let scores: Vec<DocumentScores> = pieces
-            .chunks_exact(3)
-            .map(|p| DocumentScores { probabilities: p[0].to_vec(), logits: p[1].to_vec(), attention: p[2].to_vec() })
+        let mut next = 0;
+        let scores: Vec<DocumentScores> = counts
+            .iter()
+            .map(|&count| {
+                let p = &pieces[next..next + count];
+                next += count;
+                let label_attention = p.get(3).map(|w| {
+                    let labels = p[1].len().max(1);
+                    w.chunks((w.len() / labels).max(1)).map(<[f32]>::to_vec).collect()
+                });
+                DocumentScores {
+                    probabilities: p[0].to_vec(),
+                    logits: p[1].to_vec(),
+                    attention: p[2].to_vec(),
+                    label_attention,
+                }
+            })
             .collect();
         Ok(scores.chunks(self.task_count().max(1)).map(<[DocumentScores]>::to_vec).collect())
     }
@@ -157,9 +178,11 @@ impl HierarchicalClassifier {
         for left_out in 0..n as u32 {
             let kept: Vec<u32> = (0..n as u32).filter(|&c| c != left_out).collect();
             let kept = Tensor::from_vec(kept, n - 1, chunks.device())?;
-            let [probabilities, ..] =
-                score_parts(&self.classify_task(&chunks.index_select(&kept, 0)?, 0, Mode::Eval)?, self.is_multi_label(0))?;
-            rows.push(probabilities);
+            let mut parts = score_parts(
+                &self.classify_task(&chunks.index_select(&kept, 0)?, 0, Mode::Eval)?,
+                self.is_multi_label(0),
+            )?;
+            rows.push(parts.swap_remove(0));
         }
         let numbers = Tensor::cat(&rows, 0)?.to_vec1::<f32>()?;
         Ok(numbers.chunks_exact(numbers.len() / n).map(<[f32]>::to_vec).collect())
@@ -178,23 +201,33 @@ impl HierarchicalClassifier {
 }
 
 /// What a score set is made of, still on the device: probabilities (the softmax of the logits,
-/// or each one's sigmoid when `multi_label`), logits and attention (f32, one dimension each).
+/// or each one's sigmoid when `multi_label`), logits, attention and, with label-wise attention,
+/// every label's weights flattened (f32, one dimension each).
 ///
 /// # Shapes
-/// logits `[labels]`, attention `[n_chunks]` → `[[labels], [labels], [n_chunks]]`
-fn score_parts(classified: &crate::hierarchical::Classified, multi_label: bool) -> Result<[Tensor; 3]> {
+/// logits `[labels]`, attention `[n_chunks]` → `[[labels], [labels], [n_chunks]]`, then
+/// `[labels · n_chunks]` with label-wise attention
+fn score_parts(classified: &crate::hierarchical::Classified, multi_label: bool) -> Result<Vec<Tensor>> {
     let logits = classified.logits.to_dtype(candle_core::DType::F32)?;
-    let probabilities =
-        if multi_label { candle_nn::ops::sigmoid(&logits)? } else { softmax_last_dim(&logits)? };
-    Ok([probabilities, logits, classified.attention.to_dtype(candle_core::DType::F32)?.flatten_all()?])
+    let probabilities = if multi_label { candle_nn::ops::sigmoid(&logits)? } else { softmax_last_dim(&logits)? };
+    let mut parts = vec![probabilities, logits, classified.attention.to_dtype(candle_core::DType::F32)?.flatten_all()?];
+    if let Some(weights) = &classified.label_attention {
+        parts.push(weights.to_dtype(candle_core::DType::F32)?.flatten_all()?);
+    }
+    Ok(parts)
 }
 
 /// Logits, probabilities and attention as plain numbers.
 fn scores_of(classified: &crate::hierarchical::Classified, multi_label: bool) -> Result<DocumentScores> {
-    let [probabilities, logits, attention] = score_parts(classified, multi_label)?;
+    let parts = score_parts(classified, multi_label)?;
+    let label_attention = match (parts.get(3), &classified.label_attention) {
+        (Some(_), Some(weights)) => Some(weights.to_dtype(candle_core::DType::F32)?.to_vec2()?),
+        _ => None,
+    };
     Ok(DocumentScores {
-        probabilities: probabilities.to_vec1()?,
-        logits: logits.to_vec1()?,
-        attention: attention.to_vec1()?,
+        probabilities: parts[0].to_vec1()?,
+        logits: parts[1].to_vec1()?,
+        attention: parts[2].to_vec1()?,
+        label_attention,
     })
 }

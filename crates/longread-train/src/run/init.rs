@@ -124,11 +124,17 @@ impl InitSpec {
         if given("attention_heads") && self.pooling != PoolingStrategy::Multihead {
             bail!("--attention-heads applies only to --pooling multihead");
         }
-        let attention = matches!(self.pooling, PoolingStrategy::Attention | PoolingStrategy::Multihead);
+        let attention = matches!(
+            self.pooling,
+            PoolingStrategy::Attention | PoolingStrategy::Multihead | PoolingStrategy::LabelAttention
+        );
         if let Some(flag) = ["attention_top_k", "attention_temperature"].iter().find(|f| given(f)) {
             if !attention {
-                bail!("--{} applies only to --pooling attention or multihead", flag.replace('_', "-"));
+                bail!("--{} applies only to --pooling attention, multihead or label-attention", flag.replace('_', "-"));
             }
+        }
+        if self.pooling == PoolingStrategy::LabelAttention && !self.multi_label {
+            bail!("--pooling label-attention gives each label its own chunk weights: add --multi-label");
         }
         if self.multi_label && self.ordinal {
             bail!("--multi-label and --ordinal exclude each other: ordered labels are one label per document");
