@@ -2,7 +2,9 @@
 
 use longread_classifier::DocResult;
 
-use crate::{ChunkView, DocumentView, MemberView, SentenceView, WordView};
+use longread_classifier::prediction::ChunkEvidence;
+
+use crate::{ChunkView, DocumentView, LabelEvidence, MemberView, SentenceView, WordView};
 
 impl<'a> DocumentView<'a> {
     /// The view of document `id` with text `text` and its classification `result`.
@@ -16,12 +18,14 @@ impl<'a> DocumentView<'a> {
             chunks: vec![],
             sentences: vec![],
             members: vec![],
+            label_evidence: vec![],
             error: None,
         };
         match result {
             Err(e) => view.error = Some(e.message),
             Ok(p) => {
                 view.scores = p.scores.labels.into_iter().zip(p.scores.probabilities).collect();
+                view.label_evidence = label_evidence(p.labels.as_deref(), p.parts.chunks().unwrap_or_default());
                 view.labels = p.labels;
                 view.label = Some(p.label);
                 view.members = p
@@ -67,4 +71,26 @@ impl<'a> DocumentView<'a> {
         }
         view
     }
+}
+
+/// For each carried label (`labels`), the chunk whose weight for it is the largest, when the
+/// chunks have label-wise weights (none otherwise).
+fn label_evidence(labels: Option<&[String]>, chunks: &[ChunkEvidence]) -> Vec<LabelEvidence> {
+    labels
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|label| {
+            chunks
+                .iter()
+                .filter_map(|c| c.labels.as_ref()?.get(label).map(|&w| (c, w)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(c, weight)| LabelEvidence {
+                    label: label.clone(),
+                    index: c.index,
+                    start: c.start,
+                    end: c.end,
+                    weight,
+                })
+        })
+        .collect()
 }

@@ -76,8 +76,26 @@ pub struct DocumentView<'a> {
     pub sentences: Vec<SentenceView>,
     /// Ensembles: each member's `(model, weight, label, probability of that label)`.
     pub members: Vec<MemberView>,
+    /// A multi-label model with label-wise attention: for each label the document carries,
+    /// the chunk that label attended to most.
+    pub label_evidence: Vec<LabelEvidence>,
     /// Why it could not be classified.
     pub error: Option<String>,
+}
+
+/// The chunk that drove one carried label (label-wise attention).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelEvidence {
+    /// The label.
+    pub label: String,
+    /// The chunk's window index.
+    pub index: usize,
+    /// Its first character.
+    pub start: usize,
+    /// Its end character (exclusive).
+    pub end: usize,
+    /// The label's weight of it (the label's weights over the chunks sum to 1).
+    pub weight: f32,
 }
 
 /// What one member of an ensemble predicted.
@@ -142,6 +160,7 @@ fn render_document(html: &mut String, doc: &DocumentView) {
         let _ =
             write!(html, "<p>Predicted: <span class=\"label\">{}</span> ({:.1}%)</p>", escape_html(label), p * 100.0);
     }
+    label_evidence(html, doc);
     html.push_str("<table class=\"scores\">");
     for (label, p) in &doc.scores {
         let _ = write!(
@@ -185,6 +204,32 @@ fn render_document(html: &mut String, doc: &DocumentView) {
         sentence_text(html, doc.text, &doc.sentences);
     }
     html.push_str("</div></section>");
+}
+
+/// Characters of a chunk shown beside the label it drove.
+const EXCERPT_CHARS: usize = 240;
+
+/// For each carried label, the chunk it attended to most, with the start of its text.
+fn label_evidence(html: &mut String, doc: &DocumentView) {
+    if doc.label_evidence.is_empty() {
+        return;
+    }
+    html.push_str("<p class=\"legend\">The chunk each label attended to most (label-wise attention):</p><ul>");
+    for e in &doc.label_evidence {
+        let excerpt: String = doc.text.chars().skip(e.start).take((e.end - e.start).min(EXCERPT_CHARS)).collect();
+        let more = if e.end - e.start > EXCERPT_CHARS { "…" } else { "" };
+        let _ = write!(
+            html,
+            "<li><span class=\"label\">{}</span>: chunk {} (characters {}–{}, weight {:.2}): <q>{}{more}</q></li>",
+            escape_html(&e.label),
+            e.index,
+            e.start,
+            e.end,
+            e.weight,
+            escape_html(&excerpt)
+        );
+    }
+    html.push_str("</ul>");
 }
 
 /// The text with each sentence the model read marked by its attention (a red bar, relative to
@@ -278,6 +323,7 @@ mod tests {
             chunks,
             sentences: Vec::new(),
             members: Vec::new(),
+            label_evidence: Vec::new(),
             error: None,
         }
     }
@@ -295,6 +341,22 @@ mod tests {
         let html = render_html("r", "m", &[carried, none]);
         assert!(html.contains("Predicted: <span class=\"label\">a</span>, <span class=\"label\">b&lt;</span></p>"));
         assert!(html.contains("Predicted: none of the labels") && !html.contains("(75.0%)"), "{html}");
+    }
+
+    #[test]
+    fn each_carried_label_names_the_chunk_it_attended_to_most() {
+        let evidence = vec![LabelEvidence { label: "b<".into(), index: 2, start: 4, end: 8, weight: 0.61 }];
+        let carried = DocumentView {
+            labels: Some(vec!["b<".into()]),
+            label_evidence: evidence,
+            ..doc("the violent part here", vec![])
+        };
+        let html = render_html("r", "m", &[carried]);
+        assert!(
+            html.contains("<span class=\"label\">b&lt;</span>: chunk 2 (characters 4–8, weight 0.61): <q>viol</q>"),
+            "{html}"
+        );
+        assert!(!render_html("r", "m", &[doc("text", vec![])]).contains("attended to most"));
     }
 
     #[test]
