@@ -34,19 +34,37 @@ CASES = {"bert": ("tiny-bert", "BertForSequenceClassification"),
          "electra": ("tiny-electra", "ElectraForSequenceClassification"),
          "mpnet": ("tiny-mpnet", "MPNetForSequenceClassification"),
          "modernbert": ("tiny-modernbert", "ModernBertForSequenceClassification"),
-         "deberta": ("tiny-deberta-v3", "DebertaV2ForSequenceClassification")}
+         "deberta": ("tiny-deberta-v3", "DebertaV2ForSequenceClassification"),
+         "bert-multilabel": ("tiny-bert", "BertForSequenceClassification")}
+# Trained with --multi-label on label sets made from the synthetic texts' words (below): config.json
+# must carry problem_type "multi_label_classification", so that transformers computes its loss
+# with BCEWithLogitsLoss; expected.json then also holds each document's set and that loss.
+MULTI_LABEL = {"bert-multilabel"}
+WORD_LABELS = {"committee": "committee", "prices": "prices", "rain": "rain"}
+
+
+def word_labels(text):
+    """A document's labels: each of WORD_LABELS whose word it contains (any case)."""
+    lower = text.lower()
+    return sorted(label for word, label in WORD_LABELS.items() if word in lower)
 TRAIN_FLAGS = ["--arch", "sequence", "--dev-split", "0.25", "--epochs", "2", "--lr", "1e-3", "--batch-size", "4",
                "--seed", "7", "--train-embeddings"]
 
 
-def train(longread, encoder, out):
+def train(longread, encoder, out, multi_label=False):
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "train.jsonl")
         with open(os.path.join(FIXTURES, "synthetic", "train.jsonl")) as f, open(data, "w") as g:
-            g.writelines(list(f)[:16])
+            lines = list(f)[:16]
+            if multi_label:
+                docs = [json.loads(l) for l in lines]
+                lines = [json.dumps({"id": d["id"], "text": d["text"], "labels": word_labels(d["text"])}) + "\n"
+                         for d in docs]
+            g.writelines(lines)
         run = os.path.join(tmp, "run")
+        flags = TRAIN_FLAGS + (["--multi-label"] if multi_label else [])
         subprocess.run([longread, "--quiet", "train", "--model", os.path.join(FIXTURES, encoder), "--train", data,
-                        "--out", run, *TRAIN_FLAGS], check=True)
+                        "--out", run, *flags], check=True)
         os.makedirs(out)
         for file in ("config.json", "model.safetensors", "tokenizer.json"):
             shutil.copy(os.path.join(run, file), os.path.join(out, file))
@@ -71,7 +89,14 @@ def expected(out, architecture):
             doc = json.loads(line)
             ids = tokenizer.encode(doc["text"]).ids
             logits = model(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-            rows.append({"id": doc["id"], "ids": ids, "logits": logits.logits[0].tolist()})
+            row = {"id": doc["id"], "ids": ids, "logits": logits.logits[0].tolist()}
+            if model.config.problem_type == "multi_label_classification":
+                gold = word_labels(doc["text"])
+                target = torch.tensor([[1.0 if l in gold else 0.0 for l in model.config.id2label.values()]])
+                loss = model(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             labels=target).loss
+                row.update(labels=gold, loss=loss.item(), probabilities=torch.sigmoid(logits.logits[0]).tolist())
+            rows.append(row)
     return rows
 
 
@@ -85,7 +110,7 @@ if __name__ == "__main__":
         encoder, architecture = CASES[name]
         out = os.path.join(OUT, name)
         shutil.rmtree(out, ignore_errors=True)
-        train(args.longread, encoder, out)
+        train(args.longread, encoder, out, multi_label=name in MULTI_LABEL)
         rows = expected(out, architecture)
         with open(os.path.join(out, "expected.json"), "w") as f:
             json.dump(rows, f, indent=1)

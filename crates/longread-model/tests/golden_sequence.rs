@@ -31,6 +31,7 @@ fn sequence_classifiers_match_transformers() {
         ("mpnet", "MPNetForSequenceClassification"),
         ("modernbert", "ModernBertForSequenceClassification"),
         ("deberta", "DebertaV2ForSequenceClassification"),
+        ("bert-multilabel", "BertForSequenceClassification"),
     ] {
         let dir = fixture(&format!("seq/{case}"));
         let model = HierarchicalClassifier::load(&dir, false, &Device::Cpu).unwrap();
@@ -62,6 +63,13 @@ fn sequence_classifiers_match_transformers() {
             let diff = scores.logits.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             assert!(diff <= 1e-4, "{case} {id}: logits differ by {diff}");
             assert_eq!(scores.attention, vec![1.0], "{case} {id}: the one chunk carries everything");
+            if let Some(want) = want.get("probabilities") {
+                // Multi-label: transformers reads problem_type and so do we — a sigmoid per label.
+                assert!(model.is_multi_label(0), "{case}");
+                let want: Vec<f32> = want.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+                let diff = scores.probabilities.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(diff <= 1e-4, "{case} {id}: probabilities differ by {diff}");
+            }
         }
         assert!(truncated >= 1, "{case}: some document must be longer than the chunk");
     }

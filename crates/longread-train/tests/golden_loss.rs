@@ -64,3 +64,46 @@ fn label_sets_become_rows_of_ones_and_a_label_past_the_last_is_refused() {
     let bad: Vec<&[usize]> = vec![&[4]];
     assert!(multi_hot(&bad, 4, &Device::Cpu).unwrap_err().to_string().contains("past the 4 labels"));
 }
+
+/// A multi-label single-chunk model trained by longread loads in transformers as a
+/// multi-label `BertForSequenceClassification` (`problem_type` read from config.json), and
+/// transformers' loss on each document's label set is ours on our logits (fixture by
+/// `scripts/make_sequence_fixtures.py --cases bert-multilabel`).
+#[test]
+fn transformers_reads_a_multi_label_model_and_computes_our_loss() {
+    use longread_model::hierarchical::HierarchicalClassifier;
+    use longread_text::{Chunker, TextTokenizer};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/seq/bert-multilabel");
+    let model = HierarchicalClassifier::load(&dir, false, &Device::Cpu).unwrap();
+    assert!(model.is_multi_label(0));
+    let chunker =
+        Chunker::new(TextTokenizer::from_file(model.tokenizer_path()).unwrap(), model.config().longread.chunking())
+            .unwrap();
+    let expected: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let documents = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hier/documents.jsonl");
+    let texts: Vec<String> = std::fs::read_to_string(documents)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["text"].as_str().unwrap().to_string())
+        .collect();
+    let labels = model.labels().to_vec();
+    let mut with_labels = 0;
+    for (want, text) in expected.iter().zip(&texts) {
+        let doc = chunker.chunk(text).unwrap();
+        let vectors = model.encode_documents(&[&doc], 4096, &Device::Cpu, |_| {}).unwrap();
+        let logits = model.classify(&vectors[0], longread_model::Mode::Eval).unwrap().logits.unsqueeze(0).unwrap();
+        let gold: Vec<usize> = want["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| labels.iter().position(|x| x == l.as_str().unwrap()).unwrap())
+            .collect();
+        with_labels += usize::from(!gold.is_empty());
+        let targets = multi_hot(&[gold.as_slice()], labels.len(), &Device::Cpu).unwrap();
+        let ours = binary_cross_entropy_sum(&logits, &targets, None).unwrap().to_scalar::<f32>().unwrap()
+            / labels.len() as f32;
+        close(ours, &want["loss"], &format!("{}: transformers' loss", want["id"]));
+    }
+    assert!(with_labels >= 2, "documents with labels and without");
+}
