@@ -175,6 +175,9 @@ pub(crate) fn no_label() -> TrainError {
     TrainError::InvalidSetting("a batch has no label for any task with a non-zero weight".into())
 }
 
+/// What [`task_logits`] gives: logits, gold labels and the step's documents they belong to.
+type TaskLogits = (Tensor, Vec<usize>, Vec<usize>);
+
 /// Task `t`'s logits (with the first task's offsets), gold labels and step documents (from
 /// `part`) for the documents of `part` that have a label for it (`chunks[i]` being the chunk
 /// vectors of `part[i]`, an index into `task_labels`), in `part`'s order; `None` where none has.
@@ -189,7 +192,7 @@ fn task_logits(
     t: usize,
     how: TaskLoss,
     mode: Mode,
-) -> Result<Option<(Tensor, Vec<usize>, Vec<usize>)>> {
+) -> Result<Option<TaskLogits>> {
     let chosen: Vec<(usize, usize)> =
         part.iter().enumerate().filter_map(|(i, &d)| task_labels.get(d).copied().flatten().map(|l| (i, l))).collect();
     if chosen.is_empty() {

@@ -118,7 +118,7 @@ fn one_step(dir: &Path, device: &Device, recompute: bool) -> (f32, Vec<(String, 
     let settings = BatchSettings {
         max_batch_tokens: 64,
         recompute,
-        loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+        loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: None },
         prefix: Prefix::None,
     };
     let out = batch_gradients(&model, &refs, &labels, &vars, &DropoutRng::new(7), settings, device).unwrap();

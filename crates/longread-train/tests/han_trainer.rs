@@ -25,6 +25,7 @@ fn config(epochs: usize) -> TrainConfig {
         max_batch_tokens: 0,
         recompute: false,
         class_weights: None,
+        pos_weight: None,
         metric: Metric::Accuracy,
         patience: 0,
         patience_min_steps: 0,

@@ -71,7 +71,7 @@ fn bf16_gradients_reach_every_f32_weight_and_point_the_same_way() {
         let settings = BatchSettings {
             max_batch_tokens: 64,
             recompute: true,
-            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None },
+            loss: TaskLoss { task_weights: &[], class_weights: None, offsets: None, multi_label: None },
             prefix: Prefix::None,
         };
         let out = batch_gradients(&m, &refs, &labels, &vars, &DropoutRng::new(1), settings, &Device::Cpu).unwrap();

@@ -59,6 +59,7 @@ fn config(epochs: usize) -> TrainConfig {
         max_batch_tokens: 64,
         recompute: true,
         class_weights: None,
+        pos_weight: None,
         metric: Metric::MacroF1,
         patience: 0,
         patience_min_steps: 0,
@@ -113,7 +114,7 @@ fn the_loss_is_the_weighted_sum_of_the_task_losses() {
             &model,
             &chunks,
             &labels,
-            TaskLoss { task_weights: w, class_weights: None, offsets: None },
+            TaskLoss { task_weights: w, class_weights: None, offsets: None, multi_label: None },
             Mode::Eval,
             &Device::Cpu,
         )

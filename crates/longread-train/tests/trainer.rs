@@ -56,6 +56,7 @@ fn config(freezing: Freezing, epochs: usize, lr: f64, head_lr: f64) -> TrainConf
         max_batch_tokens: 64,
         recompute: true,
         class_weights: None,
+        pos_weight: None,
         metric: Metric::MacroF1,
         patience: 0,
         patience_min_steps: 0,

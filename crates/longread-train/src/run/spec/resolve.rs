@@ -190,7 +190,7 @@ impl TrainSpec {
         }
         // A model made by `init --multi-label` trains on label sets without being told again.
         self.multi_label |= self.model_config()["longread"]["multi_label"] == true;
-        if self.pos_weight.is_some() && !(self.is_multi_label() && !self.is_bow()) {
+        if self.pos_weight.is_some() && (self.is_bow() || !self.is_multi_label()) {
             bail!(
                 "--pos-weight weighs the positive documents of a multi-label encoder model's labels: add \
                  --multi-label (a multi-label bag of words weighs its labels with --class-weights balanced)"
