@@ -37,6 +37,10 @@ pub struct ReportArgs {
     /// label and down where it speaks against it.
     #[arg(long)]
     occlusion: bool,
+    /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`), as
+    /// `predict` and `eval` do.
+    #[arg(long, value_name = "DIR")]
+    vector_cache: Option<PathBuf>,
     #[command(flatten)]
     encoding: EncodingArgs,
 }
@@ -45,7 +49,7 @@ pub struct ReportArgs {
 pub fn run(args: ReportArgs, quiet: bool, device: DeviceChoice) -> Result<usize> {
     crate::io::refuse_output_over_input(&args.input, Some(&args.out), "--out")?;
     let options = ClassifierOptions { occlusion: args.occlusion, ..args.encoding.options(device) };
-    let classifier = load(&args.model, options, None)?;
+    let classifier = load(&args.model, options, args.vector_cache.as_deref())?;
     let documents = read_documents(&args.input, crate::io::stdin_reader, args.strict)?;
     let progress = progress_bar(documents.len(), quiet);
     let mut views = Vec::with_capacity(documents.len());

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use longread_classifier::decision::{Decision, Rule, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, tune_threshold_out_of_fold, ThresholdMetric};
@@ -68,6 +68,10 @@ pub struct ThresholdArgs {
     json: bool,
     #[command(flatten)]
     label_layout: longread_train::run::LabelLayoutSpec,
+    /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`): the
+    /// dev set's vectors from training or an earlier eval skip the encoder.
+    #[arg(long, value_name = "DIR")]
+    vector_cache: Option<PathBuf>,
     #[command(flatten)]
     encoding: EncodingArgs,
 }
@@ -75,8 +79,7 @@ pub struct ThresholdArgs {
 /// Runs `longread threshold`.
 pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     let dir = &args.model;
-    let classifier = Classifier::load(dir, args.encoding.options(device))
-        .with_context(|| format!("loading model {}", dir.display()))?;
+    let classifier = crate::commands::predict::load(dir, args.encoding.options(device), args.vector_cache.as_deref())?;
     let labels = classifier.labels().to_vec();
     if args.clear {
         let removed = Decision::clear(dir)?;
