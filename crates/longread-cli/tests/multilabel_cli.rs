@@ -426,8 +426,24 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
     let auc = report["roc_auc_micro"].as_f64().unwrap();
     assert!(auc > 0.7, "{report}");
 
-    let tuned = longread(&["threshold", "--model", out_s, "--data", &train_csv]);
+    let cache = tmp.path().join("vectors");
+    let cache_s = cache.to_str().unwrap();
+    let tuned = longread(&["threshold", "--model", out_s, "--data", &train_csv, "--vector-cache", cache_s]);
     assert!(tuned.status.success(), "{}", String::from_utf8_lossy(&tuned.stderr));
+    assert!(std::fs::read_dir(&cache).unwrap().next().is_some(), "threshold kept the chunk vectors it computed");
+    let page = tmp.path().join("report.html");
+    let report = longread(&[
+        "report",
+        "--model",
+        out_s,
+        "--input",
+        &descriptors("test.csv"),
+        "--vector-cache",
+        cache_s,
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
     let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
     assert_eq!(decision["thresholds"].as_object().unwrap().len(), 3, "{decision}");
 
