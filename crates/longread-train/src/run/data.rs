@@ -57,13 +57,7 @@ impl Labelled {
     /// The dataset's documents chunked (an empty or untokenisable one is an error naming its
     /// line), with its labels.
     fn chunk(data: LabelledDataset, chunker: &Chunker) -> Result<Self> {
-        let docs = data
-            .examples
-            .iter()
-            .map(|e| {
-                chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{}:{}: {err}", data.source, e.line)))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let docs = chunk_texts(data.examples.iter().map(|e| (e.line, e.text.as_str())), &data.source, chunker)?;
         Ok(Self { docs, labels: data.labels, offsets: None, sets: None })
     }
 
@@ -75,12 +69,21 @@ impl Labelled {
         source: &str,
         chunker: &Chunker,
     ) -> Result<Self> {
-        let docs = examples
-            .iter()
-            .map(|e| chunker.chunk(&e.text).map_err(|err| TrainError::Run(format!("{source}:{}: {err}", e.line))))
-            .collect::<Result<Vec<_>>>()?;
+        let docs = chunk_texts(examples.iter().map(|e| (e.line, e.text.as_str())), source, chunker)?;
         Ok(Self { labels: vec![vec![Some(0); docs.len()]], docs, offsets: None, sets: Some(sets) })
     }
+}
+
+/// `(line, text)` pairs of `source` chunked; an empty or untokenisable text is an error
+/// naming its line.
+fn chunk_texts<'t>(
+    texts: impl Iterator<Item = (usize, &'t str)>,
+    source: &str,
+    chunker: &Chunker,
+) -> Result<Vec<ChunkedDocument>> {
+    texts
+        .map(|(line, text)| chunker.chunk(text).map_err(|err| TrainError::Run(format!("{source}:{line}: {err}"))))
+        .collect()
 }
 
 /// A new multi-label model's labels: --labels, else the --label-columns, else every label the
@@ -115,8 +118,8 @@ pub(crate) fn multilabel_dev_split(sets: &[Vec<usize>], fraction: f64, seed: u64
     let k = ((1.0 / fraction).round() as usize).max(2);
     let folds = longread_metrics::folds::iterative_stratified_folds(sets, k, seed);
     let dev = folds[0].clone();
-    let train: Vec<usize> =
-        folds[1..].concat().into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mut train = folds[1..].concat();
+    train.sort_unstable();
     if train.is_empty() || dev.is_empty() {
         return Err(TrainError::Run(format!("--dev-split {fraction} leaves an empty training or dev set")));
     }
