@@ -89,12 +89,7 @@ impl ChunkPooler {
         let dev = chunks.device();
         match (self.strategy, &self.attention) {
             (PoolingStrategy::Attention | PoolingStrategy::Multihead, Some(p)) => {
-                let scores = p.scores(chunks)?; // [K, n]
-                let scores = if p.temperature == 1.0 { scores } else { (scores / p.temperature)? };
-                let scores = if p.top_k > 0 && p.top_k < n { keep_top_k(&scores, p.top_k)? } else { scores };
-                let alpha = softmax_last_dim(&scores)?; // [K, n]
-                let weights = p.dropout.forward(&alpha, mode)?;
-                let docs = weights.matmul(chunks)?; // [K, H]
+                let (alpha, docs) = p.attend(chunks, mode)?;
                 let vector = match &p.merge {
                     None => docs.squeeze(0)?,
                     Some(merge) => merge.forward(&docs.reshape((1, ()))?)?.squeeze(0)?,
@@ -102,12 +97,8 @@ impl ChunkPooler {
                 Ok(Pooled { vector, attention: alpha.mean(0)?, label_attention: None })
             }
             (PoolingStrategy::LabelAttention, Some(p)) => {
-                let scores = p.scores(chunks)?; // [L, n]
-                let scores = if p.temperature == 1.0 { scores } else { (scores / p.temperature)? };
-                let scores = if p.top_k > 0 && p.top_k < n { keep_top_k(&scores, p.top_k)? } else { scores };
-                let alpha = softmax_last_dim(&scores)?; // [L, n]
-                let weights = p.dropout.forward(&alpha, mode)?;
-                let vector = weights.matmul(chunks)?; // [L, H]
+                // One distribution and one document vector per label.
+                let (alpha, vector) = p.attend(chunks, mode)?;
                 Ok(Pooled { vector, attention: alpha.mean(0)?, label_attention: Some(alpha) })
             }
             (PoolingStrategy::Mean, _) => Ok(Pooled {
@@ -139,6 +130,22 @@ impl ChunkPooler {
 const SCORE_BLOCK: usize = 4096;
 
 impl AttentionPooler {
+    /// Each context vector's distribution over the chunks (temperature and top-k applied) and
+    /// the chunks weighted by it (dropout on the weights in training).
+    ///
+    /// # Shapes
+    /// `chunks: [n, H]` → `([K, n], [K, H])`
+    fn attend(&self, chunks: &Tensor, mode: Mode) -> Result<(Tensor, Tensor)> {
+        let n = chunks.dim(0)?;
+        let scores = self.scores(chunks)?; // [K, n]
+        let scores = if self.temperature == 1.0 { scores } else { (scores / self.temperature)? };
+        let scores = if self.top_k > 0 && self.top_k < n { keep_top_k(&scores, self.top_k)? } else { scores };
+        let alpha = softmax_last_dim(&scores)?; // [K, n]
+        let weights = self.dropout.forward(&alpha, mode)?;
+        let docs = weights.matmul(chunks)?; // [K, H]
+        Ok((alpha, docs))
+    }
+
     /// Each context vector's score of each chunk, `e = c·tanh(W h + b)`, block by block.
     ///
     /// # Shapes
