@@ -74,8 +74,7 @@ fn multi_label_dev(labels: &[String], sets: &[&[usize]], logits: &Tensor, device
     let sum = binary_cross_entropy_sum(logits, &targets, None)?.to_scalar::<f32>()? as f64;
     let dev_loss = sum / (sets.len() * labels.len()).max(1) as f64;
     let probabilities = candle_nn::ops::sigmoid(&logits.to_dtype(DType::F32)?)?.to_vec2::<f32>()?;
-    let truth: Vec<Vec<bool>> =
-        targets.to_vec2::<f32>()?.iter().map(|r| r.iter().map(|&y| y > 0.5).collect()).collect();
+    let truth: Vec<Vec<bool>> = sets.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
     let predicted: Vec<Vec<bool>> = probabilities
         .iter()
         .map(|r| r.iter().map(|&p| p >= longread_classifier::prediction::MULTI_LABEL_THRESHOLD).collect())
