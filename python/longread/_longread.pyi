@@ -117,6 +117,8 @@ def tune_threshold(
     threads: Optional[int] = None,
     device: str = "auto",
     out_of_fold: Optional[Union[str, PathLike[str]]] = None,
+    top_k: Optional[int] = None,
+    min_labels: Optional[int] = None,
 ) -> dict[str, Any]:
     """`longread threshold`: the decision rule that maximizes `metric` ("macro-f1",
     "accuracy", "weighted-f1") on held-out labelled documents — a two-label model's threshold
@@ -125,7 +127,10 @@ def tune_threshold(
     labels by it. {"positive" and "threshold", or "biases"; "chosen_by", "metric",
     "at_default", "at_threshold", "written", "warnings"}. out_of_fold instead of data: the
     out-of-fold predictions of a `train --cv` run (its out directory), for a final model
-    trained on every document with its settings ("warnings" names where they differ)."""
+    trained on every document with its settings ("warnings" names where they differ). A
+    multi-label model gets a threshold per label ({"decision": {"thresholds", ...}, ...});
+    top_k and min_labels (multi-label only) cap and floor how many labels a document carries,
+    kept with the thresholds."""
 
 def calibrate(
     model_dir: Union[str, PathLike[str]],

@@ -136,7 +136,7 @@ pub(crate) fn compare(
 }
 
 /// tune_threshold(model_dir, data=None, metric="macro-f1", write=True, threads=None, device="auto",
-///                out_of_fold=None) -> dict
+///                out_of_fold=None, top_k=None, min_labels=None) -> dict
 ///
 /// `longread threshold`: the decision rule that maximizes `metric` ("macro-f1", "accuracy" or
 /// "weighted-f1") on the labelled held-out documents in `data` — for a two-label model the
@@ -150,9 +150,14 @@ pub(crate) fn compare(
 /// on every document with that run's settings; "warnings" names settings or data in which
 /// they differ. A multi-label model gets a threshold per label, each maximizing its label's
 /// F1 on `data` (metric "macro-f1"): {"decision": {"thresholds": {label: t}, "chosen_by"},
-/// "documents", "at_default", "at_threshold" (multi-label reports), "written", "warnings"}.
+/// "documents", "at_default", "at_threshold" (multi-label reports), "written", "warnings"};
+/// `top_k` and `min_labels` (multi-label only, as `threshold --top-k/--min-labels`) bound how
+/// many labels a document carries and are kept with the thresholds ("top_k", "min_labels").
 #[pyfunction]
-#[pyo3(signature = (model_dir, data=None, metric="macro-f1", write=true, threads=None, device="auto", out_of_fold=None))]
+#[pyo3(signature = (
+    model_dir, data=None, metric="macro-f1", write=true, threads=None, device="auto", out_of_fold=None, top_k=None,
+    min_labels=None
+))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tune_threshold(
     py: Python<'_>,
@@ -163,8 +168,11 @@ pub(crate) fn tune_threshold(
     threads: Option<usize>,
     device: &str,
     out_of_fold: Option<PathBuf>,
+    top_k: Option<usize>,
+    min_labels: Option<usize>,
 ) -> PyResult<PyObject> {
     use longread_classifier::evaluate::ThresholdMetric;
+    let limits = longread_classifier::decision::Limits { min_labels: min_labels.unwrap_or(0), top_k };
     let metric = match metric {
         "macro-f1" => ThresholdMetric::MacroF1,
         "accuracy" => ThresholdMetric::Accuracy,
@@ -179,7 +187,10 @@ pub(crate) fn tune_threshold(
     let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device, false)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
         if classifier.multi_label() {
-            return tune_multilabel(&classifier, &model_dir, held_out, metric, write);
+            return tune_multilabel(&classifier, &model_dir, held_out, metric, limits, write);
+        }
+        if !limits.is_none() {
+            return Err("top_k and min_labels are for multi-label models; this one predicts one label".into());
         }
         let (tuned, warnings) = match held_out {
             HeldOut::Data(data) => {
@@ -213,8 +224,10 @@ fn tune_multilabel(
     model_dir: &std::path::Path,
     held_out: HeldOut,
     metric: longread_classifier::evaluate::ThresholdMetric,
+    limits: longread_classifier::decision::Limits,
     write: bool,
 ) -> Result<String, String> {
+    limits.check(classifier.labels().len())?;
     if metric != longread_classifier::evaluate::ThresholdMetric::MacroF1 {
         return Err("a multi-label model's thresholds maximize each label's F1 (metric \"macro-f1\")".into());
     }
@@ -227,6 +240,7 @@ fn tune_multilabel(
         reader,
         &source,
         &Default::default(),
+        limits,
         || {},
     )
     .map_err(|e| e.to_string())?;

@@ -791,6 +791,13 @@ def test_a_multi_label_models_thresholds_are_tuned_per_label_as_the_cli_tunes_th
     assert tuned["decision"]["thresholds"] == expected["decision"]["thresholds"]
     assert tuned["at_threshold"]["macro_avg"] == expected["at_threshold"]["macro_avg"]
     assert not tuned["written"] and not os.path.exists(os.path.join(out, "decision.json"))
+    # Limits on how many labels a document carries, kept with the thresholds and applied.
+    capped = longread.tune_threshold(out, data=test, top_k=1, min_labels=1)
+    assert capped["decision"]["top_k"] == 1 and capped["decision"]["min_labels"] == 1
+    for prediction in longread.Classifier(out).predict([open(test).read()[:2000], "nothing here"]):
+        assert prediction["labels"] == [max(prediction["scores"], key=prediction["scores"].get)]
+    with pytest.raises(longread.InvalidDocumentError, match="below min_labels"):
+        longread.tune_threshold(out, data=test, top_k=1, min_labels=2)
     with pytest.raises(longread.LongreadError, match="each label's F1"):
         longread.tune_threshold(out, data=test, metric="accuracy")
     with pytest.raises(longread.LongreadError, match="multi-label"):

@@ -450,7 +450,7 @@ impl Ensemble {
                 lp.iter().zip(&combined).map(|(&l, &z)| (l.exp() as f32, z as f32)).unzip()
             }
         };
-        let labels = self.multi_label.then(|| crate::prediction::carried(self.labels(), &probabilities, None));
+        let labels = self.multi_label.then(|| crate::prediction::carried(self.labels(), &probabilities));
         Ok(crate::Prediction {
             label: self.labels()[argmax(&probabilities)].clone(),
             logits,

@@ -265,37 +265,57 @@ pub struct TunedThresholds {
 /// The per-label thresholds that maximize each label's F1 on the labelled documents of
 /// `reader` ([`crate::decision::tune_per_label`]), for the multi-label `classifier`. Labels of
 /// the data that the model does not know are left out, as [`evaluate_multilabel_models`]
-/// does.
+/// does. The rule keeps `limits` on how many labels a document carries (the thresholds are
+/// tuned label by label, without them; the scores with the rule apply both).
 pub fn tune_multilabel_thresholds(
     classifier: &Classifier,
     reader: impl std::io::BufRead,
     source_name: &str,
     layout: &LabelLayout,
-    mut on_document: impl FnMut(),
+    limits: crate::decision::Limits,
+    on_document: impl FnMut(),
 ) -> Result<TunedThresholds> {
     if !classifier.multi_label() {
         return Err(ModelError::InvalidInput("per-label thresholds are for multi-label models".into()));
     }
-    let labels = classifier.labels().to_vec();
     let examples = read_multilabel(reader, source_name, layout)?;
+    tune_multilabel_examples(classifier, &examples, source_name, limits, on_document)
+}
+
+/// [`tune_multilabel_thresholds`] on documents already read (`train --tune-threshold` on its
+/// dev set).
+pub fn tune_multilabel_examples(
+    classifier: &Classifier,
+    examples: &[MultiLabelExample],
+    source_name: &str,
+    limits: crate::decision::Limits,
+    mut on_document: impl FnMut(),
+) -> Result<TunedThresholds> {
+    let labels = classifier.labels().to_vec();
     if examples.is_empty() {
         return Err(ModelError::InvalidInput(format!("{source_name}: no documents to tune on")));
     }
-    let (ids, _) = resolve_multilabel(&examples, &labels, source_name, true)?;
+    let (ids, _) = resolve_multilabel(examples, &labels, source_name, true)?;
     let truth: Vec<Vec<bool>> = ids.iter().map(|doc| (0..labels.len()).map(|l| doc.contains(&l)).collect()).collect();
-    let predicted = predict(classifier, &labels, &examples, source_name, &mut on_document)?;
-    let rule = crate::decision::tune_per_label(&labels, &truth, &predicted.probabilities);
+    let predicted = predict(classifier, &labels, examples, source_name, &mut on_document)?;
+    let rule = match crate::decision::tune_per_label(&labels, &truth, &predicted.probabilities) {
+        crate::decision::Rule::PerLabel { thresholds, .. } => crate::decision::Rule::PerLabel { thresholds, limits },
+        other => other,
+    };
     let decision = crate::decision::Decision {
         rule,
         chosen_by: format!("each label's F1 on {source_name} ({} documents)", examples.len()),
     };
-    let thresholds = decision.thresholds().expect("a per-label rule");
-    let report = |thresholds: Option<&[f32]>| {
+    decision.check(&labels).map_err(ModelError::InvalidInput)?;
+    let report = |decision: Option<&crate::decision::Decision>| {
         let carried: Vec<Vec<bool>> = predicted
             .probabilities
             .iter()
             .map(|p| {
-                let named = crate::prediction::carried(&labels, p, thresholds);
+                let named = match decision {
+                    Some(decision) => decision.carried(&labels, p).unwrap_or_default(),
+                    None => crate::prediction::carried(&labels, p),
+                };
                 labels.iter().map(|l| named.contains(l)).collect()
             })
             .collect();
@@ -304,7 +324,7 @@ pub fn tune_multilabel_thresholds(
     Ok(TunedThresholds {
         documents: examples.len(),
         at_default: report(None)?,
-        at_threshold: report(Some(&thresholds))?,
+        at_threshold: report(Some(&decision))?,
         decision,
     })
 }

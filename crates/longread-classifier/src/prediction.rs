@@ -400,16 +400,10 @@ impl<'r> PredictionLine<'r> {
 /// least this.
 pub const MULTI_LABEL_THRESHOLD: f32 = 0.5;
 
-/// The labels whose probability reaches their threshold (`thresholds`, one per label; `None`:
-/// [`MULTI_LABEL_THRESHOLD`] for each), in label order.
-pub fn carried(labels: &[String], probabilities: &[f32], thresholds: Option<&[f32]>) -> Vec<String> {
-    labels
-        .iter()
-        .zip(probabilities)
-        .enumerate()
-        .filter(|&(i, (_, &p))| p >= thresholds.and_then(|t| t.get(i).copied()).unwrap_or(MULTI_LABEL_THRESHOLD))
-        .map(|(_, (label, _))| label.clone())
-        .collect()
+/// The labels whose probability reaches [`MULTI_LABEL_THRESHOLD`], in label order (a model's
+/// own rule, [`crate::decision::Decision::carried`], replaces this where it has one).
+pub fn carried(labels: &[String], probabilities: &[f32]) -> Vec<String> {
+    labels.iter().zip(probabilities).filter(|(_, &p)| p >= MULTI_LABEL_THRESHOLD).map(|(label, _)| label.clone()).collect()
 }
 
 /// Index of the largest value (the first on ties; 0 when empty).

@@ -295,6 +295,62 @@ fn per_label_thresholds_are_tuned_set_by_hand_applied_everywhere_and_cleared() {
 }
 
 #[test]
+fn top_k_and_min_labels_bound_every_documents_set_in_predict_and_eval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    assert!(train(&out, &[]).status.success());
+    let (model, test) = (out.to_str().unwrap(), descriptors("test.csv"));
+    let set_of = |row: &Value| -> Vec<String> {
+        row["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect()
+    };
+    // The k most probable labels, in label order, from a row's probabilities (ties: the first).
+    let most_probable = |row: &Value, k: usize| -> Vec<String> {
+        let probabilities = row["scores"].as_object().unwrap();
+        let mut ranked: Vec<(&String, f64)> = probabilities.iter().map(|(l, p)| (l, p.as_f64().unwrap())).collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let top: Vec<&String> = ranked.iter().take(k).map(|(l, _)| *l).collect();
+        probabilities.keys().filter(|l| top.contains(l)).cloned().collect()
+    };
+    let before = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+
+    // Exactly one label a document, whatever the thresholds.
+    let exactly = longread(&["threshold", "--model", model, "--top-k", "1", "--min-labels", "1", "--json"]);
+    assert!(exactly.status.success(), "{}", String::from_utf8_lossy(&exactly.stderr));
+    let kept: Value = serde_json::from_slice(&exactly.stdout).unwrap();
+    assert_eq!((kept["top_k"].as_u64(), kept["min_labels"].as_u64()), (Some(1), Some(1)), "{kept}");
+    let rows = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    for row in &rows {
+        assert_eq!(set_of(row), most_probable(row, 1), "{row}");
+    }
+    assert!(
+        before.iter().any(|r| set_of(r).len() != 1),
+        "the test set has documents with no label or several at 0.5, so the rule changes something"
+    );
+    let eval: Value =
+        serde_json::from_slice(&longread(&["eval", "--model", model, "--data", &test, "--json"]).stdout).unwrap();
+    let predicted: u64 = eval["per_label"].as_array().unwrap().iter().map(|l| l["predicted"].as_u64().unwrap()).sum();
+    assert_eq!(predicted, rows.len() as u64, "eval applies the rule: one label a document");
+
+    // Tuned thresholds with a cap of two: never more than two, and the cap is kept.
+    let tuned = longread(&["threshold", "--model", model, "--data", &test, "--top-k", "2", "--json"]);
+    assert!(tuned.status.success(), "{}", String::from_utf8_lossy(&tuned.stderr));
+    let tuned: Value = serde_json::from_slice(&tuned.stdout).unwrap();
+    assert_eq!(tuned["decision"]["top_k"].as_u64(), Some(2), "{tuned}");
+    assert!(tuned["decision"].get("min_labels").is_none(), "{tuned}");
+    let rows = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    assert!(rows.iter().all(|r| set_of(r).len() <= 2));
+    let described = String::from_utf8_lossy(&longread(&["inspect", model]).stdout).to_string();
+    assert!(described.contains("at most 2 labels a document"), "{described}");
+
+    assert_clean_failure(
+        &longread(&["threshold", "--model", model, "--top-k", "1", "--min-labels", "2"]),
+        "--top-k (1) is below --min-labels (2)",
+    );
+    assert_clean_failure(&longread(&["threshold", "--model", model, "--min-labels", "4"]), "the model has 3 labels");
+    assert_clean_failure(&longread(&["threshold", "--model", model, "--top-k", "0"]), "--top-k is 0");
+}
+
+#[test]
 fn an_ensemble_of_multi_label_models_averages_each_labels_probability() {
     let tmp = tempfile::tempdir().unwrap();
     let (words, chars) = (tmp.path().join("words"), tmp.path().join("chars"));
@@ -390,11 +446,18 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
         "auto",
         "--metric",
         "micro-f1",
+        "--tune-threshold",
+        "macro-f1",
         "--out",
         out_s,
     ]);
     let said = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{said}");
+    assert!(said.contains("tuning each label's threshold on the dev set's"), "{said}");
+    let tuned_on_dev: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
+    assert_eq!(tuned_on_dev["thresholds"].as_object().unwrap().len(), 3, "{tuned_on_dev}");
+    assert!(tuned_on_dev["chosen_by"].as_str().unwrap().contains("--dev-split"), "{tuned_on_dev}");
     assert!(said.contains("binary cross-entropy with positive weights") && said.contains("micro-F1"), "{said}");
     assert!(said.contains("(micro-F1 "), "the kept epoch is named by the metric that chose it: {said}");
     let first_epoch: Value =
@@ -402,6 +465,8 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
             .unwrap();
     assert!(first_epoch["dev"]["micro_f1"].is_number(), "{first_epoch}");
 
+    // The checks below are of the model at 0.5.
+    assert!(longread(&["threshold", "--model", out_s, "--clear"]).status.success());
     let predict = longread(&["predict", "--model", out_s, "--input", &descriptors("test.csv")]);
     assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
     let rows = json_lines(&predict.stdout);
@@ -457,7 +522,8 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
         assert_clean_failure(&longread(&args), needle);
     };
     refused(&["--class-weights", "balanced"], "weighs each label's positive documents with --pos-weight");
-    refused(&["--tune-threshold", "macro-f1"], "tune a multi-label model's per-label thresholds");
+    refused(&["--tune-threshold", "accuracy"], "give --tune-threshold macro-f1");
+    refused(&["--calibrate"], "a multi-label model has a sigmoid per label");
     let weights = tmp.path().join("weights.json");
     std::fs::write(&weights, r#"{"gore": 3}"#).unwrap();
     refused(&["--pos-weight", weights.to_str().unwrap()], "\"gore\" is not a label of the model");

@@ -44,8 +44,93 @@ pub enum Rule {
     /// first); one (label, bias) per label, in the model's order.
     Biases(Vec<(String, f32)>),
     /// Multi-label models: each label is carried when its probability is at least its own
-    /// threshold, in (0, 1); one (label, threshold) per label, in the model's order.
-    PerLabel(Vec<(String, f32)>),
+    /// threshold, in (0, 1); one (label, threshold) per label, in the model's order; then
+    /// `limits` on how many labels a document carries.
+    PerLabel {
+        /// One (label, threshold) per label, in the model's order.
+        thresholds: Vec<(String, f32)>,
+        /// At least and at most how many labels a document carries.
+        limits: Limits,
+    },
+}
+
+/// How many labels a multi-label document carries, whatever its thresholds say: the most
+/// probable labels are added up to `min_labels` (a document the model finds nothing in
+/// still gets its best guess) and only the `top_k` most probable of those over their
+/// threshold are kept (ICD coding's "at most k codes"). `min_labels` = `top_k` = k carries
+/// exactly the k most probable labels. Ties go to the label listed first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// At least this many labels (0: no floor).
+    pub min_labels: usize,
+    /// At most this many labels (`None`: no cap); at least 1 and `min_labels`.
+    pub top_k: Option<usize>,
+}
+
+impl Limits {
+    /// Whether these limits change nothing.
+    pub fn is_none(&self) -> bool {
+        self.min_labels == 0 && self.top_k.is_none()
+    }
+
+    /// Why these limits do not fit a model with `labels` labels, if they do not.
+    pub fn check(&self, labels: usize) -> std::result::Result<(), String> {
+        if self.top_k == Some(0) {
+            return Err("top_k is 0: a document would carry no label (give 1 or more, or none for no cap)".into());
+        }
+        if self.min_labels > labels {
+            return Err(format!("min_labels is {} but the model has {labels} labels", self.min_labels));
+        }
+        match self.top_k {
+            Some(k) if k < self.min_labels => {
+                Err(format!("top_k ({k}) is below min_labels ({}): no document could meet both", self.min_labels))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `over` (whether each label reached its threshold) within these limits, given the
+    /// labels' `probabilities`.
+    pub fn apply(&self, probabilities: &[f32], mut over: Vec<bool>) -> Vec<bool> {
+        if self.is_none() {
+            return over;
+        }
+        // Most probable first; ties: the label listed first (a stable sort).
+        let mut order: Vec<usize> = (0..probabilities.len()).collect();
+        order.sort_by(|&a, &b| probabilities[b].total_cmp(&probabilities[a]));
+        if let Some(k) = self.top_k {
+            let mut kept = 0;
+            for &i in &order {
+                if over[i] {
+                    kept += 1;
+                    over[i] = kept <= k;
+                }
+            }
+        }
+        let mut missing = self.min_labels.saturating_sub(over.iter().filter(|&&o| o).count());
+        for &i in &order {
+            if missing == 0 {
+                break;
+            }
+            if !over[i] {
+                over[i] = true;
+                missing -= 1;
+            }
+        }
+        over
+    }
+
+    /// The limits in words ("at least 1 and at most 3 labels a document"); empty without any.
+    pub fn describe(&self) -> String {
+        let label_s = |n: usize| if n == 1 { "label" } else { "labels" };
+        match (self.min_labels, self.top_k) {
+            (0, None) => String::new(),
+            (m, Some(k)) if m == k => format!("exactly the {k} most probable {}", label_s(k)),
+            (0, Some(k)) => format!("at most {k} {} a document", label_s(k)),
+            (m, None) => format!("at least {m} {} a document", label_s(m)),
+            (m, Some(k)) => format!("at least {m} and at most {k} labels a document"),
+        }
+    }
 }
 
 /// A model's decision rule (`decision.json`).
@@ -71,6 +156,10 @@ struct DecisionFile {
     biases: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     thresholds: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_labels: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    top_k: Option<usize>,
     #[serde(default)]
     chosen_by: String,
 }
@@ -90,13 +179,19 @@ impl TryFrom<DecisionFile> for Decision {
         let rule = match (file.positive, file.threshold, file.biases, file.thresholds) {
             (Some(positive), Some(threshold), None, None) => Rule::Threshold { positive, threshold: threshold as f32 },
             (None, None, Some(biases), None) => Rule::Biases(numbers(biases, "bias")?),
-            (None, None, None, Some(thresholds)) => Rule::PerLabel(numbers(thresholds, "threshold")?),
+            (None, None, None, Some(thresholds)) => Rule::PerLabel {
+                thresholds: numbers(thresholds, "threshold")?,
+                limits: Limits { min_labels: file.min_labels.unwrap_or(0), top_k: file.top_k },
+            },
             _ => {
                 return Err("give \"positive\" and \"threshold\" (two labels), \"biases\" (one per label) or \
                             \"thresholds\" (multi-label: one per label), one of them"
                     .into())
             }
         };
+        if !matches!(rule, Rule::PerLabel { .. }) && (file.min_labels.is_some() || file.top_k.is_some()) {
+            return Err("\"min_labels\" and \"top_k\" are for multi-label models (with \"thresholds\")".into());
+        }
         Ok(Self { rule, chosen_by: file.chosen_by })
     }
 }
@@ -104,12 +199,15 @@ impl TryFrom<DecisionFile> for Decision {
 impl From<Decision> for DecisionFile {
     fn from(decision: Decision) -> Self {
         let map = |pairs: Vec<(String, f32)>| pairs.into_iter().map(|(l, v)| (l, as_json_number(v).into())).collect();
-        let (positive, threshold, biases, thresholds) = match decision.rule {
-            Rule::Threshold { positive, threshold } => (Some(positive), Some(as_json_number(threshold)), None, None),
-            Rule::Biases(biases) => (None, None, Some(map(biases)), None),
-            Rule::PerLabel(thresholds) => (None, None, None, Some(map(thresholds))),
+        let (positive, threshold, biases, thresholds, limits) = match decision.rule {
+            Rule::Threshold { positive, threshold } => {
+                (Some(positive), Some(as_json_number(threshold)), None, None, Limits::default())
+            }
+            Rule::Biases(biases) => (None, None, Some(map(biases)), None, Limits::default()),
+            Rule::PerLabel { thresholds, limits } => (None, None, None, Some(map(thresholds)), limits),
         };
-        Self { positive, threshold, biases, thresholds, chosen_by: decision.chosen_by }
+        let min_labels = (limits.min_labels > 0).then_some(limits.min_labels);
+        Self { positive, threshold, biases, thresholds, min_labels, top_k: limits.top_k, chosen_by: decision.chosen_by }
     }
 }
 
@@ -159,7 +257,8 @@ impl Decision {
                     ));
                 }
             }
-            Rule::PerLabel(thresholds) => {
+            Rule::PerLabel { thresholds, limits } => {
+                limits.check(labels.len())?;
                 let named: Vec<&str> = thresholds.iter().map(|(l, _)| l.as_str()).collect();
                 if named != labels.iter().map(String::as_str).collect::<Vec<_>>() {
                     return Err(format!(
@@ -179,7 +278,7 @@ impl Decision {
     /// per-label thresholds are for multi-label models, a threshold or biases for the others.
     pub fn check_fits(&self, multi_label: bool) -> std::result::Result<(), String> {
         match (&self.rule, multi_label) {
-            (Rule::PerLabel(_), false) => {
+            (Rule::PerLabel { .. }, false) => {
                 Err("per-label thresholds are for multi-label models; this model predicts one label".into())
             }
             (Rule::Threshold { .. } | Rule::Biases(_), true) => {
@@ -216,16 +315,25 @@ impl Decision {
                 let biases: Vec<f64> = biases.iter().map(|(_, b)| f64::from(*b)).collect();
                 biased_argmax(&log_probabilities(probabilities), &biases)
             }
-            Rule::PerLabel(_) => crate::prediction::argmax(probabilities),
+            Rule::PerLabel { .. } => crate::prediction::argmax(probabilities),
         }
     }
 
     /// Per-label thresholds, in the model's label order, when the rule has them.
     pub fn thresholds(&self) -> Option<Vec<f32>> {
         match &self.rule {
-            Rule::PerLabel(thresholds) => Some(thresholds.iter().map(|(_, t)| *t).collect()),
+            Rule::PerLabel { thresholds, .. } => Some(thresholds.iter().map(|(_, t)| *t).collect()),
             _ => None,
         }
+    }
+
+    /// The labels a multi-label document with these `probabilities` (one per label, in the
+    /// model's order) carries by this rule, in label order; `None` for a single-label rule.
+    pub fn carried(&self, labels: &[String], probabilities: &[f32]) -> Option<Vec<String>> {
+        let Rule::PerLabel { thresholds, limits } = &self.rule else { return None };
+        let over = probabilities.iter().zip(thresholds).map(|(p, (_, t))| p >= t).collect();
+        let kept = limits.apply(probabilities, over);
+        Some(labels.iter().zip(kept).filter(|(_, k)| *k).map(|(l, _)| l.clone()).collect())
     }
 
     /// The rule in words: "`rain` when its probability is at least 0.31" or "the label with
@@ -240,10 +348,14 @@ impl Decision {
                     biases.iter().map(|(label, b)| format!("{label} {:+}", as_json_number(*b))).collect();
                 format!("the label with the highest ln p + bias ({})", each.join(", "))
             }
-            Rule::PerLabel(thresholds) => {
+            Rule::PerLabel { thresholds, limits } => {
                 let each: Vec<String> =
                     thresholds.iter().map(|(label, t)| format!("{label} {}", as_json_number(*t))).collect();
-                format!("each label whose probability is at least its threshold ({})", each.join(", "))
+                let rule = format!("each label whose probability is at least its threshold ({})", each.join(", "));
+                match limits.is_none() {
+                    true => rule,
+                    false => format!("{rule}; {}", limits.describe()),
+                }
             }
         }
     }
@@ -254,7 +366,7 @@ impl Decision {
         match &self.rule {
             Rule::Threshold { threshold, .. } => ((1.0 - threshold) / threshold).ln().abs(),
             Rule::Biases(biases) => biases.iter().map(|(_, b)| b.abs()).fold(0.0, f32::max),
-            Rule::PerLabel(thresholds) => {
+            Rule::PerLabel { thresholds, .. } => {
                 thresholds.iter().map(|(_, t)| ((1.0 - t) / t).ln().abs()).fold(0.0, f32::max)
             }
         }
@@ -278,8 +390,7 @@ impl Decision {
         let probabilities = &prediction.scores.probabilities;
         if let (Some(thresholds), Some(_)) = (self.thresholds(), &prediction.labels) {
             if probabilities.len() == thresholds.len() {
-                prediction.labels =
-                    Some(crate::prediction::carried(&prediction.scores.labels, probabilities, Some(&thresholds)));
+                prediction.labels = self.carried(&prediction.scores.labels, probabilities);
             }
             return prediction;
         }

@@ -101,7 +101,7 @@ pub fn restate(decision: &Decision, t: f64) -> Decision {
             Rule::Biases(biases.iter().map(|(label, b)| (label.clone(), moved(*b))).collect())
         }
         // A temperature is fitted to one softmax over the labels; multi-label models have none.
-        Rule::PerLabel(thresholds) => Rule::PerLabel(thresholds.clone()),
+        Rule::PerLabel { thresholds, limits } => Rule::PerLabel { thresholds: thresholds.clone(), limits: *limits },
     };
     let chosen_by = match decision.chosen_by.ends_with(RESTATED) {
         true => decision.chosen_by.clone(),

@@ -16,7 +16,7 @@ fn rows(positive: &[f32]) -> Vec<Vec<f32>> {
 fn threshold_of(tuned: &Tuned) -> f32 {
     match tuned.rule {
         Rule::Threshold { threshold, .. } => threshold,
-        Rule::Biases(_) | Rule::PerLabel(_) => panic!("two labels take a threshold: {tuned:?}"),
+        Rule::Biases(_) | Rule::PerLabel { .. } => panic!("two labels take a threshold: {tuned:?}"),
     }
 }
 
@@ -283,7 +283,7 @@ fn a_restated_rule_gives_tempered_probabilities_the_labels_it_gave_before() {
                 // Away from the boundary (f32 rounding may move a document sitting on it).
                 let margin = match &decision.rule {
                     Rule::Threshold { threshold, .. } => (p[1] - threshold).abs(),
-                    Rule::Biases(_) | Rule::PerLabel(_) => 1.0,
+                    Rule::Biases(_) | Rule::PerLabel { .. } => 1.0,
                 };
                 if margin > 1e-4 {
                     assert_eq!(decision.label_index(&p), restated.label_index(&tempered), "t {t}, p {p:?}");
@@ -312,7 +312,7 @@ fn a_restated_threshold_stays_inside_zero_and_one() {
 
 fn per_label(rule: &Rule) -> Vec<f32> {
     match rule {
-        Rule::PerLabel(thresholds) => thresholds.iter().map(|(_, t)| *t).collect(),
+        Rule::PerLabel { thresholds, .. } => thresholds.iter().map(|(_, t)| *t).collect(),
         other => panic!("a multi-label model takes per-label thresholds: {other:?}"),
     }
 }
@@ -345,7 +345,7 @@ fn per_label_thresholds_maximize_each_labels_f1_and_move_only_as_far_as_needed()
 fn per_label_thresholds_decide_each_label_and_fit_only_multi_label_models() {
     let labels = three();
     let decision = Decision {
-        rule: Rule::PerLabel(vec![("general".into(), 0.3), ("teen".into(), 0.5), ("mature".into(), 0.9)]),
+        rule: per_label_rule(&[0.3, 0.5, 0.9], Limits::default()),
         chosen_by: String::new(),
     };
     assert_eq!(decision.check(&labels), Ok(()));
@@ -366,7 +366,7 @@ fn per_label_thresholds_decide_each_label_and_fit_only_multi_label_models() {
     assert_eq!(relabelled.label, "mature", "the most probable label stays");
 
     let wrong = Decision {
-        rule: Rule::PerLabel(vec![("general".into(), 0.3), ("teen".into(), 1.0), ("mature".into(), 0.9)]),
+        rule: per_label_rule(&[0.3, 1.0, 0.9], Limits::default()),
         chosen_by: String::new(),
     };
     assert!(wrong.check(&labels).unwrap_err().contains("\"teen\", 1, is not between 0 and 1"));
@@ -375,4 +375,66 @@ fn per_label_thresholds_decide_each_label_and_fit_only_multi_label_models() {
     let text = std::fs::read_to_string(dir.path().join(DECISION_FILE)).unwrap();
     assert!(text.contains("\"thresholds\""), "{text}");
     assert_eq!(Decision::load(dir.path(), &labels).unwrap(), Some(decision));
+}
+
+/// A per-label rule over [`three`] with these thresholds and limits.
+fn per_label_rule(thresholds: &[f32], limits: Limits) -> Rule {
+    Rule::PerLabel { thresholds: three().into_iter().zip(thresholds.iter().copied()).collect(), limits }
+}
+
+fn carried_by(limits: Limits, probabilities: &[f32]) -> Vec<String> {
+    let decision = Decision { rule: per_label_rule(&[0.5, 0.5, 0.5], limits), chosen_by: String::new() };
+    decision.carried(&three(), probabilities).expect("a per-label rule")
+}
+
+#[test]
+fn label_limits_cap_and_fill_the_carried_labels_by_probability() {
+    let none = Limits::default();
+    let at_most = |k| Limits { min_labels: 0, top_k: Some(k) };
+    let at_least = |m| Limits { min_labels: m, top_k: None };
+    // Over 0.5: general and mature; capped at one, the more probable (mature) stays.
+    assert_eq!(carried_by(none, &[0.6, 0.2, 0.9]), ["general", "mature"]);
+    assert_eq!(carried_by(at_most(1), &[0.6, 0.2, 0.9]), ["mature"]);
+    assert_eq!(carried_by(at_most(2), &[0.6, 0.2, 0.9]), ["general", "mature"]);
+    // Nothing over 0.5: the floor adds the most probable, in label order in the result.
+    assert!(carried_by(none, &[0.1, 0.3, 0.2]).is_empty());
+    assert_eq!(carried_by(at_least(1), &[0.1, 0.3, 0.2]), ["teen"]);
+    assert_eq!(carried_by(at_least(2), &[0.1, 0.3, 0.2]), ["teen", "mature"]);
+    // Exactly k: the k most probable whatever the thresholds; ties go to the label listed first.
+    let exactly = Limits { min_labels: 2, top_k: Some(2) };
+    assert_eq!(carried_by(exactly, &[0.9, 0.8, 0.95]), ["general", "mature"]);
+    assert_eq!(carried_by(exactly, &[0.4, 0.4, 0.4]), ["general", "teen"]);
+    assert_eq!(carried_by(Limits { min_labels: 0, top_k: Some(1) }, &[0.7, 0.7, 0.1]), ["general"]);
+    // A floor never removes a label over its threshold, and a cap never adds one.
+    assert_eq!(carried_by(Limits { min_labels: 1, top_k: Some(3) }, &[0.6, 0.7, 0.8]).len(), 3);
+}
+
+#[test]
+fn label_limits_are_kept_in_decision_json_and_checked_on_load() {
+    let labels = three();
+    let limits = Limits { min_labels: 1, top_k: Some(2) };
+    let decision = Decision { rule: per_label_rule(&[0.3, 0.5, 0.9], limits), chosen_by: "set by hand".into() };
+    assert!(decision.describe().ends_with("; at least 1 and at most 2 labels a document"), "{}", decision.describe());
+    let dir = tempfile::tempdir().unwrap();
+    decision.save(dir.path()).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(DECISION_FILE)).unwrap();
+    assert!(text.contains("\"min_labels\": 1") && text.contains("\"top_k\": 2"), "{text}");
+    assert_eq!(Decision::load(dir.path(), &labels).unwrap(), Some(decision));
+    // Without limits the file has neither key (as before limits existed).
+    let plain = Decision { rule: per_label_rule(&[0.3, 0.5, 0.9], Limits::default()), chosen_by: String::new() };
+    let text = serde_json::to_string(&plain).unwrap();
+    assert!(!text.contains("min_labels") && !text.contains("top_k"), "{text}");
+
+    for (limits, why) in [
+        (Limits { min_labels: 0, top_k: Some(0) }, "top_k is 0"),
+        (Limits { min_labels: 4, top_k: None }, "min_labels is 4 but the model has 3 labels"),
+        (Limits { min_labels: 2, top_k: Some(1) }, "top_k (1) is below min_labels (2)"),
+    ] {
+        let bad = Decision { rule: per_label_rule(&[0.5, 0.5, 0.5], limits), chosen_by: String::new() };
+        let err = bad.check(&labels).unwrap_err();
+        assert!(err.contains(why), "{err}");
+    }
+    let single: std::result::Result<Decision, _> =
+        serde_json::from_str(r#"{"positive": "rain", "threshold": 0.4, "top_k": 1}"#);
+    assert!(single.unwrap_err().to_string().contains("are for multi-label models"));
 }

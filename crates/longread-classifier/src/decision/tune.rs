@@ -232,5 +232,5 @@ pub fn tune_per_label<R: AsRef<[f32]>>(labels: &[String], truth: &[Vec<bool>], p
             (name.clone(), best.0)
         })
         .collect();
-    Rule::PerLabel(thresholds)
+    Rule::PerLabel { thresholds, limits: super::Limits::default() }
 }

@@ -40,7 +40,7 @@ impl TextScorer for BowModel {
 fn bow_prediction(labels: &[String], multi_label: bool, scores: BowScores) -> Prediction {
     Prediction {
         label: labels[argmax(&scores.probabilities)].clone(),
-        labels: multi_label.then(|| carried(labels, &scores.probabilities, None)),
+        labels: multi_label.then(|| carried(labels, &scores.probabilities)),
         scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
         logits: scores.logits,
         parts: Parts::Whole {},

@@ -212,7 +212,7 @@ fn encoder_prediction(
         })
         .collect();
     let labels = &tasks[0].labels;
-    let carried_labels = multi_label.then(|| carried(labels, &primary.probabilities, None));
+    let carried_labels = multi_label.then(|| carried(labels, &primary.probabilities));
     Prediction {
         label: labels[argmax(&primary.probabilities)].clone(),
         parts: Parts::Chunks {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use longread_classifier::decision::{Decision, Rule, DECISION_FILE};
+use longread_classifier::decision::{Decision, Limits, Rule, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, tune_threshold_out_of_fold, ThresholdMetric};
 use longread_classifier::multilabel_eval::tune_multilabel_thresholds;
 use longread_classifier::out_of_fold::{out_of_fold_for, OutOfFold};
@@ -26,15 +26,19 @@ more take a bias per label, added to the log of its probability; the label with 
 (the first label's bias stays 0; with two labels this is the same as a threshold). Probabilities are \
 unchanged; only the label chosen from them moves. A multi-label model takes a threshold per label: each \
 label is carried when its probability reaches its own threshold (0.5 by default); tuning picks, label by \
-label, the threshold with the best F1 (which maximizes macro-F1). Tune on documents held out from training \
-(a dev set), not on the test set you report.")]
+label, the threshold with the best F1 (which maximizes macro-F1); --top-k and --min-labels then bound how many \
+labels a document carries. Tune on documents held out from training (a dev set), not on the test set you report.")]
 pub struct ThresholdArgs {
     /// Model directory (any kind: hierarchical, sequence, HAN, bag of words, ensemble).
     #[arg(long)]
     model: PathBuf,
     /// Labelled JSON lines (or .csv/.tsv) held out from training, as `eval --data` reads them;
     /// `-` reads standard input. Not needed with --set, --clear or --out-of-fold.
-    #[arg(long, visible_alias = "input", required_unless_present_any = ["set", "clear", "out_of_fold"])]
+    #[arg(
+        long,
+        visible_alias = "input",
+        required_unless_present_any = ["set", "clear", "out_of_fold", "top_k", "min_labels"]
+    )]
     data: Option<PathBuf>,
     /// Tune on the out-of-fold predictions of a `train --cv K` run (its --out directory, or its
     /// out-of-fold.jsonl) instead of --data, at the calibration the model has: for a final
@@ -56,6 +60,16 @@ pub struct ThresholdArgs {
     /// keeps 0.5).
     #[arg(long, value_name = "T | LABEL=B,...", conflicts_with_all = ["data", "clear", "dry_run"])]
     set: Option<String>,
+    /// Multi-label models: at most K labels a document, the K most probable of those that
+    /// reach their thresholds. Kept in the model with the thresholds (tuned with --data, given
+    /// with --set, or, with neither, the model's current ones). Not given: no cap.
+    #[arg(long, value_name = "K", conflicts_with = "clear")]
+    top_k: Option<usize>,
+    /// Multi-label models: at least M labels a document: when fewer reach their thresholds,
+    /// the most probable of the others are added. `--min-labels K --top-k K` carries exactly
+    /// the K most probable labels. Kept as --top-k is. Not given: 0 (a document may carry none).
+    #[arg(long, value_name = "M", conflicts_with = "clear")]
+    min_labels: Option<usize>,
     /// Remove the model's threshold or biases: it labels by the most probable label again (a
     /// multi-label model: every label at 0.5 again).
     #[arg(long, conflicts_with_all = ["data", "dry_run"])]
@@ -95,6 +109,12 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     }
     if !args.label_layout.label_columns.is_empty() {
         bail!("--label-columns is for multi-label models; {} predicts one label per document", dir.display());
+    }
+    if args.top_k.is_some() || args.min_labels.is_some() {
+        bail!(
+            "--top-k and --min-labels are for multi-label models; {} predicts one label per document",
+            dir.display()
+        );
     }
     if let Some(rule) = &args.set {
         let decision = Decision { rule: rule_to_set(rule, &labels)?, chosen_by: "set by hand".into() };
@@ -145,12 +165,30 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
 fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) -> Result<()> {
     let dir = &args.model;
     let labels = classifier.labels();
+    let limits = Limits { min_labels: args.min_labels.unwrap_or(0), top_k: args.top_k };
+    if let Err(why) = limits.check(labels.len()) {
+        bail!("--top-k/--min-labels: {}", why.replace("top_k", "--top-k").replace("min_labels", "--min-labels"));
+    }
     if let Some(given) = &args.set {
-        let decision = Decision { rule: thresholds_to_set(given, labels)?, chosen_by: "set by hand".into() };
+        let decision = Decision { rule: thresholds_to_set(given, labels, limits)?, chosen_by: "set by hand".into() };
         if let Err(why) = decision.check(labels) {
             bail!("--set {given}: {why}");
         }
         return keep_set(dir, &decision, args.json, quiet);
+    }
+    if args.data.is_none() && args.out_of_fold.is_none() {
+        // Limits alone: the model's thresholds as they are (0.5 each without a rule).
+        let current = Decision::load(dir, labels)?;
+        let thresholds = match current.as_ref().and_then(Decision::thresholds) {
+            Some(thresholds) => thresholds,
+            None => vec![longread_classifier::decision::MULTI_LABEL_DEFAULT; labels.len()],
+        };
+        let chosen_by = match current {
+            Some(current) if !current.chosen_by.is_empty() => format!("{}; label limits set by hand", current.chosen_by),
+            _ => "set by hand".into(),
+        };
+        let rule = Rule::PerLabel { thresholds: labels.iter().cloned().zip(thresholds).collect(), limits };
+        return keep_set(dir, &Decision { rule, chosen_by }, args.json, quiet);
     }
     if args.out_of_fold.is_some() {
         bail!(
@@ -168,7 +206,7 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
     let progress = progress_bar(0, quiet);
     let source = input_name(data);
     let tuned =
-        tune_multilabel_thresholds(classifier, open_input(data)?, &source, &args.label_layout.layout(), || {
+        tune_multilabel_thresholds(classifier, open_input(data)?, &source, &args.label_layout.layout(), limits, || {
             progress.inc(1)
         })?;
     progress.finish_and_clear();
@@ -239,15 +277,15 @@ fn keep_set(dir: &std::path::Path, decision: &Decision, json: bool, quiet: bool)
 }
 
 /// The thresholds `--set` gives a multi-label model: one for every label, or `LABEL=T,...`
-/// (a label not named keeps 0.5), in the model's label order.
-fn thresholds_to_set(given: &str, labels: &[String]) -> Result<Rule> {
+/// (a label not named keeps 0.5), in the model's label order, with `limits`.
+fn thresholds_to_set(given: &str, labels: &[String], limits: Limits) -> Result<Rule> {
     let default = longread_classifier::decision::MULTI_LABEL_DEFAULT;
     let parse = |text: &str, what: &str| -> Result<f32> {
         text.trim().parse::<f32>().map_err(|_| anyhow::anyhow!("--set {given}: {what} is not a number between 0 and 1"))
     };
     if !given.contains('=') {
         let t = parse(given, "the threshold")?;
-        return Ok(Rule::PerLabel(labels.iter().map(|l| (l.clone(), t)).collect()));
+        return Ok(Rule::PerLabel { thresholds: labels.iter().map(|l| (l.clone(), t)).collect(), limits });
     }
     let mut thresholds: Vec<(String, f32)> = labels.iter().map(|l| (l.clone(), default)).collect();
     for pair in given.split(',') {
@@ -257,7 +295,7 @@ fn thresholds_to_set(given: &str, labels: &[String]) -> Result<Rule> {
         };
         slot.1 = parse(t, &format!("the threshold of `{}`", label.trim()))?;
     }
-    Ok(Rule::PerLabel(thresholds))
+    Ok(Rule::PerLabel { thresholds, limits })
 }
 
 /// The out-of-fold predictions of the `--cv` run `run` for `classifier`, its warnings

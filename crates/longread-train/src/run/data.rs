@@ -135,7 +135,7 @@ pub(crate) fn load_multilabel_data(
     model: &HierarchicalClassifier,
     chunker: &Chunker,
     note: &mut dyn FnMut(&str),
-) -> Result<(Labelled, Labelled)> {
+) -> Result<(Labelled, Labelled, Option<DevTexts>)> {
     if !spec.encoder.task.is_empty() || model.task_count() > 1 {
         return Err(TrainError::Run(
             "--task and multi-task models take one label per document per task; a multi-label model has one task"
@@ -146,7 +146,7 @@ pub(crate) fn load_multilabel_data(
     let labels = model.labels();
     let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
     let (sets, _) = resolve_multilabel(&examples, labels, &source, false)?;
-    let (train, dev) = match &spec.dev {
+    let (train, dev, dev_texts) = match &spec.dev {
         Some(path) => {
             let (dev_examples, dev_source) = read_multilabel_examples(path, &layout)?;
             let (dev_sets, unknown) = resolve_multilabel(&dev_examples, labels, &dev_source, true)?;
@@ -156,11 +156,13 @@ pub(crate) fn load_multilabel_data(
             (
                 Labelled::chunk_multilabel(&examples, sets, &source, chunker)?,
                 Labelled::chunk_multilabel(&dev_examples, dev_sets, &dev_source, chunker)?,
+                threshold::keep_multilabel_dev(spec, &dev_examples, &dev_source),
             )
         }
         None if spec.trains_without_dev() => (
             Labelled::chunk_multilabel(&examples, sets, &source, chunker)?,
             Labelled::chunk_multilabel(&[], Vec::new(), &source, chunker)?,
+            None,
         ),
         None => {
             let (train, dev) = multilabel_dev_split(&sets, spec.training.dev_split, spec.seed)?;
@@ -168,13 +170,15 @@ pub(crate) fn load_multilabel_data(
                 (idx.iter().map(|&i| examples[i].clone()).collect(), idx.iter().map(|&i| sets[i].clone()).collect())
             };
             let ((train_examples, train_sets), (dev_examples, dev_sets)) = (pick(&train), pick(&dev));
+            let kept = threshold::keep_multilabel_dev(spec, &dev_examples, &source);
             (
                 Labelled::chunk_multilabel(&train_examples, train_sets, &source, chunker)?,
                 Labelled::chunk_multilabel(&dev_examples, dev_sets, &source, chunker)?,
+                kept,
             )
         }
     };
-    Ok((train, dev))
+    Ok((train, dev, dev_texts))
 }
 
 /// The training and dev sets of a run: `--dev`, the stratified, seeded `--dev-split` of the

@@ -41,6 +41,7 @@ pub use init::{init_run, InitSpec};
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
 pub use pretrain_run::{pretrain_run, PretrainSpec, PretrainSummary};
+pub use threshold::KeptRule;
 pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 use settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use spec::TrainPlan as Plan;
@@ -76,7 +77,7 @@ pub struct RunSummary {
     /// The folds of a `--cv` run (its epochs are the folds' runs').
     pub cv: Option<cross_validation::CvSummary>,
     /// The decision rule `--tune-threshold` kept (when the run completed).
-    pub threshold: Option<longread_classifier::evaluate::TunedRule>,
+    pub threshold: Option<threshold::KeptRule>,
     /// The calibration `--calibrate` kept (when the run completed).
     pub calibration: Option<longread_classifier::decision::temperature::Fitted>,
 }

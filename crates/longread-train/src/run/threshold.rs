@@ -7,7 +7,9 @@
 use longread_classifier::decision::temperature::{self, Fitted};
 use longread_classifier::decision::{Temperature, CALIBRATION_FILE, DECISION_FILE};
 use longread_classifier::evaluate::{primary_probabilities, TunedRule};
+use longread_classifier::multilabel_eval::{tune_multilabel_examples, TunedThresholds};
 use longread_classifier::{Classifier, ClassifierOptions};
+use longread_text::multilabel::MultiLabelExample;
 use longread_text::Example;
 
 use crate::error::{Result, TrainError};
@@ -19,6 +21,8 @@ use crate::run::RunHooks;
 pub(crate) struct DevTexts {
     /// The documents.
     pub examples: Vec<Example>,
+    /// A multi-label run's documents with their label sets (`examples` is then empty).
+    pub label_sets: Vec<MultiLabelExample>,
     /// Where they came from, for messages.
     pub source: String,
 }
@@ -27,11 +31,28 @@ pub(crate) struct DevTexts {
 /// training data a --dev-split came from): `examples` when the run tunes a threshold or
 /// calibrates, none otherwise (they are not held in memory for nothing).
 pub(crate) fn keep_dev(spec: &TrainSpec, examples: &[Example], source: &str) -> Option<DevTexts> {
-    let source = match spec.dev {
+    (spec.tune_threshold.is_some() || spec.calibrate).then(|| DevTexts {
+        examples: examples.to_vec(),
+        label_sets: Vec::new(),
+        source: dev_source(spec, source),
+    })
+}
+
+/// [`keep_dev`] for a multi-label run: its dev documents with their label sets.
+pub(crate) fn keep_multilabel_dev(spec: &TrainSpec, examples: &[MultiLabelExample], source: &str) -> Option<DevTexts> {
+    (spec.tune_threshold.is_some() || spec.calibrate).then(|| DevTexts {
+        examples: Vec::new(),
+        label_sets: examples.to_vec(),
+        source: dev_source(spec, source),
+    })
+}
+
+/// The dev set's name for messages: the --dev file, or the --dev-split of `source`.
+fn dev_source(spec: &TrainSpec, source: &str) -> String {
+    match spec.dev {
         Some(_) => source.to_owned(),
         None => format!("the --dev-split {} of {source}", spec.training.dev_split),
-    };
-    (spec.tune_threshold.is_some() || spec.calibrate).then(|| DevTexts { examples: examples.to_vec(), source })
+    }
 }
 
 /// The error of a run that completed but whose model could not be calibrated or its rule
@@ -49,7 +70,17 @@ pub(crate) struct AfterRun {
     /// `--calibrate`'s temperature.
     pub calibration: Option<Fitted>,
     /// `--tune-threshold`'s rule.
-    pub threshold: Option<TunedRule>,
+    pub threshold: Option<KeptRule>,
+}
+
+/// The rule `--tune-threshold` kept, with what it did on the documents it was tuned on.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(untagged)]
+pub enum KeptRule {
+    /// A single-label model's threshold or biases.
+    OneLabel(TunedRule),
+    /// A multi-label model's per-label thresholds.
+    PerLabel(TunedThresholds),
 }
 
 /// Calibrates the model in `spec.out` on `dev` (with --calibrate) and tunes its decision
@@ -65,6 +96,9 @@ pub(crate) fn calibrate_and_tune(spec: &TrainSpec, dev: &DevTexts, hooks: &mut d
         (false, Some(metric)) => ("tuning the decision rule", format!("--tune-threshold {}", metric.name())),
         (false, None) => return Ok(AfterRun::default()),
     };
+    if !dev.label_sets.is_empty() {
+        return tune_per_label(spec, dev, hooks);
+    }
     hooks.note(&format!("{what} on the dev set's {} documents ({flags})", dev.examples.len()));
     let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
     let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
@@ -126,9 +160,36 @@ pub(crate) fn after_run(
         let tuned = longread_classifier::decision::tune(labels, truth, &probabilities, |r| metric.of(r))
             .map_err(|e| failed(spec, e))?;
         let tuned = TunedRule::new(tuned, metric, format!("{} on {chosen_on}", metric.name()));
-        kept.threshold = Some(keep(spec, tuned, on, caveat, hooks)?);
+        kept.threshold = Some(KeptRule::OneLabel(keep(spec, tuned, on, caveat, hooks)?));
     }
     Ok(kept)
+}
+
+/// `--tune-threshold` of a multi-label run: each label's threshold tuned on the dev set's
+/// label sets, as `longread threshold` tunes it, kept in `spec.out`.
+fn tune_per_label(spec: &TrainSpec, dev: &DevTexts, hooks: &mut dyn RunHooks) -> Result<AfterRun> {
+    let documents = dev.label_sets.len();
+    hooks.note(&format!("tuning each label's threshold on the dev set's {documents} documents (--tune-threshold)"));
+    let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
+    let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
+    let tuned = tune_multilabel_examples(&classifier, &dev.label_sets, &dev.source, Default::default(), || {})
+        .map_err(|e| failed(spec, e))?;
+    tuned.decision.save(&spec.out).map_err(|e| failed(spec, e))?;
+    let (before, after) = (&tuned.at_default, &tuned.at_threshold);
+    hooks.note(&format!(
+        "decision rule: {}; dev micro-F1 {:.4} → {:.4}, macro-F1 {:.4} → {:.4} (optimistic: the dev set chose it); \
+         kept in {}",
+        longread_metrics::terminal::printable(&tuned.decision.describe()),
+        before.micro.f1,
+        after.micro.f1,
+        before.macro_avg.f1,
+        after.macro_avg.f1,
+        spec.out.join(DECISION_FILE).display()
+    ));
+    if let Some(warning) = tuned.decision.warning(documents) {
+        hooks.note(&warning);
+    }
+    Ok(AfterRun { calibration: None, threshold: Some(KeptRule::PerLabel(tuned)) })
 }
 
 /// Saves the rule `tuned` found in `spec.out` and tells `hooks` what it changed (`scored`: on

@@ -106,19 +106,21 @@ pub struct TrainSpec {
     pub cv: Option<usize>,
     /// When the run completes, tune the model's decision rule on its dev set (--dev or the
     /// --dev-split) to maximize METRIC, as `longread threshold` does — two labels: a threshold
-    /// on the second label's probability; more: a bias per label — and keep it in
+    /// on the second label's probability; more: a bias per label; a multi-label model: a
+    /// threshold per label, each maximizing its label's F1 (macro-f1 only) — and keep it in
     /// OUT/decision.json (predict, eval, report, serve and Python apply it; probabilities are
     /// unchanged). The dev set also chose the epoch, so its figures with the rule are
     /// optimistic: report a test set. --arch bow, which holds out no dev set, tunes on the
-    /// out-of-fold probabilities of its C-choosing cross-validation. Not with --cv or
-    /// --dev-split 0 (no dev set).
+    /// out-of-fold probabilities of its C-choosing cross-validation (single-label only). Not
+    /// with --cv or --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long, value_enum, value_name = "METRIC"))]
     pub tune_threshold: Option<longread_classifier::evaluate::ThresholdMetric>,
     /// When the run completes, calibrate the model's probabilities on its dev set, as
     /// `longread calibrate` does (temperature scaling: the temperature of least log loss),
     /// and keep it in OUT/calibration.json; labels do not change. Before --tune-threshold,
     /// which then tunes on the calibrated probabilities. --arch bow calibrates on the
-    /// out-of-fold probabilities of its C-choosing cross-validation. Not with --cv or
+    /// out-of-fold probabilities of its C-choosing cross-validation. Single-label models only
+    /// (a multi-label model has a sigmoid per label, not one softmax). Not with --cv or
     /// --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]

@@ -3,6 +3,7 @@
 //! [`TrainPlan`] made — the kind of run with only the settings that apply to it. A flag given
 //! that belongs to a group the kind does not have is refused, naming the flag and the kind.
 
+use longread_classifier::evaluate::ThresholdMetric;
 use super::groups::{BowSpec, EncoderTrainSpec, HanSpec, LoopSpec};
 use super::{Arch, ScheduleArg, TrainPrecision, TrainSpec};
 use crate::error::Result;
@@ -119,7 +120,10 @@ impl TrainSpec {
             );
         }
         if self.is_multi_label() && (self.calibrate || self.tune_threshold.is_some()) {
-            bail!("--calibrate and --tune-threshold are for single-label models in this version");
+            bail!(
+                "--calibrate and --tune-threshold are for single-label bags of words in this version: tune a \
+                 multi-label bag of words' per-label thresholds with `longread threshold --model OUT --data DEV`"
+            );
         }
         if self.bow.c_values.is_empty() || self.bow.c_values.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
             bail!("--c-values {:?}: give numbers above 0, e.g. --c-values 0.1,1,10", self.bow.c_values);
@@ -163,10 +167,17 @@ impl TrainSpec {
         if self.cv.is_some() {
             bail!("--cv trains single-label encoder models in this version; for a multi-label model give --dev or --dev-split");
         }
-        if self.calibrate || self.tune_threshold.is_some() {
+        if self.calibrate {
             bail!(
-                "--calibrate and --tune-threshold are for single-label models in this version: tune a multi-label \
-                 model's per-label thresholds with `longread threshold --model OUT --data DEV.jsonl`"
+                "--calibrate fits one temperature to a softmax over the labels; a multi-label model has a sigmoid per \
+                 label (tune its per-label thresholds with --tune-threshold macro-f1)"
+            );
+        }
+        if let Some(metric) = self.tune_threshold.filter(|m| *m != ThresholdMetric::MacroF1) {
+            bail!(
+                "--tune-threshold {}: a multi-label model's thresholds maximize each label's F1 (and so macro-F1): \
+                 give --tune-threshold macro-f1",
+                metric.name()
             );
         }
         Ok(())
