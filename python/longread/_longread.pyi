@@ -146,7 +146,9 @@ def calibrate(
     Classifier loaded from it gives calibrated probabilities. {"temperature", "chosen_by",
     "previous", "at_bound", "documents", "log_loss" and "ece" ({"before", "after"}), "written",
     "warnings", and "decision" when a rule was restated}. out_of_fold instead of data: as for
-    tune_threshold."""
+    tune_threshold. A multi-label model gets a temperature per label (σ(logit(p) / T) each):
+    {"temperatures", "chosen_by", "documents", "labels" (each label's fit), "log_loss", "ece",
+    "written", "warnings", "decision" when its thresholds were restated}."""
 
 def ensemble(
     models: Sequence[Union[str, PathLike[str]]],

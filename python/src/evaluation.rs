@@ -262,7 +262,10 @@ fn tune_multilabel(
 /// the command line, the server) loaded from it then gives calibrated probabilities. Returns
 /// {"temperature", "chosen_by", "previous" (the temperature it replaces, 1 for none), "at_bound", "documents", "log_loss" and
 /// "ece" ({"before", "after"}), "written", "warnings", and "decision" when a rule was
-/// restated}. `out_of_fold` instead of `data`: as for `tune_threshold`.
+/// restated}. `out_of_fold` instead of `data`: as for `tune_threshold`. A multi-label model
+/// gets a temperature per label (each label's probability becomes σ(logit(p) / T)):
+/// {"temperatures" ({label: T}), "chosen_by", "documents", "labels" (each label's fit),
+/// "log_loss", "ece", "written", "warnings", "decision" when its thresholds were restated}.
 #[pyfunction]
 #[pyo3(signature = (model_dir, data=None, write=true, threads=None, device="auto", out_of_fold=None))]
 pub(crate) fn calibrate(
@@ -277,6 +280,9 @@ pub(crate) fn calibrate(
     let held_out = HeldOut::of(data, out_of_fold)?;
     let classifier = Classifier::new(py, model_dir.clone(), threads, None, None, device, false)?.inner;
     let result = off_gil(py, move || -> Result<String, String> {
+        if classifier.multi_label() {
+            return calibrate_multilabel(&classifier, &model_dir, held_out, write);
+        }
         let (fitted, warnings) = match held_out {
             HeldOut::Data(data) => {
                 let (reader, source) = open_labelled(&data)?;
@@ -306,6 +312,39 @@ pub(crate) fn calibrate(
         Ok(json) => from_json(py, &json),
         Err(message) => Err(InvalidDocumentError::new_err(message)),
     }
+}
+
+/// `calibrate` of a multi-label model: a temperature per label on held-out data.
+fn calibrate_multilabel(
+    classifier: &RustClassifier,
+    model_dir: &std::path::Path,
+    held_out: HeldOut,
+    write: bool,
+) -> Result<String, String> {
+    let HeldOut::Data(data) = held_out else {
+        return Err("out_of_fold calibrates single-label models in this version; give data".into());
+    };
+    let (reader, source) = open_labelled(&data)?;
+    let fitted = longread_classifier::multilabel_eval::calibrate_multilabel(
+        classifier,
+        reader,
+        &source,
+        &Default::default(),
+        || {},
+    )
+    .map_err(|e| e.to_string())?;
+    let label_temperature = longread_classifier::decision::label_temperature::keep;
+    let restated = match write {
+        true => label_temperature(model_dir, &fitted, classifier.labels()).map_err(|e| e.to_string())?,
+        false => None,
+    };
+    let mut value = serde_json::to_value(&fitted).map_err(|e| e.to_string())?;
+    value["written"] = write.into();
+    value["warnings"] = longread_classifier::decision::label_temperature::warnings(&fitted).into();
+    if let Some(decision) = restated {
+        value["decision"] = serde_json::to_value(&decision).map_err(|e| e.to_string())?;
+    }
+    Ok(value.to_string())
 }
 
 /// What `tune_threshold` and `calibrate` fit on: labelled held-out documents, or a --cv run's

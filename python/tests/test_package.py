@@ -800,5 +800,10 @@ def test_a_multi_label_models_thresholds_are_tuned_per_label_as_the_cli_tunes_th
         longread.tune_threshold(out, data=test, top_k=1, min_labels=2)
     with pytest.raises(longread.LongreadError, match="each label's F1"):
         longread.tune_threshold(out, data=test, metric="accuracy")
-    with pytest.raises(longread.LongreadError, match="multi-label"):
-        longread.calibrate(out, data=test)
+    # A temperature per label, as the command line fits it.
+    cli = run_cli("calibrate", "--model", out, "--data", train, "--dry-run", "--json")
+    assert cli.returncode == 0, cli.stderr
+    fitted = longread.calibrate(out, data=train, write=False)
+    assert fitted["temperatures"] == json.loads(cli.stdout)["temperatures"]
+    assert [label["label"] for label in fitted["labels"]] == ["drugs", "language", "violence"]
+    assert not fitted["written"] and not os.path.exists(os.path.join(out, "calibration.json"))

@@ -468,7 +468,7 @@ fn single_label_only(classifier: &Classifier, what: &str) -> Result<()> {
     match classifier.multi_label() {
         true => Err(ModelError::InvalidInput(format!(
             "{} is multi-label: {what} is for models that predict one label; a multi-label model takes a threshold \
-             per label (`longread threshold --data`), and its probabilities are not calibrated in this version",
+             per label (`longread threshold --data`) and a temperature per label (`longread calibrate --data`)",
             classifier.dir().display()
         ))),
         false => Ok(()),

@@ -130,6 +130,11 @@ impl Classifier {
             return Err(ModelError::InvalidInput(format!("{}: {why}", dir.join(decision::DECISION_FILE).display())));
         }
         let temperature = decision::Temperature::load(dir)?;
+        if let Some(why) =
+            temperature.as_ref().and_then(|t| t.check(classifier.labels(), classifier.multi_label()).err())
+        {
+            return Err(ModelError::InvalidInput(format!("{}: {why}", dir.join(decision::CALIBRATION_FILE).display())));
+        }
         let Self { model, options, dir, device } = classifier;
         Ok(Self { model: decision::Adjusted::wrap(model, temperature, decision), options, dir, device })
     }

@@ -173,6 +173,36 @@ fn predict(
     Ok(Predicted { carried, probabilities })
 }
 
+/// Classifies the labelled documents of `reader` with the multi-label `classifier` and fits
+/// each label's temperature there ([`crate::decision::label_temperature::fit`]); the documents
+/// should be held out from training. Labels of the data that the model does not know are left
+/// out, as [`evaluate_multilabel_models`] does. Nothing is saved
+/// ([`crate::decision::label_temperature::keep`] does).
+pub fn calibrate_multilabel(
+    classifier: &Classifier,
+    reader: impl std::io::BufRead,
+    source_name: &str,
+    layout: &LabelLayout,
+    on_document: impl FnMut(),
+) -> Result<crate::decision::label_temperature::FittedPerLabel> {
+    if !classifier.multi_label() {
+        return Err(ModelError::InvalidInput("a temperature per label is for multi-label models".into()));
+    }
+    let examples = read_multilabel(reader, source_name, layout)?;
+    let scored = score_label_sets(classifier, &examples, source_name, on_document)?;
+    calibrate_scored(&scored, crate::decision::Temperature::load(classifier.dir())?.as_ref())
+}
+
+/// Each label's temperature fitted on documents already scored by a model whose calibration
+/// is `current` (as [`calibrate_multilabel`]).
+pub fn calibrate_scored(
+    scored: &ScoredSets,
+    current: Option<&crate::decision::Temperature>,
+) -> Result<crate::decision::label_temperature::FittedPerLabel> {
+    let chosen_by = format!("each label's log loss on {} ({} documents)", scored.source, scored.truth.len());
+    crate::decision::label_temperature::fit(&scored.labels, &scored.truth, &scored.probabilities, current, chosen_by)
+}
+
 impl MultiLabelEvaluation {
     /// For people: one model's full report, or a comparison row per model.
     pub fn to_table(&self) -> String {
@@ -282,6 +312,40 @@ pub fn tune_multilabel_thresholds(
     tune_multilabel_examples(classifier, &examples, source_name, limits, on_document)
 }
 
+/// Labelled multi-label documents as a model scored them.
+#[derive(Debug, Clone)]
+pub struct ScoredSets {
+    /// The model's labels.
+    pub labels: Vec<String>,
+    /// Each document's label set: one bool per label (labels the model does not know left out).
+    pub truth: Vec<Vec<bool>>,
+    /// Each document's probabilities, in label order, as the model gives them.
+    pub probabilities: Vec<Vec<f32>>,
+    /// Where the documents came from, for messages.
+    pub source: String,
+}
+
+/// `examples` with their label sets, scored by the multi-label `classifier` (`on_document`
+/// is called after each).
+pub fn score_label_sets(
+    classifier: &Classifier,
+    examples: &[MultiLabelExample],
+    source_name: &str,
+    mut on_document: impl FnMut(),
+) -> Result<ScoredSets> {
+    if !classifier.multi_label() {
+        return Err(ModelError::InvalidInput("label sets are scored by multi-label models".into()));
+    }
+    let labels = classifier.labels().to_vec();
+    if examples.is_empty() {
+        return Err(ModelError::InvalidInput(format!("{source_name}: no documents")));
+    }
+    let (ids, _) = resolve_multilabel(examples, &labels, source_name, true)?;
+    let truth: Vec<Vec<bool>> = ids.iter().map(|doc| (0..labels.len()).map(|l| doc.contains(&l)).collect()).collect();
+    let predicted = predict(classifier, &labels, examples, source_name, &mut on_document)?;
+    Ok(ScoredSets { labels, truth, probabilities: predicted.probabilities, source: source_name.to_owned() })
+}
+
 /// [`tune_multilabel_thresholds`] on documents already read (`train --tune-threshold` on its
 /// dev set).
 pub fn tune_multilabel_examples(
@@ -289,40 +353,39 @@ pub fn tune_multilabel_examples(
     examples: &[MultiLabelExample],
     source_name: &str,
     limits: crate::decision::Limits,
-    mut on_document: impl FnMut(),
+    on_document: impl FnMut(),
 ) -> Result<TunedThresholds> {
-    let labels = classifier.labels().to_vec();
-    if examples.is_empty() {
-        return Err(ModelError::InvalidInput(format!("{source_name}: no documents to tune on")));
-    }
-    let (ids, _) = resolve_multilabel(examples, &labels, source_name, true)?;
-    let truth: Vec<Vec<bool>> = ids.iter().map(|doc| (0..labels.len()).map(|l| doc.contains(&l)).collect()).collect();
-    let predicted = predict(classifier, &labels, examples, source_name, &mut on_document)?;
-    let rule = match crate::decision::tune_per_label(&labels, &truth, &predicted.probabilities) {
+    tune_scored(&score_label_sets(classifier, examples, source_name, on_document)?, limits)
+}
+
+/// The per-label thresholds that maximize each label's F1 on documents already scored, with
+/// `limits` (as [`tune_multilabel_thresholds`]).
+pub fn tune_scored(scored: &ScoredSets, limits: crate::decision::Limits) -> Result<TunedThresholds> {
+    let ScoredSets { labels, truth, probabilities, source } = scored;
+    let rule = match crate::decision::tune_per_label(labels, truth, probabilities) {
         crate::decision::Rule::PerLabel { thresholds, .. } => crate::decision::Rule::PerLabel { thresholds, limits },
         other => other,
     };
     let decision = crate::decision::Decision {
         rule,
-        chosen_by: format!("each label's F1 on {source_name} ({} documents)", examples.len()),
+        chosen_by: format!("each label's F1 on {source} ({} documents)", truth.len()),
     };
-    decision.check(&labels).map_err(ModelError::InvalidInput)?;
+    decision.check(labels).map_err(ModelError::InvalidInput)?;
     let report = |decision: Option<&crate::decision::Decision>| {
-        let carried: Vec<Vec<bool>> = predicted
-            .probabilities
+        let carried: Vec<Vec<bool>> = probabilities
             .iter()
             .map(|p| {
                 let named = match decision {
-                    Some(decision) => decision.carried(&labels, p).unwrap_or_default(),
-                    None => crate::prediction::carried(&labels, p),
+                    Some(decision) => decision.carried(labels, p).unwrap_or_default(),
+                    None => crate::prediction::carried(labels, p),
                 };
                 labels.iter().map(|l| named.contains(l)).collect()
             })
             .collect();
-        evaluate_multilabel(&labels, &truth, &carried).map_err(ModelError::InvalidInput)
+        evaluate_multilabel(labels, truth, &carried).map_err(ModelError::InvalidInput)
     };
     Ok(TunedThresholds {
-        documents: examples.len(),
+        documents: truth.len(),
         at_default: report(None)?,
         at_threshold: report(Some(&decision))?,
         decision,

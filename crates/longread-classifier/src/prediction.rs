@@ -403,7 +403,12 @@ pub const MULTI_LABEL_THRESHOLD: f32 = 0.5;
 /// The labels whose probability reaches [`MULTI_LABEL_THRESHOLD`], in label order (a model's
 /// own rule, [`crate::decision::Decision::carried`], replaces this where it has one).
 pub fn carried(labels: &[String], probabilities: &[f32]) -> Vec<String> {
-    labels.iter().zip(probabilities).filter(|(_, &p)| p >= MULTI_LABEL_THRESHOLD).map(|(label, _)| label.clone()).collect()
+    labels
+        .iter()
+        .zip(probabilities)
+        .filter(|(_, &p)| p >= MULTI_LABEL_THRESHOLD)
+        .map(|(label, _)| label.clone())
+        .collect()
 }
 
 /// Index of the largest value (the first on ties; 0 when empty).

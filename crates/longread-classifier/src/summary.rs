@@ -36,8 +36,7 @@ pub fn summarize(dir: &Path) -> Result<ModelSummary> {
         if !table.ends_with('\n') {
             table.push('\n');
         }
-        let t = crate::decision::temperature::short(calibration.temperature);
-        table += &format!("calibration      temperature {t} ({})\n", calibration.chosen_by);
+        table += &format!("calibration      {} ({})\n", calibration.describe(), calibration.chosen_by);
         json["calibration"] = serde_json::to_value(&calibration).unwrap_or_default();
     }
     let labels: Vec<String> = json["labels"]

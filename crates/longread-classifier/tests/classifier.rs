@@ -337,7 +337,7 @@ fn occlusion_follows_the_calibration_and_is_refused_where_there_are_no_chunks() 
     let raw = Classifier::load(&dir, options).unwrap().classify(&[&text]).unwrap().remove(0).unwrap();
     std::fs::write(dir.join("calibration.json"), r#"{"temperature": 2.5, "chosen_by": "a test"}"#).unwrap();
     let calibrated = Classifier::load(&dir, options).unwrap().classify(&[&text]).unwrap().remove(0).unwrap();
-    let t = longread_classifier::decision::Temperature { temperature: 2.5, chosen_by: String::new() };
+    let t = longread_classifier::decision::Temperature::single(2.5, String::new());
     let label = calibrated.scores.labels.iter().position(|l| *l == calibrated.label).unwrap();
     let (raw_chunks, chunks) = (raw.parts.chunks().unwrap(), calibrated.parts.chunks().unwrap());
     assert!(chunks.len() > 1);

@@ -350,6 +350,69 @@ fn top_k_and_min_labels_bound_every_documents_set_in_predict_and_eval() {
     assert_clean_failure(&longread(&["threshold", "--model", model, "--top-k", "0"]), "--top-k is 0");
 }
 
+/// The descriptor test set with every third document's labels taken from the next one: data
+/// the bag of words does not separate, so that each label has a temperature to find.
+fn noisy_descriptors(dir: &Path) -> String {
+    let mut reader = csv::Reader::from_path(descriptors("test.csv")).unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
+    let path = dir.join("noisy.csv");
+    let mut writer = csv::Writer::from_path(&path).unwrap();
+    writer.write_record(["id", "text", "labels"]).unwrap();
+    for (i, row) in rows.iter().enumerate() {
+        let labels = if i % 3 == 0 { &rows[(i + 1) % rows.len()][2] } else { &row[2] };
+        writer.write_record([&row[0], &row[1], labels]).unwrap();
+    }
+    writer.flush().unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_temperature_per_label_calibrates_each_sigmoid_and_keeps_every_label_carried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    assert!(train(&out, &[]).status.success());
+    let (model, test) = (out.to_str().unwrap(), descriptors("test.csv"));
+    let noisy = noisy_descriptors(tmp.path());
+    assert!(longread(&["threshold", "--model", model, "--set", "language=0.3"]).status.success());
+    let before = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+
+    let fitted = longread(&["calibrate", "--model", model, "--data", &noisy, "--json"]);
+    assert!(fitted.status.success(), "{}", String::from_utf8_lossy(&fitted.stderr));
+    let fitted: Value = serde_json::from_slice(&fitted.stdout).unwrap();
+    let temperatures = fitted["temperatures"].as_object().unwrap();
+    assert_eq!(temperatures.keys().collect::<Vec<_>>(), ["drugs", "language", "violence"], "{fitted}");
+    for label in fitted["labels"].as_array().unwrap() {
+        assert_eq!(label["at_bound"], Value::Bool(false), "{label}");
+        assert!(label["log_loss"]["after"].as_f64() < label["log_loss"]["before"].as_f64(), "{label}");
+    }
+    let restated = fitted["decision"]["thresholds"]["language"].as_f64().unwrap();
+    assert!((restated - 0.3).abs() > 1e-3, "the threshold moved with its label's temperature: {fitted}");
+
+    // Every document carries the labels it carried; each probability is σ(logit(p) / T).
+    let after = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(b["labels"], a["labels"], "{b} / {a}");
+        for (label, t) in temperatures {
+            let (p, t) = (b["scores"][label].as_f64().unwrap(), t.as_f64().unwrap());
+            let want = 1.0 / (1.0 + (-(p / (1.0 - p)).ln() / t).exp());
+            assert!((a["scores"][label].as_f64().unwrap() - want).abs() < 1e-5, "{label}: {b} / {a}");
+        }
+    }
+    let described = String::from_utf8_lossy(&longread(&["inspect", model]).stdout).to_string();
+    assert!(described.contains("a temperature per label (drugs "), "{described}");
+
+    // Clearing gives the model's own probabilities and the threshold back.
+    assert!(longread(&["calibrate", "--model", model, "--clear"]).status.success());
+    let cleared = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    assert_eq!(cleared[0]["scores"], before[0]["scores"]);
+    let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
+    assert!((decision["thresholds"]["language"].as_f64().unwrap() - 0.3).abs() < 1e-5, "{decision}");
+
+    assert_clean_failure(&longread(&["calibrate", "--model", model, "--out-of-fold", model]), "on --data");
+    std::fs::write(out.join("calibration.json"), r#"{"temperature": 2}"#).unwrap();
+    assert_clean_failure(&longread(&["predict", "--model", model, "--input", &test]), "a temperature per label");
+}
+
 #[test]
 fn an_ensemble_of_multi_label_models_averages_each_labels_probability() {
     let tmp = tempfile::tempdir().unwrap();
@@ -448,12 +511,19 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
         "micro-f1",
         "--tune-threshold",
         "macro-f1",
+        "--calibrate",
         "--out",
         out_s,
     ]);
     let said = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{said}");
-    assert!(said.contains("tuning each label's threshold on the dev set's"), "{said}");
+    assert!(
+        said.contains("calibrating each label's probabilities and tuning its threshold on the dev set's"),
+        "{said}"
+    );
+    let calibration: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("calibration.json")).unwrap()).unwrap();
+    assert_eq!(calibration["temperatures"].as_object().unwrap().len(), 3, "{calibration}");
     let tuned_on_dev: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
     assert_eq!(tuned_on_dev["thresholds"].as_object().unwrap().len(), 3, "{tuned_on_dev}");
@@ -465,8 +535,9 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
             .unwrap();
     assert!(first_epoch["dev"]["micro_f1"].is_number(), "{first_epoch}");
 
-    // The checks below are of the model at 0.5.
+    // The checks below are of the model's own probabilities at 0.5.
     assert!(longread(&["threshold", "--model", out_s, "--clear"]).status.success());
+    assert!(longread(&["calibrate", "--model", out_s, "--clear"]).status.success());
     let predict = longread(&["predict", "--model", out_s, "--input", &descriptors("test.csv")]);
     assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
     let rows = json_lines(&predict.stdout);
@@ -523,7 +594,6 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
     };
     refused(&["--class-weights", "balanced"], "weighs each label's positive documents with --pos-weight");
     refused(&["--tune-threshold", "accuracy"], "give --tune-threshold macro-f1");
-    refused(&["--calibrate"], "a multi-label model has a sigmoid per label");
     let weights = tmp.path().join("weights.json");
     std::fs::write(&weights, r#"{"gore": 3}"#).unwrap();
     refused(&["--pos-weight", weights.to_str().unwrap()], "\"gore\" is not a label of the model");

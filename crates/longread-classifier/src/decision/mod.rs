@@ -10,6 +10,7 @@
 //! from them.
 
 mod adjusted;
+pub mod label_temperature;
 pub mod temperature;
 mod tune;
 

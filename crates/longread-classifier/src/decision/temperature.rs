@@ -18,18 +18,80 @@ use crate::Prediction;
 /// The file in a model directory that holds its [`Temperature`].
 pub const CALIBRATION_FILE: &str = "calibration.json";
 
-/// A model's calibration (`calibration.json`).
+/// A model's calibration (`calibration.json`): one temperature for a softmax over the labels
+/// (`{"temperature": T}`), or, for a multi-label model, one per label's sigmoid
+/// (`{"temperatures": {label: T}}`, [`super::label_temperature`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "CalibrationFile", into = "CalibrationFile")]
 pub struct Temperature {
-    /// Positive and finite; 1 changes nothing.
+    /// Positive and finite; 1 changes nothing. 1 for a per-label calibration.
     pub temperature: f64,
+    /// A multi-label model's temperature per label, in the model's label order (each positive
+    /// and finite); empty for a softmax calibration.
+    pub per_label: Vec<(String, f64)>,
     /// How it was fitted, for people ("log loss on dev.jsonl (120 documents)").
-    #[serde(default)]
     pub chosen_by: String,
 }
 
+/// `calibration.json` as written: `{"temperature"}` or `{"temperatures": {label: T}}`, with
+/// `"chosen_by"`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CalibrationFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    temperatures: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    chosen_by: String,
+}
+
+impl TryFrom<CalibrationFile> for Temperature {
+    type Error = String;
+
+    fn try_from(file: CalibrationFile) -> std::result::Result<Self, String> {
+        let positive = |t: Option<f64>, what: &str| match t {
+            Some(t) if t.is_finite() && t > 0.0 => Ok(t),
+            _ => Err(format!("{what} is not a positive number")),
+        };
+        match (file.temperature, file.temperatures) {
+            (Some(t), None) => Ok(Self::single(positive(Some(t), &format!("temperature {t}"))?, file.chosen_by)),
+            (None, Some(map)) => {
+                let per_label = map
+                    .into_iter()
+                    .map(|(label, t)| {
+                        Ok((label.clone(), positive(t.as_f64(), &format!("the temperature of \"{label}\", {t},"))?))
+                    })
+                    .collect::<std::result::Result<Vec<_>, String>>()?;
+                Ok(Self { temperature: 1.0, per_label, chosen_by: file.chosen_by })
+            }
+            _ => {
+                Err("give \"temperature\" (one softmax) or \"temperatures\" (multi-label: one per label), one of them"
+                    .into())
+            }
+        }
+    }
+}
+
+impl From<Temperature> for CalibrationFile {
+    fn from(t: Temperature) -> Self {
+        match t.per_label.is_empty() {
+            true => Self { temperature: Some(t.temperature), temperatures: None, chosen_by: t.chosen_by },
+            false => Self {
+                temperature: None,
+                temperatures: Some(t.per_label.into_iter().map(|(l, t)| (l, t.into())).collect()),
+                chosen_by: t.chosen_by,
+            },
+        }
+    }
+}
+
 impl Temperature {
+    /// One temperature for a softmax over the labels.
+    pub fn single(temperature: f64, chosen_by: String) -> Self {
+        Self { temperature, per_label: Vec::new(), chosen_by }
+    }
+
     /// The calibration kept in `dir`, if any; a temperature that is not positive and finite
     /// is an error naming the file.
     pub fn load(dir: &Path) -> Result<Option<Self>> {
@@ -37,10 +99,43 @@ impl Temperature {
         let Some(text) = longread_model::model_dir::read_if_present(&path)? else { return Ok(None) };
         let invalid = |why: String| ModelError::InvalidInput(format!("{}: {why}", path.display()));
         let calibration: Self = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        if !(calibration.temperature.is_finite() && calibration.temperature > 0.0) {
-            return Err(invalid(format!("temperature {} is not a positive number", calibration.temperature)));
-        }
         Ok(Some(calibration))
+    }
+
+    /// Why this calibration does not fit a model with `labels` that is (or is not)
+    /// `multi_label`, if it does not: a multi-label model takes a temperature per label, one
+    /// for each label in its order; the others one temperature.
+    pub fn check(&self, labels: &[String], multi_label: bool) -> std::result::Result<(), String> {
+        match (self.per_label.is_empty(), multi_label) {
+            (true, true) => {
+                Err("a multi-label model's calibration is a temperature per label (\"temperatures\")".into())
+            }
+            (false, false) => {
+                Err("a temperature per label is for multi-label models; this model predicts one label".into())
+            }
+            (true, false) => Ok(()),
+            (false, true) => {
+                let named: Vec<&str> = self.per_label.iter().map(|(l, _)| l.as_str()).collect();
+                match named == labels.iter().map(String::as_str).collect::<Vec<_>>() {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "the temperatures are for the labels {named:?} but the model's labels are {labels:?} (one \
+                         temperature per label, in that order)"
+                    )),
+                }
+            }
+        }
+    }
+
+    /// The calibration in words: "temperature 1.3" or "a temperature per label (3 1.2, 6 0.9)".
+    pub fn describe(&self) -> String {
+        match self.per_label.is_empty() {
+            true => format!("temperature {}", short(self.temperature)),
+            false => {
+                let each: Vec<String> = self.per_label.iter().map(|(l, t)| format!("{l} {}", short(*t))).collect();
+                format!("a temperature per label ({})", each.join(", "))
+            }
+        }
     }
 
     /// Writes it as `dir/calibration.json`, atomically.
@@ -49,7 +144,7 @@ impl Temperature {
     }
 
     /// Its file: `dir/calibration.json` and the JSON it holds.
-    fn file(&self, dir: &Path) -> Result<(PathBuf, Vec<u8>)> {
+    pub(crate) fn file(&self, dir: &Path) -> Result<(PathBuf, Vec<u8>)> {
         let json = serde_json::to_string_pretty(self).map_err(|e| ModelError::InvalidInput(e.to_string()))? + "\n";
         Ok((dir.join(CALIBRATION_FILE), json.into_bytes()))
     }
@@ -59,8 +154,13 @@ impl Temperature {
         longread_model::model_dir::remove_if_present(&dir.join(CALIBRATION_FILE))
     }
 
-    /// `probabilities` (one row of the primary task) at this temperature.
+    /// `probabilities` (one row of the primary task) at this temperature: softmax(ln p / T),
+    /// or, per label, σ(logit(p) / T_label).
     pub fn apply(&self, probabilities: &[f32]) -> Vec<f32> {
+        if !self.per_label.is_empty() {
+            let each = probabilities.iter().zip(&self.per_label);
+            return each.map(|(&p, (_, t))| super::label_temperature::temper_one(f64::from(p), *t) as f32).collect();
+        }
         let row: Vec<f64> = probabilities.iter().map(|&p| f64::from(p)).collect();
         temper(&row, self.temperature).into_iter().map(|p| p as f32).collect()
     }
@@ -71,8 +171,10 @@ impl Temperature {
         let scores = &mut prediction.scores;
         if !scores.probabilities.is_empty() && scores.probabilities.len() == scores.labels.len() {
             scores.probabilities = self.apply(&scores.probabilities);
-            let t = self.temperature as f32;
-            prediction.logits.iter_mut().for_each(|z| *z /= t);
+            match self.per_label.is_empty() {
+                true => prediction.logits.iter_mut().for_each(|z| *z /= self.temperature as f32),
+                false => prediction.logits.iter_mut().zip(&self.per_label).for_each(|(z, (_, t))| *z /= *t as f32),
+            }
             prediction.map_without(|row| self.apply(row));
         }
         prediction
@@ -80,7 +182,7 @@ impl Temperature {
 }
 
 /// What [`restate`] adds to a rule's `chosen_by` (once).
-const RESTATED: &str = " (restated for the calibration)";
+pub(crate) const RESTATED: &str = " (restated for the calibration)";
 
 /// `decision` restated for probabilities tempered by `t` so that it gives every document the
 /// label it gave before: a threshold τ on p becomes σ(logit(τ) / t) on the tempered p (logit
@@ -227,7 +329,7 @@ fn fit_tempered<R: AsRef<[f32]>>(
     let after = longread_metrics::scores::score_metrics(labels, truth, &tempered).map_err(invalid)?;
     let (low, high) = TEMPERATURE_RANGE;
     Ok(Fitted {
-        calibration: Temperature { temperature, chosen_by },
+        calibration: Temperature::single(temperature, chosen_by),
         previous,
         at_bound: temperature < low * 1.01 || temperature > high / 1.01,
         documents: truth.len(),
@@ -267,7 +369,13 @@ pub fn keep(dir: &Path, fitted: &Fitted, labels: &[String]) -> Result<Option<Dec
 pub fn remove(dir: &Path, labels: &[String]) -> Result<(bool, Option<Decision>)> {
     let Some(current) = Temperature::load(dir)? else { return Ok((false, None)) };
     let restated = Decision::load(dir, labels)?.map(|d| {
-        let back = restate(&d, 1.0 / current.temperature);
+        let back = match current.per_label.is_empty() {
+            true => restate(&d, 1.0 / current.temperature),
+            false => {
+                let back: Vec<f64> = current.per_label.iter().map(|(_, t)| 1.0 / t).collect();
+                super::label_temperature::restate(&d, &back)
+            }
+        };
         Decision { chosen_by: back.chosen_by.trim_end_matches(RESTATED).to_owned(), ..back }
     });
     if let Some(decision) = &restated {

@@ -271,7 +271,7 @@ fn a_restated_rule_gives_tempered_probabilities_the_labels_it_gave_before() {
         chosen_by: String::new(),
     };
     for t in [0.3, 1.7, 6.0] {
-        let calibration = Temperature { temperature: t, chosen_by: String::new() };
+        let calibration = Temperature::single(t, String::new());
         for decision in [&thresholded, &biased] {
             let restated = temperature::restate(decision, t);
             let labels = if matches!(decision.rule, Rule::Threshold { .. }) { 2 } else { 3 };
@@ -344,10 +344,7 @@ fn per_label_thresholds_maximize_each_labels_f1_and_move_only_as_far_as_needed()
 #[test]
 fn per_label_thresholds_decide_each_label_and_fit_only_multi_label_models() {
     let labels = three();
-    let decision = Decision {
-        rule: per_label_rule(&[0.3, 0.5, 0.9], Limits::default()),
-        chosen_by: String::new(),
-    };
+    let decision = Decision { rule: per_label_rule(&[0.3, 0.5, 0.9], Limits::default()), chosen_by: String::new() };
     assert_eq!(decision.check(&labels), Ok(()));
     assert!(decision.check_fits(true).is_ok() && decision.check_fits(false).is_err());
     assert!(threshold("partisan", 0.4).check_fits(true).unwrap_err().contains("threshold per label"));
@@ -365,10 +362,7 @@ fn per_label_thresholds_decide_each_label_and_fit_only_multi_label_models() {
     assert_eq!(relabelled.labels, Some(vec!["general".to_string()]));
     assert_eq!(relabelled.label, "mature", "the most probable label stays");
 
-    let wrong = Decision {
-        rule: per_label_rule(&[0.3, 1.0, 0.9], Limits::default()),
-        chosen_by: String::new(),
-    };
+    let wrong = Decision { rule: per_label_rule(&[0.3, 1.0, 0.9], Limits::default()), chosen_by: String::new() };
     assert!(wrong.check(&labels).unwrap_err().contains("\"teen\", 1, is not between 0 and 1"));
     let dir = tempfile::tempdir().unwrap();
     decision.save(dir.path()).unwrap();

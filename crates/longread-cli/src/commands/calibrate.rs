@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use longread_classifier::decision::temperature::{self, short, Fitted, CALIBRATION_FILE};
+use longread_classifier::decision::{label_temperature, Decision};
 use longread_classifier::evaluate::{calibrate_out_of_fold, calibrate_temperature};
+use longread_classifier::multilabel_eval::calibrate_multilabel;
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
@@ -24,7 +26,10 @@ by T and renormalised, softmax(ln p / T); T > 1 softens an overconfident model, 
 the value of least log loss on --data, searched in [0.05, 20]. The most probable label never changes; a decision \
 rule the model keeps (`threshold`) is restated so that every document keeps its label. Calibrating again fits anew \
 from the model's own probabilities (it replaces T). Fit on documents held out from training (a dev set), not on the test set you report; `eval` \
-then shows log loss and ECE (expected calibration error) on the test set.")]
+then shows log loss and ECE (expected calibration error) on the test set. A multi-label model gets a temperature \
+per label: each label's probability becomes σ(logit(p) / T), T the value of least binary cross-entropy for that \
+label (a label every document carries, or none, keeps 1), and its per-label thresholds are restated so that every \
+label is carried as before.")]
 pub struct CalibrateArgs {
     /// Model directory (any kind: hierarchical, sequence, HAN, bag of words, ensemble).
     #[arg(long)]
@@ -47,9 +52,14 @@ pub struct CalibrateArgs {
     #[arg(long, conflicts_with_all = ["data", "dry_run"])]
     clear: bool,
     /// Print one JSON object (temperature, chosen_by, previous, at_bound, documents, log_loss
-    /// and ece before and after, written; decision when a rule was restated).
+    /// and ece before and after, written; decision when a rule was restated). A multi-label
+    /// model: temperatures ({label: T}), chosen_by, documents, labels (each label's
+    /// temperature, previous, positives, one_class, at_bound, log_loss), log_loss, ece,
+    /// written, decision.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    label_layout: longread_train::run::LabelLayoutSpec,
     #[command(flatten)]
     encoding: EncodingArgs,
 }
@@ -66,6 +76,12 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
             eprintln!("its decision rule, restated for them: {}", printable(&decision.describe()));
         }
         return Ok(());
+    }
+    if classifier.multi_label() {
+        return run_multilabel(&args, &classifier, quiet);
+    }
+    if !args.label_layout.label_columns.is_empty() {
+        bail!("--label-columns is for multi-label models; {} predicts one label per document", dir.display());
     }
     let (source, fitted) = match (&args.out_of_fold, &args.data) {
         (Some(run), _) => {
@@ -84,34 +100,86 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
     let written = !args.dry_run;
     let restated = if written { temperature::keep(dir, &fitted, classifier.labels())? } else { None };
     if args.json {
-        let mut value = serde_json::to_value(&fitted)?;
-        value["written"] = written.into();
-        if let Some(decision) = &restated {
-            value["decision"] = serde_json::to_value(decision)?;
-        }
-        println!("{value}");
-        return Ok(());
+        return print_json(&fitted, written, restated.as_ref());
     }
     print_table(&source, &fitted);
     if !quiet {
-        for warning in temperature::warnings(&fitted) {
-            eprintln!("{warning}");
-        }
-        if let Some(decision) = &restated {
-            eprintln!(
-                "its decision rule, restated for the calibrated probabilities: {}",
-                printable(&decision.describe())
-            );
-        }
-        match written {
-            true => eprintln!(
-                "kept in {}; predict, eval, report, serve and Python give the calibrated probabilities",
-                dir.join(CALIBRATION_FILE).display()
-            ),
-            false => eprintln!("--dry-run: nothing written"),
-        }
+        say_kept(dir, &temperature::warnings(&fitted), restated.as_ref(), "decision rule", written);
     }
     Ok(())
+}
+
+/// `calibrate` for a multi-label model: a temperature per label, fitted on --data.
+fn run_multilabel(args: &CalibrateArgs, classifier: &Classifier, quiet: bool) -> Result<()> {
+    let dir = &args.model;
+    if args.out_of_fold.is_some() {
+        bail!("--out-of-fold calibrates single-label models in this version; calibrate a multi-label model on --data");
+    }
+    let Some(data) = &args.data else { bail!("--data is needed to calibrate") };
+    let progress = progress_bar(0, quiet);
+    let source = input_name(data);
+    let fitted =
+        calibrate_multilabel(classifier, open_input(data)?, &source, &args.label_layout.layout(), || progress.inc(1))?;
+    progress.finish_and_clear();
+    let written = !args.dry_run;
+    let restated = if written { label_temperature::keep(dir, &fitted, classifier.labels())? } else { None };
+    if args.json {
+        return print_json(&fitted, written, restated.as_ref());
+    }
+    println!("{source} ({}): a temperature per label", counted(fitted.documents, "document"));
+    println!("{:<16} {:>9} {:>12} {:>18}", "label", "positives", "temperature", "log loss (before)");
+    for f in &fitted.labels {
+        let t = match (f.one_class, f.previous == 1.0) {
+            (true, _) => "1 (one class)".to_string(),
+            (false, true) => short(f.temperature),
+            (false, false) => format!("{} (was {})", short(f.temperature), short(f.previous)),
+        };
+        println!(
+            "{:<16} {:>9} {:>12} {:>9.4} ({:.4})",
+            printable(&f.label),
+            f.positives,
+            t,
+            f.log_loss.after,
+            f.log_loss.before
+        );
+    }
+    println!("{:<14} {:>9} {:>9}", "", "log loss", "ECE");
+    println!("{:<14} {:>9.4} {:>9.4}", "as given", fitted.log_loss.before, fitted.ece.before);
+    println!("{:<14} {:>9.4} {:>9.4}", "calibrated", fitted.log_loss.after, fitted.ece.after);
+    if !quiet {
+        say_kept(dir, &label_temperature::warnings(&fitted), restated.as_ref(), "thresholds", written);
+    }
+    Ok(())
+}
+
+/// Prints what calibrating found (`fitted`) as one JSON object, with "written" and the
+/// `restated` rule.
+fn print_json(fitted: &impl serde::Serialize, written: bool, restated: Option<&Decision>) -> Result<()> {
+    let mut value = serde_json::to_value(fitted)?;
+    value["written"] = written.into();
+    if let Some(decision) = restated {
+        value["decision"] = serde_json::to_value(decision)?;
+    }
+    println!("{value}");
+    Ok(())
+}
+
+/// Says, on standard error, the `warnings`, the model's `rule` as `restated`, and where the
+/// calibration went (or that `--dry-run` kept it).
+fn say_kept(dir: &std::path::Path, warnings: &[String], restated: Option<&Decision>, rule: &str, written: bool) {
+    for warning in warnings {
+        eprintln!("{warning}");
+    }
+    if let Some(decision) = restated {
+        eprintln!("its {rule}, restated for the calibrated probabilities: {}", printable(&decision.describe()));
+    }
+    match written {
+        true => eprintln!(
+            "kept in {}; predict, eval, report, serve and Python give the calibrated probabilities",
+            dir.join(CALIBRATION_FILE).display()
+        ),
+        false => eprintln!("--dry-run: nothing written"),
+    }
 }
 
 /// The fitted temperature and the scores before and after, for people.

@@ -111,10 +111,7 @@ pub fn run(args: ThresholdArgs, quiet: bool, device: DeviceChoice) -> Result<()>
         bail!("--label-columns is for multi-label models; {} predicts one label per document", dir.display());
     }
     if args.top_k.is_some() || args.min_labels.is_some() {
-        bail!(
-            "--top-k and --min-labels are for multi-label models; {} predicts one label per document",
-            dir.display()
-        );
+        bail!("--top-k and --min-labels are for multi-label models; {} predicts one label per document", dir.display());
     }
     if let Some(rule) = &args.set {
         let decision = Decision { rule: rule_to_set(rule, &labels)?, chosen_by: "set by hand".into() };
@@ -184,7 +181,9 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
             None => vec![longread_classifier::decision::MULTI_LABEL_DEFAULT; labels.len()],
         };
         let chosen_by = match current {
-            Some(current) if !current.chosen_by.is_empty() => format!("{}; label limits set by hand", current.chosen_by),
+            Some(current) if !current.chosen_by.is_empty() => {
+                format!("{}; label limits set by hand", current.chosen_by)
+            }
             _ => "set by hand".into(),
         };
         let rule = Rule::PerLabel { thresholds: labels.iter().cloned().zip(thresholds).collect(), limits };
@@ -205,10 +204,14 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
     let Some(data) = &args.data else { bail!("--data is needed to tune the thresholds") };
     let progress = progress_bar(0, quiet);
     let source = input_name(data);
-    let tuned =
-        tune_multilabel_thresholds(classifier, open_input(data)?, &source, &args.label_layout.layout(), limits, || {
-            progress.inc(1)
-        })?;
+    let tuned = tune_multilabel_thresholds(
+        classifier,
+        open_input(data)?,
+        &source,
+        &args.label_layout.layout(),
+        limits,
+        || progress.inc(1),
+    )?;
     progress.finish_and_clear();
     let written = keep_tuned(dir, &tuned.decision, &tuned, args)?;
     if args.json {

@@ -41,13 +41,13 @@ pub use init::{init_run, InitSpec};
 pub use output::{RunModel, RunOutput};
 pub use pretrain_output::PretrainOutput;
 pub use pretrain_run::{pretrain_run, PretrainSpec, PretrainSummary};
-pub use threshold::KeptRule;
 pub use settings::{check_resume_settings, check_resumed_run, fingerprint_file};
 use settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use spec::TrainPlan as Plan;
 pub use spec::{
     Arch, BowSpec, EncoderTrainSpec, HanSpec, LabelLayoutSpec, LoopSpec, TrainPlan, TrainPrecision, TrainSpec,
 };
+pub use threshold::{KeptCalibration, KeptRule};
 
 use crate::error::{Result, TrainError};
 use crate::trainer::{EpochLog, PretrainLog, Progress};
@@ -79,7 +79,7 @@ pub struct RunSummary {
     /// The decision rule `--tune-threshold` kept (when the run completed).
     pub threshold: Option<threshold::KeptRule>,
     /// The calibration `--calibrate` kept (when the run completed).
-    pub calibration: Option<longread_classifier::decision::temperature::Fitted>,
+    pub calibration: Option<threshold::KeptCalibration>,
 }
 
 impl RunSummary {

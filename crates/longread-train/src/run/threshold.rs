@@ -4,10 +4,11 @@
 //! biases) tuned on the calibrated probabilities, as `longread threshold` tunes it
 //! ([`longread_classifier::decision::tune`]), to OUT/decision.json; every front applies both.
 
-use longread_classifier::decision::temperature::{self, Fitted};
+use longread_classifier::decision::label_temperature::{self, FittedPerLabel};
+use longread_classifier::decision::temperature::{self, BeforeAfter, Fitted};
 use longread_classifier::decision::{Temperature, CALIBRATION_FILE, DECISION_FILE};
 use longread_classifier::evaluate::{primary_probabilities, TunedRule};
-use longread_classifier::multilabel_eval::{tune_multilabel_examples, TunedThresholds};
+use longread_classifier::multilabel_eval::{calibrate_scored, score_label_sets, tune_scored, TunedThresholds};
 use longread_classifier::{Classifier, ClassifierOptions};
 use longread_text::multilabel::MultiLabelExample;
 use longread_text::Example;
@@ -67,10 +68,20 @@ fn failed(spec: &TrainSpec, why: impl std::fmt::Display) -> TrainError {
 /// What a completed run kept besides its model.
 #[derive(Default)]
 pub(crate) struct AfterRun {
-    /// `--calibrate`'s temperature.
-    pub calibration: Option<Fitted>,
+    /// `--calibrate`'s temperature (or temperatures).
+    pub calibration: Option<KeptCalibration>,
     /// `--tune-threshold`'s rule.
     pub threshold: Option<KeptRule>,
+}
+
+/// The calibration `--calibrate` kept, with what it did on the documents it was fitted on.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(untagged)]
+pub enum KeptCalibration {
+    /// One temperature for a softmax over the labels.
+    Softmax(Fitted),
+    /// A multi-label model's temperature per label.
+    PerLabel(FittedPerLabel),
 }
 
 /// The rule `--tune-threshold` kept, with what it did on the documents it was tuned on.
@@ -97,7 +108,7 @@ pub(crate) fn calibrate_and_tune(spec: &TrainSpec, dev: &DevTexts, hooks: &mut d
         (false, None) => return Ok(AfterRun::default()),
     };
     if !dev.label_sets.is_empty() {
-        return tune_per_label(spec, dev, hooks);
+        return calibrate_and_tune_per_label(spec, dev, hooks);
     }
     hooks.note(&format!("{what} on the dev set's {} documents ({flags})", dev.examples.len()));
     let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
@@ -142,19 +153,9 @@ pub(crate) fn after_run(
         temperature::keep(&spec.out, &fitted, labels).map_err(|e| failed(spec, e))?;
         // The rule is tuned on the probabilities the calibrated model gives.
         probabilities = std::mem::take(&mut fitted.calibrated);
-        hooks.note(&format!(
-            "calibration: temperature {}; {on} log loss {:.4} → {:.4}, ECE {:.4} → {:.4}; kept in {}",
-            temperature::short(fitted.calibration.temperature),
-            fitted.log_loss.before,
-            fitted.log_loss.after,
-            fitted.ece.before,
-            fitted.ece.after,
-            spec.out.join(CALIBRATION_FILE).display()
-        ));
-        for warning in temperature::warnings(&fitted) {
-            hooks.note(&warning);
-        }
-        kept.calibration = Some(fitted);
+        let said = (fitted.log_loss, fitted.ece, temperature::warnings(&fitted));
+        note_calibration(spec, hooks, &fitted.calibration.describe(), on, said);
+        kept.calibration = Some(KeptCalibration::Softmax(fitted));
     }
     if let Some(metric) = spec.tune_threshold {
         let tuned = longread_classifier::decision::tune(labels, truth, &probabilities, |r| metric.of(r))
@@ -165,31 +166,75 @@ pub(crate) fn after_run(
     Ok(kept)
 }
 
-/// `--tune-threshold` of a multi-label run: each label's threshold tuned on the dev set's
-/// label sets, as `longread threshold` tunes it, kept in `spec.out`.
-fn tune_per_label(spec: &TrainSpec, dev: &DevTexts, hooks: &mut dyn RunHooks) -> Result<AfterRun> {
-    let documents = dev.label_sets.len();
-    hooks.note(&format!("tuning each label's threshold on the dev set's {documents} documents (--tune-threshold)"));
-    let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
-    let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
-    let tuned = tune_multilabel_examples(&classifier, &dev.label_sets, &dev.source, Default::default(), || {})
-        .map_err(|e| failed(spec, e))?;
-    tuned.decision.save(&spec.out).map_err(|e| failed(spec, e))?;
-    let (before, after) = (&tuned.at_default, &tuned.at_threshold);
+/// Tells `hooks` what calibrating kept in `spec.out`: the calibration (`what`, in words), its
+/// log loss and ECE before and after `on` the documents it was fitted on, and its warnings.
+fn note_calibration(
+    spec: &TrainSpec,
+    hooks: &mut dyn RunHooks,
+    what: &str,
+    on: &str,
+    (log_loss, ece, warnings): (BeforeAfter, BeforeAfter, Vec<String>),
+) {
     hooks.note(&format!(
-        "decision rule: {}; dev micro-F1 {:.4} → {:.4}, macro-F1 {:.4} → {:.4} (optimistic: the dev set chose it); \
-         kept in {}",
-        longread_metrics::terminal::printable(&tuned.decision.describe()),
-        before.micro.f1,
-        after.micro.f1,
-        before.macro_avg.f1,
-        after.macro_avg.f1,
-        spec.out.join(DECISION_FILE).display()
+        "calibration: {}; {on} log loss {:.4} → {:.4}, ECE {:.4} → {:.4}; kept in {}",
+        longread_metrics::terminal::printable(what),
+        log_loss.before,
+        log_loss.after,
+        ece.before,
+        ece.after,
+        spec.out.join(CALIBRATION_FILE).display()
     ));
-    if let Some(warning) = tuned.decision.warning(documents) {
+    for warning in warnings {
         hooks.note(&warning);
     }
-    Ok(AfterRun { calibration: None, threshold: Some(KeptRule::PerLabel(tuned)) })
+}
+
+/// `--calibrate` and `--tune-threshold` of a multi-label run: each label's temperature fitted
+/// on the dev set's label sets, then each label's threshold tuned on the calibrated
+/// probabilities, as `longread calibrate` and `longread threshold` do; both kept in
+/// `spec.out`. The dev set is classified once.
+fn calibrate_and_tune_per_label(spec: &TrainSpec, dev: &DevTexts, hooks: &mut dyn RunHooks) -> Result<AfterRun> {
+    let documents = dev.label_sets.len();
+    let what = match (spec.calibrate, spec.tune_threshold.is_some()) {
+        (true, true) => "calibrating each label's probabilities and tuning its threshold",
+        (true, false) => "calibrating each label's probabilities",
+        _ => "tuning each label's threshold",
+    };
+    hooks.note(&format!("{what} on the dev set's {documents} documents"));
+    let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
+    let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
+    let mut scored = score_label_sets(&classifier, &dev.label_sets, &dev.source, || {}).map_err(|e| failed(spec, e))?;
+    let mut kept = AfterRun::default();
+    if spec.calibrate {
+        let current = Temperature::load(&spec.out).map_err(|e| failed(spec, e))?;
+        let mut fitted = calibrate_scored(&scored, current.as_ref()).map_err(|e| failed(spec, e))?;
+        label_temperature::keep(&spec.out, &fitted, &scored.labels).map_err(|e| failed(spec, e))?;
+        let said = (fitted.log_loss, fitted.ece, label_temperature::warnings(&fitted));
+        note_calibration(spec, hooks, &fitted.calibration.describe(), "dev", said);
+        // The thresholds are tuned on the probabilities the calibrated model gives.
+        scored.probabilities = std::mem::take(&mut fitted.calibrated);
+        kept.calibration = Some(KeptCalibration::PerLabel(fitted));
+    }
+    if spec.tune_threshold.is_some() {
+        let tuned = tune_scored(&scored, Default::default()).map_err(|e| failed(spec, e))?;
+        tuned.decision.save(&spec.out).map_err(|e| failed(spec, e))?;
+        let (before, after) = (&tuned.at_default, &tuned.at_threshold);
+        hooks.note(&format!(
+            "decision rule: {}; dev micro-F1 {:.4} → {:.4}, macro-F1 {:.4} → {:.4} (optimistic: the dev set chose \
+             it); kept in {}",
+            longread_metrics::terminal::printable(&tuned.decision.describe()),
+            before.micro.f1,
+            after.micro.f1,
+            before.macro_avg.f1,
+            after.macro_avg.f1,
+            spec.out.join(DECISION_FILE).display()
+        ));
+        if let Some(warning) = tuned.decision.warning(documents) {
+            hooks.note(&warning);
+        }
+        kept.threshold = Some(KeptRule::PerLabel(tuned));
+    }
+    Ok(kept)
 }
 
 /// Saves the rule `tuned` found in `spec.out` and tells `hooks` what it changed (`scored`: on

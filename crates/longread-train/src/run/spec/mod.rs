@@ -119,8 +119,8 @@ pub struct TrainSpec {
     /// `longread calibrate` does (temperature scaling: the temperature of least log loss),
     /// and keep it in OUT/calibration.json; labels do not change. Before --tune-threshold,
     /// which then tunes on the calibrated probabilities. --arch bow calibrates on the
-    /// out-of-fold probabilities of its C-choosing cross-validation. Single-label models only
-    /// (a multi-label model has a sigmoid per label, not one softmax). Not with --cv or
+    /// out-of-fold probabilities of its C-choosing cross-validation (single-label only). A
+    /// multi-label model gets a temperature per label (`longread calibrate`). Not with --cv or
     /// --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]

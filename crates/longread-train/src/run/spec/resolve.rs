@@ -3,11 +3,11 @@
 //! [`TrainPlan`] made — the kind of run with only the settings that apply to it. A flag given
 //! that belongs to a group the kind does not have is refused, naming the flag and the kind.
 
-use longread_classifier::evaluate::ThresholdMetric;
 use super::groups::{BowSpec, EncoderTrainSpec, HanSpec, LoopSpec};
 use super::{Arch, ScheduleArg, TrainPrecision, TrainSpec};
 use crate::error::Result;
 use crate::trainer::Keep;
+use longread_classifier::evaluate::ThresholdMetric;
 
 /// What a run trains, with only the settings that apply to it ([`TrainSpec::plan`]); the run's
 /// data, output, seed and labels are the [`TrainSpec`]'s own fields.
@@ -166,12 +166,6 @@ impl TrainSpec {
         }
         if self.cv.is_some() {
             bail!("--cv trains single-label encoder models in this version; for a multi-label model give --dev or --dev-split");
-        }
-        if self.calibrate {
-            bail!(
-                "--calibrate fits one temperature to a softmax over the labels; a multi-label model has a sigmoid per \
-                 label (tune its per-label thresholds with --tune-threshold macro-f1)"
-            );
         }
         if let Some(metric) = self.tune_threshold.filter(|m| *m != ThresholdMetric::MacroF1) {
             bail!(
