@@ -54,12 +54,27 @@ impl Prediction {
     /// Sets each chunk's `occlusion` from the probabilities it was read `without`: the
     /// predicted label's probability minus its probability there. Called whenever the label
     /// or the probabilities are settled (by the model, then by a calibration or decision rule).
+    /// A multi-label model's chunks also get every label's (`label_occlusion`).
     pub fn settle_occlusion(&mut self) {
         let Some(label) = self.scores.labels.iter().position(|l| *l == self.label) else { return };
         let Some(&p) = self.scores.probabilities.get(label) else { return };
+        let multi_label = self.labels.is_some();
+        let scores = &self.scores;
         if let Parts::Chunks { chunks } = &mut self.parts {
             for chunk in chunks {
                 chunk.occlusion = chunk.without.as_ref().and_then(|row| row.get(label)).map(|q| p - q);
+                chunk.label_occlusion = match (multi_label, &chunk.without) {
+                    (true, Some(row)) if row.len() == scores.probabilities.len() => Some(
+                        scores
+                            .labels
+                            .iter()
+                            .zip(&scores.probabilities)
+                            .zip(row)
+                            .map(|((l, p), q)| (l.clone(), p - q))
+                            .collect(),
+                    ),
+                    _ => None,
+                };
             }
         }
     }
@@ -190,6 +205,11 @@ pub struct ChunkEvidence {
     /// Absent for the other poolings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, f32>>,
+    /// A multi-label model with occlusion on: each label's probability minus its probability
+    /// without this chunk, so each label shows the chunks that moved it (positive: the chunk
+    /// supports the label). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_occlusion: Option<BTreeMap<String, f32>>,
     /// The primary task's probabilities without this chunk (occlusion on), from which
     /// `occlusion` is computed once the label is settled; not in the JSON.
     #[serde(skip)]
@@ -200,7 +220,7 @@ pub struct ChunkEvidence {
 impl ChunkEvidence {
     /// A chunk with its attention, without occlusion.
     pub fn new(index: usize, start: usize, end: usize, attention: f32) -> Self {
-        Self { index, start, end, attention, occlusion: None, labels: None, without: None }
+        Self { index, start, end, attention, occlusion: None, labels: None, label_occlusion: None, without: None }
     }
 }
 

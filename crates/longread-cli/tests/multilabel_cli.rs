@@ -583,6 +583,61 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
     let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
     assert_eq!(decision["thresholds"].as_object().unwrap().len(), 3, "{decision}");
 
+    // Occlusion per label: every label's probability lost without each chunk; the predicted
+    // label's is the chunk's `occlusion`, and the report names each carried label's chunk.
+    let occluded = longread(&[
+        "predict",
+        "--model",
+        out_s,
+        "--input",
+        &descriptors("test.csv"),
+        "--vector-cache",
+        cache_s,
+        "--occlusion",
+    ]);
+    assert!(occluded.status.success(), "{}", String::from_utf8_lossy(&occluded.stderr));
+    let mut checked = 0;
+    for row in json_lines(&occluded.stdout) {
+        for chunk in row["chunks"].as_array().unwrap().iter().filter(|c| c.get("occlusion").is_some()) {
+            let each = chunk["label_occlusion"].as_object().unwrap();
+            assert_eq!(each.len(), 3, "{chunk}");
+            let own = each[row["label"].as_str().unwrap()].as_f64().unwrap();
+            assert!((own - chunk["occlusion"].as_f64().unwrap()).abs() < 1e-6, "{chunk}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "the test transcripts have several chunks of 128 tokens");
+    let report = longread(&[
+        "report",
+        "--model",
+        out_s,
+        "--input",
+        &descriptors("test.csv"),
+        "--vector-cache",
+        cache_s,
+        "--occlusion",
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("The chunk each label lost most without (occlusion)"), "a carried label lost something");
+    // Calibrating reads the same cache.
+    let calibrated = longread(&[
+        "calibrate",
+        "--model",
+        out_s,
+        "--data",
+        &train_csv,
+        "--vector-cache",
+        cache_s,
+        "--dry-run",
+        "--json",
+    ]);
+    assert!(calibrated.status.success(), "{}", String::from_utf8_lossy(&calibrated.stderr));
+    let calibrated: Value = serde_json::from_slice(&calibrated.stdout).unwrap();
+    assert_eq!(calibrated["temperatures"].as_object().unwrap().len(), 3, "{calibrated}");
+
     // What a multi-label encoder model does not take is refused by name.
     let again = tmp.path().join("again");
     let again = again.to_str().unwrap();

@@ -4,7 +4,9 @@ use longread_classifier::DocResult;
 
 use longread_classifier::prediction::ChunkEvidence;
 
-use crate::{ChunkView, DocumentView, LabelEvidence, MemberView, SentenceView, WordView};
+use std::collections::BTreeMap;
+
+use crate::{ChunkView, DocumentView, EvidenceBy, LabelEvidence, MemberView, SentenceView, WordView};
 
 impl<'a> DocumentView<'a> {
     /// The view of document `id` with text `text` and its classification `result`.
@@ -74,17 +76,19 @@ impl<'a> DocumentView<'a> {
 }
 
 /// For each carried label (`labels`), the chunk whose weight for it is the largest, when the
-/// chunks have label-wise weights (none otherwise).
+/// chunks have label-wise weights, and the chunk whose removal lowered its probability most,
+/// when they have per-label occlusion (and it lowered it at all).
 fn label_evidence(labels: Option<&[String]>, chunks: &[ChunkEvidence]) -> Vec<LabelEvidence> {
-    labels
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|label| {
+    let labels = labels.unwrap_or_default();
+    let best = |by: EvidenceBy, weights: fn(&ChunkEvidence) -> Option<&BTreeMap<String, f32>>| {
+        labels.iter().filter_map(move |label| {
             chunks
                 .iter()
-                .filter_map(|c| c.labels.as_ref()?.get(label).map(|&w| (c, w)))
+                .filter_map(|c| weights(c)?.get(label).map(|&w| (c, w)))
+                .filter(|&(_, w)| by == EvidenceBy::Attention || w > 0.0)
                 .max_by(|a, b| a.1.total_cmp(&b.1))
                 .map(|(c, weight)| LabelEvidence {
+                    by,
                     label: label.clone(),
                     index: c.index,
                     start: c.start,
@@ -92,5 +96,8 @@ fn label_evidence(labels: Option<&[String]>, chunks: &[ChunkEvidence]) -> Vec<La
                     weight,
                 })
         })
+    };
+    best(EvidenceBy::Attention, |c| c.labels.as_ref())
+        .chain(best(EvidenceBy::Occlusion, |c| c.label_occlusion.as_ref()))
         .collect()
 }

@@ -76,16 +76,19 @@ pub struct DocumentView<'a> {
     pub sentences: Vec<SentenceView>,
     /// Ensembles: each member's `(model, weight, label, probability of that label)`.
     pub members: Vec<MemberView>,
-    /// A multi-label model with label-wise attention: for each label the document carries,
-    /// the chunk that label attended to most.
+    /// A multi-label model with label-wise attention or occlusion: for each label the
+    /// document carries, the chunk that label attended to most, and the chunk whose removal
+    /// lowered its probability most.
     pub label_evidence: Vec<LabelEvidence>,
     /// Why it could not be classified.
     pub error: Option<String>,
 }
 
-/// The chunk that drove one carried label (label-wise attention).
+/// The chunk that drove one carried label, by label-wise attention or by occlusion.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LabelEvidence {
+    /// How it was found.
+    pub by: EvidenceBy,
     /// The label.
     pub label: String,
     /// The chunk's window index.
@@ -94,8 +97,18 @@ pub struct LabelEvidence {
     pub start: usize,
     /// Its end character (exclusive).
     pub end: usize,
-    /// The label's weight of it (the label's weights over the chunks sum to 1).
+    /// The label's weight of it (attention: the label's weights over the chunks sum to 1), or
+    /// its probability minus its probability without the chunk (occlusion).
     pub weight: f32,
+}
+
+/// How a label's chunk was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvidenceBy {
+    /// The chunk the label attended to most (label-wise attention).
+    Attention,
+    /// The chunk whose removal lowered the label's probability most (occlusion).
+    Occlusion,
 }
 
 /// What one member of an ensemble predicted.
@@ -209,27 +222,37 @@ fn render_document(html: &mut String, doc: &DocumentView) {
 /// Characters of a chunk shown beside the label it drove.
 const EXCERPT_CHARS: usize = 240;
 
-/// For each carried label, the chunk it attended to most, with the start of its text.
+/// For each carried label, the chunk it attended to most and the chunk it lost most
+/// without, with the start of its text.
 fn label_evidence(html: &mut String, doc: &DocumentView) {
-    if doc.label_evidence.is_empty() {
-        return;
+    for (by, legend) in [
+        (EvidenceBy::Attention, "The chunk each label attended to most (label-wise attention):"),
+        (EvidenceBy::Occlusion, "The chunk each label lost most without (occlusion):"),
+    ] {
+        let evidence: Vec<&LabelEvidence> = doc.label_evidence.iter().filter(|e| e.by == by).collect();
+        if evidence.is_empty() {
+            continue;
+        }
+        let _ = write!(html, "<p class=\"legend\">{legend}</p><ul>");
+        for e in evidence {
+            let excerpt: String = doc.text.chars().skip(e.start).take((e.end - e.start).min(EXCERPT_CHARS)).collect();
+            let more = if e.end - e.start > EXCERPT_CHARS { "…" } else { "" };
+            let weight = match by {
+                EvidenceBy::Attention => format!("weight {:.2}", e.weight),
+                EvidenceBy::Occlusion => format!("probability {:.3} lower without it", e.weight),
+            };
+            let _ = write!(
+                html,
+                "<li><span class=\"label\">{}</span>: chunk {} (characters {}–{}, {weight}): <q>{}{more}</q></li>",
+                escape_html(&e.label),
+                e.index,
+                e.start,
+                e.end,
+                escape_html(&excerpt)
+            );
+        }
+        html.push_str("</ul>");
     }
-    html.push_str("<p class=\"legend\">The chunk each label attended to most (label-wise attention):</p><ul>");
-    for e in &doc.label_evidence {
-        let excerpt: String = doc.text.chars().skip(e.start).take((e.end - e.start).min(EXCERPT_CHARS)).collect();
-        let more = if e.end - e.start > EXCERPT_CHARS { "…" } else { "" };
-        let _ = write!(
-            html,
-            "<li><span class=\"label\">{}</span>: chunk {} (characters {}–{}, weight {:.2}): <q>{}{more}</q></li>",
-            escape_html(&e.label),
-            e.index,
-            e.start,
-            e.end,
-            e.weight,
-            escape_html(&excerpt)
-        );
-    }
-    html.push_str("</ul>");
 }
 
 /// The text with each sentence the model read marked by its attention (a red bar, relative to
@@ -344,8 +367,11 @@ mod tests {
     }
 
     #[test]
-    fn each_carried_label_names_the_chunk_it_attended_to_most() {
-        let evidence = vec![LabelEvidence { label: "b<".into(), index: 2, start: 4, end: 8, weight: 0.61 }];
+    fn each_carried_label_names_the_chunk_it_attended_to_most_and_the_one_it_lost_most_without() {
+        let evidence = vec![
+            LabelEvidence { by: EvidenceBy::Attention, label: "b<".into(), index: 2, start: 4, end: 8, weight: 0.61 },
+            LabelEvidence { by: EvidenceBy::Occlusion, label: "b<".into(), index: 1, start: 0, end: 4, weight: 0.25 },
+        ];
         let carried = DocumentView {
             labels: Some(vec!["b<".into()]),
             label_evidence: evidence,
@@ -356,7 +382,10 @@ mod tests {
             html.contains("<span class=\"label\">b&lt;</span>: chunk 2 (characters 4–8, weight 0.61): <q>viol</q>"),
             "{html}"
         );
-        assert!(!render_html("r", "m", &[doc("text", vec![])]).contains("attended to most"));
+        assert!(html.contains("lost most without (occlusion)"), "{html}");
+        assert!(html.contains("chunk 1 (characters 0–4, probability 0.250 lower without it): <q>the </q>"), "{html}");
+        let plain = render_html("r", "m", &[doc("text", vec![])]);
+        assert!(!plain.contains("attended to most") && !plain.contains("lost most without"));
     }
 
     #[test]

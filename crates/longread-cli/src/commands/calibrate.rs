@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use longread_classifier::decision::temperature::{self, short, Fitted, CALIBRATION_FILE};
 use longread_classifier::decision::{label_temperature, Decision};
@@ -60,6 +60,10 @@ pub struct CalibrateArgs {
     json: bool,
     #[command(flatten)]
     label_layout: longread_train::run::LabelLayoutSpec,
+    /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`): the
+    /// held-out set's vectors from training or an earlier eval skip the encoder.
+    #[arg(long, value_name = "DIR")]
+    vector_cache: Option<PathBuf>,
     #[command(flatten)]
     encoding: EncodingArgs,
 }
@@ -67,8 +71,7 @@ pub struct CalibrateArgs {
 /// Runs `longread calibrate`.
 pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()> {
     let dir = &args.model;
-    let classifier = Classifier::load(dir, args.encoding.options(device))
-        .with_context(|| format!("loading model {}", dir.display()))?;
+    let classifier = crate::commands::predict::load(dir, args.encoding.options(device), args.vector_cache.as_deref())?;
     if args.clear {
         let (removed, restated) = temperature::remove(dir, classifier.labels())?;
         report_cleared(dir, removed, args.json, quiet, "calibration", "it gives its own probabilities");

@@ -34,7 +34,8 @@ pub struct ReportArgs {
     strict: bool,
     /// Add each document's occlusion chart (hierarchical models; see `predict --occlusion`):
     /// the label's probability lost without each chunk, bars up where a chunk supports the
-    /// label and down where it speaks against it.
+    /// label and down where it speaks against it. A multi-label document also names, for each
+    /// label it carries, the chunk whose removal lowered that label's probability most.
     #[arg(long)]
     occlusion: bool,
     /// Read chunk vectors from DIR, and keep new ones there (see `train --vector-cache`), as
