@@ -46,6 +46,10 @@ class Classifier:
     @property
     def evidence_unit(self) -> str:
         """"chunk" (encoder models) or "sentence" (HAN)."""
+    @property
+    def multi_label(self) -> bool:
+        """Whether a document may carry several labels (each prediction then has "labels",
+        the list, beside "label", the most probable)."""
     def predict(self, texts: Iterable[Text]) -> list[dict[str, Any]]:
         """One dict per text as `longread predict` writes it; raises InvalidDocumentError for
         a text that cannot be classified."""

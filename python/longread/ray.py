@@ -15,7 +15,8 @@ device="auto" picks it.
 
 Each output row has the input's `id`, the `label` (None for a document that failed), the
 whole prediction as `longread predict` writes it (`prediction`, a JSON string) and `error`
-(None, or why the document failed). Actors that die are restarted and their batches retried,
+(None, or why the document failed); a multi-label model's rows also have `labels`, the list
+of labels the document carries (possibly empty; None for a document that failed). Actors that die are restarted and their batches retried,
 so every document appears once in the output.
 """
 
@@ -48,13 +49,18 @@ class LongreadPredictor:
         texts = [t if isinstance(t, (str, bytes)) else str(t) for t in list(batch[self.text_column])]
         results = self.classifier.predict_batch(texts)
         ids = batch[self.id_column] if self.id_column in batch else np.arange(len(texts))
-        return {
+        rows = {
             "id": np.asarray(ids),
             "label": np.asarray([r.get("label") for r in results], dtype=object),
             "prediction": np.asarray([json.dumps({k: v for k, v in r.items() if k != "id"}) for r in results],
                                      dtype=object),
             "error": np.asarray([r.get("error") for r in results], dtype=object),
         }
+        if self.classifier.multi_label:
+            labels = np.empty(len(results), dtype=object)
+            labels[:] = [r.get("labels") for r in results]
+            rows["labels"] = labels
+        return rows
 
 
 def _format_name(path: str) -> str:

@@ -138,3 +138,23 @@ def test_gzip_compressed_inputs_are_read_as_the_cli_reads_them(cluster, document
         longread.ray.classify(str(compressed), str(out), MODEL, concurrency=2, threads_per_actor=1, batch_size=16,
                               num_cpus_per_actor=0.5, output_format="json")
         check(read_rows(str(out), "json"), expected)
+
+
+def test_a_multi_label_models_rows_carry_each_documents_list_of_labels(cluster, tmp_path):
+    descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
+    model = str(tmp_path / "descriptors")
+    longread.train(os.path.join(descriptors, "train.csv"), model, arch="bow", multi_label=True, c_values=[1, 10],
+                   quiet=True)
+    test = os.path.join(descriptors, "test.csv")
+    cli = run_cli("predict", "--model", model, "--input", test)
+    assert cli.returncode == 0, cli.stderr
+    expected = {line.pop("id"): line for line in json_lines(cli.stdout)}
+    assert any(len(line["labels"]) != 1 for line in expected.values()), "sets of every size, empty ones too"
+    for fmt in ("json", "parquet"):
+        out = tmp_path / f"out-{fmt}"
+        longread.ray.classify(test, str(out), model, concurrency=2, threads_per_actor=1, batch_size=8,
+                              num_cpus_per_actor=0.5, output_format=fmt)
+        rows = read_rows(str(out), fmt)
+        check(rows, expected)
+        for row in rows:
+            assert list(row["labels"]) == expected[row["id"]]["labels"], row

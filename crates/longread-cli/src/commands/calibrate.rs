@@ -29,7 +29,8 @@ from the model's own probabilities (it replaces T). Fit on documents held out fr
 then shows log loss and ECE (expected calibration error) on the test set. A multi-label model gets a temperature \
 per label: each label's probability becomes σ(logit(p) / T), T the value of least binary cross-entropy for that \
 label (a label every document carries, or none, keeps 1), and its per-label thresholds are restated so that every \
-label is carried as before.")]
+label is carried as before (a --top-k/--min-labels bound kept with them ranks the calibrated probabilities, which \
+may order labels differently).")]
 pub struct CalibrateArgs {
     /// Model directory (any kind: hierarchical, sequence, HAN, bag of words, ensemble).
     #[arg(long)]

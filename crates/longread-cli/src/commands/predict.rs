@@ -65,8 +65,9 @@ pub struct PredictArgs {
     /// it speaks against it (attention says how much the pooling looked at a chunk, not which
     /// way it pushed). The head runs once more per chunk (the encoder does not): cheap at 20
     /// chunks, growing with the square of a document's chunks; none past 2,048 chunks or for a
-    /// one-chunk document. A multi-label model's chunks also get `label_occlusion`, every
-    /// label's probability minus its probability without the chunk.
+    /// one-chunk document. A multi-label model's `occlusion` is of its most probable label
+    /// (`label`); its chunks also get `label_occlusion`, every label's probability minus its
+    /// probability without the chunk.
     #[arg(long)]
     pub occlusion: bool,
 }

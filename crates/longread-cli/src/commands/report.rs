@@ -21,7 +21,8 @@ pub struct ReportArgs {
     /// Model directory made by `longread init` or `longread train`.
     #[arg(long)]
     model: PathBuf,
-    /// Documents, as for `predict`: JSON lines, a .txt file, a directory of .txt files, or `-`.
+    /// Documents, as for `predict`: JSON lines, CSV/TSV with a header row, a .txt file, a
+    /// directory of .txt files, or `-`.
     #[arg(long)]
     input: PathBuf,
     /// The HTML file to write (atomically).

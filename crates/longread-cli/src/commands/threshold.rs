@@ -47,7 +47,7 @@ pub struct ThresholdArgs {
     #[arg(long, value_name = "CV_RUN", conflicts_with_all = ["data", "set", "clear"])]
     out_of_fold: Option<PathBuf>,
     /// What the threshold (or the biases) maximize on --data. A multi-label model's thresholds
-    /// maximize each label's F1 (macro-f1 only).
+    /// maximize each label's F1: macro-f1 only (another metric is refused).
     #[arg(long, value_enum, default_value_t = ThresholdMetric::MacroF1)]
     metric: ThresholdMetric,
     /// Print what tuning finds without writing it to the model.
@@ -56,8 +56,8 @@ pub struct ThresholdArgs {
     /// Keep this rule instead of tuning one: a threshold between 0 and 1 (two labels, e.g.
     /// `--set 0.3`), or label biases `LABEL=B,...` added to ln p (three or more labels, e.g.
     /// `--set teen=0.4,mature=-0.2`; a label not named gets 0). A multi-label model takes
-    /// thresholds: `--set 0.3` for every label, or `--set 3=0.3,6=0.6` (a label not named
-    /// keeps 0.5).
+    /// thresholds: `--set 0.3` for every label, or `--set violence=0.3,drugs=0.6` (a label
+    /// not named keeps 0.5).
     #[arg(long, value_name = "T | LABEL=B,...", conflicts_with_all = ["data", "clear", "dry_run"])]
     set: Option<String>,
     /// Multi-label models: at most K labels a document, the K most probable of those that
