@@ -321,6 +321,9 @@ fn summarize_han(dir: &Path) -> Result<ModelSummary> {
     writeln!(t, "vocabulary       {} words (vocab.json)", c.vocab_size).ok();
     writeln!(t, "grid             {} sentences × {} words per document", c.doc_size, c.sent_size).ok();
     writeln!(t, "labels           {}", c.labels.join(", ")).ok();
+    if c.multi_label {
+        writeln!(t, "multi-label      one sigmoid per label, each decided on its own (at probability 0.5 unless a decision rule says otherwise)").ok();
+    }
     writeln!(t).ok();
     writeln!(t, "{:<18} {:>14}", "parameters", "count").ok();
     for (part, count) in &parts {

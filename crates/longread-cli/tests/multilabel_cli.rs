@@ -30,6 +30,27 @@ fn label_set(cell: &str) -> Vec<String> {
     labels
 }
 
+/// `predict` of the multi-label model `model` on the descriptor test set: each document
+/// carries exactly the labels at probability 0.5 or more, the probabilities are each label's
+/// own (their sum is not 1), and every document shows its `parts` ("chunks" or "sentences").
+fn predicts_each_labels_own_sigmoid(model: &str, parts: &str) {
+    let predict = longread(&["predict", "--model", model, "--input", &descriptors("test.csv")]);
+    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
+    let rows = json_lines(&predict.stdout);
+    let mut sums_differ_from_one = 0;
+    for row in &rows {
+        let labels: Vec<&str> = row["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+        let scores = row["scores"].as_object().unwrap();
+        for (name, score) in scores {
+            assert_eq!(labels.contains(&name.as_str()), score.as_f64().unwrap() >= 0.5, "{row}");
+        }
+        let total: f64 = scores.values().map(|v| v.as_f64().unwrap()).sum();
+        sums_differ_from_one += usize::from((total - 1.0).abs() > 0.01);
+        assert!(!row[parts].as_array().unwrap().is_empty(), "the {parts} that drove it: {row}");
+    }
+    assert!(sums_differ_from_one > rows.len() / 2, "each label has its own sigmoid, not a share of a softmax");
+}
+
 #[test]
 fn a_multi_label_bag_of_words_predicts_each_documents_set_of_labels() {
     let tmp = tempfile::tempdir().unwrap();
@@ -190,9 +211,19 @@ fn flags_that_do_not_fit_multi_label_training_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("m");
     let train_csv = descriptors("train.csv");
-    let han =
-        longread(&["train", "--arch", "han", "--multi-label", "--train", &train_csv, "--out", out.to_str().unwrap()]);
-    assert_clean_failure(&han, "the HAN predicts one label per document");
+    let han = longread(&[
+        "train",
+        "--arch",
+        "han",
+        "--multi-label",
+        "--class-weights",
+        "balanced",
+        "--train",
+        &train_csv,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_clean_failure(&han, "weighs each label's positive documents with --pos-weight");
     let weighted = longread(&[
         "train",
         "--arch",
@@ -217,6 +248,66 @@ fn flags_that_do_not_fit_multi_label_training_are_refused() {
         out.to_str().unwrap(),
     ]);
     assert_clean_failure(&separator, "--label-separator");
+}
+
+#[test]
+fn a_multi_label_han_trains_on_label_sets_and_predicts_each_documents_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("han");
+    let out_s = out.to_str().unwrap();
+    let train_csv = descriptors("train.csv");
+    let run = longread(&[
+        "train",
+        "--arch",
+        "han",
+        "--multi-label",
+        "--train",
+        &train_csv,
+        "--epochs",
+        "12",
+        "--keep",
+        "last",
+        "--pos-weight",
+        "auto",
+        "--metric",
+        "micro-f1",
+        "--tune-threshold",
+        "macro-f1",
+        "--out",
+        out_s,
+    ]);
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{said}");
+    assert!(said.contains("binary cross-entropy with positive weights") && said.contains("micro-F1"), "{said}");
+    assert!(said.contains("tuning each label's threshold on the dev set's"), "{said}");
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["multi_label"], true, "{config}");
+    let described = String::from_utf8_lossy(&longread(&["inspect", out_s]).stdout).to_string();
+    assert!(described.contains("multi-label      one sigmoid per label"), "{described}");
+
+    assert!(longread(&["threshold", "--model", out_s, "--clear"]).status.success());
+    predicts_each_labels_own_sigmoid(out_s, "sentences");
+    let eval = longread(&["eval", "--model", out_s, "--data", &descriptors("test.csv"), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+    let report: Value = serde_json::from_slice(&eval.stdout).unwrap();
+    assert_eq!(report["per_label"].as_array().unwrap().len(), 3, "{report}");
+
+    // A single-label HAN's config.json says nothing of multi-label (files as before).
+    let single = tmp.path().join("single");
+    let examples = repo().join("examples/transcripts/train.csv");
+    let run = longread(&[
+        "train",
+        "--arch",
+        "han",
+        "--train",
+        examples.to_str().unwrap(),
+        "--epochs",
+        "1",
+        "--out",
+        single.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(!std::fs::read_to_string(single.join("config.json")).unwrap().contains("multi_label"));
 }
 
 #[test]
@@ -538,21 +629,7 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
     // The checks below are of the model's own probabilities at 0.5.
     assert!(longread(&["threshold", "--model", out_s, "--clear"]).status.success());
     assert!(longread(&["calibrate", "--model", out_s, "--clear"]).status.success());
-    let predict = longread(&["predict", "--model", out_s, "--input", &descriptors("test.csv")]);
-    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
-    let rows = json_lines(&predict.stdout);
-    let mut sums_differ_from_one = 0;
-    for row in &rows {
-        let labels: Vec<&str> = row["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
-        let scores = row["scores"].as_object().unwrap();
-        for (name, score) in scores {
-            assert_eq!(labels.contains(&name.as_str()), score.as_f64().unwrap() >= 0.5, "{row}");
-        }
-        let total: f64 = scores.values().map(|v| v.as_f64().unwrap()).sum();
-        sums_differ_from_one += usize::from((total - 1.0).abs() > 0.01);
-        assert!(!row["chunks"].as_array().unwrap().is_empty(), "the chunks that drove it: {row}");
-    }
-    assert!(sums_differ_from_one > rows.len() / 2, "each label has its own sigmoid, not a share of a softmax");
+    predicts_each_labels_own_sigmoid(out_s, "chunks");
 
     let eval = longread(&["eval", "--model", out_s, "--data", &descriptors("test.csv"), "--json"]);
     assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));

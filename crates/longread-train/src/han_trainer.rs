@@ -9,7 +9,7 @@ use longread_model::{DropoutRng, Mode};
 
 use crate::error::{Result, TrainError};
 use crate::gradients::StepGradients;
-use crate::loss::{attention_penalty, cross_entropy};
+use crate::loss::{attention_penalty, binary_cross_entropy_sum, cross_entropy, multi_hot};
 use crate::optim::{AdamW, ParamGroup};
 use crate::trainer::{
     dev_report, epoch_score, fit, DevResult, EpochEnd, EpochLog, EpochTask, Epochs, MidEpoch, PhaseLog, Progress,
@@ -21,8 +21,10 @@ use crate::trainer::{
 pub struct HanSplit<'a> {
     /// Row-major `[doc_size, sent_size]` word ids per document.
     pub grids: &'a [Vec<u32>],
-    /// Gold label index per document.
+    /// Gold label index per document (a multi-label model: any index; `sets` holds the truth).
     pub labels: &'a [usize],
+    /// A multi-label model's truth: each document's labels.
+    pub sets: Option<&'a [Vec<usize>]>,
 }
 
 /// Documents per forward pass when evaluating.
@@ -56,6 +58,8 @@ pub fn train_han(
         if split.labels.len() != split.grids.len()
             || split.labels.iter().any(|&l| l >= labels)
             || split.grids.iter().any(|g| g.len() != cells)
+            || split.sets.is_some_and(|s| s.len() != split.grids.len())
+            || split.sets.is_some() != model.is_multi_label()
         {
             return Err(TrainError::InvalidSetting(format!("{what} grids or labels do not fit the model")));
         }
@@ -65,6 +69,7 @@ pub fn train_han(
     }
     let vars: Vec<Var> = model.named_vars().into_iter().map(|(_, v)| v).collect();
     let weights = cfg.class_weights.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
+    let pos_weight = cfg.pos_weight.as_ref().map(|w| Tensor::new(w.as_slice(), device)).transpose()?;
     let mut task = Epochs(HanTask {
         model,
         train: train_split,
@@ -74,6 +79,7 @@ pub fn train_han(
         device,
         vars,
         weights,
+        pos_weight,
         announced: false,
     });
     fit(&mut task, resume, &mut on_progress, &mut on_epoch, &mut on_checkpoint)
@@ -89,6 +95,8 @@ struct HanTask<'a> {
     device: &'a Device,
     vars: Vec<Var>,
     weights: Option<Tensor>,
+    /// A multi-label model's weight of each label's positive term (`--pos-weight`).
+    pos_weight: Option<Tensor>,
     /// Whether the one phase was reported.
     announced: bool,
 }
@@ -147,7 +155,17 @@ impl EpochTask for HanTask<'_> {
         let grids: Vec<&[u32]> = batch.iter().map(|&i| self.train.grids[i].as_slice()).collect();
         let gold: Vec<usize> = batch.iter().map(|&i| self.train.labels[i]).collect();
         let out = self.model.forward(&grid_batch(&grids, shape, self.device)?, Mode::Train(dropout))?;
-        let mut loss = cross_entropy(&out.logits, &gold, self.weights.as_ref(), self.device)?;
+        let mut loss = match self.train.sets {
+            // Binary cross-entropy, the mean over documents × labels (`BCEWithLogitsLoss`).
+            Some(sets) => {
+                let sets: Vec<&[usize]> = batch.iter().map(|&i| sets[i].as_slice()).collect();
+                let labels = self.model.labels().len();
+                let targets = multi_hot(&sets, labels, self.device)?;
+                let sum = binary_cross_entropy_sum(&out.logits, &targets, self.pos_weight.as_ref())?;
+                (sum / (batch.len() * labels) as f64)?
+            }
+            None => cross_entropy(&out.logits, &gold, self.weights.as_ref(), self.device)?,
+        };
         if self.penalty > 0.0 {
             loss = (loss + (attention_penalty(&out.sentence_attention)? * self.penalty)?)?;
         }
@@ -187,6 +205,10 @@ fn evaluate(model: &HanClassifier, split: HanSplit, device: &Device) -> Result<(
         logits.push(model.forward(&grid_batch(&grids, shape, device)?, Mode::Eval)?.logits);
     }
     let logits = Tensor::cat(&logits, 0)?;
+    if let Some(sets) = split.sets {
+        let sets: Vec<&[usize]> = sets.iter().map(Vec::as_slice).collect();
+        return crate::trainer::multi_label_dev(model.labels(), &sets, &logits, device);
+    }
     let dev_loss = cross_entropy(&logits, split.labels, None, device)?.to_scalar::<f32>()? as f64;
     Ok((dev_loss, dev_report(model.labels(), split.labels, &logits)?))
 }

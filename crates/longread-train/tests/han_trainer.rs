@@ -82,6 +82,7 @@ fn setup() -> (HanClassifier, Data) {
         doc_size: shape.doc_size,
         sent_size: shape.sent_size,
         labels: vec!["awful".into(), "great".into()],
+        multi_label: false,
     };
     let model = HanClassifier::new(han, vocab, 11, &Device::Cpu).unwrap();
     (model, (train, train_labels, dev, dev_labels))
@@ -94,8 +95,8 @@ fn run(
     resume: Option<Resume>,
     saved: &mut Option<Resume>,
 ) -> Vec<EpochLog> {
-    let train = HanSplit { grids: &data.0, labels: &data.1 };
-    let dev = HanSplit { grids: &data.2, labels: &data.3 };
+    let train = HanSplit { grids: &data.0, labels: &data.1, sets: None };
+    let dev = HanSplit { grids: &data.2, labels: &data.3, sets: None };
     train_han(
         model,
         train,

@@ -15,7 +15,7 @@ impl TextScorer for HanClassifier {
             .into_iter()
             .map(|outcome| match outcome {
                 Err(message) => Err(DocError::new(message)),
-                Ok(scores) => Ok(han_prediction(self.labels(), scores)),
+                Ok(scores) => Ok(han_prediction(self.labels(), self.is_multi_label(), scores)),
             })
             .collect())
     }
@@ -27,10 +27,15 @@ impl TextScorer for HanClassifier {
     fn labels(&self) -> &[String] {
         HanClassifier::labels(self)
     }
+
+    fn multi_label(&self) -> bool {
+        self.is_multi_label()
+    }
 }
 
-/// A HAN's prediction, with every sentence read and its words.
-fn han_prediction(labels: &[String], scores: HanScores) -> Prediction {
+/// A HAN's prediction, with every sentence read and its words (a `multi_label` model's also
+/// with the labels it carries).
+fn han_prediction(labels: &[String], multi_label: bool, scores: HanScores) -> Prediction {
     let sentences = scores
         .sentences
         .into_iter()
@@ -48,12 +53,13 @@ fn han_prediction(labels: &[String], scores: HanScores) -> Prediction {
                 .collect(),
         })
         .collect();
+    let carried = multi_label.then(|| crate::prediction::carried(labels, &scores.probabilities));
     Prediction {
         label: labels[argmax(&scores.probabilities)].clone(),
         scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
         logits: scores.logits,
         parts: Parts::Sentences { total_sentences: scores.total_sentences, sentences },
-        labels: None,
+        labels: carried,
         tasks: None,
         members: None,
         tokens: None,

@@ -32,6 +32,10 @@ pub struct HanConfig {
     pub sent_size: usize,
     /// Label names in id order.
     pub labels: Vec<String>,
+    /// Whether a document carries any number of the labels: one sigmoid per label instead of
+    /// a softmax over them (false; written only when true).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub multi_label: bool,
 }
 
 impl Default for HanConfig {
@@ -48,6 +52,7 @@ impl Default for HanConfig {
             doc_size: 30,
             sent_size: 40,
             labels: Vec::new(),
+            multi_label: false,
         }
     }
 }

@@ -139,6 +139,11 @@ impl HanClassifier {
         &self.config.labels
     }
 
+    /// Whether a document carries any number of the labels (a sigmoid per label).
+    pub fn is_multi_label(&self) -> bool {
+        self.config.multi_label
+    }
+
     /// Classifies a batch of documents given as word-id grids (`PAD` = 0 is padding).
     ///
     /// # Shapes

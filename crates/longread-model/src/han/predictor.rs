@@ -41,7 +41,7 @@ pub struct SentenceAttention {
 pub struct HanScores {
     /// Raw logits, one per label.
     pub logits: Vec<f32>,
-    /// Softmax of the logits.
+    /// Softmax of the logits (a multi-label model: each logit's sigmoid).
     pub probabilities: Vec<f32>,
     /// The sentences read (at most `doc_size`), in order.
     pub sentences: Vec<SentenceAttention>,
@@ -67,7 +67,10 @@ pub fn score_texts(
         if !grids.is_empty() {
             let refs: Vec<&[u32]> = grids.iter().map(Vec::as_slice).collect();
             let out = model.forward(&grid_batch(&refs, shape, device)?, Mode::Eval)?;
-            let probabilities = softmax_last_dim(&out.logits)?.to_vec2::<f32>()?;
+            let probabilities = match model.is_multi_label() {
+                true => candle_nn::ops::sigmoid(&out.logits)?.to_vec2::<f32>()?,
+                false => softmax_last_dim(&out.logits)?.to_vec2::<f32>()?,
+            };
             let logits = out.logits.to_vec2::<f32>()?;
             let words = out.word_attention.to_vec3::<f32>()?;
             let hops = out.sentence_attention.to_vec3::<f32>()?;

@@ -122,7 +122,12 @@ pub(crate) fn run(
 
 /// Tells how the multi-label training documents carry the `labels` (`sets`, one per
 /// document), and the --pos-weight used.
-fn note_multilabel(labels: &[String], sets: &[Vec<usize>], pos_weight: Option<&[f32]>, note: &mut dyn FnMut(&str)) {
+pub(crate) fn note_multilabel(
+    labels: &[String],
+    sets: &[Vec<usize>],
+    pos_weight: Option<&[f32]>,
+    note: &mut dyn FnMut(&str),
+) {
     let carried: usize = sets.iter().map(Vec::len).sum();
     let mut line = format!(
         "multi-label: {} labels, {:.2} a training document, {} with none; binary cross-entropy",

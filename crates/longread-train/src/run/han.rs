@@ -6,13 +6,18 @@ use std::cell::RefCell;
 use std::path::Path;
 
 use longread_model::han::{encoder_word_vectors, HanClassifier, HanConfig};
+use longread_text::multilabel::{resolve_multilabel, MultiLabelExample};
 use longread_text::words::{split_document, GridShape, Sentence, Vocabulary, UNK};
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
 use crate::han_trainer::{train_han, HanSplit};
 use crate::run::checkpoints::read_checkpoint;
-use crate::run::data::{check_dev_for_metric, dev_set_words, read_examples, warn_of_overlap};
+use crate::run::classifier::note_multilabel;
+use crate::run::data::{
+    check_dev_for_metric, dev_set_words, multilabel_dev_split, multilabel_training_labels, read_examples,
+    read_multilabel_examples, warn_of_overlap,
+};
 use crate::run::spec::{HanSpec, TrainSpec};
 use crate::run::start::training_labels;
 use crate::run::threshold::{self, DevTexts};
@@ -22,7 +27,10 @@ use crate::trainer::{EpochLog, Resume};
 /// Documents as sentences of words, with their labels.
 struct Documents {
     sentences: Vec<Vec<Sentence>>,
+    /// Each document's label (a multi-label model: 0, the truth being `sets`).
     labels: Vec<usize>,
+    /// A multi-label model's truth: each document's labels.
+    sets: Option<Vec<Vec<usize>>>,
 }
 
 impl Documents {
@@ -31,9 +39,13 @@ impl Documents {
         Self {
             sentences: idx.iter().map(|&i| self.sentences[i].clone()).collect(),
             labels: idx.iter().map(|&i| self.labels[i]).collect(),
+            sets: self.sets.as_ref().map(|sets| idx.iter().map(|&i| sets[i].clone()).collect()),
         }
     }
 }
+
+/// The labels, training and dev documents of a run, and the dev texts kept for tuning.
+type Prepared = (Vec<String>, Documents, Documents, Option<DevTexts>);
 
 /// Trains a HAN as `spec` says, new or resumed from `checkpoint`; returns the epochs and the
 /// dev texts kept for `--tune-threshold`.
@@ -50,9 +62,54 @@ pub(crate) fn run(
         .map(|dir| read_checkpoint(dir).map(|(state, steps, moments)| Resume { state, moments, steps }))
         .transpose()?;
 
+    let known = resumed.as_ref().map(|model| model.labels().to_vec());
+    let multi_label = resumed.as_ref().map_or(spec.is_multi_label(), HanClassifier::is_multi_label);
+    let (labels, train, dev, dev_texts) = match multi_label {
+        true => multilabel_documents(spec, known, hooks)?,
+        false => single_label_documents(spec, known, hooks)?,
+    };
+    let model = match resumed {
+        Some(model) => model,
+        None => new_model(han, spec.seed, &train, labels, multi_label, hooks)?,
+    };
+    let shape = model.config().grid_shape();
+    let grids = |docs: &Documents| -> Vec<Vec<u32>> {
+        docs.sentences.iter().map(|d| shape.grid(d, model.vocabulary()).ids).collect()
+    };
+    let (train_grids, dev_grids) = (grids(&train), grids(&dev));
+    describe(&model, &train, &dev, han, hooks);
+    let mut cfg = spec.config(&train.labels, model.labels(), &["label".to_string()])?;
+    if let Some(sets) = &train.sets {
+        cfg.pos_weight = spec.pos_weights(sets, model.labels())?;
+        note_multilabel(model.labels(), sets, cfg.pos_weight.as_deref(), &mut |line| hooks.note(line));
+    }
+    let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
+    let hooks = RefCell::new(hooks);
+    let logs = train_han(
+        &model,
+        HanSplit { grids: &train_grids, labels: &train.labels, sets: train.sets.as_deref() },
+        HanSplit { grids: &dev_grids, labels: &dev.labels, sets: dev.sets.as_deref() },
+        &cfg,
+        han.attention_penalty,
+        &device,
+        resume,
+        |p| hooks.borrow_mut().progress(p),
+        |end| {
+            output.borrow_mut().epoch_end(&end)?;
+            hooks.borrow_mut().epoch(end.log);
+            Ok(())
+        },
+        |mid| output.borrow().mid_epoch(&mid),
+    )?;
+    Ok((logs, dev_texts))
+}
+
+/// The documents of a single-label run: the labels (`known` from a resumed model, else the
+/// training data's), training and dev documents, and the dev texts kept for tuning.
+fn single_label_documents(spec: &TrainSpec, known: Option<Vec<String>>, hooks: &mut dyn RunHooks) -> Result<Prepared> {
     let (examples, source) = read_examples(&spec.train, &["label".to_string()])?;
-    let labels = match &resumed {
-        Some(model) => model.labels().to_vec(),
+    let labels = match known {
+        Some(labels) => labels,
         None => training_labels(spec)?,
     };
     let label_names = [labels.as_slice()];
@@ -82,42 +139,67 @@ pub(crate) fn run(
             (documents_all.pick(&train_idx), documents_all.pick(&dev_idx), texts)
         }
     };
-    let model = match resumed {
-        Some(model) => model,
-        None => new_model(han, spec.seed, &train, labels, hooks)?,
+    Ok((labels, train, dev, dev_texts))
+}
+
+/// The documents of a multi-label run, laid out as --label-separator / --label-columns say:
+/// the labels (`known` from a resumed model, else --labels or the training data's), training
+/// and dev documents with their label sets (the dev set --dev, a --dev-split by iterative
+/// stratification, or none; its unknown labels left out with a note), and the dev texts kept
+/// for tuning.
+fn multilabel_documents(spec: &TrainSpec, known: Option<Vec<String>>, hooks: &mut dyn RunHooks) -> Result<Prepared> {
+    if !spec.encoder.task.is_empty() {
+        return Err(TrainError::Run("--task takes one label per document; a multi-label HAN has one task".into()));
+    }
+    let layout = spec.label_layout.layout();
+    let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
+    let labels = match known {
+        Some(labels) => labels,
+        None => multilabel_training_labels(spec, &layout, &examples, &source)?,
     };
-    let shape = model.config().grid_shape();
-    let grids = |docs: &Documents| -> Vec<Vec<u32>> {
-        docs.sentences.iter().map(|d| shape.grid(d, model.vocabulary()).ids).collect()
+    let (sets, _) = resolve_multilabel(&examples, &labels, &source, false)?;
+    let documents = |examples: &[MultiLabelExample], sets: Vec<Vec<usize>>, source: &str| -> Result<Documents> {
+        let mut sentences = Vec::with_capacity(examples.len());
+        for example in examples {
+            let split = split_document(&example.text);
+            if split.is_empty() {
+                return Err(TrainError::Run(format!("{source}:{}: the text has no words", example.line)));
+            }
+            sentences.push(split);
+        }
+        Ok(Documents { sentences, labels: vec![0; examples.len()], sets: Some(sets) })
     };
-    let (train_grids, dev_grids) = (grids(&train), grids(&dev));
-    describe(&model, &train, &dev, han, hooks);
-    let cfg = spec.config(&train.labels, model.labels(), &["label".to_string()])?;
-    let output = RefCell::new(RunOutput::start(&spec.out, resume.as_ref().map(|r| r.state.epoch), settings)?);
-    let hooks = RefCell::new(hooks);
-    let logs = train_han(
-        &model,
-        HanSplit { grids: &train_grids, labels: &train.labels },
-        HanSplit { grids: &dev_grids, labels: &dev.labels },
-        &cfg,
-        han.attention_penalty,
-        &device,
-        resume,
-        |p| hooks.borrow_mut().progress(p),
-        |end| {
-            output.borrow_mut().epoch_end(&end)?;
-            hooks.borrow_mut().epoch(end.log);
-            Ok(())
-        },
-        |mid| output.borrow().mid_epoch(&mid),
-    )?;
-    Ok((logs, dev_texts))
+    let prepared = match &spec.dev {
+        Some(path) => {
+            let (dev_examples, dev_source) = read_multilabel_examples(path, &layout)?;
+            let (dev_sets, unknown) = resolve_multilabel(&dev_examples, &labels, &dev_source, true)?;
+            if let Some(unknown) = unknown {
+                hooks.note(&format!("warning: {dev_source}: {unknown}"));
+            }
+            let kept = threshold::keep_multilabel_dev(spec, &dev_examples, &dev_source);
+            (documents(&examples, sets, &source)?, documents(&dev_examples, dev_sets, &dev_source)?, kept)
+        }
+        None if spec.trains_without_dev() => {
+            let all = documents(&examples, sets, &source)?;
+            let none = all.pick(&[]);
+            (all, none, None)
+        }
+        None => {
+            let (train, dev) = multilabel_dev_split(&sets, spec.training.dev_split, spec.seed)?;
+            let all = documents(&examples, sets, &source)?;
+            let dev_examples: Vec<MultiLabelExample> = dev.iter().map(|&i| examples[i].clone()).collect();
+            let kept = threshold::keep_multilabel_dev(spec, &dev_examples, &source);
+            (all.pick(&train), all.pick(&dev), kept)
+        }
+    };
+    let (train, dev, kept) = prepared;
+    Ok((labels, train, dev, kept))
 }
 
 /// Splits every document into sentences of words; a text without any word, or without a
 /// label, is an error naming its line.
 fn documents(data: &LabelledDataset) -> Result<Documents> {
-    let mut out = Documents { sentences: Vec::with_capacity(data.len()), labels: Vec::new() };
+    let mut out = Documents { sentences: Vec::with_capacity(data.len()), labels: Vec::new(), sets: None };
     for (example, label) in data.examples.iter().zip(&data.labels[0]) {
         let sentences = split_document(&example.text);
         if sentences.is_empty() {
@@ -136,6 +218,7 @@ fn new_model(
     seed: u64,
     train: &Documents,
     labels: Vec<String>,
+    multi_label: bool,
     hooks: &mut dyn RunHooks,
 ) -> Result<HanClassifier> {
     let h = han;
@@ -167,6 +250,7 @@ fn new_model(
         doc_size: shape.doc_size,
         sent_size: shape.sent_size,
         labels,
+        multi_label,
     };
     config.validate().map_err(|e| TrainError::Run(format!("HAN settings: {e}")))?;
     {

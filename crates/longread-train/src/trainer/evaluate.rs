@@ -69,7 +69,12 @@ pub(super) fn evaluate(run: &Run, phase: &Phase) -> Result<Vec<TaskLog>> {
 ///
 /// # Shapes
 /// `logits: [documents, labels]`
-fn multi_label_dev(labels: &[String], sets: &[&[usize]], logits: &Tensor, device: &Device) -> Result<(f64, Report)> {
+pub(crate) fn multi_label_dev(
+    labels: &[String],
+    sets: &[&[usize]],
+    logits: &Tensor,
+    device: &Device,
+) -> Result<(f64, Report)> {
     let targets = multi_hot(sets, labels.len(), device)?;
     let sum = binary_cross_entropy_sum(logits, &targets, None)?.to_scalar::<f32>()? as f64;
     let dev_loss = sum / (sets.len() * labels.len()).max(1) as f64;

@@ -27,7 +27,7 @@ use longread_text::ChunkedDocument;
 
 pub use config::{balanced_class_weights, CacheSettings, Keep, Metric, Split, TrainConfig};
 pub(crate) use epochs::{DevResult, EpochTask, Epochs};
-pub(crate) use evaluate::dev_report;
+pub(crate) use evaluate::{dev_report, multi_label_dev};
 pub(crate) use fit::{fit, RoundPlan, RoundStats, StepAt, TrainingTask};
 pub use logs::{EpochEnd, EpochLog, MidEpoch, PhaseLog, PretrainLog, PretrainStep, Progress, StepLog, TaskLog};
 pub(crate) use state::{epoch_score, roc_auc_without};

@@ -73,8 +73,9 @@ pub struct TrainSpec {
     /// --arch bow: one-vs-rest logistic regression, C chosen by micro-F1 over folds made by
     /// iterative stratification; --class-weights balanced weighs each label's own fit. An
     /// encoder model (a plain encoder as --model, or one made by `init --multi-label`, which
-    /// needs no flag): a sigmoid per label and binary cross-entropy (--pos-weight), the dev
-    /// split made by iterative stratification. Not with the HAN, --task, --cv or --wide-bow.
+    /// needs no flag) or --arch han: a sigmoid per label and binary cross-entropy
+    /// (--pos-weight), the dev split made by iterative stratification. Not with --task, --cv
+    /// or --wide-bow.
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]
     pub multi_label: bool,

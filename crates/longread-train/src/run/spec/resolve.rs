@@ -149,11 +149,6 @@ impl TrainSpec {
     /// with --pos-weight, and what this version does for one label per document only is refused
     /// by name.
     fn check_multi_label_encoder(&self) -> Result<()> {
-        if self.is_han() {
-            bail!(
-                "--multi-label: the HAN predicts one label per document in this version (use --arch bow or an encoder)"
-            );
-        }
         if self.class_weights != "none" {
             bail!(
                 "--class-weights {}: a multi-label encoder model weighs each label's positive documents with \
