@@ -309,7 +309,7 @@ pub fn tune_multilabel_thresholds(
         return Err(ModelError::InvalidInput("per-label thresholds are for multi-label models".into()));
     }
     let examples = read_multilabel(reader, source_name, layout)?;
-    tune_multilabel_examples(classifier, &examples, source_name, limits, on_document)
+    tune_scored(&score_label_sets(classifier, &examples, source_name, on_document)?, limits)
 }
 
 /// Labelled multi-label documents as a model scored them.
@@ -344,18 +344,6 @@ pub fn score_label_sets(
     let truth: Vec<Vec<bool>> = ids.iter().map(|doc| (0..labels.len()).map(|l| doc.contains(&l)).collect()).collect();
     let predicted = predict(classifier, &labels, examples, source_name, &mut on_document)?;
     Ok(ScoredSets { labels, truth, probabilities: predicted.probabilities, source: source_name.to_owned() })
-}
-
-/// [`tune_multilabel_thresholds`] on documents already read (`train --tune-threshold` on its
-/// dev set).
-pub fn tune_multilabel_examples(
-    classifier: &Classifier,
-    examples: &[MultiLabelExample],
-    source_name: &str,
-    limits: crate::decision::Limits,
-    on_document: impl FnMut(),
-) -> Result<TunedThresholds> {
-    tune_scored(&score_label_sets(classifier, examples, source_name, on_document)?, limits)
 }
 
 /// The per-label thresholds that maximize each label's F1 on documents already scored, with
