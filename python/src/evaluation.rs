@@ -149,7 +149,7 @@ pub(crate) fn compare(
 /// `train --cv` run (its out directory, or its out-of-fold.jsonl), for a final model trained
 /// on every document with that run's settings; "warnings" names settings or data in which
 /// they differ. A multi-label model gets a threshold per label, each maximizing its label's
-/// F1 on `data` (metric "macro-f1"): {"decision": {"thresholds": {label: t}, "chosen_by"},
+/// F1 on `data` or `out_of_fold` (metric "macro-f1"): {"decision": {"thresholds": {label: t}, "chosen_by"},
 /// "documents", "at_default", "at_threshold" (multi-label reports), "written", "warnings"};
 /// `top_k` and `min_labels` (multi-label only, as `threshold --top-k/--min-labels`) bound how
 /// many labels a document carries and are kept with the thresholds ("top_k", "min_labels").
@@ -231,26 +231,35 @@ fn tune_multilabel(
     if metric != longread_classifier::evaluate::ThresholdMetric::MacroF1 {
         return Err("a multi-label model's thresholds maximize each label's F1 (metric \"macro-f1\")".into());
     }
-    let HeldOut::Data(data) = held_out else {
-        return Err("out_of_fold tunes single-label models in this version; give data".into());
-    };
-    let (reader, source) = open_labelled(&data)?;
-    let tuned = longread_classifier::multilabel_eval::tune_multilabel_thresholds(
-        classifier,
-        reader,
-        &source,
-        &Default::default(),
-        limits,
-        || {},
-    )
-    .map_err(|e| e.to_string())?;
+    let (scored, warnings) = label_sets_scored(classifier, held_out)?;
+    let tuned = longread_classifier::multilabel_eval::tune_scored(&scored, limits).map_err(|e| e.to_string())?;
     if write {
         tuned.decision.save(model_dir).map_err(|e| e.to_string())?;
     }
     let mut value = serde_json::to_value(&tuned).map_err(|e| e.to_string())?;
     value["written"] = write.into();
-    value["warnings"] = Vec::<String>::new().into();
+    value["warnings"] = warnings.into();
     Ok(value.to_string())
+}
+
+/// The held-out documents of a multi-label `classifier`, scored: `data` classified now, or the
+/// out-of-fold predictions of a `train --cv` run (with its warnings).
+fn label_sets_scored(
+    classifier: &RustClassifier,
+    held_out: HeldOut,
+) -> Result<(longread_classifier::multilabel_eval::ScoredSets, Vec<String>), String> {
+    match held_out {
+        HeldOut::Data(data) => {
+            let (reader, source) = open_labelled(&data)?;
+            let examples = longread_text::multilabel::read_multilabel(reader, &source, &Default::default())
+                .map_err(|e| e.to_string())?;
+            let scored = longread_classifier::multilabel_eval::score_label_sets(classifier, &examples, &source, || {});
+            Ok((scored.map_err(|e| e.to_string())?, Vec::new()))
+        }
+        HeldOut::OutOfFold(run) => {
+            longread_classifier::out_of_fold::multilabel_out_of_fold_for(classifier, &run).map_err(|e| e.to_string())
+        }
+    }
 }
 
 /// calibrate(model_dir, data=None, write=True, threads=None, device="auto", out_of_fold=None) -> dict
@@ -321,18 +330,10 @@ fn calibrate_multilabel(
     held_out: HeldOut,
     write: bool,
 ) -> Result<String, String> {
-    let HeldOut::Data(data) = held_out else {
-        return Err("out_of_fold calibrates single-label models in this version; give data".into());
-    };
-    let (reader, source) = open_labelled(&data)?;
-    let fitted = longread_classifier::multilabel_eval::calibrate_multilabel(
-        classifier,
-        reader,
-        &source,
-        &Default::default(),
-        || {},
-    )
-    .map_err(|e| e.to_string())?;
+    let (scored, mut warnings) = label_sets_scored(classifier, held_out)?;
+    let current = longread_classifier::decision::Temperature::load(model_dir).map_err(|e| e.to_string())?;
+    let fitted = longread_classifier::multilabel_eval::calibrate_scored(&scored, current.as_ref())
+        .map_err(|e| e.to_string())?;
     let label_temperature = longread_classifier::decision::label_temperature::keep;
     let restated = match write {
         true => label_temperature(model_dir, &fitted, classifier.labels()).map_err(|e| e.to_string())?,
@@ -340,7 +341,8 @@ fn calibrate_multilabel(
     };
     let mut value = serde_json::to_value(&fitted).map_err(|e| e.to_string())?;
     value["written"] = write.into();
-    value["warnings"] = longread_classifier::decision::label_temperature::warnings(&fitted).into();
+    warnings.extend(longread_classifier::decision::label_temperature::warnings(&fitted));
+    value["warnings"] = warnings.into();
     if let Some(decision) = restated {
         value["decision"] = serde_json::to_value(&decision).map_err(|e| e.to_string())?;
     }

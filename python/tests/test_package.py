@@ -779,6 +779,30 @@ def test_a_multi_label_hierarchical_model_is_made_trained_and_read_as_the_cli_do
         longread.train(train, str(tmp_path / "refused"), model=made, freeze_base=True, class_weights="balanced")
 
 
+def test_a_multi_label_han_cv_run_tunes_and_calibrates_its_final_model_as_the_cli_does(tmp_path):
+    descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
+    train = os.path.join(descriptors, "train.csv")
+    small = dict(arch="han", multi_label=True, embedding_dim=16, gru_hidden=8, attention_size=16, epochs=2,
+                 pos_weight="auto", quiet=True)
+    run = longread.train(train, tmp_path / "cv", cv=2, **small)
+    pooled = run["cv"]["out_of_fold"]
+    rows = json_lines(open(tmp_path / "cv" / "out-of-fold.jsonl").read())
+    assert pooled["documents"] == len(rows) == 80
+    assert pooled["accuracy"] == pytest.approx(np.mean([sorted(r["labels"]) == sorted(r["predicted"]) for r in rows]))
+    assert 0 <= pooled["micro_f1"] <= 1 and run["cv"]["micro_f1_mean"] is not None
+    final = str(tmp_path / "final")
+    longread.train(train, final, dev_split=0, **small)
+    assert longread.Classifier(final).multi_label
+    rule = longread.tune_threshold(final, out_of_fold=tmp_path / "cv", write=False)
+    cli = run_cli("threshold", "--model", final, "--out-of-fold", str(tmp_path / "cv"), "--dry-run", "--json")
+    assert cli.returncode == 0, cli.stderr
+    assert rule["decision"]["thresholds"] == json.loads(cli.stdout)["decision"]["thresholds"]
+    assert rule["warnings"] == [] and rule["documents"] == 80
+    fitted = longread.calibrate(final, out_of_fold=tmp_path / "cv", write=False)
+    assert sorted(fitted["temperatures"]) == ["drugs", "language", "violence"]
+    assert fitted["log_loss"]["before"] == pytest.approx(pooled["log_loss"], abs=1e-6)
+
+
 def test_a_multi_label_models_thresholds_are_tuned_per_label_as_the_cli_tunes_them(tmp_path):
     descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
     train, test = os.path.join(descriptors, "train.csv"), os.path.join(descriptors, "test.csv")

@@ -38,6 +38,83 @@ pub fn out_of_fold_for(classifier: &crate::Classifier, path: &Path) -> Result<Ou
 /// out-of-fold.jsonl) for a model with `labels`: every line must carry a `label` among them
 /// and `scores` for exactly these labels. Problems name the file and line. No warnings.
 fn read_out_of_fold(path: &Path, labels: &[String]) -> Result<OutOfFold> {
+    let (source, rows) = read_rows(path, labels, |value, bad| {
+        let Some(gold) = value["label"].as_str() else {
+            return Err(bad(match value.get("labels") {
+                Some(_) => "\"labels\" lists: a multi-label run's predictions, but the model predicts one label per \
+                            document"
+                    .into(),
+                None => "no \"label\"".into(),
+            }));
+        };
+        labels.iter().position(|l| l == gold).ok_or_else(|| {
+            bad(format!(
+                "label {gold:?} is not one of the model's labels ({}): another run's predictions?",
+                labels.join(", ")
+            ))
+        })
+    })?;
+    let (truth, probabilities) = rows.into_iter().unzip();
+    Ok(OutOfFold { source, truth, probabilities, warnings: Vec::new() })
+}
+
+/// The out-of-fold predictions of a multi-label `--cv` run at `path` (its directory, or its
+/// out-of-fold.jsonl) for the multi-label `classifier`: each document's label set (a
+/// `"labels"` list of the model's labels) and its probabilities as the model gives them — the
+/// fold models' probabilities tempered by the model's calibration, if it has one — ready for
+/// [`crate::multilabel_eval::tune_scored`] and [`crate::multilabel_eval::calibrate_scored`];
+/// with warnings where the model's recorded training differs from the run's.
+pub fn multilabel_out_of_fold_for(
+    classifier: &crate::Classifier,
+    path: &Path,
+) -> Result<(crate::multilabel_eval::ScoredSets, Vec<String>)> {
+    if !classifier.multi_label() {
+        return Err(ModelError::InvalidInput(format!(
+            "{} predicts one label per document: its out-of-fold predictions are read as single-label ones",
+            classifier.dir().display()
+        )));
+    }
+    let labels = classifier.labels();
+    let (source, rows) = read_rows(path, labels, |value, bad| {
+        let Some(gold) = value["labels"].as_array() else {
+            return Err(bad(match value.get("label") {
+                Some(_) => "a single \"label\": a single-label run's predictions, but the model is multi-label".into(),
+                None => "no \"labels\" list".into(),
+            }));
+        };
+        let mut set = vec![false; labels.len()];
+        for name in gold {
+            let known = name.as_str().and_then(|name| labels.iter().position(|l| l == name));
+            let Some(l) = known else {
+                return Err(bad(format!(
+                    "label {name} is not one of the model's labels ({}): another run's predictions?",
+                    labels.join(", ")
+                )));
+            };
+            set[l] = true;
+        }
+        Ok(set)
+    })?;
+    let current = crate::decision::Temperature::load(classifier.dir())?;
+    let (truth, probabilities): (Vec<Vec<bool>>, Vec<Vec<f32>>) = rows
+        .into_iter()
+        .map(|(set, row)| match &current {
+            Some(t) => (set, t.apply(&row)),
+            None => (set, row),
+        })
+        .unzip();
+    let scored = crate::multilabel_eval::ScoredSets { labels: labels.to_vec(), truth, probabilities, source };
+    Ok((scored, setting_warnings(classifier.dir(), path)))
+}
+
+/// The lines of the out-of-fold predictions at `path`, each as its gold label(s) (read by
+/// `gold`, given the line and a maker of errors naming it) and its `scores` in the order of
+/// `labels`; with the file's name.
+fn read_rows<G>(
+    path: &Path,
+    labels: &[String],
+    gold: impl Fn(&Value, &dyn Fn(String) -> ModelError) -> Result<G>,
+) -> Result<(String, Vec<(G, Vec<f32>)>)> {
     let (_, file) = run_and_file(path);
     let text = std::fs::read_to_string(&file).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => ModelError::InvalidInput(format!(
@@ -47,17 +124,11 @@ fn read_out_of_fold(path: &Path, labels: &[String]) -> Result<OutOfFold> {
         _ => ModelError::Io { path: file.clone(), source },
     })?;
     let source = file.display().to_string();
-    let (mut truth, mut probabilities) = (Vec::new(), Vec::new());
+    let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let bad = |why: String| ModelError::InvalidInput(format!("{source} line {}: {why}", i + 1));
         let value: Value = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
-        let gold = value["label"].as_str().ok_or_else(|| bad("no \"label\"".into()))?;
-        let gold = labels.iter().position(|l| l == gold).ok_or_else(|| {
-            bad(format!(
-                "label {gold:?} is not one of the model's labels ({}): another run's predictions?",
-                labels.join(", ")
-            ))
-        })?;
+        let gold = gold(&value, &bad)?;
         let scores = value["scores"].as_object().ok_or_else(|| bad("no \"scores\"".into()))?;
         if scores.len() != labels.len() || !labels.iter().all(|l| scores.contains_key(l)) {
             let theirs: Vec<&str> = scores.keys().map(String::as_str).collect();
@@ -74,13 +145,12 @@ fn read_out_of_fold(path: &Path, labels: &[String]) -> Result<OutOfFold> {
                 _ => Err(bad(format!("the score of {l:?} is not a probability: {}", scores[l]))),
             })
             .collect::<Result<Vec<f32>>>()?;
-        truth.push(gold);
-        probabilities.push(row);
+        rows.push((gold, row));
     }
-    if truth.is_empty() {
+    if rows.is_empty() {
         return Err(ModelError::InvalidInput(format!("{source}: no predictions")));
     }
-    Ok(OutOfFold { source, truth, probabilities, warnings: Vec::new() })
+    Ok((source, rows))
 }
 
 /// The recorded training settings (training_args.json) that make a model what it is: a

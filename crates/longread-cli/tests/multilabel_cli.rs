@@ -499,7 +499,7 @@ fn a_temperature_per_label_calibrates_each_sigmoid_and_keeps_every_label_carried
     let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
     assert!((decision["thresholds"]["language"].as_f64().unwrap() - 0.3).abs() < 1e-5, "{decision}");
 
-    assert_clean_failure(&longread(&["calibrate", "--model", model, "--out-of-fold", model]), "on --data");
+    assert_clean_failure(&longread(&["calibrate", "--model", model, "--out-of-fold", model]), "no out-of-fold predictions");
     std::fs::write(out.join("calibration.json"), r#"{"temperature": 2}"#).unwrap();
     assert_clean_failure(&longread(&["predict", "--model", model, "--input", &test]), "a temperature per label");
 }
@@ -767,4 +767,119 @@ fn a_multi_label_hierarchical_model_trains_on_label_sets_and_predicts_each_docum
         again,
     ]);
     assert_clean_failure(&both, "--multi-label and --ordinal exclude each other");
+}
+
+/// Micro-F1 of predicted label sets against true ones (scikit-learn's `f1_score(average="micro")`).
+fn micro_f1(pairs: &[(Vec<String>, Vec<String>)]) -> f64 {
+    let (mut tp, mut fp, mut fn_) = (0, 0, 0);
+    for (truth, predicted) in pairs {
+        tp += predicted.iter().filter(|l| truth.contains(l)).count();
+        fp += predicted.iter().filter(|l| !truth.contains(l)).count();
+        fn_ += truth.iter().filter(|l| !predicted.contains(l)).count();
+    }
+    2.0 * tp as f64 / (2 * tp + fp + fn_) as f64
+}
+
+fn names(value: &Value) -> Vec<String> {
+    let mut names: Vec<String> = value.as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_multi_label_cv_run_scores_every_document_out_of_fold_and_tunes_and_calibrates_the_final_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cv, final_model) = (tmp.path().join("cv"), tmp.path().join("final"));
+    let (cv_s, final_s) = (cv.to_str().unwrap(), final_model.to_str().unwrap());
+    let train_csv = descriptors("train.csv");
+    let han = |out: &str, extra: &[&str]| {
+        let mut args = vec![
+            "train", "--arch", "han", "--multi-label", "--train", &train_csv, "--epochs", "4", "--pos-weight",
+            "auto", "--out", out,
+        ];
+        args.extend_from_slice(extra);
+        longread(&args)
+    };
+    let run = han(cv_s, &["--cv", "2", "--metric", "micro-f1"]);
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{said}");
+    assert!(said.contains("2-fold cross-validation: dev micro-F1 "), "{said}");
+
+    // Every training document once, classified by the fold that held it out; the folds split
+    // each label's documents between them (iterative stratification).
+    let mut reader = csv::Reader::from_path(&train_csv).unwrap();
+    let gold: Vec<Vec<String>> = reader.records().map(|r| label_set(&r.unwrap()[2])).collect();
+    let rows = json_lines(&std::fs::read(cv.join("out-of-fold.jsonl")).unwrap());
+    assert_eq!(rows.len(), gold.len());
+    let mut per_fold = std::collections::BTreeMap::new();
+    let mut pairs = Vec::new();
+    for (row, truth) in rows.iter().zip(&gold) {
+        assert_eq!(&names(&row["labels"]), truth, "{row}");
+        let predicted = names(&row["predicted"]);
+        for (label, p) in row["scores"].as_object().unwrap() {
+            assert_eq!(predicted.contains(label), p.as_f64().unwrap() >= 0.5, "{row}");
+        }
+        for label in truth {
+            *per_fold.entry((label.clone(), row["fold"].as_u64().unwrap())).or_insert(0usize) += 1;
+        }
+        pairs.push((truth.clone(), predicted));
+    }
+    for label in ["drugs", "language", "violence"] {
+        let (one, two) = (per_fold[&(label.to_string(), 1)], per_fold[&(label.to_string(), 2)]);
+        assert!(one.abs_diff(two) <= 2, "{label}: {one} and {two} documents in the two folds");
+    }
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(cv.join("cv.json")).unwrap()).unwrap();
+    let pooled = &summary["out_of_fold"];
+    assert!((pooled["micro_f1"].as_f64().unwrap() - micro_f1(&pairs)).abs() < 1e-9, "{summary}");
+    assert!(summary["micro_f1_mean"].as_f64().is_some() && summary["results"][1]["micro_f1"].is_number(), "{summary}");
+    assert!(pooled["log_loss"].as_f64().unwrap() > 0.0 && pooled["roc_auc"].is_number(), "{summary}");
+
+    // The final model, trained on every document with the same settings, is tuned and
+    // calibrated on those predictions.
+    let run = han(final_s, &["--dev-split", "0"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let tuned = longread(&["threshold", "--model", final_s, "--out-of-fold", cv_s, "--json"]);
+    let said = String::from_utf8_lossy(&tuned.stderr);
+    assert!(tuned.status.success(), "{said}");
+    assert!(!said.contains("warning"), "same settings, same data: {said}");
+    let tuned: Value = serde_json::from_slice(&tuned.stdout).unwrap();
+    assert!(tuned["decision"]["chosen_by"].as_str().unwrap().contains("out-of-fold.jsonl"), "{tuned}");
+    assert_eq!(tuned["documents"], gold.len(), "{tuned}");
+    let thresholds = tuned["decision"]["thresholds"].as_object().unwrap();
+    for (label, t) in thresholds {
+        // Each label's F1 over the out-of-fold probabilities is at least that at 0.5.
+        let f1 = |at: f64| {
+            let each: Vec<(Vec<String>, Vec<String>)> = rows
+                .iter()
+                .zip(&gold)
+                .map(|(row, truth)| {
+                    let carried = row["scores"][label].as_f64().unwrap() >= at;
+                    let only = |yes: bool| if yes { vec![label.clone()] } else { Vec::new() };
+                    (only(truth.contains(label)), only(carried))
+                })
+                .collect();
+            micro_f1(&each)
+        };
+        assert!(f1(t.as_f64().unwrap()) >= f1(0.5) - 1e-9, "{label}: {tuned}");
+    }
+    let decision: Value =
+        serde_json::from_str(&std::fs::read_to_string(final_model.join("decision.json")).unwrap()).unwrap();
+    assert_eq!(&decision["thresholds"], &tuned["decision"]["thresholds"]);
+
+    let calibrated = longread(&["calibrate", "--model", final_s, "--out-of-fold", cv_s, "--json"]);
+    assert!(calibrated.status.success(), "{}", String::from_utf8_lossy(&calibrated.stderr));
+    let calibrated: Value = serde_json::from_slice(&calibrated.stdout).unwrap();
+    assert_eq!(calibrated["temperatures"].as_object().unwrap().len(), 3, "{calibrated}");
+    for label in calibrated["labels"].as_array().unwrap() {
+        assert!(label["log_loss"]["after"].as_f64() <= label["log_loss"]["before"].as_f64(), "{label}");
+    }
+    assert!(final_model.join("calibration.json").is_file());
+
+    // A single-label model is not tuned on a multi-label run's predictions.
+    let single = tmp.path().join("single");
+    let examples = repo().join("examples/transcripts/train.csv");
+    let bow = ["train", "--arch", "bow", "--train", examples.to_str().unwrap(), "--c-values", "1"];
+    assert!(longread(&[&bow[..], &["--out", single.to_str().unwrap()]].concat()).status.success());
+    let wrong = longread(&["threshold", "--model", single.to_str().unwrap(), "--out-of-fold", cv_s]);
+    assert_clean_failure(&wrong, "a multi-label run's predictions");
 }

@@ -170,6 +170,21 @@ fn least(loss: impl Fn(f64) -> f64) -> f64 {
     ((lo + hi) / 2.0).exp()
 }
 
+/// The mean binary cross-entropy over every (document, label) probability (the loss a
+/// multi-label model trains on) and their expected calibration error as yes/no forecasts:
+/// how well a multi-label model's probabilities are calibrated. `truth` one bool per label,
+/// `probabilities` one row per document in the same label order.
+pub fn probability_scores<R: AsRef<[f32]>>(truth: &[Vec<bool>], probabilities: &[R]) -> Result<(f64, f64)> {
+    let pairs = truth.iter().map(Vec::len).sum::<usize>().max(1);
+    let loss = truth
+        .iter()
+        .zip(probabilities)
+        .flat_map(|(set, row)| set.iter().zip(row.as_ref()).map(|(&y, &p)| bce(logit(f64::from(p)), y)))
+        .sum::<f64>()
+        / pairs as f64;
+    Ok((loss, binary_ece(truth, probabilities)?))
+}
+
 /// The expected calibration error of every (document, label) probability as a yes/no
 /// forecast ([`longread_metrics::scores::score_metrics`] on two-label rows).
 fn binary_ece<R: AsRef<[f32]>>(truth: &[Vec<bool>], probabilities: &[R]) -> Result<f64> {

@@ -9,14 +9,15 @@ use clap::Args;
 use longread_classifier::decision::temperature::{self, short, Fitted, CALIBRATION_FILE};
 use longread_classifier::decision::{label_temperature, Decision};
 use longread_classifier::evaluate::{calibrate_out_of_fold, calibrate_temperature};
-use longread_classifier::multilabel_eval::calibrate_multilabel;
+use longread_classifier::decision::Temperature;
+use longread_classifier::multilabel_eval::calibrate_scored;
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
 
 use crate::commands::counts::counted;
 use crate::commands::predict::{progress_bar, EncodingArgs};
-use crate::commands::threshold::{out_of_fold_warned, report_cleared};
+use crate::commands::threshold::{label_sets_scored, out_of_fold_warned, report_cleared};
 use crate::io::{input_name, open_input};
 
 /// Arguments of `longread calibrate`.
@@ -116,15 +117,9 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
 /// `calibrate` for a multi-label model: a temperature per label, fitted on --data.
 fn run_multilabel(args: &CalibrateArgs, classifier: &Classifier, quiet: bool) -> Result<()> {
     let dir = &args.model;
-    if args.out_of_fold.is_some() {
-        bail!("--out-of-fold calibrates single-label models in this version; calibrate a multi-label model on --data");
-    }
-    let Some(data) = &args.data else { bail!("--data is needed to calibrate") };
-    let progress = progress_bar(0, quiet);
-    let source = input_name(data);
-    let fitted =
-        calibrate_multilabel(classifier, open_input(data)?, &source, &args.label_layout.layout(), || progress.inc(1))?;
-    progress.finish_and_clear();
+    let scored = label_sets_scored(classifier, args.data.as_ref(), args.out_of_fold.as_ref(), &args.label_layout, quiet)?;
+    let fitted = calibrate_scored(&scored, Temperature::load(dir)?.as_ref())?;
+    let source = scored.source;
     let written = !args.dry_run;
     let restated = if written { label_temperature::keep(dir, &fitted, classifier.labels())? } else { None };
     if args.json {

@@ -8,8 +8,9 @@ use anyhow::{bail, Result};
 use clap::Args;
 use longread_classifier::decision::{Decision, Limits, Rule, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, tune_threshold_out_of_fold, ThresholdMetric};
-use longread_classifier::multilabel_eval::tune_multilabel_thresholds;
-use longread_classifier::out_of_fold::{out_of_fold_for, OutOfFold};
+use longread_classifier::multilabel_eval::{score_label_sets, tune_scored, ScoredSets};
+use longread_classifier::out_of_fold::{multilabel_out_of_fold_for, out_of_fold_for, OutOfFold};
+use longread_text::multilabel::read_multilabel;
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
@@ -189,11 +190,6 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
         let rule = Rule::PerLabel { thresholds: labels.iter().cloned().zip(thresholds).collect(), limits };
         return keep_set(dir, &Decision { rule, chosen_by }, args.json, quiet);
     }
-    if args.out_of_fold.is_some() {
-        bail!(
-            "--out-of-fold tunes single-label models in this version; tune a multi-label model's thresholds on --data"
-        );
-    }
     if args.metric != ThresholdMetric::MacroF1 {
         bail!(
             "--metric {}: a multi-label model's thresholds maximize each label's F1 (and so macro-F1), the only metric \
@@ -201,18 +197,9 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
             args.metric.name()
         );
     }
-    let Some(data) = &args.data else { bail!("--data is needed to tune the thresholds") };
-    let progress = progress_bar(0, quiet);
-    let source = input_name(data);
-    let tuned = tune_multilabel_thresholds(
-        classifier,
-        open_input(data)?,
-        &source,
-        &args.label_layout.layout(),
-        limits,
-        || progress.inc(1),
-    )?;
-    progress.finish_and_clear();
+    let scored = label_sets_scored(classifier, args.data.as_ref(), args.out_of_fold.as_ref(), &args.label_layout, quiet)?;
+    let tuned = tune_scored(&scored, limits)?;
+    let source = scored.source;
     let written = keep_tuned(dir, &tuned.decision, &tuned, args)?;
     if args.json {
         return Ok(());
@@ -299,6 +286,33 @@ fn thresholds_to_set(given: &str, labels: &[String], limits: Limits) -> Result<R
         slot.1 = parse(t, &format!("the threshold of `{}`", label.trim()))?;
     }
     Ok(Rule::PerLabel { thresholds, limits })
+}
+
+/// The labelled documents a multi-label `classifier` tunes or calibrates on, scored: those of
+/// `data` (laid out as `layout` says) classified now, with a progress bar unless `quiet`, or
+/// the out-of-fold predictions of the `--cv` run `out_of_fold` (its warnings printed unless
+/// `quiet`).
+pub(crate) fn label_sets_scored(
+    classifier: &Classifier,
+    data: Option<&PathBuf>,
+    out_of_fold: Option<&PathBuf>,
+    layout: &longread_train::run::LabelLayoutSpec,
+    quiet: bool,
+) -> Result<ScoredSets> {
+    if let Some(run) = out_of_fold {
+        let (scored, warnings) = multilabel_out_of_fold_for(classifier, run)?;
+        if !quiet {
+            warnings.iter().for_each(|w| eprintln!("{}", printable(w)));
+        }
+        return Ok(scored);
+    }
+    let Some(data) = data else { bail!("--data (or --out-of-fold) is needed") };
+    let source = input_name(data);
+    let examples = read_multilabel(open_input(data)?, &source, &layout.layout())?;
+    let progress = progress_bar(examples.len(), quiet);
+    let scored = score_label_sets(classifier, &examples, &source, || progress.inc(1))?;
+    progress.finish_and_clear();
+    Ok(scored)
 }
 
 /// The out-of-fold predictions of the `--cv` run `run` for `classifier`, its warnings

@@ -1,21 +1,23 @@
 //! `train --cv K` for the trained-by-gradient models: K runs on stratified folds of the
-//! training data, each holding one fold out as its dev set (OUT/fold-1 … OUT/fold-K, each a
-//! complete run directory with its best model), and OUT/cv.json with each fold's best dev
-//! metric and their mean ± std — a dev estimate for small data sets, where a 10% dev split is
-//! a handful of documents — and OUT/out-of-fold.jsonl, each document classified by the model
-//! of the fold that held it out, scored together in cv.json. OUT/training_args.json records the settings; a run stopped part-way
-//! (Ctrl-C, a kill) continues with `--resume auto`: finished folds are read back, the fold in
-//! progress resumes from its checkpoint, the rest start.
+//! training data (a multi-label model's: by iterative stratification), each holding one fold
+//! out as its dev set (OUT/fold-1 … OUT/fold-K, each a complete run directory with its best
+//! model), and OUT/cv.json with each fold's best dev metric and their mean ± std — a dev
+//! estimate for small data sets, where a 10% dev split is a handful of documents — and
+//! OUT/out-of-fold.jsonl, each document classified by the model of the fold that held it out,
+//! scored together in cv.json. OUT/training_args.json records the settings; a run stopped
+//! part-way (Ctrl-C, a kill) continues with `--resume auto`: finished folds are read back, the
+//! fold in progress resumes from its checkpoint, the rest start.
 
 use std::io::Read;
 use std::path::Path;
 
-use longread_metrics::folds::{mean_std, stratified_folds};
-use longread_text::resolve_labels;
+use longread_metrics::folds::{iterative_stratified_folds, mean_std, stratified_folds};
+use longread_text::multilabel::{resolve_multilabel, MultiLabelExample};
+use longread_text::{resolve_labels, Example};
 
 use crate::error::{Result, TrainError};
-use crate::run::data::read_examples;
-use crate::run::out_of_fold::{describe, out_of_fold, OutOfFold};
+use crate::run::data::{read_examples, read_multilabel_examples};
+use crate::run::out_of_fold::{describe, out_of_fold, out_of_fold_multilabel, OutOfFold};
 use crate::run::settings::{recorded_settings, MAY_CHANGE_ON_RESUME};
 use crate::run::spec::{name_value, TrainSpec};
 use crate::run::start::training_labels;
@@ -39,6 +41,10 @@ pub struct FoldResult {
     pub accuracy: f64,
     /// See `accuracy`.
     pub macro_f1: f64,
+    /// Dev micro-F1 at that epoch, for a multi-label model (whose `accuracy` is the subset
+    /// accuracy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_f1: Option<f64>,
     /// Dev ROC-AUC at that epoch (absent where undefined, or in logs from before it was kept).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roc_auc: Option<f64>,
@@ -59,6 +65,12 @@ pub struct CvSummary {
     pub macro_f1_mean: f64,
     /// See `macro_f1_mean`.
     pub macro_f1_std: f64,
+    /// Mean and standard deviation of the folds' dev micro-F1, for a multi-label model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_f1_mean: Option<f64>,
+    /// See `micro_f1_mean`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub micro_f1_std: Option<f64>,
     /// Mean and standard deviation of the folds' dev ROC-AUC at their kept epochs, when every
     /// fold has one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,24 +91,9 @@ pub(crate) fn run(
 ) -> Result<RunSummary> {
     let k = spec.cv.unwrap_or_default();
     let resuming = check(spec, k)?;
-    let column = match spec.encoder.task.first() {
-        Some(task) => name_value("--task", task)?.1.to_string(),
-        None => "label".to_string(),
-    };
     let labels = training_labels(spec)?;
-    let (examples, source) = read_examples(&spec.train, std::slice::from_ref(&column))?;
-    let ids = resolve_labels(&examples, &labels, &source)?;
-    let smallest = (0..labels.len()).map(|c| ids.iter().filter(|&&l| l == c).count()).filter(|&n| n > 0).min();
-    if smallest.unwrap_or(0) < k {
-        return Err(TrainError::Run(format!(
-            "--cv {k}: every label needs at least {k} training documents (the rarest has {})",
-            smallest.unwrap_or(0)
-        )));
-    }
-    let lines = source_lines(&spec.train, &source)?;
-    if examples.last().is_some_and(|e| e.line > lines.len()) {
-        return Err(TrainError::Run(format!("{source} changed while it was read: run again on a file that stays put")));
-    }
+    let (gold, source) = Gold::read(spec, &labels, k)?;
+    let records = gold.records(&spec.train, &source)?;
     let settings = recorded_settings(spec, front.clone())?;
     if resuming {
         check_resumed_run(&spec.out, &settings, &MAY_CHANGE_ON_RESUME)?;
@@ -106,7 +103,8 @@ pub(crate) fn run(
     let data_dir = spec.out.join("cv-data");
     std::fs::create_dir_all(&data_dir).map_err(|source| TrainError::Io { path: data_dir.clone(), source })?;
     let mut results = Vec::with_capacity(k);
-    let folds = stratified_folds(&ids, k, spec.seed);
+    let folds = gold.folds(k, spec.seed);
+    let documents = records.len();
     for (f, held_out) in folds.iter().enumerate() {
         let fold = f + 1;
         let fold_out = spec.out.join(format!("fold-{fold}"));
@@ -123,12 +121,7 @@ pub(crate) fn run(
             }
         ));
         let pick = |keep: &dyn Fn(usize) -> bool| -> String {
-            examples
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| keep(*i))
-                .map(|(_, e)| format!("{}\n", lines[e.line - 1].trim_start_matches(longread_text::jsonl::BOM)))
-                .collect()
+            records.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, record)| format!("{record}\n")).collect()
         };
         write_fold_data(&train_path, &pick(&|i| held_out.binary_search(&i).is_err()), resuming)?;
         write_fold_data(&dev_path, &pick(&|i| held_out.binary_search(&i).is_ok()), resuming)?;
@@ -140,6 +133,17 @@ pub(crate) fn run(
                 fold_spec.train = train_path;
                 fold_spec.dev = Some(dev_path);
                 fold_spec.out = fold_out.clone();
+                if let Gold::Multi { .. } = gold {
+                    // Every fold's model gets the run's labels, those no document of its
+                    // training part carries included, so that the folds' predictions line up;
+                    // the fold files give each document's labels as a list.
+                    if fold_spec.labels.is_empty() && labels.len() >= 2 {
+                        fold_spec.labels = labels.clone();
+                    }
+                    fold_spec.multi_label = true;
+                    fold_spec.label_layout =
+                        crate::run::LabelLayoutSpec { label_separator: ";".into(), label_columns: Vec::new() };
+                }
                 fold_spec.training.resume = matches!(state, FoldState::Interrupted).then(|| "auto".to_string());
                 // The fold's own data are files: the whole run's kept inputs stay kept.
                 train_run_reading(&mut fold_spec, front.clone(), hooks).map_err(|e| match e {
@@ -154,11 +158,12 @@ pub(crate) fn run(
         results.push(FoldResult {
             fold,
             out: fold_out,
-            train_documents: examples.len() - held_out.len(),
+            train_documents: documents - held_out.len(),
             dev_documents: held_out.len(),
             best_epoch: best.epoch,
             accuracy: best.accuracy,
             macro_f1: best.macro_f1,
+            micro_f1: best.micro_f1,
             roc_auc: best.roc_auc,
         });
     }
@@ -174,7 +179,17 @@ pub(crate) fn run(
         _ => String::new(),
     };
     let outs: Vec<&Path> = results.iter().map(|r| r.out.as_path()).collect();
-    let pooled = out_of_fold(spec, &examples, &labels, &ids, &folds, &outs, &source, hooks)?;
+    let micro: Option<Vec<f64>> = results.iter().map(|r| r.micro_f1).collect();
+    let (micro_f1_mean, micro_f1_std) = match micro.map(|m| mean_std(&m)) {
+        Some((mean, std)) => (Some(mean), Some(std)),
+        None => (None, None),
+    };
+    let pooled = match &gold {
+        Gold::Single { examples, ids } => out_of_fold(spec, examples, &labels, ids, &folds, &outs, &source, hooks)?,
+        Gold::Multi { examples, sets } => {
+            out_of_fold_multilabel(spec, examples, &labels, sets, &folds, &outs, &source, hooks)?
+        }
+    };
     let cv = CvSummary {
         folds: k,
         out_of_fold: pooled,
@@ -183,14 +198,21 @@ pub(crate) fn run(
         accuracy_std,
         macro_f1_mean,
         macro_f1_std,
+        micro_f1_mean,
+        micro_f1_std,
         roc_auc_mean,
         roc_auc_std,
     };
-    hooks.note(&format!(
-        "{k}-fold cross-validation: dev macro-F1 {macro_f1_mean:.4} ± {macro_f1_std:.4}, accuracy {accuracy_mean:.4} ± \
-         {accuracy_std:.4}{auc_words}; folds in {}",
-        spec.out.display()
-    ));
+    let words = match (micro_f1_mean, micro_f1_std) {
+        (Some(micro), Some(std)) => format!(
+            "dev micro-F1 {micro:.4} ± {std:.4}, macro-F1 {macro_f1_mean:.4} ± {macro_f1_std:.4}, subset accuracy \
+             {accuracy_mean:.4} ± {accuracy_std:.4}"
+        ),
+        _ => format!(
+            "dev macro-F1 {macro_f1_mean:.4} ± {macro_f1_std:.4}, accuracy {accuracy_mean:.4} ± {accuracy_std:.4}"
+        ),
+    };
+    hooks.note(&format!("{k}-fold cross-validation: {words}{auc_words}; folds in {}", spec.out.display()));
     hooks.note(&describe(&cv.out_of_fold));
     let json = serde_json::to_string_pretty(&cv).map_err(|e| TrainError::Run(format!("cv.json: {e}")))? + "\n";
     write(&spec.out.join("cv.json"), &json)?;
@@ -202,6 +224,79 @@ pub(crate) fn run(
         threshold: None,
         calibration: None,
     })
+}
+
+/// The training documents' gold labels, by which the folds are drawn.
+enum Gold {
+    /// One label each: stratified folds.
+    Single { examples: Vec<Example>, ids: Vec<usize> },
+    /// A set of labels each: folds by iterative stratification.
+    Multi { examples: Vec<MultiLabelExample>, sets: Vec<Vec<usize>> },
+}
+
+impl Gold {
+    /// The training data of `spec` labelled with `labels`, checked to make `k` folds; with
+    /// the data's name.
+    fn read(spec: &TrainSpec, labels: &[String], k: usize) -> Result<(Self, String)> {
+        if spec.is_multi_label() {
+            let (examples, source) = read_multilabel_examples(&spec.train, &spec.label_layout.layout())?;
+            let (sets, _) = resolve_multilabel(&examples, labels, &source, false)?;
+            if examples.len() < 2 * k {
+                return Err(TrainError::Run(format!(
+                    "--cv {k}: {} training documents are too few for {k} folds of at least 2",
+                    examples.len()
+                )));
+            }
+            return Ok((Self::Multi { examples, sets }, source));
+        }
+        let column = match spec.encoder.task.first() {
+            Some(task) => name_value("--task", task)?.1.to_string(),
+            None => "label".to_string(),
+        };
+        let (examples, source) = read_examples(&spec.train, std::slice::from_ref(&column))?;
+        let ids = resolve_labels(&examples, labels, &source)?;
+        let smallest = (0..labels.len()).map(|c| ids.iter().filter(|&&l| l == c).count()).filter(|&n| n > 0).min();
+        if smallest.unwrap_or(0) < k {
+            return Err(TrainError::Run(format!(
+                "--cv {k}: every label needs at least {k} training documents (the rarest has {})",
+                smallest.unwrap_or(0)
+            )));
+        }
+        Ok((Self::Single { examples, ids }, source))
+    }
+
+    /// Each document as a line of the folds' JSON-lines files: a single-label document's
+    /// own record (a CSV/TSV row as a JSON object), a multi-label one's id, text and
+    /// `"labels"` list (whatever layout the data gave them in). `path` is the data, `source`
+    /// its name.
+    fn records(&self, path: &Path, source: &str) -> Result<Vec<String>> {
+        match self {
+            Self::Single { examples, .. } => {
+                let lines = source_lines(path, source)?;
+                if examples.last().is_some_and(|e| e.line > lines.len()) {
+                    return Err(TrainError::Run(format!(
+                        "{source} changed while it was read: run again on a file that stays put"
+                    )));
+                }
+                let own = |e: &Example| lines[e.line - 1].trim_start_matches(longread_text::jsonl::BOM).to_owned();
+                Ok(examples.iter().map(own).collect())
+            }
+            Self::Multi { examples, .. } => Ok(examples
+                .iter()
+                .map(|e| serde_json::json!({ "id": e.id, "text": e.text, "labels": e.labels }).to_string())
+                .collect()),
+        }
+    }
+
+    /// `k` folds of document indices, seeded: stratified by label, or for label sets by
+    /// iterative stratification (Sechidis et al. 2011), so that rare labels spread over the
+    /// folds in proportion.
+    fn folds(&self, k: usize, seed: u64) -> Vec<Vec<usize>> {
+        match self {
+            Self::Single { ids, .. } => stratified_folds(ids, k, seed),
+            Self::Multi { sets, .. } => iterative_stratified_folds(sets, k, seed),
+        }
+    }
 }
 
 /// Refuses what cross-validation cannot combine with; true when `spec` resumes a run.
@@ -238,6 +333,7 @@ struct Best {
     epoch: usize,
     accuracy: f64,
     macro_f1: f64,
+    micro_f1: Option<f64>,
     roc_auc: Option<f64>,
 }
 
@@ -294,8 +390,8 @@ fn best_logged(out: &Path) -> Result<Option<Best>> {
             let (Some(epoch), Some(accuracy), Some(macro_f1)) = (epoch, accuracy, macro_f1) else {
                 return Err(TrainError::Run(format!("{} line {}: not an epoch's log", path.display(), i + 1)));
             };
-            let roc_auc = log["dev"]["roc_auc"].as_f64();
-            best = Some(Best { epoch: epoch as usize, accuracy, macro_f1, roc_auc });
+            let (roc_auc, micro_f1) = (log["dev"]["roc_auc"].as_f64(), log["dev"]["micro_f1"].as_f64());
+            best = Some(Best { epoch: epoch as usize, accuracy, macro_f1, micro_f1, roc_auc });
         }
     }
     Ok(best)

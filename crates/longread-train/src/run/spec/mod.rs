@@ -74,8 +74,8 @@ pub struct TrainSpec {
     /// iterative stratification; --class-weights balanced weighs each label's own fit. An
     /// encoder model (a plain encoder as --model, or one made by `init --multi-label`, which
     /// needs no flag) or --arch han: a sigmoid per label and binary cross-entropy
-    /// (--pos-weight), the dev split made by iterative stratification. Not with --task, --cv
-    /// or --wide-bow.
+    /// (--pos-weight), the dev split and --cv folds made by iterative stratification. Not
+    /// with --task or --wide-bow.
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]
     pub multi_label: bool,
@@ -97,12 +97,14 @@ pub struct TrainSpec {
     /// Seed for the dev split, shuffling and dropout.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 42))]
     pub seed: u64,
-    /// Stratified K-fold cross-validation on the training data (seeded by --seed). With
-    /// --arch bow: the folds that choose C [default: 5]. Otherwise: K runs, each holding out
-    /// one fold as its dev set, in OUT/fold-1 … OUT/fold-K, and OUT/cv.json with the mean ± std
-    /// of the best dev metric over the folds (for small data, where a 10% dev split is a
-    /// handful of documents); no --dev, --dev-split or --stop-after-epoch then, and
-    /// --resume auto continues a stopped --cv run fold by fold.
+    /// Stratified K-fold cross-validation on the training data (seeded by --seed; with
+    /// --multi-label, iterative stratification). With --arch bow: the folds that choose C
+    /// [default: 5]. Otherwise: K runs, each holding out one fold as its dev set, in
+    /// OUT/fold-1 … OUT/fold-K, OUT/cv.json with the mean ± std of the best dev metric over the
+    /// folds (for small data, where a 10% dev split is a handful of documents), and
+    /// OUT/out-of-fold.jsonl, every document classified by the fold model that did not train
+    /// on it (for `threshold`/`calibrate --out-of-fold`); no --dev, --dev-split or
+    /// --stop-after-epoch then, and --resume auto continues a stopped --cv run fold by fold.
     #[cfg_attr(feature = "clap", arg(long, value_name = "K"))]
     pub cv: Option<usize>,
     /// When the run completes, tune the model's decision rule on its dev set (--dev or the

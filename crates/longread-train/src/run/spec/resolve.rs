@@ -159,9 +159,6 @@ impl TrainSpec {
         if self.encoder.wide_bow {
             bail!("--wide-bow adds a single-label bag of words; for a multi-label model beside a bag of words, build an ensemble of the two");
         }
-        if self.cv.is_some() {
-            bail!("--cv trains single-label encoder models in this version; for a multi-label model give --dev or --dev-split");
-        }
         if let Some(metric) = self.tune_threshold.filter(|m| *m != ThresholdMetric::MacroF1) {
             bail!(
                 "--tune-threshold {}: a multi-label model's thresholds maximize each label's F1 (and so macro-F1): \
