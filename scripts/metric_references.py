@@ -96,6 +96,11 @@ for n_docs, n_labels, density in [(40, 5, 0.3), (25, 8, 0.15), (60, 3, 0.5)]:
     case["roc_auc_micro"] = float(roc_auc_score(y_true, scores, average="micro"))
     both = [l for l in range(n_labels) if 0 < y_true[:, l].sum() < n_docs]
     case["roc_auc_macro"] = float(roc_auc_score(y_true[:, both], scores[:, both], average="macro"))
+    # Log loss of each label's column (scikit-learn clips to the float32 epsilon), averaged over
+    # labels: the mean binary cross-entropy over every (document, label) probability.
+    case["log_loss"] = float(np.mean([log_loss(y_true[:, l], scores[:, l], labels=[0, 1]) for l in range(n_labels)]))
+    flat = scores.reshape(-1)
+    case["ece"] = float(expected_calibration_error(y_true.reshape(-1), np.stack([1 - flat, flat], axis=1)))
     case["roc_auc_per_label"] = [
         float(roc_auc_score(y_true[:, l], scores[:, l])) if l in both else None for l in range(n_labels)
     ]

@@ -20,6 +20,6 @@ pub mod tfidf;
 pub use error::{BowError, Result};
 pub use logistic::Solver;
 pub use model::{bow_config_path, is_bow_dir, train, BowModel, BowOptions, BowScores, CvScore, Trained};
-pub use multilabel::{train_multilabel, LabelWeights};
+pub use multilabel::{out_of_fold_multilabel_logits, train_multilabel, LabelWeights};
 pub use out_of_fold::out_of_fold_logits;
 pub use tfidf::TfidfSettings;

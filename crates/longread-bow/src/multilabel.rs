@@ -156,6 +156,52 @@ pub fn train_multilabel(
     Ok(Trained { model, cv })
 }
 
+/// Each label's logit for every document of `texts` (`[doc][label]`), each document scored by
+/// models fitted without it: `options.folds` folds made by iterative stratification (seeded),
+/// the features refitted on each fold's training part and every label fitted there at `c` with
+/// `weights`, as [`train_multilabel`] fits the final model. What a multi-label model's
+/// temperatures and thresholds are fitted on when it holds out no documents. `on_fit` hears
+/// each fold done and the total.
+pub fn out_of_fold_multilabel_logits(
+    texts: &[&str],
+    labels: &[Vec<usize>],
+    label_names: &[String],
+    c: f64,
+    options: &BowOptions,
+    weights: LabelWeights,
+    mut on_fit: impl FnMut(usize, usize),
+) -> Result<Vec<Vec<f64>>> {
+    check(texts, labels, label_names, &BowOptions { cs: vec![c], ..options.clone() })?;
+    if options.folds < 2 || texts.len() < options.folds {
+        return Err(BowError::TooFewForFolds { folds: options.folds, rarest: texts.len() });
+    }
+    let mut interner = Interner::default();
+    let counts: Vec<TermCounts> = texts.iter().map(|t| count_terms(t, &options.tfidf, &mut interner)).collect();
+    let folds = iterative_stratified_folds(labels, options.folds, options.seed);
+    let (ones, no_class) = (vec![1.0; texts.len()], vec![0usize; texts.len()]);
+    let mut logits = vec![Vec::new(); texts.len()];
+    for (done, held_out) in folds.iter().enumerate() {
+        let fold = FoldFit::without(held_out, &counts, &no_class, &ones, &options.tfidf);
+        let kept: Vec<usize> = (0..texts.len()).filter(|i| held_out.binary_search(i).is_err()).collect();
+        let held_rows: Vec<SparseRow> =
+            held_out.iter().map(|&i| fold.columns.row(&counts[i], options.tfidf.sublinear_tf)).collect();
+        // Per label, its logit for each held-out document.
+        let by_label: Vec<Vec<f64>> = (0..label_names.len())
+            .into_par_iter()
+            .map(|label| {
+                let target: Vec<bool> = kept.iter().map(|&i| labels[i].contains(&label)).collect();
+                let model = fit_label(&fold.rows, fold.columns.idf.len(), &target, weights, c, None, options)?;
+                Ok(held_rows.iter().map(|row| model.decision(row)[0]).collect())
+            })
+            .collect::<Result<_>>()?;
+        for (h, &i) in held_out.iter().enumerate() {
+            logits[i] = by_label.iter().map(|column| column[h]).collect();
+        }
+        on_fit(done + 1, folds.len());
+    }
+    Ok(logits)
+}
+
 /// One label's binary fit (one weight row): a label that every or no document carries is a
 /// constant (zero weights, intercept ±[`CONSTANT_LOGIT`]).
 fn fit_label(
@@ -314,6 +360,51 @@ mod tests {
         assert!(best > 0.9, "{:?}", trained.cv);
         let p = trained.model.scores("ripe apples").unwrap().probabilities;
         assert!(p[2] < 1e-9, "{p:?}");
+    }
+
+    #[test]
+    fn out_of_fold_logits_come_from_models_that_did_not_see_the_document() {
+        let (texts, labels) = corpus();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let options = BowOptions { folds: 3, ..options(vec![10.0]) };
+        let oof =
+            out_of_fold_multilabel_logits(&refs, &labels, &names(), 10.0, &options, LabelWeights::Equal, |_, _| {})
+                .unwrap();
+        assert_eq!(oof.len(), texts.len());
+        assert!(oof.iter().all(|row| row.len() == names().len()));
+        // Seeded: the same folds and logits again.
+        let again =
+            out_of_fold_multilabel_logits(&refs, &labels, &names(), 10.0, &options, LabelWeights::Equal, |_, _| {})
+                .unwrap();
+        assert_eq!(oof, again);
+        // Held out, a document scores lower on its own labels than the model fitted on it
+        // scores it, yet still ranks its labels above the others on this separable corpus.
+        let trained = train_multilabel(&refs, &labels, &names(), &options, LabelWeights::Equal, |_, _| {}).unwrap();
+        let mut lower = 0;
+        for (d, row) in oof.iter().enumerate() {
+            let fitted = trained.model.scores(&texts[d]).unwrap().logits;
+            for &l in &labels[d] {
+                lower += usize::from(row[l] < f64::from(fitted[l]));
+            }
+        }
+        assert!(lower * 2 > labels.iter().map(Vec::len).sum::<usize>(), "{lower}");
+        let right = oof
+            .iter()
+            .zip(&labels)
+            .filter(|(row, set)| (0..row.len()).all(|l| (row[l] >= 0.0) == set.contains(&l)))
+            .count();
+        assert!(right * 2 > texts.len(), "{right} of {} documents' sets right out of fold", texts.len());
+        let err = out_of_fold_multilabel_logits(
+            &refs[..2],
+            &labels[..2],
+            &names(),
+            10.0,
+            &options,
+            LabelWeights::Equal,
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(matches!(err, BowError::TooFewForFolds { .. }), "{err}");
     }
 
     #[test]

@@ -441,12 +441,12 @@ fn top_k_and_min_labels_bound_every_documents_set_in_predict_and_eval() {
     assert_clean_failure(&longread(&["threshold", "--model", model, "--top-k", "0"]), "--top-k is 0");
 }
 
-/// The descriptor test set with every third document's labels taken from the next one: data
-/// the bag of words does not separate, so that each label has a temperature to find.
-fn noisy_descriptors(dir: &Path) -> String {
-    let mut reader = csv::Reader::from_path(descriptors("test.csv")).unwrap();
+/// The descriptor set `name` with every third document's labels taken from the next one, in
+/// `dir`: data the bag of words does not separate, so that each label has a temperature to find.
+fn noisy_descriptors(dir: &Path, name: &str) -> String {
+    let mut reader = csv::Reader::from_path(descriptors(name)).unwrap();
     let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.unwrap()).collect();
-    let path = dir.join("noisy.csv");
+    let path = dir.join(format!("noisy-{name}"));
     let mut writer = csv::Writer::from_path(&path).unwrap();
     writer.write_record(["id", "text", "labels"]).unwrap();
     for (i, row) in rows.iter().enumerate() {
@@ -463,7 +463,7 @@ fn a_temperature_per_label_calibrates_each_sigmoid_and_keeps_every_label_carried
     let out = tmp.path().join("descriptors");
     assert!(train(&out, &[]).status.success());
     let (model, test) = (out.to_str().unwrap(), descriptors("test.csv"));
-    let noisy = noisy_descriptors(tmp.path());
+    let noisy = noisy_descriptors(tmp.path(), "test.csv");
     assert!(longread(&["threshold", "--model", model, "--set", "language=0.3"]).status.success());
     let before = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
 
@@ -499,7 +499,10 @@ fn a_temperature_per_label_calibrates_each_sigmoid_and_keeps_every_label_carried
     let decision: Value = serde_json::from_str(&std::fs::read_to_string(out.join("decision.json")).unwrap()).unwrap();
     assert!((decision["thresholds"]["language"].as_f64().unwrap() - 0.3).abs() < 1e-5, "{decision}");
 
-    assert_clean_failure(&longread(&["calibrate", "--model", model, "--out-of-fold", model]), "no out-of-fold predictions");
+    assert_clean_failure(
+        &longread(&["calibrate", "--model", model, "--out-of-fold", model]),
+        "no out-of-fold predictions",
+    );
     std::fs::write(out.join("calibration.json"), r#"{"temperature": 2}"#).unwrap();
     assert_clean_failure(&longread(&["predict", "--model", model, "--input", &test]), "a temperature per label");
 }
@@ -794,8 +797,18 @@ fn a_multi_label_cv_run_scores_every_document_out_of_fold_and_tunes_and_calibrat
     let train_csv = descriptors("train.csv");
     let han = |out: &str, extra: &[&str]| {
         let mut args = vec![
-            "train", "--arch", "han", "--multi-label", "--train", &train_csv, "--epochs", "4", "--pos-weight",
-            "auto", "--out", out,
+            "train",
+            "--arch",
+            "han",
+            "--multi-label",
+            "--train",
+            &train_csv,
+            "--epochs",
+            "4",
+            "--pos-weight",
+            "auto",
+            "--out",
+            out,
         ];
         args.extend_from_slice(extra);
         longread(&args)
@@ -882,4 +895,47 @@ fn a_multi_label_cv_run_scores_every_document_out_of_fold_and_tunes_and_calibrat
     assert!(longread(&[&bow[..], &["--out", single.to_str().unwrap()]].concat()).status.success());
     let wrong = longread(&["threshold", "--model", single.to_str().unwrap(), "--out-of-fold", cv_s]);
     assert_clean_failure(&wrong, "a multi-label run's predictions");
+}
+
+#[test]
+fn a_multi_label_bag_of_words_calibrates_and_tunes_each_label_on_its_out_of_fold_probabilities() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    // Every third document mislabelled: the words no longer separate the labels perfectly.
+    let noisy = noisy_descriptors(tmp.path(), "train.csv");
+    let flags = ["--calibrate", "--tune-threshold", "macro-f1", "--c-values", "1"];
+    let run = longread(
+        &[
+            &["train", "--arch", "bow", "--multi-label", "--train", &noisy][..],
+            &flags,
+            &["--out", out.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{said}");
+    assert!(said.contains("scoring the training documents out of fold at C "), "{said}");
+    assert!(said.contains("calibration: a temperature per label") && said.contains("out-of-fold log loss"), "{said}");
+    let read =
+        |name: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(out.join(name)).unwrap()).unwrap() };
+    let (calibration, decision) = (read("calibration.json"), read("decision.json"));
+    assert_eq!(calibration["temperatures"].as_object().unwrap().len(), 3, "{calibration}");
+    assert!(calibration["chosen_by"].as_str().unwrap().contains("out-of-fold probabilities (5 folds, 80"));
+    let thresholds = decision["thresholds"].as_object().unwrap();
+    assert_eq!(thresholds.len(), 3, "{decision}");
+    assert!(thresholds.values().any(|t| (t.as_f64().unwrap() - 0.5).abs() > 1e-3), "tuned: {decision}");
+
+    // predict carries exactly the labels whose calibrated probability reaches their threshold.
+    let model = out.to_str().unwrap();
+    let predict = longread(&["predict", "--model", model, "--input", &descriptors("test.csv")]);
+    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
+    for row in json_lines(&predict.stdout) {
+        let labels = names(&row["labels"]);
+        for (label, t) in thresholds {
+            let p = row["scores"][label].as_f64().unwrap();
+            assert_eq!(labels.contains(label), p >= t.as_f64().unwrap(), "{label} at {t}: {row}");
+        }
+    }
+    let refused = train(&tmp.path().join("refused"), &["--tune-threshold", "accuracy"]);
+    assert_clean_failure(&refused, "give --tune-threshold macro-f1");
 }

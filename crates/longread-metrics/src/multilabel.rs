@@ -73,6 +73,15 @@ pub struct MultiLabelReport {
     /// The mean of the per-label ROC-AUCs over the labels that have both classes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roc_auc_macro: Option<f64>,
+    /// Log loss of every (document, label) probability as a yes/no forecast (the mean binary
+    /// cross-entropy, a multi-label model's training loss; scikit-learn's `log_loss` of each
+    /// label's column averaged over labels), when the report has scores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_loss: Option<f64>,
+    /// Expected calibration error of every (document, label) probability as a yes/no
+    /// forecast ([`binary_ece`]), when the report has scores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ece: Option<f64>,
     /// Labels left out of the macro ROC-AUC: no document has them, or every document does.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub roc_auc_skipped: Vec<String>,
@@ -186,6 +195,8 @@ pub fn evaluate_multilabel(
         label_ranking_average_precision: None,
         roc_auc_micro: None,
         roc_auc_macro: None,
+        log_loss: None,
+        ece: None,
         roc_auc_skipped: Vec::new(),
     })
 }
@@ -217,6 +228,8 @@ impl MultiLabelReport {
         let pooled: Vec<f64> = scores.iter().flat_map(|row| row.as_ref().iter().map(|&s| f64::from(s))).collect();
         self.roc_auc_micro = roc_auc(&positive, &pooled);
         self.label_ranking_average_precision = Some(label_ranking_average_precision(truth, scores));
+        self.log_loss = Some(binary_log_loss(truth, scores));
+        self.ece = Some(binary_ece(truth, scores));
         Ok(self)
     }
 
@@ -243,6 +256,11 @@ impl MultiLabelReport {
             }
             out.push('\n');
         }
+        if let (Some(log_loss), Some(ece)) = (self.log_loss, self.ece) {
+            out.push_str(&format!(
+                "log loss {log_loss:.4}   ECE {ece:.4} (each label's probability as a yes/no forecast)\n"
+            ));
+        }
         out.push_str(&format!("\n{:width$}  precision  recall      f1  support  predicted  ROC-AUC\n", "label"));
         for m in &self.per_label {
             let auc = m.roc_auc.map_or("-".to_string(), |a| format!("{a:.4}"));
@@ -258,6 +276,41 @@ impl MultiLabelReport {
         }
         out
     }
+}
+
+/// The mean binary cross-entropy of every (document, label) probability against whether the
+/// document carries the label, each probability clipped to [ε, 1 − ε] with ε the f32 epsilon
+/// (as [`crate::scores::log_loss`] and scikit-learn clip). `truth` one bool per label,
+/// `scores` one row per document in the same order.
+pub fn binary_log_loss<R: AsRef<[f32]>>(truth: &[Vec<bool>], scores: &[R]) -> f64 {
+    let eps = f64::from(f32::EPSILON);
+    let pairs = truth.iter().map(Vec::len).sum::<usize>().max(1);
+    let total: f64 = truth
+        .iter()
+        .zip(scores)
+        .flat_map(|(set, row)| set.iter().zip(row.as_ref()))
+        .map(|(&y, &p)| {
+            let p = f64::from(p).clamp(eps, 1.0 - eps);
+            -(if y { p } else { 1.0 - p }).ln()
+        })
+        .sum();
+    total / pairs as f64
+}
+
+/// The expected calibration error of every (document, label) probability p taken as a yes/no
+/// forecast: [`crate::scores::expected_calibration_error`] of the two-way rows [1 − p, p]
+/// (the confidence is max(p, 1 − p)). `truth` and `scores` as [`binary_log_loss`].
+pub fn binary_ece<R: AsRef<[f32]>>(truth: &[Vec<bool>], scores: &[R]) -> f64 {
+    let mut gold = Vec::new();
+    let mut rows = Vec::new();
+    for (set, row) in truth.iter().zip(scores) {
+        for (&y, &p) in set.iter().zip(row.as_ref()) {
+            gold.push(usize::from(y));
+            rows.push([1.0 - p, p]);
+        }
+    }
+    let rows: Vec<&[f32]> = rows.iter().map(|r| r.as_slice()).collect();
+    crate::scores::expected_calibration_error(&gold, &rows)
 }
 
 /// scikit-learn's `label_ranking_average_precision_score`: for each document, the mean over its

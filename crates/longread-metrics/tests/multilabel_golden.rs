@@ -56,6 +56,9 @@ fn multilabel_metrics_match_scikit_learn() {
         close(r.label_ranking_average_precision.unwrap(), &case["lrap"], &format!("case {i} LRAP"));
         close(r.roc_auc_micro.unwrap(), &case["roc_auc_micro"], &format!("case {i} micro ROC-AUC"));
         close(r.roc_auc_macro.unwrap(), &case["roc_auc_macro"], &format!("case {i} macro ROC-AUC"));
+        let loss = (r.log_loss.unwrap() - case["log_loss"].as_f64().unwrap()).abs();
+        assert!(loss < 1e-6, "case {i} log loss: longread {:?}, scikit-learn {}", r.log_loss, case["log_loss"]);
+        close(r.ece.unwrap(), &case["ece"], &format!("case {i} ECE"));
         let skipped = case["roc_auc_per_label"].as_array().unwrap().iter().filter(|v| v.is_null()).count();
         assert_eq!(r.roc_auc_skipped.len(), skipped, "case {i}");
     }

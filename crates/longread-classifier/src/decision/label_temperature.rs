@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use longread_metrics::multilabel::{binary_ece, binary_log_loss};
 use longread_model::error::{ModelError, Result};
 use serde::Serialize;
 
@@ -141,7 +142,7 @@ pub fn fit<R: AsRef<[f32]>>(
         .collect();
     let mean = |pick: fn(&LabelFit) -> f64| fits.iter().map(pick).sum::<f64>() / fits.len().max(1) as f64;
     let log_loss = BeforeAfter { before: mean(|f| f.log_loss.before), after: mean(|f| f.log_loss.after) };
-    let ece = BeforeAfter { before: binary_ece(truth, probabilities)?, after: binary_ece(truth, &calibrated)? };
+    let ece = BeforeAfter { before: binary_ece(truth, probabilities), after: binary_ece(truth, &calibrated) };
     Ok(FittedPerLabel { calibration, documents: n, labels: fits, log_loss, ece, calibrated })
 }
 
@@ -172,32 +173,10 @@ fn least(loss: impl Fn(f64) -> f64) -> f64 {
 
 /// The mean binary cross-entropy over every (document, label) probability (the loss a
 /// multi-label model trains on) and their expected calibration error as yes/no forecasts:
-/// how well a multi-label model's probabilities are calibrated. `truth` one bool per label,
-/// `probabilities` one row per document in the same label order.
-pub fn probability_scores<R: AsRef<[f32]>>(truth: &[Vec<bool>], probabilities: &[R]) -> Result<(f64, f64)> {
-    let pairs = truth.iter().map(Vec::len).sum::<usize>().max(1);
-    let loss = truth
-        .iter()
-        .zip(probabilities)
-        .flat_map(|(set, row)| set.iter().zip(row.as_ref()).map(|(&y, &p)| bce(logit(f64::from(p)), y)))
-        .sum::<f64>()
-        / pairs as f64;
-    Ok((loss, binary_ece(truth, probabilities)?))
-}
-
-/// The expected calibration error of every (document, label) probability as a yes/no
-/// forecast ([`longread_metrics::scores::score_metrics`] on two-label rows).
-fn binary_ece<R: AsRef<[f32]>>(truth: &[Vec<bool>], probabilities: &[R]) -> Result<f64> {
-    let mut gold = Vec::new();
-    let mut rows = Vec::new();
-    for (set, row) in truth.iter().zip(probabilities) {
-        for (&y, &p) in set.iter().zip(row.as_ref()) {
-            gold.push(usize::from(y));
-            rows.push([1.0 - p, p]);
-        }
-    }
-    let scores = longread_metrics::scores::score_metrics(2, &gold, &rows).map_err(ModelError::InvalidInput)?;
-    Ok(scores.ece)
+/// how well a multi-label model's probabilities are calibrated
+/// ([`longread_metrics::multilabel::binary_log_loss`], [`longread_metrics::multilabel::binary_ece`]).
+pub fn probability_scores<R: AsRef<[f32]>>(truth: &[Vec<bool>], probabilities: &[R]) -> (f64, f64) {
+    (binary_log_loss(truth, probabilities), binary_ece(truth, probabilities))
 }
 
 /// A multi-label `decision` restated for probabilities whose labels were tempered by

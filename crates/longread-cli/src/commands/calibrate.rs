@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use longread_classifier::decision::temperature::{self, short, Fitted, CALIBRATION_FILE};
+use longread_classifier::decision::Temperature;
 use longread_classifier::decision::{label_temperature, Decision};
 use longread_classifier::evaluate::{calibrate_out_of_fold, calibrate_temperature};
-use longread_classifier::decision::Temperature;
 use longread_classifier::multilabel_eval::calibrate_scored;
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
@@ -117,7 +117,8 @@ pub fn run(args: CalibrateArgs, quiet: bool, device: DeviceChoice) -> Result<()>
 /// `calibrate` for a multi-label model: a temperature per label, fitted on --data.
 fn run_multilabel(args: &CalibrateArgs, classifier: &Classifier, quiet: bool) -> Result<()> {
     let dir = &args.model;
-    let scored = label_sets_scored(classifier, args.data.as_ref(), args.out_of_fold.as_ref(), &args.label_layout, quiet)?;
+    let scored =
+        label_sets_scored(classifier, args.data.as_ref(), args.out_of_fold.as_ref(), &args.label_layout, quiet)?;
     let fitted = calibrate_scored(&scored, Temperature::load(dir)?.as_ref())?;
     let source = scored.source;
     let written = !args.dry_run;

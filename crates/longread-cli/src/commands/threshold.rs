@@ -10,10 +10,10 @@ use longread_classifier::decision::{Decision, Limits, Rule, DECISION_FILE};
 use longread_classifier::evaluate::{tune_threshold, tune_threshold_out_of_fold, ThresholdMetric};
 use longread_classifier::multilabel_eval::{score_label_sets, tune_scored, ScoredSets};
 use longread_classifier::out_of_fold::{multilabel_out_of_fold_for, out_of_fold_for, OutOfFold};
-use longread_text::multilabel::read_multilabel;
 use longread_classifier::Classifier;
 use longread_metrics::terminal::printable;
 use longread_model::DeviceChoice;
+use longread_text::multilabel::read_multilabel;
 
 use crate::commands::counts::counted;
 use crate::commands::predict::{progress_bar, EncodingArgs};
@@ -197,7 +197,8 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
             args.metric.name()
         );
     }
-    let scored = label_sets_scored(classifier, args.data.as_ref(), args.out_of_fold.as_ref(), &args.label_layout, quiet)?;
+    let scored =
+        label_sets_scored(classifier, args.data.as_ref(), args.out_of_fold.as_ref(), &args.label_layout, quiet)?;
     let tuned = tune_scored(&scored, limits)?;
     let source = scored.source;
     let written = keep_tuned(dir, &tuned.decision, &tuned, args)?;

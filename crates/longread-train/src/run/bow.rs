@@ -3,10 +3,12 @@
 //! C chosen by stratified cross-validation on the training data, then refitted on all of it.
 //! Trained in seconds, saved as a model directory that predict, eval and serve load.
 
-use longread_bow::logistic::softmax;
+use longread_bow::logistic::{sigmoid, softmax};
 use longread_bow::{
-    out_of_fold_logits, train, train_multilabel, BowError, BowOptions, CvScore, LabelWeights, TfidfSettings,
+    out_of_fold_logits, out_of_fold_multilabel_logits, train, train_multilabel, BowError, BowOptions, CvScore,
+    LabelWeights, TfidfSettings,
 };
+use longread_classifier::multilabel_eval::ScoredSets;
 use longread_text::multilabel::resolve_multilabel;
 use longread_text::LabelledDataset;
 
@@ -15,7 +17,7 @@ use crate::run::data::{read_examples, read_multilabel_examples};
 use crate::run::output::RunOutput;
 use crate::run::spec::{BowSpec, TrainSpec};
 use crate::run::start::training_labels;
-use crate::run::threshold::{after_run, AfterRun, Scored};
+use crate::run::threshold::{after_run, after_run_per_label, AfterRun, Scored};
 use crate::run::RunHooks;
 use crate::trainer::Progress;
 
@@ -112,7 +114,7 @@ pub(crate) fn run(
     hooks: &mut dyn RunHooks,
 ) -> Result<(BowSummary, AfterRun)> {
     if spec.is_multi_label() {
-        return run_multilabel(spec, bow, settings, hooks).map(|summary| (summary, AfterRun::default()));
+        return run_multilabel(spec, bow, settings, hooks);
     }
     let output = RunOutput::create(&spec.out, settings)?;
     let labels = training_labels(spec)?;
@@ -207,13 +209,15 @@ pub(crate) fn run(
 }
 
 /// `train --arch bow --multi-label`: one-vs-rest logistic regression, C by micro-F1 over
-/// iteratively stratified folds (the `macro_f1_*` fields of cv.json then hold micro-F1).
+/// iteratively stratified folds (the `macro_f1_*` fields of cv.json then hold micro-F1); with
+/// `--calibrate` and `--tune-threshold`, each label's temperature and threshold fitted on the
+/// out-of-fold probabilities of the training documents at the chosen C.
 fn run_multilabel(
     spec: &TrainSpec,
     bow: &BowSpec,
     settings: &serde_json::Value,
     hooks: &mut dyn RunHooks,
-) -> Result<BowSummary> {
+) -> Result<(BowSummary, AfterRun)> {
     let layout = spec.label_layout.layout();
     let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
     let labels = crate::run::data::multilabel_training_labels(spec, &layout, &examples, &source)?;
@@ -273,5 +277,28 @@ fn run_multilabel(
             options.cs
         ));
     }
-    Ok(summary)
+    if !spec.calibrate && spec.tune_threshold.is_none() {
+        return Ok((summary, AfterRun::default()));
+    }
+    hooks.note(&format!(
+        "scoring the training documents out of fold at C {chosen_c} for {}",
+        match (spec.calibrate, spec.tune_threshold) {
+            (true, Some(_)) => "--calibrate and --tune-threshold",
+            (true, None) => "--calibrate",
+            _ => "--tune-threshold",
+        }
+    ));
+    let logits = out_of_fold_multilabel_logits(&texts, &ids, &labels, chosen_c, &options, weights, |done, total| {
+        hooks.progress(Progress::Fits { done, total });
+    })
+    .map_err(|e| TrainError::Run(with_flags(e)))?;
+    // As the saved model scores a document (`BowModel::scores`): each label's sigmoid.
+    let probabilities: Vec<Vec<f32>> =
+        logits.iter().map(|row| row.iter().map(|&z| sigmoid(z) as f32).collect()).collect();
+    let truth: Vec<Vec<bool>> = ids.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
+    let source = format!("the training documents' out-of-fold probabilities ({folds} folds, {} documents)", ids.len());
+    let scored = ScoredSets { labels, truth, probabilities, source };
+    let caveat = "the fold models are fitted on less data than the final one";
+    let after = after_run_per_label(spec, scored, ("out-of-fold", caveat), hooks)?;
+    Ok((summary, after))
 }

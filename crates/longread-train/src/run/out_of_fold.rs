@@ -8,10 +8,10 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use longread_classifier::evaluate::primary_probabilities;
-use longread_classifier::out_of_fold::OUT_OF_FOLD_FILE;
 use longread_classifier::decision::label_temperature::probability_scores;
+use longread_classifier::evaluate::primary_probabilities;
 use longread_classifier::multilabel_eval::score_label_sets;
+use longread_classifier::out_of_fold::OUT_OF_FOLD_FILE;
 use longread_classifier::prediction::carried;
 use longread_classifier::{argmax, Classifier, ClassifierOptions};
 use longread_metrics::multilabel::evaluate_multilabel;
@@ -140,19 +140,19 @@ pub(crate) fn out_of_fold_multilabel(
         let classifier = fold_classifier(spec, f, folds.len(), out, labels)?;
         let held: Vec<MultiLabelExample> = held_out.iter().map(|&i| examples[i].clone()).collect();
         let name = format!("fold {} of {source}", f + 1);
-        let scored = score_label_sets(&classifier, &held, &name, || {})
-            .map_err(|e| fold_failed(f, out, &e))?;
+        let scored = score_label_sets(&classifier, &held, &name, || {}).map_err(|e| fold_failed(f, out, &e))?;
         for (&i, row) in held_out.iter().zip(scored.probabilities) {
             (fold_of[i], probabilities[i]) = (f + 1, row);
         }
     }
     let truth: Vec<Vec<bool>> = sets.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
     let predicted: Vec<Vec<String>> = probabilities.iter().map(|p| carried(labels, p)).collect();
-    let flags: Vec<Vec<bool>> = predicted.iter().map(|names| labels.iter().map(|l| names.contains(l)).collect()).collect();
+    let flags: Vec<Vec<bool>> =
+        predicted.iter().map(|names| labels.iter().map(|l| names.contains(l)).collect()).collect();
     let scoring = |e: String| TrainError::Run(format!("scoring the out-of-fold predictions: {e}"));
     let report = evaluate_multilabel(labels, &truth, &flags).and_then(|r| r.with_scores(&truth, &probabilities));
     let report = report.map_err(scoring)?;
-    let (log_loss, ece) = probability_scores(&truth, &probabilities).map_err(|e| scoring(e.to_string()))?;
+    let (log_loss, ece) = probability_scores(&truth, &probabilities);
     let mut lines = String::new();
     for (i, example) in examples.iter().enumerate() {
         let scores: Map<String, Value> =

@@ -8,7 +8,9 @@ use longread_classifier::decision::label_temperature::{self, FittedPerLabel};
 use longread_classifier::decision::temperature::{self, BeforeAfter, Fitted};
 use longread_classifier::decision::{Temperature, CALIBRATION_FILE, DECISION_FILE};
 use longread_classifier::evaluate::{primary_probabilities, TunedRule};
-use longread_classifier::multilabel_eval::{calibrate_scored, score_label_sets, tune_scored, TunedThresholds};
+use longread_classifier::multilabel_eval::{
+    calibrate_scored, score_label_sets, tune_scored, ScoredSets, TunedThresholds,
+};
 use longread_classifier::{Classifier, ClassifierOptions};
 use longread_text::multilabel::MultiLabelExample;
 use longread_text::Example;
@@ -203,14 +205,27 @@ fn calibrate_and_tune_per_label(spec: &TrainSpec, dev: &DevTexts, hooks: &mut dy
     hooks.note(&format!("{what} on the dev set's {documents} documents"));
     let options = ClassifierOptions { device: spec.device, ..ClassifierOptions::default() };
     let classifier = Classifier::load(&spec.out, options).map_err(|e| failed(spec, e))?;
-    let mut scored = score_label_sets(&classifier, &dev.label_sets, &dev.source, || {}).map_err(|e| failed(spec, e))?;
+    let scored = score_label_sets(&classifier, &dev.label_sets, &dev.source, || {}).map_err(|e| failed(spec, e))?;
+    after_run_per_label(spec, scored, ("dev", "optimistic: the dev set chose it"), hooks)
+}
+
+/// Each label's temperature (with --calibrate) and then threshold (with --tune-threshold)
+/// fitted on `scored`, the documents as the model in `spec.out` scores them, and kept there;
+/// `on` names them and `caveat` says how far to trust the figures with the thresholds.
+pub(crate) fn after_run_per_label(
+    spec: &TrainSpec,
+    mut scored: ScoredSets,
+    (on, caveat): (&str, &str),
+    hooks: &mut dyn RunHooks,
+) -> Result<AfterRun> {
+    let documents = scored.truth.len();
     let mut kept = AfterRun::default();
     if spec.calibrate {
         let current = Temperature::load(&spec.out).map_err(|e| failed(spec, e))?;
         let mut fitted = calibrate_scored(&scored, current.as_ref()).map_err(|e| failed(spec, e))?;
         label_temperature::keep(&spec.out, &fitted, &scored.labels).map_err(|e| failed(spec, e))?;
         let said = (fitted.log_loss, fitted.ece, label_temperature::warnings(&fitted));
-        note_calibration(spec, hooks, &fitted.calibration.describe(), "dev", said);
+        note_calibration(spec, hooks, &fitted.calibration.describe(), on, said);
         // The thresholds are tuned on the probabilities the calibrated model gives.
         scored.probabilities = std::mem::take(&mut fitted.calibrated);
         kept.calibration = Some(KeptCalibration::PerLabel(fitted));
@@ -220,8 +235,7 @@ fn calibrate_and_tune_per_label(spec: &TrainSpec, dev: &DevTexts, hooks: &mut dy
         tuned.decision.save(&spec.out).map_err(|e| failed(spec, e))?;
         let (before, after) = (&tuned.at_default, &tuned.at_threshold);
         hooks.note(&format!(
-            "decision rule: {}; dev micro-F1 {:.4} → {:.4}, macro-F1 {:.4} → {:.4} (optimistic: the dev set chose \
-             it); kept in {}",
+            "decision rule: {}; {on} micro-F1 {:.4} → {:.4}, macro-F1 {:.4} → {:.4} ({caveat}); kept in {}",
             longread_metrics::terminal::printable(&tuned.decision.describe()),
             before.micro.f1,
             after.micro.f1,

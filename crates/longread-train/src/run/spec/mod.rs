@@ -114,16 +114,16 @@ pub struct TrainSpec {
     /// OUT/decision.json (predict, eval, report, serve and Python apply it; probabilities are
     /// unchanged). The dev set also chose the epoch, so its figures with the rule are
     /// optimistic: report a test set. --arch bow, which holds out no dev set, tunes on the
-    /// out-of-fold probabilities of its C-choosing cross-validation (single-label only). Not
-    /// with --cv or --dev-split 0 (no dev set).
+    /// out-of-fold probabilities of the training documents at the chosen C (the folds of its
+    /// cross-validation). Not with --cv or --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long, value_enum, value_name = "METRIC"))]
     pub tune_threshold: Option<longread_classifier::evaluate::ThresholdMetric>,
     /// When the run completes, calibrate the model's probabilities on its dev set, as
     /// `longread calibrate` does (temperature scaling: the temperature of least log loss),
     /// and keep it in OUT/calibration.json; labels do not change. Before --tune-threshold,
     /// which then tunes on the calibrated probabilities. --arch bow calibrates on the
-    /// out-of-fold probabilities of its C-choosing cross-validation (single-label only). A
-    /// multi-label model gets a temperature per label (`longread calibrate`). Not with --cv or
+    /// out-of-fold probabilities of the training documents at the chosen C. A multi-label
+    /// model gets a temperature per label (`longread calibrate`). Not with --cv or
     /// --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]

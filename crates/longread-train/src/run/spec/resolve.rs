@@ -119,10 +119,11 @@ impl TrainSpec {
                 self.class_weights
             );
         }
-        if self.is_multi_label() && (self.calibrate || self.tune_threshold.is_some()) {
+        if let Some(metric) = self.tune_threshold.filter(|m| self.is_multi_label() && *m != ThresholdMetric::MacroF1) {
             bail!(
-                "--calibrate and --tune-threshold are for single-label bags of words in this version: tune a \
-                 multi-label bag of words' per-label thresholds with `longread threshold --model OUT --data DEV`"
+                "--tune-threshold {}: a multi-label model's thresholds maximize each label's F1 (and so macro-F1): \
+                 give --tune-threshold macro-f1",
+                metric.name()
             );
         }
         if self.bow.c_values.is_empty() || self.bow.c_values.iter().any(|c| !(c.is_finite() && *c > 0.0)) {
