@@ -150,7 +150,9 @@ pub(crate) fn compare(
 /// on every document with that run's settings; "warnings" names settings or data in which
 /// they differ. A multi-label model gets a threshold per label, each maximizing its label's
 /// F1 on `data` or `out_of_fold` (metric "macro-f1"): {"decision": {"thresholds": {label: t}, "chosen_by"},
-/// "documents", "at_default", "at_threshold" (multi-label reports), "written", "warnings"};
+/// "documents", "at_default", "at_threshold" (multi-label reports), "written", "warnings",
+/// "floored" when some labels reach no F1 of 0.1 and are carried only above their highest
+/// probability there};
 /// `top_k` and `min_labels` (multi-label only, as `threshold --top-k/--min-labels`) bound how
 /// many labels a document carries and are kept with the thresholds ("top_k", "min_labels").
 #[pyfunction]

@@ -290,6 +290,25 @@ pub struct TunedThresholds {
     pub at_default: MultiLabelReport,
     /// The scores with the tuned thresholds (on the same documents: an optimistic figure).
     pub at_threshold: MultiLabelReport,
+    /// Labels that some documents carry but no threshold gave an F1 of
+    /// [`crate::decision::F1_FLOOR`]: their thresholds are above every probability they have
+    /// here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub floored: Vec<String>,
+}
+
+impl TunedThresholds {
+    /// A note for people naming the [`Self::floored`] labels, if any.
+    pub fn floored_note(&self) -> Option<String> {
+        (!self.floored.is_empty()).then(|| {
+            format!(
+                "note: no threshold gives {} an F1 of {} on these documents: carried only above their highest \
+                 probability here",
+                self.floored.iter().map(|l| longread_metrics::terminal::printable(l)).collect::<Vec<_>>().join(", "),
+                crate::decision::F1_FLOOR
+            )
+        })
+    }
 }
 
 /// The per-label thresholds that maximize each label's F1 on the labelled documents of
@@ -372,7 +391,17 @@ pub fn tune_scored(scored: &ScoredSets, limits: crate::decision::Limits) -> Resu
             .collect();
         evaluate_multilabel(labels, truth, &carried).map_err(ModelError::InvalidInput)
     };
+    let thresholds = decision.thresholds().unwrap_or_default();
+    let floored = labels
+        .iter()
+        .enumerate()
+        .filter(|&(l, _)| {
+            truth.iter().any(|t| t[l]) && probabilities.iter().all(|p| p[l] < thresholds[l]) && thresholds[l] > 0.5
+        })
+        .map(|(_, label)| label.clone())
+        .collect();
     Ok(TunedThresholds {
+        floored,
         documents: truth.len(),
         at_default: report(None)?,
         at_threshold: report(Some(&decision))?,

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::Prediction;
 pub(crate) use adjusted::Adjusted;
 pub use temperature::{Temperature, CALIBRATION_FILE};
-pub use tune::{tune, tune_per_label, Tuned, MAX_CANDIDATES};
+pub use tune::{tune, tune_per_label, Tuned, F1_FLOOR, MAX_CANDIDATES};
 
 /// The threshold of every label of a multi-label model without a tuned rule.
 pub const MULTI_LABEL_DEFAULT: f32 = crate::prediction::MULTI_LABEL_THRESHOLD;

@@ -341,6 +341,38 @@ fn per_label_thresholds_maximize_each_labels_f1_and_move_only_as_far_as_needed()
     assert!((1..100).all(|k| f1(k as f32 / 100.0) <= f1(thresholds[0])));
 }
 
+/// A label whose carriers score low among many documents that do not carry it: its best F1
+/// (a threshold near 0, carried by every document) is under the floor, so the threshold goes
+/// above its highest probability; a label over the floor keeps its tuned threshold.
+#[test]
+fn a_label_no_threshold_gives_a_useful_f1_is_not_carried_rather_than_carried_by_every_document() {
+    let labels = vec!["rare".to_string(), "common".to_string()];
+    let mut probabilities = Vec::new();
+    let mut truth = Vec::new();
+    for i in 0..100 {
+        // "rare": 2 carriers at 0.01 and 0.02, every other document between 0.03 and 0.4.
+        let rare = match i {
+            0 => 0.01,
+            1 => 0.02,
+            _ => 0.03 + 0.37 * (i as f32 / 100.0),
+        };
+        // "common": carriers score 0.3–0.6, the rest 0.1–0.4.
+        let common = if i % 2 == 0 { 0.3 + 0.3 * (i as f32 / 100.0) } else { 0.1 + 0.3 * (i as f32 / 100.0) };
+        probabilities.push(vec![rare, common]);
+        truth.push(vec![i < 2, i % 2 == 0]);
+    }
+    let thresholds = per_label(&tune_per_label(&labels, &truth, &probabilities));
+    // Without the floor the best F1 of "rare" is 2 · 2 / (2 · 2 + 98) ≈ 0.039, at a threshold under 0.01.
+    assert!(thresholds[0] >= 0.5 && thresholds[0] < 1.0, "{thresholds:?}");
+    assert!(probabilities.iter().all(|p| p[0] < thresholds[0]));
+    assert!(thresholds[1] < 0.5 && thresholds[1] > 0.1, "common keeps its tuned threshold: {thresholds:?}");
+    // Above 0.5 the floor's threshold sits just over the label's highest probability.
+    let high: Vec<Vec<f32>> = probabilities.iter().map(|p| vec![p[0] + 0.55, p[1]]).collect();
+    let raised = per_label(&tune_per_label(&labels, &truth, &high));
+    let highest = high.iter().map(|p| p[0]).fold(0.0, f32::max);
+    assert!(raised[0] > highest && raised[0] - highest < 1e-6, "{raised:?} over {highest}");
+}
+
 #[test]
 fn per_label_thresholds_decide_each_label_and_fit_only_multi_label_models() {
     let labels = three();

@@ -189,12 +189,22 @@ pub(super) fn tune_biases(
     Ok((biases, best))
 }
 
+/// The least F1 a label's tuned threshold must reach on the tuning documents to be kept: below
+/// it, the label's threshold is raised above every probability it has there, so that it is
+/// carried only by documents the model is surer of than of any it saw (Yang 2001's SCutFBR,
+/// with the fbr = 0.1 of Lewis et al. 2004 on RCV1). Without it a rare label whose few
+/// carriers score low takes a threshold near 0 for an F1 of a few hundredths, and is then
+/// carried by nearly every document.
+pub const F1_FLOOR: f64 = 0.1;
+
 /// Multi-label: for each label, the threshold that maximizes that label's F1 on these
 /// documents (document i carries label l when `truth[i][l]`; its probabilities are
 /// `probabilities[i]`), which also maximizes macro-F1. Candidates lie halfway between
 /// consecutive distinct probabilities of the label (every one of them: a sweep over the
 /// documents sorted by probability); ties go to the threshold nearest 0.5, and a label no
-/// threshold helps (none of its documents in the data, say) keeps 0.5.
+/// threshold helps keeps 0.5: one that none of the documents carries, or (see [`F1_FLOOR`])
+/// one whose best F1 stays under the floor, whose threshold instead goes above its highest
+/// probability (never below 0.5).
 pub fn tune_per_label<R: AsRef<[f32]>>(labels: &[String], truth: &[Vec<bool>], probabilities: &[R]) -> Rule {
     let thresholds = labels
         .iter()
@@ -228,6 +238,12 @@ pub fn tune_per_label<R: AsRef<[f32]>>(labels: &[String], truth: &[Vec<bool>], p
                 if score > best.1 || (score == best.1 && (t - 0.5).abs() < (best.0 - 0.5).abs()) {
                     best = (t, score);
                 }
+            }
+            if positives > 0 && best.1 < F1_FLOOR {
+                // Just above the highest probability (kept under 1), and never below 0.5.
+                let highest = scored.first().map_or(0.0, |s| s.0);
+                let above = f32::from_bits(highest.to_bits() + 1).min(1.0 - f32::EPSILON / 2.0);
+                return (name.clone(), above.max(super::MULTI_LABEL_DEFAULT));
             }
             (name.clone(), best.0)
         })

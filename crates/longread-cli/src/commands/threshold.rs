@@ -27,7 +27,9 @@ more take a bias per label, added to the log of its probability; the label with 
 (the first label's bias stays 0; with two labels this is the same as a threshold). Probabilities are \
 unchanged; only the label chosen from them moves. A multi-label model takes a threshold per label: each \
 label is carried when its probability reaches its own threshold (0.5 by default); tuning picks, label by \
-label, the threshold with the best F1 (which maximizes macro-F1); --top-k and --min-labels then bound how many \
+label, the threshold with the best F1 (which maximizes macro-F1), except that a label whose best F1 stays \
+under 0.1 is carried only above its highest probability there (SCutFBR: a rare label does not flood every \
+document for a few hundredths of F1); --top-k and --min-labels then bound how many \
 labels a document carries. Tune on documents held out from training (a dev set), not on the test set you report.")]
 pub struct ThresholdArgs {
     /// Model directory (any kind: hierarchical, sequence, HAN, bag of words, ensemble).
@@ -213,6 +215,9 @@ fn run_multilabel(args: &ThresholdArgs, classifier: &Classifier, quiet: bool) ->
     println!("{:<22} {:>9} {:>9} {:>9}", "", "micro-F1", "macro-F1", "samples");
     for (what, r) in [("every label at 0.5", &tuned.at_default), ("tuned thresholds", &tuned.at_threshold)] {
         println!("{what:<22} {:>9.4} {:>9.4} {:>9.4}", r.micro.f1, r.macro_avg.f1, r.samples.f1);
+    }
+    if let (Some(note), false) = (tuned.floored_note(), quiet) {
+        eprintln!("{note}");
     }
     if !quiet {
         announce(dir, &tuned.decision, tuned.documents, written);

@@ -243,6 +243,9 @@ pub(crate) fn after_run_per_label(
             after.macro_avg.f1,
             spec.out.join(DECISION_FILE).display()
         ));
+        if let Some(note) = tuned.floored_note() {
+            hooks.note(&note);
+        }
         if let Some(warning) = tuned.decision.warning(documents) {
             hooks.note(&warning);
         }
