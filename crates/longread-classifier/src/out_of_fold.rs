@@ -107,6 +107,9 @@ pub fn multilabel_out_of_fold_for(
     Ok((scored, setting_warnings(classifier.dir(), path)))
 }
 
+/// One line of out-of-fold predictions: its gold label(s) and its scores in label order.
+type Row<G> = (G, Vec<f32>);
+
 /// The lines of the out-of-fold predictions at `path`, each as its gold label(s) (read by
 /// `gold`, given the line and a maker of errors naming it) and its `scores` in the order of
 /// `labels`; with the file's name.
@@ -114,7 +117,7 @@ fn read_rows<G>(
     path: &Path,
     labels: &[String],
     gold: impl Fn(&Value, &dyn Fn(String) -> ModelError) -> Result<G>,
-) -> Result<(String, Vec<(G, Vec<f32>)>)> {
+) -> Result<(String, Vec<Row<G>>)> {
     let (_, file) = run_and_file(path);
     let text = std::fs::read_to_string(&file).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => ModelError::InvalidInput(format!(
