@@ -182,14 +182,7 @@ pub(crate) fn run(
     let after = match (spec.calibrate, spec.tune_threshold) {
         (false, None) => AfterRun::default(),
         _ => {
-            hooks.note(&format!(
-                "scoring the training documents out of fold at C {chosen_c} for {}",
-                match (spec.calibrate, spec.tune_threshold) {
-                    (true, Some(_)) => "--calibrate and --tune-threshold",
-                    (true, None) => "--calibrate",
-                    _ => "--tune-threshold",
-                }
-            ));
+            note_out_of_fold(spec, chosen_c, hooks);
             let options = BowOptions { cs: vec![chosen_c], ..options };
             let logits = out_of_fold_logits(&texts, &ids, labels.len(), chosen_c, &options, |done, total| {
                 hooks.progress(Progress::Fits { done, total });
@@ -206,6 +199,16 @@ pub(crate) fn run(
         }
     };
     Ok((summary, after))
+}
+
+/// Tells `hooks` that the training documents are scored out of fold at `c`, and for what.
+fn note_out_of_fold(spec: &TrainSpec, c: f64, hooks: &mut dyn RunHooks) {
+    let flags = match (spec.calibrate, spec.tune_threshold) {
+        (true, Some(_)) => "--calibrate and --tune-threshold",
+        (true, None) => "--calibrate",
+        _ => "--tune-threshold",
+    };
+    hooks.note(&format!("scoring the training documents out of fold at C {c} for {flags}"));
 }
 
 /// `train --arch bow --multi-label`: one-vs-rest logistic regression, C by micro-F1 over
@@ -280,14 +283,7 @@ fn run_multilabel(
     if !spec.calibrate && spec.tune_threshold.is_none() {
         return Ok((summary, AfterRun::default()));
     }
-    hooks.note(&format!(
-        "scoring the training documents out of fold at C {chosen_c} for {}",
-        match (spec.calibrate, spec.tune_threshold) {
-            (true, Some(_)) => "--calibrate and --tune-threshold",
-            (true, None) => "--calibrate",
-            _ => "--tune-threshold",
-        }
-    ));
+    note_out_of_fold(spec, chosen_c, hooks);
     let logits = out_of_fold_multilabel_logits(&texts, &ids, &labels, chosen_c, &options, weights, |done, total| {
         hooks.progress(Progress::Fits { done, total });
     })

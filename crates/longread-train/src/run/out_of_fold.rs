@@ -64,26 +64,14 @@ pub(crate) fn out_of_fold(
     source: &str,
     hooks: &mut dyn RunHooks,
 ) -> Result<OutOfFold> {
-    hooks.note(&format!(
-        "classifying each of the {} training documents with the model of the fold that held it out",
-        examples.len()
-    ));
-    let mut fold_of = vec![0; examples.len()];
-    let mut probabilities: Vec<Vec<f32>> = vec![Vec::new(); examples.len()];
-    for (f, (held_out, out)) in folds.iter().zip(outs).enumerate() {
-        let classifier = fold_classifier(spec, f, folds.len(), out, labels)?;
-        let failed = |e: &dyn std::fmt::Display| fold_failed(f, out, e);
-        let held: Vec<Example> = held_out.iter().map(|&i| examples[i].clone()).collect();
-        let name = format!("fold {} of {source}", f + 1);
-        let (truth, rows) = primary_probabilities(&classifier, &held, &name, || {}).map_err(|e| failed(&e))?;
-        if truth.len() != held.len() {
-            return Err(failed(&format!("{} of its {} documents were scored", truth.len(), held.len())));
-        }
-        for ((&i, row), t) in held_out.iter().zip(rows).zip(truth) {
-            debug_assert_eq!(t, gold[i]);
-            (fold_of[i], probabilities[i]) = (f + 1, row);
-        }
-    }
+    let (fold_of, probabilities) =
+        classify_folds(spec, examples.len(), labels, folds, outs, hooks, |c, f, held_out| {
+            let held: Vec<Example> = held_out.iter().map(|&i| examples[i].clone()).collect();
+            let name = format!("fold {} of {source}", f + 1);
+            let (truth, rows) = primary_probabilities(c, &held, &name, || {})?;
+            debug_assert!(truth.iter().zip(held_out).all(|(&t, &i)| t == gold[i]));
+            Ok(rows)
+        })?;
     let predicted: Vec<usize> = probabilities.iter().map(|row| argmax(row)).collect();
     let scoring = |e: String| TrainError::Run(format!("scoring the out-of-fold predictions: {e}"));
     let report = longread_metrics::evaluate(labels, gold, &predicted).map_err(scoring)?;
@@ -130,21 +118,12 @@ pub(crate) fn out_of_fold_multilabel(
     source: &str,
     hooks: &mut dyn RunHooks,
 ) -> Result<OutOfFold> {
-    hooks.note(&format!(
-        "classifying each of the {} training documents with the model of the fold that held it out",
-        examples.len()
-    ));
-    let mut fold_of = vec![0; examples.len()];
-    let mut probabilities: Vec<Vec<f32>> = vec![Vec::new(); examples.len()];
-    for (f, (held_out, out)) in folds.iter().zip(outs).enumerate() {
-        let classifier = fold_classifier(spec, f, folds.len(), out, labels)?;
-        let held: Vec<MultiLabelExample> = held_out.iter().map(|&i| examples[i].clone()).collect();
-        let name = format!("fold {} of {source}", f + 1);
-        let scored = score_label_sets(&classifier, &held, &name, || {}).map_err(|e| fold_failed(f, out, &e))?;
-        for (&i, row) in held_out.iter().zip(scored.probabilities) {
-            (fold_of[i], probabilities[i]) = (f + 1, row);
-        }
-    }
+    let (fold_of, probabilities) =
+        classify_folds(spec, examples.len(), labels, folds, outs, hooks, |c, f, held_out| {
+            let held: Vec<MultiLabelExample> = held_out.iter().map(|&i| examples[i].clone()).collect();
+            let name = format!("fold {} of {source}", f + 1);
+            Ok(score_label_sets(c, &held, &name, || {})?.probabilities)
+        })?;
     let truth: Vec<Vec<bool>> = sets.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
     let predicted: Vec<Vec<String>> = probabilities.iter().map(|p| carried(labels, p)).collect();
     let flags: Vec<Vec<bool>> =
@@ -180,6 +159,37 @@ pub(crate) fn out_of_fold_multilabel(
         ece,
         predictions,
     })
+}
+
+/// Each of the `documents` training documents' fold (1-based) and probabilities, those of
+/// fold f's held-out documents `folds[f]` from the model kept in `outs[f]` (`score` gives
+/// them, one row per held-out document in order).
+fn classify_folds(
+    spec: &TrainSpec,
+    documents: usize,
+    labels: &[String],
+    folds: &[Vec<usize>],
+    outs: &[&Path],
+    hooks: &mut dyn RunHooks,
+    mut score: impl FnMut(&Classifier, usize, &[usize]) -> longread_model::error::Result<Vec<Vec<f32>>>,
+) -> Result<(Vec<usize>, Vec<Vec<f32>>)> {
+    hooks.note(&format!(
+        "classifying each of the {documents} training documents with the model of the fold that held it out"
+    ));
+    let mut fold_of = vec![0; documents];
+    let mut probabilities: Vec<Vec<f32>> = vec![Vec::new(); documents];
+    for (f, (held_out, out)) in folds.iter().zip(outs).enumerate() {
+        let classifier = fold_classifier(spec, f, folds.len(), out, labels)?;
+        let rows = score(&classifier, f, held_out).map_err(|e| fold_failed(f, out, &e))?;
+        if rows.len() != held_out.len() {
+            let why = format!("{} of its {} documents were scored", rows.len(), held_out.len());
+            return Err(fold_failed(f, out, &why));
+        }
+        for (&i, row) in held_out.iter().zip(rows) {
+            (fold_of[i], probabilities[i]) = (f + 1, row);
+        }
+    }
+    Ok((fold_of, probabilities))
 }
 
 /// The model kept in `out`, the run's fold `f` of `k`, ready to classify its held-out
