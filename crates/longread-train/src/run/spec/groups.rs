@@ -202,7 +202,7 @@ pub struct BowSpec {
     /// Inverse L2 regularisation strengths of the logistic regression, comma-separated; the one
     /// with the best mean macro-F1 (multi-label: micro-F1) over --cv folds of the training data (with --wide-bow: 5, or
     /// fewer when a label has fewer documents) is refitted on all of it (one value: no
-    /// cross-validation).
+    /// cross-validation to choose C; --calibrate and --tune-threshold still fit the folds).
     #[cfg_attr(
         feature = "clap",
         arg(

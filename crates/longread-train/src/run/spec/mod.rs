@@ -115,16 +115,17 @@ pub struct TrainSpec {
     /// unchanged). The dev set also chose the epoch, so its figures with the rule are
     /// optimistic: report a test set. --arch bow, which holds out no dev set, tunes on the
     /// out-of-fold probabilities of the training documents at the chosen C (the folds of its
-    /// cross-validation). Not with --cv or --dev-split 0 (no dev set).
+    /// cross-validation; --cv K sets them). Otherwise not with --cv or --dev-split 0 (no dev
+    /// set).
     #[cfg_attr(feature = "clap", arg(long, value_enum, value_name = "METRIC"))]
     pub tune_threshold: Option<longread_classifier::evaluate::ThresholdMetric>,
     /// When the run completes, calibrate the model's probabilities on its dev set, as
     /// `longread calibrate` does (temperature scaling: the temperature of least log loss),
     /// and keep it in OUT/calibration.json; labels do not change. Before --tune-threshold,
     /// which then tunes on the calibrated probabilities. --arch bow calibrates on the
-    /// out-of-fold probabilities of the training documents at the chosen C. A multi-label
-    /// model gets a temperature per label (`longread calibrate`). Not with --cv or
-    /// --dev-split 0 (no dev set).
+    /// out-of-fold probabilities of the training documents at the chosen C (--cv K sets the
+    /// folds). A multi-label model gets a temperature per label (`longread calibrate`).
+    /// Otherwise not with --cv or --dev-split 0 (no dev set).
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]
     pub calibrate: bool,
