@@ -8,7 +8,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use longread_bow::logistic::log_softmax;
+use longread_bow::logistic::{log_softmax, sigmoid};
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::{temper, Calibration};
@@ -375,15 +375,17 @@ impl Ensemble {
 
     /// A wide-and-deep model as two members combined log-linearly: `deep` (the encoder model,
     /// weight 1) and `wide` (its bag of words, weight `scale`), so the prediction is
-    /// `softmax(deep logits + scale · ln p_wide)`, what the model was trained on.
+    /// `softmax(deep logits + scale · ln p_wide)`, what the model was trained on (multi-label:
+    /// each label's `σ(deep logit + scale · wide logit)`).
     pub(super) fn wide_and_deep(deep: Classifier, wide: Classifier, scale: f64) -> Result<Self> {
         let labels = deep.labels().to_vec();
         let member = |name: &str, weight: f64, classifier: Classifier| -> Result<Member> {
             let to_ensemble = label_map(&labels, &classifier)?;
             Ok(Member { name: name.into(), weight, temperature: 1.0, classifier, to_ensemble })
         };
+        let multi_label = deep.multi_label();
         let members = vec![member("deep", 1.0, deep)?, member("wide", scale, wide)?];
-        Ok(Self { tasks: single_task(labels), members, combination: Combination::LogLinear, multi_label: false })
+        Ok(Self { tasks: single_task(labels), members, combination: Combination::LogLinear, multi_label })
     }
 
     /// The ensemble's labels.
@@ -418,6 +420,14 @@ impl Ensemble {
                         combined[k] += member.weight * p;
                     }
                 }
+                Combination::LogLinear if self.multi_label => {
+                    // Each label's log-odds: Σ w·z, its probability σ of the sum (below).
+                    for (&z, &k) in prediction.logits.iter().zip(&member.to_ensemble) {
+                        let z = f64::from(z) / member.temperature;
+                        own[k] = sigmoid(z) as f32;
+                        combined[k] += member.weight * z;
+                    }
+                }
                 Combination::LogLinear => {
                     // From the logits, not ln of f32 probabilities (which floor at 1e-38).
                     let scaled: Vec<f64> =
@@ -445,6 +455,9 @@ impl Ensemble {
                 combined.iter().map(|&p| (p as f32, (p / (1.0 - p)).ln().clamp(-1e30, 1e30) as f32)).unzip()
             }
             Combination::Mean => combined.iter().map(|&p| (p as f32, (p as f32).max(f32::MIN_POSITIVE).ln())).unzip(),
+            Combination::LogLinear if self.multi_label => {
+                combined.iter().map(|&z| (sigmoid(z) as f32, z as f32)).unzip()
+            }
             Combination::LogLinear => {
                 let lp = log_softmax(&combined);
                 lp.iter().zip(&combined).map(|(&l, &z)| (l.exp() as f32, z as f32)).unzip()

@@ -939,3 +939,66 @@ fn a_multi_label_bag_of_words_calibrates_and_tunes_each_label_on_its_out_of_fold
     let refused = train(&tmp.path().join("refused"), &["--tune-threshold", "accuracy"]);
     assert_clean_failure(&refused, "give --tune-threshold macro-f1");
 }
+
+#[test]
+fn a_multi_label_wide_and_deep_model_adds_each_labels_bag_of_words_log_odds_to_its_logit() {
+    let Some(minilm) = common::minilm() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("wide");
+    let out_s = out.to_str().unwrap();
+    // Every third document mislabelled, so that the bag of words does not separate the labels.
+    let noisy = noisy_descriptors(tmp.path(), "train.csv");
+    let run = longread(&[
+        "train",
+        "--model",
+        minilm.to_str().unwrap(),
+        "--multi-label",
+        "--train",
+        &noisy,
+        "--freeze-base",
+        "--epochs",
+        "3",
+        "--keep",
+        "last",
+        "--pos-weight",
+        "auto",
+        "--wide-bow",
+        "--c-values",
+        "1,10",
+        "--out",
+        out_s,
+    ]);
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{said}");
+    assert!(said.contains("wide side: multi-label bag of words on 72 documents"), "{said}");
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    let scale = config["longread"]["wide"]["scale"].as_f64().unwrap();
+    assert!(scale > 0.05 && scale < 20.0 && config["longread"]["multi_label"] == true, "{config}");
+    assert!(out.join("wide").is_dir());
+
+    // Each label: σ(deep logit + scale · wide logit), carried at 0.5.
+    let predict = longread(&["predict", "--model", out_s, "--input", &descriptors("test.csv")]);
+    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
+    let logit = |p: f64| (p / (1.0 - p)).ln();
+    let mut checked = 0;
+    for row in json_lines(&predict.stdout) {
+        let members = row["members"].as_array().unwrap();
+        assert_eq!(members.iter().map(|m| m["model"].as_str().unwrap()).collect::<Vec<_>>(), ["deep", "wide"]);
+        let labels = names(&row["labels"]);
+        for (l, label) in ["drugs", "language", "violence"].iter().enumerate() {
+            let (deep, wide) =
+                (members[0]["scores"][label].as_f64().unwrap(), members[1]["scores"][label].as_f64().unwrap());
+            let (z, p) = (row["logits"][l].as_f64().unwrap(), row["scores"][label].as_f64().unwrap());
+            assert!((p - 1.0 / (1.0 + (-z).exp())).abs() < 1e-5, "{row}");
+            assert_eq!(labels.contains(&label.to_string()), p >= 0.5, "{row}");
+            if [deep, wide].iter().all(|&q| q > 1e-4 && q < 1.0 - 1e-4) {
+                let want = logit(deep) + scale * logit(wide);
+                assert!((z - want).abs() < 1e-3 * want.abs().max(1.0), "{label}: {z} against {want}: {row}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} labels checked");
+    let eval = longread(&["eval", "--model", out_s, "--data", &descriptors("test.csv"), "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+}

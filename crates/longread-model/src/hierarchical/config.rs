@@ -130,8 +130,8 @@ pub struct LongreadSection {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskSpec>,
     /// The wide side of a wide-and-deep model (absent: none): a bag of words kept in the
-    /// model directory's `wide/` whose log-probabilities, times `scale`, are added to the
-    /// primary task's logits (`train --wide-bow`).
+    /// model directory's `wide/` whose log-probabilities (a multi-label model's: each label's
+    /// log-odds), times `scale`, are added to the primary task's logits (`train --wide-bow`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wide: Option<WideSection>,
 }
@@ -257,9 +257,6 @@ impl LongreadSection {
             return Err("longread.multi_label and longread.ordinal exclude each other: ordered labels are one \
                         label per document"
                 .into());
-        }
-        if self.multi_label && self.wide.is_some() {
-            return Err("longread.wide applies to a single-label model (its bag of words scores one label)".into());
         }
         if let Some(wide) = self.wide {
             if !(wide.scale.is_finite() && wide.scale > 0.0) {

@@ -43,7 +43,7 @@ pub(crate) fn run(
         .transpose()?;
     let chunker = Chunker::new(TextTokenizer::from_file(model.tokenizer_path())?, model.config().longread.chunking())?;
     let (train_data, dev_data, dev_texts) = if model.is_multi_label(0) {
-        load_multilabel_data(spec, &model, &chunker, &mut |line| hooks.note(line))?
+        load_multilabel_data(spec, &mut model, &chunker, &device, &mut |line| hooks.note(line))?
     } else {
         load_data(spec, &mut model, &chunker, &device, &mut |line| hooks.note(line))?
     };

@@ -12,7 +12,7 @@ use longread_text::{labels_from_column, read_labelled_columns, ChunkedDocument, 
 use crate::error::{Result, TrainError};
 use crate::run::spec::{name_value, MetricArg, TrainPlan, TrainSpec};
 use crate::run::threshold::{self, DevTexts};
-use crate::run::wide::fit_wide;
+use crate::run::wide::{fit_wide, fit_wide_multilabel};
 
 /// Opens labelled data (`-` is standard input); returns it with its name for messages.
 /// Standard input and pipes give the same bytes every time they are opened in a run
@@ -129,11 +129,13 @@ pub(crate) fn multilabel_dev_split(sets: &[Vec<usize>], fraction: f64, seed: u64
 /// The training and dev documents of a multi-label model (its primary task's labels, one
 /// task): the data laid out as --label-separator / --label-columns say, the training labels
 /// checked against the model's, the dev set's unknown labels left out with a note; the dev set
-/// is --dev, a --dev-split by iterative stratification, or none.
+/// is --dev, a --dev-split by iterative stratification, or none. With --wide-bow, the wide bag
+/// of words is fitted on the training part and kept in `model`, its offsets on both parts.
 pub(crate) fn load_multilabel_data(
     spec: &TrainSpec,
-    model: &HierarchicalClassifier,
+    model: &mut HierarchicalClassifier,
     chunker: &Chunker,
+    device: &Device,
     note: &mut dyn FnMut(&str),
 ) -> Result<(Labelled, Labelled, Option<DevTexts>)> {
     if !spec.encoder.task.is_empty() || model.task_count() > 1 {
@@ -143,42 +145,77 @@ pub(crate) fn load_multilabel_data(
         ));
     }
     let layout = spec.label_layout.layout();
-    let labels = model.labels();
+    let labels = model.labels().to_vec();
     let (examples, source) = read_multilabel_examples(&spec.train, &layout)?;
-    let (sets, _) = resolve_multilabel(&examples, labels, &source, false)?;
-    let (train, dev, dev_texts) = match &spec.dev {
+    let (sets, _) = resolve_multilabel(&examples, &labels, &source, false)?;
+    // (training examples and sets, dev examples and sets, the dev set's name, its kept texts)
+    let (train, dev, dev_source, dev_texts) = match &spec.dev {
         Some(path) => {
             let (dev_examples, dev_source) = read_multilabel_examples(path, &layout)?;
-            let (dev_sets, unknown) = resolve_multilabel(&dev_examples, labels, &dev_source, true)?;
+            let (dev_sets, unknown) = resolve_multilabel(&dev_examples, &labels, &dev_source, true)?;
             if let Some(unknown) = unknown {
                 note(&format!("warning: {dev_source}: {unknown}"));
             }
-            (
-                Labelled::chunk_multilabel(&examples, sets, &source, chunker)?,
-                Labelled::chunk_multilabel(&dev_examples, dev_sets, &dev_source, chunker)?,
-                threshold::keep_multilabel_dev(spec, &dev_examples, &dev_source),
-            )
+            let kept = threshold::keep_multilabel_dev(spec, &dev_examples, &dev_source);
+            ((examples, sets), (dev_examples, dev_sets), dev_source, kept)
         }
-        None if spec.trains_without_dev() => (
-            Labelled::chunk_multilabel(&examples, sets, &source, chunker)?,
-            Labelled::chunk_multilabel(&[], Vec::new(), &source, chunker)?,
-            None,
-        ),
+        None if spec.trains_without_dev() => ((examples, sets), (Vec::new(), Vec::new()), source.clone(), None),
         None => {
             let (train, dev) = multilabel_dev_split(&sets, spec.training.dev_split, spec.seed)?;
             let pick = |idx: &[usize]| -> (Vec<MultiLabelExample>, Vec<Vec<usize>>) {
                 (idx.iter().map(|&i| examples[i].clone()).collect(), idx.iter().map(|&i| sets[i].clone()).collect())
             };
-            let ((train_examples, train_sets), (dev_examples, dev_sets)) = (pick(&train), pick(&dev));
-            let kept = threshold::keep_multilabel_dev(spec, &dev_examples, &source);
-            (
-                Labelled::chunk_multilabel(&train_examples, train_sets, &source, chunker)?,
-                Labelled::chunk_multilabel(&dev_examples, dev_sets, &source, chunker)?,
-                kept,
-            )
+            let (train, dev) = (pick(&train), pick(&dev));
+            let kept = threshold::keep_multilabel_dev(spec, &dev.0, &source);
+            (train, dev, source.clone(), kept)
         }
     };
+    let wide = match (wide_spec(spec), model.config().longread.wide) {
+        (Some(bow), _) => Some(fit_wide_multilabel(spec, bow, &train.0, &train.1, &dev.0, &labels, note)?),
+        (None, Some(_)) => return Err(wide_without_flag(spec)),
+        (None, None) => None,
+    };
+    let mut train = Labelled::chunk_multilabel(&train.0, train.1, &source, chunker)?;
+    let mut dev = Labelled::chunk_multilabel(&dev.0, dev.1, &dev_source, chunker)?;
+    if let Some(wide) = wide {
+        keep_wide(model, wide, (&mut train, &mut dev), device)?;
+    }
     Ok((train, dev, dev_texts))
+}
+
+/// The bag of words of `--wide-bow`, if the run trains an encoder model with one.
+fn wide_spec(spec: &TrainSpec) -> Option<&crate::run::spec::BowSpec> {
+    match spec.plan() {
+        TrainPlan::Encoder { wide, .. } => wide,
+        TrainPlan::Han { .. } | TrainPlan::Bow(_) => None,
+    }
+}
+
+/// A wide-and-deep `--model` trained again without `--wide-bow`.
+fn wide_without_flag(spec: &TrainSpec) -> TrainError {
+    TrainError::Run(format!(
+        "{} is a wide-and-deep model (a bag of words in its wide/): train it again with --wide-bow, which refits its \
+         bag of words on this training data",
+        spec.model.as_deref().unwrap_or(Path::new("--model")).display()
+    ))
+}
+
+/// Keeps the fitted wide side in `model` and its offsets with the training and dev documents.
+fn keep_wide(
+    model: &mut HierarchicalClassifier,
+    wide: crate::run::wide::WideSide,
+    (train, dev): (&mut Labelled, &mut Labelled),
+    device: &Device,
+) -> Result<()> {
+    let files = wide.bow.files().map_err(|e| TrainError::Run(format!("--wide-bow: {e}")))?;
+    model.set_wide(files, wide.bow.labels(), wide.scale)?;
+    let labels = model.labels().len();
+    let tensors = |rows: Vec<Vec<f32>>| -> Result<Vec<Tensor>> {
+        Ok(rows.into_iter().map(|r| Tensor::from_vec(r, labels, device)).collect::<candle_core::Result<_>>()?)
+    };
+    train.offsets = Some(tensors(wide.train)?);
+    dev.offsets = Some(tensors(wide.dev)?);
+    Ok(())
 }
 
 /// The training and dev sets of a run: `--dev`, the stratified, seeded `--dev-split` of the
@@ -283,36 +320,19 @@ pub(crate) fn load_data(
     warn_of_overlap(&train, &dev, note);
     check_dev_for_metric(spec, &dev, &names)?;
     let dev_texts = threshold::keep_dev(spec, &dev.examples, &dev.source);
-    let wide_bow = match spec.plan() {
-        TrainPlan::Encoder { wide, .. } => wide,
-        TrainPlan::Han { .. } | TrainPlan::Bow(_) => None,
-    };
-    let wide = match (wide_bow, model.config().longread.wide) {
+    let wide = match (wide_spec(spec), model.config().longread.wide) {
         (Some(_), _) if model.task_count() > 1 => {
             return Err(TrainError::Run(
                 "--wide-bow applies to a model with one task (its bag of words scores the primary task)".into(),
             ))
         }
         (Some(bow), _) => Some(fit_wide(spec, bow, &train, &dev, model.labels(), note)?),
-        (None, Some(_)) => {
-            return Err(TrainError::Run(format!(
-                "{} is a wide-and-deep model (a bag of words in its wide/): train it again with --wide-bow, which \
-                 refits its bag of words on this training data",
-                spec.model.as_deref().unwrap_or(Path::new("--model")).display()
-            )))
-        }
+        (None, Some(_)) => return Err(wide_without_flag(spec)),
         (None, None) => None,
     };
     let (mut train, mut dev) = (Labelled::chunk(train, chunker)?, Labelled::chunk(dev, chunker)?);
     if let Some(wide) = wide {
-        let files = wide.bow.files().map_err(|e| TrainError::Run(format!("--wide-bow: {e}")))?;
-        model.set_wide(files, wide.bow.labels(), wide.scale)?;
-        let labels = model.labels().len();
-        let tensors = |rows: Vec<Vec<f32>>| -> Result<Vec<Tensor>> {
-            Ok(rows.into_iter().map(|r| Tensor::from_vec(r, labels, device)).collect::<candle_core::Result<_>>()?)
-        };
-        train.offsets = Some(tensors(wide.train)?);
-        dev.offsets = Some(tensors(wide.dev)?);
+        keep_wide(model, wide, (&mut train, &mut dev), device)?;
     }
     Ok((train, dev, dev_texts))
 }

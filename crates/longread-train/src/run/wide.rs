@@ -9,10 +9,19 @@
 //! documents is near-perfect, and the deep side would learn to leave everything to it); its one
 //! scale `s` is the inverse temperature of least out-of-fold log loss, so the offsets are
 //! calibrated log-probabilities; and the deep side learns only what they miss.
+//!
+//! A multi-label model's wide side is a one-vs-rest bag of words (`--arch bow --multi-label`)
+//! whose per-label log-odds, times one scale fitted the same way (the inverse temperature of
+//! least out-of-fold binary cross-entropy over every label), are added to the deep side's
+//! per-label logits: `σ(deep + s · z_bow)` each.
 
 use longread_bow::logistic::{argmax, log_softmax, softmax};
-use longread_bow::{out_of_fold_logits, train, BowModel};
+use longread_bow::{
+    out_of_fold_logits, out_of_fold_multilabel_logits, train, train_multilabel, BowModel, BowOptions, LabelWeights,
+    TfidfSettings,
+};
 use longread_classifier::calibration::fit_temperature;
+use longread_text::multilabel::MultiLabelExample;
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
@@ -28,9 +37,10 @@ pub struct WideSide {
     pub bow: BowModel,
     /// Its log-probabilities' multiplier.
     pub scale: f64,
-    /// `s · ln p` of each training document, out of fold, `[doc][label]`.
+    /// `s · ln p` (multi-label: `s · z`, each label's log-odds) of each training document,
+    /// out of fold, `[doc][label]`.
     pub train: Vec<Vec<f32>>,
-    /// `s · ln p` of each dev document from `bow`, `[doc][label]`.
+    /// The same of each dev document from `bow`, `[doc][label]`.
     pub dev: Vec<Vec<f32>>,
 }
 
@@ -84,4 +94,126 @@ pub fn fit_wide(
         correct as f64 / ids.len() as f64,
     ));
     Ok(WideSide { bow: fitted.model, scale, train: oof.iter().map(|z| offsets(z)).collect(), dev: dev_offsets })
+}
+
+/// [`fit_wide`] for a multi-label model: a one-vs-rest bag of words fitted on the training
+/// documents `texts` (label ids `sets` into `labels`; C by micro-F1 over iteratively stratified
+/// folds; each label's fit balanced when the deep side weighs positives, `--pos-weight auto`),
+/// each label's out-of-fold log-odds as the training offsets and the fitted model's on `dev`,
+/// all times the one scale of least out-of-fold binary cross-entropy.
+pub fn fit_wide_multilabel(
+    spec: &TrainSpec,
+    bow: &BowSpec,
+    train: &[MultiLabelExample],
+    sets: &[Vec<usize>],
+    dev: &[MultiLabelExample],
+    labels: &[String],
+    note: &mut dyn FnMut(&str),
+) -> Result<WideSide> {
+    let texts: Vec<&str> = train.iter().map(|e| e.text.as_str()).collect();
+    let folds = texts.len().min(WIDE_FOLDS);
+    if folds < 2 {
+        return Err(TrainError::Run(
+            "--wide-bow scores every training document by a bag of words fitted without it: that needs at least 2 \
+             training documents"
+                .into(),
+        ));
+    }
+    let weights = match spec.pos_weight.as_deref() {
+        Some("auto") => LabelWeights::Balanced,
+        _ => LabelWeights::Equal,
+    };
+    let options = BowOptions {
+        tfidf: TfidfSettings {
+            ngram_max: bow.ngram_max,
+            min_df: bow.min_df,
+            sublinear_tf: true,
+            char_ngrams: bow.char_ngrams,
+        },
+        cs: bow.c_values.clone(),
+        folds,
+        seed: spec.seed,
+        class_weights: None,
+        ..BowOptions::default()
+    };
+    let bow_error = |e: longread_bow::BowError| TrainError::Run(format!("--wide-bow: {}", with_flags(e)));
+    let fitted = train_multilabel(&texts, sets, labels, &options, weights, |_, _| {}).map_err(bow_error)?;
+    let c = fitted.model.c();
+    let oof =
+        out_of_fold_multilabel_logits(&texts, sets, labels, c, &options, weights, |_, _| {}).map_err(bow_error)?;
+    let truth: Vec<Vec<bool>> = sets.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
+    let loss = |scale: f64| {
+        let pairs = oof.iter().zip(&truth).flat_map(|(z, t)| z.iter().zip(t));
+        let total: f64 = pairs.map(|(&z, &y)| binary_cross_entropy(scale * z, y)).sum();
+        total / (oof.len() * labels.len()).max(1) as f64
+    };
+    // The inverse of a temperature in the range `calibrate` fits, as the single-label scale is.
+    let (low, high) = longread_classifier::decision::temperature::TEMPERATURE_RANGE;
+    let scale = least_on_log_scale(loss, (1.0 / high, 1.0 / low));
+    let at_bound = scale > 1.0 / low / 1.01 || scale < 1.0 / high * 1.01;
+    let dev_offsets = dev
+        .iter()
+        .map(|e| {
+            let scores = fitted.model.scores(&e.text).map_err(|err| {
+                TrainError::Run(format!("line {}: the wide bag of words cannot read it: {err}", e.line))
+            })?;
+            Ok(scores.logits.iter().map(|&z| (scale * f64::from(z)) as f32).collect())
+        })
+        .collect::<Result<Vec<Vec<f32>>>>()?;
+    let carried = oof.iter().zip(&truth).flat_map(|(z, t)| z.iter().zip(t));
+    let (mut tp, mut fp, mut fn_) = (0usize, 0usize, 0usize);
+    for (&z, &y) in carried {
+        match (z >= 0.0, y) {
+            (true, true) => tp += 1,
+            (true, false) => fp += 1,
+            (false, true) => fn_ += 1,
+            (false, false) => {}
+        }
+    }
+    let micro = if tp == 0 { 0.0 } else { 2.0 * tp as f64 / (2 * tp + fp + fn_) as f64 };
+    note(&format!(
+        "wide side: multi-label bag of words on {} documents, {} features, C {c} ({folds}-fold CV); out of fold \
+         micro-F1 {micro:.4}, binary log loss {:.4} → {:.4} scaled; each label's log-odds × {scale:.3} are added to its \
+         logit",
+        texts.len(),
+        fitted.model.features(),
+        loss(1.0),
+        loss(scale),
+    ));
+    if at_bound {
+        note(&format!(
+            "note: the wide side's scale stopped at {scale:.3}, an end of its range: out of fold the bag of words {}",
+            if scale > 1.0 { "separates the labels almost perfectly, and dominates" } else { "carries little" }
+        ));
+    }
+    let train_offsets = oof.iter().map(|z| z.iter().map(|&v| (scale * v) as f32).collect()).collect();
+    Ok(WideSide { bow: fitted.model, scale, train: train_offsets, dev: dev_offsets })
+}
+
+/// Binary cross-entropy of logit `z` against `y`, as PyTorch's `BCEWithLogitsLoss`.
+fn binary_cross_entropy(z: f64, y: bool) -> f64 {
+    z.max(0.0) - if y { z } else { 0.0 } + (-z.abs()).exp().ln_1p()
+}
+
+/// The x in [low, high] where `f` is least, by golden-section search on ln x (`f` convex there).
+fn least_on_log_scale(f: impl Fn(f64) -> f64, (low, high): (f64, f64)) -> f64 {
+    let (mut lo, mut hi) = (low.ln(), high.ln());
+    let phi = (5f64.sqrt() - 1.0) / 2.0;
+    let at = |x: f64| f(x.exp());
+    let (mut a, mut b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
+    let (mut fa, mut fb) = (at(a), at(b));
+    for _ in 0..80 {
+        if fa < fb {
+            hi = b;
+            (b, fb) = (a, fa);
+            a = hi - phi * (hi - lo);
+            fa = at(a);
+        } else {
+            lo = a;
+            (a, fa) = (b, fb);
+            b = lo + phi * (hi - lo);
+            fb = at(b);
+        }
+    }
+    ((lo + hi) / 2.0).exp()
 }

@@ -185,7 +185,9 @@ pub struct EncoderTrainSpec {
     /// words fitted without them). The model directory keeps the bag of words in `wide/`, and
     /// every front predicts with both (shown as members "deep" and "wide"). Best with
     /// --freeze-base: a fine-tuned encoder on a few hundred documents learns to overrule the
-    /// words (docs/recipes.md). One task only.
+    /// words (docs/recipes.md). One task only. With --multi-label: a one-vs-rest bag of words
+    /// whose per-label log-odds (times one fitted scale) are added to each label's logit, each
+    /// label's fit balanced when --pos-weight auto weighs the deep side's positives.
     #[cfg_attr(feature = "clap", arg(long, help_heading = BOW_HEADING))]
     pub wide_bow: bool,
 }

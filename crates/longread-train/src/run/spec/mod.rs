@@ -74,8 +74,8 @@ pub struct TrainSpec {
     /// iterative stratification; --class-weights balanced weighs each label's own fit. An
     /// encoder model (a plain encoder as --model, or one made by `init --multi-label`, which
     /// needs no flag) or --arch han: a sigmoid per label and binary cross-entropy
-    /// (--pos-weight), the dev split and --cv folds made by iterative stratification. Not
-    /// with --task or --wide-bow.
+    /// (--pos-weight), the dev split and --cv folds made by iterative stratification; with
+    /// --wide-bow a one-vs-rest bag of words as the wide side. Not with --task.
     #[cfg_attr(feature = "clap", arg(long))]
     #[serde(default)]
     pub multi_label: bool,

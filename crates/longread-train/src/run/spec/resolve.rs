@@ -157,9 +157,6 @@ impl TrainSpec {
                 self.class_weights
             );
         }
-        if self.encoder.wide_bow {
-            bail!("--wide-bow adds a single-label bag of words; for a multi-label model beside a bag of words, build an ensemble of the two");
-        }
         if let Some(metric) = self.tune_threshold.filter(|m| *m != ThresholdMetric::MacroF1) {
             bail!(
                 "--tune-threshold {}: a multi-label model's thresholds maximize each label's F1 (and so macro-F1): \
