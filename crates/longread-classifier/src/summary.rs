@@ -16,6 +16,10 @@ use longread_model::han::{HanClassifier, HAN_ARCHITECTURE};
 use longread_model::hierarchical::{Architecture, ClassifierConfig, LongreadSection};
 use longread_model::params::ParameterBreakdown;
 
+/// How `inspect` describes a multi-label model's decisions.
+const MULTI_LABEL_WORDS: &str =
+    "one sigmoid per label, each decided on its own (at probability 0.5 unless a decision rule says otherwise)";
+
 /// A model directory's summary: as one JSON object, and as a table for people.
 #[derive(Debug, Clone)]
 pub struct ModelSummary {
@@ -235,6 +239,9 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
         if tasks.is_empty() {
             writeln!(t, "labels           {}", c.labels.join(", ")).ok();
         }
+        if c.longread.multi_label {
+            writeln!(t, "multi-label      {MULTI_LABEL_WORDS}").ok();
+        }
     }
     for (i, task) in tasks.iter().enumerate() {
         writeln!(
@@ -251,8 +258,11 @@ fn encoder_table(dir: &Path, checkpoint: &Checkpoint, facts: &EncoderFacts) -> S
         .ok();
     }
     if let Some(scale) = wide["scale"].as_f64() {
-        writeln!(t, "wide             a bag of words in wide/: its log-probabilities × {scale:.3} join the logits")
-            .ok();
+        let what = match classifier.as_ref().is_some_and(|c| c.longread.multi_label) {
+            true => "each label's log-odds",
+            false => "its log-probabilities",
+        };
+        writeln!(t, "wide             a bag of words in wide/: {what} × {scale:.3} join the logits").ok();
     }
     writeln!(t).ok();
     writeln!(t, "{:<18} {:>14}", "parameters", "count").ok();
@@ -322,7 +332,7 @@ fn summarize_han(dir: &Path) -> Result<ModelSummary> {
     writeln!(t, "grid             {} sentences × {} words per document", c.doc_size, c.sent_size).ok();
     writeln!(t, "labels           {}", c.labels.join(", ")).ok();
     if c.multi_label {
-        writeln!(t, "multi-label      one sigmoid per label, each decided on its own (at probability 0.5 unless a decision rule says otherwise)").ok();
+        writeln!(t, "multi-label      {MULTI_LABEL_WORDS}").ok();
     }
     writeln!(t).ok();
     writeln!(t, "{:<18} {:>14}", "parameters", "count").ok();

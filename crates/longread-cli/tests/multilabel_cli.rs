@@ -975,6 +975,9 @@ fn a_multi_label_wide_and_deep_model_adds_each_labels_bag_of_words_log_odds_to_i
     let scale = config["longread"]["wide"]["scale"].as_f64().unwrap();
     assert!(scale > 0.05 && scale < 20.0 && config["longread"]["multi_label"] == true, "{config}");
     assert!(out.join("wide").is_dir());
+    let described = String::from_utf8_lossy(&longread(&["inspect", out_s]).stdout).to_string();
+    assert!(described.contains("multi-label      one sigmoid per label"), "{described}");
+    assert!(described.contains("each label's log-odds ×"), "{described}");
 
     // Each label: σ(deep logit + scale · wide logit), carried at 0.5.
     let predict = longread(&["predict", "--model", out_s, "--input", &descriptors("test.csv")]);
