@@ -39,7 +39,7 @@ pub(crate) fn temper_one(p: f64, t: f64) -> f64 {
 
 /// Binary cross-entropy of logit `z` against `y`, as PyTorch's `BCEWithLogitsLoss`:
 /// max(z, 0) − z·y + ln(1 + e^(−|z|)).
-fn bce(z: f64, y: bool) -> f64 {
+pub fn bce(z: f64, y: bool) -> f64 {
     z.max(0.0) - if y { z } else { 0.0 } + (-z.abs()).exp().ln_1p()
 }
 
@@ -146,13 +146,18 @@ pub fn fit<R: AsRef<[f32]>>(
     Ok(FittedPerLabel { calibration, documents: n, labels: fits, log_loss, ece, calibrated })
 }
 
-/// The temperature in [`TEMPERATURE_RANGE`] at which `loss` is least: golden-section search on
-/// ln T (a label's cross-entropy is convex in 1/T, so it has one minimum there).
+/// The temperature in [`TEMPERATURE_RANGE`] at which `loss` is least (a label's
+/// cross-entropy is convex in 1/T, so it has one minimum there).
 fn least(loss: impl Fn(f64) -> f64) -> f64 {
-    let (low, high) = TEMPERATURE_RANGE;
+    least_on_log_scale(loss, TEMPERATURE_RANGE)
+}
+
+/// The x in [low, high] at which `f` is least, by golden-section search on ln x (`f` with one
+/// minimum there).
+pub fn least_on_log_scale(f: impl Fn(f64) -> f64, (low, high): (f64, f64)) -> f64 {
     let (mut lo, mut hi) = (low.ln(), high.ln());
     let phi = (5f64.sqrt() - 1.0) / 2.0;
-    let at = |x: f64| loss(x.exp());
+    let at = |x: f64| f(x.exp());
     let (mut a, mut b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
     let (mut fa, mut fb) = (at(a), at(b));
     for _ in 0..80 {

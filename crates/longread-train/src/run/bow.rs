@@ -66,7 +66,13 @@ pub(crate) fn bow_options(
     folds: usize,
 ) -> Result<BowOptions> {
     let class_weights = spec.loss_class_weights(ids, labels)?.map(|w| w.iter().map(|&v| f64::from(v)).collect());
-    Ok(BowOptions {
+    Ok(BowOptions { class_weights, ..unweighted_bow_options(spec, bow, folds) })
+}
+
+/// The bag of words `bow` describes (the run's seed), C chosen over `folds` folds, without
+/// per-class weights (as a multi-label fit takes it: it weighs each label's own documents).
+pub(crate) fn unweighted_bow_options(spec: &TrainSpec, bow: &BowSpec, folds: usize) -> BowOptions {
+    BowOptions {
         tfidf: TfidfSettings {
             ngram_max: bow.ngram_max,
             min_df: bow.min_df,
@@ -76,9 +82,9 @@ pub(crate) fn bow_options(
         cs: bow.c_values.clone(),
         folds,
         seed: spec.seed,
-        class_weights,
+        class_weights: None,
         ..BowOptions::default()
-    })
+    }
 }
 
 /// The smallest and largest of `cs`.
@@ -232,19 +238,7 @@ fn run_multilabel(
         "balanced" => LabelWeights::Balanced,
         _ => LabelWeights::Equal,
     };
-    let options = BowOptions {
-        tfidf: TfidfSettings {
-            ngram_max: bow.ngram_max,
-            min_df: bow.min_df,
-            sublinear_tf: true,
-            char_ngrams: bow.char_ngrams,
-        },
-        cs: bow.c_values.clone(),
-        folds,
-        seed: spec.seed,
-        class_weights: None,
-        ..BowOptions::default()
-    };
+    let options = unweighted_bow_options(spec, bow, folds);
     let carried: usize = ids.iter().map(Vec::len).sum();
     hooks.note(&format!(
         "multi-label bag of words on {} documents ({} labels, {:.2} a document, {} with none): one-vs-rest, C from \

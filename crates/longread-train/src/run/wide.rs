@@ -17,15 +17,15 @@
 
 use longread_bow::logistic::{argmax, log_softmax, softmax};
 use longread_bow::{
-    out_of_fold_logits, out_of_fold_multilabel_logits, train, train_multilabel, BowModel, BowOptions, LabelWeights,
-    TfidfSettings,
+    out_of_fold_logits, out_of_fold_multilabel_logits, train, train_multilabel, BowModel, LabelWeights,
 };
 use longread_classifier::calibration::fit_temperature;
+use longread_classifier::decision::label_temperature::{bce, least_on_log_scale};
 use longread_text::multilabel::MultiLabelExample;
 use longread_text::LabelledDataset;
 
 use crate::error::{Result, TrainError};
-use crate::run::bow::{bow_options, labelled_texts, with_flags};
+use crate::run::bow::{bow_options, labelled_texts, unweighted_bow_options, with_flags};
 use crate::run::spec::{BowSpec, TrainSpec};
 
 /// Most folds of the wide side's cross-validation (C and the out-of-fold scores).
@@ -123,19 +123,7 @@ pub fn fit_wide_multilabel(
         Some("auto") => LabelWeights::Balanced,
         _ => LabelWeights::Equal,
     };
-    let options = BowOptions {
-        tfidf: TfidfSettings {
-            ngram_max: bow.ngram_max,
-            min_df: bow.min_df,
-            sublinear_tf: true,
-            char_ngrams: bow.char_ngrams,
-        },
-        cs: bow.c_values.clone(),
-        folds,
-        seed: spec.seed,
-        class_weights: None,
-        ..BowOptions::default()
-    };
+    let options = unweighted_bow_options(spec, bow, folds);
     let bow_error = |e: longread_bow::BowError| TrainError::Run(format!("--wide-bow: {}", with_flags(e)));
     let fitted = train_multilabel(&texts, sets, labels, &options, weights, |_, _| {}).map_err(bow_error)?;
     let c = fitted.model.c();
@@ -144,7 +132,7 @@ pub fn fit_wide_multilabel(
     let truth: Vec<Vec<bool>> = sets.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
     let loss = |scale: f64| {
         let pairs = oof.iter().zip(&truth).flat_map(|(z, t)| z.iter().zip(t));
-        let total: f64 = pairs.map(|(&z, &y)| binary_cross_entropy(scale * z, y)).sum();
+        let total: f64 = pairs.map(|(&z, &y)| bce(scale * z, y)).sum();
         total / (oof.len() * labels.len()).max(1) as f64
     };
     // The inverse of a temperature in the range `calibrate` fits, as the single-label scale is.
@@ -188,32 +176,4 @@ pub fn fit_wide_multilabel(
     }
     let train_offsets = oof.iter().map(|z| z.iter().map(|&v| (scale * v) as f32).collect()).collect();
     Ok(WideSide { bow: fitted.model, scale, train: train_offsets, dev: dev_offsets })
-}
-
-/// Binary cross-entropy of logit `z` against `y`, as PyTorch's `BCEWithLogitsLoss`.
-fn binary_cross_entropy(z: f64, y: bool) -> f64 {
-    z.max(0.0) - if y { z } else { 0.0 } + (-z.abs()).exp().ln_1p()
-}
-
-/// The x in [low, high] where `f` is least, by golden-section search on ln x (`f` convex there).
-fn least_on_log_scale(f: impl Fn(f64) -> f64, (low, high): (f64, f64)) -> f64 {
-    let (mut lo, mut hi) = (low.ln(), high.ln());
-    let phi = (5f64.sqrt() - 1.0) / 2.0;
-    let at = |x: f64| f(x.exp());
-    let (mut a, mut b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
-    let (mut fa, mut fb) = (at(a), at(b));
-    for _ in 0..80 {
-        if fa < fb {
-            hi = b;
-            (b, fb) = (a, fa);
-            a = hi - phi * (hi - lo);
-            fa = at(a);
-        } else {
-            lo = a;
-            (a, fa) = (b, fb);
-            b = lo + phi * (hi - lo);
-            fb = at(b);
-        }
-    }
-    ((lo + hi) / 2.0).exp()
 }
