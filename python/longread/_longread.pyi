@@ -169,7 +169,10 @@ def ensemble(
     mean of `models`' (any kinds, same labels); with `calibrate` (labelled held-out JSON lines)
     each member is tempered first, and with `fit_weights` the weights are fitted; with `stack`
     (the members' training data) they are fitted on out-of-fold scores instead, each member
-    retrained `folds` times with its recorded settings; returns its ensemble.json."""
+    retrained `folds` times with its recorded settings. Multi-label members are calibrated or
+    stacked label by label (each label's temperatures and weights in "per_label" of the
+    calibration, "label_weights"/"label_temperatures" of each member); returns its
+    ensemble.json."""
 
 def init(
     encoder: Union[str, PathLike[str]],

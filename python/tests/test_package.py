@@ -753,6 +753,33 @@ def test_a_multi_label_model_trains_predicts_and_evaluates_as_the_cli_does(tmp_p
         longread.train(train, str(tmp_path / "refused"), arch="bow", multi_label=True, labels="violence,drugs")
 
 
+def test_a_multi_label_ensemble_is_stacked_label_by_label_as_the_cli_stacks_it(tmp_path):
+    descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")
+    train, test = os.path.join(descriptors, "train.csv"), os.path.join(descriptors, "test.csv")
+    words, chars = str(tmp_path / "words"), str(tmp_path / "chars")
+    longread.train(train, words, arch="bow", multi_label=True, c_values=[1, 10], quiet=True)
+    longread.train(train, chars, arch="bow", multi_label=True, c_values=[1, 10], char_ngrams="2-4", quiet=True)
+    spec = longread.ensemble([words, chars], tmp_path / "py", stack=train, folds=3, fit_weights=True)
+    cli = run_cli("ensemble", "--model", words, "--model", chars, "--stack", train, "--folds", "3",
+                  "--fit-weights", "--json", "--out", str(tmp_path / "cli"))
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)
+    assert [c["label"] for c in spec["calibration"]["per_label"]] == ["drugs", "language", "violence"]
+    assert spec["calibration"] == expected["calibration"]
+    assert [m["label_weights"] for m in spec["members"]] == [m["label_weights"] for m in expected["members"]]
+    got = longread.Classifier(tmp_path / "py").predict([r["text"] for r in csv_rows(test)])
+    theirs = json_lines(run_cli("predict", "--model", str(tmp_path / "cli"), "--input", test).stdout)
+    for mine, other in zip(got, theirs):
+        assert mine["labels"] == other["labels"]
+        assert_close(mine["scores"], other["scores"], 1e-6)
+
+
+def csv_rows(path):
+    import csv
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def test_a_multi_label_hierarchical_model_is_made_trained_and_read_as_the_cli_does(tmp_path):
     encoder = minilm()
     descriptors = os.path.join(os.path.dirname(FIXTURES), "..", "examples", "descriptors")

@@ -6,10 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
+use longread_text::multilabel::{read_multilabel, resolve_multilabel, LabelLayout};
 use longread_text::{read_labelled_columns, resolve_column, Document};
 
-use crate::calibration::{calibrate, MemberScores};
+use crate::calibration::{calibrate, Calibration, MemberScores};
 use crate::ensemble::{label_map, load_members, normalised_weights, write_ensemble, EnsembleSpec};
+use crate::label_calibration::{calibrate_per_label, LabelSetScores};
 use crate::Classifier;
 use longread_model::error::{ModelError, Result};
 use longread_model::hierarchical::DEFAULT_TASK;
@@ -35,25 +37,105 @@ pub fn build_calibrated_ensemble(
     }
     let given = normalised_weights(members)?;
     let (labels, mut loaded) = load_members(members)?;
-    if loaded.first().is_some_and(|(c, _)| c.multi_label()) {
-        return Err(ModelError::InvalidInput(
-            "--calibrate fits temperatures to one softmax over the labels; multi-label members are averaged as they \
-             are (`ensemble` without --calibrate)"
-                .into(),
-        ));
-    }
     if let Some(dir) = vector_cache {
         loaded.iter_mut().try_for_each(|(classifier, _)| classifier.set_vector_cache(dir))?;
     }
-    let (documents, gold) = labelled_documents(data, &labels)?;
+    let multi_label = loaded.first().is_some_and(|(c, _)| c.multi_label());
     let source = data.display().to_string();
+    let (documents, gold) = match multi_label {
+        true => {
+            let (documents, truth) = label_set_documents(data, &labels, true)?;
+            (documents, Gold::Sets(truth))
+        }
+        false => {
+            let (documents, gold) = labelled_documents(data, &labels)?;
+            (documents, Gold::Labels(gold))
+        }
+    };
     check_enough(documents.len(), folds, &source)?;
     let mut probs = Vec::with_capacity(loaded.len());
     for (m, (classifier, _)) in loaded.iter().enumerate() {
         probs.push(member_probabilities(classifier, &labels, &documents, &source)?);
         on_member(m);
     }
-    write_calibrated(members, out, labels, given, &MemberScores { probs, gold }, fit_weights, folds)
+    match gold {
+        Gold::Labels(gold) => {
+            write_calibrated(members, out, labels, given, &MemberScores { probs, gold }, fit_weights, folds)
+        }
+        Gold::Sets(truth) => {
+            let scores = LabelSetScores { probs, truth };
+            let calibration = calibrate_per_label(&scores, &labels, fit_weights, folds, CALIBRATION_SEED);
+            write_per_label(members, out, labels, calibration)
+        }
+    }
+}
+
+/// Seed of the iterative folds that score a multi-label `--calibrate`'s choices.
+const CALIBRATION_SEED: u64 = 42;
+
+/// Held-out documents' gold: one label each, or a set.
+enum Gold {
+    Labels(Vec<usize>),
+    Sets(Vec<Vec<bool>>),
+}
+
+/// Like [`build_ensemble_from_scores`] for multi-label members: each label's temperatures (and
+/// with `fit_weights` weights) fitted on `scores` ([`calibrate_per_label`], its choices scored
+/// over `folds` iteratively stratified folds drawn with `seed`).
+pub fn build_ensemble_from_label_sets(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    labels: Vec<String>,
+    scores: &LabelSetScores,
+    fit_weights: bool,
+    folds: usize,
+    seed: u64,
+) -> Result<EnsembleSpec> {
+    if out.exists() {
+        return Err(ModelError::OutputExists { path: out.to_owned() });
+    }
+    normalised_weights(members)?;
+    let shaped = scores.probs.len() == members.len()
+        && scores.truth.iter().all(|t| t.len() == labels.len())
+        && scores.probs.iter().all(|p| p.len() == scores.truth.len() && p.iter().all(|row| row.len() == labels.len()));
+    if !shaped {
+        return Err(ModelError::InvalidInput(
+            "one row of probabilities over the labels per member and document is needed".into(),
+        ));
+    }
+    check_enough(scores.truth.len(), folds, "the scored documents")?;
+    let calibration = calibrate_per_label(scores, &labels, fit_weights, folds, seed);
+    write_per_label(members, out, labels, calibration)
+}
+
+/// Writes a multi-label ensemble calibrated label by label: each member's weight is its mean
+/// over the labels (shown to people), its per-label weights and temperatures decide.
+fn write_per_label(
+    members: &[(PathBuf, f64)],
+    out: &Path,
+    labels: Vec<String>,
+    calibration: Calibration,
+) -> Result<EnsembleSpec> {
+    let weights = calibration.weights.clone();
+    let temperatures = vec![1.0; members.len()];
+    write_ensemble(members, &weights, &temperatures, labels, Some(calibration), out)
+}
+
+/// The documents of the JSON lines `data` with their label sets (`"labels"` lists) over
+/// `labels`. Labels outside `labels` are an error naming the line, or, with `unknown_allowed`
+/// (held-out data), left out.
+pub fn label_set_documents(
+    data: &Path,
+    labels: &[String],
+    unknown_allowed: bool,
+) -> Result<(Vec<Document>, Vec<Vec<bool>>)> {
+    let source = data.display().to_string();
+    let file = std::fs::File::open(data).map_err(io(data))?;
+    let examples = read_multilabel(std::io::BufReader::new(file), &source, &LabelLayout::default())?;
+    let (ids, _) = resolve_multilabel(&examples, labels, &source, unknown_allowed)?;
+    let truth = ids.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
+    let documents = examples.into_iter().map(|e| Document::new(e.id, e.text)).collect();
+    Ok((documents, truth))
 }
 
 /// Writes the ensemble of `members` with temperatures (and, with `fit_weights`, weights) fitted
@@ -100,19 +182,13 @@ fn write_calibrated(
     write_ensemble(members, &weights, &temperatures, labels, Some(calibration), out)
 }
 
-/// The labels a stacked ensemble of `members` has (the first member's order), after checking
-/// that every member loads, has one task and the same labels, and predicts one label.
-pub fn ensemble_labels(members: &[PathBuf]) -> Result<Vec<String>> {
+/// The labels a stacked ensemble of `members` has (the first member's order) and whether its
+/// members are multi-label, after checking that every member loads, has one task and the same
+/// labels, and that all are multi-label or none.
+pub fn ensemble_labels(members: &[PathBuf]) -> Result<(Vec<String>, bool)> {
     let weighted: Vec<(PathBuf, f64)> = members.iter().map(|m| (m.clone(), 1.0)).collect();
     let (labels, loaded) = load_members(&weighted)?;
-    if loaded.first().is_some_and(|(c, _)| c.multi_label()) {
-        return Err(ModelError::InvalidInput(
-            "stacking fits weights to one softmax over the labels; multi-label members are averaged as they are \
-             (`ensemble` without --stack)"
-                .into(),
-        ));
-    }
-    Ok(labels)
+    Ok((labels, loaded.first().is_some_and(|(c, _)| c.multi_label())))
 }
 
 /// The labelled documents of the JSON lines `data` (the `"label"` column, names or ids into

@@ -41,8 +41,14 @@ pub struct Calibration {
     /// Folds of the out-of-fold scores.
     pub folds: usize,
     /// Out-of-fold scores of each way of combining, in order: equal weights uncalibrated,
-    /// equal weights calibrated, fitted weights calibrated (when asked).
+    /// equal weights calibrated, fitted weights calibrated (when asked); for multi-label
+    /// members, then every label combined its own best way.
     pub out_of_fold: Vec<CombinationScore>,
+    /// Multi-label members: each label's own temperatures and weights, and which way of
+    /// combining it kept ([`crate::label_calibration`]); `temperatures` are then 1 and
+    /// `weights` each member's mean weight over the labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_label: Vec<crate::label_calibration::LabelCombination>,
 }
 
 fn fitted_before() -> bool {
@@ -56,10 +62,13 @@ pub struct CombinationScore {
     pub combination: String,
     /// Mean negative log-likelihood of the gold labels.
     pub log_loss: f64,
-    /// Accuracy.
+    /// Accuracy (multi-label: subset accuracy, labels carried at 0.5).
     pub accuracy: f64,
     /// Macro-F1.
     pub macro_f1: f64,
+    /// Micro-F1 (multi-label members only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub micro_f1: Option<f64>,
 }
 
 /// Smallest probability a log is taken of.
@@ -110,12 +119,18 @@ pub fn fit_temperature(probs: &[Vec<f64>], gold: &[usize], docs: &[usize]) -> f6
 /// Mixture weights of greatest likelihood of the gold labels on `docs` (EM: the
 /// log-likelihood is concave in the weights), starting from equal weights.
 pub fn fit_weights(tempered: &[Vec<Vec<f64>>], gold: &[usize], docs: &[usize]) -> Vec<f64> {
-    let m = tempered.len();
+    em_weights(tempered.len(), docs, |j, d| tempered[j][d][gold[d]])
+}
+
+/// The weights of `m` members' mixture of greatest likelihood on `docs`, where `likelihood(j,
+/// d)` is member j's probability of document d's gold answer: EM from equal weights (the
+/// log-likelihood is concave in the weights).
+pub(crate) fn em_weights(m: usize, docs: &[usize], likelihood: impl Fn(usize, usize) -> f64) -> Vec<f64> {
     let mut w = vec![1.0 / m as f64; m];
     for _ in 0..500 {
         let mut next = vec![0f64; m];
         for &d in docs {
-            let parts: Vec<f64> = (0..m).map(|j| w[j] * tempered[j][d][gold[d]].max(FLOOR)).collect();
+            let parts: Vec<f64> = (0..m).map(|j| w[j] * likelihood(j, d).max(FLOOR)).collect();
             let total: f64 = parts.iter().sum();
             for (n, p) in next.iter_mut().zip(parts) {
                 *n += p / total;
@@ -197,7 +212,16 @@ pub fn calibrate(scores: &MemberScores, labels: usize, fit: bool, folds: usize) 
     } else {
         equal
     };
-    Calibration { temperatures, temperatures_fitted, weights, weights_fitted, documents: n, folds, out_of_fold: scored }
+    Calibration {
+        temperatures,
+        temperatures_fitted,
+        weights,
+        weights_fitted,
+        documents: n,
+        folds,
+        out_of_fold: scored,
+        per_label: Vec::new(),
+    }
 }
 
 /// Log loss, accuracy and macro-F1 of `probs` (`[doc][label]`) against `gold`.
@@ -222,7 +246,7 @@ fn score(name: &str, probs: &[Vec<f64>], gold: &[usize], labels: usize) -> Combi
         })
         .collect();
     let macro_f1 = f1s.iter().sum::<f64>() / labels.max(1) as f64;
-    CombinationScore { combination: name.into(), log_loss, accuracy, macro_f1 }
+    CombinationScore { combination: name.into(), log_loss, accuracy, macro_f1, micro_f1: None }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use longread_bow::logistic::{log_softmax, sigmoid};
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::{temper, Calibration};
+use crate::decision::label_temperature::temper_one;
 use crate::kinds::{mismatch, single_task, DocumentModel, Prepared, PreparedDocument, UnitOutput};
 use crate::model_kind::ModelKind;
 use crate::prediction::MemberPrediction;
@@ -57,6 +58,15 @@ pub struct MemberSpec {
     /// they are; fitted by `longread ensemble --calibrate`).
     #[serde(default = "unit_temperature")]
     pub temperature: f64,
+    /// Multi-label ensembles calibrated or stacked label by label: its weight for each label,
+    /// in label order (each label's weights over the members sum to 1); empty: `weight` for
+    /// every label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub label_weights: Vec<f64>,
+    /// Likewise its temperature for each label: each label's probability p becomes
+    /// σ(logit(p) / T) before the mixture; empty: `temperature` for every label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub label_temperatures: Vec<f64>,
     /// The directory it was copied from (for people; never read).
     pub source: String,
 }
@@ -99,11 +109,42 @@ pub fn read_spec(dir: &Path) -> Result<EnsembleSpec> {
                 member.dir, member.temperature
             )));
         }
+        for (what, values) in
+            [("label_weights", &member.label_weights), ("label_temperatures", &member.label_temperatures)]
+        {
+            if !values.is_empty() && values.len() != spec.labels.len() {
+                return Err(invalid(format!(
+                    "member {} has {} {what} for {} labels",
+                    member.dir,
+                    values.len(),
+                    spec.labels.len()
+                )));
+            }
+        }
+        let bad_weight = member.label_weights.iter().find(|w| !(w.is_finite() && **w >= 0.0));
+        let bad_temperature = member.label_temperatures.iter().find(|t| !(t.is_finite() && **t > 0.0));
+        if let Some(value) = bad_weight.or(bad_temperature) {
+            return Err(invalid(format!(
+                "member {} has a per-label weight or temperature of {value}: weights must be at least 0 and \
+                 temperatures positive",
+                member.dir
+            )));
+        }
         if !Path::new(&member.dir).components().all(|c| matches!(c, Component::Normal(_))) {
             return Err(invalid(format!(
                 "member directory {} must be a relative path inside the ensemble",
                 member.dir
             )));
+        }
+    }
+    let per_label = spec.members.iter().filter(|m| !m.label_weights.is_empty()).count();
+    if per_label != 0 && per_label != spec.members.len() {
+        return Err(invalid("either every member has label_weights or none has".into()));
+    }
+    if per_label != 0 {
+        let unweighted = (0..spec.labels.len()).find(|&l| spec.members.iter().all(|m| m.label_weights[l] == 0.0));
+        if let Some(l) = unweighted {
+            return Err(invalid(format!("label \"{}\" has weight 0 in every member", spec.labels[l])));
         }
     }
     Ok(spec)
@@ -175,10 +216,18 @@ pub(super) fn write_ensemble(
 ) -> Result<EnsembleSpec> {
     let (tmp, _) = temporary_dir_beside(out)?;
     let mut specs = Vec::with_capacity(members.len());
+    let per_label = calibration.as_ref().map_or(&[][..], |c| &c.per_label[..]);
     for (i, (((source, _), &weight), &temperature)) in members.iter().zip(weights).zip(temperatures).enumerate() {
         let dir = format!("{MEMBERS_DIR}/{}-{}", i + 1, safe_name(source));
         copy_model_files(source, &tmp.path().join(&dir))?;
-        specs.push(MemberSpec { dir, weight, temperature, source: source.display().to_string() });
+        specs.push(MemberSpec {
+            dir,
+            weight,
+            temperature,
+            label_weights: per_label.iter().map(|c| c.weights[i]).collect(),
+            label_temperatures: per_label.iter().map(|c| c.temperatures[i]).collect(),
+            source: source.display().to_string(),
+        });
     }
     let spec = EnsembleSpec { format: FORMAT.into(), version: 1, labels, members: specs, calibration };
     let json = serde_json::to_string_pretty(&spec).map_err(|e| ModelError::InvalidInput(e.to_string()))?;
@@ -330,6 +379,11 @@ struct Member {
     weight: f64,
     /// Its probabilities are tempered by it before averaging (1: as they are).
     temperature: f64,
+    /// Multi-label, label by label: its weight of each of the ensemble's labels (each label's
+    /// sum over the members 1); empty: `weight` for all.
+    label_weights: Vec<f64>,
+    /// Likewise its temperature of each label; empty: `temperature` for all.
+    label_temperatures: Vec<f64>,
     classifier: Classifier,
     /// Index in the ensemble's labels of each of its labels.
     to_ensemble: Vec<usize>,
@@ -357,6 +411,8 @@ impl Ensemble {
                     name: m.dir.clone(),
                     weight: m.weight,
                     temperature: m.temperature,
+                    label_weights: m.label_weights.clone(),
+                    label_temperatures: m.label_temperatures.clone(),
                     classifier,
                     to_ensemble,
                 })
@@ -369,7 +425,14 @@ impl Ensemble {
         }
         let multi_label = members.first().is_some_and(|m| m.classifier.multi_label());
         let weights = divided_by_sum(&members.iter().map(|m| m.weight).collect::<Vec<_>>());
-        let members = members.into_iter().zip(weights).map(|(m, weight)| Member { weight, ..m }).collect();
+        let mut members: Vec<Member> =
+            members.into_iter().zip(weights).map(|(m, weight)| Member { weight, ..m }).collect();
+        if members.iter().all(|m| !m.label_weights.is_empty()) {
+            for l in 0..spec.labels.len() {
+                let total: f64 = members.iter().map(|m| m.label_weights[l]).sum();
+                members.iter_mut().for_each(|m| m.label_weights[l] /= total);
+            }
+        }
         Ok(Self { tasks: single_task(spec.labels), members, combination: Combination::Mean, multi_label })
     }
 
@@ -381,7 +444,15 @@ impl Ensemble {
         let labels = deep.labels().to_vec();
         let member = |name: &str, weight: f64, classifier: Classifier| -> Result<Member> {
             let to_ensemble = label_map(&labels, &classifier)?;
-            Ok(Member { name: name.into(), weight, temperature: 1.0, classifier, to_ensemble })
+            Ok(Member {
+                name: name.into(),
+                weight,
+                temperature: 1.0,
+                label_weights: Vec::new(),
+                label_temperatures: Vec::new(),
+                classifier,
+                to_ensemble,
+            })
         };
         let multi_label = deep.multi_label();
         let members = vec![member("deep", 1.0, deep)?, member("wide", scale, wide)?];
@@ -412,6 +483,17 @@ impl Ensemble {
             let prediction = result.as_ref().map_err(|e| member.error(e))?;
             let mut own = vec![0f32; self.labels().len()];
             match self.combination {
+                Combination::Mean if self.multi_label => {
+                    // Each label on its own: its probability at the member's temperature for it,
+                    // times the member's weight for it.
+                    for (&p, &k) in prediction.probabilities().iter().zip(&member.to_ensemble) {
+                        let t = member.label_temperatures.get(k).copied().unwrap_or(member.temperature);
+                        let w = member.label_weights.get(k).copied().unwrap_or(member.weight);
+                        let p = if t == 1.0 { f64::from(p) } else { temper_one(f64::from(p), t) };
+                        own[k] = p as f32;
+                        combined[k] += w * p;
+                    }
+                }
                 Combination::Mean => {
                     let raw: Vec<f64> = prediction.probabilities().iter().map(|&p| p as f64).collect();
                     let tempered = if member.temperature == 1.0 { raw } else { temper(&raw, member.temperature) };

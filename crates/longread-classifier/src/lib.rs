@@ -11,6 +11,7 @@ pub mod decision;
 pub mod ensemble;
 pub mod evaluate;
 pub mod kinds;
+pub mod label_calibration;
 pub mod model_kind;
 pub mod multilabel_eval;
 pub mod out_of_fold;

@@ -550,9 +550,130 @@ fn an_ensemble_of_multi_label_models_averages_each_labels_probability() {
     let mixed =
         longread(&["ensemble", "--model", w, "--model", single.to_str().unwrap(), "--out", &format!("{e}-mixed")]);
     assert_clean_failure(&mixed, "all multi-label or all single-label");
-    let calibrated =
-        longread(&["ensemble", "--model", w, "--model", c, "--calibrate", &test, "--out", &format!("{e}-cal")]);
-    assert_clean_failure(&calibrated, "multi-label members are averaged as they are");
+}
+
+/// σ(logit(p) / t).
+fn tempered(p: f64, t: f64) -> f64 {
+    1.0 / (1.0 + (-(p / (1.0 - p)).ln() / t).exp())
+}
+
+/// `predict` of a multi-label ensemble calibrated label by label: each label's probability is
+/// Σ over members of its weight × σ(logit(p) / T) with that label's own weight and temperature
+/// from ensemble.json, and the label is carried at 0.5.
+fn predicts_each_labels_calibrated_mixture(ensemble: &Path, members: &[&str], test: &str) {
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(ensemble.join("ensemble.json")).unwrap()).unwrap();
+    let labels: Vec<&str> = spec["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    let rows = |model: &str| json_lines(&longread(&["predict", "--model", model, "--input", test]).stdout);
+    let own: Vec<Vec<Value>> = members.iter().map(|m| rows(m)).collect();
+    let combined = rows(ensemble.to_str().unwrap());
+    assert_eq!(combined.len(), own[0].len());
+    for (d, row) in combined.iter().enumerate() {
+        let mut expected = Vec::new();
+        for (l, label) in labels.iter().enumerate() {
+            let mut p = 0.0;
+            for (m, member) in spec["members"].as_array().unwrap().iter().enumerate() {
+                let (w, t) =
+                    (member["label_weights"][l].as_f64().unwrap(), member["label_temperatures"][l].as_f64().unwrap());
+                p += w * tempered(own[m][d]["scores"][label].as_f64().unwrap(), t);
+            }
+            assert!((row["scores"][label].as_f64().unwrap() - p).abs() < 1e-5, "{label}: {row}");
+            if p >= 0.5 {
+                expected.push(Value::String(label.to_string()));
+            }
+        }
+        assert_eq!(row["labels"].as_array().unwrap(), &expected, "{row}");
+    }
+}
+
+#[test]
+fn a_multi_label_ensemble_is_calibrated_or_stacked_label_by_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (words, chars) = (tmp.path().join("words"), tmp.path().join("chars"));
+    assert!(train(&words, &[]).status.success());
+    assert!(train(&chars, &["--char-ngrams", "2-4"]).status.success());
+    let (w, c) = (words.to_str().unwrap(), chars.to_str().unwrap());
+    let test = descriptors("test.csv");
+    let noisy = noisy_descriptors(tmp.path(), "test.csv");
+
+    // Calibrated on held-out documents: every label has each member's temperature and weight.
+    let calibrated = tmp.path().join("calibrated");
+    let built = longread(&[
+        "ensemble",
+        "--model",
+        w,
+        "--model",
+        c,
+        "--calibrate",
+        &noisy,
+        "--fit-weights",
+        "--json",
+        "--out",
+        calibrated.to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let spec: Value = serde_json::from_slice(&built.stdout).unwrap();
+    let per_label = spec["calibration"]["per_label"].as_array().unwrap();
+    let names: Vec<&str> = per_label.iter().map(|l| l["label"].as_str().unwrap()).collect();
+    assert_eq!(names, ["drugs", "language", "violence"], "{spec}");
+    for label in per_label {
+        let losses: Vec<f64> =
+            label["out_of_fold_log_loss"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(losses.len(), 3, "{label}");
+        let kept = ["equal weights, uncalibrated", "equal weights, calibrated", "fitted weights, calibrated"]
+            .iter()
+            .position(|k| label["kept"] == *k)
+            .unwrap();
+        assert!(losses.iter().all(|&l| losses[kept] <= l), "the kept way has the least out-of-fold loss: {label}");
+        let weights: f64 = label["weights"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).sum();
+        assert!((weights - 1.0).abs() < 1e-9, "{label}");
+    }
+    let rows: Vec<&str> = spec["calibration"]["out_of_fold"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["combination"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows.last(), Some(&"each label its best"), "{spec}");
+    assert!(spec["calibration"]["out_of_fold"][0]["micro_f1"].is_number(), "{spec}");
+    predicts_each_labels_calibrated_mixture(&calibrated, &[w, c], &test);
+
+    // Stacked on folds of the training data: the members are retrained on each.
+    let stacked = tmp.path().join("stacked");
+    let train_data = descriptors("train.csv");
+    let built = longread(&[
+        "ensemble",
+        "--model",
+        w,
+        "--model",
+        c,
+        "--stack",
+        &train_data,
+        "--folds",
+        "3",
+        "--fit-weights",
+        "--out",
+        stacked.to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let printed = String::from_utf8_lossy(&built.stdout);
+    assert!(
+        printed.contains("each label (temperature × weight") && printed.contains("each label its best"),
+        "{printed}"
+    );
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(stacked.join("ensemble.json")).unwrap()).unwrap();
+    assert_eq!(spec["calibration"]["documents"], 80, "every training document scored out of fold: {spec}");
+    predicts_each_labels_calibrated_mixture(&stacked, &[w, c], &test);
+    let eval = longread(&["eval", "--model", stacked.to_str().unwrap(), "--data", &test, "--json"]);
+    assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
+
+    // A hand-edited ensemble.json that does not fit its labels is refused by name.
+    let mut broken = spec.clone();
+    broken["members"][0]["label_weights"] = serde_json::json!([0.5]);
+    std::fs::write(stacked.join("ensemble.json"), broken.to_string()).unwrap();
+    assert_clean_failure(
+        &longread(&["predict", "--model", stacked.to_str().unwrap(), "--input", &test]),
+        "has 1 label_weights for 3 labels",
+    );
 }
 
 /// The `labels` column of a CSV file, each as a sorted set.

@@ -19,7 +19,7 @@ use super::{Decision, Rule};
 const FLOOR: f64 = 1e-12;
 
 /// ln(p / (1 − p)), with p kept FLOOR away from 0 and 1.
-fn logit(p: f64) -> f64 {
+pub(crate) fn logit(p: f64) -> f64 {
     let p = p.clamp(FLOOR, 1.0 - FLOOR);
     (p / (1.0 - p)).ln()
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use longread_classifier::calibration::Calibration;
 use longread_classifier::ensemble::{build_calibrated_ensemble, build_ensemble, EnsembleSpec};
 use longread_metrics::terminal::printable;
 use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
@@ -14,7 +15,8 @@ use longread_train::run::stacking::{build_stacked_ensemble, StackSettings};
 #[command(group(clap::ArgGroup::new("scored").args(["calibrate", "stack"])))]
 #[command(after_help = "The ensemble is a model directory like any other: predict, eval, report and serve \
 accept it, and each prediction lists what every member said (\"members\"). Members may be of any kind \
-(hierarchical, sequence, HAN, bag of words) but need the same labels and one task each. Calibrate on \
+(hierarchical, sequence, HAN, bag of words) but need the same labels and one task each, and are all \
+multi-label or all single-label (multi-label members are combined label by label). Calibrate on \
 held-out documents the members did not train on (--calibrate DEV.jsonl [--fit-weights]), or stack them by \
 cross-validation on their own training data (--stack TRAIN.jsonl [--fit-weights]: each member is retrained \
 --folds times with its recorded settings; no held-out data is spent), then compare the ensemble with its \
@@ -32,15 +34,19 @@ pub struct EnsembleArgs {
     /// Output directory; must not exist (written under a temporary name, then renamed).
     #[arg(long, visible_alias = "output")]
     out: PathBuf,
-    /// Labelled held-out documents (JSON lines with "text" and "label", not the members'
-    /// training data): fit each member's temperature on them, so that probabilities are on one
-    /// scale before they are averaged (an overconfident member otherwise decides alone).
-    /// Prints how equal weights, calibrated, and fitted weights score out of fold, and keeps
-    /// the one with the lowest out-of-fold log loss (the members' own probabilities when
-    /// calibrating does not beat them).
+    /// Labelled held-out documents (JSON lines or CSV with "text" and "label" — multi-label
+    /// members: "labels" — not the members' training data): fit each member's temperature on
+    /// them, so that probabilities are on one scale before they are averaged (an overconfident
+    /// member otherwise decides alone). Prints how equal weights, calibrated, and fitted weights
+    /// score out of fold, and keeps the one with the lowest out-of-fold log loss (the members'
+    /// own probabilities when calibrating does not beat them). Multi-label members are
+    /// calibrated label by label: each label gets every member's temperature (and weight) for
+    /// it, and keeps its own best way.
     #[arg(long, value_name = "DEV.jsonl", conflicts_with = "stack")]
     calibrate: Option<PathBuf>,
-    /// The members' training data (JSON lines with "text" and "label"): retrain every member
+    /// The members' training data (JSON lines or CSV with "text" and "label"; multi-label
+    /// members: "labels", folds by iterative stratification, fitted label by label as
+    /// --calibrate): retrain every member
     /// --folds times on stratified folds of it with the settings its run recorded
     /// (training_args.json), score each fold with the model that did not see it, and fit the
     /// temperatures (and with --fit-weights the weights) on those out-of-fold scores — stacking
@@ -107,7 +113,9 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
         for m in &spec.members {
             println!("  {:<40} weight {:.3}  temperature {:.3}  from {}", m.dir, m.weight, m.temperature, m.source);
         }
-        if let Some(c) = &spec.calibration {
+        if let Some(c) = spec.calibration.as_ref().filter(|c| !c.per_label.is_empty()) {
+            print_per_label(c);
+        } else if let Some(c) = &spec.calibration {
             println!("out of fold ({} documents, {} folds):", c.documents, c.folds);
             println!("  {:<30} {:>8} {:>9} {:>9}", "combination", "log loss", "accuracy", "macro-F1");
             for row in &c.out_of_fold {
@@ -123,6 +131,33 @@ pub fn run(args: EnsembleArgs, quiet: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A multi-label ensemble's calibration: each way of combining out of fold, then each label's
+/// choice with every member's temperature and weight for it.
+fn print_per_label(c: &Calibration) {
+    println!("out of fold ({} documents, {} folds; labels carried at 0.5):", c.documents, c.folds);
+    println!("  {:<30} {:>8} {:>9} {:>9} {:>15}", "combination", "log loss", "micro-F1", "macro-F1", "subset accuracy");
+    for row in &c.out_of_fold {
+        let micro = row.micro_f1.unwrap_or(f64::NAN);
+        println!(
+            "  {:<30} {:>8.4} {:>9.4} {:>9.4} {:>15.4}",
+            row.combination, row.log_loss, micro, row.macro_f1, row.accuracy
+        );
+    }
+    println!("each label (temperature × weight of each member, in order):");
+    for label in &c.per_label {
+        let members: Vec<String> =
+            label.temperatures.iter().zip(&label.weights).map(|(t, w)| format!("{t:.2} × {w:.2}")).collect();
+        println!(
+            "  {:<24} {:>6} positives  {:<28} {}",
+            printable(&label.label),
+            label.positives,
+            label.kept,
+            members.join("   ")
+        );
+    }
+    println!("  kept: each label's way with the lowest out-of-fold log loss");
 }
 
 /// `--stack`: the ensemble fitted on every member's out-of-fold scores of its training data,

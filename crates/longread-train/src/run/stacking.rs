@@ -9,12 +9,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use longread_classifier::calibrated::{
-    build_ensemble_from_scores, ensemble_labels, labelled_documents, member_probabilities,
+    build_ensemble_from_label_sets, build_ensemble_from_scores, ensemble_labels, label_set_documents,
+    labelled_documents, member_probabilities,
 };
 use longread_classifier::calibration::MemberScores;
 use longread_classifier::ensemble::EnsembleSpec;
+use longread_classifier::label_calibration::LabelSetScores;
 use longread_classifier::{Classifier, ClassifierOptions};
-use longread_metrics::folds::stratified_folds;
+use longread_metrics::folds::{iterative_stratified_folds, stratified_folds};
 use longread_model::ModelError;
 use longread_text::Document;
 use serde_json::Value;
@@ -72,14 +74,53 @@ pub fn build_stacked_ensemble(
         return Err(ModelError::OutputExists { path: out.to_owned() }.into());
     }
     let dirs: Vec<PathBuf> = members.iter().map(|(dir, _)| dir.clone()).collect();
-    let labels = ensemble_labels(&dirs)?;
+    let (labels, multi_label) = ensemble_labels(&dirs)?;
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let scratch = tempfile::Builder::new()
         .prefix(".longread-stack-")
         .tempdir_in(parent)
         .map_err(|e| TrainError::Io { path: parent.to_owned(), source: e })?;
-    let scores = out_of_fold_scores(&dirs, &labels, train, settings, scratch.path(), on_fold)?;
-    Ok(build_ensemble_from_scores(members, out, labels, &scores, fit_weights, settings.folds)?)
+    let (probs, gold) = out_of_fold_scores(&dirs, &labels, multi_label, train, settings, scratch.path(), on_fold)?;
+    Ok(match gold {
+        Gold::Labels(gold) => build_ensemble_from_scores(
+            members,
+            out,
+            labels,
+            &MemberScores { probs, gold },
+            fit_weights,
+            settings.folds,
+        )?,
+        Gold::Sets(sets) => {
+            let truth = sets.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
+            let scores = LabelSetScores { probs, truth };
+            build_ensemble_from_label_sets(members, out, labels, &scores, fit_weights, settings.folds, settings.seed)?
+        }
+    })
+}
+
+/// The training documents' gold: a label each, or (multi-label members) a set of label ids.
+enum Gold {
+    Labels(Vec<usize>),
+    Sets(Vec<Vec<usize>>),
+}
+
+impl Gold {
+    /// The held-out documents of each of `folds` folds: stratified by label, or iteratively
+    /// by label set.
+    fn folds(&self, folds: usize, seed: u64) -> Vec<Vec<usize>> {
+        match self {
+            Gold::Labels(gold) => stratified_folds(gold, folds, seed),
+            Gold::Sets(sets) => iterative_stratified_folds(sets, folds, seed),
+        }
+    }
+
+    /// Document `i`'s gold as its JSON line gives it (`"label"` or `"labels"`).
+    fn field(&self, i: usize, labels: &[String]) -> (&'static str, Value) {
+        match self {
+            Gold::Labels(gold) => ("label", Value::from(labels[gold[i]].clone())),
+            Gold::Sets(sets) => ("labels", sets[i].iter().map(|&l| Value::from(labels[l].clone())).collect()),
+        }
+    }
 }
 
 /// Every member's out-of-fold probabilities (in the order of `labels`, the ensemble's) of the
@@ -87,15 +128,26 @@ pub fn build_stacked_ensemble(
 fn out_of_fold_scores(
     members: &[PathBuf],
     labels: &[String],
+    multi_label: bool,
     data: &Path,
     settings: StackSettings,
     scratch: &Path,
     mut on_fold: impl FnMut(usize, usize),
-) -> Result<MemberScores> {
+) -> Result<(Vec<Vec<Vec<f64>>>, Gold)> {
     // Every recipe first: a member that cannot be retrained is refused before any refit.
     let recipes: Vec<Recipe> = members.iter().map(|m| member_recipe(m)).collect::<Result<_>>()?;
-    let (documents, gold) = labelled_documents(data, labels)?;
-    let folds = stratified_folds(&gold, settings.folds, settings.seed);
+    let (documents, gold) = match multi_label {
+        true => {
+            let (documents, truth) = label_set_documents(data, labels, false)?;
+            let sets = truth.iter().map(|t| t.iter().enumerate().filter(|(_, &y)| y).map(|(l, _)| l).collect());
+            (documents, Gold::Sets(sets.collect()))
+        }
+        false => {
+            let (documents, gold) = labelled_documents(data, labels)?;
+            (documents, Gold::Labels(gold))
+        }
+    };
+    let folds = gold.folds(settings.folds, settings.seed);
     let mut probs = Vec::with_capacity(members.len());
     for (m, recipe) in recipes.iter().enumerate() {
         let mut rows: Vec<Option<Vec<f64>>> = vec![None; documents.len()];
@@ -117,7 +169,7 @@ fn out_of_fold_scores(
         }
         probs.push(rows.into_iter().map(|r| r.expect("every document is in one fold")).collect());
     }
-    Ok(MemberScores { probs, gold })
+    Ok((probs, gold))
 }
 
 /// The refits' training runs, unheard (the caller hears of each fold instead).
@@ -226,7 +278,7 @@ fn refit(
     recipe: &Recipe,
     dir: &Path,
     documents: &[Document],
-    gold: &[usize],
+    gold: &Gold,
     labels: &[String],
     held_out: &[usize],
     vector_cache: Option<&Path>,
@@ -238,7 +290,8 @@ fn refit(
     let mut skip = vec![false; documents.len()];
     held_out.iter().for_each(|&i| skip[i] = true);
     for (i, doc) in documents.iter().enumerate().filter(|(i, _)| !skip[*i]) {
-        let line = serde_json::json!({"id": doc.id, "text": doc.text, "label": labels[gold[i]]});
+        let (field, value) = gold.field(i, labels);
+        let line = serde_json::json!({"id": doc.id, "text": doc.text, field: value});
         writeln!(writer, "{line}").map_err(io)?;
     }
     writer.flush().map_err(io)?;
