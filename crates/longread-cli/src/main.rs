@@ -103,6 +103,9 @@ enum Command {
     /// /embed, OpenAI's /v1/embeddings, /health, /info, /metrics, /openapi.json and a web page
     /// at /. Chunks of concurrent requests share encoder batches.
     Serve(commands::serve::ServeArgs),
+    /// What this machine offers: the CPU's kernels, NVIDIA GPUs (driver, cards, compute
+    /// capability, CUDA libraries) and what keeps `--device cuda` from working.
+    Doctor(commands::doctor::DoctorArgs),
     /// Time one workload (encoder forward, training step, optimizer step) and report the
     /// median and peak memory; `scripts/bench_compare.py` runs it next to PyTorch.
     Bench(commands::bench::BenchArgs),
@@ -219,6 +222,7 @@ fn dispatch(command: Command, quiet: bool, device: longread_model::DeviceChoice)
         Command::Pretrain(args) => commands::pretrain::run(*args, quiet, device).map(|_| 0),
         Command::Quickstart(args) => commands::quickstart::run(args, quiet).map(|_| 0),
         Command::Bench(args) => commands::bench::run(args, device).map(|_| 0),
+        Command::Doctor(args) => commands::doctor::run(args, device).map(|_| 0),
         Command::Reference(args) => commands::reference::run(args, Cli::command()).map(|_| 0),
     }
 }

@@ -8,6 +8,7 @@ pub mod batching;
 pub mod checkpoint;
 pub mod config;
 pub mod device;
+pub mod doctor;
 pub mod embedder;
 pub mod encoder;
 pub mod error;

@@ -2,6 +2,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod counts;
 pub mod csv_rows;
+pub mod doctor;
 pub mod embed;
 pub mod encoder;
 pub mod ensemble;
