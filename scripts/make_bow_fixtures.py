@@ -6,7 +6,11 @@
       LogisticRegression(C=10, solver="lbfgs") on a binary task (the real hyperpartisan labels)
       and a 3-class task (labels i % 3: a multinomial fit, parity only); and, under
       "multilabel", OneVsRestClassifier(LogisticRegression(C=10)) on three labels a document
-      carries any number of (the real label, i % 3 == 0, "trump" in the text).
+      carries any number of (the real label, i % 3 == 0, "trump" in the text);
+      and for the word tasks, each test text's five terms that raised its predicted label most
+      ("evidence": [term, coefficient × TF-IDF value], the coefficient in the sense of
+      longread_bow::evidence: ±coef_[0] for two labels, coef_[k] minus the mean of the other
+      rows for more).
 
 Texts: the first 120 words of 60 training and 20 test articles of ../shared/data/hyperpartisan.
 Usage: .venv/bin/python scripts/make_bow_fixtures.py
@@ -28,6 +32,25 @@ def texts(split, n):
     with open(os.path.join(DATA, f"{split}.jsonl")) as f:
         rows = [json.loads(line) for line, _ in zip(f, range(n))]
     return [" ".join(r["text"].split()[:120]) for r in rows], [int(r["label"]) for r in rows]
+
+
+def evidence(vec, lr, test):
+    """Each test text's predicted label and its five largest positive term contributions."""
+    names = vec.get_feature_names_out()
+    x = vec.transform(test)
+    coef = lr.coef_
+    rows = []
+    for d, k in enumerate(lr.predict(x)):
+        if coef.shape[0] == 1:
+            w = coef[0] if k == 1 else -coef[0]
+        else:
+            others = [j for j in range(coef.shape[0]) if j != k]
+            w = coef[k] - coef[others].mean(axis=0)
+        row = x[d].tocoo()
+        terms = [(names[c], float(w[c] * v)) for c, v in zip(row.col, row.data) if w[c] * v > 0]
+        terms.sort(key=lambda t: -t[1])
+        rows.append({"label": int(k), "terms": terms[:5]})
+    return rows
 
 
 def main():
@@ -54,6 +77,8 @@ def main():
             "features": x.shape[1],
             "probabilities": lr.predict_proba(vec.transform(test)).tolist(),
         }
+        if not char_ngrams:
+            out["tasks"][name]["evidence"] = evidence(vec, lr, test)
     carried = [
         [name for name, on in (("hyperpartisan", y == 1), ("third", i % 3 == 0), ("trump", "trump" in t.lower())) if on]
         for i, (t, y) in enumerate(zip(train, train_labels))

@@ -740,6 +740,9 @@ def test_a_multi_label_model_trains_predicts_and_evaluates_as_the_cli_does(tmp_p
         assert mine["labels"] == theirs["labels"]
         assert mine["labels"] == [l for l in model.labels if mine["scores"][l] >= 0.5]
         assert_close(mine["scores"], theirs["scores"], 1e-6)
+        # The terms that raised each carried label, as the CLI names them.
+        assert [(t["label"], t["term"]) for t in mine["terms"]] == [(t["label"], t["term"]) for t in theirs["terms"]]
+        assert {t["label"] for t in mine["terms"]} <= set(mine["labels"])
     expected = json.loads(run_cli("eval", "--model", out, "--data", test, "--json").stdout)
     report = longread.evaluate(out, test)
     for key in ["documents", "micro", "macro_avg", "samples", "subset_accuracy", "hamming_loss", "per_label"]:

@@ -8,6 +8,7 @@
 
 pub mod counts;
 pub mod error;
+pub mod evidence;
 mod files;
 pub mod logistic;
 pub mod model;
@@ -18,6 +19,7 @@ pub mod terms;
 pub mod tfidf;
 
 pub use error::{BowError, Result};
+pub use evidence::TermEvidence;
 pub use logistic::Solver;
 pub use model::{bow_config_path, is_bow_dir, train, BowModel, BowOptions, BowScores, CvScore, Trained};
 pub use multilabel::{out_of_fold_multilabel_logits, train_multilabel, LabelWeights};

@@ -143,7 +143,7 @@ impl BowModel {
     }
 
     /// The TF-IDF row of a text.
-    fn row(&self, text: &str) -> Result<SparseRow> {
+    pub(crate) fn row(&self, text: &str) -> Result<SparseRow> {
         let words = words(text);
         let chars = self.tfidf.char_ngrams.filter(|_| !text.trim().is_empty());
         if words.is_empty() && chars.is_none() {

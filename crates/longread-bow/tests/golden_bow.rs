@@ -1,4 +1,5 @@
-//! longread-bow against scikit-learn (fixture from scripts/make_bow_fixtures.py), and its
+//! longread-bow against scikit-learn (fixture from scripts/make_bow_fixtures.py) — probabilities
+//! and each term's contribution to a label — and its
 //! model directory: save → load gives the same scores, broken files are named.
 
 use std::path::PathBuf;
@@ -51,6 +52,39 @@ fn binary_tfidf_logistic_regression_matches_scikit_learn() {
     assert_eq!(model.features() as u64, expected["features"].as_u64().unwrap());
     let diff = max_diff(&model, &expected);
     assert!(diff <= 1e-4, "max abs diff {diff}");
+}
+
+/// Each test text's top terms for its predicted label: the terms scikit-learn's coefficients ×
+/// TF-IDF values rank first, with the same contributions (ties may come in another order).
+fn evidence_matches(task: &str) {
+    let (model, expected) = trained(task);
+    let fx = fixture();
+    let mut checked = 0;
+    for (text, want) in strings(&fx["test"]).iter().zip(expected["evidence"].as_array().unwrap()) {
+        let label = want["label"].as_u64().unwrap() as usize;
+        let got = model.term_evidence(text, label, 50).unwrap();
+        let wanted = want["terms"].as_array().unwrap();
+        let first = wanted[0][1].as_f64().unwrap();
+        assert!((got[0].contribution - first).abs() <= 1e-4, "{task}: {} vs {first}", got[0].contribution);
+        for pair in wanted {
+            let (term, contribution) = (pair[0].as_str().unwrap(), pair[1].as_f64().unwrap());
+            let mine =
+                got.iter().find(|t| t.term == term).unwrap_or_else(|| panic!("{task}: {term} not among {got:?}"));
+            assert!(
+                (mine.contribution - contribution).abs() <= 1e-4,
+                "{task} {term}: {} vs {contribution}",
+                mine.contribution
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 50, "{checked}");
+}
+
+#[test]
+fn each_terms_contribution_matches_scikit_learns_coefficient_times_its_value() {
+    evidence_matches("binary");
+    evidence_matches("three");
 }
 
 #[test]

@@ -472,7 +472,8 @@ impl Ensemble {
     /// One document's ensemble prediction from its members' results, in member order: the
     /// weighted mean of their probabilities (each tempered by its member's temperature; the
     /// members' own scores shown are the tempered ones), logits = ln(probability), and the evidence
-    /// (chunks or sentences) of the first member that shows some.
+    /// (chunks or sentences) of the first member that shows some — a bag of words' terms when
+    /// no member reads parts.
     fn combine<'r>(&self, results: impl Iterator<Item = &'r DocResult>) -> DocResult {
         // Mean: Σ w·p; log-linear: Σ w·ln p (renormalised below).
         let mut combined = vec![0f64; self.labels().len()];
@@ -520,7 +521,11 @@ impl Ensemble {
                     }
                 }
             }
-            if evidence.is_none() && prediction.parts.any() {
+            // The first member's chunks or sentences; a bag of words' terms only when no member
+            // reads parts.
+            let reads_parts = prediction.parts.any() && prediction.parts.terms().is_none();
+            let shows_less = evidence.is_none_or(|e| e.parts.terms().is_some() && reads_parts);
+            if prediction.parts.any() && shows_less {
                 evidence = Some(prediction);
             }
             tokens = tokens.or(prediction.tokens);
@@ -546,7 +551,7 @@ impl Ensemble {
             }
         };
         let labels = self.multi_label.then(|| crate::prediction::carried(self.labels(), &probabilities));
-        Ok(crate::Prediction {
+        let mut prediction = crate::Prediction {
             label: self.labels()[argmax(&probabilities)].clone(),
             logits,
             scores: LabelScores { labels: self.labels().to_vec(), probabilities },
@@ -555,7 +560,10 @@ impl Ensemble {
             tasks: None,
             members: Some(members),
             tokens,
-        })
+        };
+        // A bag of words' terms are of the ensemble's labels, not its member's.
+        prediction.settle_terms();
+        Ok(prediction)
     }
 }
 

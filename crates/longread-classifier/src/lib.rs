@@ -39,7 +39,7 @@ pub use longread_model::Precision;
 pub use model_kind::ModelKind;
 pub use prediction::{
     argmax, ChunkEvidence, DocError, DocResult, Evidence, LabelScores, MemberPrediction, Parts, Prediction,
-    PredictionLine, SentenceEvidence, TaskPrediction, WordEvidence,
+    PredictionLine, SentenceEvidence, TaskPrediction, TermEvidence, WordEvidence,
 };
 
 /// How a [`Classifier`] runs.

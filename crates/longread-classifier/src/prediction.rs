@@ -79,6 +79,19 @@ impl Prediction {
         }
     }
 
+    /// Chooses a bag of words' terms for the decided label (multi-label: for each carried
+    /// label) from every label's. Called whenever the labels are settled, as
+    /// [`Self::settle_occlusion`] is.
+    pub fn settle_terms(&mut self) {
+        let decided: Vec<&String> = match &self.labels {
+            Some(labels) => labels.iter().collect(),
+            None => vec![&self.label],
+        };
+        if let Parts::Terms { terms, every } = &mut self.parts {
+            *terms = every.iter().filter(|t| decided.contains(&&t.label)).cloned().collect();
+        }
+    }
+
     /// Applies `f` to the primary task's probabilities without each chunk, as a calibration
     /// applies it to the document's own.
     pub fn map_without(&mut self, f: impl Fn(&[f32]) -> Vec<f32>) {
@@ -113,9 +126,39 @@ pub enum Parts {
         /// Sentences in the whole text.
         total_sentences: usize,
     },
-    /// A model that reads no parts (a bag of words), or an encoder model's prediction with its
-    /// chunks left out.
+    /// A bag of words: the terms that raised the predicted label (multi-label: each carried
+    /// label) most, with where they occur.
+    Terms {
+        /// The decided label's terms, largest contribution first (multi-label: each carried
+        /// label's in the model's label order).
+        terms: Vec<TermEvidence>,
+        /// Every label's terms, from which `terms` is chosen once the labels are settled; not in
+        /// the JSON.
+        #[serde(skip)]
+        #[cfg_attr(feature = "openapi", schema(ignore))]
+        every: Vec<TermEvidence>,
+    },
+    /// A model that reads no parts, or a prediction with its evidence left out.
     Whole {},
+}
+
+/// A term of a document read by a bag of words, and how far it raised a label's score: its
+/// TF-IDF value × the label's weight of it (log-odds units; see `longread_bow::evidence`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TermEvidence {
+    /// The label it raised.
+    pub label: String,
+    /// A word n-gram (`"human rights"`), or a character n-gram prefixed `c:`.
+    pub term: String,
+    /// value × weight.
+    pub contribution: f32,
+    /// The label's weight of the term.
+    pub weight: f32,
+    /// Its TF-IDF value in the document.
+    pub value: f32,
+    /// Where a word n-gram occurs: `[start, end)` in characters; empty for character n-grams.
+    pub spans: Vec<[usize; 2]>,
 }
 
 impl Parts {
@@ -135,9 +178,17 @@ impl Parts {
         }
     }
 
-    /// Whether there is evidence to show (chunks or sentences).
+    /// The terms that raised the decided label(s), for a bag of words' prediction.
+    pub fn terms(&self) -> Option<&[TermEvidence]> {
+        match self {
+            Self::Terms { terms, .. } => Some(terms),
+            _ => None,
+        }
+    }
+
+    /// Whether there is evidence to show (chunks, sentences or terms).
     pub fn any(&self) -> bool {
-        matches!(self, Self::Chunks { .. } | Self::Sentences { .. })
+        matches!(self, Self::Chunks { .. } | Self::Sentences { .. } | Self::Terms { .. })
     }
 
     /// The same without the chunks or sentences themselves (a HAN's sentence count stays).
@@ -146,7 +197,7 @@ impl Parts {
             Self::Sentences { total_sentences, .. } | Self::Counted { total_sentences } => {
                 Self::Counted { total_sentences: *total_sentences }
             }
-            Self::Chunks { .. } | Self::Whole {} => Self::Whole {},
+            Self::Chunks { .. } | Self::Terms { .. } | Self::Whole {} => Self::Whole {},
         }
     }
 }

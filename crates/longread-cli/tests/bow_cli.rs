@@ -132,3 +132,59 @@ fn flags_of_other_architectures_are_refused_for_bow() {
     ]);
     assert_clean_failure(&hier, "--ngram-max applies only to --arch bow");
 }
+
+/// The words of `text` as the bag of words reads them (two or more word characters),
+/// lowercased and joined by spaces.
+fn joined_words(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.chars().count() >= 2)
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn a_bag_of_words_names_the_terms_that_raised_each_documents_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("bow");
+    let transcripts = common::repo().join("examples/transcripts");
+    let (train, test) = (transcripts.join("train.csv"), transcripts.join("test.csv"));
+    let run = longread(&[
+        "train",
+        "--arch",
+        "bow",
+        "--train",
+        train.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--c-values",
+        "10",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let predict = longread(&["predict", "--model", out.to_str().unwrap(), "--input", test.to_str().unwrap()]);
+    assert!(predict.status.success(), "{}", String::from_utf8_lossy(&predict.stderr));
+    let texts: Vec<String> =
+        csv::Reader::from_path(&test).unwrap().records().map(|r| r.unwrap()[1].to_string()).collect();
+    let rows = json_lines(&predict.stdout);
+    assert_eq!(rows.len(), texts.len());
+    for (row, text) in rows.iter().zip(&texts) {
+        let terms = row["terms"].as_array().unwrap();
+        assert!(!terms.is_empty() && terms.len() <= 10, "{row}");
+        let chars: Vec<char> = text.chars().collect();
+        let mut previous = f64::INFINITY;
+        for t in terms {
+            assert_eq!(t["label"], row["label"], "the terms raise the decided label: {t}");
+            let (c, w, v) =
+                (t["contribution"].as_f64().unwrap(), t["weight"].as_f64().unwrap(), t["value"].as_f64().unwrap());
+            assert!(c > 0.0 && c <= previous && (c - w * v).abs() < 1e-5, "{t}");
+            previous = c;
+            let term = t["term"].as_str().unwrap();
+            let spans = t["spans"].as_array().unwrap();
+            assert!(!spans.is_empty(), "a word n-gram of the document occurs in it: {t}");
+            for span in spans {
+                let (start, end) = (span[0].as_u64().unwrap() as usize, span[1].as_u64().unwrap() as usize);
+                assert_eq!(joined_words(&chars[start..end].iter().collect::<String>()), term, "{t}");
+            }
+        }
+    }
+}

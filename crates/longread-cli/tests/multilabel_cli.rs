@@ -1126,3 +1126,42 @@ fn a_multi_label_wide_and_deep_model_adds_each_labels_bag_of_words_log_odds_to_i
     let eval = longread(&["eval", "--model", out_s, "--data", &descriptors("test.csv"), "--json"]);
     assert!(eval.status.success(), "{}", String::from_utf8_lossy(&eval.stderr));
 }
+
+#[test]
+fn a_multi_label_bag_of_words_names_the_terms_of_each_carried_label_and_follows_its_thresholds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("descriptors");
+    assert!(train(&out, &[]).status.success());
+    let (model, test) = (out.to_str().unwrap(), descriptors("test.csv"));
+    let terms_of = |rows: &[Value]| -> Vec<Vec<String>> {
+        rows.iter()
+            .map(|row| {
+                let mut labels: Vec<String> =
+                    row["terms"].as_array().unwrap().iter().map(|t| t["label"].as_str().unwrap().to_string()).collect();
+                labels.dedup();
+                labels
+            })
+            .collect()
+    };
+    let carried = |rows: &[Value]| -> Vec<Vec<String>> {
+        rows.iter()
+            .map(|row| row["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect())
+            .collect()
+    };
+    let before = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    for (terms, labels) in terms_of(&before).iter().zip(carried(&before)) {
+        assert!(terms.iter().all(|l| labels.contains(l)), "terms of carried labels only: {terms:?} / {labels:?}");
+    }
+    assert!(terms_of(&before).iter().any(|t| !t.is_empty()));
+    // Every document carries "language" once its threshold is low; its terms follow.
+    assert!(longread(&["threshold", "--model", model, "--set", "language=0.0001"]).status.success());
+    let after = json_lines(&longread(&["predict", "--model", model, "--input", &test]).stdout);
+    let newly = before.iter().zip(&after).filter(|(b, a)| {
+        !b["labels"].as_array().unwrap().contains(&Value::from("language"))
+            && a["terms"].as_array().unwrap().iter().any(|t| t["label"] == "language")
+    });
+    assert!(newly.count() > 0, "documents that now carry language show its terms");
+    for (terms, labels) in terms_of(&after).iter().zip(carried(&after)) {
+        assert!(terms.iter().all(|l| labels.contains(l)), "{terms:?} / {labels:?}");
+    }
+}

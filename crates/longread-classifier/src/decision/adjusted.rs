@@ -41,8 +41,9 @@ impl Adjusted {
             if let Some(decision) = &self.decision {
                 p = decision.relabel(p);
             }
-            // Occlusion is of the label and probabilities as they are now.
+            // Occlusion and terms are of the labels and probabilities as they are now.
             p.settle_occlusion();
+            p.settle_terms();
             p
         })
     }

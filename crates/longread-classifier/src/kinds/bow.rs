@@ -1,12 +1,15 @@
 //! The bag-of-words baseline (TF-IDF + logistic regression): reads a document whole and shows
-//! no parts.
+//! the terms that raised its label most.
 
 use longread_bow::{BowModel, BowScores};
 use longread_model::error::Result;
 use rayon::prelude::*;
 
 use super::whole::TextScorer;
-use crate::prediction::{argmax, carried, LabelScores, Parts, Prediction};
+use crate::prediction::{argmax, carried, LabelScores, Parts, Prediction, TermEvidence};
+
+/// How many terms a bag of words' prediction names per label.
+pub const TERMS_PER_LABEL: usize = 10;
 use crate::{DocError, DocResult};
 
 impl TextScorer for BowModel {
@@ -15,9 +18,10 @@ impl TextScorer for BowModel {
         Ok(texts
             .par_iter()
             .map(|text| {
-                self.scores(text)
-                    .map(|s| bow_prediction(self.labels(), self.multi_label(), s))
-                    .map_err(|e| DocError::new(e.to_string()))
+                let scores = self.scores(text).map_err(|e| DocError::new(e.to_string()))?;
+                let every =
+                    self.every_label_evidence(text, TERMS_PER_LABEL).map_err(|e| DocError::new(e.to_string()))?;
+                Ok(bow_prediction(self.labels(), self.multi_label(), scores, every))
             })
             .collect())
     }
@@ -37,15 +41,36 @@ impl TextScorer for BowModel {
 
 /// A bag-of-words prediction: scores only; a multi-label model's carries each label whose
 /// probability is at least [`crate::prediction::MULTI_LABEL_THRESHOLD`].
-fn bow_prediction(labels: &[String], multi_label: bool, scores: BowScores) -> Prediction {
-    Prediction {
+fn bow_prediction(
+    labels: &[String],
+    multi_label: bool,
+    scores: BowScores,
+    every: Vec<Vec<longread_bow::TermEvidence>>,
+) -> Prediction {
+    let every = labels
+        .iter()
+        .zip(every)
+        .flat_map(|(label, terms)| {
+            terms.into_iter().map(move |t| TermEvidence {
+                label: label.clone(),
+                term: t.term,
+                contribution: t.contribution as f32,
+                weight: t.weight as f32,
+                value: t.value as f32,
+                spans: t.spans,
+            })
+        })
+        .collect();
+    let mut prediction = Prediction {
         label: labels[argmax(&scores.probabilities)].clone(),
         labels: multi_label.then(|| carried(labels, &scores.probabilities)),
         scores: LabelScores { labels: labels.to_vec(), probabilities: scores.probabilities },
         logits: scores.logits,
-        parts: Parts::Whole {},
+        parts: Parts::Terms { terms: Vec::new(), every },
         tasks: None,
         members: None,
         tokens: None,
-    }
+    };
+    prediction.settle_terms();
+    prediction
 }
