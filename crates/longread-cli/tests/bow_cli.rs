@@ -187,4 +187,21 @@ fn a_bag_of_words_names_the_terms_that_raised_each_documents_label() {
             }
         }
     }
+    // The report lists each document's terms and shades where they occur.
+    let page = tmp.path().join("report.html");
+    let report = longread(&[
+        "report",
+        "--model",
+        out.to_str().unwrap(),
+        "--input",
+        test.to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let first = &rows[0]["terms"][0];
+    let listed = format!("<q>{}</q> +{:.3}", first["term"].as_str().unwrap(), first["contribution"].as_f64().unwrap());
+    assert!(html.matches("The terms that raised").count() >= rows.len() && html.contains(&listed), "{listed}");
+    assert!(html.contains("rgba(60,170,90,0.750)"), "the strongest term of a document is shaded darkest");
 }

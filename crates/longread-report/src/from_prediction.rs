@@ -6,7 +6,7 @@ use longread_classifier::prediction::ChunkEvidence;
 
 use std::collections::BTreeMap;
 
-use crate::{ChunkView, DocumentView, EvidenceBy, LabelEvidence, MemberView, SentenceView, WordView};
+use crate::{ChunkView, DocumentView, EvidenceBy, LabelEvidence, MemberView, SentenceView, TermView, WordView};
 
 impl<'a> DocumentView<'a> {
     /// The view of document `id` with text `text` and its classification `result`.
@@ -20,6 +20,7 @@ impl<'a> DocumentView<'a> {
             chunks: vec![],
             sentences: vec![],
             members: vec![],
+            terms: vec![],
             label_evidence: vec![],
             error: None,
         };
@@ -38,6 +39,18 @@ impl<'a> DocumentView<'a> {
                         let index = m.scores.labels.iter().position(|l| *l == m.label).unwrap_or(0);
                         let probability = m.scores.probabilities.get(index).copied().unwrap_or(0.0);
                         MemberView { model: m.model, weight: m.weight, label: m.label, probability }
+                    })
+                    .collect();
+                view.terms = p
+                    .parts
+                    .terms()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|t| TermView {
+                        label: t.label.clone(),
+                        term: t.term.clone(),
+                        contribution: t.contribution,
+                        spans: t.spans.clone(),
                     })
                     .collect();
                 view.chunks = p

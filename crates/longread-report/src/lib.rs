@@ -76,6 +76,9 @@ pub struct DocumentView<'a> {
     pub sentences: Vec<SentenceView>,
     /// Ensembles: each member's `(model, weight, label, probability of that label)`.
     pub members: Vec<MemberView>,
+    /// A bag of words: the terms that raised the decided label(s) most (then `chunks` and
+    /// `sentences` are empty).
+    pub terms: Vec<TermView>,
     /// A multi-label model with label-wise attention or occlusion: for each label the
     /// document carries, the chunk that label attended to most, and the chunk whose removal
     /// lowered its probability most.
@@ -100,6 +103,19 @@ pub struct LabelEvidence {
     /// The label's weight of it (attention: the label's weights over the chunks sum to 1), or
     /// its probability minus its probability without the chunk (occlusion).
     pub weight: f32,
+}
+
+/// A term of a document read by a bag of words, and how far it raised a label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TermView {
+    /// The label it raised.
+    pub label: String,
+    /// The n-gram.
+    pub term: String,
+    /// TF-IDF value × the label's weight (log-odds).
+    pub contribution: f32,
+    /// Where it occurs: `[start, end)` in characters.
+    pub spans: Vec<[usize; 2]>,
 }
 
 /// How a label's chunk was found.
@@ -140,7 +156,8 @@ pub fn render_html(title: &str, model: &str, documents: &[DocumentView]) -> Stri
          <body><h1>{t}</h1><p class=\"legend\">Model: {m}. {n} documents. The shading of the text shows the attention of the \
          chunks that cover it (darker = more attention; where chunks overlap, the larger value); for a HAN model, \
          the bar left of each sentence shows its sentence attention (red) and each word's shading its word \
-         attention (blue), scaled by √(sentence attention) as in Yang et al. (2016).</p>",
+         attention (blue), scaled by √(sentence attention) as in Yang et al. (2016); for a bag of words, the green \
+         shading marks the terms that raised its label (darker = a larger contribution).</p>",
         t = escape_html(title),
         m = escape_html(model),
         n = documents.len()
@@ -200,7 +217,11 @@ fn render_document(html: &mut String, doc: &DocumentView) {
         }
         html.push_str("</p>");
     }
-    if doc.sentences.is_empty() {
+    if !doc.terms.is_empty() {
+        term_lists(html, &doc.terms);
+        html.push_str("<div class=\"text\">");
+        term_text(html, doc.text, &doc.terms);
+    } else if doc.sentences.is_empty() {
         html.push_str(&svg::attention_chart(&doc.chunks, "chunk"));
         html.push_str(&svg::occlusion_chart(&doc.chunks));
         html.push_str("<div class=\"text\">");
@@ -302,6 +323,61 @@ fn sentence_text(html: &mut String, text: &str, sentences: &[SentenceView]) {
     html.push_str(&piece(at, n_chars));
 }
 
+/// For each label with terms, the terms that raised it, largest first, with their contributions.
+fn term_lists(html: &mut String, terms: &[TermView]) {
+    let mut labels: Vec<&str> = terms.iter().map(|t| t.label.as_str()).collect();
+    labels.dedup();
+    for label in labels {
+        let named: Vec<String> = terms
+            .iter()
+            .filter(|t| t.label == label)
+            .map(|t| format!("<q>{}</q> +{:.3}", escape_html(&t.term), t.contribution))
+            .collect();
+        let _ = write!(
+            html,
+            "<p class=\"legend\">The terms that raised <span class=\"label\">{}</span> most (TF-IDF value × weight, \
+             log-odds): {}</p>",
+            escape_html(label),
+            named.join(", ")
+        );
+    }
+}
+
+/// The text with every occurrence of the terms shaded green by their contribution, relative to
+/// the largest (where terms overlap, the larger; a bigram covers its words).
+fn term_text(html: &mut String, text: &str, terms: &[TermView]) {
+    let byte_at: Vec<usize> = text.char_indices().map(|(b, _)| b).chain(std::iter::once(text.len())).collect();
+    let n_chars = byte_at.len() - 1;
+    let top = terms.iter().map(|t| t.contribution).fold(0.0f32, f32::max).max(f32::MIN_POSITIVE);
+    let spans: Vec<(usize, usize, &TermView)> = terms
+        .iter()
+        .flat_map(|t| t.spans.iter().map(move |&[a, b]| (a.min(n_chars), b.min(n_chars), t)))
+        .filter(|(a, b, _)| a < b)
+        .collect();
+    let mut cuts: Vec<usize> = spans.iter().flat_map(|&(a, b, _)| [a, b]).collect();
+    cuts.extend([0, n_chars]);
+    cuts.sort_unstable();
+    cuts.dedup();
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let piece = escape_html(&text[byte_at[a]..byte_at[b]]);
+        let covering = spans.iter().filter(|&&(s, e, _)| s <= a && b <= e).map(|&(_, _, t)| t);
+        match covering.max_by(|x, y| x.contribution.total_cmp(&y.contribution)) {
+            None => html.push_str(&piece),
+            Some(t) => {
+                let alpha = 0.15 + 0.6 * (t.contribution / top).clamp(0.0, 1.0);
+                let _ = write!(
+                    html,
+                    "<span style=\"background:rgba(60,170,90,{alpha:.3})\" title=\"{}: {} +{:.3}\">{piece}</span>",
+                    escape_html(&t.label),
+                    escape_html(&t.term),
+                    t.contribution
+                );
+            }
+        }
+    }
+}
+
 /// The text cut at every chunk boundary; each piece shaded by the largest attention of the
 /// chunks covering it, relative to the document's largest.
 fn shaded_text(html: &mut String, text: &str, chunks: &[ChunkView]) {
@@ -346,9 +422,32 @@ mod tests {
             chunks,
             sentences: Vec::new(),
             members: Vec::new(),
+            terms: Vec::new(),
             label_evidence: Vec::new(),
             error: None,
         }
+    }
+
+    #[test]
+    fn a_bag_of_words_lists_its_terms_and_shades_where_they_occur() {
+        let term = |term: &str, contribution, spans: Vec<[usize; 2]>| TermView {
+            label: "b".into(),
+            term: term.into(),
+            contribution,
+            spans,
+        };
+        let text = "Ünï war <now> war zone";
+        let terms = vec![term("war", 0.4, vec![[4, 7], [14, 17]]), term("war zone", 0.2, vec![[14, 22]])];
+        let html = render_html("r", "m", &[DocumentView { terms, ..doc(text, vec![]) }]);
+        assert!(
+            html.contains("raised <span class=\"label\">b</span> most (TF-IDF value × weight, log-odds): <q>war</q> +0.400, <q>war zone</q> +0.200"),
+            "{html}"
+        );
+        // The strongest term is the darkest; where the bigram covers it, the unigram's shade wins.
+        assert!(html.contains("rgba(60,170,90,0.750)\" title=\"b: war +0.400\">war</span> &lt;now&gt; "), "{html}");
+        assert!(html.contains("title=\"b: war +0.400\">war</span><span style=\"background:rgba(60,170,90,0.450)\" title=\"b: war zone +0.200\"> zone</span>"), "{html}");
+        assert!(html.contains("Ünï "), "character offsets: {html}");
+        assert!(!html.contains("attention per chunk"), "no chunk chart for a bag of words");
     }
 
     #[test]

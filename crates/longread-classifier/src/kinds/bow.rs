@@ -39,8 +39,9 @@ impl TextScorer for BowModel {
     }
 }
 
-/// A bag-of-words prediction: scores only; a multi-label model's carries each label whose
-/// probability is at least [`crate::prediction::MULTI_LABEL_THRESHOLD`].
+/// A bag-of-words prediction: its scores, and `every` label's terms (in label order) from which
+/// the decided label's are shown; a multi-label model's carries each label whose probability
+/// is at least [`crate::prediction::MULTI_LABEL_THRESHOLD`].
 fn bow_prediction(
     labels: &[String],
     multi_label: bool,
