@@ -15,11 +15,10 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::Serialize;
 
-use crate::counts::for_each_char_term;
+use crate::counts::CHAR_PREFIX;
 use crate::error::{BowError, Result};
 use crate::model::BowModel;
 use crate::sparse::SparseRow;
-use crate::terms::{for_each_ngram, words};
 
 /// One term of a document and how far it moved a label's score.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -92,65 +91,83 @@ impl BowModel {
 
     /// [`Self::term_evidence`] of every label, in label order (the text read once).
     pub fn every_label_evidence(&self, text: &str, top: usize) -> Result<Vec<Vec<TermEvidence>>> {
+        Ok(self.explained(text, top)?.1)
+    }
+
+    /// The scores of `text` ([`Self::scores`]) and every label's `top` terms
+    /// ([`Self::every_label_evidence`]), the text read once.
+    pub fn explained(&self, text: &str, top: usize) -> Result<(crate::BowScores, Vec<Vec<TermEvidence>>)> {
         let row = self.row(text)?;
+        Ok((self.row_scores(&row), self.row_evidence(text, &row, top)))
+    }
+
+    /// Every label's `top` terms of `text`, whose TF-IDF row is `row`.
+    fn row_evidence(&self, text: &str, row: &SparseRow, top: usize) -> Vec<Vec<TermEvidence>> {
         let chosen: Vec<Vec<(u32, f64, f64)>> = (0..self.labels.len())
             .map(|label| {
-                let (terms, _) = self.row_contributions(&row, label);
+                let (terms, _) = self.row_contributions(row, label);
                 let mut raised: Vec<(u32, f64, f64)> = terms.into_iter().filter(|&(_, w, v)| w * v > 0.0).collect();
                 raised.sort_by(|a, b| (b.1 * b.2).total_cmp(&(a.1 * a.2)).then(a.0.cmp(&b.0)));
                 raised.truncate(top);
                 raised
             })
             .collect();
-        let wanted: HashSet<u32> = chosen.iter().flatten().map(|&(col, _, _)| col).collect();
-        let names = self.term_names(text, &wanted);
-        let spans = word_spans(text, self.tfidf.ngram_max);
-        Ok(chosen
+        let names = self.names.get_or_init(|| {
+            let mut names = vec![String::new(); self.idf.len()];
+            for (term, &col) in &self.vocabulary {
+                names[col as usize] = term.clone();
+            }
+            names
+        });
+        let wanted: HashSet<&str> = chosen.iter().flatten().map(|&(col, _, _)| names[col as usize].as_str()).collect();
+        let spans = word_spans(text, &wanted);
+        chosen
             .into_iter()
             .map(|raised| {
                 raised
                     .into_iter()
                     .map(|(col, weight, value)| {
-                        let term = names.get(&col).cloned().unwrap_or_default();
-                        let spans = spans.get(&term).cloned().unwrap_or_default();
+                        let term = names[col as usize].clone();
+                        let spans = spans.get(term.as_str()).cloned().unwrap_or_default();
                         TermEvidence { term, contribution: weight * value, weight, value, spans }
                     })
                     .collect()
             })
-            .collect())
-    }
-
-    /// The vocabulary names of the columns `wanted` among the terms of `text`.
-    fn term_names(&self, text: &str, wanted: &HashSet<u32>) -> HashMap<u32, String> {
-        let mut names = HashMap::new();
-        let mut name = |term: &str| {
-            if let Some(&col) = self.vocabulary.get(term) {
-                if wanted.contains(&col) {
-                    names.entry(col).or_insert_with(|| term.to_owned());
-                }
-            }
-        };
-        for_each_ngram(&words(text), self.tfidf.ngram_max, &mut name);
-        if let Some(range) = self.tfidf.char_ngrams {
-            for_each_char_term(text, range, &mut name);
-        }
-        names
+            .collect()
     }
 }
 
-/// Every word n-gram of `text` (n up to `max_n`, as the vocabulary writes them) with the
-/// character spans where it occurs.
-fn word_spans(text: &str, max_n: usize) -> HashMap<String, Vec<[usize; 2]>> {
-    // Byte offset → character offset, for the tokens' ends.
-    let mut char_at: HashMap<usize, usize> = text.char_indices().enumerate().map(|(c, (b, _))| (b, c)).collect();
-    char_at.insert(text.len(), text.chars().count());
-    let tokens: Vec<(usize, usize, String)> =
-        WORD.find_iter(text).map(|m| (char_at[&m.start()], char_at[&m.end()], m.as_str().to_lowercase())).collect();
-    let mut spans: HashMap<String, Vec<[usize; 2]>> = HashMap::new();
-    for n in 1..=max_n.max(1) {
-        for window in tokens.windows(n) {
-            let gram = window.iter().map(|(_, _, w)| w.as_str()).collect::<Vec<_>>().join(" ");
-            spans.entry(gram).or_default().push([window[0].0, window[n - 1].1]);
+/// Where each word n-gram of `wanted` occurs in `text`: `[start, end)` in characters. The
+/// tokens are found in the text as written and lowercased one by one; an n-gram is n
+/// consecutive tokens. (Character n-grams, `c:`-prefixed, get none.)
+fn word_spans<'w>(text: &str, wanted: &HashSet<&'w str>) -> HashMap<&'w str, Vec<[usize; 2]>> {
+    // Each wanted word n-gram under its first word, with its words.
+    type Grams<'w> = Vec<(&'w str, Vec<&'w str>)>;
+    let mut by_first: HashMap<&str, Grams<'w>> = HashMap::new();
+    for &term in wanted.iter().filter(|t| !t.is_empty() && !t.starts_with(CHAR_PREFIX)) {
+        let words: Vec<&str> = term.split(' ').collect();
+        by_first.entry(words[0]).or_default().push((term, words));
+    }
+    let mut spans: HashMap<&'w str, Vec<[usize; 2]>> = HashMap::new();
+    if by_first.is_empty() {
+        return spans;
+    }
+    let mut tokens: Vec<(usize, usize, String)> = Vec::new();
+    let (mut byte, mut chars) = (0, 0);
+    for m in WORD.find_iter(text) {
+        chars += text[byte..m.start()].chars().count();
+        let start = chars;
+        chars += m.as_str().chars().count();
+        byte = m.end();
+        tokens.push((start, chars, m.as_str().to_lowercase()));
+    }
+    for (i, (start, _, word)) in tokens.iter().enumerate() {
+        let Some(grams) = by_first.get(word.as_str()) else { continue };
+        for (term, words) in grams {
+            let end = i + words.len();
+            if end <= tokens.len() && words.iter().zip(&tokens[i..end]).all(|(w, t)| *w == t.2) {
+                spans.entry(*term).or_default().push([*start, tokens[end - 1].1]);
+            }
         }
     }
     spans

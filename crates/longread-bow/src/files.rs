@@ -127,6 +127,7 @@ pub(crate) fn read_bow_files(dir: &Path) -> Result<BowModel> {
     }
     let regression = LogisticRegression { classes: config.labels.len(), features, weights, intercepts };
     Ok(BowModel {
+        names: Default::default(),
         labels: config.labels,
         tfidf: config.tfidf,
         c: config.c,

@@ -95,6 +95,9 @@ pub struct BowModel {
     /// One-vs-rest over labels a document may carry any number of (one weight row per label,
     /// sigmoid probabilities), rather than one label per document (softmax).
     pub(crate) multi_label: bool,
+    /// column → n-gram, built the first time a prediction names its terms
+    /// ([`crate::evidence`]).
+    pub(crate) names: std::sync::OnceLock<Vec<String>>,
 }
 
 impl BowModel {
@@ -126,20 +129,24 @@ impl BowModel {
     /// Classifies one text; a text without words is an error. A multi-label model's logits are
     /// each label's `w·x + b` and its probabilities their sigmoids (they need not sum to 1).
     pub fn scores(&self, text: &str) -> Result<BowScores> {
-        let row = self.row(text)?;
+        Ok(self.row_scores(&self.row(text)?))
+    }
+
+    /// The scores of a TF-IDF row.
+    pub(crate) fn row_scores(&self, row: &SparseRow) -> BowScores {
         let (logits, probabilities) = if self.multi_label {
-            let z = self.regression.decision(&row);
+            let z = self.regression.decision(row);
             let p = z.iter().map(|&v| sigmoid(v)).collect();
             (z, p)
         } else {
-            let z = self.regression.logits(&row);
+            let z = self.regression.logits(row);
             let p = softmax(&z);
             (z, p)
         };
-        Ok(BowScores {
+        BowScores {
             logits: logits.iter().map(|&v| v as f32).collect(),
             probabilities: probabilities.iter().map(|&v| v as f32).collect(),
-        })
+        }
     }
 
     /// The TF-IDF row of a text.
@@ -257,6 +264,7 @@ pub fn train(
     on_fit(total, total);
     let vocabulary = vocabulary(&columns, &interner);
     let model = BowModel {
+        names: Default::default(),
         labels: label_names.to_vec(),
         tfidf: options.tfidf,
         c,

@@ -145,6 +145,7 @@ pub fn train_multilabel(
         intercepts: fitted.iter().map(|m| m.intercepts[0]).collect(),
     };
     let model = BowModel {
+        names: Default::default(),
         labels: label_names.to_vec(),
         tfidf: options.tfidf,
         c,

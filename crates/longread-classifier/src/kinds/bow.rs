@@ -18,9 +18,8 @@ impl TextScorer for BowModel {
         Ok(texts
             .par_iter()
             .map(|text| {
-                let scores = self.scores(text).map_err(|e| DocError::new(e.to_string()))?;
-                let every =
-                    self.every_label_evidence(text, TERMS_PER_LABEL).map_err(|e| DocError::new(e.to_string()))?;
+                let (scores, every) =
+                    self.explained(text, TERMS_PER_LABEL).map_err(|e| DocError::new(e.to_string()))?;
                 Ok(bow_prediction(self.labels(), self.multi_label(), scores, every))
             })
             .collect())
