@@ -42,16 +42,7 @@ pub fn build_calibrated_ensemble(
     }
     let multi_label = loaded.first().is_some_and(|(c, _)| c.multi_label());
     let source = data.display().to_string();
-    let (documents, gold) = match multi_label {
-        true => {
-            let (documents, truth) = label_set_documents(data, &labels, true)?;
-            (documents, Gold::Sets(truth))
-        }
-        false => {
-            let (documents, gold) = labelled_documents(data, &labels)?;
-            (documents, Gold::Labels(gold))
-        }
-    };
+    let (documents, gold) = gold_documents(data, &labels, multi_label, true)?;
     check_enough(documents.len(), folds, &source)?;
     let mut probs = Vec::with_capacity(loaded.len());
     for (m, (classifier, _)) in loaded.iter().enumerate() {
@@ -62,8 +53,8 @@ pub fn build_calibrated_ensemble(
         Gold::Labels(gold) => {
             write_calibrated(members, out, labels, given, &MemberScores { probs, gold }, fit_weights, folds)
         }
-        Gold::Sets(truth) => {
-            let scores = LabelSetScores { probs, truth };
+        Gold::Sets(sets) => {
+            let scores = LabelSetScores { probs, truth: Gold::truth(&sets, labels.len()) };
             let calibration = calibrate_per_label(&scores, &labels, fit_weights, folds, CALIBRATION_SEED);
             write_per_label(members, out, labels, calibration)
         }
@@ -73,10 +64,41 @@ pub fn build_calibrated_ensemble(
 /// Seed of the iterative folds that score a multi-label `--calibrate`'s choices.
 const CALIBRATION_SEED: u64 = 42;
 
-/// Held-out documents' gold: one label each, or a set.
-enum Gold {
+/// Labelled documents' gold: one label each, or (multi-label) a set of label ids each.
+#[derive(Debug, Clone)]
+pub enum Gold {
+    /// Each document's label id.
     Labels(Vec<usize>),
-    Sets(Vec<Vec<bool>>),
+    /// Each document's label ids, ascending (possibly none).
+    Sets(Vec<Vec<usize>>),
+}
+
+impl Gold {
+    /// Label-id sets as `[doc][label]` yes/no rows over `labels` labels.
+    pub fn truth(sets: &[Vec<usize>], labels: usize) -> Vec<Vec<bool>> {
+        sets.iter().map(|set| (0..labels).map(|l| set.contains(&l)).collect()).collect()
+    }
+}
+
+/// The labelled documents of `data` and their gold over `labels`: the `"label"` column, or with
+/// `multi_label` the `"labels"` lists (labels outside `labels`: an error naming the line, or with
+/// `unknown_allowed` — held-out data — left out).
+pub fn gold_documents(
+    data: &Path,
+    labels: &[String],
+    multi_label: bool,
+    unknown_allowed: bool,
+) -> Result<(Vec<Document>, Gold)> {
+    if !multi_label {
+        let (documents, gold) = labelled_documents(data, labels)?;
+        return Ok((documents, Gold::Labels(gold)));
+    }
+    let source = data.display().to_string();
+    let file = std::fs::File::open(data).map_err(io(data))?;
+    let examples = read_multilabel(std::io::BufReader::new(file), &source, &LabelLayout::default())?;
+    let (sets, _) = resolve_multilabel(&examples, labels, &source, unknown_allowed)?;
+    let documents = examples.into_iter().map(|e| Document::new(e.id, e.text)).collect();
+    Ok((documents, Gold::Sets(sets)))
 }
 
 /// Like [`build_ensemble_from_scores`] for multi-label members: each label's temperatures (and
@@ -119,23 +141,6 @@ fn write_per_label(
     let weights = calibration.weights.clone();
     let temperatures = vec![1.0; members.len()];
     write_ensemble(members, &weights, &temperatures, labels, Some(calibration), out)
-}
-
-/// The documents of the JSON lines `data` with their label sets (`"labels"` lists) over
-/// `labels`. Labels outside `labels` are an error naming the line, or, with `unknown_allowed`
-/// (held-out data), left out.
-pub fn label_set_documents(
-    data: &Path,
-    labels: &[String],
-    unknown_allowed: bool,
-) -> Result<(Vec<Document>, Vec<Vec<bool>>)> {
-    let source = data.display().to_string();
-    let file = std::fs::File::open(data).map_err(io(data))?;
-    let examples = read_multilabel(std::io::BufReader::new(file), &source, &LabelLayout::default())?;
-    let (ids, _) = resolve_multilabel(&examples, labels, &source, unknown_allowed)?;
-    let truth = ids.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
-    let documents = examples.into_iter().map(|e| Document::new(e.id, e.text)).collect();
-    Ok((documents, truth))
 }
 
 /// Writes the ensemble of `members` with temperatures (and, with `fit_weights`, weights) fitted

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use longread_classifier::calibrated::{
-    build_ensemble_from_label_sets, build_ensemble_from_scores, ensemble_labels, label_set_documents,
-    labelled_documents, member_probabilities,
+    build_ensemble_from_label_sets, build_ensemble_from_scores, ensemble_labels, gold_documents, member_probabilities,
+    Gold,
 };
 use longread_classifier::calibration::MemberScores;
 use longread_classifier::ensemble::EnsembleSpec;
@@ -91,35 +91,26 @@ pub fn build_stacked_ensemble(
             settings.folds,
         )?,
         Gold::Sets(sets) => {
-            let truth = sets.iter().map(|set| (0..labels.len()).map(|l| set.contains(&l)).collect()).collect();
-            let scores = LabelSetScores { probs, truth };
+            let scores = LabelSetScores { probs, truth: Gold::truth(&sets, labels.len()) };
             build_ensemble_from_label_sets(members, out, labels, &scores, fit_weights, settings.folds, settings.seed)?
         }
     })
 }
 
-/// The training documents' gold: a label each, or (multi-label members) a set of label ids.
-enum Gold {
-    Labels(Vec<usize>),
-    Sets(Vec<Vec<usize>>),
+/// The held-out documents of each of `folds` folds of `gold`: stratified by label, or
+/// iteratively by label set.
+fn gold_folds(gold: &Gold, folds: usize, seed: u64) -> Vec<Vec<usize>> {
+    match gold {
+        Gold::Labels(gold) => stratified_folds(gold, folds, seed),
+        Gold::Sets(sets) => iterative_stratified_folds(sets, folds, seed),
+    }
 }
 
-impl Gold {
-    /// The held-out documents of each of `folds` folds: stratified by label, or iteratively
-    /// by label set.
-    fn folds(&self, folds: usize, seed: u64) -> Vec<Vec<usize>> {
-        match self {
-            Gold::Labels(gold) => stratified_folds(gold, folds, seed),
-            Gold::Sets(sets) => iterative_stratified_folds(sets, folds, seed),
-        }
-    }
-
-    /// Document `i`'s gold as its JSON line gives it (`"label"` or `"labels"`).
-    fn field(&self, i: usize, labels: &[String]) -> (&'static str, Value) {
-        match self {
-            Gold::Labels(gold) => ("label", Value::from(labels[gold[i]].clone())),
-            Gold::Sets(sets) => ("labels", sets[i].iter().map(|&l| Value::from(labels[l].clone())).collect()),
-        }
+/// Document `i`'s gold as its JSON line gives it (`"label"` or `"labels"`).
+fn gold_field(gold: &Gold, i: usize, labels: &[String]) -> (&'static str, Value) {
+    match gold {
+        Gold::Labels(gold) => ("label", Value::from(labels[gold[i]].clone())),
+        Gold::Sets(sets) => ("labels", sets[i].iter().map(|&l| Value::from(labels[l].clone())).collect()),
     }
 }
 
@@ -136,18 +127,8 @@ fn out_of_fold_scores(
 ) -> Result<(Vec<Vec<Vec<f64>>>, Gold)> {
     // Every recipe first: a member that cannot be retrained is refused before any refit.
     let recipes: Vec<Recipe> = members.iter().map(|m| member_recipe(m)).collect::<Result<_>>()?;
-    let (documents, gold) = match multi_label {
-        true => {
-            let (documents, truth) = label_set_documents(data, labels, false)?;
-            let sets = truth.iter().map(|t| t.iter().enumerate().filter(|(_, &y)| y).map(|(l, _)| l).collect());
-            (documents, Gold::Sets(sets.collect()))
-        }
-        false => {
-            let (documents, gold) = labelled_documents(data, labels)?;
-            (documents, Gold::Labels(gold))
-        }
-    };
-    let folds = gold.folds(settings.folds, settings.seed);
+    let (documents, gold) = gold_documents(data, labels, multi_label, false)?;
+    let folds = gold_folds(&gold, settings.folds, settings.seed);
     let mut probs = Vec::with_capacity(members.len());
     for (m, recipe) in recipes.iter().enumerate() {
         let mut rows: Vec<Option<Vec<f64>>> = vec![None; documents.len()];
@@ -290,7 +271,7 @@ fn refit(
     let mut skip = vec![false; documents.len()];
     held_out.iter().for_each(|&i| skip[i] = true);
     for (i, doc) in documents.iter().enumerate().filter(|(i, _)| !skip[*i]) {
-        let (field, value) = gold.field(i, labels);
+        let (field, value) = gold_field(gold, i, labels);
         let line = serde_json::json!({"id": doc.id, "text": doc.text, field: value});
         writeln!(writer, "{line}").map_err(io)?;
     }
