@@ -17,8 +17,7 @@ use longread_metrics::multilabel::{binary_log_loss, evaluate_multilabel};
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::{em_weights, Calibration, CombinationScore};
-use crate::decision::label_temperature::{bce, least_on_log_scale, logit, temper_one};
-use crate::decision::temperature::TEMPERATURE_RANGE;
+use crate::decision::label_temperature::{bce, logit, one_label_temperature, temper_one};
 
 /// Multi-label members' probabilities on the same labelled documents: `probs[member][doc][label]`
 /// (in the ensemble's label order) and each document's label set.
@@ -60,12 +59,7 @@ type Column = Vec<Vec<f64>>;
 /// The temperature of least binary cross-entropy of `probs` (one member's probabilities of one
 /// label, `[doc]`) on `docs`; 1 when those documents are all of one class.
 fn fit_temperature(probs: &[f64], truth: &[bool], docs: &[usize]) -> f64 {
-    let positives = docs.iter().filter(|&&d| truth[d]).count();
-    if positives == 0 || positives == docs.len() {
-        return 1.0;
-    }
-    let logits: Vec<(f64, bool)> = docs.iter().map(|&d| (logit(probs[d]), truth[d])).collect();
-    least_on_log_scale(|t| logits.iter().map(|&(z, y)| bce(z / t, y)).sum(), TEMPERATURE_RANGE)
+    one_label_temperature(docs.iter().map(|&d| (logit(probs[d]), truth[d])))
 }
 
 /// Mixture weights of greatest likelihood of the documents' yes/no answers on `docs` (EM on

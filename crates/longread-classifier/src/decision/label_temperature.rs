@@ -116,7 +116,7 @@ pub fn fit<R: AsRef<[f32]>>(
         let loss = |t: f64| own.iter().zip(&y).map(|(z, &y)| bce(z / t, y)).sum::<f64>() / n as f64;
         let positives = y.iter().filter(|&&y| y).count();
         let one_class = positives == 0 || positives == n;
-        let temperature = if one_class { 1.0 } else { least(loss) };
+        let temperature = one_label_temperature(own.iter().copied().zip(y.iter().copied()));
         let (low, high) = TEMPERATURE_RANGE;
         fits.push(LabelFit {
             label: label.clone(),
@@ -146,10 +146,16 @@ pub fn fit<R: AsRef<[f32]>>(
     Ok(FittedPerLabel { calibration, documents: n, labels: fits, log_loss, ece, calibrated })
 }
 
-/// The temperature in [`TEMPERATURE_RANGE`] at which `loss` is least (a label's
-/// cross-entropy is convex in 1/T, so it has one minimum there).
-fn least(loss: impl Fn(f64) -> f64) -> f64 {
-    least_on_log_scale(loss, TEMPERATURE_RANGE)
+/// One label's temperature in [`TEMPERATURE_RANGE`] of least binary cross-entropy over its
+/// (logit, carried) pairs (the cross-entropy is convex in 1/T, so it has one minimum there); 1
+/// when every pair is carried, or none.
+pub(crate) fn one_label_temperature(pairs: impl Iterator<Item = (f64, bool)>) -> f64 {
+    let pairs: Vec<(f64, bool)> = pairs.collect();
+    let positives = pairs.iter().filter(|(_, y)| *y).count();
+    if positives == 0 || positives == pairs.len() {
+        return 1.0;
+    }
+    least_on_log_scale(|t| pairs.iter().map(|&(z, y)| bce(z / t, y)).sum::<f64>(), TEMPERATURE_RANGE)
 }
 
 /// The x in [low, high] at which `f` is least, by golden-section search on ln x (`f` with one
