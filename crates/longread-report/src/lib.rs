@@ -346,21 +346,11 @@ fn term_lists(html: &mut String, terms: &[TermView]) {
 /// The text with every occurrence of the terms shaded green by their contribution, relative to
 /// the largest (where terms overlap, the larger; a bigram covers its words).
 fn term_text(html: &mut String, text: &str, terms: &[TermView]) {
-    let byte_at: Vec<usize> = text.char_indices().map(|(b, _)| b).chain(std::iter::once(text.len())).collect();
-    let n_chars = byte_at.len() - 1;
     let top = terms.iter().map(|t| t.contribution).fold(0.0f32, f32::max).max(f32::MIN_POSITIVE);
-    let spans: Vec<(usize, usize, &TermView)> = terms
-        .iter()
-        .flat_map(|t| t.spans.iter().map(move |&[a, b]| (a.min(n_chars), b.min(n_chars), t)))
-        .filter(|(a, b, _)| a < b)
-        .collect();
-    let mut cuts: Vec<usize> = spans.iter().flat_map(|&(a, b, _)| [a, b]).collect();
-    cuts.extend([0, n_chars]);
-    cuts.sort_unstable();
-    cuts.dedup();
-    for w in cuts.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        let piece = escape_html(&text[byte_at[a]..byte_at[b]]);
+    let spans: Vec<(usize, usize, &TermView)> =
+        terms.iter().flat_map(|t| t.spans.iter().map(move |&[a, b]| (a, b, t))).filter(|(a, b, _)| a < b).collect();
+    for (a, b, piece) in cut_at(text, spans.iter().map(|&(a, b, _)| (a, b))) {
+        let piece = escape_html(piece);
         let covering = spans.iter().filter(|&&(s, e, _)| s <= a && b <= e).map(|&(_, _, t)| t);
         match covering.max_by(|x, y| x.contribution.total_cmp(&y.contribution)) {
             None => html.push_str(&piece),
@@ -378,19 +368,24 @@ fn term_text(html: &mut String, text: &str, terms: &[TermView]) {
     }
 }
 
-/// The text cut at every chunk boundary; each piece shaded by the largest attention of the
-/// chunks covering it, relative to the document's largest.
-fn shaded_text(html: &mut String, text: &str, chunks: &[ChunkView]) {
+/// `text` cut at every boundary of `spans` (`[start, end)` in characters, clipped to the text):
+/// each piece's character range and its text, in order, together the whole text.
+fn cut_at(text: &str, spans: impl Iterator<Item = (usize, usize)>) -> Vec<(usize, usize, &str)> {
     let byte_at: Vec<usize> = text.char_indices().map(|(b, _)| b).chain(std::iter::once(text.len())).collect();
     let n_chars = byte_at.len() - 1;
-    let top = chunks.iter().map(|c| c.attention).fold(0.0f32, f32::max).max(f32::MIN_POSITIVE);
-    let mut cuts: Vec<usize> = chunks.iter().flat_map(|c| [c.start.min(n_chars), c.end.min(n_chars)]).collect();
+    let mut cuts: Vec<usize> = spans.flat_map(|(a, b)| [a.min(n_chars), b.min(n_chars)]).collect();
     cuts.extend([0, n_chars]);
     cuts.sort_unstable();
     cuts.dedup();
-    for w in cuts.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        let piece = escape_html(&text[byte_at[a]..byte_at[b]]);
+    cuts.windows(2).map(|w| (w[0], w[1], &text[byte_at[w[0]]..byte_at[w[1]]])).collect()
+}
+
+/// The text cut at every chunk boundary; each piece shaded by the largest attention of the
+/// chunks covering it, relative to the document's largest.
+fn shaded_text(html: &mut String, text: &str, chunks: &[ChunkView]) {
+    let top = chunks.iter().map(|c| c.attention).fold(0.0f32, f32::max).max(f32::MIN_POSITIVE);
+    for (a, b, piece) in cut_at(text, chunks.iter().map(|c| (c.start, c.end))) {
+        let piece = escape_html(piece);
         let covering: Vec<&ChunkView> = chunks.iter().filter(|c| c.start <= a && b <= c.end).collect();
         match covering.iter().map(|c| c.attention).reduce(f32::max) {
             None => html.push_str(&piece),
