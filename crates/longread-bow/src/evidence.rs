@@ -10,15 +10,14 @@
 //! differences mean anything).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
 
-use regex::Regex;
 use serde::Serialize;
 
 use crate::counts::CHAR_PREFIX;
 use crate::error::{BowError, Result};
 use crate::model::BowModel;
 use crate::sparse::SparseRow;
+use crate::terms::WORD;
 
 /// One term of a document and how far it moved a label's score.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -41,9 +40,6 @@ pub struct TermEvidence {
 /// A document's terms, each as (column, the label's weight of it, its TF-IDF value), and the
 /// intercept: [`BowModel::contributions`].
 pub type Shares = (Vec<(u32, f64, f64)>, f64);
-
-/// scikit-learn's default `token_pattern`, as [`crate::terms::words`] uses it.
-static WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b\w\w+\b").expect("a valid pattern"));
 
 impl BowModel {
     /// Each of the document's terms with its share of `label`'s score (see the module), and the

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 /// scikit-learn's default `token_pattern`.
-static WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b\w\w+\b").expect("a valid pattern"));
+pub(crate) static WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b\w\w+\b").expect("a valid pattern"));
 
 /// The words of `text`, lowercased.
 pub fn words(text: &str) -> Vec<String> {
